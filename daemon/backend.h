@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backend.h — the seam between the scheduler and whatever computes tokens.
+ *
+ * A backend is a small table of functions. The scheduler hands it one padded batch per step and
+ * gets back one next-token id per row; sampling happens inside the backend so a GPU backend can
+ * keep logits on the device (only token ids cross back). A backend owns per-sequence state (the
+ * KV cache) indexed by a sequence id in [0, max_seqs); the scheduler opens an id when a request
+ * starts and closes it when the request ends, whatever the reason.
+ *
+ * The batch is a [n_rows x width] token matrix, row-major. Row r holds lens[r] new tokens in
+ * columns [0, lens[r]); the rest of the row is padding that a backend must not spend work on.
+ * The new tokens of row r sit at positions [pos[r], pos[r] + lens[r]) of its sequence; everything
+ * before pos[r] is already in that sequence's state. A prompt arrives as one row with pos 0; a
+ * decode step is a row of length 1.
+ */
+#ifndef BITNETD_BACKEND_H
+#define BITNETD_BACKEND_H
+
+#include <stdint.h>
+
+struct bn_model_desc {
+	char name[64];
+	uint32_t vocab_size;
+	uint32_t context_length;
+	uint32_t bos_id;
+	uint32_t eos_id;
+	uint32_t kind; /* enum bn_backend_kind from shm/bitnet_shm.h */
+};
+
+struct bn_batch {
+	uint32_t n_rows;
+	uint32_t width;          /* padded row width: max over rows of lens[r] */
+	const uint32_t *tokens;  /* [n_rows x width] */
+	const uint32_t *lens;    /* [n_rows] new tokens per row, >= 1 */
+	const uint32_t *pos;     /* [n_rows] position of the row's first new token */
+	const uint32_t *seq;     /* [n_rows] backend sequence id of the row */
+};
+
+/* Options every backend may read; a backend ignores what does not apply to it. */
+struct bn_backend_options {
+	const char *model_path;  /* NULL for backends without a model file */
+	uint32_t max_seqs;       /* sequences open at once (the scheduler's max batch) */
+	uint32_t vocab_size;     /* loopback: size of its vocabulary */
+	uint32_t step_delay_us;  /* loopback: busy time per step, to mimic compute */
+};
+
+struct bn_backend_ops {
+	const char *name;
+	/* Load and prepare; fill *desc. Returns 0 or -errno / -BN_E_*; logs the reason itself. */
+	int (*open)(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self);
+	void (*close)(void *self);
+	/* A new sequence starts in id `seq` (previous contents of `seq` are discarded). */
+	int (*seq_open)(void *self, uint32_t seq);
+	void (*seq_close)(void *self, uint32_t seq);
+	/* One forward pass and sampling step: next_token[r] for every row of the batch.
+	 * Returns 0, or a negative code that fails every request in the batch. */
+	int (*step)(void *self, const struct bn_batch *batch, uint32_t *next_token);
+};
+
+/* The backends this build has. Returns NULL for an unknown or absent name. */
+const struct bn_backend_ops *bn_backend_find(const char *name);
+
+extern const struct bn_backend_ops bn_backend_loopback;
+
+#endif /* BITNETD_BACKEND_H */

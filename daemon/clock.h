@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef BITNETD_CLOCK_H
+#define BITNETD_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* Monotonic nanoseconds (vDSO: no syscall). */
+static inline uint64_t bn_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Tell the core we are spinning (lets the sibling hyper-thread run, saves power). */
+static inline void bn_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+#endif /* BITNETD_CLOCK_H */

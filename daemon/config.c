@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include "../shm/bitnet_shm.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BITNETD_VERSION "0.1.0"
+
+static const char usage_text[] =
+	"Usage: bitnetd [OPTION]...\n"
+	"Serve a BitNet model to local clients over shared memory.\n"
+	"\n"
+	"  --socket PATH          listening socket (default $BITNETD_SOCKET, else\n"
+	"                         " BN_DEFAULT_SOCKET_PATH "); ignored when systemd\n"
+	"                         passes a listening socket (socket activation)\n"
+	"  --socket-mode OCTAL    permissions of a socket bitnetd creates (default 0660);\n"
+	"                         whoever may open it may use the daemon\n"
+	"  --backend NAME         loopback (no model; tokens are a documented function of\n"
+	"                         the prompt), cpu or cuda where built (default loopback)\n"
+	"  --model FILE           GGUF model file for the cpu and cuda backends\n"
+	"  --max-batch N          sequences in one forward step (default 64)\n"
+	"  --batch-window-us N    how long an idle daemon waits for a fuller first batch\n"
+	"                         once a request arrives (default 0: start at once)\n"
+	"  --slots N              request slots per client session, i.e. requests one\n"
+	"                         client may have in flight (default 64, max 4096)\n"
+	"  --max-sessions N       client sessions at once, further connections are\n"
+	"                         refused with BN_E_BUSY (default 64)\n"
+	"  --idle-spin-us N       how long the loop keeps polling the rings after the last\n"
+	"                         work before it sleeps (default 50); 0 sleeps at once\n"
+	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
+	"  --vocab-size N         loopback: vocabulary size (default 32000)\n"
+	"  --step-delay-us N      loopback: busy time per step, to mimic compute (default 0)\n"
+	"  --drain-timeout-ms N   on SIGTERM, how long running requests may finish before\n"
+	"                         they end with SHUTDOWN (default 5000)\n"
+	"  --help                 this text\n"
+	"  --version              version and ABI version\n"
+	"\n"
+	"Exit status: 0 clean shutdown, 2 bad command line, 3 backend or model failed to\n"
+	"load, 4 cannot listen on the socket, 5 system resources (io_uring, signalfd,\n"
+	"memory) could not be set up.\n"
+	"Signals: TERM and INT drain and exit 0; HUP is logged and otherwise ignored\n"
+	"(there is no configuration to reload).\n";
+
+enum long_only {
+	OPT_SOCKET = 256, OPT_SOCKET_MODE, OPT_BACKEND, OPT_MODEL, OPT_MAX_BATCH, OPT_WINDOW,
+	OPT_SLOTS, OPT_MAX_SESSIONS, OPT_IDLE_SPIN, OPT_LOG_LEVEL, OPT_VOCAB, OPT_STEP_DELAY,
+	OPT_DRAIN, OPT_HELP, OPT_VERSION,
+};
+
+static const struct option long_options[] = {
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
+	{ "backend", required_argument, NULL, OPT_BACKEND },
+	{ "model", required_argument, NULL, OPT_MODEL },
+	{ "max-batch", required_argument, NULL, OPT_MAX_BATCH },
+	{ "batch-window-us", required_argument, NULL, OPT_WINDOW },
+	{ "slots", required_argument, NULL, OPT_SLOTS },
+	{ "max-sessions", required_argument, NULL, OPT_MAX_SESSIONS },
+	{ "idle-spin-us", required_argument, NULL, OPT_IDLE_SPIN },
+	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "vocab-size", required_argument, NULL, OPT_VOCAB },
+	{ "step-delay-us", required_argument, NULL, OPT_STEP_DELAY },
+	{ "drain-timeout-ms", required_argument, NULL, OPT_DRAIN },
+	{ "help", no_argument, NULL, OPT_HELP },
+	{ "version", no_argument, NULL, OPT_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Parses an unsigned number in [lo, hi] in the given base; prints the error itself. */
+static int parse_u32(const char *flag, const char *text, uint32_t lo, uint32_t hi, int base,
+		     uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, base);
+	if (errno || end == text || *end || text[0] == '-' || v < lo || v > hi) {
+		fprintf(stderr, "bitnetd: --%s: '%s' is not a number in [%u, %u]\n", flag, text, lo,
+			hi);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static void set_defaults(struct bn_config *cfg)
+{
+	const char *env = getenv(BN_SOCKET_ENV);
+	*cfg = (struct bn_config){
+		.socket_path = env && *env ? env : BN_DEFAULT_SOCKET_PATH,
+		.backend = "loopback",
+		.max_batch = 64,
+		.slots = 64,
+		.max_sessions = 64,
+		.idle_spin_us = 50,
+		.vocab_size = 32000,
+		.drain_timeout_ms = 5000,
+		.socket_mode = 0660,
+		.log_level = BN_LOG_INFO,
+	};
+}
+
+static int apply_option(struct bn_config *cfg, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_SOCKET: cfg->socket_path = arg; return 0;
+	case OPT_SOCKET_MODE: return parse_u32("socket-mode", arg, 0, 0777, 8, &cfg->socket_mode);
+	case OPT_BACKEND: cfg->backend = arg; return 0;
+	case OPT_MODEL: cfg->model_path = arg; return 0;
+	case OPT_MAX_BATCH: return parse_u32("max-batch", arg, 1, 65536, 10, &cfg->max_batch);
+	case OPT_WINDOW:
+		return parse_u32("batch-window-us", arg, 0, 10000000, 10, &cfg->batch_window_us);
+	case OPT_SLOTS: return parse_u32("slots", arg, 1, 4096, 10, &cfg->slots);
+	case OPT_MAX_SESSIONS: return parse_u32("max-sessions", arg, 1, 65536, 10, &cfg->max_sessions);
+	case OPT_IDLE_SPIN: return parse_u32("idle-spin-us", arg, 0, 10000000, 10, &cfg->idle_spin_us);
+	case OPT_VOCAB: return parse_u32("vocab-size", arg, 3, 1u << 24, 10, &cfg->vocab_size);
+	case OPT_STEP_DELAY: return parse_u32("step-delay-us", arg, 0, 10000000, 10, &cfg->step_delay_us);
+	case OPT_DRAIN: return parse_u32("drain-timeout-ms", arg, 0, 3600000, 10, &cfg->drain_timeout_ms);
+	case OPT_LOG_LEVEL:
+		if (bn_log_parse_level(arg, &cfg->log_level) == 0)
+			return 0;
+		fprintf(stderr, "bitnetd: --log-level: '%s' is not error, warn, info or debug\n", arg);
+		return -1;
+	default:
+		return -1;
+	}
+}
+
+int bn_config_parse(struct bn_config *cfg, int argc, char **argv)
+{
+	set_defaults(cfg);
+	optind = 1;
+	int opt;
+	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+		if (opt == OPT_HELP) {
+			fputs(usage_text, stdout);
+			return 1;
+		}
+		if (opt == OPT_VERSION) {
+			printf("bitnetd %s (ABI %u)\n", BITNETD_VERSION, BN_ABI_VERSION);
+			return 1;
+		}
+		if (opt == '?' || apply_option(cfg, opt, optarg) < 0) {
+			fprintf(stderr, "Try 'bitnetd --help'.\n");
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "bitnetd: unexpected argument '%s'\nTry 'bitnetd --help'.\n",
+			argv[optind]);
+		return -1;
+	}
+	return 0;
+}

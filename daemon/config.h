@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef BITNETD_CONFIG_H
+#define BITNETD_CONFIG_H
+
+#include "log.h"
+
+#include <stdint.h>
+
+/* Documented exit codes (bitnetd(8)). Fatal errors happen only at start-up. */
+enum bn_exit {
+	BN_EXIT_OK = 0,
+	BN_EXIT_USAGE = 2,     /* bad command line */
+	BN_EXIT_BACKEND = 3,   /* backend or model could not be loaded */
+	BN_EXIT_SOCKET = 4,    /* cannot listen on the socket (or bad inherited socket) */
+	BN_EXIT_SYSTEM = 5,    /* io_uring, signalfd or memory could not be set up */
+};
+
+struct bn_config {
+	const char *socket_path;
+	const char *backend;
+	const char *model_path;
+	uint32_t max_batch;
+	uint32_t batch_window_us;
+	uint32_t slots;
+	uint32_t max_sessions;
+	uint32_t idle_spin_us;
+	uint32_t vocab_size;
+	uint32_t step_delay_us;
+	uint32_t drain_timeout_ms;
+	uint32_t socket_mode;
+	enum bn_log_level log_level;
+};
+
+/* Parses argv into cfg (defaults first, then $BITNETD_SOCKET, then flags). Returns -1 after
+ * printing why on stderr, 1 when --help or --version was printed, 0 to run. */
+int bn_config_parse(struct bn_config *cfg, int argc, char **argv);
+
+#endif /* BITNETD_CONFIG_H */

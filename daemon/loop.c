@@ -1,0 +1,619 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "loop.h"
+
+#include "../shm/bitnet_barrier.h"
+#include "clock.h"
+#include "log.h"
+#include "sched.h"
+#include "sdnotify.h"
+#include "session.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* io_uring user_data: an owner pointer (8-byte aligned) with the operation kind in the low
+ * bits. 0 marks completions nobody waits for (cancel requests). */
+enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4 };
+#define IO_KIND_MASK 7u
+
+#define URING_ENTRIES 256
+#define HANDSHAKE_TIMEOUT_NS (5ull * 1000000000u)
+#define MAX_SLEEP_NS (1000000000ull) /* wake at least once a second for housekeeping */
+#define STATS_BUF_BYTES (64 * 1024)
+
+struct bn_loop {
+	struct io_uring ring;
+	const struct bn_config *cfg;
+	struct bn_session_limits limits;
+	struct bn_sched *sched;
+	int listen_fd;
+	int signal_fd;
+	struct signalfd_siginfo siginfo;
+	struct bn_session **sessions; /* [max_sessions], dense: open and handshaking */
+	uint32_t n_sessions;
+	uint32_t n_closing;           /* closed, waiting for their io to complete */
+	uint32_t next_session_id;
+	int shutting_down;
+	uint64_t drain_deadline;
+	uint64_t watchdog_ns, next_watchdog;
+	uint64_t last_work;
+	uint64_t first_waiting;       /* when the current waiting run began (batch window) */
+	uint64_t next_housekeeping;
+	char *stats_buf;
+};
+
+static uint64_t tag(void *owner, enum io_kind kind)
+{
+	return (uint64_t)(uintptr_t)owner | kind;
+}
+
+/* Returns an SQE, submitting what is queued when the submission queue is full. */
+static struct io_uring_sqe *get_sqe(struct bn_loop *l)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+	if (!sqe) {
+		io_uring_submit(&l->ring);
+		bn_stats.uring_submits++;
+		sqe = io_uring_get_sqe(&l->ring);
+	}
+	return sqe;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Arming operations                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+static void arm_accept(struct bn_loop *l)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+	io_uring_prep_accept(sqe, l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, tag(l, IO_ACCEPT));
+}
+
+static void arm_signal(struct bn_loop *l)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+	io_uring_prep_read(sqe, l->signal_fd, &l->siginfo, sizeof(l->siginfo), 0);
+	io_uring_sqe_set_data64(sqe, tag(l, IO_SIGNAL));
+}
+
+/* Receives the rest of the current fixed-size message: the hello, then control requests. */
+static void arm_recv(struct bn_loop *l, struct bn_session *s)
+{
+	uint32_t want = s->phase == BN_SESSION_HANDSHAKE ? (uint32_t)sizeof(struct bn_hello)
+							 : (uint32_t)sizeof(struct bn_ctl_request);
+	struct io_uring_sqe *sqe = get_sqe(l);
+	io_uring_prep_recv(sqe, s->sock_fd, s->rx + s->rx_len, want - s->rx_len, 0);
+	io_uring_sqe_set_data64(sqe, tag(s, IO_RECV));
+	s->io_pending++;
+}
+
+static void arm_doorbell(struct bn_loop *l, struct bn_session *s)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+	io_uring_prep_read(sqe, s->doorbell_fd, &s->doorbell_value, sizeof(s->doorbell_value), 0);
+	io_uring_sqe_set_data64(sqe, tag(s, IO_DOORBELL));
+	s->io_pending++;
+}
+
+static void cancel_io(struct bn_loop *l, struct bn_session *s, enum io_kind kind)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+	io_uring_prep_cancel64(sqe, tag(s, kind), 0);
+	io_uring_sqe_set_data64(sqe, 0);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sessions                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static void table_remove(struct bn_loop *l, struct bn_session *s)
+{
+	uint32_t i = s->table_index;
+	l->sessions[i] = l->sessions[--l->n_sessions];
+	l->sessions[i]->table_index = i;
+}
+
+/* Ends the session. status 0: the client is gone, its requests vanish with it; otherwise its
+ * in-flight requests end with that status and error first. The memory is freed once the
+ * kernel has returned every io_uring operation that references it. */
+static void close_session(struct bn_loop *l, struct bn_session *s, uint32_t status,
+			  uint32_t error, const char *why)
+{
+	if (s->phase == BN_SESSION_CLOSING)
+		return;
+	if (s->phase == BN_SESSION_ACTIVE)
+		bn_sched_drop_session(l->sched, s, status, error);
+	table_remove(l, s);
+	s->phase = BN_SESSION_CLOSING;
+	l->n_closing++;
+	bn_stats.sessions_closed++;
+	/* Shutting the socket down makes the pending recv complete and tells the client now. */
+	shutdown(s->sock_fd, SHUT_RDWR);
+	cancel_io(l, s, IO_RECV);
+	if (s->doorbell_fd >= 0)
+		cancel_io(l, s, IO_DOORBELL);
+	bn_log_info("msg=\"session closed\" session=%u pid=%d reason=\"%s\"", s->id,
+		    (int)s->peer_pid, why);
+}
+
+static void io_done(struct bn_loop *l, struct bn_session *s)
+{
+	s->io_pending--;
+	if (s->phase == BN_SESSION_CLOSING && s->io_pending == 0) {
+		l->n_closing--;
+		bn_session_free(s);
+	}
+}
+
+static void protocol_violation(struct bn_loop *l, struct bn_session *s, const char *what)
+{
+	bn_stats.protocol_violations++;
+	bn_log_warn("msg=\"protocol violation\" session=%u pid=%d uid=%u what=\"%s\"", s->id,
+		    (int)s->peer_pid, (unsigned)s->peer_uid, what);
+	close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, what);
+}
+
+static void on_accept(struct bn_loop *l, int res)
+{
+	if (res < 0) {
+		if (res != -ECANCELED && res != -EBADF)
+			bn_log_warn("msg=\"accept failed\" errno=%d", -res);
+	} else if (l->shutting_down) {
+		bn_session_refuse(res, BN_E_SHUTDOWN);
+		close(res);
+	} else if (l->n_sessions >= l->cfg->max_sessions) {
+		bn_stats.sessions_refused++;
+		bn_session_refuse(res, BN_E_BUSY);
+		close(res);
+	} else {
+		struct bn_session *s = bn_session_new(l->next_session_id++, res);
+		if (!s) {
+			close(res);
+		} else {
+			s->table_index = l->n_sessions;
+			l->sessions[l->n_sessions++] = s;
+			arm_recv(l, s);
+		}
+	}
+	if (!l->shutting_down && res != -ECANCELED && res != -EBADF)
+		arm_accept(l);
+}
+
+static void handle_hello(struct bn_loop *l, struct bn_session *s)
+{
+	int rc = bn_session_handshake(s, &l->limits, l->shutting_down);
+	s->rx_len = 0;
+	if (rc < 0) {
+		bn_stats.sessions_refused++;
+		close_session(l, s, 0, 0, "handshake refused");
+		return;
+	}
+	bn_stats.sessions_opened++;
+	arm_doorbell(l, s);
+	arm_recv(l, s);
+}
+
+static void reply_stats(struct bn_loop *l, struct bn_session *s, const struct bn_ctl_request *q)
+{
+	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = q->op };
+	size_t len = 0;
+	if (q->op == BN_CTL_STATS)
+		len = bn_stats_render(l->stats_buf, STATS_BUF_BYTES, l->n_sessions,
+				      bn_sched_waiting(l->sched), bn_sched_running(l->sched));
+	else
+		head.error = BN_E_INVALID;
+	head.length = (uint32_t)len;
+	struct iovec iov[2] = { { &head, sizeof(head) }, { l->stats_buf, len } };
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+	ssize_t n = sendmsg(s->sock_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	/* A client that does not read its replies cannot stall the loop: it loses the session. */
+	if (n != (ssize_t)(sizeof(head) + len))
+		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
+}
+
+static void handle_control(struct bn_loop *l, struct bn_session *s)
+{
+	struct bn_ctl_request q;
+	memcpy(&q, s->rx, sizeof(q));
+	s->rx_len = 0;
+	if (q.magic != BN_CTL_MAGIC || q.reserved[0] || q.reserved[1]) {
+		protocol_violation(l, s, "bad control message");
+		return;
+	}
+	reply_stats(l, s, &q);
+	if (s->phase == BN_SESSION_ACTIVE)
+		arm_recv(l, s);
+}
+
+static void on_recv(struct bn_loop *l, struct bn_session *s, int res)
+{
+	if (s->phase == BN_SESSION_CLOSING)
+		return;
+	if (res <= 0) {
+		close_session(l, s, 0, 0, res == 0 ? "client hung up" : "socket error");
+		return;
+	}
+	s->rx_len += (uint32_t)res;
+	uint32_t want = s->phase == BN_SESSION_HANDSHAKE ? (uint32_t)sizeof(struct bn_hello)
+							 : (uint32_t)sizeof(struct bn_ctl_request);
+	if (s->rx_len < want)
+		arm_recv(l, s);
+	else if (s->phase == BN_SESSION_HANDSHAKE)
+		handle_hello(l, s);
+	else
+		handle_control(l, s);
+}
+
+static void on_doorbell(struct bn_loop *l, struct bn_session *s, int res)
+{
+	if (s->phase == BN_SESSION_CLOSING)
+		return;
+	if (res < 0 && res != -EAGAIN && res != -EINTR) {
+		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "doorbell error");
+		return;
+	}
+	bn_stats.doorbells++;
+	arm_doorbell(l, s);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Signals and shutdown                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static void begin_shutdown(struct bn_loop *l, const char *why)
+{
+	if (l->shutting_down)
+		return;
+	l->shutting_down = 1;
+	l->drain_deadline = bn_now_ns() + (uint64_t)l->cfg->drain_timeout_ms * 1000000u;
+	bn_sd_notify("STOPPING=1");
+	bn_log_info("msg=\"shutting down\" signal=%s running=%u waiting=%u", why,
+		    bn_sched_running(l->sched), bn_sched_waiting(l->sched));
+	for (uint32_t i = 0; i < l->n_sessions; i++)
+		bn_session_set_daemon_flags(l->sessions[i], BN_DAEMON_SHUTTING_DOWN);
+	/* Queued work that has not started will not start. */
+	bn_sched_end_waiting(l->sched, l->sessions, l->n_sessions, BN_STATUS_SHUTDOWN);
+	struct io_uring_sqe *sqe = get_sqe(l);
+	io_uring_prep_cancel64(sqe, tag(l, IO_ACCEPT), 0);
+	io_uring_sqe_set_data64(sqe, 0);
+}
+
+static void on_signal(struct bn_loop *l, int res)
+{
+	if (res == (int)sizeof(l->siginfo)) {
+		uint32_t sig = l->siginfo.ssi_signo;
+		if (sig == SIGTERM || sig == SIGINT)
+			begin_shutdown(l, sig == SIGTERM ? "TERM" : "INT");
+		else
+			bn_log_info("msg=\"SIGHUP ignored: there is no configuration to reload\"");
+	}
+	arm_signal(l);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Completions                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+static void dispatch(struct bn_loop *l, uint64_t data, int res)
+{
+	void *owner = (void *)(uintptr_t)(data & ~(uint64_t)IO_KIND_MASK);
+	switch ((enum io_kind)(data & IO_KIND_MASK)) {
+	case IO_ACCEPT: on_accept(l, res); break;
+	case IO_SIGNAL: on_signal(l, res); break;
+	case IO_RECV:
+		on_recv(l, owner, res);
+		io_done(l, owner);
+		break;
+	case IO_DOORBELL:
+		on_doorbell(l, owner, res);
+		io_done(l, owner);
+		break;
+	}
+}
+
+/* Handles every completion already there, without a system call. */
+static void reap(struct bn_loop *l)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+	io_uring_for_each_cqe(&l->ring, head, cqe)
+	{
+		uint64_t data = io_uring_cqe_get_data64(cqe);
+		int res = cqe->res;
+		n++;
+		if (data)
+			dispatch(l, data, res);
+	}
+	io_uring_cq_advance(&l->ring, n);
+	if (io_uring_sq_ready(&l->ring)) {
+		io_uring_submit(&l->ring);
+		bn_stats.uring_submits++;
+	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Rings, sleeping, housekeeping                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+static void poll_rings(struct bn_loop *l)
+{
+	for (uint32_t i = 0; i < l->n_sessions;) {
+		struct bn_session *s = l->sessions[i];
+		if (s->phase == BN_SESSION_ACTIVE &&
+		    bn_session_poll_ring(s, l->sched, l->shutting_down) < 0) {
+			protocol_violation(l, s, "ring");
+			continue; /* the table's last session moved into i */
+		}
+		i++;
+	}
+}
+
+static void set_need_wakeup(struct bn_loop *l, int on)
+{
+	for (uint32_t i = 0; i < l->n_sessions; i++)
+		if (l->sessions[i]->phase == BN_SESSION_ACTIVE)
+			bn_session_set_need_wakeup(l->sessions[i], on);
+}
+
+static int any_ring_pending(struct bn_loop *l)
+{
+	for (uint32_t i = 0; i < l->n_sessions; i++)
+		if (l->sessions[i]->phase == BN_SESSION_ACTIVE &&
+		    bn_session_ring_pending(l->sessions[i]))
+			return 1;
+	return 0;
+}
+
+static uint64_t sleep_budget(struct bn_loop *l, uint64_t now)
+{
+	uint64_t until = now + MAX_SLEEP_NS;
+	if (l->watchdog_ns && l->next_watchdog < until)
+		until = l->next_watchdog;
+	if (l->shutting_down && l->drain_deadline < until)
+		until = l->drain_deadline;
+	return until > now ? until - now : 0;
+}
+
+/* The daemon's half of the lost-wakeup protocol: announce the sleep, fence, look once more. */
+static void sleep_until_event(struct bn_loop *l, uint64_t now)
+{
+	set_need_wakeup(l, 1);
+	/* Full fence: the NEED_WAKEUP stores are ordered before the tail loads below. A client
+	 * publishes its tail, fences, then reads NEED_WAKEUP: one of us sees the other's store. */
+	bn_smp_mb();
+	if (!any_ring_pending(l)) {
+		uint64_t ns = sleep_budget(l, now);
+		struct __kernel_timespec ts = { .tv_sec = (long long)(ns / 1000000000u),
+						.tv_nsec = (long long)(ns % 1000000000u) };
+		struct io_uring_cqe *cqe;
+		bn_stats.sleeps++;
+		io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+	}
+	set_need_wakeup(l, 0);
+}
+
+static void housekeeping(struct bn_loop *l, uint64_t now)
+{
+	if (l->watchdog_ns && now >= l->next_watchdog) {
+		bn_sd_notify("WATCHDOG=1");
+		l->next_watchdog = now + l->watchdog_ns / 2;
+	}
+	if (now < l->next_housekeeping)
+		return;
+	l->next_housekeeping = now + MAX_SLEEP_NS;
+	for (uint32_t i = 0; i < l->n_sessions;) {
+		struct bn_session *s = l->sessions[i];
+		if (s->phase == BN_SESSION_HANDSHAKE && now - s->t_connected > HANDSHAKE_TIMEOUT_NS) {
+			close_session(l, s, 0, 0, "no hello within 5 s");
+			continue;
+		}
+		i++;
+	}
+}
+
+/* Whether a step should run now: something is running, or waiting requests have filled a
+ * batch or waited out the batch window. */
+static int step_due(struct bn_loop *l, uint64_t now)
+{
+	if (bn_sched_running(l->sched))
+		return 1;
+	uint32_t waiting = bn_sched_waiting(l->sched);
+	if (waiting == 0) {
+		l->first_waiting = 0;
+		return 0;
+	}
+	if (!l->first_waiting)
+		l->first_waiting = now;
+	return waiting >= bn_sched_max_batch(l->sched) ||
+	       now - l->first_waiting >= (uint64_t)l->cfg->batch_window_us * 1000u;
+}
+
+static int drained(struct bn_loop *l, uint64_t now)
+{
+	if (!l->shutting_down)
+		return 0;
+	if (bn_sched_running(l->sched) && now < l->drain_deadline)
+		return 0;
+	bn_sched_end_running(l->sched, BN_STATUS_SHUTDOWN);
+	return 1;
+}
+
+int bn_loop_run(struct bn_loop *l)
+{
+	uint64_t idle_spin_ns = (uint64_t)l->cfg->idle_spin_us * 1000u;
+	arm_accept(l);
+	arm_signal(l);
+	io_uring_submit(&l->ring);
+	bn_sd_notify("READY=1");
+	bn_log_info("msg=\"ready\" socket=%s", l->cfg->socket_path);
+	l->last_work = bn_now_ns();
+	for (;;) {
+		reap(l);
+		uint64_t now = bn_now_ns();
+		housekeeping(l, now);
+		poll_rings(l);
+		if (drained(l, now))
+			break;
+		if (step_due(l, now)) {
+			bn_sched_step(l->sched, l->sessions, l->n_sessions);
+			l->first_waiting = 0;
+			l->last_work = bn_now_ns();
+		} else if (bn_sched_waiting(l->sched) || now - l->last_work < idle_spin_ns) {
+			bn_cpu_relax();
+		} else {
+			sleep_until_event(l, now);
+			l->last_work = bn_now_ns();
+		}
+	}
+	/* Every request has its terminal status; now let the clients go. */
+	while (l->n_sessions)
+		close_session(l, l->sessions[0], BN_STATUS_SHUTDOWN, 0, "daemon shutting down");
+	io_uring_submit(&l->ring);
+	while (l->n_closing) {
+		struct io_uring_cqe *cqe;
+		if (io_uring_wait_cqe(&l->ring, &cqe) < 0)
+			break;
+		reap(l);
+	}
+	bn_log_info("msg=\"stopped\"");
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Set-up                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A stale socket file from a dead daemon is replaced; a live daemon's is not. */
+static int bind_socket(int fd, const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(addr.sun_path, path);
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0)
+		return 0;
+	if (errno != EADDRINUSE)
+		return -errno;
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int live = probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+	if (probe >= 0)
+		close(probe);
+	if (live)
+		return -EADDRINUSE;
+	struct stat st;
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	unlink(path);
+	return bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 ? 0 : -errno;
+}
+
+static int open_listener(struct bn_loop *l)
+{
+	int fd = bn_sd_listen_fd();
+	if (fd >= 0) {
+		bn_log_info("msg=\"using the socket passed by systemd\" fd=%d", fd);
+		return fd;
+	}
+	if (fd == -EINVAL) {
+		bn_log_error("msg=\"LISTEN_FDS must name exactly one listening unix stream socket\"");
+		return -1;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	int rc = bind_socket(fd, l->cfg->socket_path);
+	if (rc == 0 && chmod(l->cfg->socket_path, l->cfg->socket_mode) < 0)
+		rc = -errno;
+	if (rc == 0 && listen(fd, 128) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		bn_log_error("msg=\"cannot listen\" socket=%s error=\"%s\"", l->cfg->socket_path,
+			     rc == -EADDRINUSE ? "another daemon is serving it" : strerror(-rc));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int open_signals(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+		return -1;
+	signal(SIGPIPE, SIG_IGN);
+	return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend_ops *ops,
+			    void *backend, const struct bn_model_desc *model, int *exit_code)
+{
+	struct bn_loop *l = calloc(1, sizeof(*l));
+	*exit_code = BN_EXIT_SYSTEM;
+	if (!l)
+		return NULL;
+	l->cfg = cfg;
+	l->listen_fd = l->signal_fd = -1;
+	l->next_session_id = 1;
+	l->limits = (struct bn_session_limits){ .slots = cfg->slots,
+						.prompt_capacity = model->context_length,
+						.output_capacity = model->context_length,
+						.model = model };
+	l->sessions = calloc(cfg->max_sessions, sizeof(*l->sessions));
+	l->stats_buf = malloc(STATS_BUF_BYTES);
+	l->sched = bn_sched_new(ops, backend, cfg->max_batch, model->eos_id);
+	int rc = io_uring_queue_init(URING_ENTRIES, &l->ring, 0);
+	if (rc < 0) {
+		bn_log_error("msg=\"io_uring_queue_init failed\" error=\"%s\"", strerror(-rc));
+		free(l->sessions);
+		free(l->stats_buf);
+		bn_sched_free(l->sched);
+		free(l);
+		return NULL;
+	}
+	l->signal_fd = open_signals();
+	if (!l->sessions || !l->stats_buf || !l->sched || l->signal_fd < 0) {
+		bn_log_error("msg=\"cannot set up the loop\" error=\"%s\"", strerror(errno));
+		bn_loop_free(l);
+		return NULL;
+	}
+	l->listen_fd = open_listener(l);
+	if (l->listen_fd < 0) {
+		*exit_code = BN_EXIT_SOCKET;
+		bn_loop_free(l);
+		return NULL;
+	}
+	l->watchdog_ns = bn_sd_watchdog_ns();
+	*exit_code = BN_EXIT_OK;
+	return l;
+}
+
+void bn_loop_free(struct bn_loop *l)
+{
+	if (!l)
+		return;
+	io_uring_queue_exit(&l->ring);
+	if (l->listen_fd >= 0)
+		close(l->listen_fd);
+	if (l->signal_fd >= 0)
+		close(l->signal_fd);
+	bn_sched_free(l->sched);
+	free(l->sessions);
+	free(l->stats_buf);
+	free(l);
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bitnetd — serve a BitNet model to the programs of one machine over shared memory.
+ * Start-up is the only place with fatal errors (documented exit codes in config.h and --help);
+ * once serving, a failure ends the request or session it belongs to, never the daemon.
+ */
+#include "backend.h"
+#include "config.h"
+#include "log.h"
+#include "loop.h"
+
+#include <stdio.h>
+
+static int open_backend(const struct bn_config *cfg, const struct bn_backend_ops **ops,
+			void **backend, struct bn_model_desc *model)
+{
+	*ops = bn_backend_find(cfg->backend);
+	if (!*ops) {
+		bn_log_error("msg=\"unknown backend or not in this build\" backend=%s", cfg->backend);
+		return -1;
+	}
+	struct bn_backend_options opt = {
+		.model_path = cfg->model_path,
+		.max_seqs = cfg->max_batch,
+		.vocab_size = cfg->vocab_size,
+		.step_delay_us = cfg->step_delay_us,
+	};
+	if ((*ops)->open(&opt, model, backend) < 0) {
+		bn_log_error("msg=\"backend failed to start\" backend=%s", cfg->backend);
+		return -1;
+	}
+	bn_log_info("msg=\"model loaded\" backend=%s model=\"%s\" vocab_size=%u context_length=%u",
+		    cfg->backend, model->name, model->vocab_size, model->context_length);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct bn_config cfg;
+	int rc = bn_config_parse(&cfg, argc, argv);
+	if (rc != 0)
+		return rc > 0 ? BN_EXIT_OK : BN_EXIT_USAGE;
+	bn_log_set_level(cfg.log_level);
+
+	const struct bn_backend_ops *ops;
+	void *backend = NULL;
+	struct bn_model_desc model;
+	if (open_backend(&cfg, &ops, &backend, &model) < 0)
+		return BN_EXIT_BACKEND;
+
+	int exit_code;
+	struct bn_loop *loop = bn_loop_new(&cfg, ops, backend, &model, &exit_code);
+	if (!loop) {
+		ops->close(backend);
+		return exit_code;
+	}
+	bn_loop_run(loop);
+	bn_loop_free(loop);
+	ops->close(backend);
+	return BN_EXIT_OK;
+}

@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "session.h"
+
+#include "../shm/bitnet_barrier.h"
+#include "../shm/bitnet_futex.h"
+#include "clock.h"
+#include "log.h"
+#include "sched.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Lifetime                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+struct bn_session *bn_session_new(uint32_t id, int sock_fd)
+{
+	struct bn_session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->id = id;
+	s->sock_fd = sock_fd;
+	s->doorbell_fd = -1;
+	s->memfd = -1;
+	s->t_connected = bn_now_ns();
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (getsockopt(sock_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+		s->peer_pid = cred.pid;
+		s->peer_uid = cred.uid;
+		s->peer_gid = cred.gid;
+	}
+	return s;
+}
+
+void bn_session_free(struct bn_session *s)
+{
+	if (!s)
+		return;
+	if (s->mem)
+		munmap(s->mem, s->mem_size);
+	if (s->memfd >= 0)
+		close(s->memfd);
+	if (s->doorbell_fd >= 0)
+		close(s->doorbell_fd);
+	if (s->sock_fd >= 0)
+		close(s->sock_fd);
+	free(s->reqs);
+	free(s->prompt_arena);
+	free(s);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Handshake: size and seal the segment, pass it with the doorbell                             */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint32_t align64(uint32_t v)
+{
+	return (v + 63u) & ~63u;
+}
+
+static uint32_t pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+/* Lays the segment out; returns its size. All offsets are multiples of 64 (cache lines). */
+static size_t layout_segment(struct bn_session *s, uint32_t slots, const struct bn_session_limits *lim)
+{
+	s->slot_count = slots;
+	s->sq_mask = pow2_at_least(slots) - 1;
+	s->prompt_capacity = lim->prompt_capacity;
+	s->output_capacity = lim->output_capacity;
+	s->prompt_offset = (uint32_t)sizeof(struct bn_slot);
+	s->output_offset = align64(s->prompt_offset + 4u * lim->prompt_capacity);
+	s->slot_size = align64(s->output_offset + 4u * lim->output_capacity);
+	uint32_t sq_off = (uint32_t)sizeof(struct bn_shm_header);
+	uint32_t sqes_off = align64(sq_off + (uint32_t)sizeof(struct bn_sq_ring));
+	uint32_t slot_off = align64(sqes_off + (s->sq_mask + 1) * (uint32_t)sizeof(struct bn_sqe));
+	return (size_t)slot_off + (size_t)s->slot_size * slots;
+}
+
+static void write_header(struct bn_session *s, const struct bn_model_desc *m)
+{
+	struct bn_shm_header *h = (struct bn_shm_header *)s->mem;
+	uint32_t sqes_off = align64((uint32_t)sizeof(*h) + (uint32_t)sizeof(struct bn_sq_ring));
+	h->magic = BN_SHM_MAGIC;
+	h->abi_version = BN_ABI_VERSION;
+	h->features = BN_FEAT_STREAMING;
+	h->header_size = (uint32_t)sizeof(*h);
+	h->segment_size = s->mem_size;
+	h->session_id = s->id;
+	h->sq_offset = (uint32_t)sizeof(*h);
+	h->sq_entries = s->sq_mask + 1;
+	h->sqes_offset = sqes_off;
+	h->slot_offset = align64(sqes_off + h->sq_entries * (uint32_t)sizeof(struct bn_sqe));
+	h->slot_count = s->slot_count;
+	h->slot_size = s->slot_size;
+	h->slot_prompt_offset = s->prompt_offset;
+	h->slot_prompt_capacity = s->prompt_capacity;
+	h->slot_output_offset = s->output_offset;
+	h->slot_output_capacity = s->output_capacity;
+	h->vocab_size = m->vocab_size;
+	h->context_length = m->context_length;
+	h->bos_id = m->bos_id;
+	h->eos_id = m->eos_id;
+	h->backend = m->kind;
+	memcpy(h->model_name, m->name, sizeof(h->model_name));
+	s->hdr = h;
+	s->ring = (struct bn_sq_ring *)(s->mem + h->sq_offset);
+	s->sqes = (struct bn_sqe *)(s->mem + h->sqes_offset);
+	s->slots = s->mem + h->slot_offset;
+}
+
+static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_session_limits *lim)
+{
+	s->mem_size = layout_segment(s, slots, lim);
+	s->memfd = memfd_create("bitnetd-session", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (s->memfd < 0)
+		return -errno;
+	if (ftruncate(s->memfd, (off_t)s->mem_size) < 0)
+		return -errno;
+	void *p = mmap(NULL, s->mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	s->mem = p;
+	/* Sealed before the client sees it: it can never shrink the file under our mapping
+	 * (which would turn our next access into SIGBUS), nor grow it or change the seals. */
+	if (fcntl(s->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		return -errno;
+	write_header(s, lim->model);
+	s->model = lim->model;
+	s->doorbell_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->doorbell_fd < 0)
+		return -errno;
+	s->reqs = calloc(slots, sizeof(*s->reqs));
+	s->prompt_arena = malloc((size_t)slots * lim->prompt_capacity * sizeof(uint32_t));
+	if (!s->reqs || !s->prompt_arena)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < slots; i++) {
+		s->reqs[i].sess = s;
+		s->reqs[i].slot = i;
+		s->reqs[i].prompt = s->prompt_arena + (size_t)i * lim->prompt_capacity;
+	}
+	return 0;
+}
+
+static int send_welcome(int sock_fd, const struct bn_welcome *w, const int *fds, int n_fds)
+{
+	struct iovec iov = { .iov_base = (void *)w, .iov_len = sizeof(*w) };
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (n_fds) {
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = CMSG_SPACE((size_t)n_fds * sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN((size_t)n_fds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, (size_t)n_fds * sizeof(int));
+	}
+	ssize_t n = sendmsg(sock_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)sizeof(*w) ? 0 : -EIO;
+}
+
+void bn_session_refuse(int sock_fd, uint32_t error)
+{
+	struct bn_welcome w = { .magic = BN_WELCOME_MAGIC, .abi_version = BN_ABI_VERSION,
+				.error = error };
+	(void)send_welcome(sock_fd, &w, NULL, 0);
+}
+
+static uint32_t check_hello(const struct bn_hello *h)
+{
+	if (h->magic != BN_HELLO_MAGIC)
+		return BN_E_PROTOCOL;
+	if (h->abi_version != BN_ABI_VERSION)
+		return BN_E_VERSION;
+	if (h->flags != 0)
+		return BN_E_PROTOCOL;
+	for (size_t i = 0; i < sizeof(h->reserved) / sizeof(h->reserved[0]); i++)
+		if (h->reserved[i] != 0)
+			return BN_E_PROTOCOL;
+	return 0;
+}
+
+int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *lim,
+			 int shutting_down)
+{
+	struct bn_hello hello;
+	memcpy(&hello, s->rx, sizeof(hello)); /* s->rx is private: the socket copied it in */
+	uint32_t err = shutting_down ? BN_E_SHUTDOWN : check_hello(&hello);
+	if (err) {
+		bn_session_refuse(s->sock_fd, err);
+		return -(int)err;
+	}
+	uint32_t slots = lim->slots;
+	if (hello.requested_slots && hello.requested_slots < slots)
+		slots = hello.requested_slots;
+	int rc = create_segment(s, slots, lim);
+	if (rc < 0) {
+		bn_log_error("msg=\"cannot create session segment\" session=%u errno=%d", s->id, -rc);
+		bn_session_refuse(s->sock_fd, BN_E_BACKEND);
+		return -BN_E_BACKEND;
+	}
+	struct bn_welcome w = { .magic = BN_WELCOME_MAGIC, .abi_version = BN_ABI_VERSION,
+				.session_id = s->id, .segment_size = s->mem_size };
+	int fds[2] = { s->memfd, s->doorbell_fd };
+	rc = send_welcome(s->sock_fd, &w, fds, 2);
+	if (rc < 0) {
+		bn_log_warn("msg=\"cannot send welcome\" session=%u errno=%d", s->id, -rc);
+		return -BN_E_DISCONNECTED;
+	}
+	s->phase = BN_SESSION_ACTIVE;
+	bn_log_info("msg=\"session open\" session=%u pid=%d uid=%u gid=%u slots=%u segment_bytes=%zu",
+		    s->id, (int)s->peer_pid, (unsigned)s->peer_uid, (unsigned)s->peer_gid, slots,
+		    s->mem_size);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ring: copy each sqe and each request field out once, validate the private copy             */
+/* ------------------------------------------------------------------------------------------ */
+
+static struct bn_slot *slot_at(const struct bn_session *s, uint32_t slot)
+{
+	return (struct bn_slot *)(s->slots + (size_t)slot * s->slot_size);
+}
+
+static uint32_t *slot_prompt(const struct bn_session *s, uint32_t slot)
+{
+	return (uint32_t *)((uint8_t *)slot_at(s, slot) + s->prompt_offset);
+}
+
+static uint32_t *slot_output(const struct bn_session *s, uint32_t slot)
+{
+	return (uint32_t *)((uint8_t *)slot_at(s, slot) + s->output_offset);
+}
+
+/* Copies the request words into r; returns 0 or the bn_error that ends the request. */
+static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
+{
+	struct bn_slot *sl = slot_at(s, r->slot);
+	r->n_prompt = bn_read_once(sl->n_prompt);
+	r->max_tokens = bn_read_once(sl->max_tokens);
+	r->flags = bn_read_once(sl->flags);
+	uint32_t reserved = 0;
+	for (size_t i = 0; i < sizeof(sl->reserved2) / sizeof(sl->reserved2[0]); i++)
+		reserved |= bn_read_once(sl->reserved2[i]);
+	if (reserved || (r->flags & ~BN_REQ_KNOWN_FLAGS) || r->max_tokens == 0)
+		return BN_E_INVALID;
+	if (r->n_prompt == 0)
+		return BN_E_EMPTY;
+	if (r->n_prompt > s->prompt_capacity || r->max_tokens > s->output_capacity ||
+	    (uint64_t)r->n_prompt + r->max_tokens > s->model->context_length)
+		return BN_E_TOO_LONG;
+	/* The one copy of the prompt; only the private copy is checked and used. */
+	const uint32_t *src = slot_prompt(s, r->slot);
+	uint32_t vocab = s->model->vocab_size, bad = 0;
+	for (uint32_t i = 0; i < r->n_prompt; i++) {
+		uint32_t t = bn_read_once(src[i]);
+		r->prompt[i] = t;
+		bad |= t >= vocab;
+	}
+	return bad ? BN_E_TOKEN : 0;
+}
+
+static void reset_response(struct bn_session *s, struct bn_req *r)
+{
+	struct bn_slot *sl = slot_at(s, r->slot);
+	bn_write_once(sl->status, BN_STATUS_NONE);
+	bn_write_once(sl->error, 0);
+	bn_store_release(sl->n_tokens, 0);
+	r->n_out = 0;
+	r->running = 0;
+	r->prefilled = 0;
+	r->next = NULL;
+}
+
+/* One sqe, already copied. Returns 0 or -BN_E_PROTOCOL. */
+static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct bn_sqe *e,
+		    int shutting_down)
+{
+	if (e->op != BN_OP_GENERATE || e->reserved[0] || e->reserved[1] || e->slot >= s->slot_count)
+		return -BN_E_PROTOCOL;
+	struct bn_req *r = &s->reqs[e->slot];
+	if (r->in_flight)
+		return -BN_E_PROTOCOL; /* queued twice: the client lost track of its slots */
+	r->in_flight = 1;
+	s->n_in_flight++;
+	r->t_seen = bn_now_ns();
+	r->t_started = r->t_first_token = 0;
+	bn_stats.requests_submitted++;
+	reset_response(s, r);
+	uint32_t err = copy_request(s, r);
+	if (err)
+		bn_req_finish(r, BN_STATUS_ERROR, err);
+	else if (shutting_down)
+		bn_req_finish(r, BN_STATUS_SHUTDOWN, 0);
+	else
+		bn_sched_enqueue(sched, r);
+	return 0;
+}
+
+int bn_session_poll_ring(struct bn_session *s, struct bn_sched *sched, int shutting_down)
+{
+	/* Acquire pairs with the client's store-release of tail: the sqes and slot contents it
+	 * wrote before publishing are visible once we see the tail. Read once: the client may
+	 * move it again meanwhile, and we act only on this snapshot. */
+	uint32_t tail = bn_load_acquire(s->ring->tail);
+	uint32_t queued = tail - s->sq_head;
+	if (queued == 0)
+		return 0;
+	if (queued > s->sq_mask + 1)
+		return -BN_E_PROTOCOL; /* a tail beyond head + entries was never produced honestly */
+	for (uint32_t i = 0; i < queued; i++) {
+		const struct bn_sqe *src = &s->sqes[(s->sq_head + i) & s->sq_mask];
+		struct bn_sqe e = {
+			.op = bn_read_once(src->op),
+			.slot = bn_read_once(src->slot),
+			.reserved = { bn_read_once(src->reserved[0]), bn_read_once(src->reserved[1]) },
+		};
+		if (take_sqe(s, sched, &e, shutting_down) < 0)
+			return -BN_E_PROTOCOL;
+	}
+	s->sq_head = tail;
+	/* Release: our copies of the entries are complete before the client may overwrite them. */
+	bn_store_release(s->ring->head, tail);
+	return (int)queued;
+}
+
+void bn_session_set_need_wakeup(struct bn_session *s, int on)
+{
+	bn_write_once(s->ring->flags, on ? BN_SQ_NEED_WAKEUP : 0u);
+}
+
+void bn_session_set_daemon_flags(struct bn_session *s, uint32_t flags)
+{
+	if (s->hdr)
+		bn_write_once(s->hdr->daemon_flags, flags);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Responses                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+void bn_req_publish_token(struct bn_req *r, uint32_t token)
+{
+	struct bn_session *s = r->sess;
+	bn_write_once(slot_output(s, r->slot)[r->n_out], token);
+	r->n_out++;
+	/* Release: the token store above is visible before the count that covers it. */
+	bn_store_release(slot_at(s, r->slot)->n_tokens, r->n_out);
+	/* Release: the count is visible before the event that announces it. */
+	bn_store_release(slot_at(s, r->slot)->events, ++r->events);
+	bn_stats.tokens_generated++;
+}
+
+static void wake(uint32_t *word)
+{
+	bn_stats.futex_wakes++;
+	(void)bn_futex_wake_all(word);
+}
+
+void bn_req_wake_stream_waiter(struct bn_req *r)
+{
+	struct bn_slot *sl = slot_at(r->sess, r->slot);
+	/* The caller's full fence ordered our events stores before this load. The client stores
+	 * `waiters` before FUTEX_WAIT, whose full barrier precedes the kernel's read of events.
+	 * So either the kernel sees the new value (no sleep) or we see the flag (wake). */
+	if (bn_read_once(sl->waiters) & BN_WAIT_TOKENS)
+		wake(&sl->events);
+}
+
+void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error)
+{
+	struct bn_session *s = r->sess;
+	struct bn_slot *sl = slot_at(s, r->slot);
+	uint64_t now = bn_now_ns();
+	bn_write_once(sl->error, error);
+	bn_write_once(sl->status, status);
+	bn_write_once(sl->queue_ns, r->t_started ? r->t_started - r->t_seen : 0);
+	bn_write_once(sl->first_token_ns, r->t_first_token ? r->t_first_token - r->t_seen : 0);
+	bn_write_once(sl->total_ns, now - r->t_seen);
+	bn_write_once(sl->n_tokens, r->n_out);
+	/* Release: every response store above is visible before DONE. */
+	bn_store_release(sl->state, BN_SLOT_DONE);
+	/* After DONE, so a waiter that read the old events value cannot have missed DONE. */
+	bn_store_release(sl->events, ++r->events);
+	/* Full fence: the events store is ordered before the load of `waiters` (the other half
+	 * is the kernel's barrier in FUTEX_WAIT before it compares events). */
+	bn_smp_mb();
+	if (bn_read_once(sl->waiters))
+		wake(&sl->events);
+	r->in_flight = 0;
+	s->n_in_flight--;
+	bn_stats.requests_finished[status < BN_STATS_STATUSES ? status : 0]++;
+	if (status == BN_STATUS_ERROR)
+		bn_stats_count_error(error);
+}
+
+int bn_req_cancel_requested(const struct bn_req *r)
+{
+	return bn_read_once(slot_at(r->sess, r->slot)->cancel) != 0;
+}

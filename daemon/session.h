@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session.h — one client connection: its sealed memfd segment, its ring, its slots, and the
+ * daemon-private copy of every request it has in flight.
+ *
+ * The segment is written by another process at any moment. This module is the only one that
+ * reads it: each request field is copied out exactly once and the copy is validated; everything
+ * after that (scheduler, backend) works on private memory.
+ */
+#ifndef BITNETD_SESSION_H
+#define BITNETD_SESSION_H
+
+#include "../shm/bitnet_shm.h"
+#include "backend.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct bn_session;
+
+/* A request as the daemon knows it: a private copy of what the client asked. */
+struct bn_req {
+	struct bn_session *sess;
+	uint32_t slot;
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	uint32_t flags;
+	uint32_t *prompt;     /* private copy, [n_prompt] */
+	uint32_t n_out;       /* tokens published to the slot */
+	uint32_t last_token;  /* fed back as the next decode step's input */
+	uint32_t seq;         /* backend sequence id while running */
+	uint32_t events;      /* private count behind the slot's events futex word */
+	uint8_t in_flight;    /* queued or running: the slot is the daemon's */
+	uint8_t running;      /* holds a backend sequence */
+	uint8_t prefilled;    /* the prompt has gone through the backend */
+	uint64_t t_seen;      /* when the daemon consumed the sqe */
+	uint64_t t_started;   /* first step that included it */
+	uint64_t t_first_token;
+	struct bn_req *next;  /* session's waiting FIFO */
+};
+
+enum bn_session_phase {
+	BN_SESSION_HANDSHAKE = 0, /* waiting for bn_hello */
+	BN_SESSION_ACTIVE = 1,    /* segment passed, ring live */
+	BN_SESSION_CLOSING = 2,   /* io cancelled; freed when the last io completes */
+};
+
+/* What the daemon offers every session; fixed at start-up. */
+struct bn_session_limits {
+	uint32_t slots;            /* per-session slot count (upper bound) */
+	uint32_t prompt_capacity;  /* tokens per slot prompt array */
+	uint32_t output_capacity;  /* tokens per slot output array */
+	const struct bn_model_desc *model;
+};
+
+struct bn_session {
+	uint32_t id;
+	enum bn_session_phase phase;
+	int sock_fd;
+	int doorbell_fd;
+	int memfd;
+	pid_t peer_pid;
+	uid_t peer_uid;
+	gid_t peer_gid;
+	uint64_t t_connected;
+
+	/* The segment, as mapped by the daemon. */
+	uint8_t *mem;
+	size_t mem_size;
+	struct bn_shm_header *hdr;
+	struct bn_sq_ring *ring;
+	struct bn_sqe *sqes;
+	uint8_t *slots;
+	uint32_t slot_count, slot_size, sq_mask;
+	uint32_t prompt_offset, prompt_capacity, output_offset, output_capacity;
+	const struct bn_model_desc *model;
+	uint32_t sq_head;          /* private: the daemon is the ring's only consumer */
+
+	/* Requests, indexed by slot: a slot is in flight at most once. */
+	struct bn_req *reqs;       /* [slot_count] */
+	uint32_t *prompt_arena;    /* [slot_count x prompt_capacity] private prompt copies */
+	uint32_t n_in_flight;
+	struct bn_req *wait_head, *wait_tail; /* accepted, not yet running (FIFO) */
+	uint32_t n_waiting;
+
+	/* Control-socket receive state (hello, then control requests). */
+	uint8_t rx[32];
+	uint32_t rx_len;
+	uint32_t io_pending;       /* io_uring operations still referencing this session */
+	uint64_t doorbell_value;   /* eventfd read target */
+	uint32_t table_index;      /* position in the loop's session table */
+};
+
+struct bn_session *bn_session_new(uint32_t id, int sock_fd);
+/* Closes the fds and unmaps; the caller has made sure no io references the session. */
+void bn_session_free(struct bn_session *s);
+
+/* Handles a complete bn_hello from s->rx: on success creates the segment and sends the welcome
+ * with the fds. On failure sends a welcome carrying the error (where possible) and returns the
+ * negative bn_error; the caller closes the session. */
+int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *lim,
+			 int shutting_down);
+
+/* Sends a welcome that refuses the connection (busy, shutting down). */
+void bn_session_refuse(int sock_fd, uint32_t error);
+
+struct bn_sched;
+/* Takes every queued sqe: valid requests go to the scheduler, bad requests end at once with
+ * their error. Returns the number of sqes taken, or -BN_E_PROTOCOL when the session broke the
+ * ring protocol (the caller closes it). */
+int bn_session_poll_ring(struct bn_session *s, struct bn_sched *sched, int shutting_down);
+
+/* The ring has queued entries the daemon has not taken. */
+static inline int bn_session_ring_pending(const struct bn_session *s)
+{
+	/* Acquire pairs with the client's store-release of tail: a tail we see covers sqes that
+	 * are fully written. */
+	return __atomic_load_n(&s->ring->tail, __ATOMIC_ACQUIRE) != s->sq_head;
+}
+
+/* Sleep protocol helpers (see loop.c). */
+void bn_session_set_need_wakeup(struct bn_session *s, int on);
+void bn_session_set_daemon_flags(struct bn_session *s, uint32_t flags);
+
+/* Response side: all writes to a slot go through these. */
+void bn_req_publish_token(struct bn_req *r, uint32_t token);
+/* Wakes a thread waiting for streamed tokens, if one declared itself. Call after a full fence
+ * that follows the n_tokens stores. */
+void bn_req_wake_stream_waiter(struct bn_req *r);
+/* Writes the terminal status and hands the slot back to the client. */
+void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error);
+/* The client asked to cancel (reads the shared cancel word once). */
+int bn_req_cancel_requested(const struct bn_req *r);
+
+#endif /* BITNETD_SESSION_H */

@@ -1,0 +1,814 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libbitnet-client: connection, submission ring (producer side), slot waits, batch calls.
+ * The protocol is shm/PROTOCOL.md; section numbers in comments refer to it.
+ */
+#define _GNU_SOURCE
+#include "bitnet_client.h"
+
+#include "bitnet_barrier.h"
+#include "bitnet_futex.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_SPIN_NS 20000u
+#define SLEEP_SLICE_NS 50000000 /* longest futex sleep between liveness checks */
+#define SLOT_WAIT_SLICE_NS 1000000
+
+enum handle_state { H_FREE = 0, H_IN_FLIGHT = 1, H_ABANDONED = 2 };
+
+struct bn_handle {
+	struct bn_client *c;
+	uint32_t slot;
+	enum handle_state state;
+	struct bn_handle *next; /* free list or abandoned list */
+};
+
+struct bn_client {
+	int sock;
+	int doorbell;
+	uint8_t *mem;
+	size_t mem_size;
+	/* Validated private copies of the header's layout words. */
+	struct bn_shm_header layout;
+	struct bn_sq_ring *ring;
+	struct bn_sqe *sqes;
+	uint32_t sq_mask;
+	uint32_t sq_tail;          /* private: we are the ring's only producer */
+	uint32_t spin_ns;
+	pthread_mutex_t lock;      /* free list, abandoned list, ring production, control socket */
+	pthread_cond_t slot_freed;
+	struct bn_handle *handles; /* [slot_count] */
+	struct bn_handle *free_list;
+	struct bn_handle *abandoned; /* released while in flight; reclaimed when DONE */
+	int dead;                  /* the daemon hung up */
+	struct bn_client_stats stats;
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Small helpers                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static struct bn_slot *slot_of(const struct bn_client *c, uint32_t slot)
+{
+	return (struct bn_slot *)(c->mem + c->layout.slot_offset + (size_t)slot * c->layout.slot_size);
+}
+
+static uint32_t *prompt_of(const struct bn_client *c, uint32_t slot)
+{
+	return (uint32_t *)((uint8_t *)slot_of(c, slot) + c->layout.slot_prompt_offset);
+}
+
+static uint32_t *output_of(const struct bn_client *c, uint32_t slot)
+{
+	return (uint32_t *)((uint8_t *)slot_of(c, slot) + c->layout.slot_output_offset);
+}
+
+static int slot_done(const struct bn_client *c, uint32_t slot)
+{
+	/* Acquire pairs with the daemon's store-release of DONE: status, error, tokens and
+	 * timings written before it are visible to our later reads. */
+	return bn_load_acquire(slot_of(c, slot)->state) == BN_SLOT_DONE;
+}
+
+/* The daemon is gone when its end of the socket hung up. One poll(2), no waiting. */
+static int daemon_gone(struct bn_client *c)
+{
+	if (__atomic_load_n(&c->dead, __ATOMIC_RELAXED))
+		return 1;
+	struct pollfd p = { .fd = c->sock, .events = POLLRDHUP };
+	if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+		__atomic_store_n(&c->dead, 1, __ATOMIC_RELAXED);
+		return 1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Connect: handshake (§2), map and validate the segment (§3)                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+static int open_socket(const char *path, int *out)
+{
+	if (!path || !*path)
+		path = getenv(BN_SOCKET_ENV);
+	if (!path || !*path)
+		path = BN_DEFAULT_SOCKET_PATH;
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(addr.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	*out = fd;
+	return 0;
+}
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n == 0 ? -BN_E_DISCONNECTED : -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int recv_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t n = recv(fd, p, len, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n == 0 ? -BN_E_DISCONNECTED : -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Receives the welcome and, with it, the two fds. */
+static int recv_welcome(int sock, struct bn_welcome *w, int fds[2])
+{
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	ssize_t n;
+	do
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if (n != (ssize_t)sizeof(*w))
+		return -BN_E_DISCONNECTED;
+	fds[0] = fds[1] = -1;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+	    cm->cmsg_len == CMSG_LEN(2 * sizeof(int)))
+		memcpy(fds, CMSG_DATA(cm), 2 * sizeof(int));
+	if (w->magic != BN_WELCOME_MAGIC)
+		return -BN_E_PROTOCOL;
+	if (w->error)
+		return -(int)w->error;
+	return fds[0] >= 0 && fds[1] >= 0 ? 0 : -BN_E_PROTOCOL;
+}
+
+static int region_ok(uint64_t off, uint64_t len, uint64_t size)
+{
+	return off <= size && len <= size - off;
+}
+
+/* The daemon is trusted, but a wrong header must give an error, not a wild pointer. */
+static int validate_layout(const struct bn_shm_header *h, size_t size)
+{
+	if (h->magic != BN_SHM_MAGIC || h->abi_version != BN_ABI_VERSION)
+		return -BN_E_VERSION;
+	uint32_t n = h->sq_entries;
+	if (h->segment_size != size || n == 0 || (n & (n - 1)) || n < h->slot_count ||
+	    h->slot_count == 0 || h->slot_size < sizeof(struct bn_slot) || h->vocab_size == 0)
+		return -BN_E_PROTOCOL;
+	if (!region_ok(h->sq_offset, sizeof(struct bn_sq_ring), size) ||
+	    !region_ok(h->sqes_offset, (uint64_t)n * sizeof(struct bn_sqe), size) ||
+	    !region_ok(h->slot_offset, (uint64_t)h->slot_count * h->slot_size, size) ||
+	    !region_ok(h->slot_prompt_offset, (uint64_t)h->slot_prompt_capacity * 4, h->slot_size) ||
+	    !region_ok(h->slot_output_offset, (uint64_t)h->slot_output_capacity * 4, h->slot_size) ||
+	    ((h->sq_offset | h->sqes_offset | h->slot_offset | h->slot_size |
+	      h->slot_prompt_offset | h->slot_output_offset) & 3))
+		return -BN_E_PROTOCOL;
+	return 0;
+}
+
+static int map_segment(struct bn_client *c, int memfd, uint64_t size)
+{
+	if (size < sizeof(struct bn_shm_header) || size > SIZE_MAX)
+		return -BN_E_PROTOCOL;
+	void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	c->mem = p;
+	c->mem_size = (size_t)size;
+	memcpy(&c->layout, p, sizeof(c->layout));
+	int rc = validate_layout(&c->layout, c->mem_size);
+	if (rc < 0)
+		return rc;
+	c->ring = (struct bn_sq_ring *)(c->mem + c->layout.sq_offset);
+	c->sqes = (struct bn_sqe *)(c->mem + c->layout.sqes_offset);
+	c->sq_mask = c->layout.sq_entries - 1;
+	c->sq_tail = bn_read_once(c->ring->tail);
+	return 0;
+}
+
+static int init_handles(struct bn_client *c)
+{
+	uint32_t n = c->layout.slot_count;
+	c->handles = calloc(n, sizeof(*c->handles));
+	if (!c->handles)
+		return -ENOMEM;
+	for (uint32_t i = n; i-- > 0;) {
+		c->handles[i] = (struct bn_handle){ .c = c, .slot = i, .next = c->free_list };
+		c->free_list = &c->handles[i];
+	}
+	return 0;
+}
+
+static int handshake(struct bn_client *c, uint32_t slots)
+{
+	struct bn_hello hello = { .magic = BN_HELLO_MAGIC, .abi_version = BN_ABI_VERSION,
+				  .requested_slots = slots };
+	int rc = send_all(c->sock, &hello, sizeof(hello));
+	if (rc < 0)
+		return rc;
+	struct bn_welcome w;
+	int fds[2];
+	rc = recv_welcome(c->sock, &w, fds);
+	if (rc < 0) {
+		if (rc != -BN_E_DISCONNECTED && fds[0] >= 0)
+			close(fds[0]);
+		if (rc != -BN_E_DISCONNECTED && fds[1] >= 0)
+			close(fds[1]);
+		return rc;
+	}
+	c->doorbell = fds[1];
+	rc = map_segment(c, fds[0], w.segment_size);
+	close(fds[0]); /* the mapping keeps the memory */
+	return rc;
+}
+
+int bn_connect(const char *socket_path, uint32_t slots, struct bn_client **out)
+{
+	struct bn_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->sock = c->doorbell = -1;
+	c->spin_ns = DEFAULT_SPIN_NS;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->slot_freed, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = open_socket(socket_path, &c->sock);
+	if (rc == 0)
+		rc = handshake(c, slots);
+	if (rc == 0)
+		rc = init_handles(c);
+	if (rc < 0) {
+		bn_disconnect(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+int bn_disconnect(struct bn_client *c)
+{
+	if (!c)
+		return 0;
+	if (c->mem)
+		munmap(c->mem, c->mem_size);
+	if (c->doorbell >= 0)
+		close(c->doorbell);
+	if (c->sock >= 0)
+		close(c->sock);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->slot_freed);
+	free(c->handles);
+	free(c);
+	return 0;
+}
+
+int bn_client_set_spin_ns(struct bn_client *c, uint32_t spin_ns)
+{
+	c->spin_ns = spin_ns;
+	return 0;
+}
+
+static const char *backend_name(uint32_t kind)
+{
+	switch (kind) {
+	case BN_BACKEND_LOOPBACK: return "loopback";
+	case BN_BACKEND_CPU: return "cpu";
+	case BN_BACKEND_CUDA: return "cuda";
+	default: return "unknown";
+	}
+}
+
+int bn_model_info(struct bn_client *c, struct bn_model_info *out)
+{
+	const struct bn_shm_header *h = &c->layout;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->name, h->model_name, sizeof(h->model_name));
+	strcpy(out->backend, backend_name(h->backend));
+	out->vocab_size = h->vocab_size;
+	out->context_length = h->context_length;
+	out->bos_id = h->bos_id;
+	out->eos_id = h->eos_id;
+	out->max_prompt_tokens = h->slot_prompt_capacity;
+	out->max_output_tokens = h->slot_output_capacity;
+	out->slots = h->slot_count;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Slots: free list, abandoned requests                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Abandoned handles whose request has ended go back to the free list. Lock held. */
+static void reclaim_abandoned(struct bn_client *c)
+{
+	struct bn_handle **link = &c->abandoned;
+	while (*link) {
+		struct bn_handle *h = *link;
+		if (!slot_done(c, h->slot)) {
+			link = &h->next;
+			continue;
+		}
+		*link = h->next;
+		h->state = H_FREE;
+		h->next = c->free_list;
+		c->free_list = h;
+	}
+}
+
+static struct bn_handle *take_free(struct bn_client *c)
+{
+	if (!c->free_list && c->abandoned)
+		reclaim_abandoned(c);
+	struct bn_handle *h = c->free_list;
+	if (h) {
+		c->free_list = h->next;
+		h->next = NULL;
+		h->state = H_IN_FLIGHT;
+	}
+	return h;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Submit (§6 ring, §5 slot): fill the slot, queue it, ring only if the daemon sleeps          */
+/* ------------------------------------------------------------------------------------------ */
+
+static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_request *req)
+{
+	struct bn_slot *s = slot_of(c, slot);
+	memcpy(prompt_of(c, slot), req->prompt, (size_t)req->n_prompt * sizeof(uint32_t));
+	s->n_prompt = req->n_prompt;
+	s->max_tokens = req->max_tokens;
+	s->flags = req->flags;
+	memset(s->reserved2, 0, sizeof(s->reserved2));
+	s->cancel = 0;
+	s->waiters = 0;
+	s->status = BN_STATUS_NONE;
+	s->error = 0;
+	s->n_tokens = 0;
+	s->state = BN_SLOT_SUBMITTED; /* published by the tail store-release in queue_slot() */
+}
+
+/* Lock held. */
+static void queue_slot(struct bn_client *c, uint32_t slot)
+{
+	struct bn_sqe *e = &c->sqes[c->sq_tail & c->sq_mask];
+	*e = (struct bn_sqe){ .op = BN_OP_GENERATE, .slot = slot };
+	c->sq_tail++;
+	/* Release: the sqe and the slot's request are visible before the tail that covers them. */
+	bn_store_release(c->ring->tail, c->sq_tail);
+	/* Full fence: the tail store is ordered before the NEED_WAKEUP load. The daemon stores
+	 * NEED_WAKEUP, fences, then re-reads tails: one of us sees the other's store. */
+	bn_smp_mb();
+	if (bn_read_once(c->ring->flags) & BN_SQ_NEED_WAKEUP) {
+		uint64_t one = 1;
+		if (write(c->doorbell, &one, sizeof(one)) == (ssize_t)sizeof(one))
+			c->stats.doorbells++;
+	}
+	c->stats.submits++;
+}
+
+static int check_request(const struct bn_client *c, const struct bn_request *req)
+{
+	if (!req || (req->n_prompt && !req->prompt))
+		return -BN_E_INVALID;
+	if (req->n_prompt > c->layout.slot_prompt_capacity ||
+	    req->max_tokens > c->layout.slot_output_capacity)
+		return -BN_E_TOO_LONG;
+	return 0;
+}
+
+int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handle **out)
+{
+	int rc = check_request(c, req);
+	if (rc < 0)
+		return rc;
+	if (daemon_gone(c))
+		return -BN_E_DISCONNECTED;
+	if (bn_read_once(((struct bn_shm_header *)c->mem)->daemon_flags) & BN_DAEMON_SHUTTING_DOWN)
+		return -BN_E_SHUTDOWN;
+	pthread_mutex_lock(&c->lock);
+	struct bn_handle *h = take_free(c);
+	pthread_mutex_unlock(&c->lock);
+	if (!h)
+		return -BN_E_AGAIN;
+	/* The slot is ours alone until queued: fill it without the lock. */
+	fill_slot(c, h->slot, req);
+	pthread_mutex_lock(&c->lock);
+	queue_slot(c, h->slot);
+	pthread_mutex_unlock(&c->lock);
+	*out = h;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Waiting (§8): spin, then declare the wait and sleep on the futex in bounded slices          */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Whether the thing waited for has happened: the request ended, or (have >= 0) more than
+ * `have` tokens exist. */
+static int wait_satisfied(struct bn_handle *h, int64_t have)
+{
+	if (slot_done(h->c, h->slot))
+		return 1;
+	/* Acquire pairs with the daemon's store-release of n_tokens. */
+	return have >= 0 && bn_load_acquire(slot_of(h->c, h->slot)->n_tokens) != (uint32_t)have;
+}
+
+/* Declares the wait, re-checks, and sleeps on the events word while it holds `seen`.
+ * Returns -ETIMEDOUT when the whole slice passed without a wake-up. */
+static int sleep_on(struct bn_handle *h, uint32_t seen, int64_t have, int64_t slice_ns)
+{
+	struct bn_slot *s = slot_of(h->c, h->slot);
+	bn_write_once(s->waiters, have >= 0 ? BN_WAIT_TOKENS : BN_WAIT_DONE);
+	/* Full fence: the waiters store is ordered before the re-check below (FUTEX_WAIT fences
+	 * again before the kernel compares events). The daemon stores events, fences, then reads
+	 * waiters: either it sees our flag and wakes us, or we see its change and do not sleep. */
+	bn_smp_mb();
+	int rc = 0;
+	if (!wait_satisfied(h, have)) {
+		__atomic_fetch_add(&h->c->stats.futex_waits, 1, __ATOMIC_RELAXED);
+		rc = bn_futex_wait(&s->events, seen, slice_ns);
+	}
+	bn_write_once(s->waiters, 0);
+	return rc;
+}
+
+static int wait_on(struct bn_handle *h, int64_t have, int64_t timeout_ns)
+{
+	struct bn_client *c = h->c;
+	struct bn_slot *s = slot_of(c, h->slot);
+	int64_t start = now_ns();
+	int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
+	for (;;) {
+		/* Read events before the condition: a change after this read wakes the futex. */
+		uint32_t seen = bn_load_acquire(s->events);
+		if (wait_satisfied(h, have))
+			return 0;
+		int64_t now = now_ns();
+		if (now - start < (int64_t)c->spin_ns && now < deadline) {
+			cpu_relax();
+			continue;
+		}
+		if (now >= deadline)
+			return -BN_E_TIMEOUT;
+		int64_t slice = deadline - now < SLEEP_SLICE_NS ? deadline - now : SLEEP_SLICE_NS;
+		/* Liveness costs a poll(2): check it only when a whole slice passed in silence, so
+		 * a dead daemon is noticed within one slice and a live one costs nothing extra. */
+		if (sleep_on(h, seen, have, slice) == -ETIMEDOUT && daemon_gone(c))
+			return wait_satisfied(h, have) ? 0 : -BN_E_DISCONNECTED;
+	}
+}
+
+int bn_wait(struct bn_handle *h, int64_t timeout_ns)
+{
+	return wait_on(h, -1, timeout_ns);
+}
+
+int bn_wait_tokens(struct bn_handle *h, uint32_t have, int64_t timeout_ns)
+{
+	return wait_on(h, have, timeout_ns);
+}
+
+int bn_read_tokens(struct bn_handle *h, uint32_t from, uint32_t *out, uint32_t cap)
+{
+	struct bn_client *c = h->c;
+	/* Acquire pairs with the daemon's store-release of n_tokens: tokens below it are written. */
+	uint32_t n = bn_load_acquire(slot_of(c, h->slot)->n_tokens);
+	if (n > c->layout.slot_output_capacity)
+		n = c->layout.slot_output_capacity;
+	if (from >= n)
+		return 0;
+	uint32_t k = n - from < cap ? n - from : cap;
+	memcpy(out, output_of(c, h->slot) + from, (size_t)k * sizeof(uint32_t));
+	return (int)k;
+}
+
+int bn_cancel(struct bn_handle *h)
+{
+	bn_write_once(slot_of(h->c, h->slot)->cancel, 1);
+	return 0;
+}
+
+int bn_result(struct bn_handle *h, struct bn_result *out)
+{
+	struct bn_client *c = h->c;
+	if (!slot_done(c, h->slot))
+		return -BN_E_NOT_DONE;
+	const struct bn_slot *s = slot_of(c, h->slot);
+	*out = (struct bn_result){ .status = s->status,
+				   .error = s->error ? -(int32_t)s->error : 0,
+				   .n_tokens = s->n_tokens,
+				   .queue_ns = s->queue_ns,
+				   .first_token_ns = s->first_token_ns,
+				   .total_ns = s->total_ns };
+	if (out->n_tokens > c->layout.slot_output_capacity)
+		out->n_tokens = c->layout.slot_output_capacity;
+	return 0;
+}
+
+int bn_release(struct bn_handle *h)
+{
+	struct bn_client *c = h->c;
+	int done = slot_done(c, h->slot);
+	if (!done)
+		bn_cancel(h);
+	pthread_mutex_lock(&c->lock);
+	if (done) {
+		slot_of(c, h->slot)->state = BN_SLOT_FREE;
+		h->state = H_FREE;
+		h->next = c->free_list;
+		c->free_list = h;
+	} else {
+		h->state = H_ABANDONED;
+		h->next = c->abandoned;
+		c->abandoned = h;
+	}
+	pthread_cond_signal(&c->slot_freed);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Synchronous calls                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* bn_submit, but waits (until deadline) for a slot when all are busy. */
+static int submit_waiting(struct bn_client *c, const struct bn_request *req, int64_t deadline,
+			  struct bn_handle **out)
+{
+	for (;;) {
+		int rc = bn_submit(c, req, out);
+		if (rc != -BN_E_AGAIN)
+			return rc;
+		int64_t now = now_ns();
+		if (now >= deadline)
+			return -BN_E_TIMEOUT;
+		/* Abandoned slots come back without a signal, so sleep in short slices. */
+		int64_t until = now + SLOT_WAIT_SLICE_NS < deadline ? now + SLOT_WAIT_SLICE_NS : deadline;
+		struct timespec ts = { .tv_sec = until / 1000000000, .tv_nsec = until % 1000000000 };
+		pthread_mutex_lock(&c->lock);
+		if (!c->free_list)
+			pthread_cond_timedwait(&c->slot_freed, &c->lock, &ts);
+		pthread_mutex_unlock(&c->lock);
+	}
+}
+
+static int status_error(const struct bn_result *r)
+{
+	switch (r->status) {
+	case BN_STATUS_LENGTH:
+	case BN_STATUS_EOS: return 0;
+	case BN_STATUS_CANCELLED: return -BN_E_CANCELLED;
+	case BN_STATUS_SHUTDOWN: return -BN_E_SHUTDOWN;
+	case BN_STATUS_ERROR: return r->error ? r->error : -BN_E_PROTOCOL;
+	default: return -BN_E_PROTOCOL;
+	}
+}
+
+/* Waits for h until deadline, copies its result and tokens, releases it. */
+static int finish_one(struct bn_handle *h, int64_t deadline, uint32_t *out, uint32_t cap,
+		      struct bn_result *result)
+{
+	int64_t left = -1;
+	if (deadline != INT64_MAX) {
+		left = deadline - now_ns();
+		left = left < 0 ? 0 : left;
+	}
+	int rc = bn_wait(h, left);
+	struct bn_result r = { 0 };
+	if (rc == 0 && bn_result(h, &r) == 0) {
+		if (out)
+			bn_read_tokens(h, 0, out, cap);
+		rc = status_error(&r);
+	}
+	if (result)
+		*result = r;
+	bn_release(h);
+	return rc;
+}
+
+static int64_t deadline_of(int64_t timeout_ns)
+{
+	return timeout_ns < 0 ? INT64_MAX : now_ns() + timeout_ns;
+}
+
+int bn_generate(struct bn_client *c, const struct bn_request *req, uint32_t *out, uint32_t cap,
+		struct bn_result *result, int64_t timeout_ns)
+{
+	int64_t deadline = deadline_of(timeout_ns);
+	struct bn_handle *h;
+	int rc = submit_waiting(c, req, deadline, &h);
+	if (rc < 0) {
+		if (result)
+			*result = (struct bn_result){ .status = BN_STATUS_ERROR, .error = rc };
+		return rc;
+	}
+	return finish_one(h, deadline, out, cap, result);
+}
+
+/* Records item i's outcome. */
+static void settle(struct bn_batch_item *it, int rc, struct bn_batch_result *res)
+{
+	it->error = rc;
+	if (rc < 0 && it->result.status == BN_STATUS_NONE)
+		it->result = (struct bn_result){ .status = BN_STATUS_ERROR, .error = rc };
+	if (rc == 0)
+		res->n_ok++;
+	else
+		res->n_failed++;
+}
+
+int bn_generate_batch(struct bn_client *c, struct bn_batch_item *items, size_t n,
+		      struct bn_batch_result *result, int64_t timeout_ns)
+{
+	if (!c || (n && !items) || !result)
+		return -BN_E_INVALID;
+	*result = (struct bn_batch_result){ 0 };
+	int64_t deadline = deadline_of(timeout_ns);
+	struct bn_handle **inflight = calloc(n ? n : 1, sizeof(*inflight));
+	if (!inflight)
+		return -ENOMEM;
+	/* Items [0, oldest) are settled, [oldest, next) submitted (or failed at submit). */
+	size_t next = 0, oldest = 0;
+	int gone = 0;
+	while (oldest < n) {
+		while (next < n && !gone) {
+			struct bn_batch_item *it = &items[next];
+			it->result = (struct bn_result){ 0 };
+			int rc = bn_submit(c, &it->req, &inflight[next]);
+			if (rc == -BN_E_AGAIN && next > oldest)
+				break; /* finish one of ours first */
+			if (rc == -BN_E_AGAIN) /* other threads hold every slot */
+				rc = submit_waiting(c, &it->req, deadline, &inflight[next]);
+			if (rc < 0) {
+				inflight[next] = NULL;
+				settle(it, rc, result);
+				gone = rc == -BN_E_DISCONNECTED;
+			}
+			next++;
+		}
+		if (oldest == next) { /* the daemon is gone: nothing more can be submitted */
+			settle(&items[oldest], -BN_E_DISCONNECTED, result);
+			next = ++oldest;
+			continue;
+		}
+		struct bn_batch_item *it = &items[oldest];
+		if (inflight[oldest]) {
+			int rc = finish_one(inflight[oldest], deadline, it->out, it->out_cap, &it->result);
+			settle(it, rc, result);
+			gone |= rc == -BN_E_DISCONNECTED;
+		}
+		oldest++;
+	}
+	free(inflight);
+	return gone ? -BN_E_DISCONNECTED : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Control socket and counters                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Reads and drops `len` payload bytes that do not fit the caller's buffer. */
+static int skip_bytes(int fd, size_t len)
+{
+	char sink[4096];
+	while (len) {
+		size_t k = len < sizeof(sink) ? len : sizeof(sink);
+		int rc = recv_all(fd, sink, k);
+		if (rc < 0)
+			return rc;
+		len -= k;
+	}
+	return 0;
+}
+
+static int stats_exchange(struct bn_client *c, char *buf, size_t cap)
+{
+	struct bn_ctl_request q = { .magic = BN_CTL_MAGIC, .op = BN_CTL_STATS };
+	int rc = send_all(c->sock, &q, sizeof(q));
+	struct bn_ctl_reply r;
+	if (rc == 0)
+		rc = recv_all(c->sock, &r, sizeof(r));
+	if (rc < 0)
+		return rc;
+	if (r.magic != BN_CTL_REPLY_MAGIC || r.op != BN_CTL_STATS)
+		return -BN_E_PROTOCOL;
+	size_t keep = cap ? (r.length < cap - 1 ? r.length : cap - 1) : 0;
+	rc = recv_all(c->sock, buf, keep);
+	if (rc == 0)
+		rc = skip_bytes(c->sock, r.length - keep);
+	if (rc < 0)
+		return rc;
+	if (cap)
+		buf[keep] = '\0';
+	return r.error ? -(int)r.error : (int)r.length;
+}
+
+int bn_daemon_stats(struct bn_client *c, char *buf, size_t cap)
+{
+	if (!buf && cap)
+		return -BN_E_INVALID;
+	pthread_mutex_lock(&c->lock);
+	int rc = stats_exchange(c, buf, cap);
+	pthread_mutex_unlock(&c->lock);
+	if (rc == -BN_E_DISCONNECTED)
+		__atomic_store_n(&c->dead, 1, __ATOMIC_RELAXED);
+	return rc;
+}
+
+int bn_client_stats(struct bn_client *c, struct bn_client_stats *out)
+{
+	pthread_mutex_lock(&c->lock);
+	*out = c->stats;
+	out->futex_waits = __atomic_load_n(&c->stats.futex_waits, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Names                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+const char *bn_strerror(int code)
+{
+	switch (code < 0 ? -code : code) {
+	case 0: return "success";
+	case BN_E_INVALID: return "BN_E_INVALID: invalid argument or request parameter";
+	case BN_E_TOKEN: return "BN_E_TOKEN: token id outside the vocabulary";
+	case BN_E_TOO_LONG: return "BN_E_TOO_LONG: prompt or output exceeds capacity or context";
+	case BN_E_AGAIN: return "BN_E_AGAIN: no free slot, try again";
+	case BN_E_SHUTDOWN: return "BN_E_SHUTDOWN: the daemon is shutting down";
+	case BN_E_DISCONNECTED: return "BN_E_DISCONNECTED: the daemon is gone";
+	case BN_E_TIMEOUT: return "BN_E_TIMEOUT: timed out";
+	case BN_E_PROTOCOL: return "BN_E_PROTOCOL: protocol violation";
+	case BN_E_VERSION: return "BN_E_VERSION: ABI version mismatch";
+	case BN_E_BUSY: return "BN_E_BUSY: the daemon has its maximum of sessions";
+	case BN_E_BACKEND: return "BN_E_BACKEND: the backend failed";
+	case BN_E_CANCELLED: return "BN_E_CANCELLED: the request was cancelled";
+	case BN_E_NOT_DONE: return "BN_E_NOT_DONE: the request has not ended yet";
+	case BN_E_EMPTY: return "BN_E_EMPTY: empty prompt";
+	default: return strerrordesc_np(code < 0 ? -code : code) ?: "unknown error";
+	}
+}
+
+const char *bn_status_name(uint32_t status)
+{
+	static const char *const names[] = { "none", "length", "eos", "cancelled", "error",
+					     "shutdown" };
+	return status < sizeof(names) / sizeof(names[0]) ? names[status] : "unknown";
+}

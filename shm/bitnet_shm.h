@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bitnet_shm.h — the wire ABI between bitnetd and its clients.
+ *
+ * This header is the only thing the daemon and the client library share. It holds no logic:
+ * fixed-width little-endian fields, flags as (1U << n) under their field, enums with explicit
+ * values (append-only), reserved words that must be zero, and a compile-time assert on every
+ * size and offset. shm/PROTOCOL.md is the prose twin of this file; a client in another language
+ * is written from that document alone.
+ *
+ * Versioning: BN_ABI_VERSION changes only on an incompatible change. Compatible growth uses
+ * reserved words plus a feature bit in bn_shm_header.features. Clients compute every address
+ * from the offsets in the segment header, never from sizeof() of this version's structs.
+ */
+#ifndef BITNET_SHM_H
+#define BITNET_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BN_ABI_VERSION 1U
+
+/* Default socket path; overridden by a flag (daemon), an argument (client) or $BITNETD_SOCKET. */
+#define BN_DEFAULT_SOCKET_PATH "/run/bitnetd/bitnetd.sock"
+#define BN_SOCKET_ENV          "BITNETD_SOCKET"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Handshake and control messages on the Unix stream socket                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+#define BN_HELLO_MAGIC   0x4c484e42U /* "BNHL" little-endian: client -> daemon */
+#define BN_WELCOME_MAGIC 0x4c574e42U /* "BNWL": daemon -> client, carries the fds */
+#define BN_CTL_MAGIC     0x51434e42U /* "BNCQ": control request, client -> daemon */
+#define BN_CTL_REPLY_MAGIC 0x52434e42U /* "BNCR": control reply, daemon -> client */
+
+/* First message on a new connection, client -> daemon, exactly 32 bytes. */
+struct bn_hello {
+	uint32_t magic;           /* BN_HELLO_MAGIC */
+	uint32_t abi_version;     /* BN_ABI_VERSION the client speaks */
+	uint32_t flags;           /* none defined: must be 0 */
+	uint32_t requested_slots; /* 0 = daemon default; else capped to the daemon's limit */
+	uint32_t reserved[4];     /* must be 0 */
+};
+
+/* Reply, daemon -> client, exactly 32 bytes. When error == 0 the same sendmsg carries two fds
+ * with SCM_RIGHTS: [0] the session memfd (sealed), [1] the doorbell eventfd. */
+struct bn_welcome {
+	uint32_t magic;        /* BN_WELCOME_MAGIC */
+	uint32_t abi_version;  /* BN_ABI_VERSION the daemon speaks */
+	uint32_t error;        /* 0 or an enum bn_error code; no fds attached when non-zero */
+	uint32_t session_id;   /* for logs and stats */
+	uint64_t segment_size; /* bytes to mmap from offset 0 of the memfd */
+	uint32_t reserved[2];  /* 0 */
+};
+
+/* Control request after the handshake, client -> daemon, exactly 16 bytes. */
+struct bn_ctl_request {
+	uint32_t magic;       /* BN_CTL_MAGIC */
+	uint32_t op;          /* enum bn_ctl_op */
+	uint32_t reserved[2]; /* must be 0 */
+};
+
+/* Control reply, daemon -> client: this 16-byte head, then `length` bytes of payload. */
+struct bn_ctl_reply {
+	uint32_t magic;  /* BN_CTL_REPLY_MAGIC */
+	uint32_t op;     /* echoes the request's op */
+	uint32_t error;  /* 0 or enum bn_error */
+	uint32_t length; /* payload bytes that follow */
+};
+
+enum bn_ctl_op {
+	BN_CTL_STATS = 1, /* payload: daemon metrics, Prometheus text exposition format */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Error codes: in welcome.error, ctl_reply.error and slot.error. The client library returns   */
+/* their negatives. Append-only; 0 means no error.                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+enum bn_error {
+	BN_OK = 0,
+	BN_E_INVALID = 1001,       /* a request or call parameter is out of range */
+	BN_E_TOKEN = 1002,         /* a prompt token id is >= vocab_size */
+	BN_E_TOO_LONG = 1003,      /* prompt or prompt + max_tokens exceeds a capacity or the context */
+	BN_E_AGAIN = 1004,         /* no free slot or queue room now: try again */
+	BN_E_SHUTDOWN = 1005,      /* the daemon is shutting down */
+	BN_E_DISCONNECTED = 1006,  /* the daemon is gone (socket closed) */
+	BN_E_TIMEOUT = 1007,       /* the wait's timeout expired; the request is still running */
+	BN_E_PROTOCOL = 1008,      /* the peer broke the protocol */
+	BN_E_VERSION = 1009,       /* ABI version mismatch */
+	BN_E_BUSY = 1010,          /* the daemon has max sessions already */
+	BN_E_BACKEND = 1011,       /* the backend failed on this request */
+	BN_E_CANCELLED = 1012,     /* the request was cancelled */
+	BN_E_NOT_DONE = 1013,      /* the request has not reached a terminal status yet */
+	BN_E_EMPTY = 1014,         /* the request has no prompt tokens */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* The session segment (memfd): header at offset 0, then the SQ ring, its entries, the slots.  */
+/* ------------------------------------------------------------------------------------------ */
+
+#define BN_SHM_MAGIC 0x47534e42U /* "BNSG" */
+#define BN_CACHE_LINE 64U
+
+/* bn_shm_header.features */
+#define BN_FEAT_STREAMING (1U << 0) /* slot.n_tokens grows while the request runs */
+
+/* bn_shm_header.daemon_flags (written by the daemon, read by the client) */
+#define BN_DAEMON_SHUTTING_DOWN (1U << 0) /* new submissions will end with BN_STATUS_SHUTDOWN */
+
+enum bn_backend_kind {
+	BN_BACKEND_LOOPBACK = 1,
+	BN_BACKEND_CPU = 2,
+	BN_BACKEND_CUDA = 3,
+};
+
+/* Written by the daemon before the memfd is passed; read-only for the client. 256 bytes. */
+struct bn_shm_header {
+	uint32_t magic;           /* BN_SHM_MAGIC */
+	uint32_t abi_version;     /* BN_ABI_VERSION */
+	uint32_t features;        /* BN_FEAT_* */
+	uint32_t header_size;     /* sizeof this header as the daemon wrote it (>= 256) */
+	uint64_t segment_size;    /* total bytes of the segment */
+	uint32_t session_id;
+	uint32_t daemon_flags;    /* BN_DAEMON_*; changes at run time */
+	uint32_t sq_offset;       /* byte offset of struct bn_sq_ring */
+	uint32_t sq_entries;      /* power of two, >= slot_count */
+	uint32_t sqes_offset;     /* byte offset of struct bn_sqe[sq_entries] */
+	uint32_t slot_offset;     /* byte offset of slot 0 */
+	uint32_t slot_count;
+	uint32_t slot_size;       /* stride between slots, multiple of 64 */
+	uint32_t slot_prompt_offset; /* offset of the prompt token array within a slot */
+	uint32_t slot_prompt_capacity; /* max prompt tokens per request */
+	uint32_t slot_output_offset; /* offset of the output token array within a slot */
+	uint32_t slot_output_capacity; /* max generated tokens per request */
+	/* Model information (daemon-written). */
+	uint32_t vocab_size;
+	uint32_t context_length;  /* max prompt + generated tokens of one sequence */
+	uint32_t bos_id;
+	uint32_t eos_id;
+	uint32_t backend;         /* enum bn_backend_kind */
+	uint32_t reserved0;       /* 0 */
+	uint8_t model_name[64];   /* UTF-8, NUL-padded; not necessarily NUL-terminated at 64 */
+	uint32_t reserved[24];    /* 0 */
+};
+
+/* bn_sq_ring.flags */
+#define BN_SQ_NEED_WAKEUP (1U << 0) /* daemon is (about to be) asleep: ring the doorbell */
+
+/* Single-producer (client) / single-consumer (daemon) submission ring. head and tail are
+ * free-running u32 counters; an entry's index is counter & (sq_entries - 1); tail - head is the
+ * number of queued entries. Each word sits on its own cache line so the two sides do not
+ * false-share. 192 bytes. */
+struct bn_sq_ring {
+	uint32_t head;            /* written by the daemon only (store-release) */
+	uint32_t pad0[15];
+	uint32_t tail;            /* written by the client only (store-release) */
+	uint32_t pad1[15];
+	uint32_t flags;           /* written by the daemon only: BN_SQ_* */
+	uint32_t pad2[15];
+};
+
+enum bn_sq_op {
+	BN_OP_GENERATE = 1, /* run the request in slot `slot` */
+};
+
+/* One submission: 16 bytes. */
+struct bn_sqe {
+	uint32_t op;          /* enum bn_sq_op */
+	uint32_t slot;        /* slot index, < slot_count */
+	uint32_t reserved[2]; /* must be 0 */
+};
+
+/* bn_slot.state */
+enum bn_slot_state {
+	BN_SLOT_FREE = 0,      /* owned by the client */
+	BN_SLOT_SUBMITTED = 1, /* written by the client before it queues the slot */
+	BN_SLOT_DONE = 2,      /* written by the daemon (store-release) after the terminal status */
+};
+
+/* bn_slot.events is the slot's one futex word: the daemon changes it (store-release) after
+ * every published token and after storing DONE, so a waiter of either kind sleeps on it with
+ * the value it read before checking what it waits for.
+ * bn_slot.waiters: written by the client only, a plain store, before it sleeps in FUTEX_WAIT
+ * (the kernel issues a full barrier before it reads the futex word, which orders this store).
+ * The daemon reads it after a full fence and calls FUTEX_WAKE on `events` only when a bit
+ * that applies is set. */
+#define BN_WAIT_DONE (1U << 0)   /* a thread sleeps until the request ends */
+#define BN_WAIT_TOKENS (1U << 1) /* a thread sleeps until a token arrives or the request ends */
+
+/* bn_slot.status: the terminal status, valid once state is BN_SLOT_DONE. */
+enum bn_status {
+	BN_STATUS_NONE = 0,      /* not terminal yet */
+	BN_STATUS_LENGTH = 1,    /* produced max_tokens tokens */
+	BN_STATUS_EOS = 2,       /* the model produced eos_id (not stored in the output) */
+	BN_STATUS_CANCELLED = 3, /* cancelled by the client */
+	BN_STATUS_ERROR = 4,     /* slot.error says why */
+	BN_STATUS_SHUTDOWN = 5,  /* the daemon is shutting down */
+};
+
+/* A slot's fixed part: 128 bytes, then (at offsets from the header) the prompt and output
+ * token arrays. The client writes the request words and the prompt before it queues the slot;
+ * the daemon copies them out once. The daemon writes the response words and output. */
+struct bn_slot {
+	/* cache line 0: synchronization */
+	uint32_t state;       /* enum bn_slot_state */
+	uint32_t cancel;      /* client writes 1 to cancel an in-flight request; 0 when submitting */
+	uint32_t n_tokens;    /* daemon: output tokens published so far (store-release) */
+	uint32_t status;      /* daemon: enum bn_status */
+	uint32_t error;       /* daemon: enum bn_error when status is BN_STATUS_ERROR */
+	uint32_t waiters;     /* client: BN_WAIT_* while a thread sleeps on this slot */
+	uint32_t events;      /* daemon: futex word, changes on every token and on DONE */
+	uint32_t reserved0;
+	uint64_t queue_ns;    /* daemon: time from the daemon seeing the request to its first step */
+	uint64_t first_token_ns; /* daemon: time from seeing the request to the first token */
+	uint64_t total_ns;    /* daemon: time from seeing the request to its terminal status */
+	uint32_t reserved1[2];
+	/* cache line 1: request (client-written) */
+	uint32_t n_prompt;    /* prompt tokens in the prompt array, 1..slot_prompt_capacity */
+	uint32_t max_tokens;  /* tokens to generate, 1..slot_output_capacity */
+	uint32_t flags;       /* BN_REQ_*; unknown bits are an error */
+	uint32_t reserved2[13]; /* must be 0 */
+};
+
+/* bn_slot.flags */
+#define BN_REQ_IGNORE_EOS (1U << 0) /* keep generating after eos_id; it is then stored like any token */
+#define BN_REQ_KNOWN_FLAGS BN_REQ_IGNORE_EOS
+
+/* ------------------------------------------------------------------------------------------ */
+/* Pinned layout                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+_Static_assert(sizeof(struct bn_hello) == 32, "bn_hello is 32 bytes");
+_Static_assert(offsetof(struct bn_hello, requested_slots) == 12, "bn_hello layout");
+_Static_assert(sizeof(struct bn_welcome) == 32, "bn_welcome is 32 bytes");
+_Static_assert(offsetof(struct bn_welcome, segment_size) == 16, "bn_welcome layout");
+_Static_assert(sizeof(struct bn_ctl_request) == 16, "bn_ctl_request is 16 bytes");
+_Static_assert(sizeof(struct bn_ctl_reply) == 16, "bn_ctl_reply is 16 bytes");
+_Static_assert(offsetof(struct bn_ctl_reply, length) == 12, "bn_ctl_reply layout");
+
+_Static_assert(sizeof(struct bn_shm_header) == 256, "bn_shm_header is 256 bytes");
+_Static_assert(offsetof(struct bn_shm_header, segment_size) == 16, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, session_id) == 24, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, daemon_flags) == 28, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, sq_offset) == 32, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, sq_entries) == 36, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, sqes_offset) == 40, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_offset) == 44, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_count) == 48, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_size) == 52, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_prompt_offset) == 56, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_prompt_capacity) == 60, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_output_offset) == 64, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_output_capacity) == 68, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, vocab_size) == 72, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, context_length) == 76, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, bos_id) == 80, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, eos_id) == 84, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, backend) == 88, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, model_name) == 96, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, reserved) == 160, "header layout");
+
+_Static_assert(sizeof(struct bn_sq_ring) == 192, "bn_sq_ring is three cache lines");
+_Static_assert(offsetof(struct bn_sq_ring, tail) == 64, "tail on its own cache line");
+_Static_assert(offsetof(struct bn_sq_ring, flags) == 128, "flags on its own cache line");
+_Static_assert(sizeof(struct bn_sqe) == 16, "bn_sqe is 16 bytes");
+
+_Static_assert(sizeof(struct bn_slot) == 128, "bn_slot fixed part is two cache lines");
+_Static_assert(offsetof(struct bn_slot, cancel) == 4, "slot layout");
+_Static_assert(offsetof(struct bn_slot, n_tokens) == 8, "slot layout");
+_Static_assert(offsetof(struct bn_slot, status) == 12, "slot layout");
+_Static_assert(offsetof(struct bn_slot, error) == 16, "slot layout");
+_Static_assert(offsetof(struct bn_slot, waiters) == 20, "slot layout");
+_Static_assert(offsetof(struct bn_slot, events) == 24, "slot layout");
+_Static_assert(offsetof(struct bn_slot, queue_ns) == 32, "slot layout");
+_Static_assert(offsetof(struct bn_slot, first_token_ns) == 40, "slot layout");
+_Static_assert(offsetof(struct bn_slot, total_ns) == 48, "slot layout");
+_Static_assert(offsetof(struct bn_slot, n_prompt) == 64, "slot layout");
+_Static_assert(offsetof(struct bn_slot, max_tokens) == 68, "slot layout");
+_Static_assert(offsetof(struct bn_slot, flags) == 72, "slot layout");
+_Static_assert(offsetof(struct bn_slot, reserved2) == 76, "slot layout");
+
+#endif /* BITNET_SHM_H */
