@@ -43,6 +43,8 @@ static const char usage_text[] =
 	"Exit status: 0 clean shutdown, 2 bad command line, 3 backend or model failed to\n"
 	"load, 4 cannot listen on the socket, 5 system resources (io_uring, signalfd,\n"
 	"memory) could not be set up.\n"
+	"Environment: BITNETD_SOCKET (default socket path); BITNETD_RING_START (first\n"
+	"value of every ring counter, for tests of the 2^32 wrap; default 0).\n"
 	"Signals: TERM and INT drain and exit 0; HUP is logged and otherwise ignored\n"
 	"(there is no configuration to reload).\n";
 
@@ -90,6 +92,7 @@ static int parse_u32(const char *flag, const char *text, uint32_t lo, uint32_t h
 static void set_defaults(struct bn_config *cfg)
 {
 	const char *env = getenv(BN_SOCKET_ENV);
+	const char *ring_start = getenv("BITNETD_RING_START");
 	*cfg = (struct bn_config){
 		.socket_path = env && *env ? env : BN_DEFAULT_SOCKET_PATH,
 		.backend = "loopback",
@@ -101,6 +104,7 @@ static void set_defaults(struct bn_config *cfg)
 		.drain_timeout_ms = 5000,
 		.socket_mode = 0660,
 		.log_level = BN_LOG_INFO,
+		.ring_start = ring_start ? (uint32_t)strtoul(ring_start, NULL, 0) : 0,
 	};
 }
 

@@ -28,6 +28,7 @@ struct bn_config {
 	uint32_t step_delay_us;
 	uint32_t drain_timeout_ms;
 	uint32_t socket_mode;
+	uint32_t ring_start;     /* $BITNETD_RING_START: first ring counter (tests reach the wrap) */
 	enum bn_log_level log_level;
 };
 

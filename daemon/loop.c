@@ -573,6 +573,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	l->limits = (struct bn_session_limits){ .slots = cfg->slots,
 						.prompt_capacity = model->context_length,
 						.output_capacity = model->context_length,
+						.ring_start = cfg->ring_start,
 						.model = model };
 	l->sessions = calloc(cfg->max_sessions, sizeof(*l->sessions));
 	l->stats_buf = malloc(STATS_BUF_BYTES);

@@ -4,6 +4,7 @@
 
 #include "../shm/bitnet_barrier.h"
 #include "../shm/bitnet_futex.h"
+#include "../shm/bitnet_ring.h"
 #include "clock.h"
 #include "log.h"
 #include "sched.h"
@@ -142,6 +143,7 @@ static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_
 		return -errno;
 	write_header(s, lim->model);
 	s->model = lim->model;
+	s->ring->head = s->ring->tail = s->sq_head = lim->ring_start;
 	s->doorbell_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->doorbell_fd < 0)
 		return -errno;
@@ -326,13 +328,13 @@ int bn_session_poll_ring(struct bn_session *s, struct bn_sched *sched, int shutt
 	 * wrote before publishing are visible once we see the tail. Read once: the client may
 	 * move it again meanwhile, and we act only on this snapshot. */
 	uint32_t tail = bn_load_acquire(s->ring->tail);
-	uint32_t queued = tail - s->sq_head;
+	uint32_t queued = bn_ring_count(s->sq_head, tail);
 	if (queued == 0)
 		return 0;
-	if (queued > s->sq_mask + 1)
+	if (!bn_ring_sane(s->sq_head, tail, s->sq_mask + 1))
 		return -BN_E_PROTOCOL; /* a tail beyond head + entries was never produced honestly */
 	for (uint32_t i = 0; i < queued; i++) {
-		const struct bn_sqe *src = &s->sqes[(s->sq_head + i) & s->sq_mask];
+		const struct bn_sqe *src = &s->sqes[bn_ring_index(s->sq_head + i, s->sq_mask + 1)];
 		struct bn_sqe e = {
 			.op = bn_read_once(src->op),
 			.slot = bn_read_once(src->slot),

@@ -50,6 +50,7 @@ struct bn_session_limits {
 	uint32_t slots;            /* per-session slot count (upper bound) */
 	uint32_t prompt_capacity;  /* tokens per slot prompt array */
 	uint32_t output_capacity;  /* tokens per slot output array */
+	uint32_t ring_start;       /* first value of head and tail */
 	const struct bn_model_desc *model;
 };
 

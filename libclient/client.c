@@ -8,6 +8,7 @@
 
 #include "bitnet_barrier.h"
 #include "bitnet_futex.h"
+#include "bitnet_ring.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -406,7 +407,7 @@ static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_reques
 /* Lock held. */
 static void queue_slot(struct bn_client *c, uint32_t slot)
 {
-	struct bn_sqe *e = &c->sqes[c->sq_tail & c->sq_mask];
+	struct bn_sqe *e = &c->sqes[bn_ring_index(c->sq_tail, c->sq_mask + 1)];
 	*e = (struct bn_sqe){ .op = BN_OP_GENERATE, .slot = slot };
 	c->sq_tail++;
 	/* Release: the sqe and the slot's request are visible before the tail that covers them. */

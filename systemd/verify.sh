@@ -11,9 +11,6 @@
 # than systemd 250, which lacks `security --offline`).
 set -eu
 
-here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
-max_exposure=${BITNETD_MAX_EXPOSURE:-2.5}
-
 if ! command -v systemd-analyze >/dev/null 2>&1; then
 	echo "SKIP: systemd-analyze is not installed"
 	exit 77
@@ -23,10 +20,14 @@ if ! systemd-analyze security --help 2>/dev/null | grep -q -- '--offline'; then
 	exit 77
 fi
 
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+max_exposure=${BITNETD_MAX_EXPOSURE:-2.5}
 export SYSTEMD_COLORS=0 SYSTEMD_PAGER=cat SYSTEMD_LOG_COLOR=0
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 mkdir "$tmp/bin" "$tmp/units"
 
 # Stand-in for the daemon: verify only checks that ExecStart= is executable.
@@ -80,6 +81,10 @@ if [ "$rc" -ne 0 ]; then
 	exit 1
 fi
 grep -v '^✓' "$tmp/security.out" || true
+if grep "$tmp" "$tmp/security.out" >/dev/null; then
+	echo "FAIL: systemd-analyze security has something to say about our unit"
+	fail=1
+fi
 exposure=$(sed -n 's/.*Overall exposure level for bitnetd\.service: *\([0-9][0-9.]*\).*/\1/p' \
 	"$tmp/security.out")
 if [ -z "$exposure" ]; then

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include "bitnet_client.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t tu_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args)
+{
+	static unsigned counter;
+	const char *bin = getenv("BITNETD");
+	if (!bin || !*bin)
+		bin = "build/bitnetd";
+	snprintf(d->socket_path, sizeof(d->socket_path), "/tmp/bn-test-%d-%u.sock", (int)getpid(),
+		 counter++);
+	const char *argv[64] = { bin, "--socket", d->socket_path, "--backend", "loopback",
+				 "--log-level", "warn" };
+	int argc = 7;
+	for (int i = 0; extra_args && extra_args[i] && argc < 63; i++)
+		argv[argc++] = extra_args[i];
+	argv[argc] = NULL;
+	d->pid = fork();
+	if (d->pid < 0)
+		return -1;
+	if (d->pid == 0) {
+		execv(bin, (char *const *)argv);
+		fprintf(stderr, "cannot run %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	for (int i = 0; i < 1000; i++) { /* up to 10 s */
+		struct bn_client *c;
+		if (bn_connect(d->socket_path, 1, &c) == 0) {
+			bn_disconnect(c);
+			return 0;
+		}
+		if (waitpid(d->pid, NULL, WNOHANG) == d->pid)
+			return -1;
+		usleep(10000);
+	}
+	return -1;
+}
+
+int tu_daemon_stop(struct tu_daemon *d, int sig)
+{
+	int status;
+	kill(d->pid, sig);
+	if (waitpid(d->pid, &status, 0) != d->pid)
+		return -1;
+	unlink(d->socket_path);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
+}
+
+static uint32_t fmix32(uint32_t x)
+{
+	x ^= x >> 16;
+	x *= 0x85ebca6bU;
+	x ^= x >> 13;
+	x *= 0xc2b2ae35U;
+	x ^= x >> 16;
+	return x;
+}
+
+uint32_t tu_loopback(const uint32_t *prompt, uint32_t n_prompt, uint32_t max_tokens,
+		     uint32_t flags, uint32_t vocab, uint32_t eos, uint32_t *out, uint32_t *status)
+{
+	uint32_t h = 2166136261U;
+	for (uint32_t i = 0; i < n_prompt; i++)
+		h = (h ^ prompt[i]) * 16777619U;
+	for (uint32_t i = 0; i < max_tokens; i++) {
+		uint32_t tok = fmix32(h) % vocab;
+		if (tok == eos && !(flags & BN_REQ_IGNORE_EOS)) {
+			*status = BN_STATUS_EOS;
+			return i;
+		}
+		out[i] = tok;
+		h = (h ^ tok) * 16777619U;
+	}
+	*status = BN_STATUS_LENGTH;
+	return max_tokens;
+}
+
+uint32_t tu_prompt(uint32_t client, uint32_t request, uint32_t *out, uint32_t cap)
+{
+	uint32_t n = 1 + (client * 7 + request * 13) % (cap < 24 ? cap : 24);
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = 3 + (client * 100003u + request * 7919u + i * 31u) % 31000u;
+	return n;
+}
+
+long long tu_metric(const char *text, const char *name)
+{
+	size_t len = strlen(name);
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncmp(p, name, len) == 0 && p[len] == ' ')
+			return strtoll(p + len + 1, NULL, 10);
+	}
+	return -1;
+}

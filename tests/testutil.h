@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * testutil.h — what the integration tests share: starting and stopping a real bitnetd, and
+ * the loopback oracle, written here from shm/PROTOCOL.md §13 (not taken from the daemon).
+ */
+#ifndef BITNET_TESTUTIL_H
+#define BITNET_TESTUTIL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct tu_daemon {
+	pid_t pid;
+	char socket_path[108];
+};
+
+/* Starts $BITNETD (default build/bitnetd) on a fresh socket with the loopback backend and
+ * the extra arguments (NULL-terminated list, may be NULL); waits until it accepts. 0 or -1. */
+int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args);
+/* Sends `sig` and waits for exit; returns the exit status, or 128 + signal if killed. */
+int tu_daemon_stop(struct tu_daemon *d, int sig);
+
+/* The loopback function: fills out[0..max_tokens) and returns the count; *status gets
+ * BN_STATUS_LENGTH or BN_STATUS_EOS. */
+uint32_t tu_loopback(const uint32_t *prompt, uint32_t n_prompt, uint32_t max_tokens,
+		     uint32_t flags, uint32_t vocab, uint32_t eos, uint32_t *out, uint32_t *status);
+
+/* A deterministic prompt for (client, request) that avoids the EOS id as a token. */
+uint32_t tu_prompt(uint32_t client, uint32_t request, uint32_t *out, uint32_t cap);
+
+int64_t tu_now_ns(void);
+
+/* The value of a metric line "name value" in Prometheus text, or -1. */
+long long tu_metric(const char *text, const char *name);
+
+#endif /* BITNET_TESTUTIL_H */
