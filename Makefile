@@ -59,7 +59,7 @@ LIB_A    := $(BUILD)/libbitnet-client.a
 LIB_PC   := $(BUILD)/bitnet-client.pc
 TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
 
-.PHONY: all check check-c check-python check-systemd bench-ipc install uninstall clean help
+.PHONY: all check check-c check-san check-python check-systemd bench-ipc install uninstall clean help
 all: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
 $(BUILD)/%.o: %.c
@@ -112,7 +112,12 @@ $(BUILD)/tests/bn-hostile: $(BUILD)/tests/hostile.o $(BUILD)/tests/testutil.o $(
 # ---------------------------------------------------------------------------------------------
 # Tests: each Check program prints its runner summary; a failing one fails the target.
 
-check: check-c check-python check-systemd
+# Without SANITIZE, `check` also runs the C tests once under ASan+UBSan (its own build dir).
+check: check-c check-python check-systemd $(if $(SANITIZE),,check-san)
+
+check-san:
+	@echo "== sanitizer pass (address,undefined)"
+	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined check-c
 
 check-c: all
 	@set -e; for t in $(TEST_UNIT); do \
@@ -149,12 +154,14 @@ install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A) $(LIB_PC)
 	install -m 0644 systemd/bitnetd.socket $(DESTDIR)$(UNITDIR)/
 	install -m 0644 systemd/bitnetd.env $(DESTDIR)$(SYSCONFDIR)/default/bitnetd
 	install -m 0644 docs/bitnetd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -d $(DESTDIR)$(PREFIX)/lib/sysusers.d
+	install -m 0644 systemd/sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/bitnetd $(DESTDIR)$(BINDIR)/bitnet-cli \
 		$(DESTDIR)$(LIBDIR)/libbitnet-client.* $(DESTDIR)$(LIBDIR)/pkgconfig/bitnet-client.pc \
 		$(DESTDIR)$(UNITDIR)/bitnetd.service $(DESTDIR)$(UNITDIR)/bitnetd.socket \
-		$(DESTDIR)$(MANDIR)/man8/bitnetd.8
+		$(DESTDIR)$(MANDIR)/man8/bitnetd.8 $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf
 	rm -rf $(DESTDIR)$(INCDIR)/bitnet
 
 clean:

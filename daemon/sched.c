@@ -323,7 +323,7 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_session **sessions, uint32_
 	 * which has then already been handled. */
 	for (uint32_t i = b.n_rows; i-- > 0;)
 		(void)deliver(s, i, s->next_token[i], now);
-	/* Full fence: the n_tokens stores above are ordered before the loads of the state words
+	/* Full fence: the events stores above are ordered before the loads of the waiters words
 	 * in which streaming clients announce that they sleep (see bn_req_wake_stream_waiter). */
 	bn_smp_mb();
 	for (uint32_t i = 0; i < s->n_running; i++)

@@ -182,13 +182,14 @@ static int recv_welcome(int sock, struct bn_welcome *w, int fds[2])
 		return -errno;
 	if (n != (ssize_t)sizeof(*w))
 		return -BN_E_DISCONNECTED;
-	fds[0] = fds[1] = -1;
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
 	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
 	    cm->cmsg_len == CMSG_LEN(2 * sizeof(int)))
 		memcpy(fds, CMSG_DATA(cm), 2 * sizeof(int));
 	if (w->magic != BN_WELCOME_MAGIC)
 		return -BN_E_PROTOCOL;
+	if (w->abi_version != BN_ABI_VERSION && !w->error)
+		return -BN_E_VERSION;
 	if (w->error)
 		return -(int)w->error;
 	return fds[0] >= 0 && fds[1] >= 0 ? 0 : -BN_E_PROTOCOL;
@@ -205,7 +206,8 @@ static int validate_layout(const struct bn_shm_header *h, size_t size)
 	if (h->magic != BN_SHM_MAGIC || h->abi_version != BN_ABI_VERSION)
 		return -BN_E_VERSION;
 	uint32_t n = h->sq_entries;
-	if (h->segment_size != size || n == 0 || (n & (n - 1)) || n < h->slot_count ||
+	if (h->segment_size != size || h->header_size < sizeof(*h) || n == 0 || (n & (n - 1)) ||
+	    n < h->slot_count ||
 	    h->slot_count == 0 || h->slot_size < sizeof(struct bn_slot) || h->vocab_size == 0)
 		return -BN_E_PROTOCOL;
 	if (!region_ok(h->sq_offset, sizeof(struct bn_sq_ring), size) ||
@@ -213,8 +215,10 @@ static int validate_layout(const struct bn_shm_header *h, size_t size)
 	    !region_ok(h->slot_offset, (uint64_t)h->slot_count * h->slot_size, size) ||
 	    !region_ok(h->slot_prompt_offset, (uint64_t)h->slot_prompt_capacity * 4, h->slot_size) ||
 	    !region_ok(h->slot_output_offset, (uint64_t)h->slot_output_capacity * 4, h->slot_size) ||
-	    ((h->sq_offset | h->sqes_offset | h->slot_offset | h->slot_size |
-	      h->slot_prompt_offset | h->slot_output_offset) & 3))
+	    h->slot_prompt_offset < sizeof(struct bn_slot) ||
+	    h->slot_output_offset < sizeof(struct bn_slot) ||
+	    ((h->sq_offset | h->sqes_offset | h->slot_offset | h->slot_size) & 7) ||
+	    ((h->slot_prompt_offset | h->slot_output_offset) & 3))
 		return -BN_E_PROTOCOL;
 	return 0;
 }
@@ -256,16 +260,18 @@ static int handshake(struct bn_client *c, uint32_t slots)
 {
 	struct bn_hello hello = { .magic = BN_HELLO_MAGIC, .abi_version = BN_ABI_VERSION,
 				  .requested_slots = slots };
-	int rc = send_all(c->sock, &hello, sizeof(hello));
-	if (rc < 0)
-		return rc;
+	/* A daemon that refuses at accept (busy, shutting down) may close before our hello
+	 * lands; its welcome still waits in our receive buffer and says why. */
+	int sent = send_all(c->sock, &hello, sizeof(hello));
 	struct bn_welcome w;
-	int fds[2];
-	rc = recv_welcome(c->sock, &w, fds);
+	int fds[2] = { -1, -1 };
+	int rc = recv_welcome(c->sock, &w, fds);
+	if (rc == -BN_E_DISCONNECTED && sent < 0)
+		rc = sent;
 	if (rc < 0) {
-		if (rc != -BN_E_DISCONNECTED && fds[0] >= 0)
+		if (fds[0] >= 0)
 			close(fds[0]);
-		if (rc != -BN_E_DISCONNECTED && fds[1] >= 0)
+		if (fds[1] >= 0)
 			close(fds[1]);
 		return rc;
 	}
@@ -385,7 +391,7 @@ static struct bn_handle *take_free(struct bn_client *c)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Submit (§6 ring, §5 slot): fill the slot, queue it, ring only if the daemon sleeps          */
+/* Submit (§5 ring, §6 slot): fill the slot, queue it, ring only if the daemon sleeps          */
 /* ------------------------------------------------------------------------------------------ */
 
 static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_request *req)

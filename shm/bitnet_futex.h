@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitnet_futex.h — futex calls on a slot's state word.
+ * bitnet_futex.h — futex calls on a slot's events word.
  *
  * Shared (not FUTEX_PRIVATE_FLAG) futexes: the word lives in a memfd mapped by two processes, and
  * a private futex is keyed by the caller's address space, so the other process would never see it.

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs the Debian packages bitnetd needs to build and test, only those missing.
+# Used by the README's commands and by .ci/run, so CI cannot pass on a hand-installed machine
+# while a fresh one fails.
+set -eu
+PKGS="gcc make pkg-config liburing-dev check libsubunit-dev python3 systemd"
+missing=""
+for p in $PKGS; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+echo "installing:$missing"
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086 # the package list is meant to split into words
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
