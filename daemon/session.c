@@ -322,6 +322,25 @@ static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct b
 	return 0;
 }
 
+/* The session broke the protocol at entry `from`: the slots of that entry and of every entry
+ * queued behind it, which the client believes submitted, end with ERROR/PROTOCOL too (requests
+ * already taken are ended by the scheduler when the session closes). Nothing is copied. */
+static void end_untaken(struct bn_session *s, uint32_t from, uint32_t tail)
+{
+	for (uint32_t c = from; c != tail; c++) {
+		uint32_t slot = bn_read_once(s->sqes[bn_ring_index(c, s->sq_mask + 1)].slot);
+		if (slot >= s->slot_count || s->reqs[slot].in_flight)
+			continue;
+		struct bn_req *r = &s->reqs[slot];
+		r->in_flight = 1;
+		s->n_in_flight++;
+		r->t_seen = bn_now_ns();
+		r->t_started = r->t_first_token = 0;
+		reset_response(s, r);
+		bn_req_finish(r, BN_STATUS_ERROR, BN_E_PROTOCOL);
+	}
+}
+
 int bn_session_poll_ring(struct bn_session *s, struct bn_sched *sched, int shutting_down)
 {
 	/* Acquire pairs with the client's store-release of tail: the sqes and slot contents it
@@ -340,8 +359,10 @@ int bn_session_poll_ring(struct bn_session *s, struct bn_sched *sched, int shutt
 			.slot = bn_read_once(src->slot),
 			.reserved = { bn_read_once(src->reserved[0]), bn_read_once(src->reserved[1]) },
 		};
-		if (take_sqe(s, sched, &e, shutting_down) < 0)
+		if (take_sqe(s, sched, &e, shutting_down) < 0) {
+			end_untaken(s, s->sq_head + i, tail);
 			return -BN_E_PROTOCOL;
+		}
 	}
 	s->sq_head = tail;
 	/* Release: our copies of the entries are complete before the client may overwrite them. */

@@ -1,0 +1,1041 @@
+#!/usr/bin/env python3
+"""Conformance client for bitnetd's shared-memory protocol (ABI 1).
+
+Written from shm/PROTOCOL.md alone, with the Python standard library only
+(socket + SCM_RIGHTS, mmap, struct, ctypes for futex, os).  It follows the
+document's section 14 ("clients without atomics"): plain aligned 32-bit
+loads/stores through memoryview(...).cast("I"), the eventfd doorbell written
+after every batch (no full fence available), and the section 8.2 wait loop
+sleeping on the slot's `events` futex word with a bounded timeout.
+
+Run from the repository root:
+    BITNETD=build/bitnetd python3 tests/conformance.py [-v]
+
+It starts two loopback daemons of its own (a fast one and one with
+--step-delay-us 2000 for streaming, cancel and real futex sleeps), runs the
+checks, stops them with SIGTERM and prints "N passed, M failed".
+Exit status 0 only if nothing failed.
+"""
+
+import array
+import collections
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import random
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+VERBOSE = "-v" in sys.argv[1:]
+
+# ---------------------------------------------------------------- constants
+ABI_VERSION = 1
+HELLO_MAGIC = 0x4C484E42      # "BNHL"  (section 2.2)
+WELCOME_MAGIC = 0x4C574E42    # "BNWL"  (section 2.3)
+SEG_MAGIC = 0x47534E42        # "BNSG"  (section 4.1)
+CTLQ_MAGIC = 0x51434E42       # "BNCQ"  (section 10.1)
+CTLR_MAGIC = 0x52434E42       # "BNCR"  (section 10.2)
+CTL_STATS = 1
+
+HDR_MIN_SIZE = 256
+RING_SIZE = 192
+SQE_SIZE = 16
+SLOT_FIXED = 128
+
+# ring (section 4.2), offsets from sq_offset
+RING_HEAD, RING_TAIL, RING_FLAGS = 0, 64, 128
+# slot fixed part (section 4.4), offsets from S(i)
+SL_STATE, SL_CANCEL, SL_NTOK, SL_STATUS, SL_ERROR = 0, 4, 8, 12, 16
+SL_WAITERS, SL_EVENTS = 20, 24
+SL_TIMINGS = 32               # queue_ns, first_token_ns, total_ns (u64 each)
+SL_NPROMPT, SL_MAXTOK, SL_FLAGS, SL_RESERVED2 = 64, 68, 72, 76
+N_RESERVED2 = 13
+
+ST_FREE, ST_SUBMITTED, ST_DONE = 0, 1, 2
+WAIT_DONE, WAIT_TOKENS = 1, 2
+OP_GENERATE = 1
+FLAG_IGNORE_EOS = 1
+FEAT_STREAMING = 1
+DFLAG_SHUTTING_DOWN = 1
+POLLRDHUP = getattr(select, "POLLRDHUP", 0x2000)
+
+# statuses (section 9.1) and error codes (section 9.2)
+S_NONE, S_LENGTH, S_EOS, S_CANCELLED, S_ERROR, S_SHUTDOWN = 0, 1, 2, 3, 4, 5
+E_INVALID, E_TOKEN, E_TOO_LONG = 1001, 1002, 1003
+E_PROTOCOL, E_VERSION, E_EMPTY = 1008, 1009, 1014
+
+# header fields (section 4.1): name -> (offset, struct code)
+HEADER_FIELDS = [
+    ("magic", 0, "I"), ("abi_version", 4, "I"), ("features", 8, "I"),
+    ("header_size", 12, "I"), ("segment_size", 16, "Q"),
+    ("session_id", 24, "I"), ("daemon_flags", 28, "I"),
+    ("sq_offset", 32, "I"), ("sq_entries", 36, "I"),
+    ("sqes_offset", 40, "I"), ("slot_offset", 44, "I"),
+    ("slot_count", 48, "I"), ("slot_size", 52, "I"),
+    ("slot_prompt_offset", 56, "I"), ("slot_prompt_capacity", 60, "I"),
+    ("slot_output_offset", 64, "I"), ("slot_output_capacity", 68, "I"),
+    ("vocab_size", 72, "I"), ("context_length", 76, "I"),
+    ("bos_id", 80, "I"), ("eos_id", 84, "I"), ("backend", 88, "I"),
+]
+
+# ---------------------------------------------------------------- checks
+
+
+class Checks:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+            if VERBOSE:
+                print("ok   %s" % name)
+        else:
+            self.failed += 1
+            print("FAIL %s%s" % (name, (": " + detail) if detail else ""))
+            sys.stdout.flush()
+        return ok
+
+    def eq(self, name, got, want):
+        return self.check(name, got == want, "got %r, want %r" % (got, want))
+
+
+C = Checks()
+
+# ---------------------------------------------------------------- oracle (section 13)
+
+
+def fmix32(x):
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & 0xFFFFFFFF
+    x ^= x >> 16
+    return x
+
+
+def loopback(prompt, max_tokens, vocab_size=32000, eos_id=2, ignore_eos=False):
+    """(tokens, status) the loopback backend must produce."""
+    h = 2166136261
+    for t in prompt:
+        h = ((h ^ t) * 16777619) & 0xFFFFFFFF
+    out = []
+    for _ in range(max_tokens):
+        tok = fmix32(h) % vocab_size
+        if tok == eos_id and not ignore_eos:
+            return out, S_EOS
+        out.append(tok)
+        h = ((h ^ tok) * 16777619) & 0xFFFFFFFF
+    return out, S_LENGTH
+
+# ---------------------------------------------------------------- futex (sections 8.2, 14)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+SYS_futex = {"x86_64": 202, "aarch64": 98}.get(os.uname().machine, 202)
+FUTEX_WAIT = 0                 # shared, never FUTEX_WAIT_PRIVATE (128)
+
+
+class timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+FUTEX_STATS = collections.Counter()
+
+
+def futex_wait(addr, expected, timeout_s, stats=FUTEX_STATS):
+    """FUTEX_WAIT on the u32 at absolute address addr: 0 or an errno."""
+    timeout_s = max(timeout_s, 0.0)
+    ts = timespec(int(timeout_s), int((timeout_s % 1) * 1e9))
+    ctypes.set_errno(0)
+    r = _libc.syscall(ctypes.c_long(SYS_futex), ctypes.c_void_p(addr),
+                      ctypes.c_int(FUTEX_WAIT), ctypes.c_uint32(expected),
+                      ctypes.byref(ts), None, ctypes.c_int(0))
+    err = ctypes.get_errno() if r < 0 else 0
+    stats["calls"] += 1
+    stats[{0: "woken", errno.EAGAIN: "eagain", errno.ETIMEDOUT: "timedout",
+           errno.EINTR: "eintr"}.get(err, "other")] += 1
+    return err
+
+# ---------------------------------------------------------------- helpers
+
+
+def recv_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        more = sock.recv(n - len(buf))
+        if not more:
+            break
+        buf += more
+    return buf
+
+
+def hello_bytes(requested_slots=0, magic=HELLO_MAGIC, abi=ABI_VERSION, flags=0,
+                reserved=(0, 0, 0, 0)):
+    return struct.pack("<IIII4I", magic, abi, flags, requested_slots, *reserved)
+
+
+def recv_welcome(sock):
+    """Receive the 32-byte welcome (section 2.3).
+
+    Returns (fields dict, fds list, ctrunc bool, raw bytes)."""
+    msg, anc, mflags, _ = sock.recvmsg(32, socket.CMSG_SPACE(2 * 4),
+                                       socket.MSG_CMSG_CLOEXEC)
+    fds = []
+    for level, ctype, cdata in anc:
+        if level == socket.SOL_SOCKET and ctype == socket.SCM_RIGHTS:
+            a = array.array("i")
+            a.frombytes(cdata[:len(cdata) - len(cdata) % a.itemsize])
+            fds.extend(a)
+    data = msg
+    while msg and len(data) < 32:          # the rest carries no descriptors
+        msg = sock.recv(32 - len(data))
+        data += msg
+    fields = None
+    if len(data) == 32:
+        magic, abi, error, sid, segsize, _r0, _r1 = struct.unpack("<IIIIQII", data)
+        fields = dict(magic=magic, abi_version=abi, error=error,
+                      session_id=sid, segment_size=segsize)
+    return fields, fds, bool(mflags & socket.MSG_CTRUNC), data
+
+
+def read_prometheus(text):
+    """{metric name: summed value} of a Prometheus text exposition."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "{" in line:
+            name = line[:line.index("{")]
+            rest = line[line.rindex("}") + 1:].split()
+        else:
+            parts = line.split()
+            name, rest = parts[0], parts[1:]
+        out[name] = out.get(name, 0.0) + float(rest[0])
+    return out
+
+
+class HandshakeError(Exception):
+    pass
+
+# ---------------------------------------------------------------- daemon
+
+
+class Daemon:
+    def __init__(self, exe, tmpdir, name, extra=(), env=None):
+        self.exe = exe
+        self.name = name
+        self.path = os.path.join(tmpdir, name + ".sock")
+        self.logpath = os.path.join(tmpdir, name + ".log")
+        self.args = [exe, "--socket", self.path, "--backend", "loopback",
+                     "--log-level", "warn"] + list(extra)
+        self.env = dict(os.environ)
+        self.env.pop("BITNETD_RING_START", None)
+        self.env.update(env or {})
+        self.proc = None
+        self.rc = None
+
+    def start(self, timeout=10.0):
+        self.log = open(self.logpath, "wb")
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env)
+        deadline = time.monotonic() + timeout
+        while True:                          # wait for the socket to accept
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited early with %d:\n%s" %
+                                   (self.name, self.proc.returncode, self.logtail()))
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(self.path)
+                return
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("%s: socket never accepted" % self.name)
+                time.sleep(0.01)
+            finally:
+                s.close()
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(self.path)
+        return s
+
+    def stop(self):
+        """SIGTERM and wait; returns the exit status (idempotent)."""
+        if self.proc is None:
+            return None
+        if self.rc is None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.rc = self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self.rc = "timeout (killed)"
+            self.log.close()
+        return self.rc
+
+    def logtail(self, n=2000):
+        try:
+            with open(self.logpath, "rb") as f:
+                return f.read().decode(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+# ---------------------------------------------------------------- session
+
+
+class Session:
+    """One connection = one segment = one ring (section 1)."""
+
+    def __init__(self, daemon, requested_slots=0, label="session"):
+        self.label = label
+        self.sock = daemon.connect()
+        self.mm = None
+        self.efd = -1
+        hello = hello_bytes(requested_slots)
+        self.sock.sendall(hello)
+        w, fds, ctrunc, raw = recv_welcome(self.sock)
+        try:
+            if w is None:
+                raise HandshakeError("welcome shorter than 32 bytes: %r" % raw)
+            if w["magic"] != WELCOME_MAGIC:
+                raise HandshakeError("welcome magic 0x%08x" % w["magic"])
+            if w["abi_version"] != ABI_VERSION:
+                raise HandshakeError("welcome abi_version %d" % w["abi_version"])
+            if w["error"] != 0:
+                raise HandshakeError("welcome error %d" % w["error"])
+            if ctrunc or len(fds) != 2:
+                raise HandshakeError("welcome carried %d fds (ctrunc=%s)" % (len(fds), ctrunc))
+        except HandshakeError:
+            for fd in fds:
+                os.close(fd)
+            self.sock.close()
+            raise
+        self.welcome = w
+        memfd, self.efd = fds
+        self.segment_size = w["segment_size"]
+        if self.segment_size < HDR_MIN_SIZE:       # cannot even hold the header
+            for fd in fds:
+                os.close(fd)
+            self.sock.close()
+            raise HandshakeError("welcome segment_size %d" % self.segment_size)
+        try:
+            self.seals = fcntl.fcntl(memfd, fcntl.F_GET_SEALS)
+            self.memfd_size = os.fstat(memfd).st_size
+            self.mm = mmap.mmap(memfd, self.segment_size, mmap.MAP_SHARED,
+                                mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(memfd)                  # the mapping keeps the memory alive
+        self.h = {name: struct.unpack_from("<" + code, self.mm, off)[0]
+                  for name, off, code in HEADER_FIELDS}
+        self.model_name = bytes(self.mm[96:160]).split(b"\0", 1)[0].decode("utf-8", "replace")
+        problems = self.validate_header()
+        if problems:
+            self.close()
+            raise HandshakeError("header rejected: " + "; ".join(problems))
+        h = self.h
+        n4 = self.segment_size - self.segment_size % 4
+        self._mv = memoryview(self.mm)[:n4]
+        self.u32 = self._mv.cast("I")
+        self._base_obj = (ctypes.c_char * self.segment_size).from_buffer(self.mm)
+        self.base = ctypes.addressof(self._base_obj)
+        self.sq = h["sq_offset"]
+        self.mask = h["sq_entries"] - 1
+        self.nslots = h["slot_count"]
+        self.vocab = h["vocab_size"]
+        self.eos = h["eos_id"]
+        self.pcap = h["slot_prompt_capacity"]
+        self.ocap = h["slot_output_capacity"]
+        self.ctx = h["context_length"]
+        self.tail = self.u32[(self.sq + RING_TAIL) // 4]   # private copy (section 5.1)
+        self.initial_head = self.u32[(self.sq + RING_HEAD) // 4]
+        self.submitted = 0
+        self.inflight = set()
+
+    def validate_header(self):
+        """Section 3 step 4, in 64-bit arithmetic (Python ints do not overflow)."""
+        h, seg = self.h, self.segment_size
+        p = []
+
+        def need(cond, what):
+            if not cond:
+                p.append(what)
+        need(h["magic"] == SEG_MAGIC, "magic 0x%08x" % h["magic"])
+        need(h["abi_version"] == ABI_VERSION, "abi_version %d" % h["abi_version"])
+        need(h["header_size"] >= HDR_MIN_SIZE, "header_size %d" % h["header_size"])
+        need(h["segment_size"] == seg, "segment_size %d != welcome %d" % (h["segment_size"], seg))
+        need(h["slot_count"] >= 1, "slot_count 0")
+        e = h["sq_entries"]
+        need(e > 0 and e & (e - 1) == 0, "sq_entries %d not a power of two" % e)
+        need(e >= h["slot_count"], "sq_entries %d < slot_count %d" % (e, h["slot_count"]))
+        need(h["sq_offset"] + RING_SIZE <= seg, "ring outside segment")
+        need(h["sqes_offset"] + SQE_SIZE * e <= seg, "sqes outside segment")
+        need(h["slot_offset"] + h["slot_size"] * h["slot_count"] <= seg, "slots outside segment")
+        need(h["slot_prompt_offset"] >= SLOT_FIXED and
+             h["slot_prompt_offset"] + 4 * h["slot_prompt_capacity"] <= h["slot_size"],
+             "prompt array outside slot")
+        need(h["slot_output_offset"] >= SLOT_FIXED and
+             h["slot_output_offset"] + 4 * h["slot_output_capacity"] <= h["slot_size"],
+             "output array outside slot")
+        for f in ("sq_offset", "sqes_offset", "slot_offset", "slot_size"):
+            need(h[f] % 8 == 0, "%s not a multiple of 8" % f)
+        for f in ("slot_prompt_offset", "slot_output_offset"):
+            need(h[f] % 4 == 0, "%s not a multiple of 4" % f)
+        return p
+
+    # --- addresses (section 4)
+    def S(self, i):
+        return self.h["slot_offset"] + i * self.h["slot_size"]
+
+    def out_index(self, i):
+        return (self.S(i) + self.h["slot_output_offset"]) // 4
+
+    # --- submitting (sections 5.1, 6.3, 8.1, 14)
+    def prepare(self, i, prompt, max_tokens, flags=0, n_prompt=None, reserved2=None):
+        assert i not in self.inflight
+        u, S = self.u32, self.S(i)
+        n = len(prompt) if n_prompt is None else n_prompt
+        u[(S + SL_NPROMPT) // 4] = n
+        u[(S + SL_MAXTOK) // 4] = max_tokens
+        u[(S + SL_FLAGS) // 4] = flags
+        r2 = reserved2 or [0] * N_RESERVED2
+        for k in range(N_RESERVED2):
+            u[(S + SL_RESERVED2) // 4 + k] = r2[k]
+        if prompt:
+            assert len(prompt) <= self.pcap
+            p0 = (S + self.h["slot_prompt_offset"]) // 4
+            u[p0:p0 + len(prompt)] = array.array("I", prompt)
+        for off in (SL_CANCEL, SL_NTOK, SL_STATUS, SL_ERROR, SL_WAITERS):
+            u[(S + off) // 4] = 0
+        u[(S + SL_STATE) // 4] = ST_SUBMITTED          # written last
+
+    def push_sqe(self, slot, op=OP_GENERATE, reserved=(0, 0)):
+        u = self.u32
+        head = u[(self.sq + RING_HEAD) // 4]
+        if (self.tail - head) & 0xFFFFFFFF >= self.mask + 1:
+            raise RuntimeError("%s: ring full (client bug)" % self.label)
+        e = (self.h["sqes_offset"] + SQE_SIZE * (self.tail & self.mask)) // 4
+        u[e], u[e + 1], u[e + 2], u[e + 3] = op, slot, reserved[0], reserved[1]
+        self.tail = (self.tail + 1) & 0xFFFFFFFF
+
+    def publish(self):
+        self.u32[(self.sq + RING_TAIL) // 4] = self.tail   # store-release on x86-64
+        # No full fence from Python: always ring the doorbell (sections 8.1, 14).
+        try:
+            os.write(self.efd, struct.pack("<Q", 1))
+        except BlockingIOError:
+            pass                                        # a wake-up is already pending
+
+    def submit(self, reqs):
+        """reqs: list of (slot, spec dict). Queues all, one doorbell."""
+        for slot, spec in reqs:
+            self.prepare(slot, spec["prompt"], spec["max_tokens"], spec.get("flags", 0),
+                         spec.get("n_prompt"), spec.get("reserved2"))
+            self.push_sqe(slot)
+            self.inflight.add(slot)
+            self.submitted += 1
+        self.publish()
+
+    # --- waiting (section 8.2 loop, as in section 14)
+    def satisfied(self, S, have):
+        u = self.u32
+        if u[(S + SL_STATE) // 4] == ST_DONE:
+            return True
+        return have is not None and u[(S + SL_NTOK) // 4] != have
+
+    def daemon_gone(self):
+        """Section 11.2 hang-up check; never blocks.
+
+        (poll first: a Python socket with a timeout set waits for readability
+        before recv, even with MSG_DONTWAIT.)"""
+        p = select.poll()
+        p.register(self.sock, select.POLLIN | POLLRDHUP)
+        if not p.poll(0):
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError, socket.timeout):
+            return False
+        except OSError:
+            return True
+
+    def wait(self, i, have=None, timeout=10.0, stats=FUTEX_STATS):
+        """True once DONE (or, with have, once n_tokens != have); False on timeout."""
+        u, S = self.u32, self.S(i)
+        bit = WAIT_DONE if have is None else WAIT_TOKENS
+        ev = (S + SL_EVENTS) // 4
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = u[ev]                         # events BEFORE the condition
+            if self.satisfied(S, have):
+                return True
+            left = min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            u[(S + SL_WAITERS) // 4] = bit      # declare the sleeper
+            err = futex_wait(self.base + S + SL_EVENTS, seen, left, stats)
+            u[(S + SL_WAITERS) // 4] = 0
+            if err == errno.ETIMEDOUT and self.daemon_gone():
+                if self.satisfied(S, have):
+                    return True
+                raise ConnectionError("%s: daemon gone, slot %d lost" % (self.label, i))
+
+    def result(self, i):
+        """Read a DONE slot's response (section 6.6)."""
+        u, S = self.u32, self.S(i)
+        state = u[(S + SL_STATE) // 4]
+        n = u[(S + SL_NTOK) // 4]
+        o = self.out_index(i)
+        r = dict(state=state, status=u[(S + SL_STATUS) // 4], error=u[(S + SL_ERROR) // 4],
+                 n_tokens=n, tokens=u[o:o + min(n, self.ocap)].tolist())
+        r["queue_ns"], r["first_token_ns"], r["total_ns"] = struct.unpack_from("<QQQ", self.mm, S + SL_TIMINGS)
+        return r
+
+    def release(self, i):
+        self.u32[(self.S(i) + SL_STATE) // 4] = ST_FREE
+        self.inflight.discard(i)
+
+    def run_one(self, spec, slot=0, timeout=10.0):
+        self.submit([(slot, spec)])
+        if not self.wait(slot, timeout=timeout):
+            raise TimeoutError("%s: slot %d not DONE after %.1fs" % (self.label, slot, timeout))
+        r = self.result(slot)
+        self.release(slot)
+        return r
+
+    # --- control messages (section 10)
+    def control(self, op, magic=CTLQ_MAGIC, reserved=(0, 0)):
+        self.sock.sendall(struct.pack("<IIII", magic, op, *reserved))
+        hdr = recv_exact(self.sock, 16)
+        if len(hdr) != 16:
+            raise ConnectionError("%s: short ctl_reply %r" % (self.label, hdr))
+        rmagic, rop, rerr, length = struct.unpack("<IIII", hdr)
+        payload = recv_exact(self.sock, length)
+        if len(payload) != length:
+            raise ConnectionError("%s: short ctl payload" % self.label)
+        return dict(magic=rmagic, op=rop, error=rerr, length=length, payload=payload)
+
+    def daemon_flags(self):
+        return self.u32[28 // 4]
+
+    def close(self):
+        if self.mm is not None:
+            for name in ("u32", "_mv"):
+                mv = self.__dict__.pop(name, None)
+                if mv is not None:
+                    mv.release()
+            self.__dict__.pop("_base_obj", None)
+            self.mm.close()
+            self.mm = None
+        if self.efd >= 0:
+            os.close(self.efd)
+            self.efd = -1
+        self.sock.close()
+
+
+def raw_handshake(daemon, hello):
+    """Send an arbitrary hello; return (welcome fields, fds, eof_after)."""
+    s = daemon.connect()
+    try:
+        s.sendall(hello)
+        w, fds, _, _ = recv_welcome(s)
+        for fd in fds:
+            os.close(fd)
+        s.settimeout(3)
+        try:
+            eof = s.recv(1) == b""
+        except (socket.timeout, OSError):
+            eof = False
+        return w, fds, eof
+    finally:
+        s.close()
+
+
+def run_requests(sess, specs, rng, timeout=20.0):
+    """Run specs with several in flight across all slots; results in order.
+
+    Returns (results, peak in flight, set of slots used)."""
+    free = collections.deque(range(sess.nslots))
+    pending = collections.deque(enumerate(specs))
+    order = collections.deque()            # slots in submission order
+    owner = {}
+    results = [None] * len(specs)
+    peak, used = 0, set()
+    deadline = time.monotonic() + timeout
+    while pending or order:
+        if pending and free:
+            k = rng.randint(1, min(len(free), len(pending)))
+            batch = []
+            for _ in range(k):
+                idx, spec = pending.popleft()
+                slot = free.popleft()
+                owner[slot] = idx
+                batch.append((slot, spec))
+                order.append(slot)
+                used.add(slot)
+            sess.submit(batch)
+            peak = max(peak, len(order))
+        oldest = order[0]
+        if not sess.wait(oldest, timeout=max(0.01, deadline - time.monotonic())):
+            raise TimeoutError("%s: slot %d never completed" % (sess.label, oldest))
+        for slot in list(order):           # harvest everything that is DONE
+            if sess.u32[sess.S(slot) // 4] == ST_DONE:
+                results[owner.pop(slot)] = sess.result(slot)
+                sess.release(slot)
+                order.remove(slot)
+                free.append(slot)
+    return results, peak, used
+
+
+def check_against_oracle(name, sess, spec, r):
+    want, wstatus = loopback(spec["prompt"], spec["max_tokens"], sess.vocab, sess.eos,
+                             bool(spec.get("flags", 0) & FLAG_IGNORE_EOS))
+    got = (r["state"], r["status"], r["error"], r["n_tokens"], r["tokens"])
+    exp = (ST_DONE, wstatus, 0, len(want), want)
+    if got == exp:
+        return C.check(name, True)
+    diff = []
+    for label, g, e in zip(("state", "status", "error", "n_tokens"), got, exp):
+        if g != e:
+            diff.append("%s %r want %r" % (label, g, e))
+    if r["tokens"] != want:
+        k = next((j for j, (a, b) in enumerate(zip(r["tokens"], want)) if a != b),
+                 min(len(r["tokens"]), len(want)))
+        diff.append("tokens differ at %d (got %r, want %r)" %
+                    (k, r["tokens"][k:k + 3], want[k:k + 3]))
+    return C.check(name, False, "prompt len %d max %d flags %d: %s" %
+                   (len(spec["prompt"]), spec["max_tokens"], spec.get("flags", 0), "; ".join(diff)))
+
+# ---------------------------------------------------------------- tests: fast daemon
+
+
+def test_oracle_self():
+    C.eq("oracle: section 13 example 1", loopback([1, 2, 3], 4), ([17499, 28047, 18038, 25851], S_LENGTH))
+    C.eq("oracle: section 13 example 2 (EOS)", loopback([7951], 3), ([], S_EOS))
+    C.eq("oracle: section 13 example 2 (IGNORE_EOS)", loopback([7951], 3, ignore_eos=True),
+         ([2, 27555, 14219], S_LENGTH))
+    toks, st = loopback([163], 60)
+    C.eq("oracle: prompt [163] ends EOS after 55", (len(toks), st), (55, S_EOS))
+    C.eq("hello bytes match section 2.2 example",
+         hello_bytes(0), bytes.fromhex("424e484c01000000") + bytes(24))
+
+
+def test_header(sess, ring_start, want_slots):
+    h = sess.h
+    C.eq("welcome session_id == header session_id", h["session_id"], sess.welcome["session_id"])
+    C.eq("slot_count granted (min(requested, --slots))", h["slot_count"], want_slots)
+    C.eq("loopback backend id", h["backend"], 1)
+    C.eq("loopback model_name", sess.model_name, "loopback")
+    C.eq("loopback vocab/bos/eos/context", (h["vocab_size"], h["bos_id"], h["eos_id"], h["context_length"]),
+         (32000, 1, 2, 4096))
+    C.check("STREAMING feature bit", h["features"] & FEAT_STREAMING, "features 0x%x" % h["features"])
+    C.check("memfd sealed (F_SEAL_SHRINK|GROW|SEAL)",
+            sess.seals & (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL) ==
+            (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL), "seals 0x%x" % sess.seals)
+    C.check("memfd size >= segment_size", sess.memfd_size >= sess.segment_size,
+            "%d < %d" % (sess.memfd_size, sess.segment_size))
+    C.eq("ring head == tail == BITNETD_RING_START", (sess.initial_head, sess.tail), (ring_start, ring_start))
+    C.eq("daemon_flags clear", sess.daemon_flags(), 0)
+    # Fresh segment: every sqe and every slot byte is zero (section 4).
+    nz = []
+    sq0, sqn = sess.h["sqes_offset"], SQE_SIZE * sess.h["sq_entries"]
+    if any(sess.mm[sq0:sq0 + sqn]):
+        nz.append("sqe array")
+    for i in range(sess.nslots):
+        if any(sess.mm[sess.S(i):sess.S(i) + sess.h["slot_size"]]):
+            nz.append("slot %d" % i)
+    C.check("fresh segment: sqes and slots all zero", not nz, ", ".join(nz[:5]))
+
+
+def test_worked_examples(sess):
+    r = sess.run_one(dict(prompt=[1, 2, 3], max_tokens=4), slot=1)
+    C.eq("example 1: [1,2,3] max 4 in slot 1",
+         (r["state"], r["status"], r["error"], r["n_tokens"], r["tokens"]),
+         (ST_DONE, S_LENGTH, 0, 4, [17499, 28047, 18038, 25851]))
+    C.check("example 1: timings queue <= first_token <= total, total > 0",
+            0 < r["total_ns"] and r["queue_ns"] <= r["first_token_ns"] <= r["total_ns"],
+            "queue %d first %d total %d" % (r["queue_ns"], r["first_token_ns"], r["total_ns"]))
+    r = sess.run_one(dict(prompt=[7951], max_tokens=3), slot=2)
+    C.eq("example 2: [7951] max 3 -> EOS, no tokens",
+         (r["state"], r["status"], r["error"], r["n_tokens"]), (ST_DONE, S_EOS, 0, 0))
+    r = sess.run_one(dict(prompt=[7951], max_tokens=3, flags=FLAG_IGNORE_EOS), slot=2)
+    C.eq("example 2: [7951] max 3 IGNORE_EOS",
+         (r["state"], r["status"], r["error"], r["n_tokens"], r["tokens"]),
+         (ST_DONE, S_LENGTH, 0, 3, [2, 27555, 14219]))
+    spec = dict(prompt=[163], max_tokens=60)
+    check_against_oracle("example: [163] max 60 -> EOS after 55", sess, spec, sess.run_one(spec, slot=0))
+
+
+def test_request_errors(sess, rng):
+    v, pc, oc, ctx = sess.vocab, sess.pcap, sess.ocap, sess.ctx
+    cases = [
+        ("token == vocab -> TOKEN", dict(prompt=[1, v], max_tokens=4), E_TOKEN),
+        ("token 0xffffffff -> TOKEN", dict(prompt=[0xFFFFFFFF], max_tokens=1), E_TOKEN),
+        ("n_prompt 0 -> EMPTY", dict(prompt=[], max_tokens=4), E_EMPTY),
+        ("max_tokens 0 -> INVALID", dict(prompt=[1, 2, 3], max_tokens=0), E_INVALID),
+        ("n_prompt 0 and max_tokens 0 -> INVALID", dict(prompt=[], max_tokens=0), E_INVALID),
+        ("flags bit 1 -> INVALID", dict(prompt=[1], max_tokens=1, flags=2), E_INVALID),
+        ("reserved2 word non-zero -> INVALID",
+         dict(prompt=[1], max_tokens=1, reserved2=[0] * 12 + [1]), E_INVALID),
+        ("n_prompt > prompt capacity -> TOO_LONG",
+         dict(prompt=[], n_prompt=pc + 1, max_tokens=1), E_TOO_LONG),
+        ("max_tokens > output capacity -> TOO_LONG", dict(prompt=[5], max_tokens=oc + 1), E_TOO_LONG),
+        ("too long and bad token -> TOO_LONG", dict(prompt=[v + 7], max_tokens=oc + 1), E_TOO_LONG),
+        ("n_prompt 0 and bad token -> EMPTY",
+         dict(prompt=[v], n_prompt=0, max_tokens=1), E_EMPTY),
+    ]
+    if pc + oc > ctx:
+        n = min(pc, ctx)
+        cases.append(("n_prompt + max_tokens > context_length -> TOO_LONG",
+                      dict(prompt=[3] * n, max_tokens=ctx - n + 1), E_TOO_LONG))
+    specs = [c[1] for c in cases]
+    res, _, _ = run_requests(sess, specs, rng)
+    for (name, spec, code), r in zip(cases, res):
+        C.eq("request error: " + name, (r["state"], r["status"], r["error"], r["n_tokens"]),
+             (ST_DONE, S_ERROR, code, 0))
+    # the edge values themselves are accepted
+    edge = [dict(prompt=[v - 1, 0, 1], max_tokens=2),
+            dict(prompt=[9], max_tokens=oc if oc + 1 <= ctx else ctx - 1)]
+    if pc + 1 <= ctx:
+        edge.append(dict(prompt=[rng.randrange(v) for _ in range(pc)], max_tokens=min(oc, ctx - pc)))
+    res, _, _ = run_requests(sess, edge, rng)
+    for k, (spec, r) in enumerate(zip(edge, res)):
+        check_against_oracle("request at a limit accepted (#%d)" % k, sess, spec, r)
+
+
+def make_bulk_specs(sess, rng, count):
+    v, pc, oc, ctx, eos = sess.vocab, sess.pcap, sess.ocap, sess.ctx, sess.eos
+    specs = []
+    for i in range(count):
+        r = rng.random()
+        if r < 0.04:
+            n = rng.randint(max(1, pc - 64), pc)
+        elif r < 0.25:
+            n = rng.randint(65, 700)
+        else:
+            n = rng.randint(1, 64)
+        n = min(n, pc, ctx - 1)
+        r = rng.random()
+        if r < 0.05:
+            m = rng.randint(300, 1200)
+        elif r < 0.3:
+            m = rng.randint(33, 200)
+        else:
+            m = rng.randint(1, 32)
+        m = max(1, min(m, oc, ctx - n))
+        prompt = [rng.randrange(v) for _ in range(n)]
+        if rng.random() < 0.2:                     # sprinkle special ids
+            prompt[rng.randrange(n)] = rng.choice([0, 1, eos, v - 1])
+        flags = FLAG_IGNORE_EOS if rng.random() < 0.2 else 0
+        specs.append(dict(prompt=prompt, max_tokens=m, flags=flags))
+    # known EOS cases in the mix
+    specs[count // 3] = dict(prompt=[7951], max_tokens=5)
+    specs[count // 2] = dict(prompt=[163], max_tokens=200)
+    specs[2 * count // 3] = dict(prompt=[163], max_tokens=200, flags=FLAG_IGNORE_EOS)
+    return specs
+
+
+def test_bulk(sess, rng, count=300):
+    specs = make_bulk_specs(sess, rng, count)
+    t0 = time.monotonic()
+    res, peak, used = run_requests(sess, specs, rng, timeout=30)
+    dt = time.monotonic() - t0
+    for k, (spec, r) in enumerate(zip(specs, res)):
+        check_against_oracle("bulk request %d" % k, sess, spec, r)
+    C.check("bulk: several requests in flight at once", peak > 1, "peak %d" % peak)
+    C.check("bulk: more than one slot used", len(used) > 1, "slots %r" % sorted(used))
+    if VERBOSE:
+        print("     bulk: %d requests in %.2fs, peak in flight %d, %d slots used" %
+              (count, dt, peak, len(used)))
+
+
+def test_violation_slot_range(daemon, sess_a, rng):
+    b = Session(daemon, requested_slots=4, label="violator")
+    try:
+        b.push_sqe(b.nslots)                 # slot index out of range (section 6.8)
+        b.publish()
+        b.sock.settimeout(5)
+        t0 = time.monotonic()
+        try:
+            got = b.sock.recv(16)
+        except socket.timeout:
+            got = "timeout"
+        except OSError as e:
+            got = "error %s" % e
+        C.eq("violation (sqe.slot >= slot_count): daemon closes the session", got, b"")
+        C.check("violation: close within a few seconds", time.monotonic() - t0 < 5,
+                "%.2fs" % (time.monotonic() - t0))
+    finally:
+        b.close()
+    # the first session keeps working
+    specs = [dict(prompt=[rng.randrange(sess_a.vocab) for _ in range(rng.randint(1, 40))],
+                  max_tokens=rng.randint(1, 40)) for _ in range(20)]
+    res, _, _ = run_requests(sess_a, specs, rng)
+    for k, (spec, r) in enumerate(zip(specs, res)):
+        check_against_oracle("other session still works after violation (#%d)" % k, sess_a, spec, r)
+
+
+def test_handshake_errors(daemon):
+    cases = [
+        ("bad magic -> PROTOCOL", hello_bytes(magic=0x12345678), E_PROTOCOL),
+        ("abi_version 2 -> VERSION", hello_bytes(abi=2), E_VERSION),
+        ("bad magic and version -> PROTOCOL (magic first)", hello_bytes(magic=0, abi=7), E_PROTOCOL),
+        ("non-zero flags -> PROTOCOL", hello_bytes(flags=1), E_PROTOCOL),
+        ("non-zero reserved -> PROTOCOL", hello_bytes(reserved=(0, 0, 0, 1)), E_PROTOCOL),
+        ("version 2 and flags -> VERSION (version before flags)", hello_bytes(abi=2, flags=4), E_VERSION),
+    ]
+    for name, hello, code in cases:
+        w, fds, eof = raw_handshake(daemon, hello)
+        got = None if w is None else (w["magic"], w["abi_version"], w["error"], len(fds), eof)
+        C.eq("handshake: " + name, got, (WELCOME_MAGIC, ABI_VERSION, code, 0, True))
+
+
+def test_control(daemon, sess):
+    d = Session(daemon, requested_slots=1, label="ctl")
+    try:
+        r = d.control(99)
+        C.eq("control: unknown op -> error 1001, length 0",
+             (r["magic"], r["op"], r["error"], r["length"]), (CTLR_MAGIC, 99, E_INVALID, 0))
+        # several requests before reading, answered in order
+        d.sock.sendall(struct.pack("<IIII", CTLQ_MAGIC, 98, 0, 0) + struct.pack("<IIII", CTLQ_MAGIC, 1, 0, 0))
+        r1 = struct.unpack("<IIII", recv_exact(d.sock, 16))
+        r2 = struct.unpack("<IIII", recv_exact(d.sock, 16))
+        recv_exact(d.sock, r2[3])
+        C.eq("control: pipelined requests answered in order", (r1[1], r1[2], r2[1], r2[2]),
+             (98, E_INVALID, CTL_STATS, 0))
+        spec = dict(prompt=[4, 5, 6], max_tokens=7)
+        check_against_oracle("control: session still serves after unknown op", d, spec, d.run_one(spec))
+        min_submitted = sess.submitted + d.submitted    # requests queued on this daemon
+    finally:
+        d.close()
+    r = sess.control(CTL_STATS)
+    C.eq("STATS reply header", (r["magic"], r["op"], r["error"]), (CTLR_MAGIC, CTL_STATS, 0))
+    C.eq("STATS payload length == length field", len(r["payload"]), r["length"])
+    try:
+        text = r["payload"].decode("utf-8")
+        metrics = read_prometheus(text)
+        parse_err = ""
+    except (UnicodeDecodeError, ValueError, IndexError) as e:
+        metrics, parse_err = {}, repr(e)
+    C.check("STATS payload parses as Prometheus text", metrics and not parse_err, parse_err or "no samples")
+    badnames = [n for n in metrics if not n.startswith("bitnetd_")]
+    C.check("STATS: every metric name starts with bitnetd_", not badnames, ", ".join(badnames[:5]))
+    sub = metrics.get("bitnetd_requests_submitted_total")
+    C.check("STATS: bitnetd_requests_submitted_total >= requests sent",
+            sub is not None and sub >= min_submitted, "got %r, sent %d" % (sub, min_submitted))
+
+# ---------------------------------------------------------------- tests: slow daemon
+
+
+def test_futex_completion(sess):
+    spec = dict(prompt=[5, 6, 7], max_tokens=60)
+    local = collections.Counter()
+    sess.submit([(0, spec)])
+    done = sess.wait(0, timeout=10, stats=local)
+    FUTEX_STATS.update(local)
+    C.check("futex: completion wait returns", done)
+    r = sess.result(0)
+    sess.release(0)
+    check_against_oracle("futex: slow request result", sess, spec, r)
+    C.check("futex: completion waiter slept (FUTEX_WAIT called)", local["calls"] > 0, repr(dict(local)))
+    # A completion waiter alone is not woken by tokens (section 8.2): at most the
+    # DONE wake, plus one late wake of the slot's previous request.
+    C.check("futex: completion waiter not woken per token (<= 2 wakes for 60 tokens)",
+            local["woken"] <= 2, repr(dict(local)))
+    return local
+
+
+def test_streaming(sess):
+    spec = dict(prompt=[9, 8, 7, 6], max_tokens=150)
+    want, wstatus = loopback(spec["prompt"], spec["max_tokens"], sess.vocab, sess.eos)
+    slot = 3
+    u, S, o = sess.u32, sess.S(slot), sess.out_index(slot)
+    sess.submit([(slot, spec)])
+    have, got, counts, decreasing = 0, [], [], False
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if not sess.wait(slot, have=have, timeout=deadline - time.monotonic()):
+            break
+        state = u[(S + SL_STATE) // 4]           # state first: then n is final if DONE
+        n = u[(S + SL_NTOK) // 4]
+        if n < have:
+            decreasing = True
+        if state != ST_DONE:
+            counts.append(n)
+        got += u[o + have:o + n].tolist()
+        have = n
+        if state == ST_DONE:
+            break
+    r = sess.result(slot)
+    sess.release(slot)
+    mids = sorted(set(c for c in counts if 0 < c < spec["max_tokens"]))
+    C.check("streaming: n_tokens grows while the request runs (>= 3 distinct counts)",
+            len(mids) >= 3, "saw %r" % mids[:10])
+    C.check("streaming: n_tokens never decreases", not decreasing)
+    C.eq("streaming: tokens read while streaming == oracle", got, want)
+    C.eq("streaming: final result", (r["state"], r["status"], r["n_tokens"], r["tokens"]),
+         (ST_DONE, wstatus, len(want), want))
+
+
+def test_cancel(sess):
+    m = min(1000, sess.ocap, sess.ctx - 2)
+    spec = dict(prompt=[21, 22], max_tokens=m)
+    want, _ = loopback(spec["prompt"], m, sess.vocab, sess.eos, True)
+    spec["flags"] = FLAG_IGNORE_EOS
+    slot = 5
+    S = sess.S(slot)
+    sess.submit([(slot, spec)])
+    have = 0
+    deadline = time.monotonic() + 10
+    while have < 10 and time.monotonic() < deadline:
+        sess.wait(slot, have=have, timeout=1)
+        have = sess.u32[(S + SL_NTOK) // 4]
+    sess.u32[(S + SL_CANCEL) // 4] = 1
+    C.check("cancel: request completes after cancel", sess.wait(slot, timeout=10))
+    r = sess.result(slot)
+    sess.release(slot)
+    C.eq("cancel: status CANCELLED", (r["state"], r["status"], r["error"]), (ST_DONE, S_CANCELLED, 0))
+    C.check("cancel: stopped early, kept tokens produced before the cancel",
+            have <= r["n_tokens"] < m, "n_tokens %d (had %d, max %d)" % (r["n_tokens"], have, m))
+    C.eq("cancel: tokens are a prefix of the oracle", r["tokens"], want[:r["n_tokens"]])
+    # a cancel after DONE has no effect on the next request in that slot (prepare resets it)
+    spec2 = dict(prompt=[21, 22], max_tokens=3)
+    check_against_oracle("cancel: slot reusable after cancel", sess, spec2, sess.run_one(spec2, slot=slot))
+
+
+def test_violation_inflight(daemon, sess_e):
+    f = Session(daemon, requested_slots=2, label="violator2")
+    try:
+        spec = dict(prompt=[11, 12], max_tokens=min(500, f.ocap))
+        want, _ = loopback(spec["prompt"], spec["max_tokens"], f.vocab, f.eos)
+        f.submit([(0, spec)])
+        f.wait(0, have=0, timeout=5)                   # running now
+        f.push_sqe(1, op=2)                            # sqe.op != 1 (section 6.8)
+        f.publish()
+        f.sock.settimeout(5)
+        try:
+            got = f.sock.recv(16)
+        except socket.timeout:
+            got = "timeout"
+        except OSError as e:
+            got = "error %s" % e
+        S = f.S(0)
+        state = f.u32[(S + SL_STATE) // 4]
+        C.eq("violation (sqe.op 2): daemon closes the session", got, b"")
+        C.eq("violation: in-flight slot DONE before the hang-up", state, ST_DONE)
+        r = f.result(0)
+        C.eq("violation: in-flight request ends ERROR/PROTOCOL", (r["status"], r["error"]),
+             (S_ERROR, E_PROTOCOL))
+        C.eq("violation: tokens kept are a prefix of the oracle", r["tokens"], want[:r["n_tokens"]])
+    finally:
+        f.close()
+    spec = dict(prompt=[31, 32, 33], max_tokens=5)
+    check_against_oracle("slow daemon: other session works after violation", sess_e, spec,
+                         sess_e.run_one(spec, slot=7))
+
+
+def test_shutdown(daemon, sess):
+    rc = daemon.stop()
+    C.eq("shutdown: daemon exit status", rc, 0)
+    C.check("shutdown: SHUTTING_DOWN set in daemon_flags", sess.daemon_flags() & DFLAG_SHUTTING_DOWN,
+            "daemon_flags 0x%x" % sess.daemon_flags())
+    sess.sock.settimeout(3)
+    try:
+        got = sess.sock.recv(1)
+    except (socket.timeout, OSError) as e:
+        got = repr(e)
+    C.eq("shutdown: session socket hung up", got, b"")
+
+# ---------------------------------------------------------------- main
+
+
+def main():
+    exe = os.environ.get("BITNETD", "build/bitnetd")
+    if not os.access(exe, os.X_OK):
+        print("conformance: %s is not an executable (build it with make build/bitnetd)" % exe)
+        print("0 passed, 1 failed")
+        return 1
+    rng = random.Random(20240521)
+    tmpdir = tempfile.mkdtemp(prefix="bitnetd-conf-")
+    ring_start = 0xFFFFFFF0              # counters wrap 2^32 early in the run (section 4.2)
+    fast = Daemon(exe, tmpdir, "fast", env={"BITNETD_RING_START": str(ring_start)})
+    slow = Daemon(exe, tmpdir, "slow", extra=["--step-delay-us", "2000"])
+    t0 = time.monotonic()
+    sessions = []
+    try:
+        test_oracle_self()
+
+        # ---- fast daemon
+        fast.start()
+        a = Session(fast, requested_slots=8, label="A")
+        sessions.append(a)
+        C.check("handshake + header validation (section 3)", True)
+        test_header(a, ring_start, 8)
+        test_worked_examples(a)
+        test_request_errors(a, rng)
+        test_bulk(a, rng, 300)
+        C.check("ring counters wrapped 2^32", a.tail < ring_start, "tail 0x%08x" % a.tail)
+        test_violation_slot_range(fast, a, rng)
+        test_handshake_errors(fast)
+        test_control(fast, a)
+        a.close()
+        sessions.remove(a)
+        C.eq("fast daemon: exit status 0 after SIGTERM", fast.stop(), 0)
+
+        # ---- slow daemon (--step-delay-us 2000)
+        slow.start()
+        e = Session(slow, label="E")
+        sessions.append(e)
+        C.eq("slow daemon: default slot_count (--slots default 64)", e.nslots, 64)
+        C.eq("slow daemon: ring starts at 0", (e.initial_head, e.tail), (0, 0))
+        FUTEX_STATS.clear()
+        test_futex_completion(e)
+        test_streaming(e)
+        test_cancel(e)
+        test_violation_inflight(slow, e)
+        C.check("futex: at least one FUTEX_WAIT returned 0 (a real wake)", FUTEX_STATS["woken"] >= 1,
+                repr(dict(FUTEX_STATS)))
+        if VERBOSE:
+            print("     futex on slow daemon: %r" % dict(FUTEX_STATS))
+        test_shutdown(slow, e)
+    except Exception:
+        C.check("no unexpected exception", False, traceback.format_exc().rstrip().replace("\n", "\n     "))
+    finally:
+        for s in sessions:
+            try:
+                s.close()
+            except Exception:
+                pass
+        for d in (fast, slow):
+            if d.proc is not None:
+                first = d.rc is None
+                rc = d.stop()
+                if first:
+                    C.eq("%s daemon: exit status 0 after SIGTERM" % d.name, rc, 0)
+                if rc != 0:
+                    print("---- %s daemon log tail:\n%s" % (d.name, d.logtail()))
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    if VERBOSE:
+        print("     runtime %.2fs" % (time.monotonic() - t0))
+    print("%d passed, %d failed" % (C.passed, C.failed))
+    return 0 if C.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
