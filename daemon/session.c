@@ -77,8 +77,15 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
-/* Lays the segment out; returns its size. All offsets are multiples of 64 (cache lines). */
-static size_t layout_segment(struct bn_session *s, uint32_t slots, const struct bn_session_limits *lim)
+/* Where the regions of a segment go; computed once, written into the header. */
+struct segment_layout {
+	uint32_t sq_offset, sqes_offset, slot_offset;
+	size_t size;
+};
+
+/* Lays the segment out. All offsets are multiples of 64 (cache lines). */
+static struct segment_layout layout_segment(struct bn_session *s, uint32_t slots,
+					    const struct bn_session_limits *lim)
 {
 	s->slot_count = slots;
 	s->sq_mask = pow2_at_least(slots) - 1;
@@ -87,26 +94,28 @@ static size_t layout_segment(struct bn_session *s, uint32_t slots, const struct 
 	s->prompt_offset = (uint32_t)sizeof(struct bn_slot);
 	s->output_offset = align64(s->prompt_offset + 4u * lim->prompt_capacity);
 	s->slot_size = align64(s->output_offset + 4u * lim->output_capacity);
-	uint32_t sq_off = (uint32_t)sizeof(struct bn_shm_header);
-	uint32_t sqes_off = align64(sq_off + (uint32_t)sizeof(struct bn_sq_ring));
-	uint32_t slot_off = align64(sqes_off + (s->sq_mask + 1) * (uint32_t)sizeof(struct bn_sqe));
-	return (size_t)slot_off + (size_t)s->slot_size * slots;
+	struct segment_layout g;
+	g.sq_offset = (uint32_t)sizeof(struct bn_shm_header);
+	g.sqes_offset = align64(g.sq_offset + (uint32_t)sizeof(struct bn_sq_ring));
+	g.slot_offset = align64(g.sqes_offset + (s->sq_mask + 1) * (uint32_t)sizeof(struct bn_sqe));
+	g.size = (size_t)g.slot_offset + (size_t)s->slot_size * slots;
+	return g;
 }
 
-static void write_header(struct bn_session *s, const struct bn_model_desc *m)
+static void write_header(struct bn_session *s, const struct segment_layout *g,
+			 const struct bn_model_desc *m)
 {
 	struct bn_shm_header *h = (struct bn_shm_header *)s->mem;
-	uint32_t sqes_off = align64((uint32_t)sizeof(*h) + (uint32_t)sizeof(struct bn_sq_ring));
 	h->magic = BN_SHM_MAGIC;
 	h->abi_version = BN_ABI_VERSION;
 	h->features = BN_FEAT_STREAMING;
 	h->header_size = (uint32_t)sizeof(*h);
-	h->segment_size = s->mem_size;
+	h->segment_size = g->size;
 	h->session_id = s->id;
-	h->sq_offset = (uint32_t)sizeof(*h);
+	h->sq_offset = g->sq_offset;
 	h->sq_entries = s->sq_mask + 1;
-	h->sqes_offset = sqes_off;
-	h->slot_offset = align64(sqes_off + h->sq_entries * (uint32_t)sizeof(struct bn_sqe));
+	h->sqes_offset = g->sqes_offset;
+	h->slot_offset = g->slot_offset;
 	h->slot_count = s->slot_count;
 	h->slot_size = s->slot_size;
 	h->slot_prompt_offset = s->prompt_offset;
@@ -120,14 +129,15 @@ static void write_header(struct bn_session *s, const struct bn_model_desc *m)
 	h->backend = m->kind;
 	memcpy(h->model_name, m->name, sizeof(h->model_name));
 	s->hdr = h;
-	s->ring = (struct bn_sq_ring *)(s->mem + h->sq_offset);
-	s->sqes = (struct bn_sqe *)(s->mem + h->sqes_offset);
-	s->slots = s->mem + h->slot_offset;
+	s->ring = (struct bn_sq_ring *)(s->mem + g->sq_offset);
+	s->sqes = (struct bn_sqe *)(s->mem + g->sqes_offset);
+	s->slots = s->mem + g->slot_offset;
 }
 
 static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_session_limits *lim)
 {
-	s->mem_size = layout_segment(s, slots, lim);
+	struct segment_layout g = layout_segment(s, slots, lim);
+	s->mem_size = g.size;
 	s->memfd = memfd_create("bitnetd-session", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (s->memfd < 0)
 		return -errno;
@@ -141,7 +151,7 @@ static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_
 	 * (which would turn our next access into SIGBUS), nor grow it or change the seals. */
 	if (fcntl(s->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		return -errno;
-	write_header(s, lim->model);
+	write_header(s, &g, lim->model);
 	s->model = lim->model;
 	s->ring->head = s->ring->tail = s->sq_head = lim->ring_start;
 	s->doorbell_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -41,16 +41,21 @@ __attribute__((format(printf, 2, 3))) static void put(struct text *t, const char
 		t->len = t->len + (size_t)n < t->cap ? t->len + (size_t)n : t->cap - 1;
 }
 
+static void metric(struct text *t, const char *type, const char *name, const char *help,
+		   uint64_t v)
+{
+	put(t, "# HELP bitnetd_%s %s\n# TYPE bitnetd_%s %s\nbitnetd_%s %" PRIu64 "\n", name, help,
+	    name, type, name, v);
+}
+
 static void counter(struct text *t, const char *name, const char *help, uint64_t v)
 {
-	put(t, "# HELP bitnetd_%s %s\n# TYPE bitnetd_%s counter\nbitnetd_%s %" PRIu64 "\n", name,
-	    help, name, name, v);
+	metric(t, "counter", name, help, v);
 }
 
 static void gauge(struct text *t, const char *name, const char *help, uint64_t v)
 {
-	put(t, "# HELP bitnetd_%s %s\n# TYPE bitnetd_%s gauge\nbitnetd_%s %" PRIu64 "\n", name,
-	    help, name, name, v);
+	metric(t, "gauge", name, help, v);
 }
 
 static void render_requests(struct text *t)
