@@ -100,7 +100,9 @@ static int one_round_trip(struct bn_client *c, const uint32_t *prompt, int64_t *
 	return rc;
 }
 
-static int measure_rtt(struct bn_client *c, const char *prefix, uint32_t samples, uint32_t gap_us)
+/* Prints p50 and p99 of `samples` round trips; *p50 gets the median. */
+static int measure_rtt(struct bn_client *c, const char *prefix, uint32_t samples, uint32_t gap_us,
+		       int64_t *p50)
 {
 	int64_t *v = calloc(samples, sizeof(*v));
 	uint32_t prompt[PROMPT_TOKENS];
@@ -119,7 +121,8 @@ static int measure_rtt(struct bn_client *c, const char *prefix, uint32_t samples
 		if (i >= samples / 10)
 			v[i - samples / 10] = ns;
 	}
-	printf("%s_p50_ns=%" PRId64 "\n", prefix, percentile(v, samples, 0.50));
+	*p50 = percentile(v, samples, 0.50);
+	printf("%s_p50_ns=%" PRId64 "\n", prefix, *p50);
 	printf("%s_p99_ns=%" PRId64 "\n", prefix, percentile(v, samples, 0.99));
 	free(v);
 	return 0;
@@ -339,17 +342,21 @@ static int parse_bench_opts(int argc, char **argv, struct bench_opts *o)
 
 static int run_all(struct bn_client *c, const struct bench_opts *o)
 {
+	int64_t hot, idle;
 	bn_client_set_spin_ns(c, o->spin_ns);
-	int rc = measure_rtt(c, "rtt_hot", o->hot_samples, 0);
+	int rc = measure_rtt(c, "rtt_hot", o->hot_samples, 0, &hot);
 	if (rc == 0)
-		rc = measure_rtt(c, "rtt_idle", o->idle_samples, o->idle_gap_us);
+		rc = measure_rtt(c, "rtt_idle", o->idle_samples, o->idle_gap_us, &idle);
 	if (rc < 0)
 		return rc;
 	int64_t uds = measure_uds(o->hot_samples);
+	if (uds > 0 && hot > 0 && idle > 0) {
+		printf("uds_over_hot_p50=%.1f\n", (double)uds / (double)hot);
+		printf("uds_over_idle_p50=%.2f\n", (double)uds / (double)idle);
+	}
 	static const uint32_t threads[] = { 1, 4, 16 };
 	for (size_t i = 0; rc == 0 && i < 3; i++)
 		rc = measure_rps(c, threads[i], o->rps_ms, threads[i] == 4);
-	(void)uds;
 	return rc;
 }
 
