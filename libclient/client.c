@@ -31,6 +31,7 @@ struct bn_handle {
 	struct bn_client *c;
 	uint32_t slot;
 	enum handle_state state;
+	int woke_daemon;        /* its submission rang the doorbell: the daemon was asleep */
 	struct bn_handle *next; /* free list or abandoned list */
 };
 
@@ -410,9 +411,10 @@ static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_reques
 	s->state = BN_SLOT_SUBMITTED; /* published by the tail store-release in queue_slot() */
 }
 
-/* Lock held. */
-static void queue_slot(struct bn_client *c, uint32_t slot)
+/* Lock held. Returns whether the daemon was asleep and had to be rung. */
+static int queue_slot(struct bn_client *c, uint32_t slot)
 {
+	int rang = 0;
 	struct bn_sqe *e = &c->sqes[bn_ring_index(c->sq_tail, c->sq_mask + 1)];
 	*e = (struct bn_sqe){ .op = BN_OP_GENERATE, .slot = slot };
 	c->sq_tail++;
@@ -425,8 +427,10 @@ static void queue_slot(struct bn_client *c, uint32_t slot)
 		uint64_t one = 1;
 		if (write(c->doorbell, &one, sizeof(one)) == (ssize_t)sizeof(one))
 			c->stats.doorbells++;
+		rang = 1;
 	}
 	c->stats.submits++;
+	return rang;
 }
 
 static int check_request(const struct bn_client *c, const struct bn_request *req)
@@ -444,7 +448,9 @@ int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handl
 	int rc = check_request(c, req);
 	if (rc < 0)
 		return rc;
-	if (daemon_gone(c))
+	/* Only the flag a wait has set: a poll(2) here would be a system call per request. A
+	 * submission to a daemon that died unnoticed fails in its wait, within one slice. */
+	if (__atomic_load_n(&c->dead, __ATOMIC_RELAXED))
 		return -BN_E_DISCONNECTED;
 	if (bn_read_once(((struct bn_shm_header *)c->mem)->daemon_flags) & BN_DAEMON_SHUTTING_DOWN)
 		return -BN_E_SHUTDOWN;
@@ -456,7 +462,7 @@ int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handl
 	/* The slot is ours alone until queued: fill it without the lock. */
 	fill_slot(c, h->slot, req);
 	pthread_mutex_lock(&c->lock);
-	queue_slot(c, h->slot);
+	h->woke_daemon = queue_slot(c, h->slot);
 	pthread_mutex_unlock(&c->lock);
 	*out = h;
 	return 0;
@@ -501,13 +507,17 @@ static int wait_on(struct bn_handle *h, int64_t have, int64_t timeout_ns)
 	struct bn_slot *s = slot_of(c, h->slot);
 	int64_t start = now_ns();
 	int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
+	/* A daemon we had to wake is often placed on our CPU: spinning here would keep it from
+	 * running until our spin ends (measured: 165 us round trips with a 100 us spin, 24 us
+	 * without), so such a wait sleeps at once. */
+	int64_t spin = h->woke_daemon ? 0 : (int64_t)c->spin_ns;
 	for (;;) {
 		/* Read events before the condition: a change after this read wakes the futex. */
 		uint32_t seen = bn_load_acquire(s->events);
 		if (wait_satisfied(h, have))
 			return 0;
 		int64_t now = now_ns();
-		if (now - start < (int64_t)c->spin_ns && now < deadline) {
+		if (now - start < spin && now < deadline) {
 			cpu_relax();
 			continue;
 		}
