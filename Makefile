@@ -107,7 +107,7 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(LIB_A
 
 $(BUILD)/tests/bn-hostile: $(BUILD)/tests/hostile.o $(BUILD)/tests/testutil.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) -lm
 
 # ---------------------------------------------------------------------------------------------
 # Tests: each Check program prints its runner summary; a failing one fails the target.

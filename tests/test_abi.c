@@ -6,6 +6,8 @@
 #include "bitnet_ring.h"
 #include "bitnet_shm.h"
 
+#include "testutil.h"
+
 #include <check.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -111,9 +113,5 @@ int main(void)
 	tcase_add_test(tc, ring_empty_and_full);
 	tcase_add_test(tc, ring_wraps_at_2_32);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

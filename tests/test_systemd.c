@@ -141,9 +141,5 @@ int main(void)
 	tcase_add_test(tc, socket_activation_and_notify);
 	tcase_add_test(tc, bad_listen_fds_is_a_startup_error);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

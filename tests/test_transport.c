@@ -603,9 +603,5 @@ int main(void)
 	tcase_add_test(tc, killed_daemon_fails_waits);
 	tcase_add_test(tc, max_sessions_refuses_with_busy);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -4,6 +4,7 @@
 
 #include "bitnet_client.h"
 
+#include <check.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -112,4 +113,13 @@ long long tu_metric(const char *text, const char *name)
 			return strtoll(p + len + 1, NULL, 10);
 	}
 	return -1;
+}
+
+int tu_run_suite(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

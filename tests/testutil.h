@@ -33,4 +33,9 @@ int64_t tu_now_ns(void);
 /* The value of a metric line "name value" in Prometheus text, or -1. */
 long long tu_metric(const char *text, const char *name);
 
+struct Suite;
+/* Runs the suite with Check's normal output (its summary line included) and returns the
+ * process exit status: EXIT_SUCCESS iff nothing failed. */
+int tu_run_suite(struct Suite *s);
+
 #endif /* BITNET_TESTUTIL_H */
