@@ -33,39 +33,67 @@ URING_CFLAGS := $(shell $(PKG_CONFIG) --cflags liburing 2>/dev/null)
 URING_LIBS   := $(shell $(PKG_CONFIG) --libs liburing 2>/dev/null || echo -luring)
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell $(PKG_CONFIG) --libs check 2>/dev/null || echo -lcheck)
+# OpenBLAS, the serial build (Debian: libopenblas-serial-dev): its calls run inside our own
+# thread pool. A threaded OpenBLAS starts its threads when it is loaded, before main(): they
+# would fight the pool for the cores and take the SIGTERM meant for the daemon's signalfd.
+# The rpath makes the loader pick it over the system's default (threaded) alternative.
+MULTIARCH    := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+BLAS_DIR     ?= /usr/lib/$(MULTIARCH)/openblas-serial
+BLAS_INC     ?= /usr/include/$(MULTIARCH)/openblas-serial
+BLAS_CFLAGS  := -I$(BLAS_INC)
+BLAS_LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS   ?= -O2 -g
-BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient
+BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Itools
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
 ALL_CFLAGS := $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS)
 ALL_LDFLAGS := -pthread $(LDFLAGS) $(SAN_FLAGS)
+# SIMD kernels: each ISA in its own file, compiled for that ISA only; the best one is picked
+# at start-up by cpuid (kernels/cpu/cpu_features.c), so the binary runs on any x86-64.
+ISA_AVX2   := -mavx2 -mfma -mf16c
+ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
-DAEMON_SRCS := $(wildcard daemon/*.c)
+# libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
+# model tool, the benchmarks and the tests link it.
+KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
+DAEMON_SRCS := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS)
 CLIENT_SRCS := libclient/client.c
 CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c
+MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
-TEST_TOOLS  := bn-hostile
+TEST_TOOLS  := bn-hostile fuzz-gguf-replay
 
-DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
+CORE_OBJS   := $(CORE_SRCS:%.c=$(BUILD)/%.o)
 CLIENT_PIC  := $(CLIENT_SRCS:%.c=$(BUILD)/pic/%.o)
 CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS    := $(CLI_SRCS:%.c=$(BUILD)/%.o)
+MODELTOOL_OBJS := $(MODELTOOL_SRCS:%.c=$(BUILD)/%.o)
 
 BITNETD  := $(BUILD)/bitnetd
 CLI      := $(BUILD)/bitnet-cli
+MODELTOOL := $(BUILD)/bitnet-model
+CORE_A   := $(BUILD)/libbitnetd-core.a
 LIB_SO   := $(BUILD)/$(LIB_SONAME)
 LIB_A    := $(BUILD)/libbitnet-client.a
 LIB_PC   := $(BUILD)/bitnet-client.pc
 TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
+# The built-in default model: the tiny preset, made by the model tool at build time.
+DEFAULT_MODEL := $(BUILD)/models/tiny.gguf
+CORE_LIBS := $(URING_LIBS) -lm
 
-.PHONY: all check check-c check-san check-python check-systemd bench-ipc install uninstall clean help
-all: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
+.PHONY: all check check-c check-san check-python check-systemd bench-ipc bench-model fuzz \
+	install uninstall clean help
+all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(ALL_CFLAGS) $(URING_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(ISA_FLAGS) $(URING_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/kernels/cpu/%_avx2.o: ISA_FLAGS := $(ISA_AVX2)
+$(BUILD)/kernels/cpu/%_avx512.o: ISA_FLAGS := $(ISA_AVX512)
 
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -77,9 +105,22 @@ $(BUILD)/tests/%.o: tests/%.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BITNETD): $(DAEMON_OBJS)
+$(CORE_A): $(CORE_OBJS)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BITNETD): $(BUILD)/daemon/main.o $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(URING_LIBS) -lm
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
+$(MODELTOOL): $(MODELTOOL_OBJS) $(CORE_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
+$(DEFAULT_MODEL): $(MODELTOOL)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)$(MODELTOOL) write --preset tiny --type i2_s --out $@
 
 $(LIB_SO): $(CLIENT_PIC) libclient/libbitnet-client.map
 	@$(if $(Q),echo "  LD      $@")
@@ -96,18 +137,34 @@ $(LIB_PC): libclient/bitnet-client.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
 		-e 's|@VERSION@|$(LIB_VERSION)|g' $< > $@
 
-# Tools and tests link the static library: they run from the build tree without LD_LIBRARY_PATH.
+# Tools and tests link the static libraries: they run from the build tree without
+# LD_LIBRARY_PATH.
 $(CLI): $(CLI_OBJS) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm
 
-$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(LIB_A)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) -lm
+TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
 
-$(BUILD)/tests/bn-hostile: $(BUILD)/tests/hostile.o $(BUILD)/tests/testutil.o $(LIB_A)
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) -lm
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
+
+$(BUILD)/tests/bn-hostile: $(BUILD)/tests/hostile.o $(TEST_LINK)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
+
+# The GGUF fuzz target, replayed over its seed corpus by `make check` (any compiler);
+# `make fuzz` builds it for libFuzzer with clang and runs it for FUZZ_SECONDS.
+$(BUILD)/tests/fuzz-gguf-replay: $(BUILD)/tests/fuzz_gguf.o $(BUILD)/tests/fuzz_replay.o $(CORE_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	@mkdir -p build-fuzz/corpus
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Ikernels -Ikernels/cpu -Idaemon \
+		tests/fuzz_gguf.c daemon/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
+	build-fuzz/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus tests/corpus/gguf
 
 # ---------------------------------------------------------------------------------------------
 # Tests: each Check program prints its runner summary; a failing one fails the target.
@@ -119,11 +176,16 @@ check-san:
 	@echo "== sanitizer pass (address,undefined)"
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined check-c
 
+TEST_ENV := BITNETD=$(BITNETD) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
+	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL)
+
 check-c: all
 	@set -e; for t in $(TEST_UNIT); do \
 		echo "== $$t"; \
-		BITNETD=$(BITNETD) BN_HOSTILE=$(BUILD)/tests/bn-hostile $(BUILD)/tests/$$t; \
+		$(TEST_ENV) $(BUILD)/tests/$$t; \
 	done
+	@echo "== fuzz corpus replay (tests/corpus/gguf)"
+	$(Q)$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*
 
 check-python: all
 	@echo "== conformance (python3, written from shm/PROTOCOL.md)"

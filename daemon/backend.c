@@ -6,6 +6,7 @@
 /* Every backend this build has; the daemon looks them up by --backend name. */
 static const struct bn_backend_ops *const all_backends[] = {
 	&bn_backend_loopback,
+	&bn_backend_cpu,
 };
 
 const struct bn_backend_ops *bn_backend_find(const char *name)

@@ -43,6 +43,7 @@ struct bn_backend_options {
 	uint32_t max_seqs;       /* sequences open at once (the scheduler's max batch) */
 	uint32_t vocab_size;     /* loopback: size of its vocabulary */
 	uint32_t step_delay_us;  /* loopback: busy time per step, to mimic compute */
+	uint32_t n_threads;      /* cpu: compute threads including the caller; 0 = all CPUs */
 };
 
 struct bn_backend_ops {
@@ -62,5 +63,6 @@ struct bn_backend_ops {
 const struct bn_backend_ops *bn_backend_find(const char *name);
 
 extern const struct bn_backend_ops bn_backend_loopback;
+extern const struct bn_backend_ops bn_backend_cpu;
 
 #endif /* BITNETD_BACKEND_H */

@@ -23,6 +23,8 @@ static const char usage_text[] =
 	"  --backend NAME         loopback (no model; tokens are a documented function of\n"
 	"                         the prompt), cpu or cuda where built (default loopback)\n"
 	"  --model FILE           GGUF model file for the cpu and cuda backends\n"
+	"  --threads N            cpu: compute threads, the loop's own included\n"
+	"                         (default 0: one per online CPU)\n"
 	"  --max-batch N          sequences in one forward step (default 64)\n"
 	"  --batch-window-us N    how long an idle daemon waits for a fuller first batch\n"
 	"                         once a request arrives (default 0: start at once)\n"
@@ -51,7 +53,7 @@ static const char usage_text[] =
 enum long_only {
 	OPT_SOCKET = 256, OPT_SOCKET_MODE, OPT_BACKEND, OPT_MODEL, OPT_MAX_BATCH, OPT_WINDOW,
 	OPT_SLOTS, OPT_MAX_SESSIONS, OPT_IDLE_SPIN, OPT_LOG_LEVEL, OPT_VOCAB, OPT_STEP_DELAY,
-	OPT_DRAIN, OPT_HELP, OPT_VERSION,
+	OPT_DRAIN, OPT_THREADS, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -68,6 +70,7 @@ static const struct option long_options[] = {
 	{ "vocab-size", required_argument, NULL, OPT_VOCAB },
 	{ "step-delay-us", required_argument, NULL, OPT_STEP_DELAY },
 	{ "drain-timeout-ms", required_argument, NULL, OPT_DRAIN },
+	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -115,6 +118,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_SOCKET_MODE: return parse_u32("socket-mode", arg, 0, 0777, 8, &cfg->socket_mode);
 	case OPT_BACKEND: cfg->backend = arg; return 0;
 	case OPT_MODEL: cfg->model_path = arg; return 0;
+	case OPT_THREADS: return parse_u32("threads", arg, 0, 1024, 10, &cfg->threads);
 	case OPT_MAX_BATCH: return parse_u32("max-batch", arg, 1, 65536, 10, &cfg->max_batch);
 	case OPT_WINDOW:
 		return parse_u32("batch-window-us", arg, 0, 10000000, 10, &cfg->batch_window_us);

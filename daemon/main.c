@@ -24,6 +24,7 @@ static int open_backend(const struct bn_config *cfg, const struct bn_backend_ops
 		.max_seqs = cfg->max_batch,
 		.vocab_size = cfg->vocab_size,
 		.step_delay_us = cfg->step_delay_us,
+		.n_threads = cfg->threads,
 	};
 	if ((*ops)->open(&opt, model, backend) < 0) {
 		bn_log_error("msg=\"backend failed to start\" backend=%s", cfg->backend);

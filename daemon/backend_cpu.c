@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cpu backend: a GGUF model (model.h) and the batched forward pass (forward.h) on the
+ * project's thread pool, with greedy decoding (the argmax of each row's last logits).
+ */
+#include "backend.h"
+#include "clock.h"
+#include "forward.h"
+#include "log.h"
+#include "model.h"
+#include "../shm/bitnet_shm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cpu_backend {
+	struct bn_model model;
+	struct bn_pool *pool;
+	struct bn_forward *fwd;
+	float *logits;        /* [logits_rows][n_vocab] */
+	uint32_t logits_rows;
+	uint32_t max_seqs;
+};
+
+static void cpu_close(void *self)
+{
+	struct cpu_backend *cb = self;
+	if (!cb)
+		return;
+	bn_forward_free(cb->fwd);
+	bn_pool_free(cb->pool);
+	bn_model_free(&cb->model);
+	free(cb->logits);
+	free(cb);
+}
+
+static void describe(const struct bn_model_config *c, struct bn_model_desc *desc)
+{
+	memset(desc, 0, sizeof(*desc));
+	snprintf(desc->name, sizeof(desc->name), "%s", c->name);
+	desc->vocab_size = c->n_vocab;
+	desc->context_length = c->n_ctx;
+	desc->bos_id = c->bos_id;
+	desc->eos_id = c->eos_id;
+	desc->kind = BN_BACKEND_CPU;
+}
+
+static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self)
+{
+	if (!opt->model_path) {
+		bn_log_error("msg=\"the cpu backend needs --model FILE\"");
+		return -EINVAL;
+	}
+	const struct bn_kernels *kern = bn_kernels_select(NULL);
+	if (!kern) {
+		bn_log_error("msg=\"BITNET_KERNELS names kernels this CPU cannot run\" value=\"%s\"",
+			     getenv("BITNET_KERNELS"));
+		return -EINVAL;
+	}
+	struct cpu_backend *cb = calloc(1, sizeof(*cb));
+	if (!cb)
+		return -ENOMEM;
+	uint64_t t0 = bn_now_ns();
+	char err[BN_MODEL_ERR_LEN];
+	if (bn_model_load(&cb->model, opt->model_path, err) != 0) {
+		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
+		free(cb);
+		return -EINVAL;
+	}
+	cb->max_seqs = opt->max_seqs;
+	cb->pool = bn_pool_new(opt->n_threads);
+	cb->fwd = cb->pool ? bn_forward_new(&cb->model, opt->max_seqs, cb->pool, kern) : NULL;
+	if (!cb->fwd) {
+		cpu_close(cb);
+		return -ENOMEM;
+	}
+	const struct bn_model_config *c = &cb->model.cfg;
+	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f load_ms=%.0f",
+		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
+		    c->n_ctx, kern->name, bn_pool_threads(cb->pool),
+		    (double)cb->model.repacked_bytes / 1e6, (double)(bn_now_ns() - t0) / 1e6);
+	describe(c, desc);
+	*self = cb;
+	return 0;
+}
+
+static int cpu_seq_open(void *self, uint32_t seq)
+{
+	struct cpu_backend *cb = self;
+	return bn_forward_seq_reset(cb->fwd, seq);
+}
+
+static void cpu_seq_close(void *self, uint32_t seq)
+{
+	struct cpu_backend *cb = self;
+	bn_forward_seq_release(cb->fwd, seq);
+}
+
+static int cpu_step(void *self, const struct bn_batch *batch, uint32_t *next_token)
+{
+	struct cpu_backend *cb = self;
+	uint32_t n_vocab = cb->model.cfg.n_vocab;
+	if (batch->n_rows > cb->logits_rows) {
+		float *l = realloc(cb->logits, (size_t)batch->n_rows * n_vocab * sizeof(float));
+		if (!l)
+			return -ENOMEM;
+		cb->logits = l;
+		cb->logits_rows = batch->n_rows;
+	}
+	int rc = bn_forward_run(cb->fwd, batch, cb->logits, 0);
+	if (rc)
+		return rc;
+	for (uint32_t r = 0; r < batch->n_rows; r++)
+		next_token[r] = bn_argmax(cb->logits + (size_t)r * n_vocab, n_vocab);
+	return 0;
+}
+
+const struct bn_backend_ops bn_backend_cpu = {
+	.name = "cpu",
+	.open = cpu_open,
+	.close = cpu_close,
+	.seq_open = cpu_seq_open,
+	.seq_close = cpu_seq_close,
+	.step = cpu_step,
+};

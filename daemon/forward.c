@@ -1,0 +1,577 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * forward.c — the batched forward pass. The new tokens of all rows are flattened into one
+ * [n_tok x dim] activation matrix (no padding), every weight matrix is applied to all of them
+ * at once (one weight read per step, not per row), and attention runs per (row, head) over
+ * that row's own KV cache, so a row never sees another row's data. Work is split over the
+ * pool by output-row chunks x token blocks; each task writes its own outputs.
+ */
+#include "forward.h"
+#include "quant.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKEN_BLOCK 64    /* tokens per gemm task: their int8 rows stay in L2 (64 x 7 KB) */
+#define ROW_CHUNK_MIN 16  /* output rows per gemm task, at least */
+#define ELEM_BLOCK 8      /* tokens per element-wise task */
+#define KV_MIN_CAP 64
+
+struct kv_seq {
+	uint32_t len, cap;
+	float **k, **v; /* [n_layer] -> [cap][kv_dim] */
+};
+
+struct bn_forward {
+	const struct bn_model *m;
+	struct bn_pool *pool;
+	const struct bn_kernels *kern;
+	uint32_t max_seqs;
+	struct kv_seq *seqs;
+	uint32_t q_dim, kv_dim, widest;
+	/* scratch for n_cap tokens */
+	uint32_t n_cap;
+	float *x;        /* [n][n_embd] residual stream */
+	float *xb;       /* [n][widest] normed inputs, projections out */
+	float *q;        /* [n][q_dim] */
+	float *k, *v;    /* [n][kv_dim] new keys and values */
+	float *att;      /* [n][q_dim] */
+	float *gate, *up;/* [n][n_ff] */
+	float *rope_cs;  /* [n][rope_dim] cos, sin of each pair at the token's position */
+	struct bn_q8_rows xq; /* [n][k_pad of widest] */
+	uint32_t *tok_row, *tok_pos; /* [n] */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Matrix jobs: up to three matrices sharing one input, tasks = row chunks x token blocks      */
+/* ------------------------------------------------------------------------------------------ */
+
+struct gemm_job {
+	const struct bn_kernels *kern;
+	uint32_t n_mats;
+	const struct bn_linear *w[3];
+	float *y[3];
+	uint32_t ldy[3];
+	uint32_t chunk[3], n_chunks[3];
+	const float *x;            /* float input (FLOAT, DECODE) */
+	uint32_t ldx;
+	const struct bn_q8_rows *xq; /* int8 input (T2) */
+	uint32_t n_tok, n_blocks;
+};
+
+/* Q8_0 / Q6_K rows: decoded to F32 for the task, then through the float kernel. */
+static void gemm_decode(const struct gemm_job *j, const struct bn_linear *w, uint32_t o0,
+			uint32_t o1, const float *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	float *rows = malloc((size_t)(o1 - o0) * w->n_in * sizeof(float));
+	if (!rows)
+		abort(); /* a few hundred KB: out of memory here is not recoverable mid-step */
+	const struct bn_gguf_tensor *t = w->src;
+	for (uint32_t o = o0; o < o1; o++)
+		bn_dequant_row(t->type, t->data, t->size, o, w->n_in, rows + (size_t)(o - o0) * w->n_in);
+	struct bn_f_matrix f = { .data = rows, .type = BN_TYPE_F32, .n_in = w->n_in,
+				 .n_out = o1 - o0, .row_bytes = (uint64_t)w->n_in * sizeof(float) };
+	j->kern->f_gemm(&f, 0, o1 - o0, x, j->ldx, n_b, y + o0, ldy);
+	free(rows);
+}
+
+static void gemm_task(void *ctx, uint32_t task)
+{
+	const struct gemm_job *j = ctx;
+	uint32_t m = 0;
+	while (task >= j->n_chunks[m] * j->n_blocks)
+		task -= j->n_chunks[m++] * j->n_blocks;
+	const struct bn_linear *w = j->w[m];
+	uint32_t c = task / j->n_blocks, blk = task % j->n_blocks;
+	uint32_t o0 = c * j->chunk[m], o1 = o0 + j->chunk[m] < w->n_out ? o0 + j->chunk[m] : w->n_out;
+	uint32_t b0 = blk * TOKEN_BLOCK;
+	uint32_t n_b = j->n_tok - b0 < TOKEN_BLOCK ? j->n_tok - b0 : TOKEN_BLOCK;
+	float *y = j->y[m] + (size_t)b0 * j->ldy[m];
+	if (w->kind == BN_LINEAR_T2) {
+		struct bn_q8_rows xs = *j->xq;
+		xs.q += (size_t)b0 * xs.k_pad;
+		xs.inv_scale += b0;
+		xs.sum += b0;
+		j->kern->t2_gemm(&w->t2, o0, o1, &xs, n_b, y, j->ldy[m]);
+	} else if (w->kind == BN_LINEAR_FLOAT) {
+		j->kern->f_gemm(&w->f, o0, o1, j->x + (size_t)b0 * j->ldx, j->ldx, n_b, y, j->ldy[m]);
+	} else {
+		gemm_decode(j, w, o0, o1, j->x + (size_t)b0 * j->ldx, n_b, y, j->ldy[m]);
+	}
+}
+
+struct quant_job {
+	const float *x;
+	uint32_t ldx, n;
+	struct bn_q8_rows *out;
+};
+
+static void quant_task(void *ctx, uint32_t task)
+{
+	const struct quant_job *j = ctx;
+	uint32_t r0 = task * ELEM_BLOCK, n = j->n - r0 < ELEM_BLOCK ? j->n - r0 : ELEM_BLOCK;
+	struct bn_q8_rows part = *j->out;
+	part.q += (size_t)r0 * part.k_pad;
+	part.inv_scale += r0;
+	part.sum += r0;
+	bn_quantize_rows(j->x + (size_t)r0 * j->ldx, j->ldx, n, &part);
+}
+
+static uint32_t div_up(uint32_t a, uint32_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* y_i = W_i x for up to three matrices with the same input x [n_tok][ldx]. */
+static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_linear *const *w,
+			 float *const *y, const uint32_t *ldy, const float *x, uint32_t ldx,
+			 uint32_t n_tok)
+{
+	struct gemm_job j = { .kern = f->kern, .n_mats = n_mats, .x = x, .ldx = ldx,
+			      .xq = &f->xq, .n_tok = n_tok, .n_blocks = div_up(n_tok, TOKEN_BLOCK) };
+	int any_t2 = 0;
+	uint32_t n_tasks = 0, threads = bn_pool_threads(f->pool);
+	for (uint32_t i = 0; i < n_mats; i++) {
+		j.w[i] = w[i];
+		j.y[i] = y[i];
+		j.ldy[i] = ldy[i];
+		/* about four chunks per thread over all matrices, in whole 4-row tiles */
+		uint32_t chunk = div_up(w[i]->n_out, 4 * threads);
+		chunk = chunk < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : (chunk + 3) / 4 * 4;
+		j.chunk[i] = chunk;
+		j.n_chunks[i] = div_up(w[i]->n_out, chunk);
+		n_tasks += j.n_chunks[i] * j.n_blocks;
+		any_t2 |= w[i]->kind == BN_LINEAR_T2;
+	}
+	if (any_t2) {
+		f->xq.k = w[0]->n_in;
+		f->xq.k_pad = (w[0]->n_in + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+		struct quant_job qj = { .x = x, .ldx = ldx, .n = n_tok, .out = &f->xq };
+		bn_pool_run(f->pool, div_up(n_tok, ELEM_BLOCK), quant_task, &qj);
+	}
+	bn_pool_run(f->pool, n_tasks, gemm_task, &j);
+}
+
+static void linear1(struct bn_forward *f, const struct bn_linear *w, float *y, uint32_t ldy,
+		    const float *x, uint32_t ldx, uint32_t n_tok)
+{
+	linear_multi(f, 1, &w, &y, &ldy, x, ldx, n_tok);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Element-wise parts, per token                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
+{
+	float ss = 0.0f;
+	for (uint32_t i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	float inv = 1.0f / sqrtf(ss / (float)n + eps);
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = x[i] * inv * w[i];
+}
+
+static void rope_apply(const struct bn_model_config *c, float *v, const float *cs)
+{
+	uint32_t half = c->rope_dim / 2;
+	for (uint32_t i = 0; i < half; i++) {
+		uint32_t a = c->rope_neox ? i : 2 * i;
+		uint32_t b = c->rope_neox ? i + half : 2 * i + 1;
+		float va = v[a], vb = v[b], cosv = cs[2 * i], sinv = cs[2 * i + 1];
+		v[a] = va * cosv - vb * sinv;
+		v[b] = va * sinv + vb * cosv;
+	}
+}
+
+static float activation(enum bn_activation act, float g)
+{
+	if (act == BN_ACT_RELU2)
+		return g > 0.0f ? g * g : 0.0f;
+	return g / (1.0f + expf(-g));
+}
+
+enum elem_op { ELEM_ATTN_NORM, ELEM_ROPE, ELEM_ATTN_SUB_NORM, ELEM_RESIDUAL_FFN_NORM,
+	       ELEM_GATE, ELEM_RESIDUAL };
+
+struct elem_job {
+	struct bn_forward *f;
+	const struct bn_layer *L;
+	enum elem_op op;
+	uint32_t n_tok;
+};
+
+static void elem_token(const struct elem_job *j, uint32_t t)
+{
+	struct bn_forward *f = j->f;
+	const struct bn_model_config *c = &f->m->cfg;
+	const struct bn_layer *L = j->L;
+	float *x = f->x + (size_t)t * c->n_embd, *xb = f->xb + (size_t)t * f->widest;
+	switch (j->op) {
+	case ELEM_ATTN_NORM:
+		rmsnorm(xb, x, L->attn_norm, c->n_embd, c->rms_eps);
+		break;
+	case ELEM_ROPE:
+		for (uint32_t h = 0; h < c->n_head; h++)
+			rope_apply(c, f->q + (size_t)t * f->q_dim + h * c->head_dim,
+				   f->rope_cs + (size_t)t * c->rope_dim);
+		for (uint32_t h = 0; h < c->n_head_kv; h++)
+			rope_apply(c, f->k + (size_t)t * f->kv_dim + h * c->head_dim,
+				   f->rope_cs + (size_t)t * c->rope_dim);
+		break;
+	case ELEM_ATTN_SUB_NORM: {
+		float *a = f->att + (size_t)t * f->q_dim;
+		rmsnorm(a, a, L->attn_sub_norm, f->q_dim, c->rms_eps);
+		break;
+	}
+	case ELEM_RESIDUAL_FFN_NORM:
+		for (uint32_t i = 0; i < c->n_embd; i++)
+			x[i] += xb[i];
+		rmsnorm(xb, x, L->ffn_norm, c->n_embd, c->rms_eps);
+		break;
+	case ELEM_GATE: {
+		float *g = f->gate + (size_t)t * c->n_ff, *u = f->up + (size_t)t * c->n_ff;
+		for (uint32_t i = 0; i < c->n_ff; i++)
+			g[i] = activation(c->act, g[i]) * u[i];
+		if (L->ffn_sub_norm)
+			rmsnorm(g, g, L->ffn_sub_norm, c->n_ff, c->rms_eps);
+		break;
+	}
+	case ELEM_RESIDUAL:
+		for (uint32_t i = 0; i < c->n_embd; i++)
+			x[i] += xb[i];
+		break;
+	}
+}
+
+static void elem_task(void *ctx, uint32_t task)
+{
+	const struct elem_job *j = ctx;
+	uint32_t t1 = (task + 1) * ELEM_BLOCK < j->n_tok ? (task + 1) * ELEM_BLOCK : j->n_tok;
+	for (uint32_t t = task * ELEM_BLOCK; t < t1; t++)
+		elem_token(j, t);
+}
+
+static void elementwise(struct bn_forward *f, const struct bn_layer *L, enum elem_op op,
+			uint32_t n_tok)
+{
+	struct elem_job j = { .f = f, .L = L, .op = op, .n_tok = n_tok };
+	bn_pool_run(f->pool, div_up(n_tok, ELEM_BLOCK), elem_task, &j);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Attention: per (row, head), over the row's own cache                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+struct attn_job {
+	struct bn_forward *f;
+	const struct bn_batch *b;
+	const uint32_t *first_tok; /* [n_rows] index of each row's first token */
+	uint32_t layer;
+};
+
+/* One task: one (row, KV head) pair, every new token of the row. Each query token is computed
+ * on its own over the cache [0, pos], with the same calls whether it arrived in a prompt of
+ * 500 tokens or alone in a decode step: a prompt's logits do not depend on how it was split
+ * into steps, nor a row's on its batch. */
+static void attn_task(void *ctx, uint32_t task)
+{
+	const struct attn_job *j = ctx;
+	struct bn_forward *f = j->f;
+	const struct bn_model_config *c = &f->m->cfg;
+	uint32_t r = task / c->n_head_kv, kvh = task % c->n_head_kv;
+	uint32_t group = c->n_head / c->n_head_kv, p0 = j->b->pos[r];
+	const struct kv_seq *kv = &f->seqs[j->b->seq[r]];
+	const float *K = kv->k[j->layer] + (size_t)kvh * c->head_dim;
+	const float *V = kv->v[j->layer] + (size_t)kvh * c->head_dim;
+	float *S = malloc((size_t)(p0 + j->b->lens[r]) * sizeof(float));
+	if (!S)
+		abort(); /* one score per position; not recoverable in the middle of a step */
+	float scale = 1.0f / sqrtf((float)c->head_dim);
+	for (uint32_t i = 0; i < j->b->lens[r]; i++)
+		for (uint32_t g = 0; g < group; g++) {
+			size_t off = (size_t)(j->first_tok[r] + i) * f->q_dim +
+				     (size_t)(kvh * group + g) * c->head_dim;
+			f->kern->attend(f->q + off, K, V, f->kv_dim, p0 + i + 1, c->head_dim, scale,
+					S, f->att + off);
+		}
+	free(S);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* KV cache and scratch                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static int kv_reserve(struct bn_forward *f, struct kv_seq *s, uint32_t need)
+{
+	if (need <= s->cap)
+		return 0;
+	uint32_t cap = s->cap ? s->cap : KV_MIN_CAP;
+	while (cap < need)
+		cap *= 2;
+	if (cap > f->m->cfg.n_ctx)
+		cap = f->m->cfg.n_ctx;
+	uint32_t n_layer = f->m->cfg.n_layer;
+	if (!s->k) {
+		s->k = calloc(n_layer, sizeof(float *));
+		s->v = calloc(n_layer, sizeof(float *));
+		if (!s->k || !s->v)
+			return -ENOMEM;
+	}
+	for (uint32_t l = 0; l < n_layer; l++) {
+		/* Grown one layer at a time: a failure leaves the grown layers larger and valid. */
+		float *k = realloc(s->k[l], (size_t)cap * f->kv_dim * sizeof(float));
+		if (!k)
+			return -ENOMEM;
+		s->k[l] = k;
+		float *v = realloc(s->v[l], (size_t)cap * f->kv_dim * sizeof(float));
+		if (!v)
+			return -ENOMEM;
+		s->v[l] = v;
+	}
+	s->cap = cap;
+	return 0;
+}
+
+static void *scratch(size_t n, size_t size)
+{
+	return aligned_alloc(64, (n * size + 63) / 64 * 64);
+}
+
+static void free_scratch(struct bn_forward *f)
+{
+	free(f->x);
+	free(f->xb);
+	free(f->q);
+	free(f->k);
+	free(f->v);
+	free(f->att);
+	free(f->gate);
+	free(f->up);
+	free(f->rope_cs);
+	free(f->xq.q);
+	free(f->xq.inv_scale);
+	free(f->xq.sum);
+	free(f->tok_row);
+	free(f->tok_pos);
+}
+
+static int scratch_reserve(struct bn_forward *f, uint32_t n)
+{
+	if (n <= f->n_cap)
+		return 0;
+	free_scratch(f);
+	const struct bn_model_config *c = &f->m->cfg;
+	uint32_t k_pad = (f->widest + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+	f->x = scratch(n, c->n_embd * sizeof(float));
+	f->xb = scratch(n, f->widest * sizeof(float));
+	f->q = scratch(n, f->q_dim * sizeof(float));
+	f->k = scratch(n, f->kv_dim * sizeof(float));
+	f->v = scratch(n, f->kv_dim * sizeof(float));
+	f->att = scratch(n, f->q_dim * sizeof(float));
+	f->gate = scratch(n, c->n_ff * sizeof(float));
+	f->up = scratch(n, c->n_ff * sizeof(float));
+	f->rope_cs = scratch(n, c->rope_dim * sizeof(float));
+	f->xq.q = scratch(n, k_pad);
+	f->xq.inv_scale = scratch(n, sizeof(float));
+	f->xq.sum = scratch(n, sizeof(int32_t));
+	f->tok_row = scratch(n, sizeof(uint32_t));
+	f->tok_pos = scratch(n, sizeof(uint32_t));
+	if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
+	    !f->rope_cs || !f->xq.q || !f->xq.inv_scale || !f->xq.sum || !f->tok_row || !f->tok_pos) {
+		free_scratch(f);
+		memset(&f->xq, 0, sizeof(f->xq));
+		f->x = f->xb = f->q = f->k = f->v = f->att = f->gate = f->up = f->rope_cs = NULL;
+		f->tok_row = f->tok_pos = NULL;
+		f->n_cap = 0;
+		return -ENOMEM;
+	}
+	f->n_cap = n;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The pass                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static int check_batch(const struct bn_forward *f, const struct bn_batch *b, uint32_t *n_tok)
+{
+	const struct bn_model_config *c = &f->m->cfg;
+	uint64_t n = 0;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		if (b->seq[r] >= f->max_seqs || b->lens[r] == 0 || b->lens[r] > b->width ||
+		    b->pos[r] != f->seqs[b->seq[r]].len || (uint64_t)b->pos[r] + b->lens[r] > c->n_ctx)
+			return -EINVAL;
+		for (uint32_t q = 0; q < r; q++)
+			if (b->seq[q] == b->seq[r])
+				return -EINVAL;
+		for (uint32_t i = 0; i < b->lens[r]; i++)
+			if (b->tokens[(size_t)r * b->width + i] >= c->n_vocab)
+				return -EINVAL;
+		n += b->lens[r];
+	}
+	if (n == 0 || n > UINT32_MAX / 2)
+		return -EINVAL;
+	*n_tok = (uint32_t)n;
+	return 0;
+}
+
+static void embed_tokens(struct bn_forward *f, const struct bn_batch *b, uint32_t *first_tok)
+{
+	const struct bn_model_config *c = &f->m->cfg;
+	uint32_t t = 0, half = c->rope_dim / 2;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		first_tok[r] = t;
+		for (uint32_t i = 0; i < b->lens[r]; i++, t++) {
+			f->tok_row[t] = r;
+			f->tok_pos[t] = b->pos[r] + i;
+			bn_model_embed(f->m, b->tokens[(size_t)r * b->width + i],
+				       f->x + (size_t)t * c->n_embd);
+			float *cs = f->rope_cs + (size_t)t * c->rope_dim;
+			for (uint32_t p = 0; p < half; p++) {
+				float freq = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim);
+				float angle = (float)f->tok_pos[t] * freq;
+				cs[2 * p] = cosf(angle);
+				cs[2 * p + 1] = sinf(angle);
+			}
+		}
+	}
+}
+
+static void layer_forward(struct bn_forward *f, const struct bn_batch *b, const uint32_t *first_tok,
+			  uint32_t li, uint32_t n_tok)
+{
+	const struct bn_model_config *c = &f->m->cfg;
+	const struct bn_layer *L = &f->m->layers[li];
+	elementwise(f, L, ELEM_ATTN_NORM, n_tok);
+	const struct bn_linear *qkv[3] = { &L->wq, &L->wk, &L->wv };
+	float *qkv_out[3] = { f->q, f->k, f->v };
+	uint32_t qkv_ld[3] = { f->q_dim, f->kv_dim, f->kv_dim };
+	linear_multi(f, 3, qkv, qkv_out, qkv_ld, f->xb, f->widest, n_tok);
+	elementwise(f, L, ELEM_ROPE, n_tok);
+	for (uint32_t t = 0; t < n_tok; t++) {
+		struct kv_seq *s = &f->seqs[b->seq[f->tok_row[t]]];
+		size_t off = (size_t)f->tok_pos[t] * f->kv_dim;
+		memcpy(s->k[li] + off, f->k + (size_t)t * f->kv_dim, f->kv_dim * sizeof(float));
+		memcpy(s->v[li] + off, f->v + (size_t)t * f->kv_dim, f->kv_dim * sizeof(float));
+	}
+	struct attn_job aj = { .f = f, .b = b, .first_tok = first_tok, .layer = li };
+	bn_pool_run(f->pool, b->n_rows * c->n_head_kv, attn_task, &aj);
+	if (L->attn_sub_norm)
+		elementwise(f, L, ELEM_ATTN_SUB_NORM, n_tok);
+	linear1(f, &L->wo, f->xb, f->widest, f->att, f->q_dim, n_tok);
+	elementwise(f, L, ELEM_RESIDUAL_FFN_NORM, n_tok);
+	const struct bn_linear *gu[2] = { &L->w_gate, &L->w_up };
+	float *gu_out[2] = { f->gate, f->up };
+	uint32_t gu_ld[2] = { c->n_ff, c->n_ff };
+	linear_multi(f, 2, gu, gu_out, gu_ld, f->xb, f->widest, n_tok);
+	elementwise(f, L, ELEM_GATE, n_tok);
+	linear1(f, &L->w_down, f->xb, f->widest, f->gate, c->n_ff, n_tok);
+	elementwise(f, L, ELEM_RESIDUAL, n_tok);
+}
+
+/* Final norm and LM head for the selected tokens (all, or the last of each row). */
+static void output_logits(struct bn_forward *f, const struct bn_batch *b, const uint32_t *first_tok,
+			  uint32_t n_tok, float *logits, int all_positions)
+{
+	const struct bn_model_config *c = &f->m->cfg;
+	uint32_t n_out = all_positions ? n_tok : b->n_rows;
+	for (uint32_t i = 0; i < n_out; i++) {
+		uint32_t t = all_positions ? i : first_tok[i] + b->lens[i] - 1;
+		rmsnorm(f->xb + (size_t)i * f->widest, f->x + (size_t)t * c->n_embd, f->m->output_norm,
+			c->n_embd, c->rms_eps);
+	}
+	linear1(f, &f->m->output, logits, c->n_vocab, f->xb, f->widest, n_out);
+}
+
+int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits,
+		   int all_positions)
+{
+	uint32_t n_tok;
+	int rc = check_batch(f, b, &n_tok);
+	if (rc)
+		return rc;
+	for (uint32_t r = 0; r < b->n_rows; r++)
+		if ((rc = kv_reserve(f, &f->seqs[b->seq[r]], b->pos[r] + b->lens[r])) != 0)
+			return rc;
+	if ((rc = scratch_reserve(f, n_tok)) != 0)
+		return rc;
+	uint32_t *first_tok = malloc(b->n_rows * sizeof(uint32_t));
+	if (!first_tok)
+		return -ENOMEM;
+	embed_tokens(f, b, first_tok);
+	for (uint32_t li = 0; li < f->m->cfg.n_layer; li++)
+		layer_forward(f, b, first_tok, li, n_tok);
+	output_logits(f, b, first_tok, n_tok, logits, all_positions);
+	for (uint32_t r = 0; r < b->n_rows; r++)
+		f->seqs[b->seq[r]].len += b->lens[r];
+	free(first_tok);
+	return 0;
+}
+
+int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq)
+{
+	if (seq >= f->max_seqs)
+		return -EINVAL;
+	f->seqs[seq].len = 0;
+	return 0;
+}
+
+void bn_forward_seq_release(struct bn_forward *f, uint32_t seq)
+{
+	if (seq >= f->max_seqs)
+		return;
+	struct kv_seq *s = &f->seqs[seq];
+	for (uint32_t l = 0; s->k && l < f->m->cfg.n_layer; l++) {
+		free(s->k[l]);
+		free(s->v[l]);
+	}
+	free(s->k);
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
+				  struct bn_pool *pool, const struct bn_kernels *kernels)
+{
+	struct bn_forward *f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	const struct bn_model_config *c = &m->cfg;
+	f->m = m;
+	f->pool = pool;
+	f->kern = kernels;
+	f->max_seqs = max_seqs;
+	f->q_dim = c->n_head * c->head_dim;
+	f->kv_dim = c->n_head_kv * c->head_dim;
+	f->widest = c->n_embd > f->q_dim ? c->n_embd : f->q_dim;
+	f->widest = f->widest > c->n_ff ? f->widest : c->n_ff;
+	f->seqs = calloc(max_seqs, sizeof(*f->seqs));
+	if (!f->seqs) {
+		free(f);
+		return NULL;
+	}
+	return f;
+}
+
+void bn_forward_free(struct bn_forward *f)
+{
+	if (!f)
+		return;
+	for (uint32_t s = 0; s < f->max_seqs; s++)
+		bn_forward_seq_release(f, s);
+	free(f->seqs);
+	free_scratch(f);
+	free(f);
+}
+
+uint32_t bn_argmax(const float *logits, uint32_t n)
+{
+	uint32_t best = 0;
+	for (uint32_t i = 1; i < n; i++)
+		if (logits[i] > logits[best])
+			best = i;
+	return best;
+}

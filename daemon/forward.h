@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * forward.h — two implementations of one graph (model.h):
+ *
+ *  - the reference: one sequence, one token at a time, scalar, reading the weights from the
+ *    file's tensors through the reference decoders. Written to be read; the oracle of tests.
+ *  - the batched forward: a padded batch of rows (struct bn_batch), every token of a row
+ *    through each layer at once (prefill), ternary layers through the SIMD kernels on int8
+ *    activations, work split over the thread pool. No work on padding.
+ *
+ * Both quantize a ternary layer's input per token the same way (bn_quantize_rows), so their
+ * integer sums are equal whenever their float inputs are; float parts differ in summation
+ * order only. A row's results never depend on the other rows of its batch.
+ */
+#ifndef BITNETD_FORWARD_H
+#define BITNETD_FORWARD_H
+
+#include "backend.h"
+#include "model.h"
+#include "pool.h"
+
+#include <stdint.h>
+
+/* ---- reference --------------------------------------------------------------------------- */
+
+struct bn_ref;
+/* A sequence of up to max_len tokens (max_len <= n_ctx). NULL on no memory. */
+struct bn_ref *bn_ref_new(const struct bn_model *m, uint32_t max_len);
+void bn_ref_free(struct bn_ref *r);
+/* Feeds `token` at the next position and writes the next-token logits [n_vocab].
+ * Returns 0, or -EINVAL for a token out of range or a full sequence. */
+int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits);
+
+/* ---- batched ----------------------------------------------------------------------------- */
+
+struct bn_forward;
+/* max_seqs sequence ids; the pool and kernels are borrowed. NULL on no memory. */
+struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
+				  struct bn_pool *pool, const struct bn_kernels *kernels);
+void bn_forward_free(struct bn_forward *f);
+/* Empties sequence `seq` (its KV cache length becomes 0; memory is kept for reuse). */
+int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq);
+/* Releases the KV memory of `seq`. */
+void bn_forward_seq_release(struct bn_forward *f, uint32_t seq);
+/* Runs a batch. logits: with all_positions, one row of n_vocab per new token, rows in batch
+ * order; otherwise one row per batch row, for its last token. Returns 0; -EINVAL when a row
+ * is inconsistent (token out of range, pos not the sequence's length, past the context);
+ * -ENOMEM when the KV cache cannot grow. Nothing is changed when it fails. */
+int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits,
+		   int all_positions);
+
+/* Index of the largest logit (the first one on ties). */
+uint32_t bn_argmax(const float *logits, uint32_t n);
+
+#endif /* BITNETD_FORWARD_H */

@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: MIT */
+/* model.c — GGUF → struct bn_model: configuration, checks, weight repacking. */
+#include "model.h"
+#include "quant.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define DEFAULT_RMS_EPS 1e-5f
+#define DEFAULT_ROPE_BASE 10000.0f
+#define DEFAULT_CONTEXT 2048u
+#define DEFAULT_BOS 1u
+#define DEFAULT_EOS 2u
+
+struct loader {
+	struct bn_model *m;
+	char *err;
+	const char *path;
+};
+
+static int fail(struct loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct loader *ld, const char *fmt, ...)
+{
+	int n = snprintf(ld->err, BN_MODEL_ERR_LEN, "%s: ", ld->path);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ld->err + n, BN_MODEL_ERR_LEN - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static void *own(struct loader *ld, size_t size)
+{
+	struct bn_model *m = ld->m;
+	if (m->n_owned == m->cap_owned) {
+		uint32_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
+		void **p = realloc(m->owned, cap * sizeof(void *));
+		if (!p)
+			return NULL;
+		m->owned = p;
+		m->cap_owned = cap;
+	}
+	void *buf = aligned_alloc(64, (size + 63) / 64 * 64);
+	if (buf)
+		m->owned[m->n_owned++] = buf;
+	return buf;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+static const struct {
+	const char *name;
+	enum bn_arch arch;
+} arch_table[] = {
+	{ "llama", BN_ARCH_LLAMA },
+	{ "bitnet", BN_ARCH_BITNET },
+	{ "bitnet-b1.58", BN_ARCH_BITNET_B158 },
+	{ "bitnet-25", BN_ARCH_BITNET_25 },
+};
+
+static int parse_arch(struct loader *ld, struct bn_model_config *c)
+{
+	struct bn_gguf_str s;
+	if (bn_gguf_get_str(&ld->m->file, "general.architecture", &s) != 0)
+		return fail(ld, "no general.architecture string in the metadata");
+	for (size_t i = 0; i < sizeof(arch_table) / sizeof(arch_table[0]); i++)
+		if (bn_gguf_str_eq(s, arch_table[i].name)) {
+			c->arch = arch_table[i].arch;
+			snprintf(c->arch_name, sizeof(c->arch_name), "%s", arch_table[i].name);
+			return 0;
+		}
+	return fail(ld, "architecture '%.*s' is not supported (llama, bitnet, bitnet-b1.58, bitnet-25)",
+		    (int)(s.len > 64 ? 64 : s.len), s.ptr);
+}
+
+/* "<arch>.<suffix>" */
+static const char *arch_key(const struct bn_model_config *c, const char *suffix, char *buf,
+			    size_t cap)
+{
+	snprintf(buf, cap, "%s.%s", c->arch_name, suffix);
+	return buf;
+}
+
+static int get_u32(struct loader *ld, const char *suffix, uint32_t *out, int required,
+		   uint32_t def)
+{
+	char key[128];
+	arch_key(&ld->m->cfg, suffix, key, sizeof(key));
+	int rc = bn_gguf_get_u32(&ld->m->file, key, out);
+	if (rc == -ENOENT && !required) {
+		*out = def;
+		return 0;
+	}
+	if (rc == -ENOENT)
+		return fail(ld, "metadata key %s is missing", key);
+	if (rc != 0)
+		return fail(ld, "metadata key %s is not an unsigned 32-bit integer", key);
+	return 0;
+}
+
+static int get_f32(struct loader *ld, const char *suffix, float *out, float def)
+{
+	char key[128];
+	arch_key(&ld->m->cfg, suffix, key, sizeof(key));
+	int rc = bn_gguf_get_f32(&ld->m->file, key, out);
+	if (rc == -ENOENT) {
+		*out = def;
+		return 0;
+	}
+	if (rc != 0 || !isfinite(*out))
+		return fail(ld, "metadata key %s is not a finite float", key);
+	return 0;
+}
+
+static int parse_activation(struct loader *ld, struct bn_model_config *c)
+{
+	c->act = c->arch == BN_ARCH_BITNET_B158 || c->arch == BN_ARCH_BITNET_25 ? BN_ACT_RELU2
+										 : BN_ACT_SILU;
+	if (c->arch != BN_ARCH_BITNET)
+		return 0;
+	struct bn_gguf_str s;
+	int rc = bn_gguf_get_str(&ld->m->file, "bitnet.hidden_activation", &s);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc == 0 && (bn_gguf_str_eq(s, "relu2") || bn_gguf_str_eq(s, "relu_squared")))
+		c->act = BN_ACT_RELU2;
+	else if (rc != 0 || !bn_gguf_str_eq(s, "silu"))
+		return fail(ld, "bitnet.hidden_activation must be \"silu\" or \"relu2\"");
+	return 0;
+}
+
+static int parse_tokens(struct loader *ld, struct bn_model_config *c)
+{
+	const struct bn_gguf *g = &ld->m->file;
+	int rc = bn_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &c->bos_id);
+	if (rc == -ENOENT)
+		c->bos_id = DEFAULT_BOS;
+	else if (rc != 0)
+		return fail(ld, "tokenizer.ggml.bos_token_id is not an unsigned integer");
+	rc = bn_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &c->eos_id);
+	if (rc == -ENOENT)
+		c->eos_id = DEFAULT_EOS;
+	else if (rc != 0)
+		return fail(ld, "tokenizer.ggml.eos_token_id is not an unsigned integer");
+	return 0;
+}
+
+static int check_config(struct loader *ld, const struct bn_model_config *c)
+{
+	if (!c->n_embd || !c->n_layer || !c->n_head || !c->n_ff || !c->n_ctx)
+		return fail(ld, "a hyper-parameter is zero (embedding %u, layers %u, heads %u, ffn %u, context %u)",
+			    c->n_embd, c->n_layer, c->n_head, c->n_ff, c->n_ctx);
+	if (c->n_embd % c->n_head)
+		return fail(ld, "embedding length %u is not a multiple of the head count %u", c->n_embd,
+			    c->n_head);
+	if (!c->n_head_kv || c->n_head % c->n_head_kv)
+		return fail(ld, "head count %u is not a multiple of the KV head count %u", c->n_head,
+			    c->n_head_kv);
+	if (c->rope_dim == 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+		return fail(ld, "rope.dimension_count %u must be even and at most the head dim %u",
+			    c->rope_dim, c->head_dim);
+	if (!(c->rms_eps > 0.0f) || !(c->rope_base > 0.0f))
+		return fail(ld, "rms epsilon and rope.freq_base must be positive");
+	if (c->n_layer > 4096 || c->n_embd > 65536 || c->n_ff > 1u << 20 || c->n_head > 4096)
+		return fail(ld, "hyper-parameters out of range (layers %u, embedding %u, ffn %u, heads %u)",
+			    c->n_layer, c->n_embd, c->n_ff, c->n_head);
+	return 0;
+}
+
+static void default_name(struct loader *ld, struct bn_model_config *c)
+{
+	struct bn_gguf_str s;
+	if (bn_gguf_get_str(&ld->m->file, "general.name", &s) == 0 && s.len > 0) {
+		snprintf(c->name, sizeof(c->name), "%.*s", (int)(s.len > 63 ? 63 : s.len), s.ptr);
+		return;
+	}
+	const char *base = strrchr(ld->path, '/');
+	snprintf(c->name, sizeof(c->name), "%s", base ? base + 1 : ld->path);
+}
+
+static int parse_config(struct loader *ld)
+{
+	struct bn_model_config *c = &ld->m->cfg;
+	if (parse_arch(ld, c) || get_u32(ld, "embedding_length", &c->n_embd, 1, 0) ||
+	    get_u32(ld, "block_count", &c->n_layer, 1, 0) ||
+	    get_u32(ld, "feed_forward_length", &c->n_ff, 1, 0) ||
+	    get_u32(ld, "attention.head_count", &c->n_head, 1, 0) ||
+	    get_u32(ld, "attention.head_count_kv", &c->n_head_kv, 0, c->n_head) ||
+	    get_u32(ld, "context_length", &c->n_ctx, 0, DEFAULT_CONTEXT) ||
+	    get_f32(ld, "attention.layer_norm_rms_epsilon", &c->rms_eps, DEFAULT_RMS_EPS) ||
+	    get_f32(ld, "rope.freq_base", &c->rope_base, DEFAULT_ROPE_BASE) ||
+	    parse_activation(ld, c) || parse_tokens(ld, c))
+		return -1;
+	c->head_dim = c->n_head ? c->n_embd / c->n_head : 0;
+	if (get_u32(ld, "rope.dimension_count", &c->rope_dim, 0, c->head_dim))
+		return -1;
+	c->rope_neox = c->arch != BN_ARCH_LLAMA;
+	c->sub_norms = c->arch != BN_ARCH_LLAMA;
+	default_name(ld, c);
+	return check_config(ld, c);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tensors                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The tensor `name` with shape [ne0] (n_dims 1) or [ne0, ne1]; trailing dims of 1 are fine. */
+static int find_shaped(struct loader *ld, const char *name, uint32_t n_dims, uint64_t ne0,
+		       uint64_t ne1, const struct bn_gguf_tensor **out)
+{
+	const struct bn_gguf_tensor *t = bn_gguf_find_tensor(&ld->m->file, name);
+	if (!t)
+		return fail(ld, "tensor '%s' is missing", name);
+	uint64_t want1 = n_dims == 2 ? ne1 : 1;
+	uint64_t got1 = t->n_dims >= 2 ? t->ne[1] : 1;
+	int extra = (t->n_dims >= 3 && t->ne[2] != 1) || (t->n_dims == 4 && t->ne[3] != 1);
+	if (t->ne[0] != ne0 || got1 != want1 || extra)
+		return fail(ld, "tensor '%s' has shape [%llu, %llu], the metadata says [%llu, %llu]",
+			    name, (unsigned long long)t->ne[0], (unsigned long long)got1,
+			    (unsigned long long)ne0, (unsigned long long)want1);
+	*out = t;
+	return 0;
+}
+
+/* A norm weight as floats; F32 is used in place. */
+static int load_vector(struct loader *ld, const char *name, uint64_t n, const float **out)
+{
+	const struct bn_gguf_tensor *t;
+	if (find_shaped(ld, name, 1, n, 1, &t))
+		return -1;
+	if (t->type == BN_TYPE_F32) {
+		*out = (const float *)t->data;
+		return 0;
+	}
+	if (t->type != BN_TYPE_F16 && t->type != BN_TYPE_BF16)
+		return fail(ld, "tensor '%s' has type %s; norm weights must be F32, F16 or BF16", name,
+			    bn_type_name(t->type));
+	float *v = own(ld, n * sizeof(float));
+	if (!v)
+		return fail(ld, "out of memory");
+	bn_dequant_row(t->type, t->data, t->size, 0, n, v);
+	*out = v;
+	return 0;
+}
+
+/* Hands the file pages of a repacked tensor back to the kernel: only the repacked copy stays
+ * resident, which keeps the model within 1.1 x its file size. */
+static void drop_pages(const struct bn_gguf_tensor *t)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uintptr_t start = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+	uintptr_t end = ((uintptr_t)t->data + t->size) & ~((uintptr_t)page - 1);
+	if (end > start)
+		madvise((void *)start, end - start, MADV_DONTNEED);
+}
+
+static int repack_ternary(struct loader *ld, const struct bn_gguf_tensor *t, struct bn_linear *l)
+{
+	uint64_t row_bytes = bn_t2_row_bytes(l->n_in);
+	uint8_t *codes = own(ld, row_bytes * l->n_out);
+	float *scale = own(ld, (size_t)l->n_out * sizeof(float));
+	uint8_t *row_codes = malloc(l->n_in);
+	if (!codes || !scale || !row_codes) {
+		free(row_codes);
+		return fail(ld, "out of memory repacking '%.*s'", (int)t->name.len, t->name.ptr);
+	}
+	for (uint32_t r = 0; r < l->n_out; r++) {
+		int rc = bn_ternary_row(t->type, t->data, t->size, r, l->n_in, row_codes, &scale[r]);
+		if (rc != 0) {
+			free(row_codes);
+			return fail(ld, rc == -2 ? "tensor '%.*s' row %u: its blocks have different scales; bitnetd needs one scale per row"
+						 : "tensor '%.*s' row %u cannot be decoded",
+				    (int)t->name.len, t->name.ptr, r);
+		}
+		bn_t2_pack(row_codes, l->n_in, codes + (size_t)r * row_bytes);
+	}
+	free(row_codes);
+	drop_pages(t);
+	l->kind = BN_LINEAR_T2;
+	l->t2 = (struct bn_t2_matrix){ .codes = codes, .scale = scale, .n_in = l->n_in,
+				       .n_out = l->n_out, .row_bytes = (uint32_t)row_bytes };
+	ld->m->repacked_bytes += row_bytes * l->n_out + (uint64_t)l->n_out * sizeof(float);
+	return 0;
+}
+
+/* `decodable`: Q8_0 and Q6_K are accepted (embedding / LM head only). */
+static int load_linear(struct loader *ld, const char *name, uint32_t n_in, uint32_t n_out,
+		       int decodable, struct bn_linear *l)
+{
+	const struct bn_gguf_tensor *t;
+	if (find_shaped(ld, name, 2, n_in, n_out, &t))
+		return -1;
+	memset(l, 0, sizeof(*l));
+	l->n_in = n_in;
+	l->n_out = n_out;
+	l->src = t;
+	if (bn_type_is_ternary(t->type))
+		return repack_ternary(ld, t, l);
+	if (t->type == BN_TYPE_F32 || t->type == BN_TYPE_F16 || t->type == BN_TYPE_BF16) {
+		l->kind = BN_LINEAR_FLOAT;
+		l->f = (struct bn_f_matrix){ .data = t->data, .type = t->type, .n_in = n_in,
+					     .n_out = n_out, .row_bytes = bn_row_bytes(t->type, n_in) };
+		return 0;
+	}
+	if (decodable && (t->type == BN_TYPE_Q8_0 || t->type == BN_TYPE_Q6_K)) {
+		l->kind = BN_LINEAR_DECODE;
+		return 0;
+	}
+	return fail(ld, "tensor '%s' has type %s, which bitnetd does not accept there", name,
+		    bn_type_name(t->type) ? bn_type_name(t->type) : "?");
+}
+
+static int load_layer(struct loader *ld, uint32_t i, struct bn_layer *L)
+{
+	const struct bn_model_config *c = &ld->m->cfg;
+	uint32_t q_dim = c->n_head * c->head_dim, kv_dim = c->n_head_kv * c->head_dim;
+	char name[96];
+#define TENSOR(suffix) (snprintf(name, sizeof(name), "blk.%u.%s", i, suffix), name)
+	if (load_vector(ld, TENSOR("attn_norm.weight"), c->n_embd, &L->attn_norm) ||
+	    load_vector(ld, TENSOR("ffn_norm.weight"), c->n_embd, &L->ffn_norm) ||
+	    load_linear(ld, TENSOR("attn_q.weight"), c->n_embd, q_dim, 0, &L->wq) ||
+	    load_linear(ld, TENSOR("attn_k.weight"), c->n_embd, kv_dim, 0, &L->wk) ||
+	    load_linear(ld, TENSOR("attn_v.weight"), c->n_embd, kv_dim, 0, &L->wv) ||
+	    load_linear(ld, TENSOR("attn_output.weight"), q_dim, c->n_embd, 0, &L->wo) ||
+	    load_linear(ld, TENSOR("ffn_gate.weight"), c->n_embd, c->n_ff, 0, &L->w_gate) ||
+	    load_linear(ld, TENSOR("ffn_up.weight"), c->n_embd, c->n_ff, 0, &L->w_up) ||
+	    load_linear(ld, TENSOR("ffn_down.weight"), c->n_ff, c->n_embd, 0, &L->w_down))
+		return -1;
+	if (c->sub_norms &&
+	    (load_vector(ld, TENSOR("attn_sub_norm.weight"), q_dim, &L->attn_sub_norm) ||
+	     load_vector(ld, TENSOR("ffn_sub_norm.weight"), c->n_ff, &L->ffn_sub_norm)))
+		return -1;
+#undef TENSOR
+	return 0;
+}
+
+/* Type 36 is I2_S only in bitnet.cpp's files; upstream llama.cpp gave it to another type. */
+static int check_type_36(struct loader *ld)
+{
+	if (ld->m->cfg.arch != BN_ARCH_LLAMA)
+		return 0;
+	for (uint64_t i = 0; i < ld->m->file.n_tensors; i++) {
+		const struct bn_gguf_tensor *t = &ld->m->file.tensors[i];
+		if (t->type == BN_TYPE_I2_S)
+			return fail(ld, "tensor '%.*s' has type 36, which is I2_S only in bitnet.cpp files (architectures bitnet*); in a llama file it is upstream llama.cpp's Q4_0_4_4, which bitnetd does not support",
+				    (int)t->name.len, t->name.ptr);
+	}
+	return 0;
+}
+
+static int load_embedding(struct loader *ld)
+{
+	struct bn_model *m = ld->m;
+	struct bn_model_config *c = &m->cfg;
+	const struct bn_gguf_tensor *t = bn_gguf_find_tensor(&m->file, "token_embd.weight");
+	if (!t)
+		return fail(ld, "tensor 'token_embd.weight' is missing");
+	uint64_t rows = t->n_dims >= 2 ? t->ne[1] : 1;
+	if (t->ne[0] != c->n_embd || rows > UINT32_MAX || rows < 1)
+		return fail(ld, "tensor 'token_embd.weight' has shape [%llu, %llu], the metadata says [%u, vocab]",
+			    (unsigned long long)t->ne[0], (unsigned long long)rows, c->n_embd);
+	if (get_u32(ld, "vocab_size", &c->n_vocab, 0, (uint32_t)rows))
+		return -1;
+	if (c->n_vocab != rows)
+		return fail(ld, "%s.vocab_size is %u but token_embd.weight has %llu rows", c->arch_name,
+			    c->n_vocab, (unsigned long long)rows);
+	if (c->bos_id >= c->n_vocab || c->eos_id >= c->n_vocab)
+		return fail(ld, "bos id %u or eos id %u is outside the vocabulary (%u)", c->bos_id,
+			    c->eos_id, c->n_vocab);
+	if (bn_type_is_ternary(t->type) || !bn_type_name(t->type))
+		return fail(ld, "tensor 'token_embd.weight' has type %s; embeddings must be F32, F16, BF16, Q8_0 or Q6_K",
+			    bn_type_name(t->type) ? bn_type_name(t->type) : "?");
+	m->tok_embd = t;
+	const char *head = bn_gguf_find_tensor(&m->file, "output.weight") ? "output.weight"
+									    : "token_embd.weight";
+	return load_linear(ld, head, c->n_embd, c->n_vocab, 1, &m->output);
+}
+
+int bn_model_load(struct bn_model *m, const char *path, char err[BN_MODEL_ERR_LEN])
+{
+	memset(m, 0, sizeof(*m));
+	struct loader ld = { .m = m, .err = err, .path = path };
+	char gerr[BN_GGUF_ERR_LEN];
+	if (bn_gguf_open(&m->file, path, gerr) != 0) {
+		snprintf(err, BN_MODEL_ERR_LEN, "%s", gerr);
+		return -1;
+	}
+	if (parse_config(&ld) || check_type_36(&ld) || load_embedding(&ld) ||
+	    load_vector(&ld, "output_norm.weight", m->cfg.n_embd, &m->output_norm))
+		goto fail;
+	m->layers = calloc(m->cfg.n_layer, sizeof(*m->layers));
+	if (!m->layers) {
+		fail(&ld, "out of memory");
+		goto fail;
+	}
+	for (uint32_t i = 0; i < m->cfg.n_layer; i++)
+		if (load_layer(&ld, i, &m->layers[i]))
+			goto fail;
+	return 0;
+fail:
+	bn_model_free(m);
+	return -1;
+}
+
+void bn_model_free(struct bn_model *m)
+{
+	for (uint32_t i = 0; i < m->n_owned; i++)
+		free(m->owned[i]);
+	free(m->owned);
+	free(m->layers);
+	bn_gguf_close(&m->file);
+	memset(m, 0, sizeof(*m));
+}
+
+void bn_model_embed(const struct bn_model *m, uint32_t token, float *out)
+{
+	bn_dequant_row(m->tok_embd->type, m->tok_embd->data, m->tok_embd->size, token,
+		       m->cfg.n_embd, out);
+}

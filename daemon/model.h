@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * model.h — a LLaMA-family model loaded from GGUF: the configuration (from metadata, with the
+ * documented defaults), and the weights, ternary ones repacked into the kernels' T2 layout,
+ * float ones used in place from the read-only mapping.
+ *
+ * Architectures (general.architecture), after DESIGN.md:
+ *   bitnet-b1.58, bitnet-25   relu(gate)^2 * up, sub-norms, NeoX RoPE
+ *   bitnet                    silu(gate) * up unless bitnet.hidden_activation = relu2;
+ *                             sub-norms, NeoX RoPE
+ *   llama                     silu(gate) * up, no sub-norms, RoPE on adjacent pairs
+ * Defaults when a key is absent (A = the architecture string): A.attention.head_count_kv =
+ * head_count; A.attention.layer_norm_rms_epsilon = 1e-5; A.rope.freq_base = 10000;
+ * A.rope.dimension_count = head dim; A.context_length = 2048; A.vocab_size = rows of
+ * token_embd; tokenizer.ggml.bos_token_id = 1, eos_token_id = 2. The other hyper-parameters
+ * (embedding_length, block_count, feed_forward_length, attention.head_count) are required.
+ */
+#ifndef BITNETD_MODEL_H
+#define BITNETD_MODEL_H
+
+#include "gguf.h"
+#include "kernels.h"
+
+#include <stdint.h>
+
+#define BN_MODEL_ERR_LEN 320
+
+enum bn_arch { BN_ARCH_LLAMA, BN_ARCH_BITNET, BN_ARCH_BITNET_B158, BN_ARCH_BITNET_25 };
+enum bn_activation { BN_ACT_SILU, BN_ACT_RELU2 };
+
+struct bn_model_config {
+	enum bn_arch arch;
+	char arch_name[32];
+	char name[64];            /* general.name, else the file's base name */
+	uint32_t n_embd;
+	uint32_t n_layer;
+	uint32_t n_head;
+	uint32_t n_head_kv;
+	uint32_t head_dim;        /* n_embd / n_head */
+	uint32_t n_ff;
+	uint32_t n_vocab;
+	uint32_t n_ctx;
+	uint32_t rope_dim;        /* leading dimensions of each head that RoPE rotates */
+	float rope_base;
+	float rms_eps;
+	int rope_neox;            /* pairs (i, i + rope_dim/2) instead of (2i, 2i + 1) */
+	enum bn_activation act;
+	int sub_norms;
+	uint32_t bos_id;
+	uint32_t eos_id;
+};
+
+/* A weight matrix y = W x with W of n_out rows of n_in. */
+enum bn_linear_kind {
+	BN_LINEAR_T2,      /* ternary: int8 activations, T2 kernels */
+	BN_LINEAR_FLOAT,   /* F32 / F16 / BF16 rows, float kernels */
+	BN_LINEAR_DECODE,  /* Q8_0 / Q6_K (embedding and LM head only): rows decoded to float */
+};
+
+struct bn_linear {
+	enum bn_linear_kind kind;
+	uint32_t n_in, n_out;
+	const struct bn_gguf_tensor *src; /* the file's tensor (the reference reads this) */
+	struct bn_t2_matrix t2;           /* BN_LINEAR_T2 */
+	struct bn_f_matrix f;             /* BN_LINEAR_FLOAT */
+};
+
+struct bn_layer {
+	const float *attn_norm;           /* [n_embd] */
+	const float *attn_sub_norm;       /* [n_head * head_dim], NULL without sub-norms */
+	const float *ffn_norm;            /* [n_embd] */
+	const float *ffn_sub_norm;        /* [n_ff], NULL without sub-norms */
+	struct bn_linear wq, wk, wv, wo;  /* q: n_embd -> n_head*hd; k, v: -> n_head_kv*hd */
+	struct bn_linear w_gate, w_up;    /* n_embd -> n_ff */
+	struct bn_linear w_down;          /* n_ff -> n_embd */
+};
+
+struct bn_model {
+	struct bn_model_config cfg;
+	struct bn_gguf file;
+	const struct bn_gguf_tensor *tok_embd; /* [n_vocab rows of n_embd], any accepted type */
+	const float *output_norm;              /* [n_embd] */
+	struct bn_linear output;               /* LM head: output.weight, or token_embd if tied */
+	struct bn_layer *layers;               /* [n_layer] */
+	void **owned;                          /* buffers the model allocated */
+	uint32_t n_owned, cap_owned;
+	uint64_t repacked_bytes;               /* T2 codes and scales */
+};
+
+/* Loads and checks everything. Returns 0, or -1 with one line (naming the file) in err. */
+int bn_model_load(struct bn_model *m, const char *path, char err[BN_MODEL_ERR_LEN]);
+void bn_model_free(struct bn_model *m);
+
+/* Row `token` of the embedding, as floats [n_embd]. */
+void bn_model_embed(const struct bn_model *m, uint32_t token, float *out);
+
+#endif /* BITNETD_MODEL_H */

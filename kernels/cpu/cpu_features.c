@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/* cpu_features.c — cpuid at start-up picks the kernel table; activation quantization. */
+#include "kernels.h"
+
+#include <cpuid.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* XCR0 says which register states the OS saves: a CPU flag alone is not enough. */
+static uint64_t read_xcr0(void)
+{
+	uint32_t lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	return ((uint64_t)hi << 32) | lo;
+}
+
+void bn_cpu_detect(struct bn_cpu_features *f)
+{
+	memset(f, 0, sizeof(*f));
+	uint32_t a, b, c, d;
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return;
+	int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+	if (!osxsave)
+		return;
+	uint64_t xcr0 = read_xcr0();
+	int ymm_saved = (xcr0 & 0x6) == 0x6;
+	int zmm_saved = (xcr0 & 0xe6) == 0xe6;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+		return;
+	int avx2 = (b >> 5) & 1;
+	int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1;
+	int avx512vl = (b >> 31) & 1, avx512vnni = (c >> 11) & 1;
+	f->avx2_fma_f16c = ymm_saved && avx2 && fma && f16c;
+	f->avx512_vnni = f->avx2_fma_f16c && zmm_saved && avx512f && avx512dq && avx512bw &&
+			 avx512vl && avx512vnni;
+}
+
+const struct bn_kernels *bn_kernels_select(const char *force)
+{
+	struct bn_cpu_features f;
+	bn_cpu_detect(&f);
+	if (!force)
+		force = getenv("BITNET_KERNELS");
+	if (force && strcmp(force, "scalar") == 0)
+		return &bn_kernels_scalar;
+	if (force && strcmp(force, "avx2") == 0)
+		return f.avx2_fma_f16c ? &bn_kernels_avx2 : NULL;
+	if (force && strcmp(force, "avx512vnni") == 0)
+		return f.avx512_vnni ? &bn_kernels_avx512 : NULL;
+	if (force && *force)
+		return NULL;
+	if (f.avx512_vnni)
+		return &bn_kernels_avx512;
+	return f.avx2_fma_f16c ? &bn_kernels_avx2 : &bn_kernels_scalar;
+}
+
+void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out)
+{
+	for (uint32_t r = 0; r < n; r++) {
+		const float *row = x + (size_t)r * ldx;
+		int8_t *q = out->q + (size_t)r * out->k_pad;
+		float amax = 0.0f;
+		for (uint32_t k = 0; k < out->k; k++)
+			amax = fmaxf(amax, fabsf(row[k]));
+		float s = amax > 0.0f ? 127.0f / amax : 0.0f;
+		int32_t sum = 0;
+		for (uint32_t k = 0; k < out->k; k++) {
+			/* |row[k] * s| <= 127 up to rounding; the clamp keeps it an int8 anyway. */
+			float v = nearbyintf(row[k] * s);
+			v = v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
+			q[k] = (int8_t)v;
+			sum += q[k];
+		}
+		memset(q + out->k, 0, out->k_pad - out->k);
+		out->inv_scale[r] = amax / 127.0f;
+		out->sum[r] = sum;
+	}
+}
+
+void bn_softmax(float *s, uint32_t n)
+{
+	float max = -INFINITY;
+	for (uint32_t t = 0; t < n; t++)
+		max = fmaxf(max, s[t]);
+	float sum = 0.0f;
+	for (uint32_t t = 0; t < n; t++) {
+		s[t] = expf(s[t] - max);
+		sum += s[t];
+	}
+	float inv = 1.0f / sum;
+	for (uint32_t t = 0; t < n; t++)
+		s[t] *= inv;
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels.h — the CPU kernels the forward pass calls, as a table of function pointers filled
+ * once at start-up from cpuid (scalar, AVX2, AVX-512 VNNI). Every variant computes the same
+ * thing; the integer parts are bit-exact across variants, the float parts differ only in
+ * summation order. Within one variant a result never depends on how many rows are computed
+ * together, which is what makes a sequence's logits independent of its batch.
+ */
+#ifndef BITNET_KERNELS_H
+#define BITNET_KERNELS_H
+
+#include "../bn_blocks.h"
+
+#include <stdint.h>
+
+/* A ternary matrix in the T2-plane layout (bn_blocks.h): n_out rows of n_in weights. */
+struct bn_t2_matrix {
+	const uint8_t *codes;    /* [n_out][row_bytes] */
+	const float *scale;      /* [n_out] weight scale of each row */
+	uint32_t n_in, n_out;
+	uint32_t row_bytes;      /* bn_t2_row_bytes(n_in) */
+};
+
+/* Int8 activations, one row per token: x ≈ xq * inv_scale. */
+struct bn_q8_rows {
+	int8_t *q;               /* [n][k_pad], zero past k; 64-byte aligned rows */
+	float *inv_scale;        /* [n] absmax / 127 (0 for an all-zero row) */
+	int32_t *sum;            /* [n] sum of q over the row */
+	uint32_t k, k_pad;       /* k_pad: k rounded up to BN_T2_CHUNK */
+};
+
+/* A float-typed matrix (F32, F16, BF16 rows, row-major, n_in contiguous). */
+struct bn_f_matrix {
+	const void *data;
+	uint32_t type;           /* BN_TYPE_F32, BN_TYPE_F16 or BN_TYPE_BF16 */
+	uint32_t n_in, n_out;
+	uint64_t row_bytes;
+};
+
+struct bn_kernels {
+	const char *name;        /* "scalar", "avx2", "avx512vnni" */
+	/* y[b*ldy + o] for o in [o0, o1), b in [0, n_b):
+	 *     ((float)(sum_k code(o,k) * q[b][k] - sum[b]) * scale[o]) * inv_scale[b]
+	 * (code(o,k) - 1 is the weight: subtracting sum[b] once undoes the +1 offset). */
+	void (*t2_gemm)(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
+			const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
+	/* y[b*ldy + o] = sum_k w[o][k] * x[b*ldx + k], for o in [o0, o1), b in [0, n_b). */
+	void (*f_gemm)(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const float *x,
+		       uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy);
+	/* Attention of one query vector q[d] over L cached positions (rows of K and V with
+	 * stride ld): s[t] = scale * q.K[t]; then out[d] = sum_t p[t] V[t] with p = softmax(s).
+	 * s is scratch of L floats. Summation order depends on d and L only. */
+	void (*attend)(const float *q, const float *K, const float *V, uint32_t ld, uint32_t L,
+		       uint32_t d, float scale, float *s, float *out);
+};
+
+/* What this CPU can run. */
+struct bn_cpu_features {
+	int avx2_fma_f16c;
+	int avx512_vnni;         /* avx512f + bw + vl + dq + vnni */
+};
+void bn_cpu_detect(struct bn_cpu_features *f);
+
+/* The best table for this CPU; `force` = "scalar", "avx2" or "avx512vnni" picks one (NULL if
+ * this CPU cannot run it), NULL picks the best. $BITNET_KERNELS overrides when force is NULL. */
+const struct bn_kernels *bn_kernels_select(const char *force);
+
+extern const struct bn_kernels bn_kernels_scalar;
+extern const struct bn_kernels bn_kernels_avx2;
+extern const struct bn_kernels bn_kernels_avx512;
+
+/* Per-token int8 quantization of n rows of k floats (x row stride ldx): absmax scaling to
+ * 127, round half to even, as BitNet b1.58 quantizes activations. Scalar, shared by every
+ * variant so they all see the same integers. */
+void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);
+
+/* In-place softmax of n scores (shared by every variant: expf is the costly part). */
+void bn_softmax(float *s, uint32_t n);
+
+#endif /* BITNET_KERNELS_H */

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels_avx2.c — AVX2 + FMA + F16C variants, for CPUs without AVX-512 VNNI. Same tiling
+ * idea as the AVX-512 file with 2 x 2 tiles (AVX2 has 16 vector registers). Unsigned codes
+ * against signed activations through maddubs (pairs of products fit in int16: 2 * 2 * 128),
+ * then madd against ones to widen to int32.
+ */
+#include "kernels.h"
+#include "quant.h"
+
+#include <immintrin.h>
+
+#define ROWS 2
+#define COLS 2
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE __m256i dot_u8s8(__m256i acc, __m256i codes, __m256i x)
+{
+	__m256i pairs = _mm256_maddubs_epi16(codes, x);
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+static int32_t hsum_epi32(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s);
+}
+
+static ALWAYS_INLINE void t2_tile(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
+				  const struct bn_q8_rows *x, uint32_t b0, const uint32_t n_cols,
+				  float *y, uint32_t ldy)
+{
+	const uint8_t *row[ROWS];
+	for (uint32_t r = 0; r < ROWS; r++)
+		row[r] = w->codes + (size_t)(o + (r < n_rows ? r : 0)) * w->row_bytes;
+	__m256i acc[ROWS][COLS];
+	for (uint32_t r = 0; r < ROWS; r++)
+		for (uint32_t b = 0; b < n_cols; b++)
+			acc[r][b] = _mm256_setzero_si256();
+	const __m256i m3 = _mm256_set1_epi8(3);
+	uint32_t n_chunks = w->row_bytes / BN_T2_CHUNK_BYTES;
+	for (uint32_t c = 0; c < n_chunks; c++)
+		for (uint32_t h = 0; h < 2; h++) {
+			/* bytes [32h, 32h + 32) of the chunk: plane p covers weights 64p + 32h + j */
+			__m256i wv[ROWS];
+			for (uint32_t r = 0; r < ROWS; r++)
+				wv[r] = _mm256_loadu_si256((const __m256i *)(row[r] + (size_t)c * 64 + 32 * h));
+			for (uint32_t p = 0; p < 4; p++)
+				for (uint32_t b = 0; b < n_cols; b++) {
+					const int8_t *xp = x->q + (size_t)(b0 + b) * x->k_pad +
+							   (size_t)c * BN_T2_CHUNK + 64 * p + 32 * h;
+					__m256i xv = _mm256_loadu_si256((const __m256i *)xp);
+					for (uint32_t r = 0; r < ROWS; r++) {
+						__m256i pl = _mm256_and_si256(
+							_mm256_srl_epi16(wv[r], _mm_cvtsi32_si128(2 * (int)p)), m3);
+						acc[r][b] = dot_u8s8(acc[r][b], pl, xv);
+					}
+				}
+		}
+	for (uint32_t r = 0; r < n_rows; r++)
+		for (uint32_t b = 0; b < n_cols; b++) {
+			int32_t s = hsum_epi32(acc[r][b]) - x->sum[b0 + b];
+			y[(size_t)(b0 + b) * ldy + o + r] =
+				((float)s * w->scale[o + r]) * x->inv_scale[b0 + b];
+		}
+}
+
+static void t2_gemm_avx2(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
+			 const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	for (uint32_t o = o0; o < o1; o += ROWS) {
+		uint32_t n_rows = o1 - o < ROWS ? o1 - o : ROWS;
+		uint32_t b = 0;
+		for (; b + COLS <= n_b; b += COLS)
+			t2_tile(w, o, n_rows, x, b, COLS, y, ldy);
+		if (b < n_b)
+			t2_tile(w, o, n_rows, x, b, 1, y, ldy);
+	}
+}
+
+/* Eight weights of row `row` from k, as floats. */
+static ALWAYS_INLINE __m256 f_load8(const void *row, uint32_t k, const uint32_t type)
+{
+	if (type == BN_TYPE_F16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+	if (type == BN_TYPE_BF16) {
+		__m256i h = _mm256_cvtepu16_epi32(
+			_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+		return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+	}
+	return _mm256_loadu_ps((const float *)row + k);
+}
+
+static float f_one(const void *row, uint32_t k, uint32_t type)
+{
+	if (type == BN_TYPE_F16)
+		return bn_half_to_float(((const uint16_t *)row)[k]);
+	if (type == BN_TYPE_BF16)
+		return bn_bf16_to_float(((const uint16_t *)row)[k]);
+	return ((const float *)row)[k];
+}
+
+static float hsum_ps(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static ALWAYS_INLINE void f_tile(const struct bn_f_matrix *w, uint32_t o, uint32_t n_rows,
+				 const float *x, uint32_t ldx, uint32_t b0, const uint32_t n_cols,
+				 float *y, uint32_t ldy, const uint32_t type)
+{
+	const uint8_t *row[ROWS];
+	for (uint32_t r = 0; r < ROWS; r++)
+		row[r] = (const uint8_t *)w->data + (size_t)(o + (r < n_rows ? r : 0)) * w->row_bytes;
+	__m256 acc[ROWS][COLS];
+	for (uint32_t r = 0; r < ROWS; r++)
+		for (uint32_t b = 0; b < n_cols; b++)
+			acc[r][b] = _mm256_setzero_ps();
+	uint32_t k_vec = w->n_in / 8 * 8;
+	for (uint32_t k = 0; k < k_vec; k += 8)
+		for (uint32_t r = 0; r < ROWS; r++) {
+			__m256 wv = f_load8(row[r], k, type);
+			for (uint32_t b = 0; b < n_cols; b++)
+				acc[r][b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)(b0 + b) * ldx + k),
+							    acc[r][b]);
+		}
+	for (uint32_t r = 0; r < n_rows; r++)
+		for (uint32_t b = 0; b < n_cols; b++) {
+			float s = hsum_ps(acc[r][b]);
+			for (uint32_t k = k_vec; k < w->n_in; k++) /* the tail, after, in order */
+				s += f_one(row[r], k, type) * x[(size_t)(b0 + b) * ldx + k];
+			y[(size_t)(b0 + b) * ldy + o + r] = s;
+		}
+}
+
+static ALWAYS_INLINE void f_gemm_typed(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
+				       const float *x, uint32_t ldx, uint32_t n_b, float *y,
+				       uint32_t ldy, const uint32_t type)
+{
+	for (uint32_t o = o0; o < o1; o += ROWS) {
+		uint32_t n_rows = o1 - o < ROWS ? o1 - o : ROWS;
+		uint32_t b = 0;
+		for (; b + COLS <= n_b; b += COLS)
+			f_tile(w, o, n_rows, x, ldx, b, COLS, y, ldy, type);
+		if (b < n_b)
+			f_tile(w, o, n_rows, x, ldx, b, 1, y, ldy, type);
+	}
+}
+
+static void f_gemm_avx2(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const float *x,
+			uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy)
+{
+	switch (w->type) {
+	case BN_TYPE_F16:
+		f_gemm_typed(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_F16);
+		break;
+	case BN_TYPE_BF16:
+		f_gemm_typed(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_BF16);
+		break;
+	default:
+		f_gemm_typed(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_F32);
+		break;
+	}
+}
+
+#define ATTEND_MAX_VECS 16 /* head dims up to 128 keep the output in registers */
+
+static void attend_avx2(const float *q, const float *K, const float *V, uint32_t ld, uint32_t L,
+			uint32_t d, float scale, float *s, float *out)
+{
+	if (d % 8 || d / 8 > ATTEND_MAX_VECS) {
+		bn_kernels_scalar.attend(q, K, V, ld, L, d, scale, s, out);
+		return;
+	}
+	uint32_t n_vec = d / 8;
+	for (uint32_t t = 0; t < L; t++) {
+		const float *k = K + (size_t)t * ld;
+		__m256 acc = _mm256_setzero_ps();
+		for (uint32_t v = 0; v < n_vec; v++)
+			acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(k + 8 * v), acc);
+		s[t] = hsum_ps(acc) * scale;
+	}
+	bn_softmax(s, L);
+	__m256 o[ATTEND_MAX_VECS];
+	for (uint32_t v = 0; v < n_vec; v++)
+		o[v] = _mm256_setzero_ps();
+	for (uint32_t t = 0; t < L; t++) {
+		const float *vt = V + (size_t)t * ld;
+		__m256 p = _mm256_set1_ps(s[t]);
+		for (uint32_t v = 0; v < n_vec; v++)
+			o[v] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * v), o[v]);
+	}
+	for (uint32_t v = 0; v < n_vec; v++)
+		_mm256_storeu_ps(out + 8 * v, o[v]);
+}
+
+const struct bn_kernels bn_kernels_avx2 = {
+	.name = "avx2",
+	.t2_gemm = t2_gemm_avx2,
+	.f_gemm = f_gemm_avx2,
+	.attend = attend_avx2,
+};

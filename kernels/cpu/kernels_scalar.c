@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/* kernels_scalar.c — the portable variants: the readable twins of the SIMD kernels. */
+#include "kernels.h"
+#include "quant.h"
+
+static int32_t t2_dot(const uint8_t *row, const int8_t *q, uint32_t k_pad)
+{
+	int32_t acc = 0;
+	for (uint32_t k = 0; k < k_pad; k++)
+		acc += (int32_t)bn_t2_code(row, k) * q[k];
+	return acc;
+}
+
+static void t2_gemm_scalar(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
+			   const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	for (uint32_t o = o0; o < o1; o++) {
+		const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
+		for (uint32_t b = 0; b < n_b; b++) {
+			int32_t acc = t2_dot(row, x->q + (size_t)b * x->k_pad, x->k_pad) - x->sum[b];
+			y[(size_t)b * ldy + o] = ((float)acc * w->scale[o]) * x->inv_scale[b];
+		}
+	}
+}
+
+static float f_weight(const struct bn_f_matrix *w, uint32_t o, uint32_t k)
+{
+	const uint8_t *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
+	switch (w->type) {
+	case BN_TYPE_F16:
+		return bn_half_to_float(((const uint16_t *)row)[k]);
+	case BN_TYPE_BF16:
+		return bn_bf16_to_float(((const uint16_t *)row)[k]);
+	default:
+		return ((const float *)row)[k];
+	}
+}
+
+static void f_gemm_scalar(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const float *x,
+			  uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy)
+{
+	for (uint32_t o = o0; o < o1; o++)
+		for (uint32_t b = 0; b < n_b; b++) {
+			const float *xb = x + (size_t)b * ldx;
+			float acc = 0.0f;
+			for (uint32_t k = 0; k < w->n_in; k++)
+				acc += f_weight(w, o, k) * xb[k];
+			y[(size_t)b * ldy + o] = acc;
+		}
+}
+
+static void attend_scalar(const float *q, const float *K, const float *V, uint32_t ld, uint32_t L,
+			  uint32_t d, float scale, float *s, float *out)
+{
+	for (uint32_t t = 0; t < L; t++) {
+		float dot = 0.0f;
+		for (uint32_t i = 0; i < d; i++)
+			dot += q[i] * K[(size_t)t * ld + i];
+		s[t] = dot * scale;
+	}
+	bn_softmax(s, L);
+	for (uint32_t i = 0; i < d; i++)
+		out[i] = 0.0f;
+	for (uint32_t t = 0; t < L; t++)
+		for (uint32_t i = 0; i < d; i++)
+			out[i] += s[t] * V[(size_t)t * ld + i];
+}
+
+const struct bn_kernels bn_kernels_scalar = {
+	.name = "scalar",
+	.t2_gemm = t2_gemm_scalar,
+	.f_gemm = f_gemm_scalar,
+	.attend = attend_scalar,
+};

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool.h — the project's thread pool: n - 1 worker threads plus the caller split the tasks
+ * of one job, claimed one at a time from a shared counter. A forward pass runs hundreds of
+ * short jobs per token, so workers spin between jobs and only sleep (futex) after a quiet
+ * spell: waking a sleeping thread costs ~10 us on a VM (docs/PERFORMANCE.md), a job ~50 us.
+ *
+ * Which thread runs a task never changes a result: every task writes its own outputs.
+ */
+#ifndef BITNET_POOL_H
+#define BITNET_POOL_H
+
+#include <stdint.h>
+
+struct bn_pool;
+
+typedef void (*bn_pool_fn)(void *ctx, uint32_t task);
+
+/* n_threads counts the caller; 0 means one per online CPU. NULL on failure. */
+struct bn_pool *bn_pool_new(uint32_t n_threads);
+void bn_pool_free(struct bn_pool *p);
+uint32_t bn_pool_threads(const struct bn_pool *p);
+/* Runs fn(ctx, t) for every t in [0, n_tasks) and returns when all are done. One job at a
+ * time: the pool belongs to one calling thread. */
+void bn_pool_run(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx);
+
+#endif /* BITNET_POOL_H */

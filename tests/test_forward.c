@@ -1,0 +1,419 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The forward pass against its oracles:
+ *  - the real test model (../shared/models/stories260K.gguf): 200 greedy ids from BOS equal
+ *    the ids an independent implementation produced (llama2.c), through the reference, the
+ *    batched forward, and the daemon with the client library;
+ *  - the batched forward against the reference forward, for every architecture and tensor
+ *    type of the model tool's tiny preset;
+ *  - prefill (all prompt tokens in one pass) against step-by-step decoding: bit-identical;
+ *  - batch invariance: a sequence's logits alone and inside a batch of 16 are bit-identical.
+ *
+ * Tolerance (fast vs reference): |a - b| <= 2e-3 * (1 + max|logit|); measured worst 5e-7.
+ * Why it is not zero: the two sum floats in different orders (SIMD lanes, OpenBLAS), and a
+ * ternary layer rounds its input to int8, so an input that differs in the last bit can land
+ * on the other side of a rounding boundary and move that layer's output by one int8 step
+ * (1/127 of the row's absmax). Both effects are far below the gap between the top logits of a
+ * trained model, which the exact greedy-id tests check.
+ */
+#include "testutil.h"
+#include "../daemon/forward.h"
+#include "../daemon/model.h"
+#include "bitnet_client.h"
+#include "bitnet_shm.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TOLERANCE 2e-3f
+#define KNOWN_STEPS 200
+
+/* From ../shared/models/README.md: llama2.c, temperature 0, from BOS = 1. */
+static const uint32_t stories_known[KNOWN_STEPS] = {
+	403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
+	410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
+	266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
+	426, 13, 438, 310, 439, 419, 357, 336, 432, 313, 438, 310, 432, 278, 316, 439, 419, 298, 414, 267,
+	265, 282, 295, 433, 426, 436, 317, 286, 296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263,
+	415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 391, 267, 337, 335, 364, 420, 268, 388, 432, 398,
+	359, 280, 303, 439, 413, 272, 417, 264, 312, 426, 436, 13, 438, 310, 286, 296, 418, 269, 279, 292,
+	416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 439, 423, 262,
+	304, 420, 422, 432, 317, 426, 359, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400,
+	426, 436, 13, 438, 310, 279, 292, 416, 439, 413, 391, 267, 281, 421, 427, 311, 357, 432, 384, 358,
+};
+
+static char stories_path[512];
+static char tiny_dir[] = "/tmp/bn-forward-XXXXXX";
+
+/* ------------------------------------------------------------------------------------------ */
+/* Helpers                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static void load(struct bn_model *m, const char *path)
+{
+	char err[BN_MODEL_ERR_LEN];
+	int rc = bn_model_load(m, path, err);
+	ck_assert_msg(rc == 0, "load %s: %s", path, err);
+}
+
+struct engine {
+	struct bn_pool *pool;
+	struct bn_forward *fwd;
+};
+
+static void engine_new(struct engine *e, const struct bn_model *m, uint32_t max_seqs,
+		       uint32_t threads)
+{
+	e->pool = bn_pool_new(threads);
+	ck_assert_ptr_nonnull(e->pool);
+	e->fwd = bn_forward_new(m, max_seqs, e->pool, bn_kernels_select(NULL));
+	ck_assert_ptr_nonnull(e->fwd);
+}
+
+static void engine_free(struct engine *e)
+{
+	bn_forward_free(e->fwd);
+	bn_pool_free(e->pool);
+}
+
+/* One row of one sequence: tokens at positions [pos, pos + n). */
+static int run_row(struct engine *e, uint32_t seq, const uint32_t *tokens, uint32_t n,
+		   uint32_t pos, float *logits, int all)
+{
+	struct bn_batch b = { .n_rows = 1, .width = n, .tokens = tokens, .lens = &n, .pos = &pos,
+			      .seq = &seq };
+	return bn_forward_run(e->fwd, &b, logits, all);
+}
+
+static float max_abs(const float *a, uint32_t n)
+{
+	float m = 0.0f;
+	for (uint32_t i = 0; i < n; i++)
+		m = fmaxf(m, fabsf(a[i]));
+	return m;
+}
+
+static void assert_close(const float *want, const float *got, uint32_t n, const char *what,
+			 uint32_t where)
+{
+	float bound = TOLERANCE * (1.0f + max_abs(want, n));
+	for (uint32_t i = 0; i < n; i++)
+		ck_assert_msg(fabsf(want[i] - got[i]) <= bound,
+			      "%s at %u: logit %u is %g, want %g (bound %g)", what, where, i, got[i],
+			      want[i], bound);
+}
+
+static void test_tokens(uint32_t seed, uint32_t vocab, uint32_t *out, uint32_t n)
+{
+	uint32_t x = seed * 2654435761u + 12345u;
+	for (uint32_t i = 0; i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		out[i] = 3 + (x >> 8) % (vocab - 3);
+	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The real test model                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+START_TEST(stories_reference_greedy)
+{
+	struct bn_model m;
+	load(&m, stories_path);
+	struct bn_ref *r = bn_ref_new(&m, KNOWN_STEPS + 1);
+	float *logits = malloc(m.cfg.n_vocab * sizeof(float));
+	uint32_t token = m.cfg.bos_id;
+	for (uint32_t i = 0; i < KNOWN_STEPS; i++) {
+		ck_assert_int_eq(bn_ref_step(r, token, logits), 0);
+		token = bn_argmax(logits, m.cfg.n_vocab);
+		ck_assert_msg(token == stories_known[i], "step %u: %u, want %u", i, token,
+			      stories_known[i]);
+	}
+	free(logits);
+	bn_ref_free(r);
+	bn_model_free(&m);
+}
+END_TEST
+
+START_TEST(stories_fast_greedy)
+{
+	struct bn_model m;
+	load(&m, stories_path);
+	struct engine e;
+	engine_new(&e, &m, 1, 0);
+	float *logits = malloc(m.cfg.n_vocab * sizeof(float));
+	uint32_t token = m.cfg.bos_id;
+	for (uint32_t i = 0; i < KNOWN_STEPS; i++) {
+		ck_assert_int_eq(run_row(&e, 0, &token, 1, i, logits, 0), 0);
+		token = bn_argmax(logits, m.cfg.n_vocab);
+		ck_assert_msg(token == stories_known[i], "step %u: %u, want %u", i, token,
+			      stories_known[i]);
+	}
+	free(logits);
+	engine_free(&e);
+	bn_model_free(&m);
+}
+END_TEST
+
+START_TEST(stories_through_daemon)
+{
+	const char *args[] = { "--backend", "cpu", "--model", stories_path, NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(d.socket_path, 0, &c), 0);
+	struct bn_model_info info;
+	ck_assert_int_eq(bn_model_info(c, &info), 0);
+	ck_assert_str_eq(info.backend, "cpu");
+	ck_assert_uint_eq(info.vocab_size, 512);
+	uint32_t bos = info.bos_id, out[KNOWN_STEPS];
+	struct bn_request req = { .prompt = &bos, .n_prompt = 1, .max_tokens = KNOWN_STEPS,
+				  .flags = BN_REQ_IGNORE_EOS };
+	struct bn_result res;
+	ck_assert_int_eq(bn_generate(c, &req, out, KNOWN_STEPS, &res, 60000000000LL), 0);
+	ck_assert_uint_eq(res.n_tokens, KNOWN_STEPS);
+	for (uint32_t i = 0; i < KNOWN_STEPS; i++)
+		ck_assert_msg(out[i] == stories_known[i], "token %u: %u, want %u", i, out[i],
+			      stories_known[i]);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Properties checked on several models                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The batched forward, one token at a time, against the reference. */
+static void check_fast_vs_reference(const char *path, uint32_t steps)
+{
+	struct bn_model m;
+	load(&m, path);
+	struct bn_ref *r = bn_ref_new(&m, steps);
+	struct engine e;
+	engine_new(&e, &m, 1, 0);
+	uint32_t V = m.cfg.n_vocab, *tokens = malloc(steps * sizeof(uint32_t));
+	float *want = malloc(V * sizeof(float)), *got = malloc(V * sizeof(float));
+	test_tokens(7, V, tokens, steps);
+	for (uint32_t i = 0; i < steps; i++) {
+		ck_assert_int_eq(bn_ref_step(r, tokens[i], want), 0);
+		ck_assert_int_eq(run_row(&e, 0, &tokens[i], 1, i, got, 0), 0);
+		assert_close(want, got, V, path, i);
+	}
+	free(tokens);
+	free(want);
+	free(got);
+	engine_free(&e);
+	bn_ref_free(r);
+	bn_model_free(&m);
+}
+
+/* All positions of a prompt in one pass against the same prompt one token at a time. */
+static void check_prefill_vs_stepwise(const char *path, uint32_t n)
+{
+	struct bn_model m;
+	load(&m, path);
+	struct engine e;
+	engine_new(&e, &m, 2, 0);
+	uint32_t V = m.cfg.n_vocab, *tokens = malloc(n * sizeof(uint32_t));
+	float *pre = malloc((size_t)n * V * sizeof(float)), *step = malloc(V * sizeof(float));
+	test_tokens(11, V, tokens, n);
+	ck_assert_int_eq(run_row(&e, 0, tokens, n, 0, pre, 1), 0);
+	for (uint32_t i = 0; i < n; i++) {
+		ck_assert_int_eq(run_row(&e, 1, &tokens[i], 1, i, step, 0), 0);
+		/* Bit-identical, not just close: each query token is computed on its own
+		 * (forward.c, attention), so splitting a prompt into steps changes nothing. */
+		ck_assert_msg(memcmp(step, pre + (size_t)i * V, V * sizeof(float)) == 0,
+			      "%s: position %u differs between prefill and step-by-step", path, i);
+	}
+	free(tokens);
+	free(pre);
+	free(step);
+	engine_free(&e);
+	bn_model_free(&m);
+}
+
+#define INV_SEQS 16
+
+/* Sequence 0's logits, prefill and then decode steps, alone and inside batches of 16 rows
+ * of other lengths and positions: bit-identical. */
+static void check_batch_invariance(const char *path)
+{
+	struct bn_model m;
+	load(&m, path);
+	uint32_t V = m.cfg.n_vocab;
+	struct engine alone, crowd;
+	engine_new(&alone, &m, 1, 0);
+	engine_new(&crowd, &m, INV_SEQS, 0);
+	uint32_t lens[INV_SEQS], pos[INV_SEQS] = { 0 }, seq[INV_SEQS], width = 0;
+	for (uint32_t s = 0; s < INV_SEQS; s++) {
+		lens[s] = 1 + (s * 7 + 5) % 23;
+		seq[s] = s;
+		width = lens[s] > width ? lens[s] : width;
+	}
+	uint32_t *tok = calloc((size_t)INV_SEQS * width, sizeof(uint32_t));
+	for (uint32_t s = 0; s < INV_SEQS; s++)
+		test_tokens(100 + s, V, tok + (size_t)s * width, lens[s]);
+	float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)INV_SEQS * V * sizeof(float));
+	for (uint32_t step = 0; step < 4; step++) {
+		struct bn_batch batch = { .n_rows = INV_SEQS, .width = width, .tokens = tok,
+					  .lens = lens, .pos = pos, .seq = seq };
+		ck_assert_int_eq(run_row(&alone, 0, tok, lens[0], pos[0], a, 0), 0);
+		ck_assert_int_eq(bn_forward_run(crowd.fwd, &batch, b, 0), 0);
+		ck_assert_msg(memcmp(a, b, V * sizeof(float)) == 0,
+			      "%s step %u: logits differ inside a batch", path, step);
+		/* next step: every row decodes one greedy token (row 0 also checks the others
+		 * keep going with their own lengths) */
+		for (uint32_t s = 0; s < INV_SEQS; s++) {
+			pos[s] += lens[s];
+			tok[(size_t)s * width] = bn_argmax(b + (size_t)s * V, V);
+			lens[s] = 1;
+		}
+	}
+	free(tok);
+	free(a);
+	free(b);
+	engine_free(&alone);
+	engine_free(&crowd);
+	bn_model_free(&m);
+}
+
+START_TEST(stories_fast_vs_reference)
+{
+	check_fast_vs_reference(stories_path, 48);
+}
+END_TEST
+
+START_TEST(stories_prefill_vs_stepwise)
+{
+	check_prefill_vs_stepwise(stories_path, 96);
+}
+END_TEST
+
+START_TEST(stories_batch_invariance)
+{
+	check_batch_invariance(stories_path);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tiny presets of every architecture and weight type                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+struct variant {
+	const char *arch, *type, *embed, *extra;
+};
+
+static const struct variant variants[] = {
+	{ "bitnet-b1.58", "i2_s", "f16", NULL },
+	{ "bitnet-25", "i2_s", "f16", NULL },
+	{ "bitnet-b1.58", "tq2_0", "f16", NULL },
+	{ "bitnet-b1.58", "tq1_0", "f16", NULL },
+	{ "bitnet", "tq2_0", "f16", NULL },
+	{ "bitnet", "tq1_0", "q8_0", "--untied" },
+	{ "bitnet", "i2_s", "q6_k", "--activation=relu2" },
+	{ "llama", "f32", "f32", "--untied" },
+	{ "llama", "f16", "f16", NULL },
+	{ "llama", "bf16", "bf16", NULL },
+	{ "llama", "tq2_0", "f16", NULL },
+};
+#define N_VARIANTS (sizeof(variants) / sizeof(variants[0]))
+
+static void variant_path(uint32_t i, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/v%u.gguf", tiny_dir, i);
+}
+
+static void make_variants(void)
+{
+	const char *tool = getenv("BITNET_MODEL_TOOL");
+	if (!tool) {
+		fprintf(stderr, "BITNET_MODEL_TOOL is not set (make check sets it)\n");
+		exit(EXIT_FAILURE);
+	}
+	if (!mkdtemp(tiny_dir)) {
+		perror("mkdtemp");
+		exit(EXIT_FAILURE);
+	}
+	for (uint32_t i = 0; i < N_VARIANTS; i++) {
+		char path[256], cmd[1024];
+		variant_path(i, path, sizeof(path));
+		const struct variant *v = &variants[i];
+		snprintf(cmd, sizeof(cmd),
+			 "%s write --preset tiny --arch %s --type %s --embed-type %s %s --out %s >/dev/null",
+			 tool, v->arch, v->type, v->embed, v->extra ? v->extra : "", path);
+		if (system(cmd) != 0) {
+			fprintf(stderr, "failed: %s\n", cmd);
+			exit(EXIT_FAILURE);
+		}
+	}
+}
+
+static void remove_variants(void)
+{
+	for (uint32_t i = 0; i < N_VARIANTS; i++) {
+		char path[256];
+		variant_path(i, path, sizeof(path));
+		unlink(path);
+	}
+	rmdir(tiny_dir);
+}
+
+START_TEST(tiny_fast_vs_reference)
+{
+	char path[256];
+	variant_path((uint32_t)_i, path, sizeof(path));
+	check_fast_vs_reference(path, 24);
+}
+END_TEST
+
+START_TEST(tiny_prefill_vs_stepwise)
+{
+	char path[256];
+	variant_path((uint32_t)_i, path, sizeof(path));
+	check_prefill_vs_stepwise(path, 40);
+}
+END_TEST
+
+START_TEST(tiny_batch_invariance)
+{
+	char path[256];
+	variant_path((uint32_t)_i, path, sizeof(path));
+	check_batch_invariance(path);
+}
+END_TEST
+
+int main(void)
+{
+	make_variants();
+	Suite *s = suite_create("forward");
+	TCase *tiny = tcase_create("tiny presets");
+	tcase_set_timeout(tiny, 120);
+	tcase_add_loop_test(tiny, tiny_fast_vs_reference, 0, N_VARIANTS);
+	tcase_add_loop_test(tiny, tiny_prefill_vs_stepwise, 0, N_VARIANTS);
+	tcase_add_loop_test(tiny, tiny_batch_invariance, 0, N_VARIANTS);
+	suite_add_tcase(s, tiny);
+	const char *models = getenv("BITNET_TEST_MODELS");
+	if (models && *models) {
+		snprintf(stories_path, sizeof(stories_path), "%s/stories260K.gguf", models);
+		TCase *real = tcase_create("test model");
+		tcase_set_timeout(real, 120);
+		tcase_add_test(real, stories_reference_greedy);
+		tcase_add_test(real, stories_fast_greedy);
+		tcase_add_test(real, stories_through_daemon);
+		tcase_add_test(real, stories_fast_vs_reference);
+		tcase_add_test(real, stories_prefill_vs_stepwise);
+		tcase_add_test(real, stories_batch_invariance);
+		suite_add_tcase(s, real);
+	} else {
+		printf("SKIP: test-model tests (BITNET_TEST_MODELS is not set; .ci/run sets it to ../shared/models)\n");
+	}
+	int rc = tu_run_suite(s);
+	remove_variants();
+	return rc;
+}
