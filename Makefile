@@ -159,6 +159,25 @@ $(BUILD)/tests/fuzz-gguf-replay: $(BUILD)/tests/fuzz_gguf.o $(BUILD)/tests/fuzz_
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
 
+# The model benchmark (bench/bench_model.c); it links OpenBLAS to compare float kernels.
+BENCH_MODEL := $(BUILD)/bench-model
+BENCH_MODEL_FILE := $(BUILD)/models/2b4t-i2_s.gguf
+$(BUILD)/bench/%.o: bench/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) $(BLAS_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BENCH_MODEL): $(BUILD)/bench/bench_model.o $(CORE_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(BLAS_LIBS)
+
+$(BENCH_MODEL_FILE): | $(MODELTOOL)
+	@mkdir -p $(dir $@)
+	$(MODELTOOL) write --preset 2b4t --type i2_s --out $@
+
+bench-model: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
+	$(BENCH_MODEL) --model $(BENCH_MODEL_FILE)
+
 FUZZ_SECONDS ?= 60
 fuzz:
 	@mkdir -p build-fuzz/corpus

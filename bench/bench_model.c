@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench-model — the model benchmark: prints key=value lines, all measured in one run so the
+ * ratios compare like with like. `make bench-model` makes the model files it needs with the
+ * model tool and runs it. Keys:
+ *
+ *   mem_bw_gbs, mem_bw_1t_gbs   read bandwidth, all threads / one thread (AVX-512 or AVX2 loads)
+ *   int8_peak_gmacs             VNNI multiply-adds per second (register-only loop), all threads
+ *   t2_gemv_gbs, t2_gemv_bw_share   ternary matrix x vector over 256 MB of weights
+ *   decode_tps_bN               decode tokens/s with N sequences (2B4T shape)
+ *   decode_roofline_share_b1    (weights + LM head bytes per token / mem_bw) / time per token
+ *   decode_int8_share_bN        ternary multiply-adds per second / int8_peak_gmacs
+ *   prefill_tps_tN              prompt tokens/s, one prompt of N tokens
+ *   prefill_speedup_tN          time step by step / time as one prefill, N tokens
+ *   lmhead_ms_{ours,openblas}_bN    the F16 LM head: our kernel vs OpenBLAS sgemm (F32 copy)
+ *   rss_model_mb, rss_peak_mb, file_mb, rss_over_file   resident memory after loading
+ */
+#define _GNU_SOURCE
+#include "../daemon/forward.h"
+#include "../daemon/model.h"
+#include "kernels.h"
+#include "pool.h"
+#include "quant.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Machine figures: read bandwidth and int8 peak                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+struct bw_job {
+	const uint8_t *buf;
+	size_t bytes_per_task;
+	uint64_t sink[64];
+};
+
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n)
+{
+	__m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+	for (size_t i = 0; i + 256 <= n; i += 256) {
+		a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
+		a1 = _mm512_xor_si512(a1, _mm512_load_si512(p + i + 64));
+		a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + i + 128));
+		a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + i + 192));
+	}
+	a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+	return (uint64_t)_mm512_reduce_add_epi64(a0);
+}
+
+static void bw_task(void *ctx, uint32_t t)
+{
+	struct bw_job *j = ctx;
+	j->sink[t % 64] += read_avx512(j->buf + (size_t)t * j->bytes_per_task, j->bytes_per_task);
+}
+
+/* Best of 5 passes over 1 GiB, split in 64 tasks. */
+static double measure_bw(struct bn_pool *pool)
+{
+	size_t bytes = (size_t)1 << 30;
+	uint8_t *buf = aligned_alloc(64, bytes);
+	memset(buf, 1, bytes);
+	struct bw_job j = { .buf = buf, .bytes_per_task = bytes / 64 };
+	double best = 1e9;
+	for (int rep = 0; rep < 5; rep++) {
+		double t0 = now_s();
+		bn_pool_run(pool, 64, bw_task, &j);
+		double dt = now_s() - t0;
+		best = dt < best ? dt : best;
+	}
+	free(buf);
+	return (double)bytes / best / 1e9;
+}
+
+struct peak_job {
+	uint64_t iters;
+	int32_t sink[64];
+};
+
+__attribute__((target("avx512f,avx512vnni"))) static int32_t vnni_loop(uint64_t iters)
+{
+	__m512i a[8], w = _mm512_set1_epi8(1), x = _mm512_set1_epi8(3);
+	for (int i = 0; i < 8; i++)
+		a[i] = _mm512_set1_epi32(i);
+	for (uint64_t it = 0; it < iters; it++)
+		for (int i = 0; i < 8; i++) /* 8 independent chains cover the latency */
+			a[i] = _mm512_dpbusd_epi32(a[i], w, x);
+	__m512i s = a[0];
+	for (int i = 1; i < 8; i++)
+		s = _mm512_add_epi32(s, a[i]);
+	return _mm512_reduce_add_epi32(s);
+}
+
+static void peak_task(void *ctx, uint32_t t)
+{
+	struct peak_job *j = ctx;
+	j->sink[t % 64] += vnni_loop(j->iters);
+}
+
+/* int8 multiply-adds per second over all threads: each vpdpbusd is 64. */
+static double measure_int8_peak(struct bn_pool *pool)
+{
+	uint32_t tasks = bn_pool_threads(pool);
+	struct peak_job j = { .iters = 20000000 };
+	double t0 = now_s();
+	bn_pool_run(pool, tasks, peak_task, &j);
+	double dt = now_s() - t0;
+	return (double)tasks * (double)j.iters * 8 * 64 / dt / 1e9;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ternary GEMV over 256 MB                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+struct gemv_job {
+	const struct bn_kernels *k;
+	struct bn_t2_matrix w;
+	struct bn_q8_rows x;
+	float *y;
+	uint32_t chunk;
+};
+
+static void gemv_task(void *ctx, uint32_t t)
+{
+	struct gemv_job *j = ctx;
+	uint32_t o0 = t * j->chunk, o1 = o0 + j->chunk < j->w.n_out ? o0 + j->chunk : j->w.n_out;
+	j->k->t2_gemm(&j->w, o0, o1, &j->x, 1, j->y, j->w.n_out);
+}
+
+static double measure_t2_gemv(struct bn_pool *pool, const struct bn_kernels *k)
+{
+	uint32_t n_in = 2560, n_out = 409600; /* 640 B rows: 262 MB */
+	struct gemv_job j = { .k = k, .chunk = 256 };
+	uint32_t rb = (uint32_t)bn_t2_row_bytes(n_in);
+	uint8_t *codes = aligned_alloc(64, (size_t)rb * n_out);
+	float *scale = malloc(n_out * sizeof(float));
+	for (size_t i = 0; i < (size_t)rb * n_out; i++)
+		codes[i] = (uint8_t)(i * 2654435761u >> 13) & 0x55; /* codes 0 or 1 */
+	for (uint32_t o = 0; o < n_out; o++)
+		scale[o] = 1.0f;
+	j.w = (struct bn_t2_matrix){ .codes = codes, .scale = scale, .n_in = n_in, .n_out = n_out,
+				     .row_bytes = rb };
+	float *xf = malloc(n_in * sizeof(float));
+	for (uint32_t i = 0; i < n_in; i++)
+		xf[i] = (float)((int)(i % 17) - 8);
+	j.x = (struct bn_q8_rows){ .q = aligned_alloc(64, rb * 4), .inv_scale = malloc(4),
+				   .sum = malloc(4), .k = n_in, .k_pad = rb * 4 };
+	bn_quantize_rows(xf, n_in, 1, &j.x);
+	j.y = malloc(n_out * sizeof(float));
+	double best = 1e9;
+	for (int rep = 0; rep < 5; rep++) {
+		double t0 = now_s();
+		bn_pool_run(pool, (n_out + j.chunk - 1) / j.chunk, gemv_task, &j);
+		double dt = now_s() - t0;
+		best = dt < best ? dt : best;
+	}
+	double gbs = (double)rb * n_out / best / 1e9;
+	free(codes);
+	free(scale);
+	free(xf);
+	free(j.x.q);
+	free(j.x.inv_scale);
+	free(j.x.sum);
+	free(j.y);
+	return gbs;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The model                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+static long rss_kb(const char *key)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, key, strlen(key)) == 0)
+			v = atol(line + strlen(key));
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static void tokens_for(uint32_t seed, uint32_t vocab, uint32_t *out, uint32_t n)
+{
+	uint32_t x = seed * 2654435761u + 7u;
+	for (uint32_t i = 0; i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		out[i] = 3 + (x >> 8) % (vocab - 3);
+	}
+}
+
+struct runner {
+	const struct bn_model *m;
+	struct bn_forward *fwd;
+	float *logits;
+	uint32_t max_seqs;
+};
+
+/* `n` sequences; each gets a prompt of `prompt` tokens, then `steps` decode steps timed. */
+static double decode_tps(struct runner *r, uint32_t n, uint32_t prompt, uint32_t steps)
+{
+	uint32_t V = r->m->cfg.n_vocab;
+	uint32_t *tok = malloc((size_t)n * prompt * sizeof(uint32_t));
+	uint32_t *lens = malloc(n * sizeof(uint32_t)), *pos = calloc(n, sizeof(uint32_t));
+	uint32_t *seq = malloc(n * sizeof(uint32_t));
+	for (uint32_t s = 0; s < n; s++) {
+		bn_forward_seq_reset(r->fwd, s);
+		tokens_for(s, V, tok + (size_t)s * prompt, prompt);
+		lens[s] = prompt;
+		seq[s] = s;
+	}
+	struct bn_batch b = { .n_rows = n, .width = prompt, .tokens = tok, .lens = lens, .pos = pos,
+			      .seq = seq };
+	if (bn_forward_run(r->fwd, &b, r->logits, 0) != 0)
+		abort();
+	double t0 = 0;
+	for (uint32_t step = 0; step <= steps; step++) {
+		if (step == 1)
+			t0 = now_s(); /* the first decode step warms caches and scratch */
+		for (uint32_t s = 0; s < n; s++) {
+			pos[s] += lens[s];
+			lens[s] = 1;
+			tok[(size_t)s * prompt] = bn_argmax(r->logits + (size_t)s * V, V);
+		}
+		if (bn_forward_run(r->fwd, &b, r->logits, 0) != 0)
+			abort();
+	}
+	double dt = now_s() - t0;
+	free(tok);
+	free(lens);
+	free(pos);
+	free(seq);
+	return (double)n * steps / dt;
+}
+
+/* Seconds for one prompt of n tokens as one prefill, and step by step. */
+static void prefill_times(struct runner *r, uint32_t n, double *prefill, double *stepwise)
+{
+	uint32_t V = r->m->cfg.n_vocab, *tok = malloc(n * sizeof(uint32_t)), seq = 0, pos = 0;
+	tokens_for(99, V, tok, n);
+	bn_forward_seq_reset(r->fwd, 0);
+	struct bn_batch b = { .n_rows = 1, .width = n, .tokens = tok, .lens = &n, .pos = &pos,
+			      .seq = &seq };
+	double t0 = now_s();
+	if (bn_forward_run(r->fwd, &b, r->logits, 0) != 0)
+		abort();
+	*prefill = now_s() - t0;
+	if (stepwise) {
+		bn_forward_seq_reset(r->fwd, 0);
+		uint32_t one = 1;
+		t0 = now_s();
+		for (uint32_t i = 0; i < n; i++) {
+			pos = i;
+			struct bn_batch s = { .n_rows = 1, .width = 1, .tokens = &tok[i], .lens = &one,
+					      .pos = &pos, .seq = &seq };
+			if (bn_forward_run(r->fwd, &s, r->logits, 0) != 0)
+				abort();
+		}
+		*stepwise = now_s() - t0;
+	}
+	free(tok);
+}
+
+/* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
+static double bytes_per_token(const struct bn_model *m)
+{
+	const struct bn_linear *ls[] = { 0 };
+	(void)ls;
+	double bytes = 0;
+	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
+		const struct bn_layer *L = &m->layers[i];
+		const struct bn_linear *all[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		for (size_t k = 0; k < 7; k++)
+			bytes += all[k]->kind == BN_LINEAR_T2 ? (double)all[k]->t2.row_bytes * all[k]->n_out
+							      : (double)all[k]->src->size;
+	}
+	return bytes + (double)m->output.src->size;
+}
+
+static double ternary_macs_per_token(const struct bn_model *m)
+{
+	const struct bn_model_config *c = &m->cfg;
+	double q = (double)c->n_head * c->head_dim, kv = (double)c->n_head_kv * c->head_dim;
+	return c->n_layer * ((double)c->n_embd * (2 * q + 2 * kv) + 3.0 * c->n_embd * c->n_ff);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* LM head: our F16 kernel against OpenBLAS sgemm on an F32 copy                                */
+/* ------------------------------------------------------------------------------------------ */
+
+struct head_job {
+	const struct bn_kernels *k;
+	const struct bn_f_matrix *w;
+	const float *x;
+	float *y;
+	uint32_t n_b, chunk;
+	const float *w32; /* OpenBLAS: F32 weights */
+};
+
+static void head_ours_task(void *ctx, uint32_t t)
+{
+	struct head_job *j = ctx;
+	uint32_t o0 = t * j->chunk, o1 = o0 + j->chunk < j->w->n_out ? o0 + j->chunk : j->w->n_out;
+	j->k->f_gemm(j->w, o0, o1, j->x, j->w->n_in, j->n_b, j->y, j->w->n_out);
+}
+
+static void head_blas_task(void *ctx, uint32_t t)
+{
+	struct head_job *j = ctx;
+	uint32_t o0 = t * j->chunk, o1 = o0 + j->chunk < j->w->n_out ? o0 + j->chunk : j->w->n_out;
+	/* y[b][o] = x[b] . W[o]: [n_b x k] x [k x rows] */
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n_b, (int)(o1 - o0),
+		    (int)j->w->n_in, 1.0f, j->x, (int)j->w->n_in, j->w32 + (size_t)o0 * j->w->n_in,
+		    (int)j->w->n_in, 0.0f, j->y + o0, (int)j->w->n_out);
+}
+
+static void measure_lm_head(struct bn_pool *pool, const struct bn_kernels *k,
+			    const struct bn_model *m)
+{
+	const struct bn_f_matrix *w = &m->output.f;
+	if (m->output.kind != BN_LINEAR_FLOAT || w->type != BN_TYPE_F16)
+		return;
+	float *w32 = malloc((size_t)w->n_out * w->n_in * sizeof(float));
+	if (!w32)
+		return;
+	for (uint32_t o = 0; o < w->n_out; o++)
+		bn_dequant_row(BN_TYPE_F16, w->data, (uint64_t)w->n_out * w->row_bytes, o, w->n_in,
+			       w32 + (size_t)o * w->n_in);
+	uint32_t batches[] = { 1, 16 };
+	for (size_t bi = 0; bi < 2; bi++) {
+		uint32_t n_b = batches[bi];
+		float *x = malloc((size_t)n_b * w->n_in * sizeof(float));
+		float *y = malloc((size_t)n_b * w->n_out * sizeof(float));
+		for (size_t i = 0; i < (size_t)n_b * w->n_in; i++)
+			x[i] = (float)((int)(i % 13) - 6) * 0.1f;
+		struct head_job j = { .k = k, .w = w, .x = x, .y = y, .n_b = n_b, .chunk = 1024,
+				      .w32 = w32 };
+		uint32_t tasks = (w->n_out + j.chunk - 1) / j.chunk;
+		double best_ours = 1e9, best_blas = 1e9;
+		for (int rep = 0; rep < 3; rep++) {
+			double t0 = now_s();
+			bn_pool_run(pool, tasks, head_ours_task, &j);
+			double t1 = now_s();
+			bn_pool_run(pool, tasks, head_blas_task, &j);
+			double t2 = now_s();
+			best_ours = t1 - t0 < best_ours ? t1 - t0 : best_ours;
+			best_blas = t2 - t1 < best_blas ? t2 - t1 : best_blas;
+		}
+		printf("lmhead_ms_ours_b%u=%.2f\nlmhead_ms_openblas_b%u=%.2f\n", n_b, best_ours * 1e3,
+		       n_b, best_blas * 1e3);
+		free(x);
+		free(y);
+	}
+	free(w32);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+	const char *model_path = NULL;
+	int quick = 0;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+			model_path = argv[++i];
+		else if (strcmp(argv[i], "--quick") == 0)
+			quick = 1;
+		else {
+			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick]\n"
+					"  --quick  skip the 1024-token step-by-step run and the LM-head comparison\n");
+			return 2;
+		}
+	}
+	if (!model_path) {
+		fprintf(stderr, "bench-model: --model FILE is required (make bench-model makes one)\n");
+		return 2;
+	}
+	openblas_set_num_threads(1); /* serial build anyway: its calls run in our pool */
+	const struct bn_kernels *k = bn_kernels_select(NULL);
+	struct bn_pool *pool = bn_pool_new(0), *one = bn_pool_new(1);
+	printf("kernels=%s\nthreads=%u\n", k->name, bn_pool_threads(pool));
+	double bw = measure_bw(pool);
+	printf("mem_bw_gbs=%.1f\nmem_bw_1t_gbs=%.1f\n", bw, measure_bw(one));
+	double peak = measure_int8_peak(pool);
+	printf("int8_peak_gmacs=%.0f\n", peak);
+	double gemv = measure_t2_gemv(pool, k);
+	printf("t2_gemv_gbs=%.1f\nt2_gemv_bw_share=%.2f\n", gemv, gemv / bw);
+	fflush(stdout);
+
+	struct stat st;
+	stat(model_path, &st);
+	struct bn_model m;
+	char err[BN_MODEL_ERR_LEN];
+	double t0 = now_s();
+	if (bn_model_load(&m, model_path, err) != 0) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	printf("model=%s\nload_s=%.1f\n", m.cfg.name, now_s() - t0);
+	struct runner r = { .m = &m, .max_seqs = 32 };
+	r.fwd = bn_forward_new(&m, r.max_seqs, pool, k);
+	r.logits = malloc((size_t)r.max_seqs * m.cfg.n_vocab * sizeof(float));
+	/* Resident memory right after loading and one token, before any KV cache grows. */
+	decode_tps(&r, 1, 1, 1);
+	double file_mb = (double)st.st_size / 1e6;
+	double rss_mb = (double)rss_kb("VmRSS:") / 1e3;
+	printf("file_mb=%.0f\nrss_model_mb=%.0f\nrss_peak_mb=%.0f\nrss_over_file=%.3f\n", file_mb,
+	       rss_mb, (double)rss_kb("VmHWM:") / 1e3, rss_mb / file_mb);
+	fflush(stdout);
+
+	double bpt = bytes_per_token(&m), macs = ternary_macs_per_token(&m);
+	uint32_t batches[] = { 1, 2, 4, 8, 16, 32 };
+	double tps1 = 0;
+	for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++) {
+		uint32_t n = batches[i];
+		double tps = decode_tps(&r, n, 16, n >= 16 ? 4 : 8);
+		printf("decode_tps_b%u=%.2f\n", n, tps);
+		printf("decode_int8_share_b%u=%.2f\n", n, tps * macs / 1e9 / peak);
+		if (n == 1) {
+			tps1 = tps;
+			printf("decode_roofline_tps_b1=%.2f\ndecode_roofline_share_b1=%.2f\n",
+			       bw * 1e9 / bpt, tps / (bw * 1e9 / bpt));
+		}
+		fflush(stdout);
+	}
+	printf("decode_b16_over_b1=see decode_tps_b16 / decode_tps_b1 (%.2f tok/s at b1)\n", tps1);
+	uint32_t lens[] = { 64, 128, 256, 512, 1024 };
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		uint32_t n = lens[i];
+		int want_step = n == 64 || n == 256 || (n == 1024 && !quick);
+		double pre, step = 0;
+		prefill_times(&r, n, &pre, want_step ? &step : NULL);
+		printf("prefill_tps_t%u=%.1f\nprefill_ms_per_token_t%u=%.2f\n", n, n / pre, n,
+		       pre * 1e3 / n);
+		if (want_step)
+			printf("stepwise_tps_t%u=%.1f\nprefill_speedup_t%u=%.2f\n", n, n / step, n,
+			       step / pre);
+		fflush(stdout);
+	}
+	if (!quick)
+		measure_lm_head(pool, k, &m);
+	free(r.logits);
+	bn_forward_free(r.fwd);
+	bn_model_free(&m);
+	bn_pool_free(pool);
+	bn_pool_free(one);
+	return 0;
+}

@@ -1,0 +1,846 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bitnet-model — writes synthetic BitNet b1.58 models as GGUF files, and prints what a GGUF
+ * file holds.
+ *
+ * The models have the real shapes (tiny for tests and the built-in default, the b1_58-large
+ * and 2B4T shapes for benchmarks) and random weights: they exercise the loader, the kernels
+ * and the forward pass at full size without downloading anything. Every value is a pure
+ * function of (--seed, tensor name), so a tensor does not depend on what else is written, and
+ * the same ternary weights are written whatever the file type: a float file is the ternary
+ * file's weights times their scale, which is what the kernel tests compare against.
+ *
+ * Output is meant for scripts: `info` prints key=value lines. Exit status: 0, 1 for I/O
+ * errors, 2 for bad usage.
+ */
+#include "../daemon/gguf.h"
+#include "gguf_write.h"
+#include "quant.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXIT_IO 1
+#define EXIT_USAGE 2
+
+#define VOCAB_MIN 260u              /* the 259 special and byte tokens, and one word piece */
+#define VOCAB_MAX (1u << 24)
+#define LAYERS_MAX 1024u
+#define GGUF_ALIGNMENT 32u
+
+static const char usage_text[] =
+	"Usage: bitnet-model write --preset tiny|large|2b4t --out FILE [OPTIONS]\n"
+	"       bitnet-model info FILE\n"
+	"       bitnet-model --help\n"
+	"\n"
+	"write: a model of the preset's shape with random ternary weights (deterministic)\n"
+	"  --type i2_s|tq2_0|tq1_0|f16|f32|bf16     linear weights (default: the preset's)\n"
+	"  --arch bitnet-b1.58|bitnet-25|bitnet|llama  general.architecture (default: the preset's)\n"
+	"  --embed-type f16|f32|bf16|q8_0|q6_k       token embedding and LM head (default f16)\n"
+	"  --untied                                 write a separate output.weight (LM head)\n"
+	"  --activation silu|relu2                  FFN activation (only arch bitnet can choose)\n"
+	"  --vocab N                                vocabulary size (>= 260)\n"
+	"  --layers N                               number of blocks\n"
+	"  --seed N                                 weights seed (default 1)\n"
+	"  --gguf-version 2|3                       file format version (default 3)\n"
+	"\n"
+	"info: the architecture, every metadata value and every tensor (name type dims bytes),\n"
+	"      as key=value lines.\n";
+
+/* ------------------------------------------------------------------------------------------ */
+/* Presets, architectures, type names                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+enum act { ACT_SILU, ACT_RELU2 };
+static const char *const act_names[] = { [ACT_SILU] = "silu", [ACT_RELU2] = "relu2" };
+
+struct preset {
+	const char *name;
+	const char *arch;
+	uint32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, vocab, n_ctx;
+	float rope_base, rms_eps;
+	enum act act;
+	uint32_t type;       /* linear weights */
+	uint32_t embed_type; /* token embedding and the LM head */
+	int untied;          /* a separate output.weight */
+};
+
+static const struct preset presets[] = {
+	{ "tiny", "bitnet-b1.58", 256, 2, 4, 2, 64, 768, 512, 1024, 10000.0f, 1e-5f, ACT_RELU2,
+	  BN_TYPE_I2_S, BN_TYPE_F16, 0 },
+	/* 1bitLLM/bitnet_b1_58-large */
+	{ "large", "bitnet", 1536, 24, 16, 16, 96, 4096, 32002, 2048, 10000.0f, 1e-5f, ACT_SILU,
+	  BN_TYPE_TQ2_0, BN_TYPE_F16, 1 },
+	/* microsoft/bitnet-b1.58-2B-4T */
+	{ "2b4t", "bitnet-b1.58", 2560, 30, 20, 5, 128, 6912, 128256, 4096, 500000.0f, 1e-5f,
+	  ACT_RELU2, BN_TYPE_I2_S, BN_TYPE_F16, 0 },
+};
+
+/* What the loader reads differently per architecture (DESIGN.md, Model). */
+struct arch_info {
+	const char *name;
+	int sub_norms;       /* attn_sub_norm and ffn_sub_norm tensors */
+	int act_key;         /* the activation is chosen by bitnet.hidden_activation */
+	enum act act;        /* the activation when there is no key */
+};
+
+static const struct arch_info archs[] = {
+	{ "bitnet-b1.58", 1, 0, ACT_RELU2 },
+	{ "bitnet-25", 1, 0, ACT_RELU2 },
+	{ "bitnet", 1, 1, ACT_SILU },
+	{ "llama", 0, 0, ACT_SILU },
+};
+
+struct type_opt {
+	const char *name;
+	uint32_t type;
+};
+
+static const struct type_opt weight_types[] = {
+	{ "i2_s", BN_TYPE_I2_S }, { "tq2_0", BN_TYPE_TQ2_0 }, { "tq1_0", BN_TYPE_TQ1_0 },
+	{ "f16", BN_TYPE_F16 },   { "f32", BN_TYPE_F32 },     { "bf16", BN_TYPE_BF16 },
+};
+
+static const struct type_opt embed_types[] = {
+	{ "f16", BN_TYPE_F16 }, { "f32", BN_TYPE_F32 }, { "bf16", BN_TYPE_BF16 },
+	{ "q8_0", BN_TYPE_Q8_0 }, { "q6_k", BN_TYPE_Q6_K },
+};
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static const struct preset *find_preset(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_LEN(presets); i++)
+		if (!strcmp(presets[i].name, name))
+			return &presets[i];
+	return NULL;
+}
+
+static const struct arch_info *find_arch(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_LEN(archs); i++)
+		if (!strcmp(archs[i].name, name))
+			return &archs[i];
+	return NULL;
+}
+
+static int find_type(const struct type_opt *t, size_t n, const char *name, uint32_t *out)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(t[i].name, name)) {
+			*out = t[i].type;
+			return 0;
+		}
+	return -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Deterministic values: one splitmix64 stream per tensor, seeded by (seed, name)             */
+/* ------------------------------------------------------------------------------------------ */
+
+struct rng {
+	uint64_t s;
+};
+
+static uint64_t rng_next(struct rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* FNV-1a of the name, mixed with the seed: the stream depends on the tensor, not the order. */
+static struct rng rng_for(uint64_t seed, const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	struct rng r = { seed ^ h };
+	r.s = rng_next(&r);
+	return r;
+}
+
+/* Weights in {-1, 0, +1}, uniform. Each 64-bit draw is read as a fraction in [0, 1) and
+ * multiplied by 3 eight times, the integer part giving one trit each time: 8 trits use 13 of
+ * the 64 bits, so the bias is below 2^-50, and 2 G weights take a few seconds. */
+static void rng_trits(struct rng *r, int8_t *w, uint64_t n)
+{
+	uint64_t i = 0;
+	while (i < n) {
+		uint64_t x = rng_next(r);
+		for (int k = 0; k < 8 && i < n; k++, i++) {
+			unsigned __int128 p = (unsigned __int128)x * 3;
+			w[i] = (int8_t)((int)(p >> 64) - 1);
+			x = (uint64_t)p;
+		}
+	}
+}
+
+/* Uniform in [-1, 1): a multiple of 2^-23, so exact in float. */
+static float rng_sym(struct rng *r)
+{
+	return (float)(rng_next(r) >> 40) * 0x1p-23f - 1.0f;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The model: options resolved against the preset, and the list of tensors                    */
+/* ------------------------------------------------------------------------------------------ */
+
+struct model_cfg {
+	const struct preset *p;
+	const struct arch_info *arch;
+	uint32_t n_layer, vocab;
+	uint32_t type, embed_type;
+	int untied;
+	enum act act;
+	uint64_t seed;
+	uint32_t version;
+	const char *out;
+};
+
+enum tensor_kind { T_EMBED, T_NORM, T_LINEAR };
+
+struct tensor_spec {
+	char name[64];
+	enum tensor_kind kind;
+	uint64_t n_in, n_out;        /* GGUF ne[0], ne[1]; n_out = 1 for a vector */
+};
+
+static uint32_t spec_type(const struct model_cfg *c, const struct tensor_spec *t)
+{
+	switch (t->kind) {
+	case T_EMBED: return c->embed_type;
+	case T_LINEAR: return c->type;
+	default: return BN_TYPE_F32;
+	}
+}
+
+static void spec_add(struct tensor_spec *t, size_t *n, enum tensor_kind kind, uint64_t n_in,
+		     uint64_t n_out, const char *fmt, int layer)
+{
+	snprintf(t[*n].name, sizeof(t[*n].name), fmt, layer);
+	t[*n].kind = kind;
+	t[*n].n_in = n_in;
+	t[*n].n_out = n_out;
+	(*n)++;
+}
+
+/* The tensors in file order, llama.cpp's names and shapes. Returns the count; t must hold
+ * 3 + 11 per layer. */
+static size_t model_tensors(const struct model_cfg *c, struct tensor_spec *t)
+{
+	const struct preset *p = c->p;
+	uint64_t e = p->n_embd, q = (uint64_t)p->n_head * p->head_dim;
+	uint64_t kv = (uint64_t)p->n_head_kv * p->head_dim, ff = p->n_ff;
+	size_t n = 0;
+	spec_add(t, &n, T_EMBED, e, c->vocab, "token_embd.weight", 0);
+	spec_add(t, &n, T_NORM, e, 1, "output_norm.weight", 0);
+	if (c->untied)
+		spec_add(t, &n, T_EMBED, e, c->vocab, "output.weight", 0);
+	for (int i = 0; i < (int)c->n_layer; i++) {
+		spec_add(t, &n, T_NORM, e, 1, "blk.%d.attn_norm.weight", i);
+		spec_add(t, &n, T_LINEAR, e, q, "blk.%d.attn_q.weight", i);
+		spec_add(t, &n, T_LINEAR, e, kv, "blk.%d.attn_k.weight", i);
+		spec_add(t, &n, T_LINEAR, e, kv, "blk.%d.attn_v.weight", i);
+		spec_add(t, &n, T_LINEAR, q, e, "blk.%d.attn_output.weight", i);
+		spec_add(t, &n, T_NORM, e, 1, "blk.%d.ffn_norm.weight", i);
+		spec_add(t, &n, T_LINEAR, e, ff, "blk.%d.ffn_gate.weight", i);
+		spec_add(t, &n, T_LINEAR, e, ff, "blk.%d.ffn_up.weight", i);
+		spec_add(t, &n, T_LINEAR, ff, e, "blk.%d.ffn_down.weight", i);
+		if (c->arch->sub_norms) {
+			spec_add(t, &n, T_NORM, q, 1, "blk.%d.attn_sub_norm.weight", i);
+			spec_add(t, &n, T_NORM, ff, 1, "blk.%d.ffn_sub_norm.weight", i);
+		}
+	}
+	return n;
+}
+
+/* Block formats need whole blocks per row (the kernels work row by row, and I2_S's 128-weight
+ * blocks must not straddle rows either). */
+static int check_shapes(const struct model_cfg *c, const struct tensor_spec *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t type = spec_type(c, &t[i]), bw = bn_type_block_weights(type);
+		if (bw && t[i].n_in % bw == 0)
+			continue;
+		fprintf(stderr,
+			"bitnet-model: type %s needs rows of a multiple of %u weights, but %s has "
+			"rows of %llu\n",
+			bn_type_name(type) ? bn_type_name(type) : "?", bw, t[i].name,
+			(unsigned long long)t[i].n_in);
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tensor data                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One scale per tensor that keeps a layer's outputs at the scale of its inputs: a ternary
+ * weight has variance 2/3, so the sum over n_in products has variance n_in * 2/3. */
+static float ternary_scale(uint64_t n_in)
+{
+	return (float)(1.0 / sqrt((double)n_in * 2.0 / 3.0));
+}
+
+/* Float weight types get the ternary values times the scale, row by row. */
+static int encode_float_rows(uint32_t type, const int8_t *w, uint64_t n_in, uint64_t n_out,
+			     float scale, uint8_t *out)
+{
+	float *row = malloc(n_in * sizeof(*row));
+	if (!row)
+		return -ENOMEM;
+	for (uint64_t r = 0; r < n_out; r++) {
+		for (uint64_t k = 0; k < n_in; k++)
+			row[k] = (float)w[r * n_in + k] * scale;
+		uint64_t b = bn_quant_row(type, row, n_in, out);
+		if (!b) {
+			free(row);
+			return -EINVAL;
+		}
+		out += b;
+	}
+	free(row);
+	return 0;
+}
+
+static int encode_linear(const struct tensor_spec *t, uint32_t type, struct rng *r,
+			 uint8_t *out)
+{
+	uint64_t n = t->n_in * t->n_out, rb = bn_row_bytes(type, t->n_in);
+	float scale = ternary_scale(t->n_in);
+	int8_t *w = malloc(n);
+	int rc = 0;
+	if (!w)
+		return -ENOMEM;
+	rng_trits(r, w, n);
+	if (type == BN_TYPE_I2_S) {
+		rc = bn_encode_i2_s(w, n, scale, out) ? 0 : -EINVAL;
+	} else if (bn_type_is_ternary(type)) {
+		for (uint64_t row = 0; row < t->n_out && !rc; row++)
+			if (!bn_encode_ternary_row(type, w + row * t->n_in, t->n_in, scale,
+						   out + row * rb))
+				rc = -EINVAL;
+	} else {
+		rc = encode_float_rows(type, w, t->n_in, t->n_out, scale, out);
+	}
+	free(w);
+	return rc;
+}
+
+/* Embedding rows: uniform in [-1, 1), quantized row by row (no whole float copy: the 2B4T
+ * embedding is 328 M values). */
+static int encode_embed(const struct tensor_spec *t, uint32_t type, struct rng *r,
+			uint8_t *out)
+{
+	float *row = malloc(t->n_in * sizeof(*row));
+	if (!row)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < t->n_out; i++) {
+		for (uint64_t k = 0; k < t->n_in; k++)
+			row[k] = rng_sym(r);
+		uint64_t b = bn_quant_row(type, row, t->n_in, out);
+		if (!b) {
+			free(row);
+			return -EINVAL;
+		}
+		out += b;
+	}
+	free(row);
+	return 0;
+}
+
+/* Norm weights near 1, so they are visible in the output but harmless. */
+static void encode_norm(const struct tensor_spec *t, struct rng *r, uint8_t *out)
+{
+	for (uint64_t k = 0; k < t->n_in; k++) {
+		float v = 1.0f + 0.1f * rng_sym(r);
+		memcpy(out + 4 * k, &v, sizeof(v));
+	}
+}
+
+/* Encodes one tensor into a temporary buffer and hands it to the writer (which copies it). */
+static int add_tensor(struct bn_gguf_writer *w, const struct model_cfg *c,
+		      const struct tensor_spec *t)
+{
+	uint32_t type = spec_type(c, t);
+	uint64_t size = bn_tensor_bytes(type, t->n_in * t->n_out);
+	uint8_t *data = malloc(size ? size : 1);
+	struct rng r = rng_for(c->seed, t->name);
+	int rc = 0;
+	if (!data)
+		return -ENOMEM;
+	if (t->kind == T_NORM)
+		encode_norm(t, &r, data);
+	else if (t->kind == T_EMBED)
+		rc = encode_embed(t, type, &r, data);
+	else
+		rc = encode_linear(t, type, &r, data);
+	if (!rc) {
+		uint64_t ne[2] = { t->n_in, t->n_out };
+		rc = bn_gguf_add_tensor(w, t->name, type, t->n_out > 1 ? 2 : 1, ne, data, size);
+	}
+	free(data);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Metadata and the tokenizer                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A SentencePiece-like vocabulary: <unk> <s> </s>, the 256 byte tokens, then word pieces made
+ * of consonant-vowel syllables, with and without the word-start mark. The pieces are distinct
+ * because piece k spells k/2 in bijective base 100 (one syllable per digit, every syllable
+ * two letters), and k's parity says whether the mark is there. */
+#define TOKEN_SLOT 32 /* "▁" (3 bytes) + 4 syllables of 2 + NUL, with room to spare */
+#define N_SPECIAL 259u
+
+struct vocab {
+	char *arena;            /* TOKEN_SLOT bytes per token */
+	const char **tokens;
+	float *scores;
+	int32_t *types;
+	uint32_t n;
+};
+
+static void word_piece(uint64_t k, char *out)
+{
+	static const char consonants[] = "tnsrlmdkpbgvfhzjcwxy";
+	static const char vowels[] = "aeiou";
+	uint64_t m = k / 2 + 1;
+	if (k % 2 == 0)
+		out += sprintf(out, "\xe2\x96\x81"); /* U+2581, SentencePiece's word start */
+	while (m > 0) {
+		uint64_t d = (m - 1) % 100;
+		*out++ = consonants[d / 5];
+		*out++ = vowels[d % 5];
+		m = (m - 1) / 100;
+	}
+	*out = 0;
+}
+
+static void vocab_free(struct vocab *v)
+{
+	free(v->arena);
+	free(v->tokens);
+	free(v->scores);
+	free(v->types);
+}
+
+static int vocab_init(struct vocab *v, uint32_t n)
+{
+	static const char *const specials[] = { "<unk>", "<s>", "</s>" };
+	v->n = n;
+	v->arena = malloc((size_t)n * TOKEN_SLOT);
+	v->tokens = malloc(n * sizeof(*v->tokens));
+	v->scores = malloc(n * sizeof(*v->scores));
+	v->types = malloc(n * sizeof(*v->types));
+	if (!v->arena || !v->tokens || !v->scores || !v->types) {
+		vocab_free(v);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		char *s = v->arena + (size_t)i * TOKEN_SLOT;
+		if (i < 3)
+			strcpy(s, specials[i]);
+		else if (i < N_SPECIAL)
+			sprintf(s, "<0x%02X>", i - 3);
+		else
+			word_piece(i - N_SPECIAL, s);
+		v->tokens[i] = s;
+		v->scores[i] = -(float)i;
+		/* llama.cpp token types: 1 normal, 2 unknown, 3 control, 6 byte */
+		v->types[i] = i == 0 ? 2 : i < 3 ? 3 : i < N_SPECIAL ? 6 : 1;
+	}
+	return 0;
+}
+
+static int add_tokenizer(struct bn_gguf_writer *w, uint32_t n)
+{
+	struct vocab v;
+	int rc = vocab_init(&v, n);
+	if (rc)
+		return rc;
+	rc = bn_gguf_add_str(w, "tokenizer.ggml.model", "llama");
+	if (!rc)
+		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", v.tokens, n);
+	if (!rc)
+		rc = bn_gguf_add_arr_f32(w, "tokenizer.ggml.scores", v.scores, n);
+	if (!rc)
+		rc = bn_gguf_add_arr_i32(w, "tokenizer.ggml.token_type", v.types, n);
+	if (!rc)
+		rc = bn_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+	if (!rc)
+		rc = bn_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	vocab_free(&v);
+	return rc;
+}
+
+struct u32_key {
+	const char *suffix;
+	uint32_t value;
+};
+
+static int add_hparams(struct bn_gguf_writer *w, const struct model_cfg *c)
+{
+	const struct preset *p = c->p;
+	const char *a = c->arch->name;
+	const struct u32_key keys[] = {
+		{ "context_length", p->n_ctx },       { "embedding_length", p->n_embd },
+		{ "block_count", c->n_layer },        { "feed_forward_length", p->n_ff },
+		{ "attention.head_count", p->n_head }, { "attention.head_count_kv", p->n_head_kv },
+		{ "rope.dimension_count", p->head_dim }, { "vocab_size", c->vocab },
+	};
+	char key[128], name[64];
+	int rc;
+	snprintf(name, sizeof(name), "bitnet-%s", p->name);
+	rc = bn_gguf_add_str(w, "general.architecture", a);
+	if (!rc)
+		rc = bn_gguf_add_str(w, "general.name", name);
+	for (size_t i = 0; i < ARRAY_LEN(keys) && !rc; i++) {
+		snprintf(key, sizeof(key), "%s.%s", a, keys[i].suffix);
+		rc = bn_gguf_add_u32(w, key, keys[i].value);
+	}
+	snprintf(key, sizeof(key), "%s.attention.layer_norm_rms_epsilon", a);
+	if (!rc)
+		rc = bn_gguf_add_f32(w, key, p->rms_eps);
+	snprintf(key, sizeof(key), "%s.rope.freq_base", a);
+	if (!rc)
+		rc = bn_gguf_add_f32(w, key, p->rope_base);
+	snprintf(key, sizeof(key), "%s.hidden_activation", a);
+	if (!rc && c->arch->act_key)
+		rc = bn_gguf_add_str(w, key, act_names[c->act]);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* write                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One line on stderr; returns the usage exit status. */
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("bitnet-model: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (see bitnet-model --help)\n", stderr);
+	return EXIT_USAGE;
+}
+
+/* Plain decimal only: strtoull alone would take " -1" as 2^64 - 1. */
+static int parse_u64(const char *text, uint64_t max, uint64_t *out)
+{
+	char *end;
+	if (text[0] < '0' || text[0] > '9')
+		return -1;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 10);
+	if (errno || *end || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Command-line values before they are checked against each other. */
+struct write_args {
+	const char *preset, *out, *type, *arch, *embed_type, *act;
+	const char *vocab, *layers, *seed, *version;
+	int untied, help;
+};
+
+static int get_write_args(int argc, char **argv, struct write_args *a)
+{
+	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
+	       O_LAYERS, O_SEED, O_VERSION, O_HELP };
+	static const struct option opts[] = {
+		{ "preset", required_argument, NULL, O_PRESET },
+		{ "out", required_argument, NULL, O_OUT },
+		{ "type", required_argument, NULL, O_TYPE },
+		{ "arch", required_argument, NULL, O_ARCH },
+		{ "embed-type", required_argument, NULL, O_EMBED },
+		{ "untied", no_argument, NULL, O_UNTIED },
+		{ "activation", required_argument, NULL, O_ACT },
+		{ "vocab", required_argument, NULL, O_VOCAB },
+		{ "layers", required_argument, NULL, O_LAYERS },
+		{ "seed", required_argument, NULL, O_SEED },
+		{ "gguf-version", required_argument, NULL, O_VERSION },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt;
+	opterr = 0; /* our own messages, one line each */
+	while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		switch (opt) {
+		case O_PRESET: a->preset = optarg; break;
+		case O_OUT: a->out = optarg; break;
+		case O_TYPE: a->type = optarg; break;
+		case O_ARCH: a->arch = optarg; break;
+		case O_EMBED: a->embed_type = optarg; break;
+		case O_UNTIED: a->untied = 1; break;
+		case O_ACT: a->act = optarg; break;
+		case O_VOCAB: a->vocab = optarg; break;
+		case O_LAYERS: a->layers = optarg; break;
+		case O_SEED: a->seed = optarg; break;
+		case O_VERSION: a->version = optarg; break;
+		case O_HELP: a->help = 1; break;
+		case ':': return usage_error("option %s needs a value", argv[optind - 1]);
+		default: return usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument '%s'", argv[optind]);
+	return 0;
+}
+
+/* The activation: the option if the architecture lets the file choose it (or it agrees with
+ * the architecture's fixed one), else the architecture's, else the preset's. */
+static int resolve_act(struct model_cfg *c, const char *opt)
+{
+	if (!opt) {
+		c->act = c->arch->act_key ? c->p->act : c->arch->act;
+		return 0;
+	}
+	if (!strcmp(opt, "silu"))
+		c->act = ACT_SILU;
+	else if (!strcmp(opt, "relu2"))
+		c->act = ACT_RELU2;
+	else
+		return usage_error("unknown activation '%s' (silu, relu2)", opt);
+	if (!c->arch->act_key && c->act != c->arch->act)
+		return usage_error("architecture %s always uses its own activation; --activation "
+				   "is for arch bitnet", c->arch->name);
+	return 0;
+}
+
+static int resolve_numbers(struct model_cfg *c, const struct write_args *a)
+{
+	uint64_t v;
+	c->vocab = c->p->vocab;
+	c->n_layer = c->p->n_layer;
+	c->seed = 1;
+	c->version = 3;
+	if (a->vocab) {
+		if (parse_u64(a->vocab, VOCAB_MAX, &v) || v < VOCAB_MIN)
+			return usage_error("--vocab must be %u .. %u, not '%s'", VOCAB_MIN, VOCAB_MAX,
+					   a->vocab);
+		c->vocab = (uint32_t)v;
+	}
+	if (a->layers) {
+		if (parse_u64(a->layers, LAYERS_MAX, &v) || v == 0)
+			return usage_error("--layers must be 1 .. %u, not '%s'", LAYERS_MAX, a->layers);
+		c->n_layer = (uint32_t)v;
+	}
+	if (a->seed && parse_u64(a->seed, UINT64_MAX, &c->seed))
+		return usage_error("--seed must be an unsigned integer, not '%s'", a->seed);
+	if (a->version) {
+		if (parse_u64(a->version, 3, &v) || v < 2)
+			return usage_error("--gguf-version must be 2 or 3, not '%s'", a->version);
+		c->version = (uint32_t)v;
+	}
+	return 0;
+}
+
+static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
+{
+	if (!a->preset)
+		return usage_error("write needs --preset (tiny, large, 2b4t)");
+	if (!a->out)
+		return usage_error("write needs --out FILE");
+	c->out = a->out;
+	c->p = find_preset(a->preset);
+	if (!c->p)
+		return usage_error("unknown preset '%s' (tiny, large, 2b4t)", a->preset);
+	c->arch = find_arch(a->arch ? a->arch : c->p->arch);
+	if (!c->arch)
+		return usage_error("unknown architecture '%s' (bitnet-b1.58, bitnet-25, bitnet, "
+				   "llama)", a->arch);
+	c->type = c->p->type;
+	if (a->type && find_type(weight_types, ARRAY_LEN(weight_types), a->type, &c->type))
+		return usage_error("unknown --type '%s' (i2_s, tq2_0, tq1_0, f16, f32, bf16)",
+				   a->type);
+	c->embed_type = c->p->embed_type;
+	if (a->embed_type &&
+	    find_type(embed_types, ARRAY_LEN(embed_types), a->embed_type, &c->embed_type))
+		return usage_error("unknown --embed-type '%s' (f16, f32, bf16, q8_0, q6_k)",
+				   a->embed_type);
+	c->untied = c->p->untied || a->untied;
+	int rc = resolve_act(c, a->act);
+	return rc ? rc : resolve_numbers(c, a);
+}
+
+static int write_tensors(struct bn_gguf_writer *w, const struct model_cfg *c,
+			 const struct tensor_spec *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int rc = add_tensor(w, c, &t[i]);
+		if (rc) {
+			fprintf(stderr, "bitnet-model: %s: %s\n", t[i].name, strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static int write_model(const struct model_cfg *c, const struct tensor_spec *t, size_t n)
+{
+	struct bn_gguf_writer *w = bn_gguf_writer_new(c->version, GGUF_ALIGNMENT);
+	int rc;
+	if (!w) {
+		fprintf(stderr, "bitnet-model: cannot start a GGUF writer: out of memory\n");
+		return EXIT_IO;
+	}
+	rc = add_hparams(w, c);
+	if (!rc)
+		rc = add_tokenizer(w, c->vocab);
+	if (rc)
+		fprintf(stderr, "bitnet-model: metadata: %s\n", strerror(-rc));
+	if (!rc)
+		rc = write_tensors(w, c, t, n);
+	if (!rc) {
+		rc = bn_gguf_write_file(w, c->out);
+		if (rc)
+			fprintf(stderr, "bitnet-model: %s: %s\n", c->out, strerror(-rc));
+	}
+	bn_gguf_writer_free(w);
+	return rc ? EXIT_IO : 0;
+}
+
+static int cmd_write(int argc, char **argv)
+{
+	struct write_args a = { 0 };
+	struct model_cfg c = { 0 };
+	int rc = get_write_args(argc, argv, &a);
+	if (rc || a.help) {
+		if (a.help)
+			fputs(usage_text, stdout);
+		return rc;
+	}
+	rc = resolve_cfg(&c, &a);
+	if (rc)
+		return rc;
+	struct tensor_spec *t = calloc(3 + 11 * (size_t)c.n_layer, sizeof(*t));
+	if (!t) {
+		fprintf(stderr, "bitnet-model: out of memory\n");
+		return EXIT_IO;
+	}
+	size_t n = model_tensors(&c, t);
+	rc = check_shapes(&c, t, n) ? EXIT_USAGE : write_model(&c, t, n);
+	if (!rc)
+		printf("wrote %s: preset %s, arch %s, %s weights, %zu tensors\n", c.out,
+		       c.p->name, c.arch->name, bn_type_name(c.type), n);
+	free(t);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* info                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Strings come from the file: print control bytes and backslashes escaped so that one value
+ * stays on one line. */
+static void print_str(struct bn_gguf_str s)
+{
+	for (uint64_t i = 0; i < s.len; i++) {
+		unsigned char ch = (unsigned char)s.ptr[i];
+		if (ch < 0x20 || ch == 0x7f || ch == '\\')
+			printf("\\x%02x", ch);
+		else
+			putchar(ch);
+	}
+}
+
+/* The shortest decimal that reads back as the same float: 1e-05, not 9.99999975e-06. */
+static void print_f32(double v)
+{
+	char buf[32];
+	for (int prec = 6; prec <= 9; prec++) {
+		snprintf(buf, sizeof(buf), "%.*g", prec, v);
+		if ((float)strtod(buf, NULL) == (float)v)
+			break;
+	}
+	fputs(buf, stdout);
+}
+
+static void print_kv(const struct bn_gguf_kv *kv)
+{
+	print_str(kv->key);
+	putchar('=');
+	switch (kv->type) {
+	case BN_GGUF_STRING: print_str(kv->v.str); break;
+	case BN_GGUF_FLOAT32: print_f32(kv->v.f64); break;
+	case BN_GGUF_FLOAT64: printf("%.17g", kv->v.f64); break;
+	case BN_GGUF_INT8:
+	case BN_GGUF_INT16:
+	case BN_GGUF_INT32:
+	case BN_GGUF_INT64: printf("%lld", (long long)kv->v.i64); break;
+	case BN_GGUF_ARRAY: printf("[%llu]", (unsigned long long)kv->v.arr.n); break;
+	default: printf("%llu", (unsigned long long)kv->v.u64); break; /* unsigned, bool */
+	}
+	putchar('\n');
+}
+
+static void print_tensor(const struct bn_gguf_tensor *t)
+{
+	const char *type = bn_type_name(t->type);
+	printf("tensor=");
+	print_str(t->name);
+	if (type)
+		printf(" %s ", type);
+	else
+		printf(" type%u ", t->type);
+	for (uint32_t d = 0; d < t->n_dims; d++)
+		printf("%s%llu", d ? "x" : "", (unsigned long long)t->ne[d]);
+	printf(" %llu\n", (unsigned long long)t->size);
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	struct bn_gguf g;
+	struct bn_gguf_str arch = { "", 0 };
+	char err[BN_GGUF_ERR_LEN];
+	uint64_t total = 0;
+	if (argc != 2)
+		return usage_error("info needs exactly one FILE");
+	if (bn_gguf_open(&g, argv[1], err)) {
+		fprintf(stderr, "bitnet-model: %s\n", err);
+		return EXIT_IO;
+	}
+	bn_gguf_get_str(&g, "general.architecture", &arch);
+	printf("file=%s\narchitecture=", argv[1]);
+	print_str(arch);
+	printf("\ngguf_version=%u\nalignment=%u\n", g.version, g.alignment);
+	for (uint64_t i = 0; i < g.n_kv; i++)
+		print_kv(&g.kv[i]);
+	printf("tensor_count=%llu\n", (unsigned long long)g.n_tensors);
+	for (uint64_t i = 0; i < g.n_tensors; i++) {
+		print_tensor(&g.tensors[i]);
+		total += g.tensors[i].size;
+	}
+	printf("tensor_bytes=%llu\nfile_bytes=%zu\n", (unsigned long long)total, g.size);
+	bn_gguf_close(&g);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage_error("no command (write, info)");
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "write"))
+		return cmd_write(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "info"))
+		return cmd_info(argc - 1, argv + 1);
+	return usage_error("unknown command '%s' (write, info)", argv[1]);
+}
