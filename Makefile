@@ -51,8 +51,8 @@ ALL_CFLAGS := $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS)
 ALL_LDFLAGS := -pthread $(LDFLAGS) $(SAN_FLAGS)
 # SIMD kernels: each ISA in its own file, compiled for that ISA only; the best one is picked
 # at start-up by cpuid (kernels/cpu/cpu_features.c), so the binary runs on any x86-64.
-ISA_AVX2   := -mavx2 -mfma -mf16c
-ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
+ISA_AVX2   := -O3 -mavx2 -mfma -mf16c
+ISA_AVX512 := -O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
 # libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
 # model tool, the benchmarks and the tests link it.

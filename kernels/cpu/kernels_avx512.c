@@ -3,18 +3,15 @@
  * kernels_avx512.c — AVX-512 VNNI variants. Compiled with AVX-512 flags (Makefile), called
  * only when cpuid says the CPU and OS support them.
  *
- * Both kernels work on tiles of ROWS output rows x up to COLS batch rows, so each weight
- * vector is loaded (and unpacked) once per tile and each activation vector once per tile row
- * group. A tile's accumulators live in registers: 4 x 4 zmm. Each (output, batch row) pair
- * has its own accumulator, summed in the same order whatever the tile, so a result does not
- * depend on the batch it was computed in.
+ * Both matrix kernels stream one weight row at a time against a tile of up to COLS batch
+ * rows: each weight vector is loaded (and unpacked or converted) once per tile, and the
+ * tile's accumulators live in registers.
  */
 #include "kernels.h"
 
 #include <immintrin.h>
 
-#define ROWS 4
-#define COLS 4
+#define COLS 4 /* batch rows per tile */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* ------------------------------------------------------------------------------------------ */
@@ -25,62 +22,60 @@
  * 16-bit shift moves bits across byte borders; the mask throws those away. */
 #define T2_PLANE(v, p) _mm512_and_si512(_mm512_srli_epi16((v), 2 * (p)), _mm512_set1_epi8(3))
 
-static ALWAYS_INLINE void t2_tile(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
-				  const struct bn_q8_rows *x, uint32_t b0, const uint32_t n_cols,
-				  float *y, uint32_t ldy)
+/* One weight row against n_cols batch rows. The row streams through once (one sequential
+ * stream is what the prefetchers serve best: measured 31 GB/s against 20 for four rows
+ * interleaved); each chunk's four planes are unpacked once and used by every batch row.
+ * Integer sums are exact, so the accumulator split (by plane, and for one or two batch rows
+ * also by chunk parity, to hide the vpdpbusd latency) cannot change a result. */
+static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
+				 const struct bn_q8_rows *x, uint32_t b0, const uint32_t n_cols,
+				 float *y, uint32_t ldy)
 {
-	const uint8_t *row[ROWS];
-	for (uint32_t r = 0; r < ROWS; r++) /* rows past the end repeat the first: discarded */
-		row[r] = w->codes + (size_t)(o + (r < n_rows ? r : 0)) * w->row_bytes;
+	const uint32_t sets = n_cols <= 2 ? 2 : 1;
+	const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
 	const int8_t *xs[COLS];
 	for (uint32_t b = 0; b < n_cols; b++)
 		xs[b] = x->q + (size_t)(b0 + b) * x->k_pad;
-	__m512i acc[ROWS][COLS];
-	for (uint32_t r = 0; r < ROWS; r++)
-		for (uint32_t b = 0; b < n_cols; b++)
-			acc[r][b] = _mm512_setzero_si512();
+	__m512i acc[2][4][COLS];
+	for (uint32_t s = 0; s < sets; s++)
+		for (uint32_t p = 0; p < 4; p++)
+			for (uint32_t b = 0; b < n_cols; b++)
+				acc[s][p][b] = _mm512_setzero_si512();
 	uint32_t n_chunks = w->row_bytes / BN_T2_CHUNK_BYTES;
-	for (uint32_t c = 0; c < n_chunks; c++) {
-		__m512i wv[ROWS];
-		for (uint32_t r = 0; r < ROWS; r++)
-			wv[r] = _mm512_loadu_si512(row[r] + (size_t)c * BN_T2_CHUNK_BYTES);
-#define T2_DO_PLANE(p)                                                                          \
-	do {                                                                                    \
-		__m512i xv[COLS];                                                               \
-		for (uint32_t b = 0; b < n_cols; b++)                                           \
-			xv[b] = _mm512_loadu_si512(xs[b] + (size_t)c * BN_T2_CHUNK + 64 * (p)); \
-		for (uint32_t r = 0; r < ROWS; r++) {                                           \
-			__m512i pl = T2_PLANE(wv[r], p);                                        \
-			for (uint32_t b = 0; b < n_cols; b++)                                   \
-				acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], pl, xv[b]);          \
-		}                                                                               \
-	} while (0)
-		T2_DO_PLANE(0);
-		T2_DO_PLANE(1);
-		T2_DO_PLANE(2);
-		T2_DO_PLANE(3);
-#undef T2_DO_PLANE
-	}
-	for (uint32_t r = 0; r < n_rows; r++)
-		for (uint32_t b = 0; b < n_cols; b++) {
-			int32_t s = _mm512_reduce_add_epi32(acc[r][b]) - x->sum[b0 + b];
-			y[(size_t)(b0 + b) * ldy + o + r] =
-				((float)s * w->scale[o + r]) * x->inv_scale[b0 + b];
+	for (uint32_t c = 0; c < n_chunks; c += sets) {
+		for (uint32_t s = 0; s < sets && c + s < n_chunks; s++) {
+			size_t cc = c + s;
+			__m512i wv = _mm512_loadu_si512(row + cc * BN_T2_CHUNK_BYTES);
+			__m512i pl[4] = { T2_PLANE(wv, 0), T2_PLANE(wv, 1), T2_PLANE(wv, 2),
+					  T2_PLANE(wv, 3) };
+			for (uint32_t b = 0; b < n_cols; b++)
+				for (uint32_t p = 0; p < 4; p++)
+					acc[s][p][b] = _mm512_dpbusd_epi32(
+						acc[s][p][b], pl[p],
+						_mm512_loadu_si512(xs[b] + cc * BN_T2_CHUNK + 64 * p));
 		}
+	}
+	for (uint32_t b = 0; b < n_cols; b++) {
+		__m512i t = _mm512_setzero_si512();
+		for (uint32_t s = 0; s < sets; s++)
+			for (uint32_t p = 0; p < 4; p++)
+				t = _mm512_add_epi32(t, acc[s][p][b]);
+		int32_t sum = _mm512_reduce_add_epi32(t) - x->sum[b0 + b];
+		y[(size_t)(b0 + b) * ldy + o] = ((float)sum * w->scale[o]) * x->inv_scale[b0 + b];
+	}
 }
 
 static void t2_gemm_avx512(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			   const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
 {
-	for (uint32_t o = o0; o < o1; o += ROWS) {
-		uint32_t n_rows = o1 - o < ROWS ? o1 - o : ROWS;
+	for (uint32_t o = o0; o < o1; o++) {
 		uint32_t b = 0;
 		for (; b + COLS <= n_b; b += COLS)
-			t2_tile(w, o, n_rows, x, b, COLS, y, ldy);
-		switch (n_b - b) { /* constant column counts let the compiler keep tiles in registers */
-		case 3: t2_tile(w, o, n_rows, x, b, 3, y, ldy); break;
-		case 2: t2_tile(w, o, n_rows, x, b, 2, y, ldy); break;
-		case 1: t2_tile(w, o, n_rows, x, b, 1, y, ldy); break;
+			t2_row(w, o, x, b, COLS, y, ldy);
+		switch (n_b - b) { /* constant column counts keep the tile in registers */
+		case 3: t2_row(w, o, x, b, 3, y, ldy); break;
+		case 2: t2_row(w, o, x, b, 2, y, ldy); break;
+		case 1: t2_row(w, o, x, b, 1, y, ldy); break;
 		default: break;
 		}
 	}
@@ -101,47 +96,69 @@ static ALWAYS_INLINE __m512 f_load(const void *row, uint32_t k, __mmask16 m, con
 	return _mm512_maskz_loadu_ps(m, (const float *)row + k);
 }
 
-static ALWAYS_INLINE void f_tile(const struct bn_f_matrix *w, uint32_t o, uint32_t n_rows,
-				 const float *x, uint32_t ldx, uint32_t b0, const uint32_t n_cols,
-				 float *y, uint32_t ldy, const uint32_t type)
+static ALWAYS_INLINE __mmask16 lanes_from(uint32_t k, uint32_t n)
 {
-	const uint8_t *row[ROWS];
-	for (uint32_t r = 0; r < ROWS; r++)
-		row[r] = (const uint8_t *)w->data + (size_t)(o + (r < n_rows ? r : 0)) * w->row_bytes;
-	__m512 acc[ROWS][COLS];
-	for (uint32_t r = 0; r < ROWS; r++)
+	return k >= n ? 0 : n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1);
+}
+
+/* One 64-wide step of one weight row against n_cols batch rows. */
+static ALWAYS_INLINE void f_step(const void *row, const float *const *xs, uint32_t k,
+				 const __mmask16 *m, const uint32_t n_cols, __m512 acc[4][COLS],
+				 const uint32_t type)
+{
+	__m512 wv[4];
+	for (uint32_t j = 0; j < 4; j++)
+		wv[j] = f_load(row, k + 16 * j, m[j], type);
+	for (uint32_t b = 0; b < n_cols; b++)
+		for (uint32_t j = 0; j < 4; j++)
+			acc[j][b] = _mm512_fmadd_ps(wv[j], _mm512_maskz_loadu_ps(m[j], xs[b] + k + 16 * j),
+						    acc[j][b]);
+}
+
+/* One weight row, streamed once, against n_cols batch rows. Each (row, batch row) pair sums
+ * in the same order whatever n_cols is: four lane accumulators over k mod 64, combined as
+ * (a0 + a1) + (a2 + a3), then reduced. So a row's result does not depend on its batch. */
+static ALWAYS_INLINE void f_row(const struct bn_f_matrix *w, uint32_t o, const float *x,
+				uint32_t ldx, uint32_t b0, const uint32_t n_cols, float *y,
+				uint32_t ldy, const uint32_t type)
+{
+	const void *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
+	const float *xs[COLS];
+	for (uint32_t b = 0; b < n_cols; b++)
+		xs[b] = x + (size_t)(b0 + b) * ldx;
+	__m512 acc[4][COLS];
+	for (uint32_t j = 0; j < 4; j++)
 		for (uint32_t b = 0; b < n_cols; b++)
-			acc[r][b] = _mm512_setzero_ps();
-	for (uint32_t k = 0; k < w->n_in; k += 16) {
-		uint32_t left = w->n_in - k;
-		__mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-		__m512 xv[COLS];
-		for (uint32_t b = 0; b < n_cols; b++)
-			xv[b] = _mm512_maskz_loadu_ps(m, x + (size_t)(b0 + b) * ldx + k);
-		for (uint32_t r = 0; r < ROWS; r++) {
-			__m512 wv = f_load(row[r], k, m, type);
-			for (uint32_t b = 0; b < n_cols; b++)
-				acc[r][b] = _mm512_fmadd_ps(wv, xv[b], acc[r][b]);
-		}
+			acc[j][b] = _mm512_setzero_ps();
+	const __mmask16 full[4] = { 0xffff, 0xffff, 0xffff, 0xffff };
+	uint32_t k = 0;
+	for (; k + 64 <= w->n_in; k += 64)
+		f_step(row, xs, k, full, n_cols, acc, type);
+	if (k < w->n_in) {
+		__mmask16 m[4];
+		for (uint32_t j = 0; j < 4; j++)
+			m[j] = lanes_from(k + 16 * j, w->n_in);
+		f_step(row, xs, k, m, n_cols, acc, type);
 	}
-	for (uint32_t r = 0; r < n_rows; r++)
-		for (uint32_t b = 0; b < n_cols; b++)
-			y[(size_t)(b0 + b) * ldy + o + r] = _mm512_reduce_add_ps(acc[r][b]);
+	for (uint32_t b = 0; b < n_cols; b++) {
+		__m512 t = _mm512_add_ps(_mm512_add_ps(acc[0][b], acc[1][b]),
+					 _mm512_add_ps(acc[2][b], acc[3][b]));
+		y[(size_t)(b0 + b) * ldy + o] = _mm512_reduce_add_ps(t);
+	}
 }
 
 static ALWAYS_INLINE void f_gemm_typed(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 				       const float *x, uint32_t ldx, uint32_t n_b, float *y,
 				       uint32_t ldy, const uint32_t type)
 {
-	for (uint32_t o = o0; o < o1; o += ROWS) {
-		uint32_t n_rows = o1 - o < ROWS ? o1 - o : ROWS;
+	for (uint32_t o = o0; o < o1; o++) {
 		uint32_t b = 0;
 		for (; b + COLS <= n_b; b += COLS)
-			f_tile(w, o, n_rows, x, ldx, b, COLS, y, ldy, type);
+			f_row(w, o, x, ldx, b, COLS, y, ldy, type);
 		switch (n_b - b) {
-		case 3: f_tile(w, o, n_rows, x, ldx, b, 3, y, ldy, type); break;
-		case 2: f_tile(w, o, n_rows, x, ldx, b, 2, y, ldy, type); break;
-		case 1: f_tile(w, o, n_rows, x, ldx, b, 1, y, ldy, type); break;
+		case 3: f_row(w, o, x, ldx, b, 3, y, ldy, type); break;
+		case 2: f_row(w, o, x, ldx, b, 2, y, ldy, type); break;
+		case 1: f_row(w, o, x, ldx, b, 1, y, ldy, type); break;
 		default: break;
 		}
 	}

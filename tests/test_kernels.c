@@ -1,0 +1,945 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CPU kernels (kernels/cpu/kernels.h) and the thread pool (kernels/cpu/pool.h), against
+ * oracles written here, not taken from kernels_scalar.c:
+ *  - t2_gemm: ternary weights kept as int8 -1/0/+1, the activations as the int8 rows the
+ *    quantizer made, summed in int32 with plain loops. Every variant this CPU runs must equal
+ *    ((float)isum * scale[o]) * inv_scale[b] exactly: the integer part has one right answer
+ *    and the two float products are the contract's;
+ *  - bn_quantize_rows: x * 127 / absmax rounded half to even, computed in double;
+ *  - f_gemm and attend: double-precision sums, within the tolerances stated at each test (the
+ *    variants sum floats in different orders), and bit-identical within one variant whatever
+ *    the batch, the output range, the call, or the garbage past the cache's end;
+ *  - bn_kernels_select and $BITNET_KERNELS;
+ *  - the pool: every task exactly once, many jobs back to back, prompt shutdown.
+ * Outputs the kernels must not touch are filled with a sentinel and checked afterwards;
+ * inputs they must not read (row padding, cache rows past L) hold NaN.
+ * A variant this CPU cannot run is skipped with a note.
+ */
+#include "kernels.h"
+#include "pool.h"
+#include "quant.h"
+
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Helpers                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static const char *const variant_names[] = { "scalar", "avx2", "avx512vnni" };
+#define N_VARIANTS 3
+
+static const uint32_t batch_sizes[] = { 1, 2, 3, 4, 5, 7, 16, 33, 64 };
+#define N_BATCH_SIZES (sizeof(batch_sizes) / sizeof(batch_sizes[0]))
+#define MAX_B 64
+
+/* A bit pattern no kernel computes: a NaN with a payload. */
+#define SENTINEL_BITS 0x7fc0deadu
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t seed)
+{
+	rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+}
+
+static uint32_t rng_next(void) /* xorshift64* */
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
+}
+
+static float rng_float(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)(rng_next() >> 8) / (float)(1u << 24);
+}
+
+static uint32_t float_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static float bits_float(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static void fill_sentinel(float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = bits_float(SENTINEL_BITS);
+}
+
+static int is_sentinel(float f)
+{
+	return float_bits(f) == SENTINEL_BITS;
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+/* The variant `_i` of a loop test, or NULL (with a note) when this CPU cannot run it. */
+static const struct bn_kernels *variant(int i)
+{
+	const struct bn_kernels *k = bn_kernels_select(variant_names[i]);
+	if (!k) {
+		printf("SKIP: %s kernels (this CPU cannot run them)\n", variant_names[i]);
+		fflush(stdout);
+	}
+	return k;
+}
+
+static void q8_alloc(struct bn_q8_rows *x, uint32_t n, uint32_t k)
+{
+	x->k = k;
+	x->k_pad = (k + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+	x->q = aligned_alloc(64, (size_t)n * x->k_pad);
+	x->inv_scale = xmalloc(n * sizeof(float));
+	x->sum = xmalloc(n * sizeof(int32_t));
+	ck_assert_ptr_nonnull(x->q);
+	memset(x->q, 0x5a, (size_t)n * x->k_pad); /* the quantizer must zero the padding */
+}
+
+static void q8_free(struct bn_q8_rows *x)
+{
+	free(x->q);
+	free(x->inv_scale);
+	free(x->sum);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* t2_gemm                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A ternary matrix with its oracle copy: w[o][k] in {-1, 0, +1}. */
+struct t2_case {
+	uint32_t n_in, n_out;
+	int8_t *w;
+	uint8_t *codes;
+	float *scale;
+	struct bn_t2_matrix m;
+};
+
+static void t2_case_new(struct t2_case *c, uint32_t n_in, uint32_t n_out)
+{
+	c->n_in = n_in;
+	c->n_out = n_out;
+	c->w = xmalloc((size_t)n_in * n_out);
+	uint32_t row_bytes = (uint32_t)bn_t2_row_bytes(n_in);
+	c->codes = xmalloc((size_t)row_bytes * n_out);
+	c->scale = xmalloc(n_out * sizeof(float));
+	uint8_t *row_codes = xmalloc(n_in);
+	for (uint32_t o = 0; o < n_out; o++) {
+		int8_t *w = c->w + (size_t)o * n_in;
+		for (uint32_t k = 0; k < n_in; k++) {
+			uint32_t r = rng_next() % 4;
+			/* rows 0 and 1 all +1 and all -1: the largest sums either way */
+			w[k] = o == 0 ? 1 : o == 1 ? -1 : r == 0 ? 0 : r == 1 ? 1 : -1;
+			row_codes[k] = (uint8_t)(w[k] + 1);
+		}
+		bn_t2_pack(row_codes, n_in, c->codes + (size_t)o * row_bytes);
+		c->scale[o] = rng_float(0.01f, 2.0f);
+	}
+	free(row_codes);
+	c->m = (struct bn_t2_matrix){ .codes = c->codes, .scale = c->scale, .n_in = n_in,
+				      .n_out = n_out, .row_bytes = row_bytes };
+}
+
+static void t2_case_free(struct t2_case *c)
+{
+	free(c->w);
+	free(c->codes);
+	free(c->scale);
+}
+
+/* isum[b][o] = sum_k w[o][k] * q[b][k], for b < n_b. */
+static int32_t *t2_oracle(const struct t2_case *c, const struct bn_q8_rows *x, uint32_t n_b)
+{
+	int32_t *isum = xmalloc((size_t)n_b * c->n_out * sizeof(int32_t));
+	for (uint32_t b = 0; b < n_b; b++)
+		for (uint32_t o = 0; o < c->n_out; o++) {
+			int32_t s = 0;
+			const int8_t *w = c->w + (size_t)o * c->n_in;
+			const int8_t *q = x->q + (size_t)b * x->k_pad;
+			for (uint32_t k = 0; k < c->n_in; k++)
+				s += (int32_t)w[k] * q[k];
+			isum[(size_t)b * c->n_out + o] = s;
+		}
+	return isum;
+}
+
+/* One call: y[b][o] exact for b < n_b and o in [o0, o1), every other entry untouched. */
+static void t2_check_call(const struct bn_kernels *kern, const struct t2_case *c,
+			  const struct bn_q8_rows *x, const int32_t *isum, const char *what,
+			  uint32_t n_b, uint32_t o0, uint32_t o1)
+{
+	uint32_t n_out = c->n_out, ldy = n_out + 5;
+	float *y = xmalloc((size_t)(n_b + 2) * ldy * sizeof(float));
+	fill_sentinel(y, (size_t)(n_b + 2) * ldy);
+	kern->t2_gemm(&c->m, o0, o1, x, n_b, y, ldy);
+	for (uint32_t b = 0; b < n_b + 2; b++)
+		for (uint32_t o = 0; o < ldy; o++) {
+			float got = y[(size_t)b * ldy + o];
+			if (b >= n_b || o < o0 || o >= o1) {
+				ck_assert_msg(is_sentinel(got),
+					      "%s %s n_in %u n_b %u [%u,%u): y[%u][%u] written",
+					      kern->name, what, c->n_in, n_b, o0, o1, b, o);
+				continue;
+			}
+			int32_t is = isum[(size_t)b * n_out + o];
+			float want = ((float)is * c->scale[o]) * x->inv_scale[b];
+			ck_assert_msg(float_bits(got) == float_bits(want),
+				      "%s %s n_in %u n_b %u [%u,%u): y[%u][%u] = %.9g, want %.9g (isum %d)",
+				      kern->name, what, c->n_in, n_b, o0, o1, b, o, got, want, is);
+		}
+	free(y);
+}
+
+/* Every batch size and a few output ranges. */
+static void t2_check_all(const struct bn_kernels *kern, const struct t2_case *c,
+			 const struct bn_q8_rows *x, const int32_t *isum, const char *what)
+{
+	uint32_t n_out = c->n_out;
+	uint32_t ranges[][2] = { { 0, n_out }, { 1, n_out }, { n_out / 2, n_out / 2 + 1 },
+				 { 3, n_out < 10 ? n_out : 10 }, { 0, n_out - 1 } };
+	for (size_t bi = 0; bi < N_BATCH_SIZES; bi++)
+		for (size_t ri = 0; ri < sizeof(ranges) / sizeof(ranges[0]); ri++) {
+			uint32_t o0 = ranges[ri][0], o1 = ranges[ri][1];
+			if (o0 < o1)
+				t2_check_call(kern, c, x, isum, what, batch_sizes[bi], o0, o1);
+		}
+}
+
+/* No batch rows or no outputs: nothing written. */
+static void t2_check_empty(const struct bn_kernels *kern, const struct t2_case *c,
+			   const struct bn_q8_rows *x)
+{
+	float y[4 * 16];
+	fill_sentinel(y, 4 * 16);
+	kern->t2_gemm(&c->m, 0, c->n_out, x, 0, y, 16);
+	kern->t2_gemm(&c->m, 2, 2, x, 3, y, 16);
+	for (int i = 0; i < 4 * 16; i++)
+		ck_assert_msg(is_sentinel(y[i]), "%s: an empty t2_gemm wrote y[%d]", kern->name, i);
+}
+
+static const uint32_t t2_shapes[][2] = {
+	{ 256, 13 }, { 512, 4 }, { 768, 9 }, { 1000, 13 }, { 6912, 5 },
+};
+
+/* Activations from floats through bn_quantize_rows, as the forward pass makes them. */
+START_TEST(t2_gemm_exact)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t si = 0; si < sizeof(t2_shapes) / sizeof(t2_shapes[0]); si++) {
+		uint32_t n_in = t2_shapes[si][0], n_out = t2_shapes[si][1], ldx = n_in + 3;
+		rng_seed(100 + si);
+		struct t2_case c;
+		t2_case_new(&c, n_in, n_out);
+		float *xf = xmalloc((size_t)MAX_B * ldx * sizeof(float));
+		for (uint32_t b = 0; b < MAX_B; b++)
+			for (uint32_t k = 0; k < ldx; k++) {
+				float v = rng_float(-4.0f, 4.0f);
+				/* rows 2 and 3 constant: every q is +127 or -127 */
+				v = b == 2 ? 7.0f : b == 3 ? -7.0f : b == 4 ? 0.0f : v;
+				xf[(size_t)b * ldx + k] = k < n_in ? v : NAN;
+			}
+		struct bn_q8_rows x;
+		q8_alloc(&x, MAX_B, n_in);
+		bn_quantize_rows(xf, ldx, MAX_B, &x);
+		int32_t *isum = t2_oracle(&c, &x, MAX_B);
+		t2_check_all(kern, &c, &x, isum, "quantized");
+		t2_check_empty(kern, &c, &x);
+		free(isum);
+		q8_free(&x);
+		free(xf);
+		t2_case_free(&c);
+	}
+}
+END_TEST
+
+/* Any int8 row is valid input, -128 included (the quantizer never makes it). */
+START_TEST(t2_gemm_full_int8_range)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t si = 0; si < sizeof(t2_shapes) / sizeof(t2_shapes[0]); si++) {
+		uint32_t n_in = t2_shapes[si][0], n_out = t2_shapes[si][1];
+		rng_seed(200 + si);
+		struct t2_case c;
+		t2_case_new(&c, n_in, n_out);
+		struct bn_q8_rows x;
+		q8_alloc(&x, MAX_B, n_in);
+		for (uint32_t b = 0; b < MAX_B; b++) {
+			int8_t *q = x.q + (size_t)b * x.k_pad;
+			int32_t sum = 0;
+			for (uint32_t k = 0; k < x.k_pad; k++) {
+				int v = (int)(rng_next() % 256) - 128;
+				v = b == 0 ? -128 : b == 1 ? 127 : v;
+				q[k] = (int8_t)(k < n_in ? v : 0);
+				sum += q[k];
+			}
+			x.sum[b] = sum;
+			x.inv_scale[b] = rng_float(1e-4f, 0.1f);
+		}
+		int32_t *isum = t2_oracle(&c, &x, MAX_B);
+		t2_check_all(kern, &c, &x, isum, "raw int8");
+		free(isum);
+		q8_free(&x);
+		t2_case_free(&c);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* bn_quantize_rows                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The quantizer multiplies by the float 127 / absmax, so a value whose exact x * 127 / absmax
+ * lies within 1e-4 of a rounding boundary may land on either side; elsewhere the result is
+ * the double oracle's. */
+static void check_quantized_row(const float *x, uint32_t k, const struct bn_q8_rows *q,
+				uint32_t r)
+{
+	const int8_t *qr = q->q + (size_t)r * q->k_pad;
+	double amax = 0.0;
+	for (uint32_t i = 0; i < k; i++)
+		amax = fmax(amax, fabs((double)x[i]));
+	int32_t sum = 0;
+	for (uint32_t i = 0; i < k; i++) {
+		double exact = amax > 0.0 ? (double)x[i] * 127.0 / amax : 0.0;
+		double want = nearbyint(exact);
+		double frac = exact - floor(exact);
+		int near_half = fabs(frac - 0.5) < 1e-4;
+		ck_assert_msg(qr[i] == want || (near_half && fabs(qr[i] - exact) < 0.5 + 1e-4),
+			      "row %u k %u: x %.9g amax %.9g -> q %d, want %.0f", r, i, x[i], amax,
+			      qr[i], want);
+		ck_assert(qr[i] >= -127 && qr[i] <= 127);
+		if (fabs((double)x[i]) == amax && amax > 0.0)
+			ck_assert_int_eq(qr[i], x[i] > 0 ? 127 : -127);
+		sum += qr[i];
+	}
+	for (uint32_t i = k; i < q->k_pad; i++)
+		ck_assert_msg(qr[i] == 0, "row %u: padding byte %u is %d", r, i, qr[i]);
+	ck_assert_int_eq(q->sum[r], sum);
+	if (amax == 0.0)
+		ck_assert(float_bits(q->inv_scale[r]) == 0);
+	else
+		ck_assert_msg(fabs(q->inv_scale[r] - amax / 127.0) <= 1e-7 * amax / 127.0,
+			      "row %u: inv_scale %.9g, amax/127 %.9g", r, q->inv_scale[r],
+			      amax / 127.0);
+}
+
+START_TEST(quantize_rows)
+{
+	const uint32_t ks[] = { 1, 100, 256, 1000, 2560 };
+	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+		uint32_t k = ks[ki], ldx = k + 9, n = 8;
+		rng_seed(300 + ki);
+		float *x = xmalloc((size_t)n * ldx * sizeof(float));
+		for (uint32_t r = 0; r < n; r++)
+			for (uint32_t i = 0; i < ldx; i++) {
+				float mag = r == 5 ? 1e-30f : r == 6 ? 1e30f : 1.0f;
+				float v = rng_float(-3.0f, 3.0f) * mag;
+				x[(size_t)r * ldx + i] = i < k ? v : NAN;
+			}
+		/* row 1 all zero; row 2 one huge value; row 3 one huge negative value */
+		for (uint32_t i = 0; i < k; i++)
+			x[1 * ldx + i] = 0.0f;
+		x[2 * ldx + k / 2] = 3e38f;
+		x[3 * ldx + k - 1] = -1e30f;
+		struct bn_q8_rows q;
+		q8_alloc(&q, n, k);
+		bn_quantize_rows(x, ldx, n, &q);
+		for (uint32_t r = 0; r < n; r++)
+			check_quantized_row(x + (size_t)r * ldx, k, &q, r);
+		for (uint32_t i = 0; i < q.k_pad; i++)
+			ck_assert(q.q[1 * q.k_pad + i] == 0);
+		ck_assert(q.inv_scale[1] == 0.0f && q.sum[1] == 0);
+		ck_assert_int_eq(q.q[2 * q.k_pad + k / 2], 127);
+		ck_assert_int_eq(q.q[3 * q.k_pad + k - 1], -127);
+		if (k > 1) /* the rest of a row with one huge value rounds to zero */
+			ck_assert_int_eq(q.sum[2], 127);
+		q8_free(&q);
+		free(x);
+	}
+}
+END_TEST
+
+/* absmax 127 makes the factor exactly 1: halves go to the even neighbour. */
+START_TEST(quantize_rounds_half_to_even)
+{
+	const float x[] = { 127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 3.49f, -126.5f };
+	const int8_t want[] = { 127, 0, 2, 2, 0, -2, -2, 3, -126 };
+	uint32_t k = sizeof(x) / sizeof(x[0]);
+	struct bn_q8_rows q;
+	q8_alloc(&q, 1, k);
+	bn_quantize_rows(x, k, 1, &q);
+	int32_t sum = 0;
+	for (uint32_t i = 0; i < k; i++) {
+		ck_assert_msg(q.q[i] == want[i], "x %g -> %d, want %d", x[i], q.q[i], want[i]);
+		sum += want[i];
+	}
+	ck_assert_int_eq(q.sum[0], sum);
+	ck_assert(q.inv_scale[0] == 1.0f);
+	q8_free(&q);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* f_gemm                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static const uint32_t f_types[] = { BN_TYPE_F32, BN_TYPE_F16, BN_TYPE_BF16 };
+static const uint32_t f_n_ins[] = { 1, 15, 16, 17, 64, 100, 2560 };
+#define F_N_OUT 7
+/* Float sums in any order: |err| <= F_REL * sum_k |w x| + F_ABS. A sum of n products in float
+ * is off by at most about n * 2^-24 of sum |w x| in the worst case, and by sqrt(n) times that
+ * typically: 1e-5 is the typical error of n = 2560 with a margin of 100. */
+#define F_REL 1e-5
+#define F_ABS 1e-6
+
+struct f_case {
+	uint32_t type, n_in, n_out, ldx;
+	uint8_t *data;  /* the encoded matrix, exactly its size */
+	float *wd;      /* [n_out][n_in] the weights as encoded, decoded */
+	float *x;       /* [MAX_B][ldx], NaN past n_in */
+	struct bn_f_matrix m;
+};
+
+static float decode_weight(uint32_t type, const uint8_t *row, uint32_t k)
+{
+	uint16_t h;
+	float f;
+	if (type == BN_TYPE_F32) {
+		memcpy(&f, row + 4 * k, sizeof(f));
+		return f;
+	}
+	memcpy(&h, row + 2 * k, sizeof(h));
+	return type == BN_TYPE_F16 ? bn_half_to_float(h) : bn_bf16_to_float(h);
+}
+
+static void f_case_new(struct f_case *c, uint32_t type, uint32_t n_in, uint32_t n_out)
+{
+	c->type = type;
+	c->n_in = n_in;
+	c->n_out = n_out;
+	c->ldx = n_in + 5;
+	uint64_t row_bytes = bn_row_bytes(type, n_in);
+	ck_assert_uint_gt(row_bytes, 0);
+	c->data = xmalloc(row_bytes * n_out);
+	c->wd = xmalloc((size_t)n_in * n_out * sizeof(float));
+	float *row = xmalloc(n_in * sizeof(float));
+	for (uint32_t o = 0; o < n_out; o++) {
+		for (uint32_t k = 0; k < n_in; k++)
+			row[k] = rng_float(-1.0f, 1.0f);
+		uint8_t *enc = c->data + o * row_bytes;
+		ck_assert_uint_eq(bn_quant_row(type, row, n_in, enc), row_bytes);
+		for (uint32_t k = 0; k < n_in; k++)
+			c->wd[(size_t)o * n_in + k] = decode_weight(type, enc, k);
+	}
+	free(row);
+	c->x = xmalloc((size_t)MAX_B * c->ldx * sizeof(float));
+	for (uint32_t b = 0; b < MAX_B; b++)
+		for (uint32_t k = 0; k < c->ldx; k++)
+			c->x[(size_t)b * c->ldx + k] = k < n_in ? rng_float(-2.0f, 2.0f) : NAN;
+	c->m = (struct bn_f_matrix){ .data = c->data, .type = type, .n_in = n_in, .n_out = n_out,
+				     .row_bytes = row_bytes };
+}
+
+static void f_case_free(struct f_case *c)
+{
+	free(c->data);
+	free(c->wd);
+	free(c->x);
+}
+
+static void f_check(const struct bn_kernels *kern, const struct f_case *c, uint32_t o0,
+		    uint32_t o1, uint32_t n_b)
+{
+	uint32_t ldy = c->n_out + 3;
+	const char *tname = bn_type_name(c->type);
+	float *y = xmalloc((size_t)(n_b + 2) * ldy * sizeof(float));
+	fill_sentinel(y, (size_t)(n_b + 2) * ldy);
+	kern->f_gemm(&c->m, o0, o1, c->x, c->ldx, n_b, y, ldy);
+	for (uint32_t b = 0; b < n_b + 2; b++)
+		for (uint32_t o = 0; o < ldy; o++) {
+			float got = y[(size_t)b * ldy + o];
+			if (b >= n_b || o < o0 || o >= o1) {
+				ck_assert_msg(is_sentinel(got),
+					      "%s %s n_in %u n_b %u [%u,%u): y[%u][%u] written",
+					      kern->name, tname, c->n_in, n_b, o0, o1, b, o);
+				continue;
+			}
+			double ref = 0.0, mag = 0.0;
+			for (uint32_t k = 0; k < c->n_in; k++) {
+				double p = (double)c->wd[(size_t)o * c->n_in + k] *
+					   c->x[(size_t)b * c->ldx + k];
+				ref += p;
+				mag += fabs(p);
+			}
+			ck_assert_msg(fabs(got - ref) <= F_REL * mag + F_ABS,
+				      "%s %s n_in %u n_b %u [%u,%u): y[%u][%u] = %.9g, ref %.9g (|wx| %.3g)",
+				      kern->name, tname, c->n_in, n_b, o0, o1, b, o, got, ref, mag);
+		}
+	free(y);
+}
+
+START_TEST(f_gemm_vs_double)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
+		for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
+			rng_seed(400 + 10 * ti + ni);
+			struct f_case c;
+			f_case_new(&c, f_types[ti], f_n_ins[ni], F_N_OUT);
+			float y[4 * 16];
+			fill_sentinel(y, 4 * 16);
+			kern->f_gemm(&c.m, 0, F_N_OUT, c.x, c.ldx, 0, y, 16);
+			kern->f_gemm(&c.m, 3, 3, c.x, c.ldx, 3, y, 16);
+			for (int i = 0; i < 4 * 16; i++)
+				ck_assert_msg(is_sentinel(y[i]), "%s: an empty f_gemm wrote y[%d]",
+					      kern->name, i);
+			for (size_t bi = 0; bi < N_BATCH_SIZES; bi++) {
+				f_check(kern, &c, 0, F_N_OUT, batch_sizes[bi]);
+				f_check(kern, &c, 2, 5, batch_sizes[bi]);
+				f_check(kern, &c, 6, 7, batch_sizes[bi]);
+			}
+			f_case_free(&c);
+		}
+}
+END_TEST
+
+/* Row b alone, inside a batch of 16, inside a batch of 7 that starts at row 9, and output o
+ * alone: the same bits. */
+static void f_check_invariance(const struct bn_kernels *kern, const struct f_case *c)
+{
+	const uint32_t ldy = F_N_OUT, ldx = c->ldx;
+	const char *tname = bn_type_name(c->type);
+	float y16[16 * F_N_OUT], y7[7 * F_N_OUT], y1[F_N_OUT], yo[F_N_OUT];
+	kern->f_gemm(&c->m, 0, F_N_OUT, c->x, ldx, 16, y16, ldy);
+	kern->f_gemm(&c->m, 0, F_N_OUT, c->x + 9 * ldx, ldx, 7, y7, ldy);
+	for (uint32_t b = 0; b < 16; b++) {
+		const float *want = y16 + b * ldy;
+		kern->f_gemm(&c->m, 0, F_N_OUT, c->x + b * ldx, ldx, 1, y1, ldy);
+		ck_assert_msg(memcmp(y1, want, sizeof(y1)) == 0,
+			      "%s %s n_in %u: row %u alone differs from inside 16", kern->name,
+			      tname, c->n_in, b);
+		ck_assert_msg(b < 9 || memcmp(y7 + (b - 9) * ldy, want, sizeof(y1)) == 0,
+			      "%s %s n_in %u: row %u inside 7 differs from inside 16", kern->name,
+			      tname, c->n_in, b);
+		for (uint32_t o = 0; o < F_N_OUT; o++) {
+			kern->f_gemm(&c->m, o, o + 1, c->x + b * ldx, ldx, 1, yo, ldy);
+			ck_assert_msg(float_bits(yo[o]) == float_bits(want[o]),
+				      "%s %s n_in %u: output %u row %u alone differs", kern->name,
+				      tname, c->n_in, o, b);
+		}
+	}
+}
+
+START_TEST(f_gemm_batch_invariance)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
+		for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
+			rng_seed(500 + 10 * ti + ni);
+			struct f_case c;
+			f_case_new(&c, f_types[ti], f_n_ins[ni], F_N_OUT);
+			f_check_invariance(kern, &c);
+			f_case_free(&c);
+		}
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* attend                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static const uint32_t attend_ds[] = { 8, 16, 64, 100, 128, 200 }; /* 200: past AVX2's registers */
+static const uint32_t attend_ls[] = { 1, 2, 17, 300 };
+#define ATTEND_PAST 5 /* cache rows past L, holding garbage */
+/* |err| <= A_REL * sum_t p_t |V[t][i]| + A_ABS. The scores' float error (about d * 2^-24 of
+ * sum |q K| times the scale, a few units of 1e-6 here) moves each p_t by that much relative
+ * to itself; expf and the final sums add a few ulps. */
+#define A_REL 2e-5
+#define A_ABS 1e-6
+
+struct attend_case {
+	uint32_t d, L, ld;
+	float *q, *K, *V;  /* K, V: [L + ATTEND_PAST][ld] */
+	float scale;
+};
+
+static void attend_garbage(struct attend_case *c, float g)
+{
+	for (uint32_t t = 0; t < c->L + ATTEND_PAST; t++)
+		for (uint32_t i = 0; i < c->ld; i++)
+			if (t >= c->L || i >= c->d) {
+				c->K[(size_t)t * c->ld + i] = g;
+				c->V[(size_t)t * c->ld + i] = -g;
+			}
+}
+
+static void attend_case_new(struct attend_case *c, uint32_t d, uint32_t L)
+{
+	c->d = d;
+	c->L = L;
+	c->ld = d + 7;
+	c->scale = 1.0f / sqrtf((float)d);
+	size_t n = (size_t)(L + ATTEND_PAST) * c->ld;
+	c->q = xmalloc(d * sizeof(float));
+	c->K = xmalloc(n * sizeof(float));
+	c->V = xmalloc(n * sizeof(float));
+	for (uint32_t i = 0; i < d; i++)
+		c->q[i] = rng_float(-4.0f, 4.0f);
+	for (size_t i = 0; i < n; i++) {
+		c->K[i] = rng_float(-1.0f, 1.0f);
+		c->V[i] = rng_float(-1.0f, 1.0f);
+	}
+	attend_garbage(c, NAN);
+}
+
+static void attend_case_free(struct attend_case *c)
+{
+	free(c->q);
+	free(c->K);
+	free(c->V);
+}
+
+/* out[d + 4]: the 4 past d must keep their sentinel. */
+static void attend_run(const struct bn_kernels *kern, const struct attend_case *c, float *out)
+{
+	float *s = xmalloc(c->L * sizeof(float));
+	fill_sentinel(s, c->L);
+	fill_sentinel(out, c->d + 4);
+	kern->attend(c->q, c->K, c->V, c->ld, c->L, c->d, c->scale, s, out);
+	for (uint32_t i = c->d; i < c->d + 4; i++)
+		ck_assert_msg(is_sentinel(out[i]), "%s d %u L %u: out[%u] written", kern->name,
+			      c->d, c->L, i);
+	free(s);
+}
+
+static void attend_check(const struct bn_kernels *kern, const struct attend_case *c,
+			 const float *out)
+{
+	uint32_t d = c->d, L = c->L;
+	double *p = xmalloc(L * sizeof(double)), max = -INFINITY, z = 0.0;
+	for (uint32_t t = 0; t < L; t++) {
+		double dot = 0.0;
+		for (uint32_t i = 0; i < d; i++)
+			dot += (double)c->q[i] * c->K[(size_t)t * c->ld + i];
+		p[t] = dot * c->scale;
+		max = fmax(max, p[t]);
+	}
+	for (uint32_t t = 0; t < L; t++) {
+		p[t] = exp(p[t] - max);
+		z += p[t];
+	}
+	for (uint32_t i = 0; i < d; i++) {
+		double ref = 0.0, mag = 0.0;
+		for (uint32_t t = 0; t < L; t++) {
+			ref += p[t] / z * c->V[(size_t)t * c->ld + i];
+			mag += p[t] / z * fabs(c->V[(size_t)t * c->ld + i]);
+		}
+		ck_assert_msg(fabs(out[i] - ref) <= A_REL * mag + A_ABS,
+			      "%s d %u L %u: out[%u] = %.9g, ref %.9g (err %.3g of %.3g)",
+			      kern->name, d, L, i, out[i], ref, fabs(out[i] - ref), mag);
+	}
+	free(p);
+}
+
+START_TEST(attend_vs_double)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t di = 0; di < sizeof(attend_ds) / sizeof(attend_ds[0]); di++)
+		for (size_t li = 0; li < sizeof(attend_ls) / sizeof(attend_ls[0]); li++) {
+			rng_seed(600 + 10 * di + li);
+			struct attend_case c;
+			attend_case_new(&c, attend_ds[di], attend_ls[li]);
+			float *out = xmalloc((c.d + 4) * sizeof(float));
+			attend_run(kern, &c, out);
+			attend_check(kern, &c, out);
+			free(out);
+			attend_case_free(&c);
+		}
+}
+END_TEST
+
+/* The same (q, K, V, L) twice, then with other garbage past L and past d: the same bits. */
+START_TEST(attend_deterministic)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t di = 0; di < sizeof(attend_ds) / sizeof(attend_ds[0]); di++)
+		for (size_t li = 0; li < sizeof(attend_ls) / sizeof(attend_ls[0]); li++) {
+			rng_seed(700 + 10 * di + li);
+			struct attend_case c;
+			attend_case_new(&c, attend_ds[di], attend_ls[li]);
+			size_t bytes = (c.d + 4) * sizeof(float);
+			float *a = xmalloc(bytes), *b = xmalloc(bytes);
+			attend_run(kern, &c, a);
+			attend_run(kern, &c, b);
+			ck_assert_msg(memcmp(a, b, bytes) == 0, "%s d %u L %u: two calls differ",
+				      kern->name, c.d, c.L);
+			const float garbage[] = { 1e30f, -3.0f, 0.0f, INFINITY };
+			for (size_t g = 0; g < sizeof(garbage) / sizeof(garbage[0]); g++) {
+				attend_garbage(&c, garbage[g]);
+				attend_run(kern, &c, b);
+				ck_assert_msg(memcmp(a, b, bytes) == 0,
+					      "%s d %u L %u: garbage %g past the cache changes the result",
+					      kern->name, c.d, c.L, garbage[g]);
+			}
+			free(a);
+			free(b);
+			attend_case_free(&c);
+		}
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* bn_kernels_select                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+static const char *best_name(void)
+{
+	struct bn_cpu_features f;
+	bn_cpu_detect(&f);
+	return f.avx512_vnni ? "avx512vnni" : f.avx2_fma_f16c ? "avx2" : "scalar";
+}
+
+START_TEST(select_by_name)
+{
+	struct bn_cpu_features f;
+	bn_cpu_detect(&f);
+	ck_assert(!f.avx512_vnni || f.avx2_fma_f16c);
+	unsetenv("BITNET_KERNELS");
+	ck_assert_ptr_null(bn_kernels_select("nonsense"));
+	ck_assert_ptr_eq(bn_kernels_select("scalar"), &bn_kernels_scalar);
+	ck_assert_ptr_eq(bn_kernels_select("avx2"), f.avx2_fma_f16c ? &bn_kernels_avx2 : NULL);
+	ck_assert_ptr_eq(bn_kernels_select("avx512vnni"),
+			 f.avx512_vnni ? &bn_kernels_avx512 : NULL);
+	const struct bn_kernels *best = bn_kernels_select(NULL);
+	ck_assert_ptr_nonnull(best);
+	ck_assert_str_eq(best->name, best_name());
+	for (int i = 0; i < N_VARIANTS; i++) {
+		const struct bn_kernels *k = bn_kernels_select(variant_names[i]);
+		if (!k)
+			continue;
+		ck_assert_str_eq(k->name, variant_names[i]);
+		ck_assert(k->t2_gemm && k->f_gemm && k->attend);
+	}
+}
+END_TEST
+
+START_TEST(select_from_environment)
+{
+	char *saved = getenv("BITNET_KERNELS") ? strdup(getenv("BITNET_KERNELS")) : NULL;
+	struct bn_cpu_features f;
+	bn_cpu_detect(&f);
+	setenv("BITNET_KERNELS", "scalar", 1);
+	ck_assert_ptr_eq(bn_kernels_select(NULL), &bn_kernels_scalar);
+	/* an explicit name wins over the environment */
+	ck_assert_ptr_eq(bn_kernels_select("avx2"), f.avx2_fma_f16c ? &bn_kernels_avx2 : NULL);
+	setenv("BITNET_KERNELS", "avx512vnni", 1);
+	ck_assert_ptr_eq(bn_kernels_select(NULL), f.avx512_vnni ? &bn_kernels_avx512 : NULL);
+	/* a name the daemon cannot honour is refused, not silently replaced */
+	setenv("BITNET_KERNELS", "nonsense", 1);
+	ck_assert_ptr_null(bn_kernels_select(NULL));
+	setenv("BITNET_KERNELS", "", 1); /* empty: as if unset */
+	ck_assert_str_eq(bn_kernels_select(NULL)->name, best_name());
+	unsetenv("BITNET_KERNELS");
+	ck_assert_str_eq(bn_kernels_select(NULL)->name, best_name());
+	if (saved)
+		setenv("BITNET_KERNELS", saved, 1);
+	free(saved);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Pool                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static const uint32_t pool_threads[] = { 1, 2, 4 };
+
+struct count_ctx {
+	uint32_t *hits;       /* atomic, one per task */
+	uint64_t *out;        /* plain writes, read by the caller after the run */
+	uint64_t job;
+	uint32_t work;        /* busy iterations per task, so that workers get a share */
+};
+
+static void count_task(void *arg, uint32_t t)
+{
+	struct count_ctx *c = arg;
+	volatile uint32_t spin = 0;
+	for (uint32_t i = 0; i < c->work; i++)
+		spin += i;
+	__atomic_fetch_add(&c->hits[t], 1, __ATOMIC_RELAXED);
+	c->out[t] = c->job * 4096 + t;
+}
+
+START_TEST(pool_each_task_once)
+{
+	uint32_t threads = pool_threads[_i];
+	struct bn_pool *p = bn_pool_new(threads);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(bn_pool_threads(p), threads);
+	const uint32_t n_tasks[] = { 0, 1, 7, 1000, 7, 0, 1 };
+	struct count_ctx c = { .hits = xmalloc(1001 * sizeof(uint32_t)),
+			       .out = xmalloc(1001 * sizeof(uint64_t)) };
+	for (size_t j = 0; j < sizeof(n_tasks) / sizeof(n_tasks[0]); j++) {
+		uint32_t n = n_tasks[j];
+		memset(c.hits, 0, 1001 * sizeof(uint32_t));
+		memset(c.out, 0xff, 1001 * sizeof(uint64_t));
+		c.job = j;
+		c.work = j == 3 ? 2000 : 0;
+		bn_pool_run(p, n, count_task, &c);
+		for (uint32_t t = 0; t < 1001; t++) {
+			ck_assert_msg(c.hits[t] == (uint32_t)(t < n),
+				      "threads %u, %u tasks: task %u ran %u times", threads, n, t,
+				      c.hits[t]);
+			ck_assert(c.out[t] == (t < n ? j * 4096 + t : UINT64_MAX));
+		}
+	}
+	free(c.hits);
+	free(c.out);
+	bn_pool_free(p);
+}
+END_TEST
+
+/* 10,000 jobs; 1,000 when the pool has more threads than the machine has CPUs: every job
+ * waits until each worker has been scheduled once (the caller counts workers out, not tasks),
+ * so there a job costs a scheduler time slice, milliseconds. */
+START_TEST(pool_many_small_jobs)
+{
+	uint32_t threads = pool_threads[_i];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t n_jobs = cpus > 0 && threads > (uint32_t)cpus ? 1000 : 10000;
+	struct bn_pool *p = bn_pool_new(threads);
+	ck_assert_ptr_nonnull(p);
+	uint32_t hits[16];
+	uint64_t out[16];
+	struct count_ctx c = { .hits = hits, .out = out };
+	int64_t t0 = tu_now_ns();
+	for (uint32_t j = 0; j < n_jobs; j++) {
+		uint32_t n = 1 + j % 13;
+		memset(hits, 0, sizeof(hits));
+		c.job = j;
+		bn_pool_run(p, n, count_task, &c);
+		for (uint32_t t = 0; t < n; t++)
+			ck_assert_msg(hits[t] == 1 && out[t] == (uint64_t)j * 4096 + t,
+				      "threads %u job %u task %u: ran %u times, out %llu", threads, j,
+				      t, hits[t], (unsigned long long)out[t]);
+		ck_assert(hits[n] == 0);
+	}
+	printf("pool: %u jobs on %u threads (%ld CPUs) in %.1f ms\n", n_jobs, threads, cpus,
+	       (double)(tu_now_ns() - t0) / 1e6);
+	fflush(stdout);
+	bn_pool_free(p);
+}
+END_TEST
+
+/* Workers idle past their spin sleep in the futex; freeing the pool must wake them. */
+START_TEST(pool_free_with_sleepers)
+{
+	uint32_t threads = pool_threads[_i];
+	uint32_t hits[8];
+	uint64_t out[8];
+	struct count_ctx c = { .hits = hits, .out = out };
+	struct bn_pool *p = bn_pool_new(threads);
+	ck_assert_ptr_nonnull(p);
+	memset(hits, 0, sizeof(hits));
+	bn_pool_run(p, 8, count_task, &c);
+	struct timespec nap = { 0, 10 * 1000 * 1000 };
+	nanosleep(&nap, NULL);
+	/* a job after the sleep: the workers must wake for it too */
+	memset(hits, 0, sizeof(hits));
+	bn_pool_run(p, 8, count_task, &c);
+	for (int t = 0; t < 8; t++)
+		ck_assert_uint_eq(hits[t], 1);
+	nanosleep(&nap, NULL);
+	int64_t t0 = tu_now_ns();
+	bn_pool_free(p);
+	double ms = (double)(tu_now_ns() - t0) / 1e6;
+	ck_assert_msg(ms < 500.0, "bn_pool_free took %.1f ms", ms);
+	/* and a pool freed before its workers ever ran a job */
+	p = bn_pool_new(threads);
+	ck_assert_ptr_nonnull(p);
+	bn_pool_free(p);
+	bn_pool_free(NULL);
+}
+END_TEST
+
+START_TEST(pool_defaults_and_signals)
+{
+	sigset_t before, after;
+	pthread_sigmask(SIG_SETMASK, NULL, &before);
+	struct bn_pool *p = bn_pool_new(0);
+	ck_assert_ptr_nonnull(p);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	ck_assert_uint_eq(bn_pool_threads(p), n > 0 ? (uint32_t)n : 1);
+	pthread_sigmask(SIG_SETMASK, NULL, &after);
+	/* the caller's signal mask is its own again after the workers started blocked */
+	for (int s = 1; s < 32; s++)
+		ck_assert_int_eq(sigismember(&before, s), sigismember(&after, s));
+	bn_pool_free(p);
+}
+END_TEST
+
+int main(void)
+{
+	for (int i = 0; i < N_VARIANTS; i++)
+		if (!bn_kernels_select(variant_names[i]))
+			printf("SKIP: %s kernels: this CPU cannot run them\n", variant_names[i]);
+	Suite *s = suite_create("kernels");
+	TCase *k = tcase_create("kernels");
+	tcase_set_timeout(k, 300);
+	tcase_add_loop_test(k, t2_gemm_exact, 0, N_VARIANTS);
+	tcase_add_loop_test(k, t2_gemm_full_int8_range, 0, N_VARIANTS);
+	tcase_add_test(k, quantize_rows);
+	tcase_add_test(k, quantize_rounds_half_to_even);
+	tcase_add_loop_test(k, f_gemm_vs_double, 0, N_VARIANTS);
+	tcase_add_loop_test(k, f_gemm_batch_invariance, 0, N_VARIANTS);
+	tcase_add_loop_test(k, attend_vs_double, 0, N_VARIANTS);
+	tcase_add_loop_test(k, attend_deterministic, 0, N_VARIANTS);
+	tcase_add_test(k, select_by_name);
+	tcase_add_test(k, select_from_environment);
+	suite_add_tcase(s, k);
+	TCase *pool = tcase_create("pool");
+	tcase_set_timeout(pool, 120);
+	tcase_add_loop_test(pool, pool_each_task_once, 0, 3);
+	tcase_add_loop_test(pool, pool_many_small_jobs, 0, 3);
+	tcase_add_loop_test(pool, pool_free_with_sleepers, 0, 3);
+	tcase_add_test(pool, pool_defaults_and_signals);
+	suite_add_tcase(s, pool);
+	return tu_run_suite(s);
+}
