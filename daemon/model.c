@@ -365,9 +365,12 @@ static int load_embedding(struct loader *ld)
 		return fail(ld, "tensor 'token_embd.weight' is missing");
 	uint64_t rows = t->n_dims >= 2 ? t->ne[1] : 1;
 	int extra = (t->n_dims >= 3 && t->ne[2] != 1) || (t->n_dims == 4 && t->ne[3] != 1);
-	if (t->ne[0] != c->n_embd || rows > UINT32_MAX || rows < 1 || extra)
-		return fail(ld, "tensor 'token_embd.weight' has %u dims [%llu, %llu, ...], the metadata says [%u, vocab]",
-			    t->n_dims, (unsigned long long)t->ne[0], (unsigned long long)rows, c->n_embd);
+	if (extra)
+		return fail(ld, "tensor 'token_embd.weight' has %u dims; it must be 2-D [n_embd, vocab]",
+			    t->n_dims);
+	if (t->ne[0] != c->n_embd || rows > UINT32_MAX || rows < 1)
+		return fail(ld, "tensor 'token_embd.weight' has shape [%llu, %llu], the metadata says [%u, vocab]",
+			    (unsigned long long)t->ne[0], (unsigned long long)rows, c->n_embd);
 	if (get_u32(ld, "vocab_size", &c->n_vocab, 0, (uint32_t)rows))
 		return -1;
 	if (c->n_vocab != rows)
