@@ -8,11 +8,13 @@
  *   int8_peak_gmacs             VNNI multiply-adds per second (register-only loop), all threads
  *   t2_gemv_gbs, t2_gemv_bw_share   ternary matrix x vector over 256 MB of weights
  *   decode_tps_bN               decode tokens/s with N sequences (2B4T shape)
+ *   decode_b16_over_b1          the batching gain
  *   decode_roofline_share_b1    (weights + LM head bytes per token / mem_bw) / time per token
  *   decode_int8_share_bN        ternary multiply-adds per second / int8_peak_gmacs
  *   prefill_tps_tN              prompt tokens/s, one prompt of N tokens
  *   prefill_speedup_tN          time step by step / time as one prefill, N tokens
  *   lmhead_ms_{ours,openblas}_bN    the F16 LM head: our kernel vs OpenBLAS sgemm (F32 copy)
+ *   fma_peak_glanes             float multiply-adds per second (register-only loop), all threads
  *   rss_model_mb, rss_peak_mb, file_mb, rss_over_file   resident memory after loading
  */
 #define _GNU_SOURCE
@@ -103,6 +105,36 @@ __attribute__((target("avx512f,avx512vnni"))) static int32_t vnni_loop(uint64_t 
 	for (int i = 1; i < 8; i++)
 		s = _mm512_add_epi32(s, a[i]);
 	return _mm512_reduce_add_epi32(s);
+}
+
+__attribute__((target("avx512f,fma"))) static float fma_loop(uint64_t iters)
+{
+	__m512 a[8], w = _mm512_set1_ps(0.5f), x = _mm512_set1_ps(0.25f);
+	for (int i = 0; i < 8; i++)
+		a[i] = _mm512_set1_ps((float)i);
+	for (uint64_t it = 0; it < iters; it++)
+		for (int i = 0; i < 8; i++) /* a = a * 0.5 + 0.25 stays finite */
+			a[i] = _mm512_fmadd_ps(a[i], w, x);
+	__m512 s = a[0];
+	for (int i = 1; i < 8; i++)
+		s = _mm512_add_ps(s, a[i]);
+	return _mm512_reduce_add_ps(s);
+}
+
+static void fma_task(void *ctx, uint32_t t)
+{
+	struct peak_job *j = ctx;
+	j->sink[t % 64] += (int32_t)fma_loop(j->iters);
+}
+
+static double measure_fma_peak(struct bn_pool *pool)
+{
+	uint32_t tasks = bn_pool_threads(pool);
+	struct peak_job j = { .iters = 20000000 };
+	double t0 = now_s();
+	bn_pool_run(pool, tasks, fma_task, &j);
+	double dt = now_s() - t0;
+	return (double)tasks * (double)j.iters * 8 * 16 / dt / 1e9;
 }
 
 static void peak_task(void *ctx, uint32_t t)
@@ -398,7 +430,7 @@ int main(int argc, char **argv)
 	double bw = measure_bw(pool);
 	printf("mem_bw_gbs=%.1f\nmem_bw_1t_gbs=%.1f\n", bw, measure_bw(one));
 	double peak = measure_int8_peak(pool);
-	printf("int8_peak_gmacs=%.0f\n", peak);
+	printf("int8_peak_gmacs=%.0f\nfma_peak_glanes=%.0f\n", peak, measure_fma_peak(pool));
 	double gemv = measure_t2_gemv(pool, k);
 	printf("t2_gemv_gbs=%.1f\nt2_gemv_bw_share=%.2f\n", gemv, gemv / bw);
 	fflush(stdout);
@@ -426,12 +458,14 @@ int main(int argc, char **argv)
 
 	double bpt = bytes_per_token(&m), macs = ternary_macs_per_token(&m);
 	uint32_t batches[] = { 1, 2, 4, 8, 16, 32 };
-	double tps1 = 0;
+	double tps1 = 0, tps16 = 0;
 	for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++) {
 		uint32_t n = batches[i];
 		double tps = decode_tps(&r, n, 16, n >= 16 ? 4 : 8);
 		printf("decode_tps_b%u=%.2f\n", n, tps);
 		printf("decode_int8_share_b%u=%.2f\n", n, tps * macs / 1e9 / peak);
+		if (n == 16)
+			tps16 = tps;
 		if (n == 1) {
 			tps1 = tps;
 			printf("decode_roofline_tps_b1=%.2f\ndecode_roofline_share_b1=%.2f\n",
@@ -439,7 +473,7 @@ int main(int argc, char **argv)
 		}
 		fflush(stdout);
 	}
-	printf("decode_b16_over_b1=see decode_tps_b16 / decode_tps_b1 (%.2f tok/s at b1)\n", tps1);
+	printf("decode_b16_over_b1=%.2f\n", tps16 / tps1);
 	uint32_t lens[] = { 64, 128, 256, 512, 1024 };
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
 		uint32_t n = lens[i];

@@ -147,11 +147,85 @@ static ALWAYS_INLINE void f_row(const struct bn_f_matrix *w, uint32_t o, const f
 	}
 }
 
+/* TILE_ROWS weight rows x COLS batch rows, for batches: four passes, pass j summing the
+ * sub-vectors k = 64i + 16j .. +16 of every (row, batch row) pair into one register each;
+ * the four partial vectors are then combined exactly as f_row combines its four lane
+ * accumulators. Every lane sees the same multiply-adds in the same order as in f_row, so
+ * the results are bit-identical to it (and a row's logits do not depend on its batch),
+ * while each converted weight vector now serves four batch rows and each activation vector
+ * four weight rows. */
+#define TILE_ROWS 4
+
+static ALWAYS_INLINE void f_tile(const struct bn_f_matrix *w, uint32_t o, const float *x,
+				 uint32_t ldx, uint32_t b0, float *y, uint32_t ldy,
+				 const uint32_t type)
+{
+	const void *row[TILE_ROWS];
+	for (uint32_t r = 0; r < TILE_ROWS; r++)
+		row[r] = (const uint8_t *)w->data + (size_t)(o + r) * w->row_bytes;
+	const float *xs[COLS];
+	for (uint32_t b = 0; b < COLS; b++)
+		xs[b] = x + (size_t)(b0 + b) * ldx;
+	__m512 part[4][TILE_ROWS][COLS];
+	uint32_t k_full = w->n_in / 64 * 64;
+	for (uint32_t j = 0; j < 4; j++) {
+		__m512 acc[TILE_ROWS][COLS];
+		for (uint32_t r = 0; r < TILE_ROWS; r++)
+			for (uint32_t b = 0; b < COLS; b++)
+				acc[r][b] = _mm512_setzero_ps();
+		for (uint32_t k = 16 * j; k < k_full; k += 64) {
+			__m512 wv[TILE_ROWS];
+			for (uint32_t r = 0; r < TILE_ROWS; r++)
+				wv[r] = f_load(row[r], k, 0xffff, type);
+			for (uint32_t b = 0; b < COLS; b++) {
+				__m512 xv = _mm512_loadu_ps(xs[b] + k);
+				for (uint32_t r = 0; r < TILE_ROWS; r++)
+					acc[r][b] = _mm512_fmadd_ps(wv[r], xv, acc[r][b]);
+			}
+		}
+		if (k_full < w->n_in) { /* the tail, masked as in f_row */
+			uint32_t k = k_full + 16 * j;
+			__mmask16 m = lanes_from(k, w->n_in);
+			for (uint32_t r = 0; r < TILE_ROWS; r++) {
+				__m512 wv = f_load(row[r], k, m, type);
+				for (uint32_t b = 0; b < COLS; b++)
+					acc[r][b] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, xs[b] + k),
+								    acc[r][b]);
+			}
+		}
+		for (uint32_t r = 0; r < TILE_ROWS; r++)
+			for (uint32_t b = 0; b < COLS; b++)
+				part[j][r][b] = acc[r][b];
+	}
+	for (uint32_t r = 0; r < TILE_ROWS; r++)
+		for (uint32_t b = 0; b < COLS; b++) {
+			__m512 t = _mm512_add_ps(_mm512_add_ps(part[0][r][b], part[1][r][b]),
+						 _mm512_add_ps(part[2][r][b], part[3][r][b]));
+			y[(size_t)(b0 + b) * ldy + o + r] = _mm512_reduce_add_ps(t);
+		}
+}
+
 static ALWAYS_INLINE void f_gemm_typed(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 				       const float *x, uint32_t ldx, uint32_t n_b, float *y,
 				       uint32_t ldy, const uint32_t type)
 {
-	for (uint32_t o = o0; o < o1; o++) {
+	uint32_t o = o0;
+	/* Batches of at least COLS rows: whole tiles first, the edges row by row. */
+	uint32_t b_tiles = n_b / COLS * COLS;
+	if (b_tiles) {
+		for (; o + TILE_ROWS <= o1; o += TILE_ROWS) {
+			for (uint32_t b = 0; b < b_tiles; b += COLS)
+				f_tile(w, o, x, ldx, b, y, ldy, type);
+			for (uint32_t r = 0; r < TILE_ROWS; r++)
+				switch (n_b - b_tiles) {
+				case 3: f_row(w, o + r, x, ldx, b_tiles, 3, y, ldy, type); break;
+				case 2: f_row(w, o + r, x, ldx, b_tiles, 2, y, ldy, type); break;
+				case 1: f_row(w, o + r, x, ldx, b_tiles, 1, y, ldy, type); break;
+				default: break;
+				}
+		}
+	}
+	for (; o < o1; o++) {
 		uint32_t b = 0;
 		for (; b + COLS <= n_b; b += COLS)
 			f_row(w, o, x, ldx, b, COLS, y, ldy, type);
