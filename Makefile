@@ -83,6 +83,9 @@ TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
 DEFAULT_MODEL := $(BUILD)/models/tiny.gguf
 CORE_LIBS := $(URING_LIBS) -lm
 
+# Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
+.SECONDARY:
+
 .PHONY: all check check-c check-san check-python check-systemd bench-ipc bench-model fuzz \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
