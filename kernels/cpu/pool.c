@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -58,8 +59,11 @@ static uint32_t wait_for_job(struct bn_pool *p, uint32_t seen)
 		uint32_t g = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
 		if (g != seen)
 			return g;
-		if ((spins & 1023) == 1023 && mono_ns() > until)
-			break;
+		if ((spins & 1023) == 1023) {
+			if (mono_ns() > until)
+				break;
+			sched_yield(); /* a caller waiting for us, or anyone else, may need this CPU */
+		}
 		__builtin_ia32_pause();
 	}
 	for (;;) {
@@ -114,9 +118,14 @@ void bn_pool_run(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx)
 	__atomic_store_n(&p->busy, p->n_threads - 1, __ATOMIC_RELAXED);
 	wake_workers(p); /* publishes the job fields above */
 	run_tasks(p);
-	/* Acquire pairs with each worker's release: their outputs are ours to read. */
-	while (__atomic_load_n(&p->busy, __ATOMIC_ACQUIRE) != 0)
+	/* Acquire pairs with each worker's release: their outputs are ours to read. A worker we
+	 * wait for may be waiting for a CPU (more threads than free cores): after a short spin,
+	 * yield ours now and then so it can run. */
+	for (uint32_t spins = 1; __atomic_load_n(&p->busy, __ATOMIC_ACQUIRE) != 0; spins++) {
 		__builtin_ia32_pause();
+		if ((spins & 255) == 0)
+			sched_yield();
+	}
 }
 
 uint32_t bn_pool_threads(const struct bn_pool *p)
