@@ -312,8 +312,6 @@ static void prefill_times(struct runner *r, uint32_t n, double *prefill, double 
 /* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
 static double bytes_per_token(const struct bn_model *m)
 {
-	const struct bn_linear *ls[] = { 0 };
-	(void)ls;
 	double bytes = 0;
 	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
 		const struct bn_layer *L = &m->layers[i];

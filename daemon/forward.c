@@ -40,6 +40,7 @@ struct bn_forward {
 	float *att;      /* [n][q_dim] */
 	float *gate, *up;/* [n][n_ff] */
 	float *rope_cs;  /* [n][rope_dim] cos, sin of each pair at the token's position */
+	float *rope_freq;/* [rope_dim / 2] angle per position of each pair, fixed by the model */
 	struct bn_q8_rows xq; /* [n][k_pad of widest] */
 	uint32_t *tok_row, *tok_pos; /* [n] */
 };
@@ -356,6 +357,10 @@ static void free_scratch(struct bn_forward *f)
 	free(f->xq.sum);
 	free(f->tok_row);
 	free(f->tok_pos);
+	memset(&f->xq, 0, sizeof(f->xq));
+	f->x = f->xb = f->q = f->k = f->v = f->att = f->gate = f->up = f->rope_cs = NULL;
+	f->tok_row = f->tok_pos = NULL;
+	f->n_cap = 0;
 }
 
 static int scratch_reserve(struct bn_forward *f, uint32_t n)
@@ -382,10 +387,6 @@ static int scratch_reserve(struct bn_forward *f, uint32_t n)
 	if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
 	    !f->rope_cs || !f->xq.q || !f->xq.inv_scale || !f->xq.sum || !f->tok_row || !f->tok_pos) {
 		free_scratch(f);
-		memset(&f->xq, 0, sizeof(f->xq));
-		f->x = f->xb = f->q = f->k = f->v = f->att = f->gate = f->up = f->rope_cs = NULL;
-		f->tok_row = f->tok_pos = NULL;
-		f->n_cap = 0;
 		return -ENOMEM;
 	}
 	f->n_cap = n;
@@ -431,8 +432,7 @@ static void embed_tokens(struct bn_forward *f, const struct bn_batch *b, uint32_
 				       f->x + (size_t)t * c->n_embd);
 			float *cs = f->rope_cs + (size_t)t * c->rope_dim;
 			for (uint32_t p = 0; p < half; p++) {
-				float freq = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim);
-				float angle = (float)f->tok_pos[t] * freq;
+				float angle = (float)f->tok_pos[t] * f->rope_freq[p];
 				cs[2 * p] = cosf(angle);
 				cs[2 * p + 1] = sinf(angle);
 			}
@@ -549,10 +549,15 @@ struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 	f->widest = c->n_embd > f->q_dim ? c->n_embd : f->q_dim;
 	f->widest = f->widest > c->n_ff ? f->widest : c->n_ff;
 	f->seqs = calloc(max_seqs, sizeof(*f->seqs));
-	if (!f->seqs) {
+	f->rope_freq = malloc(c->rope_dim / 2 * sizeof(float));
+	if (!f->seqs || !f->rope_freq) {
+		free(f->seqs);
+		free(f->rope_freq);
 		free(f);
 		return NULL;
 	}
+	for (uint32_t p = 0; p < c->rope_dim / 2; p++)
+		f->rope_freq[p] = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim);
 	return f;
 }
 
@@ -563,6 +568,7 @@ void bn_forward_free(struct bn_forward *f)
 	for (uint32_t s = 0; s < f->max_seqs; s++)
 		bn_forward_seq_release(f, s);
 	free(f->seqs);
+	free(f->rope_freq);
 	free_scratch(f);
 	free(f);
 }

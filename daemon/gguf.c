@@ -185,8 +185,7 @@ static const char *vtype_name(uint32_t type)
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : NULL;
 }
 
-/* Bytes of a fixed-size value; 0 for STRING, ARRAY and unknown types. */
-static uint64_t vtype_size(uint32_t type)
+uint64_t bn_gguf_value_size(uint32_t type)
 {
 	switch (type) {
 	case BN_GGUF_UINT8: case BN_GGUF_INT8: case BN_GGUF_BOOL:
@@ -250,7 +249,7 @@ static double scalar_as_double(const struct bn_gguf_kv *kv)
 
 static int parse_scalar(struct parser *p, struct bn_gguf_kv *kv)
 {
-	uint64_t size = vtype_size(kv->type);
+	uint64_t size = bn_gguf_value_size(kv->type);
 	if (need(p, size) < 0)
 		return -1;
 	load_scalar(kv->type, p->buf + p->pos, kv);
@@ -302,7 +301,7 @@ static int parse_array(struct parser *p, struct bn_gguf_kv *kv)
 	kv->v.arr.data = p->buf + p->pos;
 	if (elem_type == BN_GGUF_STRING)
 		return parse_string_array(p, kv);
-	uint64_t elem_size = vtype_size(elem_type);
+	uint64_t elem_size = bn_gguf_value_size(elem_type);
 	if (n > bytes_left(p) / elem_size)
 		return array_too_long(p, kv);
 	p->pos += n * elem_size;
@@ -806,7 +805,7 @@ int bn_gguf_arr_num(const struct bn_gguf_kv *kv, uint64_t i, double *out)
 {
 	if (kv->type != BN_GGUF_ARRAY)
 		return -EINVAL;
-	uint64_t elem_size = vtype_size(kv->v.arr.type);
+	uint64_t elem_size = bn_gguf_value_size(kv->v.arr.type);
 	if (elem_size == 0)
 		return -EINVAL;
 	if (i >= kv->v.arr.n)

@@ -90,6 +90,9 @@ int bn_gguf_parse(struct bn_gguf *g, const void *buf, size_t size, const char *l
 		  char err[BN_GGUF_ERR_LEN]);
 void bn_gguf_close(struct bn_gguf *g);
 
+/* Bytes of a fixed-size value type; 0 for STRING, ARRAY and unknown types. */
+uint64_t bn_gguf_value_size(uint32_t type);
+
 int bn_gguf_str_eq(struct bn_gguf_str s, const char *c);
 const struct bn_gguf_kv *bn_gguf_find_kv(const struct bn_gguf *g, const char *key);
 const struct bn_gguf_tensor *bn_gguf_find_tensor(const struct bn_gguf *g, const char *name);

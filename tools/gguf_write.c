@@ -110,23 +110,6 @@ static int buf_str(struct byte_buf *b, const char *s)
 /* Values                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Bytes of a fixed-size value type; 0 for STRING, ARRAY and unknown types. */
-static size_t value_size(uint32_t type)
-{
-	switch (type) {
-	case BN_GGUF_UINT8: case BN_GGUF_INT8: case BN_GGUF_BOOL:
-		return 1;
-	case BN_GGUF_UINT16: case BN_GGUF_INT16:
-		return 2;
-	case BN_GGUF_UINT32: case BN_GGUF_INT32: case BN_GGUF_FLOAT32:
-		return 4;
-	case BN_GGUF_UINT64: case BN_GGUF_INT64: case BN_GGUF_FLOAT64:
-		return 8;
-	default:
-		return 0;
-	}
-}
-
 /* One value of `size` bytes from its C object (any byte order) to little-endian. */
 static int buf_value(struct byte_buf *b, const void *v, size_t size)
 {
@@ -193,7 +176,7 @@ static int kv_end(struct bn_gguf_writer *w, const char *key, size_t mark, int rc
 
 int bn_gguf_add_scalar(struct bn_gguf_writer *w, const char *key, uint32_t type, const void *v)
 {
-	size_t size = value_size(type), mark;
+	size_t size = (size_t)bn_gguf_value_size(type), mark;
 	if (!v || size == 0)
 		return -EINVAL;
 	int rc = kv_begin(w, key, type, &mark);
@@ -241,7 +224,7 @@ int bn_gguf_add_str(struct bn_gguf_writer *w, const char *key, const char *v)
 
 static int put_array(struct byte_buf *b, uint32_t elem_type, const void *v, uint64_t n)
 {
-	size_t size = value_size(elem_type);
+	size_t size = (size_t)bn_gguf_value_size(elem_type);
 	int rc = buf_le(b, elem_type, 4);
 	if (rc == 0)
 		rc = buf_le(b, n, 8);
@@ -253,7 +236,7 @@ static int put_array(struct byte_buf *b, uint32_t elem_type, const void *v, uint
 int bn_gguf_add_arr(struct bn_gguf_writer *w, const char *key, uint32_t elem_type,
 		    const void *v, uint64_t n)
 {
-	size_t size = value_size(elem_type), mark;
+	size_t size = (size_t)bn_gguf_value_size(elem_type), mark;
 	if (size == 0 || (!v && n > 0) || n > SIZE_MAX / size)
 		return -EINVAL;
 	int rc = kv_begin(w, key, BN_GGUF_ARRAY, &mark);
