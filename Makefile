@@ -59,7 +59,7 @@ ISA_AVX512 := -O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2
 KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
 DAEMON_SRCS := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS)
-CLIENT_SRCS := libclient/client.c
+CLIENT_SRCS := libclient/client.c libclient/tokenizer.c
 CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c
 MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
@@ -199,7 +199,7 @@ check-san:
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined check-c
 
 TEST_ENV := BITNETD=$(BITNETD) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
-	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL)
+	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI)
 
 check-c: all
 	@set -e; for t in $(TEST_UNIT); do \

@@ -445,6 +445,11 @@ int main(int argc, char **argv)
 	printf("model=%s\nload_s=%.1f\n", m.cfg.name, now_s() - t0);
 	struct runner r = { .m = &m, .max_seqs = 32 };
 	r.fwd = bn_forward_new(&m, r.max_seqs, pool, k);
+	/* The longest sequence below is the 1024-token prompt; decode runs are shorter. */
+	if (!r.fwd || bn_forward_kv_init_simple(r.fwd, 1024) != 0) {
+		fprintf(stderr, "bench-model: no memory for the forward pass\n");
+		return 1;
+	}
 	r.logits = malloc((size_t)r.max_seqs * m.cfg.n_vocab * sizeof(float));
 	/* Resident memory right after loading and one token, before any KV cache grows. */
 	decode_tps(&r, 1, 1, 1);

@@ -11,9 +11,20 @@
  * The batch is a [n_rows x width] token matrix, row-major. Row r holds lens[r] new tokens in
  * columns [0, lens[r]); the rest of the row is padding that a backend must not spend work on.
  * The new tokens of row r sit at positions [pos[r], pos[r] + lens[r]) of its sequence; everything
- * before pos[r] is already in that sequence's state. A prompt arrives as one row with pos 0; a
- * decode step is a row of length 1.
+ * before pos[r] is already in that sequence's state. A prompt arrives as one or more rows in
+ * consecutive steps (chunked prefill); a decode step is a row of length 1.
+ *
+ * KV cache: the scheduler owns the accounting (kvpool.h), the backend owns the memory. After
+ * open, the scheduler calls kv_init once with the number of blocks it budgeted from
+ * desc->kv_bytes_per_token; row r's positions [0, pos[r] + lens[r]) live in the blocks
+ * blocks[r][0], blocks[r][1], ... (block_tokens positions each), all allocated before the step.
+ *
+ * Sampling: sample[r] describes row r's request (sample.h). NULL means the row needs no token
+ * (a prompt chunk that is not the prompt's last): the backend skips its LM head. Otherwise
+ * out[r] receives the token and, when asked, its log-probabilities.
  */
+#include "sample.h"
+
 #ifndef BITNETD_BACKEND_H
 #define BITNETD_BACKEND_H
 
@@ -26,6 +37,7 @@ struct bn_model_desc {
 	uint32_t bos_id;
 	uint32_t eos_id;
 	uint32_t kind; /* enum bn_backend_kind from shm/bitnet_shm.h */
+	uint64_t kv_bytes_per_token; /* KV memory one position of one sequence takes; 0: none */
 };
 
 struct bn_batch {
@@ -35,6 +47,8 @@ struct bn_batch {
 	const uint32_t *lens;    /* [n_rows] new tokens per row, >= 1 */
 	const uint32_t *pos;     /* [n_rows] position of the row's first new token */
 	const uint32_t *seq;     /* [n_rows] backend sequence id of the row */
+	const uint32_t *const *blocks;              /* [n_rows] KV block table of the row */
+	const struct bn_sample_ctx *const *sample;  /* [n_rows] NULL: no token wanted */
 };
 
 /* Options every backend may read; a backend ignores what does not apply to it. */
@@ -51,12 +65,15 @@ struct bn_backend_ops {
 	/* Load and prepare; fill *desc. Returns 0 or -errno / -BN_E_*; logs the reason itself. */
 	int (*open)(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self);
 	void (*close)(void *self);
+	/* Allocates KV storage: n_blocks blocks of block_tokens positions. Called once after
+	 * open, before any step. Returns 0 or -ENOMEM. */
+	int (*kv_init)(void *self, uint32_t n_blocks, uint32_t block_tokens);
 	/* A new sequence starts in id `seq` (previous contents of `seq` are discarded). */
 	int (*seq_open)(void *self, uint32_t seq);
 	void (*seq_close)(void *self, uint32_t seq);
-	/* One forward pass and sampling step: next_token[r] for every row of the batch.
+	/* One forward pass and sampling step: out[r] for every row with sample[r] != NULL.
 	 * Returns 0, or a negative code that fails every request in the batch. */
-	int (*step)(void *self, const struct bn_batch *batch, uint32_t *next_token);
+	int (*step)(void *self, const struct bn_batch *batch, struct bn_sample_out *out);
 };
 
 /* The backends this build has. Returns NULL for an unknown or absent name. */

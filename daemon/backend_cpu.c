@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The cpu backend: a GGUF model (model.h) and the batched forward pass (forward.h) on the
- * project's thread pool, with greedy decoding (the argmax of each row's last logits).
+ * project's thread pool; each row that wants a token is sampled by bn_sample (sample.h).
  */
 #include "backend.h"
 #include "clock.h"
@@ -22,6 +22,7 @@ struct cpu_backend {
 	float *logits;        /* [logits_rows][n_vocab] */
 	uint32_t logits_rows;
 	uint32_t max_seqs;
+	struct bn_sampler sampler;
 };
 
 static void cpu_close(void *self)
@@ -32,6 +33,7 @@ static void cpu_close(void *self)
 	bn_forward_free(cb->fwd);
 	bn_pool_free(cb->pool);
 	bn_model_free(&cb->model);
+	bn_sampler_free(&cb->sampler);
 	free(cb->logits);
 	free(cb);
 }
@@ -45,6 +47,8 @@ static void describe(const struct bn_model_config *c, struct bn_model_desc *desc
 	desc->bos_id = c->bos_id;
 	desc->eos_id = c->eos_id;
 	desc->kind = BN_BACKEND_CPU;
+	/* Keys and values of every layer, F32. */
+	desc->kv_bytes_per_token = (uint64_t)c->n_layer * 2 * c->n_head_kv * c->head_dim * sizeof(float);
 }
 
 static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self)
@@ -70,6 +74,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		return -EINVAL;
 	}
 	cb->max_seqs = opt->max_seqs;
+	bn_sampler_init(&cb->sampler);
 	cb->pool = bn_pool_new(opt->n_threads);
 	cb->fwd = cb->pool ? bn_forward_new(&cb->model, opt->max_seqs, cb->pool, kern) : NULL;
 	if (!cb->fwd) {
@@ -86,6 +91,12 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	return 0;
 }
 
+static int cpu_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
+{
+	struct cpu_backend *cb = self;
+	return bn_forward_kv_init(cb->fwd, n_blocks, block_tokens);
+}
+
 static int cpu_seq_open(void *self, uint32_t seq)
 {
 	struct cpu_backend *cb = self;
@@ -94,11 +105,11 @@ static int cpu_seq_open(void *self, uint32_t seq)
 
 static void cpu_seq_close(void *self, uint32_t seq)
 {
-	struct cpu_backend *cb = self;
-	bn_forward_seq_release(cb->fwd, seq);
+	(void)self; /* the scheduler takes the blocks back; seq_open resets the length */
+	(void)seq;
 }
 
-static int cpu_step(void *self, const struct bn_batch *batch, uint32_t *next_token)
+static int cpu_step(void *self, const struct bn_batch *batch, struct bn_sample_out *out)
 {
 	struct cpu_backend *cb = self;
 	uint32_t n_vocab = cb->model.cfg.n_vocab;
@@ -112,8 +123,15 @@ static int cpu_step(void *self, const struct bn_batch *batch, uint32_t *next_tok
 	int rc = bn_forward_run(cb->fwd, batch, cb->logits, 0);
 	if (rc)
 		return rc;
-	for (uint32_t r = 0; r < batch->n_rows; r++)
-		next_token[r] = bn_argmax(cb->logits + (size_t)r * n_vocab, n_vocab);
+	/* Logits rows are packed: one per row that wants a token, in batch order. */
+	float *logits = cb->logits;
+	for (uint32_t r = 0; r < batch->n_rows; r++) {
+		if (!batch->sample[r])
+			continue;
+		if ((rc = bn_sample(&cb->sampler, batch->sample[r], logits, n_vocab, &out[r])) < 0)
+			return rc;
+		logits += n_vocab;
+	}
 	return 0;
 }
 
@@ -121,6 +139,7 @@ const struct bn_backend_ops bn_backend_cpu = {
 	.name = "cpu",
 	.open = cpu_open,
 	.close = cpu_close,
+	.kv_init = cpu_kv_init,
 	.seq_open = cpu_seq_open,
 	.seq_close = cpu_seq_close,
 	.step = cpu_step,

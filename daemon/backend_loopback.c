@@ -10,6 +10,11 @@
  * otherwise collapse), and mixes that token into h. Like a real model
  * the next token depends on the whole sequence so far, so the scheduler must feed back exactly
  * the tokens it published and keep per-sequence state across steps.
+ *
+ * The emitted token is certain, so sampling parameters (validated by the daemon like for any
+ * backend) do not change it, and its log-probability is 0 with no alternatives. It keeps no KV
+ * cache but declares LOOPBACK_KV_BYTES per position, so --kv-memory limits admission exactly
+ * as it does for a model (the scheduler's KV accounting is testable without compute).
  */
 #include "backend.h"
 #include "clock.h"
@@ -26,6 +31,7 @@
 #define LOOPBACK_CONTEXT 4096U
 #define LOOPBACK_BOS 1U
 #define LOOPBACK_EOS 2U
+#define LOOPBACK_KV_BYTES 1024U
 
 struct loopback {
 	uint32_t vocab_size;
@@ -79,6 +85,7 @@ static int loopback_open(const struct bn_backend_options *opt, struct bn_model_d
 	desc->bos_id = LOOPBACK_BOS;
 	desc->eos_id = LOOPBACK_EOS;
 	desc->kind = BN_BACKEND_LOOPBACK;
+	desc->kv_bytes_per_token = LOOPBACK_KV_BYTES;
 	*self = lb;
 	return 0;
 }
@@ -117,7 +124,15 @@ static void loopback_delay(uint32_t us)
 		bn_cpu_relax();
 }
 
-static int loopback_step(void *self, const struct bn_batch *batch, uint32_t *next_token)
+static int loopback_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
+{
+	(void)self;
+	(void)n_blocks;
+	(void)block_tokens;
+	return 0;
+}
+
+static int loopback_step(void *self, const struct bn_batch *batch, struct bn_sample_out *out)
 {
 	struct loopback *lb = self;
 	for (uint32_t r = 0; r < batch->n_rows; r++) {
@@ -130,7 +145,9 @@ static int loopback_step(void *self, const struct bn_batch *batch, uint32_t *nex
 			h = loopback_mix(h, row[i]);
 		lb->hash[seq] = h;
 		lb->length[seq] += batch->lens[r];
-		next_token[r] = loopback_fmix(h) % lb->vocab_size;
+		if (batch->sample[r])
+			out[r] = (struct bn_sample_out){ .token = loopback_fmix(h) % lb->vocab_size,
+							 .top = out[r].top };
 	}
 	if (lb->step_delay_us)
 		loopback_delay(lb->step_delay_us);
@@ -141,6 +158,7 @@ const struct bn_backend_ops bn_backend_loopback = {
 	.name = "loopback",
 	.open = loopback_open,
 	.close = loopback_close,
+	.kv_init = loopback_kv_init,
 	.seq_open = loopback_seq_open,
 	.seq_close = loopback_seq_close,
 	.step = loopback_step,

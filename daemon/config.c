@@ -26,6 +26,23 @@ static const char usage_text[] =
 	"  --threads N            cpu: compute threads, the loop's own included\n"
 	"                         (default 0: one per online CPU)\n"
 	"  --max-batch N          sequences in one forward step (default 64)\n"
+	"  --token-budget N       tokens one step may process (default 32): every decoding\n"
+	"                         sequence's token first, then prompt chunks oldest first;\n"
+	"                         smaller keeps inter-token latency steady while prompts\n"
+	"                         arrive, larger reads prompts in fewer steps. When decoding\n"
+	"                         alone fills it, prompts still get a quarter of it\n"
+	"  --kv-memory SIZE       KV cache budget in bytes, suffix K, M or G (default: every\n"
+	"                         sequence at full context, at most a quarter of RAM); a\n"
+	"                         request is admitted when all the KV it can need is free\n"
+	"  --kv-block-tokens N    positions per KV cache block (default 16)\n"
+	"  --max-running-per-session N  running sequences of one session (default 0: the\n"
+	"                         max batch)\n"
+	"  --max-running-per-user N  running sequences of one peer uid over all its\n"
+	"                         sessions (default 0: the max batch)\n"
+	"  --max-weight N         cap on the admission weight a session asks for in its\n"
+	"                         hello (default 8)\n"
+	"  --max-logprobs N       log-probability alternatives a request may ask for per\n"
+	"                         token (default 8, max 64)\n"
 	"  --batch-window-us N    how long an idle daemon waits for a fuller first batch\n"
 	"                         once a request arrives (default 0: start at once)\n"
 	"  --slots N              request slots per client session, i.e. requests one\n"
@@ -53,7 +70,8 @@ static const char usage_text[] =
 enum long_only {
 	OPT_SOCKET = 256, OPT_SOCKET_MODE, OPT_BACKEND, OPT_MODEL, OPT_MAX_BATCH, OPT_WINDOW,
 	OPT_SLOTS, OPT_MAX_SESSIONS, OPT_IDLE_SPIN, OPT_LOG_LEVEL, OPT_VOCAB, OPT_STEP_DELAY,
-	OPT_DRAIN, OPT_THREADS, OPT_HELP, OPT_VERSION,
+	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
+	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -71,6 +89,13 @@ static const struct option long_options[] = {
 	{ "step-delay-us", required_argument, NULL, OPT_STEP_DELAY },
 	{ "drain-timeout-ms", required_argument, NULL, OPT_DRAIN },
 	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "token-budget", required_argument, NULL, OPT_TOKEN_BUDGET },
+	{ "kv-memory", required_argument, NULL, OPT_KV_MEMORY },
+	{ "kv-block-tokens", required_argument, NULL, OPT_KV_BLOCK },
+	{ "max-running-per-session", required_argument, NULL, OPT_PER_SESSION },
+	{ "max-running-per-user", required_argument, NULL, OPT_PER_USER },
+	{ "max-weight", required_argument, NULL, OPT_MAX_WEIGHT },
+	{ "max-logprobs", required_argument, NULL, OPT_MAX_LOGPROBS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -92,6 +117,30 @@ static int parse_u32(const char *flag, const char *text, uint32_t lo, uint32_t h
 	return 0;
 }
 
+/* A byte count with an optional K, M or G suffix (powers of 1024). */
+static int parse_size(const char *flag, const char *text, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 10);
+	unsigned shift = 0;
+	if (*end == 'K' || *end == 'k')
+		shift = 10;
+	else if (*end == 'M' || *end == 'm')
+		shift = 20;
+	else if (*end == 'G' || *end == 'g')
+		shift = 30;
+	if (shift)
+		end++;
+	if (errno || end == text || *end || text[0] == '-' || v == 0 || v > (UINT64_MAX >> shift)) {
+		fprintf(stderr, "bitnetd: --%s: '%s' is not a size such as 4096, 512M or 2G\n", flag,
+			text);
+		return -1;
+	}
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
 static void set_defaults(struct bn_config *cfg)
 {
 	const char *env = getenv(BN_SOCKET_ENV);
@@ -100,6 +149,10 @@ static void set_defaults(struct bn_config *cfg)
 		.socket_path = env && *env ? env : BN_DEFAULT_SOCKET_PATH,
 		.backend = "loopback",
 		.max_batch = 64,
+		.token_budget = 32,
+		.kv_block_tokens = 16,
+		.max_weight = 8,
+		.max_logprobs = 8,
 		.slots = 64,
 		.max_sessions = 64,
 		.idle_spin_us = 50,
@@ -120,6 +173,17 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_MODEL: cfg->model_path = arg; return 0;
 	case OPT_THREADS: return parse_u32("threads", arg, 0, 1024, 10, &cfg->threads);
 	case OPT_MAX_BATCH: return parse_u32("max-batch", arg, 1, 65536, 10, &cfg->max_batch);
+	case OPT_TOKEN_BUDGET:
+		return parse_u32("token-budget", arg, 1, 1u << 20, 10, &cfg->token_budget);
+	case OPT_KV_MEMORY: return parse_size("kv-memory", arg, &cfg->kv_memory);
+	case OPT_KV_BLOCK: return parse_u32("kv-block-tokens", arg, 1, 4096, 10, &cfg->kv_block_tokens);
+	case OPT_PER_SESSION:
+		return parse_u32("max-running-per-session", arg, 0, 65536, 10,
+				 &cfg->max_running_per_session);
+	case OPT_PER_USER:
+		return parse_u32("max-running-per-user", arg, 0, 65536, 10, &cfg->max_running_per_user);
+	case OPT_MAX_WEIGHT: return parse_u32("max-weight", arg, 1, 1024, 10, &cfg->max_weight);
+	case OPT_MAX_LOGPROBS: return parse_u32("max-logprobs", arg, 0, 64, 10, &cfg->max_logprobs);
 	case OPT_WINDOW:
 		return parse_u32("batch-window-us", arg, 0, 10000000, 10, &cfg->batch_window_us);
 	case OPT_SLOTS: return parse_u32("slots", arg, 1, 4096, 10, &cfg->slots);

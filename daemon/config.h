@@ -20,6 +20,13 @@ struct bn_config {
 	const char *backend;
 	const char *model_path;
 	uint32_t max_batch;
+	uint32_t token_budget;
+	uint64_t kv_memory;      /* bytes; 0: the scheduler's default */
+	uint32_t kv_block_tokens;
+	uint32_t max_running_per_session;
+	uint32_t max_running_per_user;
+	uint32_t max_weight;
+	uint32_t max_logprobs;
 	uint32_t batch_window_us;
 	uint32_t slots;
 	uint32_t max_sessions;

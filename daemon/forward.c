@@ -13,23 +13,25 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define TOKEN_BLOCK 64    /* tokens per gemm task: their int8 rows stay in L2 (64 x 7 KB) */
 #define ROW_CHUNK_MIN 16  /* output rows per gemm task, at least */
 #define ELEM_BLOCK 8      /* tokens per element-wise task */
-#define KV_MIN_CAP 64
-
-struct kv_seq {
-	uint32_t len, cap;
-	float **k, **v; /* [n_layer] -> [cap][kv_dim] */
-};
+#define SIMPLE_BLOCK_TOKENS 16 /* bn_forward_kv_init_simple */
 
 struct bn_forward {
 	const struct bn_model *m;
 	struct bn_pool *pool;
 	const struct bn_kernels *kern;
 	uint32_t max_seqs;
-	struct kv_seq *seqs;
+	uint32_t *seq_len;  /* [max_seqs] positions each sequence holds */
+	/* KV arena: [n_layer][n_blocks][block_tokens][kv_dim] for keys, the same for values. */
+	float *kv_k, *kv_v;
+	size_t kv_bytes;    /* of each of the two mappings */
+	uint32_t kv_blocks, kv_block_tokens;
+	uint32_t *simple_tables; /* bn_forward_kv_init_simple: [max_seqs][simple_max_blocks] */
+	uint32_t simple_max_blocks;
 	uint32_t q_dim, kv_dim, widest;
 	/* scratch for n_cap tokens */
 	uint32_t n_cap;
@@ -273,6 +275,9 @@ struct attn_job {
 	uint32_t layer;
 };
 
+static const uint32_t *row_blocks(const struct bn_forward *f, const struct bn_batch *b,
+				  uint32_t r);
+
 /* One task: one (row, KV head) pair, every new token of the row. Each query token is computed
  * on its own over the cache [0, pos], with the same calls whether it arrived in a prompt of
  * 500 tokens or alone in a decode step: a prompt's logits do not depend on how it was split
@@ -284,9 +289,15 @@ static void attn_task(void *ctx, uint32_t task)
 	const struct bn_model_config *c = &f->m->cfg;
 	uint32_t r = task / c->n_head_kv, kvh = task % c->n_head_kv;
 	uint32_t group = c->n_head / c->n_head_kv, p0 = j->b->pos[r];
-	const struct kv_seq *kv = &f->seqs[j->b->seq[r]];
-	const float *K = kv->k[j->layer] + (size_t)kvh * c->head_dim;
-	const float *V = kv->v[j->layer] + (size_t)kvh * c->head_dim;
+	size_t layer_off = (size_t)j->layer * f->kv_blocks * f->kv_block_tokens * f->kv_dim;
+	struct bn_kv_view kv = {
+		.K = f->kv_k + layer_off + (size_t)kvh * c->head_dim,
+		.V = f->kv_v + layer_off + (size_t)kvh * c->head_dim,
+		.blocks = row_blocks(f, j->b, r),
+		.block_tokens = f->kv_block_tokens,
+		.ld = f->kv_dim,
+		.block_stride = (size_t)f->kv_block_tokens * f->kv_dim,
+	};
 	float *S = malloc((size_t)(p0 + j->b->lens[r]) * sizeof(float));
 	if (!S)
 		abort(); /* one score per position; not recoverable in the middle of a step */
@@ -295,8 +306,8 @@ static void attn_task(void *ctx, uint32_t task)
 		for (uint32_t g = 0; g < group; g++) {
 			size_t off = (size_t)(j->first_tok[r] + i) * f->q_dim +
 				     (size_t)(kvh * group + g) * c->head_dim;
-			f->kern->attend(f->q + off, K, V, f->kv_dim, p0 + i + 1, c->head_dim, scale,
-					S, f->att + off);
+			f->kern->attend(f->q + off, &kv, p0 + i + 1, c->head_dim, scale, S,
+					f->att + off);
 		}
 	free(S);
 }
@@ -305,35 +316,67 @@ static void attn_task(void *ctx, uint32_t task)
 /* KV cache and scratch                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-static int kv_reserve(struct bn_forward *f, struct kv_seq *s, uint32_t need)
+static void unmap_kv(struct bn_forward *f)
 {
-	if (need <= s->cap)
-		return 0;
-	uint32_t cap = s->cap ? s->cap : KV_MIN_CAP;
-	while (cap < need)
-		cap *= 2;
-	if (cap > f->m->cfg.n_ctx)
-		cap = f->m->cfg.n_ctx;
-	uint32_t n_layer = f->m->cfg.n_layer;
-	if (!s->k) {
-		s->k = calloc(n_layer, sizeof(float *));
-		s->v = calloc(n_layer, sizeof(float *));
-		if (!s->k || !s->v)
-			return -ENOMEM;
+	if (f->kv_k)
+		munmap(f->kv_k, f->kv_bytes);
+	if (f->kv_v)
+		munmap(f->kv_v, f->kv_bytes);
+	f->kv_k = f->kv_v = NULL;
+	f->kv_blocks = 0;
+}
+
+/* Anonymous mappings: pages cost memory only once a block is first written, so a pool
+ * sized for the worst case costs what is used. */
+int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_tokens)
+{
+	unmap_kv(f);
+	const struct bn_model_config *c = &f->m->cfg;
+	if (n_blocks == 0 || block_tokens == 0)
+		return -EINVAL;
+	f->kv_bytes = (size_t)c->n_layer * n_blocks * block_tokens * f->kv_dim * sizeof(float);
+	void *k = mmap(NULL, f->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *v = mmap(NULL, f->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	f->kv_k = k == MAP_FAILED ? NULL : k;
+	f->kv_v = v == MAP_FAILED ? NULL : v;
+	if (!f->kv_k || !f->kv_v) {
+		unmap_kv(f);
+		return -ENOMEM;
 	}
-	for (uint32_t l = 0; l < n_layer; l++) {
-		/* Grown one layer at a time: a failure leaves the grown layers larger and valid. */
-		float *k = realloc(s->k[l], (size_t)cap * f->kv_dim * sizeof(float));
-		if (!k)
-			return -ENOMEM;
-		s->k[l] = k;
-		float *v = realloc(s->v[l], (size_t)cap * f->kv_dim * sizeof(float));
-		if (!v)
-			return -ENOMEM;
-		s->v[l] = v;
-	}
-	s->cap = cap;
+	f->kv_blocks = n_blocks;
+	f->kv_block_tokens = block_tokens;
 	return 0;
+}
+
+int bn_forward_kv_init_simple(struct bn_forward *f, uint32_t max_len)
+{
+	uint32_t per_seq = (max_len + SIMPLE_BLOCK_TOKENS - 1) / SIMPLE_BLOCK_TOKENS;
+	free(f->simple_tables);
+	f->simple_tables = malloc((size_t)f->max_seqs * per_seq * sizeof(uint32_t));
+	if (!f->simple_tables)
+		return -ENOMEM;
+	f->simple_max_blocks = per_seq;
+	for (uint32_t i = 0; i < f->max_seqs * per_seq; i++)
+		f->simple_tables[i] = i;
+	return bn_forward_kv_init(f, f->max_seqs * per_seq, SIMPLE_BLOCK_TOKENS);
+}
+
+/* The block table of row r: the batch's, or the simple identity tables. */
+static const uint32_t *row_blocks(const struct bn_forward *f, const struct bn_batch *b, uint32_t r)
+{
+	if (b->blocks)
+		return b->blocks[r];
+	return f->simple_tables + (size_t)b->seq[r] * f->simple_max_blocks;
+}
+
+/* Where position pos of row r keeps its key (or value: base says which) in layer li. */
+static float *kv_slot(const struct bn_forward *f, float *base, const struct bn_batch *b,
+		      uint32_t r, uint32_t li, uint32_t pos)
+{
+	uint32_t block = row_blocks(f, b, r)[pos / f->kv_block_tokens];
+	size_t row = ((size_t)li * f->kv_blocks + block) * f->kv_block_tokens +
+		     pos % f->kv_block_tokens;
+	return base + row * f->kv_dim;
 }
 
 static void *scratch(size_t n, size_t size)
@@ -397,13 +440,32 @@ static int scratch_reserve(struct bn_forward *f, uint32_t n)
 /* The pass                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Every block the row touches exists (the tables come from the scheduler, or the simple
+ * tables sized for max_len). */
+static int blocks_valid(const struct bn_forward *f, const struct bn_batch *b, uint32_t r)
+{
+	if (!f->kv_blocks)
+		return 0;
+	uint32_t end = b->pos[r] + b->lens[r];
+	uint32_t n = (end + f->kv_block_tokens - 1) / f->kv_block_tokens;
+	if (!b->blocks && n > f->simple_max_blocks)
+		return 0;
+	const uint32_t *t = row_blocks(f, b, r);
+	for (uint32_t i = 0; i < n; i++)
+		if (t[i] >= f->kv_blocks)
+			return 0;
+	return 1;
+}
+
 static int check_batch(const struct bn_forward *f, const struct bn_batch *b, uint32_t *n_tok)
 {
 	const struct bn_model_config *c = &f->m->cfg;
 	uint64_t n = 0;
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		if (b->seq[r] >= f->max_seqs || b->lens[r] == 0 || b->lens[r] > b->width ||
-		    b->pos[r] != f->seqs[b->seq[r]].len || (uint64_t)b->pos[r] + b->lens[r] > c->n_ctx)
+		    b->pos[r] != f->seq_len[b->seq[r]] || (uint64_t)b->pos[r] + b->lens[r] > c->n_ctx)
+			return -EINVAL;
+		if (!blocks_valid(f, b, r))
 			return -EINVAL;
 		for (uint32_t q = 0; q < r; q++)
 			if (b->seq[q] == b->seq[r])
@@ -452,10 +514,11 @@ static void layer_forward(struct bn_forward *f, const struct bn_batch *b, const 
 	linear_multi(f, 3, qkv, qkv_out, qkv_ld, f->xb, f->widest, n_tok);
 	elementwise(f, L, ELEM_ROPE, n_tok);
 	for (uint32_t t = 0; t < n_tok; t++) {
-		struct kv_seq *s = &f->seqs[b->seq[f->tok_row[t]]];
-		size_t off = (size_t)f->tok_pos[t] * f->kv_dim;
-		memcpy(s->k[li] + off, f->k + (size_t)t * f->kv_dim, f->kv_dim * sizeof(float));
-		memcpy(s->v[li] + off, f->v + (size_t)t * f->kv_dim, f->kv_dim * sizeof(float));
+		uint32_t r = f->tok_row[t], pos = f->tok_pos[t];
+		memcpy(kv_slot(f, f->kv_k, b, r, li, pos), f->k + (size_t)t * f->kv_dim,
+		       f->kv_dim * sizeof(float));
+		memcpy(kv_slot(f, f->kv_v, b, r, li, pos), f->v + (size_t)t * f->kv_dim,
+		       f->kv_dim * sizeof(float));
 	}
 	struct attn_job aj = { .f = f, .b = b, .first_tok = first_tok, .layer = li };
 	bn_pool_run(f->pool, b->n_rows * c->n_head_kv, attn_task, &aj);
@@ -472,18 +535,28 @@ static void layer_forward(struct bn_forward *f, const struct bn_batch *b, const 
 	elementwise(f, L, ELEM_RESIDUAL, n_tok);
 }
 
-/* Final norm and LM head for the selected tokens (all, or the last of each row). */
+/* Row r wants logits: every row, unless the batch says which rows need a token. */
+static int wants_logits(const struct bn_batch *b, uint32_t r)
+{
+	return !b->sample || b->sample[r];
+}
+
+/* Final norm and LM head for the selected tokens: all of them, or the last token of each row
+ * that wants logits (rows that only feed a prompt chunk skip the LM head). */
 static void output_logits(struct bn_forward *f, const struct bn_batch *b, const uint32_t *first_tok,
 			  uint32_t n_tok, float *logits, int all_positions)
 {
 	const struct bn_model_config *c = &f->m->cfg;
-	uint32_t n_out = all_positions ? n_tok : b->n_rows;
-	for (uint32_t i = 0; i < n_out; i++) {
+	uint32_t n_out = 0;
+	for (uint32_t i = 0; i < (all_positions ? n_tok : b->n_rows); i++) {
+		if (!all_positions && !wants_logits(b, i))
+			continue;
 		uint32_t t = all_positions ? i : first_tok[i] + b->lens[i] - 1;
-		rmsnorm(f->xb + (size_t)i * f->widest, f->x + (size_t)t * c->n_embd, f->m->output_norm,
-			c->n_embd, c->rms_eps);
+		rmsnorm(f->xb + (size_t)n_out++ * f->widest, f->x + (size_t)t * c->n_embd,
+			f->m->output_norm, c->n_embd, c->rms_eps);
 	}
-	linear1(f, &f->m->output, logits, c->n_vocab, f->xb, f->widest, n_out);
+	if (n_out)
+		linear1(f, &f->m->output, logits, c->n_vocab, f->xb, f->widest, n_out);
 }
 
 int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits,
@@ -493,9 +566,6 @@ int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits
 	int rc = check_batch(f, b, &n_tok);
 	if (rc)
 		return rc;
-	for (uint32_t r = 0; r < b->n_rows; r++)
-		if ((rc = kv_reserve(f, &f->seqs[b->seq[r]], b->pos[r] + b->lens[r])) != 0)
-			return rc;
 	if ((rc = scratch_reserve(f, n_tok)) != 0)
 		return rc;
 	uint32_t *first_tok = malloc(b->n_rows * sizeof(uint32_t));
@@ -506,7 +576,7 @@ int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits
 		layer_forward(f, b, first_tok, li, n_tok);
 	output_logits(f, b, first_tok, n_tok, logits, all_positions);
 	for (uint32_t r = 0; r < b->n_rows; r++)
-		f->seqs[b->seq[r]].len += b->lens[r];
+		f->seq_len[b->seq[r]] += b->lens[r];
 	free(first_tok);
 	return 0;
 }
@@ -515,22 +585,8 @@ int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq)
 {
 	if (seq >= f->max_seqs)
 		return -EINVAL;
-	f->seqs[seq].len = 0;
+	f->seq_len[seq] = 0;
 	return 0;
-}
-
-void bn_forward_seq_release(struct bn_forward *f, uint32_t seq)
-{
-	if (seq >= f->max_seqs)
-		return;
-	struct kv_seq *s = &f->seqs[seq];
-	for (uint32_t l = 0; s->k && l < f->m->cfg.n_layer; l++) {
-		free(s->k[l]);
-		free(s->v[l]);
-	}
-	free(s->k);
-	free(s->v);
-	memset(s, 0, sizeof(*s));
 }
 
 struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
@@ -548,10 +604,10 @@ struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 	f->kv_dim = c->n_head_kv * c->head_dim;
 	f->widest = c->n_embd > f->q_dim ? c->n_embd : f->q_dim;
 	f->widest = f->widest > c->n_ff ? f->widest : c->n_ff;
-	f->seqs = calloc(max_seqs, sizeof(*f->seqs));
+	f->seq_len = calloc(max_seqs, sizeof(*f->seq_len));
 	f->rope_freq = malloc(c->rope_dim / 2 * sizeof(float));
-	if (!f->seqs || !f->rope_freq) {
-		free(f->seqs);
+	if (!f->seq_len || !f->rope_freq) {
+		free(f->seq_len);
 		free(f->rope_freq);
 		free(f);
 		return NULL;
@@ -565,9 +621,9 @@ void bn_forward_free(struct bn_forward *f)
 {
 	if (!f)
 		return;
-	for (uint32_t s = 0; s < f->max_seqs; s++)
-		bn_forward_seq_release(f, s);
-	free(f->seqs);
+	unmap_kv(f);
+	free(f->simple_tables);
+	free(f->seq_len);
 	free(f->rope_freq);
 	free_scratch(f);
 	free(f);

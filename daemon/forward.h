@@ -38,14 +38,19 @@ struct bn_forward;
 struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 				  struct bn_pool *pool, const struct bn_kernels *kernels);
 void bn_forward_free(struct bn_forward *f);
-/* Empties sequence `seq` (its KV cache length becomes 0; memory is kept for reuse). */
+/* The KV cache: n_blocks blocks of block_tokens positions for every layer (backend.h). Batches
+ * then carry block tables. Replaces an earlier cache. Returns 0, -EINVAL or -ENOMEM. */
+int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_tokens);
+/* For callers without a scheduler (tests, benchmarks): a cache where sequence s owns fixed
+ * blocks for max_len positions; batches then pass blocks = NULL. */
+int bn_forward_kv_init_simple(struct bn_forward *f, uint32_t max_len);
+/* Empties sequence `seq`: its next row starts at position 0. */
 int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq);
-/* Releases the KV memory of `seq`. */
-void bn_forward_seq_release(struct bn_forward *f, uint32_t seq);
 /* Runs a batch. logits: with all_positions, one row of n_vocab per new token, rows in batch
- * order; otherwise one row per batch row, for its last token. Returns 0; -EINVAL when a row
- * is inconsistent (token out of range, pos not the sequence's length, past the context);
- * -ENOMEM when the KV cache cannot grow. Nothing is changed when it fails. */
+ * order; otherwise one row per batch row that wants a token (b->sample NULL: every row; else
+ * the rows with b->sample[r] != NULL), in batch order, for its last token. Returns 0, or -EINVAL when a
+ * row is inconsistent (token out of range, pos not the sequence's length, past the context,
+ * a block outside the cache). Nothing is changed when it fails. */
 int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits,
 		   int all_positions);
 

@@ -9,9 +9,12 @@
 #include "sdnotify.h"
 #include "session.h"
 #include "stats.h"
+#include "vocab.h"
 
 #include <errno.h>
 #include <liburing.h>
+#include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +33,7 @@ enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4 };
 #define URING_ENTRIES 256
 #define HANDSHAKE_TIMEOUT_NS (5ull * 1000000000u)
 #define MAX_SLEEP_NS (1000000000ull) /* wake at least once a second for housekeeping */
-#define STATS_BUF_BYTES (64 * 1024)
+#define REPLY_SEND_TIMEOUT_NS (100ull * 1000000u)
 
 struct bn_loop {
 	struct io_uring ring;
@@ -50,7 +53,10 @@ struct bn_loop {
 	uint64_t last_work;
 	uint64_t first_waiting;       /* when the current waiting run began (batch window) */
 	uint64_t next_housekeeping;
-	char *stats_buf;
+	char *stats_buf;              /* STATS text, grown by bn_stats_render */
+	size_t stats_cap;
+	int vocab_fd;                 /* sealed memfd with the BN_CTL_VOCAB payload, or -1 */
+	uint32_t vocab_bytes;
 };
 
 static uint64_t tag(void *owner, enum io_kind kind)
@@ -205,21 +211,123 @@ static void handle_hello(struct bn_loop *l, struct bn_session *s)
 	arm_recv(l, s);
 }
 
+/* Sends a control reply and its payload. STATS grows with the sessions (hundreds of KiB with
+ * thousands) and can exceed the socket's send buffer, where one non-blocking sendmsg sends only
+ * part: so raise SO_SNDBUF to fit (best effort, the kernel caps it at net.core.wmem_max), then
+ * give a client that is reading REPLY_SEND_TIMEOUT_NS in all to take the rest. One that is not
+ * reading stalls the loop no longer than that. Returns 0, or -1 when the reply did not go. */
+static int send_reply(int fd, struct bn_ctl_reply *head, void *body, size_t len)
+{
+	size_t total = sizeof(*head) + len;
+	int sndbuf = 0;
+	socklen_t optlen = sizeof(sndbuf);
+	if (total <= INT_MAX / 2 && getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 &&
+	    (size_t)sndbuf < total) {
+		int want = (int)total;
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
+	}
+	struct iovec iov[2] = { { head, sizeof(*head) }, { body, len } };
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+	uint64_t deadline = 0;
+	for (;;) {
+		ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -1;
+		size_t done = n > 0 ? (size_t)n : 0;
+		while (msg.msg_iovlen && done >= msg.msg_iov->iov_len) {
+			done -= msg.msg_iov->iov_len;
+			msg.msg_iov++;
+			msg.msg_iovlen--;
+		}
+		if (!msg.msg_iovlen)
+			return 0;
+		msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + done;
+		msg.msg_iov->iov_len -= done;
+		uint64_t now = bn_now_ns();
+		if (!deadline)
+			deadline = now + REPLY_SEND_TIMEOUT_NS;
+		if (now >= deadline)
+			return -1;
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+		if (poll(&pfd, 1, (int)((deadline - now + 999999) / 1000000)) < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+/* The STATS text: gauges from the scheduler, one row per session in the table. */
+static long render_stats(struct bn_loop *l)
+{
+	struct bn_stats_view v = { .sessions_open = l->n_sessions,
+				   .queued = bn_sched_waiting(l->sched),
+				   .running = bn_sched_running(l->sched),
+				   .n_sessions = l->n_sessions };
+	bn_sched_kv_usage(l->sched, &v.kv_blocks_total, &v.kv_blocks_used, &v.kv_blocks_reserved,
+			  &v.kv_block_tokens);
+	size_t n = l->n_sessions ? l->n_sessions : 1;
+	uint32_t *ids = malloc(2 * n * sizeof(*ids)); /* ids, then uids */
+	const struct bn_session_counters **counters = malloc(n * sizeof(*counters));
+	long len = -ENOMEM;
+	if (ids && counters) {
+		for (uint32_t i = 0; i < l->n_sessions; i++) {
+			ids[i] = l->sessions[i]->id;
+			ids[n + i] = (uint32_t)l->sessions[i]->peer_uid;
+			counters[i] = &l->sessions[i]->counters;
+		}
+		v.session_ids = ids;
+		v.session_uids = ids + n;
+		v.session_counters = counters;
+		len = bn_stats_render(&l->stats_buf, &l->stats_cap, &v);
+	}
+	free(ids);
+	free(counters);
+	return len;
+}
+
 static void reply_stats(struct bn_loop *l, struct bn_session *s, const struct bn_ctl_request *q)
 {
 	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = q->op };
-	size_t len = 0;
+	long len = 0;
 	if (q->op == BN_CTL_STATS)
-		len = bn_stats_render(l->stats_buf, STATS_BUF_BYTES, l->n_sessions,
-				      bn_sched_waiting(l->sched), bn_sched_running(l->sched));
+		len = render_stats(l);
 	else
 		head.error = BN_E_INVALID;
+	if (len < 0) {
+		bn_log_warn("msg=\"stats not rendered: out of memory\" session=%u", s->id);
+		head.error = BN_E_AGAIN;
+		len = 0;
+	}
 	head.length = (uint32_t)len;
-	struct iovec iov[2] = { { &head, sizeof(head) }, { l->stats_buf, len } };
-	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
-	ssize_t n = sendmsg(s->sock_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 	/* A client that does not read its replies cannot stall the loop: it loses the session. */
-	if (n != (ssize_t)(sizeof(head) + len))
+	if (send_reply(s->sock_fd, &head, l->stats_buf, (size_t)len) < 0)
+		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
+}
+
+/* BN_CTL_VOCAB: the reply head and the sealed memfd in one sendmsg; the payload itself never
+ * crosses the socket, so its size cannot stall the loop (shm/PROTOCOL.md §10.3). */
+static void reply_vocab(struct bn_loop *l, struct bn_session *s)
+{
+	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = BN_CTL_VOCAB };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { &head, sizeof(head) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (l->vocab_fd < 0) {
+		head.error = BN_E_INVALID;
+	} else {
+		head.length = l->vocab_bytes;
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &l->vocab_fd, sizeof(int));
+	}
+	ssize_t n = sendmsg(s->sock_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n != (ssize_t)sizeof(head))
 		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
 }
 
@@ -232,7 +340,10 @@ static void handle_control(struct bn_loop *l, struct bn_session *s)
 		protocol_violation(l, s, "bad control message");
 		return;
 	}
-	reply_stats(l, s, &q);
+	if (q.op == BN_CTL_VOCAB)
+		reply_vocab(l, s);
+	else
+		reply_stats(l, s, &q);
 	if (s->phase == BN_SESSION_ACTIVE)
 		arm_recv(l, s);
 }
@@ -560,6 +671,27 @@ static int open_signals(void)
 	return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
+/* The vocabulary that BN_CTL_VOCAB serves, from the file the backend loaded the model from.
+ * A file without one, or with a malformed one, is served without: the model itself loaded. */
+static void open_vocab(struct bn_loop *l, const struct bn_model_desc *model)
+{
+	const char *path = l->cfg->model_path;
+	if (!path || model->kind == BN_BACKEND_LOOPBACK)
+		return;
+	char err[BN_VOCAB_ERR_LEN];
+	size_t size = 0;
+	int rc = bn_vocab_payload_open(path, model->vocab_size, &l->vocab_fd, &size, err);
+	if (rc < 0) {
+		l->vocab_fd = -1;
+		bn_log_error("msg=\"serving without a vocabulary\" error=\"%s\"", err);
+	} else if (rc == 0) {
+		bn_log_info("msg=\"the model file has no vocabulary\" model=\"%s\"", path);
+	} else {
+		l->vocab_bytes = (uint32_t)size;
+		bn_log_info("msg=\"vocabulary loaded\" bytes=%zu", size);
+	}
+}
+
 struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend_ops *ops,
 			    void *backend, const struct bn_model_desc *model, int *exit_code)
 {
@@ -568,16 +700,36 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	if (!l)
 		return NULL;
 	l->cfg = cfg;
-	l->listen_fd = l->signal_fd = -1;
+	l->listen_fd = l->signal_fd = l->vocab_fd = -1;
 	l->next_session_id = 1;
 	l->limits = (struct bn_session_limits){ .slots = cfg->slots,
 						.prompt_capacity = model->context_length,
 						.output_capacity = model->context_length,
 						.ring_start = cfg->ring_start,
+						.logprob_capacity = cfg->max_logprobs,
+						.max_weight = cfg->max_weight,
 						.model = model };
 	l->sessions = calloc(cfg->max_sessions, sizeof(*l->sessions));
-	l->stats_buf = malloc(STATS_BUF_BYTES);
-	l->sched = bn_sched_new(ops, backend, cfg->max_batch, model->eos_id);
+	struct bn_sched_config sc = {
+		.max_batch = cfg->max_batch,
+		.token_budget = cfg->token_budget,
+		.max_running_per_session = cfg->max_running_per_session,
+		.max_running_per_user = cfg->max_running_per_user,
+		.eos_id = model->eos_id,
+		.context_length = model->context_length,
+		.kv_memory = cfg->kv_memory,
+		.kv_block_tokens = cfg->kv_block_tokens,
+		.logprob_capacity = cfg->max_logprobs,
+	};
+	l->sched = bn_sched_new(ops, backend, model, &sc);
+	if (!l->sched) {
+		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
+		*exit_code = BN_EXIT_BACKEND;
+		free(l->sessions);
+		free(l->stats_buf);
+		free(l);
+		return NULL;
+	}
 	int rc = io_uring_queue_init(URING_ENTRIES, &l->ring, 0);
 	if (rc < 0) {
 		bn_log_error("msg=\"io_uring_queue_init failed\" error=\"%s\"", strerror(-rc));
@@ -588,7 +740,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		return NULL;
 	}
 	l->signal_fd = open_signals();
-	if (!l->sessions || !l->stats_buf || !l->sched || l->signal_fd < 0) {
+	if (!l->sessions || !l->sched || l->signal_fd < 0) {
 		bn_log_error("msg=\"cannot set up the loop\" error=\"%s\"", strerror(errno));
 		bn_loop_free(l);
 		return NULL;
@@ -599,6 +751,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		bn_loop_free(l);
 		return NULL;
 	}
+	open_vocab(l, model);
 	l->watchdog_ns = bn_sd_watchdog_ns();
 	*exit_code = BN_EXIT_OK;
 	return l;
@@ -613,6 +766,8 @@ void bn_loop_free(struct bn_loop *l)
 		close(l->listen_fd);
 	if (l->signal_fd >= 0)
 		close(l->signal_fd);
+	if (l->vocab_fd >= 0)
+		close(l->vocab_fd);
 	bn_sched_free(l->sched);
 	free(l->sessions);
 	free(l->stats_buf);

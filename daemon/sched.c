@@ -3,70 +3,52 @@
 
 #include "../shm/bitnet_barrier.h"
 #include "clock.h"
+#include "kvpool.h"
 #include "log.h"
 #include "stats.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* Without --kv-memory the pool holds every sequence at full context, but at most this share
+ * of physical memory (the rest is the model's and the system's). */
+#define KV_DEFAULT_MEMORY_SHARE 4
+
+/* Running sequences of one peer uid. */
+struct uid_count {
+	uint32_t uid;
+	uint32_t n;
+};
 
 struct bn_sched {
 	const struct bn_backend_ops *ops;
 	void *backend;
-	uint32_t max_batch;
-	uint32_t eos_id;
+	struct bn_sched_config cfg;
+	struct bn_kvpool kv;
+	uint32_t *kv_tables;      /* [max_batch][max_blocks_per_seq], by backend sequence id */
+	uint32_t max_blocks_per_seq;
 	struct bn_req **running;  /* [max_batch], dense */
 	uint32_t n_running;
 	uint32_t n_waiting;       /* over all sessions */
 	uint32_t *free_seqs;      /* stack of unused backend sequence ids */
 	uint32_t n_free_seqs;
+	struct uid_count *uids;   /* [max_batch], dense */
+	uint32_t n_uids;
 	uint32_t rr_cursor;       /* session index where the next admission round starts */
-	uint64_t last_cancel_sweep;
-	/* Batch buffers, grown on demand. */
+	uint64_t admissions;
+	uint64_t last_waiting_sweep;
+	/* One step's batch, grown on demand. */
 	uint32_t *tokens;
 	size_t tokens_cap;
-	uint32_t *lens, *pos, *seq, *next_token;
+	struct bn_req **rows;     /* [max_batch] the request of each row */
+	uint32_t *lens, *pos, *seq;
+	const uint32_t **blocks;
+	const struct bn_sample_ctx **sample;
+	struct bn_sample_out *out;
+	struct bn_token_logprob *top; /* [max_batch][logprob_capacity] */
 };
-
-struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend, uint32_t max_batch,
-			      uint32_t eos_id)
-{
-	struct bn_sched *s = calloc(1, sizeof(*s));
-	if (!s)
-		return NULL;
-	s->ops = ops;
-	s->backend = backend;
-	s->max_batch = max_batch;
-	s->eos_id = eos_id;
-	s->running = calloc(max_batch, sizeof(*s->running));
-	s->free_seqs = calloc(max_batch, sizeof(uint32_t));
-	s->lens = calloc(max_batch, sizeof(uint32_t));
-	s->pos = calloc(max_batch, sizeof(uint32_t));
-	s->seq = calloc(max_batch, sizeof(uint32_t));
-	s->next_token = calloc(max_batch, sizeof(uint32_t));
-	if (!s->running || !s->free_seqs || !s->lens || !s->pos || !s->seq || !s->next_token) {
-		bn_sched_free(s);
-		return NULL;
-	}
-	for (uint32_t i = 0; i < max_batch; i++)
-		s->free_seqs[i] = max_batch - 1 - i;
-	s->n_free_seqs = max_batch;
-	return s;
-}
-
-void bn_sched_free(struct bn_sched *s)
-{
-	if (!s)
-		return;
-	free(s->running);
-	free(s->free_seqs);
-	free(s->tokens);
-	free(s->lens);
-	free(s->pos);
-	free(s->seq);
-	free(s->next_token);
-	free(s);
-}
 
 uint32_t bn_sched_running(const struct bn_sched *s)
 {
@@ -80,15 +62,144 @@ uint32_t bn_sched_waiting(const struct bn_sched *s)
 
 uint32_t bn_sched_max_batch(const struct bn_sched *s)
 {
-	return s->max_batch;
+	return s->cfg.max_batch;
+}
+
+void bn_sched_kv_usage(const struct bn_sched *s, uint32_t *total, uint32_t *used,
+		       uint32_t *reserved, uint32_t *block_tokens)
+{
+	*total = s->kv.n_blocks;
+	*used = bn_kvpool_used(&s->kv);
+	*reserved = s->kv.n_reserved;
+	*block_tokens = s->kv.block_tokens;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Set-up                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint64_t default_kv_memory(const struct bn_sched_config *c, uint64_t bytes_per_token)
+{
+	uint64_t want = (uint64_t)c->max_batch * c->context_length * bytes_per_token;
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t cap = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page /
+						       KV_DEFAULT_MEMORY_SHARE
+					     : want;
+	return want < cap ? want : cap;
+}
+
+static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
+{
+	const struct bn_sched_config *c = &s->cfg;
+	uint64_t bpt = model->kv_bytes_per_token ? model->kv_bytes_per_token : 1;
+	uint64_t memory = c->kv_memory ? c->kv_memory : default_kv_memory(c, bpt);
+	uint64_t blocks = memory / (bpt * c->kv_block_tokens);
+	uint64_t useful = (uint64_t)c->max_batch *
+			  ((c->context_length + c->kv_block_tokens - 1) / c->kv_block_tokens);
+	if (blocks > useful)
+		blocks = useful; /* more could never be used at once */
+	if (blocks == 0) {
+		bn_log_error("msg=\"--kv-memory is smaller than one KV block\" kv_memory=%llu block_bytes=%llu",
+			     (unsigned long long)memory, (unsigned long long)(bpt * c->kv_block_tokens));
+		return -EINVAL;
+	}
+	if (bn_kvpool_init(&s->kv, (uint32_t)blocks, c->kv_block_tokens) < 0)
+		return -ENOMEM;
+	s->max_blocks_per_seq = bn_kvpool_blocks_for(&s->kv, c->context_length);
+	int rc = s->ops->kv_init(s->backend, (uint32_t)blocks, c->kv_block_tokens);
+	if (rc < 0) {
+		bn_log_error("msg=\"cannot allocate the KV cache\" blocks=%llu bytes=%llu rc=%d",
+			     (unsigned long long)blocks,
+			     (unsigned long long)(blocks * c->kv_block_tokens * bpt), rc);
+		return rc;
+	}
+	bn_log_info("msg=\"kv cache\" blocks=%llu block_tokens=%u positions=%llu bytes=%llu bytes_per_token=%llu",
+		    (unsigned long long)blocks, c->kv_block_tokens,
+		    (unsigned long long)(blocks * c->kv_block_tokens),
+		    (unsigned long long)(blocks * c->kv_block_tokens * bpt), (unsigned long long)bpt);
+	return 0;
+}
+
+static int alloc_buffers(struct bn_sched *s)
+{
+	uint32_t n = s->cfg.max_batch;
+	s->running = calloc(n, sizeof(*s->running));
+	s->free_seqs = calloc(n, sizeof(*s->free_seqs));
+	s->uids = calloc(n, sizeof(*s->uids));
+	s->rows = calloc(n, sizeof(*s->rows));
+	s->lens = calloc(n, sizeof(*s->lens));
+	s->pos = calloc(n, sizeof(*s->pos));
+	s->seq = calloc(n, sizeof(*s->seq));
+	s->blocks = calloc(n, sizeof(*s->blocks));
+	s->sample = calloc(n, sizeof(*s->sample));
+	s->out = calloc(n, sizeof(*s->out));
+	s->top = calloc((size_t)n * (s->cfg.logprob_capacity ? s->cfg.logprob_capacity : 1),
+			sizeof(*s->top));
+	s->kv_tables = calloc((size_t)n * s->max_blocks_per_seq, sizeof(*s->kv_tables));
+	if (!s->running || !s->free_seqs || !s->uids || !s->rows || !s->lens || !s->pos ||
+	    !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		s->free_seqs[i] = n - 1 - i;
+		s->out[i].top = s->top + (size_t)i * s->cfg.logprob_capacity;
+	}
+	s->n_free_seqs = n;
+	return 0;
+}
+
+struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
+			      const struct bn_model_desc *model, const struct bn_sched_config *cfg)
+{
+	struct bn_sched *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->ops = ops;
+	s->backend = backend;
+	s->cfg = *cfg;
+	if (size_kv_pool(s, model) < 0 || alloc_buffers(s) < 0) {
+		bn_sched_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void bn_sched_free(struct bn_sched *s)
+{
+	if (!s)
+		return;
+	bn_kvpool_free(&s->kv);
+	free(s->kv_tables);
+	free(s->running);
+	free(s->free_seqs);
+	free(s->uids);
+	free(s->tokens);
+	free(s->rows);
+	free(s->lens);
+	free(s->pos);
+	free(s->seq);
+	free(s->blocks);
+	free(s->sample);
+	free(s->out);
+	free(s->top);
+	free(s);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Queues                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Every position the request can ever hold in the KV cache. */
+static uint64_t kv_need(const struct bn_req *r)
+{
+	return (uint64_t)r->n_prompt + r->max_tokens;
+}
+
 void bn_sched_enqueue(struct bn_sched *s, struct bn_req *r)
 {
+	if (bn_kvpool_blocks_for(&s->kv, kv_need(r)) > s->kv.n_blocks) {
+		bn_req_finish(r, BN_STATUS_ERROR, BN_E_KV_SPACE);
+		return;
+	}
 	struct bn_session *sess = r->sess;
 	r->next = NULL;
 	if (sess->wait_tail)
@@ -114,13 +225,41 @@ static struct bn_req *dequeue(struct bn_sched *s, struct bn_session *sess)
 	return r;
 }
 
-/* Leaves the running set: the backend sequence is closed and its id reused. */
+static struct uid_count *uid_entry(struct bn_sched *s, uint32_t uid)
+{
+	for (uint32_t i = 0; i < s->n_uids; i++)
+		if (s->uids[i].uid == uid)
+			return &s->uids[i];
+	return NULL;
+}
+
+static void uid_add(struct bn_sched *s, uint32_t uid)
+{
+	struct uid_count *u = uid_entry(s, uid);
+	if (!u) {
+		u = &s->uids[s->n_uids++]; /* at most max_batch distinct running uids */
+		*u = (struct uid_count){ .uid = uid };
+	}
+	u->n++;
+}
+
+static void uid_remove(struct bn_sched *s, uint32_t uid)
+{
+	struct uid_count *u = uid_entry(s, uid);
+	if (u && --u->n == 0)
+		*u = s->uids[--s->n_uids];
+}
+
+/* Leaves the running set: KV blocks back to the pool, the backend sequence id reused. */
 static void stop_running(struct bn_sched *s, uint32_t index)
 {
 	struct bn_req *r = s->running[index];
 	s->ops->seq_close(s->backend, r->seq);
+	bn_kvpool_release(&s->kv, &r->kv);
 	s->free_seqs[s->n_free_seqs++] = r->seq;
 	r->running = 0;
+	r->sess->n_running--;
+	uid_remove(s, (uint32_t)r->sess->peer_uid);
 	s->running[index] = s->running[--s->n_running];
 }
 
@@ -132,75 +271,138 @@ static void finish_running(struct bn_sched *s, uint32_t index, uint32_t status, 
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Admission: round-robin over sessions, one request per session per turn                      */
+/* Admission: weighted round-robin over sessions                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-static int start_running(struct bn_sched *s, struct bn_req *r)
+static uint32_t cap_or_max(uint32_t cap, uint32_t max_batch)
+{
+	return cap ? cap : max_batch;
+}
+
+/* The session and its user are below their caps on running sequences. */
+static int under_caps(struct bn_sched *s, const struct bn_session *sess)
+{
+	if (sess->n_running >= cap_or_max(s->cfg.max_running_per_session, s->cfg.max_batch))
+		return 0;
+	const struct uid_count *u = uid_entry(s, (uint32_t)sess->peer_uid);
+	return !u || u->n < cap_or_max(s->cfg.max_running_per_user, s->cfg.max_batch);
+}
+
+static void start_running(struct bn_sched *s, struct bn_req *r)
 {
 	uint32_t seq = s->free_seqs[--s->n_free_seqs];
 	int rc = s->ops->seq_open(s->backend, seq);
 	if (rc < 0) {
 		s->free_seqs[s->n_free_seqs++] = seq;
+		bn_kvpool_release(&s->kv, &r->kv);
 		bn_req_finish(r, BN_STATUS_ERROR, BN_E_BACKEND);
-		return rc;
+		return;
 	}
 	r->seq = seq;
 	r->running = 1;
-	r->prefilled = 0;
+	r->n_prefilled = 0;
+	r->admitted = ++s->admissions;
+	r->sess->n_running++;
+	uid_add(s, (uint32_t)r->sess->peer_uid);
 	s->running[s->n_running++] = r;
-	return 0;
 }
 
+enum admit_stop {
+	STOP_TURN_OVER,  /* the session's credit, queue or cap is spent: next session */
+	STOP_BATCH_FULL, /* the batch is full: the session keeps its turn for the next step */
+	STOP_KV_FULL,    /* its oldest request does not fit the KV pool: everyone waits */
+};
+
+/* Takes requests from the session's FIFO while its turn's credit lasts. *taken counts them. */
+static enum admit_stop admit_from(struct bn_sched *s, struct bn_session *sess, uint32_t *taken)
+{
+	while (sess->credit > 0) {
+		if (s->n_running >= s->cfg.max_batch)
+			return STOP_BATCH_FULL;
+		struct bn_req *r = sess->wait_head;
+		if (!r || !under_caps(s, sess))
+			return STOP_TURN_OVER;
+		if (bn_req_cancel_requested(r)) {
+			bn_req_finish(dequeue(s, sess), BN_STATUS_CANCELLED, 0);
+			continue;
+		}
+		r->kv = (struct bn_kv_seq){ .table = s->kv_tables + (size_t)s->free_seqs[s->n_free_seqs - 1] *
+							       s->max_blocks_per_seq };
+		/* The oldest request that does not fit holds everyone back: otherwise a stream of
+		 * small requests could keep a large one waiting for ever. */
+		if (bn_kvpool_reserve(&s->kv, &r->kv, kv_need(r)) < 0)
+			return STOP_KV_FULL;
+		start_running(s, dequeue(s, sess));
+		sess->credit--;
+		(*taken)++;
+	}
+	return STOP_TURN_OVER;
+}
+
+/* Weighted round-robin: the session at the cursor admits up to its weight, then the turn
+ * passes on. A turn cut short by a full batch resumes at the next step, so weights hold even
+ * when only one sequence can join per step. */
 static void admit(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions)
 {
 	if (n_sessions == 0)
 		return;
-	uint32_t idle_turns = 0, i = s->rr_cursor % n_sessions;
-	while (s->n_running < s->max_batch && s->n_waiting > 0 && idle_turns < n_sessions) {
+	uint32_t idle_turns = 0;
+	while (s->n_running < s->cfg.max_batch && s->n_waiting > 0 && idle_turns < n_sessions) {
+		uint32_t i = s->rr_cursor % n_sessions, taken = 0;
 		struct bn_session *sess = sessions[i];
-		i = (i + 1) % n_sessions;
-		struct bn_req *r = sess->phase == BN_SESSION_ACTIVE ? dequeue(s, sess) : NULL;
-		if (!r) {
-			idle_turns++;
-			continue;
+		enum admit_stop why = STOP_TURN_OVER;
+		if (sess->phase == BN_SESSION_ACTIVE) {
+			if (sess->credit == 0)
+				sess->credit = sess->weight;
+			why = admit_from(s, sess, &taken);
 		}
-		idle_turns = 0;
-		s->rr_cursor = i; /* the next round starts after the last session served */
-		if (bn_req_cancel_requested(r))
-			bn_req_finish(r, BN_STATUS_CANCELLED, 0);
-		else
-			(void)start_running(s, r);
+		if (why == STOP_KV_FULL || why == STOP_BATCH_FULL)
+			return;
+		sess->credit = 0;
+		s->rr_cursor = (i + 1) % n_sessions;
+		idle_turns = taken ? 0 : idle_turns + 1;
 	}
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Cancellation                                                                                */
+/* Cancellation and deadlines                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-static void sweep_cancel_running(struct bn_sched *s)
+static int expired(const struct bn_req *r, uint64_t now)
+{
+	return r->deadline && now >= r->deadline;
+}
+
+static void sweep_running(struct bn_sched *s, uint64_t now)
 {
 	for (uint32_t i = 0; i < s->n_running;) {
-		if (bn_req_cancel_requested(s->running[i]))
+		struct bn_req *r = s->running[i];
+		if (bn_req_cancel_requested(r))
 			finish_running(s, i, BN_STATUS_CANCELLED, 0); /* moved last into i */
+		else if (expired(r, now))
+			finish_running(s, i, BN_STATUS_DEADLINE, 0);
 		else
 			i++;
 	}
 }
 
-/* Waiting requests are few and may wait long when the batch is full, so they are checked
- * at most once a millisecond rather than every step. */
-static void sweep_cancel_waiting(struct bn_sched *s, struct bn_session **sessions, uint32_t n)
+/* Waiting requests may wait long when the batch is full, and reading their cancel words costs
+ * a cache miss each, so they are checked at most once a millisecond rather than every step. */
+static void sweep_waiting(struct bn_sched *s, struct bn_session **sessions, uint32_t n,
+			  uint64_t now)
 {
-	uint64_t now = bn_now_ns();
-	if (s->n_waiting == 0 || now - s->last_cancel_sweep < 1000000u)
+	if (s->n_waiting == 0 || now - s->last_waiting_sweep < 1000000u)
 		return;
-	s->last_cancel_sweep = now;
+	s->last_waiting_sweep = now;
 	for (uint32_t k = 0; k < n; k++) {
 		struct bn_session *sess = sessions[k];
 		struct bn_req **link = &sess->wait_head, *prev = NULL;
 		while (*link) {
 			struct bn_req *r = *link;
-			if (!bn_req_cancel_requested(r)) {
+			uint32_t status = bn_req_cancel_requested(r) ? BN_STATUS_CANCELLED
+				       : expired(r, now)	    ? BN_STATUS_DEADLINE
+								    : BN_STATUS_NONE;
+			if (status == BN_STATUS_NONE) {
 				prev = r;
 				link = &r->next;
 				continue;
@@ -210,14 +412,79 @@ static void sweep_cancel_waiting(struct bn_sched *s, struct bn_session **session
 				sess->wait_tail = prev;
 			sess->n_waiting--;
 			s->n_waiting--;
-			bn_req_finish(r, BN_STATUS_CANCELLED, 0);
+			bn_req_finish(r, status, 0);
 		}
 	}
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* One step                                                                                    */
+/* Planning one step                                                                           */
 /* ------------------------------------------------------------------------------------------ */
+
+static int prompt_done(const struct bn_req *r)
+{
+	return r->n_prefilled == r->n_prompt;
+}
+
+/* The running request still reading its prompt that was admitted first and is not in the
+ * batch yet; NULL when none. */
+static struct bn_req *oldest_unplanned_prefill(struct bn_sched *s, uint32_t n_rows)
+{
+	struct bn_req *best = NULL;
+	for (uint32_t i = 0; i < s->n_running; i++) {
+		struct bn_req *r = s->running[i];
+		if (prompt_done(r))
+			continue;
+		int planned = 0;
+		for (uint32_t k = 0; k < n_rows && !planned; k++)
+			planned = s->rows[k] == r;
+		if (!planned && (!best || r->admitted < best->admitted))
+			best = r;
+	}
+	return best;
+}
+
+static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t len)
+{
+	s->rows[k] = r;
+	s->lens[k] = len;
+	s->seq[k] = r->seq;
+	s->blocks[k] = r->kv.table;
+	if (prompt_done(r)) {
+		s->pos[k] = r->n_prompt + r->n_out - 1;
+		s->sample[k] = &r->sample_ctx;
+	} else {
+		s->pos[k] = r->n_prefilled;
+		s->sample[k] = r->n_prefilled + len == r->n_prompt ? &r->sample_ctx : NULL;
+	}
+}
+
+/* Decode rows first, then prompt chunks oldest first within the token budget. When decoding
+ * alone fills the budget, the oldest prompt still gets a quarter of it, so admitted prompts
+ * always progress. Returns the number of rows. */
+static uint32_t plan(struct bn_sched *s)
+{
+	uint32_t n = 0, used = 0, budget = s->cfg.token_budget;
+	for (uint32_t i = 0; i < s->n_running; i++) {
+		struct bn_req *r = s->running[i];
+		if (prompt_done(r)) {
+			plan_row(s, n++, r, 1);
+			used++;
+		}
+	}
+	uint32_t left = budget > used ? budget - used : 0;
+	if (left == 0)
+		left = budget / 4 ? budget / 4 : 1;
+	struct bn_req *r;
+	while (left > 0 && (r = oldest_unplanned_prefill(s, n)) != NULL) {
+		uint32_t chunk = r->n_prompt - r->n_prefilled;
+		if (chunk > left)
+			chunk = left;
+		plan_row(s, n++, r, chunk);
+		left -= chunk;
+	}
+	return n;
+}
 
 static int reserve_tokens(struct bn_sched *s, size_t cells)
 {
@@ -231,34 +498,34 @@ static int reserve_tokens(struct bn_sched *s, size_t cells)
 	return 0;
 }
 
-/* Fills the padded [rows x width] matrix: a new request's prompt, or the last token. */
-static int build_batch(struct bn_sched *s, struct bn_batch *b)
+/* Grows each row's block table over its new positions and fills the padded token matrix. */
+static int build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 {
 	uint32_t width = 1;
-	for (uint32_t i = 0; i < s->n_running; i++) {
-		struct bn_req *r = s->running[i];
-		s->lens[i] = r->prefilled ? 1 : r->n_prompt;
-		s->pos[i] = r->prefilled ? r->n_prompt + r->n_out - 1 : 0;
-		s->seq[i] = r->seq;
-		if (s->lens[i] > width)
-			width = s->lens[i];
+	for (uint32_t k = 0; k < n_rows; k++) {
+		int rc = bn_kvpool_grow(&s->kv, &s->rows[k]->kv, s->pos[k] + s->lens[k]);
+		if (rc < 0)
+			return rc; /* the reservation covers every position: a bug, reported */
+		if (s->lens[k] > width)
+			width = s->lens[k];
 	}
-	if (reserve_tokens(s, (size_t)s->n_running * width) < 0)
+	if (reserve_tokens(s, (size_t)n_rows * width) < 0)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < s->n_running; i++) {
-		struct bn_req *r = s->running[i];
-		uint32_t *row = s->tokens + (size_t)i * width;
-		if (r->prefilled)
-			row[0] = r->last_token;
+	for (uint32_t k = 0; k < n_rows; k++) {
+		struct bn_req *r = s->rows[k];
+		uint32_t *row = s->tokens + (size_t)k * width;
+		if (prompt_done(r))
+			row[0] = r->output[r->n_out - 1];
 		else
-			memcpy(row, r->prompt, (size_t)r->n_prompt * sizeof(uint32_t));
+			memcpy(row, r->prompt + r->n_prefilled, (size_t)s->lens[k] * sizeof(uint32_t));
 	}
-	*b = (struct bn_batch){ .n_rows = s->n_running, .width = width, .tokens = s->tokens,
-				.lens = s->lens, .pos = s->pos, .seq = s->seq };
+	*b = (struct bn_batch){ .n_rows = n_rows, .width = width, .tokens = s->tokens,
+				.lens = s->lens, .pos = s->pos, .seq = s->seq,
+				.blocks = s->blocks, .sample = s->sample };
 	return 0;
 }
 
-static void count_batch(const struct bn_batch *b)
+static void count_batch(const struct bn_batch *b, uint64_t step_ns)
 {
 	uint64_t used = 0;
 	for (uint32_t i = 0; i < b->n_rows; i++)
@@ -267,26 +534,61 @@ static void count_batch(const struct bn_batch *b)
 	bn_stats.batch_rows += b->n_rows;
 	bn_stats.batch_cells += (uint64_t)b->n_rows * b->width;
 	bn_stats.batch_padding += (uint64_t)b->n_rows * b->width - used;
+	bn_stats_observe(BN_HIST_BATCH_ROWS, b->n_rows);
+	bn_stats_observe(BN_HIST_BATCH_TOKENS, (double)used);
+	bn_stats_observe(BN_HIST_STEP_SECONDS, (double)step_ns * 1e-9);
 }
 
-/* Applies one sampled token to a running request. Returns 1 when the request ended. */
-static int deliver(struct bn_sched *s, uint32_t index, uint32_t token, uint64_t now)
+/* ------------------------------------------------------------------------------------------ */
+/* Delivering one step's tokens                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+static int is_stop(const struct bn_req *r, uint32_t token)
 {
-	struct bn_req *r = s->running[index];
-	r->prefilled = 1;
-	if (!r->t_first_token)
-		r->t_first_token = now;
-	if (token == s->eos_id && !(r->flags & BN_REQ_IGNORE_EOS)) {
-		finish_running(s, index, BN_STATUS_EOS, 0);
-		return 1;
-	}
-	bn_req_publish_token(r, token);
-	r->last_token = token;
-	if (r->n_out == r->max_tokens) {
-		finish_running(s, index, BN_STATUS_LENGTH, 0);
-		return 1;
-	}
+	for (uint32_t i = 0; i < r->n_stop; i++)
+		if (r->stop[i] == token)
+			return 1;
 	return 0;
+}
+
+static uint32_t running_index(const struct bn_sched *s, const struct bn_req *r)
+{
+	for (uint32_t i = 0; i < s->n_running; i++)
+		if (s->running[i] == r)
+			return i;
+	return UINT32_MAX;
+}
+
+static void observe_token(struct bn_req *r, uint64_t now)
+{
+	if (!r->t_first_token) {
+		r->t_first_token = now;
+		bn_stats_observe(BN_HIST_TTFT_SECONDS, (double)(now - r->t_seen) * 1e-9);
+	} else {
+		bn_stats_observe(BN_HIST_ITL_SECONDS, (double)(now - r->t_last_token) * 1e-9);
+	}
+	r->t_last_token = now;
+}
+
+/* Applies one sampled token to its request; ends it on EOS, a stop id or max_tokens. */
+static void deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample_out *o,
+		    uint64_t now)
+{
+	observe_token(r, now);
+	uint32_t status = BN_STATUS_NONE;
+	if (o->token == s->cfg.eos_id && !(r->flags & BN_REQ_IGNORE_EOS))
+		status = BN_STATUS_EOS;
+	else if (is_stop(r, o->token))
+		status = BN_STATUS_STOP;
+	if (status == BN_STATUS_NONE) {
+		if (r->sampling.want_logprobs)
+			bn_req_write_logprobs(r, r->n_out, o);
+		bn_req_publish_token(r, o->token);
+		if (r->n_out == r->max_tokens)
+			status = BN_STATUS_LENGTH;
+	}
+	if (status != BN_STATUS_NONE)
+		finish_running(s, running_index(s, r), status, 0);
 }
 
 static void fail_all_running(struct bn_sched *s, int rc)
@@ -297,38 +599,56 @@ static void fail_all_running(struct bn_sched *s, int rc)
 		finish_running(s, 0, BN_STATUS_ERROR, BN_E_BACKEND);
 }
 
-uint32_t bn_sched_step(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions)
+static void mark_started(struct bn_sched *s, uint32_t n_rows, uint64_t now)
 {
-	sweep_cancel_running(s);
-	sweep_cancel_waiting(s, sessions, n_sessions);
-	admit(s, sessions, n_sessions);
-	if (s->n_running == 0)
-		return 0;
-	struct bn_batch b;
-	uint64_t now = bn_now_ns();
-	for (uint32_t i = 0; i < s->n_running; i++)
-		if (!s->running[i]->t_started)
-			s->running[i]->t_started = now;
-	int rc = build_batch(s, &b);
-	if (rc == 0)
-		rc = s->ops->step(s->backend, &b, s->next_token);
-	if (rc < 0) {
-		uint32_t rows = s->n_running;
-		fail_all_running(s, rc);
-		return rows;
+	for (uint32_t k = 0; k < n_rows; k++) {
+		struct bn_req *r = s->rows[k];
+		if (!r->t_started) {
+			r->t_started = now;
+			bn_stats_observe(BN_HIST_QUEUE_SECONDS, (double)(now - r->t_seen) * 1e-9);
+		}
 	}
-	count_batch(&b);
-	now = bn_now_ns();
-	/* Rows are delivered from the last: a finished row is replaced by the last running one,
-	 * which has then already been handled. */
-	for (uint32_t i = b.n_rows; i-- > 0;)
-		(void)deliver(s, i, s->next_token[i], now);
+}
+
+static void deliver_all(struct bn_sched *s, uint32_t n_rows)
+{
+	uint64_t now = bn_now_ns();
+	for (uint32_t k = 0; k < n_rows; k++) {
+		struct bn_req *r = s->rows[k];
+		if (!prompt_done(r))
+			r->n_prefilled += s->lens[k];
+		if (s->sample[k])
+			deliver(s, r, &s->out[k], now);
+	}
 	/* Full fence: the events stores above are ordered before the loads of the waiters words
 	 * in which streaming clients announce that they sleep (see bn_req_wake_stream_waiter). */
 	bn_smp_mb();
 	for (uint32_t i = 0; i < s->n_running; i++)
 		bn_req_wake_stream_waiter(s->running[i]);
-	return b.n_rows;
+}
+
+uint32_t bn_sched_step(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions)
+{
+	uint64_t now = bn_now_ns();
+	sweep_running(s, now);
+	sweep_waiting(s, sessions, n_sessions, now);
+	admit(s, sessions, n_sessions);
+	if (s->n_running == 0)
+		return 0;
+	uint32_t n_rows = plan(s);
+	mark_started(s, n_rows, now);
+	struct bn_batch b;
+	int rc = build_batch(s, n_rows, &b);
+	uint64_t t0 = bn_now_ns();
+	if (rc == 0)
+		rc = s->ops->step(s->backend, &b, s->out);
+	if (rc < 0) {
+		fail_all_running(s, rc);
+		return n_rows;
+	}
+	count_batch(&b, bn_now_ns() - t0);
+	deliver_all(s, n_rows);
+	return n_rows;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -1,9 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sched.h — iteration-level batching. Every step is one batch: each running sequence decodes one
- * token, and waiting requests join (their whole prompt as one row) up to the max batch, taken
- * round-robin across sessions so one client cannot starve another. Finished requests leave at
- * once and their slot is handed back before the next step.
+ * sched.h — iteration-level (continuous) batching.
+ *
+ * Every step is one batch. Running sequences that have their whole prompt in the KV cache
+ * decode one token each; then prompts that are still being read get chunks of their remaining
+ * tokens, oldest admission first, until the step's token budget is spent (decode first, so a
+ * long prompt slows decoding by at most one budget's worth per step). Waiting requests are
+ * admitted between steps by weighted round-robin over sessions, within the max batch, the
+ * per-session and per-user caps on running sequences, and the KV pool (kvpool.h): a request
+ * is admitted only when every block it can need is reserved for it. Finished sequences leave
+ * at once and give their blocks back before the next step.
  */
 #ifndef BITNETD_SCHED_H
 #define BITNETD_SCHED_H
@@ -15,15 +21,29 @@
 
 struct bn_sched;
 
-struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend, uint32_t max_batch,
-			      uint32_t eos_id);
+struct bn_sched_config {
+	uint32_t max_batch;              /* sequences running at once */
+	uint32_t token_budget;           /* tokens per step, decode tokens included */
+	uint32_t max_running_per_session; /* 0: max_batch */
+	uint32_t max_running_per_user;   /* 0: max_batch (by peer uid) */
+	uint32_t eos_id;
+	uint32_t context_length;
+	uint64_t kv_memory;              /* bytes of KV cache; 0: the default (sched.c) */
+	uint32_t kv_block_tokens;        /* positions per KV block */
+	uint32_t logprob_capacity;       /* alternatives a request may ask for */
+};
+
+/* Sizes the KV pool, calls the backend's kv_init, logs the outcome. NULL on failure (logged). */
+struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
+			      const struct bn_model_desc *model, const struct bn_sched_config *cfg);
 void bn_sched_free(struct bn_sched *s);
 
-/* A validated request joins its session's waiting FIFO. */
+/* A validated request joins its session's waiting FIFO, or ends at once when it could never
+ * fit in the KV pool (BN_E_KV_SPACE). */
 void bn_sched_enqueue(struct bn_sched *s, struct bn_req *r);
 
-/* Admits waiting requests round-robin over sessions[0..n), runs one batched step and delivers
- * its tokens. Returns the number of rows run (0: nothing to do). */
+/* Ends cancelled and expired requests, admits waiting ones over sessions[0..n), runs one
+ * batched step and delivers its tokens. Returns the number of rows run (0: nothing to do). */
 uint32_t bn_sched_step(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions);
 
 /* Ends every request of session `sess`. status 0 means the client is gone: the requests are
@@ -40,5 +60,7 @@ void bn_sched_end_running(struct bn_sched *s, uint32_t status);
 uint32_t bn_sched_running(const struct bn_sched *s);
 uint32_t bn_sched_waiting(const struct bn_sched *s);
 uint32_t bn_sched_max_batch(const struct bn_sched *s);
+void bn_sched_kv_usage(const struct bn_sched *s, uint32_t *total, uint32_t *used,
+		       uint32_t *reserved, uint32_t *block_tokens);
 
 #endif /* BITNETD_SCHED_H */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,6 +58,7 @@ void bn_session_free(struct bn_session *s)
 		close(s->sock_fd);
 	free(s->reqs);
 	free(s->prompt_arena);
+	free(s->output_arena);
 	free(s);
 }
 
@@ -93,7 +95,10 @@ static struct segment_layout layout_segment(struct bn_session *s, uint32_t slots
 	s->output_capacity = lim->output_capacity;
 	s->prompt_offset = (uint32_t)sizeof(struct bn_slot);
 	s->output_offset = align64(s->prompt_offset + 4u * lim->prompt_capacity);
-	s->slot_size = align64(s->output_offset + 4u * lim->output_capacity);
+	s->logprob_capacity = lim->logprob_capacity;
+	s->logprob_offset = align64(s->output_offset + 4u * lim->output_capacity);
+	s->slot_size = align64(s->logprob_offset + (uint32_t)sizeof(struct bn_logprob) *
+							(1u + lim->logprob_capacity) * lim->output_capacity);
 	struct segment_layout g;
 	g.sq_offset = (uint32_t)sizeof(struct bn_shm_header);
 	g.sqes_offset = align64(g.sq_offset + (uint32_t)sizeof(struct bn_sq_ring));
@@ -108,7 +113,7 @@ static void write_header(struct bn_session *s, const struct segment_layout *g,
 	struct bn_shm_header *h = (struct bn_shm_header *)s->mem;
 	h->magic = BN_SHM_MAGIC;
 	h->abi_version = BN_ABI_VERSION;
-	h->features = BN_FEAT_STREAMING;
+	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS;
 	h->header_size = (uint32_t)sizeof(*h);
 	h->segment_size = g->size;
 	h->session_id = s->id;
@@ -122,6 +127,8 @@ static void write_header(struct bn_session *s, const struct segment_layout *g,
 	h->slot_prompt_capacity = s->prompt_capacity;
 	h->slot_output_offset = s->output_offset;
 	h->slot_output_capacity = s->output_capacity;
+	h->slot_logprob_offset = s->logprob_offset;
+	h->slot_logprob_capacity = s->logprob_capacity;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;
 	h->bos_id = m->bos_id;
@@ -159,12 +166,14 @@ static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_
 		return -errno;
 	s->reqs = calloc(slots, sizeof(*s->reqs));
 	s->prompt_arena = malloc((size_t)slots * lim->prompt_capacity * sizeof(uint32_t));
-	if (!s->reqs || !s->prompt_arena)
+	s->output_arena = malloc((size_t)slots * lim->output_capacity * sizeof(uint32_t));
+	if (!s->reqs || !s->prompt_arena || !s->output_arena)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < slots; i++) {
 		s->reqs[i].sess = s;
 		s->reqs[i].slot = i;
 		s->reqs[i].prompt = s->prompt_arena + (size_t)i * lim->prompt_capacity;
+		s->reqs[i].output = s->output_arena + (size_t)i * lim->output_capacity;
 	}
 	return 0;
 }
@@ -214,6 +223,13 @@ static uint32_t check_hello(const struct bn_hello *h)
 	return 0;
 }
 
+static uint32_t session_weight(const struct bn_hello *h, const struct bn_session_limits *lim)
+{
+	if (h->weight == 0)
+		return 1;
+	return h->weight < lim->max_weight ? h->weight : lim->max_weight;
+}
+
 int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *lim,
 			 int shutting_down)
 {
@@ -227,6 +243,7 @@ int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *l
 	uint32_t slots = lim->slots;
 	if (hello.requested_slots && hello.requested_slots < slots)
 		slots = hello.requested_slots;
+	s->weight = session_weight(&hello, lim);
 	int rc = create_segment(s, slots, lim);
 	if (rc < 0) {
 		bn_log_error("msg=\"cannot create session segment\" session=%u errno=%d", s->id, -rc);
@@ -242,9 +259,9 @@ int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *l
 		return -BN_E_DISCONNECTED;
 	}
 	s->phase = BN_SESSION_ACTIVE;
-	bn_log_info("msg=\"session open\" session=%u pid=%d uid=%u gid=%u slots=%u segment_bytes=%zu",
+	bn_log_info("msg=\"session open\" session=%u pid=%d uid=%u gid=%u slots=%u weight=%u segment_bytes=%zu",
 		    s->id, (int)s->peer_pid, (unsigned)s->peer_uid, (unsigned)s->peer_gid, slots,
-		    s->mem_size);
+		    s->weight, s->mem_size);
 	return 0;
 }
 
@@ -267,6 +284,47 @@ static uint32_t *slot_output(const struct bn_session *s, uint32_t slot)
 	return (uint32_t *)((uint8_t *)slot_at(s, slot) + s->output_offset);
 }
 
+/* A request without BN_REQ_SEED still gets a fixed seed for its whole life (its tokens are
+ * then reproducible from the daemon's logs only, not by the client). */
+static uint64_t bn_random_seed(void)
+{
+	uint64_t seed;
+	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == (ssize_t)sizeof(seed))
+		return seed;
+	return bn_now_ns() * 0x9E3779B97F4A7C15ull; /* entropy pool not ready: still varies */
+}
+
+static float read_float(const float *word)
+{
+	const uint32_t *w = (const uint32_t *)(const void *)word;
+	uint32_t bits = bn_read_once(*w);
+	float f;
+	memcpy(&f, &bits, sizeof(f));
+	return f;
+}
+
+/* Copies the sampling words into r->sampling; returns 0 or BN_E_INVALID. */
+static uint32_t copy_sampling(const struct bn_session *s, const struct bn_slot *sl,
+			      struct bn_req *r)
+{
+	struct bn_sampling *p = &r->sampling;
+	p->temperature = read_float(&sl->temperature);
+	p->top_k = bn_read_once(sl->top_k);
+	p->top_p = read_float(&sl->top_p);
+	p->min_p = read_float(&sl->min_p);
+	p->repetition_penalty = read_float(&sl->repetition_penalty);
+	p->presence_penalty = read_float(&sl->presence_penalty);
+	p->frequency_penalty = read_float(&sl->frequency_penalty);
+	uint64_t seed = bn_read_once(sl->seed_lo) | (uint64_t)bn_read_once(sl->seed_hi) << 32;
+	p->want_logprobs = (r->flags & BN_REQ_LOGPROBS) != 0;
+	p->n_logprobs = bn_read_once(sl->n_logprobs);
+	/* Without BN_REQ_SEED the seed words must be zero, like any unused word. */
+	if (!(r->flags & BN_REQ_SEED) && seed)
+		return BN_E_INVALID;
+	p->seed = r->flags & BN_REQ_SEED ? seed : bn_random_seed();
+	return bn_sampling_check(p, s->logprob_capacity) < 0 ? BN_E_INVALID : 0;
+}
+
 /* Copies the request words into r; returns 0 or the bn_error that ends the request. */
 static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
 {
@@ -274,24 +332,30 @@ static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
 	r->n_prompt = bn_read_once(sl->n_prompt);
 	r->max_tokens = bn_read_once(sl->max_tokens);
 	r->flags = bn_read_once(sl->flags);
-	uint32_t reserved = 0;
-	for (size_t i = 0; i < sizeof(sl->reserved2) / sizeof(sl->reserved2[0]); i++)
-		reserved |= bn_read_once(sl->reserved2[i]);
-	if (reserved || (r->flags & ~BN_REQ_KNOWN_FLAGS) || r->max_tokens == 0)
+	r->n_stop = bn_read_once(sl->n_stop);
+	uint32_t deadline_ms = bn_read_once(sl->deadline_ms);
+	r->deadline = deadline_ms ? r->t_seen + (uint64_t)deadline_ms * 1000000u : 0;
+	if (bn_read_once(sl->reserved2) || (r->flags & ~BN_REQ_KNOWN_FLAGS) || r->max_tokens == 0)
+		return BN_E_INVALID;
+	if (copy_sampling(s, sl, r))
 		return BN_E_INVALID;
 	if (r->n_prompt == 0)
 		return BN_E_EMPTY;
-	if (r->n_prompt > s->prompt_capacity || r->max_tokens > s->output_capacity ||
+	if ((uint64_t)r->n_prompt + r->n_stop > s->prompt_capacity ||
+	    r->max_tokens > s->output_capacity ||
 	    (uint64_t)r->n_prompt + r->max_tokens > s->model->context_length)
 		return BN_E_TOO_LONG;
-	/* The one copy of the prompt; only the private copy is checked and used. */
+	/* The one copy of the prompt and stop ids; only the private copy is checked and used. */
 	const uint32_t *src = slot_prompt(s, r->slot);
 	uint32_t vocab = s->model->vocab_size, bad = 0;
-	for (uint32_t i = 0; i < r->n_prompt; i++) {
+	for (uint32_t i = 0; i < r->n_prompt + r->n_stop; i++) {
 		uint32_t t = bn_read_once(src[i]);
 		r->prompt[i] = t;
 		bad |= t >= vocab;
 	}
+	r->stop = r->prompt + r->n_prompt;
+	r->sample_ctx = (struct bn_sample_ctx){ .params = &r->sampling, .prompt = r->prompt,
+						.n_prompt = r->n_prompt, .output = r->output };
 	return bad ? BN_E_TOKEN : 0;
 }
 
@@ -303,7 +367,9 @@ static void reset_response(struct bn_session *s, struct bn_req *r)
 	bn_store_release(sl->n_tokens, 0);
 	r->n_out = 0;
 	r->running = 0;
-	r->prefilled = 0;
+	r->n_prefilled = 0;
+	r->n_stop = 0;
+	r->deadline = 0;
 	r->next = NULL;
 }
 
@@ -319,8 +385,9 @@ static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct b
 	r->in_flight = 1;
 	s->n_in_flight++;
 	r->t_seen = bn_now_ns();
-	r->t_started = r->t_first_token = 0;
+	r->t_started = r->t_first_token = r->t_last_token = 0;
 	bn_stats.requests_submitted++;
+	s->counters.submitted++;
 	reset_response(s, r);
 	uint32_t err = copy_request(s, r);
 	if (err)
@@ -395,16 +462,41 @@ void bn_session_set_daemon_flags(struct bn_session *s, uint32_t flags)
 /* Responses                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Shared words are stored with integer atomics (which do not take floats): as their bits,
+ * through a word view of the record. */
+static void write_logprob(struct bn_logprob *dst, uint32_t token, float logprob)
+{
+	uint32_t bits, *words = (uint32_t *)(void *)dst;
+	memcpy(&bits, &logprob, sizeof(bits));
+	bn_write_once(words[0], token);
+	bn_write_once(words[1], bits);
+}
+
+void bn_req_write_logprobs(struct bn_req *r, uint32_t index, const struct bn_sample_out *o)
+{
+	struct bn_session *s = r->sess;
+	uint32_t stride = 1u + s->logprob_capacity;
+	struct bn_logprob *dst = (struct bn_logprob *)((uint8_t *)slot_at(s, r->slot) +
+						       s->logprob_offset) + (size_t)index * stride;
+	write_logprob(&dst[0], o->token, o->logprob);
+	for (uint32_t i = 0; i < o->n_top && i < s->logprob_capacity; i++)
+		write_logprob(&dst[1 + i], o->top[i].token, o->top[i].logprob);
+}
+
 void bn_req_publish_token(struct bn_req *r, uint32_t token)
 {
 	struct bn_session *s = r->sess;
 	bn_write_once(slot_output(s, r->slot)[r->n_out], token);
+	r->output[r->n_out] = token;
 	r->n_out++;
+	r->sample_ctx.n_output = r->n_out;
+	s->counters.tokens++;
 	/* Release: the token store above is visible before the count that covers it. */
 	bn_store_release(slot_at(s, r->slot)->n_tokens, r->n_out);
 	/* Release: the count is visible before the event that announces it. */
 	bn_store_release(slot_at(s, r->slot)->events, ++r->events);
 	bn_stats.tokens_generated++;
+	bn_stats_count_tokens(1, bn_now_ns());
 }
 
 static void wake(uint32_t *word)
@@ -445,9 +537,12 @@ void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error)
 		wake(&sl->events);
 	r->in_flight = 0;
 	s->n_in_flight--;
+	s->counters.finished++;
 	bn_stats.requests_finished[status < BN_STATS_STATUSES ? status : 0]++;
-	if (status == BN_STATUS_ERROR)
+	if (status == BN_STATUS_ERROR) {
+		s->counters.errors++;
 		bn_stats_count_error(error);
+	}
 }
 
 int bn_req_cancel_requested(const struct bn_req *r)

@@ -12,6 +12,9 @@
 
 #include "../shm/bitnet_shm.h"
 #include "backend.h"
+#include "kvpool.h"
+#include "sample.h"
+#include "stats.h"
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -25,17 +28,25 @@ struct bn_req {
 	uint32_t n_prompt;
 	uint32_t max_tokens;
 	uint32_t flags;
-	uint32_t *prompt;     /* private copy, [n_prompt] */
+	uint32_t *prompt;     /* private copy, [n_prompt], then the stop ids */
+	const uint32_t *stop; /* [n_stop], right after the prompt */
+	uint32_t n_stop;
+	uint32_t *output;     /* private copy of the published tokens (the sampler's history) */
 	uint32_t n_out;       /* tokens published to the slot */
-	uint32_t last_token;  /* fed back as the next decode step's input */
+	uint32_t n_prefilled; /* prompt tokens that have gone through the backend */
 	uint32_t seq;         /* backend sequence id while running */
 	uint32_t events;      /* private count behind the slot's events futex word */
 	uint8_t in_flight;    /* queued or running: the slot is the daemon's */
 	uint8_t running;      /* holds a backend sequence */
-	uint8_t prefilled;    /* the prompt has gone through the backend */
+	struct bn_sampling sampling;
+	struct bn_sample_ctx sample_ctx;
+	struct bn_kv_seq kv;  /* block table while running */
+	uint64_t admitted;    /* admission order, for prefill priority */
 	uint64_t t_seen;      /* when the daemon consumed the sqe */
+	uint64_t deadline;    /* monotonic ns; 0: none */
 	uint64_t t_started;   /* first step that included it */
 	uint64_t t_first_token;
+	uint64_t t_last_token;
 	struct bn_req *next;  /* session's waiting FIFO */
 };
 
@@ -51,6 +62,8 @@ struct bn_session_limits {
 	uint32_t prompt_capacity;  /* tokens per slot prompt array */
 	uint32_t output_capacity;  /* tokens per slot output array */
 	uint32_t ring_start;       /* first value of head and tail */
+	uint32_t logprob_capacity; /* alternatives per token a request may ask for */
+	uint32_t max_weight;       /* cap on the admission weight a client asks for */
 	const struct bn_model_desc *model;
 };
 
@@ -74,15 +87,21 @@ struct bn_session {
 	uint8_t *slots;
 	uint32_t slot_count, slot_size, sq_mask;
 	uint32_t prompt_offset, prompt_capacity, output_offset, output_capacity;
+	uint32_t logprob_offset, logprob_capacity;
 	const struct bn_model_desc *model;
 	uint32_t sq_head;          /* private: the daemon is the ring's only consumer */
 
 	/* Requests, indexed by slot: a slot is in flight at most once. */
 	struct bn_req *reqs;       /* [slot_count] */
 	uint32_t *prompt_arena;    /* [slot_count x prompt_capacity] private prompt copies */
+	uint32_t *output_arena;    /* [slot_count x output_capacity] private output copies */
 	uint32_t n_in_flight;
 	struct bn_req *wait_head, *wait_tail; /* accepted, not yet running (FIFO) */
 	uint32_t n_waiting;
+	uint32_t n_running;
+	uint32_t weight;           /* admissions per round-robin turn */
+	uint32_t credit;           /* admissions left in the current turn */
+	struct bn_session_counters counters;
 
 	/* Control-socket receive state (hello, then control requests). */
 	uint8_t rx[32];
@@ -125,6 +144,8 @@ void bn_session_set_daemon_flags(struct bn_session *s, uint32_t flags);
 
 /* Response side: all writes to a slot go through these. */
 void bn_req_publish_token(struct bn_req *r, uint32_t token);
+/* Writes the log-probability records of output token `index` (before it is published). */
+void bn_req_write_logprobs(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
 /* Wakes a thread waiting for streamed tokens, if one declared itself. Call after a full fence
  * that follows the n_tokens stores. */
 void bn_req_wake_stream_waiter(struct bn_req *r);

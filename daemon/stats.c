@@ -3,20 +3,32 @@
 
 #include "../shm/bitnet_shm.h"
 
+#include "clock.h"
+
+#include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define NS_PER_S 1000000000u
 
 struct bn_stats bn_stats;
 
-static const char *const status_names[BN_STATS_STATUSES] = {
-	"none", "length", "eos", "cancelled", "error", "shutdown",
+static const char *const status_names[] = {
+	"none", "length", "eos", "cancelled", "error", "shutdown", "stop", "deadline",
 };
+_Static_assert(ARRAY_LEN(status_names) == BN_STATS_STATUSES, "a name per enum bn_status");
 
 static const char *const error_names[] = {
 	"invalid", "token", "too_long", "again", "shutdown", "disconnected", "timeout",
 	"protocol", "version", "busy", "backend", "cancelled", "not_done", "empty",
+	"kv_space",
 };
+_Static_assert(ARRAY_LEN(error_names) == BN_STATS_ERRORS, "a name per enum bn_error");
 
 void bn_stats_count_error(uint32_t error)
 {
@@ -24,83 +36,348 @@ void bn_stats_count_error(uint32_t error)
 		bn_stats.request_errors[error - BN_E_INVALID]++;
 }
 
-struct text {
-	char *buf;
-	size_t cap, len;
+/* ------------------------------------------------------------------------------------------ */
+/* Histograms                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+static const double rows_bounds[] = { 1, 2, 4, 8, 16, 32, 64, 128 };
+static const double tokens_bounds[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048 };
+/* 1-2.5-5 steps from 100 us to a minute: a decode step takes milliseconds, a queue wait or a
+ * first token under load can take seconds. */
+static const double seconds_bounds[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+					 0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+					 1,      2.5,     5,      10,    30,     60 };
+#define HIST_MAX_BOUNDS ARRAY_LEN(seconds_bounds)
+
+struct hist_desc {
+	const char *name; /* after "bitnetd_" */
+	const char *help;
+	const double *bounds; /* ascending; +Inf is implied */
+	uint32_t n_bounds;
 };
+
+#define BOUNDS(a) a, ARRAY_LEN(a)
+static const struct hist_desc hist_descs[BN_HIST_COUNT] = {
+	[BN_HIST_BATCH_ROWS] = { "batch_rows", "Rows (sequences) in one batched step.",
+				 BOUNDS(rows_bounds) },
+	[BN_HIST_BATCH_TOKENS] = { "batch_tokens",
+				   "Tokens (cells that are not padding) in one step.",
+				   BOUNDS(tokens_bounds) },
+	[BN_HIST_STEP_SECONDS] = { "step_seconds", "Wall time of one backend step.",
+				   BOUNDS(seconds_bounds) },
+	[BN_HIST_QUEUE_SECONDS] = { "queue_seconds",
+				    "From the daemon seeing a request to its first step.",
+				    BOUNDS(seconds_bounds) },
+	[BN_HIST_TTFT_SECONDS] = { "time_to_first_token_seconds",
+				   "From the daemon seeing a request to its first token.",
+				   BOUNDS(seconds_bounds) },
+	[BN_HIST_ITL_SECONDS] = { "inter_token_seconds",
+				  "Between consecutive tokens of one request.",
+				  BOUNDS(seconds_bounds) },
+};
+
+struct hist {
+	uint64_t buckets[HIST_MAX_BOUNDS + 1]; /* not cumulative; [n_bounds] is above every bound */
+	uint64_t count;
+	double sum;
+};
+
+static struct hist hists[BN_HIST_COUNT];
+
+void bn_stats_observe(enum bn_hist h, double value)
+{
+	if ((unsigned)h >= BN_HIST_COUNT || isnan(value))
+		return;
+	const struct hist_desc *d = &hist_descs[h];
+	uint32_t i = 0;
+	while (i < d->n_bounds && value > d->bounds[i])
+		i++;
+	hists[h].buckets[i]++;
+	hists[h].count++;
+	hists[h].sum += value;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tokens per second                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+#define TOKEN_WINDOW_S 10
+/* One bucket per second of the window, and one for the second that is partly outside it. */
+#define TOKEN_RING (TOKEN_WINDOW_S + 1)
+
+struct token_second {
+	uint64_t sec; /* which second (now_ns / 1e9) the count belongs to */
+	uint64_t tokens;
+};
+
+static struct token_second token_ring[TOKEN_RING];
+
+void bn_stats_count_tokens(uint32_t n, uint64_t now_ns)
+{
+	uint64_t sec = now_ns / NS_PER_S;
+	struct token_second *b = &token_ring[sec % TOKEN_RING];
+	if (b->sec != sec) {
+		if (sec < b->sec)
+			return; /* older than the second this bucket now holds: out of the window */
+		b->sec = sec;
+		b->tokens = 0;
+	}
+	b->tokens += n;
+}
+
+/* The window (now - 10 s, now] spans the current partial second, the nine before it, and the
+ * tail of the second before those: that bucket counts for the fraction still inside. Exact for
+ * a steady rate, and no per-token timestamps to keep. */
+double bn_stats_tokens_per_second(uint64_t now_ns)
+{
+	uint64_t sec = now_ns / NS_PER_S;
+	double inside = 1.0 - (double)(now_ns % NS_PER_S) / NS_PER_S;
+	double sum = 0;
+	for (uint64_t k = 0; k <= TOKEN_WINDOW_S && k <= sec; k++) {
+		const struct token_second *b = &token_ring[(sec - k) % TOKEN_RING];
+		if (b->sec == sec - k)
+			sum += (double)b->tokens * (k < TOKEN_WINDOW_S ? 1.0 : inside);
+	}
+	return sum / TOKEN_WINDOW_S;
+}
+
+void bn_stats_reset(void)
+{
+	memset(&bn_stats, 0, sizeof(bn_stats));
+	memset(hists, 0, sizeof(hists));
+	memset(token_ring, 0, sizeof(token_ring));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Text                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+#define TEXT_INITIAL_CAP (16 * 1024)
+
+/* The caller's buffer, grown by doubling. After a failed allocation nothing more is written:
+ * the buffer keeps the whole lines that fit. */
+struct text {
+	char **buf;
+	size_t *cap;
+	size_t len;
+	int failed;
+};
+
+static int text_grow(struct text *t, size_t need)
+{
+	size_t cap = *t->cap && *t->buf ? *t->cap : TEXT_INITIAL_CAP;
+	while (cap < need) {
+		if (cap > SIZE_MAX / 2)
+			return -1;
+		cap *= 2;
+	}
+	if (cap == *t->cap && *t->buf)
+		return 0;
+	char *p = realloc(*t->buf, cap);
+	if (!p)
+		return -1;
+	*t->buf = p;
+	*t->cap = cap;
+	return 0;
+}
 
 __attribute__((format(printf, 2, 3))) static void put(struct text *t, const char *fmt, ...)
 {
-	if (t->len >= t->cap)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		t->len = t->len + (size_t)n < t->cap ? t->len + (size_t)n : t->cap - 1;
+	while (!t->failed) {
+		size_t room = *t->cap - t->len;
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(*t->buf + t->len, room, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t)n < room) {
+			t->len += (size_t)n;
+			return;
+		}
+		if (n < 0 || text_grow(t, t->len + (size_t)n + 1) < 0) {
+			t->failed = 1;
+			(*t->buf)[t->len] = '\0';
+		}
+	}
 }
 
-static void metric(struct text *t, const char *type, const char *name, const char *help,
-		   uint64_t v)
+/* Prometheus float: shortest of %.15g / %.17g that reads back exactly; +Inf, -Inf, NaN. */
+static const char *fmt_double(char out[32], double v)
 {
-	put(t, "# HELP bitnetd_%s %s\n# TYPE bitnetd_%s %s\nbitnetd_%s %" PRIu64 "\n", name, help,
-	    name, type, name, v);
+	if (isnan(v))
+		return "NaN";
+	if (isinf(v))
+		return v > 0 ? "+Inf" : "-Inf";
+	snprintf(out, 32, "%.15g", v);
+	if (strtod(out, NULL) != v)
+		snprintf(out, 32, "%.17g", v);
+	return out;
+}
+
+/* A label value escaped for the exposition format: backslash, double quote and newline. */
+static const char *label_escape(char *out, size_t cap, const char *in)
+{
+	size_t o = 0;
+	for (; *in && o + 3 <= cap; in++) {
+		if (*in == '\\' || *in == '"' || *in == '\n')
+			out[o++] = '\\';
+		out[o++] = *in == '\n' ? 'n' : *in;
+	}
+	out[o] = '\0';
+	return out;
+}
+
+static void family(struct text *t, const char *name, const char *type, const char *help)
+{
+	put(t, "# HELP bitnetd_%s %s\n# TYPE bitnetd_%s %s\n", name, help, name, type);
 }
 
 static void counter(struct text *t, const char *name, const char *help, uint64_t v)
 {
-	metric(t, "counter", name, help, v);
+	family(t, name, "counter", help);
+	put(t, "bitnetd_%s %" PRIu64 "\n", name, v);
 }
 
 static void gauge(struct text *t, const char *name, const char *help, uint64_t v)
 {
-	metric(t, "gauge", name, help, v);
+	family(t, name, "gauge", help);
+	put(t, "bitnetd_%s %" PRIu64 "\n", name, v);
 }
+
+static void gauge_real(struct text *t, const char *name, const char *help, double v)
+{
+	char num[32];
+	family(t, name, "gauge", help);
+	put(t, "bitnetd_%s %s\n", name, fmt_double(num, v));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Rendering                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
 
 static void render_requests(struct text *t)
 {
-	put(t, "# HELP bitnetd_requests_finished_total Requests ended, by terminal status.\n"
-	       "# TYPE bitnetd_requests_finished_total counter\n");
+	char esc[64];
+	family(t, "requests_finished_total", "counter", "Requests ended, by terminal status.");
 	for (int s = 1; s < BN_STATS_STATUSES; s++)
 		put(t, "bitnetd_requests_finished_total{status=\"%s\"} %" PRIu64 "\n",
-		    status_names[s], bn_stats.requests_finished[s]);
-	put(t, "# HELP bitnetd_request_errors_total Requests ended in error, by reason.\n"
-	       "# TYPE bitnetd_request_errors_total counter\n");
-	for (size_t e = 0; e < sizeof(error_names) / sizeof(error_names[0]); e++)
-		put(t, "bitnetd_request_errors_total{reason=\"%s\"} %" PRIu64 "\n", error_names[e],
-		    bn_stats.request_errors[e]);
+		    label_escape(esc, sizeof(esc), status_names[s]), bn_stats.requests_finished[s]);
+	family(t, "request_errors_total", "counter", "Requests ended in error, by reason.");
+	for (int e = 0; e < BN_STATS_ERRORS; e++)
+		put(t, "bitnetd_request_errors_total{reason=\"%s\"} %" PRIu64 "\n",
+		    label_escape(esc, sizeof(esc), error_names[e]), bn_stats.request_errors[e]);
 }
 
-size_t bn_stats_render(char *buf, size_t cap, uint32_t sessions_open, uint32_t queued,
-		       uint32_t running)
+/* The counters the daemon always had, in their old order: a client reading into a small
+ * buffer still finds them. */
+static void render_counters(struct text *t)
 {
-	struct text t = { buf, cap, 0 };
-	if (cap)
-		buf[0] = '\0';
-	gauge(&t, "sessions", "Client sessions open.", sessions_open);
-	gauge(&t, "queue_depth", "Requests accepted and waiting to join a batch.", queued);
-	gauge(&t, "running_sequences", "Sequences in the running batch.", running);
-	counter(&t, "sessions_opened_total", "Sessions opened.", bn_stats.sessions_opened);
-	counter(&t, "sessions_closed_total", "Sessions closed.", bn_stats.sessions_closed);
-	counter(&t, "sessions_refused_total", "Handshakes refused.", bn_stats.sessions_refused);
-	counter(&t, "protocol_violations_total", "Sessions closed for breaking the protocol.",
+	counter(t, "sessions_opened_total", "Sessions opened.", bn_stats.sessions_opened);
+	counter(t, "sessions_closed_total", "Sessions closed.", bn_stats.sessions_closed);
+	counter(t, "sessions_refused_total", "Handshakes refused.", bn_stats.sessions_refused);
+	counter(t, "protocol_violations_total", "Sessions closed for breaking the protocol.",
 		bn_stats.protocol_violations);
-	counter(&t, "requests_submitted_total", "Requests taken from the rings.",
+	counter(t, "requests_submitted_total", "Requests taken from the rings.",
 		bn_stats.requests_submitted);
-	render_requests(&t);
-	counter(&t, "tokens_generated_total", "Tokens written to response slots.",
+	render_requests(t);
+	counter(t, "tokens_generated_total", "Tokens written to response slots.",
 		bn_stats.tokens_generated);
-	counter(&t, "steps_total", "Batched forward steps.", bn_stats.steps);
-	counter(&t, "batch_rows_total", "Rows over all steps.", bn_stats.batch_rows);
-	counter(&t, "batch_cells_total", "Rows times padded width over all steps.",
+	counter(t, "steps_total", "Batched forward steps.", bn_stats.steps);
+	counter(t, "batch_rows_total", "Rows over all steps.", bn_stats.batch_rows);
+	counter(t, "batch_cells_total", "Rows times padded width over all steps.",
 		bn_stats.batch_cells);
-	counter(&t, "batch_padding_cells_total", "Padded cells that held no token.",
+	counter(t, "batch_padding_cells_total", "Padded cells that held no token.",
 		bn_stats.batch_padding);
-	counter(&t, "futex_wakes_total", "FUTEX_WAKE system calls.", bn_stats.futex_wakes);
-	counter(&t, "doorbells_total", "Doorbell eventfd wake-ups.", bn_stats.doorbells);
-	counter(&t, "sleeps_total", "Times the loop slept in io_uring.", bn_stats.sleeps);
-	counter(&t, "uring_submits_total", "io_uring_enter calls made only to submit.",
+	counter(t, "futex_wakes_total", "FUTEX_WAKE system calls.", bn_stats.futex_wakes);
+	counter(t, "doorbells_total", "Doorbell eventfd wake-ups.", bn_stats.doorbells);
+	counter(t, "sleeps_total", "Times the loop slept in io_uring.", bn_stats.sleeps);
+	counter(t, "uring_submits_total", "io_uring_enter calls made only to submit.",
 		bn_stats.uring_submits);
-	return t.len;
+}
+
+static void render_gauges(struct text *t, const struct bn_stats_view *v)
+{
+	double waste = bn_stats.batch_cells
+			       ? (double)bn_stats.batch_padding / (double)bn_stats.batch_cells
+			       : 0.0;
+	gauge_real(t, "batch_padding_ratio", "Padded cells over all cells, over all steps.", waste);
+	gauge_real(t, "tokens_per_second", "Tokens generated per second over the last 10 s.",
+		   bn_stats_tokens_per_second(bn_now_ns()));
+	uint64_t taken = (uint64_t)v->kv_blocks_used + v->kv_blocks_reserved;
+	gauge(t, "kv_blocks_total", "KV cache blocks.", v->kv_blocks_total);
+	gauge(t, "kv_blocks_used", "KV cache blocks holding positions.", v->kv_blocks_used);
+	gauge(t, "kv_blocks_reserved",
+	      "KV cache blocks promised to running sequences, not used yet.",
+	      v->kv_blocks_reserved);
+	gauge(t, "kv_blocks_free", "KV cache blocks neither used nor reserved.",
+	      taken < v->kv_blocks_total ? v->kv_blocks_total - taken : 0);
+	gauge(t, "kv_block_tokens", "Positions per KV cache block.", v->kv_block_tokens);
+}
+
+static void render_hist(struct text *t, enum bn_hist h)
+{
+	const struct hist_desc *d = &hist_descs[h];
+	const struct hist *g = &hists[h];
+	char num[32];
+	uint64_t below = 0;
+	family(t, d->name, "histogram", d->help);
+	for (uint32_t i = 0; i < d->n_bounds; i++) {
+		below += g->buckets[i];
+		put(t, "bitnetd_%s_bucket{le=\"%s\"} %" PRIu64 "\n", d->name,
+		    fmt_double(num, d->bounds[i]), below);
+	}
+	put(t, "bitnetd_%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", d->name, g->count);
+	put(t, "bitnetd_%s_sum %s\n", d->name, fmt_double(num, g->sum));
+	put(t, "bitnetd_%s_count %" PRIu64 "\n", d->name, g->count);
+}
+
+static const struct {
+	const char *name;
+	const char *help;
+	size_t offset; /* in struct bn_session_counters */
+} session_families[] = {
+	{ "session_requests_submitted_total", "Requests taken from this session's ring.",
+	  offsetof(struct bn_session_counters, submitted) },
+	{ "session_requests_finished_total", "Requests of this session ended (any status).",
+	  offsetof(struct bn_session_counters, finished) },
+	{ "session_request_errors_total", "Requests of this session ended in error.",
+	  offsetof(struct bn_session_counters, errors) },
+	{ "session_tokens_generated_total", "Tokens written to this session's slots.",
+	  offsetof(struct bn_session_counters, tokens) },
+};
+
+/* One family at a time, a line per session: the format wants a family's samples together. */
+static void render_sessions(struct text *t, const struct bn_stats_view *v)
+{
+	int rows = v->n_sessions && v->session_ids && v->session_uids && v->session_counters;
+	for (size_t f = 0; f < ARRAY_LEN(session_families); f++) {
+		family(t, session_families[f].name, "counter", session_families[f].help);
+		for (uint32_t i = 0; rows && i < v->n_sessions; i++) {
+			const struct bn_session_counters *c = v->session_counters[i];
+			uint64_t value = 0;
+			if (c)
+				memcpy(&value, (const char *)c + session_families[f].offset,
+				       sizeof(value));
+			put(t,
+			    "bitnetd_%s{session=\"%" PRIu32 "\",uid=\"%" PRIu32 "\"} %" PRIu64
+			    "\n",
+			    session_families[f].name, v->session_ids[i], v->session_uids[i], value);
+		}
+	}
+}
+
+long bn_stats_render(char **buf, size_t *cap, const struct bn_stats_view *v)
+{
+	struct text t = { buf, cap, 0, 0 };
+	if (text_grow(&t, 1) < 0)
+		return -ENOMEM;
+	(*buf)[0] = '\0';
+	gauge(&t, "sessions", "Client sessions open.", v->sessions_open);
+	gauge(&t, "queue_depth", "Requests accepted and waiting to join a batch.", v->queued);
+	gauge(&t, "running_sequences", "Sequences in the running batch.", v->running);
+	render_counters(&t);
+	render_gauges(&t, v);
+	for (int h = 0; h < BN_HIST_COUNT; h++)
+		render_hist(&t, (enum bn_hist)h);
+	render_sessions(&t, v);
+	return t.failed ? -ENOMEM : (long)t.len;
 }

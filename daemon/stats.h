@@ -9,8 +9,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BN_STATS_STATUSES 6 /* enum bn_status values 0..5 */
-#define BN_STATS_ERRORS 16  /* enum bn_error values 1001..1016 */
+#define BN_STATS_STATUSES 8 /* enum bn_status values 0..7 */
+#define BN_STATS_ERRORS 15  /* enum bn_error values 1001..1015 */
+
+/* Histograms (Prometheus cumulative buckets, fixed bounds chosen in stats.c). */
+enum bn_hist {
+	BN_HIST_BATCH_ROWS,     /* rows in one step */
+	BN_HIST_BATCH_TOKENS,   /* tokens (non-padding cells) in one step */
+	BN_HIST_STEP_SECONDS,   /* wall time of one backend step */
+	BN_HIST_QUEUE_SECONDS,  /* request seen -> first step that included it */
+	BN_HIST_TTFT_SECONDS,   /* request seen -> first token published */
+	BN_HIST_ITL_SECONDS,    /* between consecutive tokens of one request */
+	BN_HIST_COUNT
+};
 
 struct bn_stats {
 	uint64_t sessions_opened;
@@ -34,9 +45,42 @@ struct bn_stats {
 extern struct bn_stats bn_stats;
 
 void bn_stats_count_error(uint32_t error);
+void bn_stats_observe(enum bn_hist h, double value);
 
-/* Appends the exposition text to buf (NUL-terminated, truncated at cap). Returns its length. */
-size_t bn_stats_render(char *buf, size_t cap, uint32_t sessions_open, uint32_t queued,
-		       uint32_t running);
+/* Tokens published, at monotonic time now_ns (bn_now_ns()), for the tokens-per-second gauge.
+ * Time is passed in so the window can be tested with synthetic clocks. */
+void bn_stats_count_tokens(uint32_t n, uint64_t now_ns);
+/* Tokens per second over the 10 s before now_ns (1-second buckets; the oldest, partly inside
+ * the window, is weighted by the part that is). */
+double bn_stats_tokens_per_second(uint64_t now_ns);
+/* Zeroes every counter, histogram and the token window (for tests; the daemon never does). */
+void bn_stats_reset(void);
+
+/* Per-session counters, kept in the session and rendered with its id and peer uid as labels. */
+struct bn_session_counters {
+	uint64_t submitted;
+	uint64_t finished;
+	uint64_t errors;
+	uint64_t tokens;
+};
+
+/* Gauges and per-session rows the loop hands to the renderer. */
+struct bn_stats_view {
+	uint32_t sessions_open;
+	uint32_t queued;
+	uint32_t running;
+	uint32_t kv_blocks_total;
+	uint32_t kv_blocks_used;     /* holding positions */
+	uint32_t kv_blocks_reserved; /* promised to running sequences, not yet used */
+	uint32_t kv_block_tokens;
+	uint32_t n_sessions;
+	const uint32_t *session_ids;                     /* [n_sessions] */
+	const uint32_t *session_uids;                    /* [n_sessions] */
+	const struct bn_session_counters *const *session_counters; /* [n_sessions] */
+};
+
+/* Renders the exposition text into a buffer it grows (*buf, *cap; realloc'd). Returns the
+ * length, or -ENOMEM (the buffer then holds what fit). */
+long bn_stats_render(char **buf, size_t *cap, const struct bn_stats_view *v);
 
 #endif /* BITNETD_STATS_H */

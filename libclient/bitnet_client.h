@@ -40,11 +40,28 @@ struct bn_model_info {
 	uint32_t slots;           /* requests this connection may have in flight */
 };
 
+/* How the daemon picks tokens (shm/PROTOCOL.md, "Sampling"). All zero: greedy decoding. */
+struct bn_sampling_params {
+	float temperature;        /* 0: greedy; else (0, 100] */
+	uint32_t top_k;           /* 0: off */
+	float top_p;              /* 0: off; else (0, 1] */
+	float min_p;              /* 0: off; else (0, 1] */
+	float repetition_penalty; /* 0: off; else (0, 100] */
+	float presence_penalty;   /* [-100, 100] */
+	float frequency_penalty;  /* [-100, 100] */
+	uint64_t seed;            /* used when flags has BN_REQ_SEED */
+	const uint32_t *stop_ids; /* generation ends (BN_STATUS_STOP) at any of these */
+	uint32_t n_stop;          /* n_prompt + n_stop <= max_prompt_tokens */
+	uint32_t n_logprobs;      /* with BN_REQ_LOGPROBS: alternatives per token */
+	uint32_t deadline_ms;     /* 0: none; else BN_STATUS_DEADLINE after this long */
+};
+
 struct bn_request {
 	const uint32_t *prompt;   /* token ids, used as given (the caller decides about BOS) */
 	uint32_t n_prompt;
 	uint32_t max_tokens;
 	uint32_t flags;           /* BN_REQ_* from bitnet_shm.h */
+	const struct bn_sampling_params *sampling; /* NULL: greedy, no stop ids, no deadline */
 };
 
 struct bn_result {
@@ -66,6 +83,10 @@ struct bn_client_stats {
 /* Connects to the daemon: socket_path, else $BITNETD_SOCKET, else the default path.
  * slots: requests this connection may have in flight (0: the daemon's default). */
 int bn_connect(const char *socket_path, uint32_t slots, struct bn_client **out);
+/* bn_connect with an admission weight: the daemon admits up to `weight` of this session's
+ * requests per round-robin turn (0 = 1; capped by the daemon's --max-weight). */
+int bn_connect_weighted(const char *socket_path, uint32_t slots, uint32_t weight,
+			struct bn_client **out);
 /* Ends the session; requests still in flight are abandoned (the daemon drops them).
  * Handles of this client become invalid. Returns 0. */
 int bn_disconnect(struct bn_client *c);
@@ -90,6 +111,12 @@ int bn_read_tokens(struct bn_handle *h, uint32_t from, uint32_t *out, uint32_t c
 int bn_cancel(struct bn_handle *h);
 /* The terminal result: 0, or -BN_E_NOT_DONE. */
 int bn_result(struct bn_handle *h, struct bn_result *out);
+/* Log-probabilities of output tokens [from, n) that exist now (BN_REQ_LOGPROBS): out[i] gets
+ * the chosen token's record, alt[i * n_alt ...] its n_alt alternatives (n_alt = the request's
+ * n_logprobs; alt may be NULL when 0). Returns how many tokens were copied (at most cap), or
+ * -BN_E_INVALID when the request did not ask for log-probabilities. */
+int bn_read_logprobs(struct bn_handle *h, uint32_t from, struct bn_logprob *out,
+		     struct bn_logprob *alt, uint32_t cap);
 /* Gives the slot back. A request still running is cancelled and its slot reclaimed once the
  * daemon has ended it. The handle is invalid afterwards. Returns 0. */
 int bn_release(struct bn_handle *h);
@@ -127,6 +154,53 @@ int bn_generate_batch(struct bn_client *c, struct bn_batch_item *items, size_t n
 int bn_daemon_stats(struct bn_client *c, char *buf, size_t cap);
 
 int bn_client_stats(struct bn_client *c, struct bn_client_stats *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Text (BITNET_CLIENT_1.1). The wire carries token ids only; the library turns text into ids  */
+/* and back with the model's vocabulary, which the daemon hands out (BN_CTL_VOCAB).           */
+/* ------------------------------------------------------------------------------------------ */
+
+struct bn_vocab; /* a private, read-only copy of the vocabulary; any threads may share it */
+
+/* Fetches the model's vocabulary from the daemon (one control round trip; the payload comes
+ * in a sealed memfd and is copied). -BN_E_INVALID: the daemon serves none (the loopback
+ * backend, a model file without tokenizer keys or with ones it refused, or a daemon that
+ * predates this call); -BN_E_PROTOCOL: the payload failed a check. Free with bn_vocab_free. */
+int bn_vocab_fetch(struct bn_client *c, struct bn_vocab **out);
+/* The same from a BN_CTL_VOCAB payload in memory (shm/PROTOCOL.md §10.3), e.g. a saved copy.
+ * Every length and offset is checked against size: -BN_E_PROTOCOL when one does not fit. */
+int bn_vocab_from_payload(const void *payload, size_t size, struct bn_vocab **out);
+void bn_vocab_free(struct bn_vocab *v);
+
+uint32_t bn_vocab_kind(const struct bn_vocab *v);     /* enum bn_vocab_kind */
+uint32_t bn_vocab_n_tokens(const struct bn_vocab *v);
+uint32_t bn_vocab_bos_id(const struct bn_vocab *v);   /* UINT32_MAX: none */
+uint32_t bn_vocab_eos_id(const struct bn_vocab *v);   /* UINT32_MAX: none */
+uint32_t bn_vocab_unk_id(const struct bn_vocab *v);   /* UINT32_MAX: none */
+int bn_vocab_add_bos(const struct bn_vocab *v);       /* 1: prompts start with bos_id */
+/* The stored text of token id (not NUL-terminated; SentencePiece's word-start mark U+2581
+ * included) and its length in *len; NULL for an id out of range. */
+const char *bn_vocab_token_text(const struct bn_vocab *v, uint32_t id, size_t *len);
+
+/* Text (UTF-8; invalid bytes are taken one by one) to token ids, the way SentencePiece's BPE
+ * does it: spaces become U+2581, one is prepended, then the best-scoring adjacent pair is
+ * merged until none is a token; what is left and not a token is spelled in byte tokens
+ * <0xXX> (else the unknown token). add_bos puts bos_id first (if the vocabulary has one:
+ * bn_vocab_add_bos says whether the model wants it). Writes at most cap ids and
+ * returns how many the text needs (which may exceed cap), or -BN_E_INVALID for a vocabulary
+ * that is not BN_VOCAB_SPM, -BN_E_TOKEN when a byte has neither a byte token nor the unknown
+ * token to stand for it, -BN_E_TOO_LONG when the count would not fit an int, -ENOMEM. Empty
+ * text gives no ids (only bos_id with add_bos). */
+int bn_tokenize(const struct bn_vocab *v, const char *text, size_t len, int add_bos,
+		uint32_t *out, uint32_t cap);
+/* Token ids to text: U+2581 becomes a space, a byte token its byte, a control token
+ * nothing, the unknown token " U+2047 " (SentencePiece's surface for it), any other token its
+ * text. strip_leading_space drops one leading space of the result (for the start of a text,
+ * not for a continuation). Writes at most cap - 1 bytes and a NUL (nothing when cap is 0) and
+ * returns the full length, as snprintf does; -BN_E_TOKEN for an id out of range (buf is
+ * then empty), -BN_E_TOO_LONG when the length would not fit an int. */
+int bn_detokenize(const struct bn_vocab *v, const uint32_t *ids, uint32_t n,
+		  int strip_leading_space, char *buf, size_t cap);
 
 /* Names of error codes (negative or positive) and statuses. Never NULL. */
 const char *bn_strerror(int code);

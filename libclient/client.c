@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "bitnet_client.h"
+#include "client_internal.h"
 
 #include "bitnet_barrier.h"
 #include "bitnet_futex.h"
@@ -221,6 +222,13 @@ static int validate_layout(const struct bn_shm_header *h, size_t size)
 	    ((h->sq_offset | h->sqes_offset | h->slot_offset | h->slot_size) & 7) ||
 	    ((h->slot_prompt_offset | h->slot_output_offset) & 3))
 		return -BN_E_PROTOCOL;
+	if ((h->features & BN_FEAT_LOGPROBS) &&
+	    (h->slot_logprob_capacity > 1024 || (h->slot_logprob_offset & 7) ||
+	     !region_ok(h->slot_logprob_offset,
+			(uint64_t)h->slot_output_capacity * (1u + h->slot_logprob_capacity) *
+				sizeof(struct bn_logprob),
+			h->slot_size)))
+		return -BN_E_PROTOCOL;
 	return 0;
 }
 
@@ -257,10 +265,10 @@ static int init_handles(struct bn_client *c)
 	return 0;
 }
 
-static int handshake(struct bn_client *c, uint32_t slots)
+static int handshake(struct bn_client *c, uint32_t slots, uint32_t weight)
 {
 	struct bn_hello hello = { .magic = BN_HELLO_MAGIC, .abi_version = BN_ABI_VERSION,
-				  .requested_slots = slots };
+				  .requested_slots = slots, .weight = weight };
 	/* A daemon that refuses at accept (busy, shutting down) may close before our hello
 	 * lands; its welcome still waits in our receive buffer and says why. */
 	int sent = send_all(c->sock, &hello, sizeof(hello));
@@ -284,6 +292,12 @@ static int handshake(struct bn_client *c, uint32_t slots)
 
 int bn_connect(const char *socket_path, uint32_t slots, struct bn_client **out)
 {
+	return bn_connect_weighted(socket_path, slots, 0, out);
+}
+
+int bn_connect_weighted(const char *socket_path, uint32_t slots, uint32_t weight,
+			struct bn_client **out)
+{
 	struct bn_client *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -297,7 +311,7 @@ int bn_connect(const char *socket_path, uint32_t slots, struct bn_client **out)
 	pthread_condattr_destroy(&ca);
 	int rc = open_socket(socket_path, &c->sock);
 	if (rc == 0)
-		rc = handshake(c, slots);
+		rc = handshake(c, slots, weight);
 	if (rc == 0)
 		rc = init_handles(c);
 	if (rc < 0) {
@@ -395,6 +409,35 @@ static struct bn_handle *take_free(struct bn_client *c)
 /* Submit (§5 ring, §6 slot): fill the slot, queue it, ring only if the daemon sleeps          */
 /* ------------------------------------------------------------------------------------------ */
 
+/* The sampling words, and the stop ids after the prompt; all zero (greedy) without
+ * parameters. */
+static void fill_sampling(struct bn_client *c, uint32_t slot, const struct bn_request *req)
+{
+	struct bn_slot *s = slot_of(c, slot);
+	const struct bn_sampling_params *p = req->sampling;
+	memset(&s->temperature, 0, sizeof(*s) - offsetof(struct bn_slot, temperature));
+	if (!p)
+		return;
+	s->temperature = p->temperature;
+	s->top_k = p->top_k;
+	s->top_p = p->top_p;
+	s->min_p = p->min_p;
+	s->repetition_penalty = p->repetition_penalty;
+	s->presence_penalty = p->presence_penalty;
+	s->frequency_penalty = p->frequency_penalty;
+	/* The seed words are zero unless the request says they hold a seed (the daemon checks). */
+	if (req->flags & BN_REQ_SEED) {
+		s->seed_lo = (uint32_t)p->seed;
+		s->seed_hi = (uint32_t)(p->seed >> 32);
+	}
+	s->n_stop = p->n_stop;
+	s->n_logprobs = p->n_logprobs;
+	s->deadline_ms = p->deadline_ms;
+	if (p->n_stop)
+		memcpy(prompt_of(c, slot) + req->n_prompt, p->stop_ids,
+		       (size_t)p->n_stop * sizeof(uint32_t));
+}
+
 static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_request *req)
 {
 	struct bn_slot *s = slot_of(c, slot);
@@ -402,7 +445,7 @@ static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_reques
 	s->n_prompt = req->n_prompt;
 	s->max_tokens = req->max_tokens;
 	s->flags = req->flags;
-	memset(s->reserved2, 0, sizeof(s->reserved2));
+	fill_sampling(c, slot, req);
 	s->cancel = 0;
 	s->waiters = 0;
 	s->status = BN_STATUS_NONE;
@@ -437,7 +480,16 @@ static int check_request(const struct bn_client *c, const struct bn_request *req
 {
 	if (!req || (req->n_prompt && !req->prompt))
 		return -BN_E_INVALID;
-	if (req->n_prompt > c->layout.slot_prompt_capacity ||
+	const struct bn_sampling_params *p = req->sampling;
+	uint32_t n_stop = p ? p->n_stop : 0;
+	if (p && n_stop && !p->stop_ids)
+		return -BN_E_INVALID;
+	/* A daemon that predates the sampling words would read them as reserved (non-zero). */
+	if (p && !(c->layout.features & BN_FEAT_PARAMS))
+		return -BN_E_INVALID;
+	if ((req->flags & BN_REQ_LOGPROBS) && !(c->layout.features & BN_FEAT_LOGPROBS))
+		return -BN_E_INVALID;
+	if ((uint64_t)req->n_prompt + n_stop > c->layout.slot_prompt_capacity ||
 	    req->max_tokens > c->layout.slot_output_capacity)
 		return -BN_E_TOO_LONG;
 	return 0;
@@ -555,6 +607,34 @@ int bn_read_tokens(struct bn_handle *h, uint32_t from, uint32_t *out, uint32_t c
 	return (int)k;
 }
 
+int bn_read_logprobs(struct bn_handle *h, uint32_t from, struct bn_logprob *out,
+		     struct bn_logprob *alt, uint32_t cap)
+{
+	struct bn_client *c = h->c;
+	const struct bn_slot *s = slot_of(c, h->slot);
+	if (!(c->layout.features & BN_FEAT_LOGPROBS) || !(bn_read_once(s->flags) & BN_REQ_LOGPROBS))
+		return -BN_E_INVALID;
+	uint32_t n_alt = bn_read_once(s->n_logprobs), stride = 1u + c->layout.slot_logprob_capacity;
+	if (n_alt > c->layout.slot_logprob_capacity || (n_alt && !alt))
+		return -BN_E_INVALID;
+	/* Acquire pairs with the daemon's store-release of n_tokens: records below it are written. */
+	uint32_t n = bn_load_acquire(s->n_tokens);
+	if (n > c->layout.slot_output_capacity)
+		n = c->layout.slot_output_capacity;
+	if (from >= n)
+		return 0;
+	uint32_t k = n - from < cap ? n - from : cap;
+	const struct bn_logprob *rec = (const struct bn_logprob *)((const uint8_t *)s +
+								   c->layout.slot_logprob_offset);
+	for (uint32_t i = 0; i < k; i++) {
+		const struct bn_logprob *r = rec + (size_t)(from + i) * stride;
+		out[i] = r[0];
+		if (n_alt)
+			memcpy(alt + (size_t)i * n_alt, r + 1, (size_t)n_alt * sizeof(*r));
+	}
+	return (int)k;
+}
+
 int bn_cancel(struct bn_handle *h)
 {
 	bn_write_once(slot_of(h->c, h->slot)->cancel, 1);
@@ -629,7 +709,9 @@ static int status_error(const struct bn_result *r)
 {
 	switch (r->status) {
 	case BN_STATUS_LENGTH:
-	case BN_STATUS_EOS: return 0;
+	case BN_STATUS_EOS:
+	case BN_STATUS_STOP: return 0;
+	case BN_STATUS_DEADLINE: return -BN_E_TIMEOUT;
 	case BN_STATUS_CANCELLED: return -BN_E_CANCELLED;
 	case BN_STATUS_SHUTDOWN: return -BN_E_SHUTDOWN;
 	case BN_STATUS_ERROR: return r->error ? r->error : -BN_E_PROTOCOL;
@@ -754,17 +836,79 @@ static int skip_bytes(int fd, size_t len)
 	return 0;
 }
 
-static int stats_exchange(struct bn_client *c, char *buf, size_t cap)
+/* The descriptor a reply carries, or -1; any further ones are closed. */
+static int take_fd(struct msghdr *msg)
 {
-	struct bn_ctl_request q = { .magic = BN_CTL_MAGIC, .op = BN_CTL_STATS };
+	int fd = -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int one;
+			memcpy(&one, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (fd < 0)
+				fd = one;
+			else
+				close(one);
+		}
+	}
+	return fd;
+}
+
+/* One control request and its reply head (§10), with the descriptor that may come with the
+ * head's first byte (BN_CTL_VOCAB); payload bytes that follow on the socket are the caller's
+ * to read. c->lock held: the socket carries one exchange at a time. */
+static int ctl_request(struct bn_client *c, uint32_t op, struct bn_ctl_reply *r, int *fd)
+{
+	struct bn_ctl_request q = { .magic = BN_CTL_MAGIC, .op = op };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = r, .iov_len = sizeof(*r) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	*fd = -1;
 	int rc = send_all(c->sock, &q, sizeof(q));
-	struct bn_ctl_reply r;
-	if (rc == 0)
-		rc = recv_all(c->sock, &r, sizeof(r));
 	if (rc < 0)
 		return rc;
-	if (r.magic != BN_CTL_REPLY_MAGIC || r.op != BN_CTL_STATS)
-		return -BN_E_PROTOCOL;
+	ssize_t n;
+	do
+		n = recvmsg(c->sock, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return n == 0 ? -BN_E_DISCONNECTED : -errno;
+	*fd = take_fd(&msg);
+	rc = recv_all(c->sock, (uint8_t *)r + n, sizeof(*r) - (size_t)n);
+	if (rc == 0 && (r->magic != BN_CTL_REPLY_MAGIC || r->op != op || (msg.msg_flags & MSG_CTRUNC)))
+		rc = -BN_E_PROTOCOL;
+	if (rc < 0 && *fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+	return rc;
+}
+
+int bn_client_ctl(struct bn_client *c, uint32_t op, struct bn_ctl_reply *r, int *fd)
+{
+	pthread_mutex_lock(&c->lock);
+	int rc = ctl_request(c, op, r, fd);
+	pthread_mutex_unlock(&c->lock);
+	if (rc == -BN_E_DISCONNECTED)
+		__atomic_store_n(&c->dead, 1, __ATOMIC_RELAXED);
+	return rc;
+}
+
+static int stats_exchange(struct bn_client *c, char *buf, size_t cap)
+{
+	struct bn_ctl_reply r;
+	int fd;
+	int rc = ctl_request(c, BN_CTL_STATS, &r, &fd);
+	if (rc < 0)
+		return rc;
+	if (fd >= 0)
+		close(fd); /* none belongs to a STATS reply */
 	size_t keep = cap ? (r.length < cap - 1 ? r.length : cap - 1) : 0;
 	rc = recv_all(c->sock, buf, keep);
 	if (rc == 0)
@@ -819,13 +963,15 @@ const char *bn_strerror(int code)
 	case BN_E_CANCELLED: return "BN_E_CANCELLED: the request was cancelled";
 	case BN_E_NOT_DONE: return "BN_E_NOT_DONE: the request has not ended yet";
 	case BN_E_EMPTY: return "BN_E_EMPTY: empty prompt";
+	case BN_E_KV_SPACE:
+		return "BN_E_KV_SPACE: prompt + max_tokens needs more KV cache than the daemon has";
 	default: return strerrordesc_np(code < 0 ? -code : code) ?: "unknown error";
 	}
 }
 
 const char *bn_status_name(uint32_t status)
 {
-	static const char *const names[] = { "none", "length", "eos", "cancelled", "error",
-					     "shutdown" };
+	static const char *const names[] = { "none",  "length",   "eos",  "cancelled",
+					     "error", "shutdown", "stop", "deadline" };
 	return status < sizeof(names) / sizeof(names[0]) ? names[status] : "unknown";
 }

@@ -39,7 +39,10 @@ struct bn_hello {
 	uint32_t abi_version;     /* BN_ABI_VERSION the client speaks */
 	uint32_t flags;           /* none defined: must be 0 */
 	uint32_t requested_slots; /* 0 = daemon default; else capped to the daemon's limit */
-	uint32_t reserved[4];     /* must be 0 */
+	uint32_t weight;          /* admission weight: 0 = 1; else capped to the daemon's
+	                           * --max-weight (a session with weight w is admitted up to w
+	                           * requests per round-robin turn) */
+	uint32_t reserved[3];     /* must be 0 */
 };
 
 /* Reply, daemon -> client, exactly 32 bytes. When error == 0 the same sendmsg carries two fds
@@ -70,6 +73,30 @@ struct bn_ctl_reply {
 
 enum bn_ctl_op {
 	BN_CTL_STATS = 1, /* payload: daemon metrics, Prometheus text exposition format */
+	BN_CTL_VOCAB = 2, /* payload: the model's vocabulary (struct bn_vocab_head, then entries);
+	                   * error BN_E_INVALID when the model carries none */
+};
+
+/* BN_CTL_VOCAB payload: this head, then n_tokens entries in id order, each a
+ * struct bn_vocab_entry followed by `length` bytes of UTF-8 text (no NUL, no padding). */
+#define BN_VOCAB_MAGIC 0x42564e42U /* "BNVB" */
+enum bn_vocab_kind {
+	BN_VOCAB_SPM = 1,  /* SentencePiece-style (tokenizer.ggml.model = "llama") */
+	BN_VOCAB_OTHER = 2 /* ids and texts only; text encoding is not offered */
+};
+struct bn_vocab_head {
+	uint32_t magic;    /* BN_VOCAB_MAGIC */
+	uint32_t kind;     /* enum bn_vocab_kind */
+	uint32_t n_tokens;
+	uint32_t bos_id, eos_id, unk_id; /* UINT32_MAX where absent */
+	uint32_t add_bos;  /* tokenizer.ggml.add_bos_token (1 when absent) */
+	uint32_t reserved; /* 0 */
+};
+struct bn_vocab_entry {
+	float score;       /* tokenizer.ggml.scores, 0 where absent */
+	uint32_t type;     /* tokenizer.ggml.token_type (1 normal, 2 unknown, 3 control,
+	                    * 4 user-defined, 5 unused, 6 byte), 1 where absent */
+	uint32_t length;   /* bytes of text that follow */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -93,6 +120,7 @@ enum bn_error {
 	BN_E_CANCELLED = 1012,     /* the request was cancelled */
 	BN_E_NOT_DONE = 1013,      /* the request has not reached a terminal status yet */
 	BN_E_EMPTY = 1014,         /* the request has no prompt tokens */
+	BN_E_KV_SPACE = 1015,      /* prompt + max_tokens needs more KV cache than the daemon has */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -104,6 +132,8 @@ enum bn_error {
 
 /* bn_shm_header.features */
 #define BN_FEAT_STREAMING (1U << 0) /* slot.n_tokens grows while the request runs */
+#define BN_FEAT_PARAMS    (1U << 1) /* slot words 76..127 carry sampling, stop ids, deadline */
+#define BN_FEAT_LOGPROBS  (1U << 2) /* slot_logprob_offset / _capacity are valid */
 
 /* bn_shm_header.daemon_flags (written by the daemon, read by the client) */
 #define BN_DAEMON_SHUTTING_DOWN (1U << 0) /* new submissions will end with BN_STATUS_SHUTDOWN */
@@ -141,7 +171,11 @@ struct bn_shm_header {
 	uint32_t backend;         /* enum bn_backend_kind */
 	uint32_t reserved0;       /* 0 */
 	uint8_t model_name[64];   /* UTF-8, NUL-padded; not necessarily NUL-terminated at 64 */
-	uint32_t reserved[24];    /* 0 */
+	/* BN_FEAT_LOGPROBS: per output token i, (1 + slot_logprob_capacity) struct bn_logprob
+	 * records at slot_logprob_offset + i * (1 + slot_logprob_capacity) * 8 within the slot. */
+	uint32_t slot_logprob_offset;
+	uint32_t slot_logprob_capacity; /* max alternatives per token (slot.n_logprobs) */
+	uint32_t reserved[22];    /* 0 */
 };
 
 /* bn_sq_ring.flags */
@@ -196,6 +230,8 @@ enum bn_status {
 	BN_STATUS_CANCELLED = 3, /* cancelled by the client */
 	BN_STATUS_ERROR = 4,     /* slot.error says why */
 	BN_STATUS_SHUTDOWN = 5,  /* the daemon is shutting down */
+	BN_STATUS_STOP = 6,      /* the model produced one of the stop ids (not stored) */
+	BN_STATUS_DEADLINE = 7,  /* slot.deadline_ms passed before the request ended */
 };
 
 /* A slot's fixed part: 128 bytes, then (at offsets from the header) the prompt and output
@@ -219,12 +255,36 @@ struct bn_slot {
 	uint32_t n_prompt;    /* prompt tokens in the prompt array, 1..slot_prompt_capacity */
 	uint32_t max_tokens;  /* tokens to generate, 1..slot_output_capacity */
 	uint32_t flags;       /* BN_REQ_*; unknown bits are an error */
-	uint32_t reserved2[13]; /* must be 0 */
+	/* BN_FEAT_PARAMS: sampling and limits. All zero means greedy decoding with no stop ids,
+	 * no penalties and no deadline (what a client that predates these words gets). */
+	float temperature;    /* 0: greedy (argmax); else > 0, at most 100 */
+	uint32_t top_k;       /* 0: off; else keep the k most likely tokens */
+	float top_p;          /* 0: off; else in (0, 1]: smallest set with this much probability */
+	float min_p;          /* 0: off; else in (0, 1]: drop tokens below min_p x the top one */
+	float repetition_penalty; /* 0: off; else in (0, 100]: divide (multiply if < 0) the logits
+	                           * of tokens in the prompt or the output so far */
+	float presence_penalty;   /* in [-100, 100]: subtract from tokens in the output so far */
+	float frequency_penalty;  /* in [-100, 100]: subtract x count in the output so far */
+	uint32_t seed_lo;     /* with BN_REQ_SEED: the sampler's seed; else the daemon picks one */
+	uint32_t seed_hi;
+	uint32_t n_stop;      /* stop ids, stored in the prompt array after the n_prompt tokens */
+	uint32_t n_logprobs;  /* with BN_REQ_LOGPROBS: alternatives per token, <= capacity */
+	uint32_t deadline_ms; /* 0: none; else end with BN_STATUS_DEADLINE this long after the
+	                       * daemon saw the request */
+	uint32_t reserved2;   /* must be 0 */
+};
+
+/* One log-probability record (BN_FEAT_LOGPROBS): 8 bytes. */
+struct bn_logprob {
+	uint32_t token;
+	float logprob;        /* natural log of the token's probability */
 };
 
 /* bn_slot.flags */
 #define BN_REQ_IGNORE_EOS (1U << 0) /* keep generating after eos_id; it is then stored like any token */
-#define BN_REQ_KNOWN_FLAGS BN_REQ_IGNORE_EOS
+#define BN_REQ_SEED       (1U << 1) /* seed_lo/seed_hi hold the sampler seed */
+#define BN_REQ_LOGPROBS   (1U << 2) /* write the log-probabilities of each output token */
+#define BN_REQ_KNOWN_FLAGS (BN_REQ_IGNORE_EOS | BN_REQ_SEED | BN_REQ_LOGPROBS)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Pinned layout                                                                               */
@@ -236,6 +296,9 @@ _Static_assert(sizeof(struct bn_welcome) == 32, "bn_welcome is 32 bytes");
 _Static_assert(offsetof(struct bn_welcome, segment_size) == 16, "bn_welcome layout");
 _Static_assert(sizeof(struct bn_ctl_request) == 16, "bn_ctl_request is 16 bytes");
 _Static_assert(sizeof(struct bn_ctl_reply) == 16, "bn_ctl_reply is 16 bytes");
+_Static_assert(offsetof(struct bn_hello, weight) == 16, "bn_hello layout");
+_Static_assert(sizeof(struct bn_vocab_head) == 32, "bn_vocab_head is 32 bytes");
+_Static_assert(sizeof(struct bn_vocab_entry) == 12, "bn_vocab_entry is 12 bytes");
 _Static_assert(offsetof(struct bn_ctl_reply, length) == 12, "bn_ctl_reply layout");
 
 _Static_assert(sizeof(struct bn_shm_header) == 256, "bn_shm_header is 256 bytes");
@@ -258,7 +321,9 @@ _Static_assert(offsetof(struct bn_shm_header, bos_id) == 80, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, eos_id) == 84, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, backend) == 88, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, model_name) == 96, "header layout");
-_Static_assert(offsetof(struct bn_shm_header, reserved) == 160, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_logprob_offset) == 160, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_logprob_capacity) == 164, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, reserved) == 168, "header layout");
 
 _Static_assert(sizeof(struct bn_sq_ring) == 192, "bn_sq_ring is three cache lines");
 _Static_assert(offsetof(struct bn_sq_ring, tail) == 64, "tail on its own cache line");
@@ -278,6 +343,18 @@ _Static_assert(offsetof(struct bn_slot, total_ns) == 48, "slot layout");
 _Static_assert(offsetof(struct bn_slot, n_prompt) == 64, "slot layout");
 _Static_assert(offsetof(struct bn_slot, max_tokens) == 68, "slot layout");
 _Static_assert(offsetof(struct bn_slot, flags) == 72, "slot layout");
-_Static_assert(offsetof(struct bn_slot, reserved2) == 76, "slot layout");
+_Static_assert(offsetof(struct bn_slot, temperature) == 76, "slot layout");
+_Static_assert(offsetof(struct bn_slot, top_k) == 80, "slot layout");
+_Static_assert(offsetof(struct bn_slot, top_p) == 84, "slot layout");
+_Static_assert(offsetof(struct bn_slot, min_p) == 88, "slot layout");
+_Static_assert(offsetof(struct bn_slot, repetition_penalty) == 92, "slot layout");
+_Static_assert(offsetof(struct bn_slot, presence_penalty) == 96, "slot layout");
+_Static_assert(offsetof(struct bn_slot, frequency_penalty) == 100, "slot layout");
+_Static_assert(offsetof(struct bn_slot, seed_lo) == 104, "slot layout");
+_Static_assert(offsetof(struct bn_slot, n_stop) == 112, "slot layout");
+_Static_assert(offsetof(struct bn_slot, n_logprobs) == 116, "slot layout");
+_Static_assert(offsetof(struct bn_slot, deadline_ms) == 120, "slot layout");
+_Static_assert(offsetof(struct bn_slot, reserved2) == 124, "slot layout");
+_Static_assert(sizeof(struct bn_logprob) == 8, "bn_logprob is 8 bytes");
 
 #endif /* BITNET_SHM_H */

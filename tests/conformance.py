@@ -59,7 +59,7 @@ SL_STATE, SL_CANCEL, SL_NTOK, SL_STATUS, SL_ERROR = 0, 4, 8, 12, 16
 SL_WAITERS, SL_EVENTS = 20, 24
 SL_TIMINGS = 32               # queue_ns, first_token_ns, total_ns (u64 each)
 SL_NPROMPT, SL_MAXTOK, SL_FLAGS, SL_RESERVED2 = 64, 68, 72, 76
-N_RESERVED2 = 13
+N_RESERVED2 = 13              # the parameter words (section 4.4), the last one reserved
 
 ST_FREE, ST_SUBMITTED, ST_DONE = 0, 1, 2
 WAIT_DONE, WAIT_TOKENS = 1, 2
@@ -690,7 +690,11 @@ def test_request_errors(sess, rng):
         ("n_prompt 0 -> EMPTY", dict(prompt=[], max_tokens=4), E_EMPTY),
         ("max_tokens 0 -> INVALID", dict(prompt=[1, 2, 3], max_tokens=0), E_INVALID),
         ("n_prompt 0 and max_tokens 0 -> INVALID", dict(prompt=[], max_tokens=0), E_INVALID),
-        ("flags bit 1 -> INVALID", dict(prompt=[1], max_tokens=1, flags=2), E_INVALID),
+        ("flags bit 3 (unknown) -> INVALID", dict(prompt=[1], max_tokens=1, flags=8), E_INVALID),
+        ("temperature NaN -> INVALID",
+         dict(prompt=[1], max_tokens=1, reserved2=[0x7fc00000] + [0] * 12), E_INVALID),
+        ("seed without the seed flag -> INVALID",
+         dict(prompt=[1], max_tokens=1, reserved2=[0] * 7 + [5] + [0] * 5), E_INVALID),
         ("reserved2 word non-zero -> INVALID",
          dict(prompt=[1], max_tokens=1, reserved2=[0] * 12 + [1]), E_INVALID),
         ("n_prompt > prompt capacity -> TOO_LONG",

@@ -300,6 +300,18 @@ static uint32_t canon_token(const struct conn *c, uint32_t k)
 }
 
 /* Writes an ordinary request into slot i (§6.3); callers spoil it afterwards as they like. */
+/* The 13 parameter words after flags (sampling, stop count, deadline, reserved), as words. */
+static uint32_t *param_words(struct bn_slot *s)
+{
+	return (uint32_t *)(void *)((uint8_t *)s + offsetof(struct bn_slot, temperature));
+}
+
+static void zero_params(struct bn_slot *s)
+{
+	for (uint32_t k = 0; k < 13; k++)
+		bn_write_once(param_words(s)[k], 0u);
+}
+
 static void prepare(struct conn *c, uint32_t i, uint32_t n_prompt, uint32_t max_tokens)
 {
 	struct bn_slot *s = slot_at(c, i);
@@ -309,8 +321,7 @@ static void prepare(struct conn *c, uint32_t i, uint32_t n_prompt, uint32_t max_
 	bn_write_once(s->n_prompt, n_prompt);
 	bn_write_once(s->max_tokens, max_tokens);
 	bn_write_once(s->flags, 0u);
-	for (size_t k = 0; k < sizeof(s->reserved2) / sizeof(s->reserved2[0]); k++)
-		bn_write_once(s->reserved2[k], 0u);
+	zero_params(s);
 	bn_write_once(s->cancel, 0u);
 	bn_write_once(s->n_tokens, 0u);
 	bn_write_once(s->status, 0u);
@@ -533,9 +544,28 @@ static void spoil_tokens(struct conn *c)
 	bn_write_once(p[3], 0xFFFFFFFFu);
 }
 
+/* One parameter word set to a value the daemon must refuse (BN_E_INVALID). */
+static void spoil_param(struct bn_slot *s, uint32_t pick)
+{
+	static const struct { uint32_t word, value; } bad[] = {
+		{ 0, 0x7fc00000u },  /* temperature NaN */
+		{ 0, 0xbf800000u },  /* temperature -1 */
+		{ 2, 0x40000000u },  /* top_p 2 */
+		{ 3, 0xbf800000u },  /* min_p -1 */
+		{ 4, 0xbf800000u },  /* repetition penalty -1 */
+		{ 5, 0x7f800000u },  /* presence penalty +inf */
+		{ 6, 0x44fa0000u },  /* frequency penalty 2000 */
+		{ 7, 1u },           /* a seed without BN_REQ_SEED */
+		{ 10, 1u },          /* alternatives without BN_REQ_LOGPROBS */
+		{ 12, 1u },          /* the reserved word */
+	};
+	uint32_t k = pick % (sizeof(bad) / sizeof(bad[0]));
+	bn_write_once(param_words(s)[bad[k].word], bad[k].value);
+}
+
 static void spoil_reserved(struct conn *c)
 {
-	bn_write_once(slot_at(c, 0)->reserved2[3], 7u);
+	bn_write_once(slot_at(c, 0)->reserved2, 7u);
 }
 
 static int mode_huge_lengths(const struct options *o)
@@ -594,8 +624,7 @@ static void flip_valid(struct conn *c, uint32_t i)
 	struct bn_slot *s = slot_at(c, i);
 	for (uint32_t k = 0; k < FLIP_SPOTS; k++)
 		bn_write_once(prompt_at(c, i)[spot(c, k)], canon_token(c, spot(c, k)));
-	for (size_t k = 0; k < sizeof(s->reserved2) / sizeof(s->reserved2[0]); k++)
-		bn_write_once(s->reserved2[k], 0u);
+	zero_params(s);
 	bn_write_once(s->n_prompt, valid_n_prompt(c, rnd()));
 	bn_write_once(s->max_tokens, valid_max_tokens[rnd() % 3]);
 	bn_write_once(s->flags, rnd() % 2 ? BN_REQ_IGNORE_EOS : 0u);
@@ -611,8 +640,8 @@ static void flip_invalid(struct conn *c, uint32_t i)
 	case 1: bn_write_once(s->n_prompt, rnd() % 2 ? c->h.slot_prompt_capacity + 1 : huge); break;
 	case 2: bn_write_once(s->max_tokens, 0u); break;
 	case 3: bn_write_once(s->max_tokens, rnd() % 2 ? c->h.slot_output_capacity + 1 : huge); break;
-	case 4: bn_write_once(s->flags, 1u << (1 + rnd() % 31)); break;
-	case 5: bn_write_once(s->reserved2[rnd() % 13], 1u | rnd()); break;
+	case 4: bn_write_once(s->flags, 1u << (3 + rnd() % 29)); break; /* bits 0-2 are known */
+	case 5: spoil_param(s, rnd()); break;
 	default:
 		bn_write_once(prompt_at(c, i)[spot(c, rnd())], rnd() % 2 ? c->h.vocab_size : huge);
 		break;

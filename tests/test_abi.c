@@ -18,7 +18,8 @@ START_TEST(handshake_layout)
 	ck_assert_uint_eq(offsetof(struct bn_hello, abi_version), 4);
 	ck_assert_uint_eq(offsetof(struct bn_hello, flags), 8);
 	ck_assert_uint_eq(offsetof(struct bn_hello, requested_slots), 12);
-	ck_assert_uint_eq(offsetof(struct bn_hello, reserved), 16);
+	ck_assert_uint_eq(offsetof(struct bn_hello, weight), 16);
+	ck_assert_uint_eq(offsetof(struct bn_hello, reserved), 20);
 	ck_assert_uint_eq(sizeof(struct bn_welcome), 32);
 	ck_assert_uint_eq(offsetof(struct bn_welcome, error), 8);
 	ck_assert_uint_eq(offsetof(struct bn_welcome, session_id), 12);
@@ -63,7 +64,12 @@ START_TEST(slot_layout)
 	ck_assert_uint_eq(offsetof(struct bn_slot, n_prompt), 64);
 	ck_assert_uint_eq(offsetof(struct bn_slot, max_tokens), 68);
 	ck_assert_uint_eq(offsetof(struct bn_slot, flags), 72);
-	ck_assert_uint_eq(offsetof(struct bn_slot, reserved2), 76);
+	ck_assert_uint_eq(offsetof(struct bn_slot, temperature), 76);
+	ck_assert_uint_eq(offsetof(struct bn_slot, seed_lo), 104);
+	ck_assert_uint_eq(offsetof(struct bn_slot, deadline_ms), 120);
+	ck_assert_uint_eq(offsetof(struct bn_slot, reserved2), 124);
+	ck_assert_uint_eq(offsetof(struct bn_shm_header, slot_logprob_offset), 160);
+	ck_assert_uint_eq(sizeof(struct bn_logprob), 8);
 	/* The state and status values are wire constants. */
 	ck_assert_int_eq(BN_SLOT_DONE, 2);
 	ck_assert_int_eq(BN_STATUS_SHUTDOWN, 5);

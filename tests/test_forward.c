@@ -73,6 +73,7 @@ static void engine_new(struct engine *e, const struct bn_model *m, uint32_t max_
 	ck_assert_ptr_nonnull(e->pool);
 	e->fwd = bn_forward_new(m, max_seqs, e->pool, bn_kernels_select(NULL));
 	ck_assert_ptr_nonnull(e->fwd);
+	ck_assert_int_eq(bn_forward_kv_init_simple(e->fwd, m->cfg.n_ctx), 0);
 }
 
 static void engine_free(struct engine *e)

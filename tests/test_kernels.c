@@ -638,7 +638,8 @@ static void attend_run(const struct bn_kernels *kern, const struct attend_case *
 	float *s = xmalloc(c->L * sizeof(float));
 	fill_sentinel(s, c->L);
 	fill_sentinel(out, c->d + 4);
-	kern->attend(c->q, c->K, c->V, c->ld, c->L, c->d, c->scale, s, out);
+	struct bn_kv_view kv = { .K = c->K, .V = c->V, .block_tokens = 16, .ld = c->ld };
+	kern->attend(c->q, &kv, c->L, c->d, c->scale, s, out);
 	for (uint32_t i = c->d; i < c->d + 4; i++)
 		ck_assert_msg(is_sentinel(out[i]), "%s d %u L %u: out[%u] written", kern->name,
 			      c->d, c->L, i);
@@ -694,6 +695,60 @@ START_TEST(attend_vs_double)
 END_TEST
 
 /* The same (q, K, V, L) twice, then with other garbage past L and past d: the same bits. */
+/* The same positions scattered over blocks in a shuffled arena (a paged KV cache, with rows
+ * of garbage between and after them): the output is bit-identical to the contiguous one. */
+static void attend_paged_run(const struct bn_kernels *kern, const struct attend_case *c,
+			     uint32_t bt, float *out)
+{
+	uint32_t n_blocks = (c->L + bt - 1) / bt, spare = 3, total = n_blocks + spare;
+	size_t stride = (size_t)(bt + 1) * c->ld; /* a garbage row after each block */
+	float *K = xmalloc((size_t)total * stride * sizeof(float));
+	float *V = xmalloc((size_t)total * stride * sizeof(float));
+	for (size_t i = 0; i < (size_t)total * stride; i++)
+		K[i] = V[i] = NAN;
+	uint32_t *table = xmalloc(n_blocks * sizeof(uint32_t));
+	for (uint32_t b = 0; b < n_blocks; b++)
+		table[b] = total - 1 - b; /* backwards, with unused blocks below */
+	for (uint32_t t = 0; t < c->L; t++) {
+		size_t dst = (size_t)table[t / bt] * stride + (size_t)(t % bt) * c->ld;
+		memcpy(K + dst, c->K + (size_t)t * c->ld, c->d * sizeof(float));
+		memcpy(V + dst, c->V + (size_t)t * c->ld, c->d * sizeof(float));
+	}
+	struct bn_kv_view kv = { .K = K, .V = V, .blocks = table, .block_tokens = bt, .ld = c->ld,
+				 .block_stride = stride };
+	float *s = xmalloc(c->L * sizeof(float));
+	kern->attend(c->q, &kv, c->L, c->d, c->scale, s, out);
+	free(s);
+	free(table);
+	free(K);
+	free(V);
+}
+
+START_TEST(attend_paged_equals_contiguous)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	static const uint32_t bts[] = { 1, 5, 16 };
+	for (size_t di = 0; di < sizeof(attend_ds) / sizeof(attend_ds[0]); di++)
+		for (size_t li = 0; li < sizeof(attend_ls) / sizeof(attend_ls[0]); li++)
+			for (size_t bi = 0; bi < sizeof(bts) / sizeof(bts[0]); bi++) {
+				struct attend_case c;
+				attend_case_new(&c, attend_ds[di], attend_ls[li]);
+				float *a = xmalloc((c.d + 4) * sizeof(float));
+				float *b = xmalloc((c.d + 4) * sizeof(float));
+				attend_run(kern, &c, a);
+				attend_paged_run(kern, &c, bts[bi], b);
+				ck_assert_msg(memcmp(a, b, c.d * sizeof(float)) == 0,
+					      "%s d %u L %u block %u: paged differs", kern->name, c.d,
+					      c.L, bts[bi]);
+				free(a);
+				free(b);
+				attend_case_free(&c);
+			}
+}
+END_TEST
+
 START_TEST(attend_deterministic)
 {
 	const struct bn_kernels *kern = variant(_i);
@@ -931,6 +986,7 @@ int main(void)
 	tcase_add_loop_test(k, f_gemm_batch_invariance, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_vs_double, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_deterministic, 0, N_VARIANTS);
+	tcase_add_loop_test(k, attend_paged_equals_contiguous, 0, N_VARIANTS);
 	tcase_add_test(k, select_by_name);
 	tcase_add_test(k, select_from_environment);
 	suite_add_tcase(s, k);

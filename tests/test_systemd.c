@@ -93,7 +93,7 @@ START_TEST(socket_activation_and_notify)
 	struct bn_client *c;
 	ck_assert_int_eq(bn_connect(lpath, 1, &c), 0);
 	uint32_t prompt[3] = { 1, 2, 3 }, out[4];
-	struct bn_request req = { prompt, 3, 4, 0 };
+	struct bn_request req = { prompt, 3, 4, 0, NULL };
 	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 5000000000LL), 0);
 	ck_assert_uint_eq(out[0], 17499); /* PROTOCOL.md §13 */
 	/* Idle, the loop still pings the watchdog (it wakes for it). */

@@ -68,7 +68,7 @@ static int client_run(const char *socket_path, uint32_t id, uint32_t count)
 			q->n = tu_prompt(id, submitted, q->prompt, 32);
 			q->max_tokens = 1 + (id + submitted) % 8;
 			q->flags = submitted % 3 == 0 ? BN_REQ_IGNORE_EOS : 0;
-			struct bn_request req = { q->prompt, q->n, q->max_tokens, q->flags };
+			struct bn_request req = { q->prompt, q->n, q->max_tokens, q->flags, NULL };
 			if (bn_submit(c, &req, &q->h) < 0)
 				return 11;
 			submitted++;
@@ -154,7 +154,7 @@ static void *thread_client(void *p)
 	for (uint32_t i = 0; i < 300 && !a->bad; i++) {
 		uint32_t prompt[32], got[16];
 		uint32_t n = tu_prompt(a->id, i, prompt, 32);
-		struct bn_request req = { prompt, n, 5, BN_REQ_IGNORE_EOS };
+		struct bn_request req = { prompt, n, 5, BN_REQ_IGNORE_EOS, NULL };
 		struct bn_result r;
 		int rc = bn_generate(a->c, &req, got, 16, &r, 10 * SECOND);
 		a->bad = rc < 0 || check_against_oracle(prompt, n, 5, BN_REQ_IGNORE_EOS, &r, got);
@@ -203,7 +203,7 @@ static int generate_error(struct bn_client *c, const uint32_t *prompt, uint32_t 
 			  uint32_t max_tokens, uint32_t flags)
 {
 	uint32_t out[64];
-	struct bn_request req = { prompt, n, max_tokens, flags };
+	struct bn_request req = { prompt, n, max_tokens, flags, NULL };
 	return bn_generate(c, &req, out, 64, NULL, 5 * SECOND);
 }
 
@@ -235,7 +235,7 @@ START_TEST(eos_ends_and_ignore_eos_continues)
 	ck_assert_int_eq(tu_daemon_start(&d, NULL), 0);
 	struct bn_client *c = connect_or_die(&d, 2);
 	uint32_t prompt[1] = { 7951 }, out[8];
-	struct bn_request req = { prompt, 1, 3, 0 };
+	struct bn_request req = { prompt, 1, 3, 0, NULL };
 	struct bn_result r;
 	ck_assert_int_eq(bn_generate(c, &req, out, 8, &r, 5 * SECOND), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_EOS);
@@ -280,7 +280,7 @@ START_TEST(tokens_stream_as_they_are_made)
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	struct bn_client *c = connect_or_die(&d, 2);
 	uint32_t prompt[4] = { 9, 8, 7, 6 }, got[64], have = 0, partial_views = 0;
-	struct bn_request req = { prompt, 4, 30, BN_REQ_IGNORE_EOS };
+	struct bn_request req = { prompt, 4, 30, BN_REQ_IGNORE_EOS, NULL };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
 	struct bn_result r;
@@ -309,7 +309,7 @@ START_TEST(cancel_ends_a_running_request)
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	struct bn_client *c = connect_or_die(&d, 1);
 	uint32_t prompt[3] = { 4, 5, 6 }, got[4000], want[4000], st;
-	struct bn_request req = { prompt, 3, 4000, BN_REQ_IGNORE_EOS };
+	struct bn_request req = { prompt, 3, 4000, BN_REQ_IGNORE_EOS, NULL };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
 	ck_assert_int_eq(bn_wait_tokens(h, 5, 5 * SECOND), 0);
@@ -345,7 +345,7 @@ START_TEST(wakes_a_sleeping_daemon)
 	for (uint32_t i = 0; i < 200; i++) {
 		uint32_t prompt[32], got[8];
 		uint32_t n = tu_prompt(9, i, prompt, 32);
-		struct bn_request req = { prompt, n, 3, BN_REQ_IGNORE_EOS };
+		struct bn_request req = { prompt, n, 3, BN_REQ_IGNORE_EOS, NULL };
 		struct bn_result r;
 		usleep(200); /* let it fall asleep */
 		ck_assert_int_eq(bn_generate(c, &req, got, 8, &r, 5 * SECOND), 0);
@@ -373,7 +373,7 @@ START_TEST(batch_item_47_fails_alone)
 		lens[i] = tu_prompt(5, i, prompts[i], 32);
 		if (i == 47)
 			prompts[i][0] = VOCAB + 5; /* out of the vocabulary */
-		items[i] = (struct bn_batch_item){ .req = { prompts[i], lens[i], 6, BN_REQ_IGNORE_EOS },
+		items[i] = (struct bn_batch_item){ .req = { prompts[i], lens[i], 6, BN_REQ_IGNORE_EOS, NULL },
 						   .out = outs[i], .out_cap = 16 };
 	}
 	struct bn_batch_result br;
@@ -408,7 +408,7 @@ static pid_t spawn_hog(const char *socket_path, int ready)
 		if (bn_connect(socket_path, 16, &c) < 0)
 			_exit(1);
 		uint32_t prompt[2] = { 11, 12 };
-		struct bn_request req = { prompt, 2, 4000, BN_REQ_IGNORE_EOS };
+		struct bn_request req = { prompt, 2, 4000, BN_REQ_IGNORE_EOS, NULL };
 		struct bn_handle *h;
 		for (int i = 0; i < 16; i++)
 			if (bn_submit(c, &req, &h) < 0)
@@ -462,7 +462,7 @@ static int drain_client(const char *socket_path, uint32_t id, int ready)
 	uint32_t prompts[8][32], lens[8];
 	for (uint32_t i = 0; i < 8; i++) {
 		lens[i] = tu_prompt(id, i, prompts[i], 32);
-		struct bn_request req = { prompts[i], lens[i], 40, BN_REQ_IGNORE_EOS };
+		struct bn_request req = { prompts[i], lens[i], 40, BN_REQ_IGNORE_EOS, NULL };
 		if (bn_submit(c, &req, &h[i]) < 0)
 			return 11;
 	}
@@ -483,7 +483,7 @@ static int drain_client(const char *socket_path, uint32_t id, int ready)
 	}
 	/* Afterwards: a clean error, not a hang. */
 	uint32_t p[1] = { 3 }, out[2];
-	struct bn_request req = { p, 1, 1, 0 };
+	struct bn_request req = { p, 1, 1, 0, NULL };
 	int rc = bn_generate(c, &req, out, 2, NULL, 5 * SECOND);
 	bn_disconnect(c);
 	return rc == -BN_E_SHUTDOWN || rc == -BN_E_DISCONNECTED ? 0 : 16;
@@ -544,7 +544,7 @@ START_TEST(killed_daemon_fails_waits)
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	struct bn_client *c = connect_or_die(&d, 4);
 	uint32_t prompt[2] = { 1, 2 };
-	struct bn_request req = { prompt, 2, 4000, BN_REQ_IGNORE_EOS };
+	struct bn_request req = { prompt, 2, 4000, BN_REQ_IGNORE_EOS, NULL };
 	struct waiter w = { 0 };
 	ck_assert_int_eq(bn_submit(c, &req, &w.h), 0);
 	pthread_t t;

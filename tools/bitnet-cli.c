@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bitnet-cli — talk to bitnetd from a shell: info, generate, stats, bench.
- * Output is meant for scripts: key=value lines, or ids on one line.
+ * Output is meant for scripts: key=value lines, ids on one line, or the generated text.
  */
 #include "bitnet_client.h"
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,19 +21,48 @@ static const char usage_text[] =
 	"Commands:\n"
 	"  info                       model and backend, as key=value lines\n"
 	"  generate --ids \"1 2 3\"     generate from token ids; prints the generated ids\n"
-	"           [--max-tokens N]  on one line as they arrive (default 16)\n"
+	"                             on one line as they arrive\n"
+	"  generate --prompt TEXT     generate from text (the model's vocabulary must be\n"
+	"                             SentencePiece-style); prints the generated text as it\n"
+	"                             arrives, then a newline\n"
+	"    options of generate:\n"
+	"           [--max-tokens N]  tokens to generate (default 16)\n"
 	"           [--ignore-eos]    keep going past the end-of-sequence token\n"
 	"           [--timeout-ms N]  give up (and cancel) after N ms (default: no limit)\n"
+	"           [--print-ids]     with --prompt: also print the generated ids on a line\n"
+	"           [--temperature F] 0 (default): greedy; else sample, at most 100\n"
+	"           [--top-k N] [--top-p F] [--min-p F]   0: off; top-p, min-p in [0, 1]\n"
+	"           [--repetition-penalty F]   0 (default): off; else at most 100\n"
+	"           [--presence-penalty F] [--frequency-penalty F]   in [-100, 100]\n"
+	"           [--seed N]        sampler seed (default: the daemon picks one)\n"
+	"           [--stop-ids a,b]  end (status stop) when the model produces one of them\n"
+	"           [--logprobs N]    afterwards, each token's log-probability and its N\n"
+	"                             most likely alternatives, one line per token\n"
+	"           [--deadline-ms N] end (status deadline) N ms after the daemon saw it\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
 	"  bench [OPTIONS]            transport benchmark; see 'bitnet-cli bench --help'\n"
 	"\n"
 	"The socket is --socket, else $BITNETD_SOCKET, else " BN_DEFAULT_SOCKET_PATH ".\n"
+	"generate writes status=NAME tokens=N to stderr when the request ends (NAME: length,\n"
+	"eos, stop, deadline, cancelled, error, shutdown).\n"
 	"On failure the error name goes to stderr and the exit status is 1 (2: bad usage).\n";
 
 static int fail(const char *what, int rc)
 {
 	fprintf(stderr, "bitnet-cli: %s: %s\n", what, bn_strerror(rc));
 	return 1;
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("bitnet-cli generate: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return 2;
 }
 
 int cli_parse_u32(const char *text, uint32_t *out)
@@ -41,6 +73,40 @@ int cli_parse_u32(const char *text, uint32_t *out)
 	if (errno || end == text || *end || text[0] == '-' || v > UINT32_MAX)
 		return -1;
 	*out = (uint32_t)v;
+	return 0;
+}
+
+/* Decimal digits only: no sign, no spaces, no base prefixes, no overflow. */
+static int parse_u64(const char *text, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (text[0] < '0' || text[0] > '9')
+		return -1;
+	unsigned long long v = strtoull(text, &end, 10);
+	if (errno || *end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_float(const char *flag, const char *text, float lo, float hi, float *out)
+{
+	char *end = (char *)text;
+	errno = 0;
+	/* strtof would also take leading spaces, "inf", "nan" and hex: only plain numbers pass. */
+	float v = isspace((unsigned char)text[0]) || strpbrk(text, "xX") ? NAN : strtof(text, &end);
+	if (errno || end == text || *end || !isfinite(v) || v < lo || v > hi)
+		return usage_error("--%s: '%s' is not a number in [%g, %g]", flag, text, lo, hi);
+	*out = v;
+	return 0;
+}
+
+static int parse_count(const char *flag, const char *text, uint32_t *out)
+{
+	if (cli_parse_u32(text, out) < 0 || text[0] < '0' || text[0] > '9')
+		return usage_error("--%s: '%s' is not a whole number in [0, %u]", flag, text,
+				   UINT32_MAX);
 	return 0;
 }
 
@@ -58,7 +124,8 @@ static int parse_ids(const char *text, uint32_t **out)
 		char *end;
 		errno = 0;
 		unsigned long v = strtoul(p, &end, 10);
-		if (errno || end == p || *p == '-' || v > UINT32_MAX) {
+		if (errno || end == p || *p == '-' || *p == '+' || v > UINT32_MAX ||
+		    (*end && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
 			free(ids);
 			return -1;
 		}
@@ -91,75 +158,367 @@ static int cmd_info(struct bn_client *c)
 	return 0;
 }
 
-/* Prints tokens as they arrive; returns the request's outcome as bn_generate would. */
-static int stream_tokens(struct bn_handle *h, int64_t timeout_ns)
+/* ------------------------------------------------------------------------------------------ */
+/* generate: options                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+struct gen_opts {
+	const char *ids_text;
+	const char *prompt;
+	struct bn_request req;
+	struct bn_sampling_params sp;
+	int sampling;             /* an option of sp was given */
+	uint32_t *stop_ids;
+	uint32_t timeout_ms;
+	int print_ids;
+};
+
+enum gen_opt {
+	G_IDS = 256, G_PROMPT, G_MAX_TOKENS, G_IGNORE_EOS, G_TIMEOUT, G_PRINT_IDS, G_TEMPERATURE,
+	G_TOP_K, G_TOP_P, G_MIN_P, G_REPETITION, G_PRESENCE, G_FREQUENCY, G_SEED, G_STOP_IDS,
+	G_LOGPROBS, G_DEADLINE,
+};
+
+static const struct option gen_options[] = {
+	{ "ids", required_argument, NULL, G_IDS },
+	{ "prompt", required_argument, NULL, G_PROMPT },
+	{ "max-tokens", required_argument, NULL, G_MAX_TOKENS },
+	{ "ignore-eos", no_argument, NULL, G_IGNORE_EOS },
+	{ "timeout-ms", required_argument, NULL, G_TIMEOUT },
+	{ "print-ids", no_argument, NULL, G_PRINT_IDS },
+	{ "temperature", required_argument, NULL, G_TEMPERATURE },
+	{ "top-k", required_argument, NULL, G_TOP_K },
+	{ "top-p", required_argument, NULL, G_TOP_P },
+	{ "min-p", required_argument, NULL, G_MIN_P },
+	{ "repetition-penalty", required_argument, NULL, G_REPETITION },
+	{ "presence-penalty", required_argument, NULL, G_PRESENCE },
+	{ "frequency-penalty", required_argument, NULL, G_FREQUENCY },
+	{ "seed", required_argument, NULL, G_SEED },
+	{ "stop-ids", required_argument, NULL, G_STOP_IDS },
+	{ "logprobs", required_argument, NULL, G_LOGPROBS },
+	{ "deadline-ms", required_argument, NULL, G_DEADLINE },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* The sampling options: fill o->sp. Returns 0, or 2 after printing why. */
+static int apply_sampling_option(struct gen_opts *o, int opt, const char *arg)
 {
-	uint32_t have = 0, buf[256];
+	struct bn_sampling_params *sp = &o->sp;
+	o->sampling = 1;
+	switch (opt) {
+	case G_TEMPERATURE: return parse_float("temperature", arg, 0, 100, &sp->temperature);
+	case G_TOP_K: return parse_count("top-k", arg, &sp->top_k);
+	case G_TOP_P: return parse_float("top-p", arg, 0, 1, &sp->top_p);
+	case G_MIN_P: return parse_float("min-p", arg, 0, 1, &sp->min_p);
+	case G_REPETITION: return parse_float("repetition-penalty", arg, 0, 100, &sp->repetition_penalty);
+	case G_PRESENCE: return parse_float("presence-penalty", arg, -100, 100, &sp->presence_penalty);
+	case G_FREQUENCY: return parse_float("frequency-penalty", arg, -100, 100, &sp->frequency_penalty);
+	case G_DEADLINE: return parse_count("deadline-ms", arg, &sp->deadline_ms);
+	case G_SEED:
+		if (parse_u64(arg, &sp->seed) < 0)
+			return usage_error("--seed: '%s' is not a whole number in [0, %llu]", arg,
+					   (unsigned long long)UINT64_MAX);
+		o->req.flags |= BN_REQ_SEED;
+		return 0;
+	case G_LOGPROBS:
+		o->req.flags |= BN_REQ_LOGPROBS;
+		return parse_count("logprobs", arg, &sp->n_logprobs);
+	case G_STOP_IDS: {
+		free(o->stop_ids);
+		o->stop_ids = NULL;
+		int n = parse_ids(arg, &o->stop_ids);
+		if (n <= 0)
+			return usage_error("--stop-ids: '%s' is not a list of token ids, e.g. 2,13", arg);
+		sp->stop_ids = o->stop_ids;
+		sp->n_stop = (uint32_t)n;
+		return 0;
+	}
+	default: return usage_error("bad option");
+	}
+}
+
+static int apply_option(struct gen_opts *o, int opt, const char *arg)
+{
+	switch (opt) {
+	case G_IDS: o->ids_text = arg; return 0;
+	case G_PROMPT: o->prompt = arg; return 0;
+	case G_IGNORE_EOS: o->req.flags |= BN_REQ_IGNORE_EOS; return 0;
+	case G_PRINT_IDS: o->print_ids = 1; return 0;
+	case G_MAX_TOKENS:
+		if (parse_count("max-tokens", arg, &o->req.max_tokens))
+			return 2;
+		return o->req.max_tokens ? 0 : usage_error("--max-tokens must be at least 1");
+	case G_TIMEOUT: return parse_count("timeout-ms", arg, &o->timeout_ms);
+	case '?': return 2; /* getopt said why */
+	default: return apply_sampling_option(o, opt, arg);
+	}
+}
+
+static int parse_generate(struct gen_opts *o, int argc, char **argv)
+{
+	*o = (struct gen_opts){ .req = { .max_tokens = 16 } };
+	int opt;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "", gen_options, NULL)) != -1)
+		if (apply_option(o, opt, optarg))
+			return 2;
+	if (optind < argc)
+		return usage_error("unexpected argument '%s'", argv[optind]);
+	if (!o->ids_text == !o->prompt)
+		return usage_error("give exactly one of --ids and --prompt");
+	if (o->print_ids && !o->prompt)
+		return usage_error("--print-ids goes with --prompt (--ids prints ids anyway)");
+	if (o->sampling)
+		o->req.sampling = &o->sp;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* generate: prompt, streaming, result                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The generated ids so far and, with a vocabulary, their text and how much of it is printed. */
+struct output {
+	const struct bn_vocab *vocab; /* NULL: print ids */
+	int strip;                    /* the text starts here: drop its leading space */
+	uint32_t *ids;
+	uint32_t n, cap;
+	char *text;
+	size_t text_cap, shown;
+};
+
+static int fetch_vocab(struct bn_client *c, struct bn_vocab **out)
+{
+	int rc = bn_vocab_fetch(c, out);
+	if (rc == -BN_E_INVALID) {
+		fprintf(stderr, "bitnet-cli generate: the daemon serves no vocabulary for this model "
+				"(loopback backend, or no tokenizer in the model file); use --ids\n");
+		return 1;
+	}
+	if (rc < 0)
+		return fail("fetching the vocabulary", rc);
+	if (bn_vocab_kind(*out) != BN_VOCAB_SPM) {
+		fprintf(stderr, "bitnet-cli generate: the model's vocabulary is not SentencePiece-style "
+				"(tokenizer.ggml.model is not \"llama\"): text cannot be encoded; use --ids\n");
+		bn_vocab_free(*out);
+		*out = NULL;
+		return 1;
+	}
+	return 0;
+}
+
+/* The prompt's ids, from --ids or by encoding --prompt (with BOS when the model wants it). */
+static int prompt_ids(const struct gen_opts *o, const struct bn_vocab *v, uint32_t **ids,
+		      uint32_t *n)
+{
+	if (o->ids_text) {
+		int k = parse_ids(o->ids_text, ids);
+		if (k < 0)
+			return usage_error("--ids needs token ids, e.g. \"1 2 3\"");
+		*n = (uint32_t)k;
+		return 0;
+	}
+	size_t len = strlen(o->prompt);
+	int k = bn_tokenize(v, o->prompt, len, bn_vocab_add_bos(v), NULL, 0);
+	if (k < 0)
+		return fail("encoding the prompt", k);
+	*ids = malloc(((size_t)k + 1) * sizeof(uint32_t));
+	if (!*ids)
+		return fail("encoding the prompt", -ENOMEM);
+	bn_tokenize(v, o->prompt, len, bn_vocab_add_bos(v), *ids, (uint32_t)k);
+	*n = (uint32_t)k;
+	return 0;
+}
+
+/* How much of s can be printed now: all but a last character whose UTF-8 continuation bytes
+ * have not arrived yet (the next token may bring them). */
+static size_t complete_utf8(const char *s, size_t n)
+{
+	for (size_t back = 1; back <= 4 && back <= n; back++) {
+		unsigned char b = (unsigned char)s[n - back];
+		if ((b & 0xc0) == 0x80)
+			continue;
+		size_t want = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+		return want > back ? n - back : n;
+	}
+	return n;
+}
+
+/* Decodes every id so far (a byte token may complete a character begun by an earlier one) and
+ * prints what is new and complete; `final` prints the rest too. */
+static int show_text(struct output *out, int final)
+{
+	int len = bn_detokenize(out->vocab, out->ids, out->n, out->strip, out->text, out->text_cap);
+	if (len >= 0 && (size_t)len >= out->text_cap) {
+		size_t cap = 2 * (size_t)len + 64;
+		char *grown = realloc(out->text, cap);
+		if (!grown)
+			return -ENOMEM;
+		out->text = grown;
+		out->text_cap = cap;
+		len = bn_detokenize(out->vocab, out->ids, out->n, out->strip, out->text, cap);
+	}
+	if (len < 0)
+		return len;
+	size_t upto = final ? (size_t)len : complete_utf8(out->text, (size_t)len);
+	if (upto > out->shown) {
+		fwrite(out->text + out->shown, 1, upto - out->shown, stdout);
+		out->shown = upto;
+	}
+	return 0;
+}
+
+static int take_tokens(struct output *out, const uint32_t *ids, uint32_t k)
+{
+	if (!out->vocab) {
+		for (uint32_t i = 0; i < k; i++)
+			printf(out->n + i ? " %u" : "%u", ids[i]);
+		out->n += k;
+		return 0;
+	}
+	if (out->n + k > out->cap) {
+		uint32_t cap = 2 * (out->n + k);
+		uint32_t *grown = realloc(out->ids, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		out->ids = grown;
+		out->cap = cap;
+	}
+	memcpy(out->ids + out->n, ids, k * sizeof(*ids));
+	out->n += k;
+	return show_text(out, 0);
+}
+
+/* Prints tokens as they arrive until the request ends. Returns 0 or a wait's error. */
+static int stream_tokens(struct bn_handle *h, struct output *out, int64_t timeout_ns)
+{
+	uint32_t buf[256];
 	for (;;) {
-		int rc = bn_wait_tokens(h, have, timeout_ns);
+		int rc = bn_wait_tokens(h, out->n, timeout_ns);
 		int k;
-		while ((k = bn_read_tokens(h, have, buf, 256)) > 0) {
-			for (int i = 0; i < k; i++)
-				printf(have + (uint32_t)i ? " %u" : "%u", buf[i]);
-			have += (uint32_t)k;
+		while ((k = bn_read_tokens(h, out->n, buf, 256)) > 0) {
+			int err = take_tokens(out, buf, (uint32_t)k);
+			if (err < 0)
+				return err;
 			fflush(stdout);
 		}
 		if (rc < 0)
 			return rc;
 		struct bn_result r;
-		if (bn_result(h, &r) == 0) {
-			if (r.status == BN_STATUS_LENGTH || r.status == BN_STATUS_EOS)
-				return 0;
-			if (r.status == BN_STATUS_CANCELLED)
-				return -BN_E_CANCELLED;
-			if (r.status == BN_STATUS_SHUTDOWN)
-				return -BN_E_SHUTDOWN;
-			return r.error ? r.error : -BN_E_PROTOCOL;
-		}
+		if (bn_result(h, &r) == 0 && out->n >= r.n_tokens)
+			return 0;
 	}
+}
+
+/* A request that ran to one of these ends did what was asked; the others are failures. */
+static int status_error(const struct bn_result *r)
+{
+	switch (r->status) {
+	case BN_STATUS_LENGTH:
+	case BN_STATUS_EOS:
+	case BN_STATUS_STOP:
+	case BN_STATUS_DEADLINE: return 0;
+	case BN_STATUS_CANCELLED: return -BN_E_CANCELLED;
+	case BN_STATUS_SHUTDOWN: return -BN_E_SHUTDOWN;
+	default: return r->error ? r->error : -BN_E_PROTOCOL;
+	}
+}
+
+/* Text of one token for a logprob line: JSON-like escapes, so a line stays one line. */
+static void print_piece(const struct bn_vocab *v, uint32_t id)
+{
+	char buf[256];
+	int len = bn_detokenize(v, &id, 1, 0, buf, sizeof(buf));
+	fputs(" text=\"", stdout);
+	for (int i = 0; i < len && i < (int)sizeof(buf) - 1; i++) {
+		unsigned char b = (unsigned char)buf[i];
+		if (b == '"' || b == '\\')
+			printf("\\%c", b);
+		else if (b < 0x20 || b == 0x7f)
+			printf("\\x%02x", b);
+		else
+			putchar(b);
+	}
+	putchar('"');
+}
+
+/* One line per generated token: logprob index=I token=ID logprob=F [text="..."]
+ * alternatives=ID:F,ID:F,... */
+static int print_logprobs(struct bn_handle *h, const struct bn_vocab *v, uint32_t n,
+			  uint32_t n_alt)
+{
+	struct bn_logprob *lp = calloc(n ? n : 1, sizeof(*lp));
+	struct bn_logprob *alt = calloc((size_t)n * n_alt + 1, sizeof(*alt));
+	int k = lp && alt ? bn_read_logprobs(h, 0, lp, n_alt ? alt : NULL, n) : -ENOMEM;
+	for (int i = 0; i < k; i++) {
+		printf("logprob index=%d token=%u logprob=%.6g", i, lp[i].token, lp[i].logprob);
+		if (v)
+			print_piece(v, lp[i].token);
+		printf(" alternatives=");
+		for (uint32_t j = 0; j < n_alt; j++) {
+			const struct bn_logprob *a = &alt[(size_t)i * n_alt + j];
+			printf(j ? ",%u:%.6g" : "%u:%.6g", a->token, a->logprob);
+		}
+		putchar('\n');
+	}
+	free(lp);
+	free(alt);
+	return k < 0 ? k : 0;
+}
+
+/* After the stream: the newline, the ids (--print-ids), the status, the log-probabilities. */
+static int finish(struct bn_handle *h, const struct gen_opts *o, struct output *out, int rc)
+{
+	if (rc == 0 && out->vocab)
+		rc = show_text(out, 1);
+	printf("\n");
+	if (o->print_ids)
+		for (uint32_t i = 0; i < out->n; i++)
+			printf(i + 1 < out->n ? "%u " : "%u\n", out->ids[i]);
+	fflush(stdout);
+	struct bn_result r;
+	if (rc < 0 || bn_result(h, &r) < 0)
+		return fail("generate", rc < 0 ? rc : -BN_E_NOT_DONE);
+	fprintf(stderr, "status=%s tokens=%u\n", bn_status_name(r.status), r.n_tokens);
+	if (o->req.flags & BN_REQ_LOGPROBS) {
+		int err = print_logprobs(h, out->vocab, r.n_tokens, o->sp.n_logprobs);
+		if (err < 0)
+			return fail("reading log-probabilities", err);
+	}
+	rc = status_error(&r);
+	return rc < 0 ? fail("generate", rc) : 0;
 }
 
 static int cmd_generate(struct bn_client *c, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "ids", required_argument, NULL, 'i' },
-		{ "max-tokens", required_argument, NULL, 'n' },
-		{ "ignore-eos", no_argument, NULL, 'e' },
-		{ "timeout-ms", required_argument, NULL, 't' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *ids_text = NULL;
-	struct bn_request req = { .max_tokens = 16 };
-	uint32_t timeout_ms = 0;
-	int opt;
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'i')
-			ids_text = optarg;
-		else if (opt == 'n' && cli_parse_u32(optarg, &req.max_tokens) == 0)
-			continue;
-		else if (opt == 'e')
-			req.flags |= BN_REQ_IGNORE_EOS;
-		else if (opt == 't' && cli_parse_u32(optarg, &timeout_ms) == 0)
-			continue;
-		else
-			return fprintf(stderr, "bitnet-cli generate: bad option\n"), 2;
+	struct gen_opts o;
+	int rc = parse_generate(&o, argc, argv);
+	struct bn_vocab *vocab = NULL;
+	uint32_t *ids = NULL, n = 0;
+	if (rc == 0 && o.prompt)
+		rc = fetch_vocab(c, &vocab);
+	if (rc == 0)
+		rc = prompt_ids(&o, vocab, &ids, &n);
+	struct bn_handle *h = NULL;
+	if (rc == 0) {
+		o.req.prompt = ids;
+		o.req.n_prompt = n;
+		int err = bn_submit(c, &o.req, &h);
+		rc = err < 0 ? fail("generate", err) : 0;
 	}
-	uint32_t *ids = NULL;
-	int n = ids_text ? parse_ids(ids_text, &ids) : -1;
-	if (n < 0)
-		return fprintf(stderr, "bitnet-cli generate: --ids needs token ids, e.g. \"1 2 3\"\n"), 2;
-	req.prompt = ids;
-	req.n_prompt = (uint32_t)n;
-	struct bn_handle *h;
-	int rc = bn_submit(c, &req, &h);
+	if (rc == 0) {
+		/* A continuation keeps its leading space; a text from nothing (BOS) drops it. */
+		struct output out = { .vocab = vocab, .strip = o.prompt && !*o.prompt };
+		int64_t timeout = o.timeout_ms ? (int64_t)o.timeout_ms * 1000000 : -1;
+		rc = finish(h, &o, &out, stream_tokens(h, &out, timeout));
+		free(out.ids);
+		free(out.text);
+		bn_release(h);
+	}
 	free(ids);
-	if (rc < 0)
-		return fail("generate", rc);
-	rc = stream_tokens(h, timeout_ms ? (int64_t)timeout_ms * 1000000 : -1);
-	printf("\n");
-	bn_release(h);
-	return rc < 0 ? fail("generate", rc) : 0;
+	free(o.stop_ids);
+	bn_vocab_free(vocab);
+	return rc;
 }
 
 static int cmd_stats(struct bn_client *c)

@@ -11,6 +11,7 @@
 
 #include "../bn_blocks.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* A ternary matrix in the T2-plane layout (bn_blocks.h): n_out rows of n_in weights. */
@@ -28,6 +29,26 @@ struct bn_q8_rows {
 	int32_t *sum;            /* [n] sum of q over the row */
 	uint32_t k, k_pad;       /* k_pad: k rounded up to BN_T2_CHUNK */
 };
+
+/* Where attention finds the cached keys and values of one KV head: position t is row
+ * t % block_tokens of block blocks[t / block_tokens], and a block starts block_stride floats
+ * after the previous id's. Without a table (blocks NULL) the blocks are consecutive:
+ * position t is at t * ld. K and V point at this head's first row of block id 0. */
+struct bn_kv_view {
+	const float *K, *V;
+	const uint32_t *blocks;  /* NULL: contiguous */
+	uint32_t block_tokens;
+	uint32_t ld;             /* floats between consecutive positions within a block */
+	size_t block_stride;     /* floats between block ids */
+};
+
+/* First row of the view's b-th block (of K or V: base says which). */
+static inline const float *bn_kv_block(const struct bn_kv_view *v, const float *base, uint32_t b)
+{
+	if (!v->blocks)
+		return base + (size_t)b * v->block_tokens * v->ld;
+	return base + (size_t)v->blocks[b] * v->block_stride;
+}
 
 /* A float-typed matrix (F32, F16, BF16 rows, row-major, n_in contiguous). */
 struct bn_f_matrix {
@@ -47,11 +68,11 @@ struct bn_kernels {
 	/* y[b*ldy + o] = sum_k w[o][k] * x[b*ldx + k], for o in [o0, o1), b in [0, n_b). */
 	void (*f_gemm)(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const float *x,
 		       uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy);
-	/* Attention of one query vector q[d] over L cached positions (rows of K and V with
-	 * stride ld): s[t] = scale * q.K[t]; then out[d] = sum_t p[t] V[t] with p = softmax(s).
-	 * s is scratch of L floats. Summation order depends on d and L only. */
-	void (*attend)(const float *q, const float *K, const float *V, uint32_t ld, uint32_t L,
-		       uint32_t d, float scale, float *s, float *out);
+	/* Attention of one query vector q[d] over the first L positions of kv:
+	 * s[t] = scale * q.K[t]; then out[d] = sum_t p[t] V[t] with p = softmax(s), t in order.
+	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks). */
+	void (*attend)(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
+		       float scale, float *s, float *out);
 };
 
 /* What this CPU can run. */

@@ -170,30 +170,37 @@ static void f_gemm_avx2(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, c
 
 #define ATTEND_MAX_VECS 16 /* head dims up to 128 keep the output in registers */
 
-static void attend_avx2(const float *q, const float *K, const float *V, uint32_t ld, uint32_t L,
-			uint32_t d, float scale, float *s, float *out)
+static void attend_avx2(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
+			float scale, float *s, float *out)
 {
 	if (d % 8 || d / 8 > ATTEND_MAX_VECS) {
-		bn_kernels_scalar.attend(q, K, V, ld, L, d, scale, s, out);
+		bn_kernels_scalar.attend(q, kv, L, d, scale, s, out);
 		return;
 	}
-	uint32_t n_vec = d / 8;
-	for (uint32_t t = 0; t < L; t++) {
-		const float *k = K + (size_t)t * ld;
-		__m256 acc = _mm256_setzero_ps();
-		for (uint32_t v = 0; v < n_vec; v++)
-			acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(k + 8 * v), acc);
-		s[t] = hsum_ps(acc) * scale;
+	uint32_t n_vec = d / 8, bt = kv->block_tokens;
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
+		const float *K = bn_kv_block(kv, kv->K, b);
+		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+			const float *k = K + (size_t)i * kv->ld;
+			__m256 acc = _mm256_setzero_ps();
+			for (uint32_t v = 0; v < n_vec; v++)
+				acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(k + 8 * v),
+						      acc);
+			s[t0 + i] = hsum_ps(acc) * scale;
+		}
 	}
 	bn_softmax(s, L);
 	__m256 o[ATTEND_MAX_VECS];
 	for (uint32_t v = 0; v < n_vec; v++)
 		o[v] = _mm256_setzero_ps();
-	for (uint32_t t = 0; t < L; t++) {
-		const float *vt = V + (size_t)t * ld;
-		__m256 p = _mm256_set1_ps(s[t]);
-		for (uint32_t v = 0; v < n_vec; v++)
-			o[v] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * v), o[v]);
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
+		const float *V = bn_kv_block(kv, kv->V, b);
+		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+			const float *vt = V + (size_t)i * kv->ld;
+			__m256 p = _mm256_set1_ps(s[t0 + i]);
+			for (uint32_t v = 0; v < n_vec; v++)
+				o[v] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * v), o[v]);
+		}
 	}
 	for (uint32_t v = 0; v < n_vec; v++)
 		_mm256_storeu_ps(out + 8 * v, o[v]);

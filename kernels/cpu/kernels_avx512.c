@@ -260,36 +260,46 @@ static void f_gemm_avx512(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 
 #define ATTEND_MAX_VECS 16 /* head dims up to 256 keep the output in registers */
 
-static void attend_avx512(const float *q, const float *K, const float *V, uint32_t ld, uint32_t L,
-			  uint32_t d, float scale, float *s, float *out)
+static void attend_avx512(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
+			  float scale, float *s, float *out)
 {
-	uint32_t n_vec = (d + 15) / 16;
+	uint32_t n_vec = (d + 15) / 16, bt = kv->block_tokens;
 	if (n_vec > ATTEND_MAX_VECS) {
-		bn_kernels_scalar.attend(q, K, V, ld, L, d, scale, s, out);
+		bn_kernels_scalar.attend(q, kv, L, d, scale, s, out);
 		return;
 	}
 	__mmask16 tail = d % 16 ? (__mmask16)((1u << (d % 16)) - 1) : (__mmask16)0xffff;
 	__m512 qv[ATTEND_MAX_VECS];
 	for (uint32_t v = 0; v < n_vec; v++)
 		qv[v] = _mm512_maskz_loadu_ps(v + 1 == n_vec ? tail : 0xffff, q + 16 * v);
-	for (uint32_t t = 0; t < L; t++) {
-		const float *k = K + (size_t)t * ld;
-		__m512 acc = _mm512_setzero_ps();
-		for (uint32_t v = 0; v < n_vec; v++)
-			acc = _mm512_fmadd_ps(qv[v], _mm512_maskz_loadu_ps(v + 1 == n_vec ? tail : 0xffff,
-									   k + 16 * v), acc);
-		s[t] = _mm512_reduce_add_ps(acc) * scale;
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
+		const float *K = bn_kv_block(kv, kv->K, b);
+		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+			const float *k = K + (size_t)i * kv->ld;
+			__m512 acc = _mm512_setzero_ps();
+			for (uint32_t v = 0; v < n_vec; v++)
+				acc = _mm512_fmadd_ps(qv[v], _mm512_maskz_loadu_ps(v + 1 == n_vec ? tail
+												   : 0xffff,
+										   k + 16 * v),
+						      acc);
+			s[t0 + i] = _mm512_reduce_add_ps(acc) * scale;
+		}
 	}
 	bn_softmax(s, L);
 	__m512 o[ATTEND_MAX_VECS];
 	for (uint32_t v = 0; v < n_vec; v++)
 		o[v] = _mm512_setzero_ps();
-	for (uint32_t t = 0; t < L; t++) {
-		const float *vt = V + (size_t)t * ld;
-		__m512 p = _mm512_set1_ps(s[t]);
-		for (uint32_t v = 0; v < n_vec; v++)
-			o[v] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(v + 1 == n_vec ? tail : 0xffff,
-									 vt + 16 * v), o[v]);
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
+		const float *V = bn_kv_block(kv, kv->V, b);
+		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+			const float *vt = V + (size_t)i * kv->ld;
+			__m512 p = _mm512_set1_ps(s[t0 + i]);
+			for (uint32_t v = 0; v < n_vec; v++)
+				o[v] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(v + 1 == n_vec ? tail
+												 : 0xffff,
+										 vt + 16 * v),
+						       o[v]);
+		}
 	}
 	for (uint32_t v = 0; v < n_vec; v++)
 		_mm512_mask_storeu_ps(out + 16 * v, v + 1 == n_vec ? tail : 0xffff, o[v]);

@@ -49,21 +49,28 @@ static void f_gemm_scalar(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 		}
 }
 
-static void attend_scalar(const float *q, const float *K, const float *V, uint32_t ld, uint32_t L,
-			  uint32_t d, float scale, float *s, float *out)
+static void attend_scalar(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
+			  float scale, float *s, float *out)
 {
-	for (uint32_t t = 0; t < L; t++) {
-		float dot = 0.0f;
-		for (uint32_t i = 0; i < d; i++)
-			dot += q[i] * K[(size_t)t * ld + i];
-		s[t] = dot * scale;
+	uint32_t bt = kv->block_tokens;
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
+		const float *K = bn_kv_block(kv, kv->K, b);
+		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+			float dot = 0.0f;
+			for (uint32_t j = 0; j < d; j++)
+				dot += q[j] * K[(size_t)i * kv->ld + j];
+			s[t0 + i] = dot * scale;
+		}
 	}
 	bn_softmax(s, L);
-	for (uint32_t i = 0; i < d; i++)
-		out[i] = 0.0f;
-	for (uint32_t t = 0; t < L; t++)
-		for (uint32_t i = 0; i < d; i++)
-			out[i] += s[t] * V[(size_t)t * ld + i];
+	for (uint32_t j = 0; j < d; j++)
+		out[j] = 0.0f;
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
+		const float *V = bn_kv_block(kv, kv->V, b);
+		for (uint32_t i = 0; i < bt && t0 + i < L; i++)
+			for (uint32_t j = 0; j < d; j++)
+				out[j] += s[t0 + i] * V[(size_t)i * kv->ld + j];
+	}
 }
 
 const struct bn_kernels bn_kernels_scalar = {

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+#include "kvpool.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int bn_kvpool_init(struct bn_kvpool *p, uint32_t n_blocks, uint32_t block_tokens)
+{
+	*p = (struct bn_kvpool){ .n_blocks = n_blocks, .block_tokens = block_tokens };
+	p->free_blocks = malloc((size_t)(n_blocks ? n_blocks : 1) * sizeof(uint32_t));
+	if (!p->free_blocks || block_tokens == 0)
+		return -ENOMEM;
+	/* Low ids on top, so a lightly used pool touches the start of the backend's arena. */
+	for (uint32_t i = 0; i < n_blocks; i++)
+		p->free_blocks[i] = n_blocks - 1 - i;
+	p->n_free = n_blocks;
+	return 0;
+}
+
+void bn_kvpool_free(struct bn_kvpool *p)
+{
+	free(p->free_blocks);
+	p->free_blocks = NULL;
+}
+
+uint32_t bn_kvpool_blocks_for(const struct bn_kvpool *p, uint64_t tokens)
+{
+	uint64_t n = (tokens + p->block_tokens - 1) / p->block_tokens;
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+int bn_kvpool_reserve(struct bn_kvpool *p, struct bn_kv_seq *s, uint64_t tokens)
+{
+	uint32_t need = bn_kvpool_blocks_for(p, tokens);
+	uint32_t have = s->n_blocks + s->reserved;
+	if (need <= have)
+		return 0;
+	if (need - have > bn_kvpool_available(p))
+		return -EAGAIN;
+	p->n_reserved += need - have;
+	s->reserved += need - have;
+	return 0;
+}
+
+int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
+{
+	uint32_t need = bn_kvpool_blocks_for(p, tokens);
+	if (need <= s->n_blocks)
+		return 0;
+	if (need - s->n_blocks > s->reserved)
+		return -ENOSPC;
+	while (s->n_blocks < need) {
+		s->table[s->n_blocks++] = p->free_blocks[--p->n_free];
+		s->reserved--;
+		p->n_reserved--;
+	}
+	return 0;
+}
+
+void bn_kvpool_release(struct bn_kvpool *p, struct bn_kv_seq *s)
+{
+	while (s->n_blocks)
+		p->free_blocks[p->n_free++] = s->table[--s->n_blocks];
+	p->n_reserved -= s->reserved;
+	s->reserved = 0;
+}

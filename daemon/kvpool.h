@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpool.h — accounting of the KV cache: a budget of fixed-size blocks, a block table per
+ * sequence. The backend owns the memory (backend.h, kv_init); this module decides which
+ * block holds which positions.
+ *
+ * A request reserves, when it is admitted, every block it can ever need (prompt + max_tokens,
+ * within the context); blocks are then taken from that reservation as positions are written,
+ * and everything goes back when the sequence ends. So a running sequence can always grow and is
+ * never evicted or corrupted for memory; a request that does not fit waits for others to end;
+ * one that could never fit is refused at once.
+ */
+#ifndef BITNETD_KVPOOL_H
+#define BITNETD_KVPOOL_H
+
+#include <stdint.h>
+
+struct bn_kvpool {
+	uint32_t n_blocks;
+	uint32_t block_tokens;
+	uint32_t *free_blocks;   /* stack of unused block ids */
+	uint32_t n_free;         /* blocks on the stack (some of them reserved) */
+	uint32_t n_reserved;     /* promised to sequences, still on the stack */
+};
+
+/* One sequence's blocks: table[0 .. n_blocks) in position order. */
+struct bn_kv_seq {
+	uint32_t *table;         /* room for the pool's per-sequence maximum */
+	uint32_t n_blocks;
+	uint32_t reserved;       /* blocks still promised to this sequence */
+};
+
+int bn_kvpool_init(struct bn_kvpool *p, uint32_t n_blocks, uint32_t block_tokens);
+void bn_kvpool_free(struct bn_kvpool *p);
+
+/* Blocks that hold `tokens` positions. */
+uint32_t bn_kvpool_blocks_for(const struct bn_kvpool *p, uint64_t tokens);
+
+/* Reserves what a sequence of up to `tokens` positions needs. Returns 0, or -EAGAIN when the
+ * pool has not that many unpromised blocks now. */
+int bn_kvpool_reserve(struct bn_kvpool *p, struct bn_kv_seq *s, uint64_t tokens);
+/* Makes the table cover positions [0, tokens), taking blocks from the reservation.
+ * Returns 0, or -ENOSPC when that exceeds the reservation (a scheduler bug, checked). */
+int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens);
+/* Returns the sequence's blocks and what is left of its reservation. */
+void bn_kvpool_release(struct bn_kvpool *p, struct bn_kv_seq *s);
+
+/* Blocks holding positions, and blocks promised but not yet holding any. */
+static inline uint32_t bn_kvpool_used(const struct bn_kvpool *p)
+{
+	return p->n_blocks - p->n_free;
+}
+static inline uint32_t bn_kvpool_available(const struct bn_kvpool *p)
+{
+	return p->n_free - p->n_reserved;
+}
+
+#endif /* BITNETD_KVPOOL_H */

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sample.h — choosing the next token from a row of logits, per request.
+ *
+ * The semantics are fixed here so every backend (the CPU one calls bn_sample; a GPU one
+ * reimplements it) gives the same token for the same logits, parameters, history and seed:
+ *
+ *  1. Penalties, on the raw logits, each token once:
+ *     - repetition (r != 0): a token that occurs in the prompt or the output so far has its
+ *       logit divided by r when positive, multiplied by r when negative;
+ *     - frequency f and presence p: a token with c > 0 occurrences in the output so far (not
+ *       the prompt) has f * c + p subtracted.
+ *  2. Log-probabilities, when asked, are the log-softmax of these penalized logits (before
+ *     temperature and truncation): the chosen token's, and the n most likely tokens' (ties by
+ *     lower id first).
+ *  3. temperature == 0: the token is the argmax (lowest id on ties); steps 4-6 do not apply.
+ *  4. Candidates are ranked by logit descending, lower id first on ties. top_k (k != 0) keeps
+ *     the first k. Probabilities are the softmax of logit / temperature over the kept ones.
+ *     top_p (p != 0) keeps the shortest prefix of the ranking whose probability sum reaches p
+ *     (at least one token). min_p (m != 0) then drops tokens whose probability is below m times
+ *     the first one's.
+ *  5. The draw: u = bn_sample_uniform(seed, n_output) in [0, 1); walk the kept tokens in
+ *     ranking order, summing probabilities (renormalized over what was kept); the token is the
+ *     first where the running sum exceeds u x total (the last kept one if rounding leaves none).
+ *
+ * u depends only on the seed and the position in the output, so a request's tokens do not
+ * depend on what else was in its batch, nor on the steps it waited.
+ */
+#ifndef BITNETD_SAMPLE_H
+#define BITNETD_SAMPLE_H
+
+#include <stdint.h>
+
+/* The validated parameters of one request (zero values mean "off", as in the ABI). */
+struct bn_sampling {
+	float temperature;
+	uint32_t top_k;
+	float top_p;
+	float min_p;
+	float repetition_penalty;
+	float presence_penalty;
+	float frequency_penalty;
+	uint64_t seed;
+	uint32_t n_logprobs;      /* alternatives wanted */
+	uint8_t want_logprobs;    /* BN_REQ_LOGPROBS */
+};
+
+/* Everything the sampler needs about one row. */
+struct bn_sample_ctx {
+	const struct bn_sampling *params;
+	const uint32_t *prompt;   /* [n_prompt]: for the repetition penalty */
+	uint32_t n_prompt;
+	const uint32_t *output;   /* [n_output]: the tokens generated so far */
+	uint32_t n_output;
+};
+
+struct bn_token_logprob {
+	uint32_t token;
+	float logprob;
+};
+
+/* The sampler's answer for one row. top[] holds min(n_logprobs, n_vocab) records when
+ * logprobs were asked for (n_top says how many). */
+struct bn_sample_out {
+	uint32_t token;
+	float logprob;            /* of token; 0 when not asked */
+	uint32_t n_top;
+	struct bn_token_logprob *top; /* caller-provided, room for params->n_logprobs records */
+};
+
+/* Scratch reused across calls by one thread; grows to the vocabulary's size. */
+struct bn_sampler {
+	float *prob;
+	uint32_t *order;
+	uint32_t *counts;         /* per-token occurrence counts, kept zero between calls */
+	uint8_t *in_prompt;       /* per-token flags, kept zero between calls */
+	uint64_t *keys;           /* [2 * cap]: radix-sort buffers for long ranking prefixes */
+	uint32_t cap;
+};
+
+void bn_sampler_init(struct bn_sampler *s);
+void bn_sampler_free(struct bn_sampler *s);
+
+/* Samples one token from logits[n_vocab] (modified in place: the penalties are applied to it,
+ * and, on any path but plain greedy, NaN becomes -FLT_MAX and +-inf +-FLT_MAX; temperature
+ * is not applied to it). Returns 0, -EINVAL when n_vocab is 0, or -ENOMEM when scratch
+ * cannot grow. */
+int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logits,
+	      uint32_t n_vocab, struct bn_sample_out *out);
+
+/* The uniform draw of step `step` of a request with `seed`: the top 24 bits of
+ * splitmix64(seed + (step + 1) * 0x9E3779B97F4A7C15) times 2^-24. */
+float bn_sample_uniform(uint64_t seed, uint32_t step);
+
+/* Checks parameters as they came from the wire; returns 0 or -BN_E_INVALID. */
+int bn_sampling_check(const struct bn_sampling *p, uint32_t logprob_capacity);
+
+#endif /* BITNETD_SAMPLE_H */
