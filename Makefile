@@ -20,7 +20,7 @@ PKG_CONFIG ?= pkg-config
 SANITIZE ?=
 BUILD    ?= build$(if $(SANITIZE),-san)
 
-LIB_VERSION := 1.0.0
+LIB_VERSION := 1.1.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)

@@ -1,8 +1,8 @@
 #!/bin/sh
 # The README's first command: install what is missing, build (which also makes the built-in
 # default model, build/models/tiny.gguf: the model tool's tiny preset), start bitnetd with
-# the cpu backend on it on a private socket, show what it serves and a few generations from
-# concurrent clients, stop it.
+# the cpu backend on it on a private socket, show what it serves, what eight concurrent clients
+# get and their aggregate throughput, stop it.
 set -eu
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -18,13 +18,32 @@ until build/bitnet-cli --socket "$sock" info >/dev/null 2>&1; do
 done
 echo "== bitnet-cli info"
 build/bitnet-cli --socket "$sock" info
-echo "== four clients at once, 8 greedy tokens each (a real forward pass of a random model)"
+echo "== eight clients at once, 32 tokens each: four greedy, four sampled with seeds"
+echo "   (a real forward pass of the tiny random model: its text is noise, its ids are exact)"
+start=$(date +%s.%N)
 clients=""
-for p in "1 2 3" "10 20 30 40" "7 7 7" "100"; do
-	( out=$(build/bitnet-cli --socket "$sock" generate --ids "$p" --max-tokens 8)
-	  echo "prompt [$p] -> $out" ) &
+for i in 1 2 3 4 5 6 7 8; do
+	if [ $((i % 2)) -eq 0 ]; then
+		sampling="--temperature 0.8 --top-p 0.9 --seed $i"
+	else
+		sampling=""
+	fi
+	# shellcheck disable=SC2086 # $sampling is a list of options
+	( out=$(build/bitnet-cli --socket "$sock" generate --ids "1 $((i * 7)) $((i * 11))" \
+		--max-tokens 32 --ignore-eos $sampling 2>/dev/null)
+	  echo "client $i [${sampling:-greedy}] -> $out" ) &
 	clients="$clients $!"
 done
 for c in $clients; do wait "$c"; done
+end=$(date +%s.%N)
+awk -v s="$start" -v e="$end" 'BEGIN { printf "aggregate: 8 clients x 32 tokens = 256 tokens in %.2f s = %.0f tokens/s\n", e - s, 256 / (e - s) }'
+echo "== what the scheduler did (bitnet-cli stats, excerpt)"
+build/bitnet-cli --socket "$sock" stats | awk '
+	/^bitnetd_batch_rows_sum / { rows = $2 } /^bitnetd_batch_rows_count / { steps = $2 }
+	/^bitnetd_tokens_generated_total / { tokens = $2 } /^bitnetd_kv_blocks_total / { kv = $2 }
+	/^bitnetd_time_to_first_token_seconds_sum / { ttft = $2 }
+	/^bitnetd_time_to_first_token_seconds_count / { n = $2 }
+	END { printf "steps=%d mean_batch_rows=%.1f tokens=%d kv_blocks=%d mean_ttft_ms=%.1f\n",
+		  steps, steps ? rows / steps : 0, tokens, kv, n ? 1000 * ttft / n : 0 }'
 echo "== transport benchmark (short run, its own daemon)"
 build/bitnet-cli bench --start-daemon build/bitnetd --hot-samples 5000 --idle-samples 100 --rps-ms 300

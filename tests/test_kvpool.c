@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The KV block accounting (daemon/kvpool.h): reservations are all-or-nothing, growth takes
+ * only reserved blocks, release returns everything, and no block is ever held twice.
+ */
+#include "testutil.h"
+
+#include "../daemon/kvpool.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCKS 10
+#define BT 4
+
+static uint32_t tables[3][BLOCKS];
+
+static void assert_idle(const struct bn_kvpool *p)
+{
+	ck_assert_uint_eq(p->n_free, BLOCKS);
+	ck_assert_uint_eq(p->n_reserved, 0);
+	ck_assert_uint_eq(bn_kvpool_used(p), 0);
+	ck_assert_uint_eq(bn_kvpool_available(p), BLOCKS);
+}
+
+START_TEST(reserve_grow_release)
+{
+	struct bn_kvpool p;
+	ck_assert_int_eq(bn_kvpool_init(&p, BLOCKS, BT), 0);
+	assert_idle(&p);
+	struct bn_kv_seq a = { .table = tables[0] }, b = { .table = tables[1] };
+	ck_assert_uint_eq(bn_kvpool_blocks_for(&p, 0), 0);
+	ck_assert_uint_eq(bn_kvpool_blocks_for(&p, 1), 1);
+	ck_assert_uint_eq(bn_kvpool_blocks_for(&p, 4), 1);
+	ck_assert_uint_eq(bn_kvpool_blocks_for(&p, 5), 2);
+	ck_assert_int_eq(bn_kvpool_reserve(&p, &a, 4 * BT + 1), 0); /* 5 blocks */
+	ck_assert_uint_eq(bn_kvpool_available(&p), 5);
+	ck_assert_uint_eq(bn_kvpool_used(&p), 0);
+	/* 6 blocks do not fit in the 5 left: nothing is taken. */
+	ck_assert_int_eq(bn_kvpool_reserve(&p, &b, 6 * BT), -EAGAIN);
+	ck_assert_uint_eq(b.reserved, 0);
+	ck_assert_uint_eq(bn_kvpool_available(&p), 5);
+	ck_assert_int_eq(bn_kvpool_reserve(&p, &b, 5 * BT), 0);
+	ck_assert_uint_eq(bn_kvpool_available(&p), 0);
+	/* Growth takes reserved blocks only, one per BT positions. */
+	ck_assert_int_eq(bn_kvpool_grow(&p, &a, 1), 0);
+	ck_assert_uint_eq(a.n_blocks, 1);
+	ck_assert_int_eq(bn_kvpool_grow(&p, &a, BT), 0);
+	ck_assert_uint_eq(a.n_blocks, 1);
+	ck_assert_int_eq(bn_kvpool_grow(&p, &a, 4 * BT + 1), 0);
+	ck_assert_uint_eq(a.n_blocks, 5);
+	ck_assert_uint_eq(a.reserved, 0);
+	ck_assert_int_eq(bn_kvpool_grow(&p, &a, 5 * BT + 1), -ENOSPC);
+	ck_assert_uint_eq(a.n_blocks, 5);
+	ck_assert_int_eq(bn_kvpool_grow(&p, &b, 2 * BT), 0);
+	ck_assert_uint_eq(bn_kvpool_used(&p), 7);
+	/* No block is in two tables, and all are in range. */
+	uint8_t seen[BLOCKS] = { 0 };
+	for (uint32_t i = 0; i < a.n_blocks; i++)
+		ck_assert_uint_eq(seen[a.table[i]]++, 0);
+	for (uint32_t i = 0; i < b.n_blocks; i++)
+		ck_assert_uint_eq(seen[b.table[i]]++, 0);
+	/* Release returns the blocks and what was still promised. */
+	bn_kvpool_release(&p, &b);
+	ck_assert_uint_eq(b.n_blocks + b.reserved, 0);
+	ck_assert_uint_eq(bn_kvpool_available(&p), 5);
+	bn_kvpool_release(&p, &a);
+	assert_idle(&p);
+	bn_kvpool_free(&p);
+}
+END_TEST
+
+/* Random reserve/grow/release against a model of the counts: the pool never loses or
+ * duplicates a block. */
+START_TEST(random_churn_keeps_accounts)
+{
+	struct bn_kvpool p;
+	ck_assert_int_eq(bn_kvpool_init(&p, BLOCKS, BT), 0);
+	struct bn_kv_seq s[3];
+	uint32_t want[3] = { 0 }, len[3] = { 0 };
+	for (int i = 0; i < 3; i++)
+		s[i] = (struct bn_kv_seq){ .table = tables[i] };
+	srand(7);
+	for (int step = 0; step < 20000; step++) {
+		int i = rand() % 3;
+		if (want[i] == 0) {
+			uint32_t tokens = 1 + (uint32_t)rand() % (BLOCKS * BT);
+			if (bn_kvpool_reserve(&p, &s[i], tokens) == 0) {
+				want[i] = tokens;
+				len[i] = 0;
+			}
+		} else if (len[i] < want[i] && rand() % 4) {
+			len[i] += 1 + (uint32_t)rand() % (want[i] - len[i]);
+			ck_assert_int_eq(bn_kvpool_grow(&p, &s[i], len[i]), 0);
+		} else {
+			bn_kvpool_release(&p, &s[i]);
+			want[i] = len[i] = 0;
+		}
+		uint32_t held = 0, promised = 0;
+		uint8_t seen[BLOCKS] = { 0 };
+		for (int k = 0; k < 3; k++) {
+			held += s[k].n_blocks;
+			promised += s[k].reserved;
+			ck_assert_uint_eq(s[k].n_blocks, bn_kvpool_blocks_for(&p, len[k]));
+			for (uint32_t b = 0; b < s[k].n_blocks; b++)
+				ck_assert_uint_eq(seen[s[k].table[b]]++, 0);
+		}
+		ck_assert_uint_eq(held, bn_kvpool_used(&p));
+		ck_assert_uint_eq(promised, p.n_reserved);
+		ck_assert_uint_le(held + promised, BLOCKS);
+	}
+	for (int i = 0; i < 3; i++)
+		bn_kvpool_release(&p, &s[i]);
+	assert_idle(&p);
+	bn_kvpool_free(&p);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("kvpool");
+	TCase *t = tcase_create("accounting");
+	tcase_add_test(t, reserve_grow_release);
+	tcase_add_test(t, random_churn_keeps_accounts);
+	suite_add_tcase(s, t);
+	return tu_run_suite(s);
+}
