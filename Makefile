@@ -4,6 +4,9 @@
 #   make check                every test that runs on a CPU-only machine (Check runner output)
 #   make SANITIZE=address,undefined check   the same under sanitizers (separate build dir)
 #   make bench-ipc            transport benchmark (starts and stops its own daemon)
+#   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
+#   make bench-serve          serving benchmark: client processes against a cpu daemon
+#                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make install PREFIX=/usr/local DESTDIR=   installs files only; enables/starts nothing
 #   make V=1 ...              show full commands
 
@@ -86,7 +89,7 @@ CORE_LIBS := $(URING_LIBS) -lm
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-san check-python check-systemd bench-ipc bench-model fuzz \
+.PHONY: all check check-c check-san check-python check-systemd bench-ipc bench-model bench-serve fuzz \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -181,6 +184,17 @@ $(BENCH_MODEL_FILE): | $(MODELTOOL)
 bench-model: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
 	$(BENCH_MODEL) --model $(BENCH_MODEL_FILE)
 
+# The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
+# daemon itself, once per scenario, on the same model file as bench-model.
+BENCH_SERVE := $(BUILD)/bench/bench_serve
+BENCH_SERVE_ARGS ?=
+$(BENCH_SERVE): $(BUILD)/bench/bench_serve.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm
+
+bench-serve: $(BENCH_SERVE) $(BITNETD) $(BENCH_MODEL_FILE)
+	BITNETD=$(BITNETD) $(BENCH_SERVE) --model $(BENCH_MODEL_FILE) $(BENCH_SERVE_ARGS)
+
 FUZZ_SECONDS ?= 60
 fuzz:
 	@mkdir -p build-fuzz/corpus
@@ -252,6 +266,6 @@ clean:
 	rm -rf build build-san
 
 help:
-	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
