@@ -31,21 +31,7 @@
 #include <unistd.h>
 
 #define TOLERANCE 2e-3f
-#define KNOWN_STEPS 200
-
-/* From ../shared/models/README.md: llama2.c, temperature 0, from BOS = 1. */
-static const uint32_t stories_known[KNOWN_STEPS] = {
-	403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
-	410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
-	266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
-	426, 13, 438, 310, 439, 419, 357, 336, 432, 313, 438, 310, 432, 278, 316, 439, 419, 298, 414, 267,
-	265, 282, 295, 433, 426, 436, 317, 286, 296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263,
-	415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 391, 267, 337, 335, 364, 420, 268, 388, 432, 398,
-	359, 280, 303, 439, 413, 272, 417, 264, 312, 426, 436, 13, 438, 310, 286, 296, 418, 269, 279, 292,
-	416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 439, 423, 262,
-	304, 420, 422, 432, 317, 426, 359, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400,
-	426, 436, 13, 438, 310, 279, 292, 416, 439, 413, 391, 267, 281, 421, 427, 311, 357, 432, 384, 358,
-};
+#define KNOWN_STEPS TU_STORIES_KNOWN
 
 static char stories_path[512];
 static char tiny_dir[] = "/tmp/bn-forward-XXXXXX";
@@ -132,8 +118,8 @@ START_TEST(stories_reference_greedy)
 	for (uint32_t i = 0; i < KNOWN_STEPS; i++) {
 		ck_assert_int_eq(bn_ref_step(r, token, logits), 0);
 		token = bn_argmax(logits, m.cfg.n_vocab);
-		ck_assert_msg(token == stories_known[i], "step %u: %u, want %u", i, token,
-			      stories_known[i]);
+		ck_assert_msg(token == tu_stories_known[i], "step %u: %u, want %u", i, token,
+			      tu_stories_known[i]);
 	}
 	free(logits);
 	bn_ref_free(r);
@@ -152,8 +138,8 @@ START_TEST(stories_fast_greedy)
 	for (uint32_t i = 0; i < KNOWN_STEPS; i++) {
 		ck_assert_int_eq(run_row(&e, 0, &token, 1, i, logits, 0), 0);
 		token = bn_argmax(logits, m.cfg.n_vocab);
-		ck_assert_msg(token == stories_known[i], "step %u: %u, want %u", i, token,
-			      stories_known[i]);
+		ck_assert_msg(token == tu_stories_known[i], "step %u: %u, want %u", i, token,
+			      tu_stories_known[i]);
 	}
 	free(logits);
 	engine_free(&e);
@@ -179,8 +165,8 @@ START_TEST(stories_through_daemon)
 	ck_assert_int_eq(bn_generate(c, &req, out, KNOWN_STEPS, &res, 60000000000LL), 0);
 	ck_assert_uint_eq(res.n_tokens, KNOWN_STEPS);
 	for (uint32_t i = 0; i < KNOWN_STEPS; i++)
-		ck_assert_msg(out[i] == stories_known[i], "token %u: %u, want %u", i, out[i],
-			      stories_known[i]);
+		ck_assert_msg(out[i] == tu_stories_known[i], "token %u: %u, want %u", i, out[i],
+			      tu_stories_known[i]);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }

@@ -24,12 +24,6 @@
 #define SEC 1000000000LL
 #define MAX_OUT 64
 
-static const char *default_model(void)
-{
-	const char *m = getenv("BITNET_DEFAULT_MODEL");
-	return m && *m ? m : "build/models/tiny.gguf";
-}
-
 static struct bn_client *connect_to(const struct tu_daemon *d, uint32_t slots)
 {
 	struct bn_client *c;
@@ -177,9 +171,9 @@ START_TEST(sixteen_together_equal_alone)
 {
 	/* Alone on a daemon that reads each prompt in one step; together on one that cuts every
 	 * prompt into chunks of a few tokens while the others decode. */
-	const char *alone_args[] = { "--backend", "cpu", "--model", default_model(),
+	const char *alone_args[] = { "--backend", "cpu", "--model", tu_default_model(),
 				     "--token-budget", "4096", NULL };
-	const char *crowd_args[] = { "--backend", "cpu", "--model", default_model(),
+	const char *crowd_args[] = { "--backend", "cpu", "--model", tu_default_model(),
 				     "--token-budget", "24", NULL };
 	static struct job alone[16], together[16];
 	struct tu_daemon d;
@@ -222,20 +216,7 @@ END_TEST
 /* The test model: 8 clients with different prompts, and the unprompted known ids              */
 /* ------------------------------------------------------------------------------------------ */
 
-#define KNOWN_STEPS 200
-static const uint32_t stories_known[KNOWN_STEPS] = {
-	403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
-	410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
-	266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
-	426, 13, 438, 310, 439, 419, 357, 336, 432, 313, 438, 310, 432, 278, 316, 439, 419, 298, 414, 267,
-	265, 282, 295, 433, 426, 436, 317, 286, 296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263,
-	415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 391, 267, 337, 335, 364, 420, 268, 388, 432, 398,
-	359, 280, 303, 439, 413, 272, 417, 264, 312, 426, 436, 13, 438, 310, 286, 296, 418, 269, 279, 292,
-	416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 439, 423, 262,
-	304, 420, 422, 432, 317, 426, 359, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400,
-	426, 436, 13, 438, 310, 279, 292, 416, 439, 413, 391, 267, 281, 421, 427, 311, 357, 432, 384, 358,
-};
-
+#define KNOWN_STEPS TU_STORIES_KNOWN
 static char stories_path[512];
 
 struct client_thread {
@@ -281,7 +262,7 @@ START_TEST(stories_eight_clients)
 		j->prompt[0] = 1; /* BOS, then a different story start each */
 		j->n_prompt = 1 + 1 + i;
 		for (uint32_t k = 1; k < j->n_prompt; k++)
-			j->prompt[k] = stories_known[(i * 11 + k) % KNOWN_STEPS];
+			j->prompt[k] = tu_stories_known[(i * 11 + k) % KNOWN_STEPS];
 		j->max_tokens = 48;
 		j->flags = BN_REQ_IGNORE_EOS;
 		if (i % 2) { /* half sampled */
@@ -309,8 +290,8 @@ START_TEST(stories_eight_clients)
 	}
 	ck_assert_int_eq(th[8].rc, 0);
 	for (uint32_t i = 0; i < KNOWN_STEPS; i++)
-		ck_assert_msg(th[8].known[i] == stories_known[i], "known token %u: %u, want %u", i,
-			      th[8].known[i], stories_known[i]);
+		ck_assert_msg(th[8].known[i] == tu_stories_known[i], "known token %u: %u, want %u", i,
+			      th[8].known[i], tu_stories_known[i]);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }
 END_TEST
@@ -321,7 +302,7 @@ END_TEST
 
 START_TEST(logprobs_of_greedy_tokens)
 {
-	const char *args[] = { "--backend", "cpu", "--model", default_model(), NULL };
+	const char *args[] = { "--backend", "cpu", "--model", tu_default_model(), NULL };
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	struct bn_client *c = connect_to(&d, 1);

@@ -36,21 +36,8 @@
 
 #define NONE UINT32_MAX
 #define SECOND 1000000000LL
-#define KNOWN_STEPS 200
+#define KNOWN_STEPS TU_STORIES_KNOWN
 
-/* From ../shared/models/README.md: llama2.c, temperature 0, from BOS = 1. */
-static const uint32_t stories_known[KNOWN_STEPS] = {
-	403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
-	410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
-	266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
-	426, 13, 438, 310, 439, 419, 357, 336, 432, 313, 438, 310, 432, 278, 316, 439, 419, 298, 414, 267,
-	265, 282, 295, 433, 426, 436, 317, 286, 296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263,
-	415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 391, 267, 337, 335, 364, 420, 268, 388, 432, 398,
-	359, 280, 303, 439, 413, 272, 417, 264, 312, 426, 436, 13, 438, 310, 286, 296, 418, 269, 279, 292,
-	416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 439, 423, 262,
-	304, 420, 422, 432, 317, 426, 359, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400,
-	426, 436, 13, 438, 310, 279, 292, 416, 439, 413, 391, 267, 281, 421, 427, 311, 357, 432, 384, 358,
-};
 #define STORIES_START "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
 #define STORIES_END "Lily didn't want to help her mom, so she"
 
@@ -739,23 +726,17 @@ START_TEST(daemon_payload_memfd_is_sealed)
 }
 END_TEST
 
-static const char *default_model(void)
-{
-	const char *m = getenv("BITNET_DEFAULT_MODEL");
-	return m && *m ? m : "build/models/tiny.gguf";
-}
-
 START_TEST(daemon_payload_open_checks_the_model_size)
 {
 	int fd = -1;
 	size_t size = 0;
 	char err[BN_VOCAB_ERR_LEN];
-	int rc = bn_vocab_payload_open(default_model(), 512, &fd, &size, err);
+	int rc = bn_vocab_payload_open(tu_default_model(), 512, &fd, &size, err);
 	ck_assert_msg(rc == 1, "%s", err);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_uint_gt(size, 512 * sizeof(struct bn_vocab_entry));
 	close(fd);
-	ck_assert_int_eq(bn_vocab_payload_open(default_model(), 511, &fd, &size, err), -1);
+	ck_assert_int_eq(bn_vocab_payload_open(tu_default_model(), 511, &fd, &size, err), -1);
 	ck_assert_msg(strstr(err, "the vocabulary has 512 tokens, the model 511"), "%s", err);
 	ck_assert_int_eq(bn_vocab_payload_open("/nonexistent.gguf", 0, &fd, &size, err), -1);
 }
@@ -883,7 +864,7 @@ END_TEST
  * the daemon's code builds from the file here. */
 START_TEST(vocabulary_through_the_daemon)
 {
-	const char *args[] = { "--backend", "cpu", "--model", default_model(), NULL };
+	const char *args[] = { "--backend", "cpu", "--model", tu_default_model(), NULL };
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	struct bn_client *c = connect_or_die(&d);
@@ -893,7 +874,7 @@ START_TEST(vocabulary_through_the_daemon)
 	int fd;
 	size_t size;
 	char err[BN_VOCAB_ERR_LEN];
-	ck_assert_int_eq(bn_vocab_payload_open(default_model(), 0, &fd, &size, err), 1);
+	ck_assert_int_eq(bn_vocab_payload_open(tu_default_model(), 0, &fd, &size, err), 1);
 	void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	struct bn_vocab *local;
 	ck_assert_int_eq(bn_vocab_from_payload(p, size, &local), 0);
@@ -931,7 +912,7 @@ END_TEST
  * still parses) loads and serves, without a vocabulary. */
 START_TEST(malformed_tokenizer_is_served_without_vocabulary)
 {
-	FILE *in = fopen(default_model(), "rb");
+	FILE *in = fopen(tu_default_model(), "rb");
 	ck_assert_ptr_nonnull(in);
 	static uint8_t file[8 << 20];
 	size_t size = fread(file, 1, sizeof(file), in);
@@ -1012,7 +993,7 @@ START_TEST(stories_known_ids_round_trip)
 	ck_assert_uint_eq(bn_vocab_unk_id(v), 0);
 	ck_assert_int_eq(bn_vocab_add_bos(v), 1);
 	char text[4096], back[4096];
-	int len = bn_detokenize(v, stories_known, KNOWN_STEPS, 1, text, sizeof(text));
+	int len = bn_detokenize(v, tu_stories_known, KNOWN_STEPS, 1, text, sizeof(text));
 	ck_assert_int_gt(len, 0);
 	ck_assert_int_lt(len, (int)sizeof(text));
 	ck_assert_msg(strncmp(text, STORIES_START, strlen(STORIES_START)) == 0, "%s", text);
@@ -1022,14 +1003,14 @@ START_TEST(stories_known_ids_round_trip)
 	int n = bn_tokenize(v, text, (size_t)len, 0, ids, 512);
 	ck_assert_int_eq(n, KNOWN_STEPS);
 	for (int i = 0; i < n; i++)
-		ck_assert_msg(ids[i] == stories_known[i], "id %d: %u, want %u", i, ids[i],
-			      stories_known[i]);
+		ck_assert_msg(ids[i] == tu_stories_known[i], "id %d: %u, want %u", i, ids[i],
+			      tu_stories_known[i]);
 	ck_assert_int_eq(bn_detokenize(v, ids, (uint32_t)n, 1, back, sizeof(back)), len);
 	ck_assert_str_eq(back, text);
 	n = bn_tokenize(v, "Once upon a time", 16, 1, ids, 512);
 	ck_assert_int_eq(n, 5);
 	ck_assert_uint_eq(ids[0], 1);
-	ck_assert_int_eq(memcmp(ids + 1, stories_known, 4 * sizeof(uint32_t)), 0);
+	ck_assert_int_eq(memcmp(ids + 1, tu_stories_known, 4 * sizeof(uint32_t)), 0);
 	bn_vocab_free(v);
 }
 END_TEST
@@ -1057,7 +1038,7 @@ START_TEST(stories_cli_prints_greedy_text)
 	ck_assert_int_eq(bn_generate(c, &req, out, CLI_TOKENS, &res, 60 * SECOND), 0);
 	ck_assert_uint_eq(res.n_tokens, CLI_TOKENS);
 	/* Greedy from [BOS, Once, upon, a, time] continues the README's greedy run. */
-	ck_assert_int_eq(memcmp(out, stories_known + 4, sizeof(out)), 0);
+	ck_assert_int_eq(memcmp(out, tu_stories_known + 4, sizeof(out)), 0);
 	char want[4096];
 	int len = bn_detokenize(v, out, CLI_TOKENS, 0, want, sizeof(want) - 1024);
 	ck_assert_int_gt(len, 0);

@@ -33,6 +33,13 @@ int64_t tu_now_ns(void);
 /* The value of a metric line "name value" in Prometheus text, or -1. */
 long long tu_metric(const char *text, const char *name);
 
+/* The test model's known output (../shared/models/README.md): the 200 greedy ids after BOS. */
+#define TU_STORIES_KNOWN 200
+extern const uint32_t tu_stories_known[TU_STORIES_KNOWN];
+
+/* The built-in default model: $BITNET_DEFAULT_MODEL, else build/models/tiny.gguf. */
+const char *tu_default_model(void);
+
 struct Suite;
 /* Runs the suite with Check's normal output (its summary line included) and returns the
  * process exit status: EXIT_SUCCESS iff nothing failed. */
