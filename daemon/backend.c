@@ -7,6 +7,9 @@
 static const struct bn_backend_ops *const all_backends[] = {
 	&bn_backend_loopback,
 	&bn_backend_cpu,
+#ifdef BN_HAVE_CUDA
+	&bn_backend_cuda,
+#endif
 };
 
 const struct bn_backend_ops *bn_backend_find(const char *name)

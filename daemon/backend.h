@@ -38,6 +38,8 @@ struct bn_model_desc {
 	uint32_t eos_id;
 	uint32_t kind; /* enum bn_backend_kind from shm/bitnet_shm.h */
 	uint64_t kv_bytes_per_token; /* KV memory one position of one sequence takes; 0: none */
+	uint64_t kv_bytes_free;  /* KV memory the device can still hold; 0: no limit known. The
+				  * default pool is capped to it; --kv-memory overrides it */
 };
 
 struct bn_batch {
@@ -58,6 +60,8 @@ struct bn_backend_options {
 	uint32_t vocab_size;     /* loopback: size of its vocabulary */
 	uint32_t step_delay_us;  /* loopback: busy time per step, to mimic compute */
 	uint32_t n_threads;      /* cpu: compute threads including the caller; 0 = all CPUs */
+	int device_index;        /* cuda: the N of --device cuda:N */
+	int probing;             /* --device auto: a missing GPU is not an error (log it as info) */
 };
 
 struct bn_backend_ops {
@@ -81,5 +85,8 @@ const struct bn_backend_ops *bn_backend_find(const char *name);
 
 extern const struct bn_backend_ops bn_backend_loopback;
 extern const struct bn_backend_ops bn_backend_cpu;
+#ifdef BN_HAVE_CUDA
+extern const struct bn_backend_ops bn_backend_cuda; /* built when nvcc was found */
+#endif
 
 #endif /* BITNETD_BACKEND_H */

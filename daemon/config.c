@@ -21,8 +21,12 @@ static const char usage_text[] =
 	"  --socket-mode OCTAL    permissions of a socket bitnetd creates (default 0660);\n"
 	"                         whoever may open it may use the daemon\n"
 	"  --backend NAME         loopback (no model; tokens are a documented function of\n"
-	"                         the prompt), cpu or cuda where built (default loopback)\n"
+	"                         the prompt), cpu, or cuda where built (default: loopback\n"
+	"                         without --model, else what --device picks)\n"
 	"  --model FILE           GGUF model file for the cpu and cuda backends\n"
+	"  --device DEV           where the model runs: auto (default: the first GPU when\n"
+	"                         this build has CUDA and one is usable, else the CPU),\n"
+	"                         cpu, or cuda:N (fails when that GPU cannot be used)\n"
 	"  --threads N            cpu: compute threads, the loop's own included\n"
 	"                         (default 0: one per online CPU)\n"
 	"  --max-batch N          sequences in one forward step (default 64)\n"
@@ -71,7 +75,7 @@ enum long_only {
 	OPT_SOCKET = 256, OPT_SOCKET_MODE, OPT_BACKEND, OPT_MODEL, OPT_MAX_BATCH, OPT_WINDOW,
 	OPT_SLOTS, OPT_MAX_SESSIONS, OPT_IDLE_SPIN, OPT_LOG_LEVEL, OPT_VOCAB, OPT_STEP_DELAY,
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
-	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_HELP, OPT_VERSION,
+	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -79,6 +83,7 @@ static const struct option long_options[] = {
 	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
 	{ "backend", required_argument, NULL, OPT_BACKEND },
 	{ "model", required_argument, NULL, OPT_MODEL },
+	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "max-batch", required_argument, NULL, OPT_MAX_BATCH },
 	{ "batch-window-us", required_argument, NULL, OPT_WINDOW },
 	{ "slots", required_argument, NULL, OPT_SLOTS },
@@ -117,6 +122,51 @@ static int parse_u32(const char *flag, const char *text, uint32_t lo, uint32_t h
 	return 0;
 }
 
+/* auto, cpu, cuda (= cuda:0) or cuda:N. */
+static int parse_device(const char *text, struct bn_config *cfg)
+{
+	cfg->device_set = 1;
+	cfg->device_index = 0;
+	if (strcmp(text, "auto") == 0) {
+		cfg->device = BN_DEVICE_AUTO;
+		return 0;
+	}
+	if (strcmp(text, "cpu") == 0) {
+		cfg->device = BN_DEVICE_CPU;
+		return 0;
+	}
+	cfg->device = BN_DEVICE_CUDA;
+	if (strcmp(text, "cuda") == 0)
+		return 0;
+	uint32_t n;
+	if (strncmp(text, "cuda:", 5) == 0 && parse_u32("device", text + 5, 0, 1023, 10, &n) == 0) {
+		cfg->device_index = (int)n;
+		return 0;
+	}
+	fprintf(stderr, "bitnetd: --device: '%s' is not auto, cpu or cuda:N\n", text);
+	return -1;
+}
+
+/* --backend and --device together: the backend to open ("auto" lets main try the GPU). */
+static int resolve_backend(struct bn_config *cfg)
+{
+	static const char *const by_device[] = { "auto", "cpu", "cuda" };
+	if (!cfg->backend) {
+		cfg->backend = cfg->model_path || cfg->device_set ? by_device[cfg->device] : "loopback";
+		return 0;
+	}
+	if (!cfg->device_set) {
+		cfg->device = strcmp(cfg->backend, "cuda") == 0  ? BN_DEVICE_CUDA
+			      : strcmp(cfg->backend, "cpu") == 0 ? BN_DEVICE_CPU
+								 : BN_DEVICE_AUTO;
+		return 0;
+	}
+	if (cfg->device != BN_DEVICE_AUTO && strcmp(cfg->backend, by_device[cfg->device]) == 0)
+		return 0;
+	fprintf(stderr, "bitnetd: --backend %s contradicts --device (give one of them)\n", cfg->backend);
+	return -1;
+}
+
 /* A byte count with an optional K, M or G suffix (powers of 1024). */
 static int parse_size(const char *flag, const char *text, uint64_t *out)
 {
@@ -147,7 +197,8 @@ static void set_defaults(struct bn_config *cfg)
 	const char *ring_start = getenv("BITNETD_RING_START");
 	*cfg = (struct bn_config){
 		.socket_path = env && *env ? env : BN_DEFAULT_SOCKET_PATH,
-		.backend = "loopback",
+		.backend = NULL, /* resolve_backend */
+		.device = BN_DEVICE_AUTO,
 		.max_batch = 64,
 		.token_budget = 32,
 		.kv_block_tokens = 16,
@@ -171,6 +222,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_SOCKET_MODE: return parse_u32("socket-mode", arg, 0, 0777, 8, &cfg->socket_mode);
 	case OPT_BACKEND: cfg->backend = arg; return 0;
 	case OPT_MODEL: cfg->model_path = arg; return 0;
+	case OPT_DEVICE: return parse_device(arg, cfg);
 	case OPT_THREADS: return parse_u32("threads", arg, 0, 1024, 10, &cfg->threads);
 	case OPT_MAX_BATCH: return parse_u32("max-batch", arg, 1, 65536, 10, &cfg->max_batch);
 	case OPT_TOKEN_BUDGET:
@@ -224,6 +276,10 @@ int bn_config_parse(struct bn_config *cfg, int argc, char **argv)
 	if (optind < argc) {
 		fprintf(stderr, "bitnetd: unexpected argument '%s'\nTry 'bitnetd --help'.\n",
 			argv[optind]);
+		return -1;
+	}
+	if (resolve_backend(cfg) < 0) {
+		fprintf(stderr, "Try 'bitnetd --help'.\n");
 		return -1;
 	}
 	return 0;

@@ -15,9 +15,14 @@ enum bn_exit {
 	BN_EXIT_SYSTEM = 5,    /* io_uring, signalfd or memory could not be set up */
 };
 
+enum bn_device { BN_DEVICE_AUTO, BN_DEVICE_CPU, BN_DEVICE_CUDA };
+
 struct bn_config {
 	const char *socket_path;
-	const char *backend;
+	const char *backend;     /* loopback, cpu, cuda, or auto (try cuda, else cpu) */
+	enum bn_device device;
+	int device_index;        /* the N of cuda:N */
+	int device_set;          /* --device was given */
 	const char *model_path;
 	uint32_t max_batch;
 	uint32_t token_budget;

@@ -457,21 +457,18 @@ static int blocks_valid(const struct bn_forward *f, const struct bn_batch *b, ui
 	return 1;
 }
 
-static int check_batch(const struct bn_forward *f, const struct bn_batch *b, uint32_t *n_tok)
+int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, uint32_t *n_tok)
 {
-	const struct bn_model_config *c = &f->m->cfg;
 	uint64_t n = 0;
 	for (uint32_t r = 0; r < b->n_rows; r++) {
-		if (b->seq[r] >= f->max_seqs || b->lens[r] == 0 || b->lens[r] > b->width ||
-		    b->pos[r] != f->seq_len[b->seq[r]] || (uint64_t)b->pos[r] + b->lens[r] > c->n_ctx)
-			return -EINVAL;
-		if (!blocks_valid(f, b, r))
+		if (b->seq[r] >= lim->max_seqs || b->lens[r] == 0 || b->lens[r] > b->width ||
+		    b->pos[r] != lim->seq_len[b->seq[r]] || (uint64_t)b->pos[r] + b->lens[r] > lim->n_ctx)
 			return -EINVAL;
 		for (uint32_t q = 0; q < r; q++)
 			if (b->seq[q] == b->seq[r])
 				return -EINVAL;
 		for (uint32_t i = 0; i < b->lens[r]; i++)
-			if (b->tokens[(size_t)r * b->width + i] >= c->n_vocab)
+			if (b->tokens[(size_t)r * b->width + i] >= lim->n_vocab)
 				return -EINVAL;
 		n += b->lens[r];
 	}
@@ -479,6 +476,18 @@ static int check_batch(const struct bn_forward *f, const struct bn_batch *b, uin
 		return -EINVAL;
 	*n_tok = (uint32_t)n;
 	return 0;
+}
+
+static int check_batch(const struct bn_forward *f, const struct bn_batch *b, uint32_t *n_tok)
+{
+	const struct bn_model_config *c = &f->m->cfg;
+	struct bn_batch_limits lim = { .seq_len = f->seq_len, .max_seqs = f->max_seqs,
+				       .n_ctx = c->n_ctx, .n_vocab = c->n_vocab };
+	int rc = bn_batch_check(&lim, b, n_tok);
+	for (uint32_t r = 0; rc == 0 && r < b->n_rows; r++)
+		if (!blocks_valid(f, b, r))
+			rc = -EINVAL;
+	return rc;
 }
 
 static void embed_tokens(struct bn_forward *f, const struct bn_batch *b, uint32_t *first_tok)
@@ -492,13 +501,24 @@ static void embed_tokens(struct bn_forward *f, const struct bn_batch *b, uint32_
 			f->tok_pos[t] = b->pos[r] + i;
 			bn_model_embed(f->m, b->tokens[(size_t)r * b->width + i],
 				       f->x + (size_t)t * c->n_embd);
-			float *cs = f->rope_cs + (size_t)t * c->rope_dim;
-			for (uint32_t p = 0; p < half; p++) {
-				float angle = (float)f->tok_pos[t] * f->rope_freq[p];
-				cs[2 * p] = cosf(angle);
-				cs[2 * p + 1] = sinf(angle);
-			}
+			bn_rope_cos_sin(f->rope_freq, half, f->tok_pos[t],
+					f->rope_cs + (size_t)t * c->rope_dim);
 		}
+	}
+}
+
+void bn_rope_freqs(const struct bn_model_config *c, float *freq)
+{
+	for (uint32_t p = 0; p < c->rope_dim / 2; p++)
+		freq[p] = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim);
+}
+
+void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs)
+{
+	for (uint32_t p = 0; p < n_pairs; p++) {
+		float angle = (float)pos * freq[p];
+		cs[2 * p] = cosf(angle);
+		cs[2 * p + 1] = sinf(angle);
 	}
 }
 
@@ -612,8 +632,7 @@ struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 		free(f);
 		return NULL;
 	}
-	for (uint32_t p = 0; p < c->rope_dim / 2; p++)
-		f->rope_freq[p] = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim);
+	bn_rope_freqs(c, f->rope_freq);
 	return f;
 }
 

@@ -54,6 +54,21 @@ int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq);
 int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits,
 		   int all_positions);
 
+/* What every row of a batch must respect, whatever the backend (backend.h): a known sequence
+ * at most once per batch, 1 <= lens <= width, pos = the sequence's length, within the context,
+ * token ids in the vocabulary. Block tables are the backend's to check. */
+struct bn_batch_limits {
+	const uint32_t *seq_len;  /* [max_seqs] positions each sequence holds */
+	uint32_t max_seqs, n_ctx, n_vocab;
+};
+/* 0 with *n_tok = the batch's new tokens, or -EINVAL. */
+int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, uint32_t *n_tok);
+
+/* RoPE: freq[p] = rope_base^(-2p / rope_dim), the angle per position of pair p < rope_dim / 2;
+ * cs[2p], cs[2p + 1] = cos, sin of pos * freq[p]. Every backend rotates with these values. */
+void bn_rope_freqs(const struct bn_model_config *c, float *freq);
+void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs);
+
 /* Index of the largest logit (the first one on ties). */
 uint32_t bn_argmax(const float *logits, uint32_t n);
 

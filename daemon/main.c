@@ -10,13 +10,14 @@
 #include "loop.h"
 
 #include <stdio.h>
+#include <string.h>
 
-static int open_backend(const struct bn_config *cfg, const struct bn_backend_ops **ops,
-			void **backend, struct bn_model_desc *model)
+static int open_named(const char *name, const struct bn_config *cfg, int probing,
+		      const struct bn_backend_ops **ops, void **backend, struct bn_model_desc *model)
 {
-	*ops = bn_backend_find(cfg->backend);
+	*ops = bn_backend_find(name);
 	if (!*ops) {
-		bn_log_error("msg=\"unknown backend or not in this build\" backend=%s", cfg->backend);
+		bn_log_error("msg=\"unknown backend or not in this build\" backend=%s", name);
 		return -1;
 	}
 	struct bn_backend_options opt = {
@@ -25,14 +26,32 @@ static int open_backend(const struct bn_config *cfg, const struct bn_backend_ops
 		.vocab_size = cfg->vocab_size,
 		.step_delay_us = cfg->step_delay_us,
 		.n_threads = cfg->threads,
+		.device_index = cfg->device_index,
+		.probing = probing,
 	};
 	if ((*ops)->open(&opt, model, backend) < 0) {
-		bn_log_error("msg=\"backend failed to start\" backend=%s", cfg->backend);
+		if (!probing)
+			bn_log_error("msg=\"backend failed to start\" backend=%s", name);
 		return -1;
 	}
 	bn_log_info("msg=\"model loaded\" backend=%s model=\"%s\" vocab_size=%u context_length=%u",
-		    cfg->backend, model->name, model->vocab_size, model->context_length);
+		    name, model->name, model->vocab_size, model->context_length);
 	return 0;
+}
+
+/* --device auto: the GPU when this build has the cuda backend and it opens, else the CPU. */
+static int open_backend(const struct bn_config *cfg, const struct bn_backend_ops **ops,
+			void **backend, struct bn_model_desc *model)
+{
+	if (strcmp(cfg->backend, "auto") != 0)
+		return open_named(cfg->backend, cfg, 0, ops, backend, model);
+	if (!bn_backend_find("cuda"))
+		bn_log_info("msg=\"--device auto: this build has no cuda backend (built without nvcc); using the cpu\"");
+	else if (open_named("cuda", cfg, 1, ops, backend, model) == 0)
+		return 0;
+	else
+		bn_log_info("msg=\"--device auto: the GPU cannot be used (reason above); using the cpu\"");
+	return open_named("cpu", cfg, 0, ops, backend, model);
 }
 
 int main(int argc, char **argv)

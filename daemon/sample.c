@@ -43,6 +43,7 @@ void bn_sampler_free(struct bn_sampler *s)
 	free(s->counts);
 	free(s->in_prompt);
 	free(s->keys);
+	free(s->pen);
 	bn_sampler_init(s);
 }
 
@@ -58,9 +59,10 @@ static int sampler_reserve(struct bn_sampler *s, uint32_t n)
 		.counts = calloc(n, sizeof(*g.counts)),
 		.in_prompt = calloc(n, sizeof(*g.in_prompt)),
 		.keys = malloc((size_t)n * 2 * sizeof(*g.keys)),
+		.pen = malloc((size_t)n * sizeof(*g.pen)),
 		.cap = n,
 	};
-	if (!g.prob || !g.order || !g.counts || !g.in_prompt || !g.keys) {
+	if (!g.prob || !g.order || !g.counts || !g.in_prompt || !g.keys || !g.pen) {
 		bn_sampler_free(&g);
 		return -ENOMEM;
 	}
@@ -114,39 +116,58 @@ static float repeat_penalty(float l, float r)
 	return l > 0 ? l / r : l * r;
 }
 
-/* Each distinct token is penalized once: in_prompt marks prompt tokens already divided, and
- * an output token's count is zeroed when it is applied, which also leaves counts clear.
- * Ids >= n (not possible for validated prompts) are skipped rather than trusted. */
-static void apply_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *l,
-			    uint32_t n)
+/* Each distinct token gets one entry: in_prompt marks prompt tokens already listed, and an
+ * output token's count is zeroed when it is listed (a prompt token's with it, so the output
+ * loop skips it), which also leaves counts clear. Ids >= n (not possible for validated
+ * prompts) are skipped rather than trusted. */
+uint32_t bn_sample_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ctx,
+			     uint32_t n_vocab, struct bn_penalty *out)
 {
+	if (!penalties_on(ctx) || sampler_reserve(s, n_vocab))
+		return 0;
 	const struct bn_sampling *p = ctx->params;
 	float r = p->repetition_penalty == 1 ? 0 : p->repetition_penalty;
 	float f = p->frequency_penalty, pres = p->presence_penalty;
+	bool subtract = f != 0 || pres != 0;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < ctx->n_output; i++)
+		if (ctx->output[i] < n_vocab)
+			s->counts[ctx->output[i]]++;
 	for (uint32_t i = 0; r != 0 && i < ctx->n_prompt; i++) {
 		uint32_t t = ctx->prompt[i];
-		if (t < n && !s->in_prompt[t]) {
-			s->in_prompt[t] = 1;
-			l[t] = repeat_penalty(l[t], r);
-		}
+		if (t >= n_vocab || s->in_prompt[t])
+			continue;
+		s->in_prompt[t] = 1;
+		uint32_t c = s->counts[t];
+		s->counts[t] = 0;
+		out[n++] = (struct bn_penalty){ t, r, subtract && c ? f * (float)c + pres : 0 };
 	}
-	for (uint32_t i = 0; i < ctx->n_output; i++)
-		if (ctx->output[i] < n)
-			s->counts[ctx->output[i]]++;
 	for (uint32_t i = 0; i < ctx->n_output; i++) {
 		uint32_t t = ctx->output[i];
-		uint32_t c = t < n ? s->counts[t] : 0;
+		uint32_t c = t < n_vocab ? s->counts[t] : 0;
 		if (!c)
 			continue;
 		s->counts[t] = 0;
-		if (r != 0 && !s->in_prompt[t])
-			l[t] = repeat_penalty(l[t], r);
-		if (f != 0 || pres != 0)
-			l[t] -= f * (float)c + pres;
+		if (r != 0 || subtract)
+			out[n++] = (struct bn_penalty){ t, r, subtract ? f * (float)c + pres : 0 };
 	}
 	for (uint32_t i = 0; r != 0 && i < ctx->n_prompt; i++)
-		if (ctx->prompt[i] < n)
+		if (ctx->prompt[i] < n_vocab)
 			s->in_prompt[ctx->prompt[i]] = 0;
+	return n;
+}
+
+static void apply_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *l,
+			    uint32_t n)
+{
+	uint32_t count = bn_sample_penalties(s, ctx, n, s->pen);
+	for (uint32_t i = 0; i < count; i++) {
+		const struct bn_penalty *e = &s->pen[i];
+		if (e->repeat != 0)
+			l[e->token] = repeat_penalty(l[e->token], e->repeat);
+		if (e->subtract != 0)
+			l[e->token] -= e->subtract;
+	}
 }
 
 /* ------------------------------------------------------------------------------------------ */

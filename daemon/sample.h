@@ -68,6 +68,14 @@ struct bn_sample_out {
 	struct bn_token_logprob *top; /* caller-provided, room for params->n_logprobs records */
 };
 
+/* Step 1 for one token: the logit is divided/multiplied by `repeat` as the repetition
+ * penalty does (0: no repetition penalty), then `subtract` is taken off. */
+struct bn_penalty {
+	uint32_t token;
+	float repeat;
+	float subtract;
+};
+
 /* Scratch reused across calls by one thread; grows to the vocabulary's size. */
 struct bn_sampler {
 	float *prob;
@@ -75,6 +83,7 @@ struct bn_sampler {
 	uint32_t *counts;         /* per-token occurrence counts, kept zero between calls */
 	uint8_t *in_prompt;       /* per-token flags, kept zero between calls */
 	uint64_t *keys;           /* [2 * cap]: radix-sort buffers for long ranking prefixes */
+	struct bn_penalty *pen;   /* [cap] */
 	uint32_t cap;
 };
 
@@ -87,6 +96,13 @@ void bn_sampler_free(struct bn_sampler *s);
  * cannot grow. */
 int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logits,
 	      uint32_t n_vocab, struct bn_sample_out *out);
+
+/* Step 1 as a list: each distinct token of ctx's prompt and output that a penalty touches,
+ * once, in out[] (room for min(n_prompt + n_output, n_vocab) entries). Returns the count; 0
+ * also when no penalty applies or scratch cannot grow (then bn_sample would fail too). A GPU
+ * backend applies the list on the device. */
+uint32_t bn_sample_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ctx,
+			     uint32_t n_vocab, struct bn_penalty *out);
 
 /* The uniform draw of step `step` of a request with `seed`: the top 24 bits of
  * splitmix64(seed + (step + 1) * 0x9E3779B97F4A7C15) times 2^-24. */

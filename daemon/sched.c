@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 /* Without --kv-memory the pool holds every sequence at full context, but at most this share
- * of physical memory (the rest is the model's and the system's). */
+ * of physical memory (the rest is the model's and the system's), or on a GPU what the
+ * backend says its device has free. */
 #define KV_DEFAULT_MEMORY_SHARE 4
 
 /* Running sequences of one peer uid. */
@@ -78,9 +79,12 @@ void bn_sched_kv_usage(const struct bn_sched *s, uint32_t *total, uint32_t *used
 /* Set-up                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
-static uint64_t default_kv_memory(const struct bn_sched_config *c, uint64_t bytes_per_token)
+static uint64_t default_kv_memory(const struct bn_sched_config *c, const struct bn_model_desc *model,
+				  uint64_t bytes_per_token)
 {
 	uint64_t want = (uint64_t)c->max_batch * c->context_length * bytes_per_token;
+	if (model->kv_bytes_free) /* a device with its own memory: what it has left */
+		return want < model->kv_bytes_free ? want : model->kv_bytes_free;
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	uint64_t cap = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page /
 						       KV_DEFAULT_MEMORY_SHARE
@@ -92,7 +96,7 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 {
 	const struct bn_sched_config *c = &s->cfg;
 	uint64_t bpt = model->kv_bytes_per_token ? model->kv_bytes_per_token : 1;
-	uint64_t memory = c->kv_memory ? c->kv_memory : default_kv_memory(c, bpt);
+	uint64_t memory = c->kv_memory ? c->kv_memory : default_kv_memory(c, model, bpt);
 	uint64_t blocks = memory / (bpt * c->kv_block_tokens);
 	uint64_t useful = (uint64_t)c->max_batch *
 			  ((c->context_length + c->kv_block_tokens - 1) / c->kv_block_tokens);

@@ -13,6 +13,13 @@
 
 #include <stdint.h>
 
+/* C11 and C++ (CUDA) spell the compile-time assert differently. */
+#ifdef __cplusplus
+#define BN_STATIC_ASSERT static_assert
+#else
+#define BN_STATIC_ASSERT _Static_assert
+#endif
+
 enum bn_tensor_type {
 	BN_TYPE_F32 = 0,
 	BN_TYPE_F16 = 1,
@@ -33,7 +40,7 @@ struct bn_block_q8_0 {
 	uint16_t d;        /* half: scale */
 	int8_t qs[BN_QK8_0];
 };
-_Static_assert(sizeof(struct bn_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+BN_STATIC_ASSERT(sizeof(struct bn_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 
 /* Q6_K: 256 weights of 6 bits (4 low bits in ql, 2 high in qh) minus 32, 16 int8 sub-scales
  * of 16 weights each, one half super-scale. Decoding order: see bn_dequant_q6_k. */
@@ -43,7 +50,7 @@ struct bn_block_q6_k {
 	int8_t scales[BN_QK_K / 16];
 	uint16_t d;        /* half: super-block scale */
 };
-_Static_assert(sizeof(struct bn_block_q6_k) == 210, "Q6_K block is 210 bytes");
+BN_STATIC_ASSERT(sizeof(struct bn_block_q6_k) == 210, "Q6_K block is 210 bytes");
 
 /* TQ1_0: 256 ternary weights in base 3. qs[0..32) hold 5 trits each for weights
  * [0,160) (byte m: weights m + 32n, n = 0..4, most significant trit first); qs[32..48)
@@ -56,7 +63,7 @@ struct bn_block_tq1_0 {
 	uint8_t qh[BN_QK_K / 64];
 	uint16_t d;        /* half: scale */
 };
-_Static_assert(sizeof(struct bn_block_tq1_0) == 54, "TQ1_0 block is 54 bytes");
+BN_STATIC_ASSERT(sizeof(struct bn_block_tq1_0) == 54, "TQ1_0 block is 54 bytes");
 
 /* TQ2_0: 256 ternary weights of 2 bits. In each 32-byte half h, byte m holds weights
  * 128h + m + 32l in bits 2l..2l+1, l = 0..3. Code c means weight c - 1, times d. */
@@ -64,7 +71,7 @@ struct bn_block_tq2_0 {
 	uint8_t qs[BN_QK_K / 4];
 	uint16_t d;        /* half: scale */
 };
-_Static_assert(sizeof(struct bn_block_tq2_0) == 66, "TQ2_0 block is 66 bytes");
+BN_STATIC_ASSERT(sizeof(struct bn_block_tq2_0) == 66, "TQ2_0 block is 66 bytes");
 
 /* I2_S (bitnet.cpp): the whole tensor, flattened row-major, cut into 128-weight blocks of
  * 32 bytes; byte b of a block holds weights b, b+32, b+64, b+96 in bit pairs 7-6, 5-4, 3-2,
@@ -85,6 +92,6 @@ static inline uint64_t bn_i2_s_bytes(uint64_t n_weights)
  * code 1 (weight 0). */
 #define BN_T2_CHUNK 256
 #define BN_T2_CHUNK_BYTES 64
-_Static_assert(BN_T2_CHUNK_BYTES * 4 == BN_T2_CHUNK, "four 2-bit codes per byte");
+BN_STATIC_ASSERT(BN_T2_CHUNK_BYTES * 4 == BN_T2_CHUNK, "four 2-bit codes per byte");
 
 #endif /* BITNET_BLOCKS_H */

@@ -1,0 +1,875 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cuda backend: the graph of forward.c on one GPU (kernels/cuda), with sampling on the
+ * device. One CUDA context, one stream, one copy of the weights, uploaded at open:
+ *
+ *  - ternary matrices in the T2-plane layout the CPU kernels use (same bytes, same scales);
+ *  - F16 matrices as F16 (rows padded to a multiple of 16 weights and of 64 rows, zeros),
+ *    through the half tensor cores; every other float type (F32, BF16, and the Q8_0/Q6_K
+ *    embeddings serving as LM head, decoded exactly) as F32, through the CUDA cores;
+ *  - norms as F32. The embedding table stays on the host: a step looks up its new tokens there
+ *    (n_tok rows, the bytes a step uploads anyway), so it costs no device memory unless it is
+ *    also the LM head.
+ *
+ * A step uploads one contiguous block of inputs (embeddings, RoPE cos/sin computed by the
+ * host exactly as the CPU does, KV slots, block tables, which tokens need logits, penalties
+ * and sampling rows), runs every layer, the LM head of the rows that want a token and the
+ * sampler, and copies back only token ids and log-probabilities.
+ *
+ * Every CUDA call is checked; a failed one ends the step with -EIO (the scheduler fails that
+ * batch's requests) after one log line naming the call and the CUDA error.
+ */
+#include "backend.h"
+#include "clock.h"
+#include "cuda_kernels.h"
+#include "forward.h"
+#include "log.h"
+#include "model.h"
+#include "quant.h"
+#include "../shm/bitnet_shm.h"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 256                    /* device and staging sub-buffers */
+#define KV_HEADROOM_MIN (1ull << 30) /* device memory kept free of KV for step scratch */
+#define UPLOAD_CHUNK (64u << 20)     /* host staging for converting weights */
+
+enum dev_kind { DEV_T2, DEV_FLOAT };
+
+struct dev_linear {
+	enum dev_kind kind;
+	struct bn_cuda_t2 t2;
+	struct bn_cuda_fmat f;
+};
+
+struct dev_layer {
+	float *attn_norm, *attn_sub_norm, *ffn_norm, *ffn_sub_norm;
+	struct dev_linear wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+/* Per-step inputs, laid out identically in the pinned host block and the device block so
+ * that one copy moves them all. */
+struct step_inputs {
+	float *x;                     /* [n_tok][ld_x] embeddings */
+	float *cs;                    /* [n_tok][rope_dim] */
+	uint32_t *slot;               /* [n_tok] KV row of each token within a layer */
+	uint32_t *len;                /* [n_tok] positions each token attends over */
+	uint32_t *table_off;          /* [n_tok] where its row's block table starts */
+	uint32_t *tables;             /* [n_rows][max blocks] */
+	uint32_t *out_rows;           /* [n_out] token index of each row that wants a token */
+	struct bn_cuda_penalty *pen;  /* [n_pen] */
+	struct bn_cuda_sample_row *rank; /* [n_rank] */
+	size_t bytes;
+};
+
+struct step_shape {
+	uint32_t n_tok, n_rows, n_out, max_blocks, n_pen, n_rank;
+};
+
+struct cuda_backend {
+	struct bn_model model;
+	int device;
+	cudaStream_t stream;
+	void **allocs;                /* device buffers of the weights */
+	uint32_t n_allocs, cap_allocs;
+	struct dev_layer *layers;
+	float *output_norm;
+	struct dev_linear output;
+	uint64_t weight_bytes;
+	float *rope_freq;
+	uint32_t max_seqs;
+	uint32_t *seq_len;
+	float *kv_k, *kv_v;           /* [n_layer][n_blocks][block_tokens][kv_dim] */
+	uint32_t kv_blocks, kv_block_tokens;
+	uint32_t q_dim, kv_dim, ld_x, ld_q, ld_kv, ld_ff, ld_wide;
+	/* activations for n_cap tokens (zeroed at allocation: pads stay zero); the residual
+	 * stream x is the step's uploaded embeddings, updated in place */
+	void *act;
+	uint32_t n_cap;
+	float *x, *xb, *q, *k, *v, *att, *gate, *up;
+	struct bn_cuda_q8 xq;
+	uint16_t *xh;
+	/* step inputs */
+	void *in_host, *in_dev;
+	size_t in_cap;
+	/* outputs */
+	float *logits;
+	uint32_t logits_rows;
+	void *sample_scratch;
+	size_t sample_scratch_bytes;
+	void *res_dev, *res_host;     /* tokens [rows] then results [rows] */
+	uint32_t res_rows;
+	struct bn_sampler sampler;    /* host scratch for the penalty lists */
+	struct bn_penalty *pen_list;
+	uint32_t pen_cap;
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static int cuda_failed(const char *what, int err)
+{
+	bn_log_error("msg=\"CUDA call failed\" call=%s error=\"%s\" code=%d", what,
+		     cudaGetErrorString((cudaError_t)err), err);
+	return -EIO;
+}
+
+#define CUDA_TRY(call)                                            \
+	do {                                                      \
+		int err_ = (int)(call);                           \
+		if (err_ != 0)                                    \
+			return cuda_failed(#call, err_);          \
+	} while (0)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Device and weights                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint32_t round_up(uint32_t v, uint32_t m)
+{
+	return (v + m - 1) / m * m;
+}
+
+/* The runtime says "driver insufficient" both for an old driver and for none at all. */
+static int driver_present(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+	if (h)
+		dlclose(h);
+	return h != NULL;
+}
+
+static int pick_device(int index, int probing)
+{
+	enum bn_log_level say_level = probing ? BN_LOG_INFO : BN_LOG_ERROR;
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e == cudaErrorInsufficientDriver && !driver_present()) {
+		bn_log(say_level, "msg=\"no CUDA device: no NVIDIA driver is installed\" error=\"%s\"",
+		       dlerror());
+		return -ENODEV;
+	}
+	if (e == cudaErrorInsufficientDriver) {
+		bn_log(say_level, "msg=\"the NVIDIA driver is older than the CUDA runtime this build uses\" runtime=%d error=\"%s\"",
+			     CUDART_VERSION, cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if (e != cudaSuccess || count == 0) {
+		bn_log(say_level, "msg=\"no CUDA device\" error=\"%s\"",
+			     e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+		return -ENODEV;
+	}
+	if (index < 0 || index >= count) {
+		bn_log_error("msg=\"no such CUDA device\" device=cuda:%d devices=%d", index, count);
+		return -ENODEV;
+	}
+	struct cudaDeviceProp prop;
+	if ((e = cudaGetDeviceProperties(&prop, index)) != cudaSuccess)
+		return cuda_failed("cudaGetDeviceProperties", e);
+	if (prop.major < 9) {
+		bn_log_error("msg=\"this build runs on compute capability 9.0 or newer (sm_90 and its PTX)\" device=cuda:%d name=\"%s\" capability=%d.%d",
+			     index, prop.name, prop.major, prop.minor);
+		return -ENODEV;
+	}
+	if ((e = cudaSetDevice(index)) != cudaSuccess)
+		return cuda_failed("cudaSetDevice", e);
+	bn_log_info("msg=\"cuda device\" device=cuda:%d name=\"%s\" capability=%d.%d sms=%d memory_mib=%zu",
+		    index, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+		    prop.totalGlobalMem >> 20);
+	return 0;
+}
+
+/* A device buffer the backend frees at close; its size is counted as weights. */
+static int dev_alloc(struct cuda_backend *cb, size_t bytes, void **out)
+{
+	if (cb->n_allocs == cb->cap_allocs) {
+		uint32_t cap = cb->cap_allocs ? 2 * cb->cap_allocs : 64;
+		void **a = realloc(cb->allocs, cap * sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		cb->allocs = a;
+		cb->cap_allocs = cap;
+	}
+	cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+	if (e != cudaSuccess) {
+		size_t free_b = 0, total = 0;
+		cudaMemGetInfo(&free_b, &total);
+		bn_log_error("msg=\"out of device memory loading the weights\" need_mib=%zu free_mib=%zu loaded_mib=%llu",
+			     bytes >> 20, free_b >> 20, (unsigned long long)(cb->weight_bytes >> 20));
+		return -ENOMEM;
+	}
+	cb->allocs[cb->n_allocs++] = *out;
+	cb->weight_bytes += bytes;
+	return 0;
+}
+
+static int upload(struct cuda_backend *cb, const void *src, size_t bytes, void **out)
+{
+	int rc = dev_alloc(cb, bytes, out);
+	if (rc)
+		return rc;
+	CUDA_TRY(cudaMemcpy(*out, src, bytes, cudaMemcpyHostToDevice));
+	return 0;
+}
+
+static int upload_vec(struct cuda_backend *cb, const float *v, uint32_t n, float **out)
+{
+	*out = NULL;
+	return v ? upload(cb, v, (size_t)n * sizeof(float), (void **)out) : 0;
+}
+
+/* Rows of a float matrix converted to the device type, UPLOAD_CHUNK at a time. F16 rows go
+ * as they are; everything else through bn_dequant_row to F32 (exact for BF16, Q8_0, Q6_K). */
+static int upload_float_rows(const struct bn_linear *w, const struct bn_cuda_fmat *f, void *dev)
+{
+	const struct bn_gguf_tensor *t = w->src;
+	size_t esize = f->type == BN_CUDA_F16 ? 2 : 4, row = (size_t)f->ld * esize;
+	uint32_t per_chunk = (uint32_t)(UPLOAD_CHUNK / row) ? (uint32_t)(UPLOAD_CHUNK / row) : 1;
+	char *stage = calloc(per_chunk, row);
+	if (!stage)
+		return -ENOMEM;
+	int rc = 0;
+	for (uint32_t o0 = 0; o0 < w->n_out && rc == 0; o0 += per_chunk) {
+		uint32_t n = w->n_out - o0 < per_chunk ? w->n_out - o0 : per_chunk;
+		for (uint32_t o = 0; o < n && rc == 0; o++) {
+			char *dst = stage + (size_t)o * row;
+			if (f->type == BN_CUDA_F16)
+				memcpy(dst, (const char *)t->data + (size_t)(o0 + o) * w->n_in * 2,
+				       (size_t)w->n_in * 2);
+			else if (bn_dequant_row(t->type, t->data, t->size, o0 + o, w->n_in, (float *)dst))
+				rc = -EINVAL;
+		}
+		cudaError_t e = rc ? cudaSuccess
+				   : cudaMemcpy((char *)dev + (size_t)o0 * row, stage, (size_t)n * row,
+						cudaMemcpyHostToDevice);
+		if (e != cudaSuccess)
+			rc = cuda_failed("cudaMemcpy(weights)", e);
+	}
+	free(stage);
+	return rc;
+}
+
+static int upload_linear(struct cuda_backend *cb, const struct bn_linear *w, struct dev_linear *d)
+{
+	memset(d, 0, sizeof(*d));
+	if (w->kind == BN_LINEAR_T2) {
+		d->kind = DEV_T2;
+		d->t2 = (struct bn_cuda_t2){ .n_in = w->n_in, .n_out = w->n_out,
+					     .row_bytes = w->t2.row_bytes };
+		int rc = upload(cb, w->t2.codes, (size_t)w->n_out * w->t2.row_bytes, (void **)&d->t2.codes);
+		return rc ? rc : upload(cb, w->t2.scale, (size_t)w->n_out * sizeof(float),
+					(void **)&d->t2.scale);
+	}
+	d->kind = DEV_FLOAT;
+	int f16 = w->src->type == BN_TYPE_F16;
+	d->f = (struct bn_cuda_fmat){ .type = f16 ? BN_CUDA_F16 : BN_CUDA_F32, .n_in = w->n_in,
+				      .n_out = w->n_out, .ld = round_up(w->n_in, 16) };
+	uint32_t rows = f16 ? round_up(w->n_out, 64) : w->n_out;
+	size_t bytes = (size_t)rows * d->f.ld * (f16 ? 2 : 4);
+	void *dev;
+	int rc = dev_alloc(cb, bytes, &dev);
+	if (rc)
+		return rc;
+	CUDA_TRY(cudaMemset(dev, 0, bytes));
+	d->f.data = dev;
+	return upload_float_rows(w, &d->f, dev);
+}
+
+static int upload_layer(struct cuda_backend *cb, const struct bn_layer *L, struct dev_layer *d)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	int rc = upload_vec(cb, L->attn_norm, c->n_embd, &d->attn_norm);
+	rc = rc ? rc : upload_vec(cb, L->attn_sub_norm, cb->q_dim, &d->attn_sub_norm);
+	rc = rc ? rc : upload_vec(cb, L->ffn_norm, c->n_embd, &d->ffn_norm);
+	rc = rc ? rc : upload_vec(cb, L->ffn_sub_norm, c->n_ff, &d->ffn_sub_norm);
+	const struct bn_linear *src[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+					   &L->w_down };
+	struct dev_linear *dst[7] = { &d->wq, &d->wk, &d->wv, &d->wo, &d->w_gate, &d->w_up,
+				      &d->w_down };
+	for (int i = 0; i < 7 && rc == 0; i++)
+		rc = upload_linear(cb, src[i], dst[i]);
+	return rc;
+}
+
+static int upload_model(struct cuda_backend *cb)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	cb->layers = calloc(c->n_layer, sizeof(*cb->layers));
+	if (!cb->layers)
+		return -ENOMEM;
+	int rc = upload_vec(cb, cb->model.output_norm, c->n_embd, &cb->output_norm);
+	rc = rc ? rc : upload_linear(cb, &cb->model.output, &cb->output);
+	for (uint32_t li = 0; li < c->n_layer && rc == 0; li++)
+		rc = upload_layer(cb, &cb->model.layers[li], &cb->layers[li]);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scratch                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Hands out ALIGN-aligned pieces of a block; with base NULL it only counts. */
+struct carver {
+	char *base;
+	size_t at;
+};
+
+static void *carve(struct carver *c, size_t bytes)
+{
+	void *p = c->base ? c->base + c->at : NULL;
+	c->at += (bytes + ALIGN - 1) / ALIGN * ALIGN;
+	return p;
+}
+
+static void carve_activations(struct cuda_backend *cb, struct carver *c, uint32_t n)
+{
+	uint32_t n64 = round_up(n, 64);
+	uint32_t k_pad = round_up(cb->ld_wide, BN_T2_CHUNK);
+	cb->xb = carve(c, (size_t)n64 * cb->ld_wide * 4);
+	cb->q = carve(c, (size_t)n * cb->ld_q * 4);
+	cb->k = carve(c, (size_t)n * cb->ld_kv * 4);
+	cb->v = carve(c, (size_t)n * cb->ld_kv * 4);
+	cb->att = carve(c, (size_t)n * cb->ld_q * 4);
+	cb->gate = carve(c, (size_t)n * cb->ld_ff * 4);
+	cb->up = carve(c, (size_t)n * cb->ld_ff * 4);
+	cb->xq.q = carve(c, (size_t)n * k_pad);
+	cb->xq.inv_scale = carve(c, (size_t)n * 4);
+	cb->xq.sum = carve(c, (size_t)n * 4);
+	cb->xh = carve(c, (size_t)n64 * cb->ld_wide * 2);
+}
+
+static int reserve_activations(struct cuda_backend *cb, uint32_t n)
+{
+	if (n <= cb->n_cap)
+		return 0;
+	n = round_up(n, 64);
+	cudaFree(cb->act);
+	cb->act = NULL;
+	cb->n_cap = 0;
+	struct carver c = { 0 };
+	carve_activations(cb, &c, n);
+	CUDA_TRY(cudaMalloc(&cb->act, c.at));
+	CUDA_TRY(cudaMemset(cb->act, 0, c.at));
+	c = (struct carver){ .base = cb->act };
+	carve_activations(cb, &c, n);
+	cb->n_cap = n;
+	return 0;
+}
+
+static void carve_inputs(const struct cuda_backend *cb, struct carver *c, const struct step_shape *s,
+			 struct step_inputs *in)
+{
+	const struct bn_model_config *m = &cb->model.cfg;
+	in->x = carve(c, (size_t)s->n_tok * cb->ld_x * 4);
+	in->cs = carve(c, (size_t)s->n_tok * (m->rope_dim ? m->rope_dim : 1) * 4);
+	in->slot = carve(c, (size_t)s->n_tok * 4);
+	in->len = carve(c, (size_t)s->n_tok * 4);
+	in->table_off = carve(c, (size_t)s->n_tok * 4);
+	in->tables = carve(c, (size_t)s->n_rows * s->max_blocks * 4);
+	in->out_rows = carve(c, (size_t)s->n_out * 4);
+	in->pen = carve(c, (size_t)s->n_pen * sizeof(struct bn_cuda_penalty));
+	in->rank = carve(c, (size_t)s->n_rank * sizeof(struct bn_cuda_sample_row));
+	in->bytes = c->at;
+}
+
+/* Host and device blocks for the step's inputs, the same layout in both. */
+static int reserve_inputs(struct cuda_backend *cb, const struct step_shape *s,
+			  struct step_inputs *host, struct step_inputs *dev)
+{
+	struct carver c = { 0 };
+	carve_inputs(cb, &c, s, host);
+	if (c.at > cb->in_cap) {
+		cudaFreeHost(cb->in_host);
+		cudaFree(cb->in_dev);
+		cb->in_host = cb->in_dev = NULL;
+		cb->in_cap = 0;
+		size_t cap = c.at * 2;
+		CUDA_TRY(cudaMallocHost(&cb->in_host, cap));
+		CUDA_TRY(cudaMalloc(&cb->in_dev, cap));
+		cb->in_cap = cap;
+	}
+	c = (struct carver){ .base = cb->in_host };
+	carve_inputs(cb, &c, s, host);
+	memset(cb->in_host, 0, c.at); /* embedding pads must be zero */
+	c = (struct carver){ .base = cb->in_dev };
+	carve_inputs(cb, &c, s, dev);
+	return 0;
+}
+
+static int reserve_outputs(struct cuda_backend *cb, uint32_t rows, uint32_t rank_rows)
+{
+	uint32_t n_vocab = cb->model.cfg.n_vocab;
+	if (rows > cb->logits_rows) {
+		cudaFree(cb->logits);
+		cb->logits = NULL;
+		cb->logits_rows = 0;
+		CUDA_TRY(cudaMalloc((void **)&cb->logits, (size_t)rows * n_vocab * 4));
+		cb->logits_rows = rows;
+	}
+	if (rows > cb->res_rows) {
+		cudaFree(cb->res_dev);
+		cudaFreeHost(cb->res_host);
+		cb->res_dev = cb->res_host = NULL;
+		cb->res_rows = 0;
+		size_t bytes = (size_t)rows * (sizeof(uint32_t) + sizeof(struct bn_cuda_sample_result));
+		CUDA_TRY(cudaMalloc(&cb->res_dev, bytes));
+		CUDA_TRY(cudaMallocHost(&cb->res_host, bytes));
+		cb->res_rows = rows;
+	}
+	size_t need = rank_rows ? bn_cuda_sample_scratch_bytes(n_vocab, rank_rows) : 0;
+	if (need > cb->sample_scratch_bytes) {
+		cudaFree(cb->sample_scratch);
+		cb->sample_scratch = NULL;
+		cb->sample_scratch_bytes = 0;
+		CUDA_TRY(cudaMalloc(&cb->sample_scratch, need));
+		cb->sample_scratch_bytes = need;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Open, close, KV                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+static void cuda_close(void *self)
+{
+	struct cuda_backend *cb = self;
+	if (!cb)
+		return;
+	if (cb->stream)
+		cudaStreamSynchronize(cb->stream);
+	for (uint32_t i = 0; i < cb->n_allocs; i++)
+		cudaFree(cb->allocs[i]);
+	cudaFree(cb->kv_k);
+	cudaFree(cb->kv_v);
+	cudaFree(cb->act);
+	cudaFree(cb->in_dev);
+	cudaFreeHost(cb->in_host);
+	cudaFree(cb->logits);
+	cudaFree(cb->sample_scratch);
+	cudaFree(cb->res_dev);
+	cudaFreeHost(cb->res_host);
+	if (cb->stream)
+		cudaStreamDestroy(cb->stream);
+	free(cb->allocs);
+	free(cb->layers);
+	free(cb->rope_freq);
+	free(cb->seq_len);
+	free(cb->pen_list);
+	bn_sampler_free(&cb->sampler);
+	bn_model_free(&cb->model);
+	free(cb);
+}
+
+static void set_dims(struct cuda_backend *cb)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	cb->q_dim = c->n_head * c->head_dim;
+	cb->kv_dim = c->n_head_kv * c->head_dim;
+	cb->ld_x = round_up(c->n_embd, 64);
+	cb->ld_q = round_up(cb->q_dim, 64);
+	cb->ld_kv = round_up(cb->kv_dim, 64);
+	cb->ld_ff = round_up(c->n_ff, 64);
+	uint32_t wide = cb->ld_x > cb->ld_q ? cb->ld_x : cb->ld_q;
+	cb->ld_wide = wide > cb->ld_ff ? wide : cb->ld_ff;
+}
+
+static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	memset(desc, 0, sizeof(*desc));
+	snprintf(desc->name, sizeof(desc->name), "%s", c->name);
+	desc->vocab_size = c->n_vocab;
+	desc->context_length = c->n_ctx;
+	desc->bos_id = c->bos_id;
+	desc->eos_id = c->eos_id;
+	desc->kind = BN_BACKEND_CUDA;
+	desc->kv_bytes_per_token = (uint64_t)c->n_layer * 2 * cb->kv_dim * sizeof(float);
+	size_t free_b = 0, total = 0;
+	if (cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
+		uint64_t headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;
+		desc->kv_bytes_free = free_b > headroom ? free_b - headroom : 0;
+	}
+}
+
+static int open_model(struct cuda_backend *cb, const struct bn_backend_options *opt)
+{
+	char err[BN_MODEL_ERR_LEN];
+	if (bn_model_load(&cb->model, opt->model_path, err) != 0) {
+		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
+		return -EINVAL;
+	}
+	const struct bn_model_config *c = &cb->model.cfg;
+	if (c->head_dim > BN_CUDA_MAX_HEAD_DIM) {
+		bn_log_error("msg=\"the cuda backend handles heads of at most %d dimensions\" head_dim=%u",
+			     BN_CUDA_MAX_HEAD_DIM, c->head_dim);
+		return -EINVAL;
+	}
+	set_dims(cb);
+	cb->max_seqs = opt->max_seqs;
+	cb->seq_len = calloc(opt->max_seqs, sizeof(*cb->seq_len));
+	cb->rope_freq = malloc((c->rope_dim / 2 + 1) * sizeof(float));
+	if (!cb->seq_len || !cb->rope_freq)
+		return -ENOMEM;
+	bn_rope_freqs(c, cb->rope_freq);
+	return 0;
+}
+
+static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self)
+{
+	if (!opt->model_path) {
+		bn_log_error("msg=\"the cuda backend needs --model FILE\"");
+		return -EINVAL;
+	}
+	int rc = pick_device(opt->device_index, opt->probing);
+	if (rc)
+		return rc;
+	struct cuda_backend *cb = calloc(1, sizeof(*cb));
+	if (!cb)
+		return -ENOMEM;
+	uint64_t t0 = bn_now_ns();
+	bn_sampler_init(&cb->sampler);
+	cb->device = opt->device_index;
+	cudaError_t e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
+	rc = e != cudaSuccess ? cuda_failed("cudaStreamCreate", e) : open_model(cb, opt);
+	rc = rc ? rc : upload_model(cb);
+	if (rc) {
+		cuda_close(cb);
+		return rc;
+	}
+	const struct bn_model_config *c = &cb->model.cfg;
+	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f load_ms=%.0f",
+		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
+		    c->n_ctx, (double)cb->weight_bytes / (1 << 20), (double)(bn_now_ns() - t0) / 1e6);
+	describe(cb, desc);
+	*self = cb;
+	return 0;
+}
+
+static int cuda_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
+{
+	struct cuda_backend *cb = self;
+	cudaFree(cb->kv_k);
+	cudaFree(cb->kv_v);
+	cb->kv_k = cb->kv_v = NULL;
+	cb->kv_blocks = 0;
+	if (n_blocks == 0 || block_tokens == 0)
+		return -EINVAL;
+	size_t bytes = (size_t)cb->model.cfg.n_layer * n_blocks * block_tokens * cb->kv_dim * 4;
+	if (cudaMalloc((void **)&cb->kv_k, bytes) != cudaSuccess ||
+	    cudaMalloc((void **)&cb->kv_v, bytes) != cudaSuccess) {
+		size_t free_b = 0, total = 0;
+		cudaMemGetInfo(&free_b, &total);
+		bn_log_error("msg=\"out of device memory for the KV cache\" need_mib=%zu free_mib=%zu",
+			     (2 * bytes) >> 20, free_b >> 20);
+		cudaFree(cb->kv_k);
+		cb->kv_k = NULL;
+		return -ENOMEM;
+	}
+	cb->kv_blocks = n_blocks;
+	cb->kv_block_tokens = block_tokens;
+	return 0;
+}
+
+static int cuda_seq_open(void *self, uint32_t seq)
+{
+	struct cuda_backend *cb = self;
+	if (seq >= cb->max_seqs)
+		return -EINVAL;
+	cb->seq_len[seq] = 0;
+	return 0;
+}
+
+static void cuda_seq_close(void *self, uint32_t seq)
+{
+	(void)self; /* the scheduler takes the blocks back; seq_open resets the length */
+	(void)seq;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The step: inputs                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+static int blocks_valid(const struct cuda_backend *cb, const struct bn_batch *b)
+{
+	if (!b->blocks || !cb->kv_blocks)
+		return 0;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		uint32_t n = (b->pos[r] + b->lens[r] + cb->kv_block_tokens - 1) / cb->kv_block_tokens;
+		for (uint32_t i = 0; i < n; i++)
+			if (b->blocks[r][i] >= cb->kv_blocks)
+				return 0;
+	}
+	return 1;
+}
+
+static int plain_greedy(const struct bn_sample_ctx *s)
+{
+	const struct bn_sampling *p = s->params;
+	return (p->temperature == 0 || p->top_k == 1) && !p->want_logprobs;
+}
+
+static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, uint32_t n_tok,
+		       struct step_shape *s)
+{
+	*s = (struct step_shape){ .n_tok = n_tok, .n_rows = b->n_rows };
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		uint32_t nb = (b->pos[r] + b->lens[r] + cb->kv_block_tokens - 1) / cb->kv_block_tokens;
+		s->max_blocks = nb > s->max_blocks ? nb : s->max_blocks;
+		if (!b->sample[r])
+			continue;
+		s->n_out++;
+		s->n_pen += b->sample[r]->n_prompt + b->sample[r]->n_output;
+		s->n_rank += !plain_greedy(b->sample[r]);
+	}
+}
+
+static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
+			uint32_t max_blocks)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	uint32_t t = 0, n_out = 0, bt = cb->kv_block_tokens;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		memcpy(in->tables + (size_t)r * max_blocks, b->blocks[r],
+		       (b->pos[r] + b->lens[r] + bt - 1) / bt * sizeof(uint32_t));
+		for (uint32_t i = 0; i < b->lens[r]; i++, t++) {
+			uint32_t pos = b->pos[r] + i;
+			bn_model_embed(&cb->model, b->tokens[(size_t)r * b->width + i],
+				       in->x + (size_t)t * cb->ld_x);
+			bn_rope_cos_sin(cb->rope_freq, c->rope_dim / 2, pos, in->cs + (size_t)t * c->rope_dim);
+			in->slot[t] = b->blocks[r][pos / bt] * bt + pos % bt;
+			in->len[t] = pos + 1;
+			in->table_off[t] = r * max_blocks;
+		}
+		if (b->sample[r])
+			in->out_rows[n_out++] = t - 1;
+	}
+}
+
+/* Penalty entries and ranking rows of the rows that want tokens (out-row numbering). */
+static int fill_sampling(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
+			 struct step_shape *s)
+{
+	uint32_t n_vocab = cb->model.cfg.n_vocab, o = 0;
+	s->n_pen = s->n_rank = 0;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		const struct bn_sample_ctx *ctx = b->sample[r];
+		if (!ctx)
+			continue;
+		uint32_t room = ctx->n_prompt + ctx->n_output;
+		if (room > cb->pen_cap) {
+			struct bn_penalty *p = realloc(cb->pen_list, room * sizeof(*p));
+			if (!p)
+				return -ENOMEM;
+			cb->pen_list = p;
+			cb->pen_cap = room;
+		}
+		uint32_t n = bn_sample_penalties(&cb->sampler, ctx, n_vocab, cb->pen_list);
+		for (uint32_t i = 0; i < n; i++)
+			in->pen[s->n_pen++] = (struct bn_cuda_penalty){
+				o, cb->pen_list[i].token, cb->pen_list[i].repeat, cb->pen_list[i].subtract };
+		if (!plain_greedy(ctx)) {
+			const struct bn_sampling *p = ctx->params;
+			in->rank[s->n_rank++] = (struct bn_cuda_sample_row){
+				.logit_row = o, .temperature = p->temperature, .top_k = p->top_k,
+				.top_p = p->top_p, .min_p = p->min_p,
+				.u = bn_sample_uniform(p->seed, ctx->n_output),
+				.n_top = p->want_logprobs ? p->n_logprobs : 0,
+				.want_logprob = p->want_logprobs,
+			};
+		}
+		o++;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The step: layers                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/* y = W x for n tokens; x is quantized first when W is ternary (unless `quantized` says the
+ * int8 rows of this x are already in cb->xq). */
+static int linear(struct cuda_backend *cb, const struct dev_linear *w, const float *x, uint32_t ldx,
+		  uint32_t n, float *y, uint32_t ldy, int quantized)
+{
+	if (w->kind == DEV_FLOAT)
+		return bn_cuda_f_gemm(&w->f, x, ldx, n, y, ldy, cb->xh, cb->stream);
+	if (!quantized) {
+		cb->xq.k = w->t2.n_in;
+		cb->xq.k_pad = round_up(w->t2.n_in, BN_T2_CHUNK);
+		int rc = bn_cuda_quantize(x, ldx, n, &cb->xq, cb->stream);
+		if (rc)
+			return rc;
+	}
+	return bn_cuda_t2_gemm(&w->t2, &cb->xq, n, y, ldy, cb->stream);
+}
+
+/* Several matrices on one input: quantized once. */
+static int linear_multi(struct cuda_backend *cb, uint32_t n_mats, const struct dev_linear *const *w,
+			float *const *y, const uint32_t *ldy, const float *x, uint32_t ldx, uint32_t n)
+{
+	int quantized = 0, rc = 0;
+	for (uint32_t i = 0; i < n_mats && rc == 0; i++) {
+		rc = linear(cb, w[i], x, ldx, n, y[i], ldy[i], quantized);
+		quantized |= w[i]->kind == DEV_T2;
+	}
+	return rc;
+}
+
+static int attention(struct cuda_backend *cb, uint32_t li, const struct step_inputs *in, uint32_t n)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	size_t layer = (size_t)li * cb->kv_blocks * cb->kv_block_tokens * cb->kv_dim;
+	struct bn_cuda_kv_layer kv = { .K = cb->kv_k + layer, .V = cb->kv_v + layer,
+				       .kv_dim = cb->kv_dim, .block_tokens = cb->kv_block_tokens };
+	int rc = bn_cuda_rope(cb->q, cb->ld_q, c->n_head, c->head_dim, c->rope_dim, c->rope_neox,
+			      in->cs, n, cb->stream);
+	rc = rc ? rc : bn_cuda_rope(cb->k, cb->ld_kv, c->n_head_kv, c->head_dim, c->rope_dim,
+				    c->rope_neox, in->cs, n, cb->stream);
+	rc = rc ? rc : bn_cuda_kv_store(&kv, cb->k, cb->v, cb->ld_kv, in->slot, n, cb->stream);
+	struct bn_cuda_attn a = {
+		.q = cb->q, .ldq = cb->ld_q, .out = cb->att, .ldo = cb->ld_q, .len = in->len,
+		.table_off = in->table_off, .tables = in->tables, .n_head = c->n_head,
+		.n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
+		.scale = 1.0f / sqrtf((float)c->head_dim),
+	};
+	return rc ? rc : bn_cuda_attend(&kv, &a, n, cb->stream);
+}
+
+static int layer_forward(struct cuda_backend *cb, uint32_t li, const struct step_inputs *in, uint32_t n)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	const struct dev_layer *L = &cb->layers[li];
+	cudaStream_t st = cb->stream;
+	int rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, NULL, L->attn_norm, c->n_embd,
+				 n, c->rms_eps, st);
+	const struct dev_linear *qkv[3] = { &L->wq, &L->wk, &L->wv };
+	float *qkv_out[3] = { cb->q, cb->k, cb->v };
+	uint32_t qkv_ld[3] = { cb->ld_q, cb->ld_kv, cb->ld_kv };
+	rc = rc ? rc : linear_multi(cb, 3, qkv, qkv_out, qkv_ld, cb->xb, cb->ld_wide, n);
+	rc = rc ? rc : attention(cb, li, in, n);
+	if (L->attn_sub_norm && !rc)
+		rc = bn_cuda_rmsnorm(cb->att, cb->ld_q, cb->att, cb->ld_q, NULL, L->attn_sub_norm,
+				     cb->q_dim, n, c->rms_eps, st);
+	rc = rc ? rc : linear(cb, &L->wo, cb->att, cb->ld_q, n, cb->xb, cb->ld_wide, 0);
+	rc = rc ? rc : bn_cuda_add(cb->x, cb->ld_x, cb->xb, cb->ld_wide, c->n_embd, n, st);
+	rc = rc ? rc : bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, NULL, L->ffn_norm,
+				       c->n_embd, n, c->rms_eps, st);
+	const struct dev_linear *gu[2] = { &L->w_gate, &L->w_up };
+	float *gu_out[2] = { cb->gate, cb->up };
+	uint32_t gu_ld[2] = { cb->ld_ff, cb->ld_ff };
+	rc = rc ? rc : linear_multi(cb, 2, gu, gu_out, gu_ld, cb->xb, cb->ld_wide, n);
+	rc = rc ? rc : bn_cuda_gate(cb->gate, cb->up, cb->ld_ff, c->n_ff, n, c->act == BN_ACT_RELU2,
+				    L->ffn_sub_norm, c->rms_eps, st);
+	rc = rc ? rc : linear(cb, &L->w_down, cb->gate, cb->ld_ff, n, cb->xb, cb->ld_wide, 0);
+	rc = rc ? rc : bn_cuda_add(cb->x, cb->ld_x, cb->xb, cb->ld_wide, c->n_embd, n, st);
+	return rc ? cuda_failed("layer kernels", rc) : 0;
+}
+
+/* Final norm of the tokens that want logits, the LM head, then the sampler. */
+static int output_and_sample(struct cuda_backend *cb, const struct step_inputs *in,
+			     const struct step_shape *s)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	cudaStream_t st = cb->stream;
+	uint32_t *tokens = cb->res_dev;
+	struct bn_cuda_sample_result *res = (void *)(tokens + cb->res_rows);
+	int rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, in->out_rows, cb->output_norm,
+				 c->n_embd, s->n_out, c->rms_eps, st);
+	rc = rc ? rc : linear(cb, &cb->output, cb->xb, cb->ld_wide, s->n_out, cb->logits, c->n_vocab, 0);
+	rc = rc ? rc : bn_cuda_penalize(cb->logits, c->n_vocab, in->pen, s->n_pen, st);
+	rc = rc ? rc : bn_cuda_argmax(cb->logits, c->n_vocab, c->n_vocab, s->n_out, tokens, st);
+	rc = rc ? rc : bn_cuda_sample(cb->logits, c->n_vocab, c->n_vocab, in->rank, s->n_rank,
+				      cb->sample_scratch, cb->sample_scratch_bytes, res, st);
+	return rc ? cuda_failed("output kernels", rc) : 0;
+}
+
+/* Tokens and log-probabilities back into out[]: argmax for plain greedy rows, the ranking
+ * results in order for the others. */
+static void collect(const struct cuda_backend *cb, const struct bn_batch *b, struct bn_sample_out *out)
+{
+	const uint32_t *tokens = cb->res_host;
+	const struct bn_cuda_sample_result *res = (const void *)(tokens + cb->res_rows);
+	uint32_t o = 0, k = 0;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		if (!b->sample[r])
+			continue;
+		struct bn_sample_out *so = &out[r];
+		*so = (struct bn_sample_out){ .top = so->top, .token = tokens[o++] };
+		if (plain_greedy(b->sample[r]))
+			continue;
+		const struct bn_cuda_sample_result *x = &res[k++];
+		so->token = x->token;
+		so->logprob = x->logprob;
+		so->n_top = so->top ? x->n_top : 0;
+		for (uint32_t i = 0; i < so->n_top; i++)
+			so->top[i] = (struct bn_token_logprob){ x->top[i].token, x->top[i].logprob };
+	}
+}
+
+static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct step_shape *s,
+		    struct bn_sample_out *out)
+{
+	struct step_inputs host, dev;
+	int rc = reserve_activations(cb, s->n_tok);
+	rc = rc ? rc : reserve_outputs(cb, s->n_out, s->n_rank);
+	rc = rc ? rc : reserve_inputs(cb, s, &host, &dev);
+	if (rc)
+		return rc;
+	fill_tokens(cb, b, &host, s->max_blocks);
+	if ((rc = fill_sampling(cb, b, &host, s)) != 0)
+		return rc;
+	CUDA_TRY(cudaMemcpyAsync(cb->in_dev, cb->in_host, host.bytes, cudaMemcpyHostToDevice,
+				 cb->stream));
+	cb->x = dev.x;
+	for (uint32_t li = 0; li < cb->model.cfg.n_layer && rc == 0; li++)
+		rc = layer_forward(cb, li, &dev, s->n_tok);
+	if (rc == 0 && s->n_out)
+		rc = output_and_sample(cb, &dev, s);
+	if (rc)
+		return rc;
+	size_t back = (size_t)cb->res_rows * sizeof(uint32_t) +
+		      (size_t)s->n_rank * sizeof(struct bn_cuda_sample_result);
+	if (s->n_out)
+		CUDA_TRY(cudaMemcpyAsync(cb->res_host, cb->res_dev, back, cudaMemcpyDeviceToHost,
+					 cb->stream));
+	CUDA_TRY(cudaStreamSynchronize(cb->stream));
+	collect(cb, b, out);
+	return 0;
+}
+
+static int cuda_step(void *self, const struct bn_batch *b, struct bn_sample_out *out)
+{
+	struct cuda_backend *cb = self;
+	const struct bn_model_config *c = &cb->model.cfg;
+	struct bn_batch_limits lim = { .seq_len = cb->seq_len, .max_seqs = cb->max_seqs,
+				       .n_ctx = c->n_ctx, .n_vocab = c->n_vocab };
+	uint32_t n_tok;
+	int rc = bn_batch_check(&lim, b, &n_tok);
+	if (rc || !blocks_valid(cb, b) || !b->sample)
+		return -EINVAL;
+	struct step_shape s;
+	step_shape(cb, b, n_tok, &s);
+	if ((rc = run_step(cb, b, &s, out)) != 0)
+		return rc;
+	for (uint32_t r = 0; r < b->n_rows; r++)
+		cb->seq_len[b->seq[r]] += b->lens[r];
+	return 0;
+}
+
+const struct bn_backend_ops bn_backend_cuda = {
+	.name = "cuda",
+	.open = cuda_open,
+	.close = cuda_close,
+	.kv_init = cuda_kv_init,
+	.seq_open = cuda_seq_open,
+	.seq_close = cuda_seq_close,
+	.step = cuda_step,
+};

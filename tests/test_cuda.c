@@ -1,0 +1,568 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA kernels and backend against the CPU oracles. Exits 77 (skip) without a CUDA build
+ * or without a usable GPU, saying which.
+ *
+ *  - int8 quantization and both ternary kernels (dp4a, tensor cores): bit-identical to
+ *    bn_quantize_rows and the scalar t2_gemm, on random inputs of awkward sizes;
+ *  - float products: F32 within 1e-5 of a double reference (relative to the row's norm), F16
+ *    (inputs rounded to half, as the kernel documents) within 1e-3; a token's outputs alone
+ *    and inside a launch of 40 tokens bit-identical;
+ *  - attention over a paged cache against the scalar attend: within 1e-5;
+ *  - the sampler: the token bn_sample picks, on the same logits and parameters, for greedy,
+ *    top-k, top-p, min-p and penalties; log-probabilities within 1e-4;
+ *  - the whole backend: the test model's 200 greedy ids; the tiny preset's greedy ids and
+ *    top-8 log-probabilities against the cpu backend (within 2e-2: the F16 LM head rounds its
+ *    input to half); a sequence's tokens and log-probabilities alone and inside a batch of 32,
+ *    bit-identical.
+ */
+#ifndef BN_HAVE_CUDA
+#include <stdio.h>
+
+int main(void)
+{
+	printf("SKIP: this build has no CUDA backend (nvcc was not found at build time)\n");
+	return 77;
+}
+#else
+
+#include "testutil.h"
+#include "../daemon/backend.h"
+#include "../daemon/forward.h"
+#include "../daemon/model.h"
+#include "cuda_kernels.h"
+#include "kernels.h"
+#include "quant.h"
+
+#include <check.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void)
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(rng_state >> 33);
+}
+
+static float rndf(void)
+{
+	return (float)rnd() / 2147483648.0f - 1.0f; /* [-1, 1) */
+}
+
+static void *dev_copy(const void *src, size_t bytes)
+{
+	void *d = NULL;
+	ck_assert_int_eq(cudaMalloc(&d, bytes ? bytes : 1), cudaSuccess);
+	if (src)
+		ck_assert_int_eq(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+	else
+		ck_assert_int_eq(cudaMemset(d, 0xff, bytes), cudaSuccess); /* poison */
+	return d;
+}
+
+static void host_copy(void *dst, const void *src, size_t bytes)
+{
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+	ck_assert_int_eq(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ternary: quantization and both kernels, exact                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+struct q8_pair {
+	struct bn_q8_rows cpu;
+	struct bn_cuda_q8 gpu;
+};
+
+static void quantize_both(const float *x, uint32_t n, uint32_t k, struct q8_pair *p)
+{
+	uint32_t k_pad = (k + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+	p->cpu = (struct bn_q8_rows){ .q = calloc((size_t)n, k_pad), .inv_scale = calloc(n, 4),
+				      .sum = calloc(n, 4), .k = k, .k_pad = k_pad };
+	bn_quantize_rows(x, k, n, &p->cpu);
+	float *dx = dev_copy(x, (size_t)n * k * 4);
+	p->gpu = (struct bn_cuda_q8){ .q = dev_copy(NULL, (size_t)n * k_pad),
+				      .inv_scale = dev_copy(NULL, n * 4), .sum = dev_copy(NULL, n * 4),
+				      .k = k, .k_pad = k_pad };
+	ck_assert_int_eq(bn_cuda_quantize(dx, k, n, &p->gpu, 0), 0);
+	cudaFree(dx);
+}
+
+START_TEST(quantize_matches_cpu)
+{
+	const uint32_t ks[] = { 172, 2560, 6912 };
+	for (unsigned c = 0; c < 3; c++) {
+		uint32_t n = 37, k = ks[c];
+		float *x = malloc((size_t)n * k * 4);
+		for (size_t i = 0; i < (size_t)n * k; i++)
+			x[i] = rndf() * (float)(1 + i % 7);
+		memset(x + k, 0, k * 4); /* an all-zero row */
+		struct q8_pair p;
+		quantize_both(x, n, k, &p);
+		int8_t *q = malloc((size_t)n * p.cpu.k_pad);
+		float *inv = malloc(n * 4);
+		int32_t *sum = malloc(n * 4);
+		host_copy(q, p.gpu.q, (size_t)n * p.cpu.k_pad);
+		host_copy(inv, p.gpu.inv_scale, n * 4);
+		host_copy(sum, p.gpu.sum, n * 4);
+		ck_assert_int_eq(memcmp(q, p.cpu.q, (size_t)n * p.cpu.k_pad), 0);
+		ck_assert_int_eq(memcmp(inv, p.cpu.inv_scale, n * 4), 0);
+		ck_assert_int_eq(memcmp(sum, p.cpu.sum, n * 4), 0);
+		free(x), free(q), free(inv), free(sum);
+	}
+}
+END_TEST
+
+START_TEST(ternary_kernels_match_scalar)
+{
+	uint32_t n_in = 1000, n_out = 203, row_bytes = (uint32_t)bn_t2_row_bytes(n_in);
+	uint8_t *codes = malloc((size_t)n_out * row_bytes), *row = malloc(n_in);
+	float *scale = malloc(n_out * 4);
+	for (uint32_t o = 0; o < n_out; o++) {
+		for (uint32_t k = 0; k < n_in; k++)
+			row[k] = (uint8_t)(rnd() % 3);
+		bn_t2_pack(row, n_in, codes + (size_t)o * row_bytes);
+		scale[o] = 0.5f + (float)(rnd() % 1000) / 1000.0f;
+	}
+	struct bn_t2_matrix cw = { codes, scale, n_in, n_out, row_bytes };
+	struct bn_cuda_t2 gw = { dev_copy(codes, (size_t)n_out * row_bytes), dev_copy(scale, n_out * 4),
+				 n_in, n_out, row_bytes };
+	const uint32_t toks[] = { 1, 5, 33, 100 };
+	for (unsigned c = 0; c < 4; c++) {
+		uint32_t n = toks[c];
+		float *x = malloc((size_t)n * n_in * 4), *want = malloc((size_t)n * n_out * 4);
+		float *got = malloc((size_t)n * n_out * 4);
+		for (size_t i = 0; i < (size_t)n * n_in; i++)
+			x[i] = rndf();
+		struct q8_pair p;
+		quantize_both(x, n, n_in, &p);
+		bn_kernels_scalar.t2_gemm(&cw, 0, n_out, &p.cpu, n, want, n_out);
+		float *dy = dev_copy(NULL, (size_t)n * n_out * 4);
+		ck_assert_int_eq(bn_cuda_t2_gemv_dp4a(&gw, &p.gpu, n, dy, n_out, 0), 0);
+		host_copy(got, dy, (size_t)n * n_out * 4);
+		ck_assert_msg(memcmp(got, want, (size_t)n * n_out * 4) == 0, "dp4a, %u tokens", n);
+		ck_assert_int_eq(cudaMemset(dy, 0xff, (size_t)n * n_out * 4), cudaSuccess);
+		ck_assert_int_eq(bn_cuda_t2_gemm_tc(&gw, &p.gpu, n, dy, n_out, 0), 0);
+		host_copy(got, dy, (size_t)n * n_out * 4);
+		ck_assert_msg(memcmp(got, want, (size_t)n * n_out * 4) == 0, "tensor cores, %u tokens", n);
+		cudaFree(dy);
+		free(x), free(want), free(got);
+	}
+	free(codes), free(row), free(scale);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Float products                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Rows of n_in floats (ld 16-aligned, zero padded) for the kernels, from x [n][n_in]. */
+static float *padded_rows(const float *x, uint32_t n, uint32_t n_in, uint32_t ld)
+{
+	float *p = calloc((size_t)n * ld, 4);
+	for (uint32_t t = 0; t < n; t++)
+		memcpy(p + (size_t)t * ld, x + (size_t)t * n_in, n_in * 4);
+	return p;
+}
+
+static void check_f_gemm(enum bn_cuda_ftype type, double tol)
+{
+	uint32_t n_in = 300, n_out = 130, ld = 304, n = 40;
+	float *w = malloc((size_t)n_out * n_in * 4), *x = malloc((size_t)n * n_in * 4);
+	for (size_t i = 0; i < (size_t)n_out * n_in; i++)
+		w[i] = rndf();
+	for (size_t i = 0; i < (size_t)n * n_in; i++)
+		x[i] = rndf();
+	uint32_t rows = (n_out + 63) / 64 * 64;
+	void *wdev;
+	if (type == BN_CUDA_F16) {
+		uint16_t *h = calloc((size_t)rows * ld, 2);
+		for (uint32_t o = 0; o < n_out; o++)
+			for (uint32_t k = 0; k < n_in; k++) {
+				h[(size_t)o * ld + k] = bn_float_to_half(w[(size_t)o * n_in + k]);
+				w[(size_t)o * n_in + k] = bn_half_to_float(h[(size_t)o * ld + k]);
+			}
+		for (size_t i = 0; i < (size_t)n * n_in; i++)
+			x[i] = bn_half_to_float(bn_float_to_half(x[i])); /* what the kernel multiplies */
+		wdev = dev_copy(h, (size_t)rows * ld * 2);
+		free(h);
+	} else {
+		float *p = padded_rows(w, n_out, n_in, ld);
+		wdev = dev_copy(p, (size_t)n_out * ld * 4);
+		free(p);
+	}
+	struct bn_cuda_fmat m = { wdev, type, n_in, n_out, ld };
+	float *xp = padded_rows(x, n, n_in, ld), *dx = dev_copy(xp, (size_t)n * ld * 4);
+	uint16_t *xh = dev_copy(NULL, (size_t)64 * ld * 2);
+	float *dy = dev_copy(NULL, (size_t)n * n_out * 4), *got = malloc((size_t)n * n_out * 4);
+	float *alone = malloc(n_out * 4);
+	ck_assert_int_eq(bn_cuda_f_gemm(&m, dx, ld, n, dy, n_out, xh, 0), 0);
+	host_copy(got, dy, (size_t)n * n_out * 4);
+	for (uint32_t t = 0; t < n; t++)
+		for (uint32_t o = 0; o < n_out; o++) {
+			double ref = 0, norm = 0;
+			for (uint32_t k = 0; k < n_in; k++) {
+				double a = w[(size_t)o * n_in + k], b = x[(size_t)t * n_in + k];
+				ref += a * b;
+				norm += fabs(a * b);
+			}
+			ck_assert_msg(fabs(got[(size_t)t * n_out + o] - ref) <= tol * norm,
+				      "type %d token %u row %u: %g vs %g", type, t, o,
+				      got[(size_t)t * n_out + o], ref);
+		}
+	/* token 7 alone: bit-identical to its row in the launch of 40 */
+	ck_assert_int_eq(bn_cuda_f_gemm(&m, dx + (size_t)7 * ld, ld, 1, dy, n_out, xh, 0), 0);
+	host_copy(alone, dy, n_out * 4);
+	ck_assert_int_eq(memcmp(alone, got + (size_t)7 * n_out, n_out * 4), 0);
+	cudaFree(wdev), cudaFree(dx), cudaFree(xh), cudaFree(dy);
+	free(w), free(x), free(xp), free(got), free(alone);
+}
+
+START_TEST(f32_gemm_matches_reference)
+{
+	check_f_gemm(BN_CUDA_F32, 1e-5);
+}
+END_TEST
+
+START_TEST(f16_gemm_matches_reference)
+{
+	check_f_gemm(BN_CUDA_F16, 1e-3);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Attention over a paged cache                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+START_TEST(attention_matches_scalar)
+{
+	uint32_t hd = 64, n_head = 8, n_kv = 2, kv_dim = n_kv * hd, bt = 16, n_blocks = 40;
+	uint32_t n_tok = 3, lens[3] = { 1, 77, 300 };
+	size_t cache = (size_t)n_blocks * bt * kv_dim;
+	float *K = malloc(cache * 4), *V = malloc(cache * 4);
+	for (size_t i = 0; i < cache; i++)
+		K[i] = rndf(), V[i] = rndf();
+	uint32_t tables[3][20];
+	for (uint32_t t = 0; t < n_tok; t++) /* blocks in a scrambled order */
+		for (uint32_t b = 0; b < 20; b++)
+			tables[t][b] = (b * 7 + t * 3) % n_blocks;
+	uint32_t off[3] = { 0, 20, 40 };
+	float *q = malloc((size_t)n_tok * n_head * hd * 4), *want = malloc((size_t)n_tok * n_head * hd * 4);
+	for (size_t i = 0; i < (size_t)n_tok * n_head * hd; i++)
+		q[i] = rndf();
+	float *s = malloc(300 * 4), scale = 1.0f / sqrtf((float)hd);
+	for (uint32_t t = 0; t < n_tok; t++)
+		for (uint32_t h = 0; h < n_head; h++) {
+			uint32_t kvh = h / (n_head / n_kv);
+			struct bn_kv_view v = { .K = K + kvh * hd, .V = V + kvh * hd, .blocks = tables[t],
+						.block_tokens = bt, .ld = kv_dim,
+						.block_stride = (size_t)bt * kv_dim };
+			size_t at = ((size_t)t * n_head + h) * hd;
+			bn_kernels_scalar.attend(q + at, &v, lens[t], hd, scale, s, want + at);
+		}
+	struct bn_cuda_kv_layer kv = { dev_copy(K, cache * 4), dev_copy(V, cache * 4), kv_dim, bt };
+	struct bn_cuda_attn a = {
+		.q = dev_copy(q, (size_t)n_tok * n_head * hd * 4), .ldq = n_head * hd,
+		.out = dev_copy(NULL, (size_t)n_tok * n_head * hd * 4), .ldo = n_head * hd,
+		.len = dev_copy(lens, sizeof(lens)), .table_off = dev_copy(off, sizeof(off)),
+		.tables = dev_copy(tables, sizeof(tables)), .n_head = n_head, .n_head_kv = n_kv,
+		.head_dim = hd, .scale = scale,
+	};
+	ck_assert_int_eq(bn_cuda_attend(&kv, &a, n_tok, 0), 0);
+	float *got = malloc((size_t)n_tok * n_head * hd * 4);
+	host_copy(got, a.out, (size_t)n_tok * n_head * hd * 4);
+	for (size_t i = 0; i < (size_t)n_tok * n_head * hd; i++)
+		ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-5f * (1.0f + fabsf(want[i])),
+			      "element %zu: %g vs %g", i, got[i], want[i]);
+	free(K), free(V), free(q), free(want), free(s), free(got);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* The sampler                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+START_TEST(sampler_matches_cpu)
+{
+	uint32_t n_vocab = 5000, n_rows = 12;
+	struct bn_sampling params[12];
+	for (uint32_t r = 0; r < n_rows; r++)
+		params[r] = (struct bn_sampling){ .temperature = r < 2 ? 0.0f : 0.3f + 0.2f * (float)r,
+						  .seed = 1000 + r, .want_logprobs = r % 2,
+						  .n_logprobs = r % 2 ? 5 : 0 };
+	params[3].top_k = 40;
+	params[4].top_p = 0.9f;
+	params[5].min_p = 0.05f;
+	params[6].top_k = 100, params[6].top_p = 0.5f, params[6].min_p = 0.01f;
+	params[7].repetition_penalty = 1.3f, params[7].frequency_penalty = 0.4f;
+	params[8].presence_penalty = 0.7f;
+	params[1].repetition_penalty = 1.5f;
+	uint32_t prompt[6] = { 5, 9, 9, 100, 4999, 7 }, output[5] = { 9, 12, 12, 300, 5 };
+	float *logits = malloc((size_t)n_rows * n_vocab * 4), *cpu = malloc(n_vocab * 4);
+	for (size_t i = 0; i < (size_t)n_rows * n_vocab; i++)
+		logits[i] = 4.0f * rndf();
+	float *dl = dev_copy(logits, (size_t)n_rows * n_vocab * 4);
+	struct bn_sampler smp;
+	bn_sampler_init(&smp);
+	struct bn_cuda_penalty pen[64];
+	struct bn_penalty list[16];
+	struct bn_cuda_sample_row rank[12];
+	uint32_t n_pen = 0, n_rank = 0;
+	for (uint32_t r = 0; r < n_rows; r++) {
+		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5 };
+		uint32_t n = bn_sample_penalties(&smp, &ctx, n_vocab, list);
+		for (uint32_t i = 0; i < n; i++)
+			pen[n_pen++] = (struct bn_cuda_penalty){ r, list[i].token, list[i].repeat, list[i].subtract };
+		if (params[r].temperature != 0 || params[r].want_logprobs)
+			rank[n_rank++] = (struct bn_cuda_sample_row){
+				.logit_row = r, .temperature = params[r].temperature, .top_k = params[r].top_k,
+				.top_p = params[r].top_p, .min_p = params[r].min_p,
+				.u = bn_sample_uniform(params[r].seed, 5), .n_top = params[r].n_logprobs,
+				.want_logprob = params[r].want_logprobs };
+	}
+	uint32_t *dtok = dev_copy(NULL, n_rows * 4), tok[12];
+	struct bn_cuda_sample_result *dres = dev_copy(NULL, n_rank * sizeof(*dres));
+	struct bn_cuda_sample_result *res = malloc(n_rank * sizeof(*res));
+	size_t scratch_bytes = bn_cuda_sample_scratch_bytes(n_vocab, n_rank);
+	void *scratch = dev_copy(NULL, scratch_bytes);
+	ck_assert_int_eq(bn_cuda_penalize(dl, n_vocab, dev_copy(pen, n_pen * sizeof(*pen)), n_pen, 0), 0);
+	ck_assert_int_eq(bn_cuda_argmax(dl, n_vocab, n_vocab, n_rows, dtok, 0), 0);
+	ck_assert_int_eq(bn_cuda_sample(dl, n_vocab, n_vocab, dev_copy(rank, n_rank * sizeof(*rank)),
+					n_rank, scratch, scratch_bytes, dres, 0), 0);
+	host_copy(tok, dtok, n_rows * 4);
+	host_copy(res, dres, n_rank * sizeof(*res));
+	for (uint32_t r = 0, k = 0; r < n_rows; r++) {
+		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5 };
+		struct bn_token_logprob top[8];
+		struct bn_sample_out want = { .top = top };
+		memcpy(cpu, logits + (size_t)r * n_vocab, n_vocab * 4);
+		ck_assert_int_eq(bn_sample(&smp, &ctx, cpu, n_vocab, &want), 0);
+		int ranked = params[r].temperature != 0 || params[r].want_logprobs;
+		uint32_t got = ranked ? res[k].token : tok[r];
+		ck_assert_msg(got == want.token, "row %u: token %u, cpu %u", r, got, want.token);
+		if (ranked && params[r].want_logprobs) {
+			ck_assert_float_eq_tol(res[k].logprob, want.logprob, 1e-4);
+			ck_assert_uint_eq(res[k].n_top, want.n_top);
+			for (uint32_t i = 0; i < want.n_top; i++) {
+				ck_assert_uint_eq(res[k].top[i].token, top[i].token);
+				ck_assert_float_eq_tol(res[k].top[i].logprob, top[i].logprob, 1e-4);
+			}
+		}
+		k += ranked;
+	}
+	bn_sampler_free(&smp);
+	free(logits), free(cpu), free(res);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* The backend                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+#define MAX_SEQS 33
+#define BLOCK_TOKENS 16
+#define SEQ_BLOCKS 16 /* 256 positions per sequence */
+
+struct engine {
+	const struct bn_backend_ops *ops;
+	void *self;
+	struct bn_model_desc desc;
+	uint32_t tables[MAX_SEQS][SEQ_BLOCKS];
+	uint32_t len[MAX_SEQS];
+};
+
+static void engine_open(struct engine *e, const struct bn_backend_ops *ops, const char *model)
+{
+	struct bn_backend_options opt = { .model_path = model, .max_seqs = MAX_SEQS, .n_threads = 2 };
+	e->ops = ops;
+	ck_assert_int_eq(ops->open(&opt, &e->desc, &e->self), 0);
+	ck_assert_int_eq(ops->kv_init(e->self, MAX_SEQS * SEQ_BLOCKS, BLOCK_TOKENS), 0);
+	for (uint32_t s = 0; s < MAX_SEQS; s++) {
+		for (uint32_t b = 0; b < SEQ_BLOCKS; b++) /* interleaved: neighbours share no block */
+			e->tables[s][b] = b * MAX_SEQS + s;
+		e->len[s] = 0;
+		ck_assert_int_eq(ops->seq_open(e->self, s), 0);
+	}
+}
+
+/* One step: row r feeds prompts[r][0..lens[r]) to sequence seqs[r] and samples. */
+static void engine_step(struct engine *e, uint32_t n, const uint32_t *seqs, uint32_t *const *prompts,
+			const uint32_t *lens, const struct bn_sampling *p, struct bn_sample_out *out,
+			uint32_t **history, uint32_t *n_hist)
+{
+	uint32_t width = 0;
+	for (uint32_t r = 0; r < n; r++)
+		width = lens[r] > width ? lens[r] : width;
+	uint32_t *tokens = calloc((size_t)n * width, 4), pos[MAX_SEQS];
+	const uint32_t *blocks[MAX_SEQS];
+	struct bn_sample_ctx ctx[MAX_SEQS];
+	const struct bn_sample_ctx *sp[MAX_SEQS];
+	for (uint32_t r = 0; r < n; r++) {
+		memcpy(tokens + (size_t)r * width, prompts[r], lens[r] * 4);
+		pos[r] = e->len[seqs[r]];
+		blocks[r] = e->tables[seqs[r]];
+		ctx[r] = (struct bn_sample_ctx){ &p[r], history[r], n_hist[r], NULL, 0 };
+		sp[r] = &ctx[r];
+	}
+	struct bn_batch b = { .n_rows = n, .width = width, .tokens = tokens, .lens = lens, .pos = pos,
+			      .seq = seqs, .blocks = blocks, .sample = sp };
+	ck_assert_int_eq(e->ops->step(e->self, &b, out), 0);
+	for (uint32_t r = 0; r < n; r++)
+		e->len[seqs[r]] += lens[r];
+	free(tokens);
+}
+
+/* Greedy continuation of `prompt` for n_gen tokens, rows of a batch of n sequences (all with
+ * the same parameters): tokens[r][i], top-8 logprobs of the first row in lp. */
+static void generate(struct engine *e, uint32_t n, uint32_t *const *prompts, const uint32_t *plen,
+		     uint32_t n_gen, uint32_t tokens[][64], struct bn_token_logprob lp[][8])
+{
+	uint32_t seqs[MAX_SEQS], lens[MAX_SEQS], *cur[MAX_SEQS], next[MAX_SEQS], zero[MAX_SEQS] = { 0 };
+	struct bn_sampling p[MAX_SEQS];
+	struct bn_sample_out out[MAX_SEQS];
+	struct bn_token_logprob top[MAX_SEQS][8];
+	for (uint32_t r = 0; r < n; r++) {
+		seqs[r] = r;
+		lens[r] = plen[r];
+		cur[r] = prompts[r];
+		p[r] = (struct bn_sampling){ .want_logprobs = 1, .n_logprobs = 8 };
+		ck_assert_int_eq(e->ops->seq_open(e->self, r), 0);
+		e->len[r] = 0;
+	}
+	for (uint32_t i = 0; i < n_gen; i++) {
+		for (uint32_t r = 0; r < n; r++)
+			out[r].top = top[r];
+		engine_step(e, n, seqs, cur, lens, p, out, cur, zero);
+		for (uint32_t r = 0; r < n; r++) {
+			tokens[r][i] = next[r] = out[r].token;
+			cur[r] = &next[r];
+			lens[r] = 1;
+		}
+		if (lp)
+			memcpy(lp[i], top[0], sizeof(top[0]));
+	}
+}
+
+START_TEST(test_model_greedy_ids)
+{
+	const char *dir = getenv("BITNET_TEST_MODELS");
+	if (!dir) {
+		printf("SKIP: test model (BITNET_TEST_MODELS is not set)\n");
+		return;
+	}
+	char path[512];
+	snprintf(path, sizeof(path), "%s/stories260K.gguf", dir);
+	struct engine e;
+	engine_open(&e, &bn_backend_cuda, path);
+	/* BOS, then each greedy token fed back, one step each */
+	uint32_t got[TU_STORIES_KNOWN], seq = 0, cur = 1, zero = 0;
+	struct bn_sampling p = { 0 };
+	for (uint32_t n = 0; n < TU_STORIES_KNOWN; n++) {
+		struct bn_sample_out out = { 0 };
+		uint32_t *curp = &cur, one = 1;
+		engine_step(&e, 1, &seq, &curp, &one, &p, &out, &curp, &zero);
+		got[n] = cur = out.token;
+	}
+	for (uint32_t i = 0; i < TU_STORIES_KNOWN; i++)
+		ck_assert_msg(got[i] == tu_stories_known[i], "id %u: %u, want %u", i, got[i],
+			      tu_stories_known[i]);
+	e.ops->close(e.self);
+}
+END_TEST
+
+static uint32_t prompt_store[MAX_SEQS][64];
+
+static void make_prompts(uint32_t n, uint32_t vocab, uint32_t **prompts, uint32_t *lens)
+{
+	for (uint32_t r = 0; r < n; r++) {
+		lens[r] = 1 + (r * 13) % 40;
+		for (uint32_t i = 0; i < lens[r]; i++)
+			prompt_store[r][i] = 3 + rnd() % (vocab - 3);
+		prompts[r] = prompt_store[r];
+	}
+}
+
+START_TEST(tiny_matches_cpu_backend)
+{
+	struct engine g, c;
+	engine_open(&g, &bn_backend_cuda, tu_default_model());
+	engine_open(&c, &bn_backend_cpu, tu_default_model());
+	uint32_t *prompts[4], lens[4];
+	make_prompts(4, g.desc.vocab_size, prompts, lens);
+	static uint32_t tg[MAX_SEQS][64], tc[MAX_SEQS][64];
+	static struct bn_token_logprob lg[64][8], lc[64][8];
+	generate(&g, 4, prompts, lens, 24, tg, lg);
+	generate(&c, 4, prompts, lens, 24, tc, lc);
+	for (uint32_t i = 0; i < 24; i++) {
+		ck_assert_msg(tg[0][i] == tc[0][i], "token %u: %u vs cpu %u", i, tg[0][i], tc[0][i]);
+		for (uint32_t j = 0; j < 8; j++)
+			ck_assert_msg(fabsf(lg[i][j].logprob - lc[i][j].logprob) <= 2e-2f,
+				      "step %u alternative %u: %g vs cpu %g", i, j, lg[i][j].logprob,
+				      lc[i][j].logprob);
+	}
+	g.ops->close(g.self);
+	c.ops->close(c.self);
+}
+END_TEST
+
+START_TEST(batch_invariance_32)
+{
+	struct engine e;
+	engine_open(&e, &bn_backend_cuda, tu_default_model());
+	uint32_t *prompts[32], lens[32];
+	make_prompts(32, e.desc.vocab_size, prompts, lens);
+	static uint32_t alone[MAX_SEQS][64], batch[MAX_SEQS][64];
+	static struct bn_token_logprob la[64][8], lb[64][8];
+	generate(&e, 1, prompts, lens, 32, alone, la);
+	generate(&e, 32, prompts, lens, 32, batch, lb);
+	ck_assert_int_eq(memcmp(alone[0], batch[0], 32 * 4), 0);
+	ck_assert_int_eq(memcmp(la, lb, 32 * sizeof(la[0])), 0);
+	e.ops->close(e.self);
+}
+END_TEST
+
+static Suite *cuda_suite(void)
+{
+	Suite *s = suite_create("cuda");
+	TCase *k = tcase_create("kernels");
+	tcase_set_timeout(k, 120);
+	tcase_add_test(k, quantize_matches_cpu);
+	tcase_add_test(k, ternary_kernels_match_scalar);
+	tcase_add_test(k, f32_gemm_matches_reference);
+	tcase_add_test(k, f16_gemm_matches_reference);
+	tcase_add_test(k, attention_matches_scalar);
+	tcase_add_test(k, sampler_matches_cpu);
+	suite_add_tcase(s, k);
+	TCase *b = tcase_create("backend");
+	tcase_set_timeout(b, 300);
+	tcase_add_test(b, test_model_greedy_ids);
+	tcase_add_test(b, tiny_matches_cpu_backend);
+	tcase_add_test(b, batch_invariance_32);
+	suite_add_tcase(s, b);
+	return s;
+}
+
+int main(void)
+{
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || count == 0) {
+		printf("SKIP: no usable CUDA device (%s)\n",
+		       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+		return 77;
+	}
+	struct cudaDeviceProp prop;
+	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
+		printf("SKIP: device 0 is not compute capability 9.0 or newer\n");
+		return 77;
+	}
+	return tu_run_suite(cuda_suite());
+}
+
+#endif /* BN_HAVE_CUDA */
