@@ -21,7 +21,7 @@
 
 int main(void)
 {
-	printf("SKIP: this build has no CUDA backend (nvcc was not found at build time)\n");
+	printf("SKIP: this build has no CUDA backend (no nvcc at build time, CUDA=0, or the sanitizer build)\n");
 	return 77;
 }
 #else
