@@ -81,6 +81,14 @@ static void *dev_random(size_t bytes)
 	return d;
 }
 
+static void *dev_filled(size_t bytes, int byte)
+{
+	void *d;
+	check(cudaMalloc(&d, bytes), "cudaMalloc");
+	check(cudaMemset(d, byte, bytes), "memset");
+	return d;
+}
+
 /* ---- copy bandwidth ------------------------------------------------------------------------ */
 
 struct copy_ctx {
@@ -141,18 +149,15 @@ static void gemv_shape(const char *name, uint32_t n_in, uint32_t n_out, double c
 	struct gemv_ctx g = { .n_in = n_in, .n_out = n_out, .blas = blas };
 	uint32_t row_bytes = (uint32_t)bn_t2_row_bytes(n_in);
 	for (int r = 0; r < ROTATE; r++) {
+		/* random codes; zero scales (finite, unlike random bytes); halves of 0x3c3c, ~1.0 */
 		g.t2[r] = (struct bn_cuda_t2){ dev_random((size_t)n_out * row_bytes),
-					       dev_random((size_t)n_out * 4), n_in, n_out, row_bytes };
-		/* scales: finite values instead of random bytes */
-		check(cudaMemset((void *)g.t2[r].scale, 0, (size_t)n_out * 4), "memset");
-		check(cudaMalloc(&g.f16[r], (size_t)n_out * n_in * 2), "cudaMalloc");
-		check(cudaMemset(g.f16[r], 0x3c, (size_t)n_out * n_in * 2), "memset"); /* ~1.0 halves */
+					       dev_filled((size_t)n_out * 4, 0), n_in, n_out, row_bytes };
+		g.f16[r] = dev_filled((size_t)n_out * n_in * 2, 0x3c);
 	}
 	uint32_t k_pad = row_bytes * 4;
 	g.x = (struct bn_cuda_q8){ dev_random(k_pad), dev_random(4), dev_random(4), n_in, k_pad };
 	check(cudaMalloc((void **)&g.y, (size_t)n_out * 4), "cudaMalloc");
-	g.xh = dev_random((size_t)n_in * 2);
-	check(cudaMemset(g.xh, 0x3c, (size_t)n_in * 2), "memset");
+	g.xh = dev_filled((size_t)n_in * 2, 0x3c);
 	check(cudaMalloc(&g.yh, (size_t)n_out * 4), "cudaMalloc");
 	float t2_ms = time_ms(run_t2, &g), f16_ms = time_ms(run_f16, &g);
 	double bytes = (double)n_out * (row_bytes + 4) + k_pad;

@@ -11,7 +11,6 @@
 #include "../shm/bitnet_shm.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,19 +35,6 @@ static void cpu_close(void *self)
 	bn_sampler_free(&cb->sampler);
 	free(cb->logits);
 	free(cb);
-}
-
-static void describe(const struct bn_model_config *c, struct bn_model_desc *desc)
-{
-	memset(desc, 0, sizeof(*desc));
-	snprintf(desc->name, sizeof(desc->name), "%s", c->name);
-	desc->vocab_size = c->n_vocab;
-	desc->context_length = c->n_ctx;
-	desc->bos_id = c->bos_id;
-	desc->eos_id = c->eos_id;
-	desc->kind = BN_BACKEND_CPU;
-	/* Keys and values of every layer, F32. */
-	desc->kv_bytes_per_token = (uint64_t)c->n_layer * 2 * c->n_head_kv * c->head_dim * sizeof(float);
 }
 
 static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self)
@@ -86,7 +72,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
 		    c->n_ctx, kern->name, bn_pool_threads(cb->pool),
 		    (double)cb->model.repacked_bytes / 1e6, (double)(bn_now_ns() - t0) / 1e6);
-	describe(c, desc);
+	bn_model_describe(c, BN_BACKEND_CPU, desc);
 	*self = cb;
 	return 0;
 }

@@ -74,7 +74,6 @@ struct step_shape {
 
 struct cuda_backend {
 	struct bn_model model;
-	int device;
 	cudaStream_t stream;
 	void **allocs;                /* device buffers of the weights */
 	uint32_t n_allocs, cap_allocs;
@@ -186,6 +185,14 @@ static int pick_device(int index, int probing)
 	return 0;
 }
 
+/* What the device can still give, for the messages about running out of it. */
+static size_t device_free_mib(void)
+{
+	size_t free_b = 0, total = 0;
+	cudaMemGetInfo(&free_b, &total);
+	return free_b >> 20;
+}
+
 /* A device buffer the backend frees at close; its size is counted as weights. */
 static int dev_alloc(struct cuda_backend *cb, size_t bytes, void **out)
 {
@@ -197,12 +204,9 @@ static int dev_alloc(struct cuda_backend *cb, size_t bytes, void **out)
 		cb->allocs = a;
 		cb->cap_allocs = cap;
 	}
-	cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
-	if (e != cudaSuccess) {
-		size_t free_b = 0, total = 0;
-		cudaMemGetInfo(&free_b, &total);
+	if (cudaMalloc(out, bytes ? bytes : 1) != cudaSuccess) {
 		bn_log_error("msg=\"out of device memory loading the weights\" need_mib=%zu free_mib=%zu loaded_mib=%llu",
-			     bytes >> 20, free_b >> 20, (unsigned long long)(cb->weight_bytes >> 20));
+			     bytes >> 20, device_free_mib(), (unsigned long long)(cb->weight_bytes >> 20));
 		return -ENOMEM;
 	}
 	cb->allocs[cb->n_allocs++] = *out;
@@ -483,15 +487,7 @@ static void set_dims(struct cuda_backend *cb)
 
 static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 {
-	const struct bn_model_config *c = &cb->model.cfg;
-	memset(desc, 0, sizeof(*desc));
-	snprintf(desc->name, sizeof(desc->name), "%s", c->name);
-	desc->vocab_size = c->n_vocab;
-	desc->context_length = c->n_ctx;
-	desc->bos_id = c->bos_id;
-	desc->eos_id = c->eos_id;
-	desc->kind = BN_BACKEND_CUDA;
-	desc->kv_bytes_per_token = (uint64_t)c->n_layer * 2 * cb->kv_dim * sizeof(float);
+	bn_model_describe(&cb->model.cfg, BN_BACKEND_CUDA, desc);
 	size_t free_b = 0, total = 0;
 	if (cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
 		uint64_t headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;
@@ -536,7 +532,6 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 		return -ENOMEM;
 	uint64_t t0 = bn_now_ns();
 	bn_sampler_init(&cb->sampler);
-	cb->device = opt->device_index;
 	cudaError_t e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
 	rc = e != cudaSuccess ? cuda_failed("cudaStreamCreate", e) : open_model(cb, opt);
 	rc = rc ? rc : upload_model(cb);
@@ -565,10 +560,8 @@ static int cuda_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
 	size_t bytes = (size_t)cb->model.cfg.n_layer * n_blocks * block_tokens * cb->kv_dim * 4;
 	if (cudaMalloc((void **)&cb->kv_k, bytes) != cudaSuccess ||
 	    cudaMalloc((void **)&cb->kv_v, bytes) != cudaSuccess) {
-		size_t free_b = 0, total = 0;
-		cudaMemGetInfo(&free_b, &total);
 		bn_log_error("msg=\"out of device memory for the KV cache\" need_mib=%zu free_mib=%zu",
-			     (2 * bytes) >> 20, free_b >> 20);
+			     (2 * bytes) >> 20, device_free_mib());
 		cudaFree(cb->kv_k);
 		cb->kv_k = NULL;
 		return -ENOMEM;

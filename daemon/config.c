@@ -155,12 +155,8 @@ static int resolve_backend(struct bn_config *cfg)
 		cfg->backend = cfg->model_path || cfg->device_set ? by_device[cfg->device] : "loopback";
 		return 0;
 	}
-	if (!cfg->device_set) {
-		cfg->device = strcmp(cfg->backend, "cuda") == 0  ? BN_DEVICE_CUDA
-			      : strcmp(cfg->backend, "cpu") == 0 ? BN_DEVICE_CPU
-								 : BN_DEVICE_AUTO;
-		return 0;
-	}
+	if (!cfg->device_set)
+		return 0; /* --backend alone: cuda means cuda:0 */
 	if (cfg->device != BN_DEVICE_AUTO && strcmp(cfg->backend, by_device[cfg->device]) == 0)
 		return 0;
 	fprintf(stderr, "bitnetd: --backend %s contradicts --device (give one of them)\n", cfg->backend);

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -646,6 +647,19 @@ void bn_forward_free(struct bn_forward *f)
 	free(f->rope_freq);
 	free_scratch(f);
 	free(f);
+}
+
+void bn_model_describe(const struct bn_model_config *c, uint32_t kind, struct bn_model_desc *desc)
+{
+	memset(desc, 0, sizeof(*desc));
+	snprintf(desc->name, sizeof(desc->name), "%s", c->name);
+	desc->vocab_size = c->n_vocab;
+	desc->context_length = c->n_ctx;
+	desc->bos_id = c->bos_id;
+	desc->eos_id = c->eos_id;
+	desc->kind = kind;
+	/* Keys and values of every layer, F32. */
+	desc->kv_bytes_per_token = (uint64_t)c->n_layer * 2 * c->n_head_kv * c->head_dim * sizeof(float);
 }
 
 uint32_t bn_argmax(const float *logits, uint32_t n)
