@@ -66,13 +66,29 @@ ISA_AVX512 := -O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2
 # "no CUDA device". The sanitizer build is CPU-only: ASan's shadow memory and the driver's
 # address-space reservations do not mix.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-CUDA     ?= $(if $(and $(NVCC),$(if $(SANITIZE),,1)),1,0)
+# The toolkit root is found from nvcc's real path (PATH often holds a symlink in /usr/bin), and
+# the toolkit counts only with its runtime headers and static runtime: nvcc can be installed
+# without them (cuda-nvcc without cuda-cudart-dev), and such a machine builds CPU-only.
+CUDA_HOME   := $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(realpath $(NVCC)))))
+CUDA_INCDIR := $(patsubst %/cuda_runtime_api.h,%,$(firstword $(wildcard \
+	$(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_HOME)/targets/*/include/cuda_runtime_api.h)))
+CUDA_LIBDIR := $(patsubst %/libcudart_static.a,%,$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
+	$(CUDA_HOME)/lib/libcudart_static.a $(CUDA_HOME)/targets/*/lib/libcudart_static.a)))
+CUDA_FOUND  := $(and $(NVCC),$(CUDA_INCDIR),$(CUDA_LIBDIR))
+ifeq ($(origin CUDA),undefined)
+CUDA := $(if $(and $(CUDA_FOUND),$(if $(SANITIZE),,1)),1,0)
+ifneq ($(and $(NVCC),$(if $(CUDA_FOUND),,1)),)
+$(info note: $(NVCC) has no CUDA runtime headers or libcudart_static.a beside it; building CPU-only)
+endif
+endif
 ifeq ($(CUDA),1)
-CUDA_HOME  := $(patsubst %/bin/,%,$(dir $(NVCC)))
+ifeq ($(CUDA_FOUND),)
+$(error CUDA=1, but no complete CUDA toolkit was found (nvcc: "$(NVCC)", headers: "$(CUDA_INCDIR)", libcudart_static: "$(CUDA_LIBDIR)"))
+endif
 CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
-CUDA_CFLAGS := -DBN_HAVE_CUDA -I$(CUDA_HOME)/include -Ikernels/cuda
-CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+CUDA_CFLAGS := -DBN_HAVE_CUDA -I$(CUDA_INCDIR) -Ikernels/cuda
+CUDA_LIBS  := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 NVCC_FLAGS := -std=c++17 -O3 -lineinfo -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ikernels/cuda
 endif
@@ -225,7 +241,7 @@ bench-serve: $(BENCH_SERVE) $(BITNETD) $(BENCH_MODEL_FILE)
 BENCH_CUDA := $(BUILD)/bench/bench_cuda
 $(BENCH_CUDA): $(BUILD)/bench/bench_cuda.o $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas
 
 ifeq ($(CUDA),1)
 bench-cuda: $(BENCH_CUDA) $(BENCH_MODEL_FILE)
