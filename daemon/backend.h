@@ -40,6 +40,11 @@ struct bn_model_desc {
 	uint64_t kv_bytes_per_token; /* KV memory one position of one sequence takes; 0: none */
 	uint64_t kv_bytes_free;  /* KV memory the device can still hold; 0: no limit known. The
 				  * default pool is capped to it; --kv-memory overrides it */
+	/* Earlier positions whose attention costs about as much as one token's weight matrices:
+	 * the scheduler counts a token at position p as 1 + p / attn_positions_per_token tokens
+	 * against a step's token budget, so steps along a long prompt stay about as long as its
+	 * first. 0: attention is not counted (every token costs 1). */
+	uint32_t attn_positions_per_token;
 };
 
 struct bn_batch {

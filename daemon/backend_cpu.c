@@ -14,6 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One float multiply-add of attention costs about five ternary int8 multiply-adds of the weight
+ * kernels here: measured on the 2B4T shape (2-core AVX-512 VM), a prompt token at position ~1900
+ * took 1.72x one at position ~0 (docs/PERFORMANCE.md, serving, long prompt). Used to weigh
+ * long-context tokens in the scheduler's token budget. */
+#define CPU_ATTN_MAC_COST 5.0
+
 struct cpu_backend {
 	struct bn_model model;
 	struct bn_pool *pool;
@@ -72,7 +78,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
 		    c->n_ctx, kern->name, bn_pool_threads(cb->pool),
 		    (double)cb->model.repacked_bytes / 1e6, (double)(bn_now_ns() - t0) / 1e6);
-	bn_model_describe(c, BN_BACKEND_CPU, desc);
+	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	*self = cb;
 	return 0;
 }

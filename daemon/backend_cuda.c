@@ -39,6 +39,9 @@
 #define ALIGN 256                    /* device and staging sub-buffers */
 #define KV_HEADROOM_MIN (1ull << 30) /* device memory kept free of KV for step scratch */
 #define UPLOAD_CHUNK (64u << 20)     /* host staging for converting weights */
+/* Relative cost of an attention multiply-add to a weight multiply-add, for the scheduler's token
+ * budget: not measured on a GPU yet, so multiply-adds are counted as equal. */
+#define CUDA_ATTN_MAC_COST 1.0
 
 enum dev_kind { DEV_T2, DEV_FLOAT };
 
@@ -487,7 +490,7 @@ static void set_dims(struct cuda_backend *cb)
 
 static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 {
-	bn_model_describe(&cb->model.cfg, BN_BACKEND_CUDA, desc);
+	bn_model_describe(&cb->model.cfg, BN_BACKEND_CUDA, CUDA_ATTN_MAC_COST, desc);
 	size_t free_b = 0, total = 0;
 	if (cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
 		uint64_t headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;

@@ -107,6 +107,7 @@ static void gemm_task(void *ctx, uint32_t task)
 }
 
 struct quant_job {
+	const struct bn_kernels *kern;
 	const float *x;
 	uint32_t ldx, n;
 	struct bn_q8_rows *out;
@@ -120,7 +121,7 @@ static void quant_task(void *ctx, uint32_t task)
 	part.q += (size_t)r0 * part.k_pad;
 	part.inv_scale += r0;
 	part.sum += r0;
-	bn_quantize_rows(j->x + (size_t)r0 * j->ldx, j->ldx, n, &part);
+	j->kern->quantize_rows(j->x + (size_t)r0 * j->ldx, j->ldx, n, &part);
 }
 
 static uint32_t div_up(uint32_t a, uint32_t b)
@@ -152,7 +153,7 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 	if (any_t2) {
 		f->xq.k = w[0]->n_in;
 		f->xq.k_pad = (w[0]->n_in + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
-		struct quant_job qj = { .x = x, .ldx = ldx, .n = n_tok, .out = &f->xq };
+		struct quant_job qj = { .kern = f->kern, .x = x, .ldx = ldx, .n = n_tok, .out = &f->xq };
 		bn_pool_run(f->pool, div_up(n_tok, ELEM_BLOCK), quant_task, &qj);
 	}
 	bn_pool_run(f->pool, n_tasks, gemm_task, &j);
@@ -649,7 +650,20 @@ void bn_forward_free(struct bn_forward *f)
 	free(f);
 }
 
-void bn_model_describe(const struct bn_model_config *c, uint32_t kind, struct bn_model_desc *desc)
+/* Multiply-adds of one token through every layer's weight matrices (the LM head left out: a
+ * prompt token skips it), over those of one token's attention to one earlier position (a key
+ * dot product and a value update per head and layer), scaled by their relative cost. */
+static uint32_t attention_positions_per_token(const struct bn_model_config *c, double attn_mac_cost)
+{
+	double q_width = (double)c->n_head * c->head_dim, kv_width = (double)c->n_head_kv * c->head_dim;
+	double weights = (double)c->n_layer * c->n_embd * (2 * q_width + 2 * kv_width + 3.0 * c->n_ff);
+	double attention = (double)c->n_layer * c->n_head * c->head_dim * 2 * attn_mac_cost;
+	double ratio = weights / attention;
+	return ratio < 1 ? 1 : ratio > UINT32_MAX ? UINT32_MAX : (uint32_t)ratio;
+}
+
+void bn_model_describe(const struct bn_model_config *c, uint32_t kind, double attn_mac_cost,
+		       struct bn_model_desc *desc)
 {
 	memset(desc, 0, sizeof(*desc));
 	snprintf(desc->name, sizeof(desc->name), "%s", c->name);
@@ -660,6 +674,7 @@ void bn_model_describe(const struct bn_model_config *c, uint32_t kind, struct bn
 	desc->kind = kind;
 	/* Keys and values of every layer, F32. */
 	desc->kv_bytes_per_token = (uint64_t)c->n_layer * 2 * c->n_head_kv * c->head_dim * sizeof(float);
+	desc->attn_positions_per_token = attention_positions_per_token(c, attn_mac_cost);
 }
 
 uint32_t bn_argmax(const float *logits, uint32_t n)

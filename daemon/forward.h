@@ -70,8 +70,12 @@ void bn_rope_freqs(const struct bn_model_config *c, float *freq);
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs);
 
 /* What a model backend reports at open (backend.h) for a model kept in F32 KV: name, vocabulary,
- * context, BOS/EOS, kind (enum bn_backend_kind), KV bytes per position. Other fields zero. */
-void bn_model_describe(const struct bn_model_config *c, uint32_t kind, struct bn_model_desc *desc);
+ * context, BOS/EOS, kind (enum bn_backend_kind), KV bytes per position, and the attention
+ * positions that cost one token's weight matrices, given what one attention multiply-add costs
+ * the backend relative to one weight multiply-add (`attn_mac_cost`, measured per backend).
+ * Other fields zero. */
+void bn_model_describe(const struct bn_model_config *c, uint32_t kind, double attn_mac_cost,
+		       struct bn_model_desc *desc);
 
 /* Index of the largest logit (the first one on ties). */
 uint32_t bn_argmax(const float *logits, uint32_t n);

@@ -47,7 +47,7 @@ static void linear_ternary(struct bn_ref *r, const struct bn_linear *l, const fl
 	float s = amax > 0.0f ? 127.0f / amax : 0.0f;
 	for (uint32_t k = 0; k < l->n_in; k++) {
 		float v = nearbyintf(x[k] * s);
-		r->xq[k] = (int8_t)(v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v);
+		r->xq[k] = (int8_t)(isnan(v) ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v);
 	}
 	float inv_s = amax / 127.0f;
 	const struct bn_gguf_tensor *t = l->src;

@@ -37,6 +37,7 @@ struct bn_sched {
 	uint32_t n_free_seqs;
 	struct uid_count *uids;   /* [max_batch], dense */
 	uint32_t n_uids;
+	uint32_t attn_positions;  /* the model's attn_positions_per_token (backend.h) */
 	uint32_t rr_cursor;       /* session index where the next admission round starts */
 	uint64_t admissions;
 	uint64_t last_waiting_sweep;
@@ -160,6 +161,7 @@ struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
 	s->ops = ops;
 	s->backend = backend;
 	s->cfg = *cfg;
+	s->attn_positions = model->attn_positions_per_token;
 	if (size_kv_pool(s, model) < 0 || alloc_buffers(s) < 0) {
 		bn_sched_free(s);
 		return NULL;
@@ -463,29 +465,60 @@ static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t 
 	}
 }
 
-/* Decode rows first, then prompt chunks oldest first within the token budget. When decoding
- * alone fills the budget, the oldest prompt still gets a quarter of it, so admitted prompts
- * always progress. Returns the number of rows. */
+/* Budget units: with attention weighed (attn_positions A > 0) a token at position p costs
+ * A + p units and a step may spend token_budget x A; otherwise every token costs 1. */
+static uint64_t token_cost(uint32_t attn_positions, uint64_t pos)
+{
+	return attn_positions ? attn_positions + pos : 1;
+}
+
+/* token_cost summed over positions pos .. pos + n - 1. */
+static uint64_t chunk_cost(uint32_t attn_positions, uint32_t pos, uint32_t n)
+{
+	if (!attn_positions)
+		return n;
+	return (uint64_t)n * ((uint64_t)attn_positions + pos) + (uint64_t)n * (n - 1) / 2;
+}
+
+uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t max_tokens,
+			       uint64_t units)
+{
+	uint32_t n = 0;
+	for (uint64_t cost; n < max_tokens && (cost = token_cost(attn_positions, (uint64_t)pos + n)) <= units; n++)
+		units -= cost;
+	return n;
+}
+
+/* Decode rows first, then prompt chunks oldest first within the step's budget (counted in
+ * work, see token_cost). When decoding leaves less than a quarter of the budget, prompts
+ * still get that quarter, and the first prompt at least one token, so admitted prompts always
+ * progress. Returns the number of rows. */
 static uint32_t plan(struct bn_sched *s)
 {
-	uint32_t n = 0, used = 0, budget = s->cfg.token_budget;
+	uint32_t n = 0, a = s->attn_positions;
+	uint64_t budget = (uint64_t)s->cfg.token_budget * (a ? a : 1), used = 0;
 	for (uint32_t i = 0; i < s->n_running; i++) {
 		struct bn_req *r = s->running[i];
 		if (prompt_done(r)) {
 			plan_row(s, n++, r, 1);
-			used++;
+			used += token_cost(a, r->n_prompt + r->n_out - 1);
 		}
 	}
-	uint32_t left = budget > used ? budget - used : 0;
-	if (left == 0)
-		left = budget / 4 ? budget / 4 : 1;
+	uint64_t left = budget > used ? budget - used : 0;
+	if (left < budget / 4)
+		left = budget / 4;
+	uint32_t n_decode = n;
 	struct bn_req *r;
-	while (left > 0 && (r = oldest_unplanned_prefill(s, n)) != NULL) {
-		uint32_t chunk = r->n_prompt - r->n_prefilled;
-		if (chunk > left)
-			chunk = left;
+	while ((r = oldest_unplanned_prefill(s, n)) != NULL) {
+		uint32_t rest = r->n_prompt - r->n_prefilled;
+		uint32_t chunk = bn_sched_chunk_tokens(a, r->n_prefilled, rest, left);
+		if (chunk == 0 && n == n_decode)
+			chunk = 1;
+		if (chunk == 0)
+			break;
+		uint64_t spent = chunk_cost(a, r->n_prefilled, chunk);
+		left = left > spent ? left - spent : 0;
 		plan_row(s, n++, r, chunk);
-		left -= chunk;
 	}
 	return n;
 }

@@ -5,7 +5,9 @@
  * Every step is one batch. Running sequences that have their whole prompt in the KV cache
  * decode one token each; then prompts that are still being read get chunks of their remaining
  * tokens, oldest admission first, until the step's token budget is spent (decode first, so a
- * long prompt slows decoding by at most one budget's worth per step). Waiting requests are
+ * long prompt slows decoding by at most one budget's worth per step). The budget counts work:
+ * a token deep in its context costs more than one, by the attention it reads (the backend's
+ * attn_positions_per_token), so steps along a long prompt stay as long as its first ones. Waiting requests are
  * admitted between steps by weighted round-robin over sessions, within the max batch, the
  * per-session and per-user caps on running sequences, and the KV pool (kvpool.h): a request
  * is admitted only when every block it can need is reserved for it. Finished sequences leave
@@ -23,7 +25,7 @@ struct bn_sched;
 
 struct bn_sched_config {
 	uint32_t max_batch;              /* sequences running at once */
-	uint32_t token_budget;           /* tokens per step, decode tokens included */
+	uint32_t token_budget;           /* tokens per step at position 0, decode tokens included */
 	uint32_t max_running_per_session; /* 0: max_batch */
 	uint32_t max_running_per_user;   /* 0: max_batch (by peer uid) */
 	uint32_t eos_id;
@@ -56,6 +58,12 @@ void bn_sched_end_waiting(struct bn_sched *s, struct bn_session **sessions, uint
 			  uint32_t status);
 /* Ends all running requests with `status`. */
 void bn_sched_end_running(struct bn_sched *s, uint32_t status);
+
+/* The most tokens of a prompt, from position `pos` and at most `max_tokens`, that fit in
+ * `units` of a step's budget when a token at position p costs attn_positions + p units (or 1
+ * when attn_positions is 0; see attn_positions_per_token in backend.h). */
+uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t max_tokens,
+			       uint64_t units);
 
 uint32_t bn_sched_running(const struct bn_sched *s);
 uint32_t bn_sched_waiting(const struct bn_sched *s);

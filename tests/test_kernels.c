@@ -242,8 +242,11 @@ static void t2_check_empty(const struct bn_kernels *kern, const struct t2_case *
 		ck_assert_msg(is_sentinel(y[i]), "%s: an empty t2_gemm wrote y[%d]", kern->name, i);
 }
 
+/* 6912 x 157: more rows than one cache block holds (t2_blocking.h: 151 rows of 1,728 code
+ * bytes, 150 for two-row tiles), so outputs on both sides of a block border are checked; with
+ * 1000 inputs a batch of 33 or 64 spans several batch blocks. */
 static const uint32_t t2_shapes[][2] = {
-	{ 256, 13 }, { 512, 4 }, { 768, 9 }, { 1000, 13 }, { 6912, 5 },
+	{ 256, 13 }, { 512, 4 }, { 768, 9 }, { 1000, 13 }, { 6912, 5 }, { 6912, 157 },
 };
 
 /* Activations from floats through bn_quantize_rows, as the forward pass makes them. */
@@ -405,6 +408,51 @@ START_TEST(quantize_rounds_half_to_even)
 	ck_assert_int_eq(q.sum[0], sum);
 	ck_assert(q.inv_scale[0] == 1.0f);
 	q8_free(&q);
+}
+END_TEST
+
+/* Each variant's quantize_rows gives bn_quantize_rows's bytes, scales and sums exactly, on
+ * lengths around the vector widths and rows with zeros, huge values, NaN and infinities. */
+START_TEST(quantize_variant_equals_scalar)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	const uint32_t ks[] = { 1, 7, 15, 16, 17, 33, 255, 256, 1000, 2560, 6912 };
+	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+		uint32_t k = ks[ki], ldx = k + 3, n = 9;
+		rng_seed(700 + ki);
+		float *x = xmalloc((size_t)n * ldx * sizeof(float));
+		for (uint32_t r = 0; r < n; r++)
+			for (uint32_t i = 0; i < ldx; i++) {
+				float mag = r == 5 ? 1e-30f : r == 6 ? 1e30f : 1.0f;
+				x[(size_t)r * ldx + i] = i < k ? rng_float(-3.0f, 3.0f) * mag : NAN;
+			}
+		for (uint32_t i = 0; i < k; i++) /* row 1 zeros, row 2 exact halves when amax 127 */
+			x[1 * ldx + i] = 0.0f, x[2 * ldx + i] = (float)((int)(rng_next() % 255) - 127) + 0.5f;
+		x[2 * ldx] = 127.0f;
+		x[3 * ldx + k / 2] = NAN;       /* left out of the absmax, becomes 0 */
+		x[4 * ldx + k - 1] = -INFINITY; /* absmax inf: every product 0 or NaN */
+		x[7 * ldx + k / 3] = 3e38f;
+		struct bn_q8_rows want, got;
+		q8_alloc(&want, n, k);
+		q8_alloc(&got, n, k);
+		memset(got.q, 0x55, (size_t)n * got.k_pad);
+		bn_quantize_rows(x, ldx, n, &want);
+		kern->quantize_rows(x, ldx, n, &got);
+		for (uint32_t r = 0; r < n; r++) {
+			ck_assert_msg(memcmp(want.q + (size_t)r * want.k_pad, got.q + (size_t)r * got.k_pad,
+					     want.k_pad) == 0, "%s k %u row %u: bytes differ", kern->name, k, r);
+			ck_assert_msg(float_bits(want.inv_scale[r]) == float_bits(got.inv_scale[r]),
+				      "%s k %u row %u: inv_scale %g, want %g", kern->name, k, r,
+				      got.inv_scale[r], want.inv_scale[r]);
+			ck_assert_int_eq(want.sum[r], got.sum[r]);
+		}
+		ck_assert_int_eq(want.q[3 * want.k_pad + k / 2], 0);
+		q8_free(&want);
+		q8_free(&got);
+		free(x);
+	}
 }
 END_TEST
 
@@ -982,6 +1030,7 @@ int main(void)
 	tcase_add_loop_test(k, t2_gemm_full_int8_range, 0, N_VARIANTS);
 	tcase_add_test(k, quantize_rows);
 	tcase_add_test(k, quantize_rounds_half_to_even);
+	tcase_add_loop_test(k, quantize_variant_equals_scalar, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_vs_double, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_batch_invariance, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_vs_double, 0, N_VARIANTS);

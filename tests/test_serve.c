@@ -7,6 +7,9 @@
  */
 #define _GNU_SOURCE
 #include "testutil.h"
+#include "../daemon/forward.h"
+#include "../daemon/model.h"
+#include "../daemon/sched.h"
 
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
@@ -758,9 +761,66 @@ START_TEST(batch_bad_items_fail_alone)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* The step budget weighs tokens by their attention                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Oracle: the budget cost of tokens pos .. pos + n - 1, summed one by one in doubles. */
+static double cost_of(uint32_t a, uint32_t pos, uint32_t n)
+{
+	double sum = 0;
+	for (uint32_t i = 0; i < n; i++)
+		sum += a ? (double)a + pos + i : 1.0;
+	return sum;
+}
+
+START_TEST(chunk_is_the_most_that_fits)
+{
+	static const uint32_t attn[] = { 0, 1, 7, 100, 2715, 4000000000u };
+	static const uint32_t pos[] = { 0, 1, 15, 2047, 100000, 4000000000u };
+	static const uint64_t units[] = { 0, 1, 99, 100, 101, 303, 406, 86880, 1ull << 40 };
+	for (size_t i = 0; i < sizeof(attn) / sizeof(attn[0]); i++)
+		for (size_t j = 0; j < sizeof(pos) / sizeof(pos[0]); j++)
+			for (size_t k = 0; k < sizeof(units) / sizeof(units[0]); k++) {
+				uint32_t n = bn_sched_chunk_tokens(attn[i], pos[j], 64, units[k]);
+				ck_assert_uint_le(n, 64);
+				ck_assert(cost_of(attn[i], pos[j], n) <= (double)units[k]);
+				if (n < 64) /* one more token would not have fitted */
+					ck_assert(cost_of(attn[i], pos[j], n + 1) > (double)units[k]);
+			}
+	/* Unweighed, a token costs 1; weighed by 100, tokens at 0, 1, 2 cost 100 + 101 + 102. */
+	ck_assert_uint_eq(bn_sched_chunk_tokens(0, 5000, 64, 16), 16);
+	ck_assert_uint_eq(bn_sched_chunk_tokens(100, 0, 64, 405), 3);
+	ck_assert_uint_eq(bn_sched_chunk_tokens(100, 0, 64, 406), 4);
+	ck_assert_uint_eq(bn_sched_chunk_tokens(100, 0, 2, 1000), 2);
+}
+END_TEST
+
+/* The weight the cpu backend reports for the BitNet 2B4T shape matches what the manual page
+ * says (a token at position ~2,700 counts as two) and what was measured (docs/PERFORMANCE.md:
+ * a prompt token at position ~1,900 took 1.72x one at position 0). */
+START_TEST(attention_weight_of_2b4t_shape)
+{
+	struct bn_model_config c = { .name = "2b4t", .n_embd = 2560, .n_layer = 30, .n_head = 20,
+				     .n_head_kv = 5, .head_dim = 128, .n_ff = 6912, .n_vocab = 128256,
+				     .n_ctx = 4096 };
+	struct bn_model_desc d;
+	bn_model_describe(&c, 0, 5.0, &d);
+	/* weights: 30 x 2560 x (2 x 2560 + 2 x 640 + 3 x 6912) multiply-adds; attention: 30 x 20
+	 * x 128 x 2 per position, x 5 */
+	ck_assert_uint_eq(d.attn_positions_per_token, 2713);
+	bn_model_describe(&c, 0, 1.0, &d);
+	ck_assert_uint_eq(d.attn_positions_per_token, 13568);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("serve");
+	TCase *budget = tcase_create("budget");
+	tcase_add_test(budget, chunk_is_the_most_that_fits);
+	tcase_add_test(budget, attention_weight_of_2b4t_shape);
+	suite_add_tcase(s, budget);
 	TCase *loop = tcase_create("loopback");
 	tcase_set_timeout(loop, 60);
 	tcase_add_test(loop, stop_ids_end_at_first_occurrence);

@@ -69,7 +69,7 @@ void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_row
 		for (uint32_t k = 0; k < out->k; k++) {
 			/* |row[k] * s| <= 127 up to rounding; the clamp keeps it an int8 anyway. */
 			float v = nearbyintf(row[k] * s);
-			v = v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
+			v = isnan(v) ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
 			q[k] = (int8_t)v;
 			sum += q[k];
 		}

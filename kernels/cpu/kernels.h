@@ -73,6 +73,9 @@ struct bn_kernels {
 	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks). */
 	void (*attend)(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 		       float scale, float *s, float *out);
+	/* bn_quantize_rows (below), to the bit: the same float operations on every element, and
+	 * absmax and the integer sum do not depend on their order. */
+	void (*quantize_rows)(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);
 };
 
 /* What this CPU can run. */
@@ -91,8 +94,9 @@ extern const struct bn_kernels bn_kernels_avx2;
 extern const struct bn_kernels bn_kernels_avx512;
 
 /* Per-token int8 quantization of n rows of k floats (x row stride ldx): absmax scaling to
- * 127, round half to even, as BitNet b1.58 quantizes activations. Scalar, shared by every
- * variant so they all see the same integers. */
+ * 127, round half to even, as BitNet b1.58 quantizes activations. NaN elements are left out of
+ * the absmax and become 0. The scalar definition; each kernel variant's quantize_rows gives
+ * the same bytes. */
 void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);
 
 /* In-place softmax of n scores (shared by every variant: expf is the costly part). */

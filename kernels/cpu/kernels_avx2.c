@@ -7,6 +7,7 @@
  */
 #include "kernels.h"
 #include "quant.h"
+#include "t2_blocking.h"
 
 #include <immintrin.h>
 
@@ -67,17 +68,23 @@ static ALWAYS_INLINE void t2_tile(const struct bn_t2_matrix *w, uint32_t o, uint
 		}
 }
 
+/* Up to ROWS weight rows against n_cols <= COLS batch rows. */
+static void t2_tile_any(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
+			const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y,
+			uint32_t ldy)
+{
+	if (n_cols == COLS) { /* constant column counts keep the tile in registers */
+		t2_tile(w, o, n_rows, x, b0, COLS, y, ldy);
+		return;
+	}
+	for (uint32_t b = 0; b < n_cols; b++)
+		t2_tile(w, o, n_rows, x, b0 + b, 1, y, ldy);
+}
+
 static void t2_gemm_avx2(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			 const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
 {
-	for (uint32_t o = o0; o < o1; o += ROWS) {
-		uint32_t n_rows = o1 - o < ROWS ? o1 - o : ROWS;
-		uint32_t b = 0;
-		for (; b + COLS <= n_b; b += COLS)
-			t2_tile(w, o, n_rows, x, b, COLS, y, ldy);
-		if (b < n_b)
-			t2_tile(w, o, n_rows, x, b, 1, y, ldy);
-	}
+	bn_t2_gemm_blocked(w, o0, o1, x, n_b, y, ldy, ROWS, COLS, t2_tile_any);
 }
 
 /* Eight weights of row `row` from k, as floats. */
@@ -211,4 +218,5 @@ const struct bn_kernels bn_kernels_avx2 = {
 	.t2_gemm = t2_gemm_avx2,
 	.f_gemm = f_gemm_avx2,
 	.attend = attend_avx2,
+	.quantize_rows = bn_quantize_rows,
 };

@@ -8,8 +8,10 @@
  * tile's accumulators live in registers.
  */
 #include "kernels.h"
+#include "t2_blocking.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 #define COLS 4 /* batch rows per tile */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -65,20 +67,23 @@ static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 	}
 }
 
+/* One weight row (tiles are one row high) against n_cols <= COLS batch rows. */
+static void t2_tile(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
+		    const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
+{
+	(void)n_rows;
+	switch (n_cols) { /* constant column counts keep the tile in registers */
+	case 4: t2_row(w, o, x, b0, 4, y, ldy); break;
+	case 3: t2_row(w, o, x, b0, 3, y, ldy); break;
+	case 2: t2_row(w, o, x, b0, 2, y, ldy); break;
+	default: t2_row(w, o, x, b0, 1, y, ldy); break;
+	}
+}
+
 static void t2_gemm_avx512(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			   const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
 {
-	for (uint32_t o = o0; o < o1; o++) {
-		uint32_t b = 0;
-		for (; b + COLS <= n_b; b += COLS)
-			t2_row(w, o, x, b, COLS, y, ldy);
-		switch (n_b - b) { /* constant column counts keep the tile in registers */
-		case 3: t2_row(w, o, x, b, 3, y, ldy); break;
-		case 2: t2_row(w, o, x, b, 2, y, ldy); break;
-		case 1: t2_row(w, o, x, b, 1, y, ldy); break;
-		default: break;
-		}
-	}
+	bn_t2_gemm_blocked(w, o0, o1, x, n_b, y, ldy, 1, COLS, t2_tile);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -305,9 +310,51 @@ static void attend_avx512(const float *q, const struct bn_kv_view *kv, uint32_t 
 		_mm512_mask_storeu_ps(out + 16 * v, v + 1 == n_vec ? tail : 0xffff, o[v]);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Int8 quantization of activations                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/* bn_quantize_rows 16 lanes at a time, the same operations per element: vmaxps returns its
+ * second operand when the first is NaN, as fmaxf(amax, NaN) keeps amax; roundscale to nearest
+ * is nearbyintf under the default rounding mode; NaN products become 0 before the clamp. */
+static float absmax_avx512(const float *row, uint32_t k)
+{
+	__m512 amax = _mm512_setzero_ps();
+	for (uint32_t i = 0; i < k; i += 16) {
+		__m512 v = _mm512_maskz_loadu_ps(lanes_from(i, k), row + i);
+		amax = _mm512_max_ps(_mm512_abs_ps(v), amax);
+	}
+	return _mm512_reduce_max_ps(amax);
+}
+
+static void quantize_rows_avx512(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out)
+{
+	const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+	for (uint32_t r = 0; r < n; r++) {
+		const float *row = x + (size_t)r * ldx;
+		int8_t *q = out->q + (size_t)r * out->k_pad;
+		float amax = absmax_avx512(row, out->k);
+		const __m512 s = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+		__m512i sum = _mm512_setzero_si512();
+		for (uint32_t i = 0; i < out->k; i += 16) {
+			__mmask16 m = lanes_from(i, out->k);
+			__m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + i), s),
+							_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+			v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_setzero_ps());
+			__m512i qi = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi));
+			sum = _mm512_add_epi32(sum, qi);
+			_mm512_mask_cvtepi32_storeu_epi8(q + i, m, qi);
+		}
+		memset(q + out->k, 0, out->k_pad - out->k);
+		out->inv_scale[r] = amax / 127.0f;
+		out->sum[r] = _mm512_reduce_add_epi32(sum);
+	}
+}
+
 const struct bn_kernels bn_kernels_avx512 = {
 	.name = "avx512vnni",
 	.t2_gemm = t2_gemm_avx512,
 	.f_gemm = f_gemm_avx512,
 	.attend = attend_avx512,
+	.quantize_rows = quantize_rows_avx512,
 };

@@ -78,4 +78,5 @@ const struct bn_kernels bn_kernels_scalar = {
 	.t2_gemm = t2_gemm_scalar,
 	.f_gemm = f_gemm_scalar,
 	.attend = attend_scalar,
+	.quantize_rows = bn_quantize_rows,
 };

@@ -45,8 +45,8 @@ struct AddOp {
 	__device__ int operator()(int a, int b) const { return a + b; }
 };
 
-// One block per row, as bn_quantize_rows: absmax (order-free), 127/absmax, round half to
-// even (rintf), clamp, exact integer sum.
+// One block per row, as bn_quantize_rows: absmax (order-free, NaN left out), 127/absmax, round
+// half to even (rintf), NaN to 0, clamp, exact integer sum.
 __global__ void quantize_kernel(const float *x, uint32_t ldx, bn_cuda_q8 xq)
 {
 	__shared__ float smax[kQuantThreads / 32];
@@ -63,7 +63,7 @@ __global__ void quantize_kernel(const float *x, uint32_t ldx, bn_cuda_q8 xq)
 		int8_t v = 0;
 		if (k < xq.k) {
 			float f = rintf(__fmul_rn(row[k], s));
-			f = f > 127.0f ? 127.0f : f < -128.0f ? -128.0f : f;
+			f = isnan(f) ? 0.0f : f > 127.0f ? 127.0f : f < -128.0f ? -128.0f : f;
 			v = (int8_t)f;
 		}
 		q[k] = v;
