@@ -14,11 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One float multiply-add of attention costs about five ternary int8 multiply-adds of the weight
- * kernels here: measured on the 2B4T shape (2-core AVX-512 VM), a prompt token at position ~1900
- * took 1.72x one at position ~0 (docs/PERFORMANCE.md, serving, long prompt). Used to weigh
- * long-context tokens in the scheduler's token budget. */
-#define CPU_ATTN_MAC_COST 5.0
+/* One float multiply-add of attention costs about fourteen ternary int8 multiply-adds of the
+ * weight kernels here (attention reads the cached keys and values from L2/L3 once per query
+ * head; the ternary kernels run from L1): measured on the 2B4T shape (2-core AVX-512 VM), one
+ * prompt of 256 tokens took 5.9 ms a token and one of 1024 took 7.9, i.e. 5.2 ms a token plus
+ * 5.4 us per earlier position. Used to weigh long-context tokens in the scheduler's budget. */
+#define CPU_ATTN_MAC_COST 14.0
 
 struct cpu_backend {
 	struct bn_model model;

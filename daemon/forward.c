@@ -273,24 +273,27 @@ static void elementwise(struct bn_forward *f, const struct bn_layer *L, enum ele
 struct attn_job {
 	struct bn_forward *f;
 	const struct bn_batch *b;
-	const uint32_t *first_tok; /* [n_rows] index of each row's first token */
+	uint32_t n_tok;
 	uint32_t layer;
 };
 
 static const uint32_t *row_blocks(const struct bn_forward *f, const struct bn_batch *b,
 				  uint32_t r);
 
-/* One task: one (row, KV head) pair, every new token of the row. Each query token is computed
- * on its own over the cache [0, pos], with the same calls whether it arrived in a prompt of
- * 500 tokens or alone in a decode step: a prompt's logits do not depend on how it was split
- * into steps, nor a row's on its batch. */
+/* One task: one (token, KV head) pair, over the token's own row's cache [0, pos]: the same
+ * calls whether the token arrived in a prompt of 500 tokens or alone in a decode step, so a
+ * prompt's logits do not depend on how it was split into steps, nor a row's on its batch.
+ * Tasks go out latest token first: the pool hands them out in order, so the longest ones
+ * start first and a long prompt's attention splits evenly over the threads (one task per
+ * (row, KV head) left one thread idle for a third of a single prompt's attention). */
 static void attn_task(void *ctx, uint32_t task)
 {
 	const struct attn_job *j = ctx;
 	struct bn_forward *f = j->f;
 	const struct bn_model_config *c = &f->m->cfg;
-	uint32_t r = task / c->n_head_kv, kvh = task % c->n_head_kv;
-	uint32_t group = c->n_head / c->n_head_kv, p0 = j->b->pos[r];
+	task = j->n_tok * c->n_head_kv - 1 - task;
+	uint32_t t = task / c->n_head_kv, kvh = task % c->n_head_kv;
+	uint32_t r = f->tok_row[t], pos = f->tok_pos[t], group = c->n_head / c->n_head_kv;
 	size_t layer_off = (size_t)j->layer * f->kv_blocks * f->kv_block_tokens * f->kv_dim;
 	struct bn_kv_view kv = {
 		.K = f->kv_k + layer_off + (size_t)kvh * c->head_dim,
@@ -300,17 +303,14 @@ static void attn_task(void *ctx, uint32_t task)
 		.ld = f->kv_dim,
 		.block_stride = (size_t)f->kv_block_tokens * f->kv_dim,
 	};
-	float *S = malloc((size_t)(p0 + j->b->lens[r]) * sizeof(float));
+	float *S = malloc((size_t)(pos + 1) * sizeof(float));
 	if (!S)
 		abort(); /* one score per position; not recoverable in the middle of a step */
 	float scale = 1.0f / sqrtf((float)c->head_dim);
-	for (uint32_t i = 0; i < j->b->lens[r]; i++)
-		for (uint32_t g = 0; g < group; g++) {
-			size_t off = (size_t)(j->first_tok[r] + i) * f->q_dim +
-				     (size_t)(kvh * group + g) * c->head_dim;
-			f->kern->attend(f->q + off, &kv, p0 + i + 1, c->head_dim, scale, S,
-					f->att + off);
-		}
+	for (uint32_t g = 0; g < group; g++) {
+		size_t off = (size_t)t * f->q_dim + (size_t)(kvh * group + g) * c->head_dim;
+		f->kern->attend(f->q + off, &kv, pos + 1, c->head_dim, scale, S, f->att + off);
+	}
 	free(S);
 }
 
@@ -524,8 +524,8 @@ void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *c
 	}
 }
 
-static void layer_forward(struct bn_forward *f, const struct bn_batch *b, const uint32_t *first_tok,
-			  uint32_t li, uint32_t n_tok)
+static void layer_forward(struct bn_forward *f, const struct bn_batch *b, uint32_t li,
+			  uint32_t n_tok)
 {
 	const struct bn_model_config *c = &f->m->cfg;
 	const struct bn_layer *L = &f->m->layers[li];
@@ -542,8 +542,8 @@ static void layer_forward(struct bn_forward *f, const struct bn_batch *b, const 
 		memcpy(kv_slot(f, f->kv_v, b, r, li, pos), f->v + (size_t)t * f->kv_dim,
 		       f->kv_dim * sizeof(float));
 	}
-	struct attn_job aj = { .f = f, .b = b, .first_tok = first_tok, .layer = li };
-	bn_pool_run(f->pool, b->n_rows * c->n_head_kv, attn_task, &aj);
+	struct attn_job aj = { .f = f, .b = b, .n_tok = n_tok, .layer = li };
+	bn_pool_run(f->pool, n_tok * c->n_head_kv, attn_task, &aj);
 	if (L->attn_sub_norm)
 		elementwise(f, L, ELEM_ATTN_SUB_NORM, n_tok);
 	linear1(f, &L->wo, f->xb, f->widest, f->att, f->q_dim, n_tok);
@@ -595,7 +595,7 @@ int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits
 		return -ENOMEM;
 	embed_tokens(f, b, first_tok);
 	for (uint32_t li = 0; li < f->m->cfg.n_layer; li++)
-		layer_forward(f, b, first_tok, li, n_tok);
+		layer_forward(f, b, li, n_tok);
 	output_logits(f, b, first_tok, n_tok, logits, all_positions);
 	for (uint32_t r = 0; r < b->n_rows; r++)
 		f->seq_len[b->seq[r]] += b->lens[r];
