@@ -303,14 +303,12 @@ static void attn_task(void *ctx, uint32_t task)
 		.ld = f->kv_dim,
 		.block_stride = (size_t)f->kv_block_tokens * f->kv_dim,
 	};
-	float *S = malloc((size_t)(pos + 1) * sizeof(float));
+	float *S = malloc((size_t)group * (pos + 1) * sizeof(float));
 	if (!S)
-		abort(); /* one score per position; not recoverable in the middle of a step */
-	float scale = 1.0f / sqrtf((float)c->head_dim);
-	for (uint32_t g = 0; g < group; g++) {
-		size_t off = (size_t)t * f->q_dim + (size_t)(kvh * group + g) * c->head_dim;
-		f->kern->attend(f->q + off, &kv, pos + 1, c->head_dim, scale, S, f->att + off);
-	}
+		abort(); /* one score per head and position; not recoverable in the middle of a step */
+	size_t off = (size_t)t * f->q_dim + (size_t)kvh * group * c->head_dim;
+	f->kern->attend_heads(f->q + off, group, &kv, pos + 1, c->head_dim,
+			      1.0f / sqrtf((float)c->head_dim), S, f->att + off);
 	free(S);
 }
 

@@ -772,6 +772,65 @@ static void attend_paged_run(const struct bn_kernels *kern, const struct attend_
 	free(V);
 }
 
+/* attend_heads over a paged cache equals one attend per head, to the bit, for the group sizes
+ * and head dims the AVX-512 variant specializes and for others. */
+START_TEST(attend_heads_equal_each_head)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	static const uint32_t n_heads[] = { 1, 2, 3, 4, 8 };
+	static const uint32_t ds[] = { 64, 100, 128 };
+	for (size_t di = 0; di < sizeof(ds) / sizeof(ds[0]); di++)
+		for (size_t li = 0; li < sizeof(attend_ls) / sizeof(attend_ls[0]); li++)
+			for (size_t hi = 0; hi < sizeof(n_heads) / sizeof(n_heads[0]); hi++) {
+				uint32_t d = ds[di], L = attend_ls[li], nh = n_heads[hi];
+				rng_seed(900 + 100 * di + 10 * li + hi);
+				struct attend_case c;
+				attend_case_new(&c, d, L);
+				uint32_t bt = 5, n_blocks = (L + bt - 1) / bt;
+				uint32_t *table = xmalloc(n_blocks * sizeof(uint32_t));
+				for (uint32_t b = 0; b < n_blocks; b++)
+					table[b] = n_blocks - 1 - b;
+				float *K = xmalloc((size_t)n_blocks * bt * c.ld * sizeof(float));
+				float *V = xmalloc((size_t)n_blocks * bt * c.ld * sizeof(float));
+				for (uint32_t t = 0; t < n_blocks * bt; t++) {
+					size_t dst = ((size_t)table[t / bt] * bt + t % bt) * c.ld;
+					for (uint32_t i = 0; i < c.ld; i++) {
+						K[dst + i] = t < L ? c.K[(size_t)t * c.ld + i] : NAN;
+						V[dst + i] = t < L ? c.V[(size_t)t * c.ld + i] : NAN;
+					}
+				}
+				struct bn_kv_view kv = { .K = K, .V = V, .blocks = table, .block_tokens = bt,
+							 .ld = c.ld, .block_stride = (size_t)bt * c.ld };
+				float *q = xmalloc((size_t)nh * d * sizeof(float));
+				for (size_t i = 0; i < (size_t)nh * d; i++)
+					q[i] = rng_float(-4.0f, 4.0f);
+				float *s = xmalloc((size_t)nh * L * sizeof(float));
+				float *want = xmalloc((size_t)nh * d * sizeof(float));
+				float *got = xmalloc(((size_t)nh * d + 4) * sizeof(float));
+				fill_sentinel(got, (size_t)nh * d + 4);
+				for (uint32_t h = 0; h < nh; h++)
+					kern->attend(q + (size_t)h * d, &kv, L, d, c.scale, s,
+						     want + (size_t)h * d);
+				kern->attend_heads(q, nh, &kv, L, d, c.scale, s, got);
+				ck_assert_msg(memcmp(want, got, (size_t)nh * d * sizeof(float)) == 0,
+					      "%s d %u L %u heads %u: differs from one attend per head",
+					      kern->name, d, L, nh);
+				for (uint32_t i = 0; i < 4; i++)
+					ck_assert(is_sentinel(got[(size_t)nh * d + i]));
+				free(got);
+				free(want);
+				free(s);
+				free(q);
+				free(K);
+				free(V);
+				free(table);
+				attend_case_free(&c);
+			}
+}
+END_TEST
+
 START_TEST(attend_paged_equals_contiguous)
 {
 	const struct bn_kernels *kern = variant(_i);
@@ -858,7 +917,7 @@ START_TEST(select_by_name)
 		if (!k)
 			continue;
 		ck_assert_str_eq(k->name, variant_names[i]);
-		ck_assert(k->t2_gemm && k->f_gemm && k->attend);
+		ck_assert(k->t2_gemm && k->f_gemm && k->attend && k->attend_heads && k->quantize_rows);
 	}
 }
 END_TEST
@@ -1036,6 +1095,7 @@ int main(void)
 	tcase_add_loop_test(k, attend_vs_double, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_deterministic, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_paged_equals_contiguous, 0, N_VARIANTS);
+	tcase_add_loop_test(k, attend_heads_equal_each_head, 0, N_VARIANTS);
 	tcase_add_test(k, select_by_name);
 	tcase_add_test(k, select_from_environment);
 	suite_add_tcase(s, k);

@@ -73,6 +73,12 @@ struct bn_kernels {
 	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks). */
 	void (*attend)(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 		       float scale, float *s, float *out);
+	/* attend for n_heads query vectors that share one KV head (grouped-query attention):
+	 * q and out hold n_heads vectors of d floats back to back, s is scratch of n_heads * L.
+	 * Each head's output is attend's for that head alone, to the bit; a variant may read
+	 * each cached row once for all the heads. */
+	void (*attend_heads)(const float *q, uint32_t n_heads, const struct bn_kv_view *kv,
+			     uint32_t L, uint32_t d, float scale, float *s, float *out);
 	/* bn_quantize_rows (below), to the bit: the same float operations on every element, and
 	 * absmax and the integer sum do not depend on their order. */
 	void (*quantize_rows)(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);
@@ -98,6 +104,16 @@ extern const struct bn_kernels bn_kernels_avx512;
  * the absmax and become 0. The scalar definition; each kernel variant's quantize_rows gives
  * the same bytes. */
 void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);
+
+/* attend_heads as one attend call per head. */
+static inline void bn_attend_each_head(void (*attend)(const float *, const struct bn_kv_view *,
+						      uint32_t, uint32_t, float, float *, float *),
+				       const float *q, uint32_t n_heads, const struct bn_kv_view *kv,
+				       uint32_t L, uint32_t d, float scale, float *s, float *out)
+{
+	for (uint32_t h = 0; h < n_heads; h++)
+		attend(q + (size_t)h * d, kv, L, d, scale, s + (size_t)h * L, out + (size_t)h * d);
+}
 
 /* In-place softmax of n scores (shared by every variant: expf is the costly part). */
 void bn_softmax(float *s, uint32_t n);

@@ -213,10 +213,17 @@ static void attend_avx2(const float *q, const struct bn_kv_view *kv, uint32_t L,
 		_mm256_storeu_ps(out + 8 * v, o[v]);
 }
 
+static void attend_heads_avx2(const float *q, uint32_t n_heads, const struct bn_kv_view *kv,
+			      uint32_t L, uint32_t d, float scale, float *s, float *out)
+{
+	bn_attend_each_head(attend_avx2, q, n_heads, kv, L, d, scale, s, out);
+}
+
 const struct bn_kernels bn_kernels_avx2 = {
 	.name = "avx2",
 	.t2_gemm = t2_gemm_avx2,
 	.f_gemm = f_gemm_avx2,
 	.attend = attend_avx2,
+	.attend_heads = attend_heads_avx2,
 	.quantize_rows = bn_quantize_rows,
 };

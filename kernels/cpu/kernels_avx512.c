@@ -310,6 +310,91 @@ static void attend_avx512(const float *q, const struct bn_kv_view *kv, uint32_t 
 		_mm512_mask_storeu_ps(out + 16 * v, v + 1 == n_vec ? tail : 0xffff, o[v]);
 }
 
+/* Grouped-query attention: the heads that share a KV head read each cached row once. Per head
+ * the arithmetic is attend_avx512's, operation for operation (the same fused multiply-adds
+ * in the same order, the same reductions, bn_softmax), so each head's output is the one it
+ * gets alone. n_h and n_vec are compile-time constants in every call, which keeps the
+ * accumulators in registers; head dims are whole vectors, so no load needs a mask. */
+static ALWAYS_INLINE void heads_scores(const float *q, const uint32_t n_h, const uint32_t n_vec,
+				       const struct bn_kv_view *kv, uint32_t L, float scale, float *s)
+{
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
+		const float *K = bn_kv_block(kv, kv->K, b);
+		for (uint32_t i = 0; i < kv->block_tokens && t0 + i < L; i++) {
+			const float *k = K + (size_t)i * kv->ld;
+			__m512 kr[ATTEND_MAX_VECS];
+			for (uint32_t v = 0; v < n_vec; v++)
+				kr[v] = _mm512_loadu_ps(k + 16 * v);
+			for (uint32_t h = 0; h < n_h; h++) {
+				const float *qh = q + (size_t)h * n_vec * 16;
+				__m512 acc = _mm512_setzero_ps();
+				for (uint32_t v = 0; v < n_vec; v++)
+					acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * v), kr[v], acc);
+				s[(size_t)h * L + t0 + i] = _mm512_reduce_add_ps(acc) * scale;
+			}
+		}
+	}
+}
+
+/* out for vectors [v0, v0 + n_cv) of every head: n_h * n_cv accumulators. */
+static ALWAYS_INLINE void heads_values(const uint32_t n_h, const uint32_t n_vec, uint32_t v0,
+				       const uint32_t n_cv, const struct bn_kv_view *kv, uint32_t L,
+				       const float *s, float *out)
+{
+	__m512 o[ATTEND_MAX_VECS];
+	for (uint32_t a = 0; a < n_h * n_cv; a++)
+		o[a] = _mm512_setzero_ps();
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
+		const float *V = bn_kv_block(kv, kv->V, b);
+		for (uint32_t i = 0; i < kv->block_tokens && t0 + i < L; i++) {
+			const float *vt = V + (size_t)i * kv->ld;
+			for (uint32_t h = 0; h < n_h; h++) {
+				__m512 p = _mm512_set1_ps(s[(size_t)h * L + t0 + i]);
+				for (uint32_t c = 0; c < n_cv; c++) {
+					__m512 x = _mm512_loadu_ps(vt + 16 * (v0 + c));
+					o[h * n_cv + c] = _mm512_fmadd_ps(p, x, o[h * n_cv + c]);
+				}
+			}
+		}
+	}
+	for (uint32_t h = 0; h < n_h; h++)
+		for (uint32_t c = 0; c < n_cv; c++)
+			_mm512_storeu_ps(out + (size_t)h * n_vec * 16 + 16 * (v0 + c), o[h * n_cv + c]);
+}
+
+static ALWAYS_INLINE void heads_fixed(const float *q, const uint32_t n_h, const uint32_t n_vec,
+				      const struct bn_kv_view *kv, uint32_t L, float scale,
+				      float *s, float *out)
+{
+	const uint32_t n_cv = ATTEND_MAX_VECS / n_h < n_vec ? ATTEND_MAX_VECS / n_h : n_vec;
+	heads_scores(q, n_h, n_vec, kv, L, scale, s);
+	for (uint32_t h = 0; h < n_h; h++)
+		bn_softmax(s + (size_t)h * L, L);
+	for (uint32_t v0 = 0; v0 < n_vec; v0 += n_cv)
+		heads_values(n_h, n_vec, v0, n_cv, kv, L, s, out);
+}
+
+/* Head dims of 64 and 128 with groups of 1, 2, 4 or 8 heads (the shapes of the models we
+ * serve); anything else is one attend_avx512 per head. */
+static void attend_heads_avx512(const float *q, uint32_t n_heads, const struct bn_kv_view *kv,
+				uint32_t L, uint32_t d, float scale, float *s, float *out)
+{
+#define HEADS_CASE(n_vec)                                                                     \
+	switch (n_heads) {                                                                    \
+	case 1: heads_fixed(q, 1, n_vec, kv, L, scale, s, out); return;                       \
+	case 2: heads_fixed(q, 2, n_vec, kv, L, scale, s, out); return;                       \
+	case 4: heads_fixed(q, 4, n_vec, kv, L, scale, s, out); return;                       \
+	case 8: heads_fixed(q, 8, n_vec, kv, L, scale, s, out); return;                       \
+	default: break;                                                                       \
+	}
+	if (d == 128)
+		HEADS_CASE(8)
+	if (d == 64)
+		HEADS_CASE(4)
+#undef HEADS_CASE
+	bn_attend_each_head(attend_avx512, q, n_heads, kv, L, d, scale, s, out);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Int8 quantization of activations                                                            */
 /* ------------------------------------------------------------------------------------------ */
@@ -356,5 +441,6 @@ const struct bn_kernels bn_kernels_avx512 = {
 	.t2_gemm = t2_gemm_avx512,
 	.f_gemm = f_gemm_avx512,
 	.attend = attend_avx512,
+	.attend_heads = attend_heads_avx512,
 	.quantize_rows = quantize_rows_avx512,
 };

@@ -73,10 +73,17 @@ static void attend_scalar(const float *q, const struct bn_kv_view *kv, uint32_t 
 	}
 }
 
+static void attend_heads_scalar(const float *q, uint32_t n_heads, const struct bn_kv_view *kv,
+				uint32_t L, uint32_t d, float scale, float *s, float *out)
+{
+	bn_attend_each_head(attend_scalar, q, n_heads, kv, L, d, scale, s, out);
+}
+
 const struct bn_kernels bn_kernels_scalar = {
 	.name = "scalar",
 	.t2_gemm = t2_gemm_scalar,
 	.f_gemm = f_gemm_scalar,
 	.attend = attend_scalar,
+	.attend_heads = attend_heads_scalar,
 	.quantize_rows = bn_quantize_rows,
 };
