@@ -14,12 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One float multiply-add of attention costs about fourteen ternary int8 multiply-adds of the
- * weight kernels here (attention reads the cached keys and values from L2/L3 once per query
- * head; the ternary kernels run from L1): measured on the 2B4T shape (2-core AVX-512 VM), one
- * prompt of 256 tokens took 5.9 ms a token and one of 1024 took 7.9, i.e. 5.2 ms a token plus
- * 5.4 us per earlier position. Used to weigh long-context tokens in the scheduler's budget. */
-#define CPU_ATTN_MAC_COST 14.0
+/* One float multiply-add of attention costs about eight ternary int8 multiply-adds of the
+ * weight kernels here (attention reads the cached keys and values from L2/L3, the ternary
+ * kernels run from L1): measured on the 2B4T shape (2-core AVX-512 VM, make bench-model, two
+ * runs), a 256-token prompt took 6.2-6.5 ms a token and a 1024-token one 7.4-7.7, i.e. about
+ * 5.9 ms a token plus 3.1 us per earlier position. Used to weigh long-context tokens in the
+ * scheduler's budget. */
+#define CPU_ATTN_MAC_COST 8.0
 
 struct cpu_backend {
 	struct bn_model model;
