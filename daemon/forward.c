@@ -44,6 +44,7 @@ struct bn_forward {
 	float *gate, *up;/* [n][n_ff] */
 	float *rope_cs;  /* [n][rope_dim] cos, sin of each pair at the token's position */
 	float *rope_freq;/* [rope_dim / 2] angle per position of each pair, fixed by the model */
+	float *attn_scores; /* [pool threads][group][n_ctx]: attention scratch of each thread */
 	struct bn_q8_rows xq; /* [n][k_pad of widest] */
 	uint32_t *tok_row, *tok_pos; /* [n] */
 };
@@ -303,13 +304,10 @@ static void attn_task(void *ctx, uint32_t task)
 		.ld = f->kv_dim,
 		.block_stride = (size_t)f->kv_block_tokens * f->kv_dim,
 	};
-	float *S = malloc((size_t)group * (pos + 1) * sizeof(float));
-	if (!S)
-		abort(); /* one score per head and position; not recoverable in the middle of a step */
+	float *S = f->attn_scores + (size_t)bn_pool_thread_index() * group * c->n_ctx;
 	size_t off = (size_t)t * f->q_dim + (size_t)kvh * group * c->head_dim;
 	f->kern->attend_heads(f->q + off, group, &kv, pos + 1, c->head_dim,
 			      1.0f / sqrtf((float)c->head_dim), S, f->att + off);
-	free(S);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -626,9 +624,14 @@ struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 	f->widest = f->widest > c->n_ff ? f->widest : c->n_ff;
 	f->seq_len = calloc(max_seqs, sizeof(*f->seq_len));
 	f->rope_freq = malloc(c->rope_dim / 2 * sizeof(float));
-	if (!f->seq_len || !f->rope_freq) {
+	/* A position is below n_ctx (bn_batch_check), so a token's scores over every head of its
+	 * KV group fit; allocated here so that no step can run out of memory halfway. */
+	f->attn_scores = malloc((size_t)bn_pool_threads(pool) * (c->n_head / c->n_head_kv) *
+				c->n_ctx * sizeof(float));
+	if (!f->seq_len || !f->rope_freq || !f->attn_scores) {
 		free(f->seq_len);
 		free(f->rope_freq);
+		free(f->attn_scores);
 		free(f);
 		return NULL;
 	}
@@ -644,6 +647,7 @@ void bn_forward_free(struct bn_forward *f)
 	free(f->simple_tables);
 	free(f->seq_len);
 	free(f->rope_freq);
+	free(f->attn_scores);
 	free_scratch(f);
 	free(f);
 }

@@ -1030,6 +1030,52 @@ START_TEST(pool_many_small_jobs)
 }
 END_TEST
 
+/* Per-thread scratch indexed by bn_pool_thread_index is safe: an index is below the thread
+ * count, and no two tasks running at the same time have the same one (each task marks its
+ * index busy while it works; finding it already busy is a collision). */
+struct index_ctx {
+	uint32_t threads;
+	uint32_t busy[8];
+	uint32_t collisions, out_of_range;
+	uint32_t used[8];
+};
+
+static void index_task(void *ctx, uint32_t t)
+{
+	struct index_ctx *c = ctx;
+	(void)t;
+	uint32_t i = bn_pool_thread_index();
+	if (i >= c->threads) {
+		__atomic_fetch_add(&c->out_of_range, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	if (__atomic_exchange_n(&c->busy[i], 1, __ATOMIC_ACQ_REL) != 0)
+		__atomic_fetch_add(&c->collisions, 1, __ATOMIC_RELAXED);
+	for (volatile int spin = 0; spin < 2000; spin++)
+		;
+	__atomic_fetch_add(&c->used[i], 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->busy[i], 0, __ATOMIC_RELEASE);
+}
+
+START_TEST(pool_thread_index_unique)
+{
+	uint32_t threads = pool_threads[_i];
+	struct bn_pool *p = bn_pool_new(threads);
+	ck_assert_ptr_nonnull(p);
+	struct index_ctx c = { .threads = threads };
+	for (int j = 0; j < 200; j++)
+		bn_pool_run(p, 64, index_task, &c);
+	ck_assert_uint_eq(c.out_of_range, 0);
+	ck_assert_uint_eq(c.collisions, 0);
+	uint32_t total = 0;
+	for (uint32_t i = 0; i < threads; i++)
+		total += c.used[i];
+	ck_assert_uint_eq(total, 200 * 64);
+	ck_assert_uint_eq(bn_pool_thread_index(), 0); /* the caller, outside a job */
+	bn_pool_free(p);
+}
+END_TEST
+
 /* Workers idle past their spin sleep in the futex; freeing the pool must wake them. */
 START_TEST(pool_free_with_sleepers)
 {
@@ -1104,6 +1150,7 @@ int main(void)
 	tcase_add_loop_test(pool, pool_each_task_once, 0, 3);
 	tcase_add_loop_test(pool, pool_many_small_jobs, 0, 3);
 	tcase_add_loop_test(pool, pool_free_with_sleepers, 0, 3);
+	tcase_add_loop_test(pool, pool_thread_index_unique, 0, 3);
 	tcase_add_test(pool, pool_defaults_and_signals);
 	suite_add_tcase(s, pool);
 	return tu_run_suite(s);

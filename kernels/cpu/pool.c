@@ -15,9 +15,20 @@
  * forward pass and between two decode steps, short enough not to burn a core when idle. */
 #define POOL_SPIN_NS 2000000LL
 
+struct bn_pool;
+
+/* What a worker thread is started with. */
+struct pool_worker {
+	struct bn_pool *pool;
+	uint32_t index;
+};
+
+static _Thread_local uint32_t thread_index; /* 0 unless this thread is a pool's worker */
+
 struct bn_pool {
 	uint32_t n_threads;
 	pthread_t *threads;
+	struct pool_worker *workers; /* [n_threads]; entry 0 unused (the caller) */
 	/* The job; written by the caller before it bumps `generation`. */
 	bn_pool_fn fn;
 	void *ctx;
@@ -82,7 +93,9 @@ static uint32_t wait_for_job(struct bn_pool *p, uint32_t seen)
 
 static void *worker_main(void *arg)
 {
-	struct bn_pool *p = arg;
+	const struct pool_worker *w = arg;
+	struct bn_pool *p = w->pool;
+	thread_index = w->index;
 	uint32_t seen = 0;
 	for (;;) {
 		seen = wait_for_job(p, seen);
@@ -133,6 +146,11 @@ uint32_t bn_pool_threads(const struct bn_pool *p)
 	return p->n_threads;
 }
 
+uint32_t bn_pool_thread_index(void)
+{
+	return thread_index;
+}
+
 struct bn_pool *bn_pool_new(uint32_t n_threads)
 {
 	if (n_threads == 0) {
@@ -144,7 +162,10 @@ struct bn_pool *bn_pool_new(uint32_t n_threads)
 		return NULL;
 	p->n_threads = n_threads;
 	p->threads = calloc(n_threads, sizeof(pthread_t));
-	if (!p->threads) {
+	p->workers = calloc(n_threads, sizeof(*p->workers));
+	if (!p->threads || !p->workers) {
+		free(p->threads);
+		free(p->workers);
 		free(p);
 		return NULL;
 	}
@@ -154,8 +175,11 @@ struct bn_pool *bn_pool_new(uint32_t n_threads)
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	uint32_t started = 1;
-	while (started < n_threads && pthread_create(&p->threads[started], NULL, worker_main, p) == 0)
-		started++;
+	for (; started < n_threads; started++) {
+		p->workers[started] = (struct pool_worker){ .pool = p, .index = started };
+		if (pthread_create(&p->threads[started], NULL, worker_main, &p->workers[started]) != 0)
+			break;
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (started < n_threads) {
 		p->n_threads = started; /* stop the ones that started */
@@ -174,5 +198,6 @@ void bn_pool_free(struct bn_pool *p)
 	for (uint32_t i = 1; i < p->n_threads; i++)
 		pthread_join(p->threads[i], NULL);
 	free(p->threads);
+	free(p->workers);
 	free(p);
 }
