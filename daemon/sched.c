@@ -484,8 +484,13 @@ uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t m
 			       uint64_t units)
 {
 	uint32_t n = 0;
-	for (uint64_t cost; n < max_tokens && (cost = token_cost(attn_positions, (uint64_t)pos + n)) <= units; n++)
+	while (n < max_tokens) {
+		uint64_t cost = token_cost(attn_positions, (uint64_t)pos + n);
+		if (cost > units)
+			break;
 		units -= cost;
+		n++;
+	}
 	return n;
 }
 
