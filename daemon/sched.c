@@ -432,11 +432,26 @@ static int prompt_done(const struct bn_req *r)
 	return r->n_prefilled == r->n_prompt;
 }
 
-/* The running request still reading its prompt that was admitted first and is not in the
- * batch yet; NULL when none. */
-static struct bn_req *oldest_unplanned_prefill(struct bn_sched *s, uint32_t n_rows)
+/* Rows of session `sess` among the first n_rows of this step. */
+static uint32_t session_rows(const struct bn_sched *s, const struct bn_session *sess,
+			     uint32_t n_rows)
+{
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < n_rows; k++)
+		n += s->rows[k]->sess == sess;
+	return n;
+}
+
+/* The next prompt to read from: among running requests still reading their prompt and not
+ * in the batch yet, the one whose session decodes the fewest sequences in this step (rows
+ * [0, n_decode)), the earliest admitted on a tie; NULL when none. So a session with many
+ * decoding sequences cannot keep another's prompt waiting behind its own, while prompts of
+ * equally served sessions (one request each, say) are still read oldest first, each to its
+ * end, rather than all a little at a time. */
+static struct bn_req *next_prefill(struct bn_sched *s, uint32_t n_rows, uint32_t n_decode)
 {
 	struct bn_req *best = NULL;
+	uint32_t best_rows = 0;
 	for (uint32_t i = 0; i < s->n_running; i++) {
 		struct bn_req *r = s->running[i];
 		if (prompt_done(r))
@@ -444,8 +459,13 @@ static struct bn_req *oldest_unplanned_prefill(struct bn_sched *s, uint32_t n_ro
 		int planned = 0;
 		for (uint32_t k = 0; k < n_rows && !planned; k++)
 			planned = s->rows[k] == r;
-		if (!planned && (!best || r->admitted < best->admitted))
+		if (planned)
+			continue;
+		uint32_t rows = session_rows(s, r->sess, n_decode);
+		if (!best || rows < best_rows || (rows == best_rows && r->admitted < best->admitted)) {
 			best = r;
+			best_rows = rows;
+		}
 	}
 	return best;
 }
@@ -494,10 +514,10 @@ uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t m
 	return n;
 }
 
-/* Decode rows first, then prompt chunks oldest first within the step's budget (counted in
- * work, see token_cost). When decoding leaves less than a quarter of the budget, prompts
- * still get that quarter, and the first prompt at least one token, so admitted prompts always
- * progress. Returns the number of rows. */
+/* Decode rows first, then prompt chunks (next_prefill: the session decoding the fewest
+ * sequences first, then oldest) within the step's budget (counted in work, see token_cost). When decoding leaves
+ * less than a quarter of the budget, prompts still get that quarter, and the first prompt at
+ * least one token, so admitted prompts always progress. Returns the number of rows. */
 static uint32_t plan(struct bn_sched *s)
 {
 	uint32_t n = 0, a = s->attn_positions;
@@ -514,7 +534,7 @@ static uint32_t plan(struct bn_sched *s)
 		left = budget / 4;
 	uint32_t n_decode = n;
 	struct bn_req *r;
-	while ((r = oldest_unplanned_prefill(s, n)) != NULL) {
+	while ((r = next_prefill(s, n, n_decode)) != NULL) {
 		uint32_t rest = r->n_prompt - r->n_prefilled;
 		uint32_t chunk = bn_sched_chunk_tokens(a, r->n_prefilled, rest, left);
 		if (chunk == 0 && n == n_decode)

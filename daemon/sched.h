@@ -4,14 +4,15 @@
  *
  * Every step is one batch. Running sequences that have their whole prompt in the KV cache
  * decode one token each; then prompts that are still being read get chunks of their remaining
- * tokens, oldest admission first, until the step's token budget is spent (decode first, so a
- * long prompt slows decoding by at most one budget's worth per step). The budget counts work:
- * a token deep in its context costs more than one, by the attention it reads (the backend's
- * attn_positions_per_token), so steps along a long prompt stay as long as its first ones. Waiting requests are
- * admitted between steps by weighted round-robin over sessions, within the max batch, the
- * per-session and per-user caps on running sequences, and the KV pool (kvpool.h): a request
- * is admitted only when every block it can need is reserved for it. Finished sequences leave
- * at once and give their blocks back before the next step.
+ * tokens, from the session decoding the fewest sequences first and oldest admission first
+ * among equals, until the step's token budget is spent (decode first, so a long prompt slows
+ * decoding by at most one budget's worth per step). The budget counts work: a token deep in
+ * its context costs more than one, by the attention it reads (the backend's
+ * attn_positions_per_token), so steps along a long prompt stay as long as its first ones.
+ * Waiting requests are admitted between steps by weighted round-robin over sessions, within
+ * the max batch, the per-session and per-user caps on running sequences, and the KV pool
+ * (kvpool.h): a request is admitted only when every block it can need is reserved for it.
+ * Finished sequences leave at once and give their blocks back before the next step.
  */
 #ifndef BITNETD_SCHED_H
 #define BITNETD_SCHED_H

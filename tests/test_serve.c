@@ -592,6 +592,55 @@ START_TEST(flooding_session_cannot_starve_another)
 }
 END_TEST
 
+/* Session A decodes 4 sequences and has two 200-token prompts admitted; session B's 8-token
+ * prompt comes after them. B's session decodes nothing, so its prompt is read first: B is
+ * done while A's long prompts are still being read (read oldest first, B would wait for both:
+ * ~100 steps at 4 prompt tokens a step). */
+START_TEST(prompt_of_idle_session_goes_first)
+{
+	const char *args[] = { "--max-batch", "16", "--token-budget", "8", "--step-delay-us", "2000",
+			       NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *a = connect_to(&d, 8), *b = connect_to(&d, 1);
+	uint32_t one = 3, long_prompt[200], short_prompt[8];
+	for (uint32_t i = 0; i < 200; i++)
+		long_prompt[i] = 3 + i % 50;
+	for (uint32_t i = 0; i < 8; i++)
+		short_prompt[i] = 60 + i;
+	struct bn_handle *dec[4], *pre[2], *hb;
+	struct bn_request rd = { .prompt = &one, .n_prompt = 1, .max_tokens = 1000,
+				 .flags = BN_REQ_IGNORE_EOS };
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(bn_submit(a, &rd, &dec[i]), 0);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(wait_for_tokens(dec[i], 1), 0);
+	struct bn_request rp = { .prompt = long_prompt, .n_prompt = 200, .max_tokens = 1,
+				 .flags = BN_REQ_IGNORE_EOS };
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(bn_submit(a, &rp, &pre[i]), 0);
+	usleep(10000); /* a few steps: A's prompts are admitted and being read, far from done */
+	struct bn_request rb = { .prompt = short_prompt, .n_prompt = 8, .max_tokens = 1,
+				 .flags = BN_REQ_IGNORE_EOS };
+	ck_assert_int_eq(bn_submit(b, &rb, &hb), 0);
+	ck_assert_int_eq(bn_wait(hb, 60 * SEC), 0);
+	uint32_t buf[2];
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(bn_read_tokens(pre[i], 0, buf, 2) == 0,
+			      "session A's long prompt %d finished before session B's short one", i);
+	struct bn_result res;
+	ck_assert_int_eq(bn_result(hb, &res), 0);
+	ck_assert_uint_eq(res.status, BN_STATUS_LENGTH);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(bn_wait(pre[i], 60 * SEC), 0);
+	for (int i = 0; i < 4; i++)
+		bn_cancel(dec[i]);
+	bn_disconnect(b);
+	bn_disconnect(a);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 static pthread_barrier_t weighted_ready;
 
 struct weighted {
@@ -828,6 +877,7 @@ int main(void)
 	tcase_add_test(loop, cancel_and_death_free_kv);
 	tcase_add_test(loop, kv_exhaustion_waits_and_loses_nothing);
 	tcase_add_test(loop, flooding_session_cannot_starve_another);
+	tcase_add_test(loop, prompt_of_idle_session_goes_first);
 	tcase_add_test(loop, per_session_cap_holds);
 	tcase_add_test(loop, weights_share_admissions);
 	tcase_add_test(loop, batch_bad_items_fail_alone);
