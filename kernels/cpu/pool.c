@@ -115,10 +115,8 @@ static void wake_workers(struct bn_pool *p)
 		futex(&p->generation, FUTEX_WAKE_PRIVATE, INT32_MAX);
 }
 
-void bn_pool_run(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx)
+static void run_job(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx)
 {
-	if (n_tasks == 0)
-		return;
 	if (p->n_threads == 1 || n_tasks == 1) {
 		for (uint32_t t = 0; t < n_tasks; t++)
 			fn(ctx, t);
@@ -139,6 +137,17 @@ void bn_pool_run(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx)
 		if ((spins & 255) == 0)
 			sched_yield();
 	}
+}
+
+void bn_pool_run(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx)
+{
+	if (n_tasks == 0)
+		return;
+	/* The caller is thread 0 of this job even if it is another pool's worker. */
+	uint32_t own_index = thread_index;
+	thread_index = 0;
+	run_job(p, n_tasks, fn, ctx);
+	thread_index = own_index;
 }
 
 uint32_t bn_pool_threads(const struct bn_pool *p)

@@ -23,8 +23,9 @@ uint32_t bn_pool_threads(const struct bn_pool *p);
 /* Runs fn(ctx, t) for every t in [0, n_tasks) and returns when all are done. One job at a
  * time: the pool belongs to one calling thread. */
 void bn_pool_run(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx);
-/* The calling thread's index in its pool, in [0, bn_pool_threads): 0 for the thread that
- * calls bn_pool_run (and any thread outside a pool). For per-thread scratch in a task. */
+/* The calling thread's index in the pool whose task it is running, in [0, bn_pool_threads):
+ * 0 for the thread that called bn_pool_run (even a worker of another pool) and for any thread
+ * outside a job. For per-thread scratch in a task. */
 uint32_t bn_pool_thread_index(void);
 
 #endif /* BITNET_POOL_H */
