@@ -11,6 +11,9 @@
  *   decode_b16_over_b1          the batching gain
  *   decode_roofline_share_b1    (weights + LM head bytes per token / mem_bw) / time per token
  *   decode_int8_share_bN        ternary multiply-adds per second / int8_peak_gmacs
+ *   pairN_*, paired_roofline_share_b1, paired_b16_over_b1
+ *                               three back-to-back (probe, batch 1, batch 16) triples and the
+ *                               medians of the two ratios over them
  *   prefill_tps_tN              prompt tokens/s, one prompt of N tokens
  *   prefill_speedup_tN          time step by step / time as one prefill, N tokens
  *   lmhead_ms_{ours,openblas}_bN    the F16 LM head: our kernel vs OpenBLAS sgemm (F32 copy)
@@ -314,6 +317,31 @@ static void prefill_times(struct runner *r, uint32_t n, double *prefill, double 
 	free(tok);
 }
 
+static double median3(double a, double b, double c)
+{
+	double lo = a < b ? a : b, hi = a < b ? b : a;
+	return c < lo ? lo : c > hi ? hi : c;
+}
+
+/* The VM's memory speed drifts by a third over minutes, and batch 1 is memory-bound while
+ * batch 16 is not, so ratios of figures taken a minute apart mislead. Three times: the
+ * bandwidth probe, batch 1, batch 16, back to back; the medians of the two ratios. */
+static void decode_side_by_side(struct runner *r, struct bn_pool *pool, double bytes_per_tok)
+{
+	double share[3], ratio[3];
+	for (int i = 0; i < 3; i++) {
+		double bw = measure_bw(pool);
+		double b1 = decode_tps(r, 1, 16, 32), b16 = decode_tps(r, 16, 16, 4);
+		share[i] = b1 / (bw * 1e9 / bytes_per_tok);
+		ratio[i] = b16 / b1;
+		printf("pair%d_mem_bw_gbs=%.1f\npair%d_decode_tps_b1=%.2f\npair%d_decode_tps_b16=%.2f\n",
+		       i, bw, i, b1, i, b16);
+		fflush(stdout);
+	}
+	printf("paired_roofline_share_b1=%.2f\npaired_b16_over_b1=%.2f\n",
+	       median3(share[0], share[1], share[2]), median3(ratio[0], ratio[1], ratio[2]));
+}
+
 /* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
 static double bytes_per_token(const struct bn_model *m)
 {
@@ -483,6 +511,7 @@ int main(int argc, char **argv)
 		fflush(stdout);
 	}
 	printf("decode_b16_over_b1=%.2f\n", tps16 / tps1);
+	decode_side_by_side(&r, pool, bpt);
 	uint32_t lens[] = { 64, 128, 256, 512, 1024 };
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
 		uint32_t n = lens[i];
