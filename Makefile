@@ -69,12 +69,15 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin
 # The toolkit root is found from nvcc's real path (PATH often holds a symlink in /usr/bin), and
 # the toolkit counts only with its runtime headers and static runtime: nvcc can be installed
 # without them (cuda-nvcc without cuda-cudart-dev), and such a machine builds CPU-only.
-CUDA_HOME   := $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(realpath $(NVCC)))))
-CUDA_INCDIR := $(patsubst %/cuda_runtime_api.h,%,$(firstword $(wildcard \
-	$(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_HOME)/targets/*/include/cuda_runtime_api.h)))
-CUDA_LIBDIR := $(patsubst %/libcudart_static.a,%,$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
-	$(CUDA_HOME)/lib/libcudart_static.a $(CUDA_HOME)/targets/*/lib/libcudart_static.a)))
-CUDA_FOUND  := $(and $(NVCC),$(CUDA_INCDIR),$(CUDA_LIBDIR))
+NVCC_REAL   := $(if $(NVCC),$(realpath $(shell command -v $(firstword $(NVCC)) 2>/dev/null)))
+CUDA_HOME   := $(if $(NVCC_REAL),$(patsubst %/bin/,%,$(dir $(NVCC_REAL))))
+CUDA_TARGET := $(CUDA_HOME)/targets/$(shell uname -m)-linux
+CUDA_INCDIR := $(patsubst %/cuda_runtime_api.h,%,$(firstword $(filter %/cuda_runtime_api.h,$(wildcard \
+	$(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_TARGET)/include/cuda_runtime_api.h))))
+CUDA_LIBDIR := $(patsubst %/libcudart_static.a,%,$(firstword $(filter %/libcudart_static.a,$(wildcard \
+	$(CUDA_HOME)/lib64/libcudart_static.a $(CUDA_HOME)/lib/libcudart_static.a \
+	$(CUDA_TARGET)/lib/libcudart_static.a))))
+CUDA_FOUND  := $(and $(NVCC_REAL),$(CUDA_INCDIR),$(CUDA_LIBDIR))
 ifeq ($(origin CUDA),undefined)
 CUDA := $(if $(and $(CUDA_FOUND),$(if $(SANITIZE),,1)),1,0)
 ifneq ($(and $(NVCC),$(if $(CUDA_FOUND),,1)),)

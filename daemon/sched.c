@@ -442,6 +442,26 @@ static uint32_t session_rows(const struct bn_sched *s, const struct bn_session *
 	return n;
 }
 
+static int planned(const struct bn_sched *s, const struct bn_req *r, uint32_t n_rows)
+{
+	for (uint32_t k = 0; k < n_rows; k++)
+		if (s->rows[k] == r)
+			return 1;
+	return 0;
+}
+
+/* The earliest admitted request still reading its prompt, planned or not; NULL when none. */
+static struct bn_req *oldest_prompt(const struct bn_sched *s)
+{
+	struct bn_req *oldest = NULL;
+	for (uint32_t i = 0; i < s->n_running; i++) {
+		struct bn_req *r = s->running[i];
+		if (!prompt_done(r) && (!oldest || r->admitted < oldest->admitted))
+			oldest = r;
+	}
+	return oldest;
+}
+
 /* The next prompt to read from: among running requests still reading their prompt and not
  * in the batch yet, the one whose session decodes the fewest sequences in this step (rows
  * [0, n_decode)), the earliest admitted on a tie; NULL when none. So a session with many
@@ -454,12 +474,7 @@ static struct bn_req *next_prefill(struct bn_sched *s, uint32_t n_rows, uint32_t
 	uint32_t best_rows = 0;
 	for (uint32_t i = 0; i < s->n_running; i++) {
 		struct bn_req *r = s->running[i];
-		if (prompt_done(r))
-			continue;
-		int planned = 0;
-		for (uint32_t k = 0; k < n_rows && !planned; k++)
-			planned = s->rows[k] == r;
-		if (planned)
+		if (prompt_done(r) || planned(s, r, n_rows))
 			continue;
 		uint32_t rows = session_rows(s, r->sess, n_decode);
 		if (!best || rows < best_rows || (rows == best_rows && r->admitted < best->admitted)) {
@@ -515,9 +530,12 @@ uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t m
 }
 
 /* Decode rows first, then prompt chunks (next_prefill: the session decoding the fewest
- * sequences first, then oldest) within the step's budget (counted in work, see token_cost). When decoding leaves
- * less than a quarter of the budget, prompts still get that quarter, and the first prompt at
- * least one token, so admitted prompts always progress. Returns the number of rows. */
+ * sequences first, then oldest) within the step's budget (counted in work, see token_cost).
+ * When decoding leaves less than a quarter of the budget, prompts still get that quarter, and
+ * the first prompt at least one token. The oldest prompt reads at least one token every step
+ * even when others took the budget (a session that never decodes, sending prompt after
+ * prompt, would otherwise always go first), so every admitted prompt progresses. Returns the
+ * number of rows. */
 static uint32_t plan(struct bn_sched *s)
 {
 	uint32_t n = 0, a = s->attn_positions;
@@ -545,6 +563,9 @@ static uint32_t plan(struct bn_sched *s)
 		left = left > spent ? left - spent : 0;
 		plan_row(s, n++, r, chunk);
 	}
+	struct bn_req *oldest = oldest_prompt(s);
+	if (oldest && !planned(s, oldest, n))
+		plan_row(s, n++, oldest, 1);
 	return n;
 }
 

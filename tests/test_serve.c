@@ -641,6 +641,87 @@ START_TEST(prompt_of_idle_session_goes_first)
 }
 END_TEST
 
+/* A session that only reads prompts (max_tokens 1: it never decodes) keeps 8 long prompts in
+ * flight; the other session decodes one sequence and then sends a prompt. The prompt flood's
+ * session decodes fewer sequences, so its prompts go first every step; the other prompt still
+ * finishes while the flood goes on, because the oldest prompt reads a token every step. */
+struct prompt_flood {
+	const char *socket;
+	volatile int stop;
+	int rc;
+	uint32_t done;
+};
+
+static void *prompt_flood_main(void *arg)
+{
+	struct prompt_flood *f = arg;
+	struct bn_client *c;
+	if ((f->rc = bn_connect(f->socket, 8, &c)) != 0)
+		return NULL;
+	uint32_t p[64];
+	for (uint32_t i = 0; i < 64; i++)
+		p[i] = 5 + i;
+	struct bn_request req = { .prompt = p, .n_prompt = 64, .max_tokens = 1,
+				  .flags = BN_REQ_IGNORE_EOS };
+	struct bn_handle *h[8];
+	for (int i = 0; i < 8 && !f->rc; i++)
+		f->rc = bn_submit(c, &req, &h[i]);
+	for (uint32_t k = 0; !f->rc && !f->stop; k++) { /* oldest first, resubmitted in its slot */
+		struct bn_handle **slot = &h[k % 8];
+		if ((f->rc = bn_wait(*slot, 60 * SEC)) != 0)
+			break;
+		bn_release(*slot);
+		f->done++;
+		f->rc = bn_submit(c, &req, slot);
+	}
+	bn_disconnect(c);
+	return NULL;
+}
+
+START_TEST(oldest_prompt_progresses_under_prompt_flood)
+{
+	const char *args[] = { "--max-batch", "16", "--token-budget", "8", "--step-delay-us", "1000",
+			       NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *c = connect_to(&d, 2);
+	uint32_t one = 3, prompt[32];
+	for (uint32_t i = 0; i < 32; i++)
+		prompt[i] = 70 + i;
+	struct bn_request rd = { .prompt = &one, .n_prompt = 1, .max_tokens = 1000,
+				 .flags = BN_REQ_IGNORE_EOS };
+	struct bn_handle *dec, *h;
+	ck_assert_int_eq(bn_submit(c, &rd, &dec), 0);
+	ck_assert_int_eq(wait_for_tokens(dec, 1), 0);
+	static struct prompt_flood f;
+	memset(&f, 0, sizeof(f));
+	f.socket = d.socket_path;
+	pthread_t tid;
+	ck_assert_int_eq(pthread_create(&tid, NULL, prompt_flood_main, &f), 0);
+	while (f.done < 8 && !f.rc) /* the flood is in full swing */
+		usleep(1000);
+	struct bn_request rp = { .prompt = prompt, .n_prompt = 32, .max_tokens = 1,
+				 .flags = BN_REQ_IGNORE_EOS };
+	ck_assert_int_eq(bn_submit(c, &rp, &h), 0);
+	uint32_t done_before = f.done;
+	int rc = bn_wait(h, 20 * SEC);
+	uint32_t done_meanwhile = f.done - done_before;
+	f.stop = 1;
+	pthread_join(tid, NULL);
+	ck_assert_int_eq(f.rc, 0);
+	ck_assert_msg(rc == 0, "the prompt did not finish while the prompt flood went on (rc %d)", rc);
+	/* Counted in the flood's requests, not in time: ours waits for at most the 8 flood
+	 * prompts admitted before it, then reads a token a step for its 32 tokens, in which the
+	 * flood reads ~7 x 32 tokens, 3.5 of its 64-token prompts. Oldest-first-by-session alone
+	 * let ~100 flood prompts by. */
+	ck_assert_msg(done_meanwhile <= 16, "%u flood prompts finished while ours waited",
+		      done_meanwhile);
+	bn_cancel(dec);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 static pthread_barrier_t weighted_ready;
 
 struct weighted {
@@ -878,6 +959,7 @@ int main(void)
 	tcase_add_test(loop, kv_exhaustion_waits_and_loses_nothing);
 	tcase_add_test(loop, flooding_session_cannot_starve_another);
 	tcase_add_test(loop, prompt_of_idle_session_goes_first);
+	tcase_add_test(loop, oldest_prompt_progresses_under_prompt_flood);
 	tcase_add_test(loop, per_session_cap_holds);
 	tcase_add_test(loop, weights_share_admissions);
 	tcase_add_test(loop, batch_bad_items_fail_alone);
