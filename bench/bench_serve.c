@@ -27,7 +27,8 @@
  *     longprompt_itl_median_ms_during_q1, _q4  those of the first and last quarter of it
  *     longprompt_itl_p99_during_over_median_before  (target <= 3)
  *     longprompt_prefill_s           the long prompt's submission to its token
- *   flood (--max-running-per-session 2; again with daemon defaults, keys suffixed _nocap):
+ *   flood (--max-running-per-session 1; again with 2, keys suffixed _cap2, and with daemon
+ *   defaults, keys suffixed _nocap):
  *   a light client's 9 sequential requests (16-token prompt, 16 tokens) alone, then while
  *   another client process keeps 64 such requests in flight
  *     flood_light_solo_median_ms, flood_light_median_ms  submit to done, median
@@ -991,9 +992,11 @@ int main(int argc, char **argv)
 	if (!only || strcmp(only, "longprompt") == 0)
 		run_longprompt(&su);
 	if (!only || strcmp(only, "flood") == 0) {
-		static const char *const cap[] = { "--max-running-per-session", "2", NULL };
+		static const char *const cap1[] = { "--max-running-per-session", "1", NULL };
+		static const char *const cap2[] = { "--max-running-per-session", "2", NULL };
 		static const char *const none[] = { NULL };
-		run_flood(&su, "", cap);
+		run_flood(&su, "", cap1);
+		run_flood(&su, "_cap2", cap2);
 		run_flood(&su, "_nocap", none);
 	}
 	printf("bench_wall_s=%.0f\n", (double)(now_ns() - t0) / 1e9);
