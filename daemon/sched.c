@@ -38,6 +38,7 @@ struct bn_sched {
 	struct uid_count *uids;   /* [max_batch], dense */
 	uint32_t n_uids;
 	uint32_t attn_positions;  /* the model's attn_positions_per_token (backend.h) */
+	uint64_t plans;           /* steps planned so far: marks which requests have a row */
 	uint32_t rr_cursor;       /* session index where the next admission round starts */
 	uint64_t admissions;
 	uint64_t last_waiting_sweep;
@@ -432,22 +433,9 @@ static int prompt_done(const struct bn_req *r)
 	return r->n_prefilled == r->n_prompt;
 }
 
-/* Rows of session `sess` among the first n_rows of this step. */
-static uint32_t session_rows(const struct bn_sched *s, const struct bn_session *sess,
-			     uint32_t n_rows)
+static int planned(const struct bn_sched *s, const struct bn_req *r)
 {
-	uint32_t n = 0;
-	for (uint32_t k = 0; k < n_rows; k++)
-		n += s->rows[k]->sess == sess;
-	return n;
-}
-
-static int planned(const struct bn_sched *s, const struct bn_req *r, uint32_t n_rows)
-{
-	for (uint32_t k = 0; k < n_rows; k++)
-		if (s->rows[k] == r)
-			return 1;
-	return 0;
+	return r->planned_in == s->plans;
 }
 
 /* The earliest admitted request still reading its prompt, planned or not; NULL when none. */
@@ -463,20 +451,20 @@ static struct bn_req *oldest_prompt(const struct bn_sched *s)
 }
 
 /* The next prompt to read from: among running requests still reading their prompt and not
- * in the batch yet, the one whose session decodes the fewest sequences in this step (rows
- * [0, n_decode)), the earliest admitted on a tie; NULL when none. So a session with many
+ * in the batch yet, the one whose session decodes the fewest sequences in this step
+ * (step_decode_rows), the earliest admitted on a tie; NULL when none. So a session with many
  * decoding sequences cannot keep another's prompt waiting behind its own, while prompts of
  * equally served sessions (one request each, say) are still read oldest first, each to its
  * end, rather than all a little at a time. */
-static struct bn_req *next_prefill(struct bn_sched *s, uint32_t n_rows, uint32_t n_decode)
+static struct bn_req *next_prefill(struct bn_sched *s)
 {
 	struct bn_req *best = NULL;
 	uint32_t best_rows = 0;
 	for (uint32_t i = 0; i < s->n_running; i++) {
 		struct bn_req *r = s->running[i];
-		if (prompt_done(r) || planned(s, r, n_rows))
+		if (prompt_done(r) || planned(s, r))
 			continue;
-		uint32_t rows = session_rows(s, r->sess, n_decode);
+		uint32_t rows = r->sess->step_decode_rows;
 		if (!best || rows < best_rows || (rows == best_rows && r->admitted < best->admitted)) {
 			best = r;
 			best_rows = rows;
@@ -487,6 +475,7 @@ static struct bn_req *next_prefill(struct bn_sched *s, uint32_t n_rows, uint32_t
 
 static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t len)
 {
+	r->planned_in = s->plans;
 	s->rows[k] = r;
 	s->lens[k] = len;
 	s->seq[k] = r->seq;
@@ -540,19 +529,24 @@ static uint32_t plan(struct bn_sched *s)
 {
 	uint32_t n = 0, a = s->attn_positions;
 	uint64_t budget = (uint64_t)s->cfg.token_budget * (a ? a : 1), used = 0;
+	s->plans++; /* planned() is true from here for the requests plan_row marks */
+	for (uint32_t i = 0; i < s->n_running; i++)
+		s->running[i]->sess->step_decode_rows = 0;
 	for (uint32_t i = 0; i < s->n_running; i++) {
 		struct bn_req *r = s->running[i];
 		if (prompt_done(r)) {
 			plan_row(s, n++, r, 1);
 			used += token_cost(a, r->n_prompt + r->n_out - 1);
+			r->sess->step_decode_rows++;
 		}
 	}
 	uint64_t left = budget > used ? budget - used : 0;
 	if (left < budget / 4)
 		left = budget / 4;
 	uint32_t n_decode = n;
-	struct bn_req *r;
-	while ((r = next_prefill(s, n, n_decode)) != NULL) {
+	struct bn_req *r, *oldest = oldest_prompt(s);
+	/* Past the budget only the first prompt may still come in (see above): no search then. */
+	while ((left > 0 || n == n_decode) && (r = next_prefill(s)) != NULL) {
 		uint32_t rest = r->n_prompt - r->n_prefilled;
 		uint32_t chunk = bn_sched_chunk_tokens(a, r->n_prefilled, rest, left);
 		if (chunk == 0 && n == n_decode)
@@ -563,8 +557,7 @@ static uint32_t plan(struct bn_sched *s)
 		left = left > spent ? left - spent : 0;
 		plan_row(s, n++, r, chunk);
 	}
-	struct bn_req *oldest = oldest_prompt(s);
-	if (oldest && !planned(s, oldest, n))
+	if (oldest && !planned(s, oldest))
 		plan_row(s, n++, oldest, 1);
 	return n;
 }

@@ -42,6 +42,7 @@ struct bn_req {
 	struct bn_sample_ctx sample_ctx;
 	struct bn_kv_seq kv;  /* block table while running */
 	uint64_t admitted;    /* admission order, for prefill priority */
+	uint64_t planned_in;  /* sched.c: the step plan that last gave it a row */
 	uint64_t t_seen;      /* when the daemon consumed the sqe */
 	uint64_t deadline;    /* monotonic ns; 0: none */
 	uint64_t t_started;   /* first step that included it */
@@ -99,6 +100,7 @@ struct bn_session {
 	struct bn_req *wait_head, *wait_tail; /* accepted, not yet running (FIFO) */
 	uint32_t n_waiting;
 	uint32_t n_running;
+	uint32_t step_decode_rows; /* sched.c, while it plans a step: the session's decode rows */
 	uint32_t weight;           /* admissions per round-robin turn */
 	uint32_t credit;           /* admissions left in the current turn */
 	struct bn_session_counters counters;
