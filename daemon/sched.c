@@ -438,16 +438,20 @@ static int planned(const struct bn_sched *s, const struct bn_req *r)
 	return r->planned_in == s->plans;
 }
 
-/* The earliest admitted request still reading its prompt, planned or not; NULL when none. */
-static struct bn_req *oldest_prompt(const struct bn_sched *s)
+/* A session's decode rows in the step being planned (marked like planned(), so no session
+ * needs resetting before a step). */
+static void count_decode_row(const struct bn_sched *s, struct bn_session *sess)
 {
-	struct bn_req *oldest = NULL;
-	for (uint32_t i = 0; i < s->n_running; i++) {
-		struct bn_req *r = s->running[i];
-		if (!prompt_done(r) && (!oldest || r->admitted < oldest->admitted))
-			oldest = r;
+	if (sess->decode_rows_in != s->plans) {
+		sess->decode_rows_in = s->plans;
+		sess->step_decode_rows = 0;
 	}
-	return oldest;
+	sess->step_decode_rows++;
+}
+
+static uint32_t decode_rows(const struct bn_sched *s, const struct bn_session *sess)
+{
+	return sess->decode_rows_in == s->plans ? sess->step_decode_rows : 0;
 }
 
 /* The next prompt to read from: among running requests still reading their prompt and not
@@ -464,7 +468,7 @@ static struct bn_req *next_prefill(struct bn_sched *s)
 		struct bn_req *r = s->running[i];
 		if (prompt_done(r) || planned(s, r))
 			continue;
-		uint32_t rows = r->sess->step_decode_rows;
+		uint32_t rows = decode_rows(s, r->sess);
 		if (!best || rows < best_rows || (rows == best_rows && r->admitted < best->admitted)) {
 			best = r;
 			best_rows = rows;
@@ -530,21 +534,21 @@ static uint32_t plan(struct bn_sched *s)
 	uint32_t n = 0, a = s->attn_positions;
 	uint64_t budget = (uint64_t)s->cfg.token_budget * (a ? a : 1), used = 0;
 	s->plans++; /* planned() is true from here for the requests plan_row marks */
-	for (uint32_t i = 0; i < s->n_running; i++)
-		s->running[i]->sess->step_decode_rows = 0;
+	struct bn_req *r, *oldest = NULL; /* the earliest admitted prompt still being read */
 	for (uint32_t i = 0; i < s->n_running; i++) {
-		struct bn_req *r = s->running[i];
+		r = s->running[i];
 		if (prompt_done(r)) {
 			plan_row(s, n++, r, 1);
 			used += token_cost(a, r->n_prompt + r->n_out - 1);
-			r->sess->step_decode_rows++;
+			count_decode_row(s, r->sess);
+		} else if (!oldest || r->admitted < oldest->admitted) {
+			oldest = r;
 		}
 	}
 	uint64_t left = budget > used ? budget - used : 0;
 	if (left < budget / 4)
 		left = budget / 4;
 	uint32_t n_decode = n;
-	struct bn_req *r, *oldest = oldest_prompt(s);
 	/* Past the budget only the first prompt may still come in (see above): no search then. */
 	while ((left > 0 || n == n_decode) && (r = next_prefill(s)) != NULL) {
 		uint32_t rest = r->n_prompt - r->n_prefilled;

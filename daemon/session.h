@@ -100,7 +100,8 @@ struct bn_session {
 	struct bn_req *wait_head, *wait_tail; /* accepted, not yet running (FIFO) */
 	uint32_t n_waiting;
 	uint32_t n_running;
-	uint32_t step_decode_rows; /* sched.c, while it plans a step: the session's decode rows */
+	uint32_t step_decode_rows; /* sched.c: the session's decode rows in step decode_rows_in */
+	uint64_t decode_rows_in;
 	uint32_t weight;           /* admissions per round-robin turn */
 	uint32_t credit;           /* admissions left in the current turn */
 	struct bn_session_counters counters;
