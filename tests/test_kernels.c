@@ -745,31 +745,50 @@ END_TEST
 /* The same (q, K, V, L) twice, then with other garbage past L and past d: the same bits. */
 /* The same positions scattered over blocks in a shuffled arena (a paged KV cache, with rows
  * of garbage between and after them): the output is bit-identical to the contiguous one. */
-static void attend_paged_run(const struct bn_kernels *kern, const struct attend_case *c,
-			     uint32_t bt, float *out)
+/* A copy of the case's cache scattered over blocks of bt positions in a shuffled arena, with a
+ * garbage row after each block and unused blocks below. */
+struct paged_kv {
+	float *K, *V;
+	uint32_t *table;
+	struct bn_kv_view view;
+};
+
+static void paged_kv_new(struct paged_kv *p, const struct attend_case *c, uint32_t bt)
 {
 	uint32_t n_blocks = (c->L + bt - 1) / bt, spare = 3, total = n_blocks + spare;
 	size_t stride = (size_t)(bt + 1) * c->ld; /* a garbage row after each block */
-	float *K = xmalloc((size_t)total * stride * sizeof(float));
-	float *V = xmalloc((size_t)total * stride * sizeof(float));
+	p->K = xmalloc((size_t)total * stride * sizeof(float));
+	p->V = xmalloc((size_t)total * stride * sizeof(float));
 	for (size_t i = 0; i < (size_t)total * stride; i++)
-		K[i] = V[i] = NAN;
-	uint32_t *table = xmalloc(n_blocks * sizeof(uint32_t));
+		p->K[i] = p->V[i] = NAN;
+	p->table = xmalloc(n_blocks * sizeof(uint32_t));
 	for (uint32_t b = 0; b < n_blocks; b++)
-		table[b] = total - 1 - b; /* backwards, with unused blocks below */
+		p->table[b] = total - 1 - b; /* backwards, with unused blocks below */
 	for (uint32_t t = 0; t < c->L; t++) {
-		size_t dst = (size_t)table[t / bt] * stride + (size_t)(t % bt) * c->ld;
-		memcpy(K + dst, c->K + (size_t)t * c->ld, c->d * sizeof(float));
-		memcpy(V + dst, c->V + (size_t)t * c->ld, c->d * sizeof(float));
+		size_t dst = (size_t)p->table[t / bt] * stride + (size_t)(t % bt) * c->ld;
+		memcpy(p->K + dst, c->K + (size_t)t * c->ld, c->d * sizeof(float));
+		memcpy(p->V + dst, c->V + (size_t)t * c->ld, c->d * sizeof(float));
 	}
-	struct bn_kv_view kv = { .K = K, .V = V, .blocks = table, .block_tokens = bt, .ld = c->ld,
-				 .block_stride = stride };
+	p->view = (struct bn_kv_view){ .K = p->K, .V = p->V, .blocks = p->table,
+				       .block_tokens = bt, .ld = c->ld, .block_stride = stride };
+}
+
+static void paged_kv_free(struct paged_kv *p)
+{
+	free(p->table);
+	free(p->K);
+	free(p->V);
+}
+
+static void attend_paged_run(const struct bn_kernels *kern, const struct attend_case *c,
+			     uint32_t bt, float *out)
+{
+	struct paged_kv p;
+	paged_kv_new(&p, c, bt);
 	float *s = xmalloc(c->L * sizeof(float));
-	kern->attend(c->q, &kv, c->L, c->d, c->scale, s, out);
+	kern->attend(c->q, &p.view, c->L, c->d, c->scale, s, out);
 	free(s);
-	free(table);
-	free(K);
-	free(V);
+	paged_kv_free(&p);
 }
 
 /* attend_heads over a paged cache equals one attend per head, to the bit, for the group sizes
@@ -788,21 +807,8 @@ START_TEST(attend_heads_equal_each_head)
 				rng_seed(900 + 100 * di + 10 * li + hi);
 				struct attend_case c;
 				attend_case_new(&c, d, L);
-				uint32_t bt = 5, n_blocks = (L + bt - 1) / bt;
-				uint32_t *table = xmalloc(n_blocks * sizeof(uint32_t));
-				for (uint32_t b = 0; b < n_blocks; b++)
-					table[b] = n_blocks - 1 - b;
-				float *K = xmalloc((size_t)n_blocks * bt * c.ld * sizeof(float));
-				float *V = xmalloc((size_t)n_blocks * bt * c.ld * sizeof(float));
-				for (uint32_t t = 0; t < n_blocks * bt; t++) {
-					size_t dst = ((size_t)table[t / bt] * bt + t % bt) * c.ld;
-					for (uint32_t i = 0; i < c.ld; i++) {
-						K[dst + i] = t < L ? c.K[(size_t)t * c.ld + i] : NAN;
-						V[dst + i] = t < L ? c.V[(size_t)t * c.ld + i] : NAN;
-					}
-				}
-				struct bn_kv_view kv = { .K = K, .V = V, .blocks = table, .block_tokens = bt,
-							 .ld = c.ld, .block_stride = (size_t)bt * c.ld };
+				struct paged_kv p;
+				paged_kv_new(&p, &c, 5);
 				float *q = xmalloc((size_t)nh * d * sizeof(float));
 				for (size_t i = 0; i < (size_t)nh * d; i++)
 					q[i] = rng_float(-4.0f, 4.0f);
@@ -811,9 +817,9 @@ START_TEST(attend_heads_equal_each_head)
 				float *got = xmalloc(((size_t)nh * d + 4) * sizeof(float));
 				fill_sentinel(got, (size_t)nh * d + 4);
 				for (uint32_t h = 0; h < nh; h++)
-					kern->attend(q + (size_t)h * d, &kv, L, d, c.scale, s,
+					kern->attend(q + (size_t)h * d, &p.view, L, d, c.scale, s,
 						     want + (size_t)h * d);
-				kern->attend_heads(q, nh, &kv, L, d, c.scale, s, got);
+				kern->attend_heads(q, nh, &p.view, L, d, c.scale, s, got);
 				ck_assert_msg(memcmp(want, got, (size_t)nh * d * sizeof(float)) == 0,
 					      "%s d %u L %u heads %u: differs from one attend per head",
 					      kern->name, d, L, nh);
@@ -823,9 +829,7 @@ START_TEST(attend_heads_equal_each_head)
 				free(want);
 				free(s);
 				free(q);
-				free(K);
-				free(V);
-				free(table);
+				paged_kv_free(&p);
 				attend_case_free(&c);
 			}
 }
