@@ -500,26 +500,26 @@ static uint64_t token_cost(uint32_t attn_positions, uint64_t pos)
 	return attn_positions ? attn_positions + pos : 1;
 }
 
-/* token_cost summed over positions pos .. pos + n - 1. */
-static uint64_t chunk_cost(uint32_t attn_positions, uint32_t pos, uint32_t n)
+/* The most tokens from position pos (at most max_tokens) whose costs fit in *units, which
+ * they are taken from. */
+static uint32_t take_chunk(uint32_t attn_positions, uint32_t pos, uint32_t max_tokens,
+			   uint64_t *units)
 {
-	if (!attn_positions)
-		return n;
-	return (uint64_t)n * ((uint64_t)attn_positions + pos) + (uint64_t)n * (n - 1) / 2;
+	uint32_t n = 0;
+	while (n < max_tokens) {
+		uint64_t cost = token_cost(attn_positions, (uint64_t)pos + n);
+		if (cost > *units)
+			break;
+		*units -= cost;
+		n++;
+	}
+	return n;
 }
 
 uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t max_tokens,
 			       uint64_t units)
 {
-	uint32_t n = 0;
-	while (n < max_tokens) {
-		uint64_t cost = token_cost(attn_positions, (uint64_t)pos + n);
-		if (cost > units)
-			break;
-		units -= cost;
-		n++;
-	}
-	return n;
+	return take_chunk(attn_positions, pos, max_tokens, &units);
 }
 
 /* Decode rows first, then prompt chunks (next_prefill: the session decoding the fewest
@@ -552,13 +552,13 @@ static uint32_t plan(struct bn_sched *s)
 	/* Past the budget only the first prompt may still come in (see above): no search then. */
 	while ((left > 0 || n == n_decode) && (r = next_prefill(s)) != NULL) {
 		uint32_t rest = r->n_prompt - r->n_prefilled;
-		uint32_t chunk = bn_sched_chunk_tokens(a, r->n_prefilled, rest, left);
-		if (chunk == 0 && n == n_decode)
-			chunk = 1;
+		uint32_t chunk = take_chunk(a, r->n_prefilled, rest, &left);
+		if (chunk == 0 && n == n_decode) {
+			chunk = 1; /* it costs more than is left: nothing is left after it */
+			left = 0;
+		}
 		if (chunk == 0)
 			break;
-		uint64_t spent = chunk_cost(a, r->n_prefilled, chunk);
-		left = left > spent ? left - spent : 0;
 		plan_row(s, n++, r, chunk);
 	}
 	if (oldest && !planned(s, oldest))
