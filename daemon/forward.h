@@ -69,6 +69,12 @@ int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, 
 void bn_rope_freqs(const struct bn_model_config *c, float *freq);
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs);
 
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] (out may be x). The sum of squares runs over
+ * 16 interleaved lanes (x[i] into lane i % 16) that are then added in lane order: that order
+ * is part of the definition, shared by the fast forward pass and the reference, and fixed by n
+ * alone, so a token's norm does not depend on its batch. */
+void bn_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps);
+
 /* What a model backend reports at open (backend.h) for a model kept in F32 KV: name, vocabulary,
  * context, BOS/EOS, kind (enum bn_backend_kind), KV bytes per position, and the attention
  * positions that cost one token's weight matrices, given what one attention multiply-add costs

@@ -28,16 +28,6 @@ struct bn_ref {
 	int8_t *xq;         /* [max(n_in)] quantized input */
 };
 
-static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
-{
-	float ss = 0.0f;
-	for (uint32_t i = 0; i < n; i++)
-		ss += x[i] * x[i];
-	float inv = 1.0f / sqrtf(ss / (float)n + eps);
-	for (uint32_t i = 0; i < n; i++)
-		out[i] = x[i] * inv * w[i];
-}
-
 /* BitLinear: x quantized to int8 per token, exact integer dot with the ternary codes. */
 static void linear_ternary(struct bn_ref *r, const struct bn_linear *l, const float *x, float *y)
 {
@@ -148,7 +138,7 @@ static void layer_forward(struct bn_ref *r, uint32_t li, uint32_t pos)
 	float *v = r->value_cache + ((size_t)li * r->max_len + pos) * kv_dim;
 
 	/* attention block */
-	rmsnorm(r->xb, r->x, L->attn_norm, c->n_embd, c->rms_eps);
+	bn_rmsnorm(r->xb, r->x, L->attn_norm, c->n_embd, c->rms_eps);
 	linear(r, &L->wq, r->xb, r->q);
 	linear(r, &L->wk, r->xb, k);
 	linear(r, &L->wv, r->xb, v);
@@ -158,19 +148,19 @@ static void layer_forward(struct bn_ref *r, uint32_t li, uint32_t pos)
 		rope(c, k + (size_t)h * c->head_dim, pos);
 	attention(r, li, pos);
 	if (L->attn_sub_norm)
-		rmsnorm(r->att_out, r->att_out, L->attn_sub_norm, q_dim, c->rms_eps);
+		bn_rmsnorm(r->att_out, r->att_out, L->attn_sub_norm, q_dim, c->rms_eps);
 	linear(r, &L->wo, r->att_out, r->xb);
 	for (uint32_t i = 0; i < c->n_embd; i++)
 		r->x[i] += r->xb[i];
 
 	/* feed-forward block */
-	rmsnorm(r->xb, r->x, L->ffn_norm, c->n_embd, c->rms_eps);
+	bn_rmsnorm(r->xb, r->x, L->ffn_norm, c->n_embd, c->rms_eps);
 	linear(r, &L->w_gate, r->xb, r->gate);
 	linear(r, &L->w_up, r->xb, r->up);
 	for (uint32_t i = 0; i < c->n_ff; i++)
 		r->gate[i] = activation(c->act, r->gate[i]) * r->up[i];
 	if (L->ffn_sub_norm)
-		rmsnorm(r->gate, r->gate, L->ffn_sub_norm, c->n_ff, c->rms_eps);
+		bn_rmsnorm(r->gate, r->gate, L->ffn_sub_norm, c->n_ff, c->rms_eps);
 	linear(r, &L->w_down, r->gate, r->xb);
 	for (uint32_t i = 0; i < c->n_embd; i++)
 		r->x[i] += r->xb[i];
@@ -185,7 +175,7 @@ int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits)
 	bn_model_embed(r->m, token, r->x);
 	for (uint32_t li = 0; li < c->n_layer; li++)
 		layer_forward(r, li, pos);
-	rmsnorm(r->xb, r->x, r->m->output_norm, c->n_embd, c->rms_eps);
+	bn_rmsnorm(r->xb, r->x, r->m->output_norm, c->n_embd, c->rms_eps);
 	linear(r, &r->m->output, r->xb, logits);
 	return 0;
 }

@@ -16,25 +16,58 @@
 #define COLS 4 /* batch rows per tile */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+/* How far ahead of the row loops the weights are prefetched. The hardware prefetchers alone
+ * left a batch-1 row loop (two threads) at 0.8-0.9 of the read bandwidth a plain load loop
+ * reaches: measured side by side, 640-byte ternary rows streamed at 33 GB/s without and 37-48
+ * with an 8 KiB lead (probe 37-58), F16 LM-head rows at 37 against 41-42 (probe 41-42). The
+ * lead stops at the end of the matrix: a prefetch never faults, but one into an unmapped page
+ * still costs a page walk, and a loop over a cache-resident matrix paid that at every pass
+ * (22 against 35 GB/s). */
+#define WEIGHT_PREFETCH_BYTES 8192
+
 /* ------------------------------------------------------------------------------------------ */
 /* Ternary x int8                                                                              */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Plane p of a 64-byte T2 chunk: the codes of weights [64p, 64p + 64), one per byte. The
- * 16-bit shift moves bits across byte borders; the mask throws those away. */
-#define T2_PLANE(v, p) _mm512_and_si512(_mm512_srli_epi16((v), 2 * (p)), _mm512_set1_epi8(3))
+/* Plane p of a 64-byte T2 chunk, left where it lies: byte j holds the code of weight
+ * 64p + j times 4^p. One AND per plane and no shift: vpdpbusd multiplies unsigned bytes up
+ * to 192 without saturating, so plane p's accumulator sums 4^p times the plane's dot product
+ * and an exact arithmetic shift by 2p takes the factor out at the end of the row. (No lane
+ * can overflow: |lane| <= 4 * 192 * 128 per chunk, and model.c caps rows at 2^20 weights, 4096
+ * chunks, far below 2^31 / 98304.) At batch 1 this is 9 instructions per chunk against 16
+ * with shifts, which is what decides whether the row loop keeps up with memory. */
+#define T2_PLANE(v, p) _mm512_and_si512((v), _mm512_set1_epi8((char)(3 << (2 * (p)))))
+
+/* Chunk cc of one weight row into one set of accumulators, against n_cols batch rows. */
+static ALWAYS_INLINE void t2_chunk(const uint8_t *row, const uint8_t *end,
+				   const int8_t *const *xs, size_t cc, const uint32_t n_cols,
+				   __m512i acc[4][COLS])
+{
+	const uint8_t *ahead = row + cc * BN_T2_CHUNK_BYTES + WEIGHT_PREFETCH_BYTES;
+	if (ahead < end)
+		_mm_prefetch((const char *)ahead, _MM_HINT_T0);
+	__m512i wv = _mm512_loadu_si512(row + cc * BN_T2_CHUNK_BYTES);
+	__m512i pl[4] = { T2_PLANE(wv, 0), T2_PLANE(wv, 1), T2_PLANE(wv, 2), T2_PLANE(wv, 3) };
+	for (uint32_t b = 0; b < n_cols; b++)
+		for (uint32_t p = 0; p < 4; p++)
+			acc[p][b] = _mm512_dpbusd_epi32(
+				acc[p][b], pl[p], _mm512_loadu_si512(xs[b] + cc * BN_T2_CHUNK + 64 * p));
+}
 
 /* One weight row against n_cols batch rows. The row streams through once (one sequential
  * stream is what the prefetchers serve best: measured 31 GB/s against 20 for four rows
  * interleaved); each chunk's four planes are unpacked once and used by every batch row.
  * Integer sums are exact, so the accumulator split (by plane, and for one or two batch rows
- * also by chunk parity, to hide the vpdpbusd latency) cannot change a result. */
+ * also by chunk parity, to hide the vpdpbusd latency) cannot change a result. The chunk loop
+ * has no conditions inside (the odd chunk is a tail): with them the compiler kept the
+ * accumulators in memory. */
 static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 				 const struct bn_q8_rows *x, uint32_t b0, const uint32_t n_cols,
 				 float *y, uint32_t ldy)
 {
 	const uint32_t sets = n_cols <= 2 ? 2 : 1;
 	const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
+	const uint8_t *end = w->codes + (size_t)w->n_out * w->row_bytes;
 	const int8_t *xs[COLS];
 	for (uint32_t b = 0; b < n_cols; b++)
 		xs[b] = x->q + (size_t)(b0 + b) * x->k_pad;
@@ -43,46 +76,47 @@ static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 		for (uint32_t p = 0; p < 4; p++)
 			for (uint32_t b = 0; b < n_cols; b++)
 				acc[s][p][b] = _mm512_setzero_si512();
-	uint32_t n_chunks = w->row_bytes / BN_T2_CHUNK_BYTES;
-	for (uint32_t c = 0; c < n_chunks; c += sets) {
-		for (uint32_t s = 0; s < sets && c + s < n_chunks; s++) {
-			size_t cc = c + s;
-			__m512i wv = _mm512_loadu_si512(row + cc * BN_T2_CHUNK_BYTES);
-			__m512i pl[4] = { T2_PLANE(wv, 0), T2_PLANE(wv, 1), T2_PLANE(wv, 2),
-					  T2_PLANE(wv, 3) };
-			for (uint32_t b = 0; b < n_cols; b++)
-				for (uint32_t p = 0; p < 4; p++)
-					acc[s][p][b] = _mm512_dpbusd_epi32(
-						acc[s][p][b], pl[p],
-						_mm512_loadu_si512(xs[b] + cc * BN_T2_CHUNK + 64 * p));
-		}
-	}
+	const uint32_t n_chunks = w->row_bytes / BN_T2_CHUNK_BYTES;
+	uint32_t c = 0;
+	for (; c + sets <= n_chunks; c += sets)
+		for (uint32_t s = 0; s < sets; s++)
+			t2_chunk(row, end, xs, c + s, n_cols, acc[s]);
+	for (; c < n_chunks; c++)
+		t2_chunk(row, end, xs, c, n_cols, acc[0]);
 	for (uint32_t b = 0; b < n_cols; b++) {
 		__m512i t = _mm512_setzero_si512();
-		for (uint32_t s = 0; s < sets; s++)
-			for (uint32_t p = 0; p < 4; p++)
-				t = _mm512_add_epi32(t, acc[s][p][b]);
+		for (uint32_t p = 0; p < 4; p++) {
+			__m512i plane = acc[0][p][b];
+			for (uint32_t s = 1; s < sets; s++)
+				plane = _mm512_add_epi32(plane, acc[s][p][b]);
+			t = _mm512_add_epi32(t, _mm512_srai_epi32(plane, 2 * p));
+		}
 		int32_t sum = _mm512_reduce_add_epi32(t) - x->sum[b0 + b];
 		y[(size_t)(b0 + b) * ldy + o] = ((float)sum * w->scale[o]) * x->inv_scale[b0 + b];
 	}
 }
 
-/* One weight row (tiles are one row high) against n_cols <= COLS batch rows. */
+/* Rows [o, o + n_rows), each streamed once, against n_cols <= COLS batch rows. */
 static void t2_tile(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
 		    const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
 {
-	(void)n_rows;
+	uint32_t o1 = o + n_rows;
 	switch (n_cols) { /* constant column counts keep the tile in registers */
-	case 4: t2_row(w, o, x, b0, 4, y, ldy); break;
-	case 3: t2_row(w, o, x, b0, 3, y, ldy); break;
-	case 2: t2_row(w, o, x, b0, 2, y, ldy); break;
-	default: t2_row(w, o, x, b0, 1, y, ldy); break;
+	case 4: for (; o < o1; o++) t2_row(w, o, x, b0, 4, y, ldy); break;
+	case 3: for (; o < o1; o++) t2_row(w, o, x, b0, 3, y, ldy); break;
+	case 2: for (; o < o1; o++) t2_row(w, o, x, b0, 2, y, ldy); break;
+	case 1: for (; o < o1; o++) t2_row(w, o, x, b0, 1, y, ldy); break;
+	default: break; /* no batch rows */
 	}
 }
 
 static void t2_gemm_avx512(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			   const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
 {
+	if (n_b <= COLS) { /* one batch tile: nothing to block, and no call per row */
+		t2_tile(w, o0, o1 - o0, x, 0, n_b, y, ldy);
+		return;
+	}
 	bn_t2_gemm_blocked(w, o0, o1, x, n_b, y, ldy, 1, COLS, t2_tile);
 }
 
@@ -107,10 +141,16 @@ static ALWAYS_INLINE __mmask16 lanes_from(uint32_t k, uint32_t n)
 }
 
 /* One 64-wide step of one weight row against n_cols batch rows. */
-static ALWAYS_INLINE void f_step(const void *row, const float *const *xs, uint32_t k,
-				 const __mmask16 *m, const uint32_t n_cols, __m512 acc[4][COLS],
-				 const uint32_t type)
+static ALWAYS_INLINE void f_step(const void *row, const void *end, const float *const *xs,
+				 uint32_t k, const __mmask16 *m, const uint32_t n_cols,
+				 __m512 acc[4][COLS], const uint32_t type)
 {
+	/* the 64 weights are 128 bytes (F16, BF16) or 256 (F32): their lines a lead ahead */
+	const uint32_t step_bytes = type == BN_TYPE_F32 ? 256 : 128;
+	const char *ahead = (const char *)row + (size_t)k * (step_bytes / 64) + WEIGHT_PREFETCH_BYTES;
+	for (uint32_t off = 0; off < step_bytes; off += 64)
+		if (ahead + off < (const char *)end)
+			_mm_prefetch(ahead + off, _MM_HINT_T0);
 	__m512 wv[4];
 	for (uint32_t j = 0; j < 4; j++)
 		wv[j] = f_load(row, k + 16 * j, m[j], type);
@@ -128,6 +168,7 @@ static ALWAYS_INLINE void f_row(const struct bn_f_matrix *w, uint32_t o, const f
 				uint32_t ldy, const uint32_t type)
 {
 	const void *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
+	const void *end = (const uint8_t *)w->data + (size_t)w->n_out * w->row_bytes;
 	const float *xs[COLS];
 	for (uint32_t b = 0; b < n_cols; b++)
 		xs[b] = x + (size_t)(b0 + b) * ldx;
@@ -138,12 +179,12 @@ static ALWAYS_INLINE void f_row(const struct bn_f_matrix *w, uint32_t o, const f
 	const __mmask16 full[4] = { 0xffff, 0xffff, 0xffff, 0xffff };
 	uint32_t k = 0;
 	for (; k + 64 <= w->n_in; k += 64)
-		f_step(row, xs, k, full, n_cols, acc, type);
+		f_step(row, end, xs, k, full, n_cols, acc, type);
 	if (k < w->n_in) {
 		__mmask16 m[4];
 		for (uint32_t j = 0; j < 4; j++)
 			m[j] = lanes_from(k + 16 * j, w->n_in);
-		f_step(row, xs, k, m, n_cols, acc, type);
+		f_step(row, end, xs, k, m, n_cols, acc, type);
 	}
 	for (uint32_t b = 0; b < n_cols; b++) {
 		__m512 t = _mm512_add_ps(_mm512_add_ps(acc[0][b], acc[1][b]),
