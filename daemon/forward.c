@@ -170,9 +170,9 @@ static void linear1(struct bn_forward *f, const struct bn_linear *w, float *y, u
 /* Element-wise parts, per token                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Lanes of bn_rmsnorm's sum of squares. Unlike one running sum (a chain of n dependent adds:
- * the norms were ~7 % of a batch-1 decode step) the lanes are independent, and the compiler
- * turns them into vector code. */
+/* Lanes of bn_rmsnorm's sum of squares. Unlike one running sum (a chain of n dependent adds,
+ * ~3 µs for 2560 values, four norms per layer and token) the lanes are independent, and the
+ * compiler turns them into vector code. */
 #define SUM_LANES 16
 
 static float sum_squares(const float *x, uint32_t n)

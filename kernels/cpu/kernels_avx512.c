@@ -18,8 +18,9 @@
 
 /* How far ahead of the row loops the weights are prefetched. The hardware prefetchers alone
  * left a batch-1 row loop (two threads) at 0.8-0.9 of the read bandwidth a plain load loop
- * reaches: measured side by side, 640-byte ternary rows streamed at 33 GB/s without and 37-48
- * with an 8 KiB lead (probe 37-58), F16 LM-head rows at 37 against 41-42 (probe 41-42). The
+ * reaches: measured side by side over 500 MB of 640- and 1728-byte ternary rows, 0.63-0.82
+ * of the probe without and 0.89-0.98 with an 8 KiB lead; F16 LM-head rows 37 against 41-42
+ * GB/s (probe 41-42). The
  * lead stops at the end of the matrix: a prefetch never faults, but one into an unmapped page
  * still costs a page walk, and a loop over a cache-resident matrix paid that at every pass
  * (22 against 35 GB/s). */
