@@ -461,7 +461,7 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 
 static const uint32_t f_types[] = { BN_TYPE_F32, BN_TYPE_F16, BN_TYPE_BF16 };
-static const uint32_t f_n_ins[] = { 1, 15, 16, 17, 64, 100, 2560 };
+static const uint32_t f_n_ins[] = { 1, 15, 16, 17, 64, 100, 2560, 2600 };
 #define F_N_OUT 7
 /* Float sums in any order: |err| <= F_REL * sum_k |w x| + F_ABS. A sum of n products in float
  * is off by at most about n * 2^-24 of sum |w x| in the worst case, and by sqrt(n) times that
