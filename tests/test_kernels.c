@@ -46,26 +46,6 @@ static const uint32_t batch_sizes[] = { 1, 2, 3, 4, 5, 7, 16, 33, 64 };
 /* A bit pattern no kernel computes: a NaN with a payload. */
 #define SENTINEL_BITS 0x7fc0deadu
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-	rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
-}
-
-static uint32_t rng_next(void) /* xorshift64* */
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
-}
-
-static float rng_float(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)(rng_next() >> 8) / (float)(1u << 24);
-}
-
 static uint32_t float_bits(float f)
 {
 	uint32_t u;
@@ -152,13 +132,13 @@ static void t2_case_new(struct t2_case *c, uint32_t n_in, uint32_t n_out)
 	for (uint32_t o = 0; o < n_out; o++) {
 		int8_t *w = c->w + (size_t)o * n_in;
 		for (uint32_t k = 0; k < n_in; k++) {
-			uint32_t r = rng_next() % 4;
+			uint32_t r = tu_rng_next() % 4;
 			/* rows 0 and 1 all +1 and all -1: the largest sums either way */
 			w[k] = o == 0 ? 1 : o == 1 ? -1 : r == 0 ? 0 : r == 1 ? 1 : -1;
 			row_codes[k] = (uint8_t)(w[k] + 1);
 		}
 		bn_t2_pack(row_codes, n_in, c->codes + (size_t)o * row_bytes);
-		c->scale[o] = rng_float(0.01f, 2.0f);
+		c->scale[o] = tu_rng_float(0.01f, 2.0f);
 	}
 	free(row_codes);
 	c->m = (struct bn_t2_matrix){ .codes = c->codes, .scale = c->scale, .n_in = n_in,
@@ -257,13 +237,13 @@ START_TEST(t2_gemm_exact)
 		return;
 	for (size_t si = 0; si < sizeof(t2_shapes) / sizeof(t2_shapes[0]); si++) {
 		uint32_t n_in = t2_shapes[si][0], n_out = t2_shapes[si][1], ldx = n_in + 3;
-		rng_seed(100 + si);
+		tu_rng_seed(100 + si);
 		struct t2_case c;
 		t2_case_new(&c, n_in, n_out);
 		float *xf = xmalloc((size_t)MAX_B * ldx * sizeof(float));
 		for (uint32_t b = 0; b < MAX_B; b++)
 			for (uint32_t k = 0; k < ldx; k++) {
-				float v = rng_float(-4.0f, 4.0f);
+				float v = tu_rng_float(-4.0f, 4.0f);
 				/* rows 2 and 3 constant: every q is +127 or -127 */
 				v = b == 2 ? 7.0f : b == 3 ? -7.0f : b == 4 ? 0.0f : v;
 				xf[(size_t)b * ldx + k] = k < n_in ? v : NAN;
@@ -290,7 +270,7 @@ START_TEST(t2_gemm_full_int8_range)
 		return;
 	for (size_t si = 0; si < sizeof(t2_shapes) / sizeof(t2_shapes[0]); si++) {
 		uint32_t n_in = t2_shapes[si][0], n_out = t2_shapes[si][1];
-		rng_seed(200 + si);
+		tu_rng_seed(200 + si);
 		struct t2_case c;
 		t2_case_new(&c, n_in, n_out);
 		struct bn_q8_rows x;
@@ -299,13 +279,13 @@ START_TEST(t2_gemm_full_int8_range)
 			int8_t *q = x.q + (size_t)b * x.k_pad;
 			int32_t sum = 0;
 			for (uint32_t k = 0; k < x.k_pad; k++) {
-				int v = (int)(rng_next() % 256) - 128;
+				int v = (int)(tu_rng_next() % 256) - 128;
 				v = b == 0 ? -128 : b == 1 ? 127 : v;
 				q[k] = (int8_t)(k < n_in ? v : 0);
 				sum += q[k];
 			}
 			x.sum[b] = sum;
-			x.inv_scale[b] = rng_float(1e-4f, 0.1f);
+			x.inv_scale[b] = tu_rng_float(1e-4f, 0.1f);
 		}
 		int32_t *isum = t2_oracle(&c, &x, MAX_B);
 		t2_check_all(kern, &c, &x, isum, "raw int8");
@@ -360,12 +340,12 @@ START_TEST(quantize_rows)
 	const uint32_t ks[] = { 1, 100, 256, 1000, 2560 };
 	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
 		uint32_t k = ks[ki], ldx = k + 9, n = 8;
-		rng_seed(300 + ki);
+		tu_rng_seed(300 + ki);
 		float *x = xmalloc((size_t)n * ldx * sizeof(float));
 		for (uint32_t r = 0; r < n; r++)
 			for (uint32_t i = 0; i < ldx; i++) {
 				float mag = r == 5 ? 1e-30f : r == 6 ? 1e30f : 1.0f;
-				float v = rng_float(-3.0f, 3.0f) * mag;
+				float v = tu_rng_float(-3.0f, 3.0f) * mag;
 				x[(size_t)r * ldx + i] = i < k ? v : NAN;
 			}
 		/* row 1 all zero; row 2 one huge value; row 3 one huge negative value */
@@ -421,15 +401,15 @@ START_TEST(quantize_variant_equals_scalar)
 	const uint32_t ks[] = { 1, 7, 15, 16, 17, 33, 255, 256, 1000, 2560, 6912 };
 	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
 		uint32_t k = ks[ki], ldx = k + 3, n = 9;
-		rng_seed(700 + ki);
+		tu_rng_seed(700 + ki);
 		float *x = xmalloc((size_t)n * ldx * sizeof(float));
 		for (uint32_t r = 0; r < n; r++)
 			for (uint32_t i = 0; i < ldx; i++) {
 				float mag = r == 5 ? 1e-30f : r == 6 ? 1e30f : 1.0f;
-				x[(size_t)r * ldx + i] = i < k ? rng_float(-3.0f, 3.0f) * mag : NAN;
+				x[(size_t)r * ldx + i] = i < k ? tu_rng_float(-3.0f, 3.0f) * mag : NAN;
 			}
 		for (uint32_t i = 0; i < k; i++) /* row 1 zeros, row 2 exact halves when amax 127 */
-			x[1 * ldx + i] = 0.0f, x[2 * ldx + i] = (float)((int)(rng_next() % 255) - 127) + 0.5f;
+			x[1 * ldx + i] = 0.0f, x[2 * ldx + i] = (float)((int)(tu_rng_next() % 255) - 127) + 0.5f;
 		x[2 * ldx] = 127.0f;
 		x[3 * ldx + k / 2] = NAN;       /* left out of the absmax, becomes 0 */
 		x[4 * ldx + k - 1] = -INFINITY; /* absmax inf: every product 0 or NaN */
@@ -502,7 +482,7 @@ static void f_case_new(struct f_case *c, uint32_t type, uint32_t n_in, uint32_t 
 	float *row = xmalloc(n_in * sizeof(float));
 	for (uint32_t o = 0; o < n_out; o++) {
 		for (uint32_t k = 0; k < n_in; k++)
-			row[k] = rng_float(-1.0f, 1.0f);
+			row[k] = tu_rng_float(-1.0f, 1.0f);
 		uint8_t *enc = c->data + o * row_bytes;
 		ck_assert_uint_eq(bn_quant_row(type, row, n_in, enc), row_bytes);
 		for (uint32_t k = 0; k < n_in; k++)
@@ -512,7 +492,7 @@ static void f_case_new(struct f_case *c, uint32_t type, uint32_t n_in, uint32_t 
 	c->x = xmalloc((size_t)MAX_B * c->ldx * sizeof(float));
 	for (uint32_t b = 0; b < MAX_B; b++)
 		for (uint32_t k = 0; k < c->ldx; k++)
-			c->x[(size_t)b * c->ldx + k] = k < n_in ? rng_float(-2.0f, 2.0f) : NAN;
+			c->x[(size_t)b * c->ldx + k] = k < n_in ? tu_rng_float(-2.0f, 2.0f) : NAN;
 	c->m = (struct bn_f_matrix){ .data = c->data, .type = type, .n_in = n_in, .n_out = n_out,
 				     .row_bytes = row_bytes };
 }
@@ -562,7 +542,7 @@ START_TEST(f_gemm_vs_double)
 		return;
 	for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
 		for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
-			rng_seed(400 + 10 * ti + ni);
+			tu_rng_seed(400 + 10 * ti + ni);
 			struct f_case c;
 			f_case_new(&c, f_types[ti], f_n_ins[ni], F_N_OUT);
 			float y[4 * 16];
@@ -616,7 +596,7 @@ START_TEST(f_gemm_batch_invariance)
 		return;
 	for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
 		for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
-			rng_seed(500 + 10 * ti + ni);
+			tu_rng_seed(500 + 10 * ti + ni);
 			struct f_case c;
 			f_case_new(&c, f_types[ti], f_n_ins[ni], F_N_OUT);
 			f_check_invariance(kern, &c);
@@ -665,10 +645,10 @@ static void attend_case_new(struct attend_case *c, uint32_t d, uint32_t L)
 	c->K = xmalloc(n * sizeof(float));
 	c->V = xmalloc(n * sizeof(float));
 	for (uint32_t i = 0; i < d; i++)
-		c->q[i] = rng_float(-4.0f, 4.0f);
+		c->q[i] = tu_rng_float(-4.0f, 4.0f);
 	for (size_t i = 0; i < n; i++) {
-		c->K[i] = rng_float(-1.0f, 1.0f);
-		c->V[i] = rng_float(-1.0f, 1.0f);
+		c->K[i] = tu_rng_float(-1.0f, 1.0f);
+		c->V[i] = tu_rng_float(-1.0f, 1.0f);
 	}
 	attend_garbage(c, NAN);
 }
@@ -730,7 +710,7 @@ START_TEST(attend_vs_double)
 		return;
 	for (size_t di = 0; di < sizeof(attend_ds) / sizeof(attend_ds[0]); di++)
 		for (size_t li = 0; li < sizeof(attend_ls) / sizeof(attend_ls[0]); li++) {
-			rng_seed(600 + 10 * di + li);
+			tu_rng_seed(600 + 10 * di + li);
 			struct attend_case c;
 			attend_case_new(&c, attend_ds[di], attend_ls[li]);
 			float *out = xmalloc((c.d + 4) * sizeof(float));
@@ -804,14 +784,14 @@ START_TEST(attend_heads_equal_each_head)
 		for (size_t li = 0; li < sizeof(attend_ls) / sizeof(attend_ls[0]); li++)
 			for (size_t hi = 0; hi < sizeof(n_heads) / sizeof(n_heads[0]); hi++) {
 				uint32_t d = ds[di], L = attend_ls[li], nh = n_heads[hi];
-				rng_seed(900 + 100 * di + 10 * li + hi);
+				tu_rng_seed(900 + 100 * di + 10 * li + hi);
 				struct attend_case c;
 				attend_case_new(&c, d, L);
 				struct paged_kv p;
 				paged_kv_new(&p, &c, 5);
 				float *q = xmalloc((size_t)nh * d * sizeof(float));
 				for (size_t i = 0; i < (size_t)nh * d; i++)
-					q[i] = rng_float(-4.0f, 4.0f);
+					q[i] = tu_rng_float(-4.0f, 4.0f);
 				float *s = xmalloc((size_t)nh * L * sizeof(float));
 				float *want = xmalloc((size_t)nh * d * sizeof(float));
 				float *got = xmalloc(((size_t)nh * d + 4) * sizeof(float));
@@ -867,7 +847,7 @@ START_TEST(attend_deterministic)
 		return;
 	for (size_t di = 0; di < sizeof(attend_ds) / sizeof(attend_ds[0]); di++)
 		for (size_t li = 0; li < sizeof(attend_ls) / sizeof(attend_ls[0]); li++) {
-			rng_seed(700 + 10 * di + li);
+			tu_rng_seed(700 + 10 * di + li);
 			struct attend_case c;
 			attend_case_new(&c, attend_ds[di], attend_ls[li]);
 			size_t bytes = (c.d + 4) * sizeof(float);

@@ -18,31 +18,11 @@
 /* Test helpers and independent oracles                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-	rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
-}
-
-static uint32_t rng_next(void) /* xorshift64* */
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
-}
-
-static float rng_float(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)(rng_next() >> 8) / (float)(1u << 24);
-}
-
 /* Ternary weights, a quarter of them zero. */
 static void random_ternary(int8_t *w, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		uint32_t r = rng_next() % 4;
+		uint32_t r = tu_rng_next() % 4;
 		w[i] = r == 0 ? 0 : r == 1 ? 1 : -1;
 	}
 }
@@ -219,9 +199,9 @@ START_TEST(q6_k_hand_block)
 {
 	uint8_t t[2 * 210];
 	float y[256];
-	rng_seed(6);
+	tu_rng_seed(6);
 	for (size_t i = 0; i < sizeof(t); i++)
-		t[i] = (uint8_t)rng_next();
+		t[i] = (uint8_t)tu_rng_next();
 	uint8_t *b = t + 210; /* row 1 */
 	for (int g = 0; g < 16; g++)
 		b[192 + g] = (uint8_t)(int8_t)(g - 8); /* sub-scales -8..7 */
@@ -285,7 +265,7 @@ static void tq_round_trip(uint32_t type, int (*oracle)(const uint8_t *, int))
 	static int8_t w[ROWS * N];
 	uint64_t rb = bn_row_bytes(type, N), blk_bytes = rb / (N / 256);
 	uint8_t *t = malloc(ROWS * rb);
-	rng_seed(type);
+	tu_rng_seed(type);
 	random_ternary(w, ROWS * N);
 	for (int r = 0; r < ROWS; r++)
 		ck_assert_uint_eq(bn_encode_ternary_row(type, w + r * N, N, 0.75f, t + r * rb), rb);
@@ -320,7 +300,7 @@ START_TEST(i2_s_round_trip)
 	uint64_t bytes = bn_i2_s_bytes(ROWS * N);
 	uint8_t *t = malloc(bytes);
 	float scale = 0.3f, stored;
-	rng_seed(36);
+	tu_rng_seed(36);
 	random_ternary(w, ROWS * N);
 	ck_assert_uint_eq(bn_encode_i2_s(w, ROWS * N, scale, t), bytes);
 	ck_assert_uint_eq(bytes, ROWS * N / 4 + 32);
@@ -346,10 +326,10 @@ START_TEST(tq_from_floats)
 	float x[512], y[512];
 	uint8_t t[2 * 66], codes[512];
 	int8_t w[512];
-	rng_seed(2);
+	tu_rng_seed(2);
 	random_ternary(w, 256);
 	for (int k = 0; k < 256; k++) /* block 0: ternary times 1.5, plus noise under a third */
-		x[k] = 1.5f * (float)w[k] + rng_float(-0.4f, 0.4f) * (w[k] == 0);
+		x[k] = 1.5f * (float)w[k] + tu_rng_float(-0.4f, 0.4f) * (w[k] == 0);
 	x[7] = -1.5f, w[7] = -1;
 	for (int k = 256; k < 512; k++) /* block 1: all zero */
 		x[k] = 0.0f, w[k] = 0;
@@ -376,7 +356,7 @@ START_TEST(ternary_row_scales)
 	int8_t w[3 * 256];
 	uint8_t t[3 * 66], codes[3 * 256];
 	float scale;
-	rng_seed(3);
+	tu_rng_seed(3);
 	random_ternary(w, sizeof(w));
 	memset(w + 256, 0, 256); /* block 1 all zero... */
 	ck_assert_uint_eq(bn_encode_ternary_row(BN_TYPE_TQ2_0, w, 768, 0.5f, t), sizeof(t));
@@ -482,9 +462,9 @@ START_TEST(t2_pack_codes)
 {
 	static const uint64_t sizes[] = { 1, 64, 255, 256, 257, 612, 1024 };
 	uint8_t codes[1024], row[4 * 64];
-	rng_seed(22);
+	tu_rng_seed(22);
 	for (size_t i = 0; i < sizeof(codes); i++)
-		codes[i] = (uint8_t)(rng_next() % 3);
+		codes[i] = (uint8_t)(tu_rng_next() % 3);
 	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 		uint64_t n = sizes[s], bytes = (n + 255) / 256 * 64;
 		memset(row, 0xaa, sizeof(row));
@@ -503,9 +483,9 @@ END_TEST
 START_TEST(t2_pack_byte_layout)
 {
 	uint8_t codes[512], row[128];
-	rng_seed(23);
+	tu_rng_seed(23);
 	for (int i = 0; i < 512; i++)
-		codes[i] = (uint8_t)(rng_next() % 3);
+		codes[i] = (uint8_t)(tu_rng_next() % 3);
 	bn_t2_pack(codes, 512, row);
 	for (int m = 0; m < 64; m++) {
 		const uint8_t *c = codes + 256 + m;
@@ -527,9 +507,9 @@ START_TEST(f32_f16_bf16_quant)
 	enum { N = 1000 };
 	static float x[N], y[N];
 	static uint8_t t[4 * N];
-	rng_seed(16);
+	tu_rng_seed(16);
 	for (int i = 0; i < N; i++)
-		x[i] = ldexpf(rng_float(-1, 1), (int)(rng_next() % 20) - 10);
+		x[i] = ldexpf(tu_rng_float(-1, 1), (int)(tu_rng_next() % 20) - 10);
 	ck_assert_uint_eq(bn_quant_row(BN_TYPE_F32, x, N, t), 4 * N);
 	ck_assert_int_eq(bn_dequant_row(BN_TYPE_F32, t, 4 * N, 0, N, y), 0);
 	ck_assert(memcmp(x, y, sizeof(x)) == 0);
@@ -549,9 +529,9 @@ START_TEST(q8_0_quant_error)
 	enum { N = 32 * 40 };
 	static float x[N], y[N];
 	static uint8_t t[N / 32 * 34];
-	rng_seed(8);
+	tu_rng_seed(8);
 	for (int i = 0; i < N; i++)
-		x[i] = rng_float(-3, 3) * (float)(1 + i / 256);
+		x[i] = tu_rng_float(-3, 3) * (float)(1 + i / 256);
 	for (int i = 64; i < 96; i++) /* block 2 all zero */
 		x[i] = 0;
 	ck_assert_uint_eq(bn_quant_row(BN_TYPE_Q8_0, x, N, t), sizeof(t));
@@ -578,9 +558,9 @@ START_TEST(q6_k_quant_error)
 	static float x[N], y[N];
 	static uint8_t t[N / 256 * 210];
 	double err = 0, sum = 0;
-	rng_seed(14);
+	tu_rng_seed(14);
 	for (int i = 0; i < N; i++) /* roughly normal (sum of four uniforms), varying magnitude */
-		x[i] = (rng_float(-1, 1) + rng_float(-1, 1) + rng_float(-1, 1) + rng_float(-1, 1)) *
+		x[i] = (tu_rng_float(-1, 1) + tu_rng_float(-1, 1) + tu_rng_float(-1, 1) + tu_rng_float(-1, 1)) *
 		       (float)(1 + i % 300) * 0.01f;
 	for (int i = 512; i < 768; i++) /* block 2 all zero */
 		x[i] = 0;

@@ -24,24 +24,9 @@
 /* Helpers and oracles                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-	rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
-}
-
-static uint32_t rng_next(void) /* xorshift64* */
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
-}
-
 static double rng_unit(void)
 {
-	return (rng_next() + 0.5) / 4294967296.0;
+	return (tu_rng_next() + 0.5) / 4294967296.0;
 }
 
 /* A standard normal (Box-Muller). */
@@ -53,11 +38,11 @@ static double rng_gauss(void)
 /* Logits shaped like a language model's: a normal bulk and a few tokens well above it. */
 static void model_like_logits(float *l, uint32_t n, double sigma, uint64_t seed)
 {
-	rng_seed(seed);
+	tu_rng_seed(seed);
 	for (uint32_t i = 0; i < n; i++)
 		l[i] = (float)(sigma * rng_gauss());
 	for (uint32_t j = 0; j < 24; j++)
-		l[rng_next() % n] += (float)(8 + 6 * rng_unit());
+		l[tu_rng_next() % n] += (float)(8 + 6 * rng_unit());
 }
 
 static const float *cmp_logits;
@@ -266,10 +251,10 @@ START_TEST(greedy_random_rows)
 	struct bn_sampling sp = { 0 };
 	struct bn_sample_ctx ctx = { .params = &sp };
 	for (uint64_t seed = 0; seed < 200; seed++) {
-		rng_seed(seed);
-		uint32_t n = 1 + rng_next() % 1000;
+		tu_rng_seed(seed);
+		uint32_t n = 1 + tu_rng_next() % 1000;
 		for (uint32_t i = 0; i < n; i++)
-			l[i] = (float)(rng_next() % 64) * 0.25f; /* many ties */
+			l[i] = (float)(tu_rng_next() % 64) * 0.25f; /* many ties */
 		uint32_t want = 0;
 		for (uint32_t i = 1; i < n; i++)
 			if (l[i] > l[want])
@@ -645,10 +630,10 @@ START_TEST(ties_in_long_prefixes_match_naive)
 	for (size_t v = 0; v < 2; v++) {
 		uint32_t n = sizes[v];
 		float *l = malloc(n * sizeof(*l));
-		rng_seed(31 + v);
+		tu_rng_seed(31 + v);
 		for (uint32_t i = 0; i < n; i++) {
-			l[i] = (float)(rng_next() % 5) * 0.25f - 0.5f;
-			if (l[i] == 0 && rng_next() % 2)
+			l[i] = (float)(tu_rng_next() % 5) * 0.25f - 0.5f;
+			if (l[i] == 0 && tu_rng_next() % 2)
 				l[i] = -0.0f;
 		}
 		uint32_t *rank = ranked(l, n);
@@ -677,7 +662,7 @@ START_TEST(logprobs_precise)
 	float *l = malloc(V * sizeof(*l));
 	double *lp = malloc(V * sizeof(*lp));
 	struct bn_token_logprob top[64];
-	rng_seed(5);
+	tu_rng_seed(5);
 	for (int round = 0; round < 20; round++) {
 		for (uint32_t i = 0; i < V; i++)
 			l[i] = (float)(rng_unit() * 12 - 6) - (i % 3 ? 0 : 20);
@@ -753,7 +738,7 @@ static void check_penalties(const struct bn_sampling *params, float temperature)
 	const uint32_t n_prompt = sizeof(prompt) / sizeof(prompt[0]);
 	const uint32_t n_output = sizeof(output) / sizeof(output[0]);
 	float l[V], want[V];
-	rng_seed(77);
+	tu_rng_seed(77);
 	for (int i = 0; i < V; i++)
 		l[i] = (float)(rng_gauss() * 3);
 	l[3] = 0;        /* zero stays zero */
@@ -818,13 +803,13 @@ START_TEST(penalties_steer_and_scratch_clears)
 	output[0] = 49;
 	ctx.n_output = 1;
 	ck_assert_uint_eq(sample_copy(l, V, &ctx), 48);
-	rng_seed(3);
+	tu_rng_seed(3);
 	for (int round = 0; round < 100; round++) {
-		ctx.n_prompt = rng_next() % 200;
-		ctx.n_output = rng_next() % 200;
+		ctx.n_prompt = tu_rng_next() % 200;
+		ctx.n_output = tu_rng_next() % 200;
 		for (int i = 0; i < 200; i++) {
-			prompt[i] = rng_next() % V;
-			output[i] = rng_next() % V;
+			prompt[i] = tu_rng_next() % V;
+			output[i] = tu_rng_next() % V;
 		}
 		sp.temperature = round % 3 ? 0.8f : 0;
 		sp.seed = (uint64_t)round;

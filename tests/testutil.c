@@ -21,6 +21,26 @@ int64_t tu_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static uint64_t rng_state;
+
+void tu_rng_seed(uint64_t seed)
+{
+	rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+}
+
+uint32_t tu_rng_next(void)
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
+}
+
+float tu_rng_float(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)(tu_rng_next() >> 8) / (float)(1u << 24);
+}
+
 int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args)
 {
 	static unsigned counter;

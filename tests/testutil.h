@@ -30,6 +30,12 @@ uint32_t tu_prompt(uint32_t client, uint32_t request, uint32_t *out, uint32_t ca
 
 int64_t tu_now_ns(void);
 
+/* The unit tests' reproducible random numbers: xorshift64*, one stream per process, restarted
+ * by tu_rng_seed. tu_rng_float is uniform in [lo, hi) on a grid of 2^-24 of the range. */
+void tu_rng_seed(uint64_t seed);
+uint32_t tu_rng_next(void);
+float tu_rng_float(float lo, float hi);
+
 /* The value of a metric line "name value" in Prometheus text, or -1. */
 long long tu_metric(const char *text, const char *name);
 
