@@ -42,9 +42,9 @@
 /* acc += the dot products of 4-byte groups, u8 unsigned times the 64 signed bytes at s8.
  * Written out because GCC 12 compiles _mm512_dpbusd_epi32 with a register copy of the
  * accumulator around every instruction: the batch-4 chunk loop had ~30 vmovdqa for 16
- * vpdpbusd and spilled, and ran at 75-80 % of the speed it has with this (one core, 2B4T
- * shapes, side by side: 172-231 against 210-261 G multiply-adds/s at batch 16, 143-151
- * against 161-169 at batch 1 from cache). */
+ * vpdpbusd and spilled, and ran at 75-85 % of the speed it has with this (one core, 2B4T
+ * shapes, side by side: 6912 x 2560 at batch 16, 164-232 against 210-261 G multiply-adds/s;
+ * at batch 1 from cache, 140-151 against 155-169). */
 static ALWAYS_INLINE __m512i dpbusd(__m512i acc, __m512i u8, const int8_t *s8)
 {
 	__asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "m"(*(const __m512i *)s8));
@@ -159,8 +159,9 @@ static ALWAYS_INLINE __mmask16 lanes_from(uint32_t k, uint32_t n)
  * masked, 16 per accumulator. The four are combined as (a0 + a1) + (a2 + a3) and reduced.
  * Contiguous quarters, rather than the 16-lane slices of every 64 inputs, are what let the
  * tile kernel's four passes each read whole cache lines: its passes over interleaved slices
- * touched a quarter of every activation line and ran at 44 G multiply-adds/s on one core
- * against 64 with quarters. */
+ * touched a quarter of every activation line: one core, 65536 x 2560 F16 rows, batch 16, side
+ * by side, 43-47 G multiply-adds/s with slices against 66-71 with quarters. Blocks of 640 to
+ * 2048 inputs measured alike; quarters of whole 2560-input rows, 59-62. */
 #define F_K_BLOCK 1024
 
 static ALWAYS_INLINE uint32_t f_block_end(uint32_t kb, uint32_t k_full)
@@ -237,7 +238,7 @@ static ALWAYS_INLINE void f_row(const struct bn_f_matrix *w, uint32_t o, const f
  * rows. A block's weights and activations (4 x 2 KiB + 4 x 4 KiB for F16) stay in L1 over
  * its four passes; over whole rows they came from L2. The tile that meets batch rows 0-3
  * prefetches the next tile's weights, which every later tile of the row group then finds
- * in cache: 44 against 54 G multiply-adds/s on one core without and with. */
+ * in cache: 44-46 against 52-55 G multiply-adds/s on one core without and with. */
 #define TILE_ROWS 4
 
 static ALWAYS_INLINE void f_tile_pass(const void *const *row, const float *const *xs,
