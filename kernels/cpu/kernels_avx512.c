@@ -235,10 +235,12 @@ static ALWAYS_INLINE void f_row(const struct bn_f_matrix *w, uint32_t o, const f
  * accumulators. Every lane sees the same multiply-adds in the same order as in f_row, so the
  * results are bit-identical to it (a row's logits do not depend on its batch), while each
  * converted weight vector serves four batch rows and each activation vector four weight
- * rows. A block's weights and activations (4 x 2 KiB + 4 x 4 KiB for F16) stay in L1 over
- * its four passes; over whole rows they came from L2. The tile that meets batch rows 0-3
- * prefetches the next tile's weights, which every later tile of the row group then finds
- * in cache: 44-46 against 52-55 G multiply-adds/s on one core without and with. */
+ * rows. Each pass reads its quarter of the block (F16: 4 x 512 bytes of weights, 4 x 1 KiB
+ * of activations) as whole, consecutive cache lines, and pass j + 1 starts where pass j
+ * ended. (Why blocks beat quarters of whole rows, above, is measured, not understood.) The
+ * tile that meets batch rows 0-3 prefetches the next tile's weights, which every later tile
+ * of the row group then finds in cache: 44-46 against 52-55 G multiply-adds/s on one core
+ * without and with. */
 #define TILE_ROWS 4
 
 static ALWAYS_INLINE void f_tile_pass(const void *const *row, const float *const *xs,
