@@ -292,11 +292,11 @@ static void on_signal(int sig)
 	_exit(128 + sig);
 }
 
-/* Forks a client process running fn(arg); it dies with the parent. */
-static pid_t spawn(void (*fn)(void *), void *arg, int id)
+/* fork() for a child that must not outlive this process: output flushed first (so the child
+ * does not repeat it), and in the child the default SIGINT/SIGTERM/SIGHUP and a SIGKILL when
+ * the parent dies. Returns the pid in the parent, 0 in the child. */
+static pid_t fork_tied(void)
 {
-	if (n_kids == MAX_KIDS)
-		die("too many client processes");
 	fflush(stdout);
 	fflush(stderr);
 	pid_t pid = fork();
@@ -309,6 +309,17 @@ static pid_t spawn(void (*fn)(void *), void *arg, int id)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent_pid)
 			_exit(1);
+	}
+	return pid;
+}
+
+/* Forks a client process running fn(arg); it dies with the parent. */
+static pid_t spawn(void (*fn)(void *), void *arg, int id)
+{
+	if (n_kids == MAX_KIDS)
+		die("too many client processes");
+	pid_t pid = fork_tied();
+	if (pid == 0) {
 		client_id = id;
 		n_kids = 0;
 		daemon_pid = 0;
@@ -489,18 +500,8 @@ static void start_daemon(struct setup *su, const char *const *flags)
 	int log_fd = open(log_path, O_WRONLY | O_TRUNC | O_CLOEXEC);
 	if (log_fd < 0)
 		die("%s: %s", log_path, strerror(errno));
-	fflush(stdout);
-	fflush(stderr);
-	pid_t pid = fork();
-	if (pid < 0)
-		die("fork: %s", strerror(errno));
+	pid_t pid = fork_tied();
 	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent_pid)
-			_exit(1);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGHUP, SIG_DFL);
 		signal(SIGPIPE, SIG_DFL);
 		dup2(log_fd, STDOUT_FILENO);
 		dup2(log_fd, STDERR_FILENO);
