@@ -223,7 +223,7 @@ static void t2_check_empty(const struct bn_kernels *kern, const struct t2_case *
 }
 
 /* 6912 x 157: more rows than one cache block holds (t2_blocking.h: 151 rows of 1,728 code
- * bytes, 150 for two-row tiles), so outputs on both sides of a block border are checked; with
+ * bytes, 148 for the four-row tiles of AVX-512), so outputs on both sides of a block border are checked; with
  * 1000 inputs a batch of 33 or 64 spans several batch blocks. */
 static const uint32_t t2_shapes[][2] = {
 	{ 256, 13 }, { 512, 4 }, { 768, 9 }, { 1000, 13 }, { 6912, 5 }, { 6912, 157 },
