@@ -20,6 +20,10 @@
 #define ROW_CHUNK_MIN 16  /* output rows per gemm task, at least */
 #define ELEM_BLOCK 8      /* tokens per element-wise task */
 #define SIMPLE_BLOCK_TOKENS 16 /* bn_forward_kv_init_simple */
+/* LM-head rows a Q8_0 / Q6_K task decodes at a time: 160 KB of floats at 2560 inputs, in L2
+ * while the float kernel reads them, and a fixed buffer per thread instead of an allocation
+ * per task that grew with the vocabulary (a 128k head's task chunk was 160 MB). */
+#define DECODE_ROWS 16
 
 struct bn_forward {
 	const struct bn_model *m;
@@ -45,6 +49,7 @@ struct bn_forward {
 	float *rope_cs;  /* [n][rope_dim] cos, sin of each pair at the token's position */
 	float *rope_freq;/* [rope_dim / 2] angle per position of each pair, fixed by the model */
 	float *attn_scores; /* [pool threads][group][n_ctx]: attention scratch of each thread */
+	float *decode_rows; /* [pool threads][DECODE_ROWS][n_embd]: a Q8_0 / Q6_K LM head's rows */
 	struct bn_q8_rows xq; /* [n][k_pad of widest] */
 	uint32_t *tok_row, *tok_pos; /* [n] */
 };
@@ -64,22 +69,27 @@ struct gemm_job {
 	uint32_t ldx;
 	const struct bn_q8_rows *xq; /* int8 input (T2) */
 	uint32_t n_tok, n_blocks;
+	float *decode_rows;        /* bn_forward's, for DECODE matrices */
 };
 
-/* Q8_0 / Q6_K rows: decoded to F32 for the task, then through the float kernel. */
+/* Q8_0 / Q6_K rows: DECODE_ROWS at a time decoded to F32 into this thread's buffer, then
+ * through the float kernel. A row's result does not depend on which rows share its slice
+ * (kernels.h), so it is the same alone and in a batch. */
 static void gemm_decode(const struct gemm_job *j, const struct bn_linear *w, uint32_t o0,
 			uint32_t o1, const float *x, uint32_t n_b, float *y, uint32_t ldy)
 {
-	float *rows = malloc((size_t)(o1 - o0) * w->n_in * sizeof(float));
-	if (!rows)
-		abort(); /* a few hundred KB: out of memory here is not recoverable mid-step */
+	float *rows = j->decode_rows + (size_t)bn_pool_thread_index() * DECODE_ROWS * w->n_in;
 	const struct bn_gguf_tensor *t = w->src;
-	for (uint32_t o = o0; o < o1; o++)
-		bn_dequant_row(t->type, t->data, t->size, o, w->n_in, rows + (size_t)(o - o0) * w->n_in);
-	struct bn_f_matrix f = { .data = rows, .type = BN_TYPE_F32, .n_in = w->n_in,
-				 .n_out = o1 - o0, .row_bytes = (uint64_t)w->n_in * sizeof(float) };
-	j->kern->f_gemm(&f, 0, o1 - o0, x, j->ldx, n_b, y + o0, ldy);
-	free(rows);
+	for (uint32_t s0 = o0; s0 < o1; s0 += DECODE_ROWS) {
+		uint32_t s1 = o1 - s0 < DECODE_ROWS ? o1 : s0 + DECODE_ROWS;
+		for (uint32_t o = s0; o < s1; o++)
+			bn_dequant_row(t->type, t->data, t->size, o, w->n_in,
+				       rows + (size_t)(o - s0) * w->n_in);
+		struct bn_f_matrix f = { .data = rows, .type = BN_TYPE_F32, .n_in = w->n_in,
+					 .n_out = s1 - s0,
+					 .row_bytes = (uint64_t)w->n_in * sizeof(float) };
+		j->kern->f_gemm(&f, 0, s1 - s0, x, j->ldx, n_b, y + s0, ldy);
+	}
 }
 
 static void gemm_task(void *ctx, uint32_t task)
@@ -136,7 +146,8 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 			 uint32_t n_tok)
 {
 	struct gemm_job j = { .kern = f->kern, .n_mats = n_mats, .x = x, .ldx = ldx,
-			      .xq = &f->xq, .n_tok = n_tok, .n_blocks = div_up(n_tok, TOKEN_BLOCK) };
+			      .xq = &f->xq, .n_tok = n_tok, .n_blocks = div_up(n_tok, TOKEN_BLOCK),
+			      .decode_rows = f->decode_rows };
 	int any_t2 = 0;
 	uint32_t n_tasks = 0, threads = bn_pool_threads(f->pool);
 	for (uint32_t i = 0; i < n_mats; i++) {
@@ -658,10 +669,15 @@ struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 	 * KV group fit; allocated here so that no step can run out of memory halfway. */
 	f->attn_scores = malloc((size_t)bn_pool_threads(pool) * (c->n_head / c->n_head_kv) *
 				c->n_ctx * sizeof(float));
-	if (!f->seq_len || !f->rope_freq || !f->attn_scores) {
+	int decode_head = m->output.kind == BN_LINEAR_DECODE; /* the one matrix that can be */
+	if (decode_head)
+		f->decode_rows = malloc((size_t)bn_pool_threads(pool) * DECODE_ROWS *
+					m->output.n_in * sizeof(float));
+	if (!f->seq_len || !f->rope_freq || !f->attn_scores || (decode_head && !f->decode_rows)) {
 		free(f->seq_len);
 		free(f->rope_freq);
 		free(f->attn_scores);
+		free(f->decode_rows);
 		free(f);
 		return NULL;
 	}
@@ -678,6 +694,7 @@ void bn_forward_free(struct bn_forward *f)
 	free(f->seq_len);
 	free(f->rope_freq);
 	free(f->attn_scores);
+	free(f->decode_rows);
 	free_scratch(f);
 	free(f);
 }
