@@ -273,8 +273,8 @@ static void drop_range(uintptr_t start, uintptr_t end)
  * this for each repacked tensor as it went, but a later fault nearby can map those pages again:
  * the page cache holds folios of up to 2 MB and maps them whole, which left 60-90 MB of
  * dropped ternary data resident (2B4T: rss_over_file 0.99 in one run, 1.08 in another). The
- * mapping is private and read-only, so anything that does read a dropped page later (the
- * tokenizer's strings) reads it back from the page cache; nothing is lost. */
+ * mapping is private and read-only, so anything that does read a dropped page later (metadata
+ * looked up after loading) reads it back from the page cache; nothing is lost. */
 static int drop_unused_pages(struct loader *ld)
 {
 	struct bn_model *m = ld->m;
