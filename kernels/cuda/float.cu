@@ -6,6 +6,7 @@
 // by the number of tokens in the launch: that is what keeps a sequence's logits independent
 // of its batch.
 #include "cuda_kernels.h"
+#include "reduce.cuh"
 
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -21,21 +22,6 @@ constexpr unsigned kAttnWarps = 4;
 int launched()
 {
 	return (int)cudaGetLastError();
-}
-
-__device__ float block_sum(float v, float *shared)
-{
-	unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-	for (unsigned off = 16; off > 0; off /= 2)
-		v += __shfl_xor_sync(0xffffffffu, v, off);
-	if (lane == 0)
-		shared[warp] = v;
-	__syncthreads();
-	float r = shared[0];
-	for (unsigned w = 1; w < blockDim.x / 32; w++)
-		r += shared[w];
-	__syncthreads();
-	return r;
 }
 
 // ---- F32 weights: one warp per row, lane l owns k in [8l + 256i, +8), eight tokens a pass --
@@ -79,9 +65,7 @@ f32_gemm_kernel(bn_cuda_fmat w, const float *x, uint32_t ldx, uint32_t n_tok, fl
 		}
 #pragma unroll
 		for (unsigned t = 0; t < kGemmTokens; t++) {
-			float v = acc[t];
-			for (unsigned off = 16; off > 0; off /= 2)
-				v += __shfl_xor_sync(0xffffffffu, v, off);
+			float v = warp_sum(acc[t]);
 			uint32_t b = t0 + t;
 			if (lane == t && b < n_tok)
 				y[(size_t)b * ldy + o] = v;
@@ -150,7 +134,7 @@ __global__ void rmsnorm_kernel(float *out, uint32_t ldo, const float *x, uint32_
 	float ss = 0.0f;
 	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
 		ss = fmaf(xr[i], xr[i], ss);
-	ss = block_sum(ss, partial);
+	ss = block_reduce(ss, partial);
 	float inv = 1.0f / sqrtf(ss / (float)n + eps);
 	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
 		o[i] = xr[i] * inv * w[i];
@@ -194,7 +178,7 @@ __global__ void gate_kernel(float *g, const float *u, uint32_t ld, uint32_t n, i
 	}
 	if (!sub_norm)
 		return;
-	ss = block_sum(ss, partial);
+	ss = block_reduce(ss, partial);
 	float inv = 1.0f / sqrtf(ss / (float)n + eps);
 	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
 		gr[i] = gr[i] * inv * sub_norm[i];
@@ -252,9 +236,7 @@ attend_kernel(bn_cuda_kv_layer kv, bn_cuda_attn a)
 			if (d < hd)
 				s = fmaf(q[j], kr[d], s);
 		}
-		for (unsigned off = 16; off > 0; off /= 2)
-			s += __shfl_xor_sync(0xffffffffu, s, off);
-		s *= a.scale;
+		s = warp_sum(s) * a.scale;
 		float m = fmaxf(st.m, s), corr = expf(st.m - m), p = expf(s - m);
 		st.l = st.l * corr + p;
 #pragma unroll

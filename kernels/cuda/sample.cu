@@ -14,6 +14,7 @@
 //    in a different association, so a token can differ from the CPU's only when u falls within
 //    rounding of a boundary; on the GPU itself a row's token never depends on its batch.
 #include "cuda_kernels.h"
+#include "reduce.cuh"
 
 #include <cfloat>
 #include <cub/device/device_segmented_radix_sort.cuh>
@@ -116,20 +117,6 @@ struct Scratch {
 	size_t cub_bytes;
 };
 
-__device__ double block_sum_d(double v, double *shared)
-{
-	for (unsigned off = 16; off > 0; off /= 2)
-		v += __shfl_xor_sync(0xffffffffu, v, off);
-	if (threadIdx.x % 32 == 0)
-		shared[threadIdx.x / 32] = v;
-	__syncthreads();
-	double r = shared[0];
-	for (unsigned w = 1; w < blockDim.x / 32; w++)
-		r += shared[w];
-	__syncthreads();
-	return r;
-}
-
 // Block j: clamps logit row rows[j].logit_row, finds its max and log-normalizer, and writes
 // the (key, id) pairs of segment j.
 __global__ void rank_prep_kernel(float *logits, uint32_t ld, uint32_t n,
@@ -159,7 +146,7 @@ __global__ void rank_prep_kernel(float *logits, uint32_t ld, uint32_t n,
 	double z = 0.0;
 	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
 		z += (double)expf(l[i] - max);
-	z = block_sum_d(z, dpartial);
+	z = block_reduce(z, dpartial);
 	if (threadIdx.x == 0)
 		s.stats[j] = { max, 0.0f, log(z) };
 	if (j == 0)
@@ -176,14 +163,6 @@ __device__ T warp_inclusive_scan(T v)
 		if (lane >= off)
 			v += o;
 	}
-	return v;
-}
-
-template <typename T>
-__device__ T warp_sum(T v)
-{
-	for (unsigned off = 16; off > 0; off /= 2)
-		v += __shfl_xor_sync(0xffffffffu, v, off);
 	return v;
 }
 

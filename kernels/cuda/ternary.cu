@@ -10,6 +10,7 @@
 // decode each weight once per 64 tokens into shared memory as -1/0/+1 bytes.
 #include "cuda_kernels.h"
 #include "../bn_blocks.h"
+#include "reduce.cuh"
 
 #include <mma.h>
 
@@ -22,27 +23,8 @@ constexpr unsigned kTile = 64;       // tensor-core tile: rows and tokens
 constexpr unsigned kTcThreads = 128; // four warps, each 32 rows x 32 tokens
 constexpr unsigned kTcMinTokens = 32; // below this the dp4a kernel reads less
 
-template <typename T, typename Op>
-__device__ T block_reduce(T v, Op op, T *shared)
-{
-	unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-	for (unsigned off = 16; off > 0; off /= 2)
-		v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
-	if (lane == 0)
-		shared[warp] = v;
-	__syncthreads();
-	T r = shared[0];
-	for (unsigned w = 1; w < blockDim.x / 32; w++)
-		r = op(r, shared[w]);
-	__syncthreads();
-	return r;
-}
-
 struct MaxOp {
 	__device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct AddOp {
-	__device__ int operator()(int a, int b) const { return a + b; }
 };
 
 // One block per row, as bn_quantize_rows: absmax (order-free, NaN left out), 127/absmax, round
@@ -56,7 +38,7 @@ __global__ void quantize_kernel(const float *x, uint32_t ldx, bn_cuda_q8 xq)
 	float amax = 0.0f;
 	for (uint32_t k = threadIdx.x; k < xq.k; k += blockDim.x)
 		amax = fmaxf(amax, fabsf(row[k]));
-	amax = block_reduce(amax, MaxOp(), smax);
+	amax = block_reduce(amax, smax, MaxOp());
 	float s = amax > 0.0f ? 127.0f / amax : 0.0f;
 	int sum = 0;
 	for (uint32_t k = threadIdx.x; k < xq.k_pad; k += blockDim.x) {
@@ -69,7 +51,7 @@ __global__ void quantize_kernel(const float *x, uint32_t ldx, bn_cuda_q8 xq)
 		q[k] = v;
 		sum += v;
 	}
-	sum = block_reduce(sum, AddOp(), ssum);
+	sum = block_reduce(sum, ssum);
 	if (threadIdx.x == 0) {
 		xq.inv_scale[blockIdx.x] = amax / 127.0f;
 		xq.sum[blockIdx.x] = sum;
@@ -124,9 +106,7 @@ gemv_dp4a_kernel(bn_cuda_t2 w, bn_cuda_q8 x, uint32_t n_tok, float *y, uint32_t 
 		}
 #pragma unroll
 		for (unsigned t = 0; t < kGemvTokens; t++) {
-			int v = acc[t];
-			for (unsigned off = 16; off > 0; off /= 2)
-				v += __shfl_xor_sync(0xffffffffu, v, off);
+			int v = warp_sum(acc[t]);
 			uint32_t b = t0 + t;
 			if (lane == t && b < n_tok)
 				y[(size_t)b * ldy + o] = t2_output(v - x.sum[b], wscale, x.inv_scale[b]);
