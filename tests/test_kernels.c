@@ -335,19 +335,26 @@ static void check_quantized_row(const float *x, uint32_t k, const struct bn_q8_r
 			      amax / 127.0);
 }
 
+/* n rows of k values in [-3, 3), row 5 scaled to ~1e-30 and row 6 to ~1e30, NaN in the
+ * padding up to ldx (which the quantizer must not read). */
+static float *quant_input_rows(uint32_t n, uint32_t k, uint32_t ldx)
+{
+	float *x = xmalloc((size_t)n * ldx * sizeof(float));
+	for (uint32_t r = 0; r < n; r++)
+		for (uint32_t i = 0; i < ldx; i++) {
+			float mag = r == 5 ? 1e-30f : r == 6 ? 1e30f : 1.0f;
+			x[(size_t)r * ldx + i] = i < k ? tu_rng_float(-3.0f, 3.0f) * mag : NAN;
+		}
+	return x;
+}
+
 START_TEST(quantize_rows)
 {
 	const uint32_t ks[] = { 1, 100, 256, 1000, 2560 };
 	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
 		uint32_t k = ks[ki], ldx = k + 9, n = 8;
 		tu_rng_seed(300 + ki);
-		float *x = xmalloc((size_t)n * ldx * sizeof(float));
-		for (uint32_t r = 0; r < n; r++)
-			for (uint32_t i = 0; i < ldx; i++) {
-				float mag = r == 5 ? 1e-30f : r == 6 ? 1e30f : 1.0f;
-				float v = tu_rng_float(-3.0f, 3.0f) * mag;
-				x[(size_t)r * ldx + i] = i < k ? v : NAN;
-			}
+		float *x = quant_input_rows(n, k, ldx);
 		/* row 1 all zero; row 2 one huge value; row 3 one huge negative value */
 		for (uint32_t i = 0; i < k; i++)
 			x[1 * ldx + i] = 0.0f;
@@ -402,12 +409,7 @@ START_TEST(quantize_variant_equals_scalar)
 	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
 		uint32_t k = ks[ki], ldx = k + 3, n = 9;
 		tu_rng_seed(700 + ki);
-		float *x = xmalloc((size_t)n * ldx * sizeof(float));
-		for (uint32_t r = 0; r < n; r++)
-			for (uint32_t i = 0; i < ldx; i++) {
-				float mag = r == 5 ? 1e-30f : r == 6 ? 1e30f : 1.0f;
-				x[(size_t)r * ldx + i] = i < k ? tu_rng_float(-3.0f, 3.0f) * mag : NAN;
-			}
+		float *x = quant_input_rows(n, k, ldx);
 		for (uint32_t i = 0; i < k; i++) /* row 1 zeros, row 2 exact halves when amax 127 */
 			x[1 * ldx + i] = 0.0f, x[2 * ldx + i] = (float)((int)(tu_rng_next() % 255) - 127) + 0.5f;
 		x[2 * ldx] = 127.0f;
