@@ -16,6 +16,10 @@
  *                               medians of the two ratios over them
  *   prefill_tps_tN              prompt tokens/s, one prompt of N tokens
  *   prefill_speedup_tN          time step by step / time as one prefill, N tokens
+ *   prefill_int8_share_tN       ternary multiply-adds per second of that prefill / int8 peak
+ *   prefill_matrix_ms_per_token_tN, prefill_matrix_int8_share_tN
+ *                               the ternary matrices alone against N token rows (no attention)
+ *   prefill_matrix_growth_t1024_over_t64   their time per token at 1024 over 64 (1 = linear)
  *   lmhead_ms_{ours,openblas}_bN    the F16 LM head: our kernel vs OpenBLAS sgemm (F32 copy)
  *   fma_peak_glanes             float multiply-adds per second (register-only loop), all threads
  *   rss_model_mb, rss_peak_mb, file_mb, rss_over_file   resident memory after loading
@@ -346,14 +350,24 @@ static void decode_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	       median3(share[0], share[1], share[2]), median3(ratio[0], ratio[1], ratio[2]));
 }
 
+/* The seven matrices of a layer. */
+#define LAYER_LINEARS 7
+static void layer_linears(const struct bn_layer *L, const struct bn_linear *all[LAYER_LINEARS])
+{
+	const struct bn_linear *list[LAYER_LINEARS] = { &L->wq, &L->wk, &L->wv, &L->wo,
+							&L->w_gate, &L->w_up, &L->w_down };
+	memcpy(all, list, sizeof(list));
+}
+
 /* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
 static double bytes_per_token(const struct bn_model *m)
 {
 	double bytes = 0;
 	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
 		const struct bn_layer *L = &m->layers[i];
-		const struct bn_linear *all[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-		for (size_t k = 0; k < 7; k++)
+		const struct bn_linear *all[LAYER_LINEARS];
+		layer_linears(L, all);
+		for (size_t k = 0; k < LAYER_LINEARS; k++)
 			bytes += all[k]->kind == BN_LINEAR_T2 ? (double)all[k]->t2.row_bytes * all[k]->n_out
 							      : (double)all[k]->src->size;
 	}
@@ -365,6 +379,109 @@ static double ternary_macs_per_token(const struct bn_model *m)
 	const struct bn_model_config *c = &m->cfg;
 	double q = (double)c->n_head * c->head_dim, kv = (double)c->n_head_kv * c->head_dim;
 	return c->n_layer * ((double)c->n_embd * (2 * q + 2 * kv) + 3.0 * c->n_embd * c->n_ff);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Prefill matrix work alone: every ternary matrix of the model against T token rows            */
+/* ------------------------------------------------------------------------------------------ */
+
+#define PREFILL_TOKEN_BLOCK 64 /* tokens per task, as in forward.c */
+
+struct prefill_mat_job {
+	const struct bn_kernels *k;
+	const struct bn_t2_matrix *w;
+	const struct bn_q8_rows *x;
+	float *y;
+	uint32_t n_tok, chunk, n_chunks;
+};
+
+static void prefill_mat_task(void *ctx, uint32_t t)
+{
+	const struct prefill_mat_job *j = ctx;
+	uint32_t c = t % j->n_chunks, blk = t / j->n_chunks;
+	uint32_t o0 = c * j->chunk, o1 = o0 + j->chunk < j->w->n_out ? o0 + j->chunk : j->w->n_out;
+	uint32_t b0 = blk * PREFILL_TOKEN_BLOCK;
+	uint32_t n_b = j->n_tok - b0 < PREFILL_TOKEN_BLOCK ? j->n_tok - b0 : PREFILL_TOKEN_BLOCK;
+	struct bn_q8_rows xs = *j->x;
+	xs.q += (size_t)b0 * xs.k_pad;
+	xs.inv_scale += b0;
+	xs.sum += b0;
+	j->k->t2_gemm(j->w, o0, o1, &xs, n_b, j->y + (size_t)b0 * j->w->n_out, j->w->n_out);
+}
+
+/* Seconds for one pass of n_tok token rows through every ternary matrix of every layer, split
+ * over the pool as the forward pass splits it (row chunks x 64-token blocks). Attention and
+ * the element-wise work are left out: this is the part whose cost must stay linear in T. */
+static double prefill_matrix_seconds(struct bn_pool *pool, const struct bn_kernels *k,
+				     const struct bn_model *m, uint32_t n_tok)
+{
+	uint32_t k_max = m->cfg.n_embd > m->cfg.n_ff ? m->cfg.n_embd : m->cfg.n_ff;
+	uint32_t k_pad = (k_max + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+	struct bn_q8_rows x = { .q = aligned_alloc(64, (size_t)n_tok * k_pad),
+				.inv_scale = malloc(n_tok * sizeof(float)),
+				.sum = calloc(n_tok, sizeof(int32_t)) };
+	uint32_t n_out_max = 0;
+	for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+		const struct bn_layer *L = &m->layers[l];
+		const struct bn_linear *all[LAYER_LINEARS];
+		layer_linears(L, all);
+		for (size_t i = 0; i < LAYER_LINEARS; i++)
+			n_out_max = all[i]->n_out > n_out_max ? all[i]->n_out : n_out_max;
+	}
+	float *y = malloc((size_t)n_tok * n_out_max * sizeof(float));
+	if (!x.q || !x.inv_scale || !x.sum || !y)
+		abort();
+	for (size_t i = 0; i < (size_t)n_tok * k_pad; i++)
+		x.q[i] = (int8_t)((i * 2654435761u >> 11) % 255 - 127);
+	for (uint32_t t = 0; t < n_tok; t++)
+		x.inv_scale[t] = 1.0f / 127;
+	uint32_t threads = bn_pool_threads(pool);
+	double t0 = now_s();
+	for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+		const struct bn_layer *L = &m->layers[l];
+		const struct bn_linear *all[LAYER_LINEARS];
+		layer_linears(L, all);
+		for (size_t i = 0; i < LAYER_LINEARS; i++) {
+			if (all[i]->kind != BN_LINEAR_T2)
+				continue;
+			struct prefill_mat_job j = { .k = k, .w = &all[i]->t2, .x = &x, .y = y,
+						     .n_tok = n_tok };
+			x.k = all[i]->n_in;
+			x.k_pad = (x.k + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+			uint32_t chunk = (j.w->n_out + 4 * threads - 1) / (4 * threads);
+			j.chunk = (chunk + 3) / 4 * 4;
+			j.n_chunks = (j.w->n_out + j.chunk - 1) / j.chunk;
+			uint32_t n_blocks = (n_tok + PREFILL_TOKEN_BLOCK - 1) / PREFILL_TOKEN_BLOCK;
+			bn_pool_run(pool, j.n_chunks * n_blocks, prefill_mat_task, &j);
+		}
+	}
+	double dt = now_s() - t0;
+	free(x.q);
+	free(x.inv_scale);
+	free(x.sum);
+	free(y);
+	return dt;
+}
+
+/* Matrix milliseconds per prompt token at each T, and their growth from 64 to 1024 tokens
+ * (1.0 = exactly linear in T, less = the blocking pays off more on longer prompts). */
+static void measure_prefill_matrices(struct bn_pool *pool, const struct bn_kernels *k,
+				     const struct bn_model *m, double peak, double macs)
+{
+	uint32_t lens[] = { 64, 256, 1024 };
+	double per_tok[3];
+	for (int i = 0; i < 3; i++) {
+		double best = 1e9;
+		for (int rep = 0; rep < (lens[i] < 1024 ? 3 : 1); rep++) {
+			double dt = prefill_matrix_seconds(pool, k, m, lens[i]);
+			best = dt < best ? dt : best;
+		}
+		per_tok[i] = best / lens[i];
+		printf("prefill_matrix_ms_per_token_t%u=%.2f\nprefill_matrix_int8_share_t%u=%.2f\n",
+		       lens[i], per_tok[i] * 1e3, lens[i], macs / per_tok[i] / 1e9 / peak);
+		fflush(stdout);
+	}
+	printf("prefill_matrix_growth_t1024_over_t64=%.2f\n", per_tok[2] / per_tok[0]);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -524,11 +641,13 @@ int main(int argc, char **argv)
 		prefill_times(&r, n, &pre, want_step ? &step : NULL);
 		printf("prefill_tps_t%u=%.1f\nprefill_ms_per_token_t%u=%.2f\n", n, n / pre, n,
 		       pre * 1e3 / n);
+		printf("prefill_int8_share_t%u=%.2f\n", n, n / pre * macs / 1e9 / peak);
 		if (want_step)
 			printf("stepwise_tps_t%u=%.1f\nprefill_speedup_t%u=%.2f\n", n, n / step, n,
 			       step / pre);
 		fflush(stdout);
 	}
+	measure_prefill_matrices(pool, k, &m, peak, macs);
 	if (!quick)
 		measure_lm_head(pool, k, &m);
 	free(r.logits);
