@@ -451,9 +451,13 @@ static const uint32_t f_n_ins[] = { 1, 15, 16, 17, 64, 100, 2560, 2600 };
 #define F_REL 1e-5
 #define F_ABS 1e-6
 
+/* The panel layout (kernels.h) gets more rows: two groups, the second partial. */
+#define F_N_OUT_PANELS 100
+
 struct f_case {
 	uint32_t type, n_in, n_out, ldx;
 	uint8_t *data;  /* the encoded matrix, exactly its size */
+	uint8_t *panels; /* the same in the panel layout, or NULL (then m is the row layout) */
 	float *wd;      /* [n_out][n_in] the weights as encoded, decoded */
 	float *x;       /* [MAX_B][ldx], NaN past n_in */
 	struct bn_f_matrix m;
@@ -471,8 +475,24 @@ static float decode_weight(uint32_t type, const uint8_t *row, uint32_t k)
 	return type == BN_TYPE_F16 ? bn_half_to_float(h) : bn_bf16_to_float(h);
 }
 
+/* The case's matrix in the panel layout, packed group by group; m then points at it. */
+static void f_case_pack_panels(struct f_case *c)
+{
+	uint64_t row_bytes = c->m.row_bytes, bytes = bn_f_panel_bytes(c->type, c->n_in, c->n_out);
+	uint64_t group_bytes = bytes / ((c->n_out + BN_F_PANEL_ROWS - 1) / BN_F_PANEL_ROWS);
+	c->panels = xmalloc(bytes);
+	for (uint32_t g = 0; g * BN_F_PANEL_ROWS < c->n_out; g++) {
+		uint32_t first = g * BN_F_PANEL_ROWS, n = c->n_out - first;
+		bn_f_pack_panel(c->type, c->data + first * row_bytes, row_bytes, c->n_in,
+				n < BN_F_PANEL_ROWS ? n : BN_F_PANEL_ROWS, c->panels + g * group_bytes);
+	}
+	c->m.data = c->panels;
+	c->m.panel_rows = BN_F_PANEL_ROWS;
+}
+
 static void f_case_new(struct f_case *c, uint32_t type, uint32_t n_in, uint32_t n_out)
 {
+	c->panels = NULL;
 	c->type = type;
 	c->n_in = n_in;
 	c->n_out = n_out;
@@ -501,6 +521,7 @@ static void f_case_new(struct f_case *c, uint32_t type, uint32_t n_in, uint32_t 
 
 static void f_case_free(struct f_case *c)
 {
+	free(c->panels);
 	free(c->data);
 	free(c->wd);
 	free(c->x);
@@ -537,30 +558,47 @@ static void f_check(const struct bn_kernels *kern, const struct f_case *c, uint3
 	free(y);
 }
 
+/* Both layouts: the row layout over F_N_OUT rows, the panel layout over F_N_OUT_PANELS rows
+ * (ranges inside a group, across the group boundary, and the partial last group). */
+static void f_check_ranges(const struct bn_kernels *kern, const struct f_case *c, uint32_t n_b)
+{
+	if (!c->panels) {
+		f_check(kern, c, 0, F_N_OUT, n_b);
+		f_check(kern, c, 2, 5, n_b);
+		f_check(kern, c, 6, 7, n_b);
+		return;
+	}
+	f_check(kern, c, 0, F_N_OUT_PANELS, n_b);
+	f_check(kern, c, 2, 5, n_b);
+	f_check(kern, c, 60, 70, n_b);
+	f_check(kern, c, 64, F_N_OUT_PANELS, n_b);
+}
+
 START_TEST(f_gemm_vs_double)
 {
 	const struct bn_kernels *kern = variant(_i);
 	if (!kern)
 		return;
-	for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
-		for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
-			tu_rng_seed(400 + 10 * ti + ni);
-			struct f_case c;
-			f_case_new(&c, f_types[ti], f_n_ins[ni], F_N_OUT);
-			float y[4 * 16];
-			fill_sentinel(y, 4 * 16);
-			kern->f_gemm(&c.m, 0, F_N_OUT, c.x, c.ldx, 0, y, 16);
-			kern->f_gemm(&c.m, 3, 3, c.x, c.ldx, 3, y, 16);
-			for (int i = 0; i < 4 * 16; i++)
-				ck_assert_msg(is_sentinel(y[i]), "%s: an empty f_gemm wrote y[%d]",
-					      kern->name, i);
-			for (size_t bi = 0; bi < N_BATCH_SIZES; bi++) {
-				f_check(kern, &c, 0, F_N_OUT, batch_sizes[bi]);
-				f_check(kern, &c, 2, 5, batch_sizes[bi]);
-				f_check(kern, &c, 6, 7, batch_sizes[bi]);
+	for (int panels = 0; panels < 2; panels++)
+		for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
+			for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
+				tu_rng_seed(400 + 10 * ti + ni);
+				struct f_case c;
+				f_case_new(&c, f_types[ti], f_n_ins[ni],
+					   panels ? F_N_OUT_PANELS : F_N_OUT);
+				if (panels)
+					f_case_pack_panels(&c);
+				float y[4 * 16];
+				fill_sentinel(y, 4 * 16);
+				kern->f_gemm(&c.m, 0, c.n_out, c.x, c.ldx, 0, y, 16);
+				kern->f_gemm(&c.m, 3, 3, c.x, c.ldx, 3, y, 16);
+				for (int i = 0; i < 4 * 16; i++)
+					ck_assert_msg(is_sentinel(y[i]),
+						      "%s: an empty f_gemm wrote y[%d]", kern->name, i);
+				for (size_t bi = 0; bi < N_BATCH_SIZES; bi++)
+					f_check_ranges(kern, &c, batch_sizes[bi]);
+				f_case_free(&c);
 			}
-			f_case_free(&c);
-		}
 }
 END_TEST
 
@@ -568,27 +606,32 @@ END_TEST
  * alone: the same bits. */
 static void f_check_invariance(const struct bn_kernels *kern, const struct f_case *c)
 {
-	const uint32_t ldy = F_N_OUT, ldx = c->ldx;
+	const uint32_t ldy = c->n_out, ldx = c->ldx, n = c->n_out;
 	const char *tname = bn_type_name(c->type);
-	float y16[16 * F_N_OUT], y7[7 * F_N_OUT], y1[F_N_OUT], yo[F_N_OUT];
-	kern->f_gemm(&c->m, 0, F_N_OUT, c->x, ldx, 16, y16, ldy);
-	kern->f_gemm(&c->m, 0, F_N_OUT, c->x + 9 * ldx, ldx, 7, y7, ldy);
+	float *y16 = xmalloc(16 * n * sizeof(float)), *y7 = xmalloc(7 * n * sizeof(float));
+	float *y1 = xmalloc(n * sizeof(float)), *yo = xmalloc(n * sizeof(float));
+	kern->f_gemm(&c->m, 0, n, c->x, ldx, 16, y16, ldy);
+	kern->f_gemm(&c->m, 0, n, c->x + 9 * ldx, ldx, 7, y7, ldy);
 	for (uint32_t b = 0; b < 16; b++) {
 		const float *want = y16 + b * ldy;
-		kern->f_gemm(&c->m, 0, F_N_OUT, c->x + b * ldx, ldx, 1, y1, ldy);
-		ck_assert_msg(memcmp(y1, want, sizeof(y1)) == 0,
-			      "%s %s n_in %u: row %u alone differs from inside 16", kern->name,
-			      tname, c->n_in, b);
-		ck_assert_msg(b < 9 || memcmp(y7 + (b - 9) * ldy, want, sizeof(y1)) == 0,
-			      "%s %s n_in %u: row %u inside 7 differs from inside 16", kern->name,
-			      tname, c->n_in, b);
-		for (uint32_t o = 0; o < F_N_OUT; o++) {
+		kern->f_gemm(&c->m, 0, n, c->x + b * ldx, ldx, 1, y1, ldy);
+		ck_assert_msg(memcmp(y1, want, n * sizeof(float)) == 0,
+			      "%s %s n_in %u panels %d: row %u alone differs from inside 16",
+			      kern->name, tname, c->n_in, c->panels != NULL, b);
+		ck_assert_msg(b < 9 || memcmp(y7 + (b - 9) * ldy, want, n * sizeof(float)) == 0,
+			      "%s %s n_in %u panels %d: row %u inside 7 differs from inside 16",
+			      kern->name, tname, c->n_in, c->panels != NULL, b);
+		for (uint32_t o = 0; o < n; o++) {
 			kern->f_gemm(&c->m, o, o + 1, c->x + b * ldx, ldx, 1, yo, ldy);
 			ck_assert_msg(float_bits(yo[o]) == float_bits(want[o]),
-				      "%s %s n_in %u: output %u row %u alone differs", kern->name,
-				      tname, c->n_in, o, b);
+				      "%s %s n_in %u panels %d: output %u row %u alone differs",
+				      kern->name, tname, c->n_in, c->panels != NULL, o, b);
 		}
 	}
+	free(y16);
+	free(y7);
+	free(y1);
+	free(yo);
 }
 
 START_TEST(f_gemm_batch_invariance)
@@ -596,12 +639,63 @@ START_TEST(f_gemm_batch_invariance)
 	const struct bn_kernels *kern = variant(_i);
 	if (!kern)
 		return;
+	for (int panels = 0; panels < 2; panels++)
+		for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
+			for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
+				tu_rng_seed(500 + 10 * ti + ni);
+				struct f_case c;
+				f_case_new(&c, f_types[ti], f_n_ins[ni],
+					   panels ? F_N_OUT_PANELS : F_N_OUT);
+				if (panels)
+					f_case_pack_panels(&c);
+				f_check_invariance(kern, &c);
+				f_case_free(&c);
+			}
+}
+END_TEST
+
+/* The panel layout's order is defined (one fused chain per sum, k in order), so every variant
+ * must give the scalar variant's bits, for every batch size and row range; and bn_f_row must
+ * give back the rows that were packed. */
+START_TEST(f_gemm_panels_exact)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
 	for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
 		for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
-			tu_rng_seed(500 + 10 * ti + ni);
+			tu_rng_seed(600 + 10 * ti + ni);
 			struct f_case c;
-			f_case_new(&c, f_types[ti], f_n_ins[ni], F_N_OUT);
-			f_check_invariance(kern, &c);
+			f_case_new(&c, f_types[ti], f_n_ins[ni], F_N_OUT_PANELS);
+			f_case_pack_panels(&c);
+			const uint32_t n = c.n_out;
+			float *row = xmalloc(c.n_in * sizeof(float));
+			for (uint32_t o = 0; o < n; o++) {
+				bn_f_row(&c.m, o, row);
+				ck_assert_msg(memcmp(row, c.wd + (size_t)o * c.n_in,
+						     c.n_in * sizeof(float)) == 0,
+					      "%s n_in %u: bn_f_row %u is not the packed row",
+					      bn_type_name(c.type), c.n_in, o);
+			}
+			free(row);
+			float *want = xmalloc(MAX_B * n * sizeof(float));
+			float *got = xmalloc(MAX_B * n * sizeof(float));
+			for (size_t bi = 0; bi < N_BATCH_SIZES; bi++) {
+				uint32_t n_b = batch_sizes[bi], ranges[][2] = { { 0, n }, { 61, 67 } };
+				for (int ri = 0; ri < 2; ri++) {
+					uint32_t o0 = ranges[ri][0], o1 = ranges[ri][1];
+					fill_sentinel(want, (size_t)MAX_B * n);
+					fill_sentinel(got, (size_t)MAX_B * n);
+					bn_kernels_scalar.f_gemm(&c.m, o0, o1, c.x, c.ldx, n_b, want, n);
+					kern->f_gemm(&c.m, o0, o1, c.x, c.ldx, n_b, got, n);
+					ck_assert_msg(memcmp(want, got, (size_t)MAX_B * n * sizeof(float)) == 0,
+						      "%s %s n_in %u n_b %u [%u,%u): not the scalar bits",
+						      kern->name, bn_type_name(c.type), c.n_in, n_b, o0,
+						      o1);
+				}
+			}
+			free(want);
+			free(got);
 			f_case_free(&c);
 		}
 }
@@ -1124,6 +1218,7 @@ int main(void)
 	tcase_add_loop_test(k, quantize_variant_equals_scalar, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_vs_double, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_batch_invariance, 0, N_VARIANTS);
+	tcase_add_loop_test(k, f_gemm_panels_exact, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_vs_double, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_deterministic, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_paged_equals_contiguous, 0, N_VARIANTS);

@@ -50,13 +50,31 @@ static inline const float *bn_kv_block(const struct bn_kv_view *v, const float *
 	return base + (size_t)v->blocks[b] * v->block_stride;
 }
 
-/* A float-typed matrix (F32, F16, BF16 rows, row-major, n_in contiguous). */
+/* A float-typed matrix (F32, F16 or BF16 values) in one of two layouts:
+ *  - rows (panel_rows 0): row-major, row o's n_in values at data + o * row_bytes;
+ *  - panels (panel_rows BN_F_PANEL_ROWS): the rows in groups of 64, each group stored
+ *    input-major as [n_in][64] values, groups back to back, the last one padded with zero
+ *    rows (bn_f_panel_bytes). The 64 weights one input meets are then one contiguous vector,
+ *    so a kernel can keep a tile of (rows x batch rows) sums in registers and read each weight
+ *    once per batch tile and each activation as a broadcast: the model's float matrices are
+ *    repacked this way at load (model.c). row_bytes is unused there. */
+#define BN_F_PANEL_ROWS 64
 struct bn_f_matrix {
 	const void *data;
 	uint32_t type;           /* BN_TYPE_F32, BN_TYPE_F16 or BN_TYPE_BF16 */
 	uint32_t n_in, n_out;
 	uint64_t row_bytes;
+	uint32_t panel_rows;     /* 0 or BN_F_PANEL_ROWS */
 };
+
+/* Bytes of a matrix in the panel layout (whole groups of BN_F_PANEL_ROWS rows). */
+uint64_t bn_f_panel_bytes(uint32_t type, uint32_t n_in, uint32_t n_out);
+/* Packs n_rows <= BN_F_PANEL_ROWS row-major rows (row_bytes apart) into one group of the
+ * panel layout at `panel`, zero rows after them. */
+void bn_f_pack_panel(uint32_t type, const void *rows, uint64_t row_bytes, uint32_t n_in,
+		     uint32_t n_rows, void *panel);
+/* Row o of a float matrix in either layout, as floats [n_in]. */
+void bn_f_row(const struct bn_f_matrix *w, uint32_t o, float *out);
 
 struct bn_kernels {
 	const char *name;        /* "scalar", "avx2", "avx512vnni" */
@@ -65,7 +83,10 @@ struct bn_kernels {
 	 * (code(o,k) - 1 is the weight: subtracting sum[b] once undoes the +1 offset). */
 	void (*t2_gemm)(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
-	/* y[b*ldy + o] = sum_k w[o][k] * x[b*ldx + k], for o in [o0, o1), b in [0, n_b). */
+	/* y[b*ldy + o] = sum_k w[o][k] * x[b*ldx + k], for o in [o0, o1), b in [0, n_b). In the
+	 * panel layout every variant computes each sum as one chain of fused multiply-adds over
+	 * k = 0, 1, ... n_in - 1 from 0 (fmaf in the scalar variant), so all variants give the
+	 * same bits, whatever the batch or the row range. */
 	void (*f_gemm)(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const float *x,
 		       uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy);
 	/* Attention of one query vector q[d] over the first L positions of kv:

@@ -9,6 +9,7 @@
  * as the file says, and the block structs want 2-byte alignment for their half scales.
  */
 #include "quant.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -290,6 +291,61 @@ void bn_t2_pack(const uint8_t *codes, uint64_t n, uint8_t *out)
 		uint8_t code = k < n ? (codes[k] & 3) : 1;
 		out[chunk * BN_T2_CHUNK_BYTES + in % 64] |= (uint8_t)(code << (2 * (in / 64)));
 	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The panel layout of float matrices (kernels.h)                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+static size_t float_type_size(uint32_t type)
+{
+	return type == BN_TYPE_F32 ? 4 : 2;
+}
+
+uint64_t bn_f_panel_bytes(uint32_t type, uint32_t n_in, uint32_t n_out)
+{
+	uint64_t groups = ((uint64_t)n_out + BN_F_PANEL_ROWS - 1) / BN_F_PANEL_ROWS;
+	return groups * BN_F_PANEL_ROWS * n_in * float_type_size(type);
+}
+
+void bn_f_pack_panel(uint32_t type, const void *rows, uint64_t row_bytes, uint32_t n_in,
+		     uint32_t n_rows, void *panel)
+{
+	size_t es = float_type_size(type);
+	uint8_t *out = panel;
+	memset(out, 0, (size_t)BN_F_PANEL_ROWS * n_in * es);
+	for (uint32_t r = 0; r < n_rows; r++) {
+		const uint8_t *row = (const uint8_t *)rows + r * row_bytes;
+		for (uint32_t k = 0; k < n_in; k++)
+			memcpy(out + ((size_t)k * BN_F_PANEL_ROWS + r) * es, row + (size_t)k * es, es);
+	}
+}
+
+static float float_value(uint32_t type, const uint8_t *p)
+{
+	uint16_t h;
+	float f;
+	if (type == BN_TYPE_F32) {
+		memcpy(&f, p, 4);
+		return f;
+	}
+	memcpy(&h, p, 2);
+	return type == BN_TYPE_F16 ? bn_half_to_float(h) : bn_bf16_to_float(h);
+}
+
+void bn_f_row(const struct bn_f_matrix *w, uint32_t o, float *out)
+{
+	size_t es = float_type_size(w->type);
+	const uint8_t *base = w->data;
+	if (!w->panel_rows) {
+		for (uint32_t k = 0; k < w->n_in; k++)
+			out[k] = float_value(w->type, base + o * w->row_bytes + k * es);
+		return;
+	}
+	const uint8_t *group = base + (size_t)(o / BN_F_PANEL_ROWS) * BN_F_PANEL_ROWS * w->n_in * es;
+	for (uint32_t k = 0; k < w->n_in; k++)
+		out[k] = float_value(w->type,
+				     group + ((size_t)k * BN_F_PANEL_ROWS + o % BN_F_PANEL_ROWS) * es);
 }
 
 /* ------------------------------------------------------------------------------------------ */
