@@ -595,8 +595,7 @@ static void measure_lm_head(struct bn_pool *pool, const struct bn_kernels *k,
 	if (!w32)
 		return;
 	for (uint32_t o = 0; o < w->n_out; o++)
-		bn_dequant_row(BN_TYPE_F16, w->data, (uint64_t)w->n_out * w->row_bytes, o, w->n_in,
-			       w32 + (size_t)o * w->n_in);
+		bn_f_row(w, o, w32 + (size_t)o * w->n_in);
 	uint32_t batches[] = { 1, 16 };
 	for (size_t bi = 0; bi < 2; bi++) {
 		uint32_t n_b = batches[bi];

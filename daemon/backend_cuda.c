@@ -501,7 +501,8 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 static int open_model(struct cuda_backend *cb, const struct bn_backend_options *opt)
 {
 	char err[BN_MODEL_ERR_LEN];
-	if (bn_model_load(&cb->model, opt->model_path, err) != 0) {
+	/* the device gets the file's float rows (upload_float_rows); no host panels */
+	if (bn_model_load_as(&cb->model, opt->model_path, BN_FLOAT_IN_PLACE, err) != 0) {
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
 		return -EINVAL;
 	}

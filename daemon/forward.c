@@ -153,6 +153,13 @@ static uint32_t chunks_per_thread(uint32_t n_tok)
 	return n_tok <= 4 ? 1 : 4;
 }
 
+/* Row chunks start on whole tiles: 4 rows, or a whole group of the panel layout, which a
+ * kernel computes whole even when asked for part of it. */
+static uint32_t row_alignment(const struct bn_linear *w)
+{
+	return w->kind == BN_LINEAR_FLOAT && w->f.panel_rows ? w->f.panel_rows : 4;
+}
+
 /* y_i = W_i x for up to three matrices with the same input x [n_tok][ldx]. */
 static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_linear *const *w,
 			 float *const *y, const uint32_t *ldy, const float *x, uint32_t ldx,
@@ -168,7 +175,9 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 		j.y[i] = y[i];
 		j.ldy[i] = ldy[i];
 		uint32_t chunk = div_up(w[i]->n_out, chunks_per_thread(n_tok) * threads);
-		chunk = chunk < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : (chunk + 3) / 4 * 4;
+		uint32_t align = row_alignment(w[i]);
+		chunk = chunk < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : chunk;
+		chunk = div_up(chunk, align) * align;
 		j.chunk[i] = chunk;
 		j.n_chunks[i] = div_up(w[i]->n_out, chunk);
 		n_tasks += j.n_chunks[i] * j.n_blocks;

@@ -22,6 +22,7 @@ struct loader {
 	struct bn_model *m;
 	char *err;
 	const char *path;
+	enum bn_float_layout float_layout;
 };
 
 static int fail(struct loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -258,7 +259,7 @@ static int tensor_before(const void *a, const void *b)
 static void add_in_place(const struct bn_linear *l, const struct bn_gguf_tensor **list,
 			 uint32_t *n)
 {
-	if (l->kind == BN_LINEAR_FLOAT || l->kind == BN_LINEAR_DECODE)
+	if ((l->kind == BN_LINEAR_FLOAT && !l->f.panel_rows) || l->kind == BN_LINEAR_DECODE)
 		list[(*n)++] = l->src;
 }
 
@@ -269,7 +270,8 @@ static void drop_range(uintptr_t start, uintptr_t end)
 }
 
 /* Once the model is loaded, every file page that no step reads goes back to the kernel: all but
- * the tensors used in place (float and Q8_0 / Q6_K matrices, the embedding). drop_pages did
+ * the tensors used in place (Q8_0 / Q6_K matrices, float ones not in panels, the embedding
+ * unless it is read from the LM head's panels). drop_pages did
  * this for each repacked tensor as it went, but a later fault nearby can map those pages again:
  * the page cache holds folios of up to 2 MB and maps them whole, which left 60-90 MB of
  * dropped ternary data resident (2B4T: rss_over_file 0.99 in one run, 1.08 in another). The
@@ -284,7 +286,8 @@ static int drop_unused_pages(struct loader *ld)
 	const struct bn_gguf_tensor **in_place = malloc(cap * sizeof(*in_place));
 	if (!in_place)
 		return fail(ld, "out of memory");
-	in_place[n++] = m->tok_embd;
+	if (!m->embed_from_output)
+		in_place[n++] = m->tok_embd;
 	add_in_place(&m->output, in_place, &n);
 	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
 		const struct bn_layer *L = &m->layers[i];
@@ -345,6 +348,38 @@ static int repack_ternary(struct loader *ld, const struct bn_gguf_tensor *t, str
 	return 0;
 }
 
+/* A float matrix into the panel layout (kernels.h), group by group, each group's file rows
+ * handed back to the kernel once packed so that the file and the copy are never both
+ * resident (a tied embedding then reads the panels: bn_model_embed). */
+static int pack_float_panels(struct loader *ld, const struct bn_gguf_tensor *t,
+			     struct bn_linear *l)
+{
+	uint64_t bytes = bn_f_panel_bytes(t->type, l->n_in, l->n_out);
+	uint64_t row_bytes = bn_row_bytes(t->type, l->n_in);
+	uint64_t group_bytes = bytes / ((l->n_out + BN_F_PANEL_ROWS - 1) / BN_F_PANEL_ROWS);
+	uint8_t *panels = own(ld, bytes);
+	if (!panels)
+		return fail(ld, "out of memory repacking '%.*s'", (int)t->name.len, t->name.ptr);
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t dropped = ((uintptr_t)t->data + page - 1) & ~(page - 1);
+	for (uint32_t first = 0; first < l->n_out; first += BN_F_PANEL_ROWS) {
+		uint32_t n = l->n_out - first < BN_F_PANEL_ROWS ? l->n_out - first : BN_F_PANEL_ROWS;
+		const uint8_t *rows = (const uint8_t *)t->data + first * row_bytes;
+		bn_f_pack_panel(t->type, rows, row_bytes, l->n_in, n,
+				panels + first / BN_F_PANEL_ROWS * group_bytes);
+		uintptr_t done = ((uintptr_t)rows + n * row_bytes) & ~(page - 1);
+		if (ld->m->file.mapped && done > dropped) {
+			drop_range(dropped, done);
+			dropped = done;
+		}
+	}
+	l->f = (struct bn_f_matrix){ .data = panels, .type = t->type, .n_in = l->n_in,
+				     .n_out = l->n_out, .row_bytes = row_bytes,
+				     .panel_rows = BN_F_PANEL_ROWS };
+	ld->m->repacked_bytes += bytes;
+	return 0;
+}
+
 /* `decodable`: Q8_0 and Q6_K are accepted (embedding / LM head only). */
 static int load_linear(struct loader *ld, const char *name, uint32_t n_in, uint32_t n_out,
 		       int decodable, struct bn_linear *l)
@@ -360,6 +395,8 @@ static int load_linear(struct loader *ld, const char *name, uint32_t n_in, uint3
 		return repack_ternary(ld, t, l);
 	if (t->type == BN_TYPE_F32 || t->type == BN_TYPE_F16 || t->type == BN_TYPE_BF16) {
 		l->kind = BN_LINEAR_FLOAT;
+		if (ld->float_layout == BN_FLOAT_PANELS)
+			return pack_float_panels(ld, t, l);
 		l->f = (struct bn_f_matrix){ .data = t->data, .type = t->type, .n_in = n_in,
 					     .n_out = n_out, .row_bytes = bn_row_bytes(t->type, n_in) };
 		return 0;
@@ -439,13 +476,23 @@ static int load_embedding(struct loader *ld)
 	m->tok_embd = t;
 	const char *head = bn_gguf_find_tensor(&m->file, "output.weight") ? "output.weight"
 									    : "token_embd.weight";
-	return load_linear(ld, head, c->n_embd, c->n_vocab, 1, &m->output);
+	if (load_linear(ld, head, c->n_embd, c->n_vocab, 1, &m->output))
+		return -1;
+	m->embed_from_output = m->output.src == t && m->output.kind == BN_LINEAR_FLOAT &&
+			       m->output.f.panel_rows;
+	return 0;
 }
 
 int bn_model_load(struct bn_model *m, const char *path, char err[BN_MODEL_ERR_LEN])
 {
+	return bn_model_load_as(m, path, BN_FLOAT_PANELS, err);
+}
+
+int bn_model_load_as(struct bn_model *m, const char *path, enum bn_float_layout layout,
+		     char err[BN_MODEL_ERR_LEN])
+{
 	memset(m, 0, sizeof(*m));
-	struct loader ld = { .m = m, .err = err, .path = path };
+	struct loader ld = { .m = m, .err = err, .path = path, .float_layout = layout };
 	char gerr[BN_GGUF_ERR_LEN];
 	if (bn_gguf_open(&m->file, path, gerr) != 0) {
 		snprintf(err, BN_MODEL_ERR_LEN, "%s", gerr);
@@ -482,6 +529,10 @@ void bn_model_free(struct bn_model *m)
 
 void bn_model_embed(const struct bn_model *m, uint32_t token, float *out)
 {
+	if (m->embed_from_output) {
+		bn_f_row(&m->output.f, token, out);
+		return;
+	}
 	bn_dequant_row(m->tok_embd->type, m->tok_embd->data, m->tok_embd->size, token,
 		       m->cfg.n_embd, out);
 }

@@ -84,11 +84,21 @@ struct bn_model {
 	struct bn_layer *layers;               /* [n_layer] */
 	void **owned;                          /* buffers the model allocated */
 	uint32_t n_owned, cap_owned;
-	uint64_t repacked_bytes;               /* T2 codes and scales */
+	uint64_t repacked_bytes;               /* T2 codes and scales, float panels */
+	int embed_from_output;                 /* tied embedding read from output's panels */
 };
 
-/* Loads and checks everything. Returns 0, or -1 with one line (naming the file) in err. */
+/* How the loader lays out float matrices (F32, F16, BF16 linears and LM heads). */
+enum bn_float_layout {
+	BN_FLOAT_PANELS,   /* repacked into the CPU kernels' panel layout (kernels.h) */
+	BN_FLOAT_IN_PLACE, /* the file's rows, used where they lie (the CUDA backend copies them) */
+};
+
+/* Loads and checks everything, float matrices in panels. Returns 0, or -1 with one line
+ * (naming the file) in err. */
 int bn_model_load(struct bn_model *m, const char *path, char err[BN_MODEL_ERR_LEN]);
+int bn_model_load_as(struct bn_model *m, const char *path, enum bn_float_layout layout,
+		     char err[BN_MODEL_ERR_LEN]);
 void bn_model_free(struct bn_model *m);
 
 /* Row `token` of the embedding, as floats [n_embd]. */

@@ -351,14 +351,45 @@ static void temp_path(char *path, size_t cap, const char *name)
 }
 
 /* Writes d, loads it; on success the caller owns m. */
-static void load_ok(const struct desc *d, const char *name, struct bn_model *m, char *path,
-		    size_t cap)
+static void load_ok_as(const struct desc *d, const char *name, enum bn_float_layout layout,
+		       struct bn_model *m, char *path, size_t cap)
 {
 	char err[BN_MODEL_ERR_LEN];
 	temp_path(path, cap, name);
 	write_desc(d, path);
-	int rc = bn_model_load(m, path, err);
+	int rc = bn_model_load_as(m, path, layout, err);
 	ck_assert_msg(rc == 0, "load %s: %s", path, err);
+}
+
+static void load_ok(const struct desc *d, const char *name, struct bn_model *m, char *path,
+		    size_t cap)
+{
+	load_ok_as(d, name, BN_FLOAT_PANELS, m, path, cap);
+}
+
+/* A float value as the file stores it in `type`. */
+static float stored_float(uint32_t type, float v)
+{
+	if (type == BN_TYPE_F16)
+		return bn_half_to_float(bn_float_to_half(v));
+	if (type == BN_TYPE_BF16)
+		return bn_bf16_to_float(bn_float_to_bf16(v));
+	return v;
+}
+
+/* Every row of a float matrix, in whichever layout it was loaded, is the file's row. */
+static void check_float_rows(struct desc *d, const char *name, const struct bn_f_matrix *f)
+{
+	const struct tensor *t = t_get(d, name);
+	float *row = malloc(f->n_in * sizeof(float));
+	ck_assert_ptr_nonnull(row);
+	for (uint32_t o = 0; o < f->n_out; o++) {
+		bn_f_row(f, o, row);
+		for (uint32_t k = 0; k < f->n_in; k++)
+			ck_assert_msg(row[k] == stored_float(f->type, float_of(t, o, k)),
+				      "%s (panels %u): row %u input %u", name, f->panel_rows, o, k);
+	}
+	free(row);
 }
 
 /* Refused, with one line that names the file and contains `phrase`. */
@@ -699,19 +730,20 @@ START_TEST(loads_valid_bitnet_b158)
 	check_norm(&d, "blk.0.ffn_norm.weight", m.layers[0].ffn_norm);
 	check_norm(&d, "blk.0.attn_sub_norm.weight", m.layers[0].attn_sub_norm);
 	check_norm(&d, "blk.0.ffn_sub_norm.weight", m.layers[0].ffn_sub_norm);
-	/* tied: the LM head is the embedding, used in place */
+	/* tied: the LM head is the embedding, repacked into panels that the embedding reads */
 	ck_assert_ptr_nonnull(m.tok_embd);
 	ck_assert(bn_gguf_str_eq(m.tok_embd->name, "token_embd.weight"));
 	ck_assert_ptr_eq(m.output.src, m.tok_embd);
 	ck_assert_int_eq(m.output.kind, BN_LINEAR_FLOAT);
 	ck_assert_uint_eq(m.output.f.type, BN_TYPE_F16);
-	ck_assert_ptr_eq(m.output.f.data, m.tok_embd->data);
-	ck_assert_uint_eq(m.output.f.row_bytes, 2 * 256);
+	ck_assert_uint_eq(m.output.f.panel_rows, BN_F_PANEL_ROWS);
+	ck_assert_int_eq(m.embed_from_output, 1);
 	ck_assert_uint_eq(m.output.n_in, 256);
 	ck_assert_uint_eq(m.output.n_out, 300);
-	/* every linear is 256 x 256 or 256 x 128: one chunk a row */
+	check_float_rows(&d, "token_embd.weight", &m.output.f);
+	/* every linear is 256 x 256 or 256 x 128: one chunk a row; the head: 5 groups of 64 */
 	uint64_t rows = 256 + 128 + 128 + 256 + 256 + 256 + 256;
-	ck_assert_uint_eq(m.repacked_bytes, rows * (64 + 4));
+	ck_assert_uint_eq(m.repacked_bytes, rows * (64 + 4) + 5 * 64 * 256 * 2);
 	float row[256];
 	const struct tensor *te = t_get(&d, "token_embd.weight");
 	bn_model_embed(&m, 299, row);
@@ -872,7 +904,7 @@ START_TEST(zero_block_scale_ignored)
 }
 END_TEST
 
-/* Float linear weights are used in place from the mapping. */
+/* Float linear weights: repacked into panels, or used in place from the mapping. */
 START_TEST(float_linears)
 {
 	const uint32_t types[] = { BN_TYPE_F32, BN_TYPE_F16, BN_TYPE_BF16 };
@@ -882,20 +914,29 @@ START_TEST(float_linears)
 		struct desc d;
 		desc_init(&d, &s);
 		t_get(&d, "blk.0.attn_norm.weight")->type = types[i];
-		struct bn_model m;
-		char path[256];
-		load_ok(&d, "float", &m, path, sizeof(path));
-		const struct bn_linear *l = &m.layers[0].wk;
-		ck_assert_int_eq(l->kind, BN_LINEAR_FLOAT);
-		ck_assert_uint_eq(l->f.type, types[i]);
-		ck_assert_uint_eq(l->f.n_in, 256);
-		ck_assert_uint_eq(l->f.n_out, 128);
-		ck_assert_uint_eq(l->f.row_bytes, bn_row_bytes(types[i], 256));
-		ck_assert_ptr_eq(l->f.data, l->src->data);
-		ck_assert_uint_eq(m.repacked_bytes, 0);
-		check_norm(&d, "blk.0.attn_norm.weight", m.layers[0].attn_norm);
-		bn_model_free(&m);
-		unlink(path);
+		for (int in_place = 0; in_place < 2; in_place++) {
+			struct bn_model m;
+			char path[256];
+			load_ok_as(&d, "float", in_place ? BN_FLOAT_IN_PLACE : BN_FLOAT_PANELS, &m,
+				   path, sizeof(path));
+			const struct bn_linear *l = &m.layers[0].wk;
+			ck_assert_int_eq(l->kind, BN_LINEAR_FLOAT);
+			ck_assert_uint_eq(l->f.type, types[i]);
+			ck_assert_uint_eq(l->f.n_in, 256);
+			ck_assert_uint_eq(l->f.n_out, 128);
+			ck_assert_uint_eq(l->f.panel_rows, in_place ? 0 : BN_F_PANEL_ROWS);
+			ck_assert_int_eq(m.embed_from_output, !in_place);
+			if (in_place) {
+				ck_assert_uint_eq(l->f.row_bytes, bn_row_bytes(types[i], 256));
+				ck_assert_ptr_eq(l->f.data, l->src->data);
+				ck_assert_uint_eq(m.repacked_bytes, 0);
+			}
+			check_float_rows(&d, "blk.0.attn_k.weight", &l->f);
+			check_float_rows(&d, "blk.0.ffn_down.weight", &m.layers[0].w_down.f);
+			check_norm(&d, "blk.0.attn_norm.weight", m.layers[0].attn_norm);
+			bn_model_free(&m);
+			unlink(path);
+		}
 	}
 }
 END_TEST
