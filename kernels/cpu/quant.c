@@ -284,13 +284,18 @@ int bn_ternary_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uin
 /* Weight k goes to chunk k/256; within it, byte k%64 and bit pair (k%256)/64. */
 void bn_t2_pack(const uint8_t *codes, uint64_t n, uint8_t *out)
 {
-	uint64_t padded = bn_t2_row_bytes(n) * 4;
-	memset(out, 0, bn_t2_row_bytes(n));
-	for (uint64_t k = 0; k < padded; k++) {
-		uint64_t chunk = k / BN_T2_CHUNK, in = k % BN_T2_CHUNK;
-		uint8_t code = k < n ? (codes[k] & 3) : 1;
-		out[chunk * BN_T2_CHUNK_BYTES + in % 64] |= (uint8_t)(code << (2 * (in / 64)));
-	}
+	/* byte by byte, each gathering its four planes (a read-modify-write per weight, with two
+	 * divisions, was 42 % of loading the 2B4T model) */
+	uint64_t chunks = bn_t2_row_bytes(n) / BN_T2_CHUNK_BYTES;
+	for (uint64_t c = 0; c < chunks; c++)
+		for (uint32_t j = 0; j < BN_T2_CHUNK_BYTES; j++) {
+			uint8_t byte = 0;
+			for (uint32_t p = 0; p < 4; p++) {
+				uint64_t k = c * BN_T2_CHUNK + 64 * p + j;
+				byte |= (uint8_t)((k < n ? (codes[k] & 3) : 1) << (2 * p));
+			}
+			out[c * BN_T2_CHUNK_BYTES + j] = byte;
+		}
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -312,12 +317,18 @@ void bn_f_pack_panel(uint32_t type, const void *rows, uint64_t row_bytes, uint32
 		     uint32_t n_rows, void *panel)
 {
 	size_t es = float_type_size(type);
-	uint8_t *out = panel;
-	memset(out, 0, (size_t)BN_F_PANEL_ROWS * n_in * es);
+	memset(panel, 0, (size_t)BN_F_PANEL_ROWS * n_in * es);
 	for (uint32_t r = 0; r < n_rows; r++) {
 		const uint8_t *row = (const uint8_t *)rows + r * row_bytes;
-		for (uint32_t k = 0; k < n_in; k++)
-			memcpy(out + ((size_t)k * BN_F_PANEL_ROWS + r) * es, row + (size_t)k * es, es);
+		if (es == 4) { /* typed copies: a memcpy call per value made loading 2B4T 1 s slower */
+			uint32_t *out = (uint32_t *)panel + r;
+			for (uint32_t k = 0; k < n_in; k++)
+				memcpy(&out[(size_t)k * BN_F_PANEL_ROWS], row + 4 * (size_t)k, 4);
+		} else {
+			uint16_t *out = (uint16_t *)panel + r;
+			for (uint32_t k = 0; k < n_in; k++)
+				memcpy(&out[(size_t)k * BN_F_PANEL_ROWS], row + 2 * (size_t)k, 2);
+		}
 	}
 }
 
