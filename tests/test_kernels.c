@@ -574,6 +574,15 @@ static void f_check_ranges(const struct bn_kernels *kern, const struct f_case *c
 	f_check(kern, c, 64, F_N_OUT_PANELS, n_b);
 }
 
+/* Case (type ti, width ni) of the f_types x f_n_ins grid, in the row or the panel layout. */
+static void f_case_grid(struct f_case *c, size_t ti, size_t ni, int panels, uint32_t seed)
+{
+	tu_rng_seed(seed + 10 * ti + ni);
+	f_case_new(c, f_types[ti], f_n_ins[ni], panels ? F_N_OUT_PANELS : F_N_OUT);
+	if (panels)
+		f_case_pack_panels(c);
+}
+
 START_TEST(f_gemm_vs_double)
 {
 	const struct bn_kernels *kern = variant(_i);
@@ -582,12 +591,8 @@ START_TEST(f_gemm_vs_double)
 	for (int panels = 0; panels < 2; panels++)
 		for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
 			for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
-				tu_rng_seed(400 + 10 * ti + ni);
 				struct f_case c;
-				f_case_new(&c, f_types[ti], f_n_ins[ni],
-					   panels ? F_N_OUT_PANELS : F_N_OUT);
-				if (panels)
-					f_case_pack_panels(&c);
+				f_case_grid(&c, ti, ni, panels, 400);
 				float y[4 * 16];
 				fill_sentinel(y, 4 * 16);
 				kern->f_gemm(&c.m, 0, c.n_out, c.x, c.ldx, 0, y, 16);
@@ -642,12 +647,8 @@ START_TEST(f_gemm_batch_invariance)
 	for (int panels = 0; panels < 2; panels++)
 		for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
 			for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
-				tu_rng_seed(500 + 10 * ti + ni);
 				struct f_case c;
-				f_case_new(&c, f_types[ti], f_n_ins[ni],
-					   panels ? F_N_OUT_PANELS : F_N_OUT);
-				if (panels)
-					f_case_pack_panels(&c);
+				f_case_grid(&c, ti, ni, panels, 500);
 				f_check_invariance(kern, &c);
 				f_case_free(&c);
 			}
@@ -664,10 +665,8 @@ START_TEST(f_gemm_panels_exact)
 		return;
 	for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
 		for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
-			tu_rng_seed(600 + 10 * ti + ni);
 			struct f_case c;
-			f_case_new(&c, f_types[ti], f_n_ins[ni], F_N_OUT_PANELS);
-			f_case_pack_panels(&c);
+			f_case_grid(&c, ti, ni, 1, 600);
 			const uint32_t n = c.n_out;
 			float *row = xmalloc(c.n_in * sizeof(float));
 			for (uint32_t o = 0; o < n; o++) {

@@ -228,28 +228,31 @@ static ALWAYS_INLINE void f_gemm_panels(const struct bn_f_matrix *w, uint32_t o0
 	}
 }
 
+/* One float type in either layout (the type a constant, so each loop is compiled for it). */
+static ALWAYS_INLINE void f_gemm_of_type(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
+					 const float *x, uint32_t ldx, uint32_t n_b, float *y,
+					 uint32_t ldy, const uint32_t type)
+{
+	if (w->panel_rows)
+		f_gemm_panels(w, o0, o1, x, ldx, n_b, y, ldy, type);
+	else
+		f_gemm_typed(w, o0, o1, x, ldx, n_b, y, ldy, type);
+}
+
 static void f_gemm_avx2(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const float *x,
 			uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy)
 {
-	if (w->panel_rows) {
-		if (o0 >= o1 || n_b == 0)
-			return;
-		switch (w->type) {
-		case BN_TYPE_F16: f_gemm_panels(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_F16); break;
-		case BN_TYPE_BF16: f_gemm_panels(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_BF16); break;
-		default: f_gemm_panels(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_F32); break;
-		}
+	if (o0 >= o1 || n_b == 0)
 		return;
-	}
 	switch (w->type) {
 	case BN_TYPE_F16:
-		f_gemm_typed(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_F16);
+		f_gemm_of_type(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_F16);
 		break;
 	case BN_TYPE_BF16:
-		f_gemm_typed(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_BF16);
+		f_gemm_of_type(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_BF16);
 		break;
 	default:
-		f_gemm_typed(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_F32);
+		f_gemm_of_type(w, o0, o1, x, ldx, n_b, y, ldy, BN_TYPE_F32);
 		break;
 	}
 }
