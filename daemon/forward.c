@@ -140,12 +140,12 @@ static uint32_t div_up(uint32_t a, uint32_t b)
 	return (a + b - 1) / b;
 }
 
-/* How many row chunks of each matrix a thread gets, in whole 4-row tiles. Up to four tokens
- * the matrices are read from memory once per step and the time is the time of the stream:
- * one chunk per thread keeps each thread on one sequential stream, where four restarted the
- * prefetch four times per matrix. 2B4T shape, batch 1, the two alternating in one process
- * (three runs of 120-150 rounds of 6 steps): 0.969-0.986 of the time with four, in the fast
- * and the slow memory state alike. Larger batches are compute-bound and keep four, so that a thread that
+/* How many row chunks of each matrix a thread gets. Up to four tokens the matrices are read
+ * from memory once per step and the time is the time of the stream: one chunk per thread
+ * keeps each thread on one sequential stream, where four restarted the prefetch four times
+ * per matrix. 2B4T shape, batch 1, the two alternating in one process (three runs of
+ * 120-150 rounds of 6 steps): 0.969-0.986 of the time with four, in the fast and the slow
+ * memory state alike. Larger batches are compute-bound and keep four, so that a thread that
  * finishes early can take work from one that is slowed down. With a busy loop on one of the
  * two cores, one chunk per thread costs ~5 % more at batch 1 than four. */
 static uint32_t chunks_per_thread(uint32_t n_tok)
