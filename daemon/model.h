@@ -2,7 +2,8 @@
 /*
  * model.h — a LLaMA-family model loaded from GGUF: the configuration (from metadata, with the
  * documented defaults), and the weights, ternary ones repacked into the kernels' T2 layout,
- * float ones used in place from the read-only mapping.
+ * float ones into their panel layout (or, for the CUDA backend, used in place from the
+ * read-only mapping: bn_model_load_as), Q8_0 / Q6_K heads used in place.
  *
  * Architectures (general.architecture), after DESIGN.md:
  *   bitnet-b1.58, bitnet-25   relu(gate)^2 * up, sub-norms, NeoX RoPE
