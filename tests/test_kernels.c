@@ -583,27 +583,38 @@ static void f_case_grid(struct f_case *c, size_t ti, size_t ni, int panels, uint
 		f_case_pack_panels(c);
 }
 
-START_TEST(f_gemm_vs_double)
+/* Every case of the f_types x f_n_ins grid in both layouts, through `check`. */
+static void f_for_grid(const struct bn_kernels *kern, uint32_t seed,
+		       void (*check)(const struct bn_kernels *, const struct f_case *))
 {
-	const struct bn_kernels *kern = variant(_i);
-	if (!kern)
-		return;
 	for (int panels = 0; panels < 2; panels++)
 		for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
 			for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
 				struct f_case c;
-				f_case_grid(&c, ti, ni, panels, 400);
-				float y[4 * 16];
-				fill_sentinel(y, 4 * 16);
-				kern->f_gemm(&c.m, 0, c.n_out, c.x, c.ldx, 0, y, 16);
-				kern->f_gemm(&c.m, 3, 3, c.x, c.ldx, 3, y, 16);
-				for (int i = 0; i < 4 * 16; i++)
-					ck_assert_msg(is_sentinel(y[i]),
-						      "%s: an empty f_gemm wrote y[%d]", kern->name, i);
-				for (size_t bi = 0; bi < N_BATCH_SIZES; bi++)
-					f_check_ranges(kern, &c, batch_sizes[bi]);
+				f_case_grid(&c, ti, ni, panels, seed);
+				check(kern, &c);
 				f_case_free(&c);
 			}
+}
+
+/* Empty calls write nothing; every batch size and range against the double sums. */
+static void f_check_case(const struct bn_kernels *kern, const struct f_case *c)
+{
+	float y[4 * 16];
+	fill_sentinel(y, 4 * 16);
+	kern->f_gemm(&c->m, 0, c->n_out, c->x, c->ldx, 0, y, 16);
+	kern->f_gemm(&c->m, 3, 3, c->x, c->ldx, 3, y, 16);
+	for (int i = 0; i < 4 * 16; i++)
+		ck_assert_msg(is_sentinel(y[i]), "%s: an empty f_gemm wrote y[%d]", kern->name, i);
+	for (size_t bi = 0; bi < N_BATCH_SIZES; bi++)
+		f_check_ranges(kern, c, batch_sizes[bi]);
+}
+
+START_TEST(f_gemm_vs_double)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (kern)
+		f_for_grid(kern, 400, f_check_case);
 }
 END_TEST
 
@@ -642,16 +653,8 @@ static void f_check_invariance(const struct bn_kernels *kern, const struct f_cas
 START_TEST(f_gemm_batch_invariance)
 {
 	const struct bn_kernels *kern = variant(_i);
-	if (!kern)
-		return;
-	for (int panels = 0; panels < 2; panels++)
-		for (size_t ti = 0; ti < sizeof(f_types) / sizeof(f_types[0]); ti++)
-			for (size_t ni = 0; ni < sizeof(f_n_ins) / sizeof(f_n_ins[0]); ni++) {
-				struct f_case c;
-				f_case_grid(&c, ti, ni, panels, 500);
-				f_check_invariance(kern, &c);
-				f_case_free(&c);
-			}
+	if (kern)
+		f_for_grid(kern, 500, f_check_invariance);
 }
 END_TEST
 
