@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels_avx2.c — AVX2 + FMA + F16C variants, for CPUs without AVX-512 VNNI. Same tiling
- * idea as the AVX-512 file with 2 x 2 tiles (AVX2 has 16 vector registers). Unsigned codes
- * against signed activations through maddubs (pairs of products fit in int16: 2 * 2 * 128),
- * then madd against ones to widen to int32.
+ * kernels_avx2.c — AVX2 + FMA + F16C variants, for CPUs without AVX-512 VNNI. The ideas of
+ * the AVX-512 file with smaller tiles (AVX2 has 16 vector registers). Unsigned codes against
+ * signed activations through maddubs (pairs of products fit in int16: 2 * 2 * 128), then madd
+ * against ones to widen to int32.
  */
 #include "kernels.h"
 #include "quant.h"
@@ -11,7 +11,7 @@
 
 #include <immintrin.h>
 
-#define ROWS 2
+#define ROWS 2 /* the float row-layout tile: weight rows x batch rows */
 #define COLS 2
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -29,63 +29,15 @@ static int32_t hsum_epi32(__m256i v)
 	return _mm_cvtsi128_si32(s);
 }
 
-static ALWAYS_INLINE void t2_tile(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
-				  const struct bn_q8_rows *x, uint32_t b0, const uint32_t n_cols,
-				  float *y, uint32_t ldy)
-{
-	const uint8_t *row[ROWS];
-	for (uint32_t r = 0; r < ROWS; r++)
-		row[r] = w->codes + (size_t)(o + (r < n_rows ? r : 0)) * w->row_bytes;
-	__m256i acc[ROWS][COLS];
-	for (uint32_t r = 0; r < ROWS; r++)
-		for (uint32_t b = 0; b < n_cols; b++)
-			acc[r][b] = _mm256_setzero_si256();
-	const __m256i m3 = _mm256_set1_epi8(3);
-	uint32_t n_chunks = w->row_bytes / BN_T2_CHUNK_BYTES;
-	for (uint32_t c = 0; c < n_chunks; c++)
-		for (uint32_t h = 0; h < 2; h++) {
-			/* bytes [32h, 32h + 32) of the chunk: plane p covers weights 64p + 32h + j */
-			__m256i wv[ROWS];
-			for (uint32_t r = 0; r < ROWS; r++)
-				wv[r] = _mm256_loadu_si256((const __m256i *)(row[r] + (size_t)c * 64 + 32 * h));
-			for (uint32_t p = 0; p < 4; p++)
-				for (uint32_t b = 0; b < n_cols; b++) {
-					const int8_t *xp = x->q + (size_t)(b0 + b) * x->k_pad +
-							   (size_t)c * BN_T2_CHUNK + 64 * p + 32 * h;
-					__m256i xv = _mm256_loadu_si256((const __m256i *)xp);
-					for (uint32_t r = 0; r < ROWS; r++) {
-						__m256i pl = _mm256_and_si256(
-							_mm256_srl_epi16(wv[r], _mm_cvtsi32_si128(2 * (int)p)), m3);
-						acc[r][b] = dot_u8s8(acc[r][b], pl, xv);
-					}
-				}
-		}
-	for (uint32_t r = 0; r < n_rows; r++)
-		for (uint32_t b = 0; b < n_cols; b++) {
-			int32_t s = hsum_epi32(acc[r][b]) - x->sum[b0 + b];
-			y[(size_t)(b0 + b) * ldy + o + r] =
-				((float)s * w->scale[o + r]) * x->inv_scale[b0 + b];
-		}
-}
-
-/* Up to ROWS weight rows against n_cols <= COLS batch rows. */
-static void t2_tile_any(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
-			const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y,
-			uint32_t ldy)
-{
-	if (n_cols == COLS) { /* constant column counts keep the tile in registers */
-		t2_tile(w, o, n_rows, x, b0, COLS, y, ldy);
-		return;
-	}
-	for (uint32_t b = 0; b < n_cols; b++)
-		t2_tile(w, o, n_rows, x, b0 + b, 1, y, ldy);
-}
-
-/* As in the AVX-512 file: batches of one or two rows are memory-bound, and one sequential
- * weight stream with a software prefetch lead is what keeps up with memory. 409600 x 2560
- * (262 MB), two threads, side by side with the 2 x 2 tiles this replaced for them: batch 1
- * 17.7-18.3 -> 35.7-36.1 GB/s, batch 2 15.8-16.0 -> 21.6-21.8. */
+/* Ternary x int8: one weight row streamed at a time against up to ROW_COLS batch rows, each
+ * plane of a chunk unpacked once for all of them, with a software prefetch lead as in the
+ * AVX-512 file; larger batches go through the cache blocking (t2_blocking.h) in tiles of one
+ * row and ROW_COLS batch rows. 409600 x 2560 (262 MB), two threads, side by side with the
+ * 2 x 2 tiles (two interleaved rows, hardware prefetch only) this replaced: batch 1 17.7-18.3
+ * -> 35.7-36.1 GB/s, batch 2 15.8-16.0 -> 21.6-21.8, batch 3 11.1-11.5 -> 13.3-14.4, batch
+ * 4 8.3-9.7 -> 10.5-11.0, batch 8 3.8 -> 5.0, batch 16 2.0-2.2 -> 2.3-2.4. */
 #define WEIGHT_PREFETCH_BYTES 8192
+#define ROW_COLS 4
 
 static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 				 const struct bn_q8_rows *x, const uint32_t n_cols, float *y,
@@ -93,7 +45,7 @@ static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 {
 	const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
 	const uint8_t *end = w->codes + (size_t)w->n_out * w->row_bytes;
-	__m256i acc[COLS];
+	__m256i acc[ROW_COLS];
 	for (uint32_t b = 0; b < n_cols; b++)
 		acc[b] = _mm256_setzero_si256();
 	const __m256i m3 = _mm256_set1_epi8(3);
@@ -122,20 +74,33 @@ static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 	}
 }
 
+/* Rows [o, o + n_rows) against batch rows [b0, b0 + n_cols), n_cols <= ROW_COLS. */
+static void t2_rows(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
+		    const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
+{
+	struct bn_q8_rows xs = *x;
+	xs.q += (size_t)b0 * xs.k_pad;
+	xs.inv_scale += b0;
+	xs.sum += b0;
+	y += (size_t)b0 * ldy;
+	for (uint32_t r = o; r < o + n_rows; r++)
+		switch (n_cols) { /* constant column counts keep the sums in registers */
+		case 4: t2_row(w, r, &xs, 4, y, ldy); break;
+		case 3: t2_row(w, r, &xs, 3, y, ldy); break;
+		case 2: t2_row(w, r, &xs, 2, y, ldy); break;
+		case 1: t2_row(w, r, &xs, 1, y, ldy); break;
+		default: break; /* no batch rows */
+		}
+}
+
 static void t2_gemm_avx2(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			 const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
 {
-	if (n_b == 1) {
-		for (uint32_t o = o0; o < o1; o++)
-			t2_row(w, o, x, 1, y, ldy);
+	if (n_b <= ROW_COLS) {
+		t2_rows(w, o0, o1 - o0, x, 0, n_b, y, ldy);
 		return;
 	}
-	if (n_b == 2) {
-		for (uint32_t o = o0; o < o1; o++)
-			t2_row(w, o, x, 2, y, ldy);
-		return;
-	}
-	bn_t2_gemm_blocked(w, o0, o1, x, n_b, y, ldy, ROWS, COLS, t2_tile_any);
+	bn_t2_gemm_blocked(w, o0, o1, x, n_b, y, ldy, 1, ROW_COLS, t2_rows);
 }
 
 /* Eight weights of row `row` from k, as floats. */
