@@ -73,7 +73,8 @@ uint64_t bn_f_panel_bytes(uint32_t type, uint32_t n_in, uint32_t n_out);
  * panel layout at `panel`, zero rows after them. */
 void bn_f_pack_panel(uint32_t type, const void *rows, uint64_t row_bytes, uint32_t n_in,
 		     uint32_t n_rows, void *panel);
-/* Row o of a float matrix in either layout, as floats [n_in]. */
+/* Weight (o, k) of a float matrix in either layout, and row o as floats [n_in]. */
+float bn_f_weight(const struct bn_f_matrix *w, uint32_t o, uint32_t k);
 void bn_f_row(const struct bn_f_matrix *w, uint32_t o, float *out);
 
 struct bn_kernels {

@@ -447,18 +447,6 @@ static ALWAYS_INLINE __mmask16 lanes_between(uint32_t lo, uint32_t hi)
 	return (__mmask16)(below_hi & ~below_lo);
 }
 
-static ALWAYS_INLINE __m512 p_load(const void *group, size_t i, const uint32_t type)
-{
-	if (type == BN_TYPE_F16)
-		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)group + i)));
-	if (type == BN_TYPE_BF16) {
-		__m512i h = _mm512_cvtepu16_epi32(
-			_mm256_loadu_si256((const __m256i *)((const uint16_t *)group + i)));
-		return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-	}
-	return _mm512_loadu_ps((const float *)group + i);
-}
-
 /* Rows [r0, r1) of one group (first row `first`) against n_cols batch rows. `ahead`, when not
  * NULL, is the weight stream's prefetch cursor: the tile meeting batch rows 0.. streams the
  * group from memory, the others find it in cache. */
@@ -479,7 +467,7 @@ static ALWAYS_INLINE void p_tile(const void *group, uint32_t n_in, const float *
 					_mm_prefetch(ahead + k * step_bytes + off, _MM_HINT_T0);
 		__m512 wv[P_VECS];
 		for (uint32_t v = 0; v < P_VECS; v++)
-			wv[v] = p_load(group, (size_t)k * BN_F_PANEL_ROWS + 16 * v, type);
+			wv[v] = f_load(group, k * BN_F_PANEL_ROWS + 16 * v, 0xffff, type);
 		for (uint32_t b = 0; b < n_cols; b++) {
 			__m512 xb = _mm512_set1_ps(x[(size_t)b * ldx + k]);
 			for (uint32_t v = 0; v < P_VECS; v++)

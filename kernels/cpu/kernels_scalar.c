@@ -25,22 +25,6 @@ static void t2_gemm_scalar(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o
 	}
 }
 
-/* Weight (o, k) in either layout (kernels.h). */
-static float f_weight(const struct bn_f_matrix *w, uint32_t o, uint32_t k)
-{
-	size_t i = w->panel_rows ? ((size_t)(o / BN_F_PANEL_ROWS) * w->n_in + k) * BN_F_PANEL_ROWS +
-					   o % BN_F_PANEL_ROWS
-				 : (size_t)o * (w->row_bytes / (w->type == BN_TYPE_F32 ? 4 : 2)) + k;
-	switch (w->type) {
-	case BN_TYPE_F16:
-		return bn_half_to_float(((const uint16_t *)w->data)[i]);
-	case BN_TYPE_BF16:
-		return bn_bf16_to_float(((const uint16_t *)w->data)[i]);
-	default:
-		return ((const float *)w->data)[i];
-	}
-}
-
 /* The panel layout's order (kernels.h): one fused multiply-add chain per sum, k in order. */
 static void f_gemm_panels_scalar(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 				 const float *x, uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy)
@@ -50,7 +34,7 @@ static void f_gemm_panels_scalar(const struct bn_f_matrix *w, uint32_t o0, uint3
 			const float *xb = x + (size_t)b * ldx;
 			float acc = 0.0f;
 			for (uint32_t k = 0; k < w->n_in; k++)
-				acc = fmaf(f_weight(w, o, k), xb[k], acc);
+				acc = fmaf(bn_f_weight(w, o, k), xb[k], acc);
 			y[(size_t)b * ldy + o] = acc;
 		}
 }
@@ -67,7 +51,7 @@ static void f_gemm_scalar(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 			const float *xb = x + (size_t)b * ldx;
 			float acc = 0.0f;
 			for (uint32_t k = 0; k < w->n_in; k++)
-				acc += f_weight(w, o, k) * xb[k];
+				acc += bn_f_weight(w, o, k) * xb[k];
 			y[(size_t)b * ldy + o] = acc;
 		}
 }

@@ -332,31 +332,27 @@ void bn_f_pack_panel(uint32_t type, const void *rows, uint64_t row_bytes, uint32
 	}
 }
 
-static float float_value(uint32_t type, const uint8_t *p)
+float bn_f_weight(const struct bn_f_matrix *w, uint32_t o, uint32_t k)
 {
+	size_t es = float_type_size(w->type);
+	size_t i = w->panel_rows ? ((size_t)(o / BN_F_PANEL_ROWS) * w->n_in + k) * BN_F_PANEL_ROWS +
+					   o % BN_F_PANEL_ROWS
+				 : (size_t)o * (w->row_bytes / es) + k;
+	const uint8_t *p = (const uint8_t *)w->data + i * es;
 	uint16_t h;
 	float f;
-	if (type == BN_TYPE_F32) {
+	if (w->type == BN_TYPE_F32) {
 		memcpy(&f, p, 4);
 		return f;
 	}
 	memcpy(&h, p, 2);
-	return type == BN_TYPE_F16 ? bn_half_to_float(h) : bn_bf16_to_float(h);
+	return w->type == BN_TYPE_F16 ? bn_half_to_float(h) : bn_bf16_to_float(h);
 }
 
 void bn_f_row(const struct bn_f_matrix *w, uint32_t o, float *out)
 {
-	size_t es = float_type_size(w->type);
-	const uint8_t *base = w->data;
-	if (!w->panel_rows) {
-		for (uint32_t k = 0; k < w->n_in; k++)
-			out[k] = float_value(w->type, base + o * w->row_bytes + k * es);
-		return;
-	}
-	const uint8_t *group = base + (size_t)(o / BN_F_PANEL_ROWS) * BN_F_PANEL_ROWS * w->n_in * es;
 	for (uint32_t k = 0; k < w->n_in; k++)
-		out[k] = float_value(w->type,
-				     group + ((size_t)k * BN_F_PANEL_ROWS + o % BN_F_PANEL_ROWS) * es);
+		out[k] = bn_f_weight(w, o, k);
 }
 
 /* ------------------------------------------------------------------------------------------ */
