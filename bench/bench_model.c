@@ -421,24 +421,15 @@ static void decode_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	       median(share, DECODE_PAIRS), median(ratio, DECODE_PAIRS));
 }
 
-/* The seven matrices of a layer. */
-#define LAYER_LINEARS 7
-static void layer_linears(const struct bn_layer *L, const struct bn_linear *all[LAYER_LINEARS])
-{
-	const struct bn_linear *list[LAYER_LINEARS] = { &L->wq, &L->wk, &L->wv, &L->wo,
-							&L->w_gate, &L->w_up, &L->w_down };
-	memcpy(all, list, sizeof(list));
-}
-
 /* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
 static double bytes_per_token(const struct bn_model *m)
 {
 	double bytes = 0;
 	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
 		const struct bn_layer *L = &m->layers[i];
-		const struct bn_linear *all[LAYER_LINEARS];
-		layer_linears(L, all);
-		for (size_t k = 0; k < LAYER_LINEARS; k++)
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(L, all);
+		for (size_t k = 0; k < BN_LAYER_LINEARS; k++)
 			bytes += all[k]->kind == BN_LINEAR_T2 ? (double)all[k]->t2.row_bytes * all[k]->n_out
 							      : (double)all[k]->src->size;
 	}
@@ -494,9 +485,9 @@ static double prefill_matrix_seconds(struct bn_pool *pool, const struct bn_kerne
 	uint32_t n_out_max = 0;
 	for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
 		const struct bn_layer *L = &m->layers[l];
-		const struct bn_linear *all[LAYER_LINEARS];
-		layer_linears(L, all);
-		for (size_t i = 0; i < LAYER_LINEARS; i++)
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(L, all);
+		for (size_t i = 0; i < BN_LAYER_LINEARS; i++)
 			n_out_max = all[i]->n_out > n_out_max ? all[i]->n_out : n_out_max;
 	}
 	float *y = malloc((size_t)n_tok * n_out_max * sizeof(float));
@@ -510,9 +501,9 @@ static double prefill_matrix_seconds(struct bn_pool *pool, const struct bn_kerne
 	double t0 = now_s();
 	for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
 		const struct bn_layer *L = &m->layers[l];
-		const struct bn_linear *all[LAYER_LINEARS];
-		layer_linears(L, all);
-		for (size_t i = 0; i < LAYER_LINEARS; i++) {
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(L, all);
+		for (size_t i = 0; i < BN_LAYER_LINEARS; i++) {
 			if (all[i]->kind != BN_LINEAR_T2)
 				continue;
 			struct prefill_mat_job j = { .k = k, .w = &all[i]->t2, .x = &x, .y = y,

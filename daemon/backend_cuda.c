@@ -296,11 +296,11 @@ static int upload_layer(struct cuda_backend *cb, const struct bn_layer *L, struc
 	rc = rc ? rc : upload_vec(cb, L->attn_sub_norm, cb->q_dim, &d->attn_sub_norm);
 	rc = rc ? rc : upload_vec(cb, L->ffn_norm, c->n_embd, &d->ffn_norm);
 	rc = rc ? rc : upload_vec(cb, L->ffn_sub_norm, c->n_ff, &d->ffn_sub_norm);
-	const struct bn_linear *src[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-					   &L->w_down };
-	struct dev_linear *dst[7] = { &d->wq, &d->wk, &d->wv, &d->wo, &d->w_gate, &d->w_up,
-				      &d->w_down };
-	for (int i = 0; i < 7 && rc == 0; i++)
+	const struct bn_linear *src[BN_LAYER_LINEARS];
+	bn_layer_linears(L, src);
+	struct dev_linear *dst[BN_LAYER_LINEARS] = { &d->wq, &d->wk, &d->wv, &d->wo, &d->w_gate,
+						     &d->w_up, &d->w_down };
+	for (int i = 0; i < BN_LAYER_LINEARS && rc == 0; i++)
 		rc = upload_linear(cb, src[i], dst[i]);
 	return rc;
 }

@@ -290,10 +290,9 @@ static int drop_unused_pages(struct loader *ld)
 		in_place[n++] = m->tok_embd;
 	add_in_place(&m->output, in_place, &n);
 	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
-		const struct bn_layer *L = &m->layers[i];
-		const struct bn_linear *lin[] = { &L->wq, &L->wk, &L->wv, &L->wo,
-						  &L->w_gate, &L->w_up, &L->w_down };
-		for (size_t j = 0; j < sizeof(lin) / sizeof(lin[0]); j++)
+		const struct bn_linear *lin[BN_LAYER_LINEARS];
+		bn_layer_linears(&m->layers[i], lin);
+		for (size_t j = 0; j < BN_LAYER_LINEARS; j++)
 			add_in_place(lin[j], in_place, &n);
 	}
 	qsort(in_place, n, sizeof(*in_place), tensor_before);
@@ -525,6 +524,13 @@ void bn_model_free(struct bn_model *m)
 	free(m->layers);
 	bn_gguf_close(&m->file);
 	memset(m, 0, sizeof(*m));
+}
+
+void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS])
+{
+	const struct bn_linear *all[BN_LAYER_LINEARS] = { &L->wq, &L->wk, &L->wv, &L->wo,
+							  &L->w_gate, &L->w_up, &L->w_down };
+	memcpy(out, all, sizeof(all));
 }
 
 void bn_model_embed(const struct bn_model *m, uint32_t token, float *out)

@@ -102,6 +102,10 @@ int bn_model_load_as(struct bn_model *m, const char *path, enum bn_float_layout 
 		     char err[BN_MODEL_ERR_LEN]);
 void bn_model_free(struct bn_model *m);
 
+/* The seven matrices of a layer, in file order: q, k, v, output, gate, up, down. */
+#define BN_LAYER_LINEARS 7
+void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS]);
+
 /* Row `token` of the embedding, as floats [n_embd]. */
 void bn_model_embed(const struct bn_model *m, uint32_t token, float *out);
 
