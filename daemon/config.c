@@ -55,6 +55,13 @@ static const char usage_text[] =
 	"                         client may have in flight (default 64, max 4096)\n"
 	"  --max-sessions N       client sessions at once, further connections are\n"
 	"                         refused with BN_E_BUSY (default 64)\n"
+	"  --max-sessions-per-user N  sessions (handshakes included) of one peer uid; its\n"
+	"                         further connections get BN_E_BUSY, so one user cannot\n"
+	"                         fill the table (default: half of --max-sessions)\n"
+	"  --max-handshakes-per-user N  connections of one peer uid that wait for their\n"
+	"                         hello; one more pushes out the oldest (default 16)\n"
+	"  --handshake-timeout-ms N  a connection that has not sent its whole hello this\n"
+	"                         long after it was accepted is closed (default 1000)\n"
 	"  --idle-spin-us N       how long the loop keeps polling the rings after the last\n"
 	"                         work before it sleeps (default 50); 0 sleeps at once\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
@@ -77,7 +84,8 @@ enum long_only {
 	OPT_SOCKET = 256, OPT_SOCKET_MODE, OPT_BACKEND, OPT_MODEL, OPT_MAX_BATCH, OPT_WINDOW,
 	OPT_SLOTS, OPT_MAX_SESSIONS, OPT_IDLE_SPIN, OPT_LOG_LEVEL, OPT_VOCAB, OPT_STEP_DELAY,
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
-	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_HELP, OPT_VERSION,
+	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
+	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -90,6 +98,9 @@ static const struct option long_options[] = {
 	{ "batch-window-us", required_argument, NULL, OPT_WINDOW },
 	{ "slots", required_argument, NULL, OPT_SLOTS },
 	{ "max-sessions", required_argument, NULL, OPT_MAX_SESSIONS },
+	{ "max-sessions-per-user", required_argument, NULL, OPT_SESSIONS_PER_USER },
+	{ "max-handshakes-per-user", required_argument, NULL, OPT_HANDSHAKES_PER_USER },
+	{ "handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT },
 	{ "idle-spin-us", required_argument, NULL, OPT_IDLE_SPIN },
 	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 	{ "vocab-size", required_argument, NULL, OPT_VOCAB },
@@ -204,6 +215,8 @@ static void set_defaults(struct bn_config *cfg)
 		.max_logprobs = 8,
 		.slots = 64,
 		.max_sessions = 64,
+		.max_handshakes_per_user = 16,
+		.handshake_timeout_ms = 1000,
 		.idle_spin_us = 50,
 		.vocab_size = 32000,
 		.drain_timeout_ms = 5000,
@@ -238,6 +251,15 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 		return parse_u32("batch-window-us", arg, 0, 10000000, 10, &cfg->batch_window_us);
 	case OPT_SLOTS: return parse_u32("slots", arg, 1, 4096, 10, &cfg->slots);
 	case OPT_MAX_SESSIONS: return parse_u32("max-sessions", arg, 1, 65536, 10, &cfg->max_sessions);
+	case OPT_SESSIONS_PER_USER:
+		return parse_u32("max-sessions-per-user", arg, 1, 65536, 10,
+				 &cfg->max_sessions_per_user);
+	case OPT_HANDSHAKES_PER_USER:
+		return parse_u32("max-handshakes-per-user", arg, 1, 65536, 10,
+				 &cfg->max_handshakes_per_user);
+	case OPT_HANDSHAKE_TIMEOUT:
+		return parse_u32("handshake-timeout-ms", arg, 10, 60000, 10,
+				 &cfg->handshake_timeout_ms);
 	case OPT_IDLE_SPIN: return parse_u32("idle-spin-us", arg, 0, 10000000, 10, &cfg->idle_spin_us);
 	case OPT_VOCAB: return parse_u32("vocab-size", arg, 3, 1u << 24, 10, &cfg->vocab_size);
 	case OPT_STEP_DELAY: return parse_u32("step-delay-us", arg, 0, 10000000, 10, &cfg->step_delay_us);
@@ -276,6 +298,10 @@ int bn_config_parse(struct bn_config *cfg, int argc, char **argv)
 			argv[optind]);
 		return -1;
 	}
+	/* A fair share by default: one user never holds more than half the table, so another
+	 * always finds room. */
+	if (!cfg->max_sessions_per_user)
+		cfg->max_sessions_per_user = cfg->max_sessions > 1 ? cfg->max_sessions / 2 : 1;
 	if (resolve_backend(cfg) < 0) {
 		fprintf(stderr, "Try 'bitnetd --help'.\n");
 		return -1;

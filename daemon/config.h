@@ -35,6 +35,9 @@ struct bn_config {
 	uint32_t batch_window_us;
 	uint32_t slots;
 	uint32_t max_sessions;
+	uint32_t max_sessions_per_user;   /* sessions and handshakes of one peer uid */
+	uint32_t max_handshakes_per_user; /* connections of one uid that have sent no hello yet */
+	uint32_t handshake_timeout_ms;    /* a connection without a whole hello is closed after */
 	uint32_t idle_spin_us;
 	uint32_t vocab_size;
 	uint32_t step_delay_us;

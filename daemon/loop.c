@@ -31,9 +31,9 @@ enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4 };
 #define IO_KIND_MASK 7u
 
 #define URING_ENTRIES 256
-#define HANDSHAKE_TIMEOUT_NS (5ull * 1000000000u)
 #define MAX_SLEEP_NS (1000000000ull) /* wake at least once a second for housekeeping */
 #define REPLY_SEND_TIMEOUT_NS (100ull * 1000000u)
+#define ACCEPT_BATCH 64              /* connections taken from the backlog per accept */
 
 struct bn_loop {
 	struct io_uring ring;
@@ -41,6 +41,10 @@ struct bn_loop {
 	struct bn_session_limits limits;
 	struct bn_sched *sched;
 	int listen_fd;
+	int listen_owned;             /* bitnetd made the socket (systemd did not pass it) */
+	int accepting;                /* an accept is re-armed after each completion */
+	int accept_armed;             /* an accept is in the kernel */
+	int accept_paused;            /* accept failed (e.g. EMFILE): housekeeping re-arms it */
 	int signal_fd;
 	struct signalfd_siginfo siginfo;
 	struct bn_session **sessions; /* [max_sessions], dense: open and handshaking */
@@ -53,6 +57,8 @@ struct bn_loop {
 	uint64_t last_work;
 	uint64_t first_waiting;       /* when the current waiting run began (batch window) */
 	uint64_t next_housekeeping;
+	uint64_t handshake_timeout_ns;
+	uint64_t housekeeping_ns;     /* how often handshakes are checked for their timeout */
 	char *stats_buf;              /* STATS text, grown by bn_stats_render */
 	size_t stats_cap;
 	int vocab_fd;                 /* sealed memfd with the BN_CTL_VOCAB payload, or -1 */
@@ -85,6 +91,7 @@ static void arm_accept(struct bn_loop *l)
 	struct io_uring_sqe *sqe = get_sqe(l);
 	io_uring_prep_accept(sqe, l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 	io_uring_sqe_set_data64(sqe, tag(l, IO_ACCEPT));
+	l->accept_armed = 1;
 }
 
 static void arm_signal(struct bn_loop *l)
@@ -131,6 +138,15 @@ static void table_remove(struct bn_loop *l, struct bn_session *s)
 	l->sessions[i]->table_index = i;
 }
 
+/* A closing session goes once the kernel holds no operation that references it. */
+static void free_if_idle(struct bn_loop *l, struct bn_session *s)
+{
+	if (s->phase == BN_SESSION_CLOSING && s->io_pending == 0) {
+		l->n_closing--;
+		bn_session_free(s);
+	}
+}
+
 /* Ends the session. status 0: the client is gone, its requests vanish with it; otherwise its
  * in-flight requests end with that status and error first. The memory is freed once the
  * kernel has returned every io_uring operation that references it. */
@@ -152,15 +168,13 @@ static void close_session(struct bn_loop *l, struct bn_session *s, uint32_t stat
 		cancel_io(l, s, IO_DOORBELL);
 	bn_log_info("msg=\"session closed\" session=%u pid=%d reason=\"%s\"", s->id,
 		    (int)s->peer_pid, why);
+	free_if_idle(l, s);
 }
 
 static void io_done(struct bn_loop *l, struct bn_session *s)
 {
 	s->io_pending--;
-	if (s->phase == BN_SESSION_CLOSING && s->io_pending == 0) {
-		l->n_closing--;
-		bn_session_free(s);
-	}
+	free_if_idle(l, s);
 }
 
 static void protocol_violation(struct bn_loop *l, struct bn_session *s, const char *what)
@@ -171,30 +185,132 @@ static void protocol_violation(struct bn_loop *l, struct bn_session *s, const ch
 	close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, what);
 }
 
+static void handle_hello(struct bn_loop *l, struct bn_session *s);
+
+/* A connection that gets no session: the welcome says why, then it is closed. */
+static void refuse_connection(int fd, uint32_t error, enum bn_refusal why)
+{
+	bn_session_refuse(fd, error);
+	close(fd);
+	bn_stats.refusals[why]++;
+}
+
+/* Whether a connection of `uid` may join the table: its room, and the uid's share of it
+ * (sessions and handshakes together). Counted from the table itself, one pass per accepted
+ * connection. Returns the refusal, or -1 to admit. */
+static int admission_refusal(const struct bn_loop *l, uid_t uid)
+{
+	if (l->n_sessions >= l->cfg->max_sessions)
+		return BN_REFUSED_MAX_SESSIONS;
+	uint32_t held = 0;
+	for (uint32_t i = 0; i < l->n_sessions; i++)
+		held += l->sessions[i]->peer_uid == uid;
+	return held >= l->cfg->max_sessions_per_user ? BN_REFUSED_USER_SESSIONS : -1;
+}
+
+/* A connection of `uid` is about to wait for its hello: if that uid has its cap of such
+ * connections already, the oldest goes (1010 BUSY). The newest is kept because it is the one
+ * most likely to send a hello soon; a uid that keeps connections silent only loses its own. */
+static void make_room_for_handshake(struct bn_loop *l, uid_t uid)
+{
+	struct bn_session *oldest = NULL;
+	uint32_t pending = 0;
+	for (uint32_t i = 0; i < l->n_sessions; i++) {
+		struct bn_session *s = l->sessions[i];
+		if (s->peer_uid != uid || s->phase != BN_SESSION_HANDSHAKE)
+			continue;
+		pending++;
+		if (!oldest || s->t_connected < oldest->t_connected)
+			oldest = s;
+	}
+	if (pending < l->cfg->max_handshakes_per_user)
+		return;
+	bn_session_refuse(oldest->sock_fd, BN_E_BUSY);
+	bn_stats.refusals[BN_REFUSED_USER_HANDSHAKES]++;
+	close_session(l, oldest, 0, 0, "too many handshakes of its uid");
+}
+
+static void take_connection(struct bn_loop *l, int fd)
+{
+	struct ucred peer;
+	bn_peer_cred(fd, &peer);
+	int why = l->shutting_down ? BN_REFUSED_SHUTDOWN : admission_refusal(l, peer.uid);
+	if (why >= 0) {
+		bn_log_debug("msg=\"connection refused\" pid=%d uid=%u reason=%d", (int)peer.pid,
+			     (unsigned)peer.uid, why);
+		refuse_connection(fd, why == BN_REFUSED_SHUTDOWN ? BN_E_SHUTDOWN : BN_E_BUSY,
+				  (enum bn_refusal)why);
+		return;
+	}
+	/* A client sends its hello right after connecting, so it is usually here already: then
+	 * the connection never counts as a pending handshake. */
+	struct bn_hello hello;
+	ssize_t n = recv(fd, &hello, sizeof(hello), MSG_DONTWAIT);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+		close(fd); /* gone before it said anything */
+		return;
+	}
+	n = n < 0 ? 0 : n;
+	if (n < (ssize_t)sizeof(hello))
+		make_room_for_handshake(l, peer.uid);
+	struct bn_session *s = bn_session_new(l->next_session_id++, fd, &peer);
+	if (!s) {
+		refuse_connection(fd, BN_E_BACKEND, BN_REFUSED_BACKEND);
+		return;
+	}
+	s->table_index = l->n_sessions;
+	l->sessions[l->n_sessions++] = s;
+	memcpy(s->rx, &hello, (size_t)n);
+	s->rx_len = (uint32_t)n;
+	if (s->rx_len == sizeof(hello))
+		handle_hello(l, s);
+	else
+		arm_recv(l, s);
+}
+
+/* The connections still waiting in the backlog, up to a batch: with one accept per loop
+ * iteration a flood would be taken one connection per step under load. Called only while no
+ * accept is armed, so nothing else takes from the backlog between the poll, which says a
+ * connection is there, and accept4 on the (blocking: it may be systemd's) socket. */
+static void accept_backlog(struct bn_loop *l)
+{
+	for (int i = 0; i < ACCEPT_BATCH; i++) {
+		struct pollfd p = { .fd = l->listen_fd, .events = POLLIN };
+		if (poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN))
+			return;
+		int fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		take_connection(l, fd);
+	}
+}
+
 static void on_accept(struct bn_loop *l, int res)
 {
-	if (res < 0) {
-		if (res != -ECANCELED && res != -EBADF)
-			bn_log_warn("msg=\"accept failed\" errno=%d", -res);
-	} else if (l->shutting_down) {
-		bn_session_refuse(res, BN_E_SHUTDOWN);
-		close(res);
-	} else if (l->n_sessions >= l->cfg->max_sessions) {
-		bn_stats.sessions_refused++;
-		bn_session_refuse(res, BN_E_BUSY);
-		close(res);
-	} else {
-		struct bn_session *s = bn_session_new(l->next_session_id++, res);
-		if (!s) {
-			close(res);
-		} else {
-			s->table_index = l->n_sessions;
-			l->sessions[l->n_sessions++] = s;
-			arm_recv(l, s);
-		}
+	l->accept_armed = 0;
+	if (res >= 0) {
+		take_connection(l, res);
+		accept_backlog(l);
+	} else if (res != -ECANCELED && l->accepting) {
+		/* EMFILE and the like fail again at once: retry from housekeeping, not in a spin. */
+		bn_log_warn("msg=\"accept failed\" errno=%d", -res);
+		l->accept_paused = 1;
+		return;
 	}
-	if (!l->shutting_down && res != -ECANCELED && res != -EBADF)
+	if (l->accepting)
 		arm_accept(l);
+}
+
+/* The refusal a failed hello counts as (bn_session_handshake's return value). */
+static enum bn_refusal hello_refusal(int rc)
+{
+	switch (-rc) {
+	case BN_E_SHUTDOWN: return BN_REFUSED_SHUTDOWN;
+	case BN_E_VERSION: return BN_REFUSED_VERSION;
+	case BN_E_BACKEND: return BN_REFUSED_BACKEND;
+	case BN_E_DISCONNECTED: return BN_REFUSED_WELCOME;
+	default: return BN_REFUSED_PROTOCOL;
+	}
 }
 
 static void handle_hello(struct bn_loop *l, struct bn_session *s)
@@ -202,7 +318,7 @@ static void handle_hello(struct bn_loop *l, struct bn_session *s)
 	int rc = bn_session_handshake(s, &l->limits, l->shutting_down);
 	s->rx_len = 0;
 	if (rc < 0) {
-		bn_stats.sessions_refused++;
+		bn_stats.refusals[hello_refusal(rc)]++;
 		close_session(l, s, 0, 0, "handshake refused");
 		return;
 	}
@@ -394,11 +510,9 @@ static void begin_shutdown(struct bn_loop *l, const char *why)
 		    bn_sched_running(l->sched), bn_sched_waiting(l->sched));
 	for (uint32_t i = 0; i < l->n_sessions; i++)
 		bn_session_set_daemon_flags(l->sessions[i], BN_DAEMON_SHUTTING_DOWN);
-	/* Queued work that has not started will not start. */
+	/* Queued work that has not started will not start. New connections are still accepted
+	 * during the drain, to be told 1005 rather than left in the backlog. */
 	bn_sched_end_waiting(l->sched, l->sessions, l->n_sessions, BN_STATUS_SHUTDOWN);
-	struct io_uring_sqe *sqe = get_sqe(l);
-	io_uring_prep_cancel64(sqe, tag(l, IO_ACCEPT), 0);
-	io_uring_sqe_set_data64(sqe, 0);
 }
 
 static void on_signal(struct bn_loop *l, int res)
@@ -487,6 +601,14 @@ static int any_ring_pending(struct bn_loop *l)
 	return 0;
 }
 
+static int any_handshake(const struct bn_loop *l)
+{
+	for (uint32_t i = 0; i < l->n_sessions; i++)
+		if (l->sessions[i]->phase == BN_SESSION_HANDSHAKE)
+			return 1;
+	return 0;
+}
+
 static uint64_t sleep_budget(struct bn_loop *l, uint64_t now)
 {
 	uint64_t until = now + MAX_SLEEP_NS;
@@ -494,6 +616,9 @@ static uint64_t sleep_budget(struct bn_loop *l, uint64_t now)
 		until = l->next_watchdog;
 	if (l->shutting_down && l->drain_deadline < until)
 		until = l->drain_deadline;
+	/* A handshake's timeout, or an accept to retry, is due at the next housekeeping. */
+	if ((l->accept_paused || any_handshake(l)) && l->next_housekeeping < until)
+		until = l->next_housekeeping;
 	return until > now ? until - now : 0;
 }
 
@@ -523,12 +648,19 @@ static void housekeeping(struct bn_loop *l, uint64_t now)
 	}
 	if (now < l->next_housekeeping)
 		return;
-	l->next_housekeeping = now + MAX_SLEEP_NS;
+	l->next_housekeeping = now + l->housekeeping_ns;
+	if (l->accept_paused && l->accepting) {
+		l->accept_paused = 0;
+		arm_accept(l);
+	}
 	for (uint32_t i = 0; i < l->n_sessions;) {
 		struct bn_session *s = l->sessions[i];
-		if (s->phase == BN_SESSION_HANDSHAKE && now - s->t_connected > HANDSHAKE_TIMEOUT_NS) {
-			close_session(l, s, 0, 0, "no hello within 5 s");
-			continue;
+		if (s->phase == BN_SESSION_HANDSHAKE &&
+		    now - s->t_connected > l->handshake_timeout_ns) {
+			bn_session_refuse(s->sock_fd, BN_E_TIMEOUT);
+			bn_stats.refusals[BN_REFUSED_HELLO_TIMEOUT]++;
+			close_session(l, s, 0, 0, "no hello in time");
+			continue; /* the table's last session moved into i */
 		}
 		i++;
 	}
@@ -561,9 +693,62 @@ static int drained(struct bn_loop *l, uint64_t now)
 	return 1;
 }
 
+/* Stops taking connections. The armed accept is cancelled (a connection it still takes gets
+ * 1005, like every one during the drain). A socket bitnetd made is then shut down for
+ * reading, so a later connect() fails at once with ECONNREFUSED, and what still waits in its
+ * backlog is told 1005. A socket systemd passed keeps its backlog: systemd starts the daemon
+ * again for it. */
+static void stop_listening(struct bn_loop *l)
+{
+	l->accepting = 0;
+	l->accept_paused = 0;
+	if (l->accept_armed) {
+		struct io_uring_sqe *sqe = get_sqe(l);
+		io_uring_prep_cancel64(sqe, tag(l, IO_ACCEPT), 0);
+		io_uring_sqe_set_data64(sqe, 0);
+		io_uring_submit(&l->ring);
+	}
+	while (l->accept_armed) {
+		struct io_uring_cqe *cqe;
+		if (io_uring_wait_cqe(&l->ring, &cqe) < 0)
+			break;
+		reap(l);
+	}
+	if (!l->listen_owned || shutdown(l->listen_fd, SHUT_RD) < 0)
+		return;
+	/* After the shutdown, accept on an empty backlog fails (EINVAL) instead of waiting. */
+	int fd;
+	while ((fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
+		refuse_connection(fd, BN_E_SHUTDOWN, BN_REFUSED_SHUTDOWN);
+}
+
+/* The last word to every connection, once every request taken has its terminal status. A
+ * session's ring is marked closed (BN_DAEMON_CLOSED) and read one last time, so whatever was
+ * queued until then ends with SHUTDOWN; then its socket hangs up. A client that sees the
+ * hang-up also sees every DONE stored before it, so a slot it finds not DONE was never taken
+ * (shm/PROTOCOL.md §11.3). A connection still in its handshake is told 1005. */
+static void close_all_sessions(struct bn_loop *l)
+{
+	while (l->n_sessions) {
+		struct bn_session *s = l->sessions[0];
+		if (s->phase == BN_SESSION_HANDSHAKE) {
+			bn_session_refuse(s->sock_fd, BN_E_SHUTDOWN);
+			bn_stats.refusals[BN_REFUSED_SHUTDOWN]++;
+			close_session(l, s, 0, 0, "daemon shutting down");
+			continue;
+		}
+		bn_session_set_daemon_flags(s, BN_DAEMON_SHUTTING_DOWN | BN_DAEMON_CLOSED);
+		if (bn_session_poll_ring(s, l->sched, 1) < 0)
+			protocol_violation(l, s, "ring");
+		else
+			close_session(l, s, BN_STATUS_SHUTDOWN, 0, "daemon shutting down");
+	}
+}
+
 int bn_loop_run(struct bn_loop *l)
 {
 	uint64_t idle_spin_ns = (uint64_t)l->cfg->idle_spin_us * 1000u;
+	l->accepting = 1;
 	arm_accept(l);
 	arm_signal(l);
 	io_uring_submit(&l->ring);
@@ -588,9 +773,8 @@ int bn_loop_run(struct bn_loop *l)
 			l->last_work = bn_now_ns();
 		}
 	}
-	/* Every request has its terminal status; now let the clients go. */
-	while (l->n_sessions)
-		close_session(l, l->sessions[0], BN_STATUS_SHUTDOWN, 0, "daemon shutting down");
+	stop_listening(l);
+	close_all_sessions(l);
 	io_uring_submit(&l->ring);
 	while (l->n_closing) {
 		struct io_uring_cqe *cqe;
@@ -637,6 +821,7 @@ static int open_listener(struct bn_loop *l)
 		bn_log_info("msg=\"using the socket passed by systemd\" fd=%d", fd);
 		return fd;
 	}
+	l->listen_owned = 1;
 	if (fd == -EINVAL) {
 		bn_log_error("msg=\"LISTEN_FDS must name exactly one listening unix stream socket\"");
 		return -1;
@@ -753,6 +938,10 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	}
 	open_vocab(l, model);
 	l->watchdog_ns = bn_sd_watchdog_ns();
+	l->handshake_timeout_ns = (uint64_t)cfg->handshake_timeout_ms * 1000000u;
+	/* Handshakes are checked four times per timeout: closed within 1.25 timeouts. */
+	l->housekeeping_ns = l->handshake_timeout_ns / 4 < MAX_SLEEP_NS ? l->handshake_timeout_ns / 4
+									: MAX_SLEEP_NS;
 	*exit_code = BN_EXIT_OK;
 	return l;
 }

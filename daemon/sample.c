@@ -71,13 +71,17 @@ static int sampler_reserve(struct bn_sampler *s, uint32_t n)
 	return 0;
 }
 
-float bn_sample_uniform(uint64_t seed, uint32_t step)
+uint64_t bn_sample_bits(uint64_t seed, uint32_t step)
 {
 	uint64_t z = seed + ((uint64_t)step + 1) * 0x9E3779B97F4A7C15ull;
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	z ^= z >> 31;
-	return (float)(z >> 40) * 0x1p-24f;
+	return z ^ (z >> 31);
+}
+
+float bn_sample_uniform(uint64_t seed, uint32_t step)
+{
+	return (float)(bn_sample_bits(seed, step) >> 40) * 0x1p-24f;
 }
 
 /* The range tests are written so that NaN fails them, and the bounds exclude infinities. */

@@ -104,8 +104,11 @@ int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logi
 uint32_t bn_sample_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ctx,
 			     uint32_t n_vocab, struct bn_penalty *out);
 
+/* SplitMix64's output for its (step + 1)-th state from `seed`: the state
+ * seed + (step + 1) * 0x9E3779B97F4A7C15 through the output mix (shm/PROTOCOL.md §6.9). */
+uint64_t bn_sample_bits(uint64_t seed, uint32_t step);
 /* The uniform draw of step `step` of a request with `seed`: the top 24 bits of
- * splitmix64(seed + (step + 1) * 0x9E3779B97F4A7C15) times 2^-24. */
+ * bn_sample_bits(seed, step) times 2^-24. */
 float bn_sample_uniform(uint64_t seed, uint32_t step);
 
 /* Checks parameters as they came from the wire; returns 0 or -BN_E_INVALID. */

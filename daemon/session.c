@@ -24,7 +24,14 @@
 /* Lifetime                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-struct bn_session *bn_session_new(uint32_t id, int sock_fd)
+void bn_peer_cred(int sock_fd, struct ucred *out)
+{
+	socklen_t len = sizeof(*out);
+	if (getsockopt(sock_fd, SOL_SOCKET, SO_PEERCRED, out, &len) < 0 || len != sizeof(*out))
+		*out = (struct ucred){ .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+}
+
+struct bn_session *bn_session_new(uint32_t id, int sock_fd, const struct ucred *peer)
 {
 	struct bn_session *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -34,13 +41,9 @@ struct bn_session *bn_session_new(uint32_t id, int sock_fd)
 	s->doorbell_fd = -1;
 	s->memfd = -1;
 	s->t_connected = bn_now_ns();
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-	if (getsockopt(sock_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-		s->peer_pid = cred.pid;
-		s->peer_uid = cred.uid;
-		s->peer_gid = cred.gid;
-	}
+	s->peer_pid = peer->pid;
+	s->peer_uid = peer->uid;
+	s->peer_gid = peer->gid;
 	return s;
 }
 
@@ -79,56 +82,37 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
-/* Where the regions of a segment go; computed once, written into the header. */
-struct segment_layout {
-	uint32_t sq_offset, sqes_offset, slot_offset;
-	size_t size;
-};
-
-/* Lays the segment out. All offsets are multiples of 64 (cache lines). */
-static struct segment_layout layout_segment(struct bn_session *s, uint32_t slots,
-					    const struct bn_session_limits *lim)
+void bn_segment_layout(const struct bn_session_limits *lim, uint32_t slots,
+		       struct bn_shm_header *h)
 {
-	s->slot_count = slots;
-	s->sq_mask = pow2_at_least(slots) - 1;
-	s->prompt_capacity = lim->prompt_capacity;
-	s->output_capacity = lim->output_capacity;
-	s->prompt_offset = (uint32_t)sizeof(struct bn_slot);
-	s->output_offset = align64(s->prompt_offset + 4u * lim->prompt_capacity);
-	s->logprob_capacity = lim->logprob_capacity;
-	s->logprob_offset = align64(s->output_offset + 4u * lim->output_capacity);
-	s->slot_size = align64(s->logprob_offset + (uint32_t)sizeof(struct bn_logprob) *
-							(1u + lim->logprob_capacity) * lim->output_capacity);
-	struct segment_layout g;
-	g.sq_offset = (uint32_t)sizeof(struct bn_shm_header);
-	g.sqes_offset = align64(g.sq_offset + (uint32_t)sizeof(struct bn_sq_ring));
-	g.slot_offset = align64(g.sqes_offset + (s->sq_mask + 1) * (uint32_t)sizeof(struct bn_sqe));
-	g.size = (size_t)g.slot_offset + (size_t)s->slot_size * slots;
-	return g;
+	uint32_t entries = pow2_at_least(slots);
+	h->header_size = (uint32_t)sizeof(*h);
+	h->slot_count = slots;
+	h->slot_prompt_offset = (uint32_t)sizeof(struct bn_slot);
+	h->slot_prompt_capacity = lim->prompt_capacity;
+	h->slot_output_offset = align64(h->slot_prompt_offset + 4u * lim->prompt_capacity);
+	h->slot_output_capacity = lim->output_capacity;
+	h->slot_logprob_offset = align64(h->slot_output_offset + 4u * lim->output_capacity);
+	h->slot_logprob_capacity = lim->logprob_capacity;
+	h->slot_size = align64(h->slot_logprob_offset + (uint32_t)sizeof(struct bn_logprob) *
+						     (1u + lim->logprob_capacity) * lim->output_capacity);
+	h->sq_offset = (uint32_t)sizeof(*h);
+	h->sq_entries = entries;
+	h->sqes_offset = align64(h->sq_offset + (uint32_t)sizeof(struct bn_sq_ring));
+	h->slot_offset = align64(h->sqes_offset + entries * (uint32_t)sizeof(struct bn_sqe));
+	h->segment_size = (uint64_t)h->slot_offset + (uint64_t)h->slot_size * slots;
 }
 
-static void write_header(struct bn_session *s, const struct segment_layout *g,
+/* The header: the layout, then who we are and what the model is. */
+static void write_header(struct bn_session *s, const struct bn_shm_header *layout,
 			 const struct bn_model_desc *m)
 {
 	struct bn_shm_header *h = (struct bn_shm_header *)s->mem;
+	*h = *layout;
 	h->magic = BN_SHM_MAGIC;
 	h->abi_version = BN_ABI_VERSION;
 	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS;
-	h->header_size = (uint32_t)sizeof(*h);
-	h->segment_size = g->size;
 	h->session_id = s->id;
-	h->sq_offset = g->sq_offset;
-	h->sq_entries = s->sq_mask + 1;
-	h->sqes_offset = g->sqes_offset;
-	h->slot_offset = g->slot_offset;
-	h->slot_count = s->slot_count;
-	h->slot_size = s->slot_size;
-	h->slot_prompt_offset = s->prompt_offset;
-	h->slot_prompt_capacity = s->prompt_capacity;
-	h->slot_output_offset = s->output_offset;
-	h->slot_output_capacity = s->output_capacity;
-	h->slot_logprob_offset = s->logprob_offset;
-	h->slot_logprob_capacity = s->logprob_capacity;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;
 	h->bos_id = m->bos_id;
@@ -136,15 +120,31 @@ static void write_header(struct bn_session *s, const struct segment_layout *g,
 	h->backend = m->kind;
 	memcpy(h->model_name, m->name, sizeof(h->model_name));
 	s->hdr = h;
-	s->ring = (struct bn_sq_ring *)(s->mem + g->sq_offset);
-	s->sqes = (struct bn_sqe *)(s->mem + g->sqes_offset);
-	s->slots = s->mem + g->slot_offset;
+	s->ring = (struct bn_sq_ring *)(s->mem + h->sq_offset);
+	s->sqes = (struct bn_sqe *)(s->mem + h->sqes_offset);
+	s->slots = s->mem + h->slot_offset;
+}
+
+/* The daemon's private copies of the layout, read back from nothing the client can write. */
+static void keep_layout(struct bn_session *s, const struct bn_shm_header *g)
+{
+	s->slot_count = g->slot_count;
+	s->sq_mask = g->sq_entries - 1;
+	s->slot_size = g->slot_size;
+	s->prompt_offset = g->slot_prompt_offset;
+	s->prompt_capacity = g->slot_prompt_capacity;
+	s->output_offset = g->slot_output_offset;
+	s->output_capacity = g->slot_output_capacity;
+	s->logprob_offset = g->slot_logprob_offset;
+	s->logprob_capacity = g->slot_logprob_capacity;
+	s->mem_size = (size_t)g->segment_size;
 }
 
 static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_session_limits *lim)
 {
-	struct segment_layout g = layout_segment(s, slots, lim);
-	s->mem_size = g.size;
+	struct bn_shm_header g = { 0 };
+	bn_segment_layout(lim, slots, &g);
+	keep_layout(s, &g);
 	s->memfd = memfd_create("bitnetd-session", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (s->memfd < 0)
 		return -errno;

@@ -114,9 +114,19 @@ struct bn_session {
 	uint32_t table_index;      /* position in the loop's session table */
 };
 
-struct bn_session *bn_session_new(uint32_t id, int sock_fd);
+struct ucred; /* <sys/socket.h> with _GNU_SOURCE */
+
+/* The connected peer's pid, uid and gid (SO_PEERCRED); uid and gid (uid_t)-1 and pid 0 when
+ * the kernel does not say, so such peers share one uid's caps. */
+void bn_peer_cred(int sock_fd, struct ucred *out);
+struct bn_session *bn_session_new(uint32_t id, int sock_fd, const struct ucred *peer);
 /* Closes the fds and unmaps; the caller has made sure no io references the session. */
 void bn_session_free(struct bn_session *s);
+
+/* The layout of a segment of `slots` slots under `lim`: the header's size, offset, count and
+ * capacity fields (the other fields of *h are left alone). Every offset is a multiple of 64. */
+void bn_segment_layout(const struct bn_session_limits *lim, uint32_t slots,
+		       struct bn_shm_header *h);
 
 /* Handles a complete bn_hello from s->rx: on success creates the segment and sends the welcome
  * with the fds. On failure sends a welcome carrying the error (where possible) and returns the

@@ -30,6 +30,12 @@ static const char *const error_names[] = {
 };
 _Static_assert(ARRAY_LEN(error_names) == BN_STATS_ERRORS, "a name per enum bn_error");
 
+static const char *const refusal_names[] = {
+	"max_sessions", "user_sessions", "user_handshakes", "shutdown", "hello_timeout",
+	"protocol",     "version",       "backend",         "welcome_failed",
+};
+_Static_assert(ARRAY_LEN(refusal_names) == BN_REFUSALS, "a name per enum bn_refusal");
+
 void bn_stats_count_error(uint32_t error)
 {
 	if (error >= BN_E_INVALID && error < BN_E_INVALID + BN_STATS_ERRORS)
@@ -267,13 +273,32 @@ static void render_requests(struct text *t)
 		    label_escape(esc, sizeof(esc), error_names[e]), bn_stats.request_errors[e]);
 }
 
+static uint64_t refusals_total(void)
+{
+	uint64_t all = 0;
+	for (int r = 0; r < BN_REFUSALS; r++)
+		all += bn_stats.refusals[r];
+	return all;
+}
+
+/* Refusals by reason: a family of its own, after the old ones, so readers of the total and
+ * of the old order keep what they read. */
+static void render_refusals(struct text *t)
+{
+	family(t, "connections_refused_total", "counter",
+	       "Connections that got no session, by reason.");
+	for (int r = 0; r < BN_REFUSALS; r++)
+		put(t, "bitnetd_connections_refused_total{reason=\"%s\"} %" PRIu64 "\n",
+		    refusal_names[r], bn_stats.refusals[r]);
+}
+
 /* The counters the daemon always had, in their old order: a client reading into a small
  * buffer still finds them. */
 static void render_counters(struct text *t)
 {
 	counter(t, "sessions_opened_total", "Sessions opened.", bn_stats.sessions_opened);
 	counter(t, "sessions_closed_total", "Sessions closed.", bn_stats.sessions_closed);
-	counter(t, "sessions_refused_total", "Handshakes refused.", bn_stats.sessions_refused);
+	counter(t, "sessions_refused_total", "Connections that got no session.", refusals_total());
 	counter(t, "protocol_violations_total", "Sessions closed for breaking the protocol.",
 		bn_stats.protocol_violations);
 	counter(t, "requests_submitted_total", "Requests taken from the rings.",
@@ -292,6 +317,7 @@ static void render_counters(struct text *t)
 	counter(t, "sleeps_total", "Times the loop slept in io_uring.", bn_stats.sleeps);
 	counter(t, "uring_submits_total", "io_uring_enter calls made only to submit.",
 		bn_stats.uring_submits);
+	render_refusals(t);
 }
 
 static void render_gauges(struct text *t, const struct bn_stats_view *v)

@@ -23,10 +23,24 @@ enum bn_hist {
 	BN_HIST_COUNT
 };
 
+/* Why a connection got no session: the reason label of bitnetd_connections_refused_total. */
+enum bn_refusal {
+	BN_REFUSED_MAX_SESSIONS,    /* 1010 at accept: the table holds --max-sessions */
+	BN_REFUSED_USER_SESSIONS,   /* 1010 at accept: the uid holds --max-sessions-per-user */
+	BN_REFUSED_USER_HANDSHAKES, /* 1010: pushed out by a newer handshake of the same uid */
+	BN_REFUSED_SHUTDOWN,        /* 1005: at accept or at the hello */
+	BN_REFUSED_HELLO_TIMEOUT,   /* 1007: no whole hello within --handshake-timeout-ms */
+	BN_REFUSED_PROTOCOL,        /* 1008: a bad hello */
+	BN_REFUSED_VERSION,         /* 1009 */
+	BN_REFUSED_BACKEND,         /* 1011: the segment could not be made */
+	BN_REFUSED_WELCOME,         /* the welcome with the descriptors could not be sent */
+	BN_REFUSALS
+};
+
 struct bn_stats {
 	uint64_t sessions_opened;
 	uint64_t sessions_closed;
-	uint64_t sessions_refused;
+	uint64_t refusals[BN_REFUSALS]; /* by enum bn_refusal; their sum is sessions_refused */
 	uint64_t protocol_violations;
 	uint64_t requests_submitted;
 	uint64_t requests_finished[BN_STATS_STATUSES]; /* by terminal status */

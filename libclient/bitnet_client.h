@@ -81,7 +81,10 @@ struct bn_client_stats {
 };
 
 /* Connects to the daemon: socket_path, else $BITNETD_SOCKET, else the default path.
- * slots: requests this connection may have in flight (0: the daemon's default). */
+ * slots: requests this connection may have in flight (0: the daemon's default). Besides
+ * -errno of connect(2): -BN_E_BUSY (no room: the daemon's sessions, or this user's share of
+ * them, are taken), -BN_E_SHUTDOWN, -BN_E_TIMEOUT (the hello did not reach the daemon within
+ * its handshake timeout), -BN_E_PROTOCOL, -BN_E_VERSION, -BN_E_BACKEND. */
 int bn_connect(const char *socket_path, uint32_t slots, struct bn_client **out);
 /* bn_connect with an admission weight: the daemon admits up to `weight` of this session's
  * requests per round-robin turn (0 = 1; capped by the daemon's --max-weight). */
@@ -97,10 +100,14 @@ int bn_model_info(struct bn_client *c, struct bn_model_info *out);
 int bn_client_set_spin_ns(struct bn_client *c, uint32_t spin_ns);
 
 /* Queues a request. -BN_E_AGAIN: every slot is in flight, try again after a wait or release.
+ * -BN_E_SHUTDOWN: the daemon is shutting down, or has shut down (its header says so);
+ * -BN_E_DISCONNECTED: a wait found it gone without shutting down.
  * Prompt length and max_tokens beyond this session's capacities fail here with
  * -BN_E_TOO_LONG; everything else is checked by the daemon and reported in the result. */
 int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handle **out);
-/* Waits until the request has its terminal status: 0, -BN_E_TIMEOUT, -BN_E_DISCONNECTED. */
+/* Waits until the request has its terminal status: 0, -BN_E_TIMEOUT, -BN_E_DISCONNECTED.
+ * A request the daemon never took because it shut down first has status BN_STATUS_SHUTDOWN
+ * (shm/PROTOCOL.md §11.3), not -BN_E_DISCONNECTED. */
 int bn_wait(struct bn_handle *h, int64_t timeout_ns);
 /* Waits until more than `have` tokens exist or the request ended: 0 or as bn_wait. */
 int bn_wait_tokens(struct bn_handle *h, uint32_t have, int64_t timeout_ns);

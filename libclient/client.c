@@ -97,6 +97,11 @@ static int slot_done(const struct bn_client *c, uint32_t slot)
 	return bn_load_acquire(slot_of(c, slot)->state) == BN_SLOT_DONE;
 }
 
+static uint32_t daemon_flags(const struct bn_client *c)
+{
+	return bn_read_once(((const struct bn_shm_header *)c->mem)->daemon_flags);
+}
+
 /* The daemon is gone when its end of the socket hung up. One poll(2), no waiting. */
 static int daemon_gone(struct bn_client *c)
 {
@@ -222,10 +227,11 @@ static int validate_layout(const struct bn_shm_header *h, size_t size)
 	    ((h->sq_offset | h->sqes_offset | h->slot_offset | h->slot_size) & 7) ||
 	    ((h->slot_prompt_offset | h->slot_output_offset) & 3))
 		return -BN_E_PROTOCOL;
+	/* 1 + capacity in 64 bits: in 32 it wraps to 0 for 0xFFFFFFFF. */
 	if ((h->features & BN_FEAT_LOGPROBS) &&
-	    (h->slot_logprob_capacity > 1024 || (h->slot_logprob_offset & 7) ||
+	    (h->slot_logprob_offset < sizeof(struct bn_slot) || (h->slot_logprob_offset & 7) ||
 	     !region_ok(h->slot_logprob_offset,
-			(uint64_t)h->slot_output_capacity * (1u + h->slot_logprob_capacity) *
+			(uint64_t)h->slot_output_capacity * (1ull + h->slot_logprob_capacity) *
 				sizeof(struct bn_logprob),
 			h->slot_size)))
 		return -BN_E_PROTOCOL;
@@ -500,12 +506,13 @@ int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handl
 	int rc = check_request(c, req);
 	if (rc < 0)
 		return rc;
+	/* A daemon that shut down says so for good in the header, even once it is gone. */
+	if (daemon_flags(c) & BN_DAEMON_SHUTTING_DOWN)
+		return -BN_E_SHUTDOWN;
 	/* Only the flag a wait has set: a poll(2) here would be a system call per request. A
 	 * submission to a daemon that died unnoticed fails in its wait, within one slice. */
 	if (__atomic_load_n(&c->dead, __ATOMIC_RELAXED))
 		return -BN_E_DISCONNECTED;
-	if (bn_read_once(((struct bn_shm_header *)c->mem)->daemon_flags) & BN_DAEMON_SHUTTING_DOWN)
-		return -BN_E_SHUTDOWN;
 	pthread_mutex_lock(&c->lock);
 	struct bn_handle *h = take_free(c);
 	pthread_mutex_unlock(&c->lock);
@@ -553,6 +560,23 @@ static int sleep_on(struct bn_handle *h, uint32_t seen, int64_t have, int64_t sl
 	return rc;
 }
 
+/* The daemon hung up and h's slot is not DONE. If it closed the ring first (a shutdown,
+ * §11.3), it took its last request and answered it before the hang-up: h's was never taken
+ * and ended with SHUTDOWN, which goes into the slot as the daemon would have written it (the
+ * segment is ours alone now). Returns 1 then; 0 when the daemon just vanished. */
+static int end_untaken(struct bn_handle *h)
+{
+	if (!(daemon_flags(h->c) & BN_DAEMON_CLOSED))
+		return 0;
+	struct bn_slot *s = slot_of(h->c, h->slot);
+	s->status = BN_STATUS_SHUTDOWN;
+	s->error = 0;
+	s->n_tokens = 0;
+	s->queue_ns = s->first_token_ns = s->total_ns = 0;
+	bn_store_release(s->state, BN_SLOT_DONE);
+	return 1;
+}
+
 static int wait_on(struct bn_handle *h, int64_t have, int64_t timeout_ns)
 {
 	struct bn_client *c = h->c;
@@ -579,7 +603,7 @@ static int wait_on(struct bn_handle *h, int64_t have, int64_t timeout_ns)
 		/* Liveness costs a poll(2): check it only when a whole slice passed in silence, so
 		 * a dead daemon is noticed within one slice and a live one costs nothing extra. */
 		if (sleep_on(h, seen, have, slice) == -ETIMEDOUT && daemon_gone(c))
-			return wait_satisfied(h, have) ? 0 : -BN_E_DISCONNECTED;
+			return wait_satisfied(h, have) || end_untaken(h) ? 0 : -BN_E_DISCONNECTED;
 	}
 }
 
@@ -614,7 +638,8 @@ int bn_read_logprobs(struct bn_handle *h, uint32_t from, struct bn_logprob *out,
 	const struct bn_slot *s = slot_of(c, h->slot);
 	if (!(c->layout.features & BN_FEAT_LOGPROBS) || !(bn_read_once(s->flags) & BN_REQ_LOGPROBS))
 		return -BN_E_INVALID;
-	uint32_t n_alt = bn_read_once(s->n_logprobs), stride = 1u + c->layout.slot_logprob_capacity;
+	uint32_t n_alt = bn_read_once(s->n_logprobs);
+	size_t stride = 1u + (size_t)c->layout.slot_logprob_capacity;
 	if (n_alt > c->layout.slot_logprob_capacity || (n_alt && !alt))
 		return -BN_E_INVALID;
 	/* Acquire pairs with the daemon's store-release of n_tokens: records below it are written. */
@@ -958,7 +983,8 @@ const char *bn_strerror(int code)
 	case BN_E_TIMEOUT: return "BN_E_TIMEOUT: timed out";
 	case BN_E_PROTOCOL: return "BN_E_PROTOCOL: protocol violation";
 	case BN_E_VERSION: return "BN_E_VERSION: ABI version mismatch";
-	case BN_E_BUSY: return "BN_E_BUSY: the daemon has its maximum of sessions";
+	case BN_E_BUSY:
+		return "BN_E_BUSY: no room for this connection (the sessions, or this user's share)";
 	case BN_E_BACKEND: return "BN_E_BACKEND: the backend failed";
 	case BN_E_CANCELLED: return "BN_E_CANCELLED: the request was cancelled";
 	case BN_E_NOT_DONE: return "BN_E_NOT_DONE: the request has not ended yet";

@@ -112,10 +112,11 @@ enum bn_error {
 	BN_E_AGAIN = 1004,         /* no free slot or queue room now: try again */
 	BN_E_SHUTDOWN = 1005,      /* the daemon is shutting down */
 	BN_E_DISCONNECTED = 1006,  /* the daemon is gone (socket closed) */
-	BN_E_TIMEOUT = 1007,       /* the wait's timeout expired; the request is still running */
+	BN_E_TIMEOUT = 1007,       /* the wait's timeout expired; the request is still running
+	                            * (in a welcome: no whole hello within the handshake timeout) */
 	BN_E_PROTOCOL = 1008,      /* the peer broke the protocol */
 	BN_E_VERSION = 1009,       /* ABI version mismatch */
-	BN_E_BUSY = 1010,          /* the daemon has max sessions already */
+	BN_E_BUSY = 1010,          /* no room: the table is full, or the peer uid holds its share */
 	BN_E_BACKEND = 1011,       /* the backend failed on this request */
 	BN_E_CANCELLED = 1012,     /* the request was cancelled */
 	BN_E_NOT_DONE = 1013,      /* the request has not reached a terminal status yet */
@@ -132,11 +133,16 @@ enum bn_error {
 
 /* bn_shm_header.features */
 #define BN_FEAT_STREAMING (1U << 0) /* slot.n_tokens grows while the request runs */
-#define BN_FEAT_PARAMS    (1U << 1) /* slot words 76..127 carry sampling, stop ids, deadline */
+#define BN_FEAT_PARAMS    (1U << 1) /* slot bytes 76..123 (temperature .. deadline_ms) carry
+                                     * sampling, stop ids and a deadline */
 #define BN_FEAT_LOGPROBS  (1U << 2) /* slot_logprob_offset / _capacity are valid */
 
 /* bn_shm_header.daemon_flags (written by the daemon, read by the client) */
 #define BN_DAEMON_SHUTTING_DOWN (1U << 0) /* new submissions will end with BN_STATUS_SHUTDOWN */
+#define BN_DAEMON_CLOSED        (1U << 1) /* the daemon has taken its last sqe from this ring and
+                                           * ended every request it took: once the socket hangs
+                                           * up, a slot that is not DONE was never taken, and
+                                           * its request ended with BN_STATUS_SHUTDOWN */
 
 enum bn_backend_kind {
 	BN_BACKEND_LOOPBACK = 1,

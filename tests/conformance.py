@@ -66,7 +66,7 @@ WAIT_DONE, WAIT_TOKENS = 1, 2
 OP_GENERATE = 1
 FLAG_IGNORE_EOS = 1
 FEAT_STREAMING = 1
-DFLAG_SHUTTING_DOWN = 1
+DFLAG_SHUTTING_DOWN, DFLAG_CLOSED = 1, 2
 POLLRDHUP = getattr(select, "POLLRDHUP", 0x2000)
 
 # statuses (section 9.1) and error codes (section 9.2)
@@ -494,7 +494,17 @@ class Session:
             if err == errno.ETIMEDOUT and self.daemon_gone():
                 if self.satisfied(S, have):
                     return True
+                if self.daemon_flags() & DFLAG_CLOSED:
+                    self.end_untaken(i)          # section 11.3: never taken, SHUTDOWN
+                    return True
                 raise ConnectionError("%s: daemon gone, slot %d lost" % (self.label, i))
+
+    def end_untaken(self, i):
+        """The daemon closed the ring and hung up before taking slot i (section 11.3)."""
+        u, S = self.u32, self.S(i)
+        u[(S + SL_STATUS) // 4], u[(S + SL_ERROR) // 4], u[(S + SL_NTOK) // 4] = S_SHUTDOWN, 0, 0
+        u[(S + SL_STATE) // 4] = ST_DONE
+        self.untaken = getattr(self, "untaken", 0) + 1
 
     def result(self, i):
         """Read a DONE slot's response (section 6.6)."""
@@ -553,13 +563,18 @@ def raw_handshake(daemon, hello):
     """Send an arbitrary hello; return (welcome fields, fds, eof_after)."""
     s = daemon.connect()
     try:
-        s.sendall(hello)
+        try:
+            s.sendall(hello)
+        except (BrokenPipeError, ConnectionResetError):
+            pass            # refused at accept: the welcome still waits (section 2.3)
         w, fds, _, _ = recv_welcome(s)
         for fd in fds:
             os.close(fd)
         s.settimeout(3)
         try:
             eof = s.recv(1) == b""
+        except ConnectionResetError:
+            eof = True      # closed with our hello unread: a reset is a hang-up too
         except (socket.timeout, OSError):
             eof = False
         return w, fds, eof
@@ -966,6 +981,74 @@ def test_shutdown(daemon, sess):
         got = repr(e)
     C.eq("shutdown: session socket hung up", got, b"")
 
+def test_shutdown_race(exe, tmpdir, rounds=12):
+    """Section 11.3 on an idle daemon: a request queued after SHUTTING_DOWN shows still ends
+    with SHUTDOWN (in the slot, or by the CLOSED rule after the hang-up), never lost."""
+    statuses, by_daemon, lost = collections.Counter(), 0, []
+    for k in range(rounds):
+        d = Daemon(exe, tmpdir, "race%d" % k)
+        d.start()
+        sess = Session(d, requested_slots=2, label="race%d" % k)
+        try:
+            d.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 5
+            while not sess.daemon_flags() & DFLAG_SHUTTING_DOWN and time.monotonic() < deadline:
+                pass
+            sess.submit([(0, dict(prompt=[3, 4], max_tokens=2))])
+            try:
+                if sess.wait(0, timeout=10):
+                    statuses[sess.result(0)["status"]] += 1
+            except ConnectionError as e:
+                lost.append(str(e))
+            by_daemon += not getattr(sess, "untaken", 0)
+        finally:
+            sess.close()
+            rc = d.stop()
+        C.eq("shutdown race %d: daemon exit status" % k, rc, 0)
+    C.eq("shutdown race: every late request ends with SHUTDOWN, none lost",
+         (dict(statuses), lost), ({S_SHUTDOWN: rounds}, []))
+    if VERBOSE:
+        print("     shutdown race: %d of %d answered in the slot, the rest by the CLOSED rule"
+              % (by_daemon, rounds))
+
+
+def test_connect_during_drain(exe, tmpdir):
+    """Section 11.3 step 1: a connection made during the drain gets welcome error 1005, and
+    one made after the daemon stopped listening is refused by connect() itself."""
+    d = Daemon(exe, tmpdir, "drain", extra=["--step-delay-us", "2000", "--drain-timeout-ms", "3000"])
+    d.start()
+    sess = Session(d, requested_slots=1, label="drain")
+    try:
+        spec = dict(prompt=[5, 6], max_tokens=min(1000, sess.ocap), flags=FLAG_IGNORE_EOS)
+        sess.submit([(0, spec)])
+        sess.wait(0, have=0, timeout=5)              # running: the drain will take a while
+        d.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while not sess.daemon_flags() & DFLAG_SHUTTING_DOWN and time.monotonic() < deadline:
+            time.sleep(0.001)
+        w, fds, eof = raw_handshake(d, hello_bytes())
+        got = None if w is None else (w["error"], len(fds), eof)
+        C.eq("drain: a new connection gets welcome 1005 SHUTDOWN and is closed", got,
+             (1005, 0, True))
+        C.check("drain: the running request ends", sess.wait(0, timeout=10))
+        r = sess.result(0)
+        C.check("drain: ... with LENGTH or SHUTDOWN", r["status"] in (S_LENGTH, S_SHUTDOWN), repr(r))
+        C.check("drain: ring marked CLOSED before the hang-up", sess.daemon_flags() & DFLAG_CLOSED,
+                "daemon_flags 0x%x" % sess.daemon_flags())
+    finally:
+        sess.close()
+        rc = d.stop()
+    C.eq("drain: daemon exit status", rc, 0)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(d.path)
+        after = "connected"
+    except OSError as e:
+        after = errno.errorcode.get(e.errno, str(e.errno))
+    finally:
+        s.close()
+    C.eq("drain: connect() after the daemon stopped listening", after, "ECONNREFUSED")
+
 # ---------------------------------------------------------------- main
 
 
@@ -1018,6 +1101,8 @@ def main():
         if VERBOSE:
             print("     futex on slow daemon: %r" % dict(FUTEX_STATS))
         test_shutdown(slow, e)
+        test_shutdown_race(exe, tmpdir)
+        test_connect_during_drain(exe, tmpdir)
     except Exception:
         C.check("no unexpected exception", False, traceback.format_exc().rstrip().replace("\n", "\n     "))
     finally:

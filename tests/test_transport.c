@@ -564,7 +564,8 @@ END_TEST
 
 START_TEST(max_sessions_refuses_with_busy)
 {
-	static const char *const args[] = { "--max-sessions", "2", NULL };
+	static const char *const args[] = { "--max-sessions", "2", "--max-sessions-per-user", "2",
+					     NULL };
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	struct bn_client *a = connect_or_die(&d, 1), *b = connect_or_die(&d, 1), *c = NULL;
@@ -578,6 +579,108 @@ START_TEST(max_sessions_refuses_with_busy)
 	ck_assert_int_eq(rc, 0);
 	bn_disconnect(b);
 	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* One user cannot lock out the others                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+static long long stat_of(const struct tu_daemon *d, const char *name)
+{
+	struct bn_client *c = connect_or_die(d, 1);
+	long long v = daemon_metric(c, name);
+	bn_disconnect(c);
+	return v;
+}
+
+/* A child of another uid connects and runs one request; exit 0 when it was served right. */
+static pid_t spawn_other_user(const char *socket_path)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (tu_become_other_user() < 0)
+			_exit(77);
+		struct bn_client *c;
+		if (bn_connect(socket_path, 1, &c) < 0)
+			_exit(1);
+		uint32_t prompt[3] = { 7, 8, 9 }, out[8];
+		struct bn_request req = { prompt, 3, 8, BN_REQ_IGNORE_EOS, NULL };
+		struct bn_result r;
+		int rc = bn_generate(c, &req, out, 8, &r, 5 * SECOND);
+		bn_disconnect(c);
+		_exit(rc == 0 && check_against_oracle(prompt, 3, 8, BN_REQ_IGNORE_EOS, &r, out) == 0
+			      ? 0
+			      : 2);
+	}
+	return pid;
+}
+
+/* Connections that never send a hello fill this uid's share of the table, no more: the rest
+ * are refused at once (BUSY), another uid is still served, and the silent ones are closed
+ * with TIMEOUT once the handshake timeout has passed. */
+START_TEST(silent_connections_hold_only_their_users_share)
+{
+	static const char *const args[] = { "--max-sessions", "8", "--handshake-timeout-ms", "300",
+					     "--socket-mode", "0666", NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	int fds[8], held = 0, busy = 0;
+	for (int i = 0; i < 8; i++) {
+		fds[i] = tu_dial(d.socket_path);
+		ck_assert_int_ge(fds[i], 0);
+		int e = tu_welcome_error(fds[i], 50);
+		held += e == -1;
+		busy += e == BN_E_BUSY;
+	}
+	/* Half of --max-sessions is this uid's: four silent connections hold it. */
+	ck_assert_int_eq(held, 4);
+	ck_assert_int_eq(busy, 4);
+	pid_t other = spawn_other_user(d.socket_path);
+	int rc = exit_code(other);
+	if (rc == 77)
+		fprintf(stderr, "note: not root, so no second uid: the other user's part is skipped\n");
+	else
+		ck_assert_msg(rc == 0, "a client of another uid was not served (%d)", rc);
+	int timed_out = 0;
+	for (int i = 0; i < 8; i++) {
+		if (tu_welcome_error(fds[i], 1000) == BN_E_TIMEOUT)
+			timed_out++;
+		close(fds[i]);
+	}
+	ck_assert_int_eq(timed_out, 4);
+	ck_assert_int_eq(stat_of(&d, "bitnetd_connections_refused_total{reason=\"user_sessions\"}"), 4);
+	ck_assert_int_eq(stat_of(&d, "bitnetd_connections_refused_total{reason=\"hello_timeout\"}"), 4);
+	ck_assert_int_eq(stat_of(&d, "bitnetd_sessions_refused_total"), 8);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* --max-handshakes-per-user caps the silent connections of a uid below its share: each new
+ * one past the cap pushes out the oldest (BUSY), and a client that sends its hello is served. */
+START_TEST(pending_handshakes_are_capped_per_user)
+{
+	static const char *const args[] = { "--max-handshakes-per-user", "2", NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	int fds[4];
+	for (int i = 0; i < 4; i++) {
+		fds[i] = tu_dial(d.socket_path);
+		ck_assert_int_ge(fds[i], 0);
+		ck_assert_int_eq(tu_welcome_error(fds[i], 50), -1); /* waits for its hello */
+	}
+	ck_assert_int_eq(tu_welcome_error(fds[0], 1000), BN_E_BUSY);
+	ck_assert_int_eq(tu_welcome_error(fds[1], 1000), BN_E_BUSY);
+	ck_assert_int_eq(tu_welcome_error(fds[2], 50), -1);
+	ck_assert_int_eq(tu_welcome_error(fds[3], 50), -1);
+	struct bn_client *c = connect_or_die(&d, 1);
+	ck_assert_int_eq(daemon_metric(c, "bitnetd_connections_refused_total"
+					  "{reason=\"user_handshakes\"}"),
+			 2);
+	bn_disconnect(c);
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }
 END_TEST
@@ -602,6 +705,8 @@ int main(void)
 	tcase_add_test(tc, sigterm_drain_timeout_ends_the_rest);
 	tcase_add_test(tc, killed_daemon_fails_waits);
 	tcase_add_test(tc, max_sessions_refuses_with_busy);
+	tcase_add_test(tc, silent_connections_hold_only_their_users_share);
+	tcase_add_test(tc, pending_handshakes_are_capped_per_user);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -6,10 +6,14 @@
 
 #include <check.h>
 #include <errno.h>
+#include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +23,55 @@ int64_t tu_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int tu_dial(const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return -1;
+	strcpy(addr.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+int tu_welcome_error(int fd, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	if (poll(&p, 1, timeout_ms) <= 0)
+		return -1;
+	struct bn_welcome w;
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { &w, sizeof(w) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+	if (n != (ssize_t)sizeof(w) || w.magic != BN_WELCOME_MAGIC)
+		return -1;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	if (cm && cm->cmsg_type == SCM_RIGHTS) {
+		int fds[2];
+		memcpy(fds, CMSG_DATA(cm), sizeof(fds));
+		close(fds[0]);
+		close(fds[1]);
+	}
+	return (int)w.error;
+}
+
+int tu_become_other_user(void)
+{
+	if (geteuid() != 0)
+		return -1;
+	if (setgroups(0, NULL) < 0 || setgid(TU_OTHER_UID) < 0 || setuid(TU_OTHER_UID) < 0)
+		return -1;
+	return 0;
 }
 
 static uint64_t rng_state;

@@ -30,6 +30,17 @@ uint32_t tu_prompt(uint32_t client, uint32_t request, uint32_t *out, uint32_t ca
 
 int64_t tu_now_ns(void);
 
+/* A Unix stream socket connected to path (close-on-exec), or -1. */
+int tu_dial(const char *path);
+/* The error of the welcome that arrives on fd within timeout_ms (0: the session was opened;
+ * its descriptors are closed), or -1 when none arrived in time or the connection closed. */
+int tu_welcome_error(int fd, int timeout_ms);
+
+/* The unprivileged user ("nobody") tests switch to for a second peer uid. */
+#define TU_OTHER_UID 65534
+/* In a forked child: drops to TU_OTHER_UID. 0, or -1 when not root (then nothing changed). */
+int tu_become_other_user(void);
+
 /* The unit tests' reproducible random numbers: xorshift64*, one stream per process, restarted
  * by tu_rng_seed. tu_rng_float is uniform in [lo, hi) on a grid of 2^-24 of the range. */
 void tu_rng_seed(uint64_t seed);
