@@ -112,7 +112,7 @@ CLIENT_SRCS := libclient/client.c libclient/tokenizer.c
 CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c
 MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
-TEST_TOOLS  := bn-hostile fuzz-gguf-replay
+TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay
 
 CORE_OBJS   := $(CORE_SRCS:%.c=$(BUILD)/%.o) $(CUDA_OBJS)
 CLIENT_PIC  := $(CLIENT_SRCS:%.c=$(BUILD)/pic/%.o)
@@ -135,7 +135,7 @@ CORE_LIBS := $(URING_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-san check-python check-systemd bench-ipc bench-model bench-serve bench-cuda fuzz \
+.PHONY: all check check-c check-san check-faults check-python check-systemd bench-ipc bench-model bench-serve bench-cuda fuzz \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -206,7 +206,7 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
 
-$(BUILD)/tests/bn-hostile: $(BUILD)/tests/hostile.o $(TEST_LINK)
+$(BUILD)/tests/bn-%: $(BUILD)/tests/%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
 
@@ -271,12 +271,13 @@ fuzz:
 # ---------------------------------------------------------------------------------------------
 # Tests: each Check program prints its runner summary; a failing one fails the target.
 
-# Without SANITIZE, `check` also runs the C tests once under ASan+UBSan (its own build dir).
-check: check-c check-python check-systemd $(if $(SANITIZE),,check-san)
+# Without SANITIZE, `check` also runs the C tests once under ASan+UBSan (its own build dir),
+# and the fault campaigns once.
+check: check-c check-python check-systemd $(if $(SANITIZE),,check-faults check-san)
 
 check-san:
 	@echo "== sanitizer pass (address,undefined)"
-	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined check-c
+	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined check-c check-faults
 
 TEST_ENV := BITNETD=$(BITNETD) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
 	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI)
@@ -290,6 +291,12 @@ check-c: all
 	done
 	@echo "== fuzz corpus replay (tests/corpus/gguf)"
 	$(Q)$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*
+
+# The fault campaigns (tests/faults.c): counts of crashes, lost requests, leaks and wrong
+# outputs under client kills, SIGTERM drains, daemon kills, a tight KV pool and a flood.
+check-faults: all
+	@echo "== fault campaigns (tests/faults.c)"
+	$(Q)$(TEST_ENV) $(BUILD)/tests/bn-faults
 
 check-python: all
 	@echo "== conformance (python3, written from shm/PROTOCOL.md)"

@@ -59,9 +59,8 @@ void bn_session_free(struct bn_session *s)
 		close(s->doorbell_fd);
 	if (s->sock_fd >= 0)
 		close(s->sock_fd);
-	free(s->reqs);
-	free(s->prompt_arena);
-	free(s->output_arena);
+	if (s->reqs)
+		munmap(s->reqs, s->private_size);
 	free(s);
 }
 
@@ -140,6 +139,27 @@ static void keep_layout(struct bn_session *s, const struct bn_shm_header *g)
 	s->mem_size = (size_t)g->segment_size;
 }
 
+/* The daemon's private copies of every slot's request, prompt and output, in one anonymous
+ * mapping per session (hundreds of KiB): a session that ends gives these pages back to the
+ * system at once. From the heap they left holes that kept the daemon's resident size at the
+ * high-water mark of sessions alive together (measured with bn-faults: 30-250 KiB more after
+ * 100 killed clients). Anonymous pages also start zeroed, as reqs[] must. */
+static int alloc_private(struct bn_session *s, uint32_t slots, const struct bn_session_limits *lim)
+{
+	size_t reqs = ((size_t)slots * sizeof(struct bn_req) + 63) & ~(size_t)63;
+	size_t prompts = (size_t)slots * lim->prompt_capacity * sizeof(uint32_t);
+	size_t outputs = (size_t)slots * lim->output_capacity * sizeof(uint32_t);
+	size_t size = reqs + prompts + outputs;
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	s->private_size = size;
+	s->reqs = p;
+	s->prompt_arena = (uint32_t *)(void *)((uint8_t *)p + reqs);
+	s->output_arena = (uint32_t *)(void *)((uint8_t *)p + reqs + prompts);
+	return 0;
+}
+
 static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_session_limits *lim)
 {
 	struct bn_shm_header g = { 0 };
@@ -164,10 +184,7 @@ static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_
 	s->doorbell_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->doorbell_fd < 0)
 		return -errno;
-	s->reqs = calloc(slots, sizeof(*s->reqs));
-	s->prompt_arena = malloc((size_t)slots * lim->prompt_capacity * sizeof(uint32_t));
-	s->output_arena = malloc((size_t)slots * lim->output_capacity * sizeof(uint32_t));
-	if (!s->reqs || !s->prompt_arena || !s->output_arena)
+	if (alloc_private(s, slots, lim) < 0)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < slots; i++) {
 		s->reqs[i].sess = s;

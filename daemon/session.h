@@ -96,6 +96,7 @@ struct bn_session {
 	struct bn_req *reqs;       /* [slot_count] */
 	uint32_t *prompt_arena;    /* [slot_count x prompt_capacity] private prompt copies */
 	uint32_t *output_arena;    /* [slot_count x output_capacity] private output copies */
+	size_t private_size;       /* the one mapping that holds the three above */
 	uint32_t n_in_flight;
 	struct bn_req *wait_head, *wait_tail; /* accepted, not yet running (FIFO) */
 	uint32_t n_waiting;

@@ -522,7 +522,7 @@ struct flood {
 	const char *socket;
 	int64_t submit_ns[64];
 	struct bn_result res[64];
-	volatile int started;
+	int started; /* atomic: the main thread polls it */
 	int rc;
 };
 
@@ -541,7 +541,7 @@ static void *flood_main(void *arg)
 		if ((f->rc = bn_submit(c, &req, &h[i])) != 0)
 			return NULL;
 	}
-	f->started = 1;
+	__atomic_store_n(&f->started, 1, __ATOMIC_RELEASE);
 	for (int i = 0; i < 64; i++) {
 		bn_wait(h[i], 120 * SEC);
 		bn_result(h[i], &f->res[i]);
@@ -561,7 +561,7 @@ START_TEST(flooding_session_cannot_starve_another)
 	f.socket = d.socket_path;
 	pthread_t tid;
 	ck_assert_int_eq(pthread_create(&tid, NULL, flood_main, &f), 0);
-	while (!f.started)
+	while (!__atomic_load_n(&f.started, __ATOMIC_ACQUIRE))
 		usleep(100);
 	struct bn_client *c = connect_to(&d, 1);
 	int64_t light_submit[5], light_done[5];
@@ -647,35 +647,45 @@ END_TEST
  * finishes while the flood goes on, because the oldest prompt reads a token every step. */
 struct prompt_flood {
 	const char *socket;
-	volatile int stop;
-	int rc;
-	uint32_t done;
+	int stop;      /* atomic: set by the main thread */
+	int rc;        /* atomic: polled by the main thread */
+	uint32_t done; /* atomic: polled by the main thread */
 };
 
 static void *prompt_flood_main(void *arg)
 {
 	struct prompt_flood *f = arg;
 	struct bn_client *c;
-	if ((f->rc = bn_connect(f->socket, 8, &c)) != 0)
+	int rc = bn_connect(f->socket, 8, &c);
+	if (rc != 0) {
+		__atomic_store_n(&f->rc, rc, __ATOMIC_RELAXED);
 		return NULL;
+	}
 	uint32_t p[64];
 	for (uint32_t i = 0; i < 64; i++)
 		p[i] = 5 + i;
 	struct bn_request req = { .prompt = p, .n_prompt = 64, .max_tokens = 1,
 				  .flags = BN_REQ_IGNORE_EOS };
 	struct bn_handle *h[8];
-	for (int i = 0; i < 8 && !f->rc; i++)
-		f->rc = bn_submit(c, &req, &h[i]);
-	for (uint32_t k = 0; !f->rc && !f->stop; k++) { /* oldest first, resubmitted in its slot */
+	for (int i = 0; i < 8 && !rc; i++)
+		rc = bn_submit(c, &req, &h[i]);
+	/* oldest first, resubmitted in its slot */
+	for (uint32_t k = 0; !rc && !__atomic_load_n(&f->stop, __ATOMIC_RELAXED); k++) {
 		struct bn_handle **slot = &h[k % 8];
-		if ((f->rc = bn_wait(*slot, 60 * SEC)) != 0)
+		if ((rc = bn_wait(*slot, 60 * SEC)) != 0)
 			break;
 		bn_release(*slot);
-		f->done++;
-		f->rc = bn_submit(c, &req, slot);
+		__atomic_fetch_add(&f->done, 1, __ATOMIC_RELAXED);
+		rc = bn_submit(c, &req, slot);
 	}
+	__atomic_store_n(&f->rc, rc, __ATOMIC_RELAXED);
 	bn_disconnect(c);
 	return NULL;
+}
+
+static uint32_t flood_done(struct prompt_flood *f)
+{
+	return __atomic_load_n(&f->done, __ATOMIC_RELAXED);
 }
 
 START_TEST(oldest_prompt_progresses_under_prompt_flood)
@@ -698,15 +708,15 @@ START_TEST(oldest_prompt_progresses_under_prompt_flood)
 	f.socket = d.socket_path;
 	pthread_t tid;
 	ck_assert_int_eq(pthread_create(&tid, NULL, prompt_flood_main, &f), 0);
-	while (f.done < 8 && !f.rc) /* the flood is in full swing */
-		usleep(1000);
+	while (flood_done(&f) < 8 && !__atomic_load_n(&f.rc, __ATOMIC_RELAXED))
+		usleep(1000); /* until the flood is in full swing */
 	struct bn_request rp = { .prompt = prompt, .n_prompt = 32, .max_tokens = 1,
 				 .flags = BN_REQ_IGNORE_EOS };
 	ck_assert_int_eq(bn_submit(c, &rp, &h), 0);
-	uint32_t done_before = f.done;
+	uint32_t done_before = flood_done(&f);
 	int rc = bn_wait(h, 20 * SEC);
-	uint32_t done_meanwhile = f.done - done_before;
-	f.stop = 1;
+	uint32_t done_meanwhile = flood_done(&f) - done_before;
+	__atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(tid, NULL);
 	ck_assert_int_eq(f.rc, 0);
 	ck_assert_msg(rc == 0, "the prompt did not finish while the prompt flood went on (rc %d)", rc);

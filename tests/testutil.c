@@ -5,6 +5,7 @@
 #include "bitnet_client.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <grp.h>
 #include <poll.h>
@@ -97,11 +98,16 @@ float tu_rng_float(float lo, float hi)
 int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args)
 {
 	static unsigned counter;
+	snprintf(d->socket_path, sizeof(d->socket_path), "/tmp/bn-test-%d-%u.sock", (int)getpid(),
+		 counter++);
+	return tu_daemon_restart(d, extra_args);
+}
+
+int tu_daemon_restart(struct tu_daemon *d, const char *const *extra_args)
+{
 	const char *bin = getenv("BITNETD");
 	if (!bin || !*bin)
 		bin = "build/bitnetd";
-	snprintf(d->socket_path, sizeof(d->socket_path), "/tmp/bn-test-%d-%u.sock", (int)getpid(),
-		 counter++);
 	const char *argv[64] = { bin, "--socket", d->socket_path, "--backend", "loopback",
 				 "--log-level", "warn" };
 	int argc = 7;
@@ -120,9 +126,41 @@ int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args)
 		struct bn_client *c;
 		if (bn_connect(d->socket_path, 1, &c) == 0) {
 			bn_disconnect(c);
-			return 0;
+			return tu_daemon_wait_no_sessions(d);
 		}
 		if (waitpid(d->pid, NULL, WNOHANG) == d->pid)
+			return -1;
+		usleep(10000);
+	}
+	return -1;
+}
+
+/* The daemon's sockets: its listener, and one per connection in its table. */
+static int count_sockets(pid_t pid)
+{
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	DIR *dp = opendir(dir);
+	if (!dp)
+		return -1;
+	int n = 0;
+	for (struct dirent *e; (e = readdir(dp)) != NULL;) {
+		char path[320], target[64];
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		ssize_t len = readlink(path, target, sizeof(target) - 1);
+		n += len > 7 && strncmp(target, "socket:", 7) == 0;
+	}
+	closedir(dp);
+	return n;
+}
+
+int tu_daemon_wait_no_sessions(const struct tu_daemon *d)
+{
+	for (int i = 0; i < 500; i++) { /* up to 5 s */
+		int n = count_sockets(d->pid);
+		if (n == 1)
+			return 0;
+		if (n < 0)
 			return -1;
 		usleep(10000);
 	}

@@ -17,6 +17,12 @@ struct tu_daemon {
 /* Starts $BITNETD (default build/bitnetd) on a fresh socket with the loopback backend and
  * the extra arguments (NULL-terminated list, may be NULL); waits until it accepts. 0 or -1. */
 int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args);
+/* Waits (up to 5 s) until the daemon holds no connection: its only socket is the listener
+ * (read from /proc, so the waiting itself opens none). 0, or -1. tu_daemon_start returns
+ * only then: its own probe connection is gone from the table. */
+int tu_daemon_wait_no_sessions(const struct tu_daemon *d);
+/* tu_daemon_start on d->socket_path as it is (a daemon that died left it behind). */
+int tu_daemon_restart(struct tu_daemon *d, const char *const *extra_args);
 /* Sends `sig` and waits for exit; returns the exit status, or 128 + signal if killed. */
 int tu_daemon_stop(struct tu_daemon *d, int sig);
 
