@@ -3,6 +3,10 @@
 #   make                      daemon, client library (.so/.a/.pc), CLI, tests
 #   make check                every test that runs on a CPU-only machine (Check runner output)
 #   make SANITIZE=address,undefined check   the same under sanitizers (separate build dir)
+#   make check-faults         the fault campaigns alone (tests/faults.c), with their table
+#   make check-tsan           the C tests under ThreadSanitizer (build-tsan/)
+#   make fuzz, make fuzz-requests   libFuzzer (clang) on the GGUF reader / the request path,
+#                             FUZZ_SECONDS each (default 60)
 #   make bench-ipc            transport benchmark (starts and stops its own daemon)
 #   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
@@ -112,7 +116,7 @@ CLIENT_SRCS := libclient/client.c libclient/tokenizer.c
 CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c
 MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
-TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay
+TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay fuzz-requests-replay
 
 CORE_OBJS   := $(CORE_SRCS:%.c=$(BUILD)/%.o) $(CUDA_OBJS)
 CLIENT_PIC  := $(CLIENT_SRCS:%.c=$(BUILD)/pic/%.o)
@@ -135,7 +139,7 @@ CORE_LIBS := $(URING_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-san check-faults check-python check-systemd bench-ipc bench-model bench-serve bench-cuda fuzz \
+.PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd bench-ipc bench-model bench-serve bench-cuda fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -212,7 +216,7 @@ $(BUILD)/tests/bn-%: $(BUILD)/tests/%.o $(TEST_LINK)
 
 # The GGUF fuzz target, replayed over its seed corpus by `make check` (any compiler);
 # `make fuzz` builds it for libFuzzer with clang and runs it for FUZZ_SECONDS.
-$(BUILD)/tests/fuzz-gguf-replay: $(BUILD)/tests/fuzz_gguf.o $(BUILD)/tests/fuzz_replay.o $(CORE_A)
+$(BUILD)/tests/fuzz-%-replay: $(BUILD)/tests/fuzz_%.o $(BUILD)/tests/fuzz_replay.o $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
 
@@ -262,11 +266,20 @@ bench-cuda:
 endif
 
 FUZZ_SECONDS ?= 60
+FUZZ_CC := clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Ikernels -Ikernels/cpu -Idaemon
 fuzz:
 	@mkdir -p build-fuzz/corpus
-	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Ikernels -Ikernels/cpu -Idaemon \
-		tests/fuzz_gguf.c daemon/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
+	$(FUZZ_CC) tests/fuzz_gguf.c daemon/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
 	build-fuzz/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus tests/corpus/gguf
+
+# The request path (tests/fuzz_requests.c): ring and slot bytes through the daemon's own
+# session, scheduler and loopback backend. New inputs go to build-fuzz/requests.
+FUZZ_REQUEST_SRCS := tests/fuzz_requests.c daemon/session.c daemon/sched.c daemon/kvpool.c \
+	daemon/stats.c daemon/log.c daemon/backend_loopback.c daemon/sample.c
+fuzz-requests:
+	@mkdir -p build-fuzz/requests
+	$(FUZZ_CC) $(FUZZ_REQUEST_SRCS) -o build-fuzz/fuzz-requests -lm
+	build-fuzz/fuzz-requests -max_total_time=$(FUZZ_SECONDS) build-fuzz/requests tests/corpus/requests
 
 # ---------------------------------------------------------------------------------------------
 # Tests: each Check program prints its runner summary; a failing one fails the target.
@@ -274,6 +287,10 @@ fuzz:
 # Without SANITIZE, `check` also runs the C tests once under ASan+UBSan (its own build dir),
 # and the fault campaigns once.
 check: check-c check-python check-systemd $(if $(SANITIZE),,check-faults check-san)
+
+check-tsan:
+	@echo "== sanitizer pass (thread)"
+	$(Q)$(MAKE) --no-print-directory SANITIZE=thread check-c
 
 check-san:
 	@echo "== sanitizer pass (address,undefined)"
@@ -291,6 +308,8 @@ check-c: all
 	done
 	@echo "== fuzz corpus replay (tests/corpus/gguf)"
 	$(Q)$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*
+	@echo "== fuzz corpus replay (tests/corpus/requests)"
+	$(Q)$(BUILD)/tests/fuzz-requests-replay tests/corpus/requests/*
 
 # The fault campaigns (tests/faults.c): counts of crashes, lost requests, leaks and wrong
 # outputs under client kills, SIGTERM drains, daemon kills, a tight KV pool and a flood.

@@ -290,7 +290,8 @@ static void on_accept(struct bn_loop *l, int res)
 	l->accept_armed = 0;
 	if (res >= 0) {
 		take_connection(l, res);
-		accept_backlog(l);
+		if (l->accepting) /* once stopping, a passed socket's backlog is systemd's */
+			accept_backlog(l);
 	} else if (res != -ECANCELED && l->accepting) {
 		/* EMFILE and the like fail again at once: retry from housekeeping, not in a spin. */
 		bn_log_warn("msg=\"accept failed\" errno=%d", -res);

@@ -227,13 +227,12 @@ static int validate_layout(const struct bn_shm_header *h, size_t size)
 	    ((h->sq_offset | h->sqes_offset | h->slot_offset | h->slot_size) & 7) ||
 	    ((h->slot_prompt_offset | h->slot_output_offset) & 3))
 		return -BN_E_PROTOCOL;
-	/* 1 + capacity in 64 bits: in 32 it wraps to 0 for 0xFFFFFFFF. */
+	/* One token's records fit the slot before the product is taken, so it fits 64 bits. */
+	uint64_t per_token = (1ull + h->slot_logprob_capacity) * sizeof(struct bn_logprob);
 	if ((h->features & BN_FEAT_LOGPROBS) &&
 	    (h->slot_logprob_offset < sizeof(struct bn_slot) || (h->slot_logprob_offset & 7) ||
-	     !region_ok(h->slot_logprob_offset,
-			(uint64_t)h->slot_output_capacity * (1ull + h->slot_logprob_capacity) *
-				sizeof(struct bn_logprob),
-			h->slot_size)))
+	     per_token > h->slot_size ||
+	     !region_ok(h->slot_logprob_offset, per_token * h->slot_output_capacity, h->slot_size)))
 		return -BN_E_PROTOCOL;
 	return 0;
 }

@@ -86,7 +86,9 @@ HEADER_FIELDS = [
     ("slot_output_offset", 64, "I"), ("slot_output_capacity", 68, "I"),
     ("vocab_size", 72, "I"), ("context_length", 76, "I"),
     ("bos_id", 80, "I"), ("eos_id", 84, "I"), ("backend", 88, "I"),
+    ("slot_logprob_offset", 160, "I"), ("slot_logprob_capacity", 164, "I"),
 ]
+FEAT_LOGPROBS = 4
 
 # ---------------------------------------------------------------- checks
 
@@ -397,6 +399,13 @@ class Session:
             need(h[f] % 8 == 0, "%s not a multiple of 8" % f)
         for f in ("slot_prompt_offset", "slot_output_offset"):
             need(h[f] % 4 == 0, "%s not a multiple of 4" % f)
+        if h["features"] & FEAT_LOGPROBS:
+            per_token = 8 * (1 + h["slot_logprob_capacity"])
+            need(h["slot_logprob_offset"] >= SLOT_FIXED and h["slot_logprob_offset"] % 8 == 0,
+                 "slot_logprob_offset %d" % h["slot_logprob_offset"])
+            need(per_token <= h["slot_size"] and
+                 h["slot_logprob_offset"] + per_token * h["slot_output_capacity"] <= h["slot_size"],
+                 "log-probability records outside slot")
         return p
 
     # --- addresses (section 4)

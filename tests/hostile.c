@@ -35,7 +35,7 @@
 #define CLOSE_WAIT_MS 4000     /* a violation must end the session within this */
 #define OPEN_WAIT_MS 1000      /* how long a session that should stay open is watched */
 #define DONE_WAIT_MS 5000      /* one request, on a loaded 2-core machine */
-#define HANDSHAKE_WAIT_MS 8000 /* the daemon's own handshake timeout is 5 s */
+#define HANDSHAKE_WAIT_MS 8000 /* the daemon's own handshake timeout is 1 s by default */
 #define MODE_BUDGET_MS 9000    /* loops stop here, so every mode ends within ~10 s */
 #define ALARM_S 15             /* last resort if a system call still hangs */
 #define HOSTILE_SLOTS 4
@@ -910,6 +910,10 @@ static int mode_no_hello(const struct options *o)
 	int64_t t0 = tu_now_ns();
 	int closed = wait_closed(fd, HANDSHAKE_WAIT_MS);
 	fact_u("elapsed_ms", (unsigned long long)((tu_now_ns() - t0) / MS));
+	struct bn_welcome w;
+	int fds[2] = { -1, -1 };
+	if (closed && recv_welcome(fd, &w, fds) == 0) /* the reason, sent before the close */
+		fact_u("welcome_error", w.error);
 	fact_s("result", closed ? "closed" : "open");
 	close(fd);
 	return 0;

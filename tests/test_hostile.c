@@ -84,7 +84,8 @@ static const struct hostile_case cases[] = {
 	  .facts = { "welcome_error=1008", "version_error=1009", "flags_error=1008",
 		     "reserved_error=1008" },
 	  .metric = "bitnetd_sessions_refused_total", .metric_min = 4 },
-	{ .mode = "no-hello", .result = "closed", .violations = 0 },
+	{ .mode = "no-hello", .result = "closed", .violations = 0, .facts = { "welcome_error=1007" },
+	  .metric = "bitnetd_connections_refused_total{reason=\"hello_timeout\"}", .metric_min = 1 },
 	{ .mode = "ctl-garbage", .result = "closed", .violations = 1,
 	  .facts = { "stats_reply=ok", "unknown_op_error=1001", "after_unknown_op=open" } },
 };

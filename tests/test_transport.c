@@ -4,6 +4,8 @@
  * checked against the loopback oracle (tests/testutil.c, written from PROTOCOL.md §13).
  */
 #define _GNU_SOURCE
+#include "../daemon/log.h"
+#include "../daemon/session.h"
 #include "bitnet_client.h"
 #include "testutil.h"
 
@@ -13,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -685,6 +689,97 @@ START_TEST(pending_handshakes_are_capped_per_user)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* The CLOSED rule in the library (shm/PROTOCOL.md §11.3), against a daemon of one session     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A daemon that opens one session with the daemon's own session code, never reads its ring,
+ * and on `go` hangs up, with `flags` in daemon_flags first: a shutdown whose last look at
+ * the ring came before the client queued. */
+struct one_session {
+	char path[108];
+	int listen_fd, go[2];
+	uint32_t flags;
+};
+
+static void *one_session_daemon(void *arg)
+{
+	struct one_session *o = arg;
+	static struct bn_model_desc model = { .name = "one-session", .vocab_size = VOCAB,
+					      .context_length = 64, .eos_id = EOS,
+					      .kind = BN_BACKEND_LOOPBACK };
+	struct bn_session_limits lim = { .slots = 2, .prompt_capacity = 64, .output_capacity = 64,
+					 .max_weight = 1, .model = &model };
+	bn_log_set_level(BN_LOG_WARN);
+	int fd = accept4(o->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	struct ucred cred;
+	bn_peer_cred(fd, &cred);
+	struct bn_session *s = bn_session_new(1, fd, &cred);
+	if (!s || recv(fd, s->rx, sizeof(struct bn_hello), MSG_WAITALL) != sizeof(struct bn_hello) ||
+	    bn_session_handshake(s, &lim, 0) < 0)
+		return NULL;
+	char b;
+	if (read(o->go[0], &b, 1) == 1) {
+		bn_session_set_daemon_flags(s, o->flags);
+		shutdown(fd, SHUT_RDWR);
+	}
+	if (read(o->go[0], &b, 1) != 1) /* the client is done with the segment */
+		b = 0;
+	bn_session_free(s);
+	return NULL;
+}
+
+/* One request queued to the one-session daemon, which then hangs up with `flags`; returns
+ * what bn_wait said, and the result in *r. */
+static int wait_after_hangup(uint32_t flags, struct bn_result *r)
+{
+	struct one_session o = { .flags = flags };
+	snprintf(o.path, sizeof(o.path), "/tmp/bn-one-%d.sock", (int)getpid());
+	unlink(o.path);
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	strcpy(addr.sun_path, o.path);
+	o.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_eq(bind(o.listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	ck_assert_int_eq(listen(o.listen_fd, 4), 0);
+	ck_assert_int_eq(pipe(o.go), 0);
+	pthread_t t;
+	pthread_create(&t, NULL, one_session_daemon, &o);
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(o.path, 1, &c), 0);
+	uint32_t prompt[2] = { 5, 6 };
+	struct bn_request req = { prompt, 2, 4, 0, NULL };
+	struct bn_handle *h;
+	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
+	ck_assert_int_eq(write(o.go[1], "g", 1), 1);
+	int rc = bn_wait(h, 5 * SECOND);
+	*r = (struct bn_result){ 0 };
+	if (rc == 0)
+		ck_assert_int_eq(bn_result(h, r), 0);
+	/* After the hang-up: refused at submit, with the reason the header gives. */
+	int again = bn_submit(c, &req, &h);
+	ck_assert_int_eq(again, flags & BN_DAEMON_SHUTTING_DOWN ? -BN_E_SHUTDOWN : -BN_E_DISCONNECTED);
+	bn_disconnect(c);
+	ck_assert_int_eq(write(o.go[1], "d", 1), 1);
+	pthread_join(t, NULL);
+	close(o.listen_fd);
+	close(o.go[0]);
+	close(o.go[1]);
+	unlink(o.path);
+	return rc;
+}
+
+START_TEST(request_never_taken_ends_with_shutdown)
+{
+	struct bn_result r;
+	ck_assert_int_eq(wait_after_hangup(BN_DAEMON_SHUTTING_DOWN | BN_DAEMON_CLOSED, &r), 0);
+	ck_assert_uint_eq(r.status, BN_STATUS_SHUTDOWN);
+	ck_assert_int_eq(r.error, 0);
+	ck_assert_uint_eq(r.n_tokens, 0);
+	/* Without CLOSED the daemon just vanished: the request is lost, and says so. */
+	ck_assert_int_eq(wait_after_hangup(0, &r), -BN_E_DISCONNECTED);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("transport");
@@ -707,6 +802,7 @@ int main(void)
 	tcase_add_test(tc, max_sessions_refuses_with_busy);
 	tcase_add_test(tc, silent_connections_hold_only_their_users_share);
 	tcase_add_test(tc, pending_handshakes_are_capped_per_user);
+	tcase_add_test(tc, request_never_taken_ends_with_shutdown);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
