@@ -284,9 +284,10 @@ fuzz-requests:
 # ---------------------------------------------------------------------------------------------
 # Tests: each Check program prints its runner summary; a failing one fails the target.
 
-# Without SANITIZE, `check` also runs the C tests once under ASan+UBSan (its own build dir),
-# and the fault campaigns once.
-check: check-c check-python check-systemd $(if $(SANITIZE),,check-faults check-san)
+# Without SANITIZE, `check` also runs the fault campaigns, then the C tests and the
+# campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
+# build dir).
+check: check-c check-python check-systemd $(if $(SANITIZE),,check-faults check-san check-tsan)
 
 check-tsan:
 	@echo "== sanitizer pass (thread)"

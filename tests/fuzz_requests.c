@@ -10,10 +10,9 @@
  *   then commands (fuzz_requests.h): raw bytes anywhere in the segment, a raw ring tail, an
  *   honest sqe for a slot, the daemon taking the ring, a scheduler step, the drain.
  *
- * Afterwards the session ends the way the loop ends one (a violation: ERROR/PROTOCOL; a
- * shutdown: SHUTDOWN; else the client is gone), and the target traps unless the daemon is
- * back where it started: no request in flight, nothing running or waiting, no KV block used
- * or reserved. ASan and UBSan catch the rest. `make fuzz-requests` runs it under libFuzzer;
+ * Afterwards the session ends the way the loop ends one (end_session), and the target traps
+ * unless the daemon is back where it started: no request in flight, nothing running or
+ * waiting, no KV block used or reserved. ASan and UBSan catch the rest. `make fuzz-requests` runs it under libFuzzer;
  * `make check` replays tests/corpus/requests.
  */
 #define _GNU_SOURCE
@@ -120,6 +119,23 @@ static void client_queue(struct bn_session *s, struct script *in)
 	__atomic_store_n(&s->ring->tail, tail + 1, __ATOMIC_RELEASE);
 }
 
+/* The session ends as the loop ends one: after a violation, ERROR/PROTOCOL; after a drain,
+ * what still runs ends SHUTDOWN, the ring is closed and read a last time, and the rest ends
+ * SHUTDOWN; otherwise the client is gone and its requests vanish. */
+static void end_session(struct daemon_side *d, struct bn_session *s, int violated,
+			int shutting_down)
+{
+	if (!violated && shutting_down) {
+		bn_sched_end_running(d->sched, BN_STATUS_SHUTDOWN);
+		bn_session_set_daemon_flags(s, BN_DAEMON_SHUTTING_DOWN | BN_DAEMON_CLOSED);
+		violated = bn_session_poll_ring(s, d->sched, 1) < 0;
+	}
+	if (violated)
+		bn_sched_drop_session(d->sched, s, BN_STATUS_ERROR, BN_E_PROTOCOL);
+	else
+		bn_sched_drop_session(d->sched, s, shutting_down ? BN_STATUS_SHUTDOWN : 0, 0);
+}
+
 static void check_idle(struct daemon_side *d, const struct bn_session *s)
 {
 	uint32_t total, used, reserved, block_tokens;
@@ -154,10 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		}
 	}
-	if (violated)
-		bn_sched_drop_session(d->sched, s, BN_STATUS_ERROR, BN_E_PROTOCOL);
-	else
-		bn_sched_drop_session(d->sched, s, shutting_down ? BN_STATUS_SHUTDOWN : 0, 0);
+	end_session(d, s, violated, shutting_down);
 	check_idle(d, s);
 	bn_session_free(s);
 	close(peer);
