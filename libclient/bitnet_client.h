@@ -10,8 +10,10 @@
  * whoever submitted it: one thread at a time may wait on, read or release a given handle.
  *
  * Timeouts are in nanoseconds: < 0 waits without limit, 0 only checks. Whatever the timeout,
- * a call that waits on the daemon returns -BN_E_DISCONNECTED within about 50 ms of the daemon
- * dying; nothing waits forever on a daemon that is gone.
+ * a call that waits on the daemon returns -BN_E_DISCONNECTED within one 50 ms sleep slice of
+ * the daemon's socket closing; nothing waits forever on a daemon that is gone. (A SIGKILLed
+ * daemon's socket closes once the kernel has released its memory: tests/faults.c measures
+ * 50-100 ms from the kill.)
  */
 #ifndef BITNET_CLIENT_H
 #define BITNET_CLIENT_H
