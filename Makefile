@@ -31,7 +31,7 @@ SANITIZE ?=
 # cannot share objects.
 BUILD    ?= build$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
-LIB_VERSION := 1.1.0
+LIB_VERSION := 1.2.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)
@@ -42,6 +42,11 @@ endif
 
 URING_CFLAGS := $(shell $(PKG_CONFIG) --cflags liburing 2>/dev/null)
 URING_LIBS   := $(shell $(PKG_CONFIG) --libs liburing 2>/dev/null || echo -luring)
+# PCRE2 (Debian: libpcre2-dev) for the byte-level BPE split patterns' Unicode classes.
+PCRE_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libpcre2-8 2>/dev/null)
+PCRE_LIBS    := $(shell $(PKG_CONFIG) --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+# Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from and the CLI's chat.
+JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell $(PKG_CONFIG) --libs check 2>/dev/null || echo -lcheck)
 # OpenBLAS, the serial build (Debian: libopenblas-serial-dev): its calls run inside our own
@@ -56,7 +61,8 @@ BLAS_LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS   ?= -O2 -g
-BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Itools
+BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Itools \
+	$(PCRE_CFLAGS)
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
 # GCC warns that ThreadSanitizer does not model atomic_thread_fence. Our full fences order a
 # store before a load against another process (the lost-wakeup handshakes, shm/PROTOCOL.md
@@ -110,11 +116,13 @@ endif
 # libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
 # model tool, the benchmarks and the tests link it.
 KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
+# The tokenizer is one implementation: the client library's, which the daemon builds too.
+TOKENIZER_SRCS := libclient/tokenizer.c libclient/bpe.c libclient/detok.c libclient/chat.c
 DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backend_cuda.c),$(wildcard daemon/*.c))
-CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS)
-CLIENT_SRCS := libclient/client.c libclient/tokenizer.c
-CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c
-MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c
+CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
+CLIENT_SRCS := libclient/client.c libclient/chat_run.c $(TOKENIZER_SRCS)
+CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c
+MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c tools/hf_vocab.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay fuzz-requests-replay
 
@@ -134,7 +142,7 @@ LIB_PC   := $(BUILD)/bitnet-client.pc
 TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
 # The built-in default model: the tiny preset, made by the model tool at build time.
 DEFAULT_MODEL := $(BUILD)/models/tiny.gguf
-CORE_LIBS := $(URING_LIBS) -lm $(CUDA_LIBS)
+CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) -lm $(CUDA_LIBS)
 
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
@@ -176,7 +184,7 @@ $(BITNETD): $(BUILD)/daemon/main.o $(CORE_A)
 
 $(MODELTOOL): $(MODELTOOL_OBJS) $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(JANSSON_LIBS)
 
 $(DEFAULT_MODEL): $(MODELTOOL)
 	@mkdir -p $(dir $@)
@@ -186,7 +194,7 @@ $(DEFAULT_MODEL): $(MODELTOOL)
 $(LIB_SO): $(CLIENT_PIC) libclient/libbitnet-client.map
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=libclient/libbitnet-client.map \
-		-Wl,--no-undefined $(CLIENT_PIC) -o $@ $(ALL_LDFLAGS)
+		-Wl,--no-undefined $(CLIENT_PIC) -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS)
 	$(Q)ln -sf $(LIB_SONAME) $(BUILD)/libbitnet-client.so
 
 $(LIB_A): $(CLIENT_OBJS)
@@ -202,7 +210,7 @@ $(LIB_PC): libclient/bitnet-client.pc.in Makefile
 # LD_LIBRARY_PATH.
 $(CLI): $(CLI_OBJS) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) $(JANSSON_LIBS) -lm
 
 TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
 
@@ -245,7 +253,7 @@ BENCH_SERVE := $(BUILD)/bench/bench_serve
 BENCH_SERVE_ARGS ?=
 $(BENCH_SERVE): $(BUILD)/bench/bench_serve.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
 
 bench-serve: $(BENCH_SERVE) $(BITNETD) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) $(BENCH_SERVE) --model $(BENCH_MODEL_FILE) $(BENCH_SERVE_ARGS)

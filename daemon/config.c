@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "../shm/bitnet_shm.h"
+#include "bitnet_client.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -64,6 +65,14 @@ static const char usage_text[] =
 	"                         long after it was accepted is closed (default 1000)\n"
 	"  --idle-spin-us N       how long the loop keeps polling the rings after the last\n"
 	"                         work before it sleeps (default 50); 0 sleeps at once\n"
+	"  --pre-tokenizer NAME   how a gpt2 (byte-level BPE) vocabulary splits text:\n"
+	"                         llama-bpe or gpt2 (default: the file's tokenizer.ggml.pre,\n"
+	"                         else llama-bpe for the LLaMA-3 vocabulary, recognised by\n"
+	"                         its tokens and merges; other vocabularies without the key\n"
+	"                         are served without text until this is given)\n"
+	"  --chat-template NAME   bitnet, llama3, chatml or llama2 (default: recognised from\n"
+	"                         the file's tokenizer.chat_template; the BitNet 2B4T\n"
+	"                         converter's placeholder becomes bitnet)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --vocab-size N         loopback: vocabulary size (default 32000)\n"
 	"  --step-delay-us N      loopback: busy time per step, to mimic compute (default 0)\n"
@@ -85,7 +94,8 @@ enum long_only {
 	OPT_SLOTS, OPT_MAX_SESSIONS, OPT_IDLE_SPIN, OPT_LOG_LEVEL, OPT_VOCAB, OPT_STEP_DELAY,
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
-	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_HELP, OPT_VERSION,
+	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
+	OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -114,6 +124,8 @@ static const struct option long_options[] = {
 	{ "max-running-per-user", required_argument, NULL, OPT_PER_USER },
 	{ "max-weight", required_argument, NULL, OPT_MAX_WEIGHT },
 	{ "max-logprobs", required_argument, NULL, OPT_MAX_LOGPROBS },
+	{ "pre-tokenizer", required_argument, NULL, OPT_PRE_TOKENIZER },
+	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -264,6 +276,19 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_VOCAB: return parse_u32("vocab-size", arg, 3, 1u << 24, 10, &cfg->vocab_size);
 	case OPT_STEP_DELAY: return parse_u32("step-delay-us", arg, 0, 10000000, 10, &cfg->step_delay_us);
 	case OPT_DRAIN: return parse_u32("drain-timeout-ms", arg, 0, 3600000, 10, &cfg->drain_timeout_ms);
+	case OPT_PRE_TOKENIZER:
+		cfg->pre_tokenizer = arg;
+		if (bn_pre_tokenizer_from_name(arg) > 0)
+			return 0;
+		fprintf(stderr, "bitnetd: --pre-tokenizer: '%s' is not llama-bpe or gpt2\n", arg);
+		return -1;
+	case OPT_CHAT_TEMPLATE:
+		cfg->chat_template = arg;
+		if (bn_chat_template_from_name(arg) > 0)
+			return 0;
+		fprintf(stderr, "bitnetd: --chat-template: '%s' is not bitnet, llama3, chatml or "
+				"llama2\n", arg);
+		return -1;
 	case OPT_LOG_LEVEL:
 		if (bn_log_parse_level(arg, &cfg->log_level) == 0)
 			return 0;

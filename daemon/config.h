@@ -24,6 +24,8 @@ struct bn_config {
 	int device_index;        /* the N of cuda:N */
 	int device_set;          /* --device was given */
 	const char *model_path;
+	const char *pre_tokenizer; /* --pre-tokenizer: a name the tokenizer knows, or NULL */
+	const char *chat_template; /* --chat-template: a name the tokenizer knows, or NULL */
 	uint32_t max_batch;
 	uint32_t token_budget;
 	uint64_t kv_memory;      /* bytes; 0: the scheduler's default */

@@ -3,6 +3,7 @@
 #include "loop.h"
 
 #include "../shm/bitnet_barrier.h"
+#include "bitnet_client.h"
 #include "clock.h"
 #include "log.h"
 #include "sched.h"
@@ -16,6 +17,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -61,8 +63,7 @@ struct bn_loop {
 	uint64_t housekeeping_ns;     /* how often handshakes are checked for their timeout */
 	char *stats_buf;              /* STATS text, grown by bn_stats_render */
 	size_t stats_cap;
-	int vocab_fd;                 /* sealed memfd with the BN_CTL_VOCAB payload, or -1 */
-	uint32_t vocab_bytes;
+	struct bn_vocab_served vocab; /* sealed memfds of the VOCAB and TOKENIZER payloads */
 };
 
 static uint64_t tag(void *owner, enum io_kind kind)
@@ -419,21 +420,23 @@ static void reply_stats(struct bn_loop *l, struct bn_session *s, const struct bn
 		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
 }
 
-/* BN_CTL_VOCAB: the reply head and the sealed memfd in one sendmsg; the payload itself never
- * crosses the socket, so its size cannot stall the loop (shm/PROTOCOL.md §10.3). */
-static void reply_vocab(struct bn_loop *l, struct bn_session *s)
+/* BN_CTL_VOCAB and BN_CTL_TOKENIZER: the reply head and the sealed memfd in one sendmsg; the
+ * payload itself never crosses the socket, so its size cannot stall the loop
+ * (shm/PROTOCOL.md §10.3). */
+static void reply_vocab(struct bn_loop *l, struct bn_session *s, uint32_t op)
 {
-	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = BN_CTL_VOCAB };
+	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = op };
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { &head, sizeof(head) };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (l->vocab_fd < 0) {
+	int fd = op == BN_CTL_VOCAB ? l->vocab.vocab_fd : l->vocab.tokenizer_fd;
+	if (fd < 0) {
 		head.error = BN_E_INVALID;
 	} else {
-		head.length = l->vocab_bytes;
+		head.length = op == BN_CTL_VOCAB ? l->vocab.vocab_bytes : l->vocab.tokenizer_bytes;
 		memset(&ctl, 0, sizeof(ctl));
 		msg.msg_control = ctl.buf;
 		msg.msg_controllen = sizeof(ctl.buf);
@@ -441,7 +444,7 @@ static void reply_vocab(struct bn_loop *l, struct bn_session *s)
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
 		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &l->vocab_fd, sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
 	}
 	ssize_t n = sendmsg(s->sock_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n != (ssize_t)sizeof(head))
@@ -457,8 +460,8 @@ static void handle_control(struct bn_loop *l, struct bn_session *s)
 		protocol_violation(l, s, "bad control message");
 		return;
 	}
-	if (q.op == BN_CTL_VOCAB)
-		reply_vocab(l, s);
+	if (q.op == BN_CTL_VOCAB || q.op == BN_CTL_TOKENIZER)
+		reply_vocab(l, s, q.op);
 	else
 		reply_stats(l, s, &q);
 	if (s->phase == BN_SESSION_ACTIVE)
@@ -857,25 +860,55 @@ static int open_signals(void)
 	return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
-/* The vocabulary that BN_CTL_VOCAB serves, from the file the backend loaded the model from.
- * A file without one, or with a malformed one, is served without: the model itself loaded. */
+/* One line for each decision the file did not make itself (shm/bitnet_shm.h BN_VOCAB_*). */
+static void log_choice(const struct bn_vocab_choice *c)
+{
+	if (c->flags & BN_VOCAB_PRE_DETECTED)
+		bn_log_info("msg=\"tokenizer.ggml.pre is missing; the vocabulary is LLaMA-3's, so its "
+			    "pre-tokenizer is used\" pre_tokenizer=%s",
+			    bn_pre_tokenizer_name(c->pre_tokenizer));
+	if (c->flags & BN_VOCAB_CHAT_PLACEHOLDER)
+		bn_log_info("msg=\"the file's chat template is the BitNet 2B4T converter's placeholder; "
+			    "using the format the model was trained on\" chat_template=bitnet");
+	if (c->chat_template == BN_CHAT_UNKNOWN)
+		bn_log_warn("msg=\"the file's chat template is not one bitnetd recognises; chat "
+			    "needs --chat-template (bitnet, llama3, chatml, llama2) or a per-request "
+			    "choice\"");
+	char eog[16 * 11] = "";
+	size_t at = 0;
+	for (uint32_t i = 0; i < c->n_eog; i++)
+		at += (size_t)snprintf(eog + at, sizeof(eog) - at, i ? ",%u" : "%u", c->eog[i]);
+	bn_log_info("msg=\"vocabulary loaded\" kind=%s pre_tokenizer=%s chat_template=%s eog_ids=%s",
+		    c->kind == BN_VOCAB_SPM ? "spm" : c->kind == BN_VOCAB_BPE ? "gpt2" : "other",
+		    bn_pre_tokenizer_name(c->pre_tokenizer), bn_chat_template_name(c->chat_template),
+		    eog);
+}
+
+/* The vocabulary that BN_CTL_VOCAB and BN_CTL_TOKENIZER serve, from the file the backend
+ * loaded the model from. A file without one, or with one refused, is served without: the
+ * model itself loaded, and token ids still work. */
 static void open_vocab(struct bn_loop *l, const struct bn_model_desc *model)
 {
 	const char *path = l->cfg->model_path;
 	if (!path || model->kind == BN_BACKEND_LOOPBACK)
 		return;
 	char err[BN_VOCAB_ERR_LEN];
-	size_t size = 0;
-	int rc = bn_vocab_payload_open(path, model->vocab_size, &l->vocab_fd, &size, err);
-	if (rc < 0) {
-		l->vocab_fd = -1;
+	struct bn_vocab_options o = { .pre_tokenizer = l->cfg->pre_tokenizer,
+				      .chat_template = l->cfg->chat_template };
+	int rc = bn_vocab_serve_open(path, model->vocab_size, &o, &l->vocab, err);
+	if (rc < 0)
 		bn_log_error("msg=\"serving without a vocabulary\" error=\"%s\"", err);
-	} else if (rc == 0) {
+	else if (rc == 0)
 		bn_log_info("msg=\"the model file has no vocabulary\" model=\"%s\"", path);
-	} else {
-		l->vocab_bytes = (uint32_t)size;
-		bn_log_info("msg=\"vocabulary loaded\" bytes=%zu", size);
-	}
+	else
+		log_choice(&l->vocab.choice);
+}
+
+/* The vocabulary's end-of-generation ids for the scheduler (eos is its own field). */
+static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc)
+{
+	for (uint32_t i = 0; i < c->n_eog && sc->n_eog < BN_SCHED_MAX_EOG; i++)
+		sc->eog[sc->n_eog++] = c->eog[i];
 }
 
 struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend_ops *ops,
@@ -886,7 +919,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	if (!l)
 		return NULL;
 	l->cfg = cfg;
-	l->listen_fd = l->signal_fd = l->vocab_fd = -1;
+	l->listen_fd = l->signal_fd = l->vocab.vocab_fd = l->vocab.tokenizer_fd = -1;
 	l->next_session_id = 1;
 	l->limits = (struct bn_session_limits){ .slots = cfg->slots,
 						.prompt_capacity = model->context_length,
@@ -907,10 +940,13 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		.kv_block_tokens = cfg->kv_block_tokens,
 		.logprob_capacity = cfg->max_logprobs,
 	};
+	open_vocab(l, model);
+	copy_eog(&l->vocab.choice, &sc);
 	l->sched = bn_sched_new(ops, backend, model, &sc);
 	if (!l->sched) {
 		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
 		*exit_code = BN_EXIT_BACKEND;
+		bn_vocab_served_close(&l->vocab);
 		free(l->sessions);
 		free(l->stats_buf);
 		free(l);
@@ -922,6 +958,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		free(l->sessions);
 		free(l->stats_buf);
 		bn_sched_free(l->sched);
+		bn_vocab_served_close(&l->vocab);
 		free(l);
 		return NULL;
 	}
@@ -937,7 +974,6 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		bn_loop_free(l);
 		return NULL;
 	}
-	open_vocab(l, model);
 	l->watchdog_ns = bn_sd_watchdog_ns();
 	l->handshake_timeout_ns = (uint64_t)cfg->handshake_timeout_ms * 1000000u;
 	/* Handshakes are checked four times per timeout: closed within 1.25 timeouts. */
@@ -956,8 +992,7 @@ void bn_loop_free(struct bn_loop *l)
 		close(l->listen_fd);
 	if (l->signal_fd >= 0)
 		close(l->signal_fd);
-	if (l->vocab_fd >= 0)
-		close(l->vocab_fd);
+	bn_vocab_served_close(&l->vocab);
 	bn_sched_free(l->sched);
 	free(l->sessions);
 	free(l->stats_buf);

@@ -650,13 +650,24 @@ static void observe_token(struct bn_req *r, uint64_t now)
 	r->t_last_token = now;
 }
 
-/* Applies one sampled token to its request; ends it on EOS, a stop id or max_tokens. */
+static int is_eog(const struct bn_sched *s, uint32_t token)
+{
+	if (token == s->cfg.eos_id)
+		return 1;
+	for (uint32_t i = 0; i < s->cfg.n_eog; i++)
+		if (s->cfg.eog[i] == token)
+			return 1;
+	return 0;
+}
+
+/* Applies one sampled token to its request; ends it on an end-of-generation id, a stop id or
+ * max_tokens. */
 static void deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample_out *o,
 		    uint64_t now)
 {
 	observe_token(r, now);
 	uint32_t status = BN_STATUS_NONE;
-	if (o->token == s->cfg.eos_id && !(r->flags & BN_REQ_IGNORE_EOS))
+	if (is_eog(s, o->token) && !(r->flags & BN_REQ_IGNORE_EOS))
 		status = BN_STATUS_EOS;
 	else if (is_stop(r, o->token))
 		status = BN_STATUS_STOP;

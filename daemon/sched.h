@@ -24,12 +24,18 @@
 
 struct bn_sched;
 
+#define BN_SCHED_MAX_EOG 16
+
 struct bn_sched_config {
 	uint32_t max_batch;              /* sequences running at once */
 	uint32_t token_budget;           /* tokens per step at position 0, decode tokens included */
 	uint32_t max_running_per_session; /* 0: max_batch */
 	uint32_t max_running_per_user;   /* 0: max_batch (by peer uid) */
 	uint32_t eos_id;
+	/* End-of-generation ids besides eos_id (the vocabulary's eot, eom and end-of-turn tokens,
+	 * daemon/vocab.h): a request ends with BN_STATUS_EOS at any of them. */
+	uint32_t n_eog;
+	uint32_t eog[BN_SCHED_MAX_EOG];
 	uint32_t context_length;
 	uint64_t kv_memory;              /* bytes of KV cache; 0: the default (sched.c) */
 	uint32_t kv_block_tokens;        /* positions per KV block */

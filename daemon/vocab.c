@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* vocab.c — GGUF tokenizer keys → the BN_CTL_VOCAB payload, checked, in a sealed memfd. */
+/* vocab.c — GGUF tokenizer keys → the BN_CTL_TOKENIZER and BN_CTL_VOCAB payloads, checked,
+ * in sealed memfds. */
 #define _GNU_SOURCE
 #include "vocab.h"
 
 #include "../shm/bitnet_shm.h"
+#include "bitnet_client.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,9 +24,15 @@
 
 struct builder {
 	const struct bn_gguf *g;
+	const struct bn_vocab_options *opt;
 	char *err;
-	const struct bn_gguf_kv *tokens, *scores, *types;
+	const struct bn_gguf_kv *tokens, *scores, *types, *merges;
 	struct bn_vocab_head head;
+	struct bn_vocab_ext ext;
+	struct bn_vocab_merge *merge_ids; /* [ext.n_merges] */
+	uint32_t *map;                    /* text -> id + 1 (0: empty), for the merges */
+	uint32_t map_mask;
+	struct bn_vocab_choice *choice;
 };
 
 static int fail(struct builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -90,7 +98,11 @@ static int read_kind(struct builder *b)
 	int rc = bn_gguf_get_str(b->g, "tokenizer.ggml.model", &s);
 	if (rc == -EINVAL)
 		return fail(b, "tokenizer.ggml.model is not a string");
-	b->head.kind = rc == 0 && bn_gguf_str_eq(s, "llama") ? BN_VOCAB_SPM : BN_VOCAB_OTHER;
+	b->head.kind = BN_VOCAB_OTHER;
+	if (rc == 0 && bn_gguf_str_eq(s, "llama"))
+		b->head.kind = BN_VOCAB_SPM;
+	else if (rc == 0 && bn_gguf_str_eq(s, "gpt2"))
+		b->head.kind = BN_VOCAB_BPE;
 	return 0;
 }
 
@@ -118,9 +130,229 @@ static int read_head(struct builder *b)
 	return 0;
 }
 
-/* Payload bytes: the head, then per token an entry and its text. It must fit the u32
- * length of a control reply. */
-static int payload_size(struct builder *b, size_t *out)
+/* ------------------------------------------------------------------------------------------ */
+/* Byte-level BPE: the merges as id triples                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint32_t hash_text(const char *p, uint64_t n)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (uint64_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)p[i]) * 16777619u;
+	return h;
+}
+
+static struct bn_gguf_str token_text(const struct builder *b, uint32_t id)
+{
+	struct bn_gguf_str s = { "", 0 };
+	bn_gguf_arr_str(b->tokens, id, &s); /* every element was read by entries_size() */
+	return s;
+}
+
+static uint32_t map_find(const struct builder *b, const char *p, uint64_t n)
+{
+	for (uint32_t i = hash_text(p, n) & b->map_mask;; i = (i + 1) & b->map_mask) {
+		uint32_t e = b->map[i];
+		if (e == 0)
+			return UINT32_MAX;
+		struct bn_gguf_str s = token_text(b, e - 1);
+		if (s.len == n && memcmp(s.ptr, p, n) == 0)
+			return e - 1;
+	}
+}
+
+/* Texts that occur twice keep their first id, as llama.cpp's token_to_id does. */
+static int map_build(struct builder *b)
+{
+	uint64_t cap = 16;
+	while (cap < 2 * (uint64_t)b->head.n_tokens)
+		cap *= 2;
+	b->map = calloc((size_t)cap, sizeof(*b->map));
+	if (!b->map)
+		return fail(b, "no memory for the token map");
+	b->map_mask = (uint32_t)(cap - 1);
+	for (uint32_t id = 0; id < b->head.n_tokens; id++) {
+		struct bn_gguf_str s = token_text(b, id);
+		if (map_find(b, s.ptr, s.len) != UINT32_MAX)
+			continue;
+		uint32_t i = hash_text(s.ptr, s.len) & b->map_mask;
+		while (b->map[i])
+			i = (i + 1) & b->map_mask;
+		b->map[i] = id + 1;
+	}
+	return 0;
+}
+
+/* "left right": the first space after the first byte splits it (a token of the byte-level
+ * alphabet holds no space; U+0120 stands for one). */
+static int parse_merge(struct builder *b, uint32_t rank, struct bn_vocab_merge *m)
+{
+	struct bn_gguf_str s;
+	if (bn_gguf_arr_str(b->merges, rank, &s) != 0)
+		return fail(b, "tokenizer.ggml.merges[%u] cannot be read", rank);
+	const char *space = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
+	if (!space || space + 1 == s.ptr + s.len)
+		return fail(b, "tokenizer.ggml.merges[%u] \"%.*s\" is not two tokens", rank,
+			    (int)(s.len > 64 ? 64 : s.len), s.ptr);
+	uint64_t left_len = (uint64_t)(space - s.ptr), right_len = s.len - left_len - 1;
+	char joined[512];
+	if (s.len - 1 > sizeof(joined))
+		return fail(b, "tokenizer.ggml.merges[%u] is %llu bytes long", rank,
+			    (unsigned long long)s.len);
+	memcpy(joined, s.ptr, left_len);
+	memcpy(joined + left_len, space + 1, right_len);
+	m->left = map_find(b, s.ptr, left_len);
+	m->right = map_find(b, space + 1, right_len);
+	m->result = map_find(b, joined, left_len + right_len);
+	if (m->left == UINT32_MAX || m->right == UINT32_MAX || m->result == UINT32_MAX)
+		return fail(b, "tokenizer.ggml.merges[%u] \"%.*s\" names a token the vocabulary "
+			       "lacks (%s)", rank, (int)(s.len > 64 ? 64 : s.len), s.ptr,
+			    m->left == UINT32_MAX ? "left" : m->right == UINT32_MAX ? "right" : "joined");
+	return 0;
+}
+
+/* GPT-2's byte alphabet: the printable bytes stand for themselves, the other 68 for U+0100
+ * onwards in byte order. Every byte needs its token, or some text could not be encoded. */
+static int check_byte_tokens(struct builder *b)
+{
+	uint32_t next = 256;
+	for (uint32_t byte = 0; byte < 256; byte++) {
+		int printable = (byte >= 0x21 && byte <= 0x7e) || (byte >= 0xa1 && byte <= 0xac) ||
+				byte >= 0xae;
+		uint32_t cp = printable ? byte : next++;
+		char utf8[2];
+		size_t n = 1;
+		if (cp < 0x80) {
+			utf8[0] = (char)cp;
+		} else {
+			utf8[0] = (char)(0xc0 | (cp >> 6));
+			utf8[1] = (char)(0x80 | (cp & 0x3f));
+			n = 2;
+		}
+		if (map_find(b, utf8, n) == UINT32_MAX)
+			return fail(b, "the gpt2 vocabulary has no token for byte 0x%02x", byte);
+	}
+	return 0;
+}
+
+static int read_merges(struct builder *b)
+{
+	b->merges = bn_gguf_find_kv(b->g, "tokenizer.ggml.merges");
+	if (!b->merges)
+		return fail(b, "tokenizer.ggml.merges is missing (a gpt2 vocabulary needs it)");
+	if (b->merges->type != BN_GGUF_ARRAY || b->merges->v.arr.type != BN_GGUF_STRING)
+		return fail(b, "tokenizer.ggml.merges is not an array of strings");
+	if (b->merges->v.arr.n >= UINT32_MAX / sizeof(struct bn_vocab_merge))
+		return fail(b, "tokenizer.ggml.merges has %llu elements",
+			    (unsigned long long)b->merges->v.arr.n);
+	b->ext.n_merges = (uint32_t)b->merges->v.arr.n;
+	if (map_build(b) || check_byte_tokens(b))
+		return -1;
+	b->merge_ids = malloc(((size_t)b->ext.n_merges + 1) * sizeof(*b->merge_ids));
+	if (!b->merge_ids)
+		return fail(b, "no memory for %u merges", b->ext.n_merges);
+	for (uint32_t r = 0; r < b->ext.n_merges; r++)
+		if (parse_merge(b, r, &b->merge_ids[r]))
+			return -1;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Decisions: pre-tokenizer, chat template, end of generation                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+static struct bn_vocab_view view_of(const struct builder *b)
+{
+	return (struct bn_vocab_view){ .tokens = b->tokens, .types = b->types,
+				       .merges = b->merges, .n_tokens = b->head.n_tokens };
+}
+
+static int resolve_pre(struct builder *b)
+{
+	if (b->head.kind != BN_VOCAB_BPE)
+		return 0;
+	if (b->opt && b->opt->pre_tokenizer) {
+		b->ext.pre_tokenizer = (uint32_t)bn_pre_tokenizer_from_name(b->opt->pre_tokenizer);
+		b->ext.flags |= BN_VOCAB_PRE_OVERRIDE;
+		return 0;
+	}
+	struct bn_gguf_str s;
+	int rc = bn_gguf_get_str(b->g, "tokenizer.ggml.pre", &s);
+	if (rc == -EINVAL)
+		return fail(b, "tokenizer.ggml.pre is not a string");
+	if (rc == 0) {
+		char name[64];
+		snprintf(name, sizeof(name), "%.*s", (int)(s.len < 63 ? s.len : 63), s.ptr);
+		int pre = s.len < 63 ? bn_pre_tokenizer_from_name(name) : -1;
+		if (pre <= 0)
+			return fail(b, "tokenizer.ggml.pre \"%s\" is not a pre-tokenizer bitnetd knows "
+				       "(llama-bpe, gpt2); choose one with --pre-tokenizer", name);
+		b->ext.pre_tokenizer = (uint32_t)pre;
+		return 0;
+	}
+	struct bn_vocab_view v = view_of(b);
+	if (!bn_vocab_is_llama3(&v))
+		return fail(b, "tokenizer.ggml.pre is missing and the gpt2 vocabulary is not one "
+			       "bitnetd recognises; name its pre-tokenizer with --pre-tokenizer "
+			       "(llama-bpe, gpt2)");
+	b->ext.pre_tokenizer = BN_PRE_LLAMA3;
+	b->ext.flags |= BN_VOCAB_PRE_DETECTED;
+	return 0;
+}
+
+static int resolve_template(struct builder *b)
+{
+	if (b->opt && b->opt->chat_template) {
+		b->ext.chat_template = (uint32_t)bn_chat_template_from_name(b->opt->chat_template);
+		b->ext.flags |= BN_VOCAB_CHAT_OVERRIDE;
+		return 0;
+	}
+	struct bn_gguf_str s = { NULL, 0 };
+	int rc = bn_gguf_get_str(b->g, "tokenizer.chat_template", &s);
+	if (rc == -EINVAL)
+		return fail(b, "tokenizer.chat_template is not a string");
+	int placeholder;
+	b->ext.chat_template = bn_chat_template_detect(s.ptr, (size_t)s.len, &placeholder);
+	if (placeholder)
+		b->ext.flags |= BN_VOCAB_CHAT_PLACEHOLDER;
+	return 0;
+}
+
+static int resolve_eog(struct builder *b)
+{
+	uint32_t declared[3] = { b->head.eos_id, UINT32_MAX, UINT32_MAX };
+	if (token_id(b, "tokenizer.ggml.eot_token_id", &declared[1]) ||
+	    token_id(b, "tokenizer.ggml.eom_token_id", &declared[2]))
+		return -1;
+	if (declared[1] != UINT32_MAX)
+		b->ext.flags |= BN_VOCAB_EOT_DECLARED;
+	struct bn_vocab_view v = view_of(b);
+	b->ext.n_eog = bn_vocab_find_eog(&v, declared, b->choice->eog);
+	b->choice->n_eog = b->ext.n_eog;
+	return 0;
+}
+
+static int resolve(struct builder *b)
+{
+	b->ext.magic = BN_VOCAB_EXT_MAGIC;
+	if (b->head.kind == BN_VOCAB_BPE && read_merges(b))
+		return -1;
+	if (resolve_pre(b) || resolve_template(b) || resolve_eog(b))
+		return -1;
+	b->choice->kind = b->head.kind;
+	b->choice->pre_tokenizer = b->ext.pre_tokenizer;
+	b->choice->chat_template = b->ext.chat_template;
+	b->choice->flags = b->ext.flags;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Writing the payload                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Bytes of the head and the entries, which must fit the u32 length of a control reply with
+ * the extension after them. */
+static int entries_size(struct builder *b, uint64_t *out)
 {
 	uint64_t size = sizeof(struct bn_vocab_head);
 	for (uint32_t i = 0; i < b->head.n_tokens; i++) {
@@ -131,13 +363,9 @@ static int payload_size(struct builder *b, size_t *out)
 		if (size > UINT32_MAX)
 			return fail(b, "the vocabulary needs more than %u bytes", UINT32_MAX);
 	}
-	*out = (size_t)size;
+	*out = size;
 	return 0;
 }
-
-/* ------------------------------------------------------------------------------------------ */
-/* Writing the payload                                                                         */
-/* ------------------------------------------------------------------------------------------ */
 
 static int entry_of(struct builder *b, uint32_t i, struct bn_vocab_entry *e)
 {
@@ -160,46 +388,69 @@ static int entry_of(struct builder *b, uint32_t i, struct bn_vocab_entry *e)
 	return 0;
 }
 
-static int write_entries(struct builder *b, uint8_t *p)
+static uint8_t *write_entries(struct builder *b, uint8_t *p)
 {
 	memcpy(p, &b->head, sizeof(b->head));
 	p += sizeof(b->head);
 	for (uint32_t i = 0; i < b->head.n_tokens; i++) {
-		struct bn_gguf_str s;
+		struct bn_gguf_str s = token_text(b, i);
 		struct bn_vocab_entry e;
-		bn_gguf_arr_str(b->tokens, i, &s); /* checked by payload_size() */
 		if (entry_of(b, i, &e))
-			return -1;
+			return NULL;
 		e.length = (uint32_t)s.len;
 		memcpy(p, &e, sizeof(e)); /* entries follow texts: not aligned */
 		memcpy(p + sizeof(e), s.ptr, s.len);
 		p += sizeof(e) + s.len;
 	}
-	return 0;
+	return p;
 }
 
-int bn_vocab_payload_build(const struct bn_gguf *g, uint8_t **out, size_t *size,
-			   char err[BN_VOCAB_ERR_LEN])
+static void write_ext(const struct builder *b, uint8_t *p)
 {
-	struct builder b = { .g = g, .err = err };
-	*out = NULL;
-	*size = 0;
-	b.tokens = bn_gguf_find_kv(g, "tokenizer.ggml.tokens");
-	if (!b.tokens)
-		return 0;
-	size_t bytes = 0;
-	if (read_head(&b) || payload_size(&b, &bytes))
+	memcpy(p, &b->ext, sizeof(b->ext));
+	p += sizeof(b->ext);
+	memcpy(p, b->merge_ids, (size_t)b->ext.n_merges * sizeof(*b->merge_ids));
+	p += (size_t)b->ext.n_merges * sizeof(*b->merge_ids);
+	memcpy(p, b->choice->eog, (size_t)b->ext.n_eog * sizeof(uint32_t));
+}
+
+static int build(struct builder *b, struct bn_vocab_built *out)
+{
+	uint64_t head_bytes = 0;
+	if (read_head(b) || entries_size(b, &head_bytes) || resolve(b))
 		return -1;
-	uint8_t *buf = malloc(bytes);
+	uint64_t size = head_bytes + sizeof(b->ext) +
+			(uint64_t)b->ext.n_merges * sizeof(struct bn_vocab_merge) +
+			(uint64_t)b->ext.n_eog * sizeof(uint32_t);
+	if (size > UINT32_MAX)
+		return fail(b, "the vocabulary needs more than %u bytes", UINT32_MAX);
+	uint8_t *buf = malloc((size_t)size);
 	if (!buf)
-		return fail(&b, "no memory for a %zu-byte vocabulary", bytes);
-	if (write_entries(&b, buf)) {
+		return fail(b, "no memory for a %llu-byte vocabulary", (unsigned long long)size);
+	uint8_t *end = write_entries(b, buf);
+	if (!end) {
 		free(buf);
 		return -1;
 	}
-	*out = buf;
-	*size = bytes;
+	write_ext(b, end);
+	out->payload = buf;
+	out->size = (size_t)size;
+	out->vocab_size = (size_t)head_bytes;
 	return 1;
+}
+
+int bn_vocab_payload_build(const struct bn_gguf *g, const struct bn_vocab_options *o,
+			   struct bn_vocab_built *out, char err[BN_VOCAB_ERR_LEN])
+{
+	memset(out, 0, sizeof(*out));
+	struct builder b = { .g = g, .opt = o, .err = err, .choice = &out->choice };
+	b.tokens = bn_gguf_find_kv(g, "tokenizer.ggml.tokens");
+	if (!b.tokens)
+		return 0;
+	int rc = build(&b, out);
+	free(b.map);
+	free(b.merge_ids);
+	return rc;
 }
 
 int bn_vocab_payload_seal(const void *payload, size_t size)
@@ -230,28 +481,69 @@ int bn_vocab_payload_seal(const void *payload, size_t size)
 	return fd;
 }
 
-int bn_vocab_payload_open(const char *path, uint32_t n_vocab, int *fd, size_t *size,
-			  char err[BN_VOCAB_ERR_LEN])
+/* The BN_CTL_VOCAB payload: the tokenizer payload's head and entries, a BPE kind reported
+ * as OTHER, which is all a client older than BN_CTL_TOKENIZER knows of it. */
+static int seal_legacy(struct bn_vocab_built *v)
 {
+	struct bn_vocab_head head;
+	memcpy(&head, v->payload, sizeof(head));
+	uint32_t kind = head.kind;
+	if (kind == BN_VOCAB_BPE) {
+		head.kind = BN_VOCAB_OTHER;
+		memcpy(v->payload, &head, sizeof(head));
+	}
+	int fd = bn_vocab_payload_seal(v->payload, v->vocab_size);
+	head.kind = kind;
+	memcpy(v->payload, &head, sizeof(head));
+	return fd;
+}
+
+static int seal_both(struct builder *b, struct bn_vocab_built *v, struct bn_vocab_served *out)
+{
+	out->vocab_fd = seal_legacy(v);
+	if (out->vocab_fd >= 0)
+		out->tokenizer_fd = bn_vocab_payload_seal(v->payload, v->size);
+	int e = out->vocab_fd < 0 ? out->vocab_fd : out->tokenizer_fd;
+	if (e < 0) {
+		bn_vocab_served_close(out);
+		return fail(b, "cannot put the vocabulary in a memfd: %s", strerror(-e));
+	}
+	out->vocab_bytes = (uint32_t)v->vocab_size;
+	out->tokenizer_bytes = (uint32_t)v->size;
+	out->choice = v->choice;
+	return 1;
+}
+
+int bn_vocab_serve_open(const char *path, uint32_t n_vocab, const struct bn_vocab_options *o,
+			struct bn_vocab_served *out, char err[BN_VOCAB_ERR_LEN])
+{
+	memset(out, 0, sizeof(*out));
+	out->vocab_fd = out->tokenizer_fd = -1;
 	struct bn_gguf g;
 	if (bn_gguf_open(&g, path, err) < 0)
 		return -1;
 	struct builder b = { .g = &g, .err = err };
-	uint8_t *buf;
-	int rc = bn_vocab_payload_build(&g, &buf, size, err);
+	struct bn_vocab_built v;
+	int rc = bn_vocab_payload_build(&g, o, &v, err);
 	if (rc == 1 && n_vocab) {
 		struct bn_vocab_head head;
-		memcpy(&head, buf, sizeof(head));
+		memcpy(&head, v.payload, sizeof(head));
 		if (head.n_tokens != n_vocab)
 			rc = fail(&b, "the vocabulary has %u tokens, the model %u", head.n_tokens,
 				  n_vocab);
 	}
-	if (rc == 1) {
-		*fd = bn_vocab_payload_seal(buf, *size);
-		if (*fd < 0)
-			rc = fail(&b, "cannot put the vocabulary in a memfd: %s", strerror(-*fd));
-	}
-	free(buf);
+	if (rc == 1)
+		rc = seal_both(&b, &v, out);
+	free(v.payload);
 	bn_gguf_close(&g);
 	return rc;
+}
+
+void bn_vocab_served_close(struct bn_vocab_served *s)
+{
+	if (s->vocab_fd >= 0)
+		close(s->vocab_fd);
+	if (s->tokenizer_fd >= 0)
+		close(s->tokenizer_fd);
+	s->vocab_fd = s->tokenizer_fd = -1;
 }

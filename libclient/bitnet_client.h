@@ -211,6 +211,113 @@ int bn_tokenize(const struct bn_vocab *v, const char *text, size_t len, int add_
 int bn_detokenize(const struct bn_vocab *v, const uint32_t *ids, uint32_t n,
 		  int strip_leading_space, char *buf, size_t cap);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Text, continued (BITNET_CLIENT_1.2): byte-level BPE, special tokens, end of generation,     */
+/* streams, chat.                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/* bn_vocab_fetch asks for the BN_CTL_TOKENIZER payload (kind BN_VOCAB_BPE for gpt2
+ * vocabularies, with merges, pre-tokenizer, end-of-generation ids and chat template) and falls
+ * back to BN_CTL_VOCAB with a daemon that predates it. */
+uint32_t bn_vocab_pre_tokenizer(const struct bn_vocab *v); /* enum bn_pre_tokenizer */
+uint32_t bn_vocab_chat_template(const struct bn_vocab *v); /* enum bn_chat_template */
+uint32_t bn_vocab_flags(const struct bn_vocab *v);         /* BN_VOCAB_PRE_DETECTED, ... */
+/* The ids that end generation (the daemon ends a request with BN_STATUS_EOS at any of them):
+ * eos, eot and eom where the file declares them, and end-of-turn tokens found by their text.
+ * Returns how many; *ids points into v, ascending. */
+uint32_t bn_vocab_eog_ids(const struct bn_vocab *v, const uint32_t **ids);
+int bn_vocab_is_eog(const struct bn_vocab *v, uint32_t id);
+
+/* "llama-bpe", "gpt2", "none" (and "unknown" out of range); the reverse also takes llama.cpp's
+ * other names of the same splits ("llama3", "llama-v3", "gpt-2"), -1 for others. */
+const char *bn_pre_tokenizer_name(uint32_t pre);
+int bn_pre_tokenizer_from_name(const char *name);
+/* "bitnet", "llama3", "chatml", "llama2", "none", "unknown"; the reverse takes the first four
+ * (-1 for others). */
+const char *bn_chat_template_name(uint32_t tmpl);
+int bn_chat_template_from_name(const char *name);
+
+/* bn_tokenize_ex flags */
+#define BN_TOK_ADD_BOS       (1U << 0) /* put bos_id first (if the vocabulary has one) */
+#define BN_TOK_PARSE_SPECIAL (1U << 1) /* control and user-defined tokens' texts in the text are
+                                        * those tokens (leftmost, longest first); without it
+                                        * they are plain text like any other */
+/* bn_tokenize with flags; BN_VOCAB_BPE vocabularies too: the pre-tokenizer's split, GPT-2's
+ * byte alphabet, merges by rank. Returns as bn_tokenize. */
+int bn_tokenize_ex(const struct bn_vocab *v, const char *text, size_t len, uint32_t flags,
+		   uint32_t *out, uint32_t cap);
+
+/* bn_detokenize_ex flags */
+#define BN_DETOK_STRIP_SPACE (1U << 0) /* drop one leading space (SentencePiece text start) */
+#define BN_DETOK_SPECIAL     (1U << 1) /* control tokens as their text (else nothing) */
+/* bn_detokenize with flags: a BPE token gives its bytes (which need not be whole UTF-8
+ * characters: see bn_text_stream for text that arrives token by token). */
+int bn_detokenize_ex(const struct bn_vocab *v, const uint32_t *ids, uint32_t n, uint32_t flags,
+		     char *buf, size_t cap);
+
+/* A decoder for tokens that arrive one by one: each push returns the text that is complete so
+ * far, always valid UTF-8; the first bytes of a character whose end has not come are held
+ * back; bytes that cannot become a character are U+FFFD (one per invalid sequence). finish()
+ * returns what was held: U+FFFD, once, if a character never got its end. The returned text
+ * (not NUL-terminated) is valid until the next call on the stream. flags: BN_DETOK_*. */
+struct bn_text_stream;
+int bn_text_stream_new(const struct bn_vocab *v, uint32_t flags, struct bn_text_stream **out);
+int bn_text_stream_push(struct bn_text_stream *s, const uint32_t *ids, uint32_t n,
+			const char **text, size_t *len);
+int bn_text_stream_finish(struct bn_text_stream *s, const char **text, size_t *len);
+void bn_text_stream_free(struct bn_text_stream *s);
+
+/* One chat message: role and content, NUL-terminated UTF-8. Roles are 1 to 32 characters of
+ * [A-Za-z0-9_-]; the llama2 template takes system (first only), user and assistant, users
+ * and assistants alternating. */
+struct bn_chat_message {
+	const char *role;
+	const char *content;
+};
+
+/* The conversation rendered by a template (enum bn_chat_template; BN_CHAT_NONE: the one the
+ * daemon chose for the model, bn_vocab_chat_template) with the generation prompt for the
+ * assistant's reply, byte for byte what Hugging Face's apply_chat_template(messages,
+ * add_generation_prompt=True) gives for that template (the BOS the tokenizer adds is not in
+ * it). Writes at most cap - 1 bytes and a NUL; returns the full length, or -BN_E_INVALID
+ * (a bad role, an empty conversation, a role order the template refuses, no known template),
+ * -BN_E_TOO_LONG. */
+int bn_chat_render(const struct bn_vocab *v, uint32_t tmpl, const struct bn_chat_message *msgs,
+		   size_t n, char *buf, size_t cap);
+/* The ids of the rendered conversation: the template's own markers become special tokens, the
+ * messages' texts never do (a message containing "<|eot_id|>" does not end its turn); exactly
+ * one BOS first when the vocabulary adds one. Returns the count (may exceed cap) or as
+ * bn_chat_render, -BN_E_TOKEN. */
+int bn_chat_tokenize(const struct bn_vocab *v, uint32_t tmpl, const struct bn_chat_message *msgs,
+		     size_t n, uint32_t *out, uint32_t cap);
+
+/* The client's copy of the model's vocabulary, fetched on first use and kept until
+ * bn_disconnect (do not free it). Returns as bn_vocab_fetch. */
+int bn_client_vocab(struct bn_client *c, const struct bn_vocab **out);
+
+/* One conversation to answer. */
+struct bn_chat_item {
+	const struct bn_chat_message *messages;
+	size_t n_messages;
+	uint32_t chat_template;   /* 0: the model's */
+	uint32_t max_tokens;
+	uint32_t flags;           /* BN_REQ_SEED, BN_REQ_LOGPROBS */
+	const struct bn_sampling_params *sampling; /* NULL: greedy */
+	char *reply;              /* the reply's text, NUL-terminated, truncated to reply_cap */
+	size_t reply_cap;
+	size_t reply_len;         /* the reply's full length */
+	int32_t error;            /* 0, or as bn_generate's return value, or bn_chat_tokenize's */
+	struct bn_result result;
+};
+
+/* Renders, tokenizes, generates until an end-of-generation id (which is not in the reply) or
+ * max_tokens, and decodes the reply. Returns item->error. */
+int bn_chat(struct bn_client *c, struct bn_chat_item *item, int64_t timeout_ns);
+/* Every item as bn_chat, as many in flight as the slots allow; each fails or succeeds alone
+ * and equals the same item run alone. Returns as bn_generate_batch. */
+int bn_chat_batch(struct bn_client *c, struct bn_chat_item *items, size_t n,
+		  struct bn_batch_result *result, int64_t timeout_ns);
+
 /* Names of error codes (negative or positive) and statuses. Never NULL. */
 const char *bn_strerror(int code);
 const char *bn_status_name(uint32_t status);

@@ -12,12 +12,14 @@
 #include "bitnet_ring.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,6 +57,8 @@ struct bn_client {
 	struct bn_handle *abandoned; /* released while in flight; reclaimed when DONE */
 	int dead;                  /* the daemon hung up */
 	struct bn_client_stats stats;
+	pthread_mutex_t vocab_lock; /* its own: fetching takes `lock` for the control socket */
+	struct bn_vocab *vocab;    /* bn_client_vocab's copy, fetched on first use */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -309,6 +313,7 @@ int bn_connect_weighted(const char *socket_path, uint32_t slots, uint32_t weight
 	c->sock = c->doorbell = -1;
 	c->spin_ns = DEFAULT_SPIN_NS;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->vocab_lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -338,7 +343,9 @@ int bn_disconnect(struct bn_client *c)
 	if (c->sock >= 0)
 		close(c->sock);
 	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->vocab_lock);
 	pthread_cond_destroy(&c->slot_freed);
+	bn_vocab_free(c->vocab);
 	free(c->handles);
 	free(c);
 	return 0;
@@ -999,4 +1006,66 @@ const char *bn_status_name(uint32_t status)
 	static const char *const names[] = { "none",  "length",   "eos",  "cancelled",
 					     "error", "shutdown", "stop", "deadline" };
 	return status < sizeof(names) / sizeof(names[0]) ? names[status] : "unknown";
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The vocabulary                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The memfd must be sealed against shrinking (a mapping past its end would fault) and writing
+ * (its bytes could change between the checks and their use). */
+static int map_payload(int fd, uint32_t length, struct bn_vocab **out)
+{
+	const int need = F_SEAL_SHRINK | F_SEAL_WRITE;
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || (seals & need) != need || fstat(fd, &st) < 0 ||
+	    (uint64_t)st.st_size < length || length < sizeof(struct bn_vocab_head))
+		return -BN_E_PROTOCOL;
+	/* MAP_PRIVATE: kernels before 6.7 refuse shared mappings of a write-sealed memfd. */
+	void *p = mmap(NULL, length, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	int rc = bn_vocab_from_payload(p, length, out);
+	munmap(p, length);
+	return rc;
+}
+
+static int fetch_payload(struct bn_client *c, uint32_t op, struct bn_vocab **out)
+{
+	struct bn_ctl_reply r;
+	int fd = -1;
+	int rc = bn_client_ctl(c, op, &r, &fd);
+	if (rc == 0 && r.error)
+		rc = -(int)r.error;
+	else if (rc == 0 && fd < 0)
+		rc = -BN_E_PROTOCOL;
+	if (rc == 0)
+		rc = map_payload(fd, r.length, out);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* BN_CTL_TOKENIZER first; a daemon that predates it answers BN_E_INVALID, as it does when it
+ * serves no vocabulary at all, and BN_CTL_VOCAB then tells the two apart. */
+int bn_vocab_fetch(struct bn_client *c, struct bn_vocab **out)
+{
+	if (!c || !out)
+		return -BN_E_INVALID;
+	int rc = fetch_payload(c, BN_CTL_TOKENIZER, out);
+	if (rc == -BN_E_INVALID)
+		rc = fetch_payload(c, BN_CTL_VOCAB, out);
+	return rc;
+}
+
+int bn_client_vocab(struct bn_client *c, const struct bn_vocab **out)
+{
+	if (!c || !out)
+		return -BN_E_INVALID;
+	pthread_mutex_lock(&c->vocab_lock);
+	int rc = c->vocab ? 0 : bn_vocab_fetch(c, &c->vocab);
+	*out = c->vocab;
+	pthread_mutex_unlock(&c->vocab_lock);
+	return rc;
 }

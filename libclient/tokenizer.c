@@ -1,65 +1,38 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libbitnet-client: the model's vocabulary and text <-> token ids.
+ * libbitnet-client: the model's vocabulary and text -> token ids.
  *
- * The vocabulary comes from the daemon as a BN_CTL_VOCAB payload in a sealed memfd
- * (shm/PROTOCOL.md §10.3); it is checked field by field against its size, read once, and kept
- * as a private copy with a hash map from token text to id.
+ * The vocabulary comes from the daemon as a BN_CTL_TOKENIZER (or, from older daemons,
+ * BN_CTL_VOCAB) payload in a sealed memfd (shm/PROTOCOL.md §10.3); it is checked field by
+ * field against its size, read once, and kept as a private copy with a hash map from token
+ * text to id.
  *
- * Encoding is SentencePiece's BPE as its bpe_model and llama.cpp's llm_tokenizer_spm do it:
- * spaces become U+2581 and one is prepended; the text is split into UTF-8 characters; then,
- * again and again, the adjacent pair whose concatenation is a token with the highest score is
- * merged (equal scores: the leftmost pair), kept in a max-heap ordered by (score, -position).
- * Each final piece is its token, or else its bytes as byte tokens <0xXX>, or else the unknown
- * token.
+ * Special tokens (control and user-defined) are matched in text only when the caller asks
+ * (BN_TOK_PARSE_SPECIAL, as llama.cpp's parse_special), leftmost-longest, as Hugging Face
+ * tokenizers match added tokens; each run of text between them is encoded on its own.
+ *
+ * SentencePiece vocabularies are encoded as its bpe_model and llama.cpp's llm_tokenizer_spm
+ * do it: spaces become U+2581 and one is prepended; the text is split into UTF-8 characters;
+ * then, again and again, the adjacent pair whose concatenation is a token with the highest
+ * score is merged (equal scores: the leftmost pair), kept in a max-heap ordered by
+ * (score, -position). Each final piece is its token, or else its bytes as byte tokens
+ * <0xXX>, or else the unknown token. Byte-level BPE vocabularies are in bpe.c.
  */
 #define _GNU_SOURCE
 #include "bitnet_client.h"
-#include "client_internal.h"
+#include "tokenizer_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-/* bn_vocab_entry.type: llama.cpp's token types, as the GGUF file stores them. */
-enum token_type {
-	TYPE_UNDEFINED = 0,
-	TYPE_NORMAL = 1,
-	TYPE_UNKNOWN = 2,
-	TYPE_CONTROL = 3,
-	TYPE_USER_DEFINED = 4,
-	TYPE_UNUSED = 5,
-	TYPE_BYTE = 6,
-};
-
-#define NO_TOKEN UINT32_MAX
 #define SPACE_MARK "\xe2\x96\x81" /* U+2581, SentencePiece's word-start mark */
 #define SPACE_MARK_LEN 3
-#define UNK_SURFACE " \xe2\x81\x87 " /* " U+2047 ", SentencePiece's text for <unk> */
-
-struct bn_vocab {
-	uint32_t kind;        /* enum bn_vocab_kind */
-	uint32_t n_tokens;
-	uint32_t bos_id, eos_id, unk_id;
-	uint32_t add_bos;
-	char *text;           /* every token's text, back to back */
-	uint32_t *offset;     /* [n_tokens + 1]: token i is text[offset[i], offset[i + 1]) */
-	float *score;         /* [n_tokens] */
-	uint8_t *type;        /* [n_tokens] enum token_type */
-	uint32_t max_len;     /* longest text among the tokens merges may produce */
-	uint32_t byte_id[256]; /* the token <0xXX> of each byte, or NO_TOKEN */
-	uint32_t *map;        /* open addressing, linear probing: id + 1, 0 = empty */
-	uint32_t map_mask;
-};
 
 /* ------------------------------------------------------------------------------------------ */
-/* Accessors                                                                                   */
+/* Accessors and names                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
 uint32_t bn_vocab_kind(const struct bn_vocab *v)
@@ -92,28 +65,78 @@ int bn_vocab_add_bos(const struct bn_vocab *v)
 	return (int)v->add_bos;
 }
 
+uint32_t bn_vocab_pre_tokenizer(const struct bn_vocab *v)
+{
+	return v->pre_tokenizer;
+}
+
+uint32_t bn_vocab_chat_template(const struct bn_vocab *v)
+{
+	return v->chat_template;
+}
+
+uint32_t bn_vocab_flags(const struct bn_vocab *v)
+{
+	return v->ext_flags;
+}
+
+uint32_t bn_vocab_eog_ids(const struct bn_vocab *v, const uint32_t **ids)
+{
+	*ids = v->eog;
+	return v->n_eog;
+}
+
+int bn_vocab_is_eog(const struct bn_vocab *v, uint32_t id)
+{
+	for (uint32_t i = 0; i < v->n_eog; i++)
+		if (v->eog[i] == id)
+			return 1;
+	return 0;
+}
+
 const char *bn_vocab_token_text(const struct bn_vocab *v, uint32_t id, size_t *len)
 {
 	if (id >= v->n_tokens)
 		return NULL;
-	*len = v->offset[id + 1] - v->offset[id];
+	*len = vocab_token_len(v, id);
 	return v->text + v->offset[id];
 }
 
-static uint32_t token_len(const struct bn_vocab *v, uint32_t id)
+static const char *const pre_names[] = {
+	[BN_PRE_NONE] = "none", [BN_PRE_LLAMA3] = "llama-bpe", [BN_PRE_GPT2] = "gpt2",
+};
+
+const char *bn_pre_tokenizer_name(uint32_t pre)
 {
-	return v->offset[id + 1] - v->offset[id];
+	return pre < sizeof(pre_names) / sizeof(pre_names[0]) ? pre_names[pre] : "unknown";
+}
+
+/* llama.cpp's names for the same splits are accepted too. */
+int bn_pre_tokenizer_from_name(const char *name)
+{
+	static const struct { const char *name; int pre; } names[] = {
+		{ "llama-bpe", BN_PRE_LLAMA3 }, { "llama3", BN_PRE_LLAMA3 },
+		{ "llama-v3", BN_PRE_LLAMA3 },  { "gpt2", BN_PRE_GPT2 },
+		{ "gpt-2", BN_PRE_GPT2 },
+	};
+	for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(name, names[i].name) == 0)
+			return names[i].pre;
+	return -1;
 }
 
 void bn_vocab_free(struct bn_vocab *v)
 {
 	if (!v)
 		return;
+	bpe_release(v);
 	free(v->text);
 	free(v->offset);
 	free(v->score);
 	free(v->type);
 	free(v->map);
+	free(v->special);
+	free(v->eog);
 	free(v);
 }
 
@@ -129,14 +152,14 @@ static uint32_t hash_bytes(const char *p, size_t n)
 	return h;
 }
 
-/* Only pieces SentencePiece matches in text: control, unknown and byte tokens stand for
- * something else, and unused ones it never outputs. */
+/* Only pieces the encoders produce from text: control, unknown and byte tokens stand for
+ * something else, and unused ones are never output. */
 static int mergeable(uint8_t type)
 {
 	return type == TYPE_NORMAL || type == TYPE_USER_DEFINED || type == TYPE_UNDEFINED;
 }
 
-static uint32_t map_find(const struct bn_vocab *v, const char *p, size_t n)
+uint32_t vocab_map_find(const struct bn_vocab *v, const char *p, size_t n)
 {
 	if (n == 0 || n > v->max_len)
 		return NO_TOKEN;
@@ -145,7 +168,7 @@ static uint32_t map_find(const struct bn_vocab *v, const char *p, size_t n)
 		if (e == 0)
 			return NO_TOKEN;
 		uint32_t id = e - 1;
-		if (token_len(v, id) == n && memcmp(v->text + v->offset[id], p, n) == 0)
+		if (vocab_token_len(v, id) == n && memcmp(v->text + v->offset[id], p, n) == 0)
 			return id;
 	}
 }
@@ -163,12 +186,12 @@ static int map_build(struct bn_vocab *v)
 		return -ENOMEM;
 	v->map_mask = (uint32_t)(cap - 1);
 	for (uint32_t id = 0; id < v->n_tokens; id++) {
-		uint32_t n = token_len(v, id);
+		uint32_t n = vocab_token_len(v, id);
 		if (!mergeable(v->type[id]) || n == 0)
 			continue;
 		if (n > v->max_len)
 			v->max_len = n;
-		if (map_find(v, v->text + v->offset[id], n) != NO_TOKEN)
+		if (vocab_map_find(v, v->text + v->offset[id], n) != NO_TOKEN)
 			continue;
 		uint32_t i = hash_bytes(v->text + v->offset[id], n) & v->map_mask;
 		while (v->map[i])
@@ -190,24 +213,81 @@ static int hex_digit(char c)
 }
 
 /* The byte a byte token stands for ("<0x0A>" -> 10), or -1 when its text is not of that form. */
-static int byte_of(const struct bn_vocab *v, uint32_t id)
+int vocab_byte_of(const struct bn_vocab *v, uint32_t id)
 {
 	const char *t = v->text + v->offset[id];
-	if (v->type[id] != TYPE_BYTE || token_len(v, id) != 6 || memcmp(t, "<0x", 3) || t[5] != '>')
+	if (v->type[id] != TYPE_BYTE || vocab_token_len(v, id) != 6 || memcmp(t, "<0x", 3) ||
+	    t[5] != '>')
 		return -1;
 	int hi = hex_digit(t[3]), lo = hex_digit(t[4]);
 	return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
+/* SentencePiece's byte tokens; bpe_prepare() fills byte_id for its own alphabet. */
 static void index_bytes(struct bn_vocab *v)
 {
 	for (int b = 0; b < 256; b++)
 		v->byte_id[b] = NO_TOKEN;
-	for (uint32_t id = 0; id < v->n_tokens; id++) {
-		int b = byte_of(v, id);
+	for (uint32_t id = 0; v->kind == BN_VOCAB_SPM && id < v->n_tokens; id++) {
+		int b = vocab_byte_of(v, id);
 		if (b >= 0 && v->byte_id[b] == NO_TOKEN)
 			v->byte_id[b] = id;
 	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Special tokens: bucketed by first byte, longest first                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+static int is_special(const struct bn_vocab *v, uint32_t id)
+{
+	return (v->type[id] == TYPE_CONTROL || v->type[id] == TYPE_USER_DEFINED) &&
+	       vocab_token_len(v, id) > 0;
+}
+
+/* Sort keys copied out of the vocabulary: qsort's comparator gets no context. */
+struct special_key {
+	uint32_t first, len, id;
+};
+
+static int longer_first(const void *a, const void *b)
+{
+	const struct special_key *x = a, *y = b;
+	if (x->first != y->first)
+		return x->first < y->first ? -1 : 1;
+	if (x->len != y->len)
+		return x->len > y->len ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int index_specials(struct bn_vocab *v)
+{
+	uint32_t n = 0;
+	for (uint32_t id = 0; id < v->n_tokens; id++)
+		n += (uint32_t)is_special(v, id);
+	struct special_key *keys = malloc((n ? n : 1) * sizeof(*keys));
+	v->special = malloc((n ? n : 1) * sizeof(*v->special));
+	if (!keys || !v->special) {
+		free(keys);
+		return -ENOMEM;
+	}
+	n = 0;
+	for (uint32_t id = 0; id < v->n_tokens; id++)
+		if (is_special(v, id))
+			keys[n++] = (struct special_key){ (uint8_t)v->text[v->offset[id]],
+							  vocab_token_len(v, id), id };
+	qsort(keys, n, sizeof(*keys), longer_first);
+	uint32_t k = 0;
+	for (uint32_t byte = 0; byte < 256; byte++) {
+		v->special_start[byte] = k;
+		while (k < n && keys[k].first == byte)
+			k++;
+	}
+	v->special_start[256] = n;
+	for (k = 0; k < n; k++)
+		v->special[k] = keys[k].id;
+	free(keys);
+	return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -228,7 +308,8 @@ static int parse_head(struct bn_vocab *v, const uint8_t *p, size_t size)
 	/* Every entry takes at least its 12-byte head: this bounds n_tokens by the size before
 	 * anything is allocated for it. */
 	uint64_t max_tokens = (size - sizeof(h)) / sizeof(struct bn_vocab_entry);
-	if (h.magic != BN_VOCAB_MAGIC || (h.kind != BN_VOCAB_SPM && h.kind != BN_VOCAB_OTHER) ||
+	if (h.magic != BN_VOCAB_MAGIC ||
+	    (h.kind != BN_VOCAB_SPM && h.kind != BN_VOCAB_OTHER && h.kind != BN_VOCAB_BPE) ||
 	    h.n_tokens == 0 || h.n_tokens == NO_TOKEN || h.n_tokens > max_tokens ||
 	    !id_ok(h.bos_id, h.n_tokens) || !id_ok(h.eos_id, h.n_tokens) ||
 	    !id_ok(h.unk_id, h.n_tokens) || h.add_bos > 1)
@@ -242,9 +323,9 @@ static int parse_head(struct bn_vocab *v, const uint8_t *p, size_t size)
 	return 0;
 }
 
-/* The entries fill the rest of the payload exactly: their texts total that rest minus the
- * entry heads, which is what the text buffer is sized to. */
-static int parse_entries(struct bn_vocab *v, const uint8_t *p, size_t size)
+/* The entries take the payload up to *pos; their texts total at most the rest minus the entry
+ * heads, which is what the text buffer is sized to. */
+static int parse_entries(struct bn_vocab *v, const uint8_t *p, size_t size, size_t *pos_out)
 {
 	size_t pos = sizeof(struct bn_vocab_head);
 	size_t text_cap = size - pos - (size_t)v->n_tokens * sizeof(struct bn_vocab_entry);
@@ -274,7 +355,66 @@ static int parse_entries(struct bn_vocab *v, const uint8_t *p, size_t size)
 		used += e.length;
 	}
 	v->offset[v->n_tokens] = used;
-	return pos == size ? 0 : -BN_E_PROTOCOL;
+	*pos_out = pos;
+	return 0;
+}
+
+static int parse_eog(struct bn_vocab *v, const uint8_t *p, uint32_t n)
+{
+	v->eog = malloc((n ? n : 1) * sizeof(*v->eog));
+	if (!v->eog)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(&v->eog[i], p + 4 * (size_t)i, 4);
+		if (v->eog[i] >= v->n_tokens || (i && v->eog[i] <= v->eog[i - 1]))
+			return -BN_E_PROTOCOL;
+	}
+	v->n_eog = n;
+	return 0;
+}
+
+/* What follows the entries in a BN_CTL_TOKENIZER payload: the extension, the merges, the
+ * end-of-generation ids, to the payload's last byte. */
+static int parse_ext(struct bn_vocab *v, const uint8_t *p, size_t left)
+{
+	struct bn_vocab_ext x;
+	if (left < sizeof(x))
+		return -BN_E_PROTOCOL;
+	memcpy(&x, p, sizeof(x));
+	p += sizeof(x);
+	left -= sizeof(x);
+	int bpe = v->kind == BN_VOCAB_BPE;
+	uint64_t want = (uint64_t)x.n_merges * sizeof(struct bn_vocab_merge) + 4 * (uint64_t)x.n_eog;
+	if (x.magic != BN_VOCAB_EXT_MAGIC || want != left ||
+	    (bpe ? x.pre_tokenizer != BN_PRE_LLAMA3 && x.pre_tokenizer != BN_PRE_GPT2
+		 : x.pre_tokenizer != BN_PRE_NONE || x.n_merges != 0) ||
+	    x.chat_template > BN_CHAT_LLAMA2)
+		return -BN_E_PROTOCOL;
+	v->pre_tokenizer = x.pre_tokenizer;
+	v->chat_template = x.chat_template;
+	v->ext_flags = x.flags;
+	int rc = parse_eog(v, p + (size_t)x.n_merges * sizeof(struct bn_vocab_merge), x.n_eog);
+	if (rc == 0 && bpe) {
+		/* The merges are copied out once and checked as they are read. */
+		struct bn_vocab_merge *m = malloc(((size_t)x.n_merges + 1) * sizeof(*m));
+		if (!m)
+			return -ENOMEM;
+		memcpy(m, p, (size_t)x.n_merges * sizeof(*m));
+		rc = bpe_prepare(v, m, x.n_merges);
+		free(m);
+	}
+	return rc;
+}
+
+/* A payload without the extension (BN_CTL_VOCAB, or a daemon that predates it): eos is then
+ * the one end-of-generation id. */
+static int default_ext(struct bn_vocab *v)
+{
+	if (v->kind == BN_VOCAB_BPE)
+		return -BN_E_PROTOCOL;
+	uint8_t eos[4];
+	memcpy(eos, &v->eos_id, sizeof(eos));
+	return parse_eog(v, eos, v->eos_id == NO_TOKEN ? 0 : 1);
 }
 
 int bn_vocab_from_payload(const void *payload, size_t size, struct bn_vocab **out)
@@ -284,55 +424,25 @@ int bn_vocab_from_payload(const void *payload, size_t size, struct bn_vocab **ou
 	struct bn_vocab *v = calloc(1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
+	size_t pos = 0;
 	int rc = parse_head(v, payload, size);
 	if (rc == 0)
-		rc = parse_entries(v, payload, size);
+		rc = parse_entries(v, payload, size, &pos);
 	if (rc == 0)
 		rc = map_build(v);
+	if (rc == 0)
+		index_bytes(v);
+	if (rc == 0)
+		rc = pos == size ? default_ext(v)
+				 : parse_ext(v, (const uint8_t *)payload + pos, size - pos);
+	if (rc == 0)
+		rc = index_specials(v);
 	if (rc < 0) {
 		bn_vocab_free(v);
 		return rc;
 	}
-	index_bytes(v);
 	*out = v;
 	return 0;
-}
-
-/* The memfd must be sealed against shrinking (a mapping past its end would fault) and writing
- * (its bytes could change between the checks and their use). */
-static int map_payload(int fd, uint32_t length, struct bn_vocab **out)
-{
-	const int need = F_SEAL_SHRINK | F_SEAL_WRITE;
-	struct stat st;
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || (seals & need) != need || fstat(fd, &st) < 0 ||
-	    (uint64_t)st.st_size < length || length < sizeof(struct bn_vocab_head))
-		return -BN_E_PROTOCOL;
-	/* MAP_PRIVATE: kernels before 6.7 refuse shared mappings of a write-sealed memfd. */
-	void *p = mmap(NULL, length, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	int rc = bn_vocab_from_payload(p, length, out);
-	munmap(p, length);
-	return rc;
-}
-
-int bn_vocab_fetch(struct bn_client *c, struct bn_vocab **out)
-{
-	if (!c || !out)
-		return -BN_E_INVALID;
-	struct bn_ctl_reply r;
-	int fd = -1;
-	int rc = bn_client_ctl(c, BN_CTL_VOCAB, &r, &fd);
-	if (rc == 0 && r.error)
-		rc = -(int)r.error;
-	else if (rc == 0 && fd < 0)
-		rc = -BN_E_PROTOCOL;
-	if (rc == 0)
-		rc = map_payload(fd, r.length, out);
-	if (fd >= 0)
-		close(fd);
-	return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -401,7 +511,7 @@ static void try_pair(struct encoder *e, int32_t left, int32_t right)
 	if (left < 0 || right < 0)
 		return;
 	const struct symbol *l = &e->sym[left], *r = &e->sym[right];
-	uint32_t id = map_find(e->v, e->text + l->start, (size_t)l->len + r->len);
+	uint32_t id = vocab_map_find(e->v, e->text + l->start, (size_t)l->len + r->len);
 	if (id != NO_TOKEN)
 		heap_push(e, (struct bigram){ .score = e->v->score[id], .left = (uint32_t)left,
 					      .right = (uint32_t)right, .len = l->len + r->len });
@@ -484,23 +594,15 @@ static void merge_all(struct encoder *e)
 	}
 }
 
-/* Appends id to out if there is room; counts it either way. */
-static void emit(uint32_t *out, uint32_t cap, size_t *n, uint32_t id)
-{
-	if (*n < cap)
-		out[*n] = id;
-	(*n)++;
-}
-
 /* A final piece: its token; else its bytes as byte tokens; else the unknown token. */
 static int emit_piece(const struct encoder *e, const struct symbol *s, uint32_t *out,
 		      uint32_t cap, size_t *n)
 {
 	const struct bn_vocab *v = e->v;
 	const uint8_t *p = (const uint8_t *)e->text + s->start;
-	uint32_t id = map_find(v, (const char *)p, s->len);
+	uint32_t id = vocab_map_find(v, (const char *)p, s->len);
 	if (id != NO_TOKEN) {
-		emit(out, cap, n, id);
+		vocab_emit(out, cap, n, id);
 		return 0;
 	}
 	uint32_t bytes_known = 1;
@@ -508,27 +610,19 @@ static int emit_piece(const struct encoder *e, const struct symbol *s, uint32_t 
 		bytes_known &= v->byte_id[p[i]] != NO_TOKEN;
 	if (bytes_known) {
 		for (uint32_t i = 0; i < s->len; i++)
-			emit(out, cap, n, v->byte_id[p[i]]);
+			vocab_emit(out, cap, n, v->byte_id[p[i]]);
 		return 0;
 	}
 	if (v->unk_id == NO_TOKEN)
 		return -BN_E_TOKEN;
-	emit(out, cap, n, v->unk_id);
+	vocab_emit(out, cap, n, v->unk_id);
 	return 0;
 }
 
-int bn_tokenize(const struct bn_vocab *v, const char *text, size_t len, int add_bos,
-		uint32_t *out, uint32_t cap)
+/* One run of text, SentencePiece's way (normalize(), then merges by score). */
+int spm_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t *out,
+	       uint32_t cap, size_t *n)
 {
-	if (!v || (len && !text) || (cap && !out))
-		return -BN_E_INVALID;
-	if (v->kind != BN_VOCAB_SPM)
-		return -BN_E_INVALID;
-	size_t n = 0;
-	if (add_bos && v->bos_id != NO_TOKEN)
-		emit(out, cap, &n, v->bos_id);
-	if (len == 0)
-		return (int)n;
 	struct encoder e = { .v = v };
 	size_t norm_len;
 	char *norm = normalize(text, len, &norm_len);
@@ -539,99 +633,85 @@ int bn_tokenize(const struct bn_vocab *v, const char *text, size_t len, int add_
 	if (rc == 0) {
 		merge_all(&e);
 		for (int32_t i = 0; i >= 0 && rc == 0; i = e.sym[i].next)
-			rc = emit_piece(&e, &e.sym[i], out, cap, &n);
+			rc = emit_piece(&e, &e.sym[i], out, cap, n);
 	}
 	free(e.sym);
 	free(e.heap);
 	free(norm);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Text with special tokens                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static int encode_run(const struct bn_vocab *v, const char *text, size_t len, uint32_t *out,
+		      uint32_t cap, size_t *n)
+{
+	if (len == 0)
+		return 0;
+	return v->kind == BN_VOCAB_BPE ? bpe_encode(v, text, len, out, cap, n)
+				       : spm_encode(v, text, len, out, cap, n);
+}
+
+/* The longest special token at text[at] that ends before the next plain span; NO_TOKEN. */
+static uint32_t special_at(const struct bn_vocab *v, const char *text, size_t len, size_t at,
+			   size_t limit)
+{
+	uint8_t first = (uint8_t)text[at];
+	for (uint32_t k = v->special_start[first]; k < v->special_start[first + 1]; k++) {
+		uint32_t id = v->special[k], n = vocab_token_len(v, id);
+		if (n <= len - at && at + n <= limit && memcmp(text + at, v->text + v->offset[id], n) == 0)
+			return id;
+	}
+	return NO_TOKEN;
+}
+
+int vocab_tokenize(const struct bn_vocab *v, const char *text, size_t len, uint32_t flags,
+		   const struct text_span *plain, size_t n_plain, uint32_t *out, uint32_t cap)
+{
+	size_t n = 0, run = 0, span = 0;
+	int rc = 0;
+	if ((flags & BN_TOK_ADD_BOS) && v->bos_id != NO_TOKEN)
+		vocab_emit(out, cap, &n, v->bos_id);
+	for (size_t at = 0; rc == 0 && at < len && (flags & BN_TOK_PARSE_SPECIAL);) {
+		while (span < n_plain && plain[span].start + plain[span].len <= at)
+			span++;
+		size_t limit = span < n_plain ? plain[span].start : len;
+		if (at >= limit) { /* inside a plain span: skip to its end */
+			at = plain[span].start + plain[span].len;
+			continue;
+		}
+		uint32_t id = special_at(v, text, len, at, limit);
+		if (id == NO_TOKEN) {
+			at++;
+			continue;
+		}
+		rc = encode_run(v, text + run, at - run, out, cap, &n);
+		vocab_emit(out, cap, &n, id);
+		at += vocab_token_len(v, id);
+		run = at;
+	}
+	if (rc == 0)
+		rc = encode_run(v, text + run, len - run, out, cap, &n);
 	if (rc == 0 && n > INT_MAX)
 		rc = -BN_E_TOO_LONG;
 	return rc < 0 ? rc : (int)n;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* Decoding                                                                                    */
-/* ------------------------------------------------------------------------------------------ */
-
-struct writer {
-	char *buf;
-	size_t cap, len;
-	int strip; /* a leading space is still to be dropped */
-};
-
-static void put(struct writer *w, const char *p, size_t n)
+int bn_tokenize_ex(const struct bn_vocab *v, const char *text, size_t len, uint32_t flags,
+		   uint32_t *out, uint32_t cap)
 {
-	if (n && w->strip) {
-		w->strip = 0;
-		if (p[0] == ' ') {
-			p++;
-			n--;
-		}
-	}
-	if (w->len < w->cap) {
-		size_t k = w->cap - w->len < n ? w->cap - w->len : n;
-		memcpy(w->buf + w->len, p, k);
-	}
-	w->len += n;
-}
-
-/* A text piece: the word-start mark becomes a space. */
-static void put_text(struct writer *w, const char *p, size_t n)
-{
-	size_t run = 0;
-	for (size_t i = 0; i < n;) {
-		if (n - i >= SPACE_MARK_LEN && memcmp(p + i, SPACE_MARK, SPACE_MARK_LEN) == 0) {
-			put(w, p + run, i - run);
-			put(w, " ", 1);
-			i += SPACE_MARK_LEN;
-			run = i;
-		} else {
-			i++;
-		}
-	}
-	put(w, p + run, n - run);
-}
-
-static void put_token(struct writer *w, const struct bn_vocab *v, uint32_t id)
-{
-	const char *t = v->text + v->offset[id];
-	int b;
-	switch (v->type[id]) {
-	case TYPE_CONTROL:
-		return;
-	case TYPE_UNKNOWN:
-		put(w, UNK_SURFACE, sizeof(UNK_SURFACE) - 1);
-		return;
-	case TYPE_BYTE:
-		b = byte_of(v, id);
-		if (b >= 0) {
-			char c = (char)b;
-			put(w, &c, 1);
-			return;
-		}
-		break; /* not of the form <0xXX>: its text */
-	default:
-		break;
-	}
-	put_text(w, t, token_len(v, id));
-}
-
-int bn_detokenize(const struct bn_vocab *v, const uint32_t *ids, uint32_t n,
-		  int strip_leading_space, char *buf, size_t cap)
-{
-	if (!v || (n && !ids) || (cap && !buf))
+	if (!v || (len && !text) || (cap && !out) ||
+	    (flags & ~(uint32_t)(BN_TOK_ADD_BOS | BN_TOK_PARSE_SPECIAL)))
 		return -BN_E_INVALID;
-	for (uint32_t i = 0; i < n; i++)
-		if (ids[i] >= v->n_tokens) {
-			if (cap)
-				buf[0] = '\0';
-			return -BN_E_TOKEN;
-		}
-	/* Room for the NUL is kept out of what put() may fill. */
-	struct writer w = { .buf = buf, .cap = cap ? cap - 1 : 0, .strip = strip_leading_space };
-	for (uint32_t i = 0; i < n; i++)
-		put_token(&w, v, ids[i]);
-	if (cap)
-		buf[w.len < w.cap ? w.len : w.cap] = '\0';
-	return w.len > INT_MAX ? -BN_E_TOO_LONG : (int)w.len;
+	if (v->kind != BN_VOCAB_SPM && v->kind != BN_VOCAB_BPE)
+		return -BN_E_INVALID;
+	return vocab_tokenize(v, text, len, flags, NULL, 0, out, cap);
+}
+
+int bn_tokenize(const struct bn_vocab *v, const char *text, size_t len, int add_bos,
+		uint32_t *out, uint32_t cap)
+{
+	return bn_tokenize_ex(v, text, len, add_bos ? BN_TOK_ADD_BOS : 0, out, cap);
 }

@@ -75,6 +75,10 @@ enum bn_ctl_op {
 	BN_CTL_STATS = 1, /* payload: daemon metrics, Prometheus text exposition format */
 	BN_CTL_VOCAB = 2, /* payload: the model's vocabulary (struct bn_vocab_head, then entries);
 	                   * error BN_E_INVALID when the model carries none */
+	BN_CTL_TOKENIZER = 3, /* payload: the BN_CTL_VOCAB payload, whose kind may then be
+	                       * BN_VOCAB_BPE, followed by a struct bn_vocab_ext and its arrays:
+	                       * all a client needs to encode text as the daemon does; error
+	                       * BN_E_INVALID as for BN_CTL_VOCAB (and from daemons older than it) */
 };
 
 /* BN_CTL_VOCAB payload: this head, then n_tokens entries in id order, each a
@@ -82,7 +86,9 @@ enum bn_ctl_op {
 #define BN_VOCAB_MAGIC 0x42564e42U /* "BNVB" */
 enum bn_vocab_kind {
 	BN_VOCAB_SPM = 1,  /* SentencePiece-style (tokenizer.ggml.model = "llama") */
-	BN_VOCAB_OTHER = 2 /* ids and texts only; text encoding is not offered */
+	BN_VOCAB_OTHER = 2, /* ids and texts only; text encoding is not offered */
+	BN_VOCAB_BPE = 3,  /* byte-level BPE (tokenizer.ggml.model = "gpt2"); only in
+	                    * BN_CTL_TOKENIZER payloads: BN_CTL_VOCAB reports it as OTHER */
 };
 struct bn_vocab_head {
 	uint32_t magic;    /* BN_VOCAB_MAGIC */
@@ -97,6 +103,43 @@ struct bn_vocab_entry {
 	uint32_t type;     /* tokenizer.ggml.token_type (1 normal, 2 unknown, 3 control,
 	                    * 4 user-defined, 5 unused, 6 byte), 1 where absent */
 	uint32_t length;   /* bytes of text that follow */
+};
+
+/* BN_CTL_TOKENIZER: after the last entry, this extension (unaligned: copy it out), then
+ * n_merges struct bn_vocab_merge in rank order (rank 0 first), then n_eog u32 token ids. */
+#define BN_VOCAB_EXT_MAGIC 0x58564e42U /* "BNVX" */
+enum bn_pre_tokenizer {
+	BN_PRE_NONE = 0,   /* not a BPE vocabulary */
+	BN_PRE_LLAMA3 = 1, /* "llama-bpe": LLaMA-3's split pattern */
+	BN_PRE_GPT2 = 2,   /* "gpt2": GPT-2's split pattern */
+};
+enum bn_chat_template {
+	BN_CHAT_NONE = 0,    /* the file has no tokenizer.chat_template and none was chosen */
+	BN_CHAT_UNKNOWN = 1, /* the file's template is none of those below: chat needs a choice */
+	BN_CHAT_BITNET = 2,  /* BitNet b1.58 2B4T's trained format: "Role: text<|eot_id|>" */
+	BN_CHAT_LLAMA3 = 3,  /* <|start_header_id|>role<|end_header_id|>\n\ntext<|eot_id|> */
+	BN_CHAT_CHATML = 4,  /* <|im_start|>role\ntext<|im_end|>\n */
+	BN_CHAT_LLAMA2 = 5,  /* <s>[INST] <<SYS>>...<</SYS>> text [/INST] */
+};
+/* bn_vocab_ext.flags: how the daemon chose (for reports such as bitnet-cli info). */
+#define BN_VOCAB_PRE_DETECTED   (1U << 0) /* tokenizer.ggml.pre absent: known by content */
+#define BN_VOCAB_PRE_OVERRIDE   (1U << 1) /* chosen by the daemon's --pre-tokenizer */
+#define BN_VOCAB_CHAT_PLACEHOLDER (1U << 2) /* the file's template was the 2B4T converter's
+                                             * placeholder; replaced by BN_CHAT_BITNET */
+#define BN_VOCAB_CHAT_OVERRIDE  (1U << 3) /* chosen by the daemon's --chat-template */
+#define BN_VOCAB_EOT_DECLARED   (1U << 4) /* the file declares tokenizer.ggml.eot_token_id */
+struct bn_vocab_ext {
+	uint32_t magic;         /* BN_VOCAB_EXT_MAGIC */
+	uint32_t pre_tokenizer; /* enum bn_pre_tokenizer */
+	uint32_t chat_template; /* enum bn_chat_template */
+	uint32_t flags;         /* BN_VOCAB_* above; unknown bits: ignore */
+	uint32_t n_merges;      /* 0 unless the kind is BN_VOCAB_BPE */
+	uint32_t n_eog;         /* end-of-generation ids, at least 1 when eos_id exists */
+	uint32_t reserved[2];   /* 0 */
+};
+/* One BPE merge: the adjacent tokens left, right become result (whose text is theirs joined). */
+struct bn_vocab_merge {
+	uint32_t left, right, result;
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -305,6 +348,9 @@ _Static_assert(sizeof(struct bn_ctl_reply) == 16, "bn_ctl_reply is 16 bytes");
 _Static_assert(offsetof(struct bn_hello, weight) == 16, "bn_hello layout");
 _Static_assert(sizeof(struct bn_vocab_head) == 32, "bn_vocab_head is 32 bytes");
 _Static_assert(sizeof(struct bn_vocab_entry) == 12, "bn_vocab_entry is 12 bytes");
+_Static_assert(sizeof(struct bn_vocab_ext) == 32, "bn_vocab_ext is 32 bytes");
+_Static_assert(offsetof(struct bn_vocab_ext, n_eog) == 20, "bn_vocab_ext layout");
+_Static_assert(sizeof(struct bn_vocab_merge) == 12, "bn_vocab_merge is 12 bytes");
 _Static_assert(offsetof(struct bn_ctl_reply, length) == 12, "bn_ctl_reply layout");
 
 _Static_assert(sizeof(struct bn_shm_header) == 256, "bn_shm_header is 256 bytes");

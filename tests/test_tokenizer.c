@@ -20,6 +20,7 @@
 #include "../daemon/vocab.h"
 #include "../tools/gguf_write.h"
 #include "bitnet_client.h"
+#include "client_internal.h"
 #include "testutil.h"
 
 #include <check.h>
@@ -526,7 +527,10 @@ static int gg_build(struct bn_gguf_writer *w, uint8_t **payload, size_t *size, c
 	struct bn_gguf g;
 	char gerr[BN_GGUF_ERR_LEN];
 	ck_assert_msg(bn_gguf_parse(&g, file, file_size, "t.gguf", gerr) == 0, "%s", gerr);
-	int rc = bn_vocab_payload_build(&g, payload, size, err);
+	struct bn_vocab_built built;
+	int rc = bn_vocab_payload_build(&g, NULL, &built, err);
+	*payload = built.payload;
+	*size = built.size;
 	bn_gguf_close(&g);
 	free(file);
 	return rc;
@@ -587,7 +591,7 @@ START_TEST(daemon_payload_defaults)
 	bn_vocab_free(v);
 
 	struct bn_gguf_writer *w = gg_writer(GG_TOKENS);
-	ck_assert_int_eq(bn_gguf_add_str(w, "tokenizer.ggml.model", "gpt2"), 0);
+	ck_assert_int_eq(bn_gguf_add_str(w, "tokenizer.ggml.model", "bert"), 0);
 	ck_assert_int_eq(bn_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", 0), 0);
 	ck_assert_int_eq(bn_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", UINT32_MAX), 0);
 	v = gg_vocab(w);
@@ -728,23 +732,49 @@ END_TEST
 
 START_TEST(daemon_payload_open_checks_the_model_size)
 {
-	int fd = -1;
-	size_t size = 0;
+	struct bn_vocab_served sv;
 	char err[BN_VOCAB_ERR_LEN];
-	int rc = bn_vocab_payload_open(tu_default_model(), 512, &fd, &size, err);
+	int rc = bn_vocab_serve_open(tu_default_model(), 512, NULL, &sv, err);
 	ck_assert_msg(rc == 1, "%s", err);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_uint_gt(size, 512 * sizeof(struct bn_vocab_entry));
-	close(fd);
-	ck_assert_int_eq(bn_vocab_payload_open(tu_default_model(), 511, &fd, &size, err), -1);
+	ck_assert_int_ge(sv.vocab_fd, 0);
+	ck_assert_int_ge(sv.tokenizer_fd, 0);
+	ck_assert_uint_gt(sv.vocab_bytes, 512 * sizeof(struct bn_vocab_entry));
+	/* The tokenizer payload is the vocabulary's, then the extension and the one eog id. */
+	ck_assert_uint_eq(sv.tokenizer_bytes, sv.vocab_bytes + sizeof(struct bn_vocab_ext) + 4);
+	ck_assert_uint_eq(sv.choice.n_eog, 1);
+	ck_assert_uint_eq(sv.choice.eog[0], 2);
+	bn_vocab_served_close(&sv);
+	ck_assert_int_eq(sv.vocab_fd, -1);
+	ck_assert_int_eq(bn_vocab_serve_open(tu_default_model(), 511, NULL, &sv, err), -1);
 	ck_assert_msg(strstr(err, "the vocabulary has 512 tokens, the model 511"), "%s", err);
-	ck_assert_int_eq(bn_vocab_payload_open("/nonexistent.gguf", 0, &fd, &size, err), -1);
+	ck_assert_int_eq(sv.vocab_fd, -1);
+	ck_assert_int_eq(sv.tokenizer_fd, -1);
+	ck_assert_int_eq(bn_vocab_serve_open("/nonexistent.gguf", 0, NULL, &sv, err), -1);
 }
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
 /* Through a daemon                                                                            */
 /* ------------------------------------------------------------------------------------------ */
+
+/* The BN_CTL_TOKENIZER payload the daemon's code builds from a file, parsed by the client's:
+ * the oracle for what a daemon serves. */
+static struct bn_vocab *served_vocab(const char *path, int expect_built)
+{
+	struct bn_vocab_served sv;
+	char err[BN_VOCAB_ERR_LEN];
+	int rc = bn_vocab_serve_open(path, 0, NULL, &sv, err);
+	ck_assert_msg(rc == expect_built, "%s", err);
+	if (rc != 1)
+		return NULL;
+	void *p = mmap(NULL, sv.tokenizer_bytes, PROT_READ, MAP_PRIVATE, sv.tokenizer_fd, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	struct bn_vocab *v;
+	ck_assert_int_eq(bn_vocab_from_payload(p, sv.tokenizer_bytes, &v), 0);
+	munmap(p, sv.tokenizer_bytes);
+	bn_vocab_served_close(&sv);
+	return v;
+}
 
 static struct bn_client *connect_or_die(const struct tu_daemon *d)
 {
@@ -871,15 +901,22 @@ START_TEST(vocabulary_through_the_daemon)
 	struct bn_vocab *v = NULL, *again = NULL;
 	ck_assert_int_eq(bn_vocab_fetch(c, &v), 0);
 	ck_assert_int_eq(bn_vocab_fetch(c, &again), 0);
-	int fd;
-	size_t size;
-	char err[BN_VOCAB_ERR_LEN];
-	ck_assert_int_eq(bn_vocab_payload_open(tu_default_model(), 0, &fd, &size, err), 1);
-	void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-	struct bn_vocab *local;
-	ck_assert_int_eq(bn_vocab_from_payload(p, size, &local), 0);
-	munmap(p, size);
+	struct bn_vocab *local = served_vocab(tu_default_model(), 1);
+	/* What a client older than BN_CTL_TOKENIZER asks for: the same tokens. */
+	struct bn_ctl_reply r;
+	int fd = -1;
+	ck_assert_int_eq(bn_client_ctl(c, BN_CTL_VOCAB, &r, &fd), 0);
+	ck_assert_uint_eq(r.error, 0);
+	ck_assert_int_ge(fd, 0);
+	void *p = mmap(NULL, r.length, PROT_READ, MAP_PRIVATE, fd, 0);
+	struct bn_vocab *legacy;
+	ck_assert_int_eq(parse_exact(p, r.length), 0);
+	ck_assert_int_eq(bn_vocab_from_payload(p, r.length, &legacy), 0);
+	munmap(p, r.length);
 	close(fd);
+	ck_assert_uint_eq(bn_vocab_n_tokens(legacy), 512);
+	ck_assert_uint_eq(bn_vocab_kind(legacy), BN_VOCAB_SPM);
+	bn_vocab_free(legacy);
 	ck_assert_uint_eq(bn_vocab_n_tokens(v), 512);
 	ck_assert_uint_eq(bn_vocab_kind(v), BN_VOCAB_SPM);
 	ck_assert_uint_eq(bn_vocab_bos_id(v), 1);
@@ -935,9 +972,8 @@ START_TEST(malformed_tokenizer_is_served_without_vocabulary)
 	close(fd);
 
 	char err[BN_VOCAB_ERR_LEN];
-	int vfd;
-	size_t vsize;
-	ck_assert_int_eq(bn_vocab_payload_open(path, 0, &vfd, &vsize, err), -1);
+	struct bn_vocab_served sv;
+	ck_assert_int_eq(bn_vocab_serve_open(path, 0, NULL, &sv, err), -1);
 	ck_assert_msg(strstr(err, "tokenizer.ggml.scores is not an array of f32"), "%s", err);
 	const char *args[] = { "--backend", "cpu", "--model", path, "--log-level", "error", NULL };
 	struct tu_daemon d;
@@ -961,17 +997,7 @@ END_TEST
 
 static struct bn_vocab *stories_vocab(void)
 {
-	int fd;
-	size_t size;
-	char err[BN_VOCAB_ERR_LEN];
-	ck_assert_msg(bn_vocab_payload_open(stories_path, 512, &fd, &size, err) == 1, "%s", err);
-	void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-	ck_assert_ptr_ne(p, MAP_FAILED);
-	struct bn_vocab *v;
-	ck_assert_int_eq(bn_vocab_from_payload(p, size, &v), 0);
-	munmap(p, size);
-	close(fd);
-	return v;
+	return served_vocab(stories_path, 1);
 }
 
 static int ends_with(const char *s, const char *tail)

@@ -23,8 +23,9 @@ static const char usage_text[] =
 	"  generate --ids \"1 2 3\"     generate from token ids; prints the generated ids\n"
 	"                             on one line as they arrive\n"
 	"  generate --prompt TEXT     generate from text (the model's vocabulary must be\n"
-	"                             SentencePiece-style); prints the generated text as it\n"
-	"                             arrives, then a newline\n"
+	"                             SentencePiece-style or byte-level BPE); prints the\n"
+	"                             generated text as it arrives (never a broken UTF-8\n"
+	"                             character), then a newline\n"
 	"    options of generate:\n"
 	"           [--max-tokens N]  tokens to generate (default 16)\n"
 	"           [--ignore-eos]    keep going past the end-of-sequence token\n"
@@ -39,6 +40,13 @@ static const char usage_text[] =
 	"           [--logprobs N]    afterwards, each token's log-probability and its N\n"
 	"                             most likely alternatives, one line per token\n"
 	"           [--deadline-ms N] end (status deadline) N ms after the daemon saw it\n"
+	"  tokenize [--special] [--no-bos] TEXT   the ids of TEXT on one line (- reads\n"
+	"                             standard input to its end); --special: special tokens'\n"
+	"                             texts are those tokens; BOS as the model wants it\n"
+	"  detokenize --ids \"...\" [--special]   the text of the ids, then a newline;\n"
+	"                             --special: control tokens as their text\n"
+	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
+	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
 	"  bench [OPTIONS]            transport benchmark; see 'bitnet-cli bench --help'\n"
 	"\n"
@@ -110,8 +118,7 @@ static int parse_count(const char *flag, const char *text, uint32_t *out)
 	return 0;
 }
 
-/* Parses space- or comma-separated ids. Returns the count, or -1. */
-static int parse_ids(const char *text, uint32_t **out)
+int cli_parse_ids(const char *text, uint32_t **out)
 {
 	size_t cap = 16, n = 0;
 	uint32_t *ids = malloc(cap * sizeof(*ids));
@@ -145,6 +152,34 @@ static int parse_ids(const char *text, uint32_t **out)
 	return (int)n;
 }
 
+/* What the daemon chose for text, and why where the file did not say (vocab=none without a
+ * vocabulary). */
+static void print_vocab_info(struct bn_client *c)
+{
+	const struct bn_vocab *v;
+	if (bn_client_vocab(c, &v) < 0) {
+		printf("vocab=none\n");
+		return;
+	}
+	uint32_t kind = bn_vocab_kind(v), flags = bn_vocab_flags(v);
+	printf("vocab=%s\n", kind == BN_VOCAB_SPM ? "spm" : kind == BN_VOCAB_BPE ? "gpt2" : "other");
+	if (kind == BN_VOCAB_BPE)
+		printf("pre_tokenizer=%s%s\n", bn_pre_tokenizer_name(bn_vocab_pre_tokenizer(v)),
+		       flags & BN_VOCAB_PRE_DETECTED   ? " (detected)"
+		       : flags & BN_VOCAB_PRE_OVERRIDE ? " (override)"
+						       : "");
+	printf("chat_template=%s%s\n", bn_chat_template_name(bn_vocab_chat_template(v)),
+	       flags & BN_VOCAB_CHAT_OVERRIDE	   ? " (override)"
+	       : flags & BN_VOCAB_CHAT_PLACEHOLDER ? " (placeholder replaced)"
+						   : "");
+	const uint32_t *eog;
+	uint32_t n = bn_vocab_eog_ids(v, &eog);
+	printf("eog_ids=");
+	for (uint32_t i = 0; i < n; i++)
+		printf(i ? ",%u" : "%u", eog[i]);
+	printf("\nadd_bos=%d\n", bn_vocab_add_bos(v));
+}
+
 static int cmd_info(struct bn_client *c)
 {
 	struct bn_model_info mi;
@@ -155,6 +190,7 @@ static int cmd_info(struct bn_client *c)
 	       "max_prompt_tokens=%u\nmax_output_tokens=%u\nslots=%u\n",
 	       mi.name, mi.vocab_size, mi.context_length, mi.bos_id, mi.eos_id, mi.backend,
 	       mi.max_prompt_tokens, mi.max_output_tokens, mi.slots);
+	print_vocab_info(c);
 	return 0;
 }
 
@@ -226,7 +262,7 @@ static int apply_sampling_option(struct gen_opts *o, int opt, const char *arg)
 	case G_STOP_IDS: {
 		free(o->stop_ids);
 		o->stop_ids = NULL;
-		int n = parse_ids(arg, &o->stop_ids);
+		int n = cli_parse_ids(arg, &o->stop_ids);
 		if (n <= 0)
 			return usage_error("--stop-ids: '%s' is not a list of token ids, e.g. 2,13", arg);
 		sp->stop_ids = o->stop_ids;
@@ -277,137 +313,28 @@ static int parse_generate(struct gen_opts *o, int argc, char **argv)
 /* generate: prompt, streaming, result                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
-/* The generated ids so far and, with a vocabulary, their text and how much of it is printed. */
-struct output {
-	const struct bn_vocab *vocab; /* NULL: print ids */
-	int strip;                    /* the text starts here: drop its leading space */
-	uint32_t *ids;
-	uint32_t n, cap;
-	char *text;
-	size_t text_cap, shown;
-};
-
-static int fetch_vocab(struct bn_client *c, struct bn_vocab **out)
-{
-	int rc = bn_vocab_fetch(c, out);
-	if (rc == -BN_E_INVALID) {
-		fprintf(stderr, "bitnet-cli generate: the daemon serves no vocabulary for this model "
-				"(loopback backend, or no tokenizer in the model file); use --ids\n");
-		return 1;
-	}
-	if (rc < 0)
-		return fail("fetching the vocabulary", rc);
-	if (bn_vocab_kind(*out) != BN_VOCAB_SPM) {
-		fprintf(stderr, "bitnet-cli generate: the model's vocabulary is not SentencePiece-style "
-				"(tokenizer.ggml.model is not \"llama\"): text cannot be encoded; use --ids\n");
-		bn_vocab_free(*out);
-		*out = NULL;
-		return 1;
-	}
-	return 0;
-}
-
 /* The prompt's ids, from --ids or by encoding --prompt (with BOS when the model wants it). */
 static int prompt_ids(const struct gen_opts *o, const struct bn_vocab *v, uint32_t **ids,
 		      uint32_t *n)
 {
 	if (o->ids_text) {
-		int k = parse_ids(o->ids_text, ids);
+		int k = cli_parse_ids(o->ids_text, ids);
 		if (k < 0)
 			return usage_error("--ids needs token ids, e.g. \"1 2 3\"");
 		*n = (uint32_t)k;
 		return 0;
 	}
 	size_t len = strlen(o->prompt);
-	int k = bn_tokenize(v, o->prompt, len, bn_vocab_add_bos(v), NULL, 0);
+	uint32_t flags = bn_vocab_add_bos(v) ? BN_TOK_ADD_BOS : 0;
+	int k = bn_tokenize_ex(v, o->prompt, len, flags, NULL, 0);
 	if (k < 0)
 		return fail("encoding the prompt", k);
 	*ids = malloc(((size_t)k + 1) * sizeof(uint32_t));
 	if (!*ids)
 		return fail("encoding the prompt", -ENOMEM);
-	bn_tokenize(v, o->prompt, len, bn_vocab_add_bos(v), *ids, (uint32_t)k);
+	bn_tokenize_ex(v, o->prompt, len, flags, *ids, (uint32_t)k);
 	*n = (uint32_t)k;
 	return 0;
-}
-
-/* How much of s can be printed now: all but a last character whose UTF-8 continuation bytes
- * have not arrived yet (the next token may bring them). */
-static size_t complete_utf8(const char *s, size_t n)
-{
-	for (size_t back = 1; back <= 4 && back <= n; back++) {
-		unsigned char b = (unsigned char)s[n - back];
-		if ((b & 0xc0) == 0x80)
-			continue;
-		size_t want = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
-		return want > back ? n - back : n;
-	}
-	return n;
-}
-
-/* Decodes every id so far (a byte token may complete a character begun by an earlier one) and
- * prints what is new and complete; `final` prints the rest too. */
-static int show_text(struct output *out, int final)
-{
-	int len = bn_detokenize(out->vocab, out->ids, out->n, out->strip, out->text, out->text_cap);
-	if (len >= 0 && (size_t)len >= out->text_cap) {
-		size_t cap = 2 * (size_t)len + 64;
-		char *grown = realloc(out->text, cap);
-		if (!grown)
-			return -ENOMEM;
-		out->text = grown;
-		out->text_cap = cap;
-		len = bn_detokenize(out->vocab, out->ids, out->n, out->strip, out->text, cap);
-	}
-	if (len < 0)
-		return len;
-	size_t upto = final ? (size_t)len : complete_utf8(out->text, (size_t)len);
-	if (upto > out->shown) {
-		fwrite(out->text + out->shown, 1, upto - out->shown, stdout);
-		out->shown = upto;
-	}
-	return 0;
-}
-
-static int take_tokens(struct output *out, const uint32_t *ids, uint32_t k)
-{
-	if (!out->vocab) {
-		for (uint32_t i = 0; i < k; i++)
-			printf(out->n + i ? " %u" : "%u", ids[i]);
-		out->n += k;
-		return 0;
-	}
-	if (out->n + k > out->cap) {
-		uint32_t cap = 2 * (out->n + k);
-		uint32_t *grown = realloc(out->ids, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		out->ids = grown;
-		out->cap = cap;
-	}
-	memcpy(out->ids + out->n, ids, k * sizeof(*ids));
-	out->n += k;
-	return show_text(out, 0);
-}
-
-/* Prints tokens as they arrive until the request ends. Returns 0 or a wait's error. */
-static int stream_tokens(struct bn_handle *h, struct output *out, int64_t timeout_ns)
-{
-	uint32_t buf[256];
-	for (;;) {
-		int rc = bn_wait_tokens(h, out->n, timeout_ns);
-		int k;
-		while ((k = bn_read_tokens(h, out->n, buf, 256)) > 0) {
-			int err = take_tokens(out, buf, (uint32_t)k);
-			if (err < 0)
-				return err;
-			fflush(stdout);
-		}
-		if (rc < 0)
-			return rc;
-		struct bn_result r;
-		if (bn_result(h, &r) == 0 && out->n >= r.n_tokens)
-			return 0;
-	}
 }
 
 /* A request that ran to one of these ends did what was asked; the others are failures. */
@@ -428,7 +355,7 @@ static int status_error(const struct bn_result *r)
 static void print_piece(const struct bn_vocab *v, uint32_t id)
 {
 	char buf[256];
-	int len = bn_detokenize(v, &id, 1, 0, buf, sizeof(buf));
+	int len = bn_detokenize_ex(v, &id, 1, BN_DETOK_SPECIAL, buf, sizeof(buf));
 	fputs(" text=\"", stdout);
 	for (int i = 0; i < len && i < (int)sizeof(buf) - 1; i++) {
 		unsigned char b = (unsigned char)buf[i];
@@ -467,10 +394,10 @@ static int print_logprobs(struct bn_handle *h, const struct bn_vocab *v, uint32_
 }
 
 /* After the stream: the newline, the ids (--print-ids), the status, the log-probabilities. */
-static int finish(struct bn_handle *h, const struct gen_opts *o, struct output *out, int rc)
+static int finish(struct bn_handle *h, const struct gen_opts *o, struct cli_output *out, int rc)
 {
-	if (rc == 0 && out->vocab)
-		rc = show_text(out, 1);
+	if (rc == 0)
+		rc = cli_output_finish(out);
 	printf("\n");
 	if (o->print_ids)
 		for (uint32_t i = 0; i < out->n; i++)
@@ -493,10 +420,10 @@ static int cmd_generate(struct bn_client *c, int argc, char **argv)
 {
 	struct gen_opts o;
 	int rc = parse_generate(&o, argc, argv);
-	struct bn_vocab *vocab = NULL;
+	const struct bn_vocab *vocab = NULL;
 	uint32_t *ids = NULL, n = 0;
 	if (rc == 0 && o.prompt)
-		rc = fetch_vocab(c, &vocab);
+		rc = cli_text_vocab(c, "generate", &vocab);
 	if (rc == 0)
 		rc = prompt_ids(&o, vocab, &ids, &n);
 	struct bn_handle *h = NULL;
@@ -507,17 +434,20 @@ static int cmd_generate(struct bn_client *c, int argc, char **argv)
 		rc = err < 0 ? fail("generate", err) : 0;
 	}
 	if (rc == 0) {
-		/* A continuation keeps its leading space; a text from nothing (BOS) drops it. */
-		struct output out = { .vocab = vocab, .strip = o.prompt && !*o.prompt };
+		/* A SentencePiece continuation keeps its leading space; a text from nothing (BOS)
+		 * drops it. */
+		struct cli_output out;
+		int strip = vocab && bn_vocab_kind(vocab) == BN_VOCAB_SPM && !*o.prompt;
 		int64_t timeout = o.timeout_ms ? (int64_t)o.timeout_ms * 1000000 : -1;
-		rc = finish(h, &o, &out, stream_tokens(h, &out, timeout));
-		free(out.ids);
-		free(out.text);
+		rc = cli_output_init(&out, vocab, strip ? BN_DETOK_STRIP_SPACE : 0);
+		if (rc == 0)
+			rc = cli_output_stream(h, &out, timeout);
+		rc = finish(h, &o, &out, rc);
+		cli_output_free(&out);
 		bn_release(h);
 	}
 	free(ids);
 	free(o.stop_ids);
-	bn_vocab_free(vocab);
 	return rc;
 }
 
@@ -551,7 +481,12 @@ int main(int argc, char **argv)
 	const char *cmd = argv[i];
 	if (strcmp(cmd, "bench") == 0)
 		return cli_bench(socket_path, argc - i, argv + i);
-	if (strcmp(cmd, "info") && strcmp(cmd, "generate") && strcmp(cmd, "stats"))
+	static const char *const commands[] = { "info", "generate", "stats", "tokenize",
+						 "detokenize", "chat" };
+	size_t k = 0;
+	while (k < sizeof(commands) / sizeof(commands[0]) && strcmp(cmd, commands[k]))
+		k++;
+	if (k == sizeof(commands) / sizeof(commands[0]))
 		return fprintf(stderr, "bitnet-cli: unknown command '%s'\n", cmd), 2;
 	struct bn_client *c;
 	int rc = bn_connect(socket_path, 0, &c);
@@ -561,6 +496,12 @@ int main(int argc, char **argv)
 		rc = cmd_info(c);
 	else if (strcmp(cmd, "generate") == 0)
 		rc = cmd_generate(c, argc - i, argv + i);
+	else if (strcmp(cmd, "tokenize") == 0)
+		rc = cli_tokenize(c, argc - i, argv + i);
+	else if (strcmp(cmd, "detokenize") == 0)
+		rc = cli_detokenize(c, argc - i, argv + i);
+	else if (strcmp(cmd, "chat") == 0)
+		rc = cli_chat(c, argc - i, argv + i);
 	else
 		rc = cmd_stats(c);
 	bn_disconnect(c);

@@ -15,6 +15,7 @@
  */
 #include "../daemon/gguf.h"
 #include "gguf_write.h"
+#include "hf_vocab.h"
 #include "quant.h"
 
 #include <errno.h>
@@ -48,6 +49,16 @@ static const char usage_text[] =
 	"  --layers N                               number of blocks\n"
 	"  --seed N                                 weights seed (default 1)\n"
 	"  --gguf-version 2|3                       file format version (default 3)\n"
+	"  --vocab-from FILE                        the vocabulary of a Hugging Face tokenizer.json\n"
+	"                                           (byte-level BPE); sets --vocab to its size\n"
+	"  --metadata microsoft|llama.cpp           with --vocab-from: the tokenizer keys as\n"
+	"                                           Microsoft's BitNet 2B4T GGUF has them (no pre,\n"
+	"                                           no eot, the converter's placeholder template)\n"
+	"                                           or as a llama.cpp conversion (pre = llama-bpe,\n"
+	"                                           the template the model was trained on)\n"
+	"  --rig-argmax ID                          (tests) every position's most likely next\n"
+	"                                           token is ID; needs --untied and a float\n"
+	"                                           --embed-type\n"
 	"\n"
 	"info: the architecture, every metadata value and every tensor (name type dims bytes),\n"
 	"      as key=value lines.\n";
@@ -192,10 +203,17 @@ static float rng_sym(struct rng *r)
 /* The model: options resolved against the preset, and the list of tensors                    */
 /* ------------------------------------------------------------------------------------------ */
 
+enum metadata { META_MICROSOFT, META_LLAMA_CPP };
+
+#define NO_RIG UINT32_MAX
+
 struct model_cfg {
 	const struct preset *p;
 	const struct arch_info *arch;
 	uint32_t n_layer, vocab;
+	const struct hf_vocab *hf;    /* --vocab-from, else the synthetic vocabulary */
+	enum metadata metadata;
+	uint32_t rig;                 /* --rig-argmax, or NO_RIG */
 	uint32_t type, embed_type;
 	int untied;
 	enum act act;
@@ -335,17 +353,25 @@ static int encode_linear(const struct tensor_spec *t, uint32_t type, struct rng 
 	return rc;
 }
 
+/* rig_argmax_note: every token's embedding gets +4 in dimension 0 (the others are in [-1, 1)),
+ * which the residual stream keeps positive and the final norm keeps about 4; the head's row
+ * for the rigged id gets 64 there and every other row 0, so its logit (~250) is far above any
+ * other's (the rest of a row is a sum of 255 products in [-1, 1): ~40 at the most). */
+
 /* Embedding rows: uniform in [-1, 1), quantized row by row (no whole float copy: the 2B4T
  * embedding is 328 M values). */
-static int encode_embed(const struct tensor_spec *t, uint32_t type, struct rng *r,
-			uint8_t *out)
+static int encode_embed(const struct model_cfg *c, const struct tensor_spec *t, uint32_t type,
+			struct rng *r, uint8_t *out)
 {
 	float *row = malloc(t->n_in * sizeof(*row));
 	if (!row)
 		return -ENOMEM;
+	int head = strcmp(t->name, "output.weight") == 0;
 	for (uint64_t i = 0; i < t->n_out; i++) {
 		for (uint64_t k = 0; k < t->n_in; k++)
 			row[k] = rng_sym(r);
+		if (c->rig != NO_RIG) /* see rig_argmax_note */
+			row[0] = head ? (i == c->rig ? 64.0f : 0.0f) : 4.0f;
 		uint64_t b = bn_quant_row(type, row, t->n_in, out);
 		if (!b) {
 			free(row);
@@ -380,7 +406,7 @@ static int add_tensor(struct bn_gguf_writer *w, const struct model_cfg *c,
 	if (t->kind == T_NORM)
 		encode_norm(t, &r, data);
 	else if (t->kind == T_EMBED)
-		rc = encode_embed(t, type, &r, data);
+		rc = encode_embed(c, t, type, &r, data);
 	else
 		rc = encode_linear(t, type, &r, data);
 	if (!rc) {
@@ -462,8 +488,63 @@ static int vocab_init(struct vocab *v, uint32_t n)
 	return 0;
 }
 
-static int add_tokenizer(struct bn_gguf_writer *w, uint32_t n)
+/* The 2B4T converter's chat template, as Microsoft's GGUF carries it. */
+static const char placeholder_template[] =
+	"{% for message in messages %}{% if loop.first %}{{ bos_token }}{% endif %}"
+	"{% if message['role'] == 'user' %}{{ 'Human: ' + message['content'] + "
+	"'\\n\\nBITNETAssistant: ' + eos_token }}{% elif message['role'] == 'assistant' %}"
+	"{{ message['content'] + eos_token }}{% endif %}{% endfor %}";
+/* The format BitNet 2B4T was trained on (its tokenizer_config.json). */
+static const char trained_template[] =
+	"{% set loop_messages = messages %}{% for message in loop_messages %}"
+	"{% set content = message['role'] | capitalize + ': '+ message['content'] | trim + "
+	"'<|eot_id|>' %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+	"{{ 'Assistant: ' }}{% endif %}";
+
+#define LLAMA3_BOS 128000u
+#define LLAMA3_EOS 128001u
+
+/* The keys of the two kinds of published file: Microsoft's (no pre, no eot, scores of 0,
+ * padding = eos, the placeholder template) and a llama.cpp conversion's. */
+static int add_bpe_tokenizer(struct bn_gguf_writer *w, const struct hf_vocab *hf, enum metadata m)
 {
+	int rc = bn_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", 1);
+	if (!rc)
+		rc = bn_gguf_add_str(w, "tokenizer.ggml.model", "gpt2");
+	if (!rc && m == META_LLAMA_CPP)
+		rc = bn_gguf_add_str(w, "tokenizer.ggml.pre", "llama-bpe");
+	if (!rc)
+		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)hf->tokens,
+					 hf->n_tokens);
+	if (!rc && m == META_MICROSOFT) {
+		float *zero = calloc(hf->n_tokens, sizeof(*zero));
+		rc = zero ? bn_gguf_add_arr_f32(w, "tokenizer.ggml.scores", zero, hf->n_tokens)
+			  : -ENOMEM;
+		free(zero);
+	}
+	if (!rc)
+		rc = bn_gguf_add_arr_i32(w, "tokenizer.ggml.token_type", hf->types, hf->n_tokens);
+	if (!rc)
+		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.merges", (const char *const *)hf->merges,
+					 hf->n_merges);
+	if (!rc)
+		rc = bn_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", LLAMA3_BOS);
+	if (!rc)
+		rc = bn_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", LLAMA3_EOS);
+	if (!rc)
+		rc = bn_gguf_add_u32(w, "tokenizer.ggml.padding_token_id", LLAMA3_EOS);
+	if (!rc)
+		rc = bn_gguf_add_str(w, "tokenizer.chat_template",
+				     m == META_MICROSOFT ? placeholder_template : trained_template);
+	return rc;
+}
+
+static int add_tokenizer(struct bn_gguf_writer *w, const struct model_cfg *c)
+{
+	if (c->hf)
+		return add_bpe_tokenizer(w, c->hf, c->metadata);
+	uint32_t n = c->vocab;
+
 	struct vocab v;
 	int rc = vocab_init(&v, n);
 	if (rc)
@@ -554,13 +635,14 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out)
 struct write_args {
 	const char *preset, *out, *type, *arch, *embed_type, *act;
 	const char *vocab, *layers, *seed, *version;
+	const char *vocab_from, *metadata, *rig;
 	int untied, help;
 };
 
 static int get_write_args(int argc, char **argv, struct write_args *a)
 {
 	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
-	       O_LAYERS, O_SEED, O_VERSION, O_HELP };
+	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_HELP };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "out", required_argument, NULL, O_OUT },
@@ -573,6 +655,9 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		{ "layers", required_argument, NULL, O_LAYERS },
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "gguf-version", required_argument, NULL, O_VERSION },
+		{ "vocab-from", required_argument, NULL, O_VOCAB_FROM },
+		{ "metadata", required_argument, NULL, O_METADATA },
+		{ "rig-argmax", required_argument, NULL, O_RIG },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -591,6 +676,9 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		case O_LAYERS: a->layers = optarg; break;
 		case O_SEED: a->seed = optarg; break;
 		case O_VERSION: a->version = optarg; break;
+		case O_VOCAB_FROM: a->vocab_from = optarg; break;
+		case O_METADATA: a->metadata = optarg; break;
+		case O_RIG: a->rig = optarg; break;
 		case O_HELP: a->help = 1; break;
 		case ':': return usage_error("option %s needs a value", argv[optind - 1]);
 		default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -649,6 +737,49 @@ static int resolve_numbers(struct model_cfg *c, const struct write_args *a)
 	return 0;
 }
 
+/* After the vocabulary is known: the id must be in it. */
+static int resolve_rig(struct model_cfg *c, const char *rig)
+{
+	uint64_t v;
+	int float_embed = c->embed_type == BN_TYPE_F16 || c->embed_type == BN_TYPE_F32 ||
+			  c->embed_type == BN_TYPE_BF16;
+	c->rig = NO_RIG;
+	if (!rig)
+		return 0;
+	if (parse_u64(rig, UINT32_MAX - 1, &v) || v >= c->vocab)
+		return usage_error("--rig-argmax must be a token id below %u, not '%s'", c->vocab,
+				   rig);
+	if (!c->untied || !float_embed)
+		return usage_error("--rig-argmax needs --untied and a float --embed-type");
+	c->rig = (uint32_t)v;
+	return 0;
+}
+
+/* --vocab-from and --metadata: the vocabulary's size becomes the model's. */
+static int resolve_vocab(struct model_cfg *c, const struct write_args *a, struct hf_vocab *hf)
+{
+	if (a->metadata && !a->vocab_from)
+		return usage_error("--metadata needs --vocab-from");
+	if (!a->vocab_from)
+		return 0;
+	if (!a->metadata || !strcmp(a->metadata, "llama.cpp"))
+		c->metadata = META_LLAMA_CPP;
+	else if (!strcmp(a->metadata, "microsoft"))
+		c->metadata = META_MICROSOFT;
+	else
+		return usage_error("unknown --metadata '%s' (microsoft, llama.cpp)", a->metadata);
+	if (a->vocab)
+		return usage_error("--vocab and --vocab-from exclude each other");
+	char err[512];
+	if (hf_vocab_load(a->vocab_from, hf, err, sizeof(err))) {
+		fprintf(stderr, "bitnet-model: %s\n", err);
+		return EXIT_IO;
+	}
+	c->hf = hf;
+	c->vocab = hf->n_tokens;
+	return 0;
+}
+
 static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 {
 	if (!a->preset)
@@ -700,7 +831,7 @@ static int write_model(const struct model_cfg *c, const struct tensor_spec *t, s
 	}
 	rc = add_hparams(w, c);
 	if (!rc)
-		rc = add_tokenizer(w, c->vocab);
+		rc = add_tokenizer(w, c);
 	if (rc)
 		fprintf(stderr, "bitnet-model: metadata: %s\n", strerror(-rc));
 	if (!rc)
@@ -724,9 +855,16 @@ static int cmd_write(int argc, char **argv)
 			fputs(usage_text, stdout);
 		return rc;
 	}
+	struct hf_vocab hf = { 0 };
 	rc = resolve_cfg(&c, &a);
-	if (rc)
+	if (!rc)
+		rc = resolve_vocab(&c, &a, &hf);
+	if (!rc)
+		rc = resolve_rig(&c, a.rig);
+	if (rc) {
+		hf_vocab_free(&hf);
 		return rc;
+	}
 	struct tensor_spec *t = calloc(3 + 11 * (size_t)c.n_layer, sizeof(*t));
 	if (!t) {
 		fprintf(stderr, "bitnet-model: out of memory\n");
@@ -738,6 +876,7 @@ static int cmd_write(int argc, char **argv)
 		printf("wrote %s: preset %s, arch %s, %s weights, %zu tensors\n", c.out,
 		       c.p->name, c.arch->name, bn_type_name(c.type), n);
 	free(t);
+	hf_vocab_free(&hf);
 	return rc;
 }
 

@@ -9,5 +9,36 @@ int cli_bench(const char *socket_path, int argc, char **argv);
 
 /* Parses a decimal u32; returns 0 or -1. */
 int cli_parse_u32(const char *text, uint32_t *out);
+/* Parses space- or comma-separated ids into a malloc'd array. Returns the count, or -1. */
+int cli_parse_ids(const char *text, uint32_t **out);
+
+struct bn_client;
+struct bn_vocab;
+struct bn_handle;
+struct bn_text_stream;
+
+/* The client's vocabulary for a text command; 0, or the exit status after saying why (no
+ * vocabulary, or one whose text cannot be encoded). */
+int cli_text_vocab(struct bn_client *c, const char *cmd, const struct bn_vocab **out);
+
+/* Generated tokens as they arrive: their text (valid UTF-8, through a bn_text_stream) with a
+ * vocabulary, else their ids; the ids are kept either way. */
+struct cli_output {
+	const struct bn_vocab *vocab;
+	struct bn_text_stream *stream;
+	uint32_t *ids;
+	uint32_t n, cap;
+};
+int cli_output_init(struct cli_output *o, const struct bn_vocab *v, uint32_t detok_flags);
+/* Prints tokens until the request ends: 0, or a wait's error. */
+int cli_output_stream(struct bn_handle *h, struct cli_output *o, int64_t timeout_ns);
+/* Prints what the stream held back (U+FFFD for a character that never ended). */
+int cli_output_finish(struct cli_output *o);
+void cli_output_free(struct cli_output *o);
+
+/* The text commands; argv[0] is the command. Return the exit status. */
+int cli_tokenize(struct bn_client *c, int argc, char **argv);
+int cli_detokenize(struct bn_client *c, int argc, char **argv);
+int cli_chat(struct bn_client *c, int argc, char **argv);
 
 #endif /* BITNET_CLI_H */

@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libbitnet-client: byte-level BPE (GGUF tokenizer.ggml.model = "gpt2"), as GPT-2, LLaMA-3
+ * and Hugging Face tokenizers do it.
+ *
+ * 1. Split: the pre-tokenizer's pattern cuts the text into words (LLaMA-3's or GPT-2's; PCRE2
+ *    with Unicode properties and its JIT; bytes that are not valid UTF-8 match nothing and
+ *    form words of their own).
+ * 2. Bytes to symbols: GPT-2's byte alphabet gives every byte a character, and so a token.
+ * 3. Merges by rank: the adjacent pair with the lowest merge rank is joined, the leftmost of
+ *    equal pairs first, until no pair has a merge. A heap of candidates with stale ones
+ *    skipped keeps this O(n log n) in the word's length. With LLaMA-3's pre-tokenizer a word
+ *    that is itself a token is that token, merges or not (Hugging Face's ignore_merges).
+ */
+#define _GNU_SOURCE
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "bitnet_client.h"
+#include "tokenizer_internal.h"
+
+#include <errno.h>
+#include <pcre2.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The split patterns, as the tokenizers' own definitions give them. */
+static const char llama3_pattern[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+	" ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char gpt2_pattern[] =
+	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* ------------------------------------------------------------------------------------------ */
+/* GPT-2's byte alphabet                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Printable bytes stand for themselves; the other 68 for U+0100 onwards, in byte order. */
+static int byte_printable(uint32_t b)
+{
+	return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+}
+
+static uint32_t byte_char(uint32_t byte)
+{
+	if (byte_printable(byte))
+		return byte;
+	uint32_t n = 0;
+	for (uint32_t b = 0; b < byte; b++)
+		n += !byte_printable(b);
+	return 256 + n;
+}
+
+/* The byte a character of the alphabet stands for, or -1. */
+static int char_byte(uint32_t cp)
+{
+	if (cp < 256)
+		return byte_printable(cp) ? (int)cp : -1;
+	uint32_t n = 256;
+	for (uint32_t b = 0; b < 256; b++)
+		if (!byte_printable(b) && n++ == cp)
+			return (int)b;
+	return -1;
+}
+
+/* The alphabet's characters are below U+0800: one or two bytes of UTF-8. */
+static size_t put_char(char *p, uint32_t cp)
+{
+	if (cp < 0x80) {
+		p[0] = (char)cp;
+		return 1;
+	}
+	p[0] = (char)(0xc0 | (cp >> 6));
+	p[1] = (char)(0x80 | (cp & 0x3f));
+	return 2;
+}
+
+/* Decodes one UTF-8 character of at most n bytes: its code point and length, or 0. */
+static size_t utf8_char(const uint8_t *p, size_t n, uint32_t *cp)
+{
+	if (p[0] < 0x80) {
+		*cp = p[0];
+		return 1;
+	}
+	size_t want = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc0 ? 2 : 0;
+	if (want == 0 || want > n)
+		return 0;
+	uint32_t c = p[0] & (0x7f >> want);
+	for (size_t i = 1; i < want; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (p[i] & 0x3f);
+	}
+	*cp = c;
+	return want;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Preparing the vocabulary                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint32_t pair_hash(uint64_t key)
+{
+	key *= 0x9e3779b97f4a7c15ULL; /* Fibonacci hashing: the high bits mix every input bit */
+	return (uint32_t)(key >> 32);
+}
+
+static const struct bpe_merge_slot *merge_find(const struct bn_vocab *v, uint32_t l, uint32_t r)
+{
+	uint64_t key = (uint64_t)l << 32 | r;
+	for (uint32_t i = pair_hash(key) & v->merge_mask;; i = (i + 1) & v->merge_mask) {
+		const struct bpe_merge_slot *s = &v->merges[i];
+		if (s->key == key)
+			return s;
+		if (s->key == UINT64_MAX)
+			return NULL;
+	}
+}
+
+/* A merge is a pair of tokens whose texts joined are the result's; a pair named twice keeps
+ * its first (lowest) rank. */
+static int merge_ok(const struct bn_vocab *v, const struct bn_vocab_merge *m)
+{
+	if (m->left >= v->n_tokens || m->right >= v->n_tokens || m->result >= v->n_tokens)
+		return 0;
+	uint32_t l = vocab_token_len(v, m->left), r = vocab_token_len(v, m->right);
+	return vocab_token_len(v, m->result) == l + r &&
+	       memcmp(v->text + v->offset[m->result], v->text + v->offset[m->left], l) == 0 &&
+	       memcmp(v->text + v->offset[m->result] + l, v->text + v->offset[m->right], r) == 0;
+}
+
+static int merges_build(struct bn_vocab *v, const struct bn_vocab_merge *m, uint32_t n)
+{
+	uint64_t cap = 16;
+	while (cap < 2 * (uint64_t)n)
+		cap *= 2;
+	v->merges = malloc((size_t)cap * sizeof(*v->merges));
+	if (!v->merges)
+		return -ENOMEM;
+	memset(v->merges, 0xff, (size_t)cap * sizeof(*v->merges));
+	v->merge_mask = (uint32_t)(cap - 1);
+	for (uint32_t rank = 0; rank < n; rank++) {
+		if (!merge_ok(v, &m[rank]))
+			return -BN_E_PROTOCOL;
+		uint64_t key = (uint64_t)m[rank].left << 32 | m[rank].right;
+		uint32_t i = pair_hash(key) & v->merge_mask;
+		while (v->merges[i].key != UINT64_MAX && v->merges[i].key != key)
+			i = (i + 1) & v->merge_mask;
+		if (v->merges[i].key == key)
+			continue;
+		v->merges[i] = (struct bpe_merge_slot){ key, rank, m[rank].result };
+	}
+	return 0;
+}
+
+/* Every byte's character must be a token, or some text could not be encoded. */
+static int alphabet_build(struct bn_vocab *v)
+{
+	for (uint32_t b = 0; b < 256; b++) {
+		char c[2];
+		v->byte_id[b] = vocab_map_find(v, c, put_char(c, byte_char(b)));
+		if (v->byte_id[b] == NO_TOKEN)
+			return -BN_E_PROTOCOL;
+	}
+	return 0;
+}
+
+/* A token's bytes: a regular token's characters mapped back through the alphabet (a
+ * character outside it is kept as it is); other tokens' texts are literal. */
+static size_t token_bytes(const struct bn_vocab *v, uint32_t id, char *out)
+{
+	const uint8_t *t = (const uint8_t *)v->text + v->offset[id];
+	size_t len = vocab_token_len(v, id), n = 0;
+	int literal = v->type[id] == TYPE_CONTROL || v->type[id] == TYPE_USER_DEFINED ||
+		      v->type[id] == TYPE_UNKNOWN;
+	for (size_t i = 0; i < len;) {
+		uint32_t cp;
+		size_t k = literal ? 0 : utf8_char(t + i, len - i, &cp);
+		int b = k ? char_byte(cp) : -1;
+		if (b < 0) {
+			k = k ? k : 1;
+			memcpy(out + n, t + i, k);
+			n += k;
+		} else {
+			out[n++] = (char)b;
+		}
+		i += k;
+	}
+	return n;
+}
+
+static int bytes_build(struct bn_vocab *v)
+{
+	/* Decoding never lengthens a text. */
+	v->bytes = malloc(v->offset[v->n_tokens] + 1);
+	v->bytes_offset = malloc(((size_t)v->n_tokens + 1) * sizeof(*v->bytes_offset));
+	if (!v->bytes || !v->bytes_offset)
+		return -ENOMEM;
+	uint32_t at = 0;
+	for (uint32_t id = 0; id < v->n_tokens; id++) {
+		v->bytes_offset[id] = at;
+		at += (uint32_t)token_bytes(v, id, v->bytes + at);
+	}
+	v->bytes_offset[v->n_tokens] = at;
+	return 0;
+}
+
+static int split_build(struct bn_vocab *v)
+{
+	const char *pattern = v->pre_tokenizer == BN_PRE_GPT2 ? gpt2_pattern : llama3_pattern;
+	int err;
+	PCRE2_SIZE where;
+	pcre2_code *code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+					 PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err,
+					 &where, NULL);
+	if (!code)
+		return -ENOMEM; /* the patterns are fixed: only memory can fail */
+	/* Without JIT (a kernel or policy that forbids executable memory) the interpreter
+	 * matches the same; only slower. */
+	pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+	v->split = code;
+	return 0;
+}
+
+int bpe_prepare(struct bn_vocab *v, const struct bn_vocab_merge *merges, uint32_t n)
+{
+	int rc = alphabet_build(v);
+	if (rc == 0)
+		rc = merges_build(v, merges, n);
+	if (rc == 0)
+		rc = bytes_build(v);
+	if (rc == 0)
+		rc = split_build(v);
+	return rc;
+}
+
+void bpe_release(struct bn_vocab *v)
+{
+	free(v->merges);
+	free(v->bytes);
+	free(v->bytes_offset);
+	pcre2_code_free(v->split);
+	v->merges = NULL;
+	v->bytes = NULL;
+	v->bytes_offset = NULL;
+	v->split = NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Encoding one word                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A possible merge of the symbols at positions left and right (its neighbour), valid while
+ * both still hold the ids it was made from. */
+struct candidate {
+	uint32_t rank, left, right, left_id, right_id;
+};
+
+/* Scratch space for the words of one call, sized for the longest. */
+struct word_state {
+	uint32_t *id;       /* symbol id at each position; NO_TOKEN once merged away */
+	uint32_t *next;     /* the next live position, or n */
+	uint32_t *prev;     /* the previous live position, or UINT32_MAX */
+	struct candidate *heap;
+	uint32_t n_heap;
+	char *text;         /* the word in the byte alphabet, for the whole-word lookup */
+};
+
+static int before(const struct candidate *a, const struct candidate *b)
+{
+	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(struct word_state *w, struct candidate c)
+{
+	uint32_t i = w->n_heap++;
+	while (i > 0 && before(&c, &w->heap[(i - 1) / 2])) {
+		w->heap[i] = w->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	w->heap[i] = c;
+}
+
+static struct candidate heap_pop(struct word_state *w)
+{
+	struct candidate top = w->heap[0], last = w->heap[--w->n_heap];
+	uint32_t i = 0;
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= w->n_heap)
+			break;
+		if (c + 1 < w->n_heap && before(&w->heap[c + 1], &w->heap[c]))
+			c++;
+		if (!before(&w->heap[c], &last))
+			break;
+		w->heap[i] = w->heap[c];
+		i = c;
+	}
+	w->heap[i] = last;
+	return top;
+}
+
+static void try_pair(const struct bn_vocab *v, struct word_state *w, uint32_t left,
+		     uint32_t right, uint32_t n)
+{
+	if (left == UINT32_MAX || right >= n)
+		return;
+	const struct bpe_merge_slot *m = merge_find(v, w->id[left], w->id[right]);
+	if (m)
+		heap_push(w, (struct candidate){ m->rank, left, right, w->id[left], w->id[right] });
+}
+
+/* The heap holds at most n - 1 first candidates and two per merge, of which there are at
+ * most n - 1: 3n bounds it. */
+static void merge_word(const struct bn_vocab *v, struct word_state *w, uint32_t n)
+{
+	w->n_heap = 0;
+	for (uint32_t i = 0; i + 1 < n; i++)
+		try_pair(v, w, i, i + 1, n);
+	while (w->n_heap) {
+		struct candidate c = heap_pop(w);
+		if (w->id[c.left] != c.left_id || w->id[c.right] != c.right_id ||
+		    w->next[c.left] != c.right)
+			continue; /* stale: a side was merged since */
+		w->id[c.left] = merge_find(v, c.left_id, c.right_id)->result;
+		w->id[c.right] = NO_TOKEN;
+		w->next[c.left] = w->next[c.right];
+		if (w->next[c.right] < n)
+			w->prev[w->next[c.right]] = c.left;
+		try_pair(v, w, w->prev[c.left], c.left, n);
+		try_pair(v, w, c.left, w->next[c.left], n);
+	}
+}
+
+static void encode_word(const struct bn_vocab *v, struct word_state *w, const uint8_t *word,
+			uint32_t n, uint32_t *out, uint32_t cap, size_t *count)
+{
+	if (v->pre_tokenizer == BN_PRE_LLAMA3) {
+		size_t len = 0;
+		for (uint32_t i = 0; i < n; i++)
+			len += put_char(w->text + len, byte_char(word[i]));
+		uint32_t id = vocab_map_find(v, w->text, len);
+		if (id != NO_TOKEN) {
+			vocab_emit(out, cap, count, id);
+			return;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		w->id[i] = v->byte_id[word[i]];
+		w->next[i] = i + 1;
+		w->prev[i] = i ? i - 1 : UINT32_MAX;
+	}
+	merge_word(v, w, n);
+	for (uint32_t i = 0; i < n; i = w->next[i])
+		vocab_emit(out, cap, count, w->id[i]);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Splitting the text                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+static int state_init(struct word_state *w, size_t len)
+{
+	if (len > UINT32_MAX / 4)
+		return -BN_E_TOO_LONG;
+	w->id = malloc(len * sizeof(*w->id));
+	w->next = malloc(len * sizeof(*w->next));
+	w->prev = malloc(len * sizeof(*w->prev));
+	w->heap = malloc(3 * len * sizeof(*w->heap));
+	w->text = malloc(2 * len);
+	return w->id && w->next && w->prev && w->heap && w->text ? 0 : -ENOMEM;
+}
+
+static void state_free(struct word_state *w)
+{
+	free(w->id);
+	free(w->next);
+	free(w->prev);
+	free(w->heap);
+	free(w->text);
+}
+
+int bpe_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t *out,
+	       uint32_t cap, size_t *n)
+{
+	struct word_state w = { 0 };
+	pcre2_match_data *md = pcre2_match_data_create_from_pattern(v->split, NULL);
+	int rc = md ? state_init(&w, len) : -ENOMEM;
+	const uint8_t *t = (const uint8_t *)text;
+	for (size_t at = 0; rc == 0 && at < len;) {
+		/* PCRE2_MATCH_INVALID_UTF (set at compile time) means no validity scan of the
+		 * whole subject per call, which would make this loop quadratic. */
+		int m = pcre2_match(v->split, t, len, at, 0, md, NULL);
+		if (m < 0 && m != PCRE2_ERROR_NOMATCH) {
+			rc = m == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -BN_E_INVALID;
+			break;
+		}
+		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+		size_t start = m < 0 ? len : ov[0], end = m < 0 ? len : ov[1];
+		if (start > at) /* bytes no alternative matches: invalid UTF-8 */
+			encode_word(v, &w, t + at, (uint32_t)(start - at), out, cap, n);
+		if (end > start)
+			encode_word(v, &w, t + start, (uint32_t)(end - start), out, cap, n);
+		if (end > at) {
+			at = end;
+		} else { /* an empty match, which no alternative makes: never lose the byte */
+			encode_word(v, &w, t + at, 1, out, cap, n);
+			at++;
+		}
+	}
+	pcre2_match_data_free(md);
+	state_free(&w);
+	return rc;
+}

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tokenizer_internal.h — the vocabulary as the tokenizer's files share it (tokenizer.c: the
+ * payload, the text map, SentencePiece encoding and special tokens; bpe.c: byte-level BPE;
+ * detok.c: ids to text; chat.c: templates). Nothing here is exported.
+ */
+#ifndef BITNET_TOKENIZER_INTERNAL_H
+#define BITNET_TOKENIZER_INTERNAL_H
+
+#include "bitnet_client.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* bn_vocab_entry.type: llama.cpp's token types, as the GGUF file stores them. */
+enum token_type {
+	TYPE_UNDEFINED = 0,
+	TYPE_NORMAL = 1,
+	TYPE_UNKNOWN = 2,
+	TYPE_CONTROL = 3,
+	TYPE_USER_DEFINED = 4,
+	TYPE_UNUSED = 5,
+	TYPE_BYTE = 6,
+};
+
+#define NO_TOKEN UINT32_MAX
+
+struct bpe_merge_slot {
+	uint64_t key;          /* left << 32 | right; UINT64_MAX: empty */
+	uint32_t rank, result;
+};
+
+struct bn_vocab {
+	uint32_t kind;         /* enum bn_vocab_kind */
+	uint32_t n_tokens;
+	uint32_t bos_id, eos_id, unk_id;
+	uint32_t add_bos;
+	uint32_t pre_tokenizer; /* enum bn_pre_tokenizer */
+	uint32_t chat_template; /* enum bn_chat_template */
+	uint32_t ext_flags;    /* BN_VOCAB_PRE_DETECTED, ... */
+	char *text;            /* every token's text, back to back */
+	uint32_t *offset;      /* [n_tokens + 1]: token i is text[offset[i], offset[i + 1]) */
+	float *score;          /* [n_tokens] */
+	uint8_t *type;         /* [n_tokens] enum token_type */
+	uint32_t max_len;      /* longest text among the tokens the map holds */
+	uint32_t byte_id[256]; /* SPM: the token <0xXX>; BPE: the token of the byte's character */
+	uint32_t *map;         /* open addressing, linear probing: id + 1, 0 = empty */
+	uint32_t map_mask;
+	/* Special tokens (control and user-defined), matched in text only on request: ids
+	 * bucketed by first byte, each bucket longest first. */
+	uint32_t *special;     /* [n_special] */
+	uint32_t special_start[257];
+	/* End-of-generation ids, ascending. */
+	uint32_t *eog;
+	uint32_t n_eog;
+	/* BPE only. */
+	struct bpe_merge_slot *merges; /* open addressing on the pair */
+	uint32_t merge_mask;
+	char *bytes;           /* every token's decoded bytes (the byte alphabet undone) */
+	uint32_t *bytes_offset; /* [n_tokens + 1] */
+	void *split;           /* the pre-tokenizer's compiled pattern (pcre2_code_8 *) */
+};
+
+static inline uint32_t vocab_token_len(const struct bn_vocab *v, uint32_t id)
+{
+	return v->offset[id + 1] - v->offset[id];
+}
+
+/* The id whose text is exactly p[0..n), among normal, user-defined and undefined tokens (the
+ * ones encoding may produce), or NO_TOKEN. */
+uint32_t vocab_map_find(const struct bn_vocab *v, const char *p, size_t n);
+
+/* The byte a SentencePiece byte token stands for ("<0x0A>" -> 10), or -1. */
+int vocab_byte_of(const struct bn_vocab *v, uint32_t id);
+
+/* Appends id to out if there is room; counts it either way. */
+static inline void vocab_emit(uint32_t *out, uint32_t cap, size_t *n, uint32_t id)
+{
+	if (*n < cap)
+		out[*n] = id;
+	(*n)++;
+}
+
+/* A part of a text where special tokens are never matched (a chat message's own text). */
+struct text_span {
+	size_t start, len;
+};
+
+/* Text to ids: BN_TOK_* flags; special tokens (with BN_TOK_PARSE_SPECIAL) matched leftmost-
+ * longest outside the spans `plain` (ascending, not overlapping); each run of text between
+ * them encoded by the vocabulary's kind. Returns the count (which may exceed cap) or -error. */
+int vocab_tokenize(const struct bn_vocab *v, const char *text, size_t len, uint32_t flags,
+		   const struct text_span *plain, size_t n_plain, uint32_t *out, uint32_t cap);
+
+/* bpe.c */
+/* Sets up what byte-level BPE needs from a parsed payload: the byte alphabet's tokens, the
+ * merge table (merges: n triples in rank order, checked against the tokens), each token's
+ * bytes, the split pattern. 0, -BN_E_PROTOCOL for merges or tokens that do not fit, -ENOMEM. */
+int bpe_prepare(struct bn_vocab *v, const struct bn_vocab_merge *merges, uint32_t n);
+void bpe_release(struct bn_vocab *v);
+/* Encodes text without special tokens; appends to out like vocab_emit. 0 or -errno. */
+int bpe_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t *out,
+	       uint32_t cap, size_t *n);
+
+/* tokenizer.c */
+int spm_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t *out,
+	       uint32_t cap, size_t *n);
+
+#endif /* BITNET_TOKENIZER_INTERNAL_H */
