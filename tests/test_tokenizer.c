@@ -784,50 +784,10 @@ static struct bn_client *connect_or_die(const struct tu_daemon *d)
 	return c;
 }
 
-/* The output of a command: stdout and stderr in files, then read back. */
-struct run {
-	int status;
-	char out[16384];
-	char err[4096];
-};
-
-static void slurp(int fd, char *buf, size_t cap)
-{
-	lseek(fd, 0, SEEK_SET);
-	ssize_t n = read(fd, buf, cap - 1);
-	buf[n > 0 ? n : 0] = '\0';
-	close(fd);
-}
-
 /* Runs bitnet-cli --socket S args... and waits for it. */
-static void run_cli(const struct tu_daemon *d, const char *const *args, struct run *r)
+static void run_cli(const struct tu_daemon *d, const char *const *args, struct tu_run *r)
 {
-	const char *bin = getenv("BITNET_CLI");
-	if (!bin || !*bin)
-		bin = "build/bitnet-cli";
-	const char *argv[32] = { bin, "--socket", d->socket_path };
-	int argc = 3;
-	for (int i = 0; args[i] && argc < 31; i++)
-		argv[argc++] = args[i];
-	argv[argc] = NULL;
-	char out_path[] = "/tmp/bn-cli-out-XXXXXX", err_path[] = "/tmp/bn-cli-err-XXXXXX";
-	int out = mkstemp(out_path), err = mkstemp(err_path);
-	ck_assert(out >= 0 && err >= 0);
-	unlink(out_path);
-	unlink(err_path);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		dup2(out, 1);
-		dup2(err, 2);
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	slurp(out, r->out, sizeof(r->out));
-	slurp(err, r->err, sizeof(r->err));
+	ck_assert_int_eq(tu_run_cli(d, args, NULL, 0, r), 0);
 }
 
 START_TEST(loopback_serves_no_vocabulary)
@@ -843,7 +803,7 @@ START_TEST(loopback_serves_no_vocabulary)
 	ck_assert_int_gt(bn_daemon_stats(c, text, sizeof(text)), 0);
 	bn_disconnect(c);
 
-	struct run r;
+	struct tu_run r;
 	run_cli(&d, (const char *const[]){ "generate", "--prompt", "hi", NULL }, &r);
 	ck_assert_int_eq(r.status, 1);
 	ck_assert_msg(strstr(r.err, "serves no vocabulary"), "%s", r.err);
@@ -880,7 +840,7 @@ START_TEST(cli_refuses_bad_options)
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start(&d, NULL), 0);
 	for (size_t i = 0; i < sizeof(cli_bad) / sizeof(cli_bad[0]); i++) {
-		struct run r;
+		struct tu_run r;
 		run_cli(&d, cli_bad[i].args, &r);
 		ck_assert_msg(r.status == 2, "case %zu: exit %d (%s)", i, r.status, r.err);
 		ck_assert_msg(strstr(r.err, cli_bad[i].message), "case %zu: '%s'", i, r.err);
@@ -1073,7 +1033,7 @@ START_TEST(stories_cli_prints_greedy_text)
 	for (uint32_t i = 0; i < CLI_TOKENS; i++)
 		sprintf(want + strlen(want), i + 1 < CLI_TOKENS ? "%u " : "%u\n", out[i]);
 
-	struct run r;
+	struct tu_run r;
 	run_cli(&d, (const char *const[]){ "generate", "--prompt", prompt, "--max-tokens", "40",
 					   "--ignore-eos", "--print-ids", NULL }, &r);
 	ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);

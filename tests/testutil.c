@@ -254,3 +254,74 @@ const char *tu_default_model(void)
 	const char *m = getenv("BITNET_DEFAULT_MODEL");
 	return m && *m ? m : "build/models/tiny.gguf";
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Running programs                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A temporary file holding data (for stdin), or an empty one to collect output; unlinked. */
+static int temp_file(const void *data, size_t len)
+{
+	char path[] = "/tmp/bn-run-XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return -1;
+	unlink(path);
+	if (len && write(fd, data, len) != (ssize_t)len) {
+		close(fd);
+		return -1;
+	}
+	lseek(fd, 0, SEEK_SET);
+	return fd;
+}
+
+static size_t slurp(int fd, char *buf, size_t cap)
+{
+	lseek(fd, 0, SEEK_SET);
+	size_t n = 0;
+	ssize_t k;
+	while (n + 1 < cap && (k = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)k;
+	buf[n] = '\0';
+	close(fd);
+	return n;
+}
+
+int tu_run(const char *const *argv, const void *input, size_t len, struct tu_run *r)
+{
+	int in = temp_file(input, len), out = temp_file(NULL, 0), err = temp_file(NULL, 0);
+	if (in < 0 || out < 0 || err < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(in, 0);
+		dup2(out, 1);
+		dup2(err, 2);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(in);
+	int st;
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	r->out_len = slurp(out, r->out, sizeof(r->out));
+	slurp(err, r->err, sizeof(r->err));
+	return 0;
+}
+
+int tu_run_cli(const struct tu_daemon *d, const char *const *args, const void *input,
+	       size_t len, struct tu_run *r)
+{
+	const char *bin = getenv("BITNET_CLI");
+	if (!bin || !*bin)
+		bin = "build/bitnet-cli";
+	const char *argv[64] = { bin, "--socket", d->socket_path };
+	int argc = 3;
+	for (int i = 0; args[i] && argc < 63; i++)
+		argv[argc++] = args[i];
+	argv[argc] = NULL;
+	return tu_run(argv, input, len, r);
+}

@@ -63,6 +63,20 @@ extern const uint32_t tu_stories_known[TU_STORIES_KNOWN];
 /* The built-in default model: $BITNET_DEFAULT_MODEL, else build/models/tiny.gguf. */
 const char *tu_default_model(void);
 
+/* A program's exit and output: stdout (up to 64 KiB) and stderr (up to 8 KiB), NUL-terminated. */
+struct tu_run {
+	int status;              /* exit status, or 128 + signal */
+	size_t out_len;
+	char out[1 << 16];
+	char err[1 << 13];
+};
+/* Runs argv[0] (a path) with argv, `input` (len bytes, may be NULL) as its standard input,
+ * and waits for it. Returns 0, or -1 when it could not be started. */
+int tu_run(const char *const *argv, const void *input, size_t len, struct tu_run *r);
+/* $BITNET_CLI (default build/bitnet-cli) --socket d's socket args... with input as above. */
+int tu_run_cli(const struct tu_daemon *d, const char *const *args, const void *input,
+	       size_t len, struct tu_run *r);
+
 struct Suite;
 /* Runs the suite with Check's normal output (its summary line included) and returns the
  * process exit status: EXIT_SUCCESS iff nothing failed. */

@@ -222,6 +222,17 @@ struct model_cfg {
 	const char *out;
 };
 
+/* rig_argmax_note: how --rig-argmax makes one token the most likely everywhere, whatever the
+ * weights do elsewhere. Every embedding row gets +4 in dimension 0, and no layer writes to it
+ * (row 0 of attn_output and ffn_down is zero), so dimension 0 of the residual stream stays 4.
+ * The final norm keeps only dimension 0 (its weight is 1 there, 0 elsewhere), so the head's
+ * input is (4 / rms, 0, 0, ...), with 4 / rms > 0. The head's row for the rigged id has 1 in
+ * dimension 0 and every other row 0: that logit is positive, every other one exactly 0. */
+static int rigged(const struct model_cfg *c)
+{
+	return c->rig != NO_RIG;
+}
+
 enum tensor_kind { T_EMBED, T_NORM, T_LINEAR };
 
 struct tensor_spec {
@@ -329,8 +340,8 @@ static int encode_float_rows(uint32_t type, const int8_t *w, uint64_t n_in, uint
 	return 0;
 }
 
-static int encode_linear(const struct tensor_spec *t, uint32_t type, struct rng *r,
-			 uint8_t *out)
+static int encode_linear(const struct model_cfg *c, const struct tensor_spec *t, uint32_t type,
+			 struct rng *r, uint8_t *out)
 {
 	uint64_t n = t->n_in * t->n_out, rb = bn_row_bytes(type, t->n_in);
 	float scale = ternary_scale(t->n_in);
@@ -339,6 +350,8 @@ static int encode_linear(const struct tensor_spec *t, uint32_t type, struct rng 
 	if (!w)
 		return -ENOMEM;
 	rng_trits(r, w, n);
+	if (rigged(c) && (strstr(t->name, "attn_output") || strstr(t->name, "ffn_down")))
+		memset(w, 0, t->n_in); /* see rig_argmax_note */
 	if (type == BN_TYPE_I2_S) {
 		rc = bn_encode_i2_s(w, n, scale, out) ? 0 : -EINVAL;
 	} else if (bn_type_is_ternary(type)) {
@@ -353,11 +366,6 @@ static int encode_linear(const struct tensor_spec *t, uint32_t type, struct rng 
 	return rc;
 }
 
-/* rig_argmax_note: every token's embedding gets +4 in dimension 0 (the others are in [-1, 1)),
- * which the residual stream keeps positive and the final norm keeps about 4; the head's row
- * for the rigged id gets 64 there and every other row 0, so its logit (~250) is far above any
- * other's (the rest of a row is a sum of 255 products in [-1, 1): ~40 at the most). */
-
 /* Embedding rows: uniform in [-1, 1), quantized row by row (no whole float copy: the 2B4T
  * embedding is 328 M values). */
 static int encode_embed(const struct model_cfg *c, const struct tensor_spec *t, uint32_t type,
@@ -370,8 +378,8 @@ static int encode_embed(const struct model_cfg *c, const struct tensor_spec *t, 
 	for (uint64_t i = 0; i < t->n_out; i++) {
 		for (uint64_t k = 0; k < t->n_in; k++)
 			row[k] = rng_sym(r);
-		if (c->rig != NO_RIG) /* see rig_argmax_note */
-			row[0] = head ? (i == c->rig ? 64.0f : 0.0f) : 4.0f;
+		if (rigged(c)) /* see rig_argmax_note */
+			row[0] = head ? (i == c->rig ? 1.0f : 0.0f) : 4.0f;
 		uint64_t b = bn_quant_row(type, row, t->n_in, out);
 		if (!b) {
 			free(row);
@@ -384,10 +392,14 @@ static int encode_embed(const struct model_cfg *c, const struct tensor_spec *t, 
 }
 
 /* Norm weights near 1, so they are visible in the output but harmless. */
-static void encode_norm(const struct tensor_spec *t, struct rng *r, uint8_t *out)
+static void encode_norm(const struct model_cfg *c, const struct tensor_spec *t, struct rng *r,
+			uint8_t *out)
 {
+	int keep_first = rigged(c) && strcmp(t->name, "output_norm.weight") == 0;
 	for (uint64_t k = 0; k < t->n_in; k++) {
 		float v = 1.0f + 0.1f * rng_sym(r);
+		if (keep_first) /* see rig_argmax_note */
+			v = k == 0 ? 1.0f : 0.0f;
 		memcpy(out + 4 * k, &v, sizeof(v));
 	}
 }
@@ -404,11 +416,11 @@ static int add_tensor(struct bn_gguf_writer *w, const struct model_cfg *c,
 	if (!data)
 		return -ENOMEM;
 	if (t->kind == T_NORM)
-		encode_norm(t, &r, data);
+		encode_norm(c, t, &r, data);
 	else if (t->kind == T_EMBED)
 		rc = encode_embed(c, t, type, &r, data);
 	else
-		rc = encode_linear(t, type, &r, data);
+		rc = encode_linear(c, t, type, &r, data);
 	if (!rc) {
 		uint64_t ne[2] = { t->n_in, t->n_out };
 		rc = bn_gguf_add_tensor(w, t->name, type, t->n_out > 1 ? 2 : 1, ne, data, size);
