@@ -9,6 +9,7 @@
 #                             FUZZ_SECONDS each (default 60)
 #   make bench-ipc            transport benchmark (starts and stops its own daemon)
 #   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
+#   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
@@ -147,7 +148,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd bench-ipc bench-model bench-serve bench-cuda fuzz fuzz-requests \
+.PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd bench-ipc bench-model bench-serve bench-cuda bench-tokenizer fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -240,12 +241,31 @@ $(BENCH_MODEL): $(BUILD)/bench/bench_model.o $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(BLAS_LIBS)
 
+# The LLaMA-3 vocabulary (BitNet 2B4T's), for the benchmarks' files when it is there.
+LLAMA3_TOKENIZER ?= $(or $(BITNET_TEST_MODELS),../shared/models)/llama3/tokenizer.json
+LLAMA3_VOCAB_ARGS = $(if $(wildcard $(LLAMA3_TOKENIZER)),--vocab-from $(LLAMA3_TOKENIZER) --metadata microsoft)
+
 $(BENCH_MODEL_FILE): | $(MODELTOOL)
 	@mkdir -p $(dir $@)
-	$(MODELTOOL) write --preset 2b4t --type i2_s --out $@
+	$(MODELTOOL) write --preset 2b4t --type i2_s $(LLAMA3_VOCAB_ARGS) --out $@
 
 bench-model: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
 	$(BENCH_MODEL) --model $(BENCH_MODEL_FILE)
+
+# The tokenizer benchmark (bench/bench_tokenizer.c): the LLaMA-3 vocabulary on the tiny preset.
+BENCH_TOKENIZER := $(BUILD)/bench/bench_tokenizer
+BENCH_TOKENIZER_FILE := $(BUILD)/models/tiny-llama3.gguf
+$(BENCH_TOKENIZER): $(BUILD)/bench/bench_tokenizer.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS)
+
+$(BENCH_TOKENIZER_FILE): | $(MODELTOOL)
+	@test -f $(LLAMA3_TOKENIZER) || { echo "bench-tokenizer needs $(LLAMA3_TOKENIZER) (set BITNET_TEST_MODELS)"; exit 1; }
+	@mkdir -p $(dir $@)
+	$(MODELTOOL) write --preset tiny --vocab-from $(LLAMA3_TOKENIZER) --metadata microsoft --out $@
+
+bench-tokenizer: $(BENCH_TOKENIZER) $(BITNETD) $(BENCH_TOKENIZER_FILE)
+	BITNETD=$(BITNETD) $(BENCH_TOKENIZER) --model $(BENCH_TOKENIZER_FILE)
 
 # The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
 # daemon itself, once per scenario, on the same model file as bench-model.

@@ -156,7 +156,10 @@ static int alphabet_build(struct bn_vocab *v)
 {
 	for (uint32_t b = 0; b < 256; b++) {
 		char c[2];
-		v->byte_id[b] = vocab_map_find(v, c, put_char(c, byte_char(b)));
+		size_t n = put_char(c, byte_char(b));
+		v->alphabet[b][0] = (uint8_t)n;
+		memcpy(&v->alphabet[b][1], c, n);
+		v->byte_id[b] = vocab_map_find(v, c, n);
 		if (v->byte_id[b] == NO_TOKEN)
 			return -BN_E_PROTOCOL;
 	}
@@ -254,8 +257,9 @@ struct candidate {
 	uint32_t rank, left, right, left_id, right_id;
 };
 
-/* Scratch space for the words of one call, sized for the longest. */
+/* Scratch space for the words of one call, grown to the longest word seen. */
 struct word_state {
+	size_t cap;         /* symbols the arrays hold */
 	uint32_t *id;       /* symbol id at each position; NO_TOKEN once merged away */
 	uint32_t *next;     /* the next live position, or n */
 	uint32_t *prev;     /* the previous live position, or UINT32_MAX */
@@ -330,17 +334,54 @@ static void merge_word(const struct bn_vocab *v, struct word_state *w, uint32_t 
 	}
 }
 
-static void encode_word(const struct bn_vocab *v, struct word_state *w, const uint8_t *word,
-			uint32_t n, uint32_t *out, uint32_t cap, size_t *count)
+static int state_reserve(struct word_state *w, size_t n)
 {
+	if (n <= w->cap)
+		return 0;
+	if (n > UINT32_MAX / 4)
+		return -BN_E_TOO_LONG;
+	size_t cap = w->cap ? w->cap : 64;
+	while (cap < n)
+		cap *= 2;
+	uint32_t *id = realloc(w->id, cap * sizeof(*id));
+	if (id)
+		w->id = id;
+	uint32_t *next = realloc(w->next, cap * sizeof(*next));
+	if (next)
+		w->next = next;
+	uint32_t *prev = realloc(w->prev, cap * sizeof(*prev));
+	if (prev)
+		w->prev = prev;
+	struct candidate *heap = realloc(w->heap, 3 * cap * sizeof(*heap));
+	if (heap)
+		w->heap = heap;
+	char *text = realloc(w->text, 2 * cap);
+	if (text)
+		w->text = text;
+	if (!id || !next || !prev || !heap || !text)
+		return -ENOMEM;
+	w->cap = cap;
+	return 0;
+}
+
+static int encode_word(const struct bn_vocab *v, struct word_state *w, const uint8_t *word,
+		       size_t len, uint32_t *out, uint32_t cap, size_t *count)
+{
+	int rc = state_reserve(w, len);
+	if (rc < 0)
+		return rc;
+	uint32_t n = (uint32_t)len;
 	if (v->pre_tokenizer == BN_PRE_LLAMA3) {
-		size_t len = 0;
-		for (uint32_t i = 0; i < n; i++)
-			len += put_char(w->text + len, byte_char(word[i]));
-		uint32_t id = vocab_map_find(v, w->text, len);
+		size_t text_len = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			const uint8_t *a = v->alphabet[word[i]];
+			memcpy(w->text + text_len, a + 1, a[0]);
+			text_len += a[0];
+		}
+		uint32_t id = vocab_map_find(v, w->text, text_len);
 		if (id != NO_TOKEN) {
 			vocab_emit(out, cap, count, id);
-			return;
+			return 0;
 		}
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -351,23 +392,12 @@ static void encode_word(const struct bn_vocab *v, struct word_state *w, const ui
 	merge_word(v, w, n);
 	for (uint32_t i = 0; i < n; i = w->next[i])
 		vocab_emit(out, cap, count, w->id[i]);
+	return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Splitting the text                                                                          */
 /* ------------------------------------------------------------------------------------------ */
-
-static int state_init(struct word_state *w, size_t len)
-{
-	if (len > UINT32_MAX / 4)
-		return -BN_E_TOO_LONG;
-	w->id = malloc(len * sizeof(*w->id));
-	w->next = malloc(len * sizeof(*w->next));
-	w->prev = malloc(len * sizeof(*w->prev));
-	w->heap = malloc(3 * len * sizeof(*w->heap));
-	w->text = malloc(2 * len);
-	return w->id && w->next && w->prev && w->heap && w->text ? 0 : -ENOMEM;
-}
 
 static void state_free(struct word_state *w)
 {
@@ -383,7 +413,7 @@ int bpe_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t 
 {
 	struct word_state w = { 0 };
 	pcre2_match_data *md = pcre2_match_data_create_from_pattern(v->split, NULL);
-	int rc = md ? state_init(&w, len) : -ENOMEM;
+	int rc = md ? 0 : -ENOMEM;
 	const uint8_t *t = (const uint8_t *)text;
 	for (size_t at = 0; rc == 0 && at < len;) {
 		/* PCRE2_MATCH_INVALID_UTF (set at compile time) means no validity scan of the
@@ -396,13 +426,13 @@ int bpe_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t 
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 		size_t start = m < 0 ? len : ov[0], end = m < 0 ? len : ov[1];
 		if (start > at) /* bytes no alternative matches: invalid UTF-8 */
-			encode_word(v, &w, t + at, (uint32_t)(start - at), out, cap, n);
-		if (end > start)
-			encode_word(v, &w, t + start, (uint32_t)(end - start), out, cap, n);
+			rc = encode_word(v, &w, t + at, start - at, out, cap, n);
+		if (rc == 0 && end > start)
+			rc = encode_word(v, &w, t + start, end - start, out, cap, n);
 		if (end > at) {
 			at = end;
-		} else { /* an empty match, which no alternative makes: never lose the byte */
-			encode_word(v, &w, t + at, 1, out, cap, n);
+		} else if (rc == 0) { /* an empty match, which no pattern makes: keep the byte */
+			rc = encode_word(v, &w, t + at, 1, out, cap, n);
 			at++;
 		}
 	}

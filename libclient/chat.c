@@ -371,7 +371,8 @@ int bn_chat_tokenize(const struct bn_vocab *v, uint32_t tmpl, const struct bn_ch
 	int rc = render(v, tmpl, msgs, n, &r);
 	if (rc == 0) {
 		uint32_t flags = BN_TOK_PARSE_SPECIAL;
-		int starts_with_bos = v->bos_id != NO_TOKEN && r.len >= vocab_token_len(v, v->bos_id) &&
+		int starts_with_bos = v->bos_id != NO_TOKEN && (r.n_plain == 0 || r.plain[0].start > 0) &&
+				      r.len >= vocab_token_len(v, v->bos_id) &&
 				      vocab_token_len(v, v->bos_id) > 0 &&
 				      memcmp(r.text, v->text + v->offset[v->bos_id],
 					     vocab_token_len(v, v->bos_id)) == 0;

@@ -56,6 +56,7 @@ struct bn_vocab {
 	/* BPE only. */
 	struct bpe_merge_slot *merges; /* open addressing on the pair */
 	uint32_t merge_mask;
+	uint8_t alphabet[256][3]; /* each byte's character in GPT-2's alphabet: length, UTF-8 */
 	char *bytes;           /* every token's decoded bytes (the byte alphabet undone) */
 	uint32_t *bytes_offset; /* [n_tokens + 1] */
 	void *split;           /* the pre-tokenizer's compiled pattern (pcre2_code_8 *) */
