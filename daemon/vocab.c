@@ -211,6 +211,31 @@ static int parse_merge(struct builder *b, uint32_t rank, struct bn_vocab_merge *
 	return 0;
 }
 
+/* Token types encoding may produce, as the client's map holds them (libclient/tokenizer.c):
+ * normal, user-defined, undefined. */
+static int text_type(const struct builder *b, uint32_t id)
+{
+	double t = DEFAULT_TOKEN_TYPE;
+	if (b->types)
+		bn_gguf_arr_num(b->types, id, &t);
+	return t == 0 || t == 1 || t == 4;
+}
+
+/* A token of such a type with exactly this text. The map gives the first id of any type;
+ * only a vocabulary that repeats a text looks further. */
+static int has_text_token(const struct builder *b, const char *p, size_t n)
+{
+	uint32_t id = map_find(b, p, n);
+	if (id == UINT32_MAX || text_type(b, id))
+		return id != UINT32_MAX;
+	for (id = id + 1; id < b->head.n_tokens; id++) {
+		struct bn_gguf_str s = token_text(b, id);
+		if (s.len == n && memcmp(s.ptr, p, n) == 0 && text_type(b, id))
+			return 1;
+	}
+	return 0;
+}
+
 /* GPT-2's byte alphabet: the printable bytes stand for themselves, the other 68 for U+0100
  * onwards in byte order. Every byte needs its token, or some text could not be encoded. */
 static int check_byte_tokens(struct builder *b)
@@ -229,8 +254,10 @@ static int check_byte_tokens(struct builder *b)
 			utf8[1] = (char)(0x80 | (cp & 0x3f));
 			n = 2;
 		}
-		if (map_find(b, utf8, n) == UINT32_MAX)
-			return fail(b, "the gpt2 vocabulary has no token for byte 0x%02x", byte);
+		if (!has_text_token(b, utf8, n))
+			return fail(b, "the gpt2 vocabulary has no token for byte 0x%02x (a normal, "
+				       "user-defined or undefined token whose text is its character)",
+				    byte);
 	}
 	return 0;
 }
