@@ -436,7 +436,8 @@ static void write_ext(const struct builder *b, uint8_t *p)
 {
 	memcpy(p, &b->ext, sizeof(b->ext));
 	p += sizeof(b->ext);
-	memcpy(p, b->merge_ids, (size_t)b->ext.n_merges * sizeof(*b->merge_ids));
+	if (b->ext.n_merges) /* merge_ids is NULL without merges, which memcpy may not see */
+		memcpy(p, b->merge_ids, (size_t)b->ext.n_merges * sizeof(*b->merge_ids));
 	p += (size_t)b->ext.n_merges * sizeof(*b->merge_ids);
 	memcpy(p, b->choice->eog, (size_t)b->ext.n_eog * sizeof(uint32_t));
 }

@@ -106,21 +106,6 @@ static void vectors_free(struct vectors *v)
 	free(v->out);
 }
 
-/* The BN_CTL_TOKENIZER payload the daemon's code builds from a file, parsed by the client. */
-static struct bn_vocab *file_vocab(const char *path)
-{
-	struct bn_vocab_served sv;
-	char err[BN_VOCAB_ERR_LEN];
-	ck_assert_msg(bn_vocab_serve_open(path, 0, NULL, &sv, err) == 1, "%s", err);
-	void *p = mmap(NULL, sv.tokenizer_bytes, PROT_READ, MAP_PRIVATE, sv.tokenizer_fd, 0);
-	ck_assert_ptr_ne(p, MAP_FAILED);
-	struct bn_vocab *v;
-	ck_assert_int_eq(bn_vocab_from_payload(p, sv.tokenizer_bytes, &v), 0);
-	munmap(p, sv.tokenizer_bytes);
-	bn_vocab_served_close(&sv);
-	return v;
-}
-
 static void expect_vectors(const struct bn_vocab *v, const struct vectors *vec)
 {
 	for (int i = 0; i < N_VECTORS; i++) {
@@ -180,7 +165,7 @@ START_TEST(llama_cpp_vectors_in_both_kinds_of_file)
 	vectors_load(&vec);
 	const char *paths[] = { ms_path, cpp_path };
 	for (int k = 0; k < 2; k++) {
-		struct bn_vocab *v = file_vocab(paths[k]);
+		struct bn_vocab *v = tu_file_vocab(paths[k]);
 		ck_assert_uint_eq(bn_vocab_kind(v), BN_VOCAB_BPE);
 		ck_assert_uint_eq(bn_vocab_pre_tokenizer(v), BN_PRE_LLAMA3);
 		ck_assert_uint_eq(bn_vocab_flags(v) & BN_VOCAB_PRE_DETECTED, k == 0 ? BN_VOCAB_PRE_DETECTED : 0);
@@ -257,7 +242,7 @@ static size_t random_text(char *buf, size_t cap)
 /* decode(encode(s)) == s, byte for byte, for 10,000 random valid UTF-8 texts. */
 START_TEST(round_trip_random_texts)
 {
-	struct bn_vocab *v = file_vocab(ms_path);
+	struct bn_vocab *v = tu_file_vocab(ms_path);
 	tu_rng_seed(23);
 	for (int t = 0; t < 10000; t++) {
 		char text[1024], back[2048];
@@ -278,7 +263,7 @@ END_TEST
  * to a stream at every split point: every chunk is valid UTF-8 and together they are the text. */
 START_TEST(stream_decoder_at_every_split)
 {
-	struct bn_vocab *v = file_vocab(ms_path);
+	struct bn_vocab *v = tu_file_vocab(ms_path);
 	const char *text = "Führer 🦙.cpp ½ ភាសា 😶\u200d🌫️ end";
 	uint32_t ids[128];
 	int n = bn_tokenize_ex(v, text, strlen(text), 0, ids, 128);
@@ -347,7 +332,7 @@ static const struct {
 
 START_TEST(templates_render_as_hugging_face)
 {
-	struct bn_vocab *v = file_vocab(ms_path);
+	struct bn_vocab *v = tu_file_vocab(ms_path);
 	char buf[2048];
 	int n = bn_chat_render(v, renders[_i].tmpl, conv, N_CONV, buf, sizeof(buf));
 	ck_assert_int_eq(n, (int)strlen(renders[_i].render));
@@ -371,7 +356,7 @@ static int count(const uint32_t *ids, int n, uint32_t id)
  * the one the user typed is text. One BOS, first. */
 START_TEST(message_text_is_never_special)
 {
-	struct bn_vocab *v = file_vocab(ms_path);
+	struct bn_vocab *v = tu_file_vocab(ms_path);
 	uint32_t ids[512];
 	for (int t = 0; t < 2; t++) {
 		uint32_t tmpl = t ? BN_CHAT_LLAMA3 : BN_CHAT_BITNET;
@@ -524,7 +509,7 @@ START_TEST(cli_text_commands)
 		ck_assert_uint_eq(r->out_len, strlen(renders[t].render) + 1);
 		ck_assert_int_eq(memcmp(r->out, renders[t].render, r->out_len - 1), 0);
 	}
-	struct bn_vocab *v = file_vocab(ms_path);
+	struct bn_vocab *v = tu_file_vocab(ms_path);
 	uint32_t ids[512];
 	int n = bn_chat_tokenize(v, 0, conv, N_CONV, ids, 512);
 	char want[4096] = "";

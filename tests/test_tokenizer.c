@@ -757,25 +757,6 @@ END_TEST
 /* Through a daemon                                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
-/* The BN_CTL_TOKENIZER payload the daemon's code builds from a file, parsed by the client's:
- * the oracle for what a daemon serves. */
-static struct bn_vocab *served_vocab(const char *path, int expect_built)
-{
-	struct bn_vocab_served sv;
-	char err[BN_VOCAB_ERR_LEN];
-	int rc = bn_vocab_serve_open(path, 0, NULL, &sv, err);
-	ck_assert_msg(rc == expect_built, "%s", err);
-	if (rc != 1)
-		return NULL;
-	void *p = mmap(NULL, sv.tokenizer_bytes, PROT_READ, MAP_PRIVATE, sv.tokenizer_fd, 0);
-	ck_assert_ptr_ne(p, MAP_FAILED);
-	struct bn_vocab *v;
-	ck_assert_int_eq(bn_vocab_from_payload(p, sv.tokenizer_bytes, &v), 0);
-	munmap(p, sv.tokenizer_bytes);
-	bn_vocab_served_close(&sv);
-	return v;
-}
-
 static struct bn_client *connect_or_die(const struct tu_daemon *d)
 {
 	struct bn_client *c = NULL;
@@ -861,7 +842,7 @@ START_TEST(vocabulary_through_the_daemon)
 	struct bn_vocab *v = NULL, *again = NULL;
 	ck_assert_int_eq(bn_vocab_fetch(c, &v), 0);
 	ck_assert_int_eq(bn_vocab_fetch(c, &again), 0);
-	struct bn_vocab *local = served_vocab(tu_default_model(), 1);
+	struct bn_vocab *local = tu_file_vocab(tu_default_model());
 	/* What a client older than BN_CTL_TOKENIZER asks for: the same tokens. */
 	struct bn_ctl_reply r;
 	int fd = -1;
@@ -957,7 +938,7 @@ END_TEST
 
 static struct bn_vocab *stories_vocab(void)
 {
-	return served_vocab(stories_path, 1);
+	return tu_file_vocab(stories_path);
 }
 
 static int ends_with(const char *s, const char *tail)

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "testutil.h"
 
+#include "../daemon/vocab.h"
 #include "bitnet_client.h"
 
 #include <check.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -324,4 +326,18 @@ int tu_run_cli(const struct tu_daemon *d, const char *const *args, const void *i
 		argv[argc++] = args[i];
 	argv[argc] = NULL;
 	return tu_run(argv, input, len, r);
+}
+
+struct bn_vocab *tu_file_vocab(const char *path)
+{
+	struct bn_vocab_served sv;
+	char err[BN_VOCAB_ERR_LEN];
+	ck_assert_msg(bn_vocab_serve_open(path, 0, NULL, &sv, err) == 1, "%s", err);
+	void *p = mmap(NULL, sv.tokenizer_bytes, PROT_READ, MAP_PRIVATE, sv.tokenizer_fd, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	struct bn_vocab *v;
+	ck_assert_int_eq(bn_vocab_from_payload(p, sv.tokenizer_bytes, &v), 0);
+	munmap(p, sv.tokenizer_bytes);
+	bn_vocab_served_close(&sv);
+	return v;
 }

@@ -77,6 +77,10 @@ int tu_run(const char *const *argv, const void *input, size_t len, struct tu_run
 int tu_run_cli(const struct tu_daemon *d, const char *const *args, const void *input,
 	       size_t len, struct tu_run *r);
 
+/* The vocabulary a daemon would serve for the model file at path: the BN_CTL_TOKENIZER
+ * payload the daemon's code builds, parsed by the client's. Fails the test if either fails. */
+struct bn_vocab *tu_file_vocab(const char *path);
+
 struct Suite;
 /* Runs the suite with Check's normal output (its summary line included) and returns the
  * process exit status: EXIT_SUCCESS iff nothing failed. */

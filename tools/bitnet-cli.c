@@ -61,18 +61,6 @@ static int fail(const char *what, int rc)
 	return 1;
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("bitnet-cli generate: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	return 2;
-}
-
 int cli_parse_u32(const char *text, uint32_t *out)
 {
 	char *end;
@@ -105,7 +93,7 @@ static int parse_float(const char *flag, const char *text, float lo, float hi, f
 	/* strtof would also take leading spaces, "inf", "nan" and hex: only plain numbers pass. */
 	float v = isspace((unsigned char)text[0]) || strpbrk(text, "xX") ? NAN : strtof(text, &end);
 	if (errno || end == text || *end || !isfinite(v) || v < lo || v > hi)
-		return usage_error("--%s: '%s' is not a number in [%g, %g]", flag, text, lo, hi);
+		return cli_usage("generate", "--%s: '%s' is not a number in [%g, %g]", flag, text, lo, hi);
 	*out = v;
 	return 0;
 }
@@ -113,7 +101,7 @@ static int parse_float(const char *flag, const char *text, float lo, float hi, f
 static int parse_count(const char *flag, const char *text, uint32_t *out)
 {
 	if (cli_parse_u32(text, out) < 0 || text[0] < '0' || text[0] > '9')
-		return usage_error("--%s: '%s' is not a whole number in [0, %u]", flag, text,
+		return cli_usage("generate", "--%s: '%s' is not a whole number in [0, %u]", flag, text,
 				   UINT32_MAX);
 	return 0;
 }
@@ -252,7 +240,7 @@ static int apply_sampling_option(struct gen_opts *o, int opt, const char *arg)
 	case G_DEADLINE: return parse_count("deadline-ms", arg, &sp->deadline_ms);
 	case G_SEED:
 		if (parse_u64(arg, &sp->seed) < 0)
-			return usage_error("--seed: '%s' is not a whole number in [0, %llu]", arg,
+			return cli_usage("generate", "--seed: '%s' is not a whole number in [0, %llu]", arg,
 					   (unsigned long long)UINT64_MAX);
 		o->req.flags |= BN_REQ_SEED;
 		return 0;
@@ -264,12 +252,12 @@ static int apply_sampling_option(struct gen_opts *o, int opt, const char *arg)
 		o->stop_ids = NULL;
 		int n = cli_parse_ids(arg, &o->stop_ids);
 		if (n <= 0)
-			return usage_error("--stop-ids: '%s' is not a list of token ids, e.g. 2,13", arg);
+			return cli_usage("generate", "--stop-ids: '%s' is not a list of token ids, e.g. 2,13", arg);
 		sp->stop_ids = o->stop_ids;
 		sp->n_stop = (uint32_t)n;
 		return 0;
 	}
-	default: return usage_error("bad option");
+	default: return cli_usage("generate", "bad option");
 	}
 }
 
@@ -283,7 +271,7 @@ static int apply_option(struct gen_opts *o, int opt, const char *arg)
 	case G_MAX_TOKENS:
 		if (parse_count("max-tokens", arg, &o->req.max_tokens))
 			return 2;
-		return o->req.max_tokens ? 0 : usage_error("--max-tokens must be at least 1");
+		return o->req.max_tokens ? 0 : cli_usage("generate", "--max-tokens must be at least 1");
 	case G_TIMEOUT: return parse_count("timeout-ms", arg, &o->timeout_ms);
 	case '?': return 2; /* getopt said why */
 	default: return apply_sampling_option(o, opt, arg);
@@ -299,11 +287,11 @@ static int parse_generate(struct gen_opts *o, int argc, char **argv)
 		if (apply_option(o, opt, optarg))
 			return 2;
 	if (optind < argc)
-		return usage_error("unexpected argument '%s'", argv[optind]);
+		return cli_usage("generate", "unexpected argument '%s'", argv[optind]);
 	if (!o->ids_text == !o->prompt)
-		return usage_error("give exactly one of --ids and --prompt");
+		return cli_usage("generate", "give exactly one of --ids and --prompt");
 	if (o->print_ids && !o->prompt)
-		return usage_error("--print-ids goes with --prompt (--ids prints ids anyway)");
+		return cli_usage("generate", "--print-ids goes with --prompt (--ids prints ids anyway)");
 	if (o->sampling)
 		o->req.sampling = &o->sp;
 	return 0;
@@ -320,7 +308,7 @@ static int prompt_ids(const struct gen_opts *o, const struct bn_vocab *v, uint32
 	if (o->ids_text) {
 		int k = cli_parse_ids(o->ids_text, ids);
 		if (k < 0)
-			return usage_error("--ids needs token ids, e.g. \"1 2 3\"");
+			return cli_usage("generate", "--ids needs token ids, e.g. \"1 2 3\"");
 		*n = (uint32_t)k;
 		return 0;
 	}

@@ -12,6 +12,11 @@ int cli_parse_u32(const char *text, uint32_t *out);
 /* Parses space- or comma-separated ids into a malloc'd array. Returns the count, or -1. */
 int cli_parse_ids(const char *text, uint32_t **out);
 
+/* "bitnet-cli CMD: message" on stderr; returns 2, the exit status of bad usage. */
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "bitnet-cli CMD: what: the error's name" on stderr; returns 1. */
+int cli_failed(const char *cmd, const char *what, int rc);
+
 struct bn_client;
 struct bn_vocab;
 struct bn_handle;

@@ -49,23 +49,6 @@ struct conversation {
 	size_t n, cap;
 };
 
-__attribute__((format(printf, 1, 2))) static int chat_usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("bitnet-cli chat: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	return 2;
-}
-
-static int chat_failed(const char *what, int rc)
-{
-	fprintf(stderr, "bitnet-cli chat: %s: %s\n", what, bn_strerror(rc));
-	return 1;
-}
-
 static int conv_add(struct conversation *c, const char *role, const char *content)
 {
 	if (c->n == c->cap) {
@@ -108,14 +91,14 @@ static int parse_sampling(struct chat_opts *o, int opt, const char *arg)
 	if (opt == 't' || opt == 'p') {
 		float v = strtof(arg, &end);
 		if (errno || end == arg || *end || !(v >= 0) || v > (opt == 't' ? 100 : 1))
-			return chat_usage_error("--%s: '%s' is out of range",
+			return cli_usage("chat", "--%s: '%s' is out of range",
 						opt == 't' ? "temperature" : "top-p", arg);
 		*(opt == 't' ? &o->sp.temperature : &o->sp.top_p) = v;
 		return 0;
 	}
 	unsigned long long v = strtoull(arg, &end, 10);
 	if (errno || end == arg || *end || arg[0] == '-' || (opt == 'k' && v > UINT32_MAX))
-		return chat_usage_error("'%s' is not a whole number", arg);
+		return cli_usage("chat", "'%s' is not a whole number", arg);
 	if (opt == 'k') {
 		o->sp.top_k = (uint32_t)v;
 	} else {
@@ -156,14 +139,14 @@ static int parse_chat(struct chat_opts *o, int argc, char **argv)
 		case C_TEMPLATE: {
 			int t = bn_chat_template_from_name(optarg);
 			if (t < 0)
-				return chat_usage_error("--chat-template: '%s' is not bitnet, llama3, "
+				return cli_usage("chat", "--chat-template: '%s' is not bitnet, llama3, "
 							"chatml or llama2", optarg);
 			o->tmpl = (uint32_t)t;
 			break;
 		}
 		case C_MAX:
 			if (cli_parse_u32(optarg, &o->max_tokens) < 0 || o->max_tokens == 0)
-				return chat_usage_error("--max-tokens: '%s' is not a whole number "
+				return cli_usage("chat", "--max-tokens: '%s' is not a whole number "
 							">= 1", optarg);
 			break;
 		case 'h': fputs(chat_usage, stdout); return 1;
@@ -174,13 +157,13 @@ static int parse_chat(struct chat_opts *o, int argc, char **argv)
 	if (rc)
 		return rc;
 	if (optind < argc)
-		return chat_usage_error("unexpected argument '%s'", argv[optind]);
+		return cli_usage("chat", "unexpected argument '%s'", argv[optind]);
 	if (o->message && o->messages_file)
-		return chat_usage_error("give --message or --messages, not both");
+		return cli_usage("chat", "give --message or --messages, not both");
 	if ((o->render || o->render_ids) && !o->messages_file)
-		return chat_usage_error("--render and --render-ids go with --messages FILE");
+		return cli_usage("chat", "--render and --render-ids go with --messages FILE");
 	if (o->system && o->messages_file)
-		return chat_usage_error("--system goes with --message or the terminal; put a "
+		return cli_usage("chat", "--system goes with --message or the terminal; put a "
 					"system message in the --messages file");
 	return 0;
 }
@@ -213,7 +196,7 @@ static int load_messages(const char *path, struct conversation *c)
 			break;
 		}
 		if (conv_add(c, json_string_value(role), json_string_value(content)) < 0) {
-			rc = chat_failed("reading messages", -ENOMEM);
+			rc = cli_failed("chat", "reading messages", -ENOMEM);
 			break;
 		}
 	}
@@ -240,7 +223,7 @@ static int render_failed(const struct bn_vocab *v, uint32_t tmpl, int rc)
 				"and assistant turns alternating, a system message only first\n");
 		return 1;
 	}
-	return chat_failed("rendering the conversation", rc);
+	return cli_failed("chat", "rendering the conversation", rc);
 }
 
 static int print_render(const struct bn_vocab *v, const struct chat_opts *o,
@@ -298,7 +281,7 @@ static int reply(struct bn_client *cl, const struct bn_vocab *v, const struct ch
 	rc = bn_submit(cl, &req, &h);
 	free(ids);
 	if (rc < 0)
-		return chat_failed("sending", rc);
+		return cli_failed("chat", "sending", rc);
 	rc = cli_output_init(&out, v, 0);
 	if (rc == 0)
 		rc = cli_output_stream(h, &out, -1);
@@ -318,7 +301,7 @@ static int reply(struct bn_client *cl, const struct bn_vocab *v, const struct ch
 	free(text);
 	cli_output_free(&out);
 	bn_release(h);
-	return rc < 0 ? chat_failed("reply", rc) : 0;
+	return rc < 0 ? cli_failed("chat", "reply", rc) : 0;
 }
 
 /* Reads user lines until end of input; /reset forgets all but the system message. */
@@ -343,7 +326,7 @@ static int interactive(struct bn_client *cl, const struct bn_vocab *v, const str
 		}
 		if (len == 0)
 			continue;
-		rc = conv_add(c, "user", line) < 0 ? chat_failed("reading", -ENOMEM) : 0;
+		rc = conv_add(c, "user", line) < 0 ? cli_failed("chat", "reading", -ENOMEM) : 0;
 		if (rc == 0)
 			rc = reply(cl, v, o, c);
 		if (rc)
@@ -367,9 +350,9 @@ int cli_chat(struct bn_client *cl, int argc, char **argv)
 	if (rc == 0 && o.messages_file)
 		rc = load_messages(o.messages_file, &c);
 	else if (rc == 0 && o.system && conv_add(&c, "system", o.system) < 0)
-		rc = chat_failed("", -ENOMEM);
+		rc = cli_failed("chat", "", -ENOMEM);
 	if (rc == 0 && o.message && conv_add(&c, "user", o.message) < 0)
-		rc = chat_failed("", -ENOMEM);
+		rc = cli_failed("chat", "", -ENOMEM);
 	if (rc == 0) {
 		if (o.render)
 			rc = print_render(v, &o, &c);

@@ -19,7 +19,7 @@
 
 #define SECOND_NS 1000000000LL
 
-__attribute__((format(printf, 2, 3))) static int usage(const char *cmd, const char *fmt, ...)
+int cli_usage(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -30,7 +30,7 @@ __attribute__((format(printf, 2, 3))) static int usage(const char *cmd, const ch
 	return 2;
 }
 
-static int failed(const char *cmd, const char *what, int rc)
+int cli_failed(const char *cmd, const char *what, int rc)
 {
 	fprintf(stderr, "bitnet-cli %s: %s: %s\n", cmd, what, bn_strerror(rc));
 	return 1;
@@ -46,7 +46,7 @@ int cli_text_vocab(struct bn_client *c, const char *cmd, const struct bn_vocab *
 		return 1;
 	}
 	if (rc < 0)
-		return failed(cmd, "fetching the vocabulary", rc);
+		return cli_failed(cmd, "fetching the vocabulary", rc);
 	if (bn_vocab_kind(*out) != BN_VOCAB_SPM && bn_vocab_kind(*out) != BN_VOCAB_BPE) {
 		fprintf(stderr, "bitnet-cli %s: the model's vocabulary is neither SentencePiece-style "
 				"nor byte-level BPE (tokenizer.ggml.model is not \"llama\" or \"gpt2\"): "
@@ -175,10 +175,10 @@ int cli_tokenize(struct bn_client *c, int argc, char **argv)
 		else if (strcmp(argv[i], "--no-bos") == 0)
 			no_bos = 1;
 		else
-			return usage("tokenize", "unknown option '%s'", argv[i]);
+			return cli_usage("tokenize", "unknown option '%s'", argv[i]);
 	}
 	if (i + 1 != argc)
-		return usage("tokenize", "give one TEXT (- reads standard input)");
+		return cli_usage("tokenize", "give one TEXT (- reads standard input)");
 	const struct bn_vocab *v;
 	int rc = cli_text_vocab(c, "tokenize", &v);
 	if (rc)
@@ -188,12 +188,12 @@ int cli_tokenize(struct bn_client *c, int argc, char **argv)
 	size_t len = strlen(argv[i]);
 	char *text = strcmp(argv[i], "-") == 0 ? read_all(stdin, &len) : strdup(argv[i]);
 	if (!text)
-		return failed("tokenize", "reading the text", -ENOMEM);
+		return cli_failed("tokenize", "reading the text", -ENOMEM);
 	int n = bn_tokenize_ex(v, text, len, flags, NULL, 0);
 	uint32_t *ids = n >= 0 ? malloc(((size_t)n + 1) * sizeof(*ids)) : NULL;
 	if (n >= 0 && ids)
 		n = bn_tokenize_ex(v, text, len, flags, ids, (uint32_t)n);
-	rc = n < 0 ? failed("tokenize", "encoding", n) : !ids ? failed("tokenize", "", -ENOMEM) : 0;
+	rc = n < 0 ? cli_failed("tokenize", "encoding", n) : !ids ? cli_failed("tokenize", "", -ENOMEM) : 0;
 	if (rc == 0)
 		print_ids(ids, (size_t)n);
 	free(ids);
@@ -211,20 +211,20 @@ int cli_detokenize(struct bn_client *c, int argc, char **argv)
 		else if (strcmp(argv[i], "--ids") == 0 && i + 1 < argc)
 			ids_text = argv[++i];
 		else
-			return usage("detokenize", "unknown option '%s'", argv[i]);
+			return cli_usage("detokenize", "unknown option '%s'", argv[i]);
 	}
 	uint32_t *ids = NULL;
 	int n = ids_text ? cli_parse_ids(ids_text, &ids) : -1;
 	if (n < 0)
-		return usage("detokenize", "--ids needs token ids, e.g. \"9906 1917\"");
+		return cli_usage("detokenize", "--ids needs token ids, e.g. \"9906 1917\"");
 	const struct bn_vocab *v;
 	int rc = cli_text_vocab(c, "detokenize", &v);
 	int len = rc ? 0 : bn_detokenize_ex(v, ids, (uint32_t)n, flags, NULL, 0);
 	char *text = !rc && len >= 0 ? malloc((size_t)len + 1) : NULL;
 	if (!rc && len < 0)
-		rc = failed("detokenize", "decoding", len);
+		rc = cli_failed("detokenize", "decoding", len);
 	else if (!rc && !text)
-		rc = failed("detokenize", "decoding", -ENOMEM);
+		rc = cli_failed("detokenize", "decoding", -ENOMEM);
 	if (!rc) {
 		bn_detokenize_ex(v, ids, (uint32_t)n, flags, text, (size_t)len + 1);
 		fwrite(text, 1, (size_t)len, stdout);
