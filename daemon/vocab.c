@@ -6,6 +6,7 @@
 
 #include "../shm/bitnet_shm.h"
 #include "bitnet_client.h"
+#include "tokenizer_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -236,24 +237,13 @@ static int has_text_token(const struct builder *b, const char *p, size_t n)
 	return 0;
 }
 
-/* GPT-2's byte alphabet: the printable bytes stand for themselves, the other 68 for U+0100
- * onwards in byte order. Every byte needs its token, or some text could not be encoded. */
+/* Every byte needs its token in GPT-2's byte alphabet (libclient/bpe.c), or some text could
+ * not be encoded. */
 static int check_byte_tokens(struct builder *b)
 {
-	uint32_t next = 256;
 	for (uint32_t byte = 0; byte < 256; byte++) {
-		int printable = (byte >= 0x21 && byte <= 0x7e) || (byte >= 0xa1 && byte <= 0xac) ||
-				byte >= 0xae;
-		uint32_t cp = printable ? byte : next++;
 		char utf8[2];
-		size_t n = 1;
-		if (cp < 0x80) {
-			utf8[0] = (char)cp;
-		} else {
-			utf8[0] = (char)(0xc0 | (cp >> 6));
-			utf8[1] = (char)(0x80 | (cp & 0x3f));
-			n = 2;
-		}
+		size_t n = bpe_byte_utf8(byte, utf8);
 		if (!has_text_token(b, utf8, n))
 			return fail(b, "the gpt2 vocabulary has no token for byte 0x%02x (a normal, "
 				       "user-defined or undefined token whose text is its character)",

@@ -26,11 +26,12 @@
 #define FNV64_OFFSET 0xcbf29ce484222325ULL
 #define FNV64_PRIME 0x100000001b3ULL
 
+/* The text's bytes, then the NUL that ends it (which leaves h as it is before the multiply). */
 static uint64_t fnv64(uint64_t h, const char *p, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++)
 		h = (h ^ (uint8_t)p[i]) * FNV64_PRIME;
-	return (h ^ 0) * FNV64_PRIME; /* the NUL that ends each text */
+	return h * FNV64_PRIME;
 }
 
 static uint64_t hash_strings(uint64_t h, const struct bn_gguf_kv *arr, uint64_t n)

@@ -73,6 +73,11 @@ static size_t put_char(char *p, uint32_t cp)
 	return 2;
 }
 
+size_t bpe_byte_utf8(uint32_t byte, char out[2])
+{
+	return put_char(out, byte_char(byte));
+}
+
 /* Decodes one UTF-8 character of at most n bytes: its code point and length, or 0. */
 static size_t utf8_char(const uint8_t *p, size_t n, uint32_t *cp)
 {
@@ -156,7 +161,7 @@ static int alphabet_build(struct bn_vocab *v)
 {
 	for (uint32_t b = 0; b < 256; b++) {
 		char c[2];
-		size_t n = put_char(c, byte_char(b));
+		size_t n = bpe_byte_utf8(b, c);
 		v->alphabet[b][0] = (uint8_t)n;
 		memcpy(&v->alphabet[b][1], c, n);
 		v->byte_id[b] = vocab_map_find(v, c, n);

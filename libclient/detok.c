@@ -244,12 +244,14 @@ static void validate(struct bn_text_stream *s, const uint8_t *p, size_t n)
 /* One token's bytes appended to raw; the text's first space dropped if the stream asks. */
 static int append_token(struct bn_text_stream *s, uint32_t id, size_t *raw_len)
 {
-	int k = bn_detokenize_ex(s->v, &id, 1, s->flags, NULL, 0);
+	/* A token's text is never longer than its stored text, or the unknown token's surface:
+	 * room for that, and one decode. */
+	size_t room = vocab_token_len(s->v, id) + sizeof(UNK_SURFACE);
+	if (grow(&s->raw, &s->raw_cap, *raw_len + room) < 0)
+		return -ENOMEM;
+	int k = bn_detokenize_ex(s->v, &id, 1, s->flags, s->raw + *raw_len, room);
 	if (k < 0)
 		return k;
-	if (grow(&s->raw, &s->raw_cap, *raw_len + (size_t)k + 1) < 0)
-		return -ENOMEM;
-	bn_detokenize_ex(s->v, &id, 1, s->flags, s->raw + *raw_len, (size_t)k + 1);
 	*raw_len += (size_t)k;
 	/* The strip applies to the first token that has any text, as in bn_detokenize_ex. */
 	if ((s->flags & BN_DETOK_STRIP_SPACE) &&

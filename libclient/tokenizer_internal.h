@@ -94,6 +94,9 @@ int vocab_tokenize(const struct bn_vocab *v, const char *text, size_t len, uint3
 		   const struct text_span *plain, size_t n_plain, uint32_t *out, uint32_t cap);
 
 /* bpe.c */
+/* The character GPT-2's byte alphabet gives byte (0..255), UTF-8 encoded: its length, 1 or 2.
+ * The daemon's vocabulary builder checks the same alphabet with it. */
+size_t bpe_byte_utf8(uint32_t byte, char out[2]);
 /* Sets up what byte-level BPE needs from a parsed payload: the byte alphabet's tokens, the
  * merge table (merges: n triples in rank order, checked against the tokens), each token's
  * bytes, the split pattern. 0, -BN_E_PROTOCOL for merges or tokens that do not fit, -ENOMEM. */
