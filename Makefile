@@ -32,7 +32,7 @@ SANITIZE ?=
 # cannot share objects.
 BUILD    ?= build$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
-LIB_VERSION := 1.2.0
+LIB_VERSION := 1.3.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)

@@ -17,6 +17,11 @@
  *   vocab_fetch_ms, vocab_fetch_min_ms   bn_vocab_fetch from a running daemon (control round
  *                                 trip, mapping, checks, text map, merge table, split pattern),
  *                                 median and best of 21 (target <= 50)
+ *   text_request_us, ids_request_us   one request (the 100-token prompt, 1 token out) sent as
+ *                                 text (bn_submit_text: the daemon encodes it) and as its ids,
+ *                                 alternating, medians of 301 each
+ *   text_request_overhead_us      the median of the 301 paired differences: what a text
+ *                                 request adds (target <= 50)
  */
 #define _GNU_SOURCE
 #include "bitnet_client.h"
@@ -188,12 +193,19 @@ static int encode(const struct bn_vocab *v, const char *text, uint32_t **ids)
 	return n;
 }
 
-/* A 100-token prompt: the shortest prefix of the text that encodes to at least 100 ids. */
-static void encode_prompt(const struct bn_vocab *v, const char *text)
+/* The shortest prefix of the text that encodes to at least 100 ids. */
+static size_t prompt_len(const struct bn_vocab *v, const char *text)
 {
 	size_t len = 100;
 	while (bn_tokenize_ex(v, text, len, 0, NULL, 0) < 100)
 		len += 8;
+	return len;
+}
+
+/* A 100-token prompt's encoding. */
+static void encode_prompt(const struct bn_vocab *v, const char *text)
+{
+	size_t len = prompt_len(v, text);
 	uint32_t ids[256];
 	int64_t t[2001];
 	for (int r = 0; r < 2001; r++) {
@@ -231,6 +243,65 @@ static void decode(const struct bn_vocab *v, const uint32_t *ids, int n)
 	free(buf);
 }
 
+#define PAIRS 301
+
+/* One request to its end: the prompt as text (ids NULL) or as its n ids; returns its time, or
+ * -1 when it failed, its text did not become n ids, or its token differs from *token (set by
+ * the first call). */
+static int64_t one_request(struct bn_client *c, const char *text, size_t len, const uint32_t *ids,
+			   uint32_t n, uint32_t *token)
+{
+	struct bn_request req = { .prompt = ids, .n_prompt = ids ? n : 0, .max_tokens = 1,
+				  .flags = BN_REQ_IGNORE_EOS };
+	struct bn_handle *h;
+	struct bn_result res;
+	uint32_t out = UINT32_MAX;
+	int64_t t0 = now_ns();
+	int rc = ids ? bn_submit(c, &req, &h) : bn_submit_text(c, &req, text, len, &h);
+	if (rc < 0)
+		return -1;
+	rc = bn_wait(h, -1);
+	int64_t t = now_ns() - t0;
+	if (rc == 0)
+		rc = bn_result(h, &res);
+	bn_read_tokens(h, 0, &out, 1);
+	uint32_t prompt_tokens = n;
+	if (!ids)
+		bn_read_text(h, 0, NULL, 0, &prompt_tokens);
+	bn_release(h);
+	if (rc < 0 || res.n_tokens != 1 || prompt_tokens != n ||
+	    (*token != UINT32_MAX && out != *token))
+		return -1;
+	*token = out;
+	return t;
+}
+
+/* The same 100-token prompt as text and as ids, alternating: what the daemon's encoding adds. */
+static int text_overhead(struct bn_client *c, const struct bn_vocab *v, const char *text)
+{
+	size_t len = prompt_len(v, text);
+	uint32_t ids[256], token = UINT32_MAX;
+	int n = bn_tokenize_ex(v, text, len, bn_vocab_add_bos(v) ? BN_TOK_ADD_BOS : 0, ids, 256);
+	static int64_t as_text[PAIRS], as_ids[PAIRS], diff[PAIRS];
+	for (int i = 0; i < PAIRS; i++) {
+		/* Which goes first alternates too, so neither gets the warmer caches. */
+		int text_first = i % 2 == 0;
+		int64_t a = text_first ? one_request(c, text, len, NULL, (uint32_t)n, &token) : 0;
+		int64_t b = one_request(c, NULL, 0, ids, (uint32_t)n, &token);
+		if (!text_first)
+			a = one_request(c, text, len, NULL, (uint32_t)n, &token);
+		if (a < 0 || b < 0)
+			return die("a text or id request failed, or their tokens differ");
+		as_text[i] = a;
+		as_ids[i] = b;
+		diff[i] = a - b;
+	}
+	printf("text_request_us=%.1f\nids_request_us=%.1f\ntext_request_overhead_us=%.1f\n",
+	       (double)median(as_text, PAIRS) * 1e-3, (double)median(as_ids, PAIRS) * 1e-3,
+	       (double)median(diff, PAIRS) * 1e-3);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 || strcmp(argv[1], "--model"))
@@ -252,6 +323,8 @@ int main(int argc, char **argv)
 		encode_prompt(v, text);
 		decode(v, ids, n);
 		rc = fetch_times(c);
+		if (rc == 0)
+			rc = text_overhead(c, v, text);
 	}
 	free(ids);
 	bn_vocab_free(v);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -64,6 +65,7 @@ struct bn_loop {
 	char *stats_buf;              /* STATS text, grown by bn_stats_render */
 	size_t stats_cap;
 	struct bn_vocab_served vocab; /* sealed memfds of the VOCAB and TOKENIZER payloads */
+	struct bn_text_service text;  /* the tokenizer of text requests, from that payload */
 };
 
 static uint64_t tag(void *owner, enum io_kind kind)
@@ -884,6 +886,23 @@ static void log_choice(const struct bn_vocab_choice *c)
 		    eog);
 }
 
+/* Text requests get their tokenizer from the payload BN_CTL_TOKENIZER serves: the bytes every
+ * client gets, so the daemon's ids are theirs. */
+static void open_text(struct bn_loop *l)
+{
+	size_t size = l->vocab.tokenizer_bytes;
+	void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, l->vocab.tokenizer_fd, 0);
+	int rc = p == MAP_FAILED ? -errno : bn_text_service_open(&l->text, p, size);
+	if (p != MAP_FAILED)
+		munmap(p, size);
+	if (rc < 0)
+		bn_log_error("msg=\"serving without text requests\" error=%d", rc);
+	else if (!l->text.vocab)
+		bn_log_info("msg=\"the vocabulary cannot encode text: no text requests\"");
+	else
+		bn_log_info("msg=\"text requests on\" max_piece_bytes=%u", l->text.piece_bound);
+}
+
 /* The vocabulary that BN_CTL_VOCAB and BN_CTL_TOKENIZER serve, from the file the backend
  * loaded the model from. A file without one, or with one refused, is served without: the
  * model itself loaded, and token ids still work. */
@@ -902,6 +921,8 @@ static void open_vocab(struct bn_loop *l, const struct bn_model_desc *model)
 		bn_log_info("msg=\"the model file has no vocabulary\" model=\"%s\"", path);
 	else
 		log_choice(&l->vocab.choice);
+	if (rc == 1)
+		open_text(l);
 }
 
 /* The vocabulary's end-of-generation ids for the scheduler (eos is its own field). */
@@ -927,7 +948,8 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 						.ring_start = cfg->ring_start,
 						.logprob_capacity = cfg->max_logprobs,
 						.max_weight = cfg->max_weight,
-						.model = model };
+						.model = model,
+						.text = &l->text };
 	l->sessions = calloc(cfg->max_sessions, sizeof(*l->sessions));
 	struct bn_sched_config sc = {
 		.max_batch = cfg->max_batch,
@@ -947,6 +969,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
 		*exit_code = BN_EXIT_BACKEND;
 		bn_vocab_served_close(&l->vocab);
+		bn_text_service_close(&l->text);
 		free(l->sessions);
 		free(l->stats_buf);
 		free(l);
@@ -959,6 +982,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		free(l->stats_buf);
 		bn_sched_free(l->sched);
 		bn_vocab_served_close(&l->vocab);
+		bn_text_service_close(&l->text);
 		free(l);
 		return NULL;
 	}
@@ -993,6 +1017,7 @@ void bn_loop_free(struct bn_loop *l)
 	if (l->signal_fd >= 0)
 		close(l->signal_fd);
 	bn_vocab_served_close(&l->vocab);
+	bn_text_service_close(&l->text);
 	bn_sched_free(l->sched);
 	free(l->sessions);
 	free(l->stats_buf);

@@ -674,12 +674,14 @@ static void deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample
 	if (status == BN_STATUS_NONE) {
 		if (r->sampling.want_logprobs)
 			bn_req_write_logprobs(r, r->n_out, o);
-		bn_req_publish_token(r, o->token);
-		if (r->n_out == r->max_tokens)
+		if (bn_req_publish_token(r, o->token) < 0)
+			status = BN_STATUS_ERROR; /* its text could not be decoded: no memory */
+		else if (r->n_out == r->max_tokens)
 			status = BN_STATUS_LENGTH;
 	}
 	if (status != BN_STATUS_NONE)
-		finish_running(s, running_index(s, r), status, 0);
+		finish_running(s, running_index(s, r), status,
+			       status == BN_STATUS_ERROR ? BN_E_BACKEND : 0);
 }
 
 static void fail_all_running(struct bn_sched *s, int rc)

@@ -5,6 +5,7 @@
 #include "../shm/bitnet_barrier.h"
 #include "../shm/bitnet_futex.h"
 #include "../shm/bitnet_ring.h"
+#include "bitnet_client.h"
 #include "clock.h"
 #include "log.h"
 #include "sched.h"
@@ -59,6 +60,8 @@ void bn_session_free(struct bn_session *s)
 		close(s->doorbell_fd);
 	if (s->sock_fd >= 0)
 		close(s->sock_fd);
+	for (uint32_t i = 0; s->reqs && i < s->slot_count; i++)
+		bn_text_stream_free(s->reqs[i].stream); /* every request ends first: a guard */
 	if (s->reqs)
 		munmap(s->reqs, s->private_size);
 	free(s);
@@ -95,6 +98,16 @@ void bn_segment_layout(const struct bn_session_limits *lim, uint32_t slots,
 	h->slot_logprob_capacity = lim->logprob_capacity;
 	h->slot_size = align64(h->slot_logprob_offset + (uint32_t)sizeof(struct bn_logprob) *
 						     (1u + lim->logprob_capacity) * lim->output_capacity);
+	uint32_t tokens = lim->prompt_capacity > lim->output_capacity ? lim->prompt_capacity
+								     : lim->output_capacity;
+	uint32_t text = bn_text_capacity(lim->text, tokens);
+	if (text) {
+		/* The text of any prompt or output the slot holds fits (textreq.c sizes it). */
+		h->slot_text_offset = h->slot_size;
+		h->slot_text_capacity = text;
+		h->slot_piece_offset = align64(h->slot_text_offset + text);
+		h->slot_size = align64(h->slot_piece_offset + 4u * lim->output_capacity);
+	}
 	h->sq_offset = (uint32_t)sizeof(*h);
 	h->sq_entries = entries;
 	h->sqes_offset = align64(h->sq_offset + (uint32_t)sizeof(struct bn_sq_ring));
@@ -110,7 +123,8 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	*h = *layout;
 	h->magic = BN_SHM_MAGIC;
 	h->abi_version = BN_ABI_VERSION;
-	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS;
+	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS |
+		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0);
 	h->session_id = s->id;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;
@@ -136,6 +150,9 @@ static void keep_layout(struct bn_session *s, const struct bn_shm_header *g)
 	s->output_capacity = g->slot_output_capacity;
 	s->logprob_offset = g->slot_logprob_offset;
 	s->logprob_capacity = g->slot_logprob_capacity;
+	s->text_offset = g->slot_text_offset;
+	s->text_capacity = g->slot_text_capacity;
+	s->piece_offset = g->slot_piece_offset;
 	s->mem_size = (size_t)g->segment_size;
 }
 
@@ -149,7 +166,8 @@ static int alloc_private(struct bn_session *s, uint32_t slots, const struct bn_s
 	size_t reqs = ((size_t)slots * sizeof(struct bn_req) + 63) & ~(size_t)63;
 	size_t prompts = (size_t)slots * lim->prompt_capacity * sizeof(uint32_t);
 	size_t outputs = (size_t)slots * lim->output_capacity * sizeof(uint32_t);
-	size_t size = reqs + prompts + outputs;
+	size_t ending = (size_t)slots * sizeof(uint32_t);
+	size_t size = reqs + prompts + outputs + ending;
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return -ENOMEM;
@@ -157,6 +175,7 @@ static int alloc_private(struct bn_session *s, uint32_t slots, const struct bn_s
 	s->reqs = p;
 	s->prompt_arena = (uint32_t *)(void *)((uint8_t *)p + reqs);
 	s->output_arena = (uint32_t *)(void *)((uint8_t *)p + reqs + prompts);
+	s->ending = (uint32_t *)(void *)((uint8_t *)p + reqs + prompts + outputs);
 	return 0;
 }
 
@@ -180,6 +199,7 @@ static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_
 		return -errno;
 	write_header(s, &g, lim->model);
 	s->model = lim->model;
+	s->text = lim->text;
 	s->ring->head = s->ring->tail = s->sq_head = lim->ring_start;
 	s->doorbell_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->doorbell_fd < 0)
@@ -286,21 +306,6 @@ int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *l
 /* Ring: copy each sqe and each request field out once, validate the private copy             */
 /* ------------------------------------------------------------------------------------------ */
 
-static struct bn_slot *slot_at(const struct bn_session *s, uint32_t slot)
-{
-	return (struct bn_slot *)(s->slots + (size_t)slot * s->slot_size);
-}
-
-static uint32_t *slot_prompt(const struct bn_session *s, uint32_t slot)
-{
-	return (uint32_t *)((uint8_t *)slot_at(s, slot) + s->prompt_offset);
-}
-
-static uint32_t *slot_output(const struct bn_session *s, uint32_t slot)
-{
-	return (uint32_t *)((uint8_t *)slot_at(s, slot) + s->output_offset);
-}
-
 /* A request without BN_REQ_SEED still gets a fixed seed for its whole life (its tokens are
  * then reproducible from the daemon's logs only, not by the client). */
 static uint64_t bn_random_seed(void)
@@ -342,47 +347,126 @@ static uint32_t copy_sampling(const struct bn_session *s, const struct bn_slot *
 	return bn_sampling_check(p, s->logprob_capacity) < 0 ? BN_E_INVALID : 0;
 }
 
-/* Copies the request words into r; returns 0 or the bn_error that ends the request. */
-static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
+#define TEXT_IN_FLAGS (BN_REQ_TEXT | BN_REQ_CHAT)
+#define TEXT_OUT_FLAGS (BN_REQ_TEXT_OUT | BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE)
+#define TEXT_FLAGS (TEXT_IN_FLAGS | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS | TEXT_OUT_FLAGS)
+
+/* Text flags that mean nothing together, or for this op: 0 or BN_E_INVALID. */
+static uint32_t check_text_flags(uint32_t flags, uint32_t op)
 {
-	struct bn_slot *sl = slot_at(s, r->slot);
-	r->n_prompt = bn_read_once(sl->n_prompt);
-	r->max_tokens = bn_read_once(sl->max_tokens);
-	r->flags = bn_read_once(sl->flags);
-	r->n_stop = bn_read_once(sl->n_stop);
-	uint32_t deadline_ms = bn_read_once(sl->deadline_ms);
-	r->deadline = deadline_ms ? r->t_seen + (uint64_t)deadline_ms * 1000000u : 0;
-	if (bn_read_once(sl->reserved2) || (r->flags & ~BN_REQ_KNOWN_FLAGS) || r->max_tokens == 0)
+	uint32_t in = flags & TEXT_IN_FLAGS;
+	if (in == TEXT_IN_FLAGS || ((flags & (BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS)) &&
+				    !(flags & BN_REQ_TEXT)))
 		return BN_E_INVALID;
-	if (copy_sampling(s, sl, r))
-		return BN_E_INVALID;
-	if (r->n_prompt == 0)
-		return BN_E_EMPTY;
-	if ((uint64_t)r->n_prompt + r->n_stop > s->prompt_capacity ||
-	    r->max_tokens > s->output_capacity ||
-	    (uint64_t)r->n_prompt + r->max_tokens > s->model->context_length)
-		return BN_E_TOO_LONG;
+	switch (op) {
+	case BN_OP_GENERATE:
+		return (flags & (BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE)) &&
+		       !(flags & BN_REQ_TEXT_OUT) ? BN_E_INVALID : 0;
+	case BN_OP_TOKENIZE:
+		return in && !(flags & ~(uint32_t)(TEXT_IN_FLAGS | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS))
+			       ? 0 : BN_E_INVALID;
+	default: /* BN_OP_DETOKENIZE */
+		return flags & ~(uint32_t)(BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE) ? BN_E_INVALID : 0;
+	}
+}
+
+/* Copies an id prompt and its stop ids out of the slot (lengths already checked); returns 0
+ * or BN_E_TOKEN. */
+static uint32_t copy_ids(struct bn_session *s, struct bn_req *r)
+{
 	/* The one copy of the prompt and stop ids; only the private copy is checked and used. */
-	const uint32_t *src = slot_prompt(s, r->slot);
+	const uint32_t *src = bn_slot_prompt(s, r->slot);
 	uint32_t vocab = s->model->vocab_size, bad = 0;
 	for (uint32_t i = 0; i < r->n_prompt + r->n_stop; i++) {
 		uint32_t t = bn_read_once(src[i]);
 		r->prompt[i] = t;
 		bad |= t >= vocab;
 	}
+	return bad ? BN_E_TOKEN : 0;
+}
+
+/* The stop ids of a text prompt (its ids come from the tokenizer, always in range). */
+static uint32_t check_stops(const struct bn_session *s, const struct bn_req *r)
+{
+	for (uint32_t i = 0; i < r->n_stop; i++)
+		if (r->prompt[r->n_prompt + i] >= s->model->vocab_size)
+			return BN_E_TOKEN;
+	return 0;
+}
+
+/* Copies a generate request's words into r; returns 0 or the bn_error that ends it. */
+static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
+{
+	struct bn_slot *sl = bn_slot_at(s, r->slot);
+	r->n_prompt = bn_read_once(sl->n_prompt);
+	r->max_tokens = bn_read_once(sl->max_tokens);
+	r->flags = bn_read_once(sl->flags);
+	r->n_stop = bn_read_once(sl->n_stop);
+	uint32_t deadline_ms = bn_read_once(sl->deadline_ms);
+	r->deadline = deadline_ms ? r->t_seen + (uint64_t)deadline_ms * 1000000u : 0;
+	if (bn_read_once(sl->reserved2) || (r->flags & ~BN_REQ_KNOWN_FLAGS) || r->max_tokens == 0 ||
+	    check_text_flags(r->flags, BN_OP_GENERATE))
+		return BN_E_INVALID;
+	if (copy_sampling(s, sl, r))
+		return BN_E_INVALID;
+	if ((r->flags & TEXT_FLAGS) && !s->text_capacity)
+		return BN_E_UNSUPPORTED;
+	if (r->n_prompt == 0)
+		return BN_E_EMPTY;
+	uint32_t err = 0;
+	if (r->flags & TEXT_IN_FLAGS)
+		err = bn_text_prompt_take(s, r); /* r->n_prompt becomes the token count */
+	else if ((uint64_t)r->n_prompt + r->n_stop > s->prompt_capacity)
+		err = BN_E_TOO_LONG;
+	if (!err && (r->max_tokens > s->output_capacity ||
+		     (uint64_t)r->n_prompt + r->max_tokens > s->model->context_length))
+		err = BN_E_TOO_LONG;
+	if (err)
+		return err;
+	err = r->flags & TEXT_IN_FLAGS ? check_stops(s, r) : copy_ids(s, r);
 	r->stop = r->prompt + r->n_prompt;
 	r->sample_ctx = (struct bn_sample_ctx){ .params = &r->sampling, .prompt = r->prompt,
 						.n_prompt = r->n_prompt, .output = r->output };
-	return bad ? BN_E_TOKEN : 0;
+	if (!err && (r->flags & BN_REQ_TEXT_OUT))
+		err = bn_text_out_begin(r);
+	return err;
+}
+
+/* A tokenize or detokenize request: its flags and n_prompt; every other request word must
+ * be 0. Returns 0 or BN_E_INVALID. */
+static uint32_t copy_op_request(struct bn_session *s, struct bn_req *r)
+{
+	struct bn_slot *sl = bn_slot_at(s, r->slot);
+	r->n_prompt = bn_read_once(sl->n_prompt);
+	r->flags = bn_read_once(sl->flags);
+	/* max_tokens, then the 13 words from temperature to reserved2 (bytes 76..127). */
+	const uint32_t *words = (const uint32_t *)(const void *)&sl->temperature;
+	uint32_t nonzero = bn_read_once(sl->max_tokens);
+	for (uint32_t i = 0; i < 13; i++)
+		nonzero |= bn_read_once(words[i]);
+	if (nonzero || (r->flags & ~BN_REQ_KNOWN_FLAGS) || check_text_flags(r->flags, r->op))
+		return BN_E_INVALID;
+	return 0;
+}
+
+static int op_offered(const struct bn_session *s, uint32_t op)
+{
+	return op == BN_OP_GENERATE ||
+	       ((op == BN_OP_TOKENIZE || op == BN_OP_DETOKENIZE) && s->text_capacity);
 }
 
 static void reset_response(struct bn_session *s, struct bn_req *r)
 {
-	struct bn_slot *sl = slot_at(s, r->slot);
+	struct bn_slot *sl = bn_slot_at(s, r->slot);
 	bn_write_once(sl->status, BN_STATUS_NONE);
 	bn_write_once(sl->error, 0);
+	if (s->text_capacity) {
+		bn_write_once(sl->n_text, 0);
+		bn_write_once(sl->prompt_tokens, 0);
+	}
 	bn_store_release(sl->n_tokens, 0);
 	r->n_out = 0;
+	r->n_text = 0;
 	r->running = 0;
 	r->n_prefilled = 0;
 	r->n_stop = 0;
@@ -390,11 +474,42 @@ static void reset_response(struct bn_session *s, struct bn_req *r)
 	r->next = NULL;
 }
 
+/* A request that ends without the scheduler (a request error, a shutdown, a tokenize or
+ * detokenize op) ends only after the snapshot's head store: a client that sees DONE and queues
+ * the slot again must find its ring entry free. */
+static void end_after_snapshot(struct bn_session *s, struct bn_req *r, uint32_t status,
+			       uint32_t error)
+{
+	r->end_status = status;
+	r->end_error = error;
+	s->ending[s->n_ending++] = r->slot; /* at most once per slot: it is in flight */
+}
+
+/* Runs a tokenize or detokenize request to its end. */
+static void run_op(struct bn_session *s, struct bn_req *r)
+{
+	uint32_t err = r->op == BN_OP_TOKENIZE ? bn_text_tokenize_op(s, r)
+					       : bn_text_detokenize_op(s, r);
+	bn_req_finish(r, err ? BN_STATUS_ERROR : BN_STATUS_COMPLETE, err);
+}
+
+static void end_requests_of_snapshot(struct bn_session *s)
+{
+	for (uint32_t i = 0; i < s->n_ending; i++) {
+		struct bn_req *r = &s->reqs[s->ending[i]];
+		if (r->end_status == BN_STATUS_NONE)
+			run_op(s, r);
+		else
+			bn_req_finish(r, r->end_status, r->end_error);
+	}
+	s->n_ending = 0;
+}
+
 /* One sqe, already copied. Returns 0 or -BN_E_PROTOCOL. */
 static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct bn_sqe *e,
 		    int shutting_down)
 {
-	if (e->op != BN_OP_GENERATE || e->reserved[0] || e->reserved[1] || e->slot >= s->slot_count)
+	if (e->reserved[0] || e->reserved[1] || e->slot >= s->slot_count)
 		return -BN_E_PROTOCOL;
 	struct bn_req *r = &s->reqs[e->slot];
 	if (r->in_flight)
@@ -403,14 +518,19 @@ static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct b
 	s->n_in_flight++;
 	r->t_seen = bn_now_ns();
 	r->t_started = r->t_first_token = r->t_last_token = 0;
+	r->op = e->op;
 	bn_stats.requests_submitted++;
 	s->counters.submitted++;
 	reset_response(s, r);
-	uint32_t err = copy_request(s, r);
+	uint32_t err = !op_offered(s, e->op)	     ? BN_E_UNSUPPORTED
+		       : e->op == BN_OP_GENERATE ? copy_request(s, r)
+						 : copy_op_request(s, r);
 	if (err)
-		bn_req_finish(r, BN_STATUS_ERROR, err);
+		end_after_snapshot(s, r, BN_STATUS_ERROR, err);
 	else if (shutting_down)
-		bn_req_finish(r, BN_STATUS_SHUTDOWN, 0);
+		end_after_snapshot(s, r, BN_STATUS_SHUTDOWN, 0);
+	else if (e->op != BN_OP_GENERATE)
+		end_after_snapshot(s, r, BN_STATUS_NONE, 0); /* runs then */
 	else
 		bn_sched_enqueue(sched, r);
 	return 0;
@@ -454,6 +574,7 @@ int bn_session_poll_ring(struct bn_session *s, struct bn_sched *sched, int shutt
 			.reserved = { bn_read_once(src->reserved[0]), bn_read_once(src->reserved[1]) },
 		};
 		if (take_sqe(s, sched, &e, shutting_down) < 0) {
+			end_requests_of_snapshot(s);
 			end_untaken(s, s->sq_head + i, tail);
 			return -BN_E_PROTOCOL;
 		}
@@ -461,6 +582,7 @@ int bn_session_poll_ring(struct bn_session *s, struct bn_sched *sched, int shutt
 	s->sq_head = tail;
 	/* Release: our copies of the entries are complete before the client may overwrite them. */
 	bn_store_release(s->ring->head, tail);
+	end_requests_of_snapshot(s);
 	return (int)queued;
 }
 
@@ -493,27 +615,30 @@ void bn_req_write_logprobs(struct bn_req *r, uint32_t index, const struct bn_sam
 {
 	struct bn_session *s = r->sess;
 	uint32_t stride = 1u + s->logprob_capacity;
-	struct bn_logprob *dst = (struct bn_logprob *)((uint8_t *)slot_at(s, r->slot) +
+	struct bn_logprob *dst = (struct bn_logprob *)((uint8_t *)bn_slot_at(s, r->slot) +
 						       s->logprob_offset) + (size_t)index * stride;
 	write_logprob(&dst[0], o->token, o->logprob);
 	for (uint32_t i = 0; i < o->n_top && i < s->logprob_capacity; i++)
 		write_logprob(&dst[1 + i], o->top[i].token, o->top[i].logprob);
 }
 
-void bn_req_publish_token(struct bn_req *r, uint32_t token)
+int bn_req_publish_token(struct bn_req *r, uint32_t token)
 {
 	struct bn_session *s = r->sess;
-	bn_write_once(slot_output(s, r->slot)[r->n_out], token);
+	/* The text first: n_tokens, stored below, then covers its piece end too. */
+	int rc = r->stream ? bn_text_out_token(r, token) : 0;
+	bn_write_once(bn_slot_output(s, r->slot)[r->n_out], token);
 	r->output[r->n_out] = token;
 	r->n_out++;
 	r->sample_ctx.n_output = r->n_out;
 	s->counters.tokens++;
 	/* Release: the token store above is visible before the count that covers it. */
-	bn_store_release(slot_at(s, r->slot)->n_tokens, r->n_out);
+	bn_store_release(bn_slot_at(s, r->slot)->n_tokens, r->n_out);
 	/* Release: the count is visible before the event that announces it. */
-	bn_store_release(slot_at(s, r->slot)->events, ++r->events);
+	bn_store_release(bn_slot_at(s, r->slot)->events, ++r->events);
 	bn_stats.tokens_generated++;
 	bn_stats_count_tokens(1, bn_now_ns());
+	return rc;
 }
 
 static void wake(uint32_t *word)
@@ -524,7 +649,7 @@ static void wake(uint32_t *word)
 
 void bn_req_wake_stream_waiter(struct bn_req *r)
 {
-	struct bn_slot *sl = slot_at(r->sess, r->slot);
+	struct bn_slot *sl = bn_slot_at(r->sess, r->slot);
 	/* The caller's full fence ordered our events stores before this load. The client stores
 	 * `waiters` before FUTEX_WAIT, whose full barrier precedes the kernel's read of events.
 	 * So either the kernel sees the new value (no sleep) or we see the flag (wake). */
@@ -535,8 +660,9 @@ void bn_req_wake_stream_waiter(struct bn_req *r)
 void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error)
 {
 	struct bn_session *s = r->sess;
-	struct bn_slot *sl = slot_at(s, r->slot);
+	struct bn_slot *sl = bn_slot_at(s, r->slot);
 	uint64_t now = bn_now_ns();
+	bn_text_out_end(r);
 	bn_write_once(sl->error, error);
 	bn_write_once(sl->status, status);
 	bn_write_once(sl->queue_ns, r->t_started ? r->t_started - r->t_seen : 0);
@@ -564,5 +690,5 @@ void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error)
 
 int bn_req_cancel_requested(const struct bn_req *r)
 {
-	return bn_read_once(slot_at(r->sess, r->slot)->cancel) != 0;
+	return bn_read_once(bn_slot_at(r->sess, r->slot)->cancel) != 0;
 }

@@ -15,6 +15,7 @@
 #include "kvpool.h"
 #include "sample.h"
 #include "stats.h"
+#include "textreq.h"
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -36,6 +37,10 @@ struct bn_req {
 	uint32_t n_prefilled; /* prompt tokens that have gone through the backend */
 	uint32_t seq;         /* backend sequence id while running */
 	uint32_t events;      /* private count behind the slot's events futex word */
+	uint32_t op;          /* enum bn_sq_op of the sqe that queued it */
+	uint32_t end_status, end_error; /* session.c: how it ends once its snapshot is taken */
+	uint32_t n_text;      /* text bytes published to the slot (BN_REQ_TEXT_OUT, DETOKENIZE) */
+	struct bn_text_stream *stream; /* BN_REQ_TEXT_OUT: the decoder, until the end */
 	uint8_t in_flight;    /* queued or running: the slot is the daemon's */
 	uint8_t running;      /* holds a backend sequence */
 	struct bn_sampling sampling;
@@ -66,6 +71,7 @@ struct bn_session_limits {
 	uint32_t logprob_capacity; /* alternatives per token a request may ask for */
 	uint32_t max_weight;       /* cap on the admission weight a client asks for */
 	const struct bn_model_desc *model;
+	const struct bn_text_service *text; /* the tokenizer; its vocab NULL: no text */
 };
 
 struct bn_session {
@@ -89,14 +95,18 @@ struct bn_session {
 	uint32_t slot_count, slot_size, sq_mask;
 	uint32_t prompt_offset, prompt_capacity, output_offset, output_capacity;
 	uint32_t logprob_offset, logprob_capacity;
+	uint32_t text_offset, text_capacity, piece_offset; /* text_capacity 0: no text */
 	const struct bn_model_desc *model;
+	const struct bn_text_service *text;
 	uint32_t sq_head;          /* private: the daemon is the ring's only consumer */
 
 	/* Requests, indexed by slot: a slot is in flight at most once. */
 	struct bn_req *reqs;       /* [slot_count] */
 	uint32_t *prompt_arena;    /* [slot_count x prompt_capacity] private prompt copies */
 	uint32_t *output_arena;    /* [slot_count x output_capacity] private output copies */
-	size_t private_size;       /* the one mapping that holds the three above */
+	uint32_t *ending;          /* [slot_count] slots that end once the ring snapshot is taken */
+	uint32_t n_ending;
+	size_t private_size;       /* the one mapping that holds the four above */
 	uint32_t n_in_flight;
 	struct bn_req *wait_head, *wait_tail; /* accepted, not yet running (FIFO) */
 	uint32_t n_waiting;
@@ -114,6 +124,22 @@ struct bn_session {
 	uint64_t doorbell_value;   /* eventfd read target */
 	uint32_t table_index;      /* position in the loop's session table */
 };
+
+/* A slot's fixed part and its arrays, at the offsets of the session's private layout. */
+static inline struct bn_slot *bn_slot_at(const struct bn_session *s, uint32_t slot)
+{
+	return (struct bn_slot *)(void *)(s->slots + (size_t)slot * s->slot_size);
+}
+
+static inline uint32_t *bn_slot_prompt(const struct bn_session *s, uint32_t slot)
+{
+	return (uint32_t *)(void *)((uint8_t *)bn_slot_at(s, slot) + s->prompt_offset);
+}
+
+static inline uint32_t *bn_slot_output(const struct bn_session *s, uint32_t slot)
+{
+	return (uint32_t *)(void *)((uint8_t *)bn_slot_at(s, slot) + s->output_offset);
+}
 
 struct ucred; /* <sys/socket.h> with _GNU_SOURCE */
 
@@ -157,7 +183,9 @@ void bn_session_set_need_wakeup(struct bn_session *s, int on);
 void bn_session_set_daemon_flags(struct bn_session *s, uint32_t flags);
 
 /* Response side: all writes to a slot go through these. */
-void bn_req_publish_token(struct bn_req *r, uint32_t token);
+/* Returns 0, or -ENOMEM when the token's text could not be decoded (the token itself is
+ * published; the caller ends the request with BN_E_BACKEND). */
+int bn_req_publish_token(struct bn_req *r, uint32_t token);
 /* Writes the log-probability records of output token `index` (before it is published). */
 void bn_req_write_logprobs(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
 /* Wakes a thread waiting for streamed tokens, if one declared itself. Call after a full fence

@@ -19,14 +19,14 @@
 struct bn_stats bn_stats;
 
 static const char *const status_names[] = {
-	"none", "length", "eos", "cancelled", "error", "shutdown", "stop", "deadline",
+	"none", "length", "eos", "cancelled", "error", "shutdown", "stop", "deadline", "complete",
 };
 _Static_assert(ARRAY_LEN(status_names) == BN_STATS_STATUSES, "a name per enum bn_status");
 
 static const char *const error_names[] = {
 	"invalid", "token", "too_long", "again", "shutdown", "disconnected", "timeout",
 	"protocol", "version", "busy", "backend", "cancelled", "not_done", "empty",
-	"kv_space",
+	"kv_space", "unsupported",
 };
 _Static_assert(ARRAY_LEN(error_names) == BN_STATS_ERRORS, "a name per enum bn_error");
 

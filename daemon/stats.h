@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BN_STATS_STATUSES 8 /* enum bn_status values 0..7 */
-#define BN_STATS_ERRORS 15  /* enum bn_error values 1001..1015 */
+#define BN_STATS_STATUSES 9 /* enum bn_status values 0..8 */
+#define BN_STATS_ERRORS 16  /* enum bn_error values 1001..1016 */
 
 /* Histograms (Prometheus cumulative buckets, fixed bounds chosen in stats.c). */
 enum bn_hist {

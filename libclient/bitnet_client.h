@@ -318,6 +318,26 @@ int bn_chat(struct bn_client *c, struct bn_chat_item *item, int64_t timeout_ns);
 int bn_chat_batch(struct bn_client *c, struct bn_chat_item *items, size_t n,
 		  struct bn_batch_result *result, int64_t timeout_ns);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Text over the protocol (BITNET_CLIENT_1.3; shm/PROTOCOL.md §6.10): the daemon tokenizes      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* bn_submit with a prompt of len bytes of text, which the daemon encodes (with the model's
+ * BOS unless req->flags has BN_REQ_NO_BOS; special tokens' texts only with
+ * BN_REQ_PARSE_SPECIAL): the ids are bn_tokenize_ex's on the fetched vocabulary.
+ * req->prompt must be NULL and req->n_prompt 0; stop ids and sampling as for bn_submit.
+ * With BN_REQ_TEXT_OUT the daemon writes the output's text as it goes (bn_read_text).
+ * Returns as bn_submit; -BN_E_UNSUPPORTED when the daemon has no tokenizer (no
+ * BN_FEAT_TEXT), -BN_E_TOO_LONG for a text larger than the slot's text region. bn_submit
+ * refuses BN_REQ_TEXT and BN_REQ_CHAT (its prompt is ids). */
+int bn_submit_text(struct bn_client *c, const struct bn_request *req, const char *text,
+		   size_t len, struct bn_handle **out);
+/* The request's text so far (BN_REQ_TEXT_OUT: valid UTF-8, complete characters only, growing
+ * while it runs): copies bytes [from, from + cap) of it that exist and returns its whole
+ * length so far; *prompt_tokens (may be NULL) gets the ids the text prompt became (valid
+ * once the request has run or ended). -BN_E_INVALID without BN_FEAT_TEXT. */
+int bn_read_text(struct bn_handle *h, size_t from, char *buf, size_t cap, uint32_t *prompt_tokens);
+
 /* Names of error codes (negative or positive) and statuses. Never NULL. */
 const char *bn_strerror(int code);
 const char *bn_status_name(uint32_t status);

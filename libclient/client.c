@@ -238,6 +238,12 @@ static int validate_layout(const struct bn_shm_header *h, size_t size)
 	     per_token > h->slot_size ||
 	     !region_ok(h->slot_logprob_offset, per_token * h->slot_output_capacity, h->slot_size)))
 		return -BN_E_PROTOCOL;
+	if ((h->features & BN_FEAT_TEXT) &&
+	    (!region_ok(h->slot_text_offset, h->slot_text_capacity, h->slot_size) ||
+	     !region_ok(h->slot_piece_offset, (uint64_t)h->slot_output_capacity * 4, h->slot_size) ||
+	     h->slot_text_offset < sizeof(struct bn_slot) ||
+	     h->slot_piece_offset < sizeof(struct bn_slot) || (h->slot_piece_offset & 3)))
+		return -BN_E_PROTOCOL;
 	return 0;
 }
 
@@ -450,13 +456,29 @@ static void fill_sampling(struct bn_client *c, uint32_t slot, const struct bn_re
 		       (size_t)p->n_stop * sizeof(uint32_t));
 }
 
-static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_request *req)
+static uint8_t *text_of(const struct bn_client *c, uint32_t slot)
+{
+	return (uint8_t *)slot_of(c, slot) + c->layout.slot_text_offset;
+}
+
+/* A text prompt (text non-NULL) goes to the text region, its stop ids to the prompt array
+ * from entry 0 (req->n_prompt is 0 then). */
+static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_request *req,
+		      const char *text, size_t len)
 {
 	struct bn_slot *s = slot_of(c, slot);
-	memcpy(prompt_of(c, slot), req->prompt, (size_t)req->n_prompt * sizeof(uint32_t));
-	s->n_prompt = req->n_prompt;
+	if (text) {
+		memcpy(text_of(c, slot), text, len);
+		s->n_prompt = (uint32_t)len;
+		s->flags = req->flags | BN_REQ_TEXT;
+	} else {
+		memcpy(prompt_of(c, slot), req->prompt, (size_t)req->n_prompt * sizeof(uint32_t));
+		s->n_prompt = req->n_prompt;
+		s->flags = req->flags;
+	}
+	if (c->layout.features & BN_FEAT_TEXT)
+		s->n_text = s->prompt_tokens = 0;
 	s->max_tokens = req->max_tokens;
-	s->flags = req->flags;
 	fill_sampling(c, slot, req);
 	s->cancel = 0;
 	s->waiters = 0;
@@ -507,9 +529,30 @@ static int check_request(const struct bn_client *c, const struct bn_request *req
 	return 0;
 }
 
-int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handle **out)
+#define TEXT_REQ_FLAGS (BN_REQ_TEXT | BN_REQ_CHAT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS | \
+			BN_REQ_TEXT_OUT | BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE)
+
+/* The prompt's form: ids (text NULL) cannot say TEXT or CHAT; a text prompt has no ids and
+ * fits the text region; text of any kind needs a daemon that offers it. */
+static int check_prompt_form(const struct bn_client *c, const struct bn_request *req,
+			     const char *text, size_t len)
 {
-	int rc = check_request(c, req);
+	if ((req->flags & BN_REQ_CHAT) || (!text && (req->flags & BN_REQ_TEXT)) ||
+	    (text && (req->n_prompt || req->prompt)))
+		return -BN_E_INVALID;
+	if ((text || (req->flags & TEXT_REQ_FLAGS)) && !(c->layout.features & BN_FEAT_TEXT))
+		return -BN_E_UNSUPPORTED;
+	if (text && len > c->layout.slot_text_capacity)
+		return -BN_E_TOO_LONG;
+	return 0;
+}
+
+static int submit(struct bn_client *c, const struct bn_request *req, const char *text,
+		  size_t len, struct bn_handle **out)
+{
+	int rc = req ? check_prompt_form(c, req, text, len) : -BN_E_INVALID;
+	if (rc == 0)
+		rc = check_request(c, req);
 	if (rc < 0)
 		return rc;
 	/* A daemon that shut down says so for good in the header, even once it is gone. */
@@ -525,12 +568,25 @@ int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handl
 	if (!h)
 		return -BN_E_AGAIN;
 	/* The slot is ours alone until queued: fill it without the lock. */
-	fill_slot(c, h->slot, req);
+	fill_slot(c, h->slot, req, text, len);
 	pthread_mutex_lock(&c->lock);
 	h->woke_daemon = queue_slot(c, h->slot);
 	pthread_mutex_unlock(&c->lock);
 	*out = h;
 	return 0;
+}
+
+int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handle **out)
+{
+	return submit(c, req, NULL, 0, out);
+}
+
+int bn_submit_text(struct bn_client *c, const struct bn_request *req, const char *text,
+		   size_t len, struct bn_handle **out)
+{
+	if (!text && len)
+		return -BN_E_INVALID;
+	return submit(c, req, text ? text : "", len, out);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -635,6 +691,23 @@ int bn_read_tokens(struct bn_handle *h, uint32_t from, uint32_t *out, uint32_t c
 	uint32_t k = n - from < cap ? n - from : cap;
 	memcpy(out, output_of(c, h->slot) + from, (size_t)k * sizeof(uint32_t));
 	return (int)k;
+}
+
+int bn_read_text(struct bn_handle *h, size_t from, char *buf, size_t cap, uint32_t *prompt_tokens)
+{
+	struct bn_client *c = h->c;
+	const struct bn_slot *s = slot_of(c, h->slot);
+	if (!(c->layout.features & BN_FEAT_TEXT) || (cap && !buf))
+		return -BN_E_INVALID;
+	/* Acquire pairs with the daemon's store-release of n_text: bytes below it are written. */
+	uint32_t n = bn_load_acquire(s->n_text);
+	if (n > c->layout.slot_text_capacity)
+		n = c->layout.slot_text_capacity;
+	if (prompt_tokens)
+		*prompt_tokens = bn_read_once(s->prompt_tokens);
+	if (from < n)
+		memcpy(buf, text_of(c, h->slot) + from, n - from < cap ? n - from : cap);
+	return (int)n;
 }
 
 int bn_read_logprobs(struct bn_handle *h, uint32_t from, struct bn_logprob *out,
@@ -997,6 +1070,9 @@ const char *bn_strerror(int code)
 	case BN_E_EMPTY: return "BN_E_EMPTY: empty prompt";
 	case BN_E_KV_SPACE:
 		return "BN_E_KV_SPACE: prompt + max_tokens needs more KV cache than the daemon has";
+	case BN_E_UNSUPPORTED:
+		return "BN_E_UNSUPPORTED: the daemon does not offer this (an unknown request kind, or "
+		       "text without a tokenizer)";
 	default: return strerrordesc_np(code < 0 ? -code : code) ?: "unknown error";
 	}
 }
@@ -1004,7 +1080,7 @@ const char *bn_strerror(int code)
 const char *bn_status_name(uint32_t status)
 {
 	static const char *const names[] = { "none",  "length",   "eos",  "cancelled",
-					     "error", "shutdown", "stop", "deadline" };
+					     "error", "shutdown", "stop", "deadline", "complete" };
 	return status < sizeof(names) / sizeof(names[0]) ? names[status] : "unknown";
 }
 

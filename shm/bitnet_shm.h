@@ -165,6 +165,8 @@ enum bn_error {
 	BN_E_NOT_DONE = 1013,      /* the request has not reached a terminal status yet */
 	BN_E_EMPTY = 1014,         /* the request has no prompt tokens */
 	BN_E_KV_SPACE = 1015,      /* prompt + max_tokens needs more KV cache than the daemon has */
+	BN_E_UNSUPPORTED = 1016,   /* the daemon does not offer this: an sqe op it does not know,
+	                            * or text asked of a daemon without a tokenizer */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -179,6 +181,9 @@ enum bn_error {
 #define BN_FEAT_PARAMS    (1U << 1) /* slot bytes 76..123 (temperature .. deadline_ms) carry
                                      * sampling, stop ids and a deadline */
 #define BN_FEAT_LOGPROBS  (1U << 2) /* slot_logprob_offset / _capacity are valid */
+#define BN_FEAT_TEXT      (1U << 3) /* slot_text_offset / _capacity and slot_piece_offset are
+                                     * valid: prompts as text or a conversation, text out, and
+                                     * the ops BN_OP_TOKENIZE and BN_OP_DETOKENIZE */
 
 /* bn_shm_header.daemon_flags (written by the daemon, read by the client) */
 #define BN_DAEMON_SHUTTING_DOWN (1U << 0) /* new submissions will end with BN_STATUS_SHUTDOWN */
@@ -224,7 +229,14 @@ struct bn_shm_header {
 	 * records at slot_logprob_offset + i * (1 + slot_logprob_capacity) * 8 within the slot. */
 	uint32_t slot_logprob_offset;
 	uint32_t slot_logprob_capacity; /* max alternatives per token (slot.n_logprobs) */
-	uint32_t reserved[22];    /* 0 */
+	/* BN_FEAT_TEXT: a text region of slot_text_capacity bytes at slot_text_offset within the
+	 * slot (a text or conversation prompt in, text out: the text of slot_output_capacity
+	 * tokens always fits), and u32 piece ends at slot_piece_offset: output token i's text is
+	 * text[end[i - 1] .. end[i]) (end[-1] = 0). */
+	uint32_t slot_text_offset;
+	uint32_t slot_text_capacity;
+	uint32_t slot_piece_offset;
+	uint32_t reserved[19];    /* 0 */
 };
 
 /* bn_sq_ring.flags */
@@ -243,8 +255,13 @@ struct bn_sq_ring {
 	uint32_t pad2[15];
 };
 
+/* An op a daemon does not know ends its slot with BN_STATUS_ERROR / BN_E_UNSUPPORTED. */
 enum bn_sq_op {
-	BN_OP_GENERATE = 1, /* run the request in slot `slot` */
+	BN_OP_GENERATE = 1,   /* run the request in slot `slot` */
+	BN_OP_TOKENIZE = 2,   /* BN_FEAT_TEXT: the slot's text (or conversation) as token ids in
+	                       * the output array; ends BN_STATUS_COMPLETE */
+	BN_OP_DETOKENIZE = 3, /* BN_FEAT_TEXT: the prompt array's ids as bytes in the text
+	                       * region; ends BN_STATUS_COMPLETE */
 };
 
 /* One submission: 16 bytes. */
@@ -281,6 +298,7 @@ enum bn_status {
 	BN_STATUS_SHUTDOWN = 5,  /* the daemon is shutting down */
 	BN_STATUS_STOP = 6,      /* the model produced one of the stop ids (not stored) */
 	BN_STATUS_DEADLINE = 7,  /* slot.deadline_ms passed before the request ended */
+	BN_STATUS_COMPLETE = 8,  /* a tokenize or detokenize request did all it was asked */
 };
 
 /* A slot's fixed part: 128 bytes, then (at offsets from the header) the prompt and output
@@ -295,11 +313,14 @@ struct bn_slot {
 	uint32_t error;       /* daemon: enum bn_error when status is BN_STATUS_ERROR */
 	uint32_t waiters;     /* client: BN_WAIT_* while a thread sleeps on this slot */
 	uint32_t events;      /* daemon: futex word, changes on every token and on DONE */
-	uint32_t reserved0;
+	uint32_t n_text;      /* daemon (BN_FEAT_TEXT): text bytes published so far (store-release
+	                       * before n_tokens) */
 	uint64_t queue_ns;    /* daemon: time from the daemon seeing the request to its first step */
 	uint64_t first_token_ns; /* daemon: time from seeing the request to the first token */
 	uint64_t total_ns;    /* daemon: time from seeing the request to its terminal status */
-	uint32_t reserved1[2];
+	uint32_t prompt_tokens; /* daemon (BN_FEAT_TEXT): the token count of a text or conversation
+	                         * prompt (also when too long) and of a tokenize request */
+	uint32_t reserved1;
 	/* cache line 1: request (client-written) */
 	uint32_t n_prompt;    /* prompt tokens in the prompt array, 1..slot_prompt_capacity */
 	uint32_t max_tokens;  /* tokens to generate, 1..slot_output_capacity */
@@ -333,7 +354,35 @@ struct bn_logprob {
 #define BN_REQ_IGNORE_EOS (1U << 0) /* keep generating after eos_id; it is then stored like any token */
 #define BN_REQ_SEED       (1U << 1) /* seed_lo/seed_hi hold the sampler seed */
 #define BN_REQ_LOGPROBS   (1U << 2) /* write the log-probabilities of each output token */
-#define BN_REQ_KNOWN_FLAGS (BN_REQ_IGNORE_EOS | BN_REQ_SEED | BN_REQ_LOGPROBS)
+/* BN_FEAT_TEXT (PROTOCOL.md §6.10): */
+#define BN_REQ_TEXT       (1U << 3) /* the prompt is n_prompt bytes of UTF-8 in the text region;
+                                     * the prompt array holds only the n_stop stop ids */
+#define BN_REQ_CHAT       (1U << 4) /* the prompt is a conversation in the text region: a
+                                     * struct bn_chat_head, then per message a struct
+                                     * bn_chat_record, its role and its content */
+#define BN_REQ_PARSE_SPECIAL (1U << 5) /* with BN_REQ_TEXT: special tokens' texts in the text are
+                                        * those tokens (else plain text) */
+#define BN_REQ_NO_BOS     (1U << 6) /* with BN_REQ_TEXT: no BOS first, whatever the model says */
+#define BN_REQ_TEXT_OUT   (1U << 7) /* generate: write the output's text to the text region */
+#define BN_REQ_SPECIAL_TEXT (1U << 8) /* text out: control tokens as their text (else nothing) */
+#define BN_REQ_STRIP_SPACE (1U << 9) /* text out: drop one leading space (SentencePiece text
+                                      * that starts a document) */
+#define BN_REQ_KNOWN_FLAGS (BN_REQ_IGNORE_EOS | BN_REQ_SEED | BN_REQ_LOGPROBS | BN_REQ_TEXT | \
+			    BN_REQ_CHAT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS | BN_REQ_TEXT_OUT | \
+			    BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE)
+
+/* A conversation prompt (BN_REQ_CHAT), at the start of the text region; unaligned: copy the
+ * words out. n_prompt is the whole conversation's bytes, head and records included. */
+struct bn_chat_head {
+	uint32_t chat_template; /* enum bn_chat_template; 0: the one the daemon chose */
+	uint32_t n_messages;    /* >= 1 */
+};
+/* One message, followed by role_len bytes of role and content_len bytes of content (UTF-8,
+ * no NUL in either, no padding); the next record follows at once. */
+struct bn_chat_record {
+	uint32_t role_len;    /* 1..32 bytes of [A-Za-z0-9_-] */
+	uint32_t content_len;
+};
 
 /* ------------------------------------------------------------------------------------------ */
 /* Pinned layout                                                                               */
@@ -375,7 +424,10 @@ _Static_assert(offsetof(struct bn_shm_header, backend) == 88, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, model_name) == 96, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, slot_logprob_offset) == 160, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, slot_logprob_capacity) == 164, "header layout");
-_Static_assert(offsetof(struct bn_shm_header, reserved) == 168, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_text_offset) == 168, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_text_capacity) == 172, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, slot_piece_offset) == 176, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, reserved) == 180, "header layout");
 
 _Static_assert(sizeof(struct bn_sq_ring) == 192, "bn_sq_ring is three cache lines");
 _Static_assert(offsetof(struct bn_sq_ring, tail) == 64, "tail on its own cache line");
@@ -389,6 +441,8 @@ _Static_assert(offsetof(struct bn_slot, status) == 12, "slot layout");
 _Static_assert(offsetof(struct bn_slot, error) == 16, "slot layout");
 _Static_assert(offsetof(struct bn_slot, waiters) == 20, "slot layout");
 _Static_assert(offsetof(struct bn_slot, events) == 24, "slot layout");
+_Static_assert(offsetof(struct bn_slot, n_text) == 28, "slot layout");
+_Static_assert(offsetof(struct bn_slot, prompt_tokens) == 56, "slot layout");
 _Static_assert(offsetof(struct bn_slot, queue_ns) == 32, "slot layout");
 _Static_assert(offsetof(struct bn_slot, first_token_ns) == 40, "slot layout");
 _Static_assert(offsetof(struct bn_slot, total_ns) == 48, "slot layout");
@@ -408,5 +462,7 @@ _Static_assert(offsetof(struct bn_slot, n_logprobs) == 116, "slot layout");
 _Static_assert(offsetof(struct bn_slot, deadline_ms) == 120, "slot layout");
 _Static_assert(offsetof(struct bn_slot, reserved2) == 124, "slot layout");
 _Static_assert(sizeof(struct bn_logprob) == 8, "bn_logprob is 8 bytes");
+_Static_assert(sizeof(struct bn_chat_head) == 8, "bn_chat_head is 8 bytes");
+_Static_assert(sizeof(struct bn_chat_record) == 8, "bn_chat_record is 8 bytes");
 
 #endif /* BITNET_SHM_H */

@@ -57,22 +57,27 @@ RING_HEAD, RING_TAIL, RING_FLAGS = 0, 64, 128
 # slot fixed part (section 4.4), offsets from S(i)
 SL_STATE, SL_CANCEL, SL_NTOK, SL_STATUS, SL_ERROR = 0, 4, 8, 12, 16
 SL_WAITERS, SL_EVENTS = 20, 24
+SL_NTEXT, SL_PROMPT_TOKENS = 28, 56   # feature TEXT (section 6.10)
 SL_TIMINGS = 32               # queue_ns, first_token_ns, total_ns (u64 each)
 SL_NPROMPT, SL_MAXTOK, SL_FLAGS, SL_RESERVED2 = 64, 68, 72, 76
 N_RESERVED2 = 13              # the parameter words (section 4.4), the last one reserved
 
 ST_FREE, ST_SUBMITTED, ST_DONE = 0, 1, 2
 WAIT_DONE, WAIT_TOKENS = 1, 2
-OP_GENERATE = 1
+OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE = 1, 2, 3
 FLAG_IGNORE_EOS = 1
+FLAG_TEXT, FLAG_CHAT, FLAG_PARSE_SPECIAL, FLAG_NO_BOS = 8, 16, 32, 64
+FLAG_TEXT_OUT, FLAG_SPECIAL_TEXT, FLAG_STRIP_SPACE = 128, 256, 512
 FEAT_STREAMING = 1
+FEAT_TEXT = 8
 DFLAG_SHUTTING_DOWN, DFLAG_CLOSED = 1, 2
 POLLRDHUP = getattr(select, "POLLRDHUP", 0x2000)
 
 # statuses (section 9.1) and error codes (section 9.2)
 S_NONE, S_LENGTH, S_EOS, S_CANCELLED, S_ERROR, S_SHUTDOWN = 0, 1, 2, 3, 4, 5
+S_COMPLETE = 8
 E_INVALID, E_TOKEN, E_TOO_LONG = 1001, 1002, 1003
-E_PROTOCOL, E_VERSION, E_EMPTY = 1008, 1009, 1014
+E_PROTOCOL, E_VERSION, E_EMPTY, E_UNSUPPORTED = 1008, 1009, 1014, 1016
 
 # header fields (section 4.1): name -> (offset, struct code)
 HEADER_FIELDS = [
@@ -87,6 +92,8 @@ HEADER_FIELDS = [
     ("vocab_size", 72, "I"), ("context_length", 76, "I"),
     ("bos_id", 80, "I"), ("eos_id", 84, "I"), ("backend", 88, "I"),
     ("slot_logprob_offset", 160, "I"), ("slot_logprob_capacity", 164, "I"),
+    ("slot_text_offset", 168, "I"), ("slot_text_capacity", 172, "I"),
+    ("slot_piece_offset", 176, "I"),
 ]
 FEAT_LOGPROBS = 4
 
@@ -236,13 +243,13 @@ class HandshakeError(Exception):
 
 
 class Daemon:
-    def __init__(self, exe, tmpdir, name, extra=(), env=None):
+    def __init__(self, exe, tmpdir, name, extra=(), env=None, backend=("--backend", "loopback")):
         self.exe = exe
         self.name = name
         self.path = os.path.join(tmpdir, name + ".sock")
         self.logpath = os.path.join(tmpdir, name + ".log")
-        self.args = [exe, "--socket", self.path, "--backend", "loopback",
-                     "--log-level", "warn"] + list(extra)
+        self.args = [exe, "--socket", self.path] + list(backend) + \
+            ["--log-level", "warn"] + list(extra)
         self.env = dict(os.environ)
         self.env.pop("BITNETD_RING_START", None)
         self.env.update(env or {})
@@ -406,6 +413,13 @@ class Session:
             need(per_token <= h["slot_size"] and
                  h["slot_logprob_offset"] + per_token * h["slot_output_capacity"] <= h["slot_size"],
                  "log-probability records outside slot")
+        if h["features"] & FEAT_TEXT:
+            need(h["slot_text_offset"] >= SLOT_FIXED and
+                 h["slot_text_offset"] + h["slot_text_capacity"] <= h["slot_size"],
+                 "text region outside slot")
+            need(h["slot_piece_offset"] >= SLOT_FIXED and h["slot_piece_offset"] % 4 == 0 and
+                 h["slot_piece_offset"] + 4 * h["slot_output_capacity"] <= h["slot_size"],
+                 "piece ends outside slot")
         return p
 
     # --- addresses (section 4)
@@ -416,9 +430,18 @@ class Session:
         return (self.S(i) + self.h["slot_output_offset"]) // 4
 
     # --- submitting (sections 5.1, 6.3, 8.1, 14)
-    def prepare(self, i, prompt, max_tokens, flags=0, n_prompt=None, reserved2=None):
+    def prepare(self, i, prompt, max_tokens, flags=0, n_prompt=None, reserved2=None, text=None):
         assert i not in self.inflight
         u, S = self.u32, self.S(i)
+        if text is not None:                 # section 6.10: the bytes go to the text region
+            if self.h["features"] & FEAT_TEXT:
+                t0 = S + self.h["slot_text_offset"]
+                assert len(text) <= self.h["slot_text_capacity"]
+                self.mm[t0:t0 + len(text)] = text
+            if n_prompt is None:
+                n_prompt = len(text)
+        if self.h["features"] & FEAT_TEXT:
+            u[(S + SL_NTEXT) // 4] = u[(S + SL_PROMPT_TOKENS) // 4] = 0
         n = len(prompt) if n_prompt is None else n_prompt
         u[(S + SL_NPROMPT) // 4] = n
         u[(S + SL_MAXTOK) // 4] = max_tokens
@@ -454,9 +477,10 @@ class Session:
     def submit(self, reqs):
         """reqs: list of (slot, spec dict). Queues all, one doorbell."""
         for slot, spec in reqs:
-            self.prepare(slot, spec["prompt"], spec["max_tokens"], spec.get("flags", 0),
-                         spec.get("n_prompt"), spec.get("reserved2"))
-            self.push_sqe(slot)
+            self.prepare(slot, spec.get("prompt", []), spec.get("max_tokens", 0),
+                         spec.get("flags", 0), spec.get("n_prompt"), spec.get("reserved2"),
+                         spec.get("text"))
+            self.push_sqe(slot, spec.get("op", OP_GENERATE))
             self.inflight.add(slot)
             self.submitted += 1
         self.publish()
@@ -524,6 +548,13 @@ class Session:
         r = dict(state=state, status=u[(S + SL_STATUS) // 4], error=u[(S + SL_ERROR) // 4],
                  n_tokens=n, tokens=u[o:o + min(n, self.ocap)].tolist())
         r["queue_ns"], r["first_token_ns"], r["total_ns"] = struct.unpack_from("<QQQ", self.mm, S + SL_TIMINGS)
+        if self.h["features"] & FEAT_TEXT:       # section 6.10
+            nt = min(u[(S + SL_NTEXT) // 4], self.h["slot_text_capacity"])
+            t0 = S + self.h["slot_text_offset"]
+            p0 = (S + self.h["slot_piece_offset"]) // 4
+            r["prompt_tokens"] = u[(S + SL_PROMPT_TOKENS) // 4]
+            r["text"] = bytes(self.mm[t0:t0 + nt])
+            r["piece_ends"] = u[p0:p0 + min(n, self.ocap)].tolist()
         return r
 
     def release(self, i):
@@ -714,7 +745,15 @@ def test_request_errors(sess, rng):
         ("n_prompt 0 -> EMPTY", dict(prompt=[], max_tokens=4), E_EMPTY),
         ("max_tokens 0 -> INVALID", dict(prompt=[1, 2, 3], max_tokens=0), E_INVALID),
         ("n_prompt 0 and max_tokens 0 -> INVALID", dict(prompt=[], max_tokens=0), E_INVALID),
-        ("flags bit 3 (unknown) -> INVALID", dict(prompt=[1], max_tokens=1, flags=8), E_INVALID),
+        ("flags bit 10 (unknown) -> INVALID", dict(prompt=[1], max_tokens=1, flags=1 << 10), E_INVALID),
+        ("TEXT without the TEXT feature -> UNSUPPORTED",
+         dict(prompt=[], text=b"hi", max_tokens=1, flags=FLAG_TEXT), E_UNSUPPORTED),
+        ("TEXT_OUT without the TEXT feature -> UNSUPPORTED",
+         dict(prompt=[1], max_tokens=1, flags=FLAG_TEXT_OUT), E_UNSUPPORTED),
+        ("op TOKENIZE without the TEXT feature -> UNSUPPORTED",
+         dict(op=OP_TOKENIZE, flags=FLAG_TEXT, n_prompt=0), E_UNSUPPORTED),
+        ("op 9 (unknown) -> UNSUPPORTED, not a violation", dict(op=9, prompt=[1], max_tokens=1),
+         E_UNSUPPORTED),
         ("temperature NaN -> INVALID",
          dict(prompt=[1], max_tokens=1, reserved2=[0x7fc00000] + [0] * 12), E_INVALID),
         ("seed without the seed flag -> INVALID",
@@ -954,7 +993,7 @@ def test_violation_inflight(daemon, sess_e):
         want, _ = loopback(spec["prompt"], spec["max_tokens"], f.vocab, f.eos)
         f.submit([(0, spec)])
         f.wait(0, have=0, timeout=5)                   # running now
-        f.push_sqe(1, op=2)                            # sqe.op != 1 (section 6.8)
+        f.push_sqe(1, reserved=(1, 0))                 # sqe.reserved != 0 (section 6.8)
         f.publish()
         f.sock.settimeout(5)
         try:
@@ -965,7 +1004,7 @@ def test_violation_inflight(daemon, sess_e):
             got = "error %s" % e
         S = f.S(0)
         state = f.u32[(S + SL_STATE) // 4]
-        C.eq("violation (sqe.op 2): daemon closes the session", got, b"")
+        C.eq("violation (sqe.reserved): daemon closes the session", got, b"")
         C.eq("violation: in-flight slot DONE before the hang-up", state, ST_DONE)
         r = f.result(0)
         C.eq("violation: in-flight request ends ERROR/PROTOCOL", (r["status"], r["error"]),
@@ -1058,6 +1097,216 @@ def test_connect_during_drain(exe, tmpdir):
         s.close()
     C.eq("drain: connect() after the daemon stopped listening", after, "ECONNREFUSED")
 
+# ---------------------------------------------------------------- tests: text (section 6.10)
+
+GGML_SEP = b"\n__ggml_vocab_test__\n"
+
+
+def chat_blob(messages, template=0):
+    """Section 6.10: bn_chat_head, then per message bn_chat_record, role, content."""
+    out = [struct.pack("<II", template, len(messages))]
+    for role, content in messages:
+        r, c = role.encode(), content.encode()
+        out.append(struct.pack("<II", len(r), len(c)) + r + c)
+    return b"".join(out)
+
+
+def tokenize(sess, data, flags=FLAG_TEXT | FLAG_NO_BOS, slot=0):
+    r = sess.run_one(dict(op=OP_TOKENIZE, text=data, flags=flags), slot=slot)
+    if (r["status"], r["error"]) != (S_COMPLETE, 0):
+        raise RuntimeError("tokenize %r: status %d error %d" % (data[:40], r["status"], r["error"]))
+    return r["tokens"]
+
+
+def detokenize(sess, ids, flags=0, slot=0):
+    r = sess.run_one(dict(op=OP_DETOKENIZE, prompt=ids, flags=flags), slot=slot)
+    if (r["status"], r["error"]) != (S_COMPLETE, 0):
+        raise RuntimeError("detokenize: status %d error %d" % (r["status"], r["error"]))
+    return r["text"]
+
+
+def cli_ids(daemon, args, stdin=None):
+    """The C library's answer (bitnet-cli encodes locally with the fetched vocabulary)."""
+    cli = os.path.join(os.path.dirname(daemon.exe), "bitnet-cli")
+    out = subprocess.run([cli, "--socket", daemon.path] + args, input=stdin,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def random_text(rng):
+    pools = ["abc xyz", "Hello, world! ", "  \t\n", "0123456789", "éàü ß", "日本語の文",
+             "Привет мир", "🙂🚀👍🏽", "<s></s>", "'s 're ll", "\u00a0\u2009"]
+    return "".join(rng.choice(pools)[rng.randrange(3):] for _ in range(rng.randint(1, 6)))
+
+
+def test_text_spm(daemon, sess, rng):
+    h = sess.h
+    C.check("text daemon: TEXT feature bit", h["features"] & FEAT_TEXT, "features 0x%x" % h["features"])
+    C.check("text region holds 4 bytes a token at least",
+            h["slot_text_capacity"] >= 4 * max(sess.pcap, sess.ocap), "capacity %d" % h["slot_text_capacity"])
+    # The daemon's ids are the C library's, text by text (BOS as the model says).
+    texts = [random_text(rng) for _ in range(24)] + ["", " ", "a", "Hello world"]
+    bad = []
+    for t in texts:
+        got = tokenize(sess, t.encode(), FLAG_TEXT)
+        want = cli_ids(daemon, ["tokenize", "-"], t.encode())
+        if got != want:
+            bad.append("%r: %r != %r" % (t, got[:8], want[:8]))
+    C.check("tokenize op == the C library's ids (%d texts)" % len(texts), not bad, "; ".join(bad[:3]))
+    # The daemon's text is the C library's, and it is the text encoded (for texts without
+    # white space: this synthetic vocabulary has no U+2581 piece, so a space comes back as
+    # the mark's bytes, as llama.cpp decodes byte tokens).
+    bad = []
+    for t in texts:
+        ids = tokenize(sess, t.encode(), FLAG_TEXT)
+        got = detokenize(sess, ids, FLAG_STRIP_SPACE)
+        want = subprocess.run([os.path.join(os.path.dirname(daemon.exe), "bitnet-cli"), "--socket",
+                               daemon.path, "detokenize", "--ids", " ".join(map(str, ids))],
+                              stdout=subprocess.PIPE, check=True).stdout[:-1]
+        if got != (want[1:] if want[:1] == b" " else want):
+            bad.append("%r: %r != %r" % (t, got, want))
+    C.check("detokenize op == the C library's text (%d texts)" % len(texts), not bad, "; ".join(bad[:3]))
+    plain = [t.replace(" ", "").replace("\t", "").replace("\n", "").replace("\u00a0", "").replace("\u2009", "")
+             for t in texts]
+    plain = [t for t in plain if t]
+    mark = "\u2581".encode()           # the word-start mark SentencePiece puts first
+    bad = [t for t in plain if detokenize(sess, tokenize(sess, t.encode(), FLAG_TEXT),
+                                          FLAG_STRIP_SPACE) != mark + t.encode()]
+    C.check("detokenize(tokenize(s)) == U+2581 s (%d texts)" % len(plain), not bad, repr(bad[:3]))
+    # A text prompt is the prompt of its ids; the output's text is the output's bytes decoded.
+    for k, t in enumerate(["Once upon a time", "日本 🙂 x", random_text(rng)]):
+        ids = tokenize(sess, t.encode(), FLAG_TEXT)
+        a = sess.run_one(dict(text=t.encode(), max_tokens=24,
+                              flags=FLAG_TEXT | FLAG_TEXT_OUT | FLAG_IGNORE_EOS))
+        b = sess.run_one(dict(prompt=ids, max_tokens=24, flags=FLAG_IGNORE_EOS))
+        C.eq("text prompt #%d: status, prompt_tokens, tokens == the ids' request" % k,
+             (a["status"], a["prompt_tokens"], a["tokens"]), (S_LENGTH, len(ids), b["tokens"]))
+        raw = detokenize(sess, a["tokens"])
+        want = raw.decode("utf-8", "replace").encode()
+        C.eq("text out #%d == its bytes decoded with U+FFFD (Python's decoder)" % k, a["text"], want)
+        ends = a["piece_ends"]
+        C.check("text out #%d: piece ends grow and stay within n_text" % k,
+                all(x <= y for x, y in zip([0] + ends, ends + [len(a["text"])])), repr(ends))
+    cap = h["slot_text_capacity"]
+    errors = [
+        ("text longer than slot_text_capacity -> TOO_LONG",
+         dict(text=b"", n_prompt=cap + 1, max_tokens=1, flags=FLAG_TEXT), E_TOO_LONG),
+        ("TEXT and CHAT together -> INVALID", dict(text=b"x", max_tokens=1, flags=FLAG_TEXT | FLAG_CHAT), E_INVALID),
+        ("PARSE_SPECIAL without TEXT -> INVALID", dict(prompt=[5], max_tokens=1, flags=FLAG_PARSE_SPECIAL), E_INVALID),
+        ("SPECIAL_TEXT without TEXT_OUT -> INVALID", dict(prompt=[5], max_tokens=1, flags=FLAG_SPECIAL_TEXT), E_INVALID),
+        ("text prompt of 0 bytes -> EMPTY", dict(text=b"", max_tokens=1, flags=FLAG_TEXT), E_EMPTY),
+        ("text prompt + max_tokens > context -> TOO_LONG",
+         dict(text=b"hi", max_tokens=sess.ctx, flags=FLAG_TEXT), E_TOO_LONG),
+        ("text prompt with a stop id >= vocab -> TOKEN",
+         dict(text=b"hi", prompt=[sess.vocab], reserved2=[0] * 9 + [1, 0, 0, 0], max_tokens=1,
+              flags=FLAG_TEXT), E_TOKEN),
+        ("tokenize with max_tokens -> INVALID", dict(op=OP_TOKENIZE, text=b"x", max_tokens=1, flags=FLAG_TEXT), E_INVALID),
+        ("tokenize without TEXT or CHAT -> INVALID", dict(op=OP_TOKENIZE, text=b"x"), E_INVALID),
+        ("tokenize with TEXT_OUT -> INVALID", dict(op=OP_TOKENIZE, text=b"x", flags=FLAG_TEXT | FLAG_TEXT_OUT), E_INVALID),
+        ("detokenize of an id >= vocab -> TOKEN", dict(op=OP_DETOKENIZE, prompt=[1, sess.vocab]), E_TOKEN),
+        ("detokenize with TEXT -> INVALID", dict(op=OP_DETOKENIZE, prompt=[1], flags=FLAG_TEXT), E_INVALID),
+        ("detokenize of more than prompt capacity -> TOO_LONG",
+         dict(op=OP_DETOKENIZE, prompt=[], n_prompt=sess.pcap + 1), E_TOO_LONG),
+        ("chat: lengths that do not add up -> INVALID",
+         dict(text=chat_blob([("user", "hi")]) + b"x", max_tokens=1, flags=FLAG_CHAT), E_INVALID),
+        ("chat: no messages -> INVALID", dict(text=chat_blob([]), max_tokens=1, flags=FLAG_CHAT), E_INVALID),
+        ("chat: a bad role -> INVALID", dict(text=chat_blob([("us er", "hi")], 4), max_tokens=1,
+                                                flags=FLAG_CHAT), E_INVALID),
+        ("chat: a NUL in a message -> INVALID", dict(text=chat_blob([("user", "a\0b")], 4), max_tokens=1,
+                                                     flags=FLAG_CHAT), E_INVALID),
+    ]
+    res, _, _ = run_requests(sess, [c[1] for c in errors], rng)
+    for (name, _, code), r in zip(errors, res):
+        C.eq("text error: " + name, (r["state"], r["status"], r["error"], r["n_tokens"]),
+             (ST_DONE, S_ERROR, code, 0))
+    r = sess.run_one(dict(op=OP_TOKENIZE, text=b"x" * sess.ocap * 2, flags=FLAG_TEXT | FLAG_NO_BOS))
+    C.check("tokenize: more ids than output capacity -> TOO_LONG with prompt_tokens the count",
+            (r["status"], r["error"]) == (S_ERROR, E_TOO_LONG) and r["prompt_tokens"] > sess.ocap,
+            repr((r["status"], r["error"], r["prompt_tokens"])))
+
+
+def load_vectors(folder):
+    inp = open(os.path.join(folder, "llama-bpe.inp"), "rb").read()
+    out = open(os.path.join(folder, "llama-bpe.out"), "rb").read().decode().split("\n")
+    texts = inp.split(GGML_SEP)[:-1]
+    return [(t, [int(x) for x in out[i].split()]) for i, t in enumerate(texts)]
+
+
+def test_text_llama3(daemon, sess, vectors, label):
+    bad = [k for k, (t, ids) in enumerate(vectors) if tokenize(sess, t) != ids]
+    C.check("%s: llama.cpp's %d vectors through the tokenize op" % (label, len(vectors)), not bad,
+            "vectors %r differ" % bad[:5])
+    bad = []
+    for k, (t, ids) in enumerate(vectors):
+        if not ids:
+            continue
+        a = sess.run_one(dict(text=t, max_tokens=1, flags=FLAG_TEXT | FLAG_NO_BOS | FLAG_IGNORE_EOS))
+        b = sess.run_one(dict(prompt=ids, max_tokens=1, flags=FLAG_IGNORE_EOS))
+        if (a["prompt_tokens"], a["tokens"]) != (len(ids), b["tokens"]):
+            bad.append(k)
+    C.check("%s: the vectors as text prompts == as id prompts" % label, not bad, "vectors %r" % bad[:5])
+    eot = b"<|eot_id|>"
+    C.eq("%s: PARSE_SPECIAL makes <|eot_id|> 128009" % label,
+         tokenize(sess, eot, FLAG_TEXT | FLAG_NO_BOS | FLAG_PARSE_SPECIAL), [128009])
+    plain = tokenize(sess, eot)
+    C.check("%s: without PARSE_SPECIAL <|eot_id|> is plain text" % label,
+            128009 not in plain and len(plain) > 1, repr(plain))
+    C.eq("%s: BOS first as the model says" % label, tokenize(sess, b"Hi", FLAG_TEXT)[:1], [128000])
+    # Chat: the C library's render ids; a message's own <|eot_id|> stays text.
+    msgs = [("system", " Be brief. "), ("user", "Hi <|eot_id|> there"), ("assistant", "Hello."),
+            ("user", "Bye")]
+    ids = tokenize(sess, chat_blob(msgs), FLAG_CHAT)
+    path = os.path.join(os.path.dirname(daemon.path), label + "-messages.json")
+    with open(path, "w") as f:
+        f.write("[" + ",".join('{"role": "%s", "content": "%s"}' % m for m in msgs) + "]")
+    want = cli_ids(daemon, ["chat", "--messages", path, "--render-ids"])
+    C.eq("%s: chat tokenize op == bitnet-cli chat --render-ids" % label, ids, want)
+    C.eq("%s: chat ids: one BOS, one <|eot_id|> per message" % label,
+         (ids.count(128000), ids.count(128009)), (1, len(msgs)))
+    a = sess.run_one(dict(text=chat_blob(msgs), max_tokens=2, flags=FLAG_CHAT | FLAG_IGNORE_EOS | FLAG_TEXT_OUT))
+    b = sess.run_one(dict(prompt=ids, max_tokens=2, flags=FLAG_IGNORE_EOS))
+    C.eq("%s: chat prompt == its ids as prompt" % label, (a["prompt_tokens"], a["tokens"]),
+         (len(ids), b["tokens"]))
+
+
+def run_text_tests(exe, tmpdir, rng, sessions, daemons):
+    model = os.environ.get("BITNET_CONF_MODEL", "build/models/tiny.gguf")
+    if not os.path.exists(model):
+        print("SKIP text tests: no %s (make all builds it)" % model)
+        return
+    d = Daemon(exe, tmpdir, "text", backend=("--backend", "cpu", "--model", model, "--threads", "1"))
+    daemons.append(d)
+    d.start()
+    t = Session(d, requested_slots=8, label="T")
+    sessions.append(t)
+    test_text_spm(d, t, rng)
+    t.close()
+    sessions.remove(t)
+    C.eq("text daemon: exit status 0 after SIGTERM", d.stop(), 0)
+    models = os.environ.get("BITNET_TEST_MODELS")
+    if not models:
+        print("SKIP LLaMA-3 text tests: BITNET_TEST_MODELS is not set")
+        return
+    folder = os.path.join(models, "llama3")
+    vectors = load_vectors(folder)
+    C.eq("llama.cpp's vector count", len(vectors), 46)
+    tool = os.path.join(os.path.dirname(exe), "bitnet-model")
+    for meta in ("microsoft", "llama.cpp"):
+        path = os.path.join(tmpdir, meta + ".gguf")
+        subprocess.run([tool, "write", "--preset", "tiny", "--vocab-from",
+                        os.path.join(folder, "tokenizer.json"), "--metadata", meta, "--out", path],
+                       check=True, stdout=subprocess.DEVNULL)
+        d = Daemon(exe, tmpdir, "llama3-" + meta,
+                   backend=("--backend", "cpu", "--model", path, "--threads", "1"))
+        daemons.append(d)
+        d.start()
+        t = Session(d, requested_slots=4, label=meta)
+        sessions.append(t)
+        test_text_llama3(d, t, vectors, meta)
+        t.close()
+        sessions.remove(t)
+        C.eq("%s daemon: exit status 0 after SIGTERM" % meta, d.stop(), 0)
+
 # ---------------------------------------------------------------- main
 
 
@@ -1074,6 +1323,7 @@ def main():
     slow = Daemon(exe, tmpdir, "slow", extra=["--step-delay-us", "2000"])
     t0 = time.monotonic()
     sessions = []
+    extra_daemons = []
     try:
         test_oracle_self()
 
@@ -1112,6 +1362,7 @@ def main():
         test_shutdown(slow, e)
         test_shutdown_race(exe, tmpdir)
         test_connect_during_drain(exe, tmpdir)
+        run_text_tests(exe, tmpdir, rng, sessions, extra_daemons)
     except Exception:
         C.check("no unexpected exception", False, traceback.format_exc().rstrip().replace("\n", "\n     "))
     finally:
@@ -1120,7 +1371,7 @@ def main():
                 s.close()
             except Exception:
                 pass
-        for d in (fast, slow):
+        for d in [fast, slow] + extra_daemons:
             if d.proc is not None:
                 first = d.rc is None
                 rc = d.stop()

@@ -458,11 +458,6 @@ static int mode_bad_slot(const struct options *o)
 	return bad_sqe(o, BN_OP_GENERATE, 1, 0);
 }
 
-static int mode_bad_op(const struct options *o)
-{
-	return bad_sqe(o, 99, 0, 0);
-}
-
 static int mode_sqe_reserved(const struct options *o)
 {
 	return bad_sqe(o, BN_OP_GENERATE, 0, 1);
@@ -513,15 +508,17 @@ static int mode_double_queue(const struct options *o)
 /* Request errors: the request fails, the session lives on (§6.6)                              */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Queues slot 0 as spoil() left it, waits for its end, reports it and the session. */
-static int request_error(const struct options *o, void (*spoil)(struct conn *c))
+/* Queues slot 0 as spoil() left it, with this op, waits for its end, reports it and the
+ * session. */
+static int op_error(const struct options *o, uint32_t op, void (*spoil)(struct conn *c))
 {
 	struct conn c;
 	if (with_session(o, &c) < 0)
 		return 1;
 	prepare(&c, 0, 4, 8);
-	spoil(&c);
-	put_sqe(&c, BN_OP_GENERATE, 0, 0, 0);
+	if (spoil)
+		spoil(&c);
+	put_sqe(&c, op, 0, 0, 0);
 	publish(&c);
 	enum wait_result w = wait_done(&c, 0, DONE_WAIT_MS);
 	fact_s("slot0_wait", w == WAIT_DONE ? "done" : w == WAIT_CLOSED ? "closed" : "timeout");
@@ -529,6 +526,11 @@ static int request_error(const struct options *o, void (*spoil)(struct conn *c))
 	report_result(c.sock, OPEN_WAIT_MS);
 	conn_close(&c);
 	return 0;
+}
+
+static int request_error(const struct options *o, void (*spoil)(struct conn *c))
+{
+	return op_error(o, BN_OP_GENERATE, spoil);
 }
 
 static void spoil_lengths(struct conn *c)
@@ -581,6 +583,13 @@ static int mode_bad_tokens(const struct options *o)
 static int mode_reserved_request(const struct options *o)
 {
 	return request_error(o, spoil_reserved);
+}
+
+/* An op the daemon does not know is that request's error (UNSUPPORTED), not a violation: a
+ * newer client's request kind must not cost an older daemon's session. */
+static int mode_bad_op(const struct options *o)
+{
+	return op_error(o, 99, NULL);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -640,7 +649,9 @@ static void flip_invalid(struct conn *c, uint32_t i)
 	case 1: bn_write_once(s->n_prompt, rnd() % 2 ? c->h.slot_prompt_capacity + 1 : huge); break;
 	case 2: bn_write_once(s->max_tokens, 0u); break;
 	case 3: bn_write_once(s->max_tokens, rnd() % 2 ? c->h.slot_output_capacity + 1 : huge); break;
-	case 4: bn_write_once(s->flags, 1u << (3 + rnd() % 29)); break; /* bits 0-2 are known */
+	/* Bits 0-2 are valid; 3-9 are text flags (UNSUPPORTED without a tokenizer), the rest
+	 * unknown (INVALID). */
+	case 4: bn_write_once(s->flags, 1u << (3 + rnd() % 29)); break;
 	case 5: spoil_param(s, rnd()); break;
 	default:
 		bn_write_once(prompt_at(c, i)[spot(c, rnd())], rnd() % 2 ? c->h.vocab_size : huge);
@@ -719,7 +730,8 @@ static void judge(const struct conn *c, uint32_t i, struct tally *t)
 	} else if (status == BN_STATUS_ERROR) {
 		t->errors++;
 		good = n == 0 && (error == BN_E_INVALID || error == BN_E_TOKEN ||
-				  error == BN_E_TOO_LONG || error == BN_E_EMPTY);
+				  error == BN_E_TOO_LONG || error == BN_E_EMPTY ||
+				  error == BN_E_UNSUPPORTED);
 	}
 	if (!good) {
 		t->bad++;

@@ -831,6 +831,68 @@ START_TEST(cli_refuses_bad_options)
 }
 END_TEST
 
+/* A text request (bn_submit_text) runs as its ids computed here (bn_tokenize_ex on the
+ * fetched vocabulary), and its text out is what a local stream decoder makes of its ids. */
+START_TEST(text_request_equals_local_tokenizer)
+{
+	const char *args[] = { "--backend", "cpu", "--model", tu_default_model(), NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *c = connect_or_die(&d);
+	const struct bn_vocab *v;
+	ck_assert_int_eq(bn_client_vocab(c, &v), 0);
+	static const char *const texts[] = { "Once upon a time", "caf\xc3\xa9 \xf0\x9f\x99\x82!",
+					     "  two  spaces\n", "x" };
+	for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++) {
+		uint32_t ids[64], a[24], b[24], prompt_tokens = 0;
+		int n = bn_tokenize_ex(v, texts[k], strlen(texts[k]), BN_TOK_ADD_BOS, ids, 64);
+		ck_assert_int_gt(n, 0);
+		struct bn_request by_text = { .max_tokens = 24,
+					      .flags = BN_REQ_IGNORE_EOS | BN_REQ_TEXT_OUT };
+		struct bn_request by_ids = { .prompt = ids, .n_prompt = (uint32_t)n, .max_tokens = 24,
+					     .flags = BN_REQ_IGNORE_EOS };
+		struct bn_handle *h;
+		struct bn_result res;
+		ck_assert_int_eq(bn_submit_text(c, &by_text, texts[k], strlen(texts[k]), &h), 0);
+		ck_assert_int_eq(bn_wait(h, 30 * 1000000000LL), 0);
+		ck_assert_int_eq(bn_result(h, &res), 0);
+		ck_assert_int_eq(bn_read_tokens(h, 0, a, 24), 24);
+		char text[24 * 64];
+		int len = bn_read_text(h, 0, text, sizeof(text), &prompt_tokens);
+		ck_assert_int_ge(len, 0);
+		ck_assert_uint_eq(prompt_tokens, (uint32_t)n);
+		bn_release(h);
+		ck_assert_int_eq(bn_generate(c, &by_ids, b, 24, &res, 30 * 1000000000LL), 0);
+		ck_assert_uint_eq(res.n_tokens, 24);
+		ck_assert_mem_eq(a, b, sizeof(a));
+		/* The local stream decoder's text of the same ids. */
+		struct bn_text_stream *st;
+		const char *piece;
+		size_t piece_len, at = 0;
+		char want[24 * 64];
+		ck_assert_int_eq(bn_text_stream_new(v, 0, &st), 0);
+		for (int i = 0; i < 24; i++) {
+			ck_assert_int_eq(bn_text_stream_push(st, &a[i], 1, &piece, &piece_len), 0);
+			memcpy(want + at, piece, piece_len);
+			at += piece_len;
+		}
+		ck_assert_int_eq(bn_text_stream_finish(st, &piece, &piece_len), 0);
+		memcpy(want + at, piece, piece_len);
+		at += piece_len;
+		bn_text_stream_free(st);
+		ck_assert_uint_eq((size_t)len, at);
+		ck_assert_mem_eq(text, want, at);
+	}
+	/* Ids prompts cannot claim to be text. */
+	uint32_t one = 1;
+	struct bn_request bad = { .prompt = &one, .n_prompt = 1, .max_tokens = 1, .flags = BN_REQ_TEXT };
+	struct bn_handle *h;
+	ck_assert_int_eq(bn_submit(c, &bad, &h), -BN_E_INVALID);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 /* The tiny default model's vocabulary (the model tool's) through the daemon equals the one
  * the daemon's code builds from the file here. */
 START_TEST(vocabulary_through_the_daemon)
@@ -1074,6 +1136,7 @@ int main(void)
 	tcase_add_test(daemon, loopback_serves_no_vocabulary);
 	tcase_add_test(daemon, cli_refuses_bad_options);
 	tcase_add_test(daemon, vocabulary_through_the_daemon);
+	tcase_add_test(daemon, text_request_equals_local_tokenizer);
 	tcase_add_test(daemon, malformed_tokenizer_is_served_without_vocabulary);
 	suite_add_tcase(s, daemon);
 

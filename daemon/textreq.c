@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "textreq.h"
+
+#include "../shm/bitnet_barrier.h"
+#include "bitnet_client.h"
+#include "session.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REPLACEMENT_BYTES 3u /* U+FFFD in UTF-8 */
+
+/* ------------------------------------------------------------------------------------------ */
+/* The service                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Bytes of a whole UTF-8 character starting at p[0] within n, or 0 when none does. */
+static size_t valid_char_len(const uint8_t *p, size_t n)
+{
+	uint8_t b = p[0], lo = 0x80, hi = 0xbf;
+	size_t need;
+	if (b < 0x80)
+		return 1;
+	if (b >= 0xc2 && b <= 0xdf) {
+		need = 1;
+	} else if (b >= 0xe0 && b <= 0xef) {
+		need = 2;
+		lo = b == 0xe0 ? 0xa0 : 0x80;
+		hi = b == 0xed ? 0x9f : 0xbf;
+	} else if (b >= 0xf0 && b <= 0xf4) {
+		need = 3;
+		lo = b == 0xf0 ? 0x90 : 0x80;
+		hi = b == 0xf4 ? 0x8f : 0xbf;
+	} else {
+		return 0;
+	}
+	if (need >= n)
+		return 0;
+	for (size_t k = 1; k <= need; k++)
+		if (p[k] < (k == 1 ? lo : 0x80) || p[k] > (k == 1 ? hi : 0xbf))
+			return 0;
+	return need + 1;
+}
+
+/* What a stream decoder can emit for one token, at most: the bytes of the token's whole
+ * characters as they are, 3 (U+FFFD) for each of its other bytes (each may be an invalid
+ * subpart of its own, or a held lead completed later: never more), and 3 for the character
+ * held back from the tokens before (emitted whole, or as one U+FFFD). */
+static uint32_t token_piece_bound(const uint8_t *p, size_t n)
+{
+	size_t bound = REPLACEMENT_BYTES;
+	for (size_t i = 0; i < n;) {
+		size_t k = valid_char_len(p + i, n - i);
+		bound += k ? k : REPLACEMENT_BYTES;
+		i += k ? k : 1;
+	}
+	return bound > UINT32_MAX ? UINT32_MAX : (uint32_t)bound;
+}
+
+/* The largest token_piece_bound over the vocabulary, control tokens' texts included (a
+ * request may ask for them). */
+static uint32_t vocab_piece_bound(const struct bn_vocab *v)
+{
+	uint32_t bound = REPLACEMENT_BYTES, cap = 0;
+	uint8_t *buf = NULL;
+	for (uint32_t id = 0; id < bn_vocab_n_tokens(v); id++) {
+		int n = bn_detokenize_ex(v, &id, 1, BN_DETOK_SPECIAL, NULL, 0);
+		if (n < 0)
+			continue;
+		if ((uint32_t)n + 1 > cap) {
+			uint8_t *p = realloc(buf, (size_t)n + 1);
+			if (!p) {
+				free(buf);
+				return 0;
+			}
+			buf = p;
+			cap = (uint32_t)n + 1;
+		}
+		bn_detokenize_ex(v, &id, 1, BN_DETOK_SPECIAL, (char *)buf, cap);
+		uint32_t b = token_piece_bound(buf, (size_t)n);
+		bound = b > bound ? b : bound;
+	}
+	free(buf);
+	return bound;
+}
+
+/* A vocabulary encodes text when it is SentencePiece-style, or byte-level BPE with a split. */
+static int can_encode(const struct bn_vocab *v)
+{
+	uint32_t kind = bn_vocab_kind(v);
+	return kind == BN_VOCAB_SPM || (kind == BN_VOCAB_BPE && bn_vocab_pre_tokenizer(v) != BN_PRE_NONE);
+}
+
+int bn_text_service_open(struct bn_text_service *t, const void *payload, size_t size)
+{
+	memset(t, 0, sizeof(*t));
+	struct bn_vocab *v;
+	int rc = bn_vocab_from_payload(payload, size, &v);
+	if (rc < 0)
+		return rc;
+	if (!can_encode(v)) {
+		bn_vocab_free(v);
+		return 0;
+	}
+	t->piece_bound = vocab_piece_bound(v);
+	if (!t->piece_bound) {
+		bn_vocab_free(v);
+		return -ENOMEM;
+	}
+	t->vocab = v;
+	return 0;
+}
+
+void bn_text_service_close(struct bn_text_service *t)
+{
+	bn_vocab_free(t->vocab);
+	memset(t, 0, sizeof(*t));
+}
+
+uint32_t bn_text_capacity(const struct bn_text_service *t, uint32_t tokens)
+{
+	if (!t || !t->vocab)
+		return 0;
+	/* One held-back character may still come out as U+FFFD at the end. */
+	uint64_t bytes = (uint64_t)tokens * t->piece_bound + REPLACEMENT_BYTES;
+	bytes = (bytes + 63) & ~(uint64_t)63;
+	return bytes > UINT32_MAX - 64 ? UINT32_MAX : (uint32_t)bytes;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Prompts                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint8_t *slot_text(const struct bn_session *s, uint32_t slot)
+{
+	return (uint8_t *)bn_slot_at(s, slot) + s->text_offset;
+}
+
+/* The one copy of the client's bytes; NULL when out of memory. */
+static uint8_t *copy_text(const struct bn_session *s, uint32_t slot, uint32_t n)
+{
+	uint8_t *copy = malloc(n ? n : 1);
+	if (copy)
+		memcpy(copy, slot_text(s, slot), n);
+	return copy;
+}
+
+/* A conversation's messages, with NUL-terminated role and content in one block. */
+struct conversation {
+	uint32_t chat_template;
+	size_t n;
+	struct bn_chat_message *msgs;
+	char *strings;
+};
+
+static void conversation_free(struct conversation *c)
+{
+	free(c->msgs);
+	free(c->strings);
+}
+
+static uint32_t read_u32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* Parses bn_chat_head and the records from the private copy; the lengths must add up to
+ * exactly len, and neither role nor content may hold a NUL. Returns 0, BN_E_INVALID or
+ * BN_E_BACKEND (no memory). */
+static uint32_t conversation_parse(const uint8_t *blob, uint32_t len, struct conversation *c)
+{
+	memset(c, 0, sizeof(*c));
+	if (len < sizeof(struct bn_chat_head))
+		return BN_E_INVALID;
+	c->chat_template = read_u32(blob + offsetof(struct bn_chat_head, chat_template));
+	uint32_t n = read_u32(blob + offsetof(struct bn_chat_head, n_messages));
+	if (n == 0 || n > (len - sizeof(struct bn_chat_head)) / sizeof(struct bn_chat_record))
+		return BN_E_INVALID;
+	c->msgs = calloc(n, sizeof(*c->msgs));
+	c->strings = malloc((size_t)len + 2u * n);
+	if (!c->msgs || !c->strings)
+		return BN_E_BACKEND;
+	size_t at = sizeof(struct bn_chat_head), out = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (len - at < sizeof(struct bn_chat_record))
+			return BN_E_INVALID;
+		uint64_t role_len = read_u32(blob + at), content_len = read_u32(blob + at + 4);
+		at += sizeof(struct bn_chat_record);
+		if (role_len + content_len > len - at)
+			return BN_E_INVALID;
+		const uint8_t *role = blob + at, *content = role + role_len;
+		if (memchr(role, 0, role_len) || memchr(content, 0, content_len))
+			return BN_E_INVALID;
+		c->msgs[i].role = memcpy(c->strings + out, role, role_len);
+		out += role_len;
+		c->strings[out++] = '\0';
+		c->msgs[i].content = memcpy(c->strings + out, content, content_len);
+		out += content_len;
+		c->strings[out++] = '\0';
+		at += role_len + content_len;
+	}
+	c->n = n;
+	return at == len ? 0 : BN_E_INVALID;
+}
+
+/* The ids of a text or a conversation: writes at most cap of them and returns how many there
+ * are (which may exceed cap), or the negative bn_error. */
+static int64_t encode(const struct bn_session *s, uint32_t flags, const uint8_t *text,
+		      uint32_t len, uint32_t *out, uint32_t cap)
+{
+	const struct bn_vocab *v = s->text->vocab;
+	if (flags & BN_REQ_CHAT) {
+		struct conversation c;
+		uint32_t err = conversation_parse(text, len, &c);
+		int rc = err ? -(int)err
+			     : bn_chat_tokenize(v, c.chat_template, c.msgs, c.n, out, cap);
+		conversation_free(&c);
+		return rc == -ENOMEM ? -BN_E_BACKEND : rc;
+	}
+	uint32_t tok = flags & BN_REQ_PARSE_SPECIAL ? BN_TOK_PARSE_SPECIAL : 0;
+	if (!(flags & BN_REQ_NO_BOS) && bn_vocab_add_bos(v))
+		tok |= BN_TOK_ADD_BOS;
+	int rc = bn_tokenize_ex(v, (const char *)text, len, tok, out, cap);
+	return rc == -ENOMEM ? -BN_E_BACKEND : rc;
+}
+
+/* Encodes the slot's text region (n bytes) into out[0..cap); returns the count or -error and
+ * writes it to the slot's prompt_tokens when known. */
+static int64_t encode_slot(struct bn_session *s, struct bn_req *r, uint32_t n, uint32_t *out,
+			   uint32_t cap)
+{
+	if (n > s->text_capacity)
+		return -BN_E_TOO_LONG;
+	uint8_t *text = copy_text(s, r->slot, n);
+	if (!text)
+		return -BN_E_BACKEND;
+	int64_t count = encode(s, r->flags, text, n, out, cap);
+	free(text);
+	if (count >= 0)
+		bn_write_once(bn_slot_at(s, r->slot)->prompt_tokens, (uint32_t)count);
+	return count;
+}
+
+uint32_t bn_text_prompt_take(struct bn_session *s, struct bn_req *r)
+{
+	if (r->n_stop > s->prompt_capacity)
+		return BN_E_TOO_LONG;
+	uint32_t cap = s->prompt_capacity - r->n_stop;
+	int64_t count = encode_slot(s, r, r->n_prompt, r->prompt, cap);
+	if (count < 0)
+		return (uint32_t)-count;
+	if (count == 0)
+		return BN_E_EMPTY; /* text that encodes to nothing, e.g. whitespace with NO_BOS */
+	if (count > cap)
+		return BN_E_TOO_LONG;
+	r->n_prompt = (uint32_t)count;
+	/* Stop ids sit at the start of the prompt array when the prompt is text. */
+	const uint32_t *src = bn_slot_prompt(s, r->slot);
+	for (uint32_t i = 0; i < r->n_stop; i++)
+		r->prompt[r->n_prompt + i] = bn_read_once(src[i]);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Text out                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint32_t detok_flags(uint32_t req_flags)
+{
+	return (req_flags & BN_REQ_SPECIAL_TEXT ? BN_DETOK_SPECIAL : 0) |
+	       (req_flags & BN_REQ_STRIP_SPACE ? BN_DETOK_STRIP_SPACE : 0);
+}
+
+uint32_t bn_text_out_begin(struct bn_req *r)
+{
+	r->n_text = 0;
+	if (bn_text_stream_new(r->sess->text->vocab, detok_flags(r->flags), &r->stream) < 0)
+		return BN_E_BACKEND;
+	return 0;
+}
+
+/* Appends bytes to the slot's text; the capacity covers every token's worst case, so the
+ * check is a guard, not a limit a request can reach. */
+static void put_text(struct bn_req *r, const char *p, size_t n)
+{
+	struct bn_session *s = r->sess;
+	if (n > s->text_capacity - r->n_text)
+		n = s->text_capacity - r->n_text;
+	memcpy(slot_text(s, r->slot) + r->n_text, p, n);
+	r->n_text += (uint32_t)n;
+}
+
+int bn_text_out_token(struct bn_req *r, uint32_t token)
+{
+	const char *text;
+	size_t len;
+	int rc = bn_text_stream_push(r->stream, &token, 1, &text, &len);
+	if (rc < 0)
+		return rc;
+	struct bn_session *s = r->sess;
+	put_text(r, text, len);
+	uint32_t *ends = (uint32_t *)(void *)((uint8_t *)bn_slot_at(s, r->slot) + s->piece_offset);
+	bn_write_once(ends[r->n_out], r->n_text);
+	/* Release: the text bytes and the piece end are visible before the count that covers
+	 * them (and n_tokens, stored after this, covers the piece end). */
+	bn_store_release(bn_slot_at(s, r->slot)->n_text, r->n_text);
+	return 0;
+}
+
+void bn_text_out_end(struct bn_req *r)
+{
+	if (!r->stream)
+		return;
+	const char *text;
+	size_t len;
+	if (bn_text_stream_finish(r->stream, &text, &len) == 0)
+		put_text(r, text, len);
+	bn_write_once(bn_slot_at(r->sess, r->slot)->n_text, r->n_text);
+	bn_text_stream_free(r->stream);
+	r->stream = NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ops                                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+uint32_t bn_text_tokenize_op(struct bn_session *s, struct bn_req *r)
+{
+	int64_t count = encode_slot(s, r, r->n_prompt, r->output, s->output_capacity);
+	if (count < 0)
+		return (uint32_t)-count;
+	if (count > s->output_capacity)
+		return BN_E_TOO_LONG;
+	uint32_t *dst = bn_slot_output(s, r->slot);
+	for (uint32_t i = 0; i < (uint32_t)count; i++)
+		bn_write_once(dst[i], r->output[i]);
+	r->n_out = (uint32_t)count;
+	return 0;
+}
+
+uint32_t bn_text_detokenize_op(struct bn_session *s, struct bn_req *r)
+{
+	if (r->n_prompt > s->prompt_capacity)
+		return BN_E_TOO_LONG;
+	const uint32_t *src = bn_slot_prompt(s, r->slot);
+	uint32_t bad = 0;
+	for (uint32_t i = 0; i < r->n_prompt; i++) {
+		r->prompt[i] = bn_read_once(src[i]);
+		bad |= r->prompt[i] >= s->model->vocab_size;
+	}
+	if (bad)
+		return BN_E_TOKEN;
+	/* Written straight into the slot: the capacity holds prompt_capacity tokens' text. */
+	int n = bn_detokenize_ex(s->text->vocab, r->prompt, r->n_prompt, detok_flags(r->flags),
+				 (char *)slot_text(s, r->slot), s->text_capacity);
+	if (n < 0)
+		return n == -BN_E_TOKEN ? BN_E_TOKEN : BN_E_BACKEND;
+	r->n_text = (uint32_t)n < s->text_capacity ? (uint32_t)n : s->text_capacity;
+	bn_write_once(bn_slot_at(s, r->slot)->n_text, r->n_text);
+	return 0;
+}
