@@ -146,9 +146,9 @@ void bn_vocab_free(struct bn_vocab *v)
 
 static uint32_t hash_bytes(const char *p, size_t n)
 {
-	uint32_t h = 2166136261u; /* FNV-1a */
+	uint32_t h = VOCAB_HASH_INIT;
 	for (size_t i = 0; i < n; i++)
-		h = (h ^ (uint8_t)p[i]) * 16777619u;
+		h = vocab_hash_step(h, (uint8_t)p[i]);
 	return h;
 }
 
@@ -161,9 +161,14 @@ static int mergeable(uint8_t type)
 
 uint32_t vocab_map_find(const struct bn_vocab *v, const char *p, size_t n)
 {
+	return vocab_map_find_hashed(v, p, n, hash_bytes(p, n));
+}
+
+uint32_t vocab_map_find_hashed(const struct bn_vocab *v, const char *p, size_t n, uint32_t hash)
+{
 	if (n == 0 || n > v->max_len)
 		return NO_TOKEN;
-	for (uint32_t i = hash_bytes(p, n) & v->map_mask;; i = (i + 1) & v->map_mask) {
+	for (uint32_t i = hash & v->map_mask;; i = (i + 1) & v->map_mask) {
 		uint32_t e = v->map[i];
 		if (e == 0)
 			return NO_TOKEN;

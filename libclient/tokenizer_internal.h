@@ -70,9 +70,19 @@ static inline uint32_t vocab_token_len(const struct bn_vocab *v, uint32_t id)
 /* The id whose text is exactly p[0..n), among normal, user-defined and undefined tokens (the
  * ones encoding may produce), or NO_TOKEN. */
 uint32_t vocab_map_find(const struct bn_vocab *v, const char *p, size_t n);
+/* The same with the text's hash already known (VOCAB_HASH_INIT, then vocab_hash_step). */
+uint32_t vocab_map_find_hashed(const struct bn_vocab *v, const char *p, size_t n, uint32_t hash);
 
 /* The byte a SentencePiece byte token stands for ("<0x0A>" -> 10), or -1. */
 int vocab_byte_of(const struct bn_vocab *v, uint32_t id);
+
+/* The text map's hash (FNV-1a), byte by byte: vocab_map_find hashes a text with it, and bpe.c
+ * hashes a word in the byte alphabet without writing the alphabet's text out. */
+#define VOCAB_HASH_INIT 2166136261u
+static inline uint32_t vocab_hash_step(uint32_t h, uint8_t byte)
+{
+	return (h ^ byte) * 16777619u;
+}
 
 /* Appends id to out if there is room; counts it either way. */
 static inline void vocab_emit(uint32_t *out, uint32_t cap, size_t *n, uint32_t id)
