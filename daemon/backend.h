@@ -22,6 +22,12 @@
  * Sampling: sample[r] describes row r's request (sample.h). NULL means the row needs no token
  * (a prompt chunk that is not the prompt's last): the backend skips its LM head. Otherwise
  * out[r] receives the token and, when asked, its log-probabilities.
+ *
+ * Scoring: score[r] (when the batch has a score array and the entry is not NULL; sample[r] is
+ * then NULL) asks for the log-probability of a given next token at each of the row's first
+ * n_targets new tokens: out[j] of its bn_score_row for the token at position pos[r] + j is
+ * the log-probability of targets[j] there (as bn_score_token computes it), with n_top
+ * alternatives. Only backends whose desc says can_score get such rows.
  */
 #include "sample.h"
 
@@ -45,6 +51,15 @@ struct bn_model_desc {
 	 * against a step's token budget, so steps along a long prompt stay about as long as its
 	 * first. 0: attention is not counted (every token costs 1). */
 	uint32_t attn_positions_per_token;
+	uint32_t can_score;      /* 1: batches may carry score rows (bn_batch.score) */
+};
+
+/* What a scoring row asks: targets[j] is the token that follows the row's new token j. */
+struct bn_score_row {
+	const uint32_t *targets;  /* [n_targets] */
+	uint32_t n_targets;       /* <= the row's lens: the row's last tokens may have none */
+	uint32_t n_top;           /* alternatives per position */
+	struct bn_sample_out *out; /* [n_targets], each with room for n_top in its top */
 };
 
 struct bn_batch {
@@ -56,6 +71,7 @@ struct bn_batch {
 	const uint32_t *seq;     /* [n_rows] backend sequence id of the row */
 	const uint32_t *const *blocks;              /* [n_rows] KV block table of the row */
 	const struct bn_sample_ctx *const *sample;  /* [n_rows] NULL: no token wanted */
+	const struct bn_score_row *const *score;    /* NULL, or [n_rows] NULL: not scored */
 };
 
 /* Options every backend may read; a backend ignores what does not apply to it. */

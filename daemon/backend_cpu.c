@@ -81,6 +81,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		    c->n_ctx, kern->name, bn_pool_threads(cb->pool),
 		    (double)cb->model.repacked_bytes / 1e6, (double)(bn_now_ns() - t0) / 1e6);
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
+	desc->can_score = 1;
 	*self = cb;
 	return 0;
 }
@@ -103,28 +104,47 @@ static void cpu_seq_close(void *self, uint32_t seq)
 	(void)seq;
 }
 
+/* Each scored position of row r: its target's log-probability and alternatives. */
+static int score_row(struct cpu_backend *cb, const struct bn_score_row *sr, float *logits)
+{
+	uint32_t n_vocab = cb->model.cfg.n_vocab;
+	for (uint32_t j = 0; j < sr->n_targets; j++) {
+		int rc = bn_score_token(&cb->sampler, logits + (size_t)j * n_vocab, n_vocab,
+					sr->targets[j], sr->n_top, &sr->out[j]);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
 static int cpu_step(void *self, const struct bn_batch *batch, struct bn_sample_out *out)
 {
 	struct cpu_backend *cb = self;
-	uint32_t n_vocab = cb->model.cfg.n_vocab;
-	if (batch->n_rows > cb->logits_rows) {
-		float *l = realloc(cb->logits, (size_t)batch->n_rows * n_vocab * sizeof(float));
+	uint32_t n_vocab = cb->model.cfg.n_vocab, n_logits = 0, first;
+	for (uint32_t r = 0; r < batch->n_rows; r++)
+		n_logits += bn_batch_logit_rows(batch, r, &first);
+	if (n_logits > cb->logits_rows) {
+		float *l = realloc(cb->logits, (size_t)n_logits * n_vocab * sizeof(float));
 		if (!l)
 			return -ENOMEM;
 		cb->logits = l;
-		cb->logits_rows = batch->n_rows;
+		cb->logits_rows = n_logits;
 	}
 	int rc = bn_forward_run(cb->fwd, batch, cb->logits, 0);
 	if (rc)
 		return rc;
-	/* Logits rows are packed: one per row that wants a token, in batch order. */
+	/* Logits rows are packed in batch order: one per row that wants a token, n_targets per
+	 * scored row. */
 	float *logits = cb->logits;
 	for (uint32_t r = 0; r < batch->n_rows; r++) {
-		if (!batch->sample[r])
-			continue;
-		if ((rc = bn_sample(&cb->sampler, batch->sample[r], logits, n_vocab, &out[r])) < 0)
+		const struct bn_score_row *sr = batch->score ? batch->score[r] : NULL;
+		if (sr)
+			rc = score_row(cb, sr, logits);
+		else if (batch->sample[r])
+			rc = bn_sample(&cb->sampler, batch->sample[r], logits, n_vocab, &out[r]);
+		if (rc < 0)
 			return rc;
-		logits += n_vocab;
+		logits += (size_t)bn_batch_logit_rows(batch, r, &first) * n_vocab;
 	}
 	return 0;
 }

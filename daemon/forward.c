@@ -621,19 +621,30 @@ static int wants_logits(const struct bn_batch *b, uint32_t r)
 	return !b->sample || b->sample[r];
 }
 
-/* Final norm and LM head for the selected tokens: all of them, or the last token of each row
- * that wants logits (rows that only feed a prompt chunk skip the LM head). */
+uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *first)
+{
+	if (b->score && b->score[r]) {
+		*first = 0;
+		return b->score[r]->n_targets;
+	}
+	*first = b->lens[r] - 1;
+	return wants_logits(b, r) ? 1 : 0;
+}
+
+/* Final norm and LM head for the selected tokens: all of them, or those bn_batch_logit_rows
+ * selects (rows that only feed a prompt chunk skip the LM head). */
 static void output_logits(struct bn_forward *f, const struct bn_batch *b, const uint32_t *first_tok,
 			  uint32_t n_tok, float *logits, int all_positions)
 {
 	const struct bn_model_config *c = &f->m->cfg;
 	uint32_t n_out = 0;
 	for (uint32_t i = 0; i < (all_positions ? n_tok : b->n_rows); i++) {
-		if (!all_positions && !wants_logits(b, i))
-			continue;
-		uint32_t t = all_positions ? i : first_tok[i] + b->lens[i] - 1;
-		bn_rmsnorm(f->xb + (size_t)n_out++ * f->widest, f->x + (size_t)t * c->n_embd,
-			f->m->output_norm, c->n_embd, c->rms_eps);
+		uint32_t first = 0, count = all_positions ? 1 : bn_batch_logit_rows(b, i, &first);
+		for (uint32_t j = first; j < first + count; j++) {
+			uint32_t t = all_positions ? i : first_tok[i] + j;
+			bn_rmsnorm(f->xb + (size_t)n_out++ * f->widest, f->x + (size_t)t * c->n_embd,
+				   f->m->output_norm, c->n_embd, c->rms_eps);
+		}
 	}
 	if (n_out)
 		linear1(f, &f->m->output, logits, c->n_vocab, f->xb, f->widest, n_out);

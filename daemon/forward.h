@@ -47,12 +47,17 @@ int bn_forward_kv_init_simple(struct bn_forward *f, uint32_t max_len);
 /* Empties sequence `seq`: its next row starts at position 0. */
 int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq);
 /* Runs a batch. logits: with all_positions, one row of n_vocab per new token, rows in batch
- * order; otherwise one row per batch row that wants a token (b->sample NULL: every row; else
- * the rows with b->sample[r] != NULL), in batch order, for its last token. Returns 0, or -EINVAL when a
+ * order; otherwise the rows bn_batch_logit_rows selects, in batch order: one for each batch
+ * row that wants a token (b->sample NULL: every row; else the rows with b->sample[r] !=
+ * NULL), for its last token, and n_targets for each scored row (b->score[r]). Returns 0, or -EINVAL when a
  * row is inconsistent (token out of range, pos not the sequence's length, past the context,
  * a block outside the cache). Nothing is changed when it fails. */
 int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits,
 		   int all_positions);
+/* The logits rows batch row r gets from bn_forward_run without all_positions, for its new
+ * tokens first .. first + count - 1: a scored row's first n_targets, the last token of a row
+ * that wants a token, or none. Returns count. */
+uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *first);
 
 /* What every row of a batch must respect, whatever the backend (backend.h): a known sequence
  * at most once per batch, 1 <= lens <= width, pos = the sequence's length, within the context,

@@ -855,3 +855,19 @@ int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logi
 		out->logprob = (float)((double)logits[out->token] - max - lse);
 	return 0;
 }
+
+int bn_score_token(struct bn_sampler *s, float *logits, uint32_t n_vocab, uint32_t target,
+		   uint32_t n_top, struct bn_sample_out *out)
+{
+	if (!n_vocab || target >= n_vocab)
+		return -EINVAL;
+	if (sampler_reserve(s, n_vocab))
+		return -ENOMEM;
+	const struct bn_sampling p = { .want_logprobs = true, .n_logprobs = n_top };
+	*out = (struct bn_sample_out){ .top = out->top, .token = target };
+	/* The same steps as bn_sample's for a chosen token, so the bits agree. */
+	float max = row_max(logits, n_vocab);
+	double lse = top_logprobs(s, &p, logits, n_vocab, max, out);
+	out->logprob = (float)((double)logits[target] - max - lse);
+	return 0;
+}

@@ -87,6 +87,12 @@ struct bn_sampler {
 	uint32_t cap;
 };
 
+/* The log-probability of `target` under the logits (the log-softmax, as bn_sample reports a
+ * chosen token's with no penalties: the same bits), and the n_top most likely tokens in
+ * out->top (room for n_top). out->token = target. 0, -EINVAL or -ENOMEM. */
+int bn_score_token(struct bn_sampler *s, float *logits, uint32_t n_vocab, uint32_t target,
+		   uint32_t n_top, struct bn_sample_out *out);
+
 void bn_sampler_init(struct bn_sampler *s);
 void bn_sampler_free(struct bn_sampler *s);
 

@@ -51,6 +51,13 @@ struct bn_sched {
 	const struct bn_sample_ctx **sample;
 	struct bn_sample_out *out;
 	struct bn_token_logprob *top; /* [max_batch][logprob_capacity] */
+	/* Score rows (BN_OP_SCORE): what each asks, and its positions' answers, grown on demand. */
+	const struct bn_score_row **score; /* [max_batch] NULL: not scored */
+	struct bn_score_row *score_rows;   /* [max_batch] */
+	struct bn_sample_out *score_out;
+	struct bn_token_logprob *score_top; /* [score_cap][logprob_capacity] */
+	size_t score_cap;
+	uint32_t n_score_rows;             /* in this step's batch */
 };
 
 uint32_t bn_sched_running(const struct bn_sched *s)
@@ -142,8 +149,11 @@ static int alloc_buffers(struct bn_sched *s)
 	s->top = calloc((size_t)n * (s->cfg.logprob_capacity ? s->cfg.logprob_capacity : 1),
 			sizeof(*s->top));
 	s->kv_tables = calloc((size_t)n * s->max_blocks_per_seq, sizeof(*s->kv_tables));
+	s->score = calloc(n, sizeof(*s->score));
+	s->score_rows = calloc(n, sizeof(*s->score_rows));
 	if (!s->running || !s->free_seqs || !s->uids || !s->rows || !s->lens || !s->pos ||
-	    !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables)
+	    !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables ||
+	    !s->score || !s->score_rows)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++) {
 		s->free_seqs[i] = n - 1 - i;
@@ -188,6 +198,10 @@ void bn_sched_free(struct bn_sched *s)
 	free(s->sample);
 	free(s->out);
 	free(s->top);
+	free(s->score);
+	free(s->score_rows);
+	free(s->score_out);
+	free(s->score_top);
 	free(s);
 }
 
@@ -477,6 +491,21 @@ static struct bn_req *next_prefill(struct bn_sched *s)
 	return best;
 }
 
+/* A score request's chunk: each new token's next token is its target; the text's last token
+ * has none. */
+static void plan_score_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t len)
+{
+	uint32_t end = r->n_prefilled + len;
+	s->score_rows[k] = (struct bn_score_row){
+		.targets = r->prompt + r->n_prefilled + 1,
+		.n_targets = end == r->n_prompt ? len - 1 : len,
+		.n_top = r->sampling.n_logprobs,
+	};
+	s->score[k] = &s->score_rows[k];
+	s->sample[k] = NULL;
+	s->n_score_rows++;
+}
+
 static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t len)
 {
 	r->planned_in = s->plans;
@@ -484,7 +513,11 @@ static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t 
 	s->lens[k] = len;
 	s->seq[k] = r->seq;
 	s->blocks[k] = r->kv.table;
-	if (prompt_done(r)) {
+	s->score[k] = NULL;
+	if (r->op == BN_OP_SCORE) {
+		s->pos[k] = r->n_prefilled;
+		plan_score_row(s, k, r, len);
+	} else if (prompt_done(r)) {
 		s->pos[k] = r->n_prompt + r->n_out - 1;
 		s->sample[k] = &r->sample_ctx;
 	} else {
@@ -531,6 +564,7 @@ uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t m
  * number of rows. */
 static uint32_t plan(struct bn_sched *s)
 {
+	s->n_score_rows = 0;
 	uint32_t n = 0, a = s->attn_positions;
 	uint64_t budget = (uint64_t)s->cfg.token_budget * (a ? a : 1), used = 0;
 	s->plans++; /* planned() is true from here for the requests plan_row marks */
@@ -578,6 +612,36 @@ static int reserve_tokens(struct bn_sched *s, size_t cells)
 	return 0;
 }
 
+/* Room for every scored position of the step's score rows, and each row's share of it. */
+static int score_outputs(struct bn_sched *s, uint32_t n_rows)
+{
+	size_t need = 0;
+	for (uint32_t k = 0; k < n_rows; k++)
+		need += s->score[k] ? s->score[k]->n_targets : 0;
+	uint32_t per = s->cfg.logprob_capacity ? s->cfg.logprob_capacity : 1;
+	if (need > s->score_cap) {
+		struct bn_sample_out *o = realloc(s->score_out, need * sizeof(*o));
+		if (o)
+			s->score_out = o;
+		struct bn_token_logprob *t = realloc(s->score_top, need * per * sizeof(*t));
+		if (t)
+			s->score_top = t;
+		if (!o || !t)
+			return -ENOMEM;
+		s->score_cap = need;
+	}
+	size_t at = 0;
+	for (uint32_t k = 0; k < n_rows; k++) {
+		if (!s->score[k])
+			continue;
+		s->score_rows[k].out = s->score_out + at;
+		for (uint32_t j = 0; j < s->score_rows[k].n_targets; j++)
+			s->score_out[at + j].top = s->score_top + (at + j) * per;
+		at += s->score_rows[k].n_targets;
+	}
+	return 0;
+}
+
 /* Grows each row's block table over its new positions and fills the padded token matrix. */
 static int build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 {
@@ -589,7 +653,7 @@ static int build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 		if (s->lens[k] > width)
 			width = s->lens[k];
 	}
-	if (reserve_tokens(s, (size_t)n_rows * width) < 0)
+	if (reserve_tokens(s, (size_t)n_rows * width) < 0 || score_outputs(s, n_rows) < 0)
 		return -ENOMEM;
 	for (uint32_t k = 0; k < n_rows; k++) {
 		struct bn_req *r = s->rows[k];
@@ -601,7 +665,8 @@ static int build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 	}
 	*b = (struct bn_batch){ .n_rows = n_rows, .width = width, .tokens = s->tokens,
 				.lens = s->lens, .pos = s->pos, .seq = s->seq,
-				.blocks = s->blocks, .sample = s->sample };
+				.blocks = s->blocks, .sample = s->sample,
+				.score = s->n_score_rows ? s->score : NULL };
 	return 0;
 }
 
@@ -703,11 +768,26 @@ static void mark_started(struct bn_sched *s, uint32_t n_rows, uint64_t now)
 	}
 }
 
+/* A score row's positions go to its slot; the chunk that reaches the text's end ends it. */
+static void deliver_score(struct bn_sched *s, uint32_t k, struct bn_req *r)
+{
+	const struct bn_score_row *sr = s->score[k];
+	for (uint32_t j = 0; j < sr->n_targets; j++)
+		bn_req_publish_score(r, r->n_prefilled + j, &sr->out[j]);
+	r->n_prefilled += s->lens[k];
+	if (prompt_done(r))
+		finish_running(s, running_index(s, r), BN_STATUS_COMPLETE, 0);
+}
+
 static void deliver_all(struct bn_sched *s, uint32_t n_rows)
 {
 	uint64_t now = bn_now_ns();
 	for (uint32_t k = 0; k < n_rows; k++) {
 		struct bn_req *r = s->rows[k];
+		if (s->score[k]) {
+			deliver_score(s, k, r);
+			continue;
+		}
 		if (!prompt_done(r))
 			r->n_prefilled += s->lens[k];
 		if (s->sample[k])

@@ -124,7 +124,8 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	h->magic = BN_SHM_MAGIC;
 	h->abi_version = BN_ABI_VERSION;
 	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS |
-		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0);
+		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) |
+		      (m->can_score ? BN_FEAT_SCORE : 0);
 	h->session_id = s->id;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;
@@ -449,10 +450,53 @@ static uint32_t copy_op_request(struct bn_session *s, struct bn_req *r)
 	return 0;
 }
 
+/* A score request: its prompt as for generate (ids, or text with its flags), n_logprobs
+ * alternatives per position with LOGPROBS, a deadline; every other word must be 0. Returns 0
+ * or the bn_error that ends it. */
+static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
+{
+	struct bn_slot *sl = bn_slot_at(s, r->slot);
+	const uint32_t allowed = BN_REQ_LOGPROBS | BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS;
+	r->n_prompt = bn_read_once(sl->n_prompt);
+	r->flags = bn_read_once(sl->flags);
+	r->max_tokens = 0;
+	r->n_stop = 0;
+	uint32_t deadline_ms = bn_read_once(sl->deadline_ms);
+	r->deadline = deadline_ms ? r->t_seen + (uint64_t)deadline_ms * 1000000u : 0;
+	/* max_tokens, the nine sampling words (temperature .. seed_hi), n_stop, reserved2. */
+	const uint32_t *words = (const uint32_t *)(const void *)&sl->temperature;
+	uint32_t nonzero = bn_read_once(sl->max_tokens) | bn_read_once(sl->n_stop) |
+			   bn_read_once(sl->reserved2);
+	for (uint32_t i = 0; i < 9; i++)
+		nonzero |= bn_read_once(words[i]);
+	r->sampling = (struct bn_sampling){ .want_logprobs = (r->flags & BN_REQ_LOGPROBS) != 0,
+					    .n_logprobs = bn_read_once(sl->n_logprobs) };
+	if (nonzero || (r->flags & ~allowed) || check_text_flags(r->flags, BN_OP_GENERATE) ||
+	    (r->sampling.n_logprobs && !r->sampling.want_logprobs) ||
+	    r->sampling.n_logprobs > s->logprob_capacity)
+		return BN_E_INVALID;
+	if ((r->flags & TEXT_FLAGS) && !s->text_capacity)
+		return BN_E_UNSUPPORTED;
+	if (r->n_prompt == 0)
+		return BN_E_EMPTY;
+	uint32_t err = 0;
+	if (r->flags & BN_REQ_TEXT)
+		err = bn_text_prompt_take(s, r);
+	else if (r->n_prompt > s->prompt_capacity)
+		err = BN_E_TOO_LONG;
+	if (!err && r->n_prompt > s->model->context_length)
+		err = BN_E_TOO_LONG;
+	if (!err && !(r->flags & BN_REQ_TEXT))
+		err = copy_ids(s, r);
+	r->stop = r->prompt + r->n_prompt;
+	return err;
+}
+
 static int op_offered(const struct bn_session *s, uint32_t op)
 {
 	return op == BN_OP_GENERATE ||
-	       ((op == BN_OP_TOKENIZE || op == BN_OP_DETOKENIZE) && s->text_capacity);
+	       ((op == BN_OP_TOKENIZE || op == BN_OP_DETOKENIZE) && s->text_capacity) ||
+	       (op == BN_OP_SCORE && s->model->can_score);
 }
 
 static void reset_response(struct bn_session *s, struct bn_req *r)
@@ -522,14 +566,16 @@ static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct b
 	bn_stats.requests_submitted++;
 	s->counters.submitted++;
 	reset_response(s, r);
+	int scheduled = e->op == BN_OP_GENERATE || e->op == BN_OP_SCORE;
 	uint32_t err = !op_offered(s, e->op)	     ? BN_E_UNSUPPORTED
 		       : e->op == BN_OP_GENERATE ? copy_request(s, r)
+		       : e->op == BN_OP_SCORE	 ? copy_score_request(s, r)
 						 : copy_op_request(s, r);
 	if (err)
 		end_after_snapshot(s, r, BN_STATUS_ERROR, err);
 	else if (shutting_down)
 		end_after_snapshot(s, r, BN_STATUS_SHUTDOWN, 0);
-	else if (e->op != BN_OP_GENERATE)
+	else if (!scheduled)
 		end_after_snapshot(s, r, BN_STATUS_NONE, 0); /* runs then */
 	else
 		bn_sched_enqueue(sched, r);
@@ -639,6 +685,18 @@ int bn_req_publish_token(struct bn_req *r, uint32_t token)
 	bn_stats.tokens_generated++;
 	bn_stats_count_tokens(1, bn_now_ns());
 	return rc;
+}
+
+void bn_req_publish_score(struct bn_req *r, uint32_t index, const struct bn_sample_out *o)
+{
+	struct bn_session *s = r->sess;
+	bn_req_write_logprobs(r, index, o);
+	bn_write_once(bn_slot_output(s, r->slot)[index], o->token);
+	r->n_out = index + 1;
+	/* Release: the records and the token are visible before the count that covers them. */
+	bn_store_release(bn_slot_at(s, r->slot)->n_tokens, r->n_out);
+	/* Release: the count is visible before the event that announces it. */
+	bn_store_release(bn_slot_at(s, r->slot)->events, ++r->events);
 }
 
 static void wake(uint32_t *word)

@@ -188,6 +188,9 @@ void bn_session_set_daemon_flags(struct bn_session *s, uint32_t flags);
 int bn_req_publish_token(struct bn_req *r, uint32_t token);
 /* Writes the log-probability records of output token `index` (before it is published). */
 void bn_req_write_logprobs(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
+/* Publishes a score request's position index + 1: its token (o->token) to the output array,
+ * its log-probability records, and n_tokens = index + 1. */
+void bn_req_publish_score(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
 /* Wakes a thread waiting for streamed tokens, if one declared itself. Call after a full fence
  * that follows the n_tokens stores. */
 void bn_req_wake_stream_waiter(struct bn_req *r);

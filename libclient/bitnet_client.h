@@ -338,6 +338,39 @@ int bn_submit_text(struct bn_client *c, const struct bn_request *req, const char
  * once the request has run or ended). -BN_E_INVALID without BN_FEAT_TEXT. */
 int bn_read_text(struct bn_handle *h, size_t from, char *buf, size_t cap, uint32_t *prompt_tokens);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Scoring (BITNET_CLIENT_1.3; shm/PROTOCOL.md §6.11): log-probabilities of a given text        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One text to score: its ids (BOS first if wanted), or text the daemon encodes (BOS as the
+ * model says), never both. Position i >= 1 gets the log-probability of token i given tokens
+ * 0 .. i-1: logprobs[i - 1] = { token i, its log-probability }, with its n_top most likely
+ * alternatives at top[(i - 1) * n_top ...]. */
+struct bn_score_item {
+	const uint32_t *ids;
+	uint32_t n_ids;
+	const char *text;
+	size_t text_len;
+	uint32_t n_top;           /* alternatives per position, <= the daemon's --max-logprobs */
+	uint32_t cap;             /* positions logprobs (and top) have room for */
+	struct bn_logprob *logprobs; /* [cap] */
+	struct bn_logprob *top;   /* [cap * n_top]; NULL when n_top is 0 */
+	uint32_t n_tokens;        /* out: the text's tokens */
+	uint32_t n_scored;        /* out: positions scored, n_tokens - 1 (may exceed cap) */
+	double sum;               /* out: the sum of all n_scored log-probabilities */
+	int32_t error;            /* out: 0 or -BN_E_*: -BN_E_EMPTY, -BN_E_TOO_LONG (longer than
+	                           * the context), -BN_E_TOKEN, -BN_E_UNSUPPORTED (a backend that
+	                           * does not score, e.g. loopback) ... */
+	struct bn_result result;  /* out: status BN_STATUS_COMPLETE when scored */
+};
+
+/* Scores one item; returns item->error. */
+int bn_score(struct bn_client *c, struct bn_score_item *item, int64_t timeout_ns);
+/* Every item as bn_score, as many in flight as the slots allow; each fails or succeeds alone
+ * and equals the same item scored alone, bit for bit. Returns as bn_generate_batch. */
+int bn_score_batch(struct bn_client *c, struct bn_score_item *items, size_t n,
+		   struct bn_batch_result *result, int64_t timeout_ns);
+
 /* Names of error codes (negative or positive) and statuses. Never NULL. */
 const char *bn_strerror(int code);
 const char *bn_status_name(uint32_t status);

@@ -489,11 +489,11 @@ static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_reques
 }
 
 /* Lock held. Returns whether the daemon was asleep and had to be rung. */
-static int queue_slot(struct bn_client *c, uint32_t slot)
+static int queue_slot(struct bn_client *c, uint32_t slot, uint32_t op)
 {
 	int rang = 0;
 	struct bn_sqe *e = &c->sqes[bn_ring_index(c->sq_tail, c->sq_mask + 1)];
-	*e = (struct bn_sqe){ .op = BN_OP_GENERATE, .slot = slot };
+	*e = (struct bn_sqe){ .op = op, .slot = slot };
 	c->sq_tail++;
 	/* Release: the sqe and the slot's request are visible before the tail that covers them. */
 	bn_store_release(c->ring->tail, c->sq_tail);
@@ -547,10 +547,24 @@ static int check_prompt_form(const struct bn_client *c, const struct bn_request 
 	return 0;
 }
 
-static int submit(struct bn_client *c, const struct bn_request *req, const char *text,
-		  size_t len, struct bn_handle **out)
+/* The op's feature: a score request needs a daemon whose backend scores. */
+static int check_op(const struct bn_client *c, uint32_t op)
 {
+	if (op == BN_OP_GENERATE)
+		return 0;
+	if (op == BN_OP_SCORE)
+		return c->layout.features & BN_FEAT_SCORE ? 0 : -BN_E_UNSUPPORTED;
+	return -BN_E_INVALID;
+}
+
+int bn_submit_as(struct bn_client *c, const struct bn_submission *sub, struct bn_handle **out)
+{
+	const struct bn_request *req = sub->req;
+	const char *text = sub->text;
+	size_t len = sub->len;
 	int rc = req ? check_prompt_form(c, req, text, len) : -BN_E_INVALID;
+	if (rc == 0)
+		rc = check_op(c, sub->op);
 	if (rc == 0)
 		rc = check_request(c, req);
 	if (rc < 0)
@@ -570,7 +584,7 @@ static int submit(struct bn_client *c, const struct bn_request *req, const char 
 	/* The slot is ours alone until queued: fill it without the lock. */
 	fill_slot(c, h->slot, req, text, len);
 	pthread_mutex_lock(&c->lock);
-	h->woke_daemon = queue_slot(c, h->slot);
+	h->woke_daemon = queue_slot(c, h->slot, sub->op);
 	pthread_mutex_unlock(&c->lock);
 	*out = h;
 	return 0;
@@ -578,7 +592,8 @@ static int submit(struct bn_client *c, const struct bn_request *req, const char 
 
 int bn_submit(struct bn_client *c, const struct bn_request *req, struct bn_handle **out)
 {
-	return submit(c, req, NULL, 0, out);
+	const struct bn_submission sub = { .req = req, .op = BN_OP_GENERATE };
+	return bn_submit_as(c, &sub, out);
 }
 
 int bn_submit_text(struct bn_client *c, const struct bn_request *req, const char *text,
@@ -586,7 +601,9 @@ int bn_submit_text(struct bn_client *c, const struct bn_request *req, const char
 {
 	if (!text && len)
 		return -BN_E_INVALID;
-	return submit(c, req, text ? text : "", len, out);
+	const struct bn_submission sub = { .req = req, .text = text ? text : "", .len = len,
+					   .op = BN_OP_GENERATE };
+	return bn_submit_as(c, &sub, out);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -788,12 +805,12 @@ int bn_release(struct bn_handle *h)
 /* Synchronous calls                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
-/* bn_submit, but waits (until deadline) for a slot when all are busy. */
-static int submit_waiting(struct bn_client *c, const struct bn_request *req, int64_t deadline,
+/* bn_submit_as, but waits (until deadline) for a slot when all are busy. */
+static int submit_waiting(struct bn_client *c, const struct bn_submission *sub, int64_t deadline,
 			  struct bn_handle **out)
 {
 	for (;;) {
-		int rc = bn_submit(c, req, out);
+		int rc = bn_submit_as(c, sub, out);
 		if (rc != -BN_E_AGAIN)
 			return rc;
 		int64_t now = now_ns();
@@ -809,12 +826,13 @@ static int submit_waiting(struct bn_client *c, const struct bn_request *req, int
 	}
 }
 
-static int status_error(const struct bn_result *r)
+int bn_status_error(const struct bn_result *r)
 {
 	switch (r->status) {
 	case BN_STATUS_LENGTH:
 	case BN_STATUS_EOS:
-	case BN_STATUS_STOP: return 0;
+	case BN_STATUS_STOP:
+	case BN_STATUS_COMPLETE: return 0;
 	case BN_STATUS_DEADLINE: return -BN_E_TIMEOUT;
 	case BN_STATUS_CANCELLED: return -BN_E_CANCELLED;
 	case BN_STATUS_SHUTDOWN: return -BN_E_SHUTDOWN;
@@ -827,17 +845,12 @@ static int status_error(const struct bn_result *r)
 static int finish_one(struct bn_handle *h, int64_t deadline, uint32_t *out, uint32_t cap,
 		      struct bn_result *result)
 {
-	int64_t left = -1;
-	if (deadline != INT64_MAX) {
-		left = deadline - now_ns();
-		left = left < 0 ? 0 : left;
-	}
-	int rc = bn_wait(h, left);
+	int rc = bn_wait(h, bn_time_left(deadline));
 	struct bn_result r = { 0 };
 	if (rc == 0 && bn_result(h, &r) == 0) {
 		if (out)
 			bn_read_tokens(h, 0, out, cap);
-		rc = status_error(&r);
+		rc = bn_status_error(&r);
 	}
 	if (result)
 		*result = r;
@@ -845,17 +858,26 @@ static int finish_one(struct bn_handle *h, int64_t deadline, uint32_t *out, uint
 	return rc;
 }
 
-static int64_t deadline_of(int64_t timeout_ns)
+int64_t bn_deadline_of(int64_t timeout_ns)
 {
 	return timeout_ns < 0 ? INT64_MAX : now_ns() + timeout_ns;
+}
+
+int64_t bn_time_left(int64_t deadline)
+{
+	if (deadline == INT64_MAX)
+		return -1;
+	int64_t left = deadline - now_ns();
+	return left < 0 ? 0 : left;
 }
 
 int bn_generate(struct bn_client *c, const struct bn_request *req, uint32_t *out, uint32_t cap,
 		struct bn_result *result, int64_t timeout_ns)
 {
-	int64_t deadline = deadline_of(timeout_ns);
+	int64_t deadline = bn_deadline_of(timeout_ns);
 	struct bn_handle *h;
-	int rc = submit_waiting(c, req, deadline, &h);
+	const struct bn_submission sub = { .req = req, .op = BN_OP_GENERATE };
+	int rc = submit_waiting(c, &sub, deadline, &h);
 	if (rc < 0) {
 		if (result)
 			*result = (struct bn_result){ .status = BN_STATUS_ERROR, .error = rc };
@@ -864,25 +886,10 @@ int bn_generate(struct bn_client *c, const struct bn_request *req, uint32_t *out
 	return finish_one(h, deadline, out, cap, result);
 }
 
-/* Records item i's outcome. */
-static void settle(struct bn_batch_item *it, int rc, struct bn_batch_result *res)
+int bn_run_batch(struct bn_client *c, size_t n, const struct bn_batch_job *job,
+		 int64_t timeout_ns)
 {
-	it->error = rc;
-	if (rc < 0 && it->result.status == BN_STATUS_NONE)
-		it->result = (struct bn_result){ .status = BN_STATUS_ERROR, .error = rc };
-	if (rc == 0)
-		res->n_ok++;
-	else
-		res->n_failed++;
-}
-
-int bn_generate_batch(struct bn_client *c, struct bn_batch_item *items, size_t n,
-		      struct bn_batch_result *result, int64_t timeout_ns)
-{
-	if (!c || (n && !items) || !result)
-		return -BN_E_INVALID;
-	*result = (struct bn_batch_result){ 0 };
-	int64_t deadline = deadline_of(timeout_ns);
+	int64_t deadline = bn_deadline_of(timeout_ns);
 	struct bn_handle **inflight = calloc(n ? n : 1, sizeof(*inflight));
 	if (!inflight)
 		return -ENOMEM;
@@ -891,35 +898,82 @@ int bn_generate_batch(struct bn_client *c, struct bn_batch_item *items, size_t n
 	int gone = 0;
 	while (oldest < n) {
 		while (next < n && !gone) {
-			struct bn_batch_item *it = &items[next];
-			it->result = (struct bn_result){ 0 };
-			int rc = bn_submit(c, &it->req, &inflight[next]);
+			struct bn_submission sub;
+			int rc = job->submission(job->ctx, next, &sub);
+			if (rc == 0)
+				rc = bn_submit_as(c, &sub, &inflight[next]);
 			if (rc == -BN_E_AGAIN && next > oldest)
 				break; /* finish one of ours first */
 			if (rc == -BN_E_AGAIN) /* other threads hold every slot */
-				rc = submit_waiting(c, &it->req, deadline, &inflight[next]);
+				rc = submit_waiting(c, &sub, deadline, &inflight[next]);
 			if (rc < 0) {
 				inflight[next] = NULL;
-				settle(it, rc, result);
+				job->settle(job->ctx, next, rc);
 				gone = rc == -BN_E_DISCONNECTED;
 			}
 			next++;
 		}
 		if (oldest == next) { /* the daemon is gone: nothing more can be submitted */
-			settle(&items[oldest], -BN_E_DISCONNECTED, result);
+			job->settle(job->ctx, oldest, -BN_E_DISCONNECTED);
 			next = ++oldest;
 			continue;
 		}
-		struct bn_batch_item *it = &items[oldest];
 		if (inflight[oldest]) {
-			int rc = finish_one(inflight[oldest], deadline, it->out, it->out_cap, &it->result);
-			settle(it, rc, result);
+			int rc = job->finish(job->ctx, oldest, inflight[oldest], deadline);
+			job->settle(job->ctx, oldest, rc);
 			gone |= rc == -BN_E_DISCONNECTED;
 		}
 		oldest++;
 	}
 	free(inflight);
 	return gone ? -BN_E_DISCONNECTED : 0;
+}
+
+struct generate_job {
+	struct bn_batch_item *items;
+	struct bn_batch_result *result;
+};
+
+static int generate_submission(void *ctx, size_t i, struct bn_submission *sub)
+{
+	struct bn_batch_item *it = &((struct generate_job *)ctx)->items[i];
+	it->result = (struct bn_result){ 0 };
+	*sub = (struct bn_submission){ .req = &it->req, .op = BN_OP_GENERATE };
+	return 0;
+}
+
+static int generate_finish(void *ctx, size_t i, struct bn_handle *h, int64_t deadline)
+{
+	struct bn_batch_item *it = &((struct generate_job *)ctx)->items[i];
+	return finish_one(h, deadline, it->out, it->out_cap, &it->result);
+}
+
+/* Records item i's outcome. */
+static void generate_settle(void *ctx, size_t i, int rc)
+{
+	struct generate_job *g = ctx;
+	struct bn_batch_item *it = &g->items[i];
+	it->error = rc;
+	if (rc < 0 && it->result.status == BN_STATUS_NONE)
+		it->result = (struct bn_result){ .status = BN_STATUS_ERROR, .error = rc };
+	if (rc == 0)
+		g->result->n_ok++;
+	else
+		g->result->n_failed++;
+}
+
+int bn_generate_batch(struct bn_client *c, struct bn_batch_item *items, size_t n,
+		      struct bn_batch_result *result, int64_t timeout_ns)
+{
+	if (!c || (n && !items) || !result)
+		return -BN_E_INVALID;
+	*result = (struct bn_batch_result){ 0 };
+	struct generate_job g = { .items = items, .result = result };
+	const struct bn_batch_job job = { .submission = generate_submission,
+					  .finish = generate_finish,
+					  .settle = generate_settle,
+					  .ctx = &g };
+	return bn_run_batch(c, n, &job, timeout_ns);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -15,4 +15,35 @@
  * op's, -BN_E_DISCONNECTED, -errno. The reply's own error is left in r->error. */
 int bn_client_ctl(struct bn_client *c, uint32_t op, struct bn_ctl_reply *r, int *fd);
 
+/* One submission: a request, its prompt as text (text non-NULL) or as req's ids, its op. */
+struct bn_submission {
+	const struct bn_request *req;
+	const char *text;
+	size_t len;
+	uint32_t op; /* enum bn_sq_op: BN_OP_GENERATE or BN_OP_SCORE */
+};
+/* bn_submit and bn_submit_text, for any op this library sends. */
+int bn_submit_as(struct bn_client *c, const struct bn_submission *sub, struct bn_handle **out);
+
+/* A batch of n items run with as many in flight as the slots allow (bn_generate_batch's
+ * contract): submission() describes item i, finish() waits for it and reads its results
+ * (returning 0 or the item's error), settle() records each item's outcome exactly once. */
+struct bn_batch_job {
+	int (*submission)(void *ctx, size_t i, struct bn_submission *sub);
+	int (*finish)(void *ctx, size_t i, struct bn_handle *h, int64_t deadline);
+	void (*settle)(void *ctx, size_t i, int rc);
+	void *ctx;
+};
+/* 0, or -BN_E_DISCONNECTED (items not finished settle with it), -ENOMEM. */
+int bn_run_batch(struct bn_client *c, size_t n, const struct bn_batch_job *job,
+		 int64_t timeout_ns);
+
+/* The error a terminal status means for a synchronous call: 0 for LENGTH, EOS, STOP and
+ * COMPLETE, else -BN_E_*. */
+int bn_status_error(const struct bn_result *r);
+/* Absolute deadlines (CLOCK_MONOTONIC ns; INT64_MAX: none) and what is left of one (-1: no
+ * limit, as bn_wait takes it). */
+int64_t bn_deadline_of(int64_t timeout_ns);
+int64_t bn_time_left(int64_t deadline);
+
 #endif /* BITNET_CLIENT_INTERNAL_H */

@@ -184,6 +184,7 @@ enum bn_error {
 #define BN_FEAT_TEXT      (1U << 3) /* slot_text_offset / _capacity and slot_piece_offset are
                                      * valid: prompts as text or a conversation, text out, and
                                      * the ops BN_OP_TOKENIZE and BN_OP_DETOKENIZE */
+#define BN_FEAT_SCORE     (1U << 4) /* the op BN_OP_SCORE (needs BN_FEAT_LOGPROBS too) */
 
 /* bn_shm_header.daemon_flags (written by the daemon, read by the client) */
 #define BN_DAEMON_SHUTTING_DOWN (1U << 0) /* new submissions will end with BN_STATUS_SHUTDOWN */
@@ -262,6 +263,9 @@ enum bn_sq_op {
 	                       * the output array; ends BN_STATUS_COMPLETE */
 	BN_OP_DETOKENIZE = 3, /* BN_FEAT_TEXT: the prompt array's ids as bytes in the text
 	                       * region; ends BN_STATUS_COMPLETE */
+	BN_OP_SCORE = 4,      /* BN_FEAT_SCORE: the log-probability of each prompt token after the
+	                       * first, given those before it, in the output and log-probability
+	                       * arrays; ends BN_STATUS_COMPLETE */
 };
 
 /* One submission: 16 bytes. */
@@ -298,7 +302,7 @@ enum bn_status {
 	BN_STATUS_SHUTDOWN = 5,  /* the daemon is shutting down */
 	BN_STATUS_STOP = 6,      /* the model produced one of the stop ids (not stored) */
 	BN_STATUS_DEADLINE = 7,  /* slot.deadline_ms passed before the request ended */
-	BN_STATUS_COMPLETE = 8,  /* a tokenize or detokenize request did all it was asked */
+	BN_STATUS_COMPLETE = 8,  /* a tokenize, detokenize or score request did all it was asked */
 };
 
 /* A slot's fixed part: 128 bytes, then (at offsets from the header) the prompt and output

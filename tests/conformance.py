@@ -64,7 +64,9 @@ N_RESERVED2 = 13              # the parameter words (section 4.4), the last one 
 
 ST_FREE, ST_SUBMITTED, ST_DONE = 0, 1, 2
 WAIT_DONE, WAIT_TOKENS = 1, 2
-OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE = 1, 2, 3
+OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE, OP_SCORE = 1, 2, 3, 4
+FLAG_LOGPROBS = 4
+FEAT_SCORE = 16
 FLAG_IGNORE_EOS = 1
 FLAG_TEXT, FLAG_CHAT, FLAG_PARSE_SPECIAL, FLAG_NO_BOS = 8, 16, 32, 64
 FLAG_TEXT_OUT, FLAG_SPECIAL_TEXT, FLAG_STRIP_SPACE = 128, 256, 512
@@ -754,6 +756,8 @@ def test_request_errors(sess, rng):
          dict(op=OP_TOKENIZE, flags=FLAG_TEXT, n_prompt=0), E_UNSUPPORTED),
         ("op 9 (unknown) -> UNSUPPORTED, not a violation", dict(op=9, prompt=[1], max_tokens=1),
          E_UNSUPPORTED),
+        ("op SCORE on a backend that does not score -> UNSUPPORTED",
+         dict(op=OP_SCORE, prompt=[1, 2]), E_UNSUPPORTED),
         ("temperature NaN -> INVALID",
          dict(prompt=[1], max_tokens=1, reserved2=[0x7fc00000] + [0] * 12), E_INVALID),
         ("seed without the seed flag -> INVALID",
@@ -1081,6 +1085,11 @@ def test_connect_during_drain(exe, tmpdir):
         C.check("drain: the running request ends", sess.wait(0, timeout=10))
         r = sess.result(0)
         C.check("drain: ... with LENGTH or SHUTDOWN", r["status"] in (S_LENGTH, S_SHUTDOWN), repr(r))
+        # CLOSED comes after the last request's DONE and before the hang-up (section 11.3):
+        # look once the socket has hung up, not at once after DONE.
+        deadline = time.monotonic() + 10
+        while not sess.daemon_gone() and time.monotonic() < deadline:
+            time.sleep(0.005)
         C.check("drain: ring marked CLOSED before the hang-up", sess.daemon_flags() & DFLAG_CLOSED,
                 "daemon_flags 0x%x" % sess.daemon_flags())
     finally:
@@ -1225,6 +1234,54 @@ def test_text_spm(daemon, sess, rng):
             repr((r["status"], r["error"], r["prompt_tokens"])))
 
 
+def records(sess, r, slot, n):
+    """Section 4.4: the log-probability records of output entries 0 .. n-1 of a DONE slot."""
+    lo, cap = sess.h["slot_logprob_offset"], sess.h["slot_logprob_capacity"]
+    base = sess.S(slot) + lo
+    return [[struct.unpack_from("<If", sess.mm, base + (i * (1 + cap) + k) * 8)
+             for k in range(1 + n)] for i in range(r["n_tokens"])]
+
+
+def test_score(sess, rng):
+    """Section 6.11 on the cpu daemon: a score equals the generation's own log-probabilities."""
+    C.check("SCORE feature bit", sess.h["features"] & FEAT_SCORE, "features 0x%x" % sess.h["features"])
+    prompt, n_top = [1, 5, 9, 13], 3
+    params = [0] * 10 + [n_top, 0, 0]              # n_logprobs at byte 116
+    g = sess.run_one(dict(prompt=prompt, max_tokens=10, flags=FLAG_IGNORE_EOS | FLAG_LOGPROBS,
+                          reserved2=params), slot=0)
+    gen = records(sess, g, 0, n_top)
+    seq = prompt + g["tokens"]
+    r = sess.run_one(dict(op=OP_SCORE, prompt=seq, flags=FLAG_LOGPROBS, reserved2=params), slot=1)
+    C.eq("score: COMPLETE with n - 1 positions", (r["status"], r["error"], r["n_tokens"]),
+         (S_COMPLETE, 0, len(seq) - 1))
+    C.eq("score: output entry i-1 is token i", r["tokens"], seq[1:])
+    got = records(sess, r, 1, n_top)
+    C.eq("score of prompt + generated == the generation's records (bit for bit)",
+         got[len(prompt) - 1:], gen)
+    t = sess.run_one(dict(op=OP_SCORE, text=b"Once upon a time", flags=FLAG_TEXT), slot=2)
+    ids = tokenize(sess, b"Once upon a time", FLAG_TEXT)
+    i = sess.run_one(dict(op=OP_SCORE, prompt=ids), slot=3)
+    C.eq("score of a text == score of its ids", (t["status"], t["prompt_tokens"], t["tokens"]),
+         (S_COMPLETE, len(ids), i["tokens"]))
+    C.eq("... records too", records(sess, t, 2, 0), records(sess, i, 3, 0))
+    errors = [
+        ("score with max_tokens -> INVALID", dict(op=OP_SCORE, prompt=[1, 2], max_tokens=1), E_INVALID),
+        ("score with a temperature -> INVALID",
+         dict(op=OP_SCORE, prompt=[1, 2], reserved2=[0x3f800000] + [0] * 12), E_INVALID),
+        ("score with TEXT_OUT -> INVALID", dict(op=OP_SCORE, prompt=[1, 2], flags=FLAG_TEXT_OUT), E_INVALID),
+        ("score of nothing -> EMPTY", dict(op=OP_SCORE, prompt=[]), E_EMPTY),
+        ("score longer than the context -> TOO_LONG",
+         dict(op=OP_SCORE, prompt=[], n_prompt=sess.ctx + 1), E_TOO_LONG),
+        ("score of an id >= vocab -> TOKEN", dict(op=OP_SCORE, prompt=[1, sess.vocab]), E_TOKEN),
+    ]
+    res, _, _ = run_requests(sess, [c[1] for c in errors], rng)
+    for (name, _, code), r in zip(errors, res):
+        C.eq("score error: " + name, (r["state"], r["status"], r["error"], r["n_tokens"]),
+             (ST_DONE, S_ERROR, code, 0))
+    one = sess.run_one(dict(op=OP_SCORE, prompt=[7]))
+    C.eq("score of one token: COMPLETE, nothing scored", (one["status"], one["n_tokens"]), (S_COMPLETE, 0))
+
+
 def load_vectors(folder):
     inp = open(os.path.join(folder, "llama-bpe.inp"), "rb").read()
     out = open(os.path.join(folder, "llama-bpe.out"), "rb").read().decode().split("\n")
@@ -1280,6 +1337,7 @@ def run_text_tests(exe, tmpdir, rng, sessions, daemons):
     t = Session(d, requested_slots=8, label="T")
     sessions.append(t)
     test_text_spm(d, t, rng)
+    test_score(t, rng)
     t.close()
     sessions.remove(t)
     C.eq("text daemon: exit status 0 after SIGTERM", d.stop(), 0)

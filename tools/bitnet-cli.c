@@ -45,6 +45,11 @@ static const char usage_text[] =
 	"                             texts are those tokens; BOS as the model wants it\n"
 	"  detokenize --ids \"...\" [--special]   the text of the ids, then a newline;\n"
 	"                             --special: control tokens as their text\n"
+	"  score --ids \"...\" | --text TEXT [--top N]   the log-probability of each token\n"
+	"                             given those before it: a line POS ID LOGPROB (and N\n"
+	"                             alternatives ID:LOGPROB) per token after the first,\n"
+	"                             then sum=S tokens=N scored=N-1; --text: the daemon\n"
+	"                             encodes it, BOS as the model wants it\n"
 	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
 	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
@@ -470,7 +475,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "bench") == 0)
 		return cli_bench(socket_path, argc - i, argv + i);
 	static const char *const commands[] = { "info", "generate", "stats", "tokenize",
-						 "detokenize", "chat" };
+						 "detokenize", "chat", "score" };
 	size_t k = 0;
 	while (k < sizeof(commands) / sizeof(commands[0]) && strcmp(cmd, commands[k]))
 		k++;
@@ -490,6 +495,8 @@ int main(int argc, char **argv)
 		rc = cli_detokenize(c, argc - i, argv + i);
 	else if (strcmp(cmd, "chat") == 0)
 		rc = cli_chat(c, argc - i, argv + i);
+	else if (strcmp(cmd, "score") == 0)
+		rc = cli_score(c, argc - i, argv + i);
 	else
 		rc = cmd_stats(c);
 	bn_disconnect(c);

@@ -45,5 +45,6 @@ void cli_output_free(struct cli_output *o);
 int cli_tokenize(struct bn_client *c, int argc, char **argv);
 int cli_detokenize(struct bn_client *c, int argc, char **argv);
 int cli_chat(struct bn_client *c, int argc, char **argv);
+int cli_score(struct bn_client *c, int argc, char **argv);
 
 #endif /* BITNET_CLI_H */
