@@ -10,6 +10,7 @@
 #   make bench-ipc            transport benchmark (starts and stops its own daemon)
 #   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
+#   make bench-score          score requests against prefill on the 2B4T-shape model
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
@@ -122,7 +123,7 @@ TOKENIZER_SRCS := libclient/tokenizer.c libclient/bpe.c libclient/detok.c libcli
 DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backend_cuda.c),$(wildcard daemon/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/client.c libclient/chat_run.c libclient/score.c $(TOKENIZER_SRCS)
-CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c
+CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c
 MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c tools/hf_vocab.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay fuzz-requests-replay
@@ -148,7 +149,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd bench-ipc bench-model bench-serve bench-cuda bench-tokenizer fuzz fuzz-requests \
+.PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd bench-ipc bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -266,6 +267,16 @@ $(BENCH_TOKENIZER_FILE): | $(MODELTOOL)
 
 bench-tokenizer: $(BENCH_TOKENIZER) $(BITNETD) $(BENCH_TOKENIZER_FILE)
 	BITNETD=$(BITNETD) $(BENCH_TOKENIZER) --model $(BENCH_TOKENIZER_FILE)
+
+# The scoring benchmark (bench/bench_score.c): score requests through a cpu daemon on the
+# 2B4T-shape model (bench-model's file) against a prompt's prefill, in the same run.
+BENCH_SCORE := $(BUILD)/bench/bench_score
+$(BENCH_SCORE): $(BUILD)/bench/bench_score.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS)
+
+bench-score: $(BENCH_SCORE) $(BITNETD) $(BENCH_MODEL_FILE)
+	BITNETD=$(BITNETD) $(BENCH_SCORE) --model $(BENCH_MODEL_FILE)
 
 # The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
 # daemon itself, once per scenario, on the same model file as bench-model.

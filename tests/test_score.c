@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SEC 1000000000LL
 #define GEN 12
@@ -260,6 +261,89 @@ START_TEST(stories_score_vs_reference)
 }
 END_TEST
 
+/* bitnet-cli perplexity (llama-perplexity's chunks) against the same figure from the
+ * reference forward: chunks of CTX tokens of the text tokenized with BOS, BOS first in each,
+ * positions CTX/2 .. CTX-2 predicting the next token. */
+#define PPL_CTX 32
+
+static double reference_ppl(const struct bn_model *m, const uint32_t *ids, size_t n,
+			    uint32_t *chunks)
+{
+	uint32_t V = m->cfg.n_vocab;
+	float *logits = malloc(V * sizeof(float));
+	double sum = 0;
+	uint64_t count = 0;
+	*chunks = (uint32_t)(n / PPL_CTX);
+	for (uint32_t c = 0; c < *chunks; c++) {
+		const uint32_t *chunk = ids + (size_t)c * PPL_CTX;
+		struct bn_ref *ref = bn_ref_new(m, PPL_CTX);
+		for (uint32_t j = 0; j + 1 < PPL_CTX; j++) {
+			ck_assert_int_eq(bn_ref_step(ref, j ? chunk[j] : m->cfg.bos_id, logits), 0);
+			if (j < PPL_CTX / 2)
+				continue;
+			double max = logits[0], z = 0;
+			for (uint32_t t = 1; t < V; t++)
+				max = fmax(max, logits[t]);
+			for (uint32_t t = 0; t < V; t++)
+				z += exp(logits[t] - max);
+			sum -= logits[chunk[j + 1]] - max - log(z);
+			count++;
+		}
+		bn_ref_free(ref);
+	}
+	free(logits);
+	return exp(sum / (double)count);
+}
+
+START_TEST(stories_perplexity_vs_reference)
+{
+	static const char story[] =
+		"Once upon a time, there was a little girl named Lily. She loved to play outside "
+		"in the sunshine. One day, she saw a big, red ball in the park. She ran to get it, "
+		"but a dog got there first. The dog was happy and wagged its tail. Lily smiled and "
+		"they played together all day. When the sun went down, Lily went home to her mom. ";
+	char path[] = "/tmp/bn-ppl-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	for (int k = 0; k < 3; k++)
+		ck_assert_int_eq(write(fd, story, sizeof(story) - 1), (ssize_t)sizeof(story) - 1);
+	close(fd);
+	struct bn_vocab *v = tu_file_vocab(stories_path);
+	size_t len = 3 * (sizeof(story) - 1);
+	char *text = malloc(len);
+	for (int k = 0; k < 3; k++)
+		memcpy(text + k * (sizeof(story) - 1), story, sizeof(story) - 1);
+	int n = bn_tokenize_ex(v, text, len, BN_TOK_ADD_BOS, NULL, 0);
+	uint32_t *ids = malloc((size_t)n * sizeof(*ids));
+	bn_tokenize_ex(v, text, len, BN_TOK_ADD_BOS, ids, (uint32_t)n);
+	struct bn_model m;
+	char err[BN_MODEL_ERR_LEN];
+	ck_assert_msg(bn_model_load(&m, stories_path, err) == 0, "load: %s", err);
+	uint32_t chunks;
+	double want = reference_ppl(&m, ids, (size_t)n, &chunks);
+	ck_assert_uint_ge(chunks, 4);
+	struct tu_daemon d;
+	start_cpu(&d, stories_path);
+	const char *args[] = { "perplexity", path, "--ctx", "32", "--batch", "3", NULL };
+	static struct tu_run r;
+	ck_assert_int_eq(tu_run_cli(&d, args, NULL, 0, &r), 0);
+	ck_assert_msg(r.status == 0, "bitnet-cli perplexity: %s", r.err);
+	const char *fin = strstr(r.out, "Final estimate: PPL = ");
+	ck_assert_ptr_nonnull(fin);
+	double got = strtod(fin + strlen("Final estimate: PPL = "), NULL);
+	ck_assert_msg(fabs(got - want) <= 1e-4 * want + 1e-4, "PPL %.6f, reference %.6f", got, want);
+	char last[32];
+	snprintf(last, sizeof(last), "[%u]", chunks);
+	ck_assert_ptr_nonnull(strstr(r.out, last)); /* a running estimate per chunk */
+	unlink(path);
+	free(ids);
+	free(text);
+	bn_vocab_free(v);
+	bn_model_free(&m);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("score");
@@ -276,6 +360,7 @@ int main(void)
 		TCase *real = tcase_create("test model");
 		tcase_set_timeout(real, 120);
 		tcase_add_test(real, stories_score_vs_reference);
+		tcase_add_test(real, stories_perplexity_vs_reference);
 		suite_add_tcase(s, real);
 	} else {
 		printf("SKIP: test-model tests (BITNET_TEST_MODELS is not set; .ci/run sets it to ../shared/models)\n");

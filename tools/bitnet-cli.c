@@ -50,6 +50,12 @@ static const char usage_text[] =
 	"                             alternatives ID:LOGPROB) per token after the first,\n"
 	"                             then sum=S tokens=N scored=N-1; --text: the daemon\n"
 	"                             encodes it, BOS as the model wants it\n"
+	"  perplexity FILE [--ctx N] [--stride S] [--batch B]   the text's perplexity as\n"
+	"                             llama-perplexity computes it (chunks of N tokens,\n"
+	"                             default 512, BOS first, their second half scored);\n"
+	"                             --stride: windows of N every S tokens, each token\n"
+	"                             scored once; prints [i]PPL, as chunks end, then\n"
+	"                             Final estimate: PPL = X +/- E\n"
 	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
 	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
@@ -475,7 +481,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "bench") == 0)
 		return cli_bench(socket_path, argc - i, argv + i);
 	static const char *const commands[] = { "info", "generate", "stats", "tokenize",
-						 "detokenize", "chat", "score" };
+						 "detokenize", "chat", "score", "perplexity" };
 	size_t k = 0;
 	while (k < sizeof(commands) / sizeof(commands[0]) && strcmp(cmd, commands[k]))
 		k++;
@@ -497,6 +503,8 @@ int main(int argc, char **argv)
 		rc = cli_chat(c, argc - i, argv + i);
 	else if (strcmp(cmd, "score") == 0)
 		rc = cli_score(c, argc - i, argv + i);
+	else if (strcmp(cmd, "perplexity") == 0)
+		rc = cli_perplexity(c, argc - i, argv + i);
 	else
 		rc = cmd_stats(c);
 	bn_disconnect(c);

@@ -12,6 +12,11 @@ int cli_parse_u32(const char *text, uint32_t *out);
 /* Parses space- or comma-separated ids into a malloc'd array. Returns the count, or -1. */
 int cli_parse_ids(const char *text, uint32_t **out);
 
+/* All of f, malloc'd (not NUL-terminated), its length in *len; NULL on a read error or no
+ * memory. */
+#include <stdio.h>
+char *cli_read_all(FILE *f, size_t *len);
+
 /* "bitnet-cli CMD: message" on stderr; returns 2, the exit status of bad usage. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "bitnet-cli CMD: what: the error's name" on stderr; returns 1. */
@@ -46,5 +51,6 @@ int cli_tokenize(struct bn_client *c, int argc, char **argv);
 int cli_detokenize(struct bn_client *c, int argc, char **argv);
 int cli_chat(struct bn_client *c, int argc, char **argv);
 int cli_score(struct bn_client *c, int argc, char **argv);
+int cli_perplexity(struct bn_client *c, int argc, char **argv);
 
 #endif /* BITNET_CLI_H */

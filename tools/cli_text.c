@@ -134,7 +134,7 @@ int cli_output_finish(struct cli_output *o)
 /* ------------------------------------------------------------------------------------------ */
 
 /* Standard input to its end, bytes as they are (NUL included). */
-static char *read_all(FILE *f, size_t *len)
+char *cli_read_all(FILE *f, size_t *len)
 {
 	size_t cap = 4096, n = 0;
 	char *buf = malloc(cap);
@@ -186,7 +186,7 @@ int cli_tokenize(struct bn_client *c, int argc, char **argv)
 	if (no_bos || !bn_vocab_add_bos(v))
 		flags &= ~(uint32_t)BN_TOK_ADD_BOS;
 	size_t len = strlen(argv[i]);
-	char *text = strcmp(argv[i], "-") == 0 ? read_all(stdin, &len) : strdup(argv[i]);
+	char *text = strcmp(argv[i], "-") == 0 ? cli_read_all(stdin, &len) : strdup(argv[i]);
 	if (!text)
 		return cli_failed("tokenize", "reading the text", -ENOMEM);
 	int n = bn_tokenize_ex(v, text, len, flags, NULL, 0);
