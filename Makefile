@@ -357,9 +357,16 @@ check-faults: all
 	@echo "== fault campaigns (tests/faults.c)"
 	$(Q)$(TEST_ENV) $(BUILD)/tests/bn-faults
 
+# The interpreter that has pytest: python3 on a plain Debian machine (tools/install-deps.sh
+# installs python3-pytest); the system's own where python3 is another installation.
+PYTEST_PYTHON := $(firstword $(foreach p,python3 /usr/bin/python3,$(if $(shell $(p) -c 'import pytest' 2>/dev/null && echo y),$(p))))
+
 check-python: all
 	@echo "== conformance (python3, written from shm/PROTOCOL.md)"
 	@BITNETD=$(BITNETD) python3 tests/conformance.py
+	@echo "== python package (pytest python/tests)"
+	@if [ -z "$(PYTEST_PYTHON)" ]; then echo "no python3 with pytest (tools/install-deps.sh installs python3-pytest)"; exit 1; fi
+	@BITNETD=$(BITNETD) BITNET_CLI=$(CLI) BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) $(PYTEST_PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 check-systemd:
 	@echo "== systemd units"

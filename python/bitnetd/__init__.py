@@ -1,0 +1,15 @@
+"""bitnetd: a client for the bitnetd inference daemon, in Python's standard library only.
+
+    import bitnetd
+    with bitnetd.Client() as c:
+        print(c.generate("Once upon a time", max_tokens=32).text)
+
+It speaks the daemon's shared-memory protocol (shm/PROTOCOL.md) itself: no compiled part.
+"""
+
+from .client import Client, Generation, Piece, Score, TokenLogprob
+from .errors import *  # noqa: F401,F403 (the Error classes)
+from .errors import __all__ as _errors_all
+
+__version__ = "0.1.0"
+__all__ = ["Client", "Generation", "Piece", "Score", "TokenLogprob"] + list(_errors_all)
