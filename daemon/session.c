@@ -395,6 +395,20 @@ static uint32_t check_stops(const struct bn_session *s, const struct bn_req *r)
 	return 0;
 }
 
+/* What every prompt goes through (§6.6 steps 2a to 4): text asked of a daemon without it, an
+ * empty prompt, then a text prompt's encoding (r->n_prompt becomes its token count) or an id
+ * prompt's length. Returns 0 or the bn_error that ends the request. */
+static uint32_t take_prompt(struct bn_session *s, struct bn_req *r)
+{
+	if ((r->flags & TEXT_FLAGS) && !s->text_capacity)
+		return BN_E_UNSUPPORTED;
+	if (r->n_prompt == 0)
+		return BN_E_EMPTY;
+	if (r->flags & TEXT_IN_FLAGS)
+		return bn_text_prompt_take(s, r);
+	return (uint64_t)r->n_prompt + r->n_stop > s->prompt_capacity ? BN_E_TOO_LONG : 0;
+}
+
 /* Copies a generate request's words into r; returns 0 or the bn_error that ends it. */
 static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
 {
@@ -410,15 +424,7 @@ static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
 		return BN_E_INVALID;
 	if (copy_sampling(s, sl, r))
 		return BN_E_INVALID;
-	if ((r->flags & TEXT_FLAGS) && !s->text_capacity)
-		return BN_E_UNSUPPORTED;
-	if (r->n_prompt == 0)
-		return BN_E_EMPTY;
-	uint32_t err = 0;
-	if (r->flags & TEXT_IN_FLAGS)
-		err = bn_text_prompt_take(s, r); /* r->n_prompt becomes the token count */
-	else if ((uint64_t)r->n_prompt + r->n_stop > s->prompt_capacity)
-		err = BN_E_TOO_LONG;
+	uint32_t err = take_prompt(s, r);
 	if (!err && (r->max_tokens > s->output_capacity ||
 		     (uint64_t)r->n_prompt + r->max_tokens > s->model->context_length))
 		err = BN_E_TOO_LONG;
@@ -475,15 +481,7 @@ static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
 	    (r->sampling.n_logprobs && !r->sampling.want_logprobs) ||
 	    r->sampling.n_logprobs > s->logprob_capacity)
 		return BN_E_INVALID;
-	if ((r->flags & TEXT_FLAGS) && !s->text_capacity)
-		return BN_E_UNSUPPORTED;
-	if (r->n_prompt == 0)
-		return BN_E_EMPTY;
-	uint32_t err = 0;
-	if (r->flags & BN_REQ_TEXT)
-		err = bn_text_prompt_take(s, r);
-	else if (r->n_prompt > s->prompt_capacity)
-		err = BN_E_TOO_LONG;
+	uint32_t err = take_prompt(s, r);
 	if (!err && r->n_prompt > s->model->context_length)
 		err = BN_E_TOO_LONG;
 	if (!err && !(r->flags & BN_REQ_TEXT))

@@ -948,18 +948,22 @@ static int generate_finish(void *ctx, size_t i, struct bn_handle *h, int64_t dea
 	return finish_one(h, deadline, it->out, it->out_cap, &it->result);
 }
 
-/* Records item i's outcome. */
+void bn_batch_settle(int32_t *error, struct bn_result *result, struct bn_batch_result *totals,
+		     int rc)
+{
+	*error = rc;
+	if (rc < 0 && result->status == BN_STATUS_NONE)
+		*result = (struct bn_result){ .status = BN_STATUS_ERROR, .error = rc };
+	if (rc == 0)
+		totals->n_ok++;
+	else
+		totals->n_failed++;
+}
+
 static void generate_settle(void *ctx, size_t i, int rc)
 {
 	struct generate_job *g = ctx;
-	struct bn_batch_item *it = &g->items[i];
-	it->error = rc;
-	if (rc < 0 && it->result.status == BN_STATUS_NONE)
-		it->result = (struct bn_result){ .status = BN_STATUS_ERROR, .error = rc };
-	if (rc == 0)
-		g->result->n_ok++;
-	else
-		g->result->n_failed++;
+	bn_batch_settle(&g->items[i].error, &g->items[i].result, g->result, rc);
 }
 
 int bn_generate_batch(struct bn_client *c, struct bn_batch_item *items, size_t n,

@@ -38,6 +38,11 @@ struct bn_batch_job {
 int bn_run_batch(struct bn_client *c, size_t n, const struct bn_batch_job *job,
 		 int64_t timeout_ns);
 
+/* Records a batch item's outcome: its error, a result that says ERROR when it never got
+ * one, and the batch's counts. */
+void bn_batch_settle(int32_t *error, struct bn_result *result, struct bn_batch_result *totals,
+		     int rc);
+
 /* The error a terminal status means for a synchronous call: 0 for LENGTH, EOS, STOP and
  * COMPLETE, else -BN_E_*. */
 int bn_status_error(const struct bn_result *r);

@@ -95,14 +95,7 @@ static int score_finish(void *ctx, size_t i, struct bn_handle *h, int64_t deadli
 static void score_settle(void *ctx, size_t i, int rc)
 {
 	struct score_job *j = ctx;
-	struct bn_score_item *it = &j->items[i];
-	it->error = rc;
-	if (rc < 0 && it->result.status == BN_STATUS_NONE)
-		it->result = (struct bn_result){ .status = BN_STATUS_ERROR, .error = rc };
-	if (rc == 0)
-		j->result->n_ok++;
-	else
-		j->result->n_failed++;
+	bn_batch_settle(&j->items[i].error, &j->items[i].result, j->result, rc);
 }
 
 int bn_score_batch(struct bn_client *c, struct bn_score_item *items, size_t n,
