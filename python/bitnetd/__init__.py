@@ -7,9 +7,9 @@
 It speaks the daemon's shared-memory protocol (shm/PROTOCOL.md) itself: no compiled part.
 """
 
-from .client import Client, Generation, Piece, Score, TokenLogprob
+from .client import AsyncClient, Client, Generation, Piece, Score, TokenLogprob
 from .errors import *  # noqa: F401,F403 (the Error classes)
 from .errors import __all__ as _errors_all
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Generation", "Piece", "Score", "TokenLogprob"] + list(_errors_all)
+__all__ = ["AsyncClient", "Client", "Generation", "Piece", "Score", "TokenLogprob"] + list(_errors_all)

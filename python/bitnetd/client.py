@@ -14,7 +14,7 @@ import time
 from . import _wire as w
 from . import errors
 
-__all__ = ["Client", "Generation", "Piece", "Score", "TokenLogprob"]
+__all__ = ["AsyncClient", "Client", "Generation", "Piece", "Score", "TokenLogprob"]
 
 TokenLogprob = collections.namedtuple("TokenLogprob", "token logprob")
 TokenLogprob.__doc__ = "A token id and its natural-log probability."
@@ -394,3 +394,77 @@ def _conversation(messages, template):
         r, c = role.encode(), content.encode()
         parts.append(struct.pack("<II", len(r), len(c)) + r + c)
     return b"".join(parts)
+
+
+class AsyncClient:
+    """The Client's methods for asyncio: each call runs the blocking one on a thread pool of
+    at most ``slots`` threads (the session's slots bound what can be in flight anyway), so the
+    event loop never blocks on a futex. Same arguments and results as Client; ``stream``
+    is an async iterator. Use ``async with`` or ``await close()``.
+    """
+
+    def __init__(self, socket=None, timeout=None, slots=0):
+        import concurrent.futures
+
+        self._client = Client(socket, timeout, slots)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self._client.info()["slots"], thread_name_prefix="bitnetd")
+
+    async def _call(self, fn, *args, **kwargs):
+        import asyncio
+        import functools
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def close(self):
+        self._pool.shutdown(wait=True)
+        self._client.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    def info(self):
+        return self._client.info()
+
+    async def generate(self, prompt, **kwargs):
+        return await self._call(self._client.generate, prompt, **kwargs)
+
+    async def generate_batch(self, prompts, **kwargs):
+        return await self._call(self._client.generate_batch, prompts, **kwargs)
+
+    async def chat(self, messages, **kwargs):
+        return await self._call(self._client.chat, messages, **kwargs)
+
+    async def chat_batch(self, conversations, **kwargs):
+        return await self._call(self._client.chat_batch, conversations, **kwargs)
+
+    async def score(self, text, **kwargs):
+        return await self._call(self._client.score, text, **kwargs)
+
+    async def score_batch(self, texts, **kwargs):
+        return await self._call(self._client.score_batch, texts, **kwargs)
+
+    async def tokenize(self, text, **kwargs):
+        return await self._call(self._client.tokenize, text, **kwargs)
+
+    async def detokenize(self, ids, **kwargs):
+        return await self._call(self._client.detokenize, ids, **kwargs)
+
+    async def stream(self, prompt, **kwargs):
+        """Yields Pieces as they arrive. Closing the iterator cancels the request: leave a loop
+        early inside ``contextlib.aclosing(...)`` to cancel at once (otherwise it is closed
+        when asyncio finalizes it)."""
+        it = self._client.stream(prompt, **kwargs)
+        done = object()
+        try:
+            while True:
+                piece = await self._call(next, it, done)
+                if piece is done:
+                    return
+                yield piece
+        finally:
+            await self._call(it.close)

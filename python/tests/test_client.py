@@ -169,3 +169,25 @@ def test_loopback_refuses_text_and_score(loopback):
         with pytest.raises(bitnetd.UnsupportedError):
             c.score([1, 2, 3])
         assert c.generate([1, 2, 3], max_tokens=4).ids == [17499, 28047, 18038, 25851]
+
+
+def test_async_client_equals_the_sync_one(daemon, client):
+    import asyncio
+
+    async def main():
+        async with bitnetd.AsyncClient(daemon, timeout=60) as ac:
+            gens = await asyncio.gather(*(ac.generate([1, k, 9], max_tokens=6, ignore_eos=True)
+                                          for k in range(2, 10)))
+            pieces = [p async for p in ac.stream([1, 7, 11], max_tokens=8, ignore_eos=True)]
+            # Leaving a stream early cancels it; the slot comes back.
+            async for _ in ac.stream([1, 2, 3], max_tokens=500, ignore_eos=True):
+                break
+            score = await ac.score([1, 2, 3, 4])
+            return gens, pieces, score
+
+    gens, pieces, score = asyncio.run(main())
+    for k, g in zip(range(2, 10), gens):
+        assert g.ids == client.generate([1, k, 9], max_tokens=6, ignore_eos=True).ids
+    assert [p.token for p in pieces if p.token is not None] == \
+        client.generate([1, 7, 11], max_tokens=8, ignore_eos=True).ids
+    assert score.logprobs == client.score([1, 2, 3, 4]).logprobs
