@@ -351,6 +351,26 @@ static int kill_one_client(const char *path, const struct job *jobs)
 	return ok ? 0 : -1;
 }
 
+/* The allocator now and then takes a step of its own (96-336 KiB, about one campaign in
+ * eight, at 940dcc9 as at e09615c): a leak shows in every window, a step once. So
+ * growth over the limit is measured again over as many more kills, from where it stood, and
+ * the smaller of the two is the leak. */
+static long growth_again(struct tu_daemon *d, const struct job *jobs, int rounds,
+			 struct result *r, struct usage *u)
+{
+	long first = r->leaked_kib, before = u->rss_kib;
+	for (int i = 0; i < rounds; i++) {
+		r->attempts++;
+		if (kill_one_client(d->socket_path, &jobs[i % (N_JOBS - 4)]) < 0)
+			r->lost++;
+	}
+	wait_idle(d, u);
+	long again = u->rss_kib > before ? u->rss_kib - before : 0;
+	printf("note: client-kill: grew %ld KiB; %d more kills grew it %ld KiB\n", first, rounds,
+	       again);
+	return again < first ? again : first;
+}
+
 static void campaign_client_kill(struct result *r, const struct job *jobs, int rounds)
 {
 	struct tu_daemon d;
@@ -377,6 +397,8 @@ static void campaign_client_kill(struct result *r, const struct job *jobs, int r
 	r->leaked_blocks = (long)u.kv_blocks;
 	r->leaked_fds = u.fds - u0.fds;
 	r->leaked_kib = u.rss_kib > u0.rss_kib ? u.rss_kib - u0.rss_kib : 0;
+	if (!SANITIZED && r->leaked_kib > RSS_NOISE_KIB)
+		r->leaked_kib = growth_again(&d, jobs, rounds, r, &u);
 	if (run_alone(&d, jobs, N_JOBS, again) < 0)
 		r->lost++;
 	for (int i = 0; i < N_JOBS; i++)
