@@ -4,6 +4,7 @@
 
 #include "../shm/bitnet_barrier.h"
 #include "bitnet_client.h"
+#include "tokenizer_internal.h"
 #include "session.h"
 
 #include <errno.h>
@@ -19,24 +20,11 @@
 /* Bytes of a whole UTF-8 character starting at p[0] within n, or 0 when none does. */
 static size_t valid_char_len(const uint8_t *p, size_t n)
 {
-	uint8_t b = p[0], lo = 0x80, hi = 0xbf;
-	size_t need;
-	if (b < 0x80)
+	uint8_t lo, hi;
+	if (p[0] < 0x80)
 		return 1;
-	if (b >= 0xc2 && b <= 0xdf) {
-		need = 1;
-	} else if (b >= 0xe0 && b <= 0xef) {
-		need = 2;
-		lo = b == 0xe0 ? 0xa0 : 0x80;
-		hi = b == 0xed ? 0x9f : 0xbf;
-	} else if (b >= 0xf0 && b <= 0xf4) {
-		need = 3;
-		lo = b == 0xf0 ? 0x90 : 0x80;
-		hi = b == 0xf4 ? 0x8f : 0xbf;
-	} else {
-		return 0;
-	}
-	if (need >= n)
+	size_t need = utf8_lead_info(p[0], &lo, &hi);
+	if (need == 0 || need >= n)
 		return 0;
 	for (size_t k = 1; k <= need; k++)
 		if (p[k] < (k == 1 ? lo : 0x80) || p[k] > (k == 1 ? hi : 0xbf))

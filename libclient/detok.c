@@ -190,27 +190,6 @@ static void out_put(struct bn_text_stream *s, const void *p, size_t n)
 	s->out_len += n;
 }
 
-/* The bytes a character led by b needs after it, and the range of the first of them; 0 for a
- * byte that cannot lead one. */
-static size_t lead_info(uint8_t b, uint8_t *lo, uint8_t *hi)
-{
-	*lo = 0x80;
-	*hi = 0xbf;
-	if (b >= 0xc2 && b <= 0xdf)
-		return 1;
-	if (b >= 0xe0 && b <= 0xef) {
-		*lo = b == 0xe0 ? 0xa0 : 0x80; /* no overlong forms */
-		*hi = b == 0xed ? 0x9f : 0xbf; /* no surrogates */
-		return 2;
-	}
-	if (b >= 0xf0 && b <= 0xf4) {
-		*lo = b == 0xf0 ? 0x90 : 0x80;
-		*hi = b == 0xf4 ? 0x8f : 0xbf; /* nothing past U+10FFFF */
-		return 3;
-	}
-	return 0;
-}
-
 /* Moves the valid characters of p[0..n) to the output, U+FFFD for each invalid subpart, and
  * keeps a character that is valid so far but incomplete in held. */
 static void validate(struct bn_text_stream *s, const uint8_t *p, size_t n)
@@ -222,7 +201,7 @@ static void validate(struct bn_text_stream *s, const uint8_t *p, size_t n)
 			out_put(s, p + i++, 1);
 			continue;
 		}
-		size_t need = lead_info(p[i], &lo, &hi), k = 1;
+		size_t need = utf8_lead_info(p[i], &lo, &hi), k = 1;
 		while (k <= need && i + k < n) {
 			uint8_t c = p[i + k];
 			if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xbf))

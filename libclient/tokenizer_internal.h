@@ -84,6 +84,27 @@ static inline uint32_t vocab_hash_step(uint32_t h, uint8_t byte)
 	return (h ^ byte) * 16777619u;
 }
 
+/* The bytes a UTF-8 character led by b needs after it, and the range of the first of them;
+ * 0 for a byte that cannot lead one (detok.c's stream decoder; the daemon's text bound). */
+static inline size_t utf8_lead_info(uint8_t b, uint8_t *lo, uint8_t *hi)
+{
+	*lo = 0x80;
+	*hi = 0xbf;
+	if (b >= 0xc2 && b <= 0xdf)
+		return 1;
+	if (b >= 0xe0 && b <= 0xef) {
+		*lo = b == 0xe0 ? 0xa0 : 0x80; /* no overlong forms */
+		*hi = b == 0xed ? 0x9f : 0xbf; /* no surrogates */
+		return 2;
+	}
+	if (b >= 0xf0 && b <= 0xf4) {
+		*lo = b == 0xf0 ? 0x90 : 0x80;
+		*hi = b == 0xf4 ? 0x8f : 0xbf; /* nothing past U+10FFFF */
+		return 3;
+	}
+	return 0;
+}
+
 /* Appends id to out if there is room; counts it either way. */
 static inline void vocab_emit(uint32_t *out, uint32_t cap, size_t *n, uint32_t id)
 {

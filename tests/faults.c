@@ -351,6 +351,22 @@ static int kill_one_client(const char *path, const struct job *jobs)
 	return ok ? 0 : -1;
 }
 
+/* `rounds` clients killed while streaming, each counted; with report, the daemon's usage every
+ * 50 kills. */
+static void kill_clients(struct tu_daemon *d, const struct job *jobs, int rounds,
+			 struct result *r, int report)
+{
+	for (int i = 0; i < rounds; i++) {
+		r->attempts++;
+		if (kill_one_client(d->socket_path, &jobs[i % (N_JOBS - 4)]) < 0)
+			r->lost++;
+		struct usage u;
+		if (report && (i + 1) % 50 == 0 && wait_idle(d, &u) == 0)
+			printf("note: client-kill: after %d kills: fds %ld rss %ld KiB kv_blocks %lld\n",
+			       i + 1, u.fds, u.rss_kib, u.kv_blocks);
+	}
+}
+
 /* The allocator now and then takes a step of its own (96-336 KiB, about one campaign in
  * eight, at 940dcc9 as at e09615c): a leak shows in every window, a step once. So
  * growth over the limit is measured again over as many more kills, from where it stood, and
@@ -359,11 +375,7 @@ static long growth_again(struct tu_daemon *d, const struct job *jobs, int rounds
 			 struct result *r, struct usage *u)
 {
 	long first = r->leaked_kib, before = u->rss_kib;
-	for (int i = 0; i < rounds; i++) {
-		r->attempts++;
-		if (kill_one_client(d->socket_path, &jobs[i % (N_JOBS - 4)]) < 0)
-			r->lost++;
-	}
+	kill_clients(d, jobs, rounds, r, 0);
 	wait_idle(d, u);
 	long again = u->rss_kib > before ? u->rss_kib - before : 0;
 	printf("note: client-kill: grew %ld KiB; %d more kills grew it %ld KiB\n", first, rounds,
@@ -385,14 +397,7 @@ static void campaign_client_kill(struct result *r, const struct job *jobs, int r
 		kill_one_client(d.socket_path, &jobs[i % (N_JOBS - 4)]);
 	struct usage u0, u;
 	wait_idle(&d, &u0);
-	for (int i = 0; i < rounds; i++) {
-		r->attempts++;
-		if (kill_one_client(d.socket_path, &jobs[i % (N_JOBS - 4)]) < 0)
-			r->lost++;
-		if ((i + 1) % 50 == 0 && wait_idle(&d, &u) == 0)
-			printf("note: client-kill: after %d kills: fds %ld rss %ld KiB kv_blocks %lld\n",
-			       i + 1, u.fds, u.rss_kib, u.kv_blocks);
-	}
+	kill_clients(&d, jobs, rounds, r, 1);
 	wait_idle(&d, &u);
 	r->leaked_blocks = (long)u.kv_blocks;
 	r->leaked_fds = u.fds - u0.fds;

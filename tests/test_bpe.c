@@ -246,18 +246,25 @@ static void format_ids(const uint32_t *ids, int n, char *buf, size_t cap)
 		at += (size_t)snprintf(buf + at, cap - at, "%s%u", i ? " " : "", ids[i]);
 }
 
-static void expect_ids(const struct bn_vocab *v, uint32_t flags, const char *what,
-		       const char *text, size_t len, const uint32_t *want, int n_want)
+/* got[0..n) == want[0..n_want), both lists in the message when not. */
+static void assert_same_ids(const char *what, const uint32_t *got, int n, const uint32_t *want,
+			    int n_want)
 {
-	uint32_t got[128];
-	char g[1024], w[1024];
-	int n = bn_tokenize_ex(v, text, len, flags, got, 128);
-	ck_assert_int_ge(n, 0);
-	ck_assert_int_le(n, 128);
+	char g[4096], w[4096];
 	format_ids(got, n, g, sizeof(g));
 	format_ids(want, n_want, w, sizeof(w));
 	ck_assert_msg(n == n_want && memcmp(got, want, (size_t)n * 4) == 0,
 		      "%s: got [%s], want [%s]", what, g, w);
+}
+
+static void expect_ids(const struct bn_vocab *v, uint32_t flags, const char *what,
+		       const char *text, size_t len, const uint32_t *want, int n_want)
+{
+	uint32_t got[128];
+	int n = bn_tokenize_ex(v, text, len, flags, got, 128);
+	ck_assert_int_ge(n, 0);
+	ck_assert_int_le(n, 128);
+	assert_same_ids(what, got, n, want, n_want);
 }
 
 /* EXPECT(vocab, flags, "text literal", ids...) */
@@ -1409,10 +1416,7 @@ START_TEST(chat_tokenize_one_bos)
 	int template_bos = tmpl == BN_CHAT_LLAMA3 || tmpl == BN_CHAT_LLAMA2;
 	int m = bn_tokenize_ex(l, render, strlen(render),
 			       BN_TOK_PARSE_SPECIAL | (template_bos ? 0 : BN_TOK_ADD_BOS), want, 512);
-	char g[4096], w[4096];
-	format_ids(ids, n, g, sizeof(g));
-	format_ids(want, m, w, sizeof(w));
-	ck_assert_msg(n == m && memcmp(ids, want, 4 * (size_t)n) == 0, "got [%s]\nwant [%s]", g, w);
+	assert_same_ids(bn_chat_template_name(tmpl), ids, n, want, m);
 	ck_assert_uint_eq(ids[0], S_BOS);
 	ck_assert_uint_ne(ids[1], S_BOS);
 	ck_assert_int_eq(count_id(ids, n, S_BOS), tmpl == BN_CHAT_LLAMA2 ? 2 : 1);
@@ -1465,11 +1469,7 @@ START_TEST(chat_message_specials_are_text_llama3)
 	};
 	uint32_t ids[128];
 	int n = bn_chat_tokenize(l, BN_CHAT_LLAMA3, m, 1, ids, 128);
-	char g[1024], w[1024];
-	format_ids(ids, n, g, sizeof(g));
-	format_ids(want, (int)(sizeof(want) / 4), w, sizeof(w));
-	ck_assert_msg(n == (int)(sizeof(want) / 4) && memcmp(ids, want, sizeof(want)) == 0,
-		      "got [%s]\nwant [%s]", g, w);
+	assert_same_ids("chat", ids, n, want, (int)(sizeof(want) / 4));
 	bn_vocab_free(l);
 }
 END_TEST
@@ -1488,11 +1488,7 @@ START_TEST(chat_message_specials_are_text_bitnet)
 	};
 	uint32_t ids[128];
 	int n = bn_chat_tokenize(l, BN_CHAT_BITNET, m, 1, ids, 128);
-	char g[1024], w[1024];
-	format_ids(ids, n, g, sizeof(g));
-	format_ids(want, (int)(sizeof(want) / 4), w, sizeof(w));
-	ck_assert_msg(n == (int)(sizeof(want) / 4) && memcmp(ids, want, sizeof(want)) == 0,
-		      "got [%s]\nwant [%s]", g, w);
+	assert_same_ids("chat", ids, n, want, (int)(sizeof(want) / 4));
 	bn_vocab_free(l);
 }
 END_TEST
