@@ -33,7 +33,7 @@ SANITIZE ?=
 # cannot share objects.
 BUILD    ?= build$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
-LIB_VERSION := 1.3.0
+LIB_VERSION := 1.4.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)
@@ -122,8 +122,8 @@ KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
 TOKENIZER_SRCS := libclient/tokenizer.c libclient/bpe.c libclient/detok.c libclient/chat.c
 DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backend_cuda.c),$(wildcard daemon/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
-CLIENT_SRCS := libclient/client.c libclient/chat_run.c libclient/score.c $(TOKENIZER_SRCS)
-CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c
+CLIENT_SRCS := libclient/client.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
+CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
 MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c tools/hf_vocab.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay fuzz-requests-replay
@@ -193,10 +193,11 @@ $(DEFAULT_MODEL): $(MODELTOOL)
 	@$(if $(Q),echo "  GEN     $@")
 	$(Q)$(MODELTOOL) write --preset tiny --type i2_s --out $@
 
+# libm for bn_classify's label probabilities (exp).
 $(LIB_SO): $(CLIENT_PIC) libclient/libbitnet-client.map
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=libclient/libbitnet-client.map \
-		-Wl,--no-undefined $(CLIENT_PIC) -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS)
+		-Wl,--no-undefined $(CLIENT_PIC) -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
 	$(Q)ln -sf $(LIB_SONAME) $(BUILD)/libbitnet-client.so
 
 $(LIB_A): $(CLIENT_OBJS)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench-score — score requests through a daemon (the cpu backend on the 2B4T-shape model), the
+ * bench-score — score and classify requests through a daemon (the cpu backend on the 2B4T-shape model), the
  * way a client gets them, against a prompt's prefill in the same run. `make bench-score` makes
  * the model file (as bench-model does) and runs it. Keys:
  *
@@ -11,6 +11,12 @@
  *                        two alternate, which goes first alternating too)
  *   score_over_prefill_t512   their ratio, pair by pair, median (target >= 0.6)
  *   score_batch16_tps    16 texts of 128 tokens in one bn_score_batch, tokens per second
+ *   prefill_ms_t256      a 256-token prompt's prefill (a generate request of 1 token), ms
+ *   classify_8labels_ms  bn_classify of that prompt as prefix with 8 labels of 4 tokens, ms
+ *   classify_8labels_over_prefix   their ratio, pair by pair (alternating), median
+ *                        (target <= 1.3: the prefix is read once)
+ *   scores_8labels_over_classify   8 bn_score of prefix + label (what a client without
+ *                        classify does) over the classify, median
  *   threads, token_budget    what the daemon ran with
  */
 #define _GNU_SOURCE
@@ -28,6 +34,9 @@
 #define LONG 512
 #define BATCH 16
 #define SHORT 128
+#define PREFIX 256
+#define LABELS 8
+#define LABEL_TOKENS 4
 #define SEC 1000000000LL
 
 static double now_s(void)
@@ -110,7 +119,69 @@ static double score_seconds(struct bn_client *c, struct bn_score_item *items, si
 	return rc < 0 || br.n_failed ? -1 : now_s() - t0;
 }
 
-static int run(struct bn_client *c)
+static double classify_seconds(struct bn_client *c, struct bn_classify_item *it)
+{
+	double t0 = now_s();
+	int rc = bn_classify(c, it, 600 * SEC);
+	return rc < 0 ? -1 : now_s() - t0;
+}
+
+/* The 8 labels scored the way a client without classify would: prefix + label, each. */
+static double label_scores_seconds(struct bn_client *c, const uint32_t *prefix,
+				   const uint32_t (*labels)[LABEL_TOKENS])
+{
+	static uint32_t seq[LABELS][PREFIX + LABEL_TOKENS];
+	static struct bn_logprob lp[LABELS][PREFIX + LABEL_TOKENS];
+	struct bn_score_item items[LABELS];
+	for (uint32_t k = 0; k < LABELS; k++) {
+		memcpy(seq[k], prefix, PREFIX * sizeof(*prefix));
+		memcpy(seq[k] + PREFIX, labels[k], sizeof(labels[k]));
+		items[k] = (struct bn_score_item){ .ids = seq[k], .n_ids = PREFIX + LABEL_TOKENS,
+						   .cap = PREFIX + LABEL_TOKENS, .logprobs = lp[k] };
+	}
+	return score_seconds(c, items, LABELS);
+}
+
+static int run_classify(struct bn_client *c, uint32_t vocab)
+{
+	static uint32_t prefix[PREFIX], labels[LABELS][LABEL_TOKENS];
+	const uint32_t *label_ptr[LABELS];
+	uint32_t label_n[LABELS];
+	struct bn_label_score scores[LABELS];
+	ids_for(100, vocab, prefix, PREFIX);
+	for (uint32_t k = 0; k < LABELS; k++) {
+		ids_for(200 + k, vocab, labels[k], LABEL_TOKENS);
+		label_ptr[k] = labels[k];
+		label_n[k] = LABEL_TOKENS;
+	}
+	struct bn_classify_item it = { .prefix_ids = prefix, .n_prefix_ids = PREFIX,
+				       .label_ids = label_ptr, .label_n_ids = label_n,
+				       .n_labels = LABELS, .scores = scores };
+	double pre[PAIRS], cls[PAIRS], ratio[PAIRS], naive[PAIRS];
+	for (int i = 0; i < PAIRS; i++) {
+		int classify_first = i % 2;
+		double k = classify_first ? classify_seconds(c, &it) : 0;
+		double p = prefill_seconds(c, prefix, PREFIX);
+		if (!classify_first)
+			k = classify_seconds(c, &it);
+		double n = label_scores_seconds(c, prefix, (const uint32_t(*)[LABEL_TOKENS])labels);
+		if (p < 0 || k < 0 || n < 0)
+			return die("a classify request failed");
+		pre[i] = p * 1e3;
+		cls[i] = k * 1e3;
+		ratio[i] = k / p;
+		naive[i] = n / k;
+		fprintf(stderr, "pair %d: prefill %.0f ms, classify %.0f ms, 8 scores %.0f ms\n", i,
+			pre[i], cls[i], n * 1e3);
+	}
+	printf("prefill_ms_t%u=%.0f\nclassify_%ulabels_ms=%.0f\nclassify_%ulabels_over_prefix=%.2f\n"
+	       "scores_%ulabels_over_classify=%.2f\n",
+	       PREFIX, median(pre, PAIRS), LABELS, median(cls, PAIRS), LABELS,
+	       median(ratio, PAIRS), LABELS, median(naive, PAIRS));
+	return 0;
+}
+
+static int run_score(struct bn_client *c)
 {
 	struct bn_model_info mi;
 	if (bn_model_info(c, &mi) < 0)
@@ -145,7 +216,8 @@ static int run(struct bn_client *c)
 	if (t < 0)
 		return die("the batch failed");
 	printf("score_batch%u_tps=%.1f\n", BATCH, BATCH * SHORT / t);
-	return 0;
+	fflush(stdout);
+	return run_classify(c, mi.vocab_size);
 }
 
 int main(int argc, char **argv)
@@ -162,7 +234,7 @@ int main(int argc, char **argv)
 	pid_t pid = start_daemon(argv[2], sock, budget);
 	struct bn_client *c = pid > 0 ? connect_daemon(sock, pid) : NULL;
 	printf("token_budget=%s\n", budget);
-	int rc = c ? run(c) : die("the daemon did not start");
+	int rc = c ? run_score(c) : die("the daemon did not start");
 	bn_disconnect(c);
 	if (pid > 0) {
 		kill(pid, SIGTERM);

@@ -28,6 +28,11 @@
  * n_targets new tokens: out[j] of its bn_score_row for the token at position pos[r] + j is
  * the log-probability of targets[j] there (as bn_score_token computes it), with n_top
  * alternatives. Only backends whose desc says can_score get such rows.
+ *
+ * Forks: seq_fork (optional) starts a sequence whose first positions are already in the KV
+ * cache: the blocks its rows will name hold them, shared read-only with the sequence that
+ * wrote them, except a last partial block, which the backend copies. A classify request's
+ * labels each continue its prefix this way (sched.c).
  */
 #include "sample.h"
 
@@ -52,6 +57,7 @@ struct bn_model_desc {
 	 * first. 0: attention is not counted (every token costs 1). */
 	uint32_t attn_positions_per_token;
 	uint32_t can_score;      /* 1: batches may carry score rows (bn_batch.score) */
+	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
 };
 
 /* What a scoring row asks: targets[j] is the token that follows the row's new token j. */
@@ -96,6 +102,12 @@ struct bn_backend_ops {
 	/* A new sequence starts in id `seq` (previous contents of `seq` are discarded). */
 	int (*seq_open)(void *self, uint32_t seq);
 	void (*seq_close)(void *self, uint32_t seq);
+	/* Optional (NULL: no forks). A new sequence starts in `seq` holding positions
+	 * [0, start): its rows' blocks hold them, and n_copy of them (< block_tokens, 0: none)
+	 * must first be copied from positions [0, n_copy) of block src_block to the same
+	 * positions of block dst_block. Returns 0 or a negative code. */
+	int (*seq_fork)(void *self, uint32_t seq, uint32_t start, uint32_t dst_block,
+			uint32_t src_block, uint32_t n_copy);
 	/* One forward pass and sampling step: out[r] for every row with sample[r] != NULL.
 	 * Returns 0, or a negative code that fails every request in the batch. */
 	int (*step)(void *self, const struct bn_batch *batch, struct bn_sample_out *out);

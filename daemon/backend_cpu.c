@@ -82,6 +82,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		    (double)cb->model.repacked_bytes / 1e6, (double)(bn_now_ns() - t0) / 1e6);
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	desc->can_score = 1;
+	desc->can_classify = 1;
 	*self = cb;
 	return 0;
 }
@@ -96,6 +97,13 @@ static int cpu_seq_open(void *self, uint32_t seq)
 {
 	struct cpu_backend *cb = self;
 	return bn_forward_seq_reset(cb->fwd, seq);
+}
+
+static int cpu_seq_fork(void *self, uint32_t seq, uint32_t start, uint32_t dst_block,
+			uint32_t src_block, uint32_t n_copy)
+{
+	struct cpu_backend *cb = self;
+	return bn_forward_seq_fork(cb->fwd, seq, start, dst_block, src_block, n_copy);
 }
 
 static void cpu_seq_close(void *self, uint32_t seq)
@@ -156,5 +164,6 @@ const struct bn_backend_ops bn_backend_cpu = {
 	.kv_init = cpu_kv_init,
 	.seq_open = cpu_seq_open,
 	.seq_close = cpu_seq_close,
+	.seq_fork = cpu_seq_fork,
 	.step = cpu_step,
 };

@@ -680,6 +680,23 @@ int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq)
 	return 0;
 }
 
+int bn_forward_seq_fork(struct bn_forward *f, uint32_t seq, uint32_t start, uint32_t dst_block,
+			uint32_t src_block, uint32_t n_copy)
+{
+	if (seq >= f->max_seqs || start > f->m->cfg.n_ctx || n_copy >= f->kv_block_tokens ||
+	    (n_copy && (dst_block >= f->kv_blocks || src_block >= f->kv_blocks)))
+		return -EINVAL;
+	size_t block_floats = (size_t)f->kv_block_tokens * f->kv_dim;
+	for (uint32_t li = 0; n_copy && li < f->m->cfg.n_layer; li++) {
+		size_t layer = (size_t)li * f->kv_blocks * block_floats;
+		size_t dst = layer + dst_block * block_floats, src = layer + src_block * block_floats;
+		memcpy(f->kv_k + dst, f->kv_k + src, (size_t)n_copy * f->kv_dim * sizeof(float));
+		memcpy(f->kv_v + dst, f->kv_v + src, (size_t)n_copy * f->kv_dim * sizeof(float));
+	}
+	f->seq_len[seq] = start;
+	return 0;
+}
+
 struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 				  struct bn_pool *pool, const struct bn_kernels *kernels)
 {

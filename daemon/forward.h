@@ -46,6 +46,10 @@ int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_t
 int bn_forward_kv_init_simple(struct bn_forward *f, uint32_t max_len);
 /* Empties sequence `seq`: its next row starts at position 0. */
 int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq);
+/* Sequence `seq` starts holding positions [0, start), after n_copy positions of KV block
+ * src_block are copied to block dst_block (backend.h, seq_fork). 0 or -EINVAL. */
+int bn_forward_seq_fork(struct bn_forward *f, uint32_t seq, uint32_t start, uint32_t dst_block,
+			uint32_t src_block, uint32_t n_copy);
 /* Runs a batch. logits: with all_positions, one row of n_vocab per new token, rows in batch
  * order; otherwise the rows bn_batch_logit_rows selects, in batch order: one for each batch
  * row that wants a token (b->sample NULL: every row; else the rows with b->sample[r] !=

@@ -8,7 +8,8 @@ int bn_kvpool_init(struct bn_kvpool *p, uint32_t n_blocks, uint32_t block_tokens
 {
 	*p = (struct bn_kvpool){ .n_blocks = n_blocks, .block_tokens = block_tokens };
 	p->free_blocks = malloc((size_t)(n_blocks ? n_blocks : 1) * sizeof(uint32_t));
-	if (!p->free_blocks || block_tokens == 0)
+	p->refs = calloc(n_blocks ? n_blocks : 1, sizeof(uint32_t));
+	if (!p->free_blocks || !p->refs || block_tokens == 0)
 		return -ENOMEM;
 	/* Low ids on top, so a lightly used pool touches the start of the backend's arena. */
 	for (uint32_t i = 0; i < n_blocks; i++)
@@ -20,7 +21,9 @@ int bn_kvpool_init(struct bn_kvpool *p, uint32_t n_blocks, uint32_t block_tokens
 void bn_kvpool_free(struct bn_kvpool *p)
 {
 	free(p->free_blocks);
+	free(p->refs);
 	p->free_blocks = NULL;
+	p->refs = NULL;
 }
 
 uint32_t bn_kvpool_blocks_for(const struct bn_kvpool *p, uint64_t tokens)
@@ -29,9 +32,8 @@ uint32_t bn_kvpool_blocks_for(const struct bn_kvpool *p, uint64_t tokens)
 	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
-int bn_kvpool_reserve(struct bn_kvpool *p, struct bn_kv_seq *s, uint64_t tokens)
+int bn_kvpool_reserve_blocks(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t need)
 {
-	uint32_t need = bn_kvpool_blocks_for(p, tokens);
 	uint32_t have = s->n_blocks + s->reserved;
 	if (need <= have)
 		return 0;
@@ -42,6 +44,27 @@ int bn_kvpool_reserve(struct bn_kvpool *p, struct bn_kv_seq *s, uint64_t tokens)
 	return 0;
 }
 
+int bn_kvpool_reserve(struct bn_kvpool *p, struct bn_kv_seq *s, uint64_t tokens)
+{
+	return bn_kvpool_reserve_blocks(p, s, bn_kvpool_blocks_for(p, tokens));
+}
+
+void bn_kvpool_lend(struct bn_kv_seq *from, struct bn_kv_seq *to, uint32_t n)
+{
+	from->reserved -= n;
+	to->reserved += n;
+}
+
+void bn_kvpool_share(struct bn_kvpool *p, struct bn_kv_seq *to, const struct bn_kv_seq *from,
+		     uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		to->table[i] = from->table[i];
+		p->refs[to->table[i]]++;
+	}
+	to->n_blocks = n;
+}
+
 int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 {
 	uint32_t need = bn_kvpool_blocks_for(p, tokens);
@@ -50,17 +73,40 @@ int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 	if (need - s->n_blocks > s->reserved)
 		return -ENOSPC;
 	while (s->n_blocks < need) {
-		s->table[s->n_blocks++] = p->free_blocks[--p->n_free];
+		uint32_t block = p->free_blocks[--p->n_free];
+		p->refs[block] = 1;
+		s->table[s->n_blocks++] = block;
 		s->reserved--;
 		p->n_reserved--;
 	}
 	return 0;
 }
 
+/* Drops s's hold on its blocks; returns how many went back to the free stack. */
+static uint32_t drop_blocks(struct bn_kvpool *p, struct bn_kv_seq *s)
+{
+	uint32_t freed = 0;
+	while (s->n_blocks) {
+		uint32_t block = s->table[--s->n_blocks];
+		if (--p->refs[block] == 0) {
+			p->free_blocks[p->n_free++] = block;
+			freed++;
+		}
+	}
+	return freed;
+}
+
 void bn_kvpool_release(struct bn_kvpool *p, struct bn_kv_seq *s)
 {
-	while (s->n_blocks)
-		p->free_blocks[p->n_free++] = s->table[--s->n_blocks];
+	drop_blocks(p, s);
 	p->n_reserved -= s->reserved;
+	s->reserved = 0;
+}
+
+void bn_kvpool_release_to(struct bn_kvpool *p, struct bn_kv_seq *s, struct bn_kv_seq *heir)
+{
+	uint32_t freed = drop_blocks(p, s);
+	p->n_reserved += freed;
+	heir->reserved += freed + s->reserved;
 	s->reserved = 0;
 }

@@ -9,6 +9,11 @@
  * and everything goes back when the sequence ends. So a running sequence can always grow and is
  * never evicted or corrupted for memory; a request that does not fit waits for others to end;
  * one that could never fit is refused at once.
+ *
+ * Blocks are reference-counted so sequences can share them read-only: a classify request's
+ * labels each continue its prefix in their own sequence, whose table starts with the prefix's
+ * full blocks (bn_kvpool_share). A block goes back to the free stack when its last holder
+ * releases it.
  */
 #ifndef BITNETD_KVPOOL_H
 #define BITNETD_KVPOOL_H
@@ -21,6 +26,7 @@ struct bn_kvpool {
 	uint32_t *free_blocks;   /* stack of unused block ids */
 	uint32_t n_free;         /* blocks on the stack (some of them reserved) */
 	uint32_t n_reserved;     /* promised to sequences, still on the stack */
+	uint32_t *refs;          /* [n_blocks] holders of each block in use */
 };
 
 /* One sequence's blocks: table[0 .. n_blocks) in position order. */
@@ -39,11 +45,23 @@ uint32_t bn_kvpool_blocks_for(const struct bn_kvpool *p, uint64_t tokens);
 /* Reserves what a sequence of up to `tokens` positions needs. Returns 0, or -EAGAIN when the
  * pool has not that many unpromised blocks now. */
 int bn_kvpool_reserve(struct bn_kvpool *p, struct bn_kv_seq *s, uint64_t tokens);
+/* The same for a number of blocks. */
+int bn_kvpool_reserve_blocks(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t blocks);
+/* Moves n blocks of `from`'s reservation to `to` (n <= from->reserved). */
+void bn_kvpool_lend(struct bn_kv_seq *from, struct bn_kv_seq *to, uint32_t n);
+/* Starts `to`'s (empty) table with the first n blocks of `from`'s, shared: each gains a
+ * holder. */
+void bn_kvpool_share(struct bn_kvpool *p, struct bn_kv_seq *to, const struct bn_kv_seq *from,
+		     uint32_t n);
 /* Makes the table cover positions [0, tokens), taking blocks from the reservation.
  * Returns 0, or -ENOSPC when that exceeds the reservation (a scheduler bug, checked). */
 int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens);
-/* Returns the sequence's blocks and what is left of its reservation. */
+/* Returns the sequence's blocks (those it was the last holder of) and what is left of its
+ * reservation. */
 void bn_kvpool_release(struct bn_kvpool *p, struct bn_kv_seq *s);
+/* Releases s like bn_kvpool_release, but what it had been promised (the blocks it freed and
+ * its reservation left) becomes heir's reservation again: what `heir` lent s comes back. */
+void bn_kvpool_release_to(struct bn_kvpool *p, struct bn_kv_seq *s, struct bn_kv_seq *heir);
 
 /* Blocks holding positions, and blocks promised but not yet holding any. */
 static inline uint32_t bn_kvpool_used(const struct bn_kvpool *p)

@@ -961,6 +961,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		.kv_memory = cfg->kv_memory,
 		.kv_block_tokens = cfg->kv_block_tokens,
 		.logprob_capacity = cfg->max_logprobs,
+		.fork_seqs = model->can_classify ? cfg->max_batch : 0, /* main.c opened that many */
 	};
 	open_vocab(l, model);
 	copy_eog(&l->vocab.choice, &sc);

@@ -22,7 +22,8 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 	}
 	struct bn_backend_options opt = {
 		.model_path = cfg->model_path,
-		.max_seqs = cfg->max_batch,
+		/* The second half is for forked sequences: a classify request's labels (sched.h). */
+		.max_seqs = 2 * cfg->max_batch,
 		.vocab_size = cfg->vocab_size,
 		.step_delay_us = cfg->step_delay_us,
 		.n_threads = cfg->threads,

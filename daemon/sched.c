@@ -17,6 +17,18 @@
  * backend says its device has free. */
 #define KV_DEFAULT_MEMORY_SHARE 4
 
+/* A label of a classify request, running in its own sequence forked from the prefix's. Its
+ * row sequence is the prefix's last token, then the label's tokens but the last, at positions
+ * from n_prompt - 1; token i of it is scored against label token i. */
+struct fork {
+	struct bn_req *owner;     /* NULL: free */
+	uint32_t seq;             /* backend sequence id, past max_batch */
+	uint32_t label;
+	uint32_t at;              /* the label's first id in owner->labels, and its first record */
+	uint32_t done;            /* tokens of its row sequence read */
+	struct bn_kv_seq kv;
+};
+
 /* Running sequences of one peer uid. */
 struct uid_count {
 	uint32_t uid;
@@ -28,7 +40,7 @@ struct bn_sched {
 	void *backend;
 	struct bn_sched_config cfg;
 	struct bn_kvpool kv;
-	uint32_t *kv_tables;      /* [max_batch][max_blocks_per_seq], by backend sequence id */
+	uint32_t *kv_tables;      /* [max_batch + fork_seqs][max_blocks_per_seq], by sequence id */
 	uint32_t max_blocks_per_seq;
 	struct bn_req **running;  /* [max_batch], dense */
 	uint32_t n_running;
@@ -38,6 +50,10 @@ struct bn_sched {
 	struct uid_count *uids;   /* [max_batch], dense */
 	uint32_t n_uids;
 	uint32_t attn_positions;  /* the model's attn_positions_per_token (backend.h) */
+	struct fork *forks;       /* [fork_seqs] */
+	uint32_t *free_forks;     /* stack of unused indices into forks */
+	uint32_t n_free_forks;
+	uint32_t max_rows;        /* rows one step may have: max_batch + fork_seqs */
 	uint64_t plans;           /* steps planned so far: marks which requests have a row */
 	uint32_t rr_cursor;       /* session index where the next admission round starts */
 	uint64_t admissions;
@@ -45,15 +61,16 @@ struct bn_sched {
 	/* One step's batch, grown on demand. */
 	uint32_t *tokens;
 	size_t tokens_cap;
-	struct bn_req **rows;     /* [max_batch] the request of each row */
+	struct bn_req **rows;     /* [max_rows] the request of each row */
+	struct fork **row_fork;   /* [max_rows] the fork a row reads, NULL: the request's own */
 	uint32_t *lens, *pos, *seq;
 	const uint32_t **blocks;
 	const struct bn_sample_ctx **sample;
 	struct bn_sample_out *out;
 	struct bn_token_logprob *top; /* [max_batch][logprob_capacity] */
 	/* Score rows (BN_OP_SCORE): what each asks, and its positions' answers, grown on demand. */
-	const struct bn_score_row **score; /* [max_batch] NULL: not scored */
-	struct bn_score_row *score_rows;   /* [max_batch] */
+	const struct bn_score_row **score; /* [max_rows] NULL: not scored */
+	struct bn_score_row *score_rows;   /* [max_rows] */
 	struct bn_sample_out *score_out;
 	struct bn_token_logprob *score_top; /* [score_cap][logprob_capacity] */
 	size_t score_cap;
@@ -133,13 +150,33 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 	return 0;
 }
 
+static int alloc_forks(struct bn_sched *s)
+{
+	uint32_t n = s->cfg.fork_seqs;
+	s->forks = calloc(n ? n : 1, sizeof(*s->forks));
+	s->free_forks = calloc(n ? n : 1, sizeof(*s->free_forks));
+	if (!s->forks || !s->free_forks)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t seq = s->cfg.max_batch + i;
+		s->forks[i] = (struct fork){
+			.seq = seq,
+			.kv.table = s->kv_tables + (size_t)seq * s->max_blocks_per_seq,
+		};
+		s->free_forks[i] = n - 1 - i;
+	}
+	s->n_free_forks = n;
+	return 0;
+}
+
 static int alloc_buffers(struct bn_sched *s)
 {
-	uint32_t n = s->cfg.max_batch;
-	s->running = calloc(n, sizeof(*s->running));
-	s->free_seqs = calloc(n, sizeof(*s->free_seqs));
-	s->uids = calloc(n, sizeof(*s->uids));
+	uint32_t n = s->max_rows = s->cfg.max_batch + s->cfg.fork_seqs;
+	s->running = calloc(s->cfg.max_batch, sizeof(*s->running));
+	s->free_seqs = calloc(s->cfg.max_batch, sizeof(*s->free_seqs));
+	s->uids = calloc(s->cfg.max_batch, sizeof(*s->uids));
 	s->rows = calloc(n, sizeof(*s->rows));
+	s->row_fork = calloc(n, sizeof(*s->row_fork));
 	s->lens = calloc(n, sizeof(*s->lens));
 	s->pos = calloc(n, sizeof(*s->pos));
 	s->seq = calloc(n, sizeof(*s->seq));
@@ -151,16 +188,16 @@ static int alloc_buffers(struct bn_sched *s)
 	s->kv_tables = calloc((size_t)n * s->max_blocks_per_seq, sizeof(*s->kv_tables));
 	s->score = calloc(n, sizeof(*s->score));
 	s->score_rows = calloc(n, sizeof(*s->score_rows));
-	if (!s->running || !s->free_seqs || !s->uids || !s->rows || !s->lens || !s->pos ||
-	    !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables ||
+	if (!s->running || !s->free_seqs || !s->uids || !s->rows || !s->row_fork || !s->lens ||
+	    !s->pos || !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables ||
 	    !s->score || !s->score_rows)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) {
-		s->free_seqs[i] = n - 1 - i;
+	for (uint32_t i = 0; i < n; i++)
 		s->out[i].top = s->top + (size_t)i * s->cfg.logprob_capacity;
-	}
-	s->n_free_seqs = n;
-	return 0;
+	for (uint32_t i = 0; i < s->cfg.max_batch; i++)
+		s->free_seqs[i] = s->cfg.max_batch - 1 - i;
+	s->n_free_seqs = s->cfg.max_batch;
+	return alloc_forks(s);
 }
 
 struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
@@ -191,6 +228,9 @@ void bn_sched_free(struct bn_sched *s)
 	free(s->uids);
 	free(s->tokens);
 	free(s->rows);
+	free(s->row_fork);
+	free(s->forks);
+	free(s->free_forks);
 	free(s->lens);
 	free(s->pos);
 	free(s->seq);
@@ -209,15 +249,39 @@ void bn_sched_free(struct bn_sched *s)
 /* Queues                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Every position the request can ever hold in the KV cache. */
-static uint64_t kv_need(const struct bn_req *r)
+/* A classify request's forks continue the prefix from its last token: they share the
+ * prefix's blocks before that position and copy the partial one. */
+static uint32_t fork_start(const struct bn_req *r)
 {
-	return (uint64_t)r->n_prompt + r->max_tokens;
+	return r->n_prompt - 1;
+}
+
+/* The blocks a fork of a label of len tokens holds that are its own. */
+static uint32_t fork_own_blocks(const struct bn_sched *s, const struct bn_req *r, uint32_t len)
+{
+	return bn_kvpool_blocks_for(&s->kv, (uint64_t)fork_start(r) + len) -
+	       fork_start(r) / s->kv.block_tokens;
+}
+
+/* Every block the request can ever hold in the KV cache at once: a generation's prompt and
+ * output; a classify request's prefix and max_forks forks of its longest label, where
+ * max_forks is set here: as many labels at once as fork ids and the pool allow (0 when not
+ * even one fits: the request never can). */
+static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r)
+{
+	if (r->op != BN_OP_CLASSIFY)
+		return bn_kvpool_blocks_for(&s->kv, (uint64_t)r->n_prompt + r->max_tokens);
+	uint64_t prefix = bn_kvpool_blocks_for(&s->kv, fork_start(r));
+	uint64_t per_fork = fork_own_blocks(s, r, r->longest_label);
+	uint64_t room = s->kv.n_blocks > prefix ? (s->kv.n_blocks - prefix) / per_fork : 0;
+	uint32_t forks = r->n_labels < s->cfg.fork_seqs ? r->n_labels : s->cfg.fork_seqs;
+	r->max_forks = room < forks ? (uint32_t)room : forks;
+	return prefix + (uint64_t)(r->max_forks ? r->max_forks : 1) * per_fork;
 }
 
 void bn_sched_enqueue(struct bn_sched *s, struct bn_req *r)
 {
-	if (bn_kvpool_blocks_for(&s->kv, kv_need(r)) > s->kv.n_blocks) {
+	if (kv_need_blocks(s, r) > s->kv.n_blocks) {
 		bn_req_finish(r, BN_STATUS_ERROR, BN_E_KV_SPACE);
 		return;
 	}
@@ -271,10 +335,28 @@ static void uid_remove(struct bn_sched *s, uint32_t uid)
 		*u = s->uids[--s->n_uids];
 }
 
+/* A fork ends: its own blocks back to its request's reservation, its id reused. */
+static void end_fork(struct bn_sched *s, struct fork *f)
+{
+	s->ops->seq_close(s->backend, f->seq);
+	bn_kvpool_release_to(&s->kv, &f->kv, &f->owner->kv);
+	f->owner->n_forks--;
+	f->owner = NULL;
+	s->free_forks[s->n_free_forks++] = (uint32_t)(f - s->forks);
+}
+
+static void end_forks_of(struct bn_sched *s, const struct bn_req *r)
+{
+	for (uint32_t i = 0; i < s->cfg.fork_seqs && r->n_forks; i++)
+		if (s->forks[i].owner == r)
+			end_fork(s, &s->forks[i]);
+}
+
 /* Leaves the running set: KV blocks back to the pool, the backend sequence id reused. */
 static void stop_running(struct bn_sched *s, uint32_t index)
 {
 	struct bn_req *r = s->running[index];
+	end_forks_of(s, r);
 	s->ops->seq_close(s->backend, r->seq);
 	bn_kvpool_release(&s->kv, &r->kv);
 	s->free_seqs[s->n_free_seqs++] = r->seq;
@@ -282,6 +364,14 @@ static void stop_running(struct bn_sched *s, uint32_t index)
 	r->sess->n_running--;
 	uid_remove(s, (uint32_t)r->sess->peer_uid);
 	s->running[index] = s->running[--s->n_running];
+}
+
+static uint32_t running_index(const struct bn_sched *s, const struct bn_req *r)
+{
+	for (uint32_t i = 0; i < s->n_running; i++)
+		if (s->running[i] == r)
+			return i;
+	return UINT32_MAX;
 }
 
 static void finish_running(struct bn_sched *s, uint32_t index, uint32_t status, uint32_t error)
@@ -322,6 +412,7 @@ static void start_running(struct bn_sched *s, struct bn_req *r)
 	r->seq = seq;
 	r->running = 1;
 	r->n_prefilled = 0;
+	r->next_label = r->next_label_at = r->labels_done = r->n_forks = 0;
 	r->admitted = ++s->admissions;
 	r->sess->n_running++;
 	uid_add(s, (uint32_t)r->sess->peer_uid);
@@ -351,7 +442,7 @@ static enum admit_stop admit_from(struct bn_sched *s, struct bn_session *sess, u
 							       s->max_blocks_per_seq };
 		/* The oldest request that does not fit holds everyone back: otherwise a stream of
 		 * small requests could keep a large one waiting for ever. */
-		if (bn_kvpool_reserve(&s->kv, &r->kv, kv_need(r)) < 0)
+		if (bn_kvpool_reserve_blocks(&s->kv, &r->kv, (uint32_t)kv_need_blocks(s, r)) < 0)
 			return STOP_KV_FULL;
 		start_running(s, dequeue(s, sess));
 		sess->credit--;
@@ -442,9 +533,28 @@ static void sweep_waiting(struct bn_sched *s, struct bn_session **sessions, uint
 /* Planning one step                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
+/* The positions a request reads as prompt chunks: a classify request's prefix but its last
+ * token, which each fork reads again (fork_start). */
+static uint32_t prefill_end(const struct bn_req *r)
+{
+	return r->op == BN_OP_CLASSIFY ? fork_start(r) : r->n_prompt;
+}
+
 static int prompt_done(const struct bn_req *r)
 {
-	return r->n_prefilled == r->n_prompt;
+	return r->n_prefilled == prefill_end(r);
+}
+
+/* It has its prompt and generates a token a step. */
+static int decoding(const struct bn_req *r)
+{
+	return r->op == BN_OP_GENERATE && prompt_done(r);
+}
+
+/* A classify request whose prefix is read: its labels are what is left. */
+static int reading_labels(const struct bn_req *r)
+{
+	return r->op == BN_OP_CLASSIFY && prompt_done(r);
 }
 
 static int planned(const struct bn_sched *s, const struct bn_req *r)
@@ -480,7 +590,7 @@ static struct bn_req *next_prefill(struct bn_sched *s)
 	uint32_t best_rows = 0;
 	for (uint32_t i = 0; i < s->n_running; i++) {
 		struct bn_req *r = s->running[i];
-		if (prompt_done(r) || planned(s, r))
+		if (decoding(r) || planned(s, r))
 			continue;
 		uint32_t rows = decode_rows(s, r->sess);
 		if (!best || rows < best_rows || (rows == best_rows && r->admitted < best->admitted)) {
@@ -510,6 +620,7 @@ static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t 
 {
 	r->planned_in = s->plans;
 	s->rows[k] = r;
+	s->row_fork[k] = NULL;
 	s->lens[k] = len;
 	s->seq[k] = r->seq;
 	s->blocks[k] = r->kv.table;
@@ -517,12 +628,13 @@ static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t 
 	if (r->op == BN_OP_SCORE) {
 		s->pos[k] = r->n_prefilled;
 		plan_score_row(s, k, r, len);
-	} else if (prompt_done(r)) {
+	} else if (decoding(r)) {
 		s->pos[k] = r->n_prompt + r->n_out - 1;
 		s->sample[k] = &r->sample_ctx;
 	} else {
 		s->pos[k] = r->n_prefilled;
-		s->sample[k] = r->n_prefilled + len == r->n_prompt ? &r->sample_ctx : NULL;
+		s->sample[k] = r->op == BN_OP_GENERATE && r->n_prefilled + len == r->n_prompt
+				       ? &r->sample_ctx : NULL;
 	}
 }
 
@@ -555,6 +667,85 @@ uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t m
 	return take_chunk(attn_positions, pos, max_tokens, &units);
 }
 
+/* A fork's chunk: its tokens at positions fork_start + done, each scored against the label
+ * token that follows it. */
+static void plan_fork_row(struct bn_sched *s, uint32_t k, struct fork *f, uint32_t len)
+{
+	struct bn_req *r = f->owner;
+	s->rows[k] = r;
+	s->row_fork[k] = f;
+	s->lens[k] = len;
+	s->pos[k] = fork_start(r) + f->done;
+	s->seq[k] = f->seq;
+	s->blocks[k] = f->kv.table;
+	s->sample[k] = NULL;
+	s->score_rows[k] = (struct bn_score_row){ .targets = r->labels + f->at + f->done,
+						  .n_targets = len };
+	s->score[k] = &s->score_rows[k];
+	s->n_score_rows++;
+}
+
+/* The next label of r starts in a fork: the prefix's full blocks shared, its partial block
+ * copied, the label's own blocks lent from r's reservation. 0 or the backend's error. */
+static int start_fork(struct bn_sched *s, struct bn_req *r)
+{
+	struct fork *f = &s->forks[s->free_forks[--s->n_free_forks]];
+	uint32_t len = r->label_len[r->next_label], start = fork_start(r);
+	uint32_t full = start / s->kv.block_tokens, part = start % s->kv.block_tokens;
+	f->owner = r;
+	r->n_forks++;
+	bn_kvpool_share(&s->kv, &f->kv, &r->kv, full);
+	bn_kvpool_lend(&r->kv, &f->kv, fork_own_blocks(s, r, len));
+	uint32_t dst = 0, src = 0;
+	if (part) {
+		(void)bn_kvpool_grow(&s->kv, &f->kv, start); /* within what was just lent */
+		dst = f->kv.table[full];
+		src = r->kv.table[full];
+	}
+	int rc = s->ops->seq_fork(s->backend, f->seq, start, dst, src, part);
+	if (rc < 0) {
+		end_fork(s, f);
+		return rc;
+	}
+	f->label = r->next_label++;
+	f->at = r->next_label_at;
+	f->done = 0;
+	r->next_label_at += len;
+	return 0;
+}
+
+/* Chunks of r's forks within the budget, starting labels while it may run more; the first
+ * gets a token even past the budget when `force`. Returns the rows planned, or a negative
+ * backend error. */
+static int plan_forks(struct bn_sched *s, struct bn_req *r, uint32_t *n, uint64_t *left,
+		      int force)
+{
+	r->planned_in = s->plans;
+	while (r->next_label < r->n_labels && r->n_forks < r->max_forks && s->n_free_forks) {
+		int rc = start_fork(s, r);
+		if (rc < 0)
+			return rc;
+	}
+	int planned_rows = 0;
+	for (uint32_t i = 0; i < s->cfg.fork_seqs; i++) {
+		struct fork *f = &s->forks[i];
+		if (f->owner != r)
+			continue;
+		uint32_t rest = r->label_len[f->label] - f->done;
+		uint32_t chunk = take_chunk(s->attn_positions, fork_start(r) + f->done, rest, left);
+		if (chunk == 0 && force) {
+			chunk = 1;
+			*left = 0;
+		}
+		if (chunk == 0)
+			break;
+		force = 0;
+		plan_fork_row(s, (*n)++, f, chunk);
+		planned_rows++;
+	}
+	return planned_rows;
+}
+
 /* Decode rows first, then prompt chunks (next_prefill: the session decoding the fewest
  * sequences first, then oldest) within the step's budget (counted in work, see token_cost).
  * When decoding leaves less than a quarter of the budget, prompts still get that quarter, and
@@ -571,7 +762,7 @@ static uint32_t plan(struct bn_sched *s)
 	struct bn_req *r, *oldest = NULL; /* the earliest admitted prompt still being read */
 	for (uint32_t i = 0; i < s->n_running; i++) {
 		r = s->running[i];
-		if (prompt_done(r)) {
+		if (decoding(r)) {
 			plan_row(s, n++, r, 1);
 			used += token_cost(a, r->n_prompt + r->n_out - 1);
 			count_decode_row(s, r->sess);
@@ -585,7 +776,13 @@ static uint32_t plan(struct bn_sched *s)
 	uint32_t n_decode = n;
 	/* Past the budget only the first prompt may still come in (see above): no search then. */
 	while ((left > 0 || n == n_decode) && (r = next_prefill(s)) != NULL) {
-		uint32_t rest = r->n_prompt - r->n_prefilled;
+		if (reading_labels(r)) {
+			int rows = plan_forks(s, r, &n, &left, n == n_decode);
+			if (rows < 0)
+				finish_running(s, running_index(s, r), BN_STATUS_ERROR, BN_E_BACKEND);
+			continue;
+		}
+		uint32_t rest = prefill_end(r) - r->n_prefilled;
 		uint32_t chunk = take_chunk(a, r->n_prefilled, rest, &left);
 		if (chunk == 0 && n == n_decode) {
 			chunk = 1; /* it costs more than is left: nothing is left after it */
@@ -595,8 +792,10 @@ static uint32_t plan(struct bn_sched *s)
 			break;
 		plan_row(s, n++, r, chunk);
 	}
-	if (oldest && !planned(s, oldest))
+	if (oldest && !planned(s, oldest) && !reading_labels(oldest))
 		plan_row(s, n++, oldest, 1);
+	else if (oldest && !planned(s, oldest) && plan_forks(s, oldest, &n, &left, 1) < 0)
+		finish_running(s, running_index(s, oldest), BN_STATUS_ERROR, BN_E_BACKEND);
 	return n;
 }
 
@@ -642,12 +841,23 @@ static int score_outputs(struct bn_sched *s, uint32_t n_rows)
 	return 0;
 }
 
+/* Token i of a fork's row sequence: the prefix's last token, then the label's. */
+static void fill_fork_row(const struct fork *f, uint32_t len, uint32_t *row)
+{
+	const struct bn_req *r = f->owner;
+	for (uint32_t i = 0; i < len; i++) {
+		uint32_t at = f->done + i;
+		row[i] = at == 0 ? r->prompt[fork_start(r)] : r->labels[f->at + at - 1];
+	}
+}
+
 /* Grows each row's block table over its new positions and fills the padded token matrix. */
 static int build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 {
 	uint32_t width = 1;
 	for (uint32_t k = 0; k < n_rows; k++) {
-		int rc = bn_kvpool_grow(&s->kv, &s->rows[k]->kv, s->pos[k] + s->lens[k]);
+		struct bn_kv_seq *kv = s->row_fork[k] ? &s->row_fork[k]->kv : &s->rows[k]->kv;
+		int rc = bn_kvpool_grow(&s->kv, kv, s->pos[k] + s->lens[k]);
 		if (rc < 0)
 			return rc; /* the reservation covers every position: a bug, reported */
 		if (s->lens[k] > width)
@@ -658,7 +868,9 @@ static int build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 	for (uint32_t k = 0; k < n_rows; k++) {
 		struct bn_req *r = s->rows[k];
 		uint32_t *row = s->tokens + (size_t)k * width;
-		if (prompt_done(r))
+		if (s->row_fork[k])
+			fill_fork_row(s->row_fork[k], s->lens[k], row);
+		else if (decoding(r))
 			row[0] = r->output[r->n_out - 1];
 		else
 			memcpy(row, r->prompt + r->n_prefilled, (size_t)s->lens[k] * sizeof(uint32_t));
@@ -694,14 +906,6 @@ static int is_stop(const struct bn_req *r, uint32_t token)
 		if (r->stop[i] == token)
 			return 1;
 	return 0;
-}
-
-static uint32_t running_index(const struct bn_sched *s, const struct bn_req *r)
-{
-	for (uint32_t i = 0; i < s->n_running; i++)
-		if (s->running[i] == r)
-			return i;
-	return UINT32_MAX;
 }
 
 static void observe_token(struct bn_req *r, uint64_t now)
@@ -779,11 +983,33 @@ static void deliver_score(struct bn_sched *s, uint32_t k, struct bn_req *r)
 		finish_running(s, running_index(s, r), BN_STATUS_COMPLETE, 0);
 }
 
+/* A fork's records go to the slot (published at the end); the last label to end ends the
+ * request with every record. */
+static void deliver_fork(struct bn_sched *s, uint32_t k, struct fork *f)
+{
+	struct bn_req *r = f->owner;
+	const struct bn_score_row *sr = s->score[k];
+	for (uint32_t j = 0; j < sr->n_targets; j++)
+		bn_req_write_record(r, f->at + f->done + j, &sr->out[j]);
+	f->done += s->lens[k];
+	if (f->done < r->label_len[f->label])
+		return;
+	end_fork(s, f);
+	if (++r->labels_done == r->n_labels) {
+		r->n_out = r->n_label_tokens;
+		finish_running(s, running_index(s, r), BN_STATUS_COMPLETE, 0);
+	}
+}
+
 static void deliver_all(struct bn_sched *s, uint32_t n_rows)
 {
 	uint64_t now = bn_now_ns();
 	for (uint32_t k = 0; k < n_rows; k++) {
 		struct bn_req *r = s->rows[k];
+		if (s->row_fork[k]) {
+			deliver_fork(s, k, s->row_fork[k]);
+			continue;
+		}
 		if (s->score[k]) {
 			deliver_score(s, k, r);
 			continue;

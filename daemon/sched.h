@@ -13,6 +13,13 @@
  * the max batch, the per-session and per-user caps on running sequences, and the KV pool
  * (kvpool.h): a request is admitted only when every block it can need is reserved for it.
  * Finished sequences leave at once and give their blocks back before the next step.
+ *
+ * A classify request reads its prefix but the last token (no LM head), then continues it with
+ * each label in a forked sequence (backend.h, seq_fork) that shares the prefix's full KV
+ * blocks: the fork's row is the prefix's last token and the label's tokens but its last, each
+ * scored against the next label token. So the prefix is read once, every label costs its own
+ * length, and each label's log-probabilities are those of scoring prefix + label alone (the
+ * same rows over the same KV). Forks are prompt work: budgeted and ordered as prompt chunks.
  */
 #ifndef BITNETD_SCHED_H
 #define BITNETD_SCHED_H
@@ -40,6 +47,9 @@ struct bn_sched_config {
 	uint64_t kv_memory;              /* bytes of KV cache; 0: the default (sched.c) */
 	uint32_t kv_block_tokens;        /* positions per KV block */
 	uint32_t logprob_capacity;       /* alternatives a request may ask for */
+	/* Backend sequence ids past max_batch for forked sequences (a classify request's labels):
+	 * the backend was opened with max_batch + fork_seqs of them. 0: no classify. */
+	uint32_t fork_seqs;
 };
 
 /* Sizes the KV pool, calls the backend's kv_init, logs the outcome. NULL on failure (logged). */

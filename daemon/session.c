@@ -125,7 +125,7 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	h->abi_version = BN_ABI_VERSION;
 	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS |
 		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) |
-		      (m->can_score ? BN_FEAT_SCORE : 0);
+		      (m->can_score ? BN_FEAT_SCORE : 0) | (m->can_classify ? BN_FEAT_CLASSIFY : 0);
 	h->session_id = s->id;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;
@@ -456,20 +456,18 @@ static uint32_t copy_op_request(struct bn_session *s, struct bn_req *r)
 	return 0;
 }
 
-/* A score request: its prompt as for generate (ids, or text with its flags), n_logprobs
- * alternatives per position with LOGPROBS, a deadline; every other word must be 0. Returns 0
- * or the bn_error that ends it. */
-static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
+/* The words of a request that reads a given sequence (score, classify): n_prompt, flags
+ * (within `allowed`), n_logprobs and a deadline; max_tokens, the nine sampling words
+ * (temperature .. seed_hi), n_stop and reserved2 must be 0. Returns 0 or BN_E_INVALID. */
+static uint32_t copy_reading_words(struct bn_session *s, struct bn_req *r, uint32_t allowed)
 {
 	struct bn_slot *sl = bn_slot_at(s, r->slot);
-	const uint32_t allowed = BN_REQ_LOGPROBS | BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS;
 	r->n_prompt = bn_read_once(sl->n_prompt);
 	r->flags = bn_read_once(sl->flags);
 	r->max_tokens = 0;
 	r->n_stop = 0;
 	uint32_t deadline_ms = bn_read_once(sl->deadline_ms);
 	r->deadline = deadline_ms ? r->t_seen + (uint64_t)deadline_ms * 1000000u : 0;
-	/* max_tokens, the nine sampling words (temperature .. seed_hi), n_stop, reserved2. */
 	const uint32_t *words = (const uint32_t *)(const void *)&sl->temperature;
 	uint32_t nonzero = bn_read_once(sl->max_tokens) | bn_read_once(sl->n_stop) |
 			   bn_read_once(sl->reserved2);
@@ -481,7 +479,18 @@ static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
 	    (r->sampling.n_logprobs && !r->sampling.want_logprobs) ||
 	    r->sampling.n_logprobs > s->logprob_capacity)
 		return BN_E_INVALID;
-	uint32_t err = take_prompt(s, r);
+	return 0;
+}
+
+/* A score request: its prompt as for generate (ids, or text with its flags), n_logprobs
+ * alternatives per position with LOGPROBS, a deadline. Returns 0 or the bn_error that ends
+ * it. */
+static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
+{
+	const uint32_t allowed = BN_REQ_LOGPROBS | BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS;
+	uint32_t err = copy_reading_words(s, r, allowed);
+	if (!err)
+		err = take_prompt(s, r);
 	if (!err && r->n_prompt > s->model->context_length)
 		err = BN_E_TOO_LONG;
 	if (!err && !(r->flags & BN_REQ_TEXT))
@@ -490,11 +499,94 @@ static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
 	return err;
 }
 
+/* Reverses w[0 .. n). */
+static void reverse_words(uint32_t *w, uint32_t n)
+{
+	for (uint32_t i = 0; i < n / 2; i++) {
+		uint32_t t = w[i];
+		w[i] = w[n - 1 - i];
+		w[n - 1 - i] = t;
+	}
+}
+
+/* An id classify request's words (§6.12): n_labels, n_prefix, the label lengths, the prefix,
+ * the labels. Copied once, then rotated so the ids come first and the label lengths last, as
+ * a text request lays them out (bn_text_classify_take). Returns 0 or the bn_error. */
+static uint32_t copy_classify_ids(struct bn_session *s, struct bn_req *r)
+{
+	uint32_t n = r->n_prompt;
+	if (n > s->prompt_capacity)
+		return BN_E_TOO_LONG;
+	const uint32_t *src = bn_slot_prompt(s, r->slot);
+	for (uint32_t i = 0; i < n; i++)
+		r->prompt[i] = bn_read_once(src[i]);
+	if (n < 2 || r->prompt[0] > n - 2 || r->prompt[1] > n - 2)
+		return BN_E_INVALID;
+	uint32_t n_labels = r->prompt[0], n_prefix = r->prompt[1], head = 2 + n_labels;
+	uint64_t sum = n_prefix;
+	for (uint32_t i = 2; i < head; i++)
+		sum += r->prompt[i];
+	if (head + sum != n)
+		return BN_E_INVALID;
+	/* Rotating left by `head` is three reversals: [head][ids] -> [ids][head]. */
+	reverse_words(r->prompt, head);
+	reverse_words(r->prompt + head, n - head);
+	reverse_words(r->prompt, n);
+	for (uint32_t i = 0; i < n - head; i++)
+		if (r->prompt[i] >= s->model->vocab_size)
+			return BN_E_TOKEN;
+	r->n_prompt = n_prefix;
+	r->n_labels = n_labels;
+	r->labels = r->prompt + n_prefix;
+	r->label_len = r->prompt + n - n_labels;
+	return 0;
+}
+
+/* What the labels add up to, against the slot's and the context's room. */
+static uint32_t check_labels(const struct bn_session *s, struct bn_req *r)
+{
+	if (r->n_prompt == 0 || r->n_labels == 0)
+		return BN_E_EMPTY;
+	uint64_t total = 0;
+	r->longest_label = 0;
+	for (uint32_t i = 0; i < r->n_labels; i++) {
+		if (r->label_len[i] == 0)
+			return BN_E_EMPTY;
+		total += r->label_len[i];
+		if (r->label_len[i] > r->longest_label)
+			r->longest_label = r->label_len[i];
+	}
+	if (total > s->output_capacity ||
+	    (uint64_t)r->n_prompt + r->longest_label > s->model->context_length)
+		return BN_E_TOO_LONG;
+	r->n_label_tokens = (uint32_t)total;
+	return 0;
+}
+
+/* A classify request (§6.12): a prefix and labels as ids, or as text (TEXT, PARSE_SPECIAL and
+ * NO_BOS apply to the prefix), a deadline. Returns 0 or the bn_error that ends it. */
+static uint32_t copy_classify_request(struct bn_session *s, struct bn_req *r)
+{
+	const uint32_t allowed = BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS;
+	uint32_t err = copy_reading_words(s, r, allowed);
+	if (!err && (r->flags & TEXT_FLAGS) && !s->text_capacity)
+		err = BN_E_UNSUPPORTED;
+	if (!err && r->n_prompt == 0)
+		err = BN_E_EMPTY;
+	if (!err)
+		err = r->flags & BN_REQ_TEXT ? bn_text_classify_take(s, r) : copy_classify_ids(s, r);
+	if (!err)
+		err = check_labels(s, r);
+	r->stop = r->prompt + r->n_prompt;
+	return err;
+}
+
 static int op_offered(const struct bn_session *s, uint32_t op)
 {
 	return op == BN_OP_GENERATE ||
 	       ((op == BN_OP_TOKENIZE || op == BN_OP_DETOKENIZE) && s->text_capacity) ||
-	       (op == BN_OP_SCORE && s->model->can_score);
+	       (op == BN_OP_SCORE && s->model->can_score) ||
+	       (op == BN_OP_CLASSIFY && s->model->can_classify);
 }
 
 static void reset_response(struct bn_session *s, struct bn_req *r)
@@ -564,10 +656,12 @@ static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct b
 	bn_stats.requests_submitted++;
 	s->counters.submitted++;
 	reset_response(s, r);
-	int scheduled = e->op == BN_OP_GENERATE || e->op == BN_OP_SCORE;
+	int scheduled = e->op == BN_OP_GENERATE || e->op == BN_OP_SCORE ||
+			e->op == BN_OP_CLASSIFY;
 	uint32_t err = !op_offered(s, e->op)	     ? BN_E_UNSUPPORTED
 		       : e->op == BN_OP_GENERATE ? copy_request(s, r)
 		       : e->op == BN_OP_SCORE	 ? copy_score_request(s, r)
+		       : e->op == BN_OP_CLASSIFY ? copy_classify_request(s, r)
 						 : copy_op_request(s, r);
 	if (err)
 		end_after_snapshot(s, r, BN_STATUS_ERROR, err);
@@ -685,11 +779,16 @@ int bn_req_publish_token(struct bn_req *r, uint32_t token)
 	return rc;
 }
 
+void bn_req_write_record(struct bn_req *r, uint32_t index, const struct bn_sample_out *o)
+{
+	bn_req_write_logprobs(r, index, o);
+	bn_write_once(bn_slot_output(r->sess, r->slot)[index], o->token);
+}
+
 void bn_req_publish_score(struct bn_req *r, uint32_t index, const struct bn_sample_out *o)
 {
 	struct bn_session *s = r->sess;
-	bn_req_write_logprobs(r, index, o);
-	bn_write_once(bn_slot_output(s, r->slot)[index], o->token);
+	bn_req_write_record(r, index, o);
 	r->n_out = index + 1;
 	/* Release: the records and the token are visible before the count that covers them. */
 	bn_store_release(bn_slot_at(s, r->slot)->n_tokens, r->n_out);

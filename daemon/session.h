@@ -46,6 +46,18 @@ struct bn_req {
 	struct bn_sampling sampling;
 	struct bn_sample_ctx sample_ctx;
 	struct bn_kv_seq kv;  /* block table while running */
+	/* BN_OP_CLASSIFY: N labels continue the prefix prompt[0 .. n_prompt); the scheduler runs
+	 * each in a sequence forked from the prefix's (sched.c). */
+	const uint32_t *labels;    /* every label's ids, in order */
+	const uint32_t *label_len; /* [n_labels] */
+	uint32_t n_labels;
+	uint32_t n_label_tokens;   /* sum of label_len: the records of the result */
+	uint32_t longest_label;
+	uint32_t next_label;       /* sched.c: the first label not started yet */
+	uint32_t next_label_at;    /* its first id's index in labels (and its first record's) */
+	uint32_t labels_done;
+	uint32_t n_forks;          /* labels running now */
+	uint32_t max_forks;        /* how many may run at once: what the request reserved for */
 	uint64_t admitted;    /* admission order, for prefill priority */
 	uint64_t planned_in;  /* sched.c: the step plan that last gave it a row */
 	uint64_t t_seen;      /* when the daemon consumed the sqe */
@@ -188,6 +200,9 @@ void bn_session_set_daemon_flags(struct bn_session *s, uint32_t flags);
 int bn_req_publish_token(struct bn_req *r, uint32_t token);
 /* Writes the log-probability records of output token `index` (before it is published). */
 void bn_req_write_logprobs(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
+/* Writes record `index` of a score or classify result: o->token to the output array and its
+ * log-probability records (published later: by n_tokens, or at the end). */
+void bn_req_write_record(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
 /* Publishes a score request's position index + 1: its token (o->token) to the output array,
  * its log-probability records, and n_tokens = index + 1. */
 void bn_req_publish_score(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);

@@ -253,6 +253,121 @@ uint32_t bn_text_prompt_take(struct bn_session *s, struct bn_req *r)
 	return 0;
 }
 
+/* A classify request's text parts: the prefix, then each label, as (start, length) in the
+ * private copy. Returns 0 or BN_E_INVALID when the lengths do not add up to exactly len. */
+static uint32_t classify_parse(const uint8_t *blob, uint32_t len, uint32_t n_labels,
+			       uint32_t *start, uint32_t *part_len)
+{
+	uint64_t at = sizeof(struct bn_classify_head);
+	for (uint32_t i = 0; i <= n_labels; i++) {
+		uint64_t n = i == 0 ? read_u32(blob + offsetof(struct bn_classify_head, prefix_len))
+				    : (len - at < 4 ? UINT64_MAX : read_u32(blob + at));
+		at += i == 0 ? 0 : 4;
+		if (n > len - at)
+			return BN_E_INVALID;
+		start[i] = (uint32_t)at;
+		part_len[i] = (uint32_t)n;
+		at += n;
+	}
+	return at == len ? 0 : BN_E_INVALID;
+}
+
+/* The ids of prefix + label past the prefix's n_prefix ids (how the label's text continues
+ * the prefix: a label alone would get SentencePiece's leading space, and a BPE merge may
+ * cross the boundary) into out[0..cap). Returns the count (which may exceed cap), 0 when the
+ * label adds no token, or the negative bn_error. */
+static int64_t encode_continuation(struct bn_session *s, const struct bn_req *r,
+				   const uint8_t *prefix, uint32_t prefix_len, const uint8_t *label,
+				   uint32_t label_len, uint32_t n_prefix, uint32_t *scratch,
+				   uint32_t scratch_cap, uint32_t *out, uint32_t cap)
+{
+	uint8_t *joined = malloc((size_t)prefix_len + label_len + 1);
+	if (!joined)
+		return -BN_E_BACKEND;
+	memcpy(joined, prefix, prefix_len);
+	memcpy(joined + prefix_len, label, label_len);
+	int64_t count = encode(s, r->flags, joined, prefix_len + label_len, scratch, scratch_cap);
+	free(joined);
+	if (count < 0 || count <= n_prefix)
+		return count < 0 ? count : 0;
+	if (count > scratch_cap)
+		return UINT32_MAX; /* more than the arena holds: too long either way */
+	uint32_t n = (uint32_t)count - n_prefix;
+	memcpy(out, scratch + n_prefix, (size_t)(n < cap ? n : cap) * sizeof(*out));
+	return n;
+}
+
+/* Encodes the parts into r->prompt: the prefix with the request's flags, then each label as
+ * it continues the prefix (encode_continuation), their token counts kept at the end of the
+ * arena. */
+static uint32_t classify_encode(struct bn_session *s, struct bn_req *r, const uint8_t *blob,
+				const uint32_t *start, const uint32_t *part_len)
+{
+	uint32_t n_labels = r->n_labels, cap = s->prompt_capacity - n_labels;
+	uint32_t *label_len = r->prompt + cap;
+	int64_t count = encode(s, r->flags, blob + start[0], part_len[0], r->prompt, cap);
+	if (count < 0)
+		return (uint32_t)-count;
+	if (count > cap)
+		return BN_E_TOO_LONG;
+	r->n_prompt = (uint32_t)count;
+	uint32_t *scratch = malloc((size_t)s->prompt_capacity * sizeof(*scratch));
+	uint32_t at = r->n_prompt, err = scratch ? 0 : BN_E_BACKEND;
+	for (uint32_t i = 1; err == 0 && i <= n_labels; i++) {
+		count = encode_continuation(s, r, blob + start[0], part_len[0], blob + start[i],
+					    part_len[i], r->n_prompt, scratch, s->prompt_capacity,
+					    r->prompt + at, cap - at);
+		if (count < 0)
+			err = (uint32_t)-count;
+		else if (count > cap - at)
+			err = BN_E_TOO_LONG;
+		else
+			label_len[i - 1] = (uint32_t)count;
+		at += err ? 0 : (uint32_t)count;
+	}
+	free(scratch);
+	r->labels = r->prompt + r->n_prompt;
+	r->label_len = label_len;
+	return err;
+}
+
+/* The label token counts go to the text region, the prefix's to prompt_tokens: the client
+ * needs them to split the records. */
+static void classify_publish_counts(struct bn_session *s, const struct bn_req *r)
+{
+	uint32_t *out = (uint32_t *)(void *)slot_text(s, r->slot);
+	for (uint32_t i = 0; i < r->n_labels; i++)
+		bn_write_once(out[i], r->label_len[i]);
+	bn_write_once(bn_slot_at(s, r->slot)->prompt_tokens, r->n_prompt);
+	bn_store_release(bn_slot_at(s, r->slot)->n_text, r->n_labels * 4u);
+}
+
+uint32_t bn_text_classify_take(struct bn_session *s, struct bn_req *r)
+{
+	uint32_t len = r->n_prompt;
+	if (len > s->text_capacity)
+		return BN_E_TOO_LONG;
+	if (len < sizeof(struct bn_classify_head))
+		return BN_E_INVALID;
+	uint8_t *blob = copy_text(s, r->slot, len);
+	uint32_t *start = NULL, *part_len = NULL, err = BN_E_BACKEND;
+	r->n_labels = blob ? read_u32(blob + offsetof(struct bn_classify_head, n_labels)) : 0;
+	if (blob && (r->n_labels == 0 || r->n_labels > (len - sizeof(struct bn_classify_head)) / 4))
+		err = r->n_labels == 0 ? BN_E_EMPTY : BN_E_INVALID;
+	else if (blob && (start = calloc(r->n_labels + 1u, sizeof(*start))) &&
+		 (part_len = calloc(r->n_labels + 1u, sizeof(*part_len))))
+		err = classify_parse(blob, len, r->n_labels, start, part_len);
+	if (err == 0)
+		err = r->n_labels >= s->prompt_capacity ? BN_E_TOO_LONG
+			: classify_encode(s, r, blob, start, part_len);
+	if (err == 0)
+		classify_publish_counts(s, r);
+	free(blob);
+	free(start);
+	free(part_len);
+	return err;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Text out                                                                                    */
 /* ------------------------------------------------------------------------------------------ */

@@ -42,6 +42,13 @@ uint32_t bn_text_capacity(const struct bn_text_service *t, uint32_t tokens);
  * the request (TOO_LONG, INVALID, TOKEN; ENOMEM as BACKEND). */
 uint32_t bn_text_prompt_take(struct bn_session *s, struct bn_req *r);
 
+/* A classify request's text (r->n_prompt bytes: struct bn_classify_head, the prefix, the
+ * labels; shm/PROTOCOL.md §6.12): the prefix's ids in r->prompt[0..n) with r->n_prompt = n,
+ * the labels' ids after them, their counts in r->label_len (at the end of the prompt arena),
+ * r->n_labels; publishes the counts (text region, n_text) and prompt_tokens. Returns 0 or the
+ * bn_error that ends the request. */
+uint32_t bn_text_classify_take(struct bn_session *s, struct bn_req *r);
+
 /* A generate request with BN_REQ_TEXT_OUT gets its stream decoder. Returns 0 or BN_E_BACKEND. */
 uint32_t bn_text_out_begin(struct bn_req *r);
 /* Publishes the text of output token r->n_out (called before the token itself is published):

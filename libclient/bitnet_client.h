@@ -371,6 +371,53 @@ int bn_score(struct bn_client *c, struct bn_score_item *item, int64_t timeout_ns
 int bn_score_batch(struct bn_client *c, struct bn_score_item *items, size_t n,
 		   struct bn_batch_result *result, int64_t timeout_ns);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Classification (BITNET_CLIENT_1.4; shm/PROTOCOL.md §6.12): which continuation is likeliest  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One label's result. */
+struct bn_label_score {
+	double logprob;    /* the sum of its tokens' log-probabilities after the prefix */
+	double mean;       /* logprob / n_tokens */
+	double prob;       /* exp(logprob) normalized over the item's labels */
+	uint32_t n_tokens; /* the label's tokens */
+};
+
+/* One prefix and its candidate continuations (labels). The prefix is computed once; each
+ * label's log-probabilities are those bn_score gives for the prefix followed by the label,
+ * bit for bit. Give the prefix as ids (BOS first if wanted) with label_ids, or as text (the
+ * daemon encodes it with BOS as the model says) with labels, never both. */
+struct bn_classify_item {
+	const uint32_t *prefix_ids;
+	uint32_t n_prefix_ids;
+	const char *text;
+	size_t text_len;
+	const uint32_t *const *label_ids;  /* with prefix_ids: label i is label_ids[i][0 ..
+					    * label_n_ids[i]) */
+	const uint32_t *label_n_ids;
+	const char *const *labels;         /* with text: NUL-terminated texts; a label's ids are
+					    * those text + label gets past text's own ids (so a
+					    * label that follows a word needs its leading space) */
+	uint32_t n_labels;
+	struct bn_label_score *scores;     /* [n_labels] out */
+	uint32_t best;                     /* out: the label with the highest logprob (the first
+					    * on a tie) */
+	int32_t error;                     /* out: 0 or -BN_E_*: -BN_E_EMPTY (no label, an empty
+					    * prefix or label), -BN_E_TOO_LONG (prefix + a label
+					    * longer than the context, or the labels' tokens more
+					    * than the slot's output), -BN_E_TOKEN, -BN_E_INVALID,
+					    * -BN_E_UNSUPPORTED (a daemon without BN_FEAT_CLASSIFY)
+					    * ... */
+	struct bn_result result;           /* out: status BN_STATUS_COMPLETE when classified */
+};
+
+/* Classifies one item; returns item->error. */
+int bn_classify(struct bn_client *c, struct bn_classify_item *item, int64_t timeout_ns);
+/* Every item as bn_classify, as many in flight as the slots allow; each fails or succeeds alone
+ * and equals the same item classified alone, bit for bit. Returns as bn_generate_batch. */
+int bn_classify_batch(struct bn_client *c, struct bn_classify_item *items, size_t n,
+		      struct bn_batch_result *result, int64_t timeout_ns);
+
 /* Names of error codes (negative or positive) and statuses. Never NULL. */
 const char *bn_strerror(int code);
 const char *bn_status_name(uint32_t status);

@@ -554,6 +554,8 @@ static int check_op(const struct bn_client *c, uint32_t op)
 		return 0;
 	if (op == BN_OP_SCORE)
 		return c->layout.features & BN_FEAT_SCORE ? 0 : -BN_E_UNSUPPORTED;
+	if (op == BN_OP_CLASSIFY)
+		return c->layout.features & BN_FEAT_CLASSIFY ? 0 : -BN_E_UNSUPPORTED;
 	return -BN_E_INVALID;
 }
 
@@ -730,9 +732,18 @@ int bn_read_text(struct bn_handle *h, size_t from, char *buf, size_t cap, uint32
 int bn_read_logprobs(struct bn_handle *h, uint32_t from, struct bn_logprob *out,
 		     struct bn_logprob *alt, uint32_t cap)
 {
+	const struct bn_slot *s = slot_of(h->c, h->slot);
+	if (!(bn_read_once(s->flags) & BN_REQ_LOGPROBS))
+		return -BN_E_INVALID;
+	return bn_read_records(h, from, out, alt, cap);
+}
+
+int bn_read_records(struct bn_handle *h, uint32_t from, struct bn_logprob *out,
+		    struct bn_logprob *alt, uint32_t cap)
+{
 	struct bn_client *c = h->c;
 	const struct bn_slot *s = slot_of(c, h->slot);
-	if (!(c->layout.features & BN_FEAT_LOGPROBS) || !(bn_read_once(s->flags) & BN_REQ_LOGPROBS))
+	if (!(c->layout.features & BN_FEAT_LOGPROBS))
 		return -BN_E_INVALID;
 	uint32_t n_alt = bn_read_once(s->n_logprobs);
 	size_t stride = 1u + (size_t)c->layout.slot_logprob_capacity;

@@ -20,10 +20,14 @@ struct bn_submission {
 	const struct bn_request *req;
 	const char *text;
 	size_t len;
-	uint32_t op; /* enum bn_sq_op: BN_OP_GENERATE or BN_OP_SCORE */
+	uint32_t op; /* enum bn_sq_op: BN_OP_GENERATE, BN_OP_SCORE or BN_OP_CLASSIFY */
 };
 /* bn_submit and bn_submit_text, for any op this library sends. */
 int bn_submit_as(struct bn_client *c, const struct bn_submission *sub, struct bn_handle **out);
+
+/* bn_read_logprobs for any request that has records (score, classify), whatever its flags. */
+int bn_read_records(struct bn_handle *h, uint32_t from, struct bn_logprob *out,
+		    struct bn_logprob *alt, uint32_t cap);
 
 /* A batch of n items run with as many in flight as the slots allow (bn_generate_batch's
  * contract): submission() describes item i, finish() waits for it and reads its results

@@ -185,6 +185,7 @@ enum bn_error {
                                      * valid: prompts as text or a conversation, text out, and
                                      * the ops BN_OP_TOKENIZE and BN_OP_DETOKENIZE */
 #define BN_FEAT_SCORE     (1U << 4) /* the op BN_OP_SCORE (needs BN_FEAT_LOGPROBS too) */
+#define BN_FEAT_CLASSIFY  (1U << 5) /* the op BN_OP_CLASSIFY (needs BN_FEAT_LOGPROBS too) */
 
 /* bn_shm_header.daemon_flags (written by the daemon, read by the client) */
 #define BN_DAEMON_SHUTTING_DOWN (1U << 0) /* new submissions will end with BN_STATUS_SHUTDOWN */
@@ -266,6 +267,9 @@ enum bn_sq_op {
 	BN_OP_SCORE = 4,      /* BN_FEAT_SCORE: the log-probability of each prompt token after the
 	                       * first, given those before it, in the output and log-probability
 	                       * arrays; ends BN_STATUS_COMPLETE */
+	BN_OP_CLASSIFY = 5,   /* BN_FEAT_CLASSIFY: the log-probability of each token of N labels
+	                       * after one prefix, the prefix computed once (PROTOCOL.md §6.12);
+	                       * ends BN_STATUS_COMPLETE */
 };
 
 /* One submission: 16 bytes. */
@@ -388,6 +392,15 @@ struct bn_chat_record {
 	uint32_t content_len;
 };
 
+/* A classify request (BN_OP_CLASSIFY, PROTOCOL.md §6.12). With ids, the prompt array holds
+ * n_labels, n_prefix, the n_labels label lengths, the prefix's ids, then every label's ids in
+ * order. With BN_REQ_TEXT the text region holds this head, the prefix's prefix_len bytes, then
+ * per label a u32 length and that many bytes (unaligned: copy the words out). */
+struct bn_classify_head {
+	uint32_t n_labels;    /* >= 1 */
+	uint32_t prefix_len;  /* bytes of prefix text that follow */
+};
+
 /* ------------------------------------------------------------------------------------------ */
 /* Pinned layout                                                                               */
 /* ------------------------------------------------------------------------------------------ */
@@ -438,6 +451,7 @@ _Static_assert(offsetof(struct bn_sq_ring, tail) == 64, "tail on its own cache l
 _Static_assert(offsetof(struct bn_sq_ring, flags) == 128, "flags on its own cache line");
 _Static_assert(sizeof(struct bn_sqe) == 16, "bn_sqe is 16 bytes");
 
+_Static_assert(sizeof(struct bn_classify_head) == 8, "bn_classify_head is 8 bytes");
 _Static_assert(sizeof(struct bn_slot) == 128, "bn_slot fixed part is two cache lines");
 _Static_assert(offsetof(struct bn_slot, cancel) == 4, "slot layout");
 _Static_assert(offsetof(struct bn_slot, n_tokens) == 8, "slot layout");

@@ -64,9 +64,10 @@ N_RESERVED2 = 13              # the parameter words (section 4.4), the last one 
 
 ST_FREE, ST_SUBMITTED, ST_DONE = 0, 1, 2
 WAIT_DONE, WAIT_TOKENS = 1, 2
-OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE, OP_SCORE = 1, 2, 3, 4
+OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE, OP_SCORE, OP_CLASSIFY = 1, 2, 3, 4, 5
 FLAG_LOGPROBS = 4
 FEAT_SCORE = 16
+FEAT_CLASSIFY = 32
 FLAG_IGNORE_EOS = 1
 FLAG_TEXT, FLAG_CHAT, FLAG_PARSE_SPECIAL, FLAG_NO_BOS = 8, 16, 32, 64
 FLAG_TEXT_OUT, FLAG_SPECIAL_TEXT, FLAG_STRIP_SPACE = 128, 256, 512
@@ -1282,6 +1283,85 @@ def test_score(sess, rng):
     C.eq("score of one token: COMPLETE, nothing scored", (one["status"], one["n_tokens"]), (S_COMPLETE, 0))
 
 
+def classify_words(prefix, labels):
+    """Section 6.12: N, P, the label lengths, the prefix, the labels."""
+    return [len(labels), len(prefix)] + [len(l) for l in labels] + prefix + sum(labels, [])
+
+
+def classify_text(prefix, labels):
+    """Section 6.12: bn_classify_head, the prefix, then each label's u32 length and bytes."""
+    return (struct.pack("<II", len(labels), len(prefix)) + prefix +
+            b"".join(struct.pack("<I", len(l)) + l for l in labels))
+
+
+def label_sums(recs, lengths):
+    """Each label's records added in order, as section 6.12 says."""
+    sums, at = [], 0
+    for n in lengths:
+        sums.append(sum(r[0][1] for r in recs[at:at + n]))
+        at += n
+    return sums
+
+
+def test_classify(sess, rng):
+    """Section 6.12 on the cpu daemon: each label's records are the score of prefix + label."""
+    C.check("CLASSIFY feature bit", sess.h["features"] & FEAT_CLASSIFY,
+            "features 0x%x" % sess.h["features"])
+    prefix = [1] + [rng.randrange(3, sess.vocab) for _ in range(20)]
+    labels = [[rng.randrange(3, sess.vocab) for _ in range(n)] for n in (1, 4, 18)]
+    r = sess.run_one(dict(op=OP_CLASSIFY, prompt=classify_words(prefix, labels)), slot=0)
+    total = sum(len(l) for l in labels)
+    C.eq("classify: COMPLETE with every label token", (r["status"], r["error"], r["n_tokens"]),
+         (S_COMPLETE, 0, total))
+    C.eq("classify: the output holds the label tokens in order", r["tokens"], sum(labels, []))
+    got = records(sess, r, 0, 0)
+    at = 0
+    for j, label in enumerate(labels):
+        s = sess.run_one(dict(op=OP_SCORE, prompt=prefix + label), slot=1)
+        alone = records(sess, s, 1, 0)[len(prefix) - 1:]
+        C.eq("classify label %d == score of prefix + label (bit for bit)" % j,
+             got[at:at + len(label)], alone)
+        at += len(label)
+    text, words = b"Once upon a time, there was a little", [b" girl", b" boy"]
+    t = sess.run_one(dict(op=OP_CLASSIFY, text=classify_text(text, words), flags=FLAG_TEXT), slot=2)
+    counts = list(struct.unpack("<%dI" % len(words), t["text"]))
+    n_prefix = len(tokenize(sess, text, FLAG_TEXT))
+    C.eq("classify text: COMPLETE, prompt_tokens the prefix's, n_text 4 N",
+         (t["status"], t["prompt_tokens"], len(t["text"])), (S_COMPLETE, n_prefix, 4 * len(words)))
+    sums = label_sums(records(sess, t, 2, 0), counts)
+    for j, w in enumerate(words):
+        s = sess.run_one(dict(op=OP_SCORE, text=text + w, flags=FLAG_TEXT), slot=3)
+        alone = records(sess, s, 3, 0)[n_prefix - 1:]
+        C.eq("classify text label %d: the tokens text + label gets past the prefix" % j,
+             (counts[j], sum(x[0][1] for x in alone)), (len(alone), sums[j]))
+    p = [1, 5, 9]
+    errors = [
+        ("classify with LOGPROBS -> INVALID",
+         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4]]), flags=FLAG_LOGPROBS), E_INVALID),
+        ("classify with max_tokens -> INVALID",
+         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4]]), max_tokens=1), E_INVALID),
+        ("classify whose counts do not add up -> INVALID",
+         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4]]) + [7]), E_INVALID),
+        ("classify of nothing -> EMPTY", dict(op=OP_CLASSIFY, prompt=[]), E_EMPTY),
+        ("classify without labels -> EMPTY", dict(op=OP_CLASSIFY, prompt=classify_words(p, [])), E_EMPTY),
+        ("classify with an empty label -> EMPTY",
+         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4], []])), E_EMPTY),
+        ("classify without a prefix -> EMPTY", dict(op=OP_CLASSIFY, prompt=classify_words([], [[4]])), E_EMPTY),
+        ("classify with an id >= vocab -> TOKEN",
+         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4, sess.vocab]])), E_TOKEN),
+        ("classify larger than the prompt array -> TOO_LONG",
+         dict(op=OP_CLASSIFY, prompt=[], n_prompt=sess.pcap + 1), E_TOO_LONG),
+        ("classify text whose lengths overrun -> INVALID",
+         dict(op=OP_CLASSIFY, text=classify_text(b"ab", [b"c"])[:-1], flags=FLAG_TEXT), E_INVALID),
+        ("classify text with no label -> EMPTY",
+         dict(op=OP_CLASSIFY, text=classify_text(b"ab", []), flags=FLAG_TEXT), E_EMPTY),
+    ]
+    res, _, _ = run_requests(sess, [c[1] for c in errors], rng)
+    for (name, _, code), r in zip(errors, res):
+        C.eq("classify error: " + name, (r["state"], r["status"], r["error"], r["n_tokens"]),
+             (ST_DONE, S_ERROR, code, 0))
+
+
 def load_vectors(folder):
     inp = open(os.path.join(folder, "llama-bpe.inp"), "rb").read()
     out = open(os.path.join(folder, "llama-bpe.out"), "rb").read().decode().split("\n")
@@ -1338,6 +1418,7 @@ def run_text_tests(exe, tmpdir, rng, sessions, daemons):
     sessions.append(t)
     test_text_spm(d, t, rng)
     test_score(t, rng)
+    test_classify(t, rng)
     t.close()
     sessions.remove(t)
     C.eq("text daemon: exit status 0 after SIGTERM", d.stop(), 0)

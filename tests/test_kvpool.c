@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The KV block accounting (daemon/kvpool.h): reservations are all-or-nothing, growth takes
- * only reserved blocks, release returns everything, and no block is ever held twice.
+ * only reserved blocks, release returns everything, no block is ever held twice, and blocks
+ * shared between sequences stay until their last holder lets go.
  */
 #include "testutil.h"
 
@@ -72,6 +73,39 @@ START_TEST(reserve_grow_release)
 }
 END_TEST
 
+/* A fork shares its parent's first blocks, borrows from its reservation, and gives it back:
+ * shared blocks stay while a holder is left; the parent's promise is whole again after. */
+START_TEST(share_lend_release_to)
+{
+	struct bn_kvpool p;
+	ck_assert_int_eq(bn_kvpool_init(&p, BLOCKS, BT), 0);
+	struct bn_kv_seq parent = { .table = tables[0] }, fork = { .table = tables[1] };
+	ck_assert_int_eq(bn_kvpool_reserve_blocks(&p, &parent, 6), 0);
+	ck_assert_int_eq(bn_kvpool_grow(&p, &parent, 2 * BT + 1), 0); /* 3 blocks, 3 promised */
+	ck_assert_uint_eq(bn_kvpool_available(&p), 4);
+	bn_kvpool_share(&p, &fork, &parent, 2);
+	ck_assert_mem_eq(fork.table, parent.table, 2 * sizeof(uint32_t));
+	bn_kvpool_lend(&parent, &fork, 2);
+	ck_assert_uint_eq(parent.reserved, 1);
+	ck_assert_int_eq(bn_kvpool_grow(&p, &fork, 4 * BT), 0); /* its own two blocks */
+	ck_assert_uint_eq(bn_kvpool_used(&p), 5);
+	ck_assert_int_eq(bn_kvpool_grow(&p, &fork, 4 * BT + 1), -ENOSPC);
+	bn_kvpool_release_to(&p, &fork, &parent);
+	ck_assert_uint_eq(fork.n_blocks + fork.reserved, 0);
+	ck_assert_uint_eq(parent.reserved, 3);           /* the two it lent are back */
+	ck_assert_uint_eq(bn_kvpool_used(&p), 3);         /* the shared two are still held */
+	ck_assert_uint_eq(bn_kvpool_available(&p), 4);    /* nobody else gained or lost */
+	/* The parent first, a fork last: the shared blocks go when the fork lets go. */
+	bn_kvpool_share(&p, &fork, &parent, 2);
+	bn_kvpool_release(&p, &parent);
+	ck_assert_uint_eq(bn_kvpool_used(&p), 2);
+	ck_assert_uint_eq(bn_kvpool_available(&p), BLOCKS - 2);
+	bn_kvpool_release(&p, &fork);
+	assert_idle(&p);
+	bn_kvpool_free(&p);
+}
+END_TEST
+
 /* Random reserve/grow/release against a model of the counts: the pool never loses or
  * duplicates a block. */
 START_TEST(random_churn_keeps_accounts)
@@ -123,6 +157,7 @@ int main(void)
 	Suite *s = suite_create("kvpool");
 	TCase *t = tcase_create("accounting");
 	tcase_add_test(t, reserve_grow_release);
+	tcase_add_test(t, share_lend_release_to);
 	tcase_add_test(t, random_churn_keeps_accounts);
 	suite_add_tcase(s, t);
 	return tu_run_suite(s);

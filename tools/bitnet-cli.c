@@ -56,6 +56,11 @@ static const char usage_text[] =
 	"                             --stride: windows of N every S tokens, each token\n"
 	"                             scored once; prints [i]PPL, as chunks end, then\n"
 	"                             Final estimate: PPL = X +/- E\n"
+	"  classify --text TEXT --labels \"a,b,c\" [--no-space]   which label the model finds\n"
+	"                             likeliest after TEXT: a line per label (tokens, summed\n"
+	"                             and mean log-probability, probability over the labels),\n"
+	"                             then best=I; the text is read once for all labels; each\n"
+	"                             label gets a leading space unless --no-space\n"
 	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
 	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
@@ -481,7 +486,8 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "bench") == 0)
 		return cli_bench(socket_path, argc - i, argv + i);
 	static const char *const commands[] = { "info", "generate", "stats", "tokenize",
-						 "detokenize", "chat", "score", "perplexity" };
+						 "detokenize", "chat", "score", "perplexity",
+						 "classify" };
 	size_t k = 0;
 	while (k < sizeof(commands) / sizeof(commands[0]) && strcmp(cmd, commands[k]))
 		k++;
@@ -505,6 +511,8 @@ int main(int argc, char **argv)
 		rc = cli_score(c, argc - i, argv + i);
 	else if (strcmp(cmd, "perplexity") == 0)
 		rc = cli_perplexity(c, argc - i, argv + i);
+	else if (strcmp(cmd, "classify") == 0)
+		rc = cli_classify(c, argc - i, argv + i);
 	else
 		rc = cmd_stats(c);
 	bn_disconnect(c);

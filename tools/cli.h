@@ -52,5 +52,6 @@ int cli_detokenize(struct bn_client *c, int argc, char **argv);
 int cli_chat(struct bn_client *c, int argc, char **argv);
 int cli_score(struct bn_client *c, int argc, char **argv);
 int cli_perplexity(struct bn_client *c, int argc, char **argv);
+int cli_classify(struct bn_client *c, int argc, char **argv);
 
 #endif /* BITNET_CLI_H */
