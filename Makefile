@@ -274,7 +274,7 @@ bench-tokenizer: $(BENCH_TOKENIZER) $(BITNETD) $(BENCH_TOKENIZER_FILE)
 BENCH_SCORE := $(BUILD)/bench/bench_score
 $(BENCH_SCORE): $(BUILD)/bench/bench_score.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
 
 bench-score: $(BENCH_SCORE) $(BITNETD) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) $(BENCH_SCORE) --model $(BENCH_MODEL_FILE)
