@@ -5,7 +5,8 @@
  *  - score alone: each label's summed log-probability is, bit for bit, the sum over the label's
  *    positions of bn_score on prefix + label, for prefixes that end on, before and after a KV
  *    block boundary, labels longer than a block, more labels than may run at once (few fork
- *    ids, a small KV pool) and labels read in several chunks (a small step budget);
+ *    ids, a small KV pool) and labels read in several chunks (a small step budget), on the
+ *    built-in model and on the real test model ($BITNET_TEST_MODELS/stories260K.gguf);
  *  - the prefix is read once: the tokens the daemon computes (its batch cells less padding)
  *    are the prefix but its last token, plus every label's length;
  *  - alone == batched: bad items in the middle of a batch get their errors, the others the
@@ -38,13 +39,19 @@ static struct bn_client *connect_or_die(const struct tu_daemon *d)
 	return c;
 }
 
-static void start_cpu(struct tu_daemon *d, const char *const *more)
+static char stories_path[512];
+
+static void start_cpu_on(struct tu_daemon *d, const char *model, const char *const *more)
 {
-	const char *args[16] = { "--backend", "cpu", "--model", tu_default_model(), "--threads",
-				 "1" };
+	const char *args[16] = { "--backend", "cpu", "--model", model, "--threads", "1" };
 	for (int i = 0; more && more[i]; i++)
 		args[6 + i] = more[i];
 	ck_assert_int_eq(tu_daemon_start(d, args), 0);
+}
+
+static void start_cpu(struct tu_daemon *d, const char *const *more)
+{
+	start_cpu_on(d, tu_default_model(), more);
 }
 
 static char *stats_text(struct bn_client *c)
@@ -210,6 +217,19 @@ START_TEST(labels_within_a_small_kv_pool)
 	start_cpu(&d, more);
 	struct bn_client *c = connect_or_die(&d);
 	ck_assert_int_eq(tu_metric(stats_text(c), "bitnetd_kv_blocks_total"), 8);
+	run_label_cases(c);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* The real test model (../shared/models/stories260K.gguf), its labels in waves of two. */
+START_TEST(stories_labels_equal_score_alone)
+{
+	struct tu_daemon d;
+	const char *more[] = { "--max-batch", "2", NULL };
+	start_cpu_on(&d, stories_path, more);
+	struct bn_client *c = connect_or_die(&d);
 	run_label_cases(c);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
@@ -382,5 +402,16 @@ int main(void)
 	tcase_add_test(tc, cli_prints_the_labels);
 	tcase_add_test(tc, loopback_does_not_classify);
 	suite_add_tcase(s, tc);
+	const char *models = getenv("BITNET_TEST_MODELS");
+	if (models && *models) {
+		snprintf(stories_path, sizeof(stories_path), "%s/stories260K.gguf", models);
+		TCase *real = tcase_create("stories260K");
+		tcase_set_timeout(real, 120);
+		tcase_add_test(real, stories_labels_equal_score_alone);
+		suite_add_tcase(s, real);
+	} else {
+		printf("SKIP: test-model tests (BITNET_TEST_MODELS is not set; .ci/run sets it to "
+		       "../shared/models)\n");
+	}
 	return tu_run_suite(s);
 }
