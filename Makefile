@@ -4,6 +4,9 @@
 #   make check                every test that runs on a CPU-only machine (Check runner output)
 #   make SANITIZE=address,undefined check   the same under sanitizers (separate build dir)
 #   make check-faults         the fault campaigns alone (tests/faults.c), with their table
+#   make check-install        install into a temporary prefix, build and run the README's C
+#                             example with pkg-config (tests/installed_client.sh)
+#   make check-man            a man page per call of libclient/bitnet_client.h (man/man3)
 #   make check-tsan           the C tests under ThreadSanitizer (build-tsan/)
 #   make fuzz, make fuzz-requests   libFuzzer (clang) on the GGUF reader / the request path,
 #                             FUZZ_SECONDS each (default 60)
@@ -149,7 +152,8 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd bench-ipc bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+.PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd \
+	check-install check-man bench-ipc bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -193,7 +197,8 @@ $(DEFAULT_MODEL): $(MODELTOOL)
 	@$(if $(Q),echo "  GEN     $@")
 	$(Q)$(MODELTOOL) write --preset tiny --type i2_s --out $@
 
-# libm for bn_classify's label probabilities (exp).
+# libm for bn_classify's label probabilities (exp); bitnet-client.pc names the same libraries
+# for static links.
 $(LIB_SO): $(CLIENT_PIC) libclient/libbitnet-client.map
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=libclient/libbitnet-client.map \
@@ -204,10 +209,15 @@ $(LIB_A): $(CLIENT_OBJS)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# The .pc file names the directories of the make run that writes it, so `install` writes its
+# own: after a plain `make`, `make install PREFIX=/opt/bitnet` must not install the build
+# tree's copy, which points at the default PREFIX.
+PC_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
+	-e 's|@VERSION@|$(LIB_VERSION)|g'
+
 $(LIB_PC): libclient/bitnet-client.pc.in Makefile
 	@mkdir -p $(dir $@)
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
-		-e 's|@VERSION@|$(LIB_VERSION)|g' $< > $@
+	$(Q)$(PC_SUBST) $< > $@
 
 # Tools and tests link the static libraries: they run from the build tree without
 # LD_LIBRARY_PATH.
@@ -327,7 +337,8 @@ fuzz-requests:
 # Without SANITIZE, `check` also runs the fault campaigns, then the C tests and the
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
 # build dir).
-check: check-c check-python check-systemd $(if $(SANITIZE),,check-faults check-san check-tsan)
+check: check-c check-python check-systemd check-man \
+	$(if $(SANITIZE),,check-install check-faults check-san check-tsan)
 
 check-tsan:
 	@echo "== sanitizer pass (thread)"
@@ -374,26 +385,50 @@ check-systemd:
 	@sh systemd/verify.sh; rc=$$?; if [ $$rc = 77 ]; then echo "SKIP: systemd-analyze not installed"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
+# The C library as a user installs it (tests/installed_client.sh): `make install` into a
+# temporary prefix, the README's C example built with pkg-config's flags alone (also
+# statically) and run against a loopback daemon, the man pages found by man, `make uninstall`.
+# Not under sanitizers: the example is built without them, and an ASan library needs them.
+check-install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A)
+	@echo "== installed library (tests/installed_client.sh)"
+	@MAKE="$(MAKE)" sh tests/installed_client.sh; rc=$$?; \
+		if [ $$rc = 77 ]; then echo "SKIP: tests/installed_client.sh"; \
+		elif [ $$rc != 0 ]; then exit $$rc; fi
+
+# Every public call of libclient/bitnet_client.h has its page in man/man3, with the header's
+# prototype in its synopsis, and every page is a call's; each renders without a warning.
+check-man:
+	@echo "== man pages (tests/man_pages.py)"
+	@python3 tests/man_pages.py; rc=$$?; \
+		if [ $$rc = 77 ]; then echo "SKIP: tests/man_pages.py"; \
+		elif [ $$rc != 0 ]; then exit $$rc; fi
+
 bench-ipc: $(BITNETD) $(CLI)
 	$(CLI) bench --start-daemon $(BITNETD)
 
 # ---------------------------------------------------------------------------------------------
 
-install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A) $(LIB_PC)
+# The library's man pages, one per call (a .so redirect for a call documented with its
+# family), and bitnet_client(3), the overview.
+MAN3 := $(wildcard man/man3/*.3)
+
+install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)/bitnet \
-		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(MANDIR)/man3
 	install -m 0755 $(BITNETD) $(CLI) $(DESTDIR)$(BINDIR)/
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libbitnet-client.so.$(LIB_VERSION)
 	ln -sf libbitnet-client.so.$(LIB_VERSION) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libbitnet-client.so
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	install -m 0644 $(LIB_PC) $(DESTDIR)$(LIBDIR)/pkgconfig/
+	$(PC_SUBST) libclient/bitnet-client.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/bitnet-client.pc
 	install -m 0644 libclient/bitnet_client.h shm/bitnet_shm.h $(DESTDIR)$(INCDIR)/bitnet/
 	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' systemd/bitnetd.service \
 		> $(DESTDIR)$(UNITDIR)/bitnetd.service
 	install -m 0644 systemd/bitnetd.socket $(DESTDIR)$(UNITDIR)/
 	install -m 0644 systemd/bitnetd.env $(DESTDIR)$(SYSCONFDIR)/default/bitnetd
 	install -m 0644 docs/bitnetd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 $(MAN3) $(DESTDIR)$(MANDIR)/man3/
 	install -d $(DESTDIR)$(PREFIX)/lib/sysusers.d
 	install -m 0644 systemd/sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf
 
@@ -401,7 +436,8 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/bitnetd $(DESTDIR)$(BINDIR)/bitnet-cli \
 		$(DESTDIR)$(LIBDIR)/libbitnet-client.* $(DESTDIR)$(LIBDIR)/pkgconfig/bitnet-client.pc \
 		$(DESTDIR)$(UNITDIR)/bitnetd.service $(DESTDIR)$(UNITDIR)/bitnetd.socket \
-		$(DESTDIR)$(MANDIR)/man8/bitnetd.8 $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf
+		$(DESTDIR)$(MANDIR)/man8/bitnetd.8 $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf \
+		$(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(MAN3)))
 	rm -rf $(DESTDIR)$(INCDIR)/bitnet
 
 clean:

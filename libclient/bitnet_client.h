@@ -131,9 +131,10 @@ int bn_read_logprobs(struct bn_handle *h, uint32_t from, struct bn_logprob *out,
 int bn_release(struct bn_handle *h);
 
 /* Submits, waits, copies the tokens (at most cap) and releases. Waits for a free slot when
- * all are busy. Returns 0 when the request ended with LENGTH or EOS, else its error:
- * -BN_E_CANCELLED, -BN_E_SHUTDOWN, the request's -BN_E_* error, -BN_E_TIMEOUT (the request is
- * then cancelled), -BN_E_DISCONNECTED. result may be NULL. */
+ * all are busy. Returns 0 when the request ended with LENGTH, EOS or STOP, else its error:
+ * -BN_E_CANCELLED, -BN_E_SHUTDOWN, the request's -BN_E_* error, -BN_E_TIMEOUT (the wait's
+ * timeout, after which the request is cancelled, or the request's deadline),
+ * -BN_E_DISCONNECTED. result may be NULL. */
 int bn_generate(struct bn_client *c, const struct bn_request *req, uint32_t *out, uint32_t cap,
 		struct bn_result *result, int64_t timeout_ns);
 
@@ -197,7 +198,7 @@ const char *bn_vocab_token_text(const struct bn_vocab *v, uint32_t id, size_t *l
  * <0xXX> (else the unknown token). add_bos puts bos_id first (if the vocabulary has one:
  * bn_vocab_add_bos says whether the model wants it). Writes at most cap ids and
  * returns how many the text needs (which may exceed cap), or -BN_E_INVALID for a vocabulary
- * that is not BN_VOCAB_SPM, -BN_E_TOKEN when a byte has neither a byte token nor the unknown
+ * that encodes no text (BN_VOCAB_OTHER), -BN_E_TOKEN when a byte has neither a byte token nor the unknown
  * token to stand for it, -BN_E_TOO_LONG when the count would not fit an int, -ENOMEM. Empty
  * text gives no ids (only bos_id with add_bos). */
 int bn_tokenize(const struct bn_vocab *v, const char *text, size_t len, int add_bos,

@@ -405,6 +405,9 @@ struct bn_classify_head {
 /* Pinned layout                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
+/* C11 only: C++ spells it static_assert, and the C build checks the layout for both. */
+#ifndef __cplusplus
+
 _Static_assert(sizeof(struct bn_hello) == 32, "bn_hello is 32 bytes");
 _Static_assert(offsetof(struct bn_hello, requested_slots) == 12, "bn_hello layout");
 _Static_assert(sizeof(struct bn_welcome) == 32, "bn_welcome is 32 bytes");
@@ -482,5 +485,6 @@ _Static_assert(offsetof(struct bn_slot, reserved2) == 124, "slot layout");
 _Static_assert(sizeof(struct bn_logprob) == 8, "bn_logprob is 8 bytes");
 _Static_assert(sizeof(struct bn_chat_head) == 8, "bn_chat_head is 8 bytes");
 _Static_assert(sizeof(struct bn_chat_record) == 8, "bn_chat_record is 8 bytes");
+#endif /* __cplusplus */
 
 #endif /* BITNET_SHM_H */
