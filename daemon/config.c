@@ -42,6 +42,10 @@ static const char usage_text[] =
 	"                         sequence at full context, at most a quarter of RAM); a\n"
 	"                         request is admitted when all the KV it can need is free\n"
 	"  --kv-block-tokens N    positions per KV cache block (default 16)\n"
+	"  --prefix-cache MODE    reuse the KV blocks of earlier prompts with the same start:\n"
+	"                         uid (default: among sessions of one Unix user), session,\n"
+	"                         all (every client; its timing tells one tenant another's\n"
+	"                         prompts) or off; outputs are the same bits either way\n"
 	"  --max-running-per-session N  running sequences of one session (default 0: the\n"
 	"                         max batch)\n"
 	"  --max-running-per-user N  running sequences of one peer uid over all its\n"
@@ -95,7 +99,7 @@ enum long_only {
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
-	OPT_HELP, OPT_VERSION,
+	OPT_PREFIX_CACHE, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -120,6 +124,7 @@ static const struct option long_options[] = {
 	{ "token-budget", required_argument, NULL, OPT_TOKEN_BUDGET },
 	{ "kv-memory", required_argument, NULL, OPT_KV_MEMORY },
 	{ "kv-block-tokens", required_argument, NULL, OPT_KV_BLOCK },
+	{ "prefix-cache", required_argument, NULL, OPT_PREFIX_CACHE },
 	{ "max-running-per-session", required_argument, NULL, OPT_PER_SESSION },
 	{ "max-running-per-user", required_argument, NULL, OPT_PER_USER },
 	{ "max-weight", required_argument, NULL, OPT_MAX_WEIGHT },
@@ -148,6 +153,19 @@ static int parse_u32(const char *flag, const char *text, uint32_t lo, uint32_t h
 }
 
 /* auto, cpu, cuda (= cuda:0) or cuda:N. */
+static int parse_prefix_cache(const char *text, struct bn_config *cfg)
+{
+	static const char *const names[] = { [BN_SHARE_OFF] = "off", [BN_SHARE_ALL] = "all",
+					     [BN_SHARE_UID] = "uid", [BN_SHARE_SESSION] = "session" };
+	for (uint32_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(text, names[i]) == 0) {
+			cfg->prefix_cache = i;
+			return 0;
+		}
+	fprintf(stderr, "bitnetd: --prefix-cache: '%s' is not one of uid, session, all, off\n", text);
+	return -1;
+}
+
 static int parse_device(const char *text, struct bn_config *cfg)
 {
 	cfg->device_set = 1;
@@ -223,6 +241,7 @@ static void set_defaults(struct bn_config *cfg)
 		.max_batch = 64,
 		.token_budget = 32,
 		.kv_block_tokens = 16,
+		.prefix_cache = BN_SHARE_UID,
 		.max_weight = 8,
 		.max_logprobs = 8,
 		.slots = 64,
@@ -252,6 +271,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 		return parse_u32("token-budget", arg, 1, 1u << 20, 10, &cfg->token_budget);
 	case OPT_KV_MEMORY: return parse_size("kv-memory", arg, &cfg->kv_memory);
 	case OPT_KV_BLOCK: return parse_u32("kv-block-tokens", arg, 1, 4096, 10, &cfg->kv_block_tokens);
+	case OPT_PREFIX_CACHE: return parse_prefix_cache(arg, cfg);
 	case OPT_PER_SESSION:
 		return parse_u32("max-running-per-session", arg, 0, 65536, 10,
 				 &cfg->max_running_per_session);

@@ -4,6 +4,8 @@
 
 #include "log.h"
 
+#include "prefix_cache.h"
+
 #include <stdint.h>
 
 /* Documented exit codes (bitnetd(8)). Fatal errors happen only at start-up. */
@@ -30,6 +32,7 @@ struct bn_config {
 	uint32_t token_budget;
 	uint64_t kv_memory;      /* bytes; 0: the scheduler's default */
 	uint32_t kv_block_tokens;
+	uint32_t prefix_cache;   /* enum bn_prefix_sharing (prefix_cache.h) */
 	uint32_t max_running_per_session;
 	uint32_t max_running_per_user;
 	uint32_t max_weight;

@@ -18,8 +18,16 @@ int bn_kvpool_init(struct bn_kvpool *p, uint32_t n_blocks, uint32_t block_tokens
 	return 0;
 }
 
+int bn_kvpool_enable_cache(struct bn_kvpool *p)
+{
+	p->cache = bn_prefix_cache_new(p->n_blocks, p->block_tokens);
+	return p->cache ? 0 : -ENOMEM;
+}
+
 void bn_kvpool_free(struct bn_kvpool *p)
 {
+	bn_prefix_cache_free(p->cache);
+	p->cache = NULL;
 	free(p->free_blocks);
 	free(p->refs);
 	p->free_blocks = NULL;
@@ -65,6 +73,34 @@ void bn_kvpool_share(struct bn_kvpool *p, struct bn_kv_seq *to, const struct bn_
 	to->n_blocks = n;
 }
 
+uint32_t bn_kvpool_parked_among(const struct bn_kvpool *p, const uint32_t *blocks, uint32_t n)
+{
+	uint32_t parked = 0;
+	for (uint32_t i = 0; i < n; i++)
+		parked += p->refs[blocks[i]] == 0;
+	return parked;
+}
+
+void bn_kvpool_take_cached(struct bn_kvpool *p, struct bn_kv_seq *s, const uint32_t *blocks,
+			   uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		if (p->refs[blocks[i]]++ == 0)
+			bn_prefix_cache_unpark(p->cache, blocks[i]);
+		s->table[i] = blocks[i];
+	}
+	s->n_blocks = n;
+}
+
+/* A block to write: a free one, else the cached block parked longest ago. */
+static uint32_t take_block(struct bn_kvpool *p)
+{
+	if (p->n_free)
+		return p->free_blocks[--p->n_free];
+	p->evictions++;
+	return bn_prefix_cache_evict(p->cache);
+}
+
 int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 {
 	uint32_t need = bn_kvpool_blocks_for(p, tokens);
@@ -73,7 +109,7 @@ int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 	if (need - s->n_blocks > s->reserved)
 		return -ENOSPC;
 	while (s->n_blocks < need) {
-		uint32_t block = p->free_blocks[--p->n_free];
+		uint32_t block = take_block(p);
 		p->refs[block] = 1;
 		s->table[s->n_blocks++] = block;
 		s->reserved--;
@@ -82,16 +118,20 @@ int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 	return 0;
 }
 
-/* Drops s's hold on its blocks; returns how many went back to the free stack. */
+/* Drops s's hold on its blocks; returns how many became available (freed, or parked with
+ * their identity). */
 static uint32_t drop_blocks(struct bn_kvpool *p, struct bn_kv_seq *s)
 {
 	uint32_t freed = 0;
 	while (s->n_blocks) {
 		uint32_t block = s->table[--s->n_blocks];
-		if (--p->refs[block] == 0) {
+		if (--p->refs[block] != 0)
+			continue;
+		if (p->cache && bn_prefix_cache_holds(p->cache, block))
+			bn_prefix_cache_park(p->cache, block);
+		else
 			p->free_blocks[p->n_free++] = block;
-			freed++;
-		}
+		freed++;
 	}
 	return freed;
 }

@@ -14,9 +14,16 @@
  * labels each continue its prefix in their own sequence, whose table starts with the prefix's
  * full blocks (bn_kvpool_share). A block goes back to the free stack when its last holder
  * releases it.
+ *
+ * With a prefix cache (prefix_cache.h), a full block may also have an identity by content; when
+ * its last holder lets go it is parked rather than freed, still counted as available, and taken
+ * back either by a request whose prompt starts with its tokens (bn_kvpool_take_cached) or, when
+ * no free block is left, by anyone (evicted, oldest first).
  */
 #ifndef BITNETD_KVPOOL_H
 #define BITNETD_KVPOOL_H
+
+#include "prefix_cache.h"
 
 #include <stdint.h>
 
@@ -27,6 +34,8 @@ struct bn_kvpool {
 	uint32_t n_free;         /* blocks on the stack (some of them reserved) */
 	uint32_t n_reserved;     /* promised to sequences, still on the stack */
 	uint32_t *refs;          /* [n_blocks] holders of each block in use */
+	struct bn_prefix_cache *cache; /* NULL: blocks have no identity */
+	uint64_t evictions;      /* cached blocks taken for other contents */
 };
 
 /* One sequence's blocks: table[0 .. n_blocks) in position order. */
@@ -63,14 +72,29 @@ void bn_kvpool_release(struct bn_kvpool *p, struct bn_kv_seq *s);
  * its reservation left) becomes heir's reservation again: what `heir` lent s comes back. */
 void bn_kvpool_release_to(struct bn_kvpool *p, struct bn_kv_seq *s, struct bn_kv_seq *heir);
 
-/* Blocks holding positions, and blocks promised but not yet holding any. */
+/* Turns the prefix cache on (before any sequence exists). 0 or -ENOMEM. */
+int bn_kvpool_enable_cache(struct bn_kvpool *p);
+/* Starts s's (empty) table with n cached blocks (bn_prefix_cache_lookup's), each gaining a
+ * holder. The caller has checked that bn_kvpool_available covers those of them that are
+ * parked (bn_kvpool_parked_among) besides what it reserves. */
+void bn_kvpool_take_cached(struct bn_kvpool *p, struct bn_kv_seq *s, const uint32_t *blocks,
+			   uint32_t n);
+/* How many of the blocks are parked (held by no sequence). */
+uint32_t bn_kvpool_parked_among(const struct bn_kvpool *p, const uint32_t *blocks, uint32_t n);
+
+static inline uint32_t bn_kvpool_parked(const struct bn_kvpool *p)
+{
+	return p->cache ? bn_prefix_cache_parked(p->cache) : 0;
+}
+/* Blocks held by sequences, and blocks promised but not yet holding any (parked cached
+ * blocks are neither: they count as available). */
 static inline uint32_t bn_kvpool_used(const struct bn_kvpool *p)
 {
-	return p->n_blocks - p->n_free;
+	return p->n_blocks - p->n_free - bn_kvpool_parked(p);
 }
 static inline uint32_t bn_kvpool_available(const struct bn_kvpool *p)
 {
-	return p->n_free - p->n_reserved;
+	return p->n_free + bn_kvpool_parked(p) - p->n_reserved;
 }
 
 #endif /* BITNETD_KVPOOL_H */

@@ -383,6 +383,7 @@ static long render_stats(struct bn_loop *l)
 				   .n_sessions = l->n_sessions };
 	bn_sched_kv_usage(l->sched, &v.kv_blocks_total, &v.kv_blocks_used, &v.kv_blocks_reserved,
 			  &v.kv_block_tokens);
+	bn_sched_cache_usage(l->sched, &v.kv_blocks_cached, &v.kv_evictions);
 	size_t n = l->n_sessions ? l->n_sessions : 1;
 	uint32_t *ids = malloc(2 * n * sizeof(*ids)); /* ids, then uids */
 	const struct bn_session_counters **counters = malloc(n * sizeof(*counters));
@@ -962,6 +963,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		.kv_block_tokens = cfg->kv_block_tokens,
 		.logprob_capacity = cfg->max_logprobs,
 		.fork_seqs = model->can_classify ? cfg->max_batch : 0, /* main.c opened that many */
+		.prefix_cache = cfg->prefix_cache,
 	};
 	open_vocab(l, model);
 	copy_eog(&l->vocab.choice, &sc);

@@ -101,6 +101,12 @@ void bn_sched_kv_usage(const struct bn_sched *s, uint32_t *total, uint32_t *used
 	*block_tokens = s->kv.block_tokens;
 }
 
+void bn_sched_cache_usage(const struct bn_sched *s, uint32_t *cached, uint64_t *evictions)
+{
+	*cached = s->kv.cache ? bn_prefix_cache_blocks(s->kv.cache) : 0;
+	*evictions = s->kv.evictions;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Set-up                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
@@ -134,6 +140,13 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 		return -EINVAL;
 	}
 	if (bn_kvpool_init(&s->kv, (uint32_t)blocks, c->kv_block_tokens) < 0)
+		return -ENOMEM;
+	if (c->prefix_cache != BN_SHARE_OFF && !s->ops->seq_fork) {
+		bn_log_info("msg=\"no prefix cache: the backend cannot start a sequence past its first position\" backend=%s",
+			    s->ops->name);
+		s->cfg.prefix_cache = BN_SHARE_OFF;
+	}
+	if (s->cfg.prefix_cache != BN_SHARE_OFF && bn_kvpool_enable_cache(&s->kv) < 0)
 		return -ENOMEM;
 	s->max_blocks_per_seq = bn_kvpool_blocks_for(&s->kv, c->context_length);
 	int rc = s->ops->kv_init(s->backend, (uint32_t)blocks, c->kv_block_tokens);
@@ -399,10 +412,12 @@ static int under_caps(struct bn_sched *s, const struct bn_session *sess)
 	return !u || u->n < cap_or_max(s->cfg.max_running_per_user, s->cfg.max_batch);
 }
 
-static void start_running(struct bn_sched *s, struct bn_req *r)
+/* r starts in a sequence that already holds positions [0, start) (its cached blocks). */
+static void start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 {
 	uint32_t seq = s->free_seqs[--s->n_free_seqs];
-	int rc = s->ops->seq_open(s->backend, seq);
+	int rc = start ? s->ops->seq_fork(s->backend, seq, start, 0, 0, 0)
+		       : s->ops->seq_open(s->backend, seq);
 	if (rc < 0) {
 		s->free_seqs[s->n_free_seqs++] = seq;
 		bn_kvpool_release(&s->kv, &r->kv);
@@ -411,12 +426,52 @@ static void start_running(struct bn_sched *s, struct bn_req *r)
 	}
 	r->seq = seq;
 	r->running = 1;
-	r->n_prefilled = 0;
+	r->n_prefilled = start;
+	r->n_identified = start / s->kv.block_tokens;
 	r->next_label = r->next_label_at = r->labels_done = r->n_forks = 0;
 	r->admitted = ++s->admissions;
 	r->sess->n_running++;
 	uid_add(s, (uint32_t)r->sess->peer_uid);
 	s->running[s->n_running++] = r;
+}
+
+/* Whose blocks a request may share. */
+static uint64_t share_scope(const struct bn_sched *s, const struct bn_req *r)
+{
+	switch (s->cfg.prefix_cache) {
+	case BN_SHARE_UID: return 1ull << 32 | (uint32_t)r->sess->peer_uid;
+	case BN_SHARE_SESSION: return 2ull << 32 | r->sess->id;
+	default: return 0;
+	}
+}
+
+/* Blocks of the prompt the cache may give: the full ones before its last token, which is
+ * read again (a generation needs its logits; a classify request's forks start there). A score
+ * request needs every position's logits: none. */
+static uint32_t cacheable_blocks(const struct bn_sched *s, const struct bn_req *r)
+{
+	if (!s->kv.cache || r->op == BN_OP_SCORE)
+		return 0;
+	return (r->n_prompt - 1) / s->kv.block_tokens;
+}
+
+/* Reserves what r needs, its prompt's cached blocks taken first (they need no reservation,
+ * but a parked one taken leaves the pool as a reserved one would). Returns the blocks taken,
+ * or UINT32_MAX when r does not fit now (nothing taken). */
+static uint32_t take_cached_prefix(struct bn_sched *s, struct bn_req *r)
+{
+	uint32_t need = (uint32_t)kv_need_blocks(s, r), max = cacheable_blocks(s, r), hit = 0;
+	if (max)
+		hit = bn_prefix_cache_lookup(s->kv.cache, share_scope(s, r), r->prompt, max,
+					     r->kv.table);
+	uint32_t parked = bn_kvpool_parked_among(&s->kv, r->kv.table, hit);
+	if ((uint64_t)need - hit + parked > bn_kvpool_available(&s->kv))
+		return UINT32_MAX;
+	bn_kvpool_take_cached(&s->kv, &r->kv, r->kv.table, hit);
+	(void)bn_kvpool_reserve_blocks(&s->kv, &r->kv, need); /* fits: checked above */
+	bn_stats.prefix_lookup_tokens += (uint64_t)max * s->kv.block_tokens;
+	bn_stats.prefix_hit_tokens += (uint64_t)hit * s->kv.block_tokens;
+	return hit;
 }
 
 enum admit_stop {
@@ -442,9 +497,10 @@ static enum admit_stop admit_from(struct bn_sched *s, struct bn_session *sess, u
 							       s->max_blocks_per_seq };
 		/* The oldest request that does not fit holds everyone back: otherwise a stream of
 		 * small requests could keep a large one waiting for ever. */
-		if (bn_kvpool_reserve_blocks(&s->kv, &r->kv, (uint32_t)kv_need_blocks(s, r)) < 0)
+		uint32_t cached = take_cached_prefix(s, r);
+		if (cached == UINT32_MAX)
 			return STOP_KV_FULL;
-		start_running(s, dequeue(s, sess));
+		start_running(s, dequeue(s, sess), cached * s->kv.block_tokens);
 		sess->credit--;
 		(*taken)++;
 	}
@@ -882,6 +938,37 @@ static int build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 	return 0;
 }
 
+/* The token at position p of r's sequence: its prompt, then its output. */
+static uint32_t token_at(const struct bn_req *r, uint32_t p)
+{
+	return p < r->n_prompt ? r->prompt[p] : r->output[p - r->n_prompt];
+}
+
+/* Every block of r the step filled gets its identity, so later prompts can find it. A block
+ * whose parent has none (an equal block was cached first by another sequence) ends the
+ * chain: nothing after it could be found. */
+static void identify_blocks(struct bn_sched *s, struct bn_req *r, uint32_t end)
+{
+	/* --kv-block-tokens is at most 4096 (config.c). */
+	uint32_t bt = s->kv.block_tokens, full = end / bt, tokens[4096];
+	for (; r->n_identified < full; r->n_identified++) {
+		uint32_t i = r->n_identified, block = r->kv.table[i];
+		for (uint32_t k = 0; k < bt; k++)
+			tokens[k] = token_at(r, i * bt + k);
+		uint32_t parent = i ? r->kv.table[i - 1] : BN_NO_BLOCK;
+		bn_prefix_cache_insert(s->kv.cache, block, parent, share_scope(s, r), tokens);
+	}
+}
+
+static void identify_step(struct bn_sched *s, uint32_t n_rows)
+{
+	if (!s->kv.cache)
+		return;
+	for (uint32_t k = 0; k < n_rows; k++)
+		if (!s->row_fork[k])
+			identify_blocks(s, s->rows[k], s->pos[k] + s->lens[k]);
+}
+
 static void count_batch(const struct bn_batch *b, uint64_t step_ns)
 {
 	uint64_t used = 0;
@@ -1046,6 +1133,7 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_session **sessions, uint32_
 		return n_rows;
 	}
 	count_batch(&b, bn_now_ns() - t0);
+	identify_step(s, n_rows);
 	deliver_all(s, n_rows);
 	return n_rows;
 }

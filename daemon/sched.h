@@ -20,6 +20,14 @@
  * scored against the next label token. So the prefix is read once, every label costs its own
  * length, and each label's log-probabilities are those of scoring prefix + label alone (the
  * same rows over the same KV). Forks are prompt work: budgeted and ordered as prompt chunks.
+ *
+ * With the prefix cache, every full block a sequence writes gets an identity by its tokens
+ * (prefix_cache.h), and a request admitted later takes the cached blocks its prompt starts
+ * with (all but its last token, which must be read to give the first token's logits) and
+ * reads only the rest: its sequence starts forked at the first uncached position. The KV of a
+ * position is the same bits however it was computed (prefill and stepwise decoding are
+ * bit-identical), so a hit never changes an output. Admission reserves only the blocks the
+ * request still needs; score requests, which need every position's logits, take no hits.
  */
 #ifndef BITNETD_SCHED_H
 #define BITNETD_SCHED_H
@@ -50,6 +58,10 @@ struct bn_sched_config {
 	/* Backend sequence ids past max_batch for forked sequences (a classify request's labels):
 	 * the backend was opened with max_batch + fork_seqs of them. 0: no classify. */
 	uint32_t fork_seqs;
+	/* enum bn_prefix_sharing: full KV blocks of earlier sequences found by their tokens
+	 * (prefix_cache.h), shared within a uid, a session or by all; BN_SHARE_OFF: none. Needs
+	 * a backend with seq_fork (else off, logged). */
+	uint32_t prefix_cache;
 };
 
 /* Sizes the KV pool, calls the backend's kv_init, logs the outcome. NULL on failure (logged). */
@@ -87,5 +99,7 @@ uint32_t bn_sched_waiting(const struct bn_sched *s);
 uint32_t bn_sched_max_batch(const struct bn_sched *s);
 void bn_sched_kv_usage(const struct bn_sched *s, uint32_t *total, uint32_t *used,
 		       uint32_t *reserved, uint32_t *block_tokens);
+/* Blocks with a cached identity (held or parked), and cached blocks taken for others. */
+void bn_sched_cache_usage(const struct bn_sched *s, uint32_t *cached, uint64_t *evictions);
 
 #endif /* BITNETD_SCHED_H */

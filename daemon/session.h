@@ -58,6 +58,7 @@ struct bn_req {
 	uint32_t labels_done;
 	uint32_t n_forks;          /* labels running now */
 	uint32_t max_forks;        /* how many may run at once: what the request reserved for */
+	uint32_t n_identified;     /* sched.c: its first blocks that have a cached identity */
 	uint64_t admitted;    /* admission order, for prefill priority */
 	uint64_t planned_in;  /* sched.c: the step plan that last gave it a row */
 	uint64_t t_seen;      /* when the daemon consumed the sqe */

@@ -337,6 +337,19 @@ static void render_gauges(struct text *t, const struct bn_stats_view *v)
 	gauge(t, "kv_blocks_free", "KV cache blocks neither used nor reserved.",
 	      taken < v->kv_blocks_total ? v->kv_blocks_total - taken : 0);
 	gauge(t, "kv_block_tokens", "Positions per KV cache block.", v->kv_block_tokens);
+	gauge(t, "kv_blocks_cached",
+	      "KV cache blocks the prefix cache can give again (held by sequences or parked).",
+	      v->kv_blocks_cached);
+	counter(t, "prefix_cache_evictions_total", "Cached blocks taken for other contents.",
+		v->kv_evictions);
+	counter(t, "prefix_cache_lookup_tokens_total",
+		"Prompt positions the prefix cache could have given.", bn_stats.prefix_lookup_tokens);
+	counter(t, "prefix_cache_hit_tokens_total",
+		"Prompt positions the prefix cache gave (not computed).", bn_stats.prefix_hit_tokens);
+	double rate = bn_stats.prefix_lookup_tokens ? (double)bn_stats.prefix_hit_tokens /
+							      (double)bn_stats.prefix_lookup_tokens
+						    : 0.0;
+	gauge_real(t, "prefix_cache_hit_ratio", "Hit tokens over lookup tokens, since start.", rate);
 }
 
 static void render_hist(struct text *t, enum bn_hist h)

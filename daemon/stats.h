@@ -54,6 +54,8 @@ struct bn_stats {
 	uint64_t doorbells;          /* eventfd reads completed (the daemon was rung) */
 	uint64_t sleeps;             /* io_uring waits that could block */
 	uint64_t uring_submits;      /* io_uring_enter calls that only submitted */
+	uint64_t prefix_lookup_tokens; /* prompt positions the prefix cache could have held */
+	uint64_t prefix_hit_tokens;    /* of those, positions taken from it (not computed) */
 };
 
 extern struct bn_stats bn_stats;
@@ -87,6 +89,8 @@ struct bn_stats_view {
 	uint32_t kv_blocks_used;     /* holding positions */
 	uint32_t kv_blocks_reserved; /* promised to running sequences, not yet used */
 	uint32_t kv_block_tokens;
+	uint32_t kv_blocks_cached;   /* with a prefix-cache identity, held or parked */
+	uint64_t kv_evictions;       /* cached blocks taken for other contents */
 	uint32_t n_sessions;
 	const uint32_t *session_ids;                     /* [n_sessions] */
 	const uint32_t *session_uids;                    /* [n_sessions] */

@@ -106,6 +106,33 @@ START_TEST(share_lend_release_to)
 }
 END_TEST
 
+/* The cache finds whole chains only: a block whose parent was evicted and reused for other
+ * tokens can never be found under the parent's new contents, though its own tokens match. */
+START_TEST(cache_chains_survive_reuse)
+{
+	struct bn_prefix_cache *c = bn_prefix_cache_new(BLOCKS, BT);
+	ck_assert_ptr_nonnull(c);
+	static const uint32_t a[2 * BT] = { 1, 2, 3, 4, 5, 6, 7, 8 }, b[2 * BT] = { 9, 9, 9, 9, 5, 6, 7, 8 };
+	uint32_t found[2];
+	ck_assert_int_eq(bn_prefix_cache_insert(c, 0, BN_NO_BLOCK, 7, a), 1);
+	ck_assert_int_eq(bn_prefix_cache_insert(c, 1, 0, 7, a + BT), 1);
+	ck_assert_int_eq(bn_prefix_cache_insert(c, 2, 0, 7, a + BT), 0);   /* equal: first stays */
+	ck_assert_uint_eq(bn_prefix_cache_lookup(c, 7, a, 2, found), 2);
+	ck_assert_uint_eq(found[0], 0);
+	ck_assert_uint_eq(found[1], 1);
+	ck_assert_uint_eq(bn_prefix_cache_lookup(c, 8, a, 2, found), 0); /* another scope */
+	/* Block 0 is parked, evicted and given b's first tokens; block 1 still holds a's. */
+	bn_prefix_cache_park(c, 0);
+	ck_assert_uint_eq(bn_prefix_cache_evict(c), 0);
+	ck_assert_uint_eq(bn_prefix_cache_evict(c), BN_NO_BLOCK);
+	ck_assert_int_eq(bn_prefix_cache_insert(c, 0, BN_NO_BLOCK, 7, b), 1);
+	ck_assert_uint_eq(bn_prefix_cache_lookup(c, 7, b, 2, found), 1);
+	ck_assert_uint_eq(bn_prefix_cache_lookup(c, 7, a, 2, found), 0);
+	ck_assert_uint_eq(bn_prefix_cache_blocks(c), 2);
+	bn_prefix_cache_free(c);
+}
+END_TEST
+
 /* Random reserve/grow/release against a model of the counts: the pool never loses or
  * duplicates a block. */
 START_TEST(random_churn_keeps_accounts)
@@ -158,6 +185,7 @@ int main(void)
 	TCase *t = tcase_create("accounting");
 	tcase_add_test(t, reserve_grow_release);
 	tcase_add_test(t, share_lend_release_to);
+	tcase_add_test(t, cache_chains_survive_reuse);
 	tcase_add_test(t, random_churn_keeps_accounts);
 	suite_add_tcase(s, t);
 	return tu_run_suite(s);
