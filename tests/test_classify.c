@@ -184,27 +184,31 @@ static void run_label_cases(struct bn_client *c)
 	assert_kv_idle(c);
 }
 
-START_TEST(labels_equal_score_alone)
+/* run_label_cases on a daemon of `model` started with `more` arguments, whose KV pool has
+ * `blocks` blocks (0: any). */
+static void label_cases_on(const char *model, const char *const *more, long long blocks)
 {
 	struct tu_daemon d;
-	start_cpu(&d, NULL);
+	start_cpu_on(&d, model, more);
 	struct bn_client *c = connect_or_die(&d);
+	if (blocks)
+		ck_assert_int_eq(tu_metric(stats_text(c), "bitnetd_kv_blocks_total"), blocks);
 	run_label_cases(c);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+
+START_TEST(labels_equal_score_alone)
+{
+	label_cases_on(tu_default_model(), NULL, 0);
 }
 END_TEST
 
 /* Two fork ids, and steps of 8 tokens: labels run two at a time, in several chunks each. */
 START_TEST(labels_in_waves_and_chunks)
 {
-	struct tu_daemon d;
-	const char *more[] = { "--max-batch", "2", "--token-budget", "8", NULL };
-	start_cpu(&d, more);
-	struct bn_client *c = connect_or_die(&d);
-	run_label_cases(c);
-	bn_disconnect(c);
-	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	static const char *const more[] = { "--max-batch", "2", "--token-budget", "8", NULL };
+	label_cases_on(tu_default_model(), more, 0);
 }
 END_TEST
 
@@ -212,27 +216,16 @@ END_TEST
  * two, each fork of the 40-token label three more, so two labels at a time fit. */
 START_TEST(labels_within_a_small_kv_pool)
 {
-	struct tu_daemon d;
-	const char *more[] = { "--kv-memory", "256K", NULL };
-	start_cpu(&d, more);
-	struct bn_client *c = connect_or_die(&d);
-	ck_assert_int_eq(tu_metric(stats_text(c), "bitnetd_kv_blocks_total"), 8);
-	run_label_cases(c);
-	bn_disconnect(c);
-	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	static const char *const more[] = { "--kv-memory", "256K", NULL };
+	label_cases_on(tu_default_model(), more, 8);
 }
 END_TEST
 
 /* The real test model (../shared/models/stories260K.gguf), its labels in waves of two. */
 START_TEST(stories_labels_equal_score_alone)
 {
-	struct tu_daemon d;
-	const char *more[] = { "--max-batch", "2", NULL };
-	start_cpu_on(&d, stories_path, more);
-	struct bn_client *c = connect_or_die(&d);
-	run_label_cases(c);
-	bn_disconnect(c);
-	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	static const char *const more[] = { "--max-batch", "2", NULL };
+	label_cases_on(stories_path, more, 0);
 }
 END_TEST
 
