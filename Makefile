@@ -11,6 +11,7 @@
 #   make fuzz, make fuzz-requests   libFuzzer (clang) on the GGUF reader / the request path,
 #                             FUZZ_SECONDS each (default 60)
 #   make bench-ipc            transport benchmark (starts and stops its own daemon)
+#   make bench-python         the Python package's round trip and batches, beside the C client
 #   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
@@ -153,7 +154,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) -lm $(CUDA_LIBS)
 .SECONDARY:
 
 .PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -374,7 +375,7 @@ check-faults: all
 PYTEST_PYTHON := $(firstword $(foreach p,python3 /usr/bin/python3,$(if $(shell $(p) -c 'import pytest' 2>/dev/null && echo y),$(p))))
 
 check-python: all
-	@echo "== conformance (python3, written from shm/PROTOCOL.md)"
+	@echo "== conformance (python3: tests/conformance.py through the bitnetd package, from shm/PROTOCOL.md)"
 	@BITNETD=$(BITNETD) python3 tests/conformance.py
 	@echo "== python package (pytest python/tests)"
 	@if [ -z "$(PYTEST_PYTHON)" ]; then echo "no python3 with pytest (tools/install-deps.sh installs python3-pytest)"; exit 1; fi
@@ -405,6 +406,12 @@ check-man:
 
 bench-ipc: $(BITNETD) $(CLI)
 	$(CLI) bench --start-daemon $(BITNETD)
+
+# The Python package (bench/bench_python.py): round trips and requests/s on a loopback daemon
+# as bench-ipc's, beside the C client's from the same run; generate_batch of 64 prompts against
+# 64 generate calls, on loopback and on a cpu daemon on the tiny model.
+bench-python: $(BITNETD) $(CLI) $(DEFAULT_MODEL)
+	python3 bench/bench_python.py --bitnetd $(BITNETD) --cli $(CLI) --model $(DEFAULT_MODEL)
 
 # ---------------------------------------------------------------------------------------------
 

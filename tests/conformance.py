@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Conformance client for bitnetd's shared-memory protocol (ABI 1).
 
-Written from shm/PROTOCOL.md alone, with the Python standard library only
-(socket + SCM_RIGHTS, mmap, struct, ctypes for futex, os).  It follows the
-document's section 14 ("clients without atomics"): plain aligned 32-bit
-loads/stores through memoryview(...).cast("I"), the eventfd doorbell written
-after every batch (no full fence available), and the section 8.2 wait loop
-sleeping on the slot's `events` futex word with a bounded timeout.
+The protocol side is the bitnetd package's (python/bitnetd/_wire.py, written from
+shm/PROTOCOL.md with the Python standard library only, following the document's section 14
+for clients without atomics): the handshake and the header checks, the segment's layout, the
+ring, slot filling, the section 8.2 futex wait, control messages. This file adds what a
+client library must not offer and a test needs: requests built field by field (wrong ones
+included), raw hellos, violations, the loopback backend's oracle (section 13), and the
+checks themselves, which compare the daemon's answers with the document's.
 
 Run from the repository root:
     BITNETD=build/bitnetd python3 tests/conformance.py [-v]
@@ -17,15 +18,11 @@ checks, stops them with SIGTERM and prints "N passed, M failed".
 Exit status 0 only if nothing failed.
 """
 
-import array
 import collections
-import ctypes
 import errno
 import fcntl
-import mmap
 import os
 import random
-import select
 import shutil
 import signal
 import socket
@@ -36,69 +33,22 @@ import tempfile
 import time
 import traceback
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+from bitnetd import _wire as wire  # noqa: E402
+from bitnetd._wire import (  # noqa: E402
+    ABI_VERSION, CTL_MAGIC, CTL_REPLY_MAGIC, CTL_STATS, DAEMON_CLOSED, DAEMON_SHUTTING_DOWN,
+    FEAT_CLASSIFY, FEAT_SCORE, FEAT_STREAMING, FEAT_TEXT, OP_CLASSIFY, OP_DETOKENIZE,
+    OP_GENERATE, OP_SCORE, OP_TOKENIZE, REQ_CHAT, REQ_IGNORE_EOS, REQ_LOGPROBS, REQ_NO_BOS,
+    REQ_PARSE_SPECIAL, REQ_SPECIAL_TEXT, REQ_STRIP_SPACE, REQ_TEXT, REQ_TEXT_OUT, S_COMPLETE,
+    S_CANCELLED, S_EOS, S_ERROR, S_LENGTH, S_SHUTDOWN, SL_CANCEL, SL_NTOK,
+    SL_STATE, SL_TIMINGS, SQE_SIZE, ST_DONE, WELCOME_MAGIC, hello_bytes, recv_exact,
+    recv_welcome)
+from bitnetd.errors import (  # noqa: E402
+    DisconnectedError, E_EMPTY, E_INVALID, E_PROTOCOL, E_TOKEN, E_TOO_LONG, E_UNSUPPORTED,
+    E_VERSION)
+
 VERBOSE = "-v" in sys.argv[1:]
-
-# ---------------------------------------------------------------- constants
-ABI_VERSION = 1
-HELLO_MAGIC = 0x4C484E42      # "BNHL"  (section 2.2)
-WELCOME_MAGIC = 0x4C574E42    # "BNWL"  (section 2.3)
-SEG_MAGIC = 0x47534E42        # "BNSG"  (section 4.1)
-CTLQ_MAGIC = 0x51434E42       # "BNCQ"  (section 10.1)
-CTLR_MAGIC = 0x52434E42       # "BNCR"  (section 10.2)
-CTL_STATS = 1
-
-HDR_MIN_SIZE = 256
-RING_SIZE = 192
-SQE_SIZE = 16
-SLOT_FIXED = 128
-
-# ring (section 4.2), offsets from sq_offset
-RING_HEAD, RING_TAIL, RING_FLAGS = 0, 64, 128
-# slot fixed part (section 4.4), offsets from S(i)
-SL_STATE, SL_CANCEL, SL_NTOK, SL_STATUS, SL_ERROR = 0, 4, 8, 12, 16
-SL_WAITERS, SL_EVENTS = 20, 24
-SL_NTEXT, SL_PROMPT_TOKENS = 28, 56   # feature TEXT (section 6.10)
-SL_TIMINGS = 32               # queue_ns, first_token_ns, total_ns (u64 each)
-SL_NPROMPT, SL_MAXTOK, SL_FLAGS, SL_RESERVED2 = 64, 68, 72, 76
-N_RESERVED2 = 13              # the parameter words (section 4.4), the last one reserved
-
-ST_FREE, ST_SUBMITTED, ST_DONE = 0, 1, 2
-WAIT_DONE, WAIT_TOKENS = 1, 2
-OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE, OP_SCORE, OP_CLASSIFY = 1, 2, 3, 4, 5
-FLAG_LOGPROBS = 4
-FEAT_SCORE = 16
-FEAT_CLASSIFY = 32
-FLAG_IGNORE_EOS = 1
-FLAG_TEXT, FLAG_CHAT, FLAG_PARSE_SPECIAL, FLAG_NO_BOS = 8, 16, 32, 64
-FLAG_TEXT_OUT, FLAG_SPECIAL_TEXT, FLAG_STRIP_SPACE = 128, 256, 512
-FEAT_STREAMING = 1
-FEAT_TEXT = 8
-DFLAG_SHUTTING_DOWN, DFLAG_CLOSED = 1, 2
-POLLRDHUP = getattr(select, "POLLRDHUP", 0x2000)
-
-# statuses (section 9.1) and error codes (section 9.2)
-S_NONE, S_LENGTH, S_EOS, S_CANCELLED, S_ERROR, S_SHUTDOWN = 0, 1, 2, 3, 4, 5
-S_COMPLETE = 8
-E_INVALID, E_TOKEN, E_TOO_LONG = 1001, 1002, 1003
-E_PROTOCOL, E_VERSION, E_EMPTY, E_UNSUPPORTED = 1008, 1009, 1014, 1016
-
-# header fields (section 4.1): name -> (offset, struct code)
-HEADER_FIELDS = [
-    ("magic", 0, "I"), ("abi_version", 4, "I"), ("features", 8, "I"),
-    ("header_size", 12, "I"), ("segment_size", 16, "Q"),
-    ("session_id", 24, "I"), ("daemon_flags", 28, "I"),
-    ("sq_offset", 32, "I"), ("sq_entries", 36, "I"),
-    ("sqes_offset", 40, "I"), ("slot_offset", 44, "I"),
-    ("slot_count", 48, "I"), ("slot_size", 52, "I"),
-    ("slot_prompt_offset", 56, "I"), ("slot_prompt_capacity", 60, "I"),
-    ("slot_output_offset", 64, "I"), ("slot_output_capacity", 68, "I"),
-    ("vocab_size", 72, "I"), ("context_length", 76, "I"),
-    ("bos_id", 80, "I"), ("eos_id", 84, "I"), ("backend", 88, "I"),
-    ("slot_logprob_offset", 160, "I"), ("slot_logprob_capacity", 164, "I"),
-    ("slot_text_offset", 168, "I"), ("slot_text_capacity", 172, "I"),
-    ("slot_piece_offset", 176, "I"),
-]
-FEAT_LOGPROBS = 4
 
 # ---------------------------------------------------------------- checks
 
@@ -151,75 +101,10 @@ def loopback(prompt, max_tokens, vocab_size=32000, eos_id=2, ignore_eos=False):
         h = ((h ^ tok) * 16777619) & 0xFFFFFFFF
     return out, S_LENGTH
 
-# ---------------------------------------------------------------- futex (sections 8.2, 14)
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-SYS_futex = {"x86_64": 202, "aarch64": 98}.get(os.uname().machine, 202)
-FUTEX_WAIT = 0                 # shared, never FUTEX_WAIT_PRIVATE (128)
-
-
-class timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-FUTEX_STATS = collections.Counter()
-
-
-def futex_wait(addr, expected, timeout_s, stats=FUTEX_STATS):
-    """FUTEX_WAIT on the u32 at absolute address addr: 0 or an errno."""
-    timeout_s = max(timeout_s, 0.0)
-    ts = timespec(int(timeout_s), int((timeout_s % 1) * 1e9))
-    ctypes.set_errno(0)
-    r = _libc.syscall(ctypes.c_long(SYS_futex), ctypes.c_void_p(addr),
-                      ctypes.c_int(FUTEX_WAIT), ctypes.c_uint32(expected),
-                      ctypes.byref(ts), None, ctypes.c_int(0))
-    err = ctypes.get_errno() if r < 0 else 0
-    stats["calls"] += 1
-    stats[{0: "woken", errno.EAGAIN: "eagain", errno.ETIMEDOUT: "timedout",
-           errno.EINTR: "eintr"}.get(err, "other")] += 1
-    return err
-
 # ---------------------------------------------------------------- helpers
 
 
-def recv_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        more = sock.recv(n - len(buf))
-        if not more:
-            break
-        buf += more
-    return buf
-
-
-def hello_bytes(requested_slots=0, magic=HELLO_MAGIC, abi=ABI_VERSION, flags=0,
-                reserved=(0, 0, 0, 0)):
-    return struct.pack("<IIII4I", magic, abi, flags, requested_slots, *reserved)
-
-
-def recv_welcome(sock):
-    """Receive the 32-byte welcome (section 2.3).
-
-    Returns (fields dict, fds list, ctrunc bool, raw bytes)."""
-    msg, anc, mflags, _ = sock.recvmsg(32, socket.CMSG_SPACE(2 * 4),
-                                       socket.MSG_CMSG_CLOEXEC)
-    fds = []
-    for level, ctype, cdata in anc:
-        if level == socket.SOL_SOCKET and ctype == socket.SCM_RIGHTS:
-            a = array.array("i")
-            a.frombytes(cdata[:len(cdata) - len(cdata) % a.itemsize])
-            fds.extend(a)
-    data = msg
-    while msg and len(data) < 32:          # the rest carries no descriptors
-        msg = sock.recv(32 - len(data))
-        data += msg
-    fields = None
-    if len(data) == 32:
-        magic, abi, error, sid, segsize, _r0, _r1 = struct.unpack("<IIIIQII", data)
-        fields = dict(magic=magic, abi_version=abi, error=error,
-                      session_id=sid, segment_size=segsize)
-    return fields, fds, bool(mflags & socket.MSG_CTRUNC), data
+FUTEX_STATS = collections.Counter()   # FUTEX_WAIT calls and outcomes (wire.futex_wait)
 
 
 def read_prometheus(text):
@@ -237,10 +122,6 @@ def read_prometheus(text):
             name, rest = parts[0], parts[1:]
         out[name] = out.get(name, 0.0) + float(rest[0])
     return out
-
-
-class HandshakeError(Exception):
-    pass
 
 # ---------------------------------------------------------------- daemon
 
@@ -309,259 +190,62 @@ class Daemon:
         except OSError:
             return ""
 
+
 # ---------------------------------------------------------------- session
 
 
-class Session:
-    """One connection = one segment = one ring (section 1)."""
+class Session(wire.Segment):
+    """One connection = one segment = one ring (section 1): the package's Segment, plus
+    requests given as spec dicts whose every field is sent as given, and bookkeeping."""
 
     def __init__(self, daemon, requested_slots=0, label="session"):
         self.label = label
-        self.sock = daemon.connect()
-        self.mm = None
-        self.efd = -1
-        hello = hello_bytes(requested_slots)
-        self.sock.sendall(hello)
-        w, fds, ctrunc, raw = recv_welcome(self.sock)
-        try:
-            if w is None:
-                raise HandshakeError("welcome shorter than 32 bytes: %r" % raw)
-            if w["magic"] != WELCOME_MAGIC:
-                raise HandshakeError("welcome magic 0x%08x" % w["magic"])
-            if w["abi_version"] != ABI_VERSION:
-                raise HandshakeError("welcome abi_version %d" % w["abi_version"])
-            if w["error"] != 0:
-                raise HandshakeError("welcome error %d" % w["error"])
-            if ctrunc or len(fds) != 2:
-                raise HandshakeError("welcome carried %d fds (ctrunc=%s)" % (len(fds), ctrunc))
-        except HandshakeError:
-            for fd in fds:
-                os.close(fd)
-            self.sock.close()
-            raise
-        self.welcome = w
-        memfd, self.efd = fds
-        self.segment_size = w["segment_size"]
-        if self.segment_size < HDR_MIN_SIZE:       # cannot even hold the header
-            for fd in fds:
-                os.close(fd)
-            self.sock.close()
-            raise HandshakeError("welcome segment_size %d" % self.segment_size)
-        try:
-            self.seals = fcntl.fcntl(memfd, fcntl.F_GET_SEALS)
-            self.memfd_size = os.fstat(memfd).st_size
-            self.mm = mmap.mmap(memfd, self.segment_size, mmap.MAP_SHARED,
-                                mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(memfd)                  # the mapping keeps the memory alive
-        self.h = {name: struct.unpack_from("<" + code, self.mm, off)[0]
-                  for name, off, code in HEADER_FIELDS}
-        self.model_name = bytes(self.mm[96:160]).split(b"\0", 1)[0].decode("utf-8", "replace")
-        problems = self.validate_header()
-        if problems:
-            self.close()
-            raise HandshakeError("header rejected: " + "; ".join(problems))
+        super().__init__(daemon.path, requested_slots)
         h = self.h
-        n4 = self.segment_size - self.segment_size % 4
-        self._mv = memoryview(self.mm)[:n4]
-        self.u32 = self._mv.cast("I")
-        self._base_obj = (ctypes.c_char * self.segment_size).from_buffer(self.mm)
-        self.base = ctypes.addressof(self._base_obj)
-        self.sq = h["sq_offset"]
-        self.mask = h["sq_entries"] - 1
-        self.nslots = h["slot_count"]
-        self.vocab = h["vocab_size"]
-        self.eos = h["eos_id"]
-        self.pcap = h["slot_prompt_capacity"]
-        self.ocap = h["slot_output_capacity"]
+        self.nslots, self.vocab, self.eos = h["slot_count"], h["vocab_size"], h["eos_id"]
+        self.pcap, self.ocap = h["slot_prompt_capacity"], h["slot_output_capacity"]
         self.ctx = h["context_length"]
-        self.tail = self.u32[(self.sq + RING_TAIL) // 4]   # private copy (section 5.1)
-        self.initial_head = self.u32[(self.sq + RING_HEAD) // 4]
         self.submitted = 0
         self.inflight = set()
-
-    def validate_header(self):
-        """Section 3 step 4, in 64-bit arithmetic (Python ints do not overflow)."""
-        h, seg = self.h, self.segment_size
-        p = []
-
-        def need(cond, what):
-            if not cond:
-                p.append(what)
-        need(h["magic"] == SEG_MAGIC, "magic 0x%08x" % h["magic"])
-        need(h["abi_version"] == ABI_VERSION, "abi_version %d" % h["abi_version"])
-        need(h["header_size"] >= HDR_MIN_SIZE, "header_size %d" % h["header_size"])
-        need(h["segment_size"] == seg, "segment_size %d != welcome %d" % (h["segment_size"], seg))
-        need(h["slot_count"] >= 1, "slot_count 0")
-        e = h["sq_entries"]
-        need(e > 0 and e & (e - 1) == 0, "sq_entries %d not a power of two" % e)
-        need(e >= h["slot_count"], "sq_entries %d < slot_count %d" % (e, h["slot_count"]))
-        need(h["sq_offset"] + RING_SIZE <= seg, "ring outside segment")
-        need(h["sqes_offset"] + SQE_SIZE * e <= seg, "sqes outside segment")
-        need(h["slot_offset"] + h["slot_size"] * h["slot_count"] <= seg, "slots outside segment")
-        need(h["slot_prompt_offset"] >= SLOT_FIXED and
-             h["slot_prompt_offset"] + 4 * h["slot_prompt_capacity"] <= h["slot_size"],
-             "prompt array outside slot")
-        need(h["slot_output_offset"] >= SLOT_FIXED and
-             h["slot_output_offset"] + 4 * h["slot_output_capacity"] <= h["slot_size"],
-             "output array outside slot")
-        for f in ("sq_offset", "sqes_offset", "slot_offset", "slot_size"):
-            need(h[f] % 8 == 0, "%s not a multiple of 8" % f)
-        for f in ("slot_prompt_offset", "slot_output_offset"):
-            need(h[f] % 4 == 0, "%s not a multiple of 4" % f)
-        if h["features"] & FEAT_LOGPROBS:
-            per_token = 8 * (1 + h["slot_logprob_capacity"])
-            need(h["slot_logprob_offset"] >= SLOT_FIXED and h["slot_logprob_offset"] % 8 == 0,
-                 "slot_logprob_offset %d" % h["slot_logprob_offset"])
-            need(per_token <= h["slot_size"] and
-                 h["slot_logprob_offset"] + per_token * h["slot_output_capacity"] <= h["slot_size"],
-                 "log-probability records outside slot")
-        if h["features"] & FEAT_TEXT:
-            need(h["slot_text_offset"] >= SLOT_FIXED and
-                 h["slot_text_offset"] + h["slot_text_capacity"] <= h["slot_size"],
-                 "text region outside slot")
-            need(h["slot_piece_offset"] >= SLOT_FIXED and h["slot_piece_offset"] % 4 == 0 and
-                 h["slot_piece_offset"] + 4 * h["slot_output_capacity"] <= h["slot_size"],
-                 "piece ends outside slot")
-        return p
-
-    # --- addresses (section 4)
-    def S(self, i):
-        return self.h["slot_offset"] + i * self.h["slot_size"]
 
     def out_index(self, i):
         return (self.S(i) + self.h["slot_output_offset"]) // 4
 
     # --- submitting (sections 5.1, 6.3, 8.1, 14)
-    def prepare(self, i, prompt, max_tokens, flags=0, n_prompt=None, reserved2=None, text=None):
-        assert i not in self.inflight
-        u, S = self.u32, self.S(i)
-        if text is not None:                 # section 6.10: the bytes go to the text region
-            if self.h["features"] & FEAT_TEXT:
-                t0 = S + self.h["slot_text_offset"]
-                assert len(text) <= self.h["slot_text_capacity"]
-                self.mm[t0:t0 + len(text)] = text
-            if n_prompt is None:
-                n_prompt = len(text)
-        if self.h["features"] & FEAT_TEXT:
-            u[(S + SL_NTEXT) // 4] = u[(S + SL_PROMPT_TOKENS) // 4] = 0
-        n = len(prompt) if n_prompt is None else n_prompt
-        u[(S + SL_NPROMPT) // 4] = n
-        u[(S + SL_MAXTOK) // 4] = max_tokens
-        u[(S + SL_FLAGS) // 4] = flags
-        r2 = reserved2 or [0] * N_RESERVED2
-        for k in range(N_RESERVED2):
-            u[(S + SL_RESERVED2) // 4 + k] = r2[k]
-        if prompt:
-            assert len(prompt) <= self.pcap
-            p0 = (S + self.h["slot_prompt_offset"]) // 4
-            u[p0:p0 + len(prompt)] = array.array("I", prompt)
-        for off in (SL_CANCEL, SL_NTOK, SL_STATUS, SL_ERROR, SL_WAITERS):
-            u[(S + off) // 4] = 0
-        u[(S + SL_STATE) // 4] = ST_SUBMITTED          # written last
-
-    def push_sqe(self, slot, op=OP_GENERATE, reserved=(0, 0)):
-        u = self.u32
-        head = u[(self.sq + RING_HEAD) // 4]
-        if (self.tail - head) & 0xFFFFFFFF >= self.mask + 1:
-            raise RuntimeError("%s: ring full (client bug)" % self.label)
-        e = (self.h["sqes_offset"] + SQE_SIZE * (self.tail & self.mask)) // 4
-        u[e], u[e + 1], u[e + 2], u[e + 3] = op, slot, reserved[0], reserved[1]
-        self.tail = (self.tail + 1) & 0xFFFFFFFF
-
-    def publish(self):
-        self.u32[(self.sq + RING_TAIL) // 4] = self.tail   # store-release on x86-64
-        # No full fence from Python: always ring the doorbell (sections 8.1, 14).
-        try:
-            os.write(self.efd, struct.pack("<Q", 1))
-        except BlockingIOError:
-            pass                                        # a wake-up is already pending
-
     def submit(self, reqs):
-        """reqs: list of (slot, spec dict). Queues all, one doorbell."""
+        """reqs: list of (slot, spec dict). Queues all, one doorbell. A spec's fields: op,
+        prompt (the prompt words), text, n_prompt (default: the text's or the prompt's
+        length), max_tokens, flags, reserved2 (the 13 words at slot bytes 76..127)."""
         for slot, spec in reqs:
-            self.prepare(slot, spec.get("prompt", []), spec.get("max_tokens", 0),
-                         spec.get("flags", 0), spec.get("n_prompt"), spec.get("reserved2"),
-                         spec.get("text"))
-            self.push_sqe(slot, spec.get("op", OP_GENERATE))
+            assert slot not in self.inflight
+            prompt, text = spec.get("prompt", []), spec.get("text")
+            n_prompt = spec.get("n_prompt")
+            if n_prompt is None:
+                n_prompt = len(text) if text is not None else len(prompt)
+            self.prepare(slot, n_prompt, prompt, text, spec.get("flags", 0),
+                         spec.get("max_tokens", 0), spec.get("reserved2"))
+            self.push(slot, spec.get("op", OP_GENERATE))
             self.inflight.add(slot)
             self.submitted += 1
         self.publish()
 
-    # --- waiting (section 8.2 loop, as in section 14)
-    def satisfied(self, S, have):
-        u = self.u32
-        if u[(S + SL_STATE) // 4] == ST_DONE:
-            return True
-        return have is not None and u[(S + SL_NTOK) // 4] != have
-
-    def daemon_gone(self):
-        """Section 11.2 hang-up check; never blocks.
-
-        (poll first: a Python socket with a timeout set waits for readability
-        before recv, even with MSG_DONTWAIT.)"""
-        p = select.poll()
-        p.register(self.sock, select.POLLIN | POLLRDHUP)
-        if not p.poll(0):
-            return False
-        try:
-            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except (BlockingIOError, InterruptedError, socket.timeout):
-            return False
-        except OSError:
-            return True
-
     def wait(self, i, have=None, timeout=10.0, stats=FUTEX_STATS):
         """True once DONE (or, with have, once n_tokens != have); False on timeout."""
-        u, S = self.u32, self.S(i)
-        bit = WAIT_DONE if have is None else WAIT_TOKENS
-        ev = (S + SL_EVENTS) // 4
-        deadline = time.monotonic() + timeout
-        while True:
-            seen = u[ev]                         # events BEFORE the condition
-            if self.satisfied(S, have):
-                return True
-            left = min(0.05, deadline - time.monotonic())
-            if left <= 0:
-                return False
-            u[(S + SL_WAITERS) // 4] = bit      # declare the sleeper
-            err = futex_wait(self.base + S + SL_EVENTS, seen, left, stats)
-            u[(S + SL_WAITERS) // 4] = 0
-            if err == errno.ETIMEDOUT and self.daemon_gone():
-                if self.satisfied(S, have):
-                    return True
-                if self.daemon_flags() & DFLAG_CLOSED:
-                    self.end_untaken(i)          # section 11.3: never taken, SHUTDOWN
-                    return True
-                raise ConnectionError("%s: daemon gone, slot %d lost" % (self.label, i))
-
-    def end_untaken(self, i):
-        """The daemon closed the ring and hung up before taking slot i (section 11.3)."""
-        u, S = self.u32, self.S(i)
-        u[(S + SL_STATUS) // 4], u[(S + SL_ERROR) // 4], u[(S + SL_NTOK) // 4] = S_SHUTDOWN, 0, 0
-        u[(S + SL_STATE) // 4] = ST_DONE
-        self.untaken = getattr(self, "untaken", 0) + 1
+        return super().wait(i, have, timeout, stats)
 
     def result(self, i):
-        """Read a DONE slot's response (section 6.6)."""
-        u, S = self.u32, self.S(i)
-        state = u[(S + SL_STATE) // 4]
-        n = u[(S + SL_NTOK) // 4]
-        o = self.out_index(i)
-        r = dict(state=state, status=u[(S + SL_STATUS) // 4], error=u[(S + SL_ERROR) // 4],
-                 n_tokens=n, tokens=u[o:o + min(n, self.ocap)].tolist())
-        r["queue_ns"], r["first_token_ns"], r["total_ns"] = struct.unpack_from("<QQQ", self.mm, S + SL_TIMINGS)
-        if self.h["features"] & FEAT_TEXT:       # section 6.10
-            nt = min(u[(S + SL_NTEXT) // 4], self.h["slot_text_capacity"])
-            t0 = S + self.h["slot_text_offset"]
+        """A DONE slot's response (section 6.6), with its timings and piece ends."""
+        r = self.response(i)
+        S = self.S(i)
+        r["queue_ns"], r["first_token_ns"], r["total_ns"] = \
+            struct.unpack_from("<QQQ", self.mm, S + SL_TIMINGS)
+        if self.features & FEAT_TEXT:       # section 6.10
             p0 = (S + self.h["slot_piece_offset"]) // 4
-            r["prompt_tokens"] = u[(S + SL_PROMPT_TOKENS) // 4]
-            r["text"] = bytes(self.mm[t0:t0 + nt])
-            r["piece_ends"] = u[p0:p0 + min(n, self.ocap)].tolist()
+            r["piece_ends"] = self.u32[p0:p0 + len(r["tokens"])].tolist()
         return r
 
     def release(self, i):
-        self.u32[(self.S(i) + SL_STATE) // 4] = ST_FREE
+        super().release(i)
         self.inflight.discard(i)
 
     def run_one(self, spec, slot=0, timeout=10.0):
@@ -573,37 +257,13 @@ class Session:
         return r
 
     # --- control messages (section 10)
-    def control(self, op, magic=CTLQ_MAGIC, reserved=(0, 0)):
-        self.sock.sendall(struct.pack("<IIII", magic, op, *reserved))
-        hdr = recv_exact(self.sock, 16)
-        if len(hdr) != 16:
-            raise ConnectionError("%s: short ctl_reply %r" % (self.label, hdr))
-        rmagic, rop, rerr, length = struct.unpack("<IIII", hdr)
-        payload = recv_exact(self.sock, length)
-        if len(payload) != length:
-            raise ConnectionError("%s: short ctl payload" % self.label)
-        return dict(magic=rmagic, op=rop, error=rerr, length=length, payload=payload)
-
-    def daemon_flags(self):
-        return self.u32[28 // 4]
-
-    def close(self):
-        if self.mm is not None:
-            for name in ("u32", "_mv"):
-                mv = self.__dict__.pop(name, None)
-                if mv is not None:
-                    mv.release()
-            self.__dict__.pop("_base_obj", None)
-            self.mm.close()
-            self.mm = None
-        if self.efd >= 0:
-            os.close(self.efd)
-            self.efd = -1
-        self.sock.close()
+    def control(self, op, magic=CTL_MAGIC, reserved=(0, 0)):
+        rmagic, rop, rerr, payload = self.control_raw(op, magic, reserved)
+        return dict(magic=rmagic, op=rop, error=rerr, length=len(payload), payload=payload)
 
 
 def raw_handshake(daemon, hello):
-    """Send an arbitrary hello; return (welcome fields, fds, eof_after)."""
+    """Send an arbitrary hello; return (welcome, fds, eof_after)."""
     s = daemon.connect()
     try:
         try:
@@ -623,7 +283,6 @@ def raw_handshake(daemon, hello):
         return w, fds, eof
     finally:
         s.close()
-
 
 def run_requests(sess, specs, rng, timeout=20.0):
     """Run specs with several in flight across all slots; results in order.
@@ -663,7 +322,7 @@ def run_requests(sess, specs, rng, timeout=20.0):
 
 def check_against_oracle(name, sess, spec, r):
     want, wstatus = loopback(spec["prompt"], spec["max_tokens"], sess.vocab, sess.eos,
-                             bool(spec.get("flags", 0) & FLAG_IGNORE_EOS))
+                             bool(spec.get("flags", 0) & REQ_IGNORE_EOS))
     got = (r["state"], r["status"], r["error"], r["n_tokens"], r["tokens"])
     exp = (ST_DONE, wstatus, 0, len(want), want)
     if got == exp:
@@ -696,7 +355,7 @@ def test_oracle_self():
 
 def test_header(sess, ring_start, want_slots):
     h = sess.h
-    C.eq("welcome session_id == header session_id", h["session_id"], sess.welcome["session_id"])
+    C.eq("welcome session_id == header session_id", h["session_id"], sess.welcome.session_id)
     C.eq("slot_count granted (min(requested, --slots))", h["slot_count"], want_slots)
     C.eq("loopback backend id", h["backend"], 1)
     C.eq("loopback model_name", sess.model_name, "loopback")
@@ -732,7 +391,7 @@ def test_worked_examples(sess):
     r = sess.run_one(dict(prompt=[7951], max_tokens=3), slot=2)
     C.eq("example 2: [7951] max 3 -> EOS, no tokens",
          (r["state"], r["status"], r["error"], r["n_tokens"]), (ST_DONE, S_EOS, 0, 0))
-    r = sess.run_one(dict(prompt=[7951], max_tokens=3, flags=FLAG_IGNORE_EOS), slot=2)
+    r = sess.run_one(dict(prompt=[7951], max_tokens=3, flags=REQ_IGNORE_EOS), slot=2)
     C.eq("example 2: [7951] max 3 IGNORE_EOS",
          (r["state"], r["status"], r["error"], r["n_tokens"], r["tokens"]),
          (ST_DONE, S_LENGTH, 0, 3, [2, 27555, 14219]))
@@ -750,11 +409,11 @@ def test_request_errors(sess, rng):
         ("n_prompt 0 and max_tokens 0 -> INVALID", dict(prompt=[], max_tokens=0), E_INVALID),
         ("flags bit 10 (unknown) -> INVALID", dict(prompt=[1], max_tokens=1, flags=1 << 10), E_INVALID),
         ("TEXT without the TEXT feature -> UNSUPPORTED",
-         dict(prompt=[], text=b"hi", max_tokens=1, flags=FLAG_TEXT), E_UNSUPPORTED),
+         dict(prompt=[], text=b"hi", max_tokens=1, flags=REQ_TEXT), E_UNSUPPORTED),
         ("TEXT_OUT without the TEXT feature -> UNSUPPORTED",
-         dict(prompt=[1], max_tokens=1, flags=FLAG_TEXT_OUT), E_UNSUPPORTED),
+         dict(prompt=[1], max_tokens=1, flags=REQ_TEXT_OUT), E_UNSUPPORTED),
         ("op TOKENIZE without the TEXT feature -> UNSUPPORTED",
-         dict(op=OP_TOKENIZE, flags=FLAG_TEXT, n_prompt=0), E_UNSUPPORTED),
+         dict(op=OP_TOKENIZE, flags=REQ_TEXT, n_prompt=0), E_UNSUPPORTED),
         ("op 9 (unknown) -> UNSUPPORTED, not a violation", dict(op=9, prompt=[1], max_tokens=1),
          E_UNSUPPORTED),
         ("op SCORE on a backend that does not score -> UNSUPPORTED",
@@ -814,12 +473,12 @@ def make_bulk_specs(sess, rng, count):
         prompt = [rng.randrange(v) for _ in range(n)]
         if rng.random() < 0.2:                     # sprinkle special ids
             prompt[rng.randrange(n)] = rng.choice([0, 1, eos, v - 1])
-        flags = FLAG_IGNORE_EOS if rng.random() < 0.2 else 0
+        flags = REQ_IGNORE_EOS if rng.random() < 0.2 else 0
         specs.append(dict(prompt=prompt, max_tokens=m, flags=flags))
     # known EOS cases in the mix
     specs[count // 3] = dict(prompt=[7951], max_tokens=5)
     specs[count // 2] = dict(prompt=[163], max_tokens=200)
-    specs[2 * count // 3] = dict(prompt=[163], max_tokens=200, flags=FLAG_IGNORE_EOS)
+    specs[2 * count // 3] = dict(prompt=[163], max_tokens=200, flags=REQ_IGNORE_EOS)
     return specs
 
 
@@ -840,7 +499,7 @@ def test_bulk(sess, rng, count=300):
 def test_violation_slot_range(daemon, sess_a, rng):
     b = Session(daemon, requested_slots=4, label="violator")
     try:
-        b.push_sqe(b.nslots)                 # slot index out of range (section 6.8)
+        b.push(b.nslots, OP_GENERATE)        # slot index out of range (section 6.8)
         b.publish()
         b.sock.settimeout(5)
         t0 = time.monotonic()
@@ -869,13 +528,72 @@ def test_handshake_errors(daemon):
         ("abi_version 2 -> VERSION", hello_bytes(abi=2), E_VERSION),
         ("bad magic and version -> PROTOCOL (magic first)", hello_bytes(magic=0, abi=7), E_PROTOCOL),
         ("non-zero flags -> PROTOCOL", hello_bytes(flags=1), E_PROTOCOL),
-        ("non-zero reserved -> PROTOCOL", hello_bytes(reserved=(0, 0, 0, 1)), E_PROTOCOL),
+        ("non-zero reserved -> PROTOCOL", hello_bytes(reserved=(0, 0, 1)), E_PROTOCOL),
         ("version 2 and flags -> VERSION (version before flags)", hello_bytes(abi=2, flags=4), E_VERSION),
     ]
     for name, hello, code in cases:
         w, fds, eof = raw_handshake(daemon, hello)
-        got = None if w is None else (w["magic"], w["abi_version"], w["error"], len(fds), eof)
+        got = None if w is None else (w.magic, w.abi_version, w.error, len(fds), eof)
         C.eq("handshake: " + name, got, (WELCOME_MAGIC, ABI_VERSION, code, 0, True))
+
+
+def test_header_checks(sess):
+    """Section 3 step 4, rule by rule: the daemon's header passes, and each broken field alone
+    is refused (the package's checks, which every session here went through)."""
+    size = sess.segment_size
+    C.eq("header checks: the daemon's header passes", wire.header_problems(sess.h, size), [])
+    # The optional regions' rules too: TEXT's region and piece ends at the prompt array's
+    # place (overlap is not a section 3 rule), LOGPROBS's records where the daemon put them.
+    h = dict(sess.h, features=sess.h["features"] | wire.FEAT_LOGPROBS | FEAT_TEXT,
+             slot_text_offset=wire.SLOT_FIXED, slot_text_capacity=64,
+             slot_piece_offset=sess.h["slot_prompt_offset"])
+    C.eq("header checks: ... with every region", wire.header_problems(h, size), [])
+    slot, per = h["slot_size"], 8 * (1 + h["slot_logprob_capacity"])
+    broken = [  # (what, the change, what the refusal names)
+        ("magic", dict(magic=0), "magic"), ("abi_version 2", dict(abi_version=2), "abi_version"),
+        ("header_size < 256", dict(header_size=255), "header_size"),
+        ("segment_size != the welcome's", dict(segment_size=size + 64), "segment_size"),
+        ("slot_count 0", dict(slot_count=0), "slot_count 0"),
+        ("sq_entries 3", dict(sq_entries=3), "power of two"),
+        ("sq_entries < slot_count", dict(slot_count=h["sq_entries"] * 2), "< slot_count"),
+        ("ring past the end", dict(sq_offset=size - 128), "ring outside"),
+        ("sqes past the end", dict(sqes_offset=size - 8), "sqes outside"),
+        ("slots past the end", dict(slot_offset=size - 64), "slots outside"),
+        ("prompt array inside the fixed part", dict(slot_prompt_offset=64), "slot_prompt_offset"),
+        ("output array past the slot", dict(slot_output_capacity=slot), "output array outside"),
+        ("sq_offset not a multiple of 8", dict(sq_offset=h["sq_offset"] + 4), "sq_offset not"),
+        ("slot_output_offset not a multiple of 4", dict(slot_output_offset=130),
+         "slot_output_offset"),
+        ("records past the slot", dict(slot_logprob_offset=slot - per + 8), "records outside"),
+        ("records capacity 0xffffffff (1 + it wraps in 32 bits)",
+         dict(slot_logprob_capacity=0xFFFFFFFF), "one token's records"),
+        ("slot_logprob_offset not a multiple of 8", dict(slot_logprob_offset=132),
+         "slot_logprob_offset"),
+        ("text region past the slot", dict(slot_text_capacity=slot), "text region outside"),
+        ("slot_piece_offset not a multiple of 4", dict(slot_piece_offset=130),
+         "slot_piece_offset"),
+    ]
+    for name, change, named in broken:
+        got = wire.header_problems(dict(h, **change), size)
+        C.check("header checks: refused for " + name, any(named in p for p in got), repr(got))
+
+
+def test_client_api(daemon, rng):
+    """The package's Client (the user API over the same primitives): generate_batch with bad
+    items in the middle equals the oracle item by item; a stream's tokens are the oracle's."""
+    import bitnetd
+
+    with bitnetd.Client(daemon.path, timeout=20, slots=4) as c:
+        prompts = [[rng.randrange(3, 32000) for _ in range(rng.randint(1, 30))] for _ in range(12)]
+        prompts[5], prompts[8] = [1, 32000], []
+        out = c.generate_batch(prompts, max_tokens=9, ignore_eos=True)
+        C.eq("client: bad items fail in place (TOKEN, EMPTY)",
+             (type(out[5]).__name__, type(out[8]).__name__), ("TokenError", "EmptyError"))
+        bad = [k for k, (p, g) in enumerate(zip(prompts, out)) if k not in (5, 8) and
+               (g.ids, g.status) != (loopback(p, 9, ignore_eos=True)[0], "length")]
+        C.check("client: generate_batch == the oracle item by item", not bad, repr(bad))
+        pieces = [p.token for p in c.stream([3, 1, 4, 1, 5], max_tokens=40)]
+        C.eq("client: stream == the oracle", pieces, loopback([3, 1, 4, 1, 5], 40)[0])
 
 
 def test_control(daemon, sess):
@@ -883,9 +601,9 @@ def test_control(daemon, sess):
     try:
         r = d.control(99)
         C.eq("control: unknown op -> error 1001, length 0",
-             (r["magic"], r["op"], r["error"], r["length"]), (CTLR_MAGIC, 99, E_INVALID, 0))
+             (r["magic"], r["op"], r["error"], r["length"]), (CTL_REPLY_MAGIC, 99, E_INVALID, 0))
         # several requests before reading, answered in order
-        d.sock.sendall(struct.pack("<IIII", CTLQ_MAGIC, 98, 0, 0) + struct.pack("<IIII", CTLQ_MAGIC, 1, 0, 0))
+        d.sock.sendall(struct.pack("<IIII", CTL_MAGIC, 98, 0, 0) + struct.pack("<IIII", CTL_MAGIC, 1, 0, 0))
         r1 = struct.unpack("<IIII", recv_exact(d.sock, 16))
         r2 = struct.unpack("<IIII", recv_exact(d.sock, 16))
         recv_exact(d.sock, r2[3])
@@ -897,7 +615,7 @@ def test_control(daemon, sess):
     finally:
         d.close()
     r = sess.control(CTL_STATS)
-    C.eq("STATS reply header", (r["magic"], r["op"], r["error"]), (CTLR_MAGIC, CTL_STATS, 0))
+    C.eq("STATS reply header", (r["magic"], r["op"], r["error"]), (CTL_REPLY_MAGIC, CTL_STATS, 0))
     C.eq("STATS payload length == length field", len(r["payload"]), r["length"])
     try:
         text = r["payload"].decode("utf-8")
@@ -969,7 +687,7 @@ def test_cancel(sess):
     m = min(1000, sess.ocap, sess.ctx - 2)
     spec = dict(prompt=[21, 22], max_tokens=m)
     want, _ = loopback(spec["prompt"], m, sess.vocab, sess.eos, True)
-    spec["flags"] = FLAG_IGNORE_EOS
+    spec["flags"] = REQ_IGNORE_EOS
     slot = 5
     S = sess.S(slot)
     sess.submit([(slot, spec)])
@@ -998,7 +716,7 @@ def test_violation_inflight(daemon, sess_e):
         want, _ = loopback(spec["prompt"], spec["max_tokens"], f.vocab, f.eos)
         f.submit([(0, spec)])
         f.wait(0, have=0, timeout=5)                   # running now
-        f.push_sqe(1, reserved=(1, 0))                 # sqe.reserved != 0 (section 6.8)
+        f.push(1, OP_GENERATE, (1, 0))                 # sqe.reserved != 0 (section 6.8)
         f.publish()
         f.sock.settimeout(5)
         try:
@@ -1025,7 +743,7 @@ def test_violation_inflight(daemon, sess_e):
 def test_shutdown(daemon, sess):
     rc = daemon.stop()
     C.eq("shutdown: daemon exit status", rc, 0)
-    C.check("shutdown: SHUTTING_DOWN set in daemon_flags", sess.daemon_flags() & DFLAG_SHUTTING_DOWN,
+    C.check("shutdown: SHUTTING_DOWN set in daemon_flags", sess.daemon_flags() & DAEMON_SHUTTING_DOWN,
             "daemon_flags 0x%x" % sess.daemon_flags())
     sess.sock.settimeout(3)
     try:
@@ -1045,15 +763,15 @@ def test_shutdown_race(exe, tmpdir, rounds=12):
         try:
             d.proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + 5
-            while not sess.daemon_flags() & DFLAG_SHUTTING_DOWN and time.monotonic() < deadline:
+            while not sess.daemon_flags() & DAEMON_SHUTTING_DOWN and time.monotonic() < deadline:
                 pass
             sess.submit([(0, dict(prompt=[3, 4], max_tokens=2))])
             try:
                 if sess.wait(0, timeout=10):
                     statuses[sess.result(0)["status"]] += 1
-            except ConnectionError as e:
+            except DisconnectedError as e:
                 lost.append(str(e))
-            by_daemon += not getattr(sess, "untaken", 0)
+            by_daemon += not sess.untaken
         finally:
             sess.close()
             rc = d.stop()
@@ -1072,15 +790,15 @@ def test_connect_during_drain(exe, tmpdir):
     d.start()
     sess = Session(d, requested_slots=1, label="drain")
     try:
-        spec = dict(prompt=[5, 6], max_tokens=min(1000, sess.ocap), flags=FLAG_IGNORE_EOS)
+        spec = dict(prompt=[5, 6], max_tokens=min(1000, sess.ocap), flags=REQ_IGNORE_EOS)
         sess.submit([(0, spec)])
         sess.wait(0, have=0, timeout=5)              # running: the drain will take a while
         d.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 5
-        while not sess.daemon_flags() & DFLAG_SHUTTING_DOWN and time.monotonic() < deadline:
+        while not sess.daemon_flags() & DAEMON_SHUTTING_DOWN and time.monotonic() < deadline:
             time.sleep(0.001)
         w, fds, eof = raw_handshake(d, hello_bytes())
-        got = None if w is None else (w["error"], len(fds), eof)
+        got = None if w is None else (w.error, len(fds), eof)
         C.eq("drain: a new connection gets welcome 1005 SHUTDOWN and is closed", got,
              (1005, 0, True))
         C.check("drain: the running request ends", sess.wait(0, timeout=10))
@@ -1091,7 +809,7 @@ def test_connect_during_drain(exe, tmpdir):
         deadline = time.monotonic() + 10
         while not sess.daemon_gone() and time.monotonic() < deadline:
             time.sleep(0.005)
-        C.check("drain: ring marked CLOSED before the hang-up", sess.daemon_flags() & DFLAG_CLOSED,
+        C.check("drain: ring marked CLOSED before the hang-up", sess.daemon_flags() & DAEMON_CLOSED,
                 "daemon_flags 0x%x" % sess.daemon_flags())
     finally:
         sess.close()
@@ -1112,16 +830,7 @@ def test_connect_during_drain(exe, tmpdir):
 GGML_SEP = b"\n__ggml_vocab_test__\n"
 
 
-def chat_blob(messages, template=0):
-    """Section 6.10: bn_chat_head, then per message bn_chat_record, role, content."""
-    out = [struct.pack("<II", template, len(messages))]
-    for role, content in messages:
-        r, c = role.encode(), content.encode()
-        out.append(struct.pack("<II", len(r), len(c)) + r + c)
-    return b"".join(out)
-
-
-def tokenize(sess, data, flags=FLAG_TEXT | FLAG_NO_BOS, slot=0):
+def tokenize(sess, data, flags=REQ_TEXT | REQ_NO_BOS, slot=0):
     r = sess.run_one(dict(op=OP_TOKENIZE, text=data, flags=flags), slot=slot)
     if (r["status"], r["error"]) != (S_COMPLETE, 0):
         raise RuntimeError("tokenize %r: status %d error %d" % (data[:40], r["status"], r["error"]))
@@ -1158,7 +867,7 @@ def test_text_spm(daemon, sess, rng):
     texts = [random_text(rng) for _ in range(24)] + ["", " ", "a", "Hello world"]
     bad = []
     for t in texts:
-        got = tokenize(sess, t.encode(), FLAG_TEXT)
+        got = tokenize(sess, t.encode(), REQ_TEXT)
         want = cli_ids(daemon, ["tokenize", "-"], t.encode())
         if got != want:
             bad.append("%r: %r != %r" % (t, got[:8], want[:8]))
@@ -1168,8 +877,8 @@ def test_text_spm(daemon, sess, rng):
     # the mark's bytes, as llama.cpp decodes byte tokens).
     bad = []
     for t in texts:
-        ids = tokenize(sess, t.encode(), FLAG_TEXT)
-        got = detokenize(sess, ids, FLAG_STRIP_SPACE)
+        ids = tokenize(sess, t.encode(), REQ_TEXT)
+        got = detokenize(sess, ids, REQ_STRIP_SPACE)
         want = subprocess.run([os.path.join(os.path.dirname(daemon.exe), "bitnet-cli"), "--socket",
                                daemon.path, "detokenize", "--ids", " ".join(map(str, ids))],
                               stdout=subprocess.PIPE, check=True).stdout[:-1]
@@ -1180,15 +889,15 @@ def test_text_spm(daemon, sess, rng):
              for t in texts]
     plain = [t for t in plain if t]
     mark = "\u2581".encode()           # the word-start mark SentencePiece puts first
-    bad = [t for t in plain if detokenize(sess, tokenize(sess, t.encode(), FLAG_TEXT),
-                                          FLAG_STRIP_SPACE) != mark + t.encode()]
+    bad = [t for t in plain if detokenize(sess, tokenize(sess, t.encode(), REQ_TEXT),
+                                          REQ_STRIP_SPACE) != mark + t.encode()]
     C.check("detokenize(tokenize(s)) == U+2581 s (%d texts)" % len(plain), not bad, repr(bad[:3]))
     # A text prompt is the prompt of its ids; the output's text is the output's bytes decoded.
     for k, t in enumerate(["Once upon a time", "日本 🙂 x", random_text(rng)]):
-        ids = tokenize(sess, t.encode(), FLAG_TEXT)
+        ids = tokenize(sess, t.encode(), REQ_TEXT)
         a = sess.run_one(dict(text=t.encode(), max_tokens=24,
-                              flags=FLAG_TEXT | FLAG_TEXT_OUT | FLAG_IGNORE_EOS))
-        b = sess.run_one(dict(prompt=ids, max_tokens=24, flags=FLAG_IGNORE_EOS))
+                              flags=REQ_TEXT | REQ_TEXT_OUT | REQ_IGNORE_EOS))
+        b = sess.run_one(dict(prompt=ids, max_tokens=24, flags=REQ_IGNORE_EOS))
         C.eq("text prompt #%d: status, prompt_tokens, tokens == the ids' request" % k,
              (a["status"], a["prompt_tokens"], a["tokens"]), (S_LENGTH, len(ids), b["tokens"]))
         raw = detokenize(sess, a["tokens"])
@@ -1200,47 +909,39 @@ def test_text_spm(daemon, sess, rng):
     cap = h["slot_text_capacity"]
     errors = [
         ("text longer than slot_text_capacity -> TOO_LONG",
-         dict(text=b"", n_prompt=cap + 1, max_tokens=1, flags=FLAG_TEXT), E_TOO_LONG),
-        ("TEXT and CHAT together -> INVALID", dict(text=b"x", max_tokens=1, flags=FLAG_TEXT | FLAG_CHAT), E_INVALID),
-        ("PARSE_SPECIAL without TEXT -> INVALID", dict(prompt=[5], max_tokens=1, flags=FLAG_PARSE_SPECIAL), E_INVALID),
-        ("SPECIAL_TEXT without TEXT_OUT -> INVALID", dict(prompt=[5], max_tokens=1, flags=FLAG_SPECIAL_TEXT), E_INVALID),
-        ("text prompt of 0 bytes -> EMPTY", dict(text=b"", max_tokens=1, flags=FLAG_TEXT), E_EMPTY),
+         dict(text=b"", n_prompt=cap + 1, max_tokens=1, flags=REQ_TEXT), E_TOO_LONG),
+        ("TEXT and CHAT together -> INVALID", dict(text=b"x", max_tokens=1, flags=REQ_TEXT | REQ_CHAT), E_INVALID),
+        ("PARSE_SPECIAL without TEXT -> INVALID", dict(prompt=[5], max_tokens=1, flags=REQ_PARSE_SPECIAL), E_INVALID),
+        ("SPECIAL_TEXT without TEXT_OUT -> INVALID", dict(prompt=[5], max_tokens=1, flags=REQ_SPECIAL_TEXT), E_INVALID),
+        ("text prompt of 0 bytes -> EMPTY", dict(text=b"", max_tokens=1, flags=REQ_TEXT), E_EMPTY),
         ("text prompt + max_tokens > context -> TOO_LONG",
-         dict(text=b"hi", max_tokens=sess.ctx, flags=FLAG_TEXT), E_TOO_LONG),
+         dict(text=b"hi", max_tokens=sess.ctx, flags=REQ_TEXT), E_TOO_LONG),
         ("text prompt with a stop id >= vocab -> TOKEN",
          dict(text=b"hi", prompt=[sess.vocab], reserved2=[0] * 9 + [1, 0, 0, 0], max_tokens=1,
-              flags=FLAG_TEXT), E_TOKEN),
-        ("tokenize with max_tokens -> INVALID", dict(op=OP_TOKENIZE, text=b"x", max_tokens=1, flags=FLAG_TEXT), E_INVALID),
+              flags=REQ_TEXT), E_TOKEN),
+        ("tokenize with max_tokens -> INVALID", dict(op=OP_TOKENIZE, text=b"x", max_tokens=1, flags=REQ_TEXT), E_INVALID),
         ("tokenize without TEXT or CHAT -> INVALID", dict(op=OP_TOKENIZE, text=b"x"), E_INVALID),
-        ("tokenize with TEXT_OUT -> INVALID", dict(op=OP_TOKENIZE, text=b"x", flags=FLAG_TEXT | FLAG_TEXT_OUT), E_INVALID),
+        ("tokenize with TEXT_OUT -> INVALID", dict(op=OP_TOKENIZE, text=b"x", flags=REQ_TEXT | REQ_TEXT_OUT), E_INVALID),
         ("detokenize of an id >= vocab -> TOKEN", dict(op=OP_DETOKENIZE, prompt=[1, sess.vocab]), E_TOKEN),
-        ("detokenize with TEXT -> INVALID", dict(op=OP_DETOKENIZE, prompt=[1], flags=FLAG_TEXT), E_INVALID),
+        ("detokenize with TEXT -> INVALID", dict(op=OP_DETOKENIZE, prompt=[1], flags=REQ_TEXT), E_INVALID),
         ("detokenize of more than prompt capacity -> TOO_LONG",
          dict(op=OP_DETOKENIZE, prompt=[], n_prompt=sess.pcap + 1), E_TOO_LONG),
         ("chat: lengths that do not add up -> INVALID",
-         dict(text=chat_blob([("user", "hi")]) + b"x", max_tokens=1, flags=FLAG_CHAT), E_INVALID),
-        ("chat: no messages -> INVALID", dict(text=chat_blob([]), max_tokens=1, flags=FLAG_CHAT), E_INVALID),
-        ("chat: a bad role -> INVALID", dict(text=chat_blob([("us er", "hi")], 4), max_tokens=1,
-                                                flags=FLAG_CHAT), E_INVALID),
-        ("chat: a NUL in a message -> INVALID", dict(text=chat_blob([("user", "a\0b")], 4), max_tokens=1,
-                                                     flags=FLAG_CHAT), E_INVALID),
+         dict(text=wire.conversation([("user", "hi")]) + b"x", max_tokens=1, flags=REQ_CHAT), E_INVALID),
+        ("chat: no messages -> INVALID", dict(text=wire.conversation([]), max_tokens=1, flags=REQ_CHAT), E_INVALID),
+        ("chat: a bad role -> INVALID", dict(text=wire.conversation([("us er", "hi")], 4), max_tokens=1,
+                                                flags=REQ_CHAT), E_INVALID),
+        ("chat: a NUL in a message -> INVALID", dict(text=wire.conversation([("user", "a\0b")], 4), max_tokens=1,
+                                                     flags=REQ_CHAT), E_INVALID),
     ]
     res, _, _ = run_requests(sess, [c[1] for c in errors], rng)
     for (name, _, code), r in zip(errors, res):
         C.eq("text error: " + name, (r["state"], r["status"], r["error"], r["n_tokens"]),
              (ST_DONE, S_ERROR, code, 0))
-    r = sess.run_one(dict(op=OP_TOKENIZE, text=b"x" * sess.ocap * 2, flags=FLAG_TEXT | FLAG_NO_BOS))
+    r = sess.run_one(dict(op=OP_TOKENIZE, text=b"x" * sess.ocap * 2, flags=REQ_TEXT | REQ_NO_BOS))
     C.check("tokenize: more ids than output capacity -> TOO_LONG with prompt_tokens the count",
             (r["status"], r["error"]) == (S_ERROR, E_TOO_LONG) and r["prompt_tokens"] > sess.ocap,
             repr((r["status"], r["error"], r["prompt_tokens"])))
-
-
-def records(sess, r, slot, n):
-    """Section 4.4: the log-probability records of output entries 0 .. n-1 of a DONE slot."""
-    lo, cap = sess.h["slot_logprob_offset"], sess.h["slot_logprob_capacity"]
-    base = sess.S(slot) + lo
-    return [[struct.unpack_from("<If", sess.mm, base + (i * (1 + cap) + k) * 8)
-             for k in range(1 + n)] for i in range(r["n_tokens"])]
 
 
 def test_score(sess, rng):
@@ -1248,28 +949,28 @@ def test_score(sess, rng):
     C.check("SCORE feature bit", sess.h["features"] & FEAT_SCORE, "features 0x%x" % sess.h["features"])
     prompt, n_top = [1, 5, 9, 13], 3
     params = [0] * 10 + [n_top, 0, 0]              # n_logprobs at byte 116
-    g = sess.run_one(dict(prompt=prompt, max_tokens=10, flags=FLAG_IGNORE_EOS | FLAG_LOGPROBS,
+    g = sess.run_one(dict(prompt=prompt, max_tokens=10, flags=REQ_IGNORE_EOS | REQ_LOGPROBS,
                           reserved2=params), slot=0)
-    gen = records(sess, g, 0, n_top)
+    gen = sess.records(0, g["n_tokens"], n_top)
     seq = prompt + g["tokens"]
-    r = sess.run_one(dict(op=OP_SCORE, prompt=seq, flags=FLAG_LOGPROBS, reserved2=params), slot=1)
+    r = sess.run_one(dict(op=OP_SCORE, prompt=seq, flags=REQ_LOGPROBS, reserved2=params), slot=1)
     C.eq("score: COMPLETE with n - 1 positions", (r["status"], r["error"], r["n_tokens"]),
          (S_COMPLETE, 0, len(seq) - 1))
     C.eq("score: output entry i-1 is token i", r["tokens"], seq[1:])
-    got = records(sess, r, 1, n_top)
+    got = sess.records(1, r["n_tokens"], n_top)
     C.eq("score of prompt + generated == the generation's records (bit for bit)",
          got[len(prompt) - 1:], gen)
-    t = sess.run_one(dict(op=OP_SCORE, text=b"Once upon a time", flags=FLAG_TEXT), slot=2)
-    ids = tokenize(sess, b"Once upon a time", FLAG_TEXT)
+    t = sess.run_one(dict(op=OP_SCORE, text=b"Once upon a time", flags=REQ_TEXT), slot=2)
+    ids = tokenize(sess, b"Once upon a time", REQ_TEXT)
     i = sess.run_one(dict(op=OP_SCORE, prompt=ids), slot=3)
     C.eq("score of a text == score of its ids", (t["status"], t["prompt_tokens"], t["tokens"]),
          (S_COMPLETE, len(ids), i["tokens"]))
-    C.eq("... records too", records(sess, t, 2, 0), records(sess, i, 3, 0))
+    C.eq("... records too", sess.records(2, t["n_tokens"], 0), sess.records(3, i["n_tokens"], 0))
     errors = [
         ("score with max_tokens -> INVALID", dict(op=OP_SCORE, prompt=[1, 2], max_tokens=1), E_INVALID),
         ("score with a temperature -> INVALID",
          dict(op=OP_SCORE, prompt=[1, 2], reserved2=[0x3f800000] + [0] * 12), E_INVALID),
-        ("score with TEXT_OUT -> INVALID", dict(op=OP_SCORE, prompt=[1, 2], flags=FLAG_TEXT_OUT), E_INVALID),
+        ("score with TEXT_OUT -> INVALID", dict(op=OP_SCORE, prompt=[1, 2], flags=REQ_TEXT_OUT), E_INVALID),
         ("score of nothing -> EMPTY", dict(op=OP_SCORE, prompt=[]), E_EMPTY),
         ("score longer than the context -> TOO_LONG",
          dict(op=OP_SCORE, prompt=[], n_prompt=sess.ctx + 1), E_TOO_LONG),
@@ -1281,17 +982,6 @@ def test_score(sess, rng):
              (ST_DONE, S_ERROR, code, 0))
     one = sess.run_one(dict(op=OP_SCORE, prompt=[7]))
     C.eq("score of one token: COMPLETE, nothing scored", (one["status"], one["n_tokens"]), (S_COMPLETE, 0))
-
-
-def classify_words(prefix, labels):
-    """Section 6.12: N, P, the label lengths, the prefix, the labels."""
-    return [len(labels), len(prefix)] + [len(l) for l in labels] + prefix + sum(labels, [])
-
-
-def classify_text(prefix, labels):
-    """Section 6.12: bn_classify_head, the prefix, then each label's u32 length and bytes."""
-    return (struct.pack("<II", len(labels), len(prefix)) + prefix +
-            b"".join(struct.pack("<I", len(l)) + l for l in labels))
 
 
 def label_sums(recs, lengths):
@@ -1309,52 +999,52 @@ def test_classify(sess, rng):
             "features 0x%x" % sess.h["features"])
     prefix = [1] + [rng.randrange(3, sess.vocab) for _ in range(20)]
     labels = [[rng.randrange(3, sess.vocab) for _ in range(n)] for n in (1, 4, 18)]
-    r = sess.run_one(dict(op=OP_CLASSIFY, prompt=classify_words(prefix, labels)), slot=0)
+    r = sess.run_one(dict(op=OP_CLASSIFY, prompt=wire.classify_words(prefix, labels)), slot=0)
     total = sum(len(l) for l in labels)
     C.eq("classify: COMPLETE with every label token", (r["status"], r["error"], r["n_tokens"]),
          (S_COMPLETE, 0, total))
     C.eq("classify: the output holds the label tokens in order", r["tokens"], sum(labels, []))
-    got = records(sess, r, 0, 0)
+    got = sess.records(0, r["n_tokens"], 0)
     at = 0
     for j, label in enumerate(labels):
         s = sess.run_one(dict(op=OP_SCORE, prompt=prefix + label), slot=1)
-        alone = records(sess, s, 1, 0)[len(prefix) - 1:]
+        alone = sess.records(1, s["n_tokens"], 0)[len(prefix) - 1:]
         C.eq("classify label %d == score of prefix + label (bit for bit)" % j,
              got[at:at + len(label)], alone)
         at += len(label)
     text, words = b"Once upon a time, there was a little", [b" girl", b" boy"]
-    t = sess.run_one(dict(op=OP_CLASSIFY, text=classify_text(text, words), flags=FLAG_TEXT), slot=2)
+    t = sess.run_one(dict(op=OP_CLASSIFY, text=wire.classify_text(text, words), flags=REQ_TEXT), slot=2)
     counts = list(struct.unpack("<%dI" % len(words), t["text"]))
-    n_prefix = len(tokenize(sess, text, FLAG_TEXT))
+    n_prefix = len(tokenize(sess, text, REQ_TEXT))
     C.eq("classify text: COMPLETE, prompt_tokens the prefix's, n_text 4 N",
          (t["status"], t["prompt_tokens"], len(t["text"])), (S_COMPLETE, n_prefix, 4 * len(words)))
-    sums = label_sums(records(sess, t, 2, 0), counts)
+    sums = label_sums(sess.records(2, t["n_tokens"], 0), counts)
     for j, w in enumerate(words):
-        s = sess.run_one(dict(op=OP_SCORE, text=text + w, flags=FLAG_TEXT), slot=3)
-        alone = records(sess, s, 3, 0)[n_prefix - 1:]
+        s = sess.run_one(dict(op=OP_SCORE, text=text + w, flags=REQ_TEXT), slot=3)
+        alone = sess.records(3, s["n_tokens"], 0)[n_prefix - 1:]
         C.eq("classify text label %d: the tokens text + label gets past the prefix" % j,
              (counts[j], sum(x[0][1] for x in alone)), (len(alone), sums[j]))
     p = [1, 5, 9]
     errors = [
         ("classify with LOGPROBS -> INVALID",
-         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4]]), flags=FLAG_LOGPROBS), E_INVALID),
+         dict(op=OP_CLASSIFY, prompt=wire.classify_words(p, [[4]]), flags=REQ_LOGPROBS), E_INVALID),
         ("classify with max_tokens -> INVALID",
-         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4]]), max_tokens=1), E_INVALID),
+         dict(op=OP_CLASSIFY, prompt=wire.classify_words(p, [[4]]), max_tokens=1), E_INVALID),
         ("classify whose counts do not add up -> INVALID",
-         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4]]) + [7]), E_INVALID),
+         dict(op=OP_CLASSIFY, prompt=wire.classify_words(p, [[4]]) + [7]), E_INVALID),
         ("classify of nothing -> EMPTY", dict(op=OP_CLASSIFY, prompt=[]), E_EMPTY),
-        ("classify without labels -> EMPTY", dict(op=OP_CLASSIFY, prompt=classify_words(p, [])), E_EMPTY),
+        ("classify without labels -> EMPTY", dict(op=OP_CLASSIFY, prompt=wire.classify_words(p, [])), E_EMPTY),
         ("classify with an empty label -> EMPTY",
-         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4], []])), E_EMPTY),
-        ("classify without a prefix -> EMPTY", dict(op=OP_CLASSIFY, prompt=classify_words([], [[4]])), E_EMPTY),
+         dict(op=OP_CLASSIFY, prompt=wire.classify_words(p, [[4], []])), E_EMPTY),
+        ("classify without a prefix -> EMPTY", dict(op=OP_CLASSIFY, prompt=wire.classify_words([], [[4]])), E_EMPTY),
         ("classify with an id >= vocab -> TOKEN",
-         dict(op=OP_CLASSIFY, prompt=classify_words(p, [[4, sess.vocab]])), E_TOKEN),
+         dict(op=OP_CLASSIFY, prompt=wire.classify_words(p, [[4, sess.vocab]])), E_TOKEN),
         ("classify larger than the prompt array -> TOO_LONG",
          dict(op=OP_CLASSIFY, prompt=[], n_prompt=sess.pcap + 1), E_TOO_LONG),
         ("classify text whose lengths overrun -> INVALID",
-         dict(op=OP_CLASSIFY, text=classify_text(b"ab", [b"c"])[:-1], flags=FLAG_TEXT), E_INVALID),
+         dict(op=OP_CLASSIFY, text=wire.classify_text(b"ab", [b"c"])[:-1], flags=REQ_TEXT), E_INVALID),
         ("classify text with no label -> EMPTY",
-         dict(op=OP_CLASSIFY, text=classify_text(b"ab", []), flags=FLAG_TEXT), E_EMPTY),
+         dict(op=OP_CLASSIFY, text=wire.classify_text(b"ab", []), flags=REQ_TEXT), E_EMPTY),
     ]
     res, _, _ = run_requests(sess, [c[1] for c in errors], rng)
     for (name, _, code), r in zip(errors, res):
@@ -1377,22 +1067,22 @@ def test_text_llama3(daemon, sess, vectors, label):
     for k, (t, ids) in enumerate(vectors):
         if not ids:
             continue
-        a = sess.run_one(dict(text=t, max_tokens=1, flags=FLAG_TEXT | FLAG_NO_BOS | FLAG_IGNORE_EOS))
-        b = sess.run_one(dict(prompt=ids, max_tokens=1, flags=FLAG_IGNORE_EOS))
+        a = sess.run_one(dict(text=t, max_tokens=1, flags=REQ_TEXT | REQ_NO_BOS | REQ_IGNORE_EOS))
+        b = sess.run_one(dict(prompt=ids, max_tokens=1, flags=REQ_IGNORE_EOS))
         if (a["prompt_tokens"], a["tokens"]) != (len(ids), b["tokens"]):
             bad.append(k)
     C.check("%s: the vectors as text prompts == as id prompts" % label, not bad, "vectors %r" % bad[:5])
     eot = b"<|eot_id|>"
     C.eq("%s: PARSE_SPECIAL makes <|eot_id|> 128009" % label,
-         tokenize(sess, eot, FLAG_TEXT | FLAG_NO_BOS | FLAG_PARSE_SPECIAL), [128009])
+         tokenize(sess, eot, REQ_TEXT | REQ_NO_BOS | REQ_PARSE_SPECIAL), [128009])
     plain = tokenize(sess, eot)
     C.check("%s: without PARSE_SPECIAL <|eot_id|> is plain text" % label,
             128009 not in plain and len(plain) > 1, repr(plain))
-    C.eq("%s: BOS first as the model says" % label, tokenize(sess, b"Hi", FLAG_TEXT)[:1], [128000])
+    C.eq("%s: BOS first as the model says" % label, tokenize(sess, b"Hi", REQ_TEXT)[:1], [128000])
     # Chat: the C library's render ids; a message's own <|eot_id|> stays text.
     msgs = [("system", " Be brief. "), ("user", "Hi <|eot_id|> there"), ("assistant", "Hello."),
             ("user", "Bye")]
-    ids = tokenize(sess, chat_blob(msgs), FLAG_CHAT)
+    ids = tokenize(sess, wire.conversation(msgs), REQ_CHAT)
     path = os.path.join(os.path.dirname(daemon.path), label + "-messages.json")
     with open(path, "w") as f:
         f.write("[" + ",".join('{"role": "%s", "content": "%s"}' % m for m in msgs) + "]")
@@ -1400,8 +1090,8 @@ def test_text_llama3(daemon, sess, vectors, label):
     C.eq("%s: chat tokenize op == bitnet-cli chat --render-ids" % label, ids, want)
     C.eq("%s: chat ids: one BOS, one <|eot_id|> per message" % label,
          (ids.count(128000), ids.count(128009)), (1, len(msgs)))
-    a = sess.run_one(dict(text=chat_blob(msgs), max_tokens=2, flags=FLAG_CHAT | FLAG_IGNORE_EOS | FLAG_TEXT_OUT))
-    b = sess.run_one(dict(prompt=ids, max_tokens=2, flags=FLAG_IGNORE_EOS))
+    a = sess.run_one(dict(text=wire.conversation(msgs), max_tokens=2, flags=REQ_CHAT | REQ_IGNORE_EOS | REQ_TEXT_OUT))
+    b = sess.run_one(dict(prompt=ids, max_tokens=2, flags=REQ_IGNORE_EOS))
     C.eq("%s: chat prompt == its ids as prompt" % label, (a["prompt_tokens"], a["tokens"]),
          (len(ids), b["tokens"]))
 
@@ -1479,6 +1169,8 @@ def main():
         test_violation_slot_range(fast, a, rng)
         test_handshake_errors(fast)
         test_control(fast, a)
+        test_header_checks(a)
+        test_client_api(fast, rng)
         a.close()
         sessions.remove(a)
         C.eq("fast daemon: exit status 0 after SIGTERM", fast.stop(), 0)

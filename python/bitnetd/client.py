@@ -6,18 +6,23 @@ takes a free slot for its request (waiting for one when all are busy) and gives 
 """
 
 import collections
+import math
 import os
 import struct
 import threading
 import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _wire as w
 from . import errors
+from ._wire import TokenLogprob
 
-__all__ = ["AsyncClient", "Client", "Generation", "Piece", "Score", "TokenLogprob"]
+__all__ = ["AsyncClient", "Classification", "Client", "Generation", "LabelScore", "Piece",
+           "Score", "TokenLogprob"]
 
-TokenLogprob = collections.namedtuple("TokenLogprob", "token logprob")
-TokenLogprob.__doc__ = "A token id and its natural-log probability."
+Prompt = Union[str, bytes, Sequence[int]]
+Label = Union[str, bytes, Sequence[int]]
+Message = Union[Dict[str, str], Tuple[str, str]]
 
 
 class Piece(collections.namedtuple("Piece", "text token")):
@@ -38,18 +43,89 @@ class Generation:
         return "Generation(status=%r, ids=%r, text=%r)" % (self.status, self.ids, self.text)
 
 
+def _sum_in_order(values):
+    """Adds in binary64, first to last, as the C library does (Python 3.12's sum() of floats
+    compensates, which is more exact but not the same bits)."""
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
 class Score:
     """A scored text: ``tokens[i]`` is the text's token i + 1, ``logprobs[i]`` its
     log-probability given the tokens before it, ``top[i]`` the most likely tokens there;
-    ``sum`` their total, ``n_tokens`` the text's length in tokens."""
+    ``sum`` their total (added in order in binary64, as ``bitnet-cli score`` prints it),
+    ``n_tokens`` the text's length in tokens."""
 
     def __init__(self, tokens, logprobs, top):
         self.tokens, self.logprobs, self.top = tokens, logprobs, top
         self.n_tokens = len(tokens) + 1
-        self.sum = float(sum(logprobs))
+        self.sum = _sum_in_order(logprobs)
 
     def __repr__(self):
         return "Score(n_tokens=%d, sum=%r)" % (self.n_tokens, self.sum)
+
+
+class LabelScore:
+    """One label's result: ``label`` as given; ``logprob``, the sum of its tokens'
+    log-probabilities after the prefix (added in order in binary64, as the C library does);
+    ``mean``, that over ``n_tokens``; ``prob``, its share of the probability over the item's
+    labels (exp(logprob) normalized: a softmax of the sums, taken from the largest); the
+    label's ``tokens`` and each one's ``logprobs``."""
+
+    __slots__ = ("label", "logprob", "mean", "prob", "n_tokens", "tokens", "logprobs")
+
+    def __init__(self, label, logprob, mean, prob, tokens, logprobs):
+        self.label, self.logprob, self.mean, self.prob = label, logprob, mean, prob
+        self.n_tokens, self.tokens, self.logprobs = len(tokens), tokens, logprobs
+
+    def __repr__(self):
+        return "LabelScore(label=%r, logprob=%r, prob=%.6f, n_tokens=%d)" % (
+            self.label, self.logprob, self.prob, self.n_tokens)
+
+
+class Classification:
+    """A classified prefix: ``labels``, a LabelScore per label in the order given; ``best``,
+    the index of the label with the highest logprob (the first on a tie); ``label``, that
+    label; ``prompt_tokens``, the prefix's length in tokens."""
+
+    def __init__(self, labels, best, prompt_tokens):
+        self.labels, self.best, self.prompt_tokens = labels, best, prompt_tokens
+
+    @property
+    def label(self):
+        return self.labels[self.best].label
+
+    @property
+    def probs(self) -> List[float]:
+        return [s.prob for s in self.labels]
+
+    def __repr__(self):
+        return "Classification(best=%d, labels=%r)" % (self.best, self.labels)
+
+
+def _classification(labels, counts, records, prompt_tokens):
+    """Section 6.12's result: the records split by label and each label summed in order;
+    best and prob as bn_classify computes them."""
+    if sum(counts) != len(records):
+        return errors.ProtocolError("label counts %r for %d records" % (list(counts), len(records)))
+    out, at = [], 0
+    for label, n in zip(labels, counts):
+        mine = records[at:at + n]
+        at += n
+        lps = [r[0].logprob for r in mine]
+        s = _sum_in_order(lps)
+        out.append(LabelScore(label, s, s / n if n else 0.0, 0.0, [r[0].token for r in mine], lps))
+    best = 0
+    for j, sc in enumerate(out):
+        if sc.logprob > out[best].logprob:
+            best = j
+    top = out[best].logprob if out else 0.0
+    norm = _sum_in_order(math.exp(sc.logprob - top) for sc in out)
+    for sc in out:
+        sc.prob = math.exp(sc.logprob - top) / norm
+    return Classification(out, best, prompt_tokens)
 
 
 def _f32(x):
@@ -59,19 +135,38 @@ def _f32(x):
 def _params(temperature=0.0, top_k=0, top_p=0.0, min_p=0.0, repetition_penalty=0.0,
             presence_penalty=0.0, frequency_penalty=0.0, seed=None, n_stop=0, logprobs=0,
             deadline_ms=0):
-    """The 13 words at slot bytes 76..127 (section 4.4)."""
+    """The 13 words at slot bytes 76..127 (section 4.4); None when all are 0."""
     seed = seed or 0
+    if not (temperature or top_k or top_p or min_p or repetition_penalty or presence_penalty or
+            frequency_penalty or seed or n_stop or logprobs or deadline_ms):
+        return None
     return [_f32(temperature), top_k, _f32(top_p), _f32(min_p), _f32(repetition_penalty),
             _f32(presence_penalty), _f32(frequency_penalty), seed & 0xFFFFFFFF,
             (seed >> 32) & 0xFFFFFFFF, n_stop, logprobs, deadline_ms, 0]
 
 
-class _Request:
-    """What one call asks: an op, a prompt (ids or bytes), flags and parameter words."""
+def _bytes(text):
+    return text.encode() if isinstance(text, str) else bytes(text)
 
-    def __init__(self, op, ids=(), text=None, flags=0, max_tokens=0, params=None, stops=()):
-        self.op, self.ids, self.text, self.flags = op, list(ids), text, flags
-        self.max_tokens, self.params, self.stops = max_tokens, params, list(stops)
+
+def _is_text(x):
+    return isinstance(x, (str, bytes))
+
+
+class _Request:
+    """What one call asks: an op, its prompt words or text, flags and parameter words; how
+    many alternatives to read per record (None: no records); and ``convert``, which makes
+    the caller's result (or an Error) of the response."""
+
+    __slots__ = ("op", "n_prompt", "words", "text", "flags", "max_tokens", "params",
+                 "alternatives", "convert")
+
+    def __init__(self, op, convert, n_prompt, words=(), text=None, flags=0, max_tokens=0,
+                 params=None, alternatives=None):
+        self.op, self.convert, self.n_prompt, self.words, self.text = op, convert, n_prompt, \
+            words, text
+        self.flags, self.max_tokens, self.params = flags, max_tokens, params
+        self.alternatives = alternatives
 
 
 class Client:
@@ -83,7 +178,8 @@ class Client:
     or call ``close()``.
     """
 
-    def __init__(self, socket=None, timeout=None, slots=0):
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None,
+                 slots: int = 0):
         path = socket or os.environ.get("BITNETD_SOCKET") or w.DEFAULT_SOCKET
         self.timeout = timeout
         self._seg = w.Segment(path, slots)
@@ -91,7 +187,7 @@ class Client:
         self._freed = threading.Condition(self._lock)
         self._free = list(range(self._seg.h["slot_count"] - 1, -1, -1))
 
-    def close(self):
+    def close(self) -> None:
         """Ends the session (the daemon ends what is still in flight)."""
         self._seg.close()
 
@@ -102,26 +198,26 @@ class Client:
         self.close()
 
     # --- the model
-    def info(self):
+    def info(self) -> Dict[str, Any]:
         """The model and this session, as a dict (the header, section 4.1)."""
         h = self._seg.h
-        feats = [n for n, b in (("streaming", w.FEAT_STREAMING), ("params", w.FEAT_PARAMS),
-                                ("logprobs", w.FEAT_LOGPROBS), ("text", w.FEAT_TEXT),
-                                ("score", w.FEAT_SCORE)) if h["features"] & b]
         return dict(model=self._seg.model_name, backend=w.BACKENDS.get(h["backend"], "?"),
                     vocab_size=h["vocab_size"], context_length=h["context_length"],
                     bos_id=h["bos_id"], eos_id=h["eos_id"], slots=h["slot_count"],
                     max_prompt_tokens=h["slot_prompt_capacity"],
                     max_output_tokens=h["slot_output_capacity"],
-                    max_logprobs=h["slot_logprob_capacity"], features=feats)
+                    max_logprobs=h["slot_logprob_capacity"],
+                    features=[n for n, b in w.FEATURE_NAMES if h["features"] & b])
 
     def _has(self, feature):
-        return bool(self._seg.h["features"] & feature)
+        return bool(self._seg.features & feature)
 
     # --- slots
-    def _take_slot(self, deadline):
+    def _take_slot(self, deadline, block=True):
         with self._freed:
             while not self._free:
+                if not block:
+                    return None
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise errors.TimeoutError("no free slot before the timeout")
@@ -137,11 +233,22 @@ class Client:
         t = self.timeout if timeout is None else timeout
         return None if t is None else time.monotonic() + t
 
-    def _submit(self, req, deadline):
-        slot = self._take_slot(deadline)
+    def _fill(self, req, deadline, block=True):
+        """A slot holding req, not queued yet (None: none free and block is False)."""
+        slot = self._take_slot(deadline, block)
+        if slot is None:
+            return None
         try:
-            self._seg.prepare(slot, req.ids, req.text, req.flags, req.max_tokens, req.params,
-                              req.stops)
+            self._seg.prepare(slot, req.n_prompt, req.words, req.text, req.flags,
+                              req.max_tokens, req.params)
+        except BaseException:
+            self._give_slot(slot)
+            raise
+        return slot
+
+    def _submit(self, req, deadline):
+        slot = self._fill(req, deadline)
+        try:
             with self._lock:
                 self._seg.queue(slot, req.op)
         except BaseException:
@@ -156,46 +263,36 @@ class Client:
             self._seg.wait(slot)
             raise errors.TimeoutError("the request did not finish in time (cancelled)")
 
-    def _result(self, slot, req):
-        """The DONE slot's response, or the Error it ended with."""
+    def _response(self, slot, req):
+        """The DONE slot's response words (with its records when req asks), or the Error it
+        ended with."""
         seg = self._seg
-        status, error = seg.word(slot, w.SL_STATUS), seg.word(slot, w.SL_ERROR)
-        n = min(seg.word(slot, w.SL_NTOK), seg.h["slot_output_capacity"])
-        o = (seg.S(slot) + seg.h["slot_output_offset"]) // 4
-        res = dict(status=status, ids=seg.u32[o:o + n].tolist(), n=n,
-                   prompt_tokens=seg.word(slot, w.SL_PROMPT_TOKENS) if self._has(w.FEAT_TEXT) else 0)
-        if self._has(w.FEAT_TEXT):
-            nt = min(seg.word(slot, w.SL_NTEXT), seg.h["slot_text_capacity"])
-            t0 = seg.S(slot) + seg.h["slot_text_offset"]
-            res["text"] = bytes(seg.mm[t0:t0 + nt])
-        if req.flags & w.REQ_LOGPROBS:
-            res["records"] = self._records(slot, n, req.params[10])
+        res = seg.response(slot)
+        status, n = res["status"], len(res["tokens"])
         if status == w.S_ERROR:
-            return errors.error_for(error)
+            return errors.error_for(res["error"])
         if status == w.S_CANCELLED:
             return errors.CancelledError()
         if status == w.S_SHUTDOWN:
             return errors.ShutdownError()
         if status == w.S_DEADLINE:
             return errors.DeadlineError("the request's deadline passed after %d tokens" % n)
+        if req.alternatives is not None:
+            res["records"] = seg.records(slot, n, req.alternatives)
         return res
-
-    def _records(self, slot, n, alternatives):
-        seg = self._seg
-        stride = 1 + seg.h["slot_logprob_capacity"]
-        base = seg.S(slot) + seg.h["slot_logprob_offset"]
-        return [[TokenLogprob(*struct.unpack_from("<If", seg.mm, base + (i * stride + k) * 8))
-                 for k in range(1 + alternatives)] for i in range(n)]
 
     def _finish(self, slot, req, deadline):
         try:
             self._wait(slot, deadline)
-            return self._result(slot, req)
+            res = self._response(slot, req)
         finally:
-            self._seg.set_word(slot, w.SL_STATE, w.ST_FREE)
+            self._seg.release(slot)
             self._give_slot(slot)
+        return res if isinstance(res, errors.Error) else req.convert(res)
 
     def _run(self, req, timeout=None):
+        if isinstance(req, errors.Error):
+            raise req
         deadline = self._deadline(timeout)
         res = self._finish(self._submit(req, deadline), req, deadline)
         if isinstance(res, errors.Error):
@@ -203,19 +300,33 @@ class Client:
         return res
 
     def _run_batch(self, reqs, timeout=None):
-        """Every request, as many in flight as the slots allow; a result or an Error each."""
+        """Every request, as many in flight as the slots allow, those filled together queued
+        with one doorbell; a result or an Error each."""
         deadline = self._deadline(timeout)
         out, flight, nxt = [None] * len(reqs), collections.deque(), 0
         while nxt < len(reqs) or flight:
-            while nxt < len(reqs) and (not flight or self._free):
-                if isinstance(reqs[nxt], errors.Error):
-                    out[nxt] = reqs[nxt]
+            filled = []
+            while nxt < len(reqs):
+                req = reqs[nxt]
+                if isinstance(req, errors.Error):
+                    out[nxt] = req
                 else:
                     try:
-                        flight.append((nxt, self._submit(reqs[nxt], deadline)))
+                        # Block for a slot only with nothing of ours in flight or unqueued.
+                        slot = self._fill(req, deadline, block=not (flight or filled))
                     except errors.Error as e:
-                        out[nxt] = e
+                        slot, out[nxt] = -1, e
+                    if slot is None:
+                        break
+                    if slot >= 0:
+                        filled.append((nxt, slot))
                 nxt += 1
+            if filled:
+                with self._lock:
+                    for k, slot in filled:
+                        self._seg.push(slot, reqs[k].op)
+                    self._seg.publish()
+                flight.extend(filled)
             if flight:
                 k, slot = flight.popleft()
                 try:
@@ -237,40 +348,44 @@ class Client:
             flags |= w.REQ_TEXT_OUT
         if chat is not None:
             flags |= w.REQ_CHAT
-            text = _conversation(chat, chat_template)
-        elif isinstance(prompt, (str, bytes)):
+            text = w.conversation(chat, chat_template)
+        elif _is_text(prompt):
             flags |= w.REQ_TEXT
-            text = prompt.encode() if isinstance(prompt, str) else prompt
+            text = _bytes(prompt)
         if text is not None and not self._has(w.FEAT_TEXT):
             return errors.UnsupportedError("the daemon has no tokenizer: send token ids")
         params = _params(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
                          frequency_penalty, seed, len(stops), logprobs, deadline_ms)
-        return _Request(w.OP_GENERATE, () if text is not None else prompt, text, flags,
-                        max_tokens, params, stops)
+        if text is not None:
+            return _Request(w.OP_GENERATE, self._generation, len(text), stops, text, flags,
+                            max_tokens, params, logprobs if logprobs else None)
+        ids = list(prompt)
+        return _Request(w.OP_GENERATE, self._generation, len(ids), ids + stops, None, flags,
+                        max_tokens, params, logprobs if logprobs else None)
 
     def _generation(self, res):
-        text = res.get("text")
+        text = res["text"]
         return Generation(text.decode("utf-8", "replace") if text is not None else None,
-                          res["ids"], w.STATUS_NAMES[res["status"]], res["prompt_tokens"],
+                          res["tokens"], w.STATUS_NAMES[res["status"]], res["prompt_tokens"],
                           res.get("records"))
 
-    def generate(self, prompt, max_tokens=16, timeout=None, **sampling):
+    def generate(self, prompt: Prompt, max_tokens: int = 16, timeout: Optional[float] = None,
+                 **sampling) -> Generation:
         """Generates from ``prompt`` (text, or a list of token ids used as given) and returns a
         Generation. Sampling: temperature, top_k, top_p, min_p, repetition_penalty,
         presence_penalty, frequency_penalty, seed, stop (ids), logprobs (alternatives per
         token), ignore_eos, deadline_ms; all off by default (greedy)."""
-        req = self._generate_request(prompt, max_tokens, **sampling)
-        if isinstance(req, errors.Error):
-            raise req
-        return self._generation(self._run(req, timeout))
+        return self._run(self._generate_request(prompt, max_tokens, **sampling), timeout)
 
-    def generate_batch(self, prompts, max_tokens=16, timeout=None, **sampling):
+    def generate_batch(self, prompts: Sequence[Prompt], max_tokens: int = 16,
+                       timeout: Optional[float] = None,
+                       **sampling) -> List[Union[Generation, errors.Error]]:
         """generate() for each prompt; a Generation or an Error in each one's place."""
-        reqs = [self._generate_request(p, max_tokens, **sampling) for p in prompts]
-        return [r if isinstance(r, errors.Error) else self._generation(r)
-                for r in self._run_batch(reqs, timeout)]
+        return self._run_batch([self._generate_request(p, max_tokens, **sampling)
+                                for p in prompts], timeout)
 
-    def stream(self, prompt, max_tokens=16, timeout=None, **sampling):
+    def stream(self, prompt: Prompt, max_tokens: int = 16, timeout: Optional[float] = None,
+               **sampling) -> Iterator[Piece]:
         """Yields a Piece per token as it arrives (text as the daemon decoded it; a piece's
         text may be empty while a character waits for its end). Closing the iterator early
         cancels the request."""
@@ -280,120 +395,179 @@ class Client:
         deadline = self._deadline(timeout)
         slot = self._submit(req, deadline)
         seg, done, have, text_at = self._seg, False, 0, 0
+        S, h = seg.S(slot), seg.h
+        out0, piece0, t0 = ((S + h["slot_output_offset"]) // 4, (S + h["slot_piece_offset"]) // 4,
+                            S + h["slot_text_offset"])
         try:
             while True:
                 self._wait(slot, deadline, have)
                 finished = seg.word(slot, w.SL_STATE) == w.ST_DONE
-                n = min(seg.word(slot, w.SL_NTOK), seg.h["slot_output_capacity"])
+                n = min(seg.word(slot, w.SL_NTOK), h["slot_output_capacity"])
                 for i in range(have, n):
-                    token = seg.u32[(seg.S(slot) + seg.h["slot_output_offset"]) // 4 + i]
                     text = None
                     if req.flags & w.REQ_TEXT_OUT:
-                        end = seg.u32[(seg.S(slot) + seg.h["slot_piece_offset"]) // 4 + i]
-                        t0 = seg.S(slot) + seg.h["slot_text_offset"]
+                        end = seg.u32[piece0 + i]
                         text = bytes(seg.mm[t0 + text_at:t0 + end]).decode("utf-8", "replace")
                         text_at = end
-                    yield Piece(text, token)
+                    yield Piece(text, seg.u32[out0 + i])
                 have = n
                 if finished:
                     break
             done = True
-            res = self._result(slot, req)
+            res = self._response(slot, req)
             if isinstance(res, errors.Error):
                 raise res
-            tail = res.get("text", b"")[text_at:]
+            tail = (res["text"] or b"")[text_at:]
             if tail:  # a character that never ended: U+FFFD (section 6.10)
                 yield Piece(tail.decode("utf-8", "replace"), None)
         finally:
             if not done:
                 seg.set_word(slot, w.SL_CANCEL, 1)
                 seg.wait(slot)
-            seg.set_word(slot, w.SL_STATE, w.ST_FREE)
+            seg.release(slot)
             self._give_slot(slot)
 
     # --- chat
-    def chat(self, messages, max_tokens=256, chat_template=0, timeout=None, **sampling):
+    def chat(self, messages: Sequence[Message], max_tokens: int = 256, chat_template: int = 0,
+             timeout: Optional[float] = None, **sampling) -> Generation:
         """Answers a conversation: ``messages`` is a list of {"role", "content"} dicts (or
         (role, content) pairs), rendered by the model's template (or ``chat_template``: 2
         bitnet, 3 llama3, 4 chatml, 5 llama2) in the daemon, message text never special.
         Returns a Generation whose text is the reply."""
-        req = self._generate_request(None, max_tokens, chat=messages,
-                                     chat_template=chat_template, **sampling)
-        if isinstance(req, errors.Error):
-            raise req
-        return self._generation(self._run(req, timeout))
+        return self._run(self._generate_request(None, max_tokens, chat=messages,
+                                                chat_template=chat_template, **sampling),
+                         timeout)
 
-    def chat_batch(self, conversations, max_tokens=256, chat_template=0, timeout=None,
-                   **sampling):
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], max_tokens: int = 256,
+                   chat_template: int = 0, timeout: Optional[float] = None,
+                   **sampling) -> List[Union[Generation, errors.Error]]:
         """chat() for each conversation; a Generation or an Error in each one's place."""
-        reqs = [self._generate_request(None, max_tokens, chat=c, chat_template=chat_template,
-                                       **sampling) for c in conversations]
-        return [r if isinstance(r, errors.Error) else self._generation(r)
-                for r in self._run_batch(reqs, timeout)]
+        return self._run_batch([self._generate_request(None, max_tokens, chat=c,
+                                                       chat_template=chat_template, **sampling)
+                                for c in conversations], timeout)
 
     # --- text
-    def tokenize(self, text, special=False, bos=True, timeout=None):
+    def tokenize(self, text: Union[str, bytes], special: bool = False, bos: bool = True,
+                 timeout: Optional[float] = None) -> List[int]:
         """The ids the daemon makes of ``text`` (str or bytes): BOS first when the model wants
         it (``bos=False``: never); special tokens' texts are those tokens only with
         ``special``."""
-        data = text.encode() if isinstance(text, str) else text
+        data = _bytes(text)
         flags = w.REQ_TEXT | (w.REQ_PARSE_SPECIAL if special else 0) | (0 if bos else w.REQ_NO_BOS)
-        return self._run(_Request(w.OP_TOKENIZE, text=data, flags=flags), timeout)["ids"]
+        return self._run(_Request(w.OP_TOKENIZE, lambda r: r["tokens"], len(data), text=data,
+                                  flags=flags), timeout)
 
-    def detokenize_bytes(self, ids, special=False, timeout=None):
+    def detokenize_bytes(self, ids: Sequence[int], special: bool = False,
+                         timeout: Optional[float] = None) -> bytes:
         """The tokens' bytes exactly (not necessarily valid UTF-8)."""
+        ids = list(ids)
         flags = w.REQ_SPECIAL_TEXT if special else 0
-        return self._run(_Request(w.OP_DETOKENIZE, ids=ids, flags=flags), timeout)["text"]
+        return self._run(_Request(w.OP_DETOKENIZE, lambda r: r["text"], len(ids), ids,
+                                  flags=flags), timeout)
 
-    def detokenize(self, ids, special=False, timeout=None):
+    def detokenize(self, ids: Sequence[int], special: bool = False,
+                   timeout: Optional[float] = None) -> str:
         """The tokens' text (bytes that are not UTF-8 become U+FFFD)."""
         return self.detokenize_bytes(ids, special, timeout).decode("utf-8", "replace")
 
     # --- scoring
     def _score_request(self, item, top):
-        flags = w.REQ_LOGPROBS
-        if isinstance(item, (str, bytes)):
+        params = _params(logprobs=top)
+        if _is_text(item):
             if not self._has(w.FEAT_TEXT):
                 return errors.UnsupportedError("the daemon has no tokenizer: send token ids")
-            data = item.encode() if isinstance(item, str) else item
-            return _Request(w.OP_SCORE, text=data, flags=flags | w.REQ_TEXT,
-                            params=_params(logprobs=top))
-        return _Request(w.OP_SCORE, ids=item, flags=flags, params=_params(logprobs=top))
+            data = _bytes(item)
+            return _Request(w.OP_SCORE, _score, len(data), text=data,
+                            flags=w.REQ_LOGPROBS | w.REQ_TEXT, params=params, alternatives=top)
+        ids = list(item)
+        return _Request(w.OP_SCORE, _score, len(ids), ids, flags=w.REQ_LOGPROBS, params=params,
+                        alternatives=top)
 
-    def _score(self, res):
-        records = res.get("records", [])
-        return Score([r[0].token for r in records], [r[0].logprob for r in records],
-                     [r[1:] for r in records])
-
-    def score(self, text, top=0, timeout=None):
+    def score(self, text: Prompt, top: int = 0, timeout: Optional[float] = None) -> Score:
         """The log-probability of every token of ``text`` (str, or a list of ids) given those
         before it, with ``top`` alternatives per position: a Score."""
-        req = self._score_request(text, top)
-        if isinstance(req, errors.Error):
-            raise req
-        return self._score(self._run(req, timeout))
+        return self._run(self._score_request(text, top), timeout)
 
-    def score_batch(self, texts, top=0, timeout=None):
+    def score_batch(self, texts: Sequence[Prompt], top: int = 0,
+                    timeout: Optional[float] = None) -> List[Union[Score, errors.Error]]:
         """score() for each text; a Score or an Error in each one's place."""
-        reqs = [self._score_request(t, top) for t in texts]
-        return [r if isinstance(r, errors.Error) else self._score(r)
-                for r in self._run_batch(reqs, timeout)]
+        return self._run_batch([self._score_request(t, top) for t in texts], timeout)
+
+    # --- classification
+    def _classify_request(self, prefix, labels, deadline_ms=0):
+        if _is_text(labels):
+            return errors.InvalidError("labels is a list of labels, not one text")
+        labels = list(labels)
+        if not self._has(w.FEAT_CLASSIFY):
+            return errors.UnsupportedError("the daemon does not classify (feature CLASSIFY)")
+        params = _params(deadline_ms=deadline_ms)
+        if _is_text(prefix):
+            if not all(_is_text(label) for label in labels):
+                return errors.InvalidError("a text prefix takes text labels")
+            if not self._has(w.FEAT_TEXT):
+                return errors.UnsupportedError("the daemon has no tokenizer: send token ids")
+            body = w.classify_text(_bytes(prefix), [_bytes(label) for label in labels])
+
+            def convert(res):
+                return _text_classification(labels, res)
+            return _Request(w.OP_CLASSIFY, convert, len(body), text=body, flags=w.REQ_TEXT,
+                            params=params, alternatives=0)
+        if any(_is_text(label) for label in labels):
+            return errors.InvalidError("an id prefix takes id labels")
+        prefix, ids = list(prefix), [list(label) for label in labels]
+        words = w.classify_words(prefix, ids)
+
+        def convert(res):
+            return _classification(labels, [len(x) for x in ids], res["records"], len(prefix))
+        return _Request(w.OP_CLASSIFY, convert, len(words), words, params=params,
+                        alternatives=0)
+
+    def classify(self, text: Prompt, labels: Sequence[Label], timeout: Optional[float] = None,
+                 deadline_ms: int = 0) -> Classification:
+        """Which of ``labels`` the model finds likeliest after ``text`` (shm/PROTOCOL.md
+        section 6.12, bn_classify): the daemon reads the prefix once and continues it with
+        every label. Give a text prefix with text labels (str or bytes: the daemon encodes
+        them; a label's tokens are those text + label gets past the text's own, so a label
+        that follows a word wants its leading space: " positive"), or an id prefix (BOS first
+        if wanted: nothing is added) with id labels (lists of ids). Each label's log-probs are
+        those score() gives for the prefix followed by the label, bit for bit. Returns a
+        Classification; EmptyError for no label or an empty one."""
+        return self._run(self._classify_request(text, labels, deadline_ms), timeout)
+
+    def classify_batch(self, items: Sequence[Any], timeout: Optional[float] = None,
+                       deadline_ms: int = 0) -> List[Union[Classification, errors.Error]]:
+        """classify() for each item, a (text, labels) pair or a {"text", "labels"} dict; a
+        Classification or an Error in each one's place, each equal to the item alone."""
+        reqs = []
+        for item in items:
+            if isinstance(item, dict) and "text" in item and "labels" in item:
+                item = (item["text"], item["labels"])
+            if not (isinstance(item, (tuple, list)) and len(item) == 2):
+                reqs.append(errors.InvalidError("an item is (text, labels) or a dict of them"))
+                continue
+            reqs.append(self._classify_request(item[0], item[1], deadline_ms))
+        return self._run_batch(reqs, timeout)
 
     # --- daemon
-    def stats(self):
+    def stats(self) -> str:
         """The daemon's metrics, Prometheus text (section 10.2)."""
         with self._lock:
             return self._seg.control(w.CTL_STATS).decode()
 
 
-def _conversation(messages, template):
-    """Section 6.10's conversation: bn_chat_head, then per message its lengths, role, content."""
-    parts = [struct.pack("<II", template, len(messages))]
-    for m in messages:
-        role, content = (m["role"], m["content"]) if isinstance(m, dict) else m
-        r, c = role.encode(), content.encode()
-        parts.append(struct.pack("<II", len(r), len(c)) + r + c)
-    return b"".join(parts)
+def _score(res):
+    records = res.get("records", [])
+    return Score([r[0].token for r in records], [r[0].logprob for r in records],
+                 [r[1:] for r in records])
+
+
+def _text_classification(labels, res):
+    """The daemon's label token counts lead the text region (section 6.12)."""
+    text, n = res["text"] or b"", len(labels)
+    if len(text) < 4 * n:
+        return errors.ProtocolError("%d bytes of label counts for %d labels" % (len(text), n))
+    counts = struct.unpack_from("<%dI" % n, text)
+    return _classification(labels, counts, res["records"], res["prompt_tokens"])
 
 
 class AsyncClient:
@@ -403,7 +577,8 @@ class AsyncClient:
     is an async iterator. Use ``async with`` or ``await close()``.
     """
 
-    def __init__(self, socket=None, timeout=None, slots=0):
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None,
+                 slots: int = 0):
         import concurrent.futures
 
         self._client = Client(socket, timeout, slots)
@@ -417,7 +592,7 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
-    async def close(self):
+    async def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._client.close()
 
@@ -427,34 +602,48 @@ class AsyncClient:
     async def __aexit__(self, *exc):
         await self.close()
 
-    def info(self):
+    def info(self) -> Dict[str, Any]:
         return self._client.info()
 
-    async def generate(self, prompt, **kwargs):
+    async def generate(self, prompt: Prompt, **kwargs) -> Generation:
         return await self._call(self._client.generate, prompt, **kwargs)
 
-    async def generate_batch(self, prompts, **kwargs):
+    async def generate_batch(self, prompts: Sequence[Prompt],
+                             **kwargs) -> List[Union[Generation, errors.Error]]:
         return await self._call(self._client.generate_batch, prompts, **kwargs)
 
-    async def chat(self, messages, **kwargs):
+    async def chat(self, messages: Sequence[Message], **kwargs) -> Generation:
         return await self._call(self._client.chat, messages, **kwargs)
 
-    async def chat_batch(self, conversations, **kwargs):
+    async def chat_batch(self, conversations: Sequence[Sequence[Message]],
+                         **kwargs) -> List[Union[Generation, errors.Error]]:
         return await self._call(self._client.chat_batch, conversations, **kwargs)
 
-    async def score(self, text, **kwargs):
+    async def score(self, text: Prompt, **kwargs) -> Score:
         return await self._call(self._client.score, text, **kwargs)
 
-    async def score_batch(self, texts, **kwargs):
+    async def score_batch(self, texts: Sequence[Prompt],
+                          **kwargs) -> List[Union[Score, errors.Error]]:
         return await self._call(self._client.score_batch, texts, **kwargs)
 
-    async def tokenize(self, text, **kwargs):
+    async def classify(self, text: Prompt, labels: Sequence[Label],
+                       **kwargs) -> Classification:
+        return await self._call(self._client.classify, text, labels, **kwargs)
+
+    async def classify_batch(self, items: Sequence[Any],
+                             **kwargs) -> List[Union[Classification, errors.Error]]:
+        return await self._call(self._client.classify_batch, items, **kwargs)
+
+    async def tokenize(self, text: Union[str, bytes], **kwargs) -> List[int]:
         return await self._call(self._client.tokenize, text, **kwargs)
 
-    async def detokenize(self, ids, **kwargs):
+    async def detokenize(self, ids: Sequence[int], **kwargs) -> str:
         return await self._call(self._client.detokenize, ids, **kwargs)
 
-    async def stream(self, prompt, **kwargs):
+    async def stats(self) -> str:
+        return await self._call(self._client.stats)
+
+    async def stream(self, prompt: Prompt, **kwargs):
         """Yields Pieces as they arrive. Closing the iterator cancels the request: leave a loop
         early inside ``contextlib.aclosing(...)`` to cancel at once (otherwise it is closed
         when asyncio finalizes it)."""

@@ -4,6 +4,11 @@ Every error a request can end with is an ``Error``; a ``_batch`` call returns an
 the failed item's place instead of raising it.
 """
 
+# The codes on the wire (section 9.2).
+E_INVALID, E_TOKEN, E_TOO_LONG, E_AGAIN, E_SHUTDOWN, E_DISCONNECTED = range(1001, 1007)
+E_TIMEOUT, E_PROTOCOL, E_VERSION, E_BUSY, E_BACKEND, E_CANCELLED = range(1007, 1013)
+E_NOT_DONE, E_EMPTY, E_KV_SPACE, E_UNSUPPORTED = range(1013, 1017)
+
 __all__ = [
     "Error", "InvalidError", "TokenError", "TooLongError", "AgainError", "ShutdownError",
     "DisconnectedError", "TimeoutError", "ProtocolError", "VersionError", "BusyError",
@@ -22,26 +27,30 @@ class Error(Exception):
         super().__init__(message or "%s (%d)" % (self.name, self.code))
 
 
-def _make(name, code, doc):
-    return type(name, (Error,), {"code": code, "name": name.replace("Error", "").upper() or name,
-                                 "__doc__": doc})
+def _make(name, code, doc, wire_name=None):
+    return type(name, (Error,), {"code": code, "__doc__": doc,
+                                 "name": wire_name or name.replace("Error", "").upper()})
 
 
-InvalidError = _make("InvalidError", 1001, "A request or call parameter is out of range.")
-TokenError = _make("TokenError", 1002, "A token id is >= the vocabulary size.")
-TooLongError = _make("TooLongError", 1003, "A prompt exceeds a capacity or the context.")
-AgainError = _make("AgainError", 1004, "No free slot now: try again.")
-ShutdownError = _make("ShutdownError", 1005, "The daemon is shutting down.")
-DisconnectedError = _make("DisconnectedError", 1006, "The daemon is gone.")
-TimeoutError = _make("TimeoutError", 1007, "The wait's timeout expired.")
-ProtocolError = _make("ProtocolError", 1008, "The peer broke the protocol.")
-VersionError = _make("VersionError", 1009, "ABI version mismatch.")
-BusyError = _make("BusyError", 1010, "The daemon has no room for this connection.")
-BackendError = _make("BackendError", 1011, "The backend failed on this request.")
-CancelledError = _make("CancelledError", 1012, "The request was cancelled.")
-EmptyError = _make("EmptyError", 1014, "The request has no prompt tokens.")
-KVSpaceError = _make("KVSpaceError", 1015, "The request needs more KV cache than the daemon has.")
-UnsupportedError = _make("UnsupportedError", 1016, "The daemon does not offer this request.")
+InvalidError = _make("InvalidError", E_INVALID, "A request or call parameter is out of range.")
+TokenError = _make("TokenError", E_TOKEN, "A token id is >= the vocabulary size.")
+TooLongError = _make("TooLongError", E_TOO_LONG, "A prompt exceeds a capacity or the context.",
+                     "TOO_LONG")
+AgainError = _make("AgainError", E_AGAIN, "No free slot now: try again.")
+ShutdownError = _make("ShutdownError", E_SHUTDOWN, "The daemon is shutting down.")
+DisconnectedError = _make("DisconnectedError", E_DISCONNECTED, "The daemon is gone.")
+TimeoutError = _make("TimeoutError", E_TIMEOUT, "The wait's timeout expired.")
+ProtocolError = _make("ProtocolError", E_PROTOCOL, "The peer broke the protocol.")
+VersionError = _make("VersionError", E_VERSION, "ABI version mismatch.")
+BusyError = _make("BusyError", E_BUSY, "The daemon has no room for this connection.")
+BackendError = _make("BackendError", E_BACKEND, "The backend failed on this request.")
+CancelledError = _make("CancelledError", E_CANCELLED, "The request was cancelled.")
+EmptyError = _make("EmptyError", E_EMPTY, "The request has no prompt tokens (or, to classify, no "
+                   "prefix, no label, or a label of no token).")
+KVSpaceError = _make("KVSpaceError", E_KV_SPACE,
+                     "The request needs more KV cache than the daemon has.", "KV_SPACE")
+UnsupportedError = _make("UnsupportedError", E_UNSUPPORTED,
+                         "The daemon does not offer this request.")
 DeadlineError = _make("DeadlineError", 0, "The request's deadline passed (status DEADLINE).")
 
 _BY_CODE = {c.code: c for c in (InvalidError, TokenError, TooLongError, AgainError, ShutdownError,
