@@ -35,6 +35,15 @@
  *     flood_light_over_solo          (target <= 2)
  *     flood_light_solo_ttft_median_ms, flood_light_ttft_median_ms  submit to first token
  *     flood_requests_done            flood requests ended by the time the light client is done
+ *   chat (--prefix-cache uid, then off): 8 client processes, each a 6-turn conversation that
+ *   starts with the same 512-token system prompt; each turn adds 64 user tokens, sends the
+ *   whole conversation and appends the 32-token reply
+ *     chat_ttft_p50_ms_MODE          submit to first token over every turn
+ *     chat_ttft_p50_ms_turn6_MODE    the same over the last turns
+ *     chat_total_s_MODE              first submit to last reply
+ *     prefix_cache_hit_ratio_MODE    the daemon's hit tokens over lookup tokens
+ *     prefix_cache_ttft_speedup, prefix_cache_ttft_speedup_last_turn (target >= 5),
+ *     prefix_cache_total_speedup (target >= 2)   off over on
  */
 #define _GNU_SOURCE
 #include "bitnet_client.h"
@@ -422,12 +431,13 @@ static struct bn_client *client_start(struct board *b, uint32_t slots)
 /* Submits one request and stamps each of its tokens as it becomes visible. With `stop`, the
  * request is cancelled once *stop is set (checked after each wake-up). A request must end
  * with LENGTH and exactly max_tokens tokens, or CANCELLED when we cancelled it. */
-static void trace_request(struct bn_client *c, const uint32_t *prompt, uint32_t n_prompt,
-			  uint32_t max_tokens, struct trace *tr, const uint32_t *stop)
+static void trace_request_into(struct bn_client *c, const uint32_t *prompt, uint32_t n_prompt,
+			       uint32_t max_tokens, struct trace *tr, const uint32_t *stop,
+			       uint32_t *out)
 {
 	struct bn_request req = { .prompt = prompt, .n_prompt = n_prompt,
 				  .max_tokens = max_tokens, .flags = BN_REQ_IGNORE_EOS };
-	uint32_t *scratch = malloc(max_tokens * sizeof(uint32_t));
+	uint32_t *scratch = out ? out : malloc(max_tokens * sizeof(uint32_t));
 	struct bn_handle *h;
 	if (!scratch)
 		client_fail("out of memory");
@@ -443,7 +453,7 @@ static void trace_request(struct bn_client *c, const uint32_t *prompt, uint32_t 
 		int64_t t = now_ns();
 		if (rc < 0)
 			client_fail("bn_wait_tokens after %u tokens: %s", have, bn_strerror(rc));
-		int got = bn_read_tokens(h, have, scratch, max_tokens - have);
+		int got = bn_read_tokens(h, have, scratch + have, max_tokens - have);
 		for (int i = 0; i < got; i++)
 			tr->t_ns[have + i] = t;
 		have += (uint32_t)got;
@@ -461,12 +471,19 @@ static void trace_request(struct bn_client *c, const uint32_t *prompt, uint32_t 
 	}
 	tr->status = res.status;
 	bn_release(h);
-	free(scratch);
+	if (!out)
+		free(scratch);
 	if (res.status == BN_STATUS_CANCELLED && cancelled)
 		return;
 	if (res.status != BN_STATUS_LENGTH || have != max_tokens)
 		client_fail("request ended with %s (%s) after %u of %u tokens",
 			    bn_status_name(res.status), bn_strerror(res.error), have, max_tokens);
+}
+
+static void trace_request(struct bn_client *c, const uint32_t *prompt, uint32_t n_prompt,
+			  uint32_t max_tokens, struct trace *tr, const uint32_t *stop)
+{
+	trace_request_into(c, prompt, n_prompt, max_tokens, tr, stop, NULL);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -931,9 +948,116 @@ static void run_flood(struct setup *su, const char *suffix, const char *const *f
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Scenario 4: multi-turn chats sharing a system prompt, prefix cache on and off               */
+/* ------------------------------------------------------------------------------------------ */
+
+#define CHAT_CLIENTS 8
+#define CHAT_TURNS 6
+#define CHAT_SYSTEM 512
+#define CHAT_USER 64
+#define CHAT_REPLY 32
+#define CHAT_MAX (CHAT_SYSTEM + CHAT_TURNS * (CHAT_USER + CHAT_REPLY))
+
+struct chat_arg {
+	struct board *b;
+	struct trace *tr; /* [clients][turns] */
+	uint32_t vocab, clients, turns;
+};
+
+/* One conversation: the shared system prompt, then per turn the user's tokens and the reply,
+ * the whole conversation sent again each turn (as chat clients do). */
+static void chat_client(void *p)
+{
+	struct chat_arg *a = p;
+	static uint32_t conv[CHAT_MAX];
+	tokens_for(4242, a->vocab, conv, CHAT_SYSTEM);
+	uint32_t n = CHAT_SYSTEM;
+	struct bn_client *c = client_start(a->b, 1);
+	for (uint32_t t = 0; t < a->turns; t++) {
+		tokens_for(5000 + 100 * (uint32_t)client_id + t, a->vocab, conv + n, CHAT_USER);
+		n += CHAT_USER;
+		trace_request_into(c, conv, n, CHAT_REPLY, &a->tr[(uint32_t)client_id * a->turns + t],
+				   NULL, conv + n);
+		n += CHAT_REPLY;
+	}
+	bn_disconnect(c);
+}
+
+struct chat_result {
+	double ttft_p50_ms, last_turn_ttft_p50_ms, total_s, hit_ratio;
+};
+
+static double daemon_metric(const char *name)
+{
+	struct bn_client *c;
+	static char text[1 << 20];
+	if (bn_connect(sock_path, 1, &c) < 0)
+		die("cannot read the daemon's stats");
+	long len = bn_daemon_stats(c, text, sizeof(text));
+	bn_disconnect(c);
+	char line[128];
+	snprintf(line, sizeof(line), "\n%s ", name); /* the sample, not its # HELP line */
+	const char *at = len > 0 ? strstr(text, line) : NULL;
+	return at ? strtod(at + strlen(line), NULL) : -1;
+}
+
+static struct chat_result chat_run(struct setup *su, const char *mode)
+{
+	const char *flags[] = { "--prefix-cache", mode, NULL };
+	char name[32];
+	snprintf(name, sizeof(name), "chat_%s", mode);
+	print_flags(name, flags);
+	start_daemon(su, flags);
+	uint32_t clients = su->quick ? 2 : CHAT_CLIENTS, turns = su->quick ? 3 : CHAT_TURNS;
+	check_capacity(su, CHAT_MAX, CHAT_REPLY);
+	arena_used = 0;
+	struct board *b = shared_alloc(sizeof(*b));
+	struct chat_arg a = { .b = b, .tr = traces_new(clients * turns, CHAT_REPLY),
+			      .vocab = su->info.vocab_size, .clients = clients, .turns = turns };
+	barrier_open();
+	for (uint32_t i = 0; i < clients; i++)
+		spawn(chat_client, &a, (int)i);
+	barrier_release(b, clients);
+	reap(-1);
+	struct chat_result r = { .hit_ratio = daemon_metric("bitnetd_prefix_cache_hit_ratio") };
+	finish_daemon();
+	struct samples all = { 0 }, last = { 0 };
+	int64_t first = INT64_MAX, end = 0;
+	for (uint32_t i = 0; i < clients * turns; i++) {
+		const struct trace *t = &a.tr[i];
+		samples_add(&all, t->t_ns[0] - t->submit_ns);
+		if (i % turns == turns - 1)
+			samples_add(&last, t->t_ns[0] - t->submit_ns);
+		first = t->submit_ns < first ? t->submit_ns : first;
+		end = t->done_ns > end ? t->done_ns : end;
+	}
+	r.ttft_p50_ms = pct_ms(&all, 50);
+	r.last_turn_ttft_p50_ms = pct_ms(&last, 50);
+	r.total_s = (double)(end - first) / 1e9;
+	samples_free(&all);
+	samples_free(&last);
+	printf("chat_ttft_p50_ms_%s=%.0f\nchat_ttft_p50_ms_turn%u_%s=%.0f\nchat_total_s_%s=%.1f\n"
+	       "prefix_cache_hit_ratio_%s=%.3f\n",
+	       mode, r.ttft_p50_ms, turns, mode, r.last_turn_ttft_p50_ms, mode, r.total_s, mode,
+	       r.hit_ratio);
+	fflush(stdout);
+	return r;
+}
+
+static void run_chat(struct setup *su)
+{
+	struct chat_result on = chat_run(su, "uid"), off = chat_run(su, "off");
+	printf("prefix_cache_ttft_speedup=%.2f\nprefix_cache_ttft_speedup_last_turn=%.2f\n"
+	       "prefix_cache_total_speedup=%.2f\n",
+	       off.ttft_p50_ms / on.ttft_p50_ms, off.last_turn_ttft_p50_ms / on.last_turn_ttft_p50_ms,
+	       off.total_s / on.total_s);
+	fflush(stdout);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 
 static const char usage[] =
-	"usage: bench-serve [--model FILE.gguf] [--quick] [--only sweep|longprompt|flood]\n"
+	"usage: bench-serve [--model FILE.gguf] [--quick] [--only sweep|longprompt|flood|chat]\n"
 	"  starts $BITNETD (default build/bitnetd) with --backend cpu for each scenario\n"
 	"  --model  the 2B4T-shape model (default build/models/2b4t-i2_s.gguf)\n"
 	"  --quick  a smoke run: N up to 8, a 512-token long prompt, 3 light requests\n"
@@ -955,7 +1079,8 @@ int main(int argc, char **argv)
 		else
 			return fputs(usage, stderr), 2;
 	}
-	if (only && strcmp(only, "sweep") && strcmp(only, "longprompt") && strcmp(only, "flood"))
+	if (only && strcmp(only, "sweep") && strcmp(only, "longprompt") && strcmp(only, "flood") &&
+	    strcmp(only, "chat"))
 		return fputs(usage, stderr), 2;
 	if (access(su.daemon, X_OK) != 0)
 		return fprintf(stderr, "bench-serve: %s: %s (set BITNETD)\n", su.daemon,
@@ -1000,6 +1125,8 @@ int main(int argc, char **argv)
 		run_flood(&su, "_cap2", cap2);
 		run_flood(&su, "_nocap", none);
 	}
+	if (!only || strcmp(only, "chat") == 0)
+		run_chat(&su);
 	printf("bench_wall_s=%.0f\n", (double)(now_ns() - t0) / 1e9);
 	return 0;
 }

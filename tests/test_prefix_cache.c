@@ -9,6 +9,7 @@
  *    full blocks before it;
  *  - a tiny KV pool and 64 distinct prompts: every request completes, cached blocks are
  *    evicted, the outputs are the no-cache daemon's;
+ *  - a classify request's prefix takes cached blocks too, its label sums unchanged;
  *  - sharing scopes: another uid finds nothing under the default (uid), everything with all;
  *  - a client killed while another session runs on its cached blocks: the other's output is
  *    right and the pool's counts come back.
@@ -172,6 +173,36 @@ START_TEST(partial_block_reuses_only_full_blocks)
 	long long t0 = computed_tokens(c);
 	generate(c, b, 60, GREEDY, &o);
 	ck_assert_int_eq(computed_tokens(c) - t0, 60 - 2 * BT + GEN - 1);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* A classify request's prefix takes cached blocks like a prompt (the same mechanism its
+ * labels fork by): the second classify of a prefix reads only what follows its full cached
+ * blocks, and its labels' sums are the same bits. */
+START_TEST(classify_prefix_uses_the_cache)
+{
+	struct tu_daemon d;
+	start_cpu(&d, NULL);
+	struct bn_client *c = connect_or_die(&d);
+	uint32_t prefix[41], l0[3] = { 7, 8, 9 }, l1[2] = { 10, 11 };
+	fill_prompt(prefix, 41, 5, 512);
+	const uint32_t *labels[2] = { l0, l1 };
+	const uint32_t lens[2] = { 3, 2 };
+	struct bn_label_score first[2], again[2];
+	struct bn_classify_item it = { .prefix_ids = prefix, .n_prefix_ids = 41,
+				       .label_ids = labels, .label_n_ids = lens, .n_labels = 2,
+				       .scores = first };
+	long long t0 = computed_tokens(c);
+	ck_assert_int_eq(bn_classify(c, &it, 30 * SEC), 0);
+	long long t1 = computed_tokens(c);
+	it.scores = again;
+	ck_assert_int_eq(bn_classify(c, &it, 30 * SEC), 0);
+	long long t2 = computed_tokens(c);
+	ck_assert_int_eq(t1 - t0, 40 + 3 + 2);
+	ck_assert_int_eq(t2 - t1, 40 - 2 * BT + 3 + 2);
+	ck_assert_mem_eq(first, again, sizeof(first));
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }
@@ -346,6 +377,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, same_prompt_twice_is_exact_and_cheaper);
 	tcase_add_test(tc, partial_block_reuses_only_full_blocks);
+	tcase_add_test(tc, classify_prefix_uses_the_cache);
 	tcase_add_test(tc, tiny_pool_evicts_and_stays_exact);
 	tcase_add_test(tc, sharing_follows_the_scope);
 	tcase_add_test(tc, killed_owner_leaves_sharers_whole);
