@@ -429,14 +429,21 @@ static const uint32_t *row_blocks(const struct bn_forward *f, const struct bn_ba
 	return f->simple_tables + (size_t)b->seq[r] * f->simple_max_blocks;
 }
 
-/* Where position pos of row r keeps its key (or value: base says which) in layer li. */
+/* The key (or value: base says which) of position `offset` of KV block `block` in layer li:
+ * the arena is [n_layer][kv_blocks][kv_block_tokens][kv_dim]. */
+static float *kv_at(const struct bn_forward *f, float *base, uint32_t li, uint32_t block,
+		    uint32_t offset)
+{
+	size_t row = ((size_t)li * f->kv_blocks + block) * f->kv_block_tokens + offset;
+	return base + row * f->kv_dim;
+}
+
+/* Where position pos of row r keeps its key (or value) in layer li. */
 static float *kv_slot(const struct bn_forward *f, float *base, const struct bn_batch *b,
 		      uint32_t r, uint32_t li, uint32_t pos)
 {
 	uint32_t block = row_blocks(f, b, r)[pos / f->kv_block_tokens];
-	size_t row = ((size_t)li * f->kv_blocks + block) * f->kv_block_tokens +
-		     pos % f->kv_block_tokens;
-	return base + row * f->kv_dim;
+	return kv_at(f, base, li, block, pos % f->kv_block_tokens);
 }
 
 static void *scratch(size_t n, size_t size)
@@ -686,12 +693,10 @@ int bn_forward_seq_fork(struct bn_forward *f, uint32_t seq, uint32_t start, uint
 	if (seq >= f->max_seqs || start > f->m->cfg.n_ctx || n_copy >= f->kv_block_tokens ||
 	    (n_copy && (dst_block >= f->kv_blocks || src_block >= f->kv_blocks)))
 		return -EINVAL;
-	size_t block_floats = (size_t)f->kv_block_tokens * f->kv_dim;
+	size_t bytes = (size_t)n_copy * f->kv_dim * sizeof(float);
 	for (uint32_t li = 0; n_copy && li < f->m->cfg.n_layer; li++) {
-		size_t layer = (size_t)li * f->kv_blocks * block_floats;
-		size_t dst = layer + dst_block * block_floats, src = layer + src_block * block_floats;
-		memcpy(f->kv_k + dst, f->kv_k + src, (size_t)n_copy * f->kv_dim * sizeof(float));
-		memcpy(f->kv_v + dst, f->kv_v + src, (size_t)n_copy * f->kv_dim * sizeof(float));
+		memcpy(kv_at(f, f->kv_k, li, dst_block, 0), kv_at(f, f->kv_k, li, src_block, 0), bytes);
+		memcpy(kv_at(f, f->kv_v, li, dst_block, 0), kv_at(f, f->kv_v, li, src_block, 0), bytes);
 	}
 	f->seq_len[seq] = start;
 	return 0;

@@ -657,19 +657,24 @@ static struct bn_req *next_prefill(struct bn_sched *s)
 	return best;
 }
 
+/* Row k wants no token but the log-probabilities of targets at its first n_targets tokens. */
+static void set_score_row(struct bn_sched *s, uint32_t k, const uint32_t *targets,
+			  uint32_t n_targets, uint32_t n_top)
+{
+	s->score_rows[k] = (struct bn_score_row){ .targets = targets, .n_targets = n_targets,
+						  .n_top = n_top };
+	s->score[k] = &s->score_rows[k];
+	s->sample[k] = NULL;
+	s->n_score_rows++;
+}
+
 /* A score request's chunk: each new token's next token is its target; the text's last token
  * has none. */
 static void plan_score_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t len)
 {
 	uint32_t end = r->n_prefilled + len;
-	s->score_rows[k] = (struct bn_score_row){
-		.targets = r->prompt + r->n_prefilled + 1,
-		.n_targets = end == r->n_prompt ? len - 1 : len,
-		.n_top = r->sampling.n_logprobs,
-	};
-	s->score[k] = &s->score_rows[k];
-	s->sample[k] = NULL;
-	s->n_score_rows++;
+	set_score_row(s, k, r->prompt + r->n_prefilled + 1, end == r->n_prompt ? len - 1 : len,
+		      r->sampling.n_logprobs);
 }
 
 static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t len)
@@ -734,11 +739,7 @@ static void plan_fork_row(struct bn_sched *s, uint32_t k, struct fork *f, uint32
 	s->pos[k] = fork_start(r) + f->done;
 	s->seq[k] = f->seq;
 	s->blocks[k] = f->kv.table;
-	s->sample[k] = NULL;
-	s->score_rows[k] = (struct bn_score_row){ .targets = r->labels + f->at + f->done,
-						  .n_targets = len };
-	s->score[k] = &s->score_rows[k];
-	s->n_score_rows++;
+	set_score_row(s, k, r->labels + f->at + f->done, len, 0);
 }
 
 /* The next label of r starts in a fork: the prefix's full blocks shared, its partial block
@@ -771,18 +772,18 @@ static int start_fork(struct bn_sched *s, struct bn_req *r)
 }
 
 /* Chunks of r's forks within the budget, starting labels while it may run more; the first
- * gets a token even past the budget when `force`. Returns the rows planned, or a negative
- * backend error. */
-static int plan_forks(struct bn_sched *s, struct bn_req *r, uint32_t *n, uint64_t *left,
-		      int force)
+ * gets a token even past the budget when `force`. A fork the backend cannot start ends r
+ * (BN_E_BACKEND) before any row of it is planned. */
+static void plan_forks(struct bn_sched *s, struct bn_req *r, uint32_t *n, uint64_t *left,
+		       int force)
 {
 	r->planned_in = s->plans;
 	while (r->next_label < r->n_labels && r->n_forks < r->max_forks && s->n_free_forks) {
-		int rc = start_fork(s, r);
-		if (rc < 0)
-			return rc;
+		if (start_fork(s, r) < 0) {
+			finish_running(s, running_index(s, r), BN_STATUS_ERROR, BN_E_BACKEND);
+			return;
+		}
 	}
-	int planned_rows = 0;
 	for (uint32_t i = 0; i < s->cfg.fork_seqs; i++) {
 		struct fork *f = &s->forks[i];
 		if (f->owner != r)
@@ -797,9 +798,7 @@ static int plan_forks(struct bn_sched *s, struct bn_req *r, uint32_t *n, uint64_
 			break;
 		force = 0;
 		plan_fork_row(s, (*n)++, f, chunk);
-		planned_rows++;
 	}
-	return planned_rows;
 }
 
 /* Decode rows first, then prompt chunks (next_prefill: the session decoding the fewest
@@ -833,9 +832,7 @@ static uint32_t plan(struct bn_sched *s)
 	/* Past the budget only the first prompt may still come in (see above): no search then. */
 	while ((left > 0 || n == n_decode) && (r = next_prefill(s)) != NULL) {
 		if (reading_labels(r)) {
-			int rows = plan_forks(s, r, &n, &left, n == n_decode);
-			if (rows < 0)
-				finish_running(s, running_index(s, r), BN_STATUS_ERROR, BN_E_BACKEND);
+			plan_forks(s, r, &n, &left, n == n_decode);
 			continue;
 		}
 		uint32_t rest = prefill_end(r) - r->n_prefilled;
@@ -848,10 +845,12 @@ static uint32_t plan(struct bn_sched *s)
 			break;
 		plan_row(s, n++, r, chunk);
 	}
-	if (oldest && !planned(s, oldest) && !reading_labels(oldest))
-		plan_row(s, n++, oldest, 1);
-	else if (oldest && !planned(s, oldest) && plan_forks(s, oldest, &n, &left, 1) < 0)
-		finish_running(s, running_index(s, oldest), BN_STATUS_ERROR, BN_E_BACKEND);
+	if (oldest && !planned(s, oldest)) {
+		if (reading_labels(oldest))
+			plan_forks(s, oldest, &n, &left, 1);
+		else
+			plan_row(s, n++, oldest, 1);
+	}
 	return n;
 }
 

@@ -395,15 +395,23 @@ static uint32_t check_stops(const struct bn_session *s, const struct bn_req *r)
 	return 0;
 }
 
-/* What every prompt goes through (§6.6 steps 2a to 4): text asked of a daemon without it, an
- * empty prompt, then a text prompt's encoding (r->n_prompt becomes its token count) or an id
- * prompt's length. Returns 0 or the bn_error that ends the request. */
-static uint32_t take_prompt(struct bn_session *s, struct bn_req *r)
+/* What every prompt is checked for first (§6.6 steps 2a and 2b): text asked of a daemon
+ * without it, then an empty prompt. Returns 0 or the bn_error. */
+static uint32_t check_prompt_present(const struct bn_session *s, const struct bn_req *r)
 {
 	if ((r->flags & TEXT_FLAGS) && !s->text_capacity)
 		return BN_E_UNSUPPORTED;
-	if (r->n_prompt == 0)
-		return BN_E_EMPTY;
+	return r->n_prompt == 0 ? BN_E_EMPTY : 0;
+}
+
+/* What every prompt goes through (§6.6 steps 2a to 4): check_prompt_present, then a text
+ * prompt's encoding (r->n_prompt becomes its token count) or an id prompt's length. Returns 0
+ * or the bn_error that ends the request. */
+static uint32_t take_prompt(struct bn_session *s, struct bn_req *r)
+{
+	uint32_t err = check_prompt_present(s, r);
+	if (err)
+		return err;
 	if (r->flags & TEXT_IN_FLAGS)
 		return bn_text_prompt_take(s, r);
 	return (uint64_t)r->n_prompt + r->n_stop > s->prompt_capacity ? BN_E_TOO_LONG : 0;
@@ -569,10 +577,8 @@ static uint32_t copy_classify_request(struct bn_session *s, struct bn_req *r)
 {
 	const uint32_t allowed = BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS;
 	uint32_t err = copy_reading_words(s, r, allowed);
-	if (!err && (r->flags & TEXT_FLAGS) && !s->text_capacity)
-		err = BN_E_UNSUPPORTED;
-	if (!err && r->n_prompt == 0)
-		err = BN_E_EMPTY;
+	if (!err)
+		err = check_prompt_present(s, r);
 	if (!err)
 		err = r->flags & BN_REQ_TEXT ? bn_text_classify_take(s, r) : copy_classify_ids(s, r);
 	if (!err)

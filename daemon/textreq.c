@@ -274,27 +274,32 @@ static uint32_t classify_parse(const uint8_t *blob, uint32_t len, uint32_t n_lab
 
 /* The ids of prefix + label past the prefix's n_prefix ids (how the label's text continues
  * the prefix: a label alone would get SentencePiece's leading space, and a BPE merge may
- * cross the boundary) into out[0..cap). Returns the count (which may exceed cap), 0 when the
- * label adds no token, or the negative bn_error. */
-static int64_t encode_continuation(struct bn_session *s, const struct bn_req *r,
-				   const uint8_t *prefix, uint32_t prefix_len, const uint8_t *label,
-				   uint32_t label_len, uint32_t n_prefix, uint32_t *scratch,
-				   uint32_t scratch_cap, uint32_t *out, uint32_t cap)
+ * cross the boundary) into out[0..cap). `joined` holds the prefix's prefix_len bytes and room
+ * for the label after them; scratch takes the whole encoding. Returns the count (which may
+ * exceed cap), 0 when the label adds no token, or the negative bn_error. */
+static int64_t encode_continuation(struct bn_session *s, const struct bn_req *r, uint8_t *joined,
+				   uint32_t prefix_len, const uint8_t *label, uint32_t label_len,
+				   uint32_t *scratch, uint32_t *out, uint32_t cap)
 {
-	uint8_t *joined = malloc((size_t)prefix_len + label_len + 1);
-	if (!joined)
-		return -BN_E_BACKEND;
-	memcpy(joined, prefix, prefix_len);
 	memcpy(joined + prefix_len, label, label_len);
-	int64_t count = encode(s, r->flags, joined, prefix_len + label_len, scratch, scratch_cap);
-	free(joined);
-	if (count < 0 || count <= n_prefix)
+	int64_t count = encode(s, r->flags, joined, prefix_len + label_len, scratch,
+			       s->prompt_capacity);
+	if (count < 0 || count <= r->n_prompt)
 		return count < 0 ? count : 0;
-	if (count > scratch_cap)
+	if (count > s->prompt_capacity)
 		return UINT32_MAX; /* more than the arena holds: too long either way */
-	uint32_t n = (uint32_t)count - n_prefix;
-	memcpy(out, scratch + n_prefix, (size_t)(n < cap ? n : cap) * sizeof(*out));
+	uint32_t n = (uint32_t)count - r->n_prompt;
+	memcpy(out, scratch + r->n_prompt, (size_t)(n < cap ? n : cap) * sizeof(*out));
 	return n;
+}
+
+/* The longest of parts 1 .. n_labels (the labels). */
+static uint32_t longest_part(const uint32_t *part_len, uint32_t n_labels)
+{
+	uint32_t most = 0;
+	for (uint32_t i = 1; i <= n_labels; i++)
+		most = part_len[i] > most ? part_len[i] : most;
+	return most;
 }
 
 /* Encodes the parts into r->prompt: the prefix with the request's flags, then each label as
@@ -312,11 +317,13 @@ static uint32_t classify_encode(struct bn_session *s, struct bn_req *r, const ui
 		return BN_E_TOO_LONG;
 	r->n_prompt = (uint32_t)count;
 	uint32_t *scratch = malloc((size_t)s->prompt_capacity * sizeof(*scratch));
-	uint32_t at = r->n_prompt, err = scratch ? 0 : BN_E_BACKEND;
+	uint8_t *joined = malloc((size_t)part_len[0] + longest_part(part_len, n_labels) + 1);
+	uint32_t at = r->n_prompt, err = scratch && joined ? 0 : BN_E_BACKEND;
+	if (joined)
+		memcpy(joined, blob + start[0], part_len[0]);
 	for (uint32_t i = 1; err == 0 && i <= n_labels; i++) {
-		count = encode_continuation(s, r, blob + start[0], part_len[0], blob + start[i],
-					    part_len[i], r->n_prompt, scratch, s->prompt_capacity,
-					    r->prompt + at, cap - at);
+		count = encode_continuation(s, r, joined, part_len[0], blob + start[i], part_len[i],
+					    scratch, r->prompt + at, cap - at);
 		if (count < 0)
 			err = (uint32_t)-count;
 		else if (count > cap - at)
@@ -326,6 +333,7 @@ static uint32_t classify_encode(struct bn_session *s, struct bn_req *r, const ui
 		at += err ? 0 : (uint32_t)count;
 	}
 	free(scratch);
+	free(joined);
 	r->labels = r->prompt + r->n_prompt;
 	r->label_len = label_len;
 	return err;
@@ -342,6 +350,29 @@ static void classify_publish_counts(struct bn_session *s, const struct bn_req *r
 	bn_store_release(bn_slot_at(s, r->slot)->n_text, r->n_labels * 4u);
 }
 
+/* The request from its private copy of the body (len bytes, at least the head). */
+static uint32_t classify_take_body(struct bn_session *s, struct bn_req *r, const uint8_t *blob,
+				   uint32_t len)
+{
+	r->n_labels = read_u32(blob + offsetof(struct bn_classify_head, n_labels));
+	if (r->n_labels == 0)
+		return BN_E_EMPTY;
+	if (r->n_labels > (len - sizeof(struct bn_classify_head)) / 4)
+		return BN_E_INVALID;
+	uint32_t *parts = calloc(2 * ((size_t)r->n_labels + 1), sizeof(*parts)); /* start, len */
+	if (!parts)
+		return BN_E_BACKEND;
+	uint32_t *start = parts, *part_len = parts + r->n_labels + 1;
+	uint32_t err = classify_parse(blob, len, r->n_labels, start, part_len);
+	if (err == 0)
+		err = r->n_labels >= s->prompt_capacity ? BN_E_TOO_LONG
+			: classify_encode(s, r, blob, start, part_len);
+	if (err == 0)
+		classify_publish_counts(s, r);
+	free(parts);
+	return err;
+}
+
 uint32_t bn_text_classify_take(struct bn_session *s, struct bn_req *r)
 {
 	uint32_t len = r->n_prompt;
@@ -350,21 +381,10 @@ uint32_t bn_text_classify_take(struct bn_session *s, struct bn_req *r)
 	if (len < sizeof(struct bn_classify_head))
 		return BN_E_INVALID;
 	uint8_t *blob = copy_text(s, r->slot, len);
-	uint32_t *start = NULL, *part_len = NULL, err = BN_E_BACKEND;
-	r->n_labels = blob ? read_u32(blob + offsetof(struct bn_classify_head, n_labels)) : 0;
-	if (blob && (r->n_labels == 0 || r->n_labels > (len - sizeof(struct bn_classify_head)) / 4))
-		err = r->n_labels == 0 ? BN_E_EMPTY : BN_E_INVALID;
-	else if (blob && (start = calloc(r->n_labels + 1u, sizeof(*start))) &&
-		 (part_len = calloc(r->n_labels + 1u, sizeof(*part_len))))
-		err = classify_parse(blob, len, r->n_labels, start, part_len);
-	if (err == 0)
-		err = r->n_labels >= s->prompt_capacity ? BN_E_TOO_LONG
-			: classify_encode(s, r, blob, start, part_len);
-	if (err == 0)
-		classify_publish_counts(s, r);
+	if (!blob)
+		return BN_E_BACKEND;
+	uint32_t err = classify_take_body(s, r, blob, len);
 	free(blob);
-	free(start);
-	free(part_len);
 	return err;
 }
 
