@@ -321,8 +321,17 @@ struct runner {
 	uint32_t max_seqs;
 };
 
-/* `n` sequences; each gets a prompt of `prompt` tokens, then `steps` decode steps timed. */
-static double decode_tps(struct runner *r, uint32_t n, uint32_t prompt, uint32_t steps)
+static const struct bn_sampling greedy = { .temperature = 0 };
+static const struct bn_sample_ctx greedy_ctx = { .params = &greedy };
+static const struct bn_sample_ctx *const greedy_rows[64] = {
+	[0 ... 63] = &greedy_ctx,
+};
+
+/* `n` sequences; each gets a prompt of `prompt` tokens, then `steps` decode steps timed.
+ * screened: the decode steps' rows say they want the argmax only, so the forward pass takes
+ * the LM head's screen when it has one (head_screen.h); else every logit is computed. */
+static double decode_tps_as(struct runner *r, uint32_t n, uint32_t prompt, uint32_t steps,
+			    int screened)
 {
 	uint32_t V = r->m->cfg.n_vocab;
 	uint32_t *tok = malloc((size_t)n * prompt * sizeof(uint32_t));
@@ -339,6 +348,7 @@ static double decode_tps(struct runner *r, uint32_t n, uint32_t prompt, uint32_t
 	if (bn_forward_run(r->fwd, &b, r->logits, 0) != 0)
 		abort();
 	double t0 = 0;
+	b.sample = screened ? greedy_rows : NULL;
 	for (uint32_t step = 0; step <= steps; step++) {
 		if (step == 1)
 			t0 = now_s(); /* the first decode step warms caches and scratch */
@@ -356,6 +366,11 @@ static double decode_tps(struct runner *r, uint32_t n, uint32_t prompt, uint32_t
 	free(pos);
 	free(seq);
 	return (double)n * steps / dt;
+}
+
+static double decode_tps(struct runner *r, uint32_t n, uint32_t prompt, uint32_t steps)
+{
+	return decode_tps_as(r, n, prompt, steps, 0);
 }
 
 /* Seconds for one prompt of n tokens as one prefill, and step by step. */
@@ -419,6 +434,76 @@ static void decode_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	}
 	printf("paired_roofline_share_b1=%.2f\npaired_b16_over_b1=%.2f\n",
 	       median(share, DECODE_PAIRS), median(ratio, DECODE_PAIRS));
+}
+
+/* The LM head's screen against the full head, batch 1 and 16, alternating in one process
+ * (which goes first alternates too), each round after a bandwidth probe: the medians of each
+ * figure and of the ratios. decode_over_2bit_roofline_b1 is the issue's figure: the screened
+ * rate over the rate at which the probe's bandwidth reads the 2-bit planes and the F16 head
+ * (bpt_full) once per token. The screen's bytes per token: the int8 copy, its three per-row
+ * floats, and the panel groups it computed exactly (counted by the forward pass). */
+#define SCREEN_ROUNDS 5
+
+static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double bpt_full,
+				double bpt_ternary, const struct bn_head_screen *s)
+{
+	double full1[SCREEN_ROUNDS], scr1[SCREEN_ROUNDS], gain1[SCREEN_ROUNDS];
+	double full16[SCREEN_ROUNDS], scr16[SCREEN_ROUNDS], gain16[SCREEN_ROUNDS];
+	double roof[SCREEN_ROUNDS], share_full[SCREEN_ROUNDS];
+	struct bn_head_screen_stats before, after;
+	bn_forward_screen_stats(r->fwd, &before);
+	for (int i = 0; i < SCREEN_ROUNDS; i++) {
+		double bw = measure_bw(pool);
+		if (i % 2) {
+			scr1[i] = decode_tps_as(r, 1, 16, 32, 1);
+			full1[i] = decode_tps_as(r, 1, 16, 32, 0);
+			scr16[i] = decode_tps_as(r, 16, 16, 4, 1);
+			full16[i] = decode_tps_as(r, 16, 16, 4, 0);
+		} else {
+			full1[i] = decode_tps_as(r, 1, 16, 32, 0);
+			scr1[i] = decode_tps_as(r, 1, 16, 32, 1);
+			full16[i] = decode_tps_as(r, 16, 16, 4, 0);
+			scr16[i] = decode_tps_as(r, 16, 16, 4, 1);
+		}
+		gain1[i] = scr1[i] / full1[i];
+		gain16[i] = scr16[i] / full16[i];
+		roof[i] = scr1[i] * bpt_full / (bw * 1e9);
+		share_full[i] = full1[i] * bpt_full / (bw * 1e9);
+		printf("screen_round%d_mem_bw_gbs=%.1f\nscreen_round%d_b1_full_screened=%.2f/%.2f\n"
+		       "screen_round%d_b16_full_screened=%.2f/%.2f\n", i, bw, i, full1[i], scr1[i], i,
+		       full16[i], scr16[i]);
+		fflush(stdout);
+	}
+	bn_forward_screen_stats(r->fwd, &after);
+	double groups = (double)(after.groups - before.groups) / (double)(after.rows - before.rows);
+	double group_bytes = (double)BN_F_PANEL_ROWS * s->w.n_in * 2;
+	double bpt_screen = bpt_ternary + (double)bn_head_screen_bytes(s) + groups * group_bytes;
+	printf("bytes_per_token_b1_2bit_f16head=%.0f\nbytes_per_token_b1_2bit_screened=%.0f\n"
+	       "screen_groups_per_row=%.2f\nscreen_groups_of=%u\nscreen_full_rows=%llu\n",
+	       bpt_full, bpt_screen, groups, after.n_groups,
+	       (unsigned long long)(after.full_rows - before.full_rows));
+	printf("decode_tps_b1_full=%.2f\ndecode_tps_b1_screened=%.2f\nscreened_over_full_b1=%.2f\n"
+	       "decode_tps_b16_full=%.2f\ndecode_tps_b16_screened=%.2f\nscreened_over_full_b16=%.2f\n"
+	       "roofline_share_b1_full=%.2f\ndecode_over_2bit_roofline_b1=%.2f\n",
+	       median(full1, SCREEN_ROUNDS), median(scr1, SCREEN_ROUNDS),
+	       median(gain1, SCREEN_ROUNDS), median(full16, SCREEN_ROUNDS),
+	       median(scr16, SCREEN_ROUNDS), median(gain16, SCREEN_ROUNDS),
+	       median(share_full, SCREEN_ROUNDS), median(roof, SCREEN_ROUNDS));
+	fflush(stdout);
+}
+
+/* Bytes of the ternary weights a decoded token reads at batch 1. */
+static double ternary_bytes_per_token(const struct bn_model *m)
+{
+	double bytes = 0;
+	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(&m->layers[i], all);
+		for (size_t k = 0; k < BN_LAYER_LINEARS; k++)
+			if (all[k]->kind == BN_LINEAR_T2)
+				bytes += (double)all[k]->t2.row_bytes * all[k]->n_out;
+	}
+	return bytes;
 }
 
 /* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
@@ -620,15 +705,18 @@ static void measure_lm_head(struct bn_pool *pool, const struct bn_kernels *k,
 int main(int argc, char **argv)
 {
 	const char *model_path = NULL;
-	int quick = 0;
+	int quick = 0, screen_only = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model_path = argv[++i];
 		else if (strcmp(argv[i], "--quick") == 0)
 			quick = 1;
+		else if (strcmp(argv[i], "--screen-only") == 0)
+			screen_only = 1;
 		else {
-			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick]\n"
-					"  --quick  skip the 1024-token step-by-step run and the LM-head comparison\n");
+			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only]\n"
+					"  --quick        skip the 1024-token step-by-step run and the LM-head comparison\n"
+					"  --screen-only  the LM-head screen against the full head, nothing else\n");
 			return 2;
 		}
 	}
@@ -686,7 +774,7 @@ int main(int argc, char **argv)
 	double bpt = bytes_per_token(&m), macs = ternary_macs_per_token(&m);
 	uint32_t batches[] = { 1, 2, 4, 8, 16, 32 };
 	double tps1 = 0, tps16 = 0;
-	for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++) {
+	for (size_t i = 0; !screen_only && i < sizeof(batches) / sizeof(batches[0]); i++) {
 		uint32_t n = batches[i];
 		/* batch 1 and 2 are memory-bound and the noisiest: 32 steps (1 s) smooth them */
 		double tps = decode_tps(&r, n, 16, n <= 2 ? 32 : n >= 16 ? 4 : 8);
@@ -701,10 +789,25 @@ int main(int argc, char **argv)
 		}
 		fflush(stdout);
 	}
-	printf("decode_b16_over_b1=%.2f\n", tps16 / tps1);
-	decode_side_by_side(&r, pool, bpt);
+	if (!screen_only) {
+		printf("decode_b16_over_b1=%.2f\n", tps16 / tps1);
+		decode_side_by_side(&r, pool, bpt);
+	}
+	struct bn_head_screen screen;
+	t0 = now_s();
+	if (m.output.kind == BN_LINEAR_FLOAT && m.output.f.panel_rows &&
+	    bn_head_screen_build(&screen, &m.output.f, pool) == 0 &&
+	    bn_forward_use_screen(r.fwd, &screen) == 0) {
+		double rss_screen_mb = (double)rss_kb("VmRSS:") / 1e3;
+		printf("screen_build_s=%.2f\nscreen_mb=%.0f\nrss_over_file_screened=%.3f\n",
+		       now_s() - t0, (double)bn_head_screen_bytes(&screen) / 1e6,
+		       rss_screen_mb / file_mb);
+		screen_side_by_side(&r, pool, bpt, ternary_bytes_per_token(&m), &screen);
+		bn_forward_use_screen(r.fwd, NULL);
+		bn_head_screen_free(&screen);
+	}
 	uint32_t lens[] = { 64, 128, 256, 512, 1024 };
-	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+	for (size_t i = 0; !screen_only && i < sizeof(lens) / sizeof(lens[0]); i++) {
 		uint32_t n = lens[i];
 		int want_step = n == 64 || n == 256 || (n == 1024 && !quick);
 		double pre, step = 0;
@@ -717,8 +820,9 @@ int main(int argc, char **argv)
 			       step / pre);
 		fflush(stdout);
 	}
-	measure_prefill_matrices(pool, k, &m, peak, macs);
-	if (!quick)
+	if (!screen_only)
+		measure_prefill_matrices(pool, k, &m, peak, macs);
+	if (!quick && !screen_only)
 		measure_lm_head(pool, k, &m);
 	free(r.logits);
 	bn_forward_free(r.fwd);

@@ -81,12 +81,20 @@ struct bn_batch {
 };
 
 /* Options every backend may read; a backend ignores what does not apply to it. */
+/* How the cpu backend computes the LM head for a row that wants only the argmax (--lm-head). */
+enum bn_lm_head {
+	BN_LM_HEAD_SCREENED, /* an int8 screen, then the float head for the tokens that can win:
+			      * the same token, the head's bytes about halved (head_screen.h) */
+	BN_LM_HEAD_FULL,     /* the float head for every token; no int8 copy in memory */
+};
+
 struct bn_backend_options {
 	const char *model_path;  /* NULL for backends without a model file */
 	uint32_t max_seqs;       /* sequences open at once (the scheduler's max batch) */
 	uint32_t vocab_size;     /* loopback: size of its vocabulary */
 	uint32_t step_delay_us;  /* loopback: busy time per step, to mimic compute */
 	uint32_t n_threads;      /* cpu: compute threads including the caller; 0 = all CPUs */
+	uint32_t lm_head;        /* cpu: enum bn_lm_head */
 	int device_index;        /* cuda: the N of --device cuda:N */
 	int probing;             /* --device auto: a missing GPU is not an error (log it as info) */
 };

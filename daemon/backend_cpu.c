@@ -30,6 +30,7 @@ struct cpu_backend {
 	uint32_t logits_rows;
 	uint32_t max_seqs;
 	struct bn_sampler sampler;
+	struct bn_head_screen screen; /* --lm-head screened: built at open when the head allows */
 };
 
 static void cpu_close(void *self)
@@ -38,11 +39,31 @@ static void cpu_close(void *self)
 	if (!cb)
 		return;
 	bn_forward_free(cb->fwd);
+	bn_head_screen_free(&cb->screen);
 	bn_pool_free(cb->pool);
 	bn_model_free(&cb->model);
 	bn_sampler_free(&cb->sampler);
 	free(cb->logits);
 	free(cb);
+}
+
+/* --lm-head screened: the int8 screen of a float head in panels (a Q8_0 / Q6_K head, or one
+ * with a non-finite weight, keeps the full head). Returns what the log calls the choice. */
+static const char *open_screen(struct cpu_backend *cb, uint32_t mode)
+{
+	const struct bn_linear *head = &cb->model.output;
+	if (mode == BN_LM_HEAD_FULL)
+		return "full";
+	if (head->kind != BN_LINEAR_FLOAT || !head->f.panel_rows)
+		return "full (screened needs a float head)";
+	int rc = bn_head_screen_build(&cb->screen, &head->f, cb->pool);
+	if (rc == -EINVAL)
+		return "full (the head has a non-finite weight)";
+	if (rc || bn_forward_use_screen(cb->fwd, &cb->screen)) {
+		bn_head_screen_free(&cb->screen);
+		return "full (no memory for the int8 copy)";
+	}
+	return "screened";
 }
 
 static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self)
@@ -75,11 +96,14 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		cpu_close(cb);
 		return -ENOMEM;
 	}
+	const char *lm_head = open_screen(cb, opt->lm_head);
 	const struct bn_model_config *c = &cb->model.cfg;
-	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f load_ms=%.0f",
+	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f load_ms=%.0f",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
 		    c->n_ctx, kern->name, bn_pool_threads(cb->pool),
-		    (double)cb->model.repacked_bytes / 1e6, (double)(bn_now_ns() - t0) / 1e6);
+		    (double)cb->model.repacked_bytes / 1e6, lm_head,
+		    (double)(cb->screen.q_mem ? bn_head_screen_bytes(&cb->screen) : 0) / 1e6,
+		    (double)(bn_now_ns() - t0) / 1e6);
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	desc->can_score = 1;
 	desc->can_classify = 1;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
+#include "backend.h"
 
 #include "../shm/bitnet_shm.h"
 #include "bitnet_client.h"
@@ -30,6 +31,11 @@ static const char usage_text[] =
 	"                         cpu, or cuda:N (fails when that GPU cannot be used)\n"
 	"  --threads N            cpu: compute threads, the loop's own included\n"
 	"                         (default 0: one per online CPU)\n"
+	"  --lm-head MODE         cpu: how a greedy token's LM head is read: screened\n"
+	"                         (default: an int8 copy picks the tokens that can win,\n"
+	"                         the float head decides among them; the same token, half\n"
+	"                         the head's bytes, an int8 copy of the head in memory) or\n"
+	"                         full (every logit from the float head)\n"
 	"  --max-batch N          sequences in one forward step (default 64)\n"
 	"  --token-budget N       work one step may do, in tokens at context start (default\n"
 	"                         32; a token deep in its context counts for more, by its\n"
@@ -99,7 +105,7 @@ enum long_only {
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
-	OPT_PREFIX_CACHE, OPT_HELP, OPT_VERSION,
+	OPT_PREFIX_CACHE, OPT_LM_HEAD, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -125,6 +131,7 @@ static const struct option long_options[] = {
 	{ "kv-memory", required_argument, NULL, OPT_KV_MEMORY },
 	{ "kv-block-tokens", required_argument, NULL, OPT_KV_BLOCK },
 	{ "prefix-cache", required_argument, NULL, OPT_PREFIX_CACHE },
+	{ "lm-head", required_argument, NULL, OPT_LM_HEAD },
 	{ "max-running-per-session", required_argument, NULL, OPT_PER_SESSION },
 	{ "max-running-per-user", required_argument, NULL, OPT_PER_USER },
 	{ "max-weight", required_argument, NULL, OPT_MAX_WEIGHT },
@@ -163,6 +170,16 @@ static int parse_prefix_cache(const char *text, struct bn_config *cfg)
 			return 0;
 		}
 	fprintf(stderr, "bitnetd: --prefix-cache: '%s' is not one of uid, session, all, off\n", text);
+	return -1;
+}
+
+static int parse_lm_head(const char *text, struct bn_config *cfg)
+{
+	if (strcmp(text, "screened") == 0 || strcmp(text, "full") == 0) {
+		cfg->lm_head = text[0] == 's' ? BN_LM_HEAD_SCREENED : BN_LM_HEAD_FULL;
+		return 0;
+	}
+	fprintf(stderr, "bitnetd: --lm-head: '%s' is not one of screened, full\n", text);
 	return -1;
 }
 
@@ -272,6 +289,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_KV_MEMORY: return parse_size("kv-memory", arg, &cfg->kv_memory);
 	case OPT_KV_BLOCK: return parse_u32("kv-block-tokens", arg, 1, 4096, 10, &cfg->kv_block_tokens);
 	case OPT_PREFIX_CACHE: return parse_prefix_cache(arg, cfg);
+	case OPT_LM_HEAD: return parse_lm_head(arg, cfg);
 	case OPT_PER_SESSION:
 		return parse_u32("max-running-per-session", arg, 0, 65536, 10,
 				 &cfg->max_running_per_session);

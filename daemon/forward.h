@@ -16,6 +16,7 @@
 #define BITNETD_FORWARD_H
 
 #include "backend.h"
+#include "head_screen.h"
 #include "model.h"
 #include "pool.h"
 
@@ -62,6 +63,15 @@ int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits
  * tokens first .. first + count - 1: a scored row's first n_targets, the last token of a row
  * that wants a token, or none. Returns count. */
 uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *first);
+
+/* Rows that want a token only as the argmax of their logits (bn_sample_argmax_only) take
+ * the LM head's screen from now on (head_screen.h; NULL: none, the default): their logits
+ * rows then hold the exact logits of the tokens that can win and -INFINITY elsewhere, when
+ * every logits row of their batch is such a row and there are at most eight (forward.c says
+ * why). The screen is borrowed. 0 or -ENOMEM. */
+int bn_forward_use_screen(struct bn_forward *f, const struct bn_head_screen *s);
+/* What the screen did since bn_forward_new. */
+void bn_forward_screen_stats(const struct bn_forward *f, struct bn_head_screen_stats *out);
 
 /* What every row of a batch must respect, whatever the backend (backend.h): a known sequence
  * at most once per batch, 1 <= lens <= width, pos = the sequence's length, within the context,

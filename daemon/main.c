@@ -27,6 +27,7 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 		.vocab_size = cfg->vocab_size,
 		.step_delay_us = cfg->step_delay_us,
 		.n_threads = cfg->threads,
+		.lm_head = cfg->lm_head,
 		.device_index = cfg->device_index,
 		.probing = probing,
 	};

@@ -827,6 +827,13 @@ static uint32_t sample_row(struct bn_sampler *s, const struct bn_sampling *p, co
 /* The entry point                                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
+int bn_sample_argmax_only(const struct bn_sample_ctx *ctx)
+{
+	const struct bn_sampling *p = ctx->params;
+	bool greedy = p->temperature == 0 || p->top_k == 1; /* as bn_sample decides it */
+	return greedy && !p->want_logprobs && !penalties_on(ctx);
+}
+
 int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logits,
 	      uint32_t n_vocab, struct bn_sample_out *out)
 {

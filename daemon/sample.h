@@ -103,6 +103,11 @@ void bn_sampler_free(struct bn_sampler *s);
 int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logits,
 	      uint32_t n_vocab, struct bn_sample_out *out);
 
+/* 1 when bn_sample's answer for ctx is the argmax of the raw logits, lowest id on ties, and
+ * nothing else (greedy, no penalty that applies, no log-probabilities): a backend may then
+ * find that token without computing every logit (head_screen.h). */
+int bn_sample_argmax_only(const struct bn_sample_ctx *ctx);
+
 /* Step 1 as a list: each distinct token of ctx's prompt and output that a penalty touches,
  * once, in out[] (room for min(n_prompt + n_output, n_vocab) entries). Returns the count; 0
  * also when no penalty applies or scratch cannot grow (then bn_sample would fail too). A GPU

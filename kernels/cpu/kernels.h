@@ -77,6 +77,26 @@ void bn_f_pack_panel(uint32_t type, const void *rows, uint64_t row_bytes, uint32
 float bn_f_weight(const struct bn_f_matrix *w, uint32_t o, uint32_t k);
 void bn_f_row(const struct bn_f_matrix *w, uint32_t o, float *out);
 
+/* An int8 copy of a float matrix for screening (daemon/head_screen.h): n_out rows of
+ * row_bytes int8 values (n_in of them, then zeros up to a multiple of BN_I8_ROW_ALIGN). */
+#define BN_I8_ROW_ALIGN 64
+struct bn_i8_matrix {
+	const int8_t *q;         /* [n_out][row_bytes], 64-byte aligned rows */
+	uint32_t n_in, n_out;
+	uint32_t row_bytes;
+};
+
+/* The largest |x| an i8_dots activation may hold for rows of row_bytes: each 32-bit lane of
+ * the widest variant (AVX2: 8 lanes) then sums at most row_bytes / 8 products of |w| <= 127
+ * and |x| <= this without overflow, so the sums are exact in every variant. 16383 for rows of
+ * up to 8448 inputs. */
+static inline int32_t bn_i8_dot_x_max(uint32_t row_bytes)
+{
+	int64_t per_lane = (row_bytes + 7) / 8;
+	int64_t limit = (int64_t)INT32_MAX / (127 * (per_lane ? per_lane : 1));
+	return limit < 16383 ? (int32_t)limit : 16383;
+}
+
 struct bn_kernels {
 	const char *name;        /* "scalar", "avx2", "avx512vnni" */
 	/* y[b*ldy + o] for o in [o0, o1), b in [0, n_b):
@@ -101,6 +121,11 @@ struct bn_kernels {
 	 * each cached row once for all the heads. */
 	void (*attend_heads)(const float *q, uint32_t n_heads, const struct bn_kv_view *kv,
 			     uint32_t L, uint32_t d, float scale, float *s, float *out);
+	/* y[b*ldy + o - o0] = sum_k w.q[o][k] * x[b*ldx + k] exactly, for o in [o0, o1), b in
+	 * [0, n_b): int16 activations with |x| <= bn_i8_dot_x_max(w->row_bytes), zero past
+	 * n_in up to row_bytes. Integer sums: every variant gives the same values. */
+	void (*i8_dots)(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1, const int16_t *x,
+			uint32_t ldx, uint32_t n_b, int64_t *y, uint32_t ldy);
 	/* bn_quantize_rows (below), to the bit: the same float operations on every element, and
 	 * absmax and the integer sum do not depend on their order. */
 	void (*quantize_rows)(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);

@@ -317,6 +317,35 @@ static void attend_heads_avx2(const float *q, uint32_t n_heads, const struct bn_
 	bn_attend_each_head(attend_avx2, q, n_heads, kv, L, d, scale, s, out);
 }
 
+/* Int8 rows x int16 activations (the LM-head screen): 16 weights widened per step, one
+ * vpmaddwd per batch row into 8 exact 32-bit lanes (bn_i8_dot_x_max), totalled in 64 bits. */
+static int64_t lanes_total8(__m256i acc)
+{
+	__m256i lo = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(acc));
+	__m256i hi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(acc, 1));
+	__m256i s = _mm256_add_epi64(lo, hi);
+	__m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+	return _mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1);
+}
+
+static void i8_dots_avx2(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
+			 const int16_t *x, uint32_t ldx, uint32_t n_b, int64_t *y, uint32_t ldy)
+{
+	for (uint32_t o = o0; o < o1; o++) {
+		const int8_t *row = w->q + (size_t)o * w->row_bytes;
+		for (uint32_t b = 0; b < n_b; b++) {
+			const int16_t *xb = x + (size_t)b * ldx;
+			__m256i acc = _mm256_setzero_si256();
+			for (uint32_t k = 0; k < w->row_bytes; k += 16) {
+				__m256i wv = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(row + k)));
+				__m256i xv = _mm256_loadu_si256((const __m256i *)(xb + k));
+				acc = _mm256_add_epi32(acc, _mm256_madd_epi16(wv, xv));
+			}
+			y[(size_t)b * ldy + o - o0] = lanes_total8(acc);
+		}
+	}
+}
+
 const struct bn_kernels bn_kernels_avx2 = {
 	.name = "avx2",
 	.t2_gemm = t2_gemm_avx2,
@@ -324,4 +353,5 @@ const struct bn_kernels bn_kernels_avx2 = {
 	.attend = attend_avx2,
 	.attend_heads = attend_heads_avx2,
 	.quantize_rows = bn_quantize_rows,
+	.i8_dots = i8_dots_avx2,
 };

@@ -715,6 +715,74 @@ static void quantize_rows_avx512(const float *x, uint32_t ldx, uint32_t n, struc
 	}
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Int8 rows x int16 activations (the LM-head screen)                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+#define I8_COLS 8 /* batch rows per tile: one accumulator each */
+
+static ALWAYS_INLINE __m512i dpwssd(__m512i acc, __m512i a, const int16_t *b)
+{
+	__asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const __m512i *)b));
+	return acc;
+}
+
+/* The 16 lanes of a sum in 64 bits: each lane is exact in 32 (bn_i8_dot_x_max), their total
+ * may not be. */
+static ALWAYS_INLINE int64_t lanes_total(__m512i acc)
+{
+	__m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc));
+	__m512i hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1));
+	return _mm512_reduce_add_epi64(_mm512_add_epi64(lo, hi));
+}
+
+/* One weight row against n_cols batch rows: each 64-byte chunk is widened to 16 bits once
+ * and meets every batch row's activations (from L1: a 2560-input row is 5 KB). */
+static ALWAYS_INLINE void i8_row(const int8_t *row, uint32_t row_bytes, const int16_t *x,
+				 uint32_t ldx, const uint32_t n_cols, int64_t *y, uint32_t ldy,
+				 const char *end)
+{
+	__m512i acc[I8_COLS];
+	for (uint32_t b = 0; b < n_cols; b++)
+		acc[b] = _mm512_setzero_si512();
+	for (uint32_t k = 0; k < row_bytes; k += 64) {
+		const char *ahead = (const char *)row + k + WEIGHT_PREFETCH_BYTES;
+		if (ahead < end)
+			_mm_prefetch(ahead, _MM_HINT_T0);
+		__m512i w0 = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)(row + k)));
+		__m512i w1 = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)(row + k + 32)));
+		for (uint32_t b = 0; b < n_cols; b++) {
+			acc[b] = dpwssd(acc[b], w0, x + (size_t)b * ldx + k);
+			acc[b] = dpwssd(acc[b], w1, x + (size_t)b * ldx + k + 32);
+		}
+	}
+	for (uint32_t b = 0; b < n_cols; b++)
+		y[(size_t)b * ldy] = lanes_total(acc[b]);
+}
+
+static void i8_dots_avx512(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
+			   const int16_t *x, uint32_t ldx, uint32_t n_b, int64_t *y, uint32_t ldy)
+{
+	const char *end = (const char *)(w->q + (size_t)w->n_out * w->row_bytes);
+	for (uint32_t o = o0; o < o1; o++) {
+		const int8_t *row = w->q + (size_t)o * w->row_bytes;
+		for (uint32_t b = 0; b < n_b; b += I8_COLS) {
+			const int16_t *xb = x + (size_t)b * ldx;
+			int64_t *yb = y + (size_t)b * ldy + o - o0;
+			switch (n_b - b < I8_COLS ? n_b - b : I8_COLS) { /* constant tile widths */
+			case 8: i8_row(row, w->row_bytes, xb, ldx, 8, yb, ldy, end); break;
+			case 7: i8_row(row, w->row_bytes, xb, ldx, 7, yb, ldy, end); break;
+			case 6: i8_row(row, w->row_bytes, xb, ldx, 6, yb, ldy, end); break;
+			case 5: i8_row(row, w->row_bytes, xb, ldx, 5, yb, ldy, end); break;
+			case 4: i8_row(row, w->row_bytes, xb, ldx, 4, yb, ldy, end); break;
+			case 3: i8_row(row, w->row_bytes, xb, ldx, 3, yb, ldy, end); break;
+			case 2: i8_row(row, w->row_bytes, xb, ldx, 2, yb, ldy, end); break;
+			default: i8_row(row, w->row_bytes, xb, ldx, 1, yb, ldy, end); break;
+			}
+		}
+	}
+}
+
 const struct bn_kernels bn_kernels_avx512 = {
 	.name = "avx512vnni",
 	.t2_gemm = t2_gemm_avx512,
@@ -722,4 +790,5 @@ const struct bn_kernels bn_kernels_avx512 = {
 	.attend = attend_avx512,
 	.attend_heads = attend_heads_avx512,
 	.quantize_rows = quantize_rows_avx512,
+	.i8_dots = i8_dots_avx512,
 };

@@ -86,6 +86,21 @@ static void attend_heads_scalar(const float *q, uint32_t n_heads, const struct b
 	bn_attend_each_head(attend_scalar, q, n_heads, kv, L, d, scale, s, out);
 }
 
+static void i8_dots_scalar(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
+			   const int16_t *x, uint32_t ldx, uint32_t n_b, int64_t *y, uint32_t ldy)
+{
+	for (uint32_t o = o0; o < o1; o++) {
+		const int8_t *row = w->q + (size_t)o * w->row_bytes;
+		for (uint32_t b = 0; b < n_b; b++) {
+			const int16_t *xb = x + (size_t)b * ldx;
+			int64_t acc = 0;
+			for (uint32_t k = 0; k < w->row_bytes; k++)
+				acc += (int32_t)row[k] * xb[k];
+			y[(size_t)b * ldy + o - o0] = acc;
+		}
+	}
+}
+
 const struct bn_kernels bn_kernels_scalar = {
 	.name = "scalar",
 	.t2_gemm = t2_gemm_scalar,
@@ -93,4 +108,5 @@ const struct bn_kernels bn_kernels_scalar = {
 	.attend = attend_scalar,
 	.attend_heads = attend_heads_scalar,
 	.quantize_rows = bn_quantize_rows,
+	.i8_dots = i8_dots_scalar,
 };

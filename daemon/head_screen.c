@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * head_screen.c — the int8 screen of the LM head and the exact argmax it leads to (the proof
+ * is in head_screen.h). Work is split over the pool by panel groups: a task screens whole
+ * groups, so it also knows the largest upper bound of each group, and the candidates are then
+ * whole groups, which the float kernel computes at the cost of one.
+ */
+#include "head_screen.h"
+#include "quant.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GROUP BN_F_PANEL_ROWS
+
+static uint32_t div_up(uint32_t a, uint32_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* The smallest float >= d. */
+static float float_up(double d)
+{
+	float f = (float)d;
+	return (double)f < d ? nextafterf(f, INFINITY) : f;
+}
+
+/* ---- building ---------------------------------------------------------------------------- */
+
+struct build_job {
+	const struct bn_f_matrix *head;
+	struct bn_head_screen *s;
+	float *tmp;             /* [pool threads][n_in][GROUP] */
+	int non_finite;         /* set by any task that met a NaN or an infinity */
+};
+
+/* Group g of the panel layout as floats, [n_in][GROUP], input-major as stored. */
+static void group_floats(const struct bn_f_matrix *h, uint32_t g, float *out)
+{
+	size_t n = (size_t)h->n_in * GROUP;
+	if (h->type == BN_TYPE_F32) {
+		memcpy(out, (const float *)h->data + g * n, n * sizeof(float));
+		return;
+	}
+	const uint16_t *v = (const uint16_t *)h->data + g * n;
+	for (size_t i = 0; i < n; i++)
+		out[i] = h->type == BN_TYPE_F16 ? bn_half_to_float(v[i]) : bn_bf16_to_float(v[i]);
+}
+
+/* The rows of one group (n_rows, the first o0): scales, int8 codes and the bounds
+ * head_screen.h needs. The loops run input by input over the group's 64 rows, as the panels
+ * lie. Returns -1 on a NaN or an infinity. */
+static int screen_group(struct bn_head_screen *s, const float *grp, uint32_t o0, uint32_t n_rows)
+{
+	uint32_t n_in = s->w.n_in;
+	double amax[GROUP] = { 0 }, l1[GROUP] = { 0 }, err[GROUP] = { 0 };
+	float scale[GROUP];
+	int finite = 1;
+	for (uint32_t k = 0; k < n_in; k++)
+		for (uint32_t i = 0; i < GROUP; i++) {
+			double v = fabs(grp[(size_t)k * GROUP + i]);
+			finite &= v <= FLT_MAX; /* false for NaN too */
+			amax[i] = v > amax[i] ? v : amax[i];
+			l1[i] += v;
+		}
+	if (!finite)
+		return -1;
+	for (uint32_t i = 0; i < GROUP; i++)
+		scale[i] = (float)amax[i] / 127.0f;
+	int8_t *q = s->q_mem + (size_t)o0 * s->w.row_bytes;
+	for (uint32_t k = 0; k < n_in; k++)
+		for (uint32_t i = 0; i < n_rows; i++) {
+			float v = grp[(size_t)k * GROUP + i];
+			float c = scale[i] > 0 ? nearbyintf(v / scale[i]) : 0.0f;
+			c = fminf(fmaxf(c, -127.0f), 127.0f);
+			q[(size_t)i * s->w.row_bytes + k] = (int8_t)c;
+			/* exact in double: a float times a small integer, then a difference */
+			double e = fabs((double)v - (double)scale[i] * c);
+			err[i] = e > err[i] ? e : err[i];
+		}
+	for (uint32_t i = 0; i < n_rows; i++) {
+		memset(q + (size_t)i * s->w.row_bytes + n_in, 0, s->w.row_bytes - n_in);
+		s->scale[o0 + i] = scale[i];
+		s->err[o0 + i] = float_up(err[i]);
+		s->l1[o0 + i] = float_up(l1[i] * (1 + 1e-12)); /* the double sum's own rounding */
+	}
+	return 0;
+}
+
+static void build_task(void *ctx, uint32_t g)
+{
+	struct build_job *j = ctx;
+	const struct bn_f_matrix *h = j->head;
+	float *grp = j->tmp + (size_t)bn_pool_thread_index() * h->n_in * GROUP;
+	uint32_t o0 = g * GROUP, n_rows = h->n_out - o0 < GROUP ? h->n_out - o0 : GROUP;
+	group_floats(h, g, grp);
+	if (screen_group(j->s, grp, o0, n_rows))
+		__atomic_store_n(&j->non_finite, 1, __ATOMIC_RELAXED);
+}
+
+void bn_head_screen_free(struct bn_head_screen *s)
+{
+	free(s->q_mem);
+	free(s->scale);
+	free(s->err);
+	free(s->l1);
+	memset(s, 0, sizeof(*s));
+}
+
+int bn_head_screen_build(struct bn_head_screen *s, const struct bn_f_matrix *head,
+			 struct bn_pool *pool)
+{
+	memset(s, 0, sizeof(*s));
+	if (head->panel_rows != GROUP)
+		return -EINVAL;
+	uint32_t row_bytes = div_up(head->n_in, BN_I8_ROW_ALIGN) * BN_I8_ROW_ALIGN;
+	s->w = (struct bn_i8_matrix){ .n_in = head->n_in, .n_out = head->n_out,
+				      .row_bytes = row_bytes };
+	s->head = head;
+	s->q_mem = aligned_alloc(64, (size_t)head->n_out * row_bytes);
+	s->scale = malloc(head->n_out * sizeof(float));
+	s->err = malloc(head->n_out * sizeof(float));
+	s->l1 = malloc(head->n_out * sizeof(float));
+	struct build_job j = { .head = head, .s = s };
+	j.tmp = malloc((size_t)bn_pool_threads(pool) * head->n_in * GROUP * sizeof(float));
+	if (!s->q_mem || !s->scale || !s->err || !s->l1 || !j.tmp) {
+		free(j.tmp);
+		bn_head_screen_free(s);
+		return -ENOMEM;
+	}
+	s->w.q = s->q_mem;
+	bn_pool_run(pool, div_up(head->n_out, GROUP), build_task, &j);
+	free(j.tmp);
+	if (j.non_finite) {
+		bn_head_screen_free(s);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+uint64_t bn_head_screen_bytes(const struct bn_head_screen *s)
+{
+	return (uint64_t)s->w.n_out * (s->w.row_bytes + 3 * sizeof(float));
+}
+
+/* ---- running ----------------------------------------------------------------------------- */
+
+/* One row's input as the screen reads it: x ≈ sx * m. */
+struct screen_x {
+	double sx;
+	double eps;      /* >= max_k |x_k - sx m_k| */
+	double sx_m1;    /* sx * sum_k |m_k| */
+	double chain;    /* gamma * max|x|: the float chain's rounding per unit of l1 */
+	int finite;
+};
+
+struct bn_head_screen_run {
+	const struct bn_head_screen *s;
+	struct bn_pool *pool;
+	uint32_t cap;            /* rows the scratch holds */
+	uint32_t n_groups, n_tasks, max_tasks;
+	int16_t *m;              /* [cap][row_bytes] */
+	struct screen_x *xs;     /* [cap] */
+	float *group_upper;      /* [cap][n_groups] the largest A_r + B_r of each group */
+	double *task_lower;      /* [cap][max_tasks] the largest A_r - B_r of each task */
+	int64_t *dots;           /* [pool threads][cap][GROUP] */
+	uint32_t *pairs;         /* [cap * n_groups] row * n_groups + group, to compute */
+};
+
+struct bn_head_screen_run *bn_head_screen_run_new(const struct bn_head_screen *s,
+						  struct bn_pool *pool)
+{
+	struct bn_head_screen_run *run = calloc(1, sizeof(*run));
+	if (!run)
+		return NULL;
+	run->s = s;
+	run->pool = pool;
+	run->n_groups = div_up(s->w.n_out, GROUP);
+	run->max_tasks = 4 * bn_pool_threads(pool);
+	return run;
+}
+
+static void free_scratch(struct bn_head_screen_run *run)
+{
+	free(run->m);
+	free(run->xs);
+	free(run->group_upper);
+	free(run->task_lower);
+	free(run->dots);
+	free(run->pairs);
+	run->cap = 0;
+}
+
+void bn_head_screen_run_free(struct bn_head_screen_run *run)
+{
+	if (!run)
+		return;
+	free_scratch(run);
+	free(run);
+}
+
+static int reserve(struct bn_head_screen_run *run, uint32_t n)
+{
+	if (n <= run->cap)
+		return 0;
+	free_scratch(run);
+	size_t rb = run->s->w.row_bytes, threads = bn_pool_threads(run->pool);
+	run->m = aligned_alloc(64, (size_t)n * rb * sizeof(int16_t));
+	run->xs = malloc(n * sizeof(*run->xs));
+	run->group_upper = malloc((size_t)n * run->n_groups * sizeof(float));
+	run->task_lower = malloc((size_t)n * run->max_tasks * sizeof(double));
+	run->dots = malloc(threads * n * GROUP * sizeof(int64_t));
+	run->pairs = malloc((size_t)n * run->n_groups * sizeof(uint32_t));
+	if (!run->m || !run->xs || !run->group_upper || !run->task_lower || !run->dots ||
+	    !run->pairs) {
+		free_scratch(run);
+		return -ENOMEM;
+	}
+	run->cap = n;
+	return 0;
+}
+
+/* x[n_in] into m[row_bytes] and its bounds. */
+static void quantize_x(const struct bn_head_screen *s, const float *x, int16_t *m,
+		       struct screen_x *out)
+{
+	uint32_t n_in = s->w.n_in;
+	double xinf = 0;
+	out->finite = 1;
+	for (uint32_t k = 0; k < n_in; k++) {
+		if (!isfinite(x[k]))
+			out->finite = 0;
+		else
+			xinf = fmax(xinf, fabs(x[k]));
+	}
+	memset(m, 0, s->w.row_bytes * sizeof(int16_t));
+	/* Past 2^90 a logit (up to l1 * max|x|, l1 < 2^28 for F16 rows) could overflow a float,
+	 * and the bounds with it: such a row is left to the full head like a NaN. */
+	if (xinf > 0x1p90)
+		out->finite = 0;
+	if (!out->finite)
+		return;
+	double sx = xinf / bn_i8_dot_x_max(s->w.row_bytes), eps = 0, m1 = 0;
+	for (uint32_t k = 0; sx > 0 && k < n_in; k++) {
+		double c = nearbyint(x[k] / sx);
+		m[k] = (int16_t)c;
+		m1 += fabs(c);
+		eps = fmax(eps, fabs(x[k] - sx * c));
+	}
+	out->sx = sx;
+	out->eps = eps + xinf * 0x1p-50; /* sx * c in double is itself rounded */
+	out->sx_m1 = sx * m1;
+	out->chain = (double)(n_in + 1) * 0x1p-24 * xinf;
+}
+
+struct screen_job {
+	struct bn_head_screen_run *run;
+	const struct bn_kernels *kern;
+	uint32_t n, groups_per_task;
+};
+
+/* The interval of row o's float logit given its integer dot: [a - b, a + b]. */
+static void row_interval(const struct bn_head_screen *s, uint32_t o, int64_t dot,
+			 const struct screen_x *x, double *a, double *b)
+{
+	*a = (double)s->scale[o] * x->sx * (double)dot;
+	double bound = x->eps * s->l1[o] + (double)s->err[o] * x->sx_m1 + x->chain * s->l1[o];
+	/* the few double roundings of these lines, generously */
+	*b = bound * (1 + 1e-12) + fabs(*a) * 1e-15;
+}
+
+static void screen_task(void *ctx, uint32_t task)
+{
+	const struct screen_job *j = ctx;
+	struct bn_head_screen_run *run = j->run;
+	const struct bn_head_screen *s = run->s;
+	int64_t *dots = run->dots + (size_t)bn_pool_thread_index() * run->cap * GROUP;
+	uint32_t g0 = task * j->groups_per_task;
+	uint32_t g1 = g0 + j->groups_per_task < run->n_groups ? g0 + j->groups_per_task
+							       : run->n_groups;
+	for (uint32_t b = 0; b < j->n; b++)
+		run->task_lower[(size_t)b * run->max_tasks + task] = -INFINITY;
+	for (uint32_t g = g0; g < g1; g++) {
+		uint32_t o0 = g * GROUP, o1 = o0 + GROUP < s->w.n_out ? o0 + GROUP : s->w.n_out;
+		j->kern->i8_dots(&s->w, o0, o1, run->m, s->w.row_bytes, j->n, dots, GROUP);
+		for (uint32_t b = 0; b < j->n; b++) {
+			double upper = -INFINITY, lower = -INFINITY, a, d;
+			for (uint32_t o = o0; o < o1; o++) {
+				row_interval(s, o, dots[(size_t)b * GROUP + o - o0], &run->xs[b], &a, &d);
+				upper = fmax(upper, a + d);
+				lower = fmax(lower, a - d);
+			}
+			run->group_upper[(size_t)b * run->n_groups + g] = float_up(upper);
+			double *tl = &run->task_lower[(size_t)b * run->max_tasks + task];
+			*tl = fmax(*tl, lower);
+		}
+	}
+}
+
+struct exact_job {
+	const struct bn_head_screen_run *run;
+	const struct bn_kernels *kern;
+	const float *x;
+	uint32_t ldx, ldl;
+	float *logits;
+};
+
+static void exact_task(void *ctx, uint32_t task)
+{
+	const struct exact_job *j = ctx;
+	const struct bn_f_matrix *h = j->run->s->head;
+	uint32_t pair = j->run->pairs[task];
+	uint32_t b = pair / j->run->n_groups, g = pair % j->run->n_groups;
+	uint32_t o0 = g * GROUP, o1 = o0 + GROUP < h->n_out ? o0 + GROUP : h->n_out;
+	j->kern->f_gemm(h, o0, o1, j->x + (size_t)b * j->ldx, j->ldx, 1,
+			j->logits + (size_t)b * j->ldl, j->ldl);
+}
+
+/* Row b's groups that can hold its argmax go to pairs; the others' logits become -inf.
+ * Returns the number of pairs added. */
+static uint32_t select_groups(struct bn_head_screen_run *run, uint32_t b, uint32_t n_tasks,
+			      float *logits_row, uint32_t *pairs)
+{
+	uint32_t n_out = run->s->w.n_out, count = 0;
+	double lower = -INFINITY;
+	for (uint32_t t = 0; t < n_tasks; t++)
+		lower = fmax(lower, run->task_lower[(size_t)b * run->max_tasks + t]);
+	const float *up = run->group_upper + (size_t)b * run->n_groups;
+	for (uint32_t g = 0; g < run->n_groups; g++) {
+		if (!run->xs[b].finite || (double)up[g] >= lower) {
+			pairs[count++] = b * run->n_groups + g;
+			continue;
+		}
+		uint32_t o1 = (g + 1) * GROUP < n_out ? (g + 1) * GROUP : n_out;
+		for (uint32_t o = g * GROUP; o < o1; o++)
+			logits_row[o] = -INFINITY;
+	}
+	return count;
+}
+
+int bn_head_screen_logits(struct bn_head_screen_run *run, const struct bn_kernels *kern,
+			  const float *x, uint32_t ldx, uint32_t n, float *logits, uint32_t ldl,
+			  struct bn_head_screen_stats *stats)
+{
+	const struct bn_head_screen *s = run->s;
+	if (reserve(run, n))
+		return -ENOMEM;
+	for (uint32_t b = 0; b < n; b++)
+		quantize_x(s, x + (size_t)b * ldx, run->m + (size_t)b * s->w.row_bytes, &run->xs[b]);
+	/* One stretch of groups per thread up to four rows (one weight stream each, as the
+	 * forward pass does), four per thread above, for balance. */
+	uint32_t n_tasks = (n <= 4 ? 1 : 4) * bn_pool_threads(run->pool);
+	struct screen_job sj = { .run = run, .kern = kern, .n = n,
+				 .groups_per_task = div_up(run->n_groups, n_tasks) };
+	n_tasks = div_up(run->n_groups, sj.groups_per_task);
+	bn_pool_run(run->pool, n_tasks, screen_task, &sj);
+	uint32_t n_pairs = 0;
+	for (uint32_t b = 0; b < n; b++) {
+		uint32_t added = select_groups(run, b, n_tasks, logits + (size_t)b * ldl,
+					       run->pairs + n_pairs);
+		n_pairs += added;
+		if (run->xs[b].finite) {
+			stats->rows++;
+			stats->groups += added;
+		} else {
+			stats->full_rows++;
+		}
+	}
+	stats->n_groups = run->n_groups;
+	struct exact_job ej = { .run = run, .kern = kern, .x = x, .ldx = ldx, .ldl = ldl,
+				.logits = logits };
+	bn_pool_run(run->pool, n_pairs, exact_task, &ej);
+	return 0;
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * head_screen.h — the exact greedy token at half the LM head's bytes.
+ *
+ * At batch 1 a token costs what its bytes cost, and a tied F16 head is more than half of them
+ * (0.66 of 1.18 GB on the 2B4T shape). A row that only wants the argmax (bn_sample_argmax_only)
+ * does not need every logit, only the ones that can win. The screen keeps an int8 copy of the
+ * head, one scale per row, and reads it instead:
+ *
+ *  1. The row's input x is quantized to int16 (x ≈ sx * m, |m| <= bn_i8_dot_x_max), and every
+ *     head row's exact integer dot I_r = sum_k q_rk m_k is taken (kernels' i8_dots).
+ *  2. A_r = s_r * sx * I_r approximates the float head's logit F_r (the panel kernel's fused
+ *     multiply-add chain), and B_r bounds |F_r - A_r| from above, proven, not estimated:
+ *        |F_r - E_r|  <= gamma * l1_r * max|x|        (the chain's rounding; E_r the exact sum,
+ *                                                      gamma = (n_in + 1) * 2^-24)
+ *        |E_r - A_r|  <= eps_x * l1_r + err_r * sx * sum|m_k|
+ *     with l1_r >= sum_k |w_rk|, err_r >= max_k |w_rk - s_r q_rk| (both measured at build
+ *     time in double and rounded up), eps_x >= max_k |x_k - sx m_k| (measured per token).
+ *  3. L = max_r (A_r - B_r) is a value some row's logit reaches, so a row with A_r + B_r < L
+ *     cannot be the argmax, nor tie with it. Every other row is a candidate: its panel group
+ *     (64 rows) goes through the float kernel, the very computation of the full head, so the
+ *     candidates' logits are bit-identical to it, and the argmax over them (first on ties) is
+ *     the full head's.
+ *
+ * The logits row a screened row gets holds those exact logits and -INFINITY elsewhere, so
+ * bn_sample and bn_argmax need no change. A non-finite input leaves the row to the full head.
+ */
+#ifndef BITNETD_HEAD_SCREEN_H
+#define BITNETD_HEAD_SCREEN_H
+
+#include "kernels.h"
+#include "pool.h"
+
+#include <stdint.h>
+
+struct bn_head_screen {
+	struct bn_i8_matrix w;   /* q[r][k] = round(w_rk / s_r), |q| <= 127 */
+	const struct bn_f_matrix *head; /* the float head (panels) the exact logits come from */
+	float *scale;            /* [n_out] s_r = max_k |w_rk| / 127 */
+	float *err;              /* [n_out] >= max_k |w_rk - s_r q_rk| */
+	float *l1;               /* [n_out] >= sum_k |w_rk| */
+	int8_t *q_mem;           /* owns w.q */
+};
+
+/* Builds the screen of a float head in the panel layout (kept borrowed: it must outlive the
+ * screen), on the pool's threads. 0, -EINVAL (not panels, or a non-finite weight: the full
+ * head then stays the only path) or -ENOMEM. */
+int bn_head_screen_build(struct bn_head_screen *s, const struct bn_f_matrix *head,
+			 struct bn_pool *pool);
+void bn_head_screen_free(struct bn_head_screen *s);
+/* Memory the screen holds. */
+uint64_t bn_head_screen_bytes(const struct bn_head_screen *s);
+
+/* What the screen did, summed over rows (bn_forward_screen_stats). */
+struct bn_head_screen_stats {
+	uint64_t rows;           /* rows that took the screen */
+	uint64_t groups;         /* panel groups computed exactly for them */
+	uint64_t full_rows;      /* rows left to the full head (non-finite input) */
+	uint32_t n_groups;       /* groups of the whole head, for the share */
+};
+
+/* The scratch of one forward pass's screened rows. */
+struct bn_head_screen_run;
+struct bn_head_screen_run *bn_head_screen_run_new(const struct bn_head_screen *s,
+						  struct bn_pool *pool);
+void bn_head_screen_run_free(struct bn_head_screen_run *run);
+
+/* For each of n rows of x (the head's inputs, row stride ldx), its logits row (stride
+ * ldl): the exact float logits of every token that can be the argmax and the rest of their
+ * panel groups, -INFINITY elsewhere; a row with a non-finite input gets the full head.
+ * Counts into *stats. 0 or -ENOMEM (nothing written). */
+int bn_head_screen_logits(struct bn_head_screen_run *run, const struct bn_kernels *kern,
+			  const float *x, uint32_t ldx, uint32_t n, float *logits, uint32_t ldl,
+			  struct bn_head_screen_stats *stats);
+
+#endif /* BITNETD_HEAD_SCREEN_H */

@@ -1,0 +1,471 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The LM head's screen (daemon/head_screen.h) against the full float head, its oracle:
+ *  - the int8 dot kernels of every variant this CPU runs against the scalar one (exact
+ *    integers), at batch sizes 1..40, odd shapes and the largest values the contract allows;
+ *  - synthetic heads (F16, BF16, F32) with exact ties and near-ties at the top: the screened
+ *    row's argmax is the full head's, and every logit it computes has the full head's bits;
+ *  - a row with a NaN input gets the full head;
+ *  - the real test model: 200 greedy ids through the screen equal the known ones, and a batch
+ *    of screened rows gives each row what it gets alone;
+ *  - a batch with one sampled row takes the full head for every row;
+ *  - the daemon (--lm-head screened, the default) against one with --lm-head full: the same
+ *    greedy ids, concurrent requests batched together included.
+ */
+#include "testutil.h"
+#include "../daemon/forward.h"
+#include "../daemon/head_screen.h"
+#include "../daemon/model.h"
+#include "quant.h"
+#include "bitnet_client.h"
+
+#include <signal.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char stories_path[512];
+
+/* ---- the int8 dot kernels ---------------------------------------------------------------- */
+
+static const char *const variant_names[] = { "scalar", "avx2", "avx512vnni" };
+
+static void fill_dots_case(int8_t *q, uint32_t n_out, uint32_t row_bytes, uint32_t n_in,
+			   int16_t *x, uint32_t n_b, int32_t x_max, int extreme)
+{
+	memset(q, 0, (size_t)n_out * row_bytes);
+	memset(x, 0, (size_t)n_b * row_bytes * sizeof(int16_t));
+	for (uint32_t o = 0; o < n_out; o++)
+		for (uint32_t k = 0; k < n_in; k++)
+			q[(size_t)o * row_bytes + k] =
+				extreme ? (int8_t)((o + k) % 2 ? 127 : -127) : (int8_t)(tu_rng_next() % 255 - 127);
+	for (uint32_t b = 0; b < n_b; b++)
+		for (uint32_t k = 0; k < n_in; k++)
+			x[(size_t)b * row_bytes + k] =
+				extreme ? (int16_t)((b + k) % 2 ? x_max : -x_max)
+					: (int16_t)((int32_t)(tu_rng_next() % (2 * x_max + 1)) - x_max);
+}
+
+START_TEST(i8_dots_exact)
+{
+	static const uint32_t n_ins[] = { 1, 64, 100, 2560, 6913 };
+	const struct bn_kernels *scalar = bn_kernels_select("scalar");
+	tu_rng_seed(7);
+	for (uint32_t s = 0; s < sizeof(n_ins) / sizeof(n_ins[0]); s++) {
+		uint32_t n_in = n_ins[s], n_out = 13, row_bytes = (n_in + 63) / 64 * 64;
+		int32_t x_max = bn_i8_dot_x_max(row_bytes);
+		for (int extreme = 0; extreme < 2; extreme++) {
+			uint32_t n_b = 40;
+			int8_t *q = aligned_alloc(64, (size_t)n_out * row_bytes);
+			int16_t *x = aligned_alloc(64, (size_t)n_b * row_bytes * sizeof(int16_t));
+			int64_t *want = malloc((size_t)n_b * n_out * sizeof(int64_t));
+			int64_t *got = malloc((size_t)n_b * n_out * sizeof(int64_t));
+			fill_dots_case(q, n_out, row_bytes, n_in, x, n_b, x_max, extreme);
+			struct bn_i8_matrix w = { .q = q, .n_in = n_in, .n_out = n_out,
+						  .row_bytes = row_bytes };
+			for (uint32_t v = 0; v < 3; v++) {
+				const struct bn_kernels *k = bn_kernels_select(variant_names[v]);
+				if (!k)
+					continue;
+				for (uint32_t nb = 1; nb <= n_b; nb++) {
+					/* rows [2, 11): o0 != 0 checks the y offset */
+					scalar->i8_dots(&w, 2, 11, x, row_bytes, nb, want, n_out);
+					k->i8_dots(&w, 2, 11, x, row_bytes, nb, got, n_out);
+					for (uint32_t b = 0; b < nb; b++)
+						for (uint32_t o = 0; o < 9; o++)
+							ck_assert_msg(got[b * n_out + o] == want[b * n_out + o],
+								      "%s n_in %u batch %u row %u: %lld, want %lld",
+								      variant_names[v], n_in, nb, o,
+								      (long long)got[b * n_out + o],
+								      (long long)want[b * n_out + o]);
+				}
+			}
+			if (extreme) /* the largest sum the contract allows, past 32 bits in total */
+				ck_assert(llabs(want[1]) <= (long long)n_in * 127 * x_max);
+			free(q);
+			free(x);
+			free(want);
+			free(got);
+		}
+	}
+}
+END_TEST
+
+/* ---- synthetic heads --------------------------------------------------------------------- */
+
+struct head {
+	uint32_t type, n_in, n_out;
+	float *rows;              /* [n_out][n_in] the values as the type holds them */
+	void *panels;
+	struct bn_f_matrix f;
+};
+
+static uint16_t to_type(uint32_t type, float v)
+{
+	return type == BN_TYPE_F16 ? bn_float_to_half(v) : bn_float_to_bf16(v);
+}
+
+static float from_type(uint32_t type, uint16_t v)
+{
+	return type == BN_TYPE_F16 ? bn_half_to_float(v) : bn_bf16_to_float(v);
+}
+
+/* The float rows into the type, rounded, and back (rows then hold what the panels hold). */
+static void pack_head(struct head *h)
+{
+	size_t el = h->type == BN_TYPE_F32 ? 4 : 2;
+	uint8_t *raw = malloc((size_t)h->n_out * h->n_in * el);
+	for (size_t i = 0; i < (size_t)h->n_out * h->n_in; i++) {
+		if (el == 4) {
+			memcpy(raw + 4 * i, &h->rows[i], 4);
+		} else {
+			uint16_t v = to_type(h->type, h->rows[i]);
+			memcpy(raw + 2 * i, &v, 2);
+			h->rows[i] = from_type(h->type, v);
+		}
+	}
+	free(h->panels);
+	uint64_t bytes = bn_f_panel_bytes(h->type, h->n_in, h->n_out);
+	h->panels = aligned_alloc(64, (bytes + 63) / 64 * 64);
+	uint64_t group = bytes / ((h->n_out + BN_F_PANEL_ROWS - 1) / BN_F_PANEL_ROWS);
+	for (uint32_t o = 0; o < h->n_out; o += BN_F_PANEL_ROWS) {
+		uint32_t n = h->n_out - o < BN_F_PANEL_ROWS ? h->n_out - o : BN_F_PANEL_ROWS;
+		bn_f_pack_panel(h->type, raw + (size_t)o * h->n_in * el, (uint64_t)h->n_in * el,
+				h->n_in, n, (uint8_t *)h->panels + o / BN_F_PANEL_ROWS * group);
+	}
+	free(raw);
+	h->f = (struct bn_f_matrix){ .data = h->panels, .type = h->type, .n_in = h->n_in,
+				     .n_out = h->n_out, .panel_rows = BN_F_PANEL_ROWS };
+}
+
+static void head_new(struct head *h, uint32_t type, uint32_t n_in, uint32_t n_out)
+{
+	*h = (struct head){ .type = type, .n_in = n_in, .n_out = n_out };
+	h->rows = malloc((size_t)n_out * n_in * sizeof(float));
+	for (size_t i = 0; i < (size_t)n_out * n_in; i++)
+		h->rows[i] = tu_rng_float(-0.05f, 0.05f) * (i % 97 == 0 ? 8.0f : 1.0f);
+	pack_head(h);
+}
+
+static void head_free(struct head *h)
+{
+	free(h->rows);
+	free(h->panels);
+}
+
+/* Activations with a few outliers, as a final norm's output has. */
+static void fill_x(float *x, uint32_t n_b, uint32_t n_in)
+{
+	for (uint32_t i = 0; i < n_b * n_in; i++)
+		x[i] = tu_rng_float(-1.0f, 1.0f) * (i % 61 == 0 ? 40.0f : 1.0f);
+}
+
+struct screen_env {
+	struct bn_pool *pool;
+	const struct bn_kernels *kern;
+	struct bn_head_screen screen;
+	struct bn_head_screen_run *run;
+	struct bn_head_screen_stats stats;
+};
+
+static void env_new(struct screen_env *e, const struct head *h)
+{
+	memset(e, 0, sizeof(*e));
+	e->pool = bn_pool_new(2);
+	e->kern = bn_kernels_select(NULL);
+	ck_assert_int_eq(bn_head_screen_build(&e->screen, &h->f, e->pool), 0);
+	e->run = bn_head_screen_run_new(&e->screen, e->pool);
+	ck_assert_ptr_nonnull(e->run);
+}
+
+static void env_free(struct screen_env *e)
+{
+	bn_head_screen_run_free(e->run);
+	bn_head_screen_free(&e->screen);
+	bn_pool_free(e->pool);
+}
+
+/* Screened rows against the full head for the same inputs: the same argmax, and every logit
+ * the screen computed equal to the full head's bits; -inf only where the full head's logit
+ * is below the argmax's. */
+static void check_against_full(struct screen_env *e, const struct head *h, const float *x,
+			       uint32_t n_b)
+{
+	uint32_t V = h->n_out;
+	float *full = malloc((size_t)n_b * V * sizeof(float));
+	float *got = malloc((size_t)n_b * V * sizeof(float));
+	e->kern->f_gemm(&h->f, 0, V, x, h->n_in, n_b, full, V);
+	ck_assert_int_eq(bn_head_screen_logits(e->run, e->kern, x, h->n_in, n_b, got, V,
+					       &e->stats), 0);
+	for (uint32_t b = 0; b < n_b; b++) {
+		const float *fr = full + (size_t)b * V, *gr = got + (size_t)b * V;
+		uint32_t want = bn_argmax(fr, V);
+		ck_assert_msg(bn_argmax(gr, V) == want, "row %u: argmax %u, want %u", b,
+			      bn_argmax(gr, V), want);
+		for (uint32_t o = 0; o < V; o++) {
+			if (isinf(gr[o]) && gr[o] < 0)
+				ck_assert_msg(fr[o] < fr[want], "row %u: %u screened out at the top", b, o);
+			else
+				ck_assert_msg(memcmp(&gr[o], &fr[o], sizeof(float)) == 0,
+					      "row %u logit %u: %a, full head %a", b, o, gr[o], fr[o]);
+		}
+	}
+	free(full);
+	free(got);
+}
+
+/* Makes the top of row 0's logits a tie or a near-tie: the winner's weights copied into a
+ * lower row (an exact tie the lower id must win) and, nudged by one step of the type, into
+ * a higher one (a near-tie either way). */
+static void make_ties(struct head *h, const float *x, int nudge_up)
+{
+	uint32_t V = h->n_out;
+	float *full = malloc(V * sizeof(float));
+	bn_kernels_select(NULL)->f_gemm(&h->f, 0, V, x, h->n_in, 1, full, V);
+	uint32_t top = bn_argmax(full, V), low = top / 2, high = top + (V - top) / 2;
+	float *src = h->rows + (size_t)top * h->n_in;
+	memcpy(h->rows + (size_t)low * h->n_in, src, h->n_in * sizeof(float));
+	if (high != top) {
+		memcpy(h->rows + (size_t)high * h->n_in, src, h->n_in * sizeof(float));
+		float *w = h->rows + (size_t)high * h->n_in + 3;
+		float step = fabsf(*w) * (h->type == BN_TYPE_F32 ? 0x1p-23f : h->type == BN_TYPE_F16 ? 0x1p-10f : 0x1p-7f);
+		*w += (nudge_up == (x[3] > 0)) ? step : -step;
+	}
+	free(full);
+	pack_head(h);
+}
+
+START_TEST(synthetic_heads)
+{
+	static const uint32_t types[] = { BN_TYPE_F16, BN_TYPE_BF16, BN_TYPE_F32 };
+	static const uint32_t shapes[][2] = { { 64, 1 }, { 100, 63 }, { 96, 65 }, { 256, 3001 } };
+	tu_rng_seed(1000 + (uint64_t)_i);
+	uint32_t type = types[_i % 3];
+	for (uint32_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		struct head h;
+		head_new(&h, type, shapes[s][0], shapes[s][1]);
+		float *x = malloc((size_t)17 * h.n_in * sizeof(float));
+		fill_x(x, 17, h.n_in);
+		for (int nudge = 0; nudge < 2; nudge++) {
+			make_ties(&h, x, nudge);
+			struct screen_env e;
+			env_new(&e, &h);
+			for (uint32_t n_b = 1; n_b <= 17; n_b += 4)
+				check_against_full(&e, &h, x, n_b);
+			ck_assert_uint_eq(e.stats.full_rows, 0);
+			if (h.n_out > 1000) /* a screen that picks most groups would be no screen */
+				ck_assert_msg(e.stats.groups < e.stats.rows * e.stats.n_groups / 4,
+					      "%llu groups for %llu rows of %u",
+					      (unsigned long long)e.stats.groups,
+					      (unsigned long long)e.stats.rows, e.stats.n_groups);
+			env_free(&e);
+		}
+		free(x);
+		head_free(&h);
+	}
+}
+END_TEST
+
+START_TEST(non_finite_input)
+{
+	tu_rng_seed(3);
+	struct head h;
+	head_new(&h, BN_TYPE_F16, 128, 200);
+	struct screen_env e;
+	env_new(&e, &h);
+	float x[2 * 128];
+	fill_x(x, 2, 128);
+	x[128 + 5] = NAN;
+	float got[2 * 200], full[2 * 200];
+	ck_assert_int_eq(bn_head_screen_logits(e.run, e.kern, x, 128, 2, got, 200, &e.stats), 0);
+	e.kern->f_gemm(&h.f, 0, 200, x, 128, 2, full, 200);
+	ck_assert_uint_eq(e.stats.rows, 1);
+	ck_assert_uint_eq(e.stats.full_rows, 1);
+	ck_assert_int_eq(memcmp(got + 200, full + 200, 200 * sizeof(float)), 0);
+	env_free(&e);
+	head_free(&h);
+}
+END_TEST
+
+/* ---- the real test model ----------------------------------------------------------------- */
+
+struct model_env {
+	struct bn_model m;
+	struct bn_pool *pool;
+	struct bn_forward *fwd;
+	struct bn_head_screen screen;
+};
+
+static void model_env_new(struct model_env *e, uint32_t max_seqs)
+{
+	char err[BN_MODEL_ERR_LEN];
+	ck_assert_msg(bn_model_load(&e->m, stories_path, err) == 0, "%s", err);
+	e->pool = bn_pool_new(2);
+	e->fwd = bn_forward_new(&e->m, max_seqs, e->pool, bn_kernels_select(NULL));
+	ck_assert_ptr_nonnull(e->fwd);
+	ck_assert_int_eq(bn_forward_kv_init_simple(e->fwd, 256), 0);
+	ck_assert_int_eq(bn_head_screen_build(&e->screen, &e->m.output.f, e->pool), 0);
+	ck_assert_int_eq(bn_forward_use_screen(e->fwd, &e->screen), 0);
+}
+
+static void model_env_free(struct model_env *e)
+{
+	bn_forward_free(e->fwd);
+	bn_head_screen_free(&e->screen);
+	bn_pool_free(e->pool);
+	bn_model_free(&e->m);
+}
+
+static const struct bn_sampling greedy_params = { .temperature = 0 };
+static const struct bn_sampling sampled_params = { .temperature = 0.8f, .seed = 5 };
+
+START_TEST(stories_screened_greedy)
+{
+	struct model_env e;
+	model_env_new(&e, 1);
+	uint32_t V = e.m.cfg.n_vocab, token = e.m.cfg.bos_id, one = 1, seq = 0;
+	float *logits = malloc(V * sizeof(float));
+	struct bn_sample_ctx ctx = { .params = &greedy_params };
+	const struct bn_sample_ctx *cp = &ctx;
+	for (uint32_t i = 0; i < TU_STORIES_KNOWN; i++) {
+		struct bn_batch b = { .n_rows = 1, .width = 1, .tokens = &token, .lens = &one,
+				      .pos = &i, .seq = &seq, .sample = &cp };
+		ck_assert_int_eq(bn_forward_run(e.fwd, &b, logits, 0), 0);
+		token = bn_argmax(logits, V);
+		ck_assert_msg(token == tu_stories_known[i], "step %u: %u, want %u", i, token,
+			      tu_stories_known[i]);
+	}
+	struct bn_head_screen_stats st;
+	bn_forward_screen_stats(e.fwd, &st);
+	ck_assert_uint_eq(st.rows, TU_STORIES_KNOWN); /* every step took the screen */
+	free(logits);
+	model_env_free(&e);
+}
+END_TEST
+
+/* Four sequences decoded together, screened; then each alone: the same logits rows. A fifth
+ * sampled row in the batch turns the head back to full for every row (no -inf). */
+static void decode_rows(struct model_env *e, uint32_t n, int with_sampled, float *out,
+			uint32_t steps)
+{
+	uint32_t V = e->m.cfg.n_vocab, tok[5], lens[5] = { 1, 1, 1, 1, 1 }, pos[5], seq[5];
+	struct bn_sample_ctx g = { .params = &greedy_params }, smp = { .params = &sampled_params };
+	const struct bn_sample_ctx *ctx[5];
+	for (uint32_t r = 0; r < n; r++) {
+		tok[r] = 3 + 41 * r;
+		seq[r] = r;
+		ctx[r] = with_sampled && r == n - 1 ? &smp : &g;
+		bn_forward_seq_reset(e->fwd, r);
+	}
+	for (uint32_t s = 0; s < steps; s++) {
+		for (uint32_t r = 0; r < n; r++)
+			pos[r] = s;
+		struct bn_batch b = { .n_rows = n, .width = 1, .tokens = tok, .lens = lens,
+				      .pos = pos, .seq = seq, .sample = ctx };
+		ck_assert_int_eq(bn_forward_run(e->fwd, &b, out + (size_t)s * n * V, 0), 0);
+		for (uint32_t r = 0; r < n; r++)
+			tok[r] = bn_argmax(out + ((size_t)s * n + r) * V, V);
+	}
+}
+
+START_TEST(stories_alone_equals_batched)
+{
+	enum { STEPS = 12 };
+	struct model_env e;
+	model_env_new(&e, 5);
+	uint32_t V = e.m.cfg.n_vocab;
+	float *batched = malloc((size_t)STEPS * 5 * V * sizeof(float));
+	float *alone = malloc((size_t)STEPS * V * sizeof(float));
+	decode_rows(&e, 4, 0, batched, STEPS);
+	for (uint32_t r = 0; r < 4; r++) {
+		/* alone: the same start token in sequence 0 */
+		uint32_t tok = 3 + 41 * r, one = 1, seq = 0;
+		struct bn_sample_ctx g = { .params = &greedy_params };
+		const struct bn_sample_ctx *cp = &g;
+		bn_forward_seq_reset(e.fwd, 0);
+		for (uint32_t s = 0; s < STEPS; s++) {
+			struct bn_batch b = { .n_rows = 1, .width = 1, .tokens = &tok, .lens = &one,
+					      .pos = &s, .seq = &seq, .sample = &cp };
+			ck_assert_int_eq(bn_forward_run(e.fwd, &b, alone + (size_t)s * V, 0), 0);
+			tok = bn_argmax(alone + (size_t)s * V, V);
+			ck_assert_int_eq(memcmp(alone + (size_t)s * V, batched + ((size_t)s * 4 + r) * V,
+						V * sizeof(float)), 0);
+		}
+	}
+	decode_rows(&e, 5, 1, batched, 1);
+	for (uint32_t i = 0; i < 5 * V; i++)
+		ck_assert_msg(!isinf(batched[i]), "logit %u: -inf in a batch with a sampled row", i);
+	free(batched);
+	free(alone);
+	model_env_free(&e);
+}
+END_TEST
+
+/* Greedy ids of four prompts, sent together (so they share steps), 40 tokens each. */
+static void daemon_ids(const char *const *extra, uint32_t out[4][40])
+{
+	const char *args[8] = { "--backend", "cpu", "--model", stories_path };
+	for (int i = 0; extra[i]; i++)
+		args[4 + i] = extra[i];
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(d.socket_path, 0, &c), 0);
+	uint32_t prompts[4][3] = { { 1, 403, 407 }, { 1, 300 }, { 1, 261, 378, }, { 1 } };
+	uint32_t lens[4] = { 3, 2, 3, 1 };
+	struct bn_batch_item items[4];
+	for (int i = 0; i < 4; i++)
+		items[i] = (struct bn_batch_item){
+			.req = { .prompt = prompts[i], .n_prompt = lens[i], .max_tokens = 40,
+				 .flags = BN_REQ_IGNORE_EOS },
+			.out = out[i], .out_cap = 40 };
+	struct bn_batch_result br;
+	ck_assert_int_eq(bn_generate_batch(c, items, 4, &br, 60000000000LL), 0);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(items[i].error, 0);
+		ck_assert_uint_eq(items[i].result.n_tokens, 40);
+	}
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+
+START_TEST(daemon_screened_equals_full)
+{
+	static const char *const screened[] = { NULL };
+	static const char *const full[] = { "--lm-head", "full", NULL };
+	uint32_t a[4][40], b[4][40];
+	daemon_ids(screened, a);
+	daemon_ids(full, b);
+	for (int i = 0; i < 4; i++)
+		for (int t = 0; t < 40; t++)
+			ck_assert_msg(a[i][t] == b[i][t], "prompt %d token %d: %u, full head %u", i, t,
+				      a[i][t], b[i][t]);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("head_screen");
+	TCase *unit = tcase_create("screen");
+	tcase_set_timeout(unit, 120);
+	tcase_add_test(unit, i8_dots_exact);
+	tcase_add_loop_test(unit, synthetic_heads, 0, 6);
+	tcase_add_test(unit, non_finite_input);
+	suite_add_tcase(s, unit);
+	const char *models = getenv("BITNET_TEST_MODELS");
+	if (models && *models) {
+		snprintf(stories_path, sizeof(stories_path), "%s/stories260K.gguf", models);
+		TCase *real = tcase_create("test model");
+		tcase_set_timeout(real, 120);
+		tcase_add_test(real, stories_screened_greedy);
+		tcase_add_test(real, stories_alone_equals_batched);
+		tcase_add_test(real, daemon_screened_equals_full);
+		suite_add_tcase(s, real);
+	} else {
+		printf("SKIP: test-model tests (BITNET_TEST_MODELS is not set; .ci/run sets it to ../shared/models)\n");
+	}
+	return tu_run_suite(s);
+}
