@@ -448,7 +448,7 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 				double bpt_ternary, const struct bn_head_screen *s)
 {
 	double full1[SCREEN_ROUNDS], scr1[SCREEN_ROUNDS], gain1[SCREEN_ROUNDS];
-	double full16[SCREEN_ROUNDS], scr16[SCREEN_ROUNDS], gain16[SCREEN_ROUNDS];
+	double full8[SCREEN_ROUNDS], scr8[SCREEN_ROUNDS], gain8[SCREEN_ROUNDS];
 	double roof[SCREEN_ROUNDS], share_full[SCREEN_ROUNDS];
 	struct bn_head_screen_stats before, after;
 	bn_forward_screen_stats(r->fwd, &before);
@@ -457,21 +457,21 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 		if (i % 2) {
 			scr1[i] = decode_tps_as(r, 1, 16, 32, 1);
 			full1[i] = decode_tps_as(r, 1, 16, 32, 0);
-			scr16[i] = decode_tps_as(r, 16, 16, 4, 1);
-			full16[i] = decode_tps_as(r, 16, 16, 4, 0);
+			scr8[i] = decode_tps_as(r, 8, 16, 8, 1);
+			full8[i] = decode_tps_as(r, 8, 16, 8, 0);
 		} else {
 			full1[i] = decode_tps_as(r, 1, 16, 32, 0);
 			scr1[i] = decode_tps_as(r, 1, 16, 32, 1);
-			full16[i] = decode_tps_as(r, 16, 16, 4, 0);
-			scr16[i] = decode_tps_as(r, 16, 16, 4, 1);
+			full8[i] = decode_tps_as(r, 8, 16, 8, 0);
+			scr8[i] = decode_tps_as(r, 8, 16, 8, 1);
 		}
 		gain1[i] = scr1[i] / full1[i];
-		gain16[i] = scr16[i] / full16[i];
+		gain8[i] = scr8[i] / full8[i];
 		roof[i] = scr1[i] * bpt_full / (bw * 1e9);
 		share_full[i] = full1[i] * bpt_full / (bw * 1e9);
 		printf("screen_round%d_mem_bw_gbs=%.1f\nscreen_round%d_b1_full_screened=%.2f/%.2f\n"
-		       "screen_round%d_b16_full_screened=%.2f/%.2f\n", i, bw, i, full1[i], scr1[i], i,
-		       full16[i], scr16[i]);
+		       "screen_round%d_b8_full_screened=%.2f/%.2f\n", i, bw, i, full1[i], scr1[i], i,
+		       full8[i], scr8[i]);
 		fflush(stdout);
 	}
 	bn_forward_screen_stats(r->fwd, &after);
@@ -483,11 +483,11 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	       bpt_full, bpt_screen, groups, after.n_groups,
 	       (unsigned long long)(after.full_rows - before.full_rows));
 	printf("decode_tps_b1_full=%.2f\ndecode_tps_b1_screened=%.2f\nscreened_over_full_b1=%.2f\n"
-	       "decode_tps_b16_full=%.2f\ndecode_tps_b16_screened=%.2f\nscreened_over_full_b16=%.2f\n"
+	       "decode_tps_b8_full=%.2f\ndecode_tps_b8_screened=%.2f\nscreened_over_full_b8=%.2f\n"
 	       "roofline_share_b1_full=%.2f\ndecode_over_2bit_roofline_b1=%.2f\n",
 	       median(full1, SCREEN_ROUNDS), median(scr1, SCREEN_ROUNDS),
-	       median(gain1, SCREEN_ROUNDS), median(full16, SCREEN_ROUNDS),
-	       median(scr16, SCREEN_ROUNDS), median(gain16, SCREEN_ROUNDS),
+	       median(gain1, SCREEN_ROUNDS), median(full8, SCREEN_ROUNDS),
+	       median(scr8, SCREEN_ROUNDS), median(gain8, SCREEN_ROUNDS),
 	       median(share_full, SCREEN_ROUNDS), median(roof, SCREEN_ROUNDS));
 	fflush(stdout);
 }
