@@ -8,6 +8,7 @@
 #include "forward.h"
 #include "log.h"
 #include "model.h"
+#include "stats.h"
 #include "../shm/bitnet_shm.h"
 
 #include <errno.h>
@@ -165,6 +166,11 @@ static int cpu_step(void *self, const struct bn_batch *batch, struct bn_sample_o
 	int rc = bn_forward_run(cb->fwd, batch, cb->logits, 0);
 	if (rc)
 		return rc;
+	struct bn_head_screen_stats st;
+	bn_forward_screen_stats(cb->fwd, &st); /* totals since open: the daemon has one backend */
+	bn_stats.lm_head_screened_rows = st.rows;
+	bn_stats.lm_head_screen_groups = st.groups;
+	bn_stats.lm_head_full_rows = st.full_rows;
 	/* Logits rows are packed in batch order: one per row that wants a token, n_targets per
 	 * scored row. */
 	float *logits = cb->logits;

@@ -268,8 +268,10 @@ static void row_interval(const struct bn_head_screen *s, uint32_t o, int64_t dot
 {
 	*a = (double)s->scale[o] * x->sx * (double)dot;
 	double bound = x->eps * s->l1[o] + (double)s->err[o] * x->sx_m1 + x->chain * s->l1[o];
-	/* the few double roundings of these lines, generously */
-	*b = bound * (1 + 1e-12) + fabs(*a) * 1e-15;
+	/* the few double roundings of these lines, generously; and an absolute term for the
+	 * float chain's underflow, which the relative bound does not cover (each of its n_in
+	 * steps may lose up to 2^-149) */
+	*b = bound * (1 + 1e-12) + fabs(*a) * 1e-15 + 1e-36;
 }
 
 static void screen_task(void *ctx, uint32_t task)

@@ -11,8 +11,9 @@
  *     head row's exact integer dot I_r = sum_k q_rk m_k is taken (kernels' i8_dots).
  *  2. A_r = s_r * sx * I_r approximates the float head's logit F_r (the panel kernel's fused
  *     multiply-add chain), and B_r bounds |F_r - A_r| from above, proven, not estimated:
- *        |F_r - E_r|  <= gamma * l1_r * max|x|        (the chain's rounding; E_r the exact sum,
- *                                                      gamma = (n_in + 1) * 2^-24)
+ *        |F_r - E_r|  <= gamma * l1_r * max|x| + tiny (the chain's rounding; E_r the exact
+ *                                                      sum, gamma = (n_in + 1) * 2^-24, tiny
+ *                                                      covers underflow)
  *        |E_r - A_r|  <= eps_x * l1_r + err_r * sx * sum|m_k|
  *     with l1_r >= sum_k |w_rk|, err_r >= max_k |w_rk - s_r q_rk| (both measured at build
  *     time in double and rounded up), eps_x >= max_k |x_k - sx m_k| (measured per token).

@@ -350,6 +350,15 @@ static void render_gauges(struct text *t, const struct bn_stats_view *v)
 							      (double)bn_stats.prefix_lookup_tokens
 						    : 0.0;
 	gauge_real(t, "prefix_cache_hit_ratio", "Hit tokens over lookup tokens, since start.", rate);
+	counter(t, "lm_head_screened_rows_total",
+		"Greedy tokens found through the LM head's int8 screen (--lm-head screened).",
+		bn_stats.lm_head_screened_rows);
+	counter(t, "lm_head_screen_groups_total",
+		"64-row groups of the float LM head computed for screened rows.",
+		bn_stats.lm_head_screen_groups);
+	counter(t, "lm_head_screen_full_rows_total",
+		"Rows the screen left to the full float head (a non-finite input).",
+		bn_stats.lm_head_full_rows);
 }
 
 static void render_hist(struct text *t, enum bn_hist h)

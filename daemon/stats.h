@@ -56,6 +56,9 @@ struct bn_stats {
 	uint64_t uring_submits;      /* io_uring_enter calls that only submitted */
 	uint64_t prefix_lookup_tokens; /* prompt positions the prefix cache could have held */
 	uint64_t prefix_hit_tokens;    /* of those, positions taken from it (not computed) */
+	uint64_t lm_head_screened_rows; /* greedy rows whose token came through the screen */
+	uint64_t lm_head_screen_groups; /* float-head panel groups computed for them */
+	uint64_t lm_head_full_rows;     /* rows the screen left to the full head (non-finite) */
 };
 
 extern struct bn_stats bn_stats;

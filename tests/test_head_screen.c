@@ -404,8 +404,9 @@ START_TEST(stories_alone_equals_batched)
 }
 END_TEST
 
-/* Greedy ids of four prompts, sent together (so they share steps), 40 tokens each. */
-static void daemon_ids(const char *const *extra, uint32_t out[4][40])
+/* Greedy ids of four prompts, sent together (so they share steps), 40 tokens each; returns
+ * the daemon's bitnetd_lm_head_screened_rows_total after them. */
+static long long daemon_ids(const char *const *extra, uint32_t out[4][40])
 {
 	const char *args[8] = { "--backend", "cpu", "--model", stories_path };
 	for (int i = 0; extra[i]; i++)
@@ -428,8 +429,13 @@ static void daemon_ids(const char *const *extra, uint32_t out[4][40])
 		ck_assert_int_eq(items[i].error, 0);
 		ck_assert_uint_eq(items[i].result.n_tokens, 40);
 	}
+	char text[16384];
+	ck_assert_int_gt(bn_daemon_stats(c, text, sizeof(text)), 0);
+	long long screened = tu_metric(text, "bitnetd_lm_head_screened_rows_total");
+	ck_assert_int_eq(tu_metric(text, "bitnetd_lm_head_screen_full_rows_total"), 0);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	return screened;
 }
 
 START_TEST(daemon_screened_equals_full)
@@ -437,8 +443,9 @@ START_TEST(daemon_screened_equals_full)
 	static const char *const screened[] = { NULL };
 	static const char *const full[] = { "--lm-head", "full", NULL };
 	uint32_t a[4][40], b[4][40];
-	daemon_ids(screened, a);
-	daemon_ids(full, b);
+	/* every token but each prompt's first steps: 4 x 40 tokens in steps of <= 4 rows */
+	ck_assert_int_ge(daemon_ids(screened, a), 4 * 39);
+	ck_assert_int_eq(daemon_ids(full, b), 0);
 	for (int i = 0; i < 4; i++)
 		for (int t = 0; t < 40; t++)
 			ck_assert_msg(a[i][t] == b[i][t], "prompt %d token %d: %u, full head %u", i, t,
