@@ -161,7 +161,7 @@ struct bn_head_screen_run {
 	const struct bn_head_screen *s;
 	struct bn_pool *pool;
 	uint32_t cap;            /* rows the scratch holds */
-	uint32_t n_groups, n_tasks, max_tasks;
+	uint32_t n_groups, max_tasks;
 	int16_t *m;              /* [cap][row_bytes] */
 	struct screen_x *xs;     /* [cap] */
 	float *group_upper;      /* [cap][n_groups] the largest A_r + B_r of each group */

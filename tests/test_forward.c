@@ -7,7 +7,8 @@
  *  - the batched forward against the reference forward, for every architecture and tensor
  *    type of the model tool's tiny preset;
  *  - prefill (all prompt tokens in one pass) against step-by-step decoding: bit-identical;
- *  - batch invariance: a sequence's logits alone and inside a batch of 16 are bit-identical.
+ *  - batch invariance: a sequence's logits alone and inside a batch of 16 are bit-identical;
+ *  - greedy ids through the LM head's screen equal the full head's, for every float head.
  *
  * Tolerance (fast vs reference): |a - b| <= 2e-3 * (1 + max|logit|); measured worst 5e-7.
  * Why it is not zero: the two sum floats in different orders (SIMD lanes, OpenBLAS), and a
@@ -23,6 +24,7 @@
 #include "bitnet_shm.h"
 
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,6 +227,51 @@ static void check_prefill_vs_stepwise(const char *path, uint32_t n)
 	bn_model_free(&m);
 }
 
+/* Greedy decoding with the LM head's screen (head_screen.h) against the full head: the same
+ * ids, and the chosen token's logit the same bits. A Q8_0 / Q6_K head has no screen. */
+static void check_screened_greedy(const char *path, uint32_t steps)
+{
+	struct bn_model m;
+	load(&m, path);
+	struct engine full, scr;
+	engine_new(&full, &m, 1, 0);
+	engine_new(&scr, &m, 1, 0);
+	struct bn_head_screen screen;
+	int rc = m.output.kind == BN_LINEAR_FLOAT
+			 ? bn_head_screen_build(&screen, &m.output.f, scr.pool) : -EINVAL;
+	ck_assert_int_eq(rc, m.output.kind == BN_LINEAR_FLOAT ? 0 : -EINVAL);
+	if (rc == 0) {
+		ck_assert_int_eq(bn_forward_use_screen(scr.fwd, &screen), 0);
+		uint32_t V = m.cfg.n_vocab, a = 5, b = 5, one = 1, seq = 0;
+		float *la = malloc(V * sizeof(float)), *lb = malloc(V * sizeof(float));
+		const struct bn_sampling greedy = { .temperature = 0 };
+		struct bn_sample_ctx ctx = { .params = &greedy };
+		const struct bn_sample_ctx *cp = &ctx;
+		for (uint32_t i = 0; i < steps; i++) {
+			struct bn_batch bs = { .n_rows = 1, .width = 1, .tokens = &b, .lens = &one,
+					       .pos = &i, .seq = &seq, .sample = &cp };
+			ck_assert_int_eq(run_row(&full, 0, &a, 1, i, la, 0), 0);
+			ck_assert_int_eq(bn_forward_run(scr.fwd, &bs, lb, 0), 0);
+			a = bn_argmax(la, V);
+			b = bn_argmax(lb, V);
+			ck_assert_msg(a == b && memcmp(&la[a], &lb[b], sizeof(float)) == 0,
+				      "%s step %u: screened %u (%a), full %u (%a)", path, i, b, lb[b], a,
+				      la[a]);
+		}
+		struct bn_head_screen_stats st;
+		bn_forward_screen_stats(scr.fwd, &st);
+		ck_assert_uint_eq(st.rows, steps);
+		free(la);
+		free(lb);
+		engine_free(&scr); /* before the screen it borrows */
+		bn_head_screen_free(&screen);
+	} else {
+		engine_free(&scr);
+	}
+	engine_free(&full);
+	bn_model_free(&m);
+}
+
 #define INV_SEQS 16
 
 /* Sequence 0's logits, prefill and then decode steps, alone and inside batches of 16 rows
@@ -367,6 +414,14 @@ START_TEST(tiny_prefill_vs_stepwise)
 }
 END_TEST
 
+START_TEST(tiny_screened_greedy)
+{
+	char path[256];
+	variant_path((uint32_t)_i, path, sizeof(path));
+	check_screened_greedy(path, 32);
+}
+END_TEST
+
 START_TEST(tiny_batch_invariance)
 {
 	char path[256];
@@ -384,6 +439,7 @@ int main(void)
 	tcase_add_loop_test(tiny, tiny_fast_vs_reference, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_prefill_vs_stepwise, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_batch_invariance, 0, N_VARIANTS);
+	tcase_add_loop_test(tiny, tiny_screened_greedy, 0, N_VARIANTS);
 	suite_add_tcase(s, tiny);
 	const char *models = getenv("BITNET_TEST_MODELS");
 	if (models && *models) {
