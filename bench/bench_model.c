@@ -440,12 +440,13 @@ static void decode_side_by_side(struct runner *r, struct bn_pool *pool, double b
  * (which goes first alternates too), each round after a bandwidth probe: the medians of each
  * figure and of the ratios. decode_over_2bit_roofline_b1 is the issue's figure: the screened
  * rate over the rate at which the probe's bandwidth reads the 2-bit planes and the F16 head
- * (bpt_full) once per token. The screen's bytes per token: the int8 copy, its three per-row
- * floats, and the panel groups it computed exactly (counted by the forward pass). */
+ * (bpt_full) once per token. The screen's bytes per token: bpt_full with the float head's
+ * head_bytes replaced by the int8 copy, its three per-row floats, and the panel groups it
+ * computed exactly (counted by the forward pass). */
 #define SCREEN_ROUNDS 5
 
 static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double bpt_full,
-				double bpt_ternary, const struct bn_head_screen *s)
+				double head_bytes, const struct bn_head_screen *s)
 {
 	double full1[SCREEN_ROUNDS], scr1[SCREEN_ROUNDS], gain1[SCREEN_ROUNDS];
 	double full8[SCREEN_ROUNDS], scr8[SCREEN_ROUNDS], gain8[SCREEN_ROUNDS];
@@ -477,7 +478,8 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	bn_forward_screen_stats(r->fwd, &after);
 	double groups = (double)(after.groups - before.groups) / (double)(after.rows - before.rows);
 	double group_bytes = (double)BN_F_PANEL_ROWS * s->w.n_in * 2;
-	double bpt_screen = bpt_ternary + (double)bn_head_screen_bytes(s) + groups * group_bytes;
+	double bpt_screen = bpt_full - head_bytes + (double)bn_head_screen_bytes(s) +
+			    groups * group_bytes;
 	printf("bytes_per_token_b1_2bit_f16head=%.0f\nbytes_per_token_b1_2bit_screened=%.0f\n"
 	       "screen_groups_per_row=%.2f\nscreen_groups_of=%u\nscreen_full_rows=%llu\n",
 	       bpt_full, bpt_screen, groups, after.n_groups,
@@ -490,20 +492,6 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	       median(scr8, SCREEN_ROUNDS), median(gain8, SCREEN_ROUNDS),
 	       median(share_full, SCREEN_ROUNDS), median(roof, SCREEN_ROUNDS));
 	fflush(stdout);
-}
-
-/* Bytes of the ternary weights a decoded token reads at batch 1. */
-static double ternary_bytes_per_token(const struct bn_model *m)
-{
-	double bytes = 0;
-	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
-		const struct bn_linear *all[BN_LAYER_LINEARS];
-		bn_layer_linears(&m->layers[i], all);
-		for (size_t k = 0; k < BN_LAYER_LINEARS; k++)
-			if (all[k]->kind == BN_LINEAR_T2)
-				bytes += (double)all[k]->t2.row_bytes * all[k]->n_out;
-	}
-	return bytes;
 }
 
 /* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
@@ -802,7 +790,7 @@ int main(int argc, char **argv)
 		printf("screen_build_s=%.2f\nscreen_mb=%.0f\nrss_over_file_screened=%.3f\n",
 		       now_s() - t0, (double)bn_head_screen_bytes(&screen) / 1e6,
 		       rss_screen_mb / file_mb);
-		screen_side_by_side(&r, pool, bpt, ternary_bytes_per_token(&m), &screen);
+		screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen);
 		bn_forward_use_screen(r.fwd, NULL);
 		bn_head_screen_free(&screen);
 	}

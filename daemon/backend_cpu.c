@@ -103,7 +103,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
 		    c->n_ctx, kern->name, bn_pool_threads(cb->pool),
 		    (double)cb->model.repacked_bytes / 1e6, lm_head,
-		    (double)(cb->screen.q_mem ? bn_head_screen_bytes(&cb->screen) : 0) / 1e6,
+		    (double)bn_head_screen_bytes(&cb->screen) / 1e6, /* 0 when not built */
 		    (double)(bn_now_ns() - t0) / 1e6);
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	desc->can_score = 1;

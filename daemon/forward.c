@@ -680,8 +680,8 @@ static void output_logits(struct bn_forward *f, const struct bn_batch *b, const 
 		}
 	}
 	if (n_out && screen_serves(f, b, n_out, all_positions) &&
-	    bn_head_screen_logits(f->screen, f->kern, f->xb, f->widest, n_out, logits, c->n_vocab,
-				  &f->screen_stats) == 0)
+	    bn_head_screen_logits(f->screen, f->kern, chunks_per_thread(n_out), f->xb, f->widest,
+				  n_out, logits, c->n_vocab, &f->screen_stats) == 0)
 		return;
 	if (n_out)
 		linear1(f, &f->m->output, logits, c->n_vocab, f->xb, f->widest, n_out);

@@ -21,6 +21,12 @@ static uint32_t div_up(uint32_t a, uint32_t b)
 	return (a + b - 1) / b;
 }
 
+/* One past the last row of group g of n_out rows. */
+static uint32_t group_end(uint32_t g, uint32_t n_out)
+{
+	return (g + 1) * GROUP < n_out ? (g + 1) * GROUP : n_out;
+}
+
 /* The smallest float >= d. */
 static float float_up(double d)
 {
@@ -95,9 +101,8 @@ static void build_task(void *ctx, uint32_t g)
 	struct build_job *j = ctx;
 	const struct bn_f_matrix *h = j->head;
 	float *grp = j->tmp + (size_t)bn_pool_thread_index() * h->n_in * GROUP;
-	uint32_t o0 = g * GROUP, n_rows = h->n_out - o0 < GROUP ? h->n_out - o0 : GROUP;
 	group_floats(h, g, grp);
-	if (screen_group(j->s, grp, o0, n_rows))
+	if (screen_group(j->s, grp, g * GROUP, group_end(g, h->n_out) - g * GROUP))
 		__atomic_store_n(&j->non_finite, 1, __ATOMIC_RELAXED);
 }
 
@@ -179,7 +184,7 @@ struct bn_head_screen_run *bn_head_screen_run_new(const struct bn_head_screen *s
 	run->s = s;
 	run->pool = pool;
 	run->n_groups = div_up(s->w.n_out, GROUP);
-	run->max_tasks = 4 * bn_pool_threads(pool);
+	run->max_tasks = BN_HEAD_SCREEN_MAX_TASKS_PER_THREAD * bn_pool_threads(pool);
 	return run;
 }
 
@@ -286,7 +291,7 @@ static void screen_task(void *ctx, uint32_t task)
 	for (uint32_t b = 0; b < j->n; b++)
 		run->task_lower[(size_t)b * run->max_tasks + task] = -INFINITY;
 	for (uint32_t g = g0; g < g1; g++) {
-		uint32_t o0 = g * GROUP, o1 = o0 + GROUP < s->w.n_out ? o0 + GROUP : s->w.n_out;
+		uint32_t o0 = g * GROUP, o1 = group_end(g, s->w.n_out);
 		j->kern->i8_dots(&s->w, o0, o1, run->m, s->w.row_bytes, j->n, dots, GROUP);
 		for (uint32_t b = 0; b < j->n; b++) {
 			double upper = -INFINITY, lower = -INFINITY, a, d;
@@ -316,8 +321,7 @@ static void exact_task(void *ctx, uint32_t task)
 	const struct bn_f_matrix *h = j->run->s->head;
 	uint32_t pair = j->run->pairs[task];
 	uint32_t b = pair / j->run->n_groups, g = pair % j->run->n_groups;
-	uint32_t o0 = g * GROUP, o1 = o0 + GROUP < h->n_out ? o0 + GROUP : h->n_out;
-	j->kern->f_gemm(h, o0, o1, j->x + (size_t)b * j->ldx, j->ldx, 1,
+	j->kern->f_gemm(h, g * GROUP, group_end(g, h->n_out), j->x + (size_t)b * j->ldx, j->ldx, 1,
 			j->logits + (size_t)b * j->ldl, j->ldl);
 }
 
@@ -336,25 +340,24 @@ static uint32_t select_groups(struct bn_head_screen_run *run, uint32_t b, uint32
 			pairs[count++] = b * run->n_groups + g;
 			continue;
 		}
-		uint32_t o1 = (g + 1) * GROUP < n_out ? (g + 1) * GROUP : n_out;
-		for (uint32_t o = g * GROUP; o < o1; o++)
+		for (uint32_t o = g * GROUP; o < group_end(g, n_out); o++)
 			logits_row[o] = -INFINITY;
 	}
 	return count;
 }
 
 int bn_head_screen_logits(struct bn_head_screen_run *run, const struct bn_kernels *kern,
-			  const float *x, uint32_t ldx, uint32_t n, float *logits, uint32_t ldl,
-			  struct bn_head_screen_stats *stats)
+			  uint32_t tasks_per_thread, const float *x, uint32_t ldx, uint32_t n,
+			  float *logits, uint32_t ldl, struct bn_head_screen_stats *stats)
 {
 	const struct bn_head_screen *s = run->s;
 	if (reserve(run, n))
 		return -ENOMEM;
 	for (uint32_t b = 0; b < n; b++)
 		quantize_x(s, x + (size_t)b * ldx, run->m + (size_t)b * s->w.row_bytes, &run->xs[b]);
-	/* One stretch of groups per thread up to four rows (one weight stream each, as the
-	 * forward pass does), four per thread above, for balance. */
-	uint32_t n_tasks = (n <= 4 ? 1 : 4) * bn_pool_threads(run->pool);
+	if (tasks_per_thread > BN_HEAD_SCREEN_MAX_TASKS_PER_THREAD)
+		tasks_per_thread = BN_HEAD_SCREEN_MAX_TASKS_PER_THREAD;
+	uint32_t n_tasks = tasks_per_thread * bn_pool_threads(run->pool);
 	struct screen_job sj = { .run = run, .kern = kern, .n = n,
 				 .groups_per_task = div_up(run->n_groups, n_tasks) };
 	n_tasks = div_up(run->n_groups, sj.groups_per_task);

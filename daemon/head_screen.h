@@ -68,10 +68,13 @@ void bn_head_screen_run_free(struct bn_head_screen_run *run);
 
 /* For each of n rows of x (the head's inputs, row stride ldx), its logits row (stride
  * ldl): the exact float logits of every token that can be the argmax and the rest of their
- * panel groups, -INFINITY elsewhere; a row with a non-finite input gets the full head.
- * Counts into *stats. 0 or -ENOMEM (nothing written). */
+ * panel groups, -INFINITY elsewhere; a row with a non-finite input gets the full head. The
+ * int8 pass is split into tasks_per_thread stretches of groups per pool thread (the caller's
+ * policy for matrices, forward.c; at most BN_HEAD_SCREEN_MAX_TASKS_PER_THREAD). Counts into
+ * *stats. 0 or -ENOMEM (nothing written). */
+#define BN_HEAD_SCREEN_MAX_TASKS_PER_THREAD 4
 int bn_head_screen_logits(struct bn_head_screen_run *run, const struct bn_kernels *kern,
-			  const float *x, uint32_t ldx, uint32_t n, float *logits, uint32_t ldl,
-			  struct bn_head_screen_stats *stats);
+			  uint32_t tasks_per_thread, const float *x, uint32_t ldx, uint32_t n,
+			  float *logits, uint32_t ldl, struct bn_head_screen_stats *stats);
 
 #endif /* BITNETD_HEAD_SCREEN_H */

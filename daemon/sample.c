@@ -827,11 +827,16 @@ static uint32_t sample_row(struct bn_sampler *s, const struct bn_sampling *p, co
 /* The entry point                                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
+/* top_k 1 keeps only the first-ranked token: the argmax, whatever the temperature. */
+static bool greedy(const struct bn_sampling *p)
+{
+	return p->temperature == 0 || p->top_k == 1;
+}
+
 int bn_sample_argmax_only(const struct bn_sample_ctx *ctx)
 {
 	const struct bn_sampling *p = ctx->params;
-	bool greedy = p->temperature == 0 || p->top_k == 1; /* as bn_sample decides it */
-	return greedy && !p->want_logprobs && !penalties_on(ctx);
+	return greedy(p) && !p->want_logprobs && !penalties_on(ctx);
 }
 
 int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logits,
@@ -840,22 +845,21 @@ int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logi
 	const struct bn_sampling *p = ctx->params;
 	if (!n_vocab)
 		return -EINVAL;
-	/* top_k 1 keeps only the first-ranked token: the argmax, whatever the temperature. */
-	bool greedy = p->temperature == 0 || p->top_k == 1;
+	bool is_greedy = greedy(p);
 	bool lp = p->want_logprobs;
 	bool pen = penalties_on(ctx);
-	if ((pen || lp || !greedy) && sampler_reserve(s, n_vocab))
+	if ((pen || lp || !is_greedy) && sampler_reserve(s, n_vocab))
 		return -ENOMEM;
 	if (pen)
 		apply_penalties(s, ctx, logits, n_vocab);
 	*out = (struct bn_sample_out){ .top = out->top };
-	if (greedy && !lp) {
+	if (is_greedy && !lp) {
 		out->token = argmax(logits, n_vocab);
 		return 0;
 	}
 	float max = row_max(logits, n_vocab);
 	double lse = lp ? top_logprobs(s, p, logits, n_vocab, max, out) : 0;
-	out->token = greedy ? argmax(logits, n_vocab)
+	out->token = is_greedy ? argmax(logits, n_vocab)
 			    : sample_row(s, p, logits, n_vocab, max,
 					 bn_sample_uniform(p->seed, ctx->n_output));
 	if (lp)
