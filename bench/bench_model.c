@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <immintrin.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -494,6 +495,116 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	fflush(stdout);
 }
 
+/* The int8 head (--lm-head int8) against the file's head on the same positions: AGREE_SEQS
+ * sequences decoded greedily by the file's head from different first tokens, each step's
+ * logits taken with both heads (the sequences are cut back before the second pass, which
+ * rewrites the same cache entries with the same values: the head does not feed the cache). Top-1 agreement, and the mean and largest
+ * KL divergence of the int8 head's softmax from the file head's, in double. */
+#define AGREE_SEQS 8
+
+static double softmax_kl(const float *p_logits, const float *q_logits, uint32_t V)
+{
+	double pmax = -INFINITY, qmax = -INFINITY, pz = 0, qz = 0, kl = 0;
+	for (uint32_t i = 0; i < V; i++) {
+		pmax = fmax(pmax, p_logits[i]);
+		qmax = fmax(qmax, q_logits[i]);
+	}
+	for (uint32_t i = 0; i < V; i++) {
+		pz += exp(p_logits[i] - pmax);
+		qz += exp(q_logits[i] - qmax);
+	}
+	for (uint32_t i = 0; i < V; i++) {
+		double lp = p_logits[i] - pmax - log(pz), lq = q_logits[i] - qmax - log(qz);
+		kl += exp(lp) * (lp - lq);
+	}
+	return kl;
+}
+
+static void int8_head_agreement(struct runner *r, const struct bn_i8_matrix *head,
+				uint32_t positions)
+{
+	uint32_t V = r->m->cfg.n_vocab, n = AGREE_SEQS, steps = (positions + n - 1) / n;
+	if (steps > r->m->cfg.n_ctx)
+		steps = r->m->cfg.n_ctx;
+	float *full = malloc((size_t)n * V * sizeof(float));
+	uint32_t tok[AGREE_SEQS], lens[AGREE_SEQS], pos[AGREE_SEQS], seq[AGREE_SEQS];
+	for (uint32_t s = 0; s < n; s++) {
+		bn_forward_seq_reset(r->fwd, s);
+		tok[s] = (r->m->cfg.bos_id + 1 + 37 * s) % V;
+		lens[s] = 1;
+		seq[s] = s;
+	}
+	struct bn_batch b = { .n_rows = n, .width = 1, .tokens = tok, .lens = lens, .pos = pos,
+			      .seq = seq };
+	uint64_t agree = 0, count = 0;
+	double kl_sum = 0, kl_max = 0;
+	for (uint32_t step = 0; step < steps; step++) {
+		for (uint32_t s = 0; s < n; s++)
+			pos[s] = step;
+		bn_forward_use_int8_head(r->fwd, NULL);
+		if (bn_forward_run(r->fwd, &b, full, 0) != 0)
+			abort();
+		bn_forward_use_int8_head(r->fwd, head);
+		for (uint32_t s = 0; s < n; s++) /* back to before this step (no block copied) */
+			bn_forward_seq_fork(r->fwd, s, step, 0, 0, 0);
+		if (bn_forward_run(r->fwd, &b, r->logits, 0) != 0)
+			abort();
+		for (uint32_t s = 0; s < n; s++) {
+			const float *p = full + (size_t)s * V, *q = r->logits + (size_t)s * V;
+			uint32_t want = bn_argmax(p, V);
+			agree += bn_argmax(q, V) == want;
+			double kl = softmax_kl(p, q, V);
+			kl_sum += kl;
+			kl_max = fmax(kl_max, kl);
+			count++;
+			tok[s] = want;
+		}
+	}
+	bn_forward_use_int8_head(r->fwd, NULL);
+	printf("int8_head_positions=%llu\nint8_head_top1_agreement=%.4f\n"
+	       "int8_head_mean_kl=%.3g\nint8_head_max_kl=%.3g\n", (unsigned long long)count,
+	       (double)agree / (double)count, kl_sum / (double)count, kl_max);
+	fflush(stdout);
+	free(full);
+}
+
+/* The int8 head against the file's head, decode at batch 1 and 16, alternating in one
+ * process as screen_side_by_side does; decode_over_2bit_roofline_b1_int8 is its figure for
+ * the int8 head. */
+static void int8_side_by_side(struct runner *r, struct bn_pool *pool, double bpt_full,
+			      const struct bn_i8_matrix *head)
+{
+	double full1[SCREEN_ROUNDS], int1[SCREEN_ROUNDS], full16[SCREEN_ROUNDS];
+	double int16[SCREEN_ROUNDS], gain1[SCREEN_ROUNDS], gain16[SCREEN_ROUNDS];
+	double roof[SCREEN_ROUNDS];
+	for (int i = 0; i < SCREEN_ROUNDS; i++) {
+		double bw = measure_bw(pool);
+		for (int turn = 0; turn < 2; turn++) {
+			int int8 = (turn + i) % 2;
+			bn_forward_use_int8_head(r->fwd, int8 ? head : NULL);
+			double b1 = decode_tps(r, 1, 16, 32), b16 = decode_tps(r, 16, 16, 4);
+			*(int8 ? &int1[i] : &full1[i]) = b1;
+			*(int8 ? &int16[i] : &full16[i]) = b16;
+		}
+		bn_forward_use_int8_head(r->fwd, NULL);
+		gain1[i] = int1[i] / full1[i];
+		gain16[i] = int16[i] / full16[i];
+		roof[i] = int1[i] * bpt_full / (bw * 1e9);
+		printf("int8_round%d_mem_bw_gbs=%.1f\nint8_round%d_b1_full_int8=%.2f/%.2f\n"
+		       "int8_round%d_b16_full_int8=%.2f/%.2f\n", i, bw, i, full1[i], int1[i], i,
+		       full16[i], int16[i]);
+		fflush(stdout);
+	}
+	printf("decode_tps_b1_full=%.2f\ndecode_tps_b1_int8=%.2f\nint8_over_full_b1=%.2f\n"
+	       "decode_tps_b16_full=%.2f\ndecode_tps_b16_int8=%.2f\nint8_over_full_b16=%.2f\n"
+	       "decode_over_2bit_roofline_b1_int8=%.2f\n",
+	       median(full1, SCREEN_ROUNDS), median(int1, SCREEN_ROUNDS),
+	       median(gain1, SCREEN_ROUNDS), median(full16, SCREEN_ROUNDS),
+	       median(int16, SCREEN_ROUNDS), median(gain16, SCREEN_ROUNDS),
+	       median(roof, SCREEN_ROUNDS));
+	fflush(stdout);
+}
+
 /* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
 static double bytes_per_token(const struct bn_model *m)
 {
@@ -693,7 +804,7 @@ static void measure_lm_head(struct bn_pool *pool, const struct bn_kernels *k,
 int main(int argc, char **argv)
 {
 	const char *model_path = NULL;
-	int quick = 0, screen_only = 0;
+	int quick = 0, screen_only = 0, int8_only = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model_path = argv[++i];
@@ -701,10 +812,14 @@ int main(int argc, char **argv)
 			quick = 1;
 		else if (strcmp(argv[i], "--screen-only") == 0)
 			screen_only = 1;
+		else if (strcmp(argv[i], "--int8-head-only") == 0)
+			int8_only = screen_only = 1;
 		else {
-			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only]\n"
-					"  --quick        skip the 1024-token step-by-step run and the LM-head comparison\n"
-					"  --screen-only  the LM-head screen against the full head, nothing else\n");
+			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only | --int8-head-only]\n"
+					"  --quick           skip the 1024-token step-by-step run and the LM-head comparison\n"
+					"  --screen-only     the LM-head screen against the full head, nothing else\n"
+					"  --int8-head-only  the int8 head (--lm-head int8) against the full head: its\n"
+					"                    agreement over 2048 positions, then decode side by side\n");
 			return 2;
 		}
 	}
@@ -783,15 +898,33 @@ int main(int argc, char **argv)
 	}
 	struct bn_head_screen screen;
 	t0 = now_s();
-	if (m.output.kind == BN_LINEAR_FLOAT && m.output.f.panel_rows &&
+	if (int8_only && m.output.kind == BN_LINEAR_DECODE) {
+		/* a Q8_0 / Q6_K head: the int8 head is its only fast path (no screen) */
+		const struct bn_gguf_tensor *h = m.output.src;
+		if (bn_head_int8_build_rows(&screen, h->type, h->data, h->size, m.output.n_in,
+					    m.output.n_out, pool) != 0) {
+			fprintf(stderr, "bench-model: the int8 head could not be built\n");
+			return 1;
+		}
+		printf("int8_build_s=%.2f\nint8_head_mb=%.0f\n", now_s() - t0,
+		       (double)bn_head_screen_bytes(&screen) / 1e6);
+		int8_head_agreement(&r, &screen.w, 2048);
+		int8_side_by_side(&r, pool, bpt, &screen.w);
+		bn_head_screen_free(&screen);
+	} else if (m.output.kind == BN_LINEAR_FLOAT && m.output.f.panel_rows &&
 	    bn_head_screen_build(&screen, &m.output.f, pool) == 0 &&
 	    bn_forward_use_screen(r.fwd, &screen) == 0) {
 		double rss_screen_mb = (double)rss_kb("VmRSS:") / 1e3;
 		printf("screen_build_s=%.2f\nscreen_mb=%.0f\nrss_over_file_screened=%.3f\n",
 		       now_s() - t0, (double)bn_head_screen_bytes(&screen) / 1e6,
 		       rss_screen_mb / file_mb);
-		screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen);
+		if (!int8_only)
+			screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen);
 		bn_forward_use_screen(r.fwd, NULL);
+		if (int8_only || !quick) {
+			int8_head_agreement(&r, &screen.w, 2048);
+			int8_side_by_side(&r, pool, bpt, &screen.w);
+		}
 		bn_head_screen_free(&screen);
 	}
 	uint32_t lens[] = { 64, 128, 256, 512, 1024 };

@@ -81,11 +81,14 @@ struct bn_batch {
 };
 
 /* Options every backend may read; a backend ignores what does not apply to it. */
-/* How the cpu backend computes the LM head for a row that wants only the argmax (--lm-head). */
+/* How the cpu backend computes the LM head (--lm-head). */
 enum bn_lm_head {
-	BN_LM_HEAD_SCREENED, /* an int8 screen, then the float head for the tokens that can win:
-			      * the same token, the head's bytes about halved (head_screen.h) */
+	BN_LM_HEAD_SCREENED, /* a row that wants only the argmax: an int8 screen, then the float
+			      * head for the tokens that can win: the same token, the head's bytes
+			      * about halved (head_screen.h); every other row: the float head */
 	BN_LM_HEAD_FULL,     /* the float head for every token; no int8 copy in memory */
+	BN_LM_HEAD_INT8,     /* every row from the int8 copy with int8 activations: faster in
+			      * batches, not the file's logits (opt-in; forward.h) */
 };
 
 struct bn_backend_options {

@@ -48,19 +48,40 @@ static void cpu_close(void *self)
 	free(cb);
 }
 
-/* --lm-head screened: the int8 screen of a float head in panels (a Q8_0 / Q6_K head, or one
- * with a non-finite weight, keeps the full head). Returns what the log calls the choice. */
-static const char *open_screen(struct cpu_backend *cb, uint32_t mode)
+/* The int8 copy of the LM head for --lm-head screened (a float head in panels) or int8 (a
+ * float head, or a Q8_0 / Q6_K one decoded row by row). 0, or why not as the log puts it. */
+static const char *build_int8_copy(struct cpu_backend *cb, int int8)
 {
 	const struct bn_linear *head = &cb->model.output;
+	int rc;
+	if (head->kind == BN_LINEAR_FLOAT && head->f.panel_rows)
+		rc = bn_head_screen_build(&cb->screen, &head->f, cb->pool);
+	else if (int8 && head->kind == BN_LINEAR_DECODE)
+		rc = bn_head_int8_build_rows(&cb->screen, head->src->type, head->src->data,
+					     head->src->size, head->n_in, head->n_out, cb->pool);
+	else
+		return int8 ? "full (int8 needs a float, Q8_0 or Q6_K head)"
+			    : "full (screened needs a float head)";
+	return rc == -EINVAL ? "full (the head has a non-finite weight)"
+	       : rc          ? "full (no memory for the int8 copy)"
+			     : NULL;
+}
+
+/* --lm-head: the int8 copy used as the screen or as the head (a head it cannot be made of
+ * keeps the full head). Returns what the log calls the choice. */
+static const char *open_screen(struct cpu_backend *cb, uint32_t mode)
+{
+	int int8 = mode == BN_LM_HEAD_INT8;
 	if (mode == BN_LM_HEAD_FULL)
 		return "full";
-	if (head->kind != BN_LINEAR_FLOAT || !head->f.panel_rows)
-		return "full (screened needs a float head)";
-	int rc = bn_head_screen_build(&cb->screen, &head->f, cb->pool);
-	if (rc == -EINVAL)
-		return "full (the head has a non-finite weight)";
-	if (rc || bn_forward_use_screen(cb->fwd, &cb->screen)) {
+	const char *why_not = build_int8_copy(cb, int8);
+	if (why_not)
+		return why_not;
+	if (int8) {
+		bn_forward_use_int8_head(cb->fwd, &cb->screen.w);
+		return "int8";
+	}
+	if (bn_forward_use_screen(cb->fwd, &cb->screen)) {
 		bn_head_screen_free(&cb->screen);
 		return "full (no memory for the int8 copy)";
 	}

@@ -31,11 +31,13 @@ static const char usage_text[] =
 	"                         cpu, or cuda:N (fails when that GPU cannot be used)\n"
 	"  --threads N            cpu: compute threads, the loop's own included\n"
 	"                         (default 0: one per online CPU)\n"
-	"  --lm-head MODE         cpu: how a greedy token's LM head is read: screened\n"
-	"                         (default: an int8 copy picks the tokens that can win,\n"
+	"  --lm-head MODE         cpu: how the LM head is read: screened (default: for a\n"
+	"                         greedy token an int8 copy picks the tokens that can win,\n"
 	"                         the float head decides among them; the same token, half\n"
-	"                         the head's bytes, an int8 copy of the head in memory) or\n"
-	"                         full (every logit from the float head)\n"
+	"                         the head's bytes, an int8 copy of the head in memory),\n"
+	"                         full (every logit from the float head), or int8 (every\n"
+	"                         logit from the int8 copy: faster in batches, but not the\n"
+	"                         file's logits; agreement figures in docs/PERFORMANCE.md)\n"
 	"  --max-batch N          sequences in one forward step (default 64)\n"
 	"  --token-budget N       work one step may do, in tokens at context start (default\n"
 	"                         32; a token deep in its context counts for more, by its\n"
@@ -175,11 +177,17 @@ static int parse_prefix_cache(const char *text, struct bn_config *cfg)
 
 static int parse_lm_head(const char *text, struct bn_config *cfg)
 {
-	if (strcmp(text, "screened") == 0 || strcmp(text, "full") == 0) {
-		cfg->lm_head = text[0] == 's' ? BN_LM_HEAD_SCREENED : BN_LM_HEAD_FULL;
-		return 0;
-	}
-	fprintf(stderr, "bitnetd: --lm-head: '%s' is not one of screened, full\n", text);
+	static const struct {
+		const char *name;
+		enum bn_lm_head mode;
+	} modes[] = { { "screened", BN_LM_HEAD_SCREENED }, { "full", BN_LM_HEAD_FULL },
+		      { "int8", BN_LM_HEAD_INT8 } };
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (strcmp(text, modes[i].name) == 0) {
+			cfg->lm_head = modes[i].mode;
+			return 0;
+		}
+	fprintf(stderr, "bitnetd: --lm-head: '%s' is not one of screened, full, int8\n", text);
 	return -1;
 }
 

@@ -55,6 +55,7 @@ struct bn_forward {
 	uint32_t *tok_row, *tok_pos; /* [n] */
 	struct bn_head_screen_run *screen; /* NULL: every row gets the full LM head */
 	struct bn_head_screen_stats screen_stats;
+	struct bn_linear int8_head; /* kind BN_LINEAR_I8: every row's logits come from it */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -70,7 +71,7 @@ struct gemm_job {
 	uint32_t chunk[3], n_chunks[3];
 	const float *x;            /* float input (FLOAT, DECODE) */
 	uint32_t ldx;
-	const struct bn_q8_rows *xq; /* int8 input (T2) */
+	const struct bn_q8_rows *xq; /* int8 input (T2, I8) */
 	uint32_t n_tok, n_blocks;
 	float *decode_rows;        /* bn_forward's, for DECODE matrices */
 };
@@ -107,12 +108,15 @@ static void gemm_task(void *ctx, uint32_t task)
 	uint32_t b0 = blk * TOKEN_BLOCK;
 	uint32_t n_b = j->n_tok - b0 < TOKEN_BLOCK ? j->n_tok - b0 : TOKEN_BLOCK;
 	float *y = j->y[m] + (size_t)b0 * j->ldy[m];
-	if (w->kind == BN_LINEAR_T2) {
+	if (w->kind == BN_LINEAR_T2 || w->kind == BN_LINEAR_I8) {
 		struct bn_q8_rows xs = *j->xq;
 		xs.q += (size_t)b0 * xs.k_pad;
 		xs.inv_scale += b0;
 		xs.sum += b0;
-		j->kern->t2_gemm(&w->t2, o0, o1, &xs, n_b, y, j->ldy[m]);
+		if (w->kind == BN_LINEAR_T2)
+			j->kern->t2_gemm(&w->t2, o0, o1, &xs, n_b, y, j->ldy[m]);
+		else
+			j->kern->i8_gemm(&w->i8, o0, o1, &xs, n_b, y, j->ldy[m]);
 	} else if (w->kind == BN_LINEAR_FLOAT) {
 		j->kern->f_gemm(&w->f, o0, o1, j->x + (size_t)b0 * j->ldx, j->ldx, n_b, y, j->ldy[m]);
 	} else {
@@ -171,7 +175,7 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 	struct gemm_job j = { .kern = f->kern, .n_mats = n_mats, .x = x, .ldx = ldx,
 			      .xq = &f->xq, .n_tok = n_tok, .n_blocks = div_up(n_tok, TOKEN_BLOCK),
 			      .decode_rows = f->decode_rows };
-	int any_t2 = 0;
+	int int8_input = 0;
 	uint32_t n_tasks = 0, threads = bn_pool_threads(f->pool);
 	for (uint32_t i = 0; i < n_mats; i++) {
 		j.w[i] = w[i];
@@ -184,9 +188,9 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 		j.chunk[i] = chunk;
 		j.n_chunks[i] = div_up(w[i]->n_out, chunk);
 		n_tasks += j.n_chunks[i] * j.n_blocks;
-		any_t2 |= w[i]->kind == BN_LINEAR_T2;
+		int8_input |= w[i]->kind == BN_LINEAR_T2 || w[i]->kind == BN_LINEAR_I8;
 	}
-	if (any_t2) {
+	if (int8_input) {
 		f->xq.k = w[0]->n_in;
 		f->xq.k_pad = (w[0]->n_in + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
 		struct quant_job qj = { .kern = f->kern, .x = x, .ldx = ldx, .n = n_tok, .out = &f->xq };
@@ -679,6 +683,10 @@ static void output_logits(struct bn_forward *f, const struct bn_batch *b, const 
 				   f->m->output_norm, c->n_embd, c->rms_eps);
 		}
 	}
+	if (n_out && f->int8_head.kind == BN_LINEAR_I8) {
+		linear1(f, &f->int8_head, logits, c->n_vocab, f->xb, f->widest, n_out);
+		return;
+	}
 	if (n_out && screen_serves(f, b, n_out, all_positions) &&
 	    bn_head_screen_logits(f->screen, f->kern, chunks_per_thread(n_out), f->xb, f->widest,
 				  n_out, logits, c->n_vocab, &f->screen_stats) == 0)
@@ -689,9 +697,19 @@ static void output_logits(struct bn_forward *f, const struct bn_batch *b, const 
 
 int bn_forward_use_screen(struct bn_forward *f, const struct bn_head_screen *s)
 {
+	if (s && !s->head)
+		return -EINVAL;
 	bn_head_screen_run_free(f->screen);
 	f->screen = s ? bn_head_screen_run_new(s, f->pool) : NULL;
 	return s && !f->screen ? -ENOMEM : 0;
+}
+
+void bn_forward_use_int8_head(struct bn_forward *f, const struct bn_i8_matrix *w)
+{
+	/* output_logits takes this head when its kind is I8; off, the kind is anything else */
+	f->int8_head = w ? (struct bn_linear){ .kind = BN_LINEAR_I8, .n_in = w->n_in,
+					       .n_out = w->n_out, .i8 = *w }
+			 : (struct bn_linear){ .kind = BN_LINEAR_FLOAT };
 }
 
 void bn_forward_screen_stats(const struct bn_forward *f, struct bn_head_screen_stats *out)

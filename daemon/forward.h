@@ -68,8 +68,15 @@ uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *fir
  * the LM head's screen from now on (head_screen.h; NULL: none, the default): their logits
  * rows then hold the exact logits of the tokens that can win and -INFINITY elsewhere, when
  * every logits row of their batch is such a row and there are at most eight (forward.c says
- * why). The screen is borrowed. 0 or -ENOMEM. */
+ * why). The screen is borrowed. 0, -EINVAL (a copy without a float head:
+ * bn_head_int8_build_rows) or -ENOMEM. */
 int bn_forward_use_screen(struct bn_forward *f, const struct bn_head_screen *s);
+/* The int8 LM head (--lm-head int8) from now on: every logits row, sampled and scored ones
+ * included, is ((float)(q . xq) * scale) * inv_scale of the int8 copy and the row's int8
+ * activations (kernels' i8_gemm), an approximation of the file's head that is not the same
+ * bits; NULL goes back to the file's head. The matrix is borrowed (a screen's w, which
+ * holds scale and row_sum). Takes precedence over the screen. */
+void bn_forward_use_int8_head(struct bn_forward *f, const struct bn_i8_matrix *w);
 /* What the screen did since bn_forward_new. */
 void bn_forward_screen_stats(const struct bn_forward *f, struct bn_head_screen_stats *out);
 

@@ -36,12 +36,37 @@ static float float_up(double d)
 
 /* ---- building ---------------------------------------------------------------------------- */
 
+/* The head being copied: float panels, or rows of a quantized type (bn_dequant_row). */
+struct head_source {
+	const struct bn_f_matrix *panels; /* NULL: rows */
+	uint32_t type;
+	const void *data;
+	uint64_t size;
+	uint32_t n_in, n_out;
+};
+
 struct build_job {
-	const struct bn_f_matrix *head;
+	const struct head_source *head;
 	struct bn_head_screen *s;
 	float *tmp;             /* [pool threads][n_in][GROUP] */
 	int non_finite;         /* set by any task that met a NaN or an infinity */
 };
+
+/* Group g of a quantized head's rows, decoded and laid out as the panels lie: [n_in][GROUP],
+ * zero past the last row. row is scratch of n_in floats. -1 if a row cannot be decoded. */
+static int group_floats_from_rows(const struct head_source *src, uint32_t g, float *row,
+				  float *out)
+{
+	uint32_t n_in = src->n_in, o0 = g * GROUP, n_rows = group_end(g, src->n_out) - o0;
+	memset(out, 0, (size_t)n_in * GROUP * sizeof(float));
+	for (uint32_t i = 0; i < n_rows; i++) {
+		if (bn_dequant_row(src->type, src->data, src->size, o0 + i, n_in, row))
+			return -1;
+		for (uint32_t k = 0; k < n_in; k++)
+			out[(size_t)k * GROUP + i] = row[k];
+	}
+	return 0;
+}
 
 /* Group g of the panel layout as floats, [n_in][GROUP], input-major as stored. */
 static void group_floats(const struct bn_f_matrix *h, uint32_t g, float *out)
@@ -89,6 +114,10 @@ static int screen_group(struct bn_head_screen *s, const float *grp, uint32_t o0,
 		}
 	for (uint32_t i = 0; i < n_rows; i++) {
 		memset(q + (size_t)i * s->w.row_bytes + n_in, 0, s->w.row_bytes - n_in);
+		int32_t sum = 0;
+		for (uint32_t k = 0; k < n_in; k++)
+			sum += q[(size_t)i * s->w.row_bytes + k];
+		s->row_sum[o0 + i] = sum;
 		s->scale[o0 + i] = scale[i];
 		s->err[o0 + i] = float_up(err[i]);
 		s->l1[o0 + i] = float_up(l1[i] * (1 + 1e-12)); /* the double sum's own rounding */
@@ -99,10 +128,15 @@ static int screen_group(struct bn_head_screen *s, const float *grp, uint32_t o0,
 static void build_task(void *ctx, uint32_t g)
 {
 	struct build_job *j = ctx;
-	const struct bn_f_matrix *h = j->head;
-	float *grp = j->tmp + (size_t)bn_pool_thread_index() * h->n_in * GROUP;
-	group_floats(h, g, grp);
-	if (screen_group(j->s, grp, g * GROUP, group_end(g, h->n_out) - g * GROUP))
+	const struct head_source *h = j->head;
+	/* per thread: the group's floats, then one decoded row */
+	float *grp = j->tmp + (size_t)bn_pool_thread_index() * h->n_in * (GROUP + 1);
+	int bad = 0;
+	if (h->panels)
+		group_floats(h->panels, g, grp);
+	else
+		bad = group_floats_from_rows(h, g, grp + (size_t)h->n_in * GROUP, grp);
+	if (bad || screen_group(j->s, grp, g * GROUP, group_end(g, h->n_out) - g * GROUP))
 		__atomic_store_n(&j->non_finite, 1, __ATOMIC_RELAXED);
 }
 
@@ -112,31 +146,30 @@ void bn_head_screen_free(struct bn_head_screen *s)
 	free(s->scale);
 	free(s->err);
 	free(s->l1);
+	free(s->row_sum);
 	memset(s, 0, sizeof(*s));
 }
 
-int bn_head_screen_build(struct bn_head_screen *s, const struct bn_f_matrix *head,
-			 struct bn_pool *pool)
+static int build(struct bn_head_screen *s, const struct head_source *head, struct bn_pool *pool)
 {
-	memset(s, 0, sizeof(*s));
-	if (head->panel_rows != GROUP)
-		return -EINVAL;
 	uint32_t row_bytes = div_up(head->n_in, BN_I8_ROW_ALIGN) * BN_I8_ROW_ALIGN;
 	s->w = (struct bn_i8_matrix){ .n_in = head->n_in, .n_out = head->n_out,
 				      .row_bytes = row_bytes };
-	s->head = head;
 	s->q_mem = aligned_alloc(64, (size_t)head->n_out * row_bytes);
 	s->scale = malloc(head->n_out * sizeof(float));
 	s->err = malloc(head->n_out * sizeof(float));
 	s->l1 = malloc(head->n_out * sizeof(float));
+	s->row_sum = malloc(head->n_out * sizeof(int32_t));
 	struct build_job j = { .head = head, .s = s };
-	j.tmp = malloc((size_t)bn_pool_threads(pool) * head->n_in * GROUP * sizeof(float));
-	if (!s->q_mem || !s->scale || !s->err || !s->l1 || !j.tmp) {
+	j.tmp = malloc((size_t)bn_pool_threads(pool) * head->n_in * (GROUP + 1) * sizeof(float));
+	if (!s->q_mem || !s->scale || !s->err || !s->l1 || !s->row_sum || !j.tmp) {
 		free(j.tmp);
 		bn_head_screen_free(s);
 		return -ENOMEM;
 	}
 	s->w.q = s->q_mem;
+	s->w.scale = s->scale;
+	s->w.row_sum = s->row_sum;
 	bn_pool_run(pool, div_up(head->n_out, GROUP), build_task, &j);
 	free(j.tmp);
 	if (j.non_finite) {
@@ -146,9 +179,29 @@ int bn_head_screen_build(struct bn_head_screen *s, const struct bn_f_matrix *hea
 	return 0;
 }
 
+int bn_head_screen_build(struct bn_head_screen *s, const struct bn_f_matrix *head,
+			 struct bn_pool *pool)
+{
+	memset(s, 0, sizeof(*s));
+	if (head->panel_rows != GROUP)
+		return -EINVAL;
+	struct head_source src = { .panels = head, .n_in = head->n_in, .n_out = head->n_out };
+	s->head = head;
+	return build(s, &src, pool);
+}
+
+int bn_head_int8_build_rows(struct bn_head_screen *s, uint32_t type, const void *data,
+			    uint64_t size, uint32_t n_in, uint32_t n_out, struct bn_pool *pool)
+{
+	memset(s, 0, sizeof(*s));
+	struct head_source src = { .type = type, .data = data, .size = size, .n_in = n_in,
+				   .n_out = n_out };
+	return build(s, &src, pool);
+}
+
 uint64_t bn_head_screen_bytes(const struct bn_head_screen *s)
 {
-	return (uint64_t)s->w.n_out * (s->w.row_bytes + 3 * sizeof(float));
+	return (uint64_t)s->w.n_out * (s->w.row_bytes + 3 * sizeof(float) + sizeof(int32_t));
 }
 
 /* ---- running ----------------------------------------------------------------------------- */

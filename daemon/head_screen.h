@@ -36,10 +36,12 @@
 
 struct bn_head_screen {
 	struct bn_i8_matrix w;   /* q[r][k] = round(w_rk / s_r), |q| <= 127 */
-	const struct bn_f_matrix *head; /* the float head (panels) the exact logits come from */
+	const struct bn_f_matrix *head; /* the float head (panels) the exact logits come from;
+					 * NULL for bn_head_int8_build_rows */
 	float *scale;            /* [n_out] s_r = max_k |w_rk| / 127 */
 	float *err;              /* [n_out] >= max_k |w_rk - s_r q_rk| */
 	float *l1;               /* [n_out] >= sum_k |w_rk| */
+	int32_t *row_sum;        /* [n_out] sum_k q_rk (w.row_sum: the int8 head's kernel) */
 	int8_t *q_mem;           /* owns w.q */
 };
 
@@ -48,6 +50,12 @@ struct bn_head_screen {
  * head then stays the only path) or -ENOMEM. */
 int bn_head_screen_build(struct bn_head_screen *s, const struct bn_f_matrix *head,
 			 struct bn_pool *pool);
+/* The int8 copy alone of a head stored as rows of a quantized type (Q8_0, Q6_K:
+ * bn_dequant_row decodes them), for the int8 head (forward.h: bn_forward_use_int8_head). It
+ * has no float head to compute exact logits from (head NULL), so it is not a screen. 0,
+ * -EINVAL (a row that does not decode, or a non-finite weight) or -ENOMEM. */
+int bn_head_int8_build_rows(struct bn_head_screen *s, uint32_t type, const void *data,
+			    uint64_t size, uint32_t n_in, uint32_t n_out, struct bn_pool *pool);
 void bn_head_screen_free(struct bn_head_screen *s);
 /* Memory the screen holds. */
 uint64_t bn_head_screen_bytes(const struct bn_head_screen *s);

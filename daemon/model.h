@@ -56,6 +56,7 @@ enum bn_linear_kind {
 	BN_LINEAR_T2,      /* ternary: int8 activations, T2 kernels */
 	BN_LINEAR_FLOAT,   /* F32 / F16 / BF16 rows, float kernels */
 	BN_LINEAR_DECODE,  /* Q8_0 / Q6_K (embedding and LM head only): rows decoded to float */
+	BN_LINEAR_I8,      /* int8 rows, int8 activations: the --lm-head int8 copy (forward.c) */
 };
 
 struct bn_linear {
@@ -64,6 +65,7 @@ struct bn_linear {
 	const struct bn_gguf_tensor *src; /* the file's tensor (the reference reads this) */
 	struct bn_t2_matrix t2;           /* BN_LINEAR_T2 */
 	struct bn_f_matrix f;             /* BN_LINEAR_FLOAT */
+	struct bn_i8_matrix i8;           /* BN_LINEAR_I8 */
 };
 
 struct bn_layer {

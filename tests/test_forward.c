@@ -8,7 +8,9 @@
  *    type of the model tool's tiny preset;
  *  - prefill (all prompt tokens in one pass) against step-by-step decoding: bit-identical;
  *  - batch invariance: a sequence's logits alone and inside a batch of 16 are bit-identical;
- *  - greedy ids through the LM head's screen equal the full head's, for every float head.
+ *  - greedy ids through the LM head's screen equal the full head's, for every float head;
+ *  - the int8 head (--lm-head int8) of every head type: its copy against the definition, and
+ *    prefill against step-by-step through it.
  *
  * Tolerance (fast vs reference): |a - b| <= 2e-3 * (1 + max|logit|); measured worst 5e-7.
  * Why it is not zero: the two sum floats in different orders (SIMD lanes, OpenBLAS), and a
@@ -22,6 +24,7 @@
 #include "../daemon/model.h"
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
+#include "quant.h"
 
 #include <check.h>
 #include <errno.h>
@@ -272,6 +275,83 @@ static void check_screened_greedy(const char *path, uint32_t steps)
 	bn_model_free(&m);
 }
 
+/* Row o of the LM head as floats, whatever its type. */
+static void head_row(const struct bn_linear *h, uint32_t o, float *out)
+{
+	if (h->kind == BN_LINEAR_FLOAT)
+		bn_f_row(&h->f, o, out);
+	else
+		ck_assert_int_eq(bn_dequant_row(h->src->type, h->src->data, h->src->size, o, h->n_in,
+						out), 0);
+}
+
+/* The int8 head (--lm-head int8) of a float, Q8_0 or Q6_K head: the copy is its definition's
+ * (per row: scale = max|w| / 127, q = w / scale rounded to nearest even, row_sum = sum q,
+ * zeros past n_in); through the forward pass its logits are the same as one prefill and step
+ * by step, and they are not the file head's. */
+static void check_int8_head(const char *path, uint32_t n)
+{
+	struct bn_model m;
+	load(&m, path);
+	const struct bn_linear *h = &m.output;
+	struct engine e, full;
+	engine_new(&e, &m, 2, 0);
+	engine_new(&full, &m, 1, 0);
+	struct bn_head_screen copy;
+	int rc = h->kind == BN_LINEAR_FLOAT
+			 ? bn_head_screen_build(&copy, &h->f, e.pool)
+			 : bn_head_int8_build_rows(&copy, h->src->type, h->src->data, h->src->size,
+						   h->n_in, h->n_out, e.pool);
+	ck_assert_int_eq(rc, 0);
+	float *row = malloc(h->n_in * sizeof(float));
+	for (uint32_t o = 0; o < h->n_out; o++) {
+		head_row(h, o, row);
+		float amax = 0.0f;
+		for (uint32_t k = 0; k < h->n_in; k++)
+			amax = fmaxf(amax, fabsf(row[k]));
+		float scale = amax / 127.0f;
+		ck_assert_msg(copy.scale[o] == scale, "%s row %u: scale %a, want %a", path, o,
+			      copy.scale[o], scale);
+		const int8_t *q = copy.w.q + (size_t)o * copy.w.row_bytes;
+		int32_t sum = 0;
+		for (uint32_t k = 0; k < copy.w.row_bytes; k++) {
+			float c = k < h->n_in && scale > 0 ? nearbyintf(row[k] / scale) : 0.0f;
+			c = fminf(fmaxf(c, -127.0f), 127.0f);
+			ck_assert_msg(q[k] == (int8_t)c, "%s row %u input %u: %d, want %d", path, o, k,
+				      q[k], (int)c);
+			sum += q[k];
+		}
+		ck_assert_int_eq(copy.row_sum[o], sum);
+	}
+	free(row);
+	ck_assert_int_eq(bn_forward_use_screen(e.fwd, &copy), h->kind == BN_LINEAR_FLOAT ? 0 : -EINVAL);
+	bn_forward_use_screen(e.fwd, NULL);
+	bn_forward_use_int8_head(e.fwd, &copy.w);
+	uint32_t V = m.cfg.n_vocab, *tokens = malloc(n * sizeof(uint32_t));
+	float *pre = malloc((size_t)n * V * sizeof(float)), *step = malloc(V * sizeof(float));
+	float *file = malloc(V * sizeof(float));
+	test_tokens(12, V, tokens, n);
+	ck_assert_int_eq(run_row(&e, 0, tokens, n, 0, pre, 1), 0);
+	int differs = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		ck_assert_int_eq(run_row(&e, 1, &tokens[i], 1, i, step, 0), 0);
+		ck_assert_msg(memcmp(step, pre + (size_t)i * V, V * sizeof(float)) == 0,
+			      "%s: int8 head, position %u differs between prefill and step-by-step",
+			      path, i);
+		ck_assert_int_eq(run_row(&full, 0, &tokens[i], 1, i, file, 0), 0);
+		differs |= memcmp(step, file, V * sizeof(float)) != 0;
+	}
+	ck_assert_msg(differs, "%s: the int8 head gave the file head's logits", path);
+	free(tokens);
+	free(pre);
+	free(step);
+	free(file);
+	engine_free(&e); /* before the copy it borrows */
+	engine_free(&full);
+	bn_head_screen_free(&copy);
+	bn_model_free(&m);
+}
+
 #define INV_SEQS 16
 
 /* Sequence 0's logits, prefill and then decode steps, alone and inside batches of 16 rows
@@ -414,6 +494,14 @@ START_TEST(tiny_prefill_vs_stepwise)
 }
 END_TEST
 
+START_TEST(tiny_int8_head)
+{
+	char path[256];
+	variant_path((uint32_t)_i, path, sizeof(path));
+	check_int8_head(path, 16);
+}
+END_TEST
+
 START_TEST(tiny_screened_greedy)
 {
 	char path[256];
@@ -440,6 +528,7 @@ int main(void)
 	tcase_add_loop_test(tiny, tiny_prefill_vs_stepwise, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_batch_invariance, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_screened_greedy, 0, N_VARIANTS);
+	tcase_add_loop_test(tiny, tiny_int8_head, 0, N_VARIANTS);
 	suite_add_tcase(s, tiny);
 	const char *models = getenv("BITNET_TEST_MODELS");
 	if (models && *models) {

@@ -297,6 +297,116 @@ START_TEST(t2_gemm_full_int8_range)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* i8_gemm (the int8 LM head)                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Int8 rows over the whole int8 range (row 0 all +127, row 1 all -128: the largest sums
+ * either way), zero past n_in as the head's copy has them. */
+struct i8_case {
+	int8_t *q;
+	float *scale;
+	int32_t *row_sum;
+	struct bn_i8_matrix m;
+};
+
+static void i8_case_new(struct i8_case *c, uint32_t n_in, uint32_t n_out)
+{
+	uint32_t row_bytes = (n_in + BN_I8_ROW_ALIGN - 1) / BN_I8_ROW_ALIGN * BN_I8_ROW_ALIGN;
+	c->q = aligned_alloc(64, (size_t)n_out * row_bytes);
+	c->scale = xmalloc(n_out * sizeof(float));
+	c->row_sum = xmalloc(n_out * sizeof(int32_t));
+	ck_assert_ptr_nonnull(c->q);
+	for (uint32_t o = 0; o < n_out; o++) {
+		int8_t *row = c->q + (size_t)o * row_bytes;
+		int32_t sum = 0;
+		for (uint32_t k = 0; k < row_bytes; k++) {
+			int v = (int)(tu_rng_next() % 256) - 128;
+			v = o == 0 ? 127 : o == 1 ? -128 : v;
+			row[k] = (int8_t)(k < n_in ? v : 0);
+			sum += row[k];
+		}
+		c->row_sum[o] = sum;
+		c->scale[o] = tu_rng_float(1e-3f, 0.05f);
+	}
+	c->m = (struct bn_i8_matrix){ .q = c->q, .scale = c->scale, .row_sum = c->row_sum,
+				      .n_in = n_in, .n_out = n_out, .row_bytes = row_bytes };
+}
+
+static void i8_case_free(struct i8_case *c)
+{
+	free(c->q);
+	free(c->scale);
+	free(c->row_sum);
+}
+
+/* Rows [o0, o1) against n_b batch rows: ((float)isum * scale[o]) * inv_scale[b] to the bit,
+ * isum summed here in 64 bits over the n_in inputs; nothing else written. */
+static void i8_check_call(const struct bn_kernels *kern, const struct i8_case *c,
+			  const struct bn_q8_rows *x, uint32_t n_b, uint32_t o0, uint32_t o1)
+{
+	const struct bn_i8_matrix *w = &c->m;
+	uint32_t ldy = w->n_out + 3;
+	float *y = xmalloc((size_t)(n_b + 1) * ldy * sizeof(float));
+	fill_sentinel(y, (size_t)(n_b + 1) * ldy);
+	kern->i8_gemm(w, o0, o1, x, n_b, y, ldy);
+	for (uint32_t b = 0; b < n_b + 1; b++)
+		for (uint32_t o = 0; o < ldy; o++) {
+			float got = y[(size_t)b * ldy + o];
+			if (b >= n_b || o < o0 || o >= o1) {
+				ck_assert_msg(is_sentinel(got), "%s i8_gemm n_in %u n_b %u: y[%u][%u] written",
+					      kern->name, w->n_in, n_b, b, o);
+				continue;
+			}
+			int64_t is = 0;
+			for (uint32_t k = 0; k < w->n_in; k++)
+				is += (int32_t)w->q[(size_t)o * w->row_bytes + k] * x->q[(size_t)b * x->k_pad + k];
+			float want = ((float)is * w->scale[o]) * x->inv_scale[b];
+			ck_assert_msg(float_bits(got) == float_bits(want),
+				      "%s i8_gemm n_in %u n_b %u [%u,%u): y[%u][%u] = %.9g, want %.9g",
+				      kern->name, w->n_in, n_b, o0, o1, b, o, got, want);
+		}
+	free(y);
+}
+
+/* Shapes: one 64-byte chunk, an odd number of chunks (the row loop's tail), rows that are not
+ * whole tiles, and 2560 x 230: more than one cache block of rows (t2_blocking.h: 100 rows
+ * of 2,560 bytes). Batches 1..40, so every tile width and the blocks of batch rows. The
+ * activations past n_in hold garbage: the weights' zero padding must be what cancels them. */
+static const uint32_t i8_shapes[][2] = { { 64, 5 }, { 100, 9 }, { 192, 7 }, { 2560, 230 } };
+
+START_TEST(i8_gemm_exact)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t si = 0; si < sizeof(i8_shapes) / sizeof(i8_shapes[0]); si++) {
+		uint32_t n_in = i8_shapes[si][0], n_out = i8_shapes[si][1];
+		tu_rng_seed(300 + si);
+		struct i8_case c;
+		i8_case_new(&c, n_in, n_out);
+		struct bn_q8_rows x;
+		q8_alloc(&x, 40, n_in);
+		for (uint32_t b = 0; b < 40; b++) {
+			for (uint32_t k = 0; k < x.k_pad; k++) {
+				int v = (int)(tu_rng_next() % 256) - 128;
+				x.q[(size_t)b * x.k_pad + k] = (int8_t)(b == 0 ? -128 : b == 1 ? 127 : v);
+			}
+			x.inv_scale[b] = tu_rng_float(1e-4f, 0.1f);
+		}
+		for (uint32_t n_b = 1; n_b <= 40; n_b++) {
+			i8_check_call(kern, &c, &x, n_b, 0, n_out);
+			if (n_b % 7 == 1) /* and ranges that start and end off the tiles */
+				i8_check_call(kern, &c, &x, n_b, 1, n_out - 1);
+		}
+		i8_check_call(kern, &c, &x, 0, 0, n_out); /* nothing to do: nothing written */
+		i8_check_call(kern, &c, &x, 3, 2, 2);
+		q8_free(&x);
+		i8_case_free(&c);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* bn_quantize_rows                                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -999,7 +1109,8 @@ START_TEST(select_by_name)
 		if (!k)
 			continue;
 		ck_assert_str_eq(k->name, variant_names[i]);
-		ck_assert(k->t2_gemm && k->f_gemm && k->attend && k->attend_heads && k->quantize_rows);
+		ck_assert(k->t2_gemm && k->f_gemm && k->attend && k->attend_heads && k->quantize_rows &&
+			  k->i8_dots && k->i8_gemm);
 	}
 }
 END_TEST
@@ -1215,6 +1326,7 @@ int main(void)
 	tcase_set_timeout(k, 300);
 	tcase_add_loop_test(k, t2_gemm_exact, 0, N_VARIANTS);
 	tcase_add_loop_test(k, t2_gemm_full_int8_range, 0, N_VARIANTS);
+	tcase_add_loop_test(k, i8_gemm_exact, 0, N_VARIANTS);
 	tcase_add_test(k, quantize_rows);
 	tcase_add_test(k, quantize_rounds_half_to_even);
 	tcase_add_loop_test(k, quantize_variant_equals_scalar, 0, N_VARIANTS);

@@ -77,11 +77,15 @@ void bn_f_pack_panel(uint32_t type, const void *rows, uint64_t row_bytes, uint32
 float bn_f_weight(const struct bn_f_matrix *w, uint32_t o, uint32_t k);
 void bn_f_row(const struct bn_f_matrix *w, uint32_t o, float *out);
 
-/* An int8 copy of a float matrix for screening (daemon/head_screen.h): n_out rows of
- * row_bytes int8 values (n_in of them, then zeros up to a multiple of BN_I8_ROW_ALIGN). */
+/* An int8 copy of a float matrix (daemon/head_screen.h): n_out rows of row_bytes int8 values
+ * (n_in of them, then zeros up to a multiple of BN_I8_ROW_ALIGN), row o standing for
+ * scale[o] * q[o]. row_sum[o] = sum_k q[o][k], which lets a kernel feed the activations to
+ * an unsigned-times-signed instruction as x + 128 and take 128 * row_sum back out. */
 #define BN_I8_ROW_ALIGN 64
 struct bn_i8_matrix {
 	const int8_t *q;         /* [n_out][row_bytes], 64-byte aligned rows */
+	const float *scale;      /* [n_out] */
+	const int32_t *row_sum;  /* [n_out] */
 	uint32_t n_in, n_out;
 	uint32_t row_bytes;
 };
@@ -126,6 +130,13 @@ struct bn_kernels {
 	 * n_in up to row_bytes. Integer sums: every variant gives the same values. */
 	void (*i8_dots)(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1, const int16_t *x,
 			uint32_t ldx, uint32_t n_b, int64_t *y, uint32_t ldy);
+	/* The int8 LM head (--lm-head int8): y[b*ldy + o] for o in [o0, o1), b in [0, n_b):
+	 *     ((float)(sum_k w.q[o][k] * x.q[b][k]) * w.scale[o]) * x.inv_scale[b]
+	 * with the integer sum exact (64-bit; in the variants' 32-bit lanes it cannot overflow
+	 * for rows of up to 2^20 inputs) and converted to float once, so every variant gives the
+	 * same bits whatever the batch or the row range. x.k_pad >= w.row_bytes. */
+	void (*i8_gemm)(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
+			const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
 	/* bn_quantize_rows (below), to the bit: the same float operations on every element, and
 	 * absmax and the integer sum do not depend on their order. */
 	void (*quantize_rows)(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);

@@ -75,9 +75,10 @@ static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 }
 
 /* Rows [o, o + n_rows) against batch rows [b0, b0 + n_cols), n_cols <= ROW_COLS. */
-static void t2_rows(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
-		    const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
+static void t2_rows(const void *mat, uint32_t o, uint32_t n_rows, const struct bn_q8_rows *x,
+		    uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
 {
+	const struct bn_t2_matrix *w = mat;
 	struct bn_q8_rows xs = *x;
 	xs.q += (size_t)b0 * xs.k_pad;
 	xs.inv_scale += b0;
@@ -100,7 +101,7 @@ static void t2_gemm_avx2(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 		t2_rows(w, o0, o1 - o0, x, 0, n_b, y, ldy);
 		return;
 	}
-	bn_t2_gemm_blocked(w, o0, o1, x, n_b, y, ldy, 1, ROW_COLS, t2_rows);
+	bn_gemm_blocked(w, w->row_bytes, o0, o1, x, n_b, y, ldy, 1, ROW_COLS, t2_rows);
 }
 
 /* Eight weights of row `row` from k, as floats. */
@@ -346,6 +347,27 @@ static void i8_dots_avx2(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
 	}
 }
 
+/* The int8 head: 16 weights and 16 activations widened per step, one vpmaddwd per batch
+ * row into 8 exact 32-bit lanes (a lane sums n_in / 8 products of at most 127 * 127). */
+static void i8_gemm_avx2(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
+			 const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	for (uint32_t o = o0; o < o1; o++) {
+		const int8_t *row = w->q + (size_t)o * w->row_bytes;
+		for (uint32_t b = 0; b < n_b; b++) {
+			const int8_t *xb = x->q + (size_t)b * x->k_pad;
+			__m256i acc = _mm256_setzero_si256();
+			for (uint32_t k = 0; k < w->row_bytes; k += 16) {
+				__m256i wv = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(row + k)));
+				__m256i xv = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(xb + k)));
+				acc = _mm256_add_epi32(acc, _mm256_madd_epi16(wv, xv));
+			}
+			y[(size_t)b * ldy + o] =
+				((float)lanes_total8(acc) * w->scale[o]) * x->inv_scale[b];
+		}
+	}
+}
+
 const struct bn_kernels bn_kernels_avx2 = {
 	.name = "avx2",
 	.t2_gemm = t2_gemm_avx2,
@@ -354,4 +376,5 @@ const struct bn_kernels bn_kernels_avx2 = {
 	.attend_heads = attend_heads_avx2,
 	.quantize_rows = bn_quantize_rows,
 	.i8_dots = i8_dots_avx2,
+	.i8_gemm = i8_gemm_avx2,
 };

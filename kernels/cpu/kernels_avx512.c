@@ -188,10 +188,11 @@ static void t2_rows(const struct bn_t2_matrix *w, uint32_t o, uint32_t o1,
 	}
 }
 
-/* A tile of bn_t2_gemm_blocked: through t2_quad when it is whole, else row by row. */
-static void t2_tile(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
-		    const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
+/* A tile of bn_gemm_blocked: through t2_quad when it is whole, else row by row. */
+static void t2_tile(const void *mat, uint32_t o, uint32_t n_rows, const struct bn_q8_rows *x,
+		    uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
 {
+	const struct bn_t2_matrix *w = mat;
 	if (n_rows == T2_TILE_ROWS && n_cols == COLS)
 		t2_quad(w, o, x, b0, y, ldy);
 	else
@@ -207,7 +208,7 @@ static void t2_gemm_avx512(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o
 		t2_rows(w, o0, o1, x, 0, n_b, y, ldy);
 		return;
 	}
-	bn_t2_gemm_blocked(w, o0, o1, x, n_b, y, ldy, T2_TILE_ROWS, COLS, t2_tile);
+	bn_gemm_blocked(w, w->row_bytes, o0, o1, x, n_b, y, ldy, T2_TILE_ROWS, COLS, t2_tile);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -783,6 +784,140 @@ static void i8_dots_avx512(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o
 	}
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Int8 rows x int8 activations (the int8 LM head)                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+/* vpdpbusd multiplies unsigned by signed bytes, and both operands here are signed: the
+ * activations go in as x + 128 (x ^ 0x80 read as unsigned) and 128 * row_sum comes back out
+ * of the total. A lane adds 4 products of at most 255 * 127 per instruction, 16 lanes share
+ * a row: rows of up to 2^20 inputs stay below 2^31 (kernels.h). */
+static ALWAYS_INLINE __m512i i8_x_unsigned(const int8_t *x)
+{
+	return _mm512_xor_si512(_mm512_load_si512(x), _mm512_set1_epi8((char)0x80));
+}
+
+static ALWAYS_INLINE void i8_store(const struct bn_i8_matrix *w, uint32_t o,
+				   const struct bn_q8_rows *x, uint32_t b, __m512i acc, float *y,
+				   uint32_t ldy)
+{
+	int64_t sum = lanes_total(acc) - 128 * (int64_t)w->row_sum[o];
+	y[(size_t)b * ldy + o] = ((float)sum * w->scale[o]) * x->inv_scale[b];
+}
+
+/* Bytes [k, k + 64) of one weight row into one set of sums, against n_cols batch rows. */
+static ALWAYS_INLINE void i8_chunk(const int8_t *row, const char *end, uint32_t k,
+				   const struct bn_q8_rows *x, uint32_t b0, const uint32_t n_cols,
+				   __m512i acc[COLS])
+{
+	const char *ahead = (const char *)row + k + WEIGHT_PREFETCH_BYTES;
+	if (ahead < end)
+		_mm_prefetch(ahead, _MM_HINT_T0);
+	__m512i wv = _mm512_load_si512(row + k);
+	for (uint32_t b = 0; b < n_cols; b++)
+		acc[b] = dpbusd_reg(acc[b], i8_x_unsigned(x->q + (size_t)(b0 + b) * x->k_pad + k), wv);
+}
+
+/* One weight row against n_cols batch rows, streamed once (batches of at most COLS rows,
+ * where the head is read from memory): two sets of sums, even and odd chunks, to hide the
+ * vpdpbusd latency at batch 1; the odd chunk is a tail, outside the loop (t2_row). */
+static ALWAYS_INLINE void i8_gemm_row(const struct bn_i8_matrix *w, uint32_t o,
+				      const struct bn_q8_rows *x, uint32_t b0,
+				      const uint32_t n_cols, float *y, uint32_t ldy)
+{
+	const int8_t *row = w->q + (size_t)o * w->row_bytes;
+	const char *end = (const char *)(w->q + (size_t)w->n_out * w->row_bytes);
+	__m512i even[COLS], odd[COLS];
+	for (uint32_t b = 0; b < n_cols; b++)
+		even[b] = odd[b] = _mm512_setzero_si512();
+	uint32_t k = 0;
+	for (; k + 128 <= w->row_bytes; k += 128) {
+		i8_chunk(row, end, k, x, b0, n_cols, even);
+		i8_chunk(row, end, k + 64, x, b0, n_cols, odd);
+	}
+	if (k < w->row_bytes)
+		i8_chunk(row, end, k, x, b0, n_cols, even);
+	for (uint32_t b = 0; b < n_cols; b++)
+		i8_store(w, o, x, b0 + b, _mm512_add_epi32(even[b], odd[b]), y, ldy);
+}
+
+static void i8_gemm_rows(const struct bn_i8_matrix *w, uint32_t o, uint32_t o1,
+			 const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y,
+			 uint32_t ldy)
+{
+	switch (n_cols) { /* constant column counts keep the sums in registers */
+	case 4: for (; o < o1; o++) i8_gemm_row(w, o, x, b0, 4, y, ldy); break;
+	case 3: for (; o < o1; o++) i8_gemm_row(w, o, x, b0, 3, y, ldy); break;
+	case 2: for (; o < o1; o++) i8_gemm_row(w, o, x, b0, 2, y, ldy); break;
+	case 1: for (; o < o1; o++) i8_gemm_row(w, o, x, b0, 1, y, ldy); break;
+	default: break; /* no batch rows */
+	}
+}
+
+/* I8_TILE_ROWS weight rows against I8_TILE_COLS batch rows, for larger batches: each
+ * activation vector is loaded and offset once for all the tile's rows, each weight vector
+ * used by all its batch rows (24 sums, 3 weight vectors and an activation vector in 28 of
+ * the 32 registers). The tile is wide because a weight vector feeds one vpdpbusd per batch
+ * row where a T2 chunk feeds four: one core, 64,128 x 2,560 rows from memory, batch 16,
+ * 3 x 8 ran at 297-304 G multiply-adds/s against 218-220 for 4 x 4, 227-235 for 4 x 6,
+ * 201-216 for 5 x 5 and 305-307 for 2 x 12 (which leaves 4 of 16 rows to the row loop). */
+#define I8_TILE_ROWS 3
+#define I8_TILE_COLS 8
+
+static void i8_gemm_tile_full(const struct bn_i8_matrix *w, uint32_t o, const struct bn_q8_rows *x,
+			      uint32_t b0, float *y, uint32_t ldy)
+{
+	const int8_t *row = w->q + (size_t)o * w->row_bytes;
+	const char *end = (const char *)(w->q + (size_t)w->n_out * w->row_bytes);
+	__m512i acc[I8_TILE_ROWS][I8_TILE_COLS];
+	for (uint32_t r = 0; r < I8_TILE_ROWS; r++)
+		for (uint32_t b = 0; b < I8_TILE_COLS; b++)
+			acc[r][b] = _mm512_setzero_si512();
+	for (uint32_t k = 0; k < w->row_bytes; k += 64) {
+		__m512i wv[I8_TILE_ROWS];
+		for (uint32_t r = 0; r < I8_TILE_ROWS; r++) {
+			const char *p = (const char *)(row + (size_t)r * w->row_bytes + k);
+			if (p + WEIGHT_PREFETCH_BYTES < end)
+				_mm_prefetch(p + WEIGHT_PREFETCH_BYTES, _MM_HINT_T0);
+			wv[r] = _mm512_load_si512(p);
+		}
+		for (uint32_t b = 0; b < I8_TILE_COLS; b++) {
+			__m512i xv = i8_x_unsigned(x->q + (size_t)(b0 + b) * x->k_pad + k);
+			for (uint32_t r = 0; r < I8_TILE_ROWS; r++)
+				acc[r][b] = dpbusd_reg(acc[r][b], xv, wv[r]);
+		}
+	}
+	for (uint32_t r = 0; r < I8_TILE_ROWS; r++)
+		for (uint32_t b = 0; b < I8_TILE_COLS; b++)
+			i8_store(w, o + r, x, b0 + b, acc[r][b], y, ldy);
+}
+
+/* A tile of bn_gemm_blocked: whole, or its rows one by one against up to COLS batch rows
+ * at a time. */
+static void i8_gemm_tile(const void *mat, uint32_t o, uint32_t n_rows, const struct bn_q8_rows *x,
+			 uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
+{
+	const struct bn_i8_matrix *w = mat;
+	if (n_rows == I8_TILE_ROWS && n_cols == I8_TILE_COLS) {
+		i8_gemm_tile_full(w, o, x, b0, y, ldy);
+		return;
+	}
+	for (uint32_t b = b0; b < b0 + n_cols; b += COLS)
+		i8_gemm_rows(w, o, o + n_rows, x, b, b0 + n_cols - b < COLS ? b0 + n_cols - b : COLS,
+			     y, ldy);
+}
+
+static void i8_gemm_avx512(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
+			   const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	if (n_b <= COLS) {
+		i8_gemm_rows(w, o0, o1, x, 0, n_b, y, ldy);
+		return;
+	}
+	bn_gemm_blocked(w, w->row_bytes, o0, o1, x, n_b, y, ldy, I8_TILE_ROWS, I8_TILE_COLS,
+			i8_gemm_tile);
+}
+
 const struct bn_kernels bn_kernels_avx512 = {
 	.name = "avx512vnni",
 	.t2_gemm = t2_gemm_avx512,
@@ -791,4 +926,5 @@ const struct bn_kernels bn_kernels_avx512 = {
 	.attend_heads = attend_heads_avx512,
 	.quantize_rows = quantize_rows_avx512,
 	.i8_dots = i8_dots_avx512,
+	.i8_gemm = i8_gemm_avx512,
 };

@@ -101,6 +101,21 @@ static void i8_dots_scalar(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o
 	}
 }
 
+static void i8_gemm_scalar(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
+			   const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	for (uint32_t o = o0; o < o1; o++) {
+		const int8_t *row = w->q + (size_t)o * w->row_bytes;
+		for (uint32_t b = 0; b < n_b; b++) {
+			const int8_t *xb = x->q + (size_t)b * x->k_pad;
+			int64_t acc = 0;
+			for (uint32_t k = 0; k < w->row_bytes; k++)
+				acc += (int32_t)row[k] * xb[k];
+			y[(size_t)b * ldy + o] = ((float)acc * w->scale[o]) * x->inv_scale[b];
+		}
+	}
+}
+
 const struct bn_kernels bn_kernels_scalar = {
 	.name = "scalar",
 	.t2_gemm = t2_gemm_scalar,
@@ -109,4 +124,5 @@ const struct bn_kernels bn_kernels_scalar = {
 	.attend_heads = attend_heads_scalar,
 	.quantize_rows = bn_quantize_rows,
 	.i8_dots = i8_dots_scalar,
+	.i8_gemm = i8_gemm_scalar,
 };

@@ -23,11 +23,12 @@
 /* Weight code bytes one row block may hold: a quarter of the smallest L2 (1 MiB). */
 #define BN_T2_L2_BYTES (256u << 10)
 
-/* Rows [o, o + n_rows) against batch rows [b0, b0 + n_cols), n_rows <= the variant's tile
- * height and n_cols <= its tile width. */
-typedef void (*bn_t2_tile_fn)(const struct bn_t2_matrix *w, uint32_t o, uint32_t n_rows,
-			      const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y,
-			      uint32_t ldy);
+/* Rows [o, o + n_rows) of matrix w against batch rows [b0, b0 + n_cols), n_rows <= the
+ * variant's tile height and n_cols <= its tile width. w is the caller's matrix type (the
+ * ternary kernels' bn_t2_matrix, the int8 head's bn_i8_matrix). */
+typedef void (*bn_gemm_tile_fn)(const void *w, uint32_t o, uint32_t n_rows,
+				const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y,
+				uint32_t ldy);
 
 static inline uint32_t bn_t2_block(uint32_t budget, uint64_t unit_bytes, uint32_t tile)
 {
@@ -40,13 +41,13 @@ static inline uint32_t bn_t2_min(uint32_t a, uint32_t b)
 	return a < b ? a : b;
 }
 
-/* The t2_gemm of kernels.h over tiles of tile_rows x tile_cols computed by `tile`. */
-static inline void bn_t2_gemm_blocked(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
-				      const struct bn_q8_rows *x, uint32_t n_b, float *y,
-				      uint32_t ldy, uint32_t tile_rows, uint32_t tile_cols,
-				      bn_t2_tile_fn tile)
+/* A gemm over int8 activations (t2_gemm, i8_gemm of kernels.h) in tiles of tile_rows x
+ * tile_cols computed by `tile`, for a matrix of row_bytes per weight row. */
+static inline void bn_gemm_blocked(const void *w, uint32_t row_bytes, uint32_t o0, uint32_t o1,
+				   const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy,
+				   uint32_t tile_rows, uint32_t tile_cols, bn_gemm_tile_fn tile)
 {
-	uint32_t row_block = bn_t2_block(BN_T2_L2_BYTES, w->row_bytes, tile_rows);
+	uint32_t row_block = bn_t2_block(BN_T2_L2_BYTES, row_bytes, tile_rows);
 	uint32_t col_block = bn_t2_block(BN_T2_L1_BYTES, x->k_pad, tile_cols);
 	for (uint32_t ob = o0; ob < o1; ob += bn_t2_min(row_block, o1 - ob)) {
 		uint32_t oe = ob + bn_t2_min(row_block, o1 - ob);
