@@ -493,6 +493,7 @@ static void trace_request(struct bn_client *c, const uint32_t *prompt, uint32_t 
 struct setup {
 	const char *daemon;     /* path to bitnetd */
 	const char *model;      /* path to the 2B4T-shape GGUF */
+	const char *lm_head;    /* --lm-head for every scenario, NULL: the daemon's default */
 	struct bn_model_info info;
 	int quick;
 	int model_printed;
@@ -510,6 +511,10 @@ static void start_daemon(struct setup *su, const char *const *flags)
 				 "--log-level", "warn" };
 	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++)
 		argv[n++] = common[i];
+	if (su->lm_head) {
+		argv[n++] = "--lm-head";
+		argv[n++] = su->lm_head;
+	}
 	for (int i = 0; flags[i] && n < 31; i++)
 		argv[n++] = flags[i];
 	argv[n] = NULL;
@@ -1058,10 +1063,12 @@ static void run_chat(struct setup *su)
 
 static const char usage[] =
 	"usage: bench-serve [--model FILE.gguf] [--quick] [--only sweep|longprompt|flood|chat]\n"
+	"                   [--lm-head MODE]\n"
 	"  starts $BITNETD (default build/bitnetd) with --backend cpu for each scenario\n"
-	"  --model  the 2B4T-shape model (default build/models/2b4t-i2_s.gguf)\n"
-	"  --quick  a smoke run: N up to 8, a 512-token long prompt, 3 light requests\n"
-	"  --only   run one scenario\n";
+	"  --model    the 2B4T-shape model (default build/models/2b4t-i2_s.gguf)\n"
+	"  --lm-head  passed to every daemon (bitnetd(8); default: the daemon's)\n"
+	"  --quick    a smoke run: N up to 8, a 512-token long prompt, 3 light requests\n"
+	"  --only     run one scenario\n";
 
 int main(int argc, char **argv)
 {
@@ -1076,6 +1083,8 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else if (strcmp(argv[i], "--quick") == 0)
 			su.quick = 1;
+		else if (strcmp(argv[i], "--lm-head") == 0 && i + 1 < argc)
+			su.lm_head = argv[++i];
 		else
 			return fputs(usage, stderr), 2;
 	}
@@ -1109,7 +1118,8 @@ int main(int argc, char **argv)
 
 	printf("threads=%ld\n", sysconf(_SC_NPROCESSORS_ONLN)); /* bitnetd's default: one per CPU */
 	printf("model_file=%s\n", su.model);
-	printf("daemon_common_flags=\"--backend cpu --model %s --log-level warn\"\n", su.model);
+	printf("daemon_common_flags=\"--backend cpu --model %s --log-level warn%s%s\"\n", su.model,
+	       su.lm_head ? " --lm-head " : "", su.lm_head ? su.lm_head : "");
 	printf("quick=%d\n", su.quick);
 	fflush(stdout);
 	int64_t t0 = now_ns();
