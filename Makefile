@@ -170,6 +170,7 @@ $(BUILD)/%.o: %.cu
 
 $(BUILD)/kernels/cpu/%_avx2.o: ISA_FLAGS := $(ISA_AVX2)
 $(BUILD)/kernels/cpu/%_avx512.o: ISA_FLAGS := $(ISA_AVX512)
+$(BUILD)/kernels/cpu/%_vbmi.o: ISA_FLAGS := $(ISA_AVX512) -mavx512vbmi
 
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -605,6 +605,39 @@ static void int8_side_by_side(struct runner *r, struct bn_pool *pool, double bpt
 	fflush(stdout);
 }
 
+/* The T3 decode copies (--decode-layout base3) against the T2 planes at batch 1 (the only
+ * batch they serve: BN_T3_MAX_BATCH), greedy rows (so the head's screen serves them, as in
+ * the daemon's default). The gain is near the VM's drift between two runs a second apart, so
+ * T3_ROUNDS short pairs, each after a bandwidth probe, the order alternating; the medians of
+ * the rates, of the per-pair ratios, and of decode_over_2bit_roofline_b1_base3, the issue's
+ * figure: the rate over the rate at which the probe reads the 2-bit planes and the F16 head
+ * once per token (bpt_full). */
+#define T3_ROUNDS 15
+
+static void t3_side_by_side(struct runner *r, struct bn_pool *pool, double bpt_full)
+{
+	double t2_1[T3_ROUNDS], t3_1[T3_ROUNDS], gain[T3_ROUNDS], roof[T3_ROUNDS];
+	for (int i = 0; i < T3_ROUNDS; i++) {
+		double bw = measure_bw(pool);
+		for (int turn = 0; turn < 2; turn++) {
+			int t3 = (turn + i) % 2;
+			bn_forward_use_t3(r->fwd, t3);
+			*(t3 ? &t3_1[i] : &t2_1[i]) = decode_tps_as(r, 1, 16, 24, 1);
+		}
+		bn_forward_use_t3(r->fwd, 0);
+		gain[i] = t3_1[i] / t2_1[i];
+		roof[i] = t3_1[i] * bpt_full / (bw * 1e9);
+		printf("base3_round%d_mem_bw_gbs=%.1f\nbase3_round%d_b1_2bit_base3=%.2f/%.2f\n", i, bw,
+		       i, t2_1[i], t3_1[i]);
+		fflush(stdout);
+	}
+	printf("decode_tps_b1_screened_2bit=%.2f\ndecode_tps_b1_screened_base3=%.2f\n"
+	       "base3_over_2bit_b1=%.2f\ndecode_over_2bit_roofline_b1_base3=%.2f\n",
+	       median(t2_1, T3_ROUNDS), median(t3_1, T3_ROUNDS), median(gain, T3_ROUNDS),
+	       median(roof, T3_ROUNDS));
+	fflush(stdout);
+}
+
 /* Bytes read per decoded token at batch 1: every linear weight and the LM head. */
 static double bytes_per_token(const struct bn_model *m)
 {
@@ -804,7 +837,7 @@ static void measure_lm_head(struct bn_pool *pool, const struct bn_kernels *k,
 int main(int argc, char **argv)
 {
 	const char *model_path = NULL;
-	int quick = 0, screen_only = 0, int8_only = 0;
+	int quick = 0, screen_only = 0, int8_only = 0, base3_only = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model_path = argv[++i];
@@ -814,12 +847,16 @@ int main(int argc, char **argv)
 			screen_only = 1;
 		else if (strcmp(argv[i], "--int8-head-only") == 0)
 			int8_only = screen_only = 1;
+		else if (strcmp(argv[i], "--base3-only") == 0)
+			base3_only = screen_only = 1;
 		else {
-			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only | --int8-head-only]\n"
+			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only | --int8-head-only | --base3-only]\n"
 					"  --quick           skip the 1024-token step-by-step run and the LM-head comparison\n"
 					"  --screen-only     the LM-head screen against the full head, nothing else\n"
 					"  --int8-head-only  the int8 head (--lm-head int8) against the full head: its\n"
-					"                    agreement over 2048 positions, then decode side by side\n");
+					"                    agreement over 2048 positions, then decode side by side\n"
+					"  --base3-only      the T3 decode copies (--decode-layout base3) against the\n"
+					"                    2-bit planes, screened greedy decode at batch 1\n");
 			return 2;
 		}
 	}
@@ -918,10 +955,23 @@ int main(int argc, char **argv)
 		printf("screen_build_s=%.2f\nscreen_mb=%.0f\nrss_over_file_screened=%.3f\n",
 		       now_s() - t0, (double)bn_head_screen_bytes(&screen) / 1e6,
 		       rss_screen_mb / file_mb);
-		if (!int8_only)
+		if (!int8_only && !base3_only)
 			screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen);
+		if (base3_only || !quick) {
+			if (bn_forward_use_t3(r.fwd, 1) != 0) {
+				printf("base3=unavailable (no AVX-512 VBMI)\n");
+			} else {
+				t0 = now_s();
+				if (bn_model_add_t3(&m, pool) != 0)
+					abort();
+				printf("base3_build_s=%.2f\nbase3_mb=%.0f\nrss_over_file_screened_base3=%.3f\n",
+				       now_s() - t0, (double)m.t3_bytes / 1e6,
+				       (double)rss_kb("VmRSS:") / 1e3 / file_mb);
+				t3_side_by_side(&r, pool, bpt);
+			}
+		}
 		bn_forward_use_screen(r.fwd, NULL);
-		if (int8_only || !quick) {
+		if (int8_only || (!quick && !base3_only)) {
 			int8_head_agreement(&r, &screen.w, 2048);
 			int8_side_by_side(&r, pool, bpt, &screen.w);
 		}

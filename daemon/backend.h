@@ -98,6 +98,7 @@ struct bn_backend_options {
 	uint32_t step_delay_us;  /* loopback: busy time per step, to mimic compute */
 	uint32_t n_threads;      /* cpu: compute threads including the caller; 0 = all CPUs */
 	uint32_t lm_head;        /* cpu: enum bn_lm_head */
+	uint32_t base3_decode;   /* cpu: a T3 copy of the ternary weights for decode steps */
 	int device_index;        /* cuda: the N of --device cuda:N */
 	int probing;             /* --device auto: a missing GPU is not an error (log it as info) */
 };

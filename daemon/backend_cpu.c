@@ -88,6 +88,21 @@ static const char *open_screen(struct cpu_backend *cb, uint32_t mode)
 	return "screened";
 }
 
+/* --decode-layout base3: the T3 copies of the ternary weights, read by decode steps. Returns
+ * what the log calls the choice. */
+static const char *open_decode_layout(struct cpu_backend *cb, uint32_t base3)
+{
+	if (!base3)
+		return "2bit";
+	if (bn_forward_use_t3(cb->fwd, 1) == -ENOTSUP)
+		return "2bit (base3 needs AVX-512 VBMI)";
+	if (bn_model_add_t3(&cb->model, cb->pool) != 0) {
+		bn_forward_use_t3(cb->fwd, 0);
+		return "2bit (no memory for the base-3 copy)";
+	}
+	return "base3";
+}
+
 static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self)
 {
 	if (!opt->model_path) {
@@ -119,12 +134,14 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		return -ENOMEM;
 	}
 	const char *lm_head = open_screen(cb, opt->lm_head);
+	const char *decode_layout = open_decode_layout(cb, opt->base3_decode);
 	const struct bn_model_config *c = &cb->model.cfg;
-	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f load_ms=%.0f",
+	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f decode_layout=\"%s\" base3_mb=%.1f load_ms=%.0f",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
 		    c->n_ctx, kern->name, bn_pool_threads(cb->pool),
 		    (double)cb->model.repacked_bytes / 1e6, lm_head,
 		    (double)bn_head_screen_bytes(&cb->screen) / 1e6, /* 0 when not built */
+		    decode_layout, (double)cb->model.t3_bytes / 1e6,
 		    (double)(bn_now_ns() - t0) / 1e6);
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	desc->can_score = 1;

@@ -56,6 +56,7 @@ struct bn_forward {
 	struct bn_head_screen_run *screen; /* NULL: every row gets the full LM head */
 	struct bn_head_screen_stats screen_stats;
 	struct bn_linear int8_head; /* kind BN_LINEAR_I8: every row's logits come from it */
+	bn_t3_gemm_fn t3_gemm;      /* reads the model's T3 copies in decode steps; or NULL */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -74,6 +75,7 @@ struct gemm_job {
 	const struct bn_q8_rows *xq; /* int8 input (T2, I8) */
 	uint32_t n_tok, n_blocks;
 	float *decode_rows;        /* bn_forward's, for DECODE matrices */
+	bn_t3_gemm_fn t3_gemm;     /* NULL: no T3 decode copies in use */
 };
 
 /* Q8_0 / Q6_K rows: DECODE_ROWS at a time decoded to F32 into this thread's buffer, then
@@ -113,7 +115,9 @@ static void gemm_task(void *ctx, uint32_t task)
 		xs.q += (size_t)b0 * xs.k_pad;
 		xs.inv_scale += b0;
 		xs.sum += b0;
-		if (w->kind == BN_LINEAR_T2)
+		if (w->kind == BN_LINEAR_T2 && w->t3.codes && j->t3_gemm && n_b <= BN_T3_MAX_BATCH)
+			j->t3_gemm(&w->t3, o0, o1, &xs, n_b, y, j->ldy[m]);
+		else if (w->kind == BN_LINEAR_T2)
 			j->kern->t2_gemm(&w->t2, o0, o1, &xs, n_b, y, j->ldy[m]);
 		else
 			j->kern->i8_gemm(&w->i8, o0, o1, &xs, n_b, y, j->ldy[m]);
@@ -174,7 +178,7 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 {
 	struct gemm_job j = { .kern = f->kern, .n_mats = n_mats, .x = x, .ldx = ldx,
 			      .xq = &f->xq, .n_tok = n_tok, .n_blocks = div_up(n_tok, TOKEN_BLOCK),
-			      .decode_rows = f->decode_rows };
+			      .decode_rows = f->decode_rows, .t3_gemm = f->t3_gemm };
 	int int8_input = 0;
 	uint32_t n_tasks = 0, threads = bn_pool_threads(f->pool);
 	for (uint32_t i = 0; i < n_mats; i++) {
@@ -192,7 +196,7 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 	}
 	if (int8_input) {
 		f->xq.k = w[0]->n_in;
-		f->xq.k_pad = (w[0]->n_in + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+		f->xq.k_pad = bn_q8_k_pad(w[0]->n_in);
 		struct quant_job qj = { .kern = f->kern, .x = x, .ldx = ldx, .n = n_tok, .out = &f->xq };
 		bn_pool_run(f->pool, div_up(n_tok, ELEM_BLOCK), quant_task, &qj);
 	}
@@ -486,7 +490,7 @@ static int scratch_reserve(struct bn_forward *f, uint32_t n)
 		return 0;
 	free_scratch(f);
 	const struct bn_model_config *c = &f->m->cfg;
-	uint32_t k_pad = (f->widest + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+	uint32_t k_pad = bn_q8_k_pad(f->widest);
 	f->x = scratch(n, c->n_embd * sizeof(float));
 	f->xb = scratch(n, f->widest * sizeof(float));
 	f->q = scratch(n, f->q_dim * sizeof(float));
@@ -702,6 +706,15 @@ int bn_forward_use_screen(struct bn_forward *f, const struct bn_head_screen *s)
 	bn_head_screen_run_free(f->screen);
 	f->screen = s ? bn_head_screen_run_new(s, f->pool) : NULL;
 	return s && !f->screen ? -ENOMEM : 0;
+}
+
+int bn_forward_use_t3(struct bn_forward *f, int on)
+{
+	bn_t3_gemm_fn t3 = bn_t3_kernel(f->kern);
+	if (on && !t3)
+		return -ENOTSUP;
+	f->t3_gemm = on ? t3 : NULL;
+	return 0;
 }
 
 void bn_forward_use_int8_head(struct bn_forward *f, const struct bn_i8_matrix *w)

@@ -28,6 +28,7 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 		.step_delay_us = cfg->step_delay_us,
 		.n_threads = cfg->threads,
 		.lm_head = cfg->lm_head,
+		.base3_decode = cfg->base3_decode,
 		.device_index = cfg->device_index,
 		.probing = probing,
 	};

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* model.c — GGUF → struct bn_model: configuration, checks, weight repacking. */
 #include "model.h"
+#include "pool.h"
 #include "quant.h"
 
 #include <errno.h>
@@ -36,9 +37,9 @@ static int fail(struct loader *ld, const char *fmt, ...)
 	return -1;
 }
 
-static void *own(struct loader *ld, size_t size)
+/* A 64-byte aligned buffer the model frees with itself. */
+static void *model_own(struct bn_model *m, size_t size)
 {
-	struct bn_model *m = ld->m;
 	if (m->n_owned == m->cap_owned) {
 		uint32_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
 		void **p = realloc(m->owned, cap * sizeof(void *));
@@ -51,6 +52,11 @@ static void *own(struct loader *ld, size_t size)
 	if (buf)
 		m->owned[m->n_owned++] = buf;
 	return buf;
+}
+
+static void *own(struct loader *ld, size_t size)
+{
+	return model_own(ld->m, size);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -524,6 +530,66 @@ void bn_model_free(struct bn_model *m)
 	free(m->layers);
 	bn_gguf_close(&m->file);
 	memset(m, 0, sizeof(*m));
+}
+
+/* ---- the T3 decode copy ------------------------------------------------------------------ */
+
+#define T3_TASK_ROWS 256 /* rows one task repacks */
+
+struct t3_job {
+	struct bn_linear *l;
+	uint8_t *codes;         /* [pool threads][n_in]: one row's codes */
+};
+
+static void t3_task(void *ctx, uint32_t task)
+{
+	const struct t3_job *j = ctx;
+	const struct bn_t2_matrix *t2 = &j->l->t2;
+	struct bn_t3_matrix *t3 = &j->l->t3;
+	uint8_t *codes = j->codes + (size_t)bn_pool_thread_index() * t2->n_in;
+	uint32_t r1 = (task + 1) * T3_TASK_ROWS < t2->n_out ? (task + 1) * T3_TASK_ROWS : t2->n_out;
+	for (uint32_t r = task * T3_TASK_ROWS; r < r1; r++) {
+		bn_t2_unpack(t2->codes + (size_t)r * t2->row_bytes, t2->n_in, codes);
+		bn_t3_pack(codes, t2->n_in, (uint8_t *)t3->codes + (size_t)r * t3->row_bytes);
+	}
+}
+
+static int add_t3(struct bn_model *m, struct bn_linear *l, uint8_t *codes, struct bn_pool *pool)
+{
+	uint32_t row_bytes = (uint32_t)bn_t3_row_bytes(l->n_in);
+	uint8_t *buf = model_own(m, (size_t)row_bytes * l->n_out);
+	if (!buf)
+		return -ENOMEM;
+	l->t3 = (struct bn_t3_matrix){ .codes = buf, .scale = l->t2.scale, .n_in = l->n_in,
+				       .n_out = l->n_out, .row_bytes = row_bytes };
+	struct t3_job j = { .l = l, .codes = codes };
+	bn_pool_run(pool, (l->n_out + T3_TASK_ROWS - 1) / T3_TASK_ROWS, t3_task, &j);
+	m->t3_bytes += (uint64_t)row_bytes * l->n_out;
+	return 0;
+}
+
+int bn_model_add_t3(struct bn_model *m, struct bn_pool *pool)
+{
+	const struct bn_model_config *c = &m->cfg;
+	uint32_t widest = c->n_embd > c->n_ff ? c->n_embd : c->n_ff; /* the longest row */
+	widest = widest > c->n_head * c->head_dim ? widest : c->n_head * c->head_dim;
+	uint8_t *codes = malloc((size_t)bn_pool_threads(pool) * widest);
+	int rc = codes ? 0 : -ENOMEM;
+	for (uint32_t li = 0; rc == 0 && li < m->cfg.n_layer; li++) {
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(&m->layers[li], all);
+		for (uint32_t i = 0; rc == 0 && i < BN_LAYER_LINEARS; i++)
+			if (all[i]->kind == BN_LINEAR_T2)
+				rc = add_t3(m, (struct bn_linear *)all[i], codes, pool);
+	}
+	free(codes);
+	for (uint32_t li = 0; rc != 0 && li < m->cfg.n_layer; li++) {
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(&m->layers[li], all);
+		for (uint32_t i = 0; i < BN_LAYER_LINEARS; i++)
+			((struct bn_linear *)all[i])->t3.codes = NULL; /* all or none */
+	}
+	return rc;
 }
 
 void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS])

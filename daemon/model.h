@@ -66,6 +66,8 @@ struct bn_linear {
 	struct bn_t2_matrix t2;           /* BN_LINEAR_T2 */
 	struct bn_f_matrix f;             /* BN_LINEAR_FLOAT */
 	struct bn_i8_matrix i8;           /* BN_LINEAR_I8 */
+	struct bn_t3_matrix t3;           /* BN_LINEAR_T2's decode copy (bn_model_add_t3), or
+					   * codes NULL */
 };
 
 struct bn_layer {
@@ -88,6 +90,7 @@ struct bn_model {
 	void **owned;                          /* buffers the model allocated */
 	uint32_t n_owned, cap_owned;
 	uint64_t repacked_bytes;               /* T2 codes and scales, float panels */
+	uint64_t t3_bytes;                     /* the T3 decode copies (bn_model_add_t3) */
 	int embed_from_output;                 /* tied embedding read from output's panels */
 };
 
@@ -103,6 +106,12 @@ int bn_model_load(struct bn_model *m, const char *path, char err[BN_MODEL_ERR_LE
 int bn_model_load_as(struct bn_model *m, const char *path, enum bn_float_layout layout,
 		     char err[BN_MODEL_ERR_LEN]);
 void bn_model_free(struct bn_model *m);
+
+/* A second copy of every ternary matrix in the T3 layout (1.6 bits a weight, bn_blocks.h), for
+ * the decode steps a T3 kernel serves (kernels.h: bn_t3_kernel): made from the T2 planes on
+ * the pool's threads. 0, or -ENOMEM with no copy kept in use. */
+struct bn_pool;
+int bn_model_add_t3(struct bn_model *m, struct bn_pool *pool);
 
 /* The seven matrices of a layer, in file order: q, k, v, output, gate, up, down. */
 #define BN_LAYER_LINEARS 7

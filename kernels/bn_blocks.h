@@ -94,4 +94,13 @@ static inline uint64_t bn_i2_s_bytes(uint64_t n_weights)
 #define BN_T2_CHUNK_BYTES 64
 BN_STATIC_ASSERT(BN_T2_CHUNK_BYTES * 4 == BN_T2_CHUNK, "four 2-bit codes per byte");
 
+/* The decode copy's ternary layout ("T3", base 3, 1.6 bits a weight), made at load from the T2
+ * planes when asked (bitnetd --decode-layout base3). Each row is cut into 320-weight chunks of
+ * 64 bytes; byte j of a chunk holds weights j, j+64, j+128, j+192, j+256 as the base-3 number
+ * c0 + 3 c1 + 9 c2 + 27 c3 + 81 c4 (0..242) of their codes, so code plane p is again 64
+ * consecutive weights that line up with 64 consecutive activations. Code c means weight c - 1;
+ * rows are padded to whole chunks with code 1 (weight 0). */
+#define BN_T3_CHUNK 320
+#define BN_T3_CHUNK_BYTES 64
+
 #endif /* BITNET_BLOCKS_H */

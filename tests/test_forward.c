@@ -10,7 +10,8 @@
  *  - batch invariance: a sequence's logits alone and inside a batch of 16 are bit-identical;
  *  - greedy ids through the LM head's screen equal the full head's, for every float head;
  *  - the int8 head (--lm-head int8) of every head type: its copy against the definition, and
- *    prefill against step-by-step through it.
+ *    prefill against step-by-step through it;
+ *  - the T3 decode copies (--decode-layout base3) against the T2 planes: bit-identical.
  *
  * Tolerance (fast vs reference): |a - b| <= 2e-3 * (1 + max|logit|); measured worst 5e-7.
  * Why it is not zero: the two sum floats in different orders (SIMD lanes, OpenBLAS), and a
@@ -352,6 +353,61 @@ static void check_int8_head(const char *path, uint32_t n)
 	bn_model_free(&m);
 }
 
+/* The T3 decode copies (bn_model_add_t3) against the T2 planes: a 66-token prompt (token
+ * blocks of 64 and 2: T2, then T3) and decode steps of 1 to 4 rows give the same logits, to
+ * the bit. Skipped where this CPU has no T3 kernel. */
+static void check_t3_decode(const char *path)
+{
+	struct bn_model m;
+	load(&m, path);
+	struct engine t3, t2;
+	engine_new(&t3, &m, 4, 0);
+	engine_new(&t2, &m, 4, 0);
+	if (bn_forward_use_t3(t3.fwd, 1) == -ENOTSUP) {
+		printf("SKIP: T3 decode copies (this CPU has no AVX-512 VBMI)\n");
+		engine_free(&t3);
+		engine_free(&t2);
+		bn_model_free(&m);
+		return;
+	}
+	ck_assert_int_eq(bn_model_add_t3(&m, t3.pool), 0);
+	int any_t2 = 0;
+	for (uint32_t li = 0; li < m.cfg.n_layer; li++)
+		any_t2 |= m.layers[li].wq.kind == BN_LINEAR_T2;
+	ck_assert(!any_t2 || m.t3_bytes > 0);
+	uint32_t V = m.cfg.n_vocab, prompt[66];
+	float *a = malloc((size_t)4 * V * sizeof(float)), *b = malloc((size_t)4 * V * sizeof(float));
+	test_tokens(13, V, prompt, 66);
+	ck_assert_int_eq(run_row(&t3, 0, prompt, 66, 0, a, 0), 0);
+	ck_assert_int_eq(run_row(&t2, 0, prompt, 66, 0, b, 0), 0);
+	ck_assert_msg(memcmp(a, b, V * sizeof(float)) == 0, "%s: T3 prompt logits differ", path);
+	uint32_t tok[4], lens[4] = { 1, 1, 1, 1 }, pos[4], seq[4] = { 0, 1, 2, 3 };
+	for (uint32_t s = 1; s < 4; s++) {
+		pos[s] = 0;
+		bn_forward_seq_reset(t3.fwd, s);
+		bn_forward_seq_reset(t2.fwd, s);
+	}
+	pos[0] = 66;
+	for (uint32_t n = 1; n <= 4; n++)
+		for (uint32_t step = 0; step < 3; step++) {
+			for (uint32_t r = 0; r < n; r++)
+				tok[r] = 3 + (7 * r + 11 * step + n) % (V - 3);
+			struct bn_batch bt = { .n_rows = n, .width = 1, .tokens = tok, .lens = lens,
+					       .pos = pos, .seq = seq };
+			ck_assert_int_eq(bn_forward_run(t3.fwd, &bt, a, 0), 0);
+			ck_assert_int_eq(bn_forward_run(t2.fwd, &bt, b, 0), 0);
+			ck_assert_msg(memcmp(a, b, (size_t)n * V * sizeof(float)) == 0,
+				      "%s: T3 decode logits differ at %u rows, step %u", path, n, step);
+			for (uint32_t r = 0; r < n; r++)
+				pos[r]++;
+		}
+	free(a);
+	free(b);
+	engine_free(&t3);
+	engine_free(&t2);
+	bn_model_free(&m);
+}
+
 #define INV_SEQS 16
 
 /* Sequence 0's logits, prefill and then decode steps, alone and inside batches of 16 rows
@@ -494,6 +550,54 @@ START_TEST(tiny_prefill_vs_stepwise)
 }
 END_TEST
 
+START_TEST(tiny_t3_decode)
+{
+	char path[256];
+	variant_path((uint32_t)_i, path, sizeof(path));
+	check_t3_decode(path);
+}
+END_TEST
+
+/* Greedy ids from a daemon on a ternary tiny preset, with extra flags. */
+static void daemon_greedy(const char *path, const char *const *extra, uint32_t out[32])
+{
+	const char *args[8] = { "--backend", "cpu", "--model", path };
+	for (int i = 0; extra[i]; i++)
+		args[4 + i] = extra[i];
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(d.socket_path, 0, &c), 0);
+	uint32_t prompt[3] = { 1, 5, 9 };
+	struct bn_request req = { .prompt = prompt, .n_prompt = 3, .max_tokens = 32,
+				  .flags = BN_REQ_IGNORE_EOS };
+	struct bn_result res;
+	ck_assert_int_eq(bn_generate(c, &req, out, 32, &res, 60000000000LL), 0);
+	ck_assert_uint_eq(res.n_tokens, 32);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+
+/* The daemon with --decode-layout base3 (one-row decode steps through the T3 copies) gives
+ * the ids it gives without. */
+START_TEST(daemon_base3_same_ids)
+{
+	if (!bn_t3_kernel(bn_kernels_select(NULL))) {
+		printf("SKIP: --decode-layout base3 (this CPU has no AVX-512 VBMI)\n");
+		return;
+	}
+	char path[256];
+	variant_path(0, path, sizeof(path)); /* bitnet-b1.58, I2_S */
+	static const char *const base3[] = { "--decode-layout", "base3", NULL };
+	static const char *const none[] = { NULL };
+	uint32_t a[32], b[32];
+	daemon_greedy(path, base3, a);
+	daemon_greedy(path, none, b);
+	for (int i = 0; i < 32; i++)
+		ck_assert_msg(a[i] == b[i], "token %d: base3 %u, 2bit %u", i, a[i], b[i]);
+}
+END_TEST
+
 START_TEST(tiny_int8_head)
 {
 	char path[256];
@@ -529,6 +633,8 @@ int main(void)
 	tcase_add_loop_test(tiny, tiny_batch_invariance, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_screened_greedy, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_int8_head, 0, N_VARIANTS);
+	tcase_add_loop_test(tiny, tiny_t3_decode, 0, N_VARIANTS);
+	tcase_add_test(tiny, daemon_base3_same_ids);
 	suite_add_tcase(s, tiny);
 	const char *models = getenv("BITNET_TEST_MODELS");
 	if (models && *models) {

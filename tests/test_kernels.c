@@ -92,7 +92,7 @@ static const struct bn_kernels *variant(int i)
 static void q8_alloc(struct bn_q8_rows *x, uint32_t n, uint32_t k)
 {
 	x->k = k;
-	x->k_pad = (k + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+	x->k_pad = bn_q8_k_pad(k); /* whole T2 and T3 chunks, as the forward pass pads */
 	x->q = aligned_alloc(64, (size_t)n * x->k_pad);
 	x->inv_scale = xmalloc(n * sizeof(float));
 	x->sum = xmalloc(n * sizeof(int32_t));
@@ -292,6 +292,110 @@ START_TEST(t2_gemm_full_int8_range)
 		free(isum);
 		q8_free(&x);
 		t2_case_free(&c);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* The T3 (base-3) kernel                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Shapes for T3: a row shorter than one chunk, one chunk, rows that end inside a chunk (the
+ * padding digits), the 2B4T rows (2560 = 8 chunks, 6912 = 21.6), and enough rows to cross
+ * the prefetch's end-of-matrix guard. */
+static const uint32_t t3_shapes[][2] = {
+	{ 100, 7 }, { 320, 5 }, { 1000, 13 }, { 2560, 9 }, { 6912, 5 }, { 640, 400 },
+};
+
+/* The T3 kernel, where this CPU has one, against the oracle of t2_gemm_exact: the same bits
+ * as ((float)isum * scale[o]) * inv_scale[b] for batches 1..BN_T3_MAX_BATCH, the whole int8
+ * range of activations, and output ranges that start and end anywhere. */
+START_TEST(t3_gemm_exact)
+{
+	bn_t3_gemm_fn t3 = bn_t3_kernel(bn_kernels_select("avx512vnni"));
+	if (!t3) {
+		printf("SKIP: T3 kernel (this CPU has no AVX-512 VBMI)\n");
+		return;
+	}
+	for (size_t si = 0; si < sizeof(t3_shapes) / sizeof(t3_shapes[0]); si++) {
+		uint32_t n_in = t3_shapes[si][0], n_out = t3_shapes[si][1];
+		tu_rng_seed(400 + si);
+		struct t2_case c;
+		t2_case_new(&c, n_in, n_out);
+		uint32_t row_bytes = (uint32_t)bn_t3_row_bytes(n_in);
+		uint8_t *codes = aligned_alloc(64, (size_t)n_out * row_bytes), *row = xmalloc(n_in);
+		ck_assert_ptr_nonnull(codes);
+		for (uint32_t o = 0; o < n_out; o++) {
+			for (uint32_t k = 0; k < n_in; k++)
+				row[k] = (uint8_t)(c.w[(size_t)o * n_in + k] + 1);
+			bn_t3_pack(row, n_in, codes + (size_t)o * row_bytes);
+		}
+		struct bn_t3_matrix m = { .codes = codes, .scale = c.scale, .n_in = n_in,
+					  .n_out = n_out, .row_bytes = row_bytes };
+		struct bn_q8_rows x;
+		q8_alloc(&x, BN_T3_MAX_BATCH, n_in);
+		for (uint32_t b = 0; b < BN_T3_MAX_BATCH; b++) {
+			int8_t *q = x.q + (size_t)b * x.k_pad;
+			int32_t sum = 0;
+			for (uint32_t k = 0; k < x.k_pad; k++) {
+				int v = (int)(tu_rng_next() % 256) - 128;
+				v = b == 0 ? -128 : b == 1 ? 127 : v;
+				q[k] = (int8_t)(k < n_in ? v : 0);
+				sum += q[k];
+			}
+			x.sum[b] = sum;
+			x.inv_scale[b] = tu_rng_float(1e-4f, 0.1f);
+		}
+		int32_t *isum = t2_oracle(&c, &x, BN_T3_MAX_BATCH);
+		uint32_t ldy = n_out + 2;
+		float *y = xmalloc((size_t)(BN_T3_MAX_BATCH + 1) * ldy * sizeof(float));
+		for (uint32_t n_b = 1; n_b <= BN_T3_MAX_BATCH; n_b++)
+			for (uint32_t o0 = 0; o0 < 2 && o0 < n_out; o0++) {
+				uint32_t o1 = n_out - o0;
+				fill_sentinel(y, (size_t)(BN_T3_MAX_BATCH + 1) * ldy);
+				t3(&m, o0, o1, &x, n_b, y, ldy);
+				for (uint32_t b = 0; b <= BN_T3_MAX_BATCH; b++)
+					for (uint32_t o = 0; o < ldy; o++) {
+						float got = y[(size_t)b * ldy + o];
+						if (b >= n_b || o < o0 || o >= o1) {
+							ck_assert_msg(is_sentinel(got), "t3 n_in %u n_b %u: y[%u][%u] written",
+								      n_in, n_b, b, o);
+							continue;
+						}
+						float want = ((float)isum[(size_t)b * n_out + o] * c.scale[o]) *
+							     x.inv_scale[b];
+						ck_assert_msg(float_bits(got) == float_bits(want),
+							      "t3 n_in %u n_b %u: y[%u][%u] = %.9g, want %.9g",
+							      n_in, n_b, b, o, got, want);
+					}
+			}
+		free(y);
+		free(isum);
+		q8_free(&x);
+		free(codes);
+		free(row);
+		t2_case_free(&c);
+	}
+}
+END_TEST
+
+/* bn_t3_pack and bn_t2_unpack against the layouts' definitions (bn_blocks.h). */
+START_TEST(t3_pack_layout)
+{
+	for (uint32_t n = 1; n < 700; n += 37) {
+		uint8_t codes[700], back[700], t2[768], t3[640];
+		for (uint32_t k = 0; k < n; k++)
+			codes[k] = (uint8_t)(tu_rng_next() % 3);
+		bn_t3_pack(codes, n, t3);
+		for (uint32_t k = 0; k < bn_t3_row_bytes(n) / 64 * 320; k++) {
+			uint32_t v = t3[k / 320 * 64 + k % 64], p = k % 320 / 64;
+			for (uint32_t i = 0; i < p; i++)
+				v /= 3;
+			ck_assert_uint_eq(v % 3, k < n ? codes[k] : 1);
+		}
+		bn_t2_pack(codes, n, t2);
+		bn_t2_unpack(t2, n, back);
+		ck_assert_int_eq(memcmp(codes, back, n), 0);
 	}
 }
 END_TEST
@@ -1327,6 +1431,8 @@ int main(void)
 	tcase_add_loop_test(k, t2_gemm_exact, 0, N_VARIANTS);
 	tcase_add_loop_test(k, t2_gemm_full_int8_range, 0, N_VARIANTS);
 	tcase_add_loop_test(k, i8_gemm_exact, 0, N_VARIANTS);
+	tcase_add_test(k, t3_gemm_exact);
+	tcase_add_test(k, t3_pack_layout);
 	tcase_add_test(k, quantize_rows);
 	tcase_add_test(k, quantize_rounds_half_to_even);
 	tcase_add_loop_test(k, quantize_variant_equals_scalar, 0, N_VARIANTS);

@@ -31,10 +31,18 @@ void bn_cpu_detect(struct bn_cpu_features *f)
 		return;
 	int avx2 = (b >> 5) & 1;
 	int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1;
-	int avx512vl = (b >> 31) & 1, avx512vnni = (c >> 11) & 1;
+	int avx512vl = (b >> 31) & 1, avx512vnni = (c >> 11) & 1, avx512vbmi = (c >> 1) & 1;
 	f->avx2_fma_f16c = ymm_saved && avx2 && fma && f16c;
 	f->avx512_vnni = f->avx2_fma_f16c && zmm_saved && avx512f && avx512dq && avx512bw &&
 			 avx512vl && avx512vnni;
+	f->avx512_vbmi = f->avx512_vnni && avx512vbmi;
+}
+
+bn_t3_gemm_fn bn_t3_kernel(const struct bn_kernels *k)
+{
+	struct bn_cpu_features f;
+	bn_cpu_detect(&f);
+	return k == &bn_kernels_avx512 && f.avx512_vbmi ? bn_t3_gemm_vbmi : NULL;
 }
 
 const struct bn_kernels *bn_kernels_select(const char *force)

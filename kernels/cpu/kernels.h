@@ -22,6 +22,14 @@ struct bn_t2_matrix {
 	uint32_t row_bytes;      /* bn_t2_row_bytes(n_in) */
 };
 
+/* The same weights in the T3 layout (bn_blocks.h), a second copy for decode steps. */
+struct bn_t3_matrix {
+	const uint8_t *codes;    /* [n_out][row_bytes] */
+	const float *scale;      /* [n_out], the T2 matrix's */
+	uint32_t n_in, n_out;
+	uint32_t row_bytes;      /* bn_t3_row_bytes(n_in) */
+};
+
 /* Int8 activations, one row per token: x ≈ xq * inv_scale. */
 struct bn_q8_rows {
 	int8_t *q;               /* [n][k_pad], zero past k; 64-byte aligned rows */
@@ -142,10 +150,29 @@ struct bn_kernels {
 	void (*quantize_rows)(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);
 };
 
+/* t2_gemm's result for the same weights in the T3 layout, to the bit (the same integer sum,
+ * the same two float products), for batches of at most BN_T3_MAX_BATCH rows: the decode steps
+ * whose time is the time of reading the weights, where 1.6 bits a weight read faster than 2.
+ * One row only: decoding base 3 costs more instructions than the 2-bit planes, and from two
+ * rows on the step is no longer bound by the bytes alone (2B4T shape, screened greedy decode,
+ * alternating in one process: batch 1 1.10-1.16x the 2-bit rate, batch 2 0.79x; 2 or 4 rows
+ * through a T3 kernel were slower in every round). x->k_pad must hold whole T3 chunks
+ * (>= row_bytes / 64 * 320), zero past k. */
+#define BN_T3_MAX_BATCH 1
+typedef void (*bn_t3_gemm_fn)(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
+			      const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
+/* The T3 kernel for a kernel table on this CPU, or NULL: it needs AVX-512 VBMI, whose byte
+ * permutes decode five base-3 digits at the speed of memory (kernels_vbmi.c); without them
+ * the decoding costs more than the bytes it saves. */
+bn_t3_gemm_fn bn_t3_kernel(const struct bn_kernels *k);
+void bn_t3_gemm_vbmi(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
+		     const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
+
 /* What this CPU can run. */
 struct bn_cpu_features {
 	int avx2_fma_f16c;
 	int avx512_vnni;         /* avx512f + bw + vl + dq + vnni */
+	int avx512_vbmi;         /* avx512_vnni and vbmi */
 };
 void bn_cpu_detect(struct bn_cpu_features *f);
 

@@ -281,6 +281,32 @@ int bn_ternary_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uin
 	return rc;
 }
 
+/* Weight k goes to chunk k/320; within it, byte k%64 and base-3 digit (k%320)/64. */
+void bn_t3_pack(const uint8_t *codes, uint64_t n, uint8_t *out)
+{
+	uint64_t chunks = bn_t3_row_bytes(n) / BN_T3_CHUNK_BYTES;
+	for (uint64_t c = 0; c < chunks; c++)
+		for (uint32_t j = 0; j < BN_T3_CHUNK_BYTES; j++) {
+			uint32_t byte = 0;
+			for (uint32_t p = 5; p-- > 0;) {
+				uint64_t k = c * BN_T3_CHUNK + 64 * p + j;
+				byte = byte * 3 + (k < n ? codes[k] : 1);
+			}
+			out[c * BN_T3_CHUNK_BYTES + j] = (uint8_t)byte;
+		}
+}
+
+void bn_t2_unpack(const uint8_t *row, uint64_t n, uint8_t *codes)
+{
+	for (uint64_t c = 0; c * BN_T2_CHUNK < n; c++)
+		for (uint32_t p = 0; p < 4; p++)
+			for (uint32_t j = 0; j < BN_T2_CHUNK_BYTES; j++) {
+				uint64_t k = c * BN_T2_CHUNK + 64 * p + j;
+				if (k < n)
+					codes[k] = (row[c * BN_T2_CHUNK_BYTES + j] >> (2 * p)) & 3;
+			}
+}
+
 /* Weight k goes to chunk k/256; within it, byte k%64 and bit pair (k%256)/64. */
 void bn_t2_pack(const uint8_t *codes, uint64_t n, uint8_t *out)
 {

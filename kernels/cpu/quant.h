@@ -50,6 +50,23 @@ static inline uint64_t bn_t2_row_bytes(uint64_t n)
 }
 /* Repacks n codes into the T2-plane layout, padding with code 1 up to whole chunks. */
 void bn_t2_pack(const uint8_t *codes, uint64_t n, uint8_t *out);
+/* Bytes of one row of n weights in the T3 layout: whole 320-weight chunks of 64 bytes. */
+static inline uint64_t bn_t3_row_bytes(uint64_t n)
+{
+	return (n + BN_T3_CHUNK - 1) / BN_T3_CHUNK * BN_T3_CHUNK_BYTES;
+}
+/* The row stride of int8 activations for inputs of k values: whole T2 and whole T3 chunks,
+ * so that either layout's kernel reads zeros past k. */
+static inline uint32_t bn_q8_k_pad(uint32_t k)
+{
+	uint32_t t2 = (k + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
+	uint32_t t3 = (k + BN_T3_CHUNK - 1) / BN_T3_CHUNK * BN_T3_CHUNK;
+	return t2 > t3 ? t2 : t3;
+}
+/* Repacks n codes (0, 1, 2) into the T3 layout, padding with code 1 up to whole chunks. */
+void bn_t3_pack(const uint8_t *codes, uint64_t n, uint8_t *out);
+/* The n codes of a T2-packed row. */
+void bn_t2_unpack(const uint8_t *row, uint64_t n, uint8_t *codes);
 /* Code of weight k in a T2-packed row (for tests and the reference forward). */
 static inline uint8_t bn_t2_code(const uint8_t *row, uint64_t k)
 {
