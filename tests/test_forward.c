@@ -561,11 +561,8 @@ END_TEST
 /* Greedy ids from a daemon on a ternary tiny preset, with extra flags. */
 static void daemon_greedy(const char *path, const char *const *extra, uint32_t out[32])
 {
-	const char *args[8] = { "--backend", "cpu", "--model", path };
-	for (int i = 0; extra[i]; i++)
-		args[4 + i] = extra[i];
 	struct tu_daemon d;
-	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	ck_assert_int_eq(tu_daemon_start_cpu(&d, path, extra), 0);
 	struct bn_client *c;
 	ck_assert_int_eq(bn_connect(d.socket_path, 0, &c), 0);
 	uint32_t prompt[3] = { 1, 5, 9 };

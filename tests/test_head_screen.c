@@ -499,11 +499,8 @@ static const uint32_t daemon_prompt_lens[4] = { 3, 2, 3, 1 };
 
 static long long daemon_ids(const char *const *extra, uint32_t out[4][40])
 {
-	const char *args[8] = { "--backend", "cpu", "--model", stories_path };
-	for (int i = 0; extra[i]; i++)
-		args[4 + i] = extra[i];
 	struct tu_daemon d;
-	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	ck_assert_int_eq(tu_daemon_start_cpu(&d, stories_path, extra), 0);
 	struct bn_client *c;
 	ck_assert_int_eq(bn_connect(d.socket_path, 0, &c), 0);
 	struct bn_batch_item items[4];

@@ -262,6 +262,24 @@ START_TEST(t2_gemm_exact)
 }
 END_TEST
 
+/* n rows of x over the whole int8 range (row 0 all -128, row 1 all +127, the rest random),
+ * zero past x->k, with their sums and random scales. */
+static void fill_raw_int8(struct bn_q8_rows *x, uint32_t n)
+{
+	for (uint32_t b = 0; b < n; b++) {
+		int8_t *q = x->q + (size_t)b * x->k_pad;
+		int32_t sum = 0;
+		for (uint32_t k = 0; k < x->k_pad; k++) {
+			int v = (int)(tu_rng_next() % 256) - 128;
+			v = b == 0 ? -128 : b == 1 ? 127 : v;
+			q[k] = (int8_t)(k < x->k ? v : 0);
+			sum += q[k];
+		}
+		x->sum[b] = sum;
+		x->inv_scale[b] = tu_rng_float(1e-4f, 0.1f);
+	}
+}
+
 /* Any int8 row is valid input, -128 included (the quantizer never makes it). */
 START_TEST(t2_gemm_full_int8_range)
 {
@@ -275,18 +293,7 @@ START_TEST(t2_gemm_full_int8_range)
 		t2_case_new(&c, n_in, n_out);
 		struct bn_q8_rows x;
 		q8_alloc(&x, MAX_B, n_in);
-		for (uint32_t b = 0; b < MAX_B; b++) {
-			int8_t *q = x.q + (size_t)b * x.k_pad;
-			int32_t sum = 0;
-			for (uint32_t k = 0; k < x.k_pad; k++) {
-				int v = (int)(tu_rng_next() % 256) - 128;
-				v = b == 0 ? -128 : b == 1 ? 127 : v;
-				q[k] = (int8_t)(k < n_in ? v : 0);
-				sum += q[k];
-			}
-			x.sum[b] = sum;
-			x.inv_scale[b] = tu_rng_float(1e-4f, 0.1f);
-		}
+		fill_raw_int8(&x, MAX_B);
 		int32_t *isum = t2_oracle(&c, &x, MAX_B);
 		t2_check_all(kern, &c, &x, isum, "raw int8");
 		free(isum);
@@ -334,18 +341,7 @@ START_TEST(t3_gemm_exact)
 					  .n_out = n_out, .row_bytes = row_bytes };
 		struct bn_q8_rows x;
 		q8_alloc(&x, BN_T3_MAX_BATCH, n_in);
-		for (uint32_t b = 0; b < BN_T3_MAX_BATCH; b++) {
-			int8_t *q = x.q + (size_t)b * x.k_pad;
-			int32_t sum = 0;
-			for (uint32_t k = 0; k < x.k_pad; k++) {
-				int v = (int)(tu_rng_next() % 256) - 128;
-				v = b == 0 ? -128 : b == 1 ? 127 : v;
-				q[k] = (int8_t)(k < n_in ? v : 0);
-				sum += q[k];
-			}
-			x.sum[b] = sum;
-			x.inv_scale[b] = tu_rng_float(1e-4f, 0.1f);
-		}
+		fill_raw_int8(&x, BN_T3_MAX_BATCH);
 		int32_t *isum = t2_oracle(&c, &x, BN_T3_MAX_BATCH);
 		uint32_t ldy = n_out + 2;
 		float *y = xmalloc((size_t)(BN_T3_MAX_BATCH + 1) * ldy * sizeof(float));

@@ -105,6 +105,17 @@ int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args)
 	return tu_daemon_restart(d, extra_args);
 }
 
+int tu_daemon_start_cpu(struct tu_daemon *d, const char *model, const char *const *extra_args)
+{
+	const char *args[13] = { "--backend", "cpu", "--model", model };
+	for (int i = 0; extra_args && extra_args[i]; i++) {
+		if (i == 8)
+			return -1;
+		args[4 + i] = extra_args[i];
+	}
+	return tu_daemon_start(d, args);
+}
+
 int tu_daemon_restart(struct tu_daemon *d, const char *const *extra_args)
 {
 	const char *bin = getenv("BITNETD");

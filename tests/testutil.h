@@ -17,6 +17,9 @@ struct tu_daemon {
 /* Starts $BITNETD (default build/bitnetd) on a fresh socket with the loopback backend and
  * the extra arguments (NULL-terminated list, may be NULL); waits until it accepts. 0 or -1. */
 int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args);
+/* tu_daemon_start with --backend cpu --model MODEL, then up to 8 extra arguments
+ * (NULL-terminated). 0 or -1. */
+int tu_daemon_start_cpu(struct tu_daemon *d, const char *model, const char *const *extra_args);
 /* Waits (up to 5 s) until the daemon holds no connection: its only socket is the listener
  * (read from /proc, so the waiting itself opens none). 0, or -1. tu_daemon_start returns
  * only then: its own probe connection is gone from the table. */
