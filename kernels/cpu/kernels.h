@@ -35,7 +35,7 @@ struct bn_q8_rows {
 	int8_t *q;               /* [n][k_pad], zero past k; 64-byte aligned rows */
 	float *inv_scale;        /* [n] absmax / 127 (0 for an all-zero row) */
 	int32_t *sum;            /* [n] sum of q over the row */
-	uint32_t k, k_pad;       /* k_pad: k rounded up to BN_T2_CHUNK */
+	uint32_t k, k_pad;       /* k_pad: bn_q8_k_pad(k), whole T2 and T3 chunks */
 };
 
 /* Where attention finds the cached keys and values of one KV head: position t is row

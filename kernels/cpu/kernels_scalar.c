@@ -5,10 +5,11 @@
 
 #include <math.h>
 
-static int32_t t2_dot(const uint8_t *row, const int8_t *q, uint32_t k_pad)
+/* Over the row's whole chunks (padding included: code 1 against zero activations). */
+static int32_t t2_dot(const uint8_t *row, const int8_t *q, uint32_t n)
 {
 	int32_t acc = 0;
-	for (uint32_t k = 0; k < k_pad; k++)
+	for (uint32_t k = 0; k < n; k++)
 		acc += (int32_t)bn_t2_code(row, k) * q[k];
 	return acc;
 }
@@ -19,7 +20,8 @@ static void t2_gemm_scalar(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o
 	for (uint32_t o = o0; o < o1; o++) {
 		const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
 		for (uint32_t b = 0; b < n_b; b++) {
-			int32_t acc = t2_dot(row, x->q + (size_t)b * x->k_pad, x->k_pad) - x->sum[b];
+			int32_t acc = t2_dot(row, x->q + (size_t)b * x->k_pad,
+					     w->row_bytes / BN_T2_CHUNK_BYTES * BN_T2_CHUNK) - x->sum[b];
 			y[(size_t)b * ldy + o] = ((float)acc * w->scale[o]) * x->inv_scale[b];
 		}
 	}
