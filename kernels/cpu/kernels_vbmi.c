@@ -50,21 +50,19 @@ static ALWAYS_INLINE __m512i dpbusd(__m512i acc, __m512i u8, const int8_t *s8)
 	return acc;
 }
 
-/* One weight row against n_cols batch rows. Planes 0..3 are left in place (digit p times
- * 4^p, at most 2 * 64 = 128, within vpdpbusd's unsigned range) and shifted back once at the
- * end, as the T2 row kernel does; plane 4 comes from its own table. A lane adds at most
- * 4 x 128 x 128 per chunk, and a row of 2^20 weights has 3,277 chunks: far below 2^31.
+/* One weight row against the one batch row (BN_T3_MAX_BATCH). Planes 0..3 are left in place
+ * (digit p times 4^p, at most 2 * 64 = 128, within vpdpbusd's unsigned range) and shifted back
+ * once at the end, as the T2 row kernel does; plane 4 comes from its own table. A lane adds at
+ * most 4 x 128 x 128 per chunk, and a row of 2^20 weights has 3,277 chunks: far below 2^31.
  * Integer sums are exact, so the result is t2_gemm's for the same weights, to the bit. */
 static ALWAYS_INLINE void t3_row(const struct bn_t3_matrix *w, uint32_t o,
-				 const struct bn_q8_rows *x, const uint32_t n_cols, float *y,
-				 uint32_t ldy)
+				 const struct bn_q8_rows *x, float *y)
 {
 	const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
 	const uint8_t *end = w->codes + (size_t)w->n_out * w->row_bytes;
-	__m512i acc[5][BN_T3_MAX_BATCH];
+	__m512i acc[5];
 	for (uint32_t p = 0; p < 5; p++)
-		for (uint32_t b = 0; b < n_cols; b++)
-			acc[p][b] = _mm512_setzero_si512();
+		acc[p] = _mm512_setzero_si512();
 	const uint32_t n_chunks = w->row_bytes / BN_T3_CHUNK_BYTES;
 	for (uint32_t c = 0; c < n_chunks; c++) {
 		const uint8_t *chunk = row + (size_t)c * BN_T3_CHUNK_BYTES;
@@ -77,25 +75,22 @@ static ALWAYS_INLINE void t3_row(const struct bn_t3_matrix *w, uint32_t o,
 		for (uint32_t p = 0; p < 4; p++)
 			pl[p] = _mm512_and_si512(four, _mm512_set1_epi8((char)(3 << (2 * p))));
 		pl[4] = last;
-		for (uint32_t b = 0; b < n_cols; b++) {
-			const int8_t *xc = x->q + (size_t)b * x->k_pad + (size_t)c * BN_T3_CHUNK;
-			for (uint32_t p = 0; p < 5; p++)
-				acc[p][b] = dpbusd(acc[p][b], pl[p], xc + 64 * p);
-		}
+		const int8_t *xc = x->q + (size_t)c * BN_T3_CHUNK;
+		for (uint32_t p = 0; p < 5; p++)
+			acc[p] = dpbusd(acc[p], pl[p], xc + 64 * p);
 	}
-	for (uint32_t b = 0; b < n_cols; b++) {
-		__m512i t = acc[4][b];
-		for (uint32_t p = 0; p < 4; p++)
-			t = _mm512_add_epi32(t, _mm512_srai_epi32(acc[p][b], 2 * p));
-		int32_t sum = _mm512_reduce_add_epi32(t) - x->sum[b];
-		y[(size_t)b * ldy + o] = ((float)sum * w->scale[o]) * x->inv_scale[b];
-	}
+	__m512i t = acc[4];
+	for (uint32_t p = 0; p < 4; p++)
+		t = _mm512_add_epi32(t, _mm512_srai_epi32(acc[p], 2 * p));
+	int32_t sum = _mm512_reduce_add_epi32(t) - x->sum[0];
+	y[o] = ((float)sum * w->scale[o]) * x->inv_scale[0];
 }
 
 void bn_t3_gemm_vbmi(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
 		     const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
 {
 	/* one batch row (BN_T3_MAX_BATCH); none, or more than the kernel takes: nothing */
+	(void)ldy; /* one batch row: y[o] */
 	for (uint32_t o = o0; n_b == 1 && o < o1; o++)
-		t3_row(w, o, x, 1, y, ldy);
+		t3_row(w, o, x, y);
 }
