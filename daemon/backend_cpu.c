@@ -78,7 +78,10 @@ static const char *open_screen(struct cpu_backend *cb, uint32_t mode)
 	if (why_not)
 		return why_not;
 	if (int8) {
+		/* every logit from the copy: the float head's panels are not read again */
 		bn_forward_use_int8_head(cb->fwd, &cb->screen.w);
+		cb->screen.head = NULL;
+		bn_model_release_head_panels(&cb->model);
 		return "int8";
 	}
 	if (bn_forward_use_screen(cb->fwd, &cb->screen)) {

@@ -59,6 +59,17 @@ static void *own(struct loader *ld, size_t size)
 	return model_own(ld->m, size);
 }
 
+/* Frees one buffer of model_own's before the model goes. */
+static void model_disown(struct bn_model *m, void *buf)
+{
+	for (uint32_t i = 0; i < m->n_owned; i++)
+		if (m->owned[i] == buf) {
+			free(buf);
+			m->owned[i] = m->owned[--m->n_owned];
+			return;
+		}
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration                                                                               */
 /* ------------------------------------------------------------------------------------------ */
@@ -590,6 +601,21 @@ int bn_model_add_t3(struct bn_model *m, struct bn_pool *pool)
 			((struct bn_linear *)all[i])->t3.codes = NULL; /* all or none */
 	}
 	return rc;
+}
+
+uint64_t bn_model_release_head_panels(struct bn_model *m)
+{
+	struct bn_linear *head = &m->output;
+	if (head->kind != BN_LINEAR_FLOAT || !head->f.panel_rows)
+		return 0;
+	uint64_t bytes = bn_f_panel_bytes(head->f.type, head->n_in, head->n_out);
+	model_disown(m, (void *)head->f.data);
+	head->f = (struct bn_f_matrix){ .data = head->src->data, .type = head->src->type,
+					.n_in = head->n_in, .n_out = head->n_out,
+					.row_bytes = bn_row_bytes(head->src->type, head->n_in) };
+	m->embed_from_output = 0;
+	m->repacked_bytes -= bytes;
+	return bytes;
 }
 
 void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS])

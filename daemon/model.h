@@ -113,6 +113,13 @@ void bn_model_free(struct bn_model *m);
 struct bn_pool;
 int bn_model_add_t3(struct bn_model *m, struct bn_pool *pool);
 
+/* For --lm-head int8, which reads no float head: the panels of a float LM head are freed (656
+ * MB on the 2B4T shape), the head is left as the file's rows in place (a kernel can still
+ * read it, from the page cache), and a tied embedding reads its rows from the file as an
+ * untied one does: the same floats (F16 and BF16 widen exactly, F32 is copied). Returns the
+ * bytes freed, 0 when the head has no panels. */
+uint64_t bn_model_release_head_panels(struct bn_model *m);
+
 /* The seven matrices of a layer, in file order: q, k, v, output, gate, up, down. */
 #define BN_LAYER_LINEARS 7
 void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS]);

@@ -286,6 +286,39 @@ static void head_row(const struct bn_linear *h, uint32_t o, float *out)
 						out), 0);
 }
 
+/* What the daemon does with --lm-head int8 (bn_model_release_head_panels): the float head's
+ * panels go, every embedding row stays the same floats (a tied one now read from the file),
+ * and the int8 head's logits of the prompt (pre, n positions) stay the same bits. */
+static void check_released_head(struct bn_model *m, struct engine *e, const uint32_t *tokens,
+				uint32_t n, const float *pre)
+{
+	uint32_t V = m->cfg.n_vocab, d = m->cfg.n_embd;
+	int panels = m->output.kind == BN_LINEAR_FLOAT && m->output.f.panel_rows;
+	uint64_t want = panels ? bn_f_panel_bytes(m->output.f.type, d, V) : 0;
+	uint64_t repacked = m->repacked_bytes;
+	float *embed = malloc((size_t)V * d * sizeof(float)), *row = malloc(d * sizeof(float));
+	float *again = malloc((size_t)n * V * sizeof(float));
+	for (uint32_t t = 0; t < V; t++)
+		bn_model_embed(m, t, embed + (size_t)t * d);
+	ck_assert_uint_eq(bn_model_release_head_panels(m), want);
+	ck_assert_uint_eq(m->repacked_bytes, repacked - want);
+	ck_assert_int_eq(m->embed_from_output, 0);
+	ck_assert_uint_eq(m->output.f.panel_rows, 0);
+	ck_assert_uint_eq(bn_model_release_head_panels(m), 0); /* nothing left to release */
+	for (uint32_t t = 0; t < V; t++) {
+		bn_model_embed(m, t, row);
+		ck_assert_msg(memcmp(row, embed + (size_t)t * d, d * sizeof(float)) == 0,
+			      "embedding row %u changed when the head's panels went", t);
+	}
+	bn_forward_seq_reset(e->fwd, 0);
+	ck_assert_int_eq(run_row(e, 0, tokens, n, 0, again, 1), 0);
+	ck_assert_msg(memcmp(again, pre, (size_t)n * V * sizeof(float)) == 0,
+		      "int8 head logits changed when the float head's panels went");
+	free(embed);
+	free(row);
+	free(again);
+}
+
 /* The int8 head (--lm-head int8) of a float, Q8_0 or Q6_K head: the copy is its definition's
  * (per row: scale = max|w| / 127, q = w / scale rounded to nearest even, row_sum = sum q,
  * zeros past n_in); through the forward pass its logits are the same as one prefill and step
@@ -343,6 +376,7 @@ static void check_int8_head(const char *path, uint32_t n)
 		differs |= memcmp(step, file, V * sizeof(float)) != 0;
 	}
 	ck_assert_msg(differs, "%s: the int8 head gave the file head's logits", path);
+	check_released_head(&m, &e, tokens, n, pre);
 	free(tokens);
 	free(pre);
 	free(step);
