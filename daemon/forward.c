@@ -25,6 +25,12 @@
  * while the float kernel reads them, and a fixed buffer per thread instead of an allocation
  * per task that grew with the vocabulary (a 128k head's task chunk was 160 MB). */
 #define DECODE_ROWS 16
+/* Token blocks of at most this many rows read the T3 copies (bn_forward_use_t3): one. From two
+ * rows on a step is no longer bound by the bytes alone, and decoding base 3 costs more
+ * instructions than the 2-bit planes (2B4T shape, screened greedy decode, alternating in one
+ * process: batch 1 1.10-1.16x the 2-bit rate; 2 or 4 rows through the T3 kernel 0.79-0.80x in
+ * every round). */
+#define T3_ROWS 1
 
 struct bn_forward {
 	const struct bn_model *m;
@@ -115,7 +121,7 @@ static void gemm_task(void *ctx, uint32_t task)
 		xs.q += (size_t)b0 * xs.k_pad;
 		xs.inv_scale += b0;
 		xs.sum += b0;
-		if (w->kind == BN_LINEAR_T2 && w->t3.codes && j->t3_gemm && n_b <= BN_T3_MAX_BATCH)
+		if (w->kind == BN_LINEAR_T2 && w->t3.codes && j->t3_gemm && n_b <= T3_ROWS)
 			j->t3_gemm(&w->t3, o0, o1, &xs, n_b, y, j->ldy[m]);
 		else if (w->kind == BN_LINEAR_T2)
 			j->kern->t2_gemm(&w->t2, o0, o1, &xs, n_b, y, j->ldy[m]);

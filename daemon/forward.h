@@ -71,7 +71,7 @@ uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *fir
  * why). The screen is borrowed. 0, -EINVAL (a copy without a float head:
  * bn_head_int8_build_rows) or -ENOMEM. */
 int bn_forward_use_screen(struct bn_forward *f, const struct bn_head_screen *s);
-/* Decode steps of one row (token blocks of at most BN_T3_MAX_BATCH rows) read the ternary
+/* Decode steps of one row (token blocks of one row: forward.c says why) read the ternary
  * matrices' T3 copies (bn_model_add_t3: 1.6 bits a weight instead of 2) from now on, on (1) or off
  * (0, the default). The same integer sums, so the same logits to the bit. A matrix without
  * a copy keeps its T2 planes. 0, or -ENOTSUP: this CPU has no T3 kernel (kernels.h). */

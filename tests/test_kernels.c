@@ -314,14 +314,49 @@ static const uint32_t t3_shapes[][2] = {
 	{ 100, 7 }, { 320, 5 }, { 1000, 13 }, { 2560, 9 }, { 6912, 5 }, { 640, 400 },
 };
 
-/* The T3 kernel, where this CPU has one, against the oracle of t2_gemm_exact: the same bits
- * as ((float)isum * scale[o]) * inv_scale[b] for batches 1..BN_T3_MAX_BATCH, the whole int8
- * range of activations, and output ranges that start and end anywhere. */
+/* The T3 kernels: the scalar twin, and the VBMI kernel where this CPU has it. */
+static bn_t3_gemm_fn t3_variant(int i, const char **name)
+{
+	*name = i ? "vbmi" : "scalar";
+	return i ? bn_t3_kernel(bn_kernels_select("avx512vnni")) : bn_t3_gemm_scalar;
+}
+
+#define T3_MAX_B 40
+
+/* One call: y[b][o] exact for b < n_b and o in [o0, o1), every other entry untouched. */
+static void t3_check_call(bn_t3_gemm_fn t3, const char *name, const struct t2_case *c,
+			  const struct bn_t3_matrix *m, const struct bn_q8_rows *x,
+			  const int32_t *isum, uint32_t n_b, uint32_t o0, uint32_t o1)
+{
+	uint32_t n_out = c->n_out, ldy = n_out + 2;
+	float *y = xmalloc((size_t)(n_b + 1) * ldy * sizeof(float));
+	fill_sentinel(y, (size_t)(n_b + 1) * ldy);
+	t3(m, o0, o1, x, n_b, y, ldy);
+	for (uint32_t b = 0; b <= n_b; b++)
+		for (uint32_t o = 0; o < ldy; o++) {
+			float got = y[(size_t)b * ldy + o];
+			if (b >= n_b || o < o0 || o >= o1) {
+				ck_assert_msg(is_sentinel(got), "t3 %s n_in %u n_b %u: y[%u][%u] written",
+					      name, c->n_in, n_b, b, o);
+				continue;
+			}
+			float want = ((float)isum[(size_t)b * n_out + o] * c->scale[o]) * x->inv_scale[b];
+			ck_assert_msg(float_bits(got) == float_bits(want),
+				      "t3 %s n_in %u n_b %u: y[%u][%u] = %.9g, want %.9g", name, c->n_in,
+				      n_b, b, o, got, want);
+		}
+	free(y);
+}
+
+/* Each T3 kernel against the oracle of t2_gemm_exact: the same bits as ((float)isum *
+ * scale[o]) * inv_scale[b] for every batch of 1..40 rows, the whole int8 range of
+ * activations, output ranges that start and end anywhere, and no batch rows or outputs. */
 START_TEST(t3_gemm_exact)
 {
-	bn_t3_gemm_fn t3 = bn_t3_kernel(bn_kernels_select("avx512vnni"));
+	const char *name;
+	bn_t3_gemm_fn t3 = t3_variant(_i, &name);
 	if (!t3) {
-		printf("SKIP: T3 kernel (this CPU has no AVX-512 VBMI)\n");
+		printf("SKIP: T3 %s kernel (this CPU has no AVX-512 VBMI)\n", name);
 		return;
 	}
 	for (size_t si = 0; si < sizeof(t3_shapes) / sizeof(t3_shapes[0]); si++) {
@@ -340,32 +375,16 @@ START_TEST(t3_gemm_exact)
 		struct bn_t3_matrix m = { .codes = codes, .scale = c.scale, .n_in = n_in,
 					  .n_out = n_out, .row_bytes = row_bytes };
 		struct bn_q8_rows x;
-		q8_alloc(&x, BN_T3_MAX_BATCH, n_in);
-		fill_raw_int8(&x, BN_T3_MAX_BATCH);
-		int32_t *isum = t2_oracle(&c, &x, BN_T3_MAX_BATCH);
-		uint32_t ldy = n_out + 2;
-		float *y = xmalloc((size_t)(BN_T3_MAX_BATCH + 1) * ldy * sizeof(float));
-		for (uint32_t n_b = 1; n_b <= BN_T3_MAX_BATCH; n_b++)
-			for (uint32_t o0 = 0; o0 < 2 && o0 < n_out; o0++) {
-				uint32_t o1 = n_out - o0;
-				fill_sentinel(y, (size_t)(BN_T3_MAX_BATCH + 1) * ldy);
-				t3(&m, o0, o1, &x, n_b, y, ldy);
-				for (uint32_t b = 0; b <= BN_T3_MAX_BATCH; b++)
-					for (uint32_t o = 0; o < ldy; o++) {
-						float got = y[(size_t)b * ldy + o];
-						if (b >= n_b || o < o0 || o >= o1) {
-							ck_assert_msg(is_sentinel(got), "t3 n_in %u n_b %u: y[%u][%u] written",
-								      n_in, n_b, b, o);
-							continue;
-						}
-						float want = ((float)isum[(size_t)b * n_out + o] * c.scale[o]) *
-							     x.inv_scale[b];
-						ck_assert_msg(float_bits(got) == float_bits(want),
-							      "t3 n_in %u n_b %u: y[%u][%u] = %.9g, want %.9g",
-							      n_in, n_b, b, o, got, want);
-					}
-			}
-		free(y);
+		q8_alloc(&x, T3_MAX_B, n_in);
+		fill_raw_int8(&x, T3_MAX_B);
+		int32_t *isum = t2_oracle(&c, &x, T3_MAX_B);
+		for (uint32_t n_b = 1; n_b <= T3_MAX_B; n_b++) {
+			t3_check_call(t3, name, &c, &m, &x, isum, n_b, 0, n_out);
+			if (n_out > 2)
+				t3_check_call(t3, name, &c, &m, &x, isum, n_b, 1, n_out - 1);
+		}
+		t3_check_call(t3, name, &c, &m, &x, isum, 0, 0, n_out);
+		t3_check_call(t3, name, &c, &m, &x, isum, 3, 1, 1);
 		free(isum);
 		q8_free(&x);
 		free(codes);
@@ -388,6 +407,7 @@ START_TEST(t3_pack_layout)
 			for (uint32_t i = 0; i < p; i++)
 				v /= 3;
 			ck_assert_uint_eq(v % 3, k < n ? codes[k] : 1);
+			ck_assert_uint_eq(bn_t3_code(t3, k), v % 3);
 		}
 		bn_t2_pack(codes, n, t2);
 		bn_t2_unpack(t2, n, back);
@@ -1427,7 +1447,7 @@ int main(void)
 	tcase_add_loop_test(k, t2_gemm_exact, 0, N_VARIANTS);
 	tcase_add_loop_test(k, t2_gemm_full_int8_range, 0, N_VARIANTS);
 	tcase_add_loop_test(k, i8_gemm_exact, 0, N_VARIANTS);
-	tcase_add_test(k, t3_gemm_exact);
+	tcase_add_loop_test(k, t3_gemm_exact, 0, 2);
 	tcase_add_test(k, t3_pack_layout);
 	tcase_add_test(k, quantize_rows);
 	tcase_add_test(k, quantize_rounds_half_to_even);

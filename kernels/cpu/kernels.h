@@ -151,22 +151,25 @@ struct bn_kernels {
 };
 
 /* t2_gemm's result for the same weights in the T3 layout, to the bit (the same integer sum,
- * the same two float products), for batches of at most BN_T3_MAX_BATCH rows: the decode steps
- * whose time is the time of reading the weights, where 1.6 bits a weight read faster than 2.
- * One row only: decoding base 3 costs more instructions than the 2-bit planes, and from two
- * rows on the step is no longer bound by the bytes alone (2B4T shape, screened greedy decode,
- * alternating in one process: batch 1 1.10-1.16x the 2-bit rate, batch 2 0.79x; 2 or 4 rows
- * through a T3 kernel were slower in every round). x->k_pad must hold whole T3 chunks
- * (>= row_bytes / 64 * 320), zero past k. */
-#define BN_T3_MAX_BATCH 1
+ * the same two float products), for any batch. x->k_pad must hold whole T3 chunks (>=
+ * row_bytes / 64 * 320), zero past k. Decoding base 3 costs more instructions than the 2-bit
+ * planes, so the layout pays only where a step's time is the time of reading the weights:
+ * the forward pass reads it in one-row decode steps (forward.c says what was measured). */
 typedef void (*bn_t3_gemm_fn)(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
 			      const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
 /* The T3 kernel for a kernel table on this CPU, or NULL: it needs AVX-512 VBMI, whose byte
- * permutes decode five base-3 digits at the speed of memory (kernels_vbmi.c); without them
- * the decoding costs more than the bytes it saves. */
+ * permutes decode five base-3 digits at the speed of memory (kernels_vbmi.c). Without them
+ * the decoding costs more than the bytes it saves: AVX2 has no byte permute across 256
+ * entries, and digit arithmetic (a byte multiply, then a high part, per digit) takes about
+ * twice the instructions per weight of the 2-bit planes, whose AVX2 kernel is already near
+ * this machine's compute limit at batch 1 (PERFORMANCE.md). */
 bn_t3_gemm_fn bn_t3_kernel(const struct bn_kernels *k);
 void bn_t3_gemm_vbmi(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
 		     const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
+/* The readable twin every T3 kernel is tested against (never picked by bn_t3_kernel: it
+ * decodes digit by digit). */
+void bn_t3_gemm_scalar(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
+		       const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
 
 /* What this CPU can run. */
 struct bn_cpu_features {

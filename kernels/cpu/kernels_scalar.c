@@ -27,6 +27,25 @@ static void t2_gemm_scalar(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o
 	}
 }
 
+/* The T3 layout's readable twin (kernels.h): the same integer sum over the row's whole
+ * chunks, the same two float products. */
+void bn_t3_gemm_scalar(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
+		       const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	uint32_t n = w->row_bytes / BN_T3_CHUNK_BYTES * BN_T3_CHUNK;
+	for (uint32_t o = o0; o < o1; o++) {
+		const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
+		for (uint32_t b = 0; b < n_b; b++) {
+			const int8_t *q = x->q + (size_t)b * x->k_pad;
+			int32_t acc = 0;
+			for (uint32_t k = 0; k < n; k++)
+				acc += (int32_t)bn_t3_code(row, k) * q[k];
+			acc -= x->sum[b];
+			y[(size_t)b * ldy + o] = ((float)acc * w->scale[o]) * x->inv_scale[b];
+		}
+	}
+}
+
 /* The panel layout's order (kernels.h): one fused multiply-add chain per sum, k in order. */
 static void f_gemm_panels_scalar(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 				 const float *x, uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy)

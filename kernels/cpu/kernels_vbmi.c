@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels_vbmi.c — the T3 (base-3, 1.6 bits a weight) ternary kernel for decode steps.
+ * kernels_vbmi.c — the T3 (base-3, 1.6 bits a weight) ternary kernel, read in decode steps.
  * Compiled with AVX-512 VBMI flags (Makefile), called only when cpuid says the CPU has them
  * (bn_t3_kernel).
  *
@@ -50,47 +50,76 @@ static ALWAYS_INLINE __m512i dpbusd(__m512i acc, __m512i u8, const int8_t *s8)
 	return acc;
 }
 
-/* One weight row against the one batch row (BN_T3_MAX_BATCH). Planes 0..3 are left in place
- * (digit p times 4^p, at most 2 * 64 = 128, within vpdpbusd's unsigned range) and shifted back
- * once at the end, as the T2 row kernel does; plane 4 comes from its own table. A lane adds at
- * most 4 x 128 x 128 per chunk, and a row of 2^20 weights has 3,277 chunks: far below 2^31.
- * Integer sums are exact, so the result is t2_gemm's for the same weights, to the bit. */
+/* The five code planes of a 64-byte T3 chunk: planes 0..3 left in place (digit p times 4^p,
+ * at most 2 * 64 = 128, within vpdpbusd's unsigned range) and shifted back once per row, as
+ * the T2 row kernel does; plane 4 from its own table. */
+static ALWAYS_INLINE void t3_planes(const uint8_t *chunk, __m512i pl[5])
+{
+	__m512i v = _mm512_load_si512(chunk);
+	__mmask64 high = _mm512_movepi8_mask(v);
+	__m512i four = lookup(first4, v, high), last = lookup(fifth, v, high);
+	for (uint32_t p = 0; p < 4; p++)
+		pl[p] = _mm512_and_si512(four, _mm512_set1_epi8((char)(3 << (2 * p))));
+	pl[4] = last;
+}
+
+/* COLS batch rows at most share each decoded chunk. */
+#define COLS 4
+
+/* One weight row against n_cols <= COLS batch rows starting at b0, the chunk decoded once for
+ * all of them. A lane adds at most 4 x 128 x 128 per chunk, and a row of 2^20 weights has
+ * 3,277 chunks: far below 2^31. Integer sums are exact, so the result is t2_gemm's for the
+ * same weights, to the bit. */
 static ALWAYS_INLINE void t3_row(const struct bn_t3_matrix *w, uint32_t o,
-				 const struct bn_q8_rows *x, float *y)
+				 const struct bn_q8_rows *x, uint32_t b0, const uint32_t n_cols,
+				 float *y, uint32_t ldy)
 {
 	const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
 	const uint8_t *end = w->codes + (size_t)w->n_out * w->row_bytes;
-	__m512i acc[5];
-	for (uint32_t p = 0; p < 5; p++)
-		acc[p] = _mm512_setzero_si512();
+	__m512i acc[COLS][5];
+	for (uint32_t b = 0; b < n_cols; b++)
+		for (uint32_t p = 0; p < 5; p++)
+			acc[b][p] = _mm512_setzero_si512();
 	const uint32_t n_chunks = w->row_bytes / BN_T3_CHUNK_BYTES;
 	for (uint32_t c = 0; c < n_chunks; c++) {
 		const uint8_t *chunk = row + (size_t)c * BN_T3_CHUNK_BYTES;
 		if (chunk + WEIGHT_PREFETCH_BYTES < end)
 			_mm_prefetch((const char *)chunk + WEIGHT_PREFETCH_BYTES, _MM_HINT_T0);
-		__m512i v = _mm512_load_si512(chunk);
-		__mmask64 high = _mm512_movepi8_mask(v);
-		__m512i four = lookup(first4, v, high), last = lookup(fifth, v, high);
 		__m512i pl[5];
-		for (uint32_t p = 0; p < 4; p++)
-			pl[p] = _mm512_and_si512(four, _mm512_set1_epi8((char)(3 << (2 * p))));
-		pl[4] = last;
-		const int8_t *xc = x->q + (size_t)c * BN_T3_CHUNK;
-		for (uint32_t p = 0; p < 5; p++)
-			acc[p] = dpbusd(acc[p], pl[p], xc + 64 * p);
+		t3_planes(chunk, pl);
+		for (uint32_t b = 0; b < n_cols; b++) {
+			const int8_t *xc = x->q + (size_t)(b0 + b) * x->k_pad + (size_t)c * BN_T3_CHUNK;
+			for (uint32_t p = 0; p < 5; p++)
+				acc[b][p] = dpbusd(acc[b][p], pl[p], xc + 64 * p);
+		}
 	}
-	__m512i t = acc[4];
-	for (uint32_t p = 0; p < 4; p++)
-		t = _mm512_add_epi32(t, _mm512_srai_epi32(acc[p], 2 * p));
-	int32_t sum = _mm512_reduce_add_epi32(t) - x->sum[0];
-	y[o] = ((float)sum * w->scale[o]) * x->inv_scale[0];
+	for (uint32_t b = 0; b < n_cols; b++) {
+		__m512i t = acc[b][4];
+		for (uint32_t p = 0; p < 4; p++)
+			t = _mm512_add_epi32(t, _mm512_srai_epi32(acc[b][p], 2 * p));
+		int32_t sum = _mm512_reduce_add_epi32(t) - x->sum[b0 + b];
+		y[(size_t)(b0 + b) * ldy + o] = ((float)sum * w->scale[o]) * x->inv_scale[b0 + b];
+	}
 }
 
+/* Rows [o0, o1) against batch rows [b0, b0 + n_cols), n_cols <= COLS. */
+static void t3_rows(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
+		    const struct bn_q8_rows *x, uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
+{
+	switch (n_cols) { /* constant column counts keep the accumulators in registers */
+	case 4: for (uint32_t o = o0; o < o1; o++) t3_row(w, o, x, b0, 4, y, ldy); break;
+	case 3: for (uint32_t o = o0; o < o1; o++) t3_row(w, o, x, b0, 3, y, ldy); break;
+	case 2: for (uint32_t o = o0; o < o1; o++) t3_row(w, o, x, b0, 2, y, ldy); break;
+	case 1: for (uint32_t o = o0; o < o1; o++) t3_row(w, o, x, b0, 1, y, ldy); break;
+	default: break; /* no batch rows */
+	}
+}
+
+/* Batches of more than COLS rows stream the rows once per COLS of them: the forward pass
+ * sends those steps to the T2 planes (kernels.h), so they need to be right, not fast. */
 void bn_t3_gemm_vbmi(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
 		     const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
 {
-	/* one batch row (BN_T3_MAX_BATCH); none, or more than the kernel takes: nothing */
-	(void)ldy; /* one batch row: y[o] */
-	for (uint32_t o = o0; n_b == 1 && o < o1; o++)
-		t3_row(w, o, x, y);
+	for (uint32_t b0 = 0; b0 < n_b; b0 += COLS)
+		t3_rows(w, o0, o1, x, b0, n_b - b0 < COLS ? n_b - b0 : COLS, y, ldy);
 }

@@ -65,6 +65,16 @@ static inline uint32_t bn_q8_k_pad(uint32_t k)
 }
 /* Repacks n codes (0, 1, 2) into the T3 layout, padding with code 1 up to whole chunks. */
 void bn_t3_pack(const uint8_t *codes, uint64_t n, uint8_t *out);
+/* Code of weight k in a T3-packed row: base-3 digit (k % 320) / 64 of byte k % 64 of its
+ * chunk. */
+static inline uint8_t bn_t3_code(const uint8_t *row, uint64_t k)
+{
+	uint64_t chunk = k / BN_T3_CHUNK, in = k % BN_T3_CHUNK;
+	uint32_t v = row[chunk * BN_T3_CHUNK_BYTES + in % 64];
+	for (uint64_t p = in / 64; p > 0; p--)
+		v /= 3;
+	return (uint8_t)(v % 3);
+}
 /* The n codes of a T2-packed row. */
 void bn_t2_unpack(const uint8_t *row, uint64_t n, uint8_t *codes);
 /* Code of weight k in a T2-packed row (for tests and the reference forward). */
