@@ -160,9 +160,11 @@ typedef void (*bn_t3_gemm_fn)(const struct bn_t3_matrix *w, uint32_t o0, uint32_
 /* The T3 kernel for a kernel table on this CPU, or NULL: it needs AVX-512 VBMI, whose byte
  * permutes decode five base-3 digits at the speed of memory (kernels_vbmi.c). Without them
  * the decoding costs more than the bytes it saves: AVX2 has no byte permute across 256
- * entries, and digit arithmetic (a byte multiply, then a high part, per digit) takes about
- * twice the instructions per weight of the 2-bit planes, whose AVX2 kernel is already near
- * this machine's compute limit at batch 1 (PERFORMANCE.md). */
+ * entries, and digit arithmetic (per digit a byte multiply by 3 and a high part; about 48
+ * instructions per 160 weights against 20 per 128 for the 2-bit planes, by our count) would
+ * make a kernel compute-bound where the 2-bit AVX2 kernel already is: on the 2-core test VM
+ * it read 42.7 GB/s at batch 1 with the bandwidth probe at 48, and 42.8 with it at 85,
+ * where the AVX-512 kernel read 66 (bench-model's t2_gemv_gbs, 2026-11-26). */
 bn_t3_gemm_fn bn_t3_kernel(const struct bn_kernels *k);
 void bn_t3_gemm_vbmi(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
 		     const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
