@@ -58,6 +58,8 @@ struct bn_model_desc {
 	uint32_t attn_positions_per_token;
 	uint32_t can_score;      /* 1: batches may carry score rows (bn_batch.score) */
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
+	uint32_t lm_head;        /* enum bn_lm_head_kind from shm/bitnet_shm.h */
+	uint32_t decode_layout;  /* enum bn_decode_layout_kind from shm/bitnet_shm.h */
 };
 
 /* What a scoring row asks: targets[j] is the token that follows the row's new token j. */

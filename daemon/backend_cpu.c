@@ -68,42 +68,58 @@ static const char *build_int8_copy(struct cpu_backend *cb, int int8)
 }
 
 /* --lm-head: the int8 copy used as the screen or as the head (a head it cannot be made of
- * keeps the full head). Returns what the log calls the choice. */
-static const char *open_screen(struct cpu_backend *cb, uint32_t mode)
+ * keeps the full head). Returns the choice (enum bn_lm_head_kind); *said is what the log
+ * calls it. */
+static uint32_t open_screen(struct cpu_backend *cb, uint32_t mode, const char **said)
 {
 	int int8 = mode == BN_LM_HEAD_INT8;
+	*said = "full";
 	if (mode == BN_LM_HEAD_FULL)
-		return "full";
+		return BN_HEAD_FILE;
 	const char *why_not = build_int8_copy(cb, int8);
-	if (why_not)
-		return why_not;
+	if (why_not) {
+		*said = why_not;
+		return BN_HEAD_FILE;
+	}
 	if (int8) {
 		/* every logit from the copy: the float head's panels are not read again */
 		bn_forward_use_int8_head(cb->fwd, &cb->screen.w);
 		cb->screen.head = NULL;
 		bn_model_release_head_panels(&cb->model);
-		return "int8";
+		*said = "int8";
+		return BN_HEAD_INT8;
 	}
 	if (bn_forward_use_screen(cb->fwd, &cb->screen)) {
 		bn_head_screen_free(&cb->screen);
-		return "full (no memory for the int8 copy)";
+		*said = "full (no memory for the int8 copy)";
+		return BN_HEAD_FILE;
 	}
-	return "screened";
+	*said = "screened";
+	return BN_HEAD_SCREENED;
 }
 
 /* --decode-layout base3: the T3 copies of the ternary weights, read by decode steps. Returns
- * what the log calls the choice. */
-static const char *open_decode_layout(struct cpu_backend *cb, uint32_t base3)
+ * the choice (enum bn_decode_layout_kind); *said is what the log calls it. */
+static uint32_t open_decode_layout(struct cpu_backend *cb, uint32_t base3, const char **said)
 {
+	*said = "2bit";
+	if (!bn_model_is_ternary(&cb->model)) {
+		*said = "none (no ternary weights)";
+		return BN_DECODE_LAYOUT_NONE;
+	}
 	if (!base3)
-		return "2bit";
-	if (bn_forward_use_t3(cb->fwd, 1) == -ENOTSUP)
-		return "2bit (base3 needs AVX-512 VBMI)";
+		return BN_DECODE_LAYOUT_2BIT;
+	if (bn_forward_use_t3(cb->fwd, 1) == -ENOTSUP) {
+		*said = "2bit (base3 needs AVX-512 VBMI)";
+		return BN_DECODE_LAYOUT_2BIT;
+	}
 	if (bn_model_add_t3(&cb->model, cb->pool) != 0) {
 		bn_forward_use_t3(cb->fwd, 0);
-		return "2bit (no memory for the base-3 copy)";
+		*said = "2bit (no memory for the base-3 copy)";
+		return BN_DECODE_LAYOUT_2BIT;
 	}
-	return "base3";
+	*said = "base3";
+	return BN_DECODE_LAYOUT_BASE3;
 }
 
 static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self)
@@ -136,8 +152,9 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		cpu_close(cb);
 		return -ENOMEM;
 	}
-	const char *lm_head = open_screen(cb, opt->lm_head);
-	const char *decode_layout = open_decode_layout(cb, opt->base3_decode);
+	const char *lm_head, *decode_layout;
+	uint32_t head_kind = open_screen(cb, opt->lm_head, &lm_head);
+	uint32_t layout_kind = open_decode_layout(cb, opt->base3_decode, &decode_layout);
 	const struct bn_model_config *c = &cb->model.cfg;
 	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f decode_layout=\"%s\" base3_mb=%.1f load_ms=%.0f",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
@@ -149,6 +166,8 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	desc->can_score = 1;
 	desc->can_classify = 1;
+	desc->lm_head = head_kind;
+	desc->decode_layout = layout_kind;
 	*self = cb;
 	return 0;
 }

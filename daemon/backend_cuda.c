@@ -491,6 +491,9 @@ static void set_dims(struct cuda_backend *cb)
 static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 {
 	bn_model_describe(&cb->model.cfg, BN_BACKEND_CUDA, CUDA_ATTN_MAC_COST, desc);
+	desc->lm_head = BN_HEAD_FILE;
+	desc->decode_layout = bn_model_is_ternary(&cb->model) ? BN_DECODE_LAYOUT_2BIT
+							      : BN_DECODE_LAYOUT_NONE;
 	size_t free_b = 0, total = 0;
 	if (cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
 		uint64_t headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;

@@ -618,6 +618,18 @@ uint64_t bn_model_release_head_panels(struct bn_model *m)
 	return bytes;
 }
 
+int bn_model_is_ternary(const struct bn_model *m)
+{
+	for (uint32_t li = 0; li < m->cfg.n_layer; li++) {
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(&m->layers[li], all);
+		for (uint32_t i = 0; i < BN_LAYER_LINEARS; i++)
+			if (all[i]->kind == BN_LINEAR_T2)
+				return 1;
+	}
+	return 0;
+}
+
 void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS])
 {
 	const struct bn_linear *all[BN_LAYER_LINEARS] = { &L->wq, &L->wk, &L->wv, &L->wo,

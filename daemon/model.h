@@ -120,6 +120,9 @@ int bn_model_add_t3(struct bn_model *m, struct bn_pool *pool);
  * bytes freed, 0 when the head has no panels. */
 uint64_t bn_model_release_head_panels(struct bn_model *m);
 
+/* 1 when the layers hold ternary matrices (the 2-bit planes), 0 for a float model. */
+int bn_model_is_ternary(const struct bn_model *m);
+
 /* The seven matrices of a layer, in file order: q, k, v, output, gate, up, down. */
 #define BN_LAYER_LINEARS 7
 void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS]);

@@ -125,13 +125,16 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	h->abi_version = BN_ABI_VERSION;
 	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS |
 		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) |
-		      (m->can_score ? BN_FEAT_SCORE : 0) | (m->can_classify ? BN_FEAT_CLASSIFY : 0);
+		      (m->can_score ? BN_FEAT_SCORE : 0) | (m->can_classify ? BN_FEAT_CLASSIFY : 0) |
+		      BN_FEAT_COMPUTE;
 	h->session_id = s->id;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;
 	h->bos_id = m->bos_id;
 	h->eos_id = m->eos_id;
 	h->backend = m->kind;
+	h->lm_head = m->lm_head;
+	h->decode_layout = m->decode_layout;
 	memcpy(h->model_name, m->name, sizeof(h->model_name));
 	s->hdr = h;
 	s->ring = (struct bn_sq_ring *)(s->mem + h->sq_offset);

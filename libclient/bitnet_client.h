@@ -97,6 +97,11 @@ int bn_connect_weighted(const char *socket_path, uint32_t slots, uint32_t weight
 int bn_disconnect(struct bn_client *c);
 
 int bn_model_info(struct bn_client *c, struct bn_model_info *out);
+/* How the daemon computes the model, from the segment header: *lm_head an enum
+ * bn_lm_head_kind (BN_HEAD_INT8: logits from an int8 copy of the LM head, not the file's),
+ * *decode_layout an enum bn_decode_layout_kind. 0, or -BN_E_UNSUPPORTED from a daemon that
+ * does not say (no BN_FEAT_COMPUTE; both then 0). */
+int bn_model_compute(struct bn_client *c, uint32_t *lm_head, uint32_t *decode_layout);
 
 /* How long a wait spins before it sleeps (default 20000 ns). Returns 0. */
 int bn_client_set_spin_ns(struct bn_client *c, uint32_t spin_ns);

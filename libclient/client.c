@@ -389,6 +389,15 @@ int bn_model_info(struct bn_client *c, struct bn_model_info *out)
 	return 0;
 }
 
+int bn_model_compute(struct bn_client *c, uint32_t *lm_head, uint32_t *decode_layout)
+{
+	const struct bn_shm_header *h = &c->layout;
+	int told = (h->features & BN_FEAT_COMPUTE) != 0;
+	*lm_head = told ? h->lm_head : BN_HEAD_NONE;
+	*decode_layout = told ? h->decode_layout : BN_DECODE_LAYOUT_NONE;
+	return told ? 0 : -BN_E_UNSUPPORTED;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Slots: free list, abandoned requests                                                        */
 /* ------------------------------------------------------------------------------------------ */

@@ -186,6 +186,25 @@ enum bn_error {
                                      * the ops BN_OP_TOKENIZE and BN_OP_DETOKENIZE */
 #define BN_FEAT_SCORE     (1U << 4) /* the op BN_OP_SCORE (needs BN_FEAT_LOGPROBS too) */
 #define BN_FEAT_CLASSIFY  (1U << 5) /* the op BN_OP_CLASSIFY (needs BN_FEAT_LOGPROBS too) */
+#define BN_FEAT_COMPUTE   (1U << 6) /* lm_head and decode_layout say how the model is computed */
+
+/* bn_shm_header.lm_head (BN_FEAT_COMPUTE): where logits and tokens come from. */
+enum bn_lm_head_kind {
+	BN_HEAD_NONE = 0,      /* no model (the loopback backend) */
+	BN_HEAD_FILE = 1,      /* every logit from the file's LM head */
+	BN_HEAD_SCREENED = 2,  /* the file's head; a greedy token is found through an int8 screen
+	                        * with a proven error bound: the same tokens and logits as FILE */
+	BN_HEAD_INT8 = 3,      /* every logit from an int8 copy of the head (--lm-head int8): an
+	                        * approximation, not the file's logits */
+};
+
+/* bn_shm_header.decode_layout (BN_FEAT_COMPUTE): how one-row decode steps read the ternary
+ * weights; the outputs are the same bits either way. */
+enum bn_decode_layout_kind {
+	BN_DECODE_LAYOUT_NONE = 0,  /* no ternary weights (loopback, a float model) */
+	BN_DECODE_LAYOUT_2BIT = 1,  /* 2-bit planes */
+	BN_DECODE_LAYOUT_BASE3 = 2, /* five weights a byte, base 3 (--decode-layout base3) */
+};
 
 /* bn_shm_header.daemon_flags (written by the daemon, read by the client) */
 #define BN_DAEMON_SHUTTING_DOWN (1U << 0) /* new submissions will end with BN_STATUS_SHUTDOWN */
@@ -238,7 +257,11 @@ struct bn_shm_header {
 	uint32_t slot_text_offset;
 	uint32_t slot_text_capacity;
 	uint32_t slot_piece_offset;
-	uint32_t reserved[19];    /* 0 */
+	/* BN_FEAT_COMPUTE: how the model is computed (the daemon's --lm-head and --decode-layout,
+	 * as far as the model and this CPU allowed them). */
+	uint32_t lm_head;         /* enum bn_lm_head_kind */
+	uint32_t decode_layout;   /* enum bn_decode_layout_kind */
+	uint32_t reserved[17];    /* 0 */
 };
 
 /* bn_sq_ring.flags */
@@ -447,7 +470,9 @@ _Static_assert(offsetof(struct bn_shm_header, slot_logprob_capacity) == 164, "he
 _Static_assert(offsetof(struct bn_shm_header, slot_text_offset) == 168, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, slot_text_capacity) == 172, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, slot_piece_offset) == 176, "header layout");
-_Static_assert(offsetof(struct bn_shm_header, reserved) == 180, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, lm_head) == 180, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, decode_layout) == 184, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, reserved) == 188, "header layout");
 
 _Static_assert(sizeof(struct bn_sq_ring) == 192, "bn_sq_ring is three cache lines");
 _Static_assert(offsetof(struct bn_sq_ring, tail) == 64, "tail on its own cache line");

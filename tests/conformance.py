@@ -362,6 +362,8 @@ def test_header(sess, ring_start, want_slots):
     C.eq("loopback vocab/bos/eos/context", (h["vocab_size"], h["bos_id"], h["eos_id"], h["context_length"]),
          (32000, 1, 2, 4096))
     C.check("STREAMING feature bit", h["features"] & FEAT_STREAMING, "features 0x%x" % h["features"])
+    C.check("COMPUTE feature bit", h["features"] & wire.FEAT_COMPUTE, "features 0x%x" % h["features"])
+    C.eq("loopback lm_head / decode_layout: none / none", (h["lm_head"], h["decode_layout"]), (0, 0))
     C.check("memfd sealed (F_SEAL_SHRINK|GROW|SEAL)",
             sess.seals & (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL) ==
             (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL), "seals 0x%x" % sess.seals)
@@ -1106,6 +1108,8 @@ def run_text_tests(exe, tmpdir, rng, sessions, daemons):
     d.start()
     t = Session(d, requested_slots=8, label="T")
     sessions.append(t)
+    C.eq("cpu daemon's defaults: lm_head SCREENED (2), decode_layout 2-bit (1)",
+         (t.h["lm_head"], t.h["decode_layout"]), (wire.HEAD_SCREENED, 1))
     test_text_spm(d, t, rng)
     test_score(t, rng)
     test_classify(t, rng)

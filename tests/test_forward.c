@@ -629,6 +629,42 @@ START_TEST(daemon_base3_same_ids)
 }
 END_TEST
 
+/* What a daemon started with flags reports through bn_model_compute (the header's lm_head
+ * and decode_layout words, shm/PROTOCOL.md §4.1). */
+static void expect_compute(uint32_t variant, const char *const *flags, uint32_t head,
+			   uint32_t layout)
+{
+	char path[256];
+	variant_path(variant, path, sizeof(path));
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start_cpu(&d, path, flags), 0);
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(d.socket_path, 0, &c), 0);
+	uint32_t got_head = 99, got_layout = 99;
+	ck_assert_int_eq(bn_model_compute(c, &got_head, &got_layout), 0);
+	ck_assert_msg(got_head == head && got_layout == layout,
+		      "%s %s: lm_head %u decode_layout %u, want %u %u", path, flags[0] ? flags[1] : "",
+		      got_head, got_layout, head, layout);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+
+START_TEST(daemon_reports_compute)
+{
+	static const char *const none[] = { NULL };
+	static const char *const full[] = { "--lm-head", "full", NULL };
+	static const char *const fast[] = { "--lm-head", "int8", "--decode-layout", "base3", NULL };
+	uint32_t base3 = bn_t3_kernel(bn_kernels_select(NULL)) ? BN_DECODE_LAYOUT_BASE3
+							       : BN_DECODE_LAYOUT_2BIT;
+	expect_compute(0, none, BN_HEAD_SCREENED, BN_DECODE_LAYOUT_2BIT);
+	expect_compute(0, full, BN_HEAD_FILE, BN_DECODE_LAYOUT_2BIT);
+	expect_compute(0, fast, BN_HEAD_INT8, base3);
+	expect_compute(7, fast, BN_HEAD_INT8, BN_DECODE_LAYOUT_NONE); /* llama, F32 weights */
+	/* bitnet TQ1_0 with a Q8_0 head: no screen (screened needs a float head) */
+	expect_compute(5, none, BN_HEAD_FILE, BN_DECODE_LAYOUT_2BIT);
+}
+END_TEST
+
 START_TEST(tiny_int8_head)
 {
 	char path[256];
@@ -666,6 +702,7 @@ int main(void)
 	tcase_add_loop_test(tiny, tiny_int8_head, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_t3_decode, 0, N_VARIANTS);
 	tcase_add_test(tiny, daemon_base3_same_ids);
+	tcase_add_test(tiny, daemon_reports_compute);
 	suite_add_tcase(s, tiny);
 	const char *models = getenv("BITNET_TEST_MODELS");
 	if (models && *models) {

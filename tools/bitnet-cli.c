@@ -184,6 +184,28 @@ static void print_vocab_info(struct bn_client *c)
 	printf("\nadd_bos=%d\n", bn_vocab_add_bos(v));
 }
 
+/* How the daemon computes the model (bn_model_compute): whether the logits are the file's. */
+static void print_compute_info(struct bn_client *c)
+{
+	static const char *const heads[] = {
+		[BN_HEAD_NONE] = "none", [BN_HEAD_FILE] = "file",
+		[BN_HEAD_SCREENED] = "screened (the file's tokens and logits)",
+		[BN_HEAD_INT8] = "int8 (approximate: not the file's logits)",
+	};
+	static const char *const layouts[] = {
+		[BN_DECODE_LAYOUT_NONE] = "none", [BN_DECODE_LAYOUT_2BIT] = "2bit",
+		[BN_DECODE_LAYOUT_BASE3] = "base3",
+	};
+	uint32_t head, layout;
+	if (bn_model_compute(c, &head, &layout) < 0) {
+		printf("lm_head=unknown (the daemon does not say)\n");
+		return;
+	}
+	printf("lm_head=%s\ndecode_layout=%s\n",
+	       head < sizeof(heads) / sizeof(heads[0]) ? heads[head] : "unknown (not exact)",
+	       layout < sizeof(layouts) / sizeof(layouts[0]) ? layouts[layout] : "unknown");
+}
+
 static int cmd_info(struct bn_client *c)
 {
 	struct bn_model_info mi;
@@ -194,6 +216,7 @@ static int cmd_info(struct bn_client *c)
 	       "max_prompt_tokens=%u\nmax_output_tokens=%u\nslots=%u\n",
 	       mi.name, mi.vocab_size, mi.context_length, mi.bos_id, mi.eos_id, mi.backend,
 	       mi.max_prompt_tokens, mi.max_output_tokens, mi.slots);
+	print_compute_info(c);
 	print_vocab_info(c);
 	return 0;
 }

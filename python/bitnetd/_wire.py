@@ -39,11 +39,15 @@ NEED_WAKEUP = 1
 HDR_DAEMON_FLAGS = 28                           # the header's one live word (section 4.1)
 DAEMON_SHUTTING_DOWN, DAEMON_CLOSED = 1, 2
 
-FEAT_STREAMING, FEAT_PARAMS, FEAT_LOGPROBS, FEAT_TEXT, FEAT_SCORE, FEAT_CLASSIFY = \
-    1, 2, 4, 8, 16, 32
+FEAT_STREAMING, FEAT_PARAMS, FEAT_LOGPROBS, FEAT_TEXT, FEAT_SCORE, FEAT_CLASSIFY, \
+    FEAT_COMPUTE = 1, 2, 4, 8, 16, 32, 64
 FEATURE_NAMES = (("streaming", FEAT_STREAMING), ("params", FEAT_PARAMS),
                  ("logprobs", FEAT_LOGPROBS), ("text", FEAT_TEXT), ("score", FEAT_SCORE),
-                 ("classify", FEAT_CLASSIFY))
+                 ("classify", FEAT_CLASSIFY), ("compute", FEAT_COMPUTE))
+# The header's lm_head and decode_layout words (feature COMPUTE, section 4.1).
+HEAD_NONE, HEAD_FILE, HEAD_SCREENED, HEAD_INT8 = 0, 1, 2, 3
+LM_HEADS = {HEAD_NONE: "none", HEAD_FILE: "file", HEAD_SCREENED: "screened", HEAD_INT8: "int8"}
+DECODE_LAYOUTS = {0: "none", 1: "2bit", 2: "base3"}
 OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE, OP_SCORE, OP_CLASSIFY = 1, 2, 3, 4, 5
 
 REQ_IGNORE_EOS, REQ_SEED, REQ_LOGPROBS = 1, 2, 4
@@ -74,7 +78,8 @@ HEADER = [("magic", 0, "I"), ("abi_version", 4, "I"), ("features", 8, "I"),
           ("vocab_size", 72, "I"), ("context_length", 76, "I"), ("bos_id", 80, "I"),
           ("eos_id", 84, "I"), ("backend", 88, "I"), ("slot_logprob_offset", 160, "I"),
           ("slot_logprob_capacity", 164, "I"), ("slot_text_offset", 168, "I"),
-          ("slot_text_capacity", 172, "I"), ("slot_piece_offset", 176, "I")]
+          ("slot_text_capacity", 172, "I"), ("slot_piece_offset", 176, "I"),
+          ("lm_head", 180, "I"), ("decode_layout", 184, "I")]
 BACKENDS = {1: "loopback", 2: "cpu", 3: "cuda"}
 DEFAULT_SOCKET = "/run/bitnetd/bitnetd.sock"
 

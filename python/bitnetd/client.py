@@ -199,9 +199,15 @@ class Client:
 
     # --- the model
     def info(self) -> Dict[str, Any]:
-        """The model and this session, as a dict (the header, section 4.1)."""
+        """The model and this session, as a dict (the header, section 4.1). lm_head says
+        where logits come from: "file" and "screened" give the file's logits, "int8" an
+        approximation (bitnetd --lm-head int8); None when the daemon does not say."""
         h = self._seg.h
+        told = bool(h["features"] & w.FEAT_COMPUTE)
         return dict(model=self._seg.model_name, backend=w.BACKENDS.get(h["backend"], "?"),
+                    lm_head=w.LM_HEADS.get(h["lm_head"], "unknown") if told else None,
+                    decode_layout=(w.DECODE_LAYOUTS.get(h["decode_layout"], "unknown")
+                                   if told else None),
                     vocab_size=h["vocab_size"], context_length=h["context_length"],
                     bos_id=h["bos_id"], eos_id=h["eos_id"], slots=h["slot_count"],
                     max_prompt_tokens=h["slot_prompt_capacity"],

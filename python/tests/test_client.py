@@ -84,7 +84,9 @@ def cli(path, *args, data=None):
 def test_info(client):
     i = client.info()
     assert i["backend"] == "cpu" and i["slots"] == 8
-    assert {"text", "score", "logprobs"} <= set(i["features"])
+    assert {"text", "score", "logprobs", "compute"} <= set(i["features"])
+    # the daemon's defaults on the tiny preset: the screened head, the 2-bit planes
+    assert (i["lm_head"], i["decode_layout"]) == ("screened", "2bit")
 
 
 def test_generate_ids_equal_the_c_library(client, daemon):
