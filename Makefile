@@ -37,7 +37,7 @@ SANITIZE ?=
 # cannot share objects.
 BUILD    ?= build$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
-LIB_VERSION := 1.4.0
+LIB_VERSION := 1.5.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)

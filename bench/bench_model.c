@@ -99,22 +99,29 @@ static void bw_task(void *ctx, uint32_t t)
 					: read_avx2(p, j->bytes_per_task);
 }
 
-/* Best of 5 passes over 1 GiB, split in 64 tasks. */
-static double measure_bw(struct bn_pool *pool)
+/* GB/s of the best of `passes` reads of buf's bytes, split in 64 tasks. */
+static double best_read_gbs(struct bn_pool *pool, const uint8_t *buf, size_t bytes, int passes)
 {
-	size_t bytes = (size_t)1 << 30;
-	uint8_t *buf = aligned_alloc(64, bytes);
-	memset(buf, 1, bytes);
 	struct bw_job j = { .buf = buf, .bytes_per_task = bytes / 64 };
 	double best = 1e9;
-	for (int rep = 0; rep < 5; rep++) {
+	for (int rep = 0; rep < passes; rep++) {
 		double t0 = now_s();
 		bn_pool_run(pool, 64, bw_task, &j);
 		double dt = now_s() - t0;
 		best = dt < best ? dt : best;
 	}
-	free(buf);
 	return (double)bytes / best / 1e9;
+}
+
+/* Best of 5 passes over 1 GiB. */
+static double measure_bw(struct bn_pool *pool)
+{
+	size_t bytes = (size_t)1 << 30;
+	uint8_t *buf = aligned_alloc(64, bytes);
+	memset(buf, 1, bytes);
+	double gbs = best_read_gbs(pool, buf, bytes, 5);
+	free(buf);
+	return gbs;
 }
 
 /* A quicker probe for bracketing one measured run: 512 MiB kept from call to call (touched
@@ -129,15 +136,7 @@ static double quick_bw(struct bn_pool *pool)
 			abort();
 		memset(buf, 1, bytes);
 	}
-	struct bw_job j = { .buf = buf, .bytes_per_task = bytes / 64 };
-	double best = 1e9;
-	for (int rep = 0; rep < 3; rep++) {
-		double t0 = now_s();
-		bn_pool_run(pool, 64, bw_task, &j);
-		double dt = now_s() - t0;
-		best = dt < best ? dt : best;
-	}
-	return (double)bytes / best / 1e9;
+	return best_read_gbs(pool, buf, bytes, 3);
 }
 
 struct peak_job {
@@ -469,6 +468,15 @@ static void decode_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	       median(share, DECODE_PAIRS), median(ratio, DECODE_PAIRS));
 }
 
+/* Float panel groups the screen computed per screened row between two readings of its
+ * stats (0 when no row took the screen). */
+static double screened_groups(const struct bn_head_screen_stats *before,
+			      const struct bn_head_screen_stats *after)
+{
+	uint64_t rows = after->rows - before->rows;
+	return rows ? (double)(after->groups - before->groups) / (double)rows : 0;
+}
+
 /* The LM head's screen against the full head, batch 1 and 16, alternating in one process
  * (which goes first alternates too), each round after a bandwidth probe: the medians of each
  * figure and of the ratios. decode_over_2bit_roofline_b1 is the issue's figure: the screened
@@ -509,8 +517,8 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 		fflush(stdout);
 	}
 	bn_forward_screen_stats(r->fwd, &after);
-	double groups = (double)(after.groups - before.groups) / (double)(after.rows - before.rows);
-	double group_bytes = (double)BN_F_PANEL_ROWS * s->w.n_in * 2;
+	double groups = screened_groups(&before, &after);
+	double group_bytes = (double)BN_F_PANEL_ROWS * bn_row_bytes(s->head->type, s->w.n_in);
 	double bpt_screen = bpt_full - head_bytes + (double)bn_head_screen_bytes(s) +
 			    groups * group_bytes;
 	printf("bytes_per_token_b1_2bit_f16head=%.0f\nbytes_per_token_b1_2bit_screened=%.0f\n"
@@ -728,7 +736,7 @@ static double config_bytes(const struct bn_model *m, const struct bn_head_screen
 {
 	double t2 = layer_bytes(m, 0), t3 = layer_bytes(m, 1);
 	double screened = (double)bn_head_screen_bytes(s) +
-			  groups * BN_F_PANEL_ROWS * s->w.n_in * sizeof(uint16_t);
+			  groups * BN_F_PANEL_ROWS * bn_row_bytes(s->head->type, s->w.n_in);
 	double int8 = (double)s->w.row_bytes * s->w.n_out +
 		      (double)s->w.n_out * (sizeof(float) + sizeof(int32_t));
 	switch (c) {
@@ -739,12 +747,13 @@ static double config_bytes(const struct bn_model *m, const struct bn_head_screen
 	}
 }
 
-/* Round i: every configuration once, bracketed, the first of them rotating with i. */
+/* Round i: the first n_cfg configurations once each, bracketed, the first of them rotating
+ * with i. */
 static void config_round(struct runner *r, struct bn_pool *pool, const struct bn_head_screen *s,
-			 int i, struct config_runs cr[N_CFG])
+			 int i, int n_cfg, struct config_runs cr[N_CFG])
 {
-	for (int turn = 0; turn < N_CFG; turn++) {
-		int c = (turn + i) % N_CFG;
+	for (int turn = 0; turn < n_cfg; turn++) {
+		int c = (turn + i) % n_cfg;
 		use_config(r, s, c);
 		double before = quick_bw(pool);
 		cr[c].tps[i] = decode_tps_as(r, 1, 16, 24, 1);
@@ -753,28 +762,29 @@ static void config_round(struct runner *r, struct bn_pool *pool, const struct bn
 		printf("config_round%d_%s=%.2f tok/s, probe %.1f/%.1f GB/s\n", i, config_names[c],
 		       cr[c].tps[i], before, after);
 	}
-	for (int c = 0; c < N_CFG; c++)
+	for (int c = 0; c < n_cfg; c++)
 		cr[c].gain[i] = cr[c].tps[i] / cr[CFG_2BIT_FULL].tps[i];
 	fflush(stdout);
 }
 
+/* n_cfg: N_CFG, or the two 2-bit configurations on a CPU without a T3 kernel. */
 static void configs_side_by_side(struct runner *r, struct bn_pool *pool, double bpt_full,
-				 const struct bn_head_screen *s)
+				 const struct bn_head_screen *s, int n_cfg)
 {
 	struct config_runs cr[N_CFG];
 	struct bn_head_screen_stats before, after;
 	bn_forward_screen_stats(r->fwd, &before);
 	for (int i = 0; i < CONFIG_ROUNDS; i++)
-		config_round(r, pool, s, i, cr);
+		config_round(r, pool, s, i, n_cfg, cr);
 	use_config(r, s, CFG_2BIT_FULL);
 	bn_forward_screen_stats(r->fwd, &after);
-	double groups = (double)(after.groups - before.groups) / (double)(after.rows - before.rows);
+	double groups = screened_groups(&before, &after);
 	double lowest = INFINITY;
-	for (int c = 0; c < N_CFG; c++)
+	for (int c = 0; c < n_cfg; c++)
 		for (int i = 0; i < CONFIG_ROUNDS; i++)
 			lowest = cr[c].bw[i] > 0 && cr[c].bw[i] < lowest ? cr[c].bw[i] : lowest;
 	printf("config_lowest_agreeing_probe_gbs=%.1f\n", lowest);
-	for (int c = 0; c < N_CFG; c++) {
+	for (int c = 0; c < n_cfg; c++) {
 		const char *name = config_names[c];
 		double bytes = config_bytes(r->m, s, c, groups);
 		printf("bytes_per_token_b1_%s=%.0f\n", name, bytes);
@@ -995,12 +1005,15 @@ static void measure_lm_head(struct bn_pool *pool, const struct bn_kernels *k,
 
 /* Resident memory as the daemon holds the model with --lm-head int8 (the int8 copy made, the
  * float head's panels freed: bn_model_release_head_panels), then with --decode-layout base3
- * as well, each after a one-token step; measured in a child process that loads the model
- * itself, so that nothing this process holds counts. */
+ * as well, after a one-token step and a read of every embedding row (which a long run makes,
+ * and which must not stay resident: bn_model_embed); measured in a child process that loads
+ * the model itself, so that nothing this process holds counts. */
 static void int8_memory(const char *path, double file_mb)
 {
 	fflush(stdout);
 	pid_t pid = fork();
+	if (pid < 0)
+		printf("int8_memory=unmeasured (fork: %s)\n", strerror(errno));
 	if (pid != 0) {
 		if (pid > 0)
 			waitpid(pid, NULL, 0);
@@ -1020,6 +1033,11 @@ static void int8_memory(const char *path, double file_mb)
 	bn_forward_use_int8_head(r.fwd, &copy.w);
 	printf("int8_released_mb=%.0f\n", (double)bn_model_release_head_panels(&m) / 1e6);
 	decode_tps(&r, 1, 1, 1);
+	/* every embedding row once, as a long run reads them: none of them may stay resident */
+	float *row = malloc(m.cfg.n_embd * sizeof(float));
+	for (uint32_t t = 0; row && t < m.cfg.n_vocab; t++)
+		bn_model_embed(&m, t, row);
+	free(row);
 	printf("rss_over_file_int8=%.3f\n", rss_mb("VmRSS:") / file_mb);
 	if (bn_forward_use_t3(r.fwd, 1) == 0 && bn_model_add_t3(&m, pool) == 0) {
 		decode_tps(&r, 1, 1, 1);
@@ -1083,7 +1101,7 @@ int main(int argc, char **argv)
 	}
 	double file_mb = (double)st.st_size / 1e6;
 	/* first, while this process holds next to nothing that a child would share */
-	if (int8_only || configs_only || !quick)
+	if (int8_only || configs_only || (!quick && !screen_only))
 		int8_memory(model_path, file_mb);
 	struct bn_pool *pool = bn_pool_new(0), *one = bn_pool_new(1);
 	printf("kernels=%s\nthreads=%u\n", k->name, bn_pool_threads(pool));
@@ -1164,8 +1182,10 @@ int main(int argc, char **argv)
 		       rss_screen_mb / file_mb);
 		if (!int8_only && !base3_only && !configs_only)
 			screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen);
+		int t3 = 0;
 		if (base3_only || configs_only || !quick) {
-			if (bn_forward_use_t3(r.fwd, 1) != 0) {
+			t3 = bn_forward_use_t3(r.fwd, 1) == 0;
+			if (!t3) {
 				printf("base3=unavailable (no AVX-512 VBMI)\n");
 			} else {
 				t0 = now_s();
@@ -1176,10 +1196,10 @@ int main(int argc, char **argv)
 				       rss_mb("VmRSS:") / file_mb);
 				if (!configs_only)
 					t3_side_by_side(&r, pool, bpt);
-				if (configs_only || (!quick && !base3_only))
-					configs_side_by_side(&r, pool, bpt, &screen);
 			}
 		}
+		if (configs_only || (!quick && !base3_only))
+			configs_side_by_side(&r, pool, bpt, &screen, t3 ? N_CFG : CFG_BASE3_SCREENED);
 		bn_forward_use_screen(r.fwd, NULL);
 		if (int8_only || (!quick && !base3_only && !configs_only)) {
 			int8_head_agreement(&r, &screen.w, 2048);

@@ -41,6 +41,8 @@
 
 #include <stdint.h>
 
+#include "bitnet_shm.h"
+
 struct bn_model_desc {
 	char name[64];
 	uint32_t vocab_size;
@@ -58,8 +60,8 @@ struct bn_model_desc {
 	uint32_t attn_positions_per_token;
 	uint32_t can_score;      /* 1: batches may carry score rows (bn_batch.score) */
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
-	uint32_t lm_head;        /* enum bn_lm_head_kind from shm/bitnet_shm.h */
-	uint32_t decode_layout;  /* enum bn_decode_layout_kind from shm/bitnet_shm.h */
+	enum bn_lm_head_kind lm_head;             /* what the header tells clients */
+	enum bn_decode_layout_kind decode_layout; /* (shm/bitnet_shm.h, feature COMPUTE) */
 };
 
 /* What a scoring row asks: targets[j] is the token that follows the row's new token j. */
@@ -84,12 +86,12 @@ struct bn_batch {
 
 /* Options every backend may read; a backend ignores what does not apply to it. */
 /* How the cpu backend computes the LM head (--lm-head). */
-enum bn_lm_head {
-	BN_LM_HEAD_SCREENED, /* a row that wants only the argmax: an int8 screen, then the float
+enum bn_lm_head_mode {
+	BN_LM_HEAD_MODE_SCREENED, /* a row that wants only the argmax: an int8 screen, then the float
 			      * head for the tokens that can win: the same token, the head's bytes
 			      * about halved (head_screen.h); every other row: the float head */
-	BN_LM_HEAD_FULL,     /* the float head for every token; no int8 copy in memory */
-	BN_LM_HEAD_INT8,     /* every row from the int8 copy with int8 activations: faster in
+	BN_LM_HEAD_MODE_FULL,     /* the float head for every token; no int8 copy in memory */
+	BN_LM_HEAD_MODE_INT8,     /* every row from the int8 copy with int8 activations: faster in
 			      * batches, not the file's logits (opt-in; forward.h) */
 };
 
@@ -99,7 +101,7 @@ struct bn_backend_options {
 	uint32_t vocab_size;     /* loopback: size of its vocabulary */
 	uint32_t step_delay_us;  /* loopback: busy time per step, to mimic compute */
 	uint32_t n_threads;      /* cpu: compute threads including the caller; 0 = all CPUs */
-	uint32_t lm_head;        /* cpu: enum bn_lm_head */
+	enum bn_lm_head_mode lm_head_mode; /* cpu */
 	uint32_t base3_decode;   /* cpu: a T3 copy of the ternary weights for decode steps */
 	int device_index;        /* cuda: the N of --device cuda:N */
 	int probing;             /* --device auto: a missing GPU is not an error (log it as info) */

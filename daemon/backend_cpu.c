@@ -70,11 +70,12 @@ static const char *build_int8_copy(struct cpu_backend *cb, int int8)
 /* --lm-head: the int8 copy used as the screen or as the head (a head it cannot be made of
  * keeps the full head). Returns the choice (enum bn_lm_head_kind); *said is what the log
  * calls it. */
-static uint32_t open_screen(struct cpu_backend *cb, uint32_t mode, const char **said)
+static enum bn_lm_head_kind open_screen(struct cpu_backend *cb, enum bn_lm_head_mode mode,
+					const char **said)
 {
-	int int8 = mode == BN_LM_HEAD_INT8;
+	int int8 = mode == BN_LM_HEAD_MODE_INT8;
 	*said = "full";
-	if (mode == BN_LM_HEAD_FULL)
+	if (mode == BN_LM_HEAD_MODE_FULL)
 		return BN_HEAD_FILE;
 	const char *why_not = build_int8_copy(cb, int8);
 	if (why_not) {
@@ -84,7 +85,7 @@ static uint32_t open_screen(struct cpu_backend *cb, uint32_t mode, const char **
 	if (int8) {
 		/* every logit from the copy: the float head's panels are not read again */
 		bn_forward_use_int8_head(cb->fwd, &cb->screen.w);
-		cb->screen.head = NULL;
+		bn_head_screen_drop_head(&cb->screen);
 		bn_model_release_head_panels(&cb->model);
 		*said = "int8";
 		return BN_HEAD_INT8;
@@ -100,7 +101,8 @@ static uint32_t open_screen(struct cpu_backend *cb, uint32_t mode, const char **
 
 /* --decode-layout base3: the T3 copies of the ternary weights, read by decode steps. Returns
  * the choice (enum bn_decode_layout_kind); *said is what the log calls it. */
-static uint32_t open_decode_layout(struct cpu_backend *cb, uint32_t base3, const char **said)
+static enum bn_decode_layout_kind open_decode_layout(struct cpu_backend *cb, uint32_t base3,
+						     const char **said)
 {
 	*said = "2bit";
 	if (!bn_model_is_ternary(&cb->model)) {
@@ -153,8 +155,9 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		return -ENOMEM;
 	}
 	const char *lm_head, *decode_layout;
-	uint32_t head_kind = open_screen(cb, opt->lm_head, &lm_head);
-	uint32_t layout_kind = open_decode_layout(cb, opt->base3_decode, &decode_layout);
+	enum bn_lm_head_kind head_kind = open_screen(cb, opt->lm_head_mode, &lm_head);
+	enum bn_decode_layout_kind layout_kind =
+		open_decode_layout(cb, opt->base3_decode, &decode_layout);
 	const struct bn_model_config *c = &cb->model.cfg;
 	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f decode_layout=\"%s\" base3_mb=%.1f load_ms=%.0f",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,

@@ -547,9 +547,12 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 		return rc;
 	}
 	const struct bn_model_config *c = &cb->model.cfg;
-	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f load_ms=%.0f",
+	/* --lm-head and --decode-layout are the cpu backend's: the line says what runs here */
+	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f lm_head=\"full\" decode_layout=\"%s\" load_ms=%.0f",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
-		    c->n_ctx, (double)cb->weight_bytes / (1 << 20), (double)(bn_now_ns() - t0) / 1e6);
+		    c->n_ctx, (double)cb->weight_bytes / (1 << 20),
+		    bn_model_is_ternary(&cb->model) ? "2bit" : "none",
+		    (double)(bn_now_ns() - t0) / 1e6);
 	describe(cb, desc);
 	*self = cb;
 	return 0;

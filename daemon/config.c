@@ -194,12 +194,12 @@ static int parse_lm_head(const char *text, struct bn_config *cfg)
 {
 	static const struct {
 		const char *name;
-		enum bn_lm_head mode;
-	} modes[] = { { "screened", BN_LM_HEAD_SCREENED }, { "full", BN_LM_HEAD_FULL },
-		      { "int8", BN_LM_HEAD_INT8 } };
+		enum bn_lm_head_mode mode;
+	} modes[] = { { "screened", BN_LM_HEAD_MODE_SCREENED }, { "full", BN_LM_HEAD_MODE_FULL },
+		      { "int8", BN_LM_HEAD_MODE_INT8 } };
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
 		if (strcmp(text, modes[i].name) == 0) {
-			cfg->lm_head = modes[i].mode;
+			cfg->lm_head_mode = modes[i].mode;
 			return 0;
 		}
 	fprintf(stderr, "bitnetd: --lm-head: '%s' is not one of screened, full, int8\n", text);

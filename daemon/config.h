@@ -47,7 +47,7 @@ struct bn_config {
 	uint32_t vocab_size;
 	uint32_t step_delay_us;
 	uint32_t threads;        /* cpu backend: 0 = one per online CPU */
-	uint32_t lm_head;        /* cpu backend: enum bn_lm_head (backend.h) */
+	uint32_t lm_head_mode;   /* cpu backend: enum bn_lm_head_mode (backend.h) */
 	uint32_t base3_decode;   /* cpu backend: --decode-layout base3 */
 	uint32_t drain_timeout_ms;
 	uint32_t socket_mode;

@@ -664,13 +664,17 @@ int bn_gguf_open(struct bn_gguf *g, const char *path, char err[BN_GGUF_ERR_LEN])
 			return -1;
 		}
 	}
-	close(fd);  /* the mapping keeps the file */
 	if (bn_gguf_parse(g, map, size, path, err) < 0) {
 		if (map)
 			munmap(map, size);
+		close(fd);
 		return -1;
 	}
 	g->mapped = map != NULL;
+	if (g->mapped)
+		g->fd = fd; /* kept with the mapping, for bn_gguf_read */
+	else
+		close(fd);
 	return 0;
 }
 
@@ -683,9 +687,26 @@ void bn_gguf_close(struct bn_gguf *g)
 			free((void *)g->kv[i].v.arr.str_offsets);
 	free(g->kv);
 	free(g->tensors);
-	if (g->mapped)
+	if (g->mapped) {
 		munmap((void *)g->base, g->size);
+		close(g->fd);
+	}
 	memset(g, 0, sizeof(*g));
+}
+
+void bn_gguf_read(const struct bn_gguf *g, const void *at, size_t len, void *out)
+{
+	size_t off = (size_t)((const uint8_t *)at - g->base), done = 0;
+	while (g->mapped && done < len) {
+		ssize_t n = pread(g->fd, (uint8_t *)out + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break; /* an I/O error or a file cut short: the mapping's bytes below */
+		done += (size_t)n;
+	}
+	if (done < len)
+		memcpy((uint8_t *)out + done, (const uint8_t *)at + done, len - done);
 }
 
 /* ------------------------------------------------------------------------------------------ */

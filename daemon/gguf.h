@@ -73,7 +73,8 @@ struct bn_gguf {
 	char path[256];
 	const uint8_t *base;               /* the mapping (or the caller's buffer) */
 	size_t size;
-	int mapped;
+	int mapped;                        /* base is the file's mapping, and fd the file */
+	int fd;                            /* kept open with the mapping, for bn_gguf_read */
 	uint32_t version;
 	uint32_t alignment;
 	uint64_t data_offset;
@@ -89,6 +90,11 @@ int bn_gguf_open(struct bn_gguf *g, const char *path, char err[BN_GGUF_ERR_LEN])
 int bn_gguf_parse(struct bn_gguf *g, const void *buf, size_t size, const char *label,
 		  char err[BN_GGUF_ERR_LEN]);
 void bn_gguf_close(struct bn_gguf *g);
+/* Copies len bytes of the file that lie at `at` in the mapping to out, through pread(2) where
+ * the file is open: the pages stay in the page cache and out of the process's resident
+ * memory, which reading through the mapping would grow by every page it touched. Falls back
+ * to the mapping (or the parsed buffer) when the file cannot be read. */
+void bn_gguf_read(const struct bn_gguf *g, const void *at, size_t len, void *out);
 
 /* Bytes of a fixed-size value type; 0 for STRING, ARRAY and unknown types. */
 uint64_t bn_gguf_value_size(uint32_t type);

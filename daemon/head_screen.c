@@ -199,6 +199,11 @@ int bn_head_int8_build_rows(struct bn_head_screen *s, uint32_t type, const void 
 	return build(s, &src, pool);
 }
 
+void bn_head_screen_drop_head(struct bn_head_screen *s)
+{
+	s->head = NULL;
+}
+
 uint64_t bn_head_screen_bytes(const struct bn_head_screen *s)
 {
 	return (uint64_t)s->w.n_out * (s->w.row_bytes + 3 * sizeof(float) + sizeof(int32_t));

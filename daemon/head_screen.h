@@ -57,6 +57,9 @@ int bn_head_screen_build(struct bn_head_screen *s, const struct bn_f_matrix *hea
 int bn_head_int8_build_rows(struct bn_head_screen *s, uint32_t type, const void *data,
 			    uint64_t size, uint32_t n_in, uint32_t n_out, struct bn_pool *pool);
 void bn_head_screen_free(struct bn_head_screen *s);
+/* The copy alone from now on, as bn_head_int8_build_rows makes it: the float head it borrowed
+ * may go (--lm-head int8 frees it), and the copy is no longer a screen. */
+void bn_head_screen_drop_head(struct bn_head_screen *s);
 /* Memory the screen holds. */
 uint64_t bn_head_screen_bytes(const struct bn_head_screen *s);
 

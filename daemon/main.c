@@ -27,7 +27,7 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 		.vocab_size = cfg->vocab_size,
 		.step_delay_us = cfg->step_delay_us,
 		.n_threads = cfg->threads,
-		.lm_head = cfg->lm_head,
+		.lm_head_mode = cfg->lm_head_mode,
 		.base3_decode = cfg->base3_decode,
 		.device_index = cfg->device_index,
 		.probing = probing,

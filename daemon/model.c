@@ -287,8 +287,8 @@ static void drop_range(uintptr_t start, uintptr_t end)
 }
 
 /* Once the model is loaded, every file page that no step reads goes back to the kernel: all but
- * the tensors used in place (Q8_0 / Q6_K matrices, float ones not in panels, the embedding
- * unless it is read from the LM head's panels). drop_pages did
+ * the tensors used in place (Q8_0 / Q6_K matrices, float ones not in panels; the embedding's
+ * rows are read with pread, bn_model_embed). drop_pages did
  * this for each repacked tensor as it went, but a later fault nearby can map those pages again:
  * the page cache holds folios of up to 2 MB and maps them whole, which left 60-90 MB of
  * dropped ternary data resident (2B4T: rss_over_file 0.99 in one run, 1.08 in another). The
@@ -303,9 +303,7 @@ static int drop_unused_pages(struct loader *ld)
 	const struct bn_gguf_tensor **in_place = malloc(cap * sizeof(*in_place));
 	if (!in_place)
 		return fail(ld, "out of memory");
-	if (!m->embed_from_output)
-		in_place[n++] = m->tok_embd;
-	add_in_place(&m->output, in_place, &n);
+	add_in_place(&m->output, in_place, &n); /* the embedding is read, not mapped */
 	for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
 		const struct bn_linear *lin[BN_LAYER_LINEARS];
 		bn_layer_linears(&m->layers[i], lin);
@@ -637,12 +635,28 @@ void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_L
 	memcpy(out, all, sizeof(all));
 }
 
+/* Embedding rows up to this size are read into the stack; longer ones into the heap. */
+#define EMBED_STACK_ROW 16384
+
 void bn_model_embed(const struct bn_model *m, uint32_t token, float *out)
 {
 	if (m->embed_from_output) {
 		bn_f_row(&m->output.f, token, out);
 		return;
 	}
-	bn_dequant_row(m->tok_embd->type, m->tok_embd->data, m->tok_embd->size, token,
-		       m->cfg.n_embd, out);
+	/* Read, not mapped: the rows a long run touches would otherwise stay resident, up to
+	 * the whole table (656 MB for BitNet 2B4T). The same bytes, so the same floats. */
+	const struct bn_gguf_tensor *t = m->tok_embd;
+	uint64_t row_bytes = bn_row_bytes(t->type, m->cfg.n_embd);
+	uint8_t stack_row[EMBED_STACK_ROW];
+	uint8_t *heap_row = row_bytes > sizeof(stack_row) ? malloc(row_bytes) : NULL;
+	uint8_t *row = heap_row ? heap_row : stack_row;
+	if (row_bytes > sizeof(stack_row) && !heap_row) { /* no memory: from the mapping */
+		bn_dequant_row(t->type, t->data, t->size, token, m->cfg.n_embd, out);
+		return;
+	}
+	bn_gguf_read(&m->file, (const uint8_t *)t->data + (uint64_t)token * row_bytes, row_bytes,
+		     row);
+	bn_dequant_row(t->type, row, row_bytes, 0, m->cfg.n_embd, out);
+	free(heap_row);
 }

@@ -114,8 +114,8 @@ struct bn_pool;
 int bn_model_add_t3(struct bn_model *m, struct bn_pool *pool);
 
 /* For --lm-head int8, which reads no float head: the panels of a float LM head are freed (656
- * MB on the 2B4T shape), the head is left as the file's rows in place (a kernel can still
- * read it, from the page cache), and a tied embedding reads its rows from the file as an
+ * MB on the 2B4T shape) and the head's matrix describes the file's rows in place instead
+ * (not read by the int8 head); a tied embedding then reads its rows from the file as an
  * untied one does: the same floats (F16 and BF16 widen exactly, F32 is copied). Returns the
  * bytes freed, 0 when the head has no panels. */
 uint64_t bn_model_release_head_panels(struct bn_model *m);
@@ -127,7 +127,8 @@ int bn_model_is_ternary(const struct bn_model *m);
 #define BN_LAYER_LINEARS 7
 void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS]);
 
-/* Row `token` of the embedding, as floats [n_embd]. */
+/* Row `token` of the embedding, as floats [n_embd]: from the LM head's panels when they hold
+ * it, else read from the file (bn_gguf_read), so that rows do not stay resident. */
 void bn_model_embed(const struct bn_model *m, uint32_t token, float *out);
 
 #endif /* BITNETD_MODEL_H */

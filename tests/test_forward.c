@@ -305,11 +305,17 @@ static void check_released_head(struct bn_model *m, struct engine *e, const uint
 	ck_assert_int_eq(m->embed_from_output, 0);
 	ck_assert_uint_eq(m->output.f.panel_rows, 0);
 	ck_assert_uint_eq(bn_model_release_head_panels(m), 0); /* nothing left to release */
+	float *file_row = malloc(d * sizeof(float));
+	const struct bn_gguf_tensor *te = m->tok_embd;
 	for (uint32_t t = 0; t < V; t++) {
-		bn_model_embed(m, t, row);
+		bn_model_embed(m, t, row); /* now read from the file (bn_gguf_read) */
 		ck_assert_msg(memcmp(row, embed + (size_t)t * d, d * sizeof(float)) == 0,
 			      "embedding row %u changed when the head's panels went", t);
+		ck_assert_int_eq(bn_dequant_row(te->type, te->data, te->size, t, d, file_row), 0);
+		ck_assert_msg(memcmp(row, file_row, d * sizeof(float)) == 0,
+			      "embedding row %u is not the file's row", t);
 	}
+	free(file_row);
 	bn_forward_seq_reset(e->fwd, 0);
 	ck_assert_int_eq(run_row(e, 0, tokens, n, 0, again, 1), 0);
 	ck_assert_msg(memcmp(again, pre, (size_t)n * V * sizeof(float)) == 0,
@@ -376,6 +382,7 @@ static void check_int8_head(const char *path, uint32_t n)
 		differs |= memcmp(step, file, V * sizeof(float)) != 0;
 	}
 	ck_assert_msg(differs, "%s: the int8 head gave the file head's logits", path);
+	bn_head_screen_drop_head(&copy); /* as the daemon does before the panels go */
 	check_released_head(&m, &e, tokens, n, pre);
 	free(tokens);
 	free(pre);
@@ -634,8 +641,10 @@ END_TEST
 static void expect_compute(uint32_t variant, const char *const *flags, uint32_t head,
 			   uint32_t layout)
 {
-	char path[256];
+	char path[256], said[128] = "";
 	variant_path(variant, path, sizeof(path));
+	for (int i = 0; flags[i]; i++)
+		snprintf(said + strlen(said), sizeof(said) - strlen(said), " %s", flags[i]);
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start_cpu(&d, path, flags), 0);
 	struct bn_client *c;
@@ -643,8 +652,8 @@ static void expect_compute(uint32_t variant, const char *const *flags, uint32_t 
 	uint32_t got_head = 99, got_layout = 99;
 	ck_assert_int_eq(bn_model_compute(c, &got_head, &got_layout), 0);
 	ck_assert_msg(got_head == head && got_layout == layout,
-		      "%s %s: lm_head %u decode_layout %u, want %u %u", path, flags[0] ? flags[1] : "",
-		      got_head, got_layout, head, layout);
+		      "%s%s: lm_head %u decode_layout %u, want %u %u", path, said, got_head,
+		      got_layout, head, layout);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }

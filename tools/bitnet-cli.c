@@ -198,7 +198,7 @@ static void print_compute_info(struct bn_client *c)
 	};
 	uint32_t head, layout;
 	if (bn_model_compute(c, &head, &layout) < 0) {
-		printf("lm_head=unknown (the daemon does not say)\n");
+		printf("lm_head=unknown (the daemon does not say)\ndecode_layout=unknown\n");
 		return;
 	}
 	printf("lm_head=%s\ndecode_layout=%s\n",
