@@ -24,6 +24,12 @@
  *   lmhead_ms_{ours,openblas}_bN    the F16 LM head: our kernel vs OpenBLAS sgemm (F32 copy)
  *   fma_peak_glanes             float multiply-adds per second (register-only loop), all threads
  *   rss_model_mb, rss_peak_mb, file_mb, rss_over_file   resident memory after loading
+ *   rss_over_file_int8, rss_over_file_int8_base3   the same as the daemon holds the model with
+ *                               --lm-head int8 (and --decode-layout base3), from a child process
+ *   The LM head's screen, the int8 head, the T3 copies and the four batch-1 configurations
+ *   side by side print their own keys (screen_side_by_side, int8_side_by_side,
+ *   t3_side_by_side, configs_side_by_side say what they are); --screen-only,
+ *   --int8-head-only, --base3-only and --configs-only run one of them alone.
  */
 #define _GNU_SOURCE
 #include "../daemon/forward.h"
