@@ -483,6 +483,14 @@ static double screened_groups(const struct bn_head_screen_stats *before,
 	return rows ? (double)(after->groups - before->groups) / (double)rows : 0;
 }
 
+/* Bytes a screened token reads of the head: the int8 copy with its per-row floats, and the
+ * float panel groups it computes exactly (groups per row, as screened_groups counts them). */
+static double screened_head_bytes(const struct bn_head_screen *s, double groups)
+{
+	return (double)bn_head_screen_bytes(s) +
+	       groups * BN_F_PANEL_ROWS * bn_row_bytes(s->head->type, s->w.n_in);
+}
+
 /* The LM head's screen against the full head, batch 1 and 16, alternating in one process
  * (which goes first alternates too), each round after a bandwidth probe: the medians of each
  * figure and of the ratios. decode_over_2bit_roofline_b1 is the issue's figure: the screened
@@ -524,9 +532,7 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	}
 	bn_forward_screen_stats(r->fwd, &after);
 	double groups = screened_groups(&before, &after);
-	double group_bytes = (double)BN_F_PANEL_ROWS * bn_row_bytes(s->head->type, s->w.n_in);
-	double bpt_screen = bpt_full - head_bytes + (double)bn_head_screen_bytes(s) +
-			    groups * group_bytes;
+	double bpt_screen = bpt_full - head_bytes + screened_head_bytes(s, groups);
 	printf("bytes_per_token_b1_2bit_f16head=%.0f\nbytes_per_token_b1_2bit_screened=%.0f\n"
 	       "screen_groups_per_row=%.2f\nscreen_groups_of=%u\nscreen_full_rows=%llu\n",
 	       bpt_full, bpt_screen, groups, after.n_groups,
@@ -741,8 +747,7 @@ static double config_bytes(const struct bn_model *m, const struct bn_head_screen
 			   double groups)
 {
 	double t2 = layer_bytes(m, 0), t3 = layer_bytes(m, 1);
-	double screened = (double)bn_head_screen_bytes(s) +
-			  groups * BN_F_PANEL_ROWS * bn_row_bytes(s->head->type, s->w.n_in);
+	double screened = screened_head_bytes(s, groups);
 	double int8 = (double)s->w.row_bytes * s->w.n_out +
 		      (double)s->w.n_out * (sizeof(float) + sizeof(int32_t));
 	switch (c) {
