@@ -27,9 +27,10 @@
  *   rss_over_file_int8, rss_over_file_int8_base3   the same as the daemon holds the model with
  *                               --lm-head int8 (and --decode-layout base3), from a child process
  *   The LM head's screen, the int8 head, the T3 copies and the four batch-1 configurations
- *   side by side print their own keys (screen_side_by_side, int8_side_by_side,
- *   t3_side_by_side, configs_side_by_side say what they are); --screen-only,
- *   --int8-head-only, --base3-only and --configs-only run one of them alone.
+ *   side by side, and the serial parts of a batch-1 step before and after, print their own
+ *   keys (screen_side_by_side, int8_side_by_side, t3_side_by_side, configs_side_by_side,
+ *   serial_side_by_side say what they are); --screen-only, --int8-head-only, --base3-only,
+ *   --configs-only and --serial-only run one of them alone.
  */
 #define _GNU_SOURCE
 #include "../daemon/forward.h"
@@ -708,6 +709,8 @@ static void t3_side_by_side(struct runner *r, struct bn_pool *pool, double bpt_f
 #define CONFIG_ROUNDS 9
 #define BRACKET_AGREE 0.10
 #define LOW_BW_FACTOR 1.25
+/* A bracket above this many GB/s is the VM's fast memory state (~80 GB/s against ~48). */
+#define SERIAL_FAST_GBS 65.0
 
 enum decode_config { CFG_2BIT_FULL, CFG_2BIT_SCREENED, CFG_BASE3_SCREENED, CFG_BASE3_INT8, N_CFG };
 static const char *const config_names[N_CFG] = { "2bit_full", "2bit_screened", "base3_screened",
@@ -775,6 +778,62 @@ static void config_round(struct runner *r, struct bn_pool *pool, const struct bn
 	}
 	for (int c = 0; c < n_cfg; c++)
 		cr[c].gain[i] = cr[c].tps[i] / cr[CFG_2BIT_FULL].tps[i];
+	fflush(stdout);
+}
+
+/* The serial parts of a batch-1 step (norms, gate, residual adds) in the scalar definitions
+ * and without read-ahead, as before 2026-11-26; with the kernels' element-wise variants; and
+ * with read-ahead too (forward.c). base3+int8, the configuration bound by its bytes the most.
+ * The scalar variant runs on a second forward pass over the same model (its own kernel table
+ * and KV cache). Rounds alternate the three, each run bracketed; the key is the median of
+ * decode_over_2bit_roofline_b1 over the agreeing runs of each memory state. */
+#define SERIAL_ROUNDS 24
+enum serial_variant { SERIAL_SCALAR, SERIAL_VECTOR, SERIAL_READ_AHEAD, N_SERIAL };
+static const char *const serial_names[N_SERIAL] = { "scalar", "vector", "read_ahead" };
+
+static void serial_side_by_side(struct runner *r, struct bn_pool *pool, double bpt_full,
+				const struct bn_head_screen *s, const struct bn_kernels *k)
+{
+	struct bn_kernels scalar_elem = *k;
+	scalar_elem.rmsnorm = bn_rmsnorm;
+	scalar_elem.relu2_mul = bn_relu2_mul;
+	scalar_elem.add = bn_add;
+	struct runner rs = *r;
+	rs.fwd = bn_forward_new(r->m, r->max_seqs, pool, &scalar_elem);
+	if (!rs.fwd || bn_forward_kv_init_simple(rs.fwd, 64) != 0)
+		abort();
+	struct runner *runs[N_SERIAL] = { &rs, r, r };
+	double slow[N_SERIAL][SERIAL_ROUNDS], fast[N_SERIAL][SERIAL_ROUNDS];
+	size_t n_slow[N_SERIAL] = { 0 }, n_fast[N_SERIAL] = { 0 };
+	for (int v = 0; v < N_SERIAL; v++)
+		use_config(runs[v], s, CFG_BASE3_INT8);
+	if (bn_forward_use_t3(rs.fwd, 1) != 0) /* both read the T3 copies, or the pair is unfair */
+		abort();
+	for (int i = 0; i < SERIAL_ROUNDS; i++)
+		for (int turn = 0; turn < N_SERIAL; turn++) {
+			int v = (turn + i) % N_SERIAL;
+			bn_forward_set_read_ahead(r->fwd, v == SERIAL_READ_AHEAD);
+			double before = quick_bw(pool);
+			double tps = decode_tps_as(runs[v], 1, 16, 24, 1);
+			double after = quick_bw(pool), mean = (before + after) / 2;
+			if (fabs(before - after) > BRACKET_AGREE * mean)
+				continue;
+			double roof = tps * bpt_full / (mean * 1e9);
+			if (mean < SERIAL_FAST_GBS)
+				slow[v][n_slow[v]++] = roof;
+			else
+				fast[v][n_fast[v]++] = roof;
+		}
+	for (int v = 0; v < N_SERIAL; v++) {
+		if (n_slow[v])
+			printf("serial_roofline_b1_slow_%s=%.3f\nserial_runs_slow_%s=%zu\n", serial_names[v],
+			       median(slow[v], n_slow[v]), serial_names[v], n_slow[v]);
+		if (n_fast[v])
+			printf("serial_roofline_b1_fast_%s=%.3f\nserial_runs_fast_%s=%zu\n", serial_names[v],
+			       median(fast[v], n_fast[v]), serial_names[v], n_fast[v]);
+	}
+	bn_forward_set_read_ahead(r->fwd, 1);
+	bn_forward_free(rs.fwd);
 	fflush(stdout);
 }
 
@@ -1064,6 +1123,7 @@ int main(int argc, char **argv)
 {
 	const char *model_path = NULL;
 	int quick = 0, screen_only = 0, int8_only = 0, base3_only = 0, configs_only = 0;
+	int serial_only = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model_path = argv[++i];
@@ -1077,8 +1137,10 @@ int main(int argc, char **argv)
 			base3_only = screen_only = 1;
 		else if (strcmp(argv[i], "--configs-only") == 0)
 			configs_only = screen_only = 1;
+		else if (strcmp(argv[i], "--serial-only") == 0)
+			serial_only = screen_only = 1;
 		else {
-			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only | --int8-head-only | --base3-only | --configs-only]\n"
+			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only | --int8-head-only | --base3-only | --configs-only | --serial-only]\n"
 					"  --quick           skip the 1024-token step-by-step run and the LM-head comparison\n"
 					"  --screen-only     the LM-head screen against the full head, nothing else\n"
 					"  --int8-head-only  the int8 head (--lm-head int8) against the full head: its\n"
@@ -1086,7 +1148,9 @@ int main(int argc, char **argv)
 					"  --base3-only      the T3 decode copies (--decode-layout base3) against the\n"
 					"                    2-bit planes, screened greedy decode at batch 1\n"
 					"  --configs-only    batch-1 decode of 2bit+full, 2bit+screened, base3+screened\n"
-					"                    and base3+int8 side by side, and the int8 head's memory\n");
+					"                    and base3+int8 side by side, and the int8 head's memory\n"
+					"  --serial-only     base3+int8 at batch 1 with the serial parts as before\n"
+					"                    (scalar, no read-ahead), vectorized, and with read-ahead\n");
 			return 2;
 		}
 	}
@@ -1191,10 +1255,10 @@ int main(int argc, char **argv)
 		printf("screen_build_s=%.2f\nscreen_mb=%.0f\nrss_over_file_screened=%.3f\n",
 		       now_s() - t0, (double)bn_head_screen_bytes(&screen) / 1e6,
 		       rss_screen_mb / file_mb);
-		if (!int8_only && !base3_only && !configs_only)
+		if (!int8_only && !base3_only && !configs_only && !serial_only)
 			screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen);
 		int t3 = 0;
-		if (base3_only || configs_only || !quick) {
+		if (base3_only || configs_only || serial_only || !quick) {
 			t3 = bn_forward_use_t3(r.fwd, 1) == 0;
 			if (!t3) {
 				printf("base3=unavailable (no AVX-512 VBMI)\n");
@@ -1205,14 +1269,16 @@ int main(int argc, char **argv)
 				printf("base3_build_s=%.2f\nbase3_mb=%.0f\nrss_over_file_screened_base3=%.3f\n",
 				       now_s() - t0, (double)m.t3_bytes / 1e6,
 				       rss_mb("VmRSS:") / file_mb);
-				if (!configs_only)
+				if (!configs_only && !serial_only)
 					t3_side_by_side(&r, pool, bpt);
 			}
 		}
-		if (configs_only || (!quick && !base3_only))
+		if (configs_only || (!quick && !base3_only && !serial_only))
 			configs_side_by_side(&r, pool, bpt, &screen, t3 ? N_CFG : CFG_BASE3_SCREENED);
+		if (t3 && (serial_only || (!quick && !base3_only && !configs_only)))
+			serial_side_by_side(&r, pool, bpt, &screen, k);
 		bn_forward_use_screen(r.fwd, NULL);
-		if (int8_only || (!quick && !base3_only && !configs_only)) {
+		if (int8_only || (!quick && !base3_only && !configs_only && !serial_only)) {
 			int8_head_agreement(&r, &screen.w, 2048);
 			int8_side_by_side(&r, pool, bpt, &screen.w);
 		}

@@ -60,9 +60,11 @@ struct bn_forward {
 	struct bn_q8_rows xq; /* [n][k_pad of widest] */
 	uint32_t *tok_row, *tok_pos; /* [n] */
 	struct bn_head_screen_run *screen; /* NULL: every row gets the full LM head */
+	const struct bn_head_screen *screen_src; /* the screen's int8 copy, to read ahead */
 	struct bn_head_screen_stats screen_stats;
 	struct bn_linear int8_head; /* kind BN_LINEAR_I8: every row's logits come from it */
 	bn_t3_gemm_fn t3_gemm;      /* reads the model's T3 copies in decode steps; or NULL */
+	int read_ahead;             /* bn_forward_set_read_ahead; on from the start */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -216,36 +218,70 @@ static void linear1(struct bn_forward *f, const struct bn_linear *w, float *y, u
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Element-wise parts, per token                                                               */
+/* Read-ahead: what the next matrix job reads first, prefetched while the pool waits           */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Lanes of bn_rmsnorm's sum of squares. Unlike one running sum (a chain of n dependent adds,
- * ~3 µs for 2560 values, four norms per layer and token) the lanes are independent, and the
- * compiler turns them into vector code. */
-#define SUM_LANES 16
+/* A decode step of a few tokens is bound by the bytes of its matrices, but between two matrix
+ * jobs memory sits idle: the joins, and the norms, RoPE, attention and quantizing the caller
+ * does meanwhile (about 1 ms of a 13-17 ms 2B4T step). Each thread prefetches the first
+ * READ_AHEAD_BYTES of its chunk of the next matrix then (bn_pool_set_ahead), a quarter of a
+ * 1 MB L2. 2B4T shape, base3 + int8 head, alternating in one process, roofline medians over
+ * 19-23 runs per state: +0.6-0.9 % with the memory slow, +0.8-1.1 % fast (PERFORMANCE.md). */
+#define READ_AHEAD_BYTES (256u << 10)
 
-static float sum_squares(const float *x, uint32_t n)
+/* Read-ahead spans of a matrix of rows: the first bytes of each thread's chunk as
+ * linear_multi splits it for steps of up to four tokens (one chunk per thread). */
+static void ahead_rows(struct bn_forward *f, const uint8_t *base, uint32_t row_bytes,
+		       uint32_t n_out, uint32_t n_tok)
 {
-	float lane[SUM_LANES] = { 0 };
-	const float *end = x + n;
-	for (; end - x >= SUM_LANES; x += SUM_LANES)
-#pragma GCC unroll 16 /* whole, so the lanes stay in registers */
-		for (size_t l = 0; l < SUM_LANES; l++)
-			lane[l] += x[l] * x[l];
-	for (size_t l = 0; x + l < end; l++)
-		lane[l] += x[l] * x[l];
-	float ss = 0.0f;
-	for (uint32_t l = 0; l < SUM_LANES; l++)
-		ss += lane[l];
-	return ss;
+	uint32_t threads = bn_pool_threads(f->pool);
+	if (!f->read_ahead || !base || chunks_per_thread(n_tok) != 1 ||
+	    threads > BN_POOL_AHEAD_SPANS) {
+		bn_pool_set_ahead(f->pool, NULL);
+		return;
+	}
+	uint32_t chunk = div_up(n_out, threads);
+	chunk = chunk < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : chunk;
+	chunk = div_up(chunk, 4) * 4;
+	struct bn_pool_ahead a = { .n = threads };
+	for (uint32_t i = 0; i < threads; i++) {
+		uint32_t o0 = i * chunk < n_out ? i * chunk : n_out;
+		uint32_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
+		size_t bytes = (size_t)(o1 - o0) * row_bytes;
+		a.start[i] = base + (size_t)o0 * row_bytes;
+		a.bytes[i] = bytes < READ_AHEAD_BYTES ? bytes : READ_AHEAD_BYTES;
+	}
+	bn_pool_set_ahead(f->pool, &a);
 }
 
-void bn_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
+/* The job after the one about to run will read w first. */
+static void read_ahead(struct bn_forward *f, const struct bn_linear *w, uint32_t n_tok)
 {
-	float inv = 1.0f / sqrtf(sum_squares(x, n) / (float)n + eps);
-	for (uint32_t i = 0; i < n; i++)
-		out[i] = x[i] * inv * w[i];
+	if (w->kind == BN_LINEAR_T2 && w->t3.codes && f->t3_gemm && n_tok <= T3_ROWS)
+		ahead_rows(f, w->t3.codes, w->t3.row_bytes, w->n_out, n_tok);
+	else if (w->kind == BN_LINEAR_T2)
+		ahead_rows(f, w->t2.codes, w->t2.row_bytes, w->n_out, n_tok);
+	else if (w->kind == BN_LINEAR_I8)
+		ahead_rows(f, (const uint8_t *)w->i8.q, w->i8.row_bytes, w->n_out, n_tok);
+	else
+		bn_pool_set_ahead(f->pool, NULL);
 }
+
+/* After the last layer: the LM head's int8 rows, where the step reads them. */
+static void read_ahead_head(struct bn_forward *f, uint32_t n_tok)
+{
+	if (f->int8_head.kind == BN_LINEAR_I8)
+		read_ahead(f, &f->int8_head, n_tok);
+	else if (f->screen_src)
+		ahead_rows(f, (const uint8_t *)f->screen_src->w.q, f->screen_src->w.row_bytes,
+			   f->screen_src->w.n_out, n_tok);
+	else
+		bn_pool_set_ahead(f->pool, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Element-wise parts, per token                                                               */
+/* ------------------------------------------------------------------------------------------ */
 
 static void rope_apply(const struct bn_model_config *c, float *v, const float *cs)
 {
@@ -259,20 +295,12 @@ static void rope_apply(const struct bn_model_config *c, float *v, const float *c
 	}
 }
 
-/* g[i] = act(g[i]) * u[i]. ReLU² keeps g where g > 0 through a bit mask, not a branch: the
- * compiler kept `g > 0 ? g : 0` as a branch on the sign of each gate value, mispredicted
- * about half the time. The mask gives the same values (0 for g <= 0 and for NaN). */
-static void gate_activation(enum bn_activation act, float *g, const float *u, uint32_t n)
+/* g[i] = act(g[i]) * u[i]. */
+static void gate_activation(const struct bn_kernels *kern, enum bn_activation act, float *g,
+			    const float *u, uint32_t n)
 {
 	if (act == BN_ACT_RELU2) {
-		for (uint32_t i = 0; i < n; i++) {
-			float gi = g[i], r;
-			uint32_t bits;
-			memcpy(&bits, &gi, sizeof(bits));
-			bits &= -(uint32_t)(gi > 0.0f);
-			memcpy(&r, &bits, sizeof(r));
-			g[i] = r * r * u[i];
-		}
+		kern->relu2_mul(g, u, n);
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -297,7 +325,7 @@ static void elem_token(const struct elem_job *j, uint32_t t)
 	float *x = f->x + (size_t)t * c->n_embd, *xb = f->xb + (size_t)t * f->widest;
 	switch (j->op) {
 	case ELEM_ATTN_NORM:
-		bn_rmsnorm(xb, x, L->attn_norm, c->n_embd, c->rms_eps);
+		f->kern->rmsnorm(xb, x, L->attn_norm, c->n_embd, c->rms_eps);
 		break;
 	case ELEM_ROPE:
 		for (uint32_t h = 0; h < c->n_head; h++)
@@ -309,24 +337,22 @@ static void elem_token(const struct elem_job *j, uint32_t t)
 		break;
 	case ELEM_ATTN_SUB_NORM: {
 		float *a = f->att + (size_t)t * f->q_dim;
-		bn_rmsnorm(a, a, L->attn_sub_norm, f->q_dim, c->rms_eps);
+		f->kern->rmsnorm(a, a, L->attn_sub_norm, f->q_dim, c->rms_eps);
 		break;
 	}
 	case ELEM_RESIDUAL_FFN_NORM:
-		for (uint32_t i = 0; i < c->n_embd; i++)
-			x[i] += xb[i];
-		bn_rmsnorm(xb, x, L->ffn_norm, c->n_embd, c->rms_eps);
+		f->kern->add(x, xb, c->n_embd);
+		f->kern->rmsnorm(xb, x, L->ffn_norm, c->n_embd, c->rms_eps);
 		break;
 	case ELEM_GATE: {
 		float *g = f->gate + (size_t)t * c->n_ff, *u = f->up + (size_t)t * c->n_ff;
-		gate_activation(c->act, g, u, c->n_ff);
+		gate_activation(f->kern, c->act, g, u, c->n_ff);
 		if (L->ffn_sub_norm)
-			bn_rmsnorm(g, g, L->ffn_sub_norm, c->n_ff, c->rms_eps);
+			f->kern->rmsnorm(g, g, L->ffn_sub_norm, c->n_ff, c->rms_eps);
 		break;
 	}
 	case ELEM_RESIDUAL:
-		for (uint32_t i = 0; i < c->n_embd; i++)
-			x[i] += xb[i];
+		f->kern->add(x, xb, c->n_embd);
 		break;
 	}
 }
@@ -615,6 +641,7 @@ static void layer_forward(struct bn_forward *f, const struct bn_batch *b, uint32
 	const struct bn_linear *qkv[3] = { &L->wq, &L->wk, &L->wv };
 	float *qkv_out[3] = { f->q, f->k, f->v };
 	uint32_t qkv_ld[3] = { f->q_dim, f->kv_dim, f->kv_dim };
+	read_ahead(f, &L->wo, n_tok);
 	linear_multi(f, 3, qkv, qkv_out, qkv_ld, f->xb, f->widest, n_tok);
 	elementwise(f, L, ELEM_ROPE, n_tok);
 	for (uint32_t t = 0; t < n_tok; t++) {
@@ -628,13 +655,19 @@ static void layer_forward(struct bn_forward *f, const struct bn_batch *b, uint32
 	bn_pool_run(f->pool, n_tok * c->n_head_kv, attn_task, &aj);
 	if (L->attn_sub_norm)
 		elementwise(f, L, ELEM_ATTN_SUB_NORM, n_tok);
+	read_ahead(f, &L->w_gate, n_tok);
 	linear1(f, &L->wo, f->xb, f->widest, f->att, f->q_dim, n_tok);
 	elementwise(f, L, ELEM_RESIDUAL_FFN_NORM, n_tok);
 	const struct bn_linear *gu[2] = { &L->w_gate, &L->w_up };
 	float *gu_out[2] = { f->gate, f->up };
 	uint32_t gu_ld[2] = { c->n_ff, c->n_ff };
+	read_ahead(f, &L->w_down, n_tok);
 	linear_multi(f, 2, gu, gu_out, gu_ld, f->xb, f->widest, n_tok);
 	elementwise(f, L, ELEM_GATE, n_tok);
+	if (li + 1 < c->n_layer)
+		read_ahead(f, &f->m->layers[li + 1].wq, n_tok);
+	else
+		read_ahead_head(f, n_tok);
 	linear1(f, &L->w_down, f->xb, f->widest, f->gate, c->n_ff, n_tok);
 	elementwise(f, L, ELEM_RESIDUAL, n_tok);
 }
@@ -689,7 +722,7 @@ static void output_logits(struct bn_forward *f, const struct bn_batch *b, const 
 		uint32_t first = 0, count = all_positions ? 1 : bn_batch_logit_rows(b, i, &first);
 		for (uint32_t j = first; j < first + count; j++) {
 			uint32_t t = all_positions ? i : first_tok[i] + j;
-			bn_rmsnorm(f->xb + (size_t)n_out++ * f->widest, f->x + (size_t)t * c->n_embd,
+			f->kern->rmsnorm(f->xb + (size_t)n_out++ * f->widest, f->x + (size_t)t * c->n_embd,
 				   f->m->output_norm, c->n_embd, c->rms_eps);
 		}
 	}
@@ -711,7 +744,15 @@ int bn_forward_use_screen(struct bn_forward *f, const struct bn_head_screen *s)
 		return -EINVAL;
 	bn_head_screen_run_free(f->screen);
 	f->screen = s ? bn_head_screen_run_new(s, f->pool) : NULL;
+	f->screen_src = f->screen ? s : NULL;
 	return s && !f->screen ? -ENOMEM : 0;
+}
+
+void bn_forward_set_read_ahead(struct bn_forward *f, int on)
+{
+	f->read_ahead = on;
+	if (!on)
+		bn_pool_set_ahead(f->pool, NULL);
 }
 
 int bn_forward_use_t3(struct bn_forward *f, int on)
@@ -752,6 +793,7 @@ int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits
 	for (uint32_t li = 0; li < f->m->cfg.n_layer; li++)
 		layer_forward(f, b, li, n_tok);
 	output_logits(f, b, first_tok, n_tok, logits, all_positions);
+	read_ahead(f, &f->m->layers[0].wq, n_tok); /* the next step's first matrix, if alike */
 	for (uint32_t r = 0; r < b->n_rows; r++)
 		f->seq_len[b->seq[r]] += b->lens[r];
 	free(first_tok);
@@ -790,6 +832,7 @@ struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 	const struct bn_model_config *c = &m->cfg;
 	f->m = m;
 	f->pool = pool;
+	f->read_ahead = 1;
 	f->kern = kernels;
 	f->max_seqs = max_seqs;
 	f->q_dim = c->n_head * c->head_dim;
@@ -822,6 +865,7 @@ void bn_forward_free(struct bn_forward *f)
 {
 	if (!f)
 		return;
+	bn_pool_set_ahead(f->pool, NULL); /* the pool may outlive the model its spans are in */
 	unmap_kv(f);
 	free(f->simple_tables);
 	free(f->seq_len);

@@ -76,6 +76,10 @@ int bn_forward_use_screen(struct bn_forward *f, const struct bn_head_screen *s);
  * (0, the default). The same integer sums, so the same logits to the bit. A matrix without
  * a copy keeps its T2 planes. 0, or -ENOTSUP: this CPU has no T3 kernel (kernels.h). */
 int bn_forward_use_t3(struct bn_forward *f, int on);
+/* Whether the pool's threads prefetch the next matrix's first bytes while they wait between
+ * two matrix jobs of a step of up to four tokens (forward.c: read-ahead). On by default; it
+ * changes no result, only when the bytes arrive. Off for the benchmark's side by side. */
+void bn_forward_set_read_ahead(struct bn_forward *f, int on);
 /* The int8 LM head (--lm-head int8) from now on: every logits row, sampled and scored ones
  * included, is ((float)(q . xq) * scale) * inv_scale of the int8 copy and the row's int8
  * activations (kernels' i8_gemm), an approximation of the file's head that is not the same
@@ -99,12 +103,6 @@ int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, 
  * cs[2p], cs[2p + 1] = cos, sin of pos * freq[p]. Every backend rotates with these values. */
 void bn_rope_freqs(const struct bn_model_config *c, float *freq);
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs);
-
-/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] (out may be x). The sum of squares runs over
- * 16 interleaved lanes (x[i] into lane i % 16) that are then added in lane order: that order
- * is part of the definition, shared by the fast forward pass and the reference, and fixed by n
- * alone, so a token's norm does not depend on its batch. */
-void bn_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps);
 
 /* What a model backend reports at open (backend.h) for a model kept in F32 KV: name, vocabulary,
  * context, BOS/EOS, kind (enum bn_backend_kind), KV bytes per position, and the attention

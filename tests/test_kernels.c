@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -625,6 +626,115 @@ START_TEST(quantize_rounds_half_to_even)
 	ck_assert_int_eq(q.sum[0], sum);
 	ck_assert(q.inv_scale[0] == 1.0f);
 	q8_free(&q);
+}
+END_TEST
+
+/* Element-wise inputs of n values: mostly in [-3, 3), with zeros of both signs, a NaN, an
+ * infinity, tiny and huge values at fixed places when n allows. */
+static float *elementwise_input(uint32_t n, int special)
+{
+	float *x = xmalloc((n + 1) * sizeof(float));
+	for (uint32_t i = 0; i < n; i++)
+		x[i] = tu_rng_float(-3.0f, 3.0f);
+	if (special && n > 8) {
+		x[1] = 0.0f, x[2] = -0.0f, x[3] = 1e-30f, x[4] = -1e30f;
+		x[n - 1] = NAN, x[n / 2] = INFINITY, x[n / 3] = -INFINITY;
+	}
+	return x;
+}
+
+static void assert_same_floats(const char *what, const char *name, uint32_t n, const float *want,
+			       const float *got)
+{
+	for (uint32_t i = 0; i < n; i++)
+		ck_assert_msg(float_bits(want[i]) == float_bits(got[i]),
+			      "%s %s n %u [%u]: %a, want %a", name, what, n, i, got[i], want[i]);
+}
+
+/* bn_rmsnorm against the definition in double: the 16-lane sum in float is within a few
+ * ulps of the exact sum, and each output within a few ulps of x / rms * w. */
+START_TEST(rmsnorm_vs_double)
+{
+	const uint32_t ns[] = { 1, 15, 16, 17, 100, 2560, 6912 };
+	for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+		uint32_t n = ns[ni];
+		tu_rng_seed(900 + ni);
+		float *x = elementwise_input(n, 0), *w = elementwise_input(n, 0);
+		float *out = xmalloc(n * sizeof(float));
+		bn_rmsnorm(out, x, w, n, 1e-5f);
+		double ss = 0;
+		for (uint32_t i = 0; i < n; i++)
+			ss += (double)x[i] * x[i];
+		double inv = 1.0 / sqrt(ss / n + 1e-5);
+		for (uint32_t i = 0; i < n; i++) {
+			double want = x[i] * inv * w[i];
+			ck_assert_msg(fabs(out[i] - want) <= 1e-5 * fabs(want) + 1e-30,
+				      "n %u [%u]: %.9g, want %.9g", n, i, out[i], want);
+		}
+		free(x);
+		free(w);
+		free(out);
+	}
+}
+END_TEST
+
+/* Each variant's rmsnorm, relu2_mul and add give the scalar definitions' bits, in place and
+ * not, on lengths around the vector widths and inputs with zeros, NaN and infinities; and
+ * they write nothing past n. */
+START_TEST(elementwise_variant_equals_scalar)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	const uint32_t ns[] = { 1, 7, 15, 16, 17, 31, 33, 100, 2560, 6912 };
+	for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+		for (int special = 0; special < 2; special++) {
+			uint32_t n = ns[ni];
+			tu_rng_seed(1000 + 2 * ni + special);
+			float *x = elementwise_input(n, special), *w = elementwise_input(n, 0);
+			float *want = xmalloc((n + 1) * sizeof(float)), *got = xmalloc((n + 1) * sizeof(float));
+			want[n] = got[n] = 7.0f;
+			bn_rmsnorm(want, x, w, n, 1e-6f);
+			kern->rmsnorm(got, x, w, n, 1e-6f);
+			assert_same_floats("rmsnorm", kern->name, n + 1, want, got);
+			memcpy(got, x, n * sizeof(float));
+			kern->rmsnorm(got, got, w, n, 1e-6f);
+			assert_same_floats("rmsnorm in place", kern->name, n + 1, want, got);
+			memcpy(want, x, n * sizeof(float));
+			memcpy(got, x, n * sizeof(float));
+			bn_relu2_mul(want, w, n);
+			kern->relu2_mul(got, w, n);
+			assert_same_floats("relu2_mul", kern->name, n + 1, want, got);
+			memcpy(want, x, n * sizeof(float));
+			memcpy(got, x, n * sizeof(float));
+			bn_add(want, w, n);
+			kern->add(got, w, n);
+			assert_same_floats("add", kern->name, n + 1, want, got);
+			free(x);
+			free(w);
+			free(want);
+			free(got);
+		}
+	}
+	/* Two squares in lane 0 whose sum, fused into one rounding (x * x + lane as one FMA),
+	 * changes the norm's scale: found by search, so that a variant that fuses fails. */
+	float x[32] = { [0] = 0x1.a336ap+0f, [16] = 0x1.8637bp+0f }, w[32], want[32], got[32];
+	for (int i = 0; i < 32; i++)
+		w[i] = 1.0f;
+	bn_rmsnorm(want, x, w, 32, 1e-6f);
+	kern->rmsnorm(got, x, w, 32, 1e-6f);
+	assert_same_floats("rmsnorm (fused squares)", kern->name, 32, want, got);
+}
+END_TEST
+
+/* The scalar ReLU² gate on the values where a branch or fmaxf could differ. */
+START_TEST(relu2_mul_values)
+{
+	float g[] = { 2.0f, -2.0f, 0.0f, -0.0f, NAN, INFINITY, -INFINITY, 0.5f };
+	const float u[] = { 3.0f, 3.0f, 3.0f, -3.0f, 3.0f, 2.0f, 2.0f, -1.0f };
+	const float want[] = { 12.0f, 0.0f, 0.0f, -0.0f, 0.0f, INFINITY, 0.0f, -0.25f };
+	bn_relu2_mul(g, u, 8);
+	assert_same_floats("relu2_mul", "scalar", 8, want, g);
 }
 END_TEST
 
@@ -1230,7 +1340,7 @@ START_TEST(select_by_name)
 			continue;
 		ck_assert_str_eq(k->name, variant_names[i]);
 		ck_assert(k->t2_gemm && k->f_gemm && k->attend && k->attend_heads && k->quantize_rows &&
-			  k->i8_dots && k->i8_gemm);
+			  k->i8_dots && k->i8_gemm && k->rmsnorm && k->relu2_mul && k->add);
 	}
 }
 END_TEST
@@ -1314,6 +1424,50 @@ END_TEST
 /* 10,000 jobs; 1,000 when the pool has more threads than the machine has CPUs: every job
  * waits until each worker has been scheduled once (the caller counts workers out, not tasks),
  * so there a job costs a scheduler time slice, milliseconds. */
+/* Jobs with read-ahead spans run every task once, as without: spans of live memory, more
+ * spans than threads, fewer, and a span of memory already unmapped (a prefetch does not
+ * fault); then the spans cleared. */
+START_TEST(pool_read_ahead_changes_nothing)
+{
+	uint32_t threads = pool_threads[_i];
+	struct bn_pool *p = bn_pool_new(threads);
+	ck_assert_ptr_nonnull(p);
+	size_t bytes = 4u << 20;
+	uint8_t *live = xmalloc(bytes);
+	memset(live, 1, bytes);
+	uint8_t *gone = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ck_assert(gone != MAP_FAILED);
+	ck_assert_int_eq(munmap(gone, bytes), 0);
+	struct count_ctx c = { .hits = xmalloc(1001 * sizeof(uint32_t)),
+			       .out = xmalloc(1001 * sizeof(uint64_t)) };
+	for (uint32_t j = 0; j < 6; j++) {
+		struct bn_pool_ahead a = { .n = j % 3 == 0 ? BN_POOL_AHEAD_SPANS : 1 + j % 2 };
+		for (uint32_t i = 0; i < a.n; i++) {
+			a.start[i] = (j == 4 ? gone : live) + (size_t)i * (bytes / BN_POOL_AHEAD_SPANS);
+			a.bytes[i] = bytes / BN_POOL_AHEAD_SPANS;
+		}
+		bn_pool_set_ahead(p, j == 5 ? NULL : &a);
+		for (uint32_t n = 1; n <= 1000; n *= 10) {
+			memset(c.hits, 0, 1001 * sizeof(uint32_t));
+			c.job = j;
+			c.work = 50;
+			bn_pool_run(p, n, count_task, &c);
+			for (uint32_t t = 0; t < 1001; t++)
+				ck_assert_msg(c.hits[t] == (uint32_t)(t < n),
+					      "threads %u, spans %u, %u tasks: task %u ran %u times",
+					      threads, a.n, n, t, c.hits[t]);
+			for (uint32_t t = 0; t < n; t++)
+				ck_assert(c.out[t] == j * 4096 + t);
+		}
+	}
+	bn_pool_set_ahead(p, NULL);
+	free(c.hits);
+	free(c.out);
+	free(live);
+	bn_pool_free(p);
+}
+END_TEST
+
 START_TEST(pool_many_small_jobs)
 {
 	uint32_t threads = pool_threads[_i];
@@ -1452,6 +1606,9 @@ int main(void)
 	tcase_add_test(k, quantize_rows);
 	tcase_add_test(k, quantize_rounds_half_to_even);
 	tcase_add_loop_test(k, quantize_variant_equals_scalar, 0, N_VARIANTS);
+	tcase_add_test(k, rmsnorm_vs_double);
+	tcase_add_test(k, relu2_mul_values);
+	tcase_add_loop_test(k, elementwise_variant_equals_scalar, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_vs_double, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_batch_invariance, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_panels_exact, 0, N_VARIANTS);
@@ -1466,6 +1623,7 @@ int main(void)
 	tcase_set_timeout(pool, 120);
 	tcase_add_loop_test(pool, pool_each_task_once, 0, 3);
 	tcase_add_loop_test(pool, pool_many_small_jobs, 0, 3);
+	tcase_add_loop_test(pool, pool_read_ahead_changes_nothing, 0, 3);
 	tcase_add_loop_test(pool, pool_free_with_sleepers, 0, 3);
 	tcase_add_loop_test(pool, pool_thread_index_unique, 0, 3);
 	tcase_add_test(pool, pool_defaults_and_signals);

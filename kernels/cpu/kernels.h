@@ -148,6 +148,11 @@ struct bn_kernels {
 	/* bn_quantize_rows (below), to the bit: the same float operations on every element, and
 	 * absmax and the integer sum do not depend on their order. */
 	void (*quantize_rows)(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);
+	/* bn_rmsnorm, bn_relu2_mul and bn_add (below), to the bit: the same float operations on
+	 * every element, and the sum of squares in the same lanes, added in the same order. */
+	void (*rmsnorm)(float *out, const float *x, const float *w, uint32_t n, float eps);
+	void (*relu2_mul)(float *g, const float *u, uint32_t n);
+	void (*add)(float *x, const float *y, uint32_t n);
 };
 
 /* t2_gemm's result for the same weights in the T3 layout, to the bit (the same integer sum,
@@ -194,6 +199,19 @@ extern const struct bn_kernels bn_kernels_avx512;
  * the absmax and become 0. The scalar definition; each kernel variant's quantize_rows gives
  * the same bytes. */
 void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out);
+
+/* Lanes of bn_rmsnorm's sum of squares. */
+#define BN_RMSNORM_LANES 16
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] (out may be x), as (x[i] * inv) * w[i] with
+ * inv = 1 / sqrtf(ss / n + eps). The sum of squares ss runs over 16 interleaved lanes (x[i]
+ * into lane i % 16) that are then added in lane order: that order is part of the definition,
+ * shared by the fast forward pass and the reference, and fixed by n alone, so a token's norm
+ * does not depend on its batch. The scalar definition. */
+void bn_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps);
+/* g[i] = (r * r) * u[i] with r = g[i] where g[i] > 0, else 0 (NaN too): ReLU² gating. */
+void bn_relu2_mul(float *g, const float *u, uint32_t n);
+/* x[i] += y[i]. */
+void bn_add(float *x, const float *y, uint32_t n);
 
 /* attend_heads as one attend call per head. */
 static inline void bn_attend_each_head(void (*attend)(const float *, const struct bn_kv_view *,

@@ -375,6 +375,9 @@ const struct bn_kernels bn_kernels_avx2 = {
 	.attend = attend_avx2,
 	.attend_heads = attend_heads_avx2,
 	.quantize_rows = bn_quantize_rows,
+	.rmsnorm = bn_rmsnorm,
+	.relu2_mul = bn_relu2_mul,
+	.add = bn_add,
 	.i8_dots = i8_dots_avx2,
 	.i8_gemm = i8_gemm_avx2,
 };

@@ -11,6 +11,7 @@
 #include "t2_blocking.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define COLS 4 /* batch rows per tile */
@@ -676,6 +677,67 @@ static void attend_heads_avx512(const float *q, uint32_t n_heads, const struct b
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Element-wise parts of a layer: bn_rmsnorm, bn_relu2_mul, bn_add to the bit                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* v, which the compiler may no longer fold into a neighbouring operation: this file is built
+ * with FMA and GNU C's fp-contract=fast, and x * x + lane fused into one rounding would not be
+ * bn_rmsnorm's two. */
+static ALWAYS_INLINE __m512 unfused(__m512 v)
+{
+	__asm__("" : "+v"(v));
+	return v;
+}
+
+/* The scalar definition's 16 lanes are one register: lane l takes x[i] for i % 16 == l, in
+ * order; the tail adds into its first lanes only; then the lanes are added in lane order. */
+static float sum_squares_avx512(const float *x, uint32_t n)
+{
+	__m512 lanes = _mm512_setzero_ps();
+	for (uint32_t i = 0; i < n; i += 16) {
+		__mmask16 m = lanes_from(i, n);
+		__m512 v = _mm512_maskz_loadu_ps(m, x + i);
+		lanes = _mm512_mask_add_ps(lanes, m, lanes, unfused(_mm512_mul_ps(v, v)));
+	}
+	float lane[BN_RMSNORM_LANES], ss = 0.0f;
+	_mm512_storeu_ps(lane, lanes);
+	for (uint32_t l = 0; l < BN_RMSNORM_LANES; l++)
+		ss += lane[l];
+	return ss;
+}
+
+static void rmsnorm_avx512(float *out, const float *x, const float *w, uint32_t n, float eps)
+{
+	const __m512 inv = _mm512_set1_ps(1.0f / sqrtf(sum_squares_avx512(x, n) / (float)n + eps));
+	for (uint32_t i = 0; i < n; i += 16) {
+		__mmask16 m = lanes_from(i, n);
+		__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv);
+		_mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i)));
+	}
+}
+
+/* The ordered compare is false for NaN, so NaN gates become 0 as in the scalar mask. */
+static void relu2_mul_avx512(float *g, const float *u, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i += 16) {
+		__mmask16 m = lanes_from(i, n);
+		__m512 v = _mm512_maskz_loadu_ps(m, g + i);
+		__m512 r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+		__m512 rr = _mm512_mul_ps(r, r);
+		_mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(rr, _mm512_maskz_loadu_ps(m, u + i)));
+	}
+}
+
+static void add_avx512(float *x, const float *y, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i += 16) {
+		__mmask16 m = lanes_from(i, n);
+		__m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+		_mm512_mask_storeu_ps(x + i, m, v);
+	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Int8 quantization of activations                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -925,6 +987,9 @@ const struct bn_kernels bn_kernels_avx512 = {
 	.attend = attend_avx512,
 	.attend_heads = attend_heads_avx512,
 	.quantize_rows = quantize_rows_avx512,
+	.rmsnorm = rmsnorm_avx512,
+	.relu2_mul = relu2_mul_avx512,
+	.add = add_avx512,
 	.i8_dots = i8_dots_avx512,
 	.i8_gemm = i8_gemm_avx512,
 };

@@ -144,6 +144,9 @@ const struct bn_kernels bn_kernels_scalar = {
 	.attend = attend_scalar,
 	.attend_heads = attend_heads_scalar,
 	.quantize_rows = bn_quantize_rows,
+	.rmsnorm = bn_rmsnorm,
+	.relu2_mul = bn_relu2_mul,
+	.add = bn_add,
 	.i8_dots = i8_dots_scalar,
 	.i8_gemm = i8_gemm_scalar,
 };

@@ -38,7 +38,40 @@ struct bn_pool {
 	uint32_t generation;  /* atomic; also the futex workers sleep on */
 	uint32_t sleepers;    /* atomic: workers in (or entering) FUTEX_WAIT */
 	uint32_t stop;        /* atomic */
+	struct bn_pool_ahead ahead; /* the current job's; n = 0 for none */
 };
+
+/* A span still to read: [at, end). */
+struct ahead_span {
+	const uint8_t *at, *end;
+};
+
+#define AHEAD_LINE 64
+#define AHEAD_BURST 8 /* lines between two looks at whether to stop */
+
+static struct ahead_span ahead_span_of(const struct bn_pool *p, uint32_t index)
+{
+	struct ahead_span s = { 0 };
+	if (index < p->ahead.n) {
+		s.at = p->ahead.start[index];
+		s.end = s.at + p->ahead.bytes[index];
+	}
+	return s;
+}
+
+/* Prefetches the next AHEAD_BURST lines of s; 0 when it is done. A prefetch never faults,
+ * so a span is only ever a hint. */
+static int ahead_burst(struct ahead_span *s)
+{
+	if (s->at >= s->end)
+		return 0;
+	const uint8_t *stop = s->at + AHEAD_BURST * AHEAD_LINE;
+	stop = stop < s->end ? stop : s->end;
+	for (const uint8_t *q = s->at; q < stop; q += AHEAD_LINE)
+		__builtin_prefetch(q, 0, 3);
+	s->at = stop;
+	return 1;
+}
 
 static long futex(uint32_t *word, int op, uint32_t val)
 {
@@ -62,14 +95,16 @@ static void run_tasks(struct bn_pool *p)
 	}
 }
 
-/* Waits until `generation` differs from `seen`: spin first, then sleep. */
-static uint32_t wait_for_job(struct bn_pool *p, uint32_t seen)
+/* Waits until `generation` differs from `seen`: read ahead, spin, then sleep. */
+static uint32_t wait_for_job(struct bn_pool *p, uint32_t seen, struct ahead_span *ahead)
 {
 	int64_t until = mono_ns() + POOL_SPIN_NS;
 	for (uint32_t spins = 0;; spins++) {
 		uint32_t g = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
 		if (g != seen)
 			return g;
+		if (ahead_burst(ahead))
+			continue;
 		if ((spins & 1023) == 1023) {
 			if (mono_ns() > until)
 				break;
@@ -97,12 +132,15 @@ static void *worker_main(void *arg)
 	struct bn_pool *p = w->pool;
 	thread_index = w->index;
 	uint32_t seen = 0;
+	struct ahead_span ahead = { 0 };
 	for (;;) {
-		seen = wait_for_job(p, seen);
+		seen = wait_for_job(p, seen, &ahead);
 		if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
 			return NULL;
 		}
 		run_tasks(p);
+		/* Copied before busy drops: the caller rewrites the job's fields after that. */
+		ahead = ahead_span_of(p, w->index);
 		/* Release: our task outputs are visible to the caller that sees busy drop. */
 		__atomic_fetch_sub(&p->busy, 1, __ATOMIC_RELEASE);
 	}
@@ -122,6 +160,7 @@ static void run_job(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ct
 			fn(ctx, t);
 		return;
 	}
+	struct ahead_span ahead = ahead_span_of(p, 0);
 	p->fn = fn;
 	p->ctx = ctx;
 	p->n_tasks = n_tasks;
@@ -133,10 +172,19 @@ static void run_job(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ct
 	 * wait for may be waiting for a CPU (more threads than free cores): after a short spin,
 	 * yield ours now and then so it can run. */
 	for (uint32_t spins = 1; __atomic_load_n(&p->busy, __ATOMIC_ACQUIRE) != 0; spins++) {
+		if (ahead_burst(&ahead))
+			continue;
 		__builtin_ia32_pause();
 		if ((spins & 255) == 0)
 			sched_yield();
 	}
+}
+
+void bn_pool_set_ahead(struct bn_pool *p, const struct bn_pool_ahead *ahead)
+{
+	p->ahead.n = 0;
+	if (ahead)
+		p->ahead = *ahead;
 }
 
 void bn_pool_run(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx)

@@ -10,6 +10,7 @@
 #ifndef BITNET_POOL_H
 #define BITNET_POOL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct bn_pool;
@@ -27,5 +28,20 @@ void bn_pool_run(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ctx);
  * 0 for the thread that called bn_pool_run (even a worker of another pool) and for any thread
  * outside a job. For per-thread scratch in a task. */
 uint32_t bn_pool_thread_index(void);
+
+/* What the job after this one will read first, a span per thread index (thread i takes span
+ * i, when there is one). A thread that has no task left in a job, and the workers while they
+ * wait for the next job, prefetch their span into their caches meanwhile, so that memory keeps
+ * streaming through the joins and through the caller's serial work between two jobs. Spans are
+ * hints: prefetched, never loaded, so they change no result and a stale one costs only
+ * bandwidth. */
+#define BN_POOL_AHEAD_SPANS 8
+struct bn_pool_ahead {
+	const uint8_t *start[BN_POOL_AHEAD_SPANS];
+	size_t bytes[BN_POOL_AHEAD_SPANS];
+	uint32_t n;
+};
+/* From the next job on (NULL: nothing to read). Between jobs, by the pool's caller. */
+void bn_pool_set_ahead(struct bn_pool *p, const struct bn_pool_ahead *ahead);
 
 #endif /* BITNET_POOL_H */
