@@ -225,8 +225,8 @@ static void linear1(struct bn_forward *f, const struct bn_linear *w, float *y, u
  * jobs memory sits idle: the joins, and the norms, RoPE, attention and quantizing the caller
  * does meanwhile (about 1 ms of a 13-17 ms 2B4T step). Each thread prefetches the first
  * READ_AHEAD_BYTES of its chunk of the next matrix then (bn_pool_set_ahead), a quarter of a
- * 1 MB L2. 2B4T shape, base3 + int8 head, alternating in one process, roofline medians over
- * 19-23 runs per state: +0.6-0.9 % with the memory slow, +0.8-1.1 % fast (PERFORMANCE.md). */
+ * 1 MB L2. 2B4T shape, base3 + int8 head, alternating in one process (bench-model
+ * --serial-only), roofline medians per memory state: +0.1-1.6 % (PERFORMANCE.md). */
 #define READ_AHEAD_BYTES (256u << 10)
 
 /* Read-ahead spans of a matrix of rows: the first bytes of each thread's chunk as
