@@ -106,6 +106,12 @@ static void gemm_decode(const struct gemm_job *j, const struct bn_linear *w, uin
 	}
 }
 
+/* Whether a token block of n_b rows reads w's T3 copy (t3: the forward's T3 kernel or NULL). */
+static int reads_t3(const struct bn_linear *w, bn_t3_gemm_fn t3, uint32_t n_b)
+{
+	return w->kind == BN_LINEAR_T2 && w->t3.codes && t3 && n_b <= T3_ROWS;
+}
+
 static void gemm_task(void *ctx, uint32_t task)
 {
 	const struct gemm_job *j = ctx;
@@ -123,7 +129,7 @@ static void gemm_task(void *ctx, uint32_t task)
 		xs.q += (size_t)b0 * xs.k_pad;
 		xs.inv_scale += b0;
 		xs.sum += b0;
-		if (w->kind == BN_LINEAR_T2 && w->t3.codes && j->t3_gemm && n_b <= T3_ROWS)
+		if (reads_t3(w, j->t3_gemm, n_b))
 			j->t3_gemm(&w->t3, o0, o1, &xs, n_b, y, j->ldy[m]);
 		else if (w->kind == BN_LINEAR_T2)
 			j->kern->t2_gemm(&w->t2, o0, o1, &xs, n_b, y, j->ldy[m]);
@@ -179,6 +185,15 @@ static uint32_t row_alignment(const struct bn_linear *w)
 	return w->kind == BN_LINEAR_FLOAT && w->f.panel_rows ? w->f.panel_rows : 4;
 }
 
+/* Output rows per task when n_out rows go to `parts` tasks: at least ROW_CHUNK_MIN, whole
+ * multiples of align. */
+static uint32_t row_chunk(uint32_t n_out, uint32_t parts, uint32_t align)
+{
+	uint32_t chunk = div_up(n_out, parts);
+	chunk = chunk < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : chunk;
+	return div_up(chunk, align) * align;
+}
+
 /* y_i = W_i x for up to three matrices with the same input x [n_tok][ldx]. */
 static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_linear *const *w,
 			 float *const *y, const uint32_t *ldy, const float *x, uint32_t ldx,
@@ -193,10 +208,8 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 		j.w[i] = w[i];
 		j.y[i] = y[i];
 		j.ldy[i] = ldy[i];
-		uint32_t chunk = div_up(w[i]->n_out, chunks_per_thread(n_tok) * threads);
-		uint32_t align = row_alignment(w[i]);
-		chunk = chunk < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : chunk;
-		chunk = div_up(chunk, align) * align;
+		uint32_t chunk = row_chunk(w[i]->n_out, chunks_per_thread(n_tok) * threads,
+					   row_alignment(w[i]));
 		j.chunk[i] = chunk;
 		j.n_chunks[i] = div_up(w[i]->n_out, chunk);
 		n_tasks += j.n_chunks[i] * j.n_blocks;
@@ -240,9 +253,7 @@ static void ahead_rows(struct bn_forward *f, const uint8_t *base, uint32_t row_b
 		bn_pool_set_ahead(f->pool, NULL);
 		return;
 	}
-	uint32_t chunk = div_up(n_out, threads);
-	chunk = chunk < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : chunk;
-	chunk = div_up(chunk, 4) * 4;
+	uint32_t chunk = row_chunk(n_out, threads, 4); /* rows, not float panels */
 	struct bn_pool_ahead a = { .n = threads };
 	for (uint32_t i = 0; i < threads; i++) {
 		uint32_t o0 = i * chunk < n_out ? i * chunk : n_out;
@@ -257,7 +268,7 @@ static void ahead_rows(struct bn_forward *f, const uint8_t *base, uint32_t row_b
 /* The job after the one about to run will read w first. */
 static void read_ahead(struct bn_forward *f, const struct bn_linear *w, uint32_t n_tok)
 {
-	if (w->kind == BN_LINEAR_T2 && w->t3.codes && f->t3_gemm && n_tok <= T3_ROWS)
+	if (reads_t3(w, f->t3_gemm, n_tok))
 		ahead_rows(f, w->t3.codes, w->t3.row_bytes, w->n_out, n_tok);
 	else if (w->kind == BN_LINEAR_T2)
 		ahead_rows(f, w->t2.codes, w->t2.row_bytes, w->n_out, n_tok);
