@@ -133,8 +133,56 @@ static ALWAYS_INLINE __m512i t2_plane_codes(__m512i wv, uint32_t p)
  * by side with identical outputs: 6912 x 2560, 287-295 against 358-370 G multiply-adds/s;
  * 65536 x 2560 (from memory), 277-281 against 324-340. Integer sums are exact, so the result
  * is t2_row's to the bit; a lane adds at most 4 x 2 x 128 per plane and chunk, 4096 per
- * chunk, so the 4096 chunks of the longest row (model.c) stay far below 2^31. */
+ * chunk, so the 4096 chunks of the longest row (model.c) stay far below 2^31.
+ * Tried against it (two cores, the 2B4T layers from memory, batch 16, alternating in one
+ * process; docs/PERFORMANCE.md): 2 rows x 8 batch rows, half the unpacking per vpdpbusd and
+ * twice the activation loads, 0.85-0.87 x its speed; GFNI's affine instruction unpacking a
+ * plane in one instruction instead of two, 0.98-1.01 x; no unpacking at all (wrong sums, a
+ * bound) only 1.05-1.07 x. */
 #define T2_TILE_ROWS 4
+_Static_assert(T2_TILE_ROWS * COLS == 16, "t2_quad_store sums sixteen accumulators");
+
+/* Sixteen accumulators to one vector whose lane i holds the sum of acc[i]'s lanes: a
+ * transposing tree of 45 instructions, against ~8 for each of sixteen separate reductions
+ * and the scalar moves after them. Integer sums: any order gives the same sum. */
+static ALWAYS_INLINE __m512i sum_sixteen(const __m512i acc[16])
+{
+	__m512i pairs[8], quads[4], halves[2];
+	for (int i = 0; i < 8; i++) /* per 128-bit lane: a0+a2, b0+b2, a1+a3, b1+b3 */
+		pairs[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2 * i], acc[2 * i + 1]),
+					    _mm512_unpackhi_epi32(acc[2 * i], acc[2 * i + 1]));
+	for (int i = 0; i < 4; i++) /* per 128-bit lane: a, b, c, d of that lane */
+		quads[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(pairs[2 * i], pairs[2 * i + 1]),
+					    _mm512_unpackhi_epi64(pairs[2 * i], pairs[2 * i + 1]));
+	for (int i = 0; i < 2; i++) /* 128-bit lanes 0+1 and 2+3 of two quads */
+		halves[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1], 0x88),
+					     _mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1], 0xdd));
+	return _mm512_add_epi32(_mm512_shuffle_i32x4(halves[0], halves[1], 0x88),
+				_mm512_shuffle_i32x4(halves[0], halves[1], 0xdd));
+}
+
+/* A whole tile's outputs from its accumulators acc[b * T2_TILE_ROWS + r]: lane 4b + r is
+ * ((float)(sum - x sum) * row scale) * column inverse scale, t2_row's operations in its
+ * order (two roundings, no FMA), so the same bits; then four rows of four outputs. Against
+ * sixteen reductions and scalar stores: batch-16 decode 1.015 x, a 256-token prefill 1.029 x
+ * (medians of ten alternating pairs in one process, 2B4T shape). */
+static ALWAYS_INLINE void t2_quad_store(const __m512i acc[16], const struct bn_t2_matrix *w,
+					uint32_t o, const struct bn_q8_rows *x, uint32_t b0,
+					float *y, uint32_t ldy)
+{
+	const __m512i column = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+	__m512i xsum = _mm512_permutexvar_epi32(
+		column, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(x->sum + b0))));
+	__m512 inv = _mm512_permutexvar_ps(column,
+					   _mm512_castps128_ps512(_mm_loadu_ps(x->inv_scale + b0)));
+	__m512 scale = _mm512_broadcast_f32x4(_mm_loadu_ps(w->scale + o));
+	__m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum_sixteen(acc), xsum));
+	v = _mm512_mul_ps(_mm512_mul_ps(v, scale), inv);
+	_mm_storeu_ps(y + (size_t)b0 * ldy + o, _mm512_extractf32x4_ps(v, 0));
+	_mm_storeu_ps(y + (size_t)(b0 + 1) * ldy + o, _mm512_extractf32x4_ps(v, 1));
+	_mm_storeu_ps(y + (size_t)(b0 + 2) * ldy + o, _mm512_extractf32x4_ps(v, 2));
+	_mm_storeu_ps(y + (size_t)(b0 + 3) * ldy + o, _mm512_extractf32x4_ps(v, 3));
+}
 
 static void t2_quad(const struct bn_t2_matrix *w, uint32_t o, const struct bn_q8_rows *x,
 		    uint32_t b0, float *y, uint32_t ldy)
@@ -144,10 +192,9 @@ static void t2_quad(const struct bn_t2_matrix *w, uint32_t o, const struct bn_q8
 	const int8_t *xs[COLS];
 	for (uint32_t b = 0; b < COLS; b++)
 		xs[b] = x->q + (size_t)(b0 + b) * x->k_pad;
-	__m512i acc[T2_TILE_ROWS][COLS];
-	for (uint32_t r = 0; r < T2_TILE_ROWS; r++)
-		for (uint32_t b = 0; b < COLS; b++)
-			acc[r][b] = _mm512_setzero_si512();
+	__m512i acc[COLS * T2_TILE_ROWS]; /* [batch row][weight row] */
+	for (uint32_t i = 0; i < COLS * T2_TILE_ROWS; i++)
+		acc[i] = _mm512_setzero_si512();
 	const uint32_t n_chunks = w->row_bytes / BN_T2_CHUNK_BYTES;
 	for (uint32_t c = 0; c < n_chunks; c++) {
 		__m512i wv[T2_TILE_ROWS];
@@ -164,16 +211,12 @@ static void t2_quad(const struct bn_t2_matrix *w, uint32_t o, const struct bn_q8
 			for (uint32_t b = 0; b < COLS; b++) {
 				__m512i xv = _mm512_load_si512(xs[b] + c * BN_T2_CHUNK + 64 * p);
 				for (uint32_t r = 0; r < T2_TILE_ROWS; r++)
-					acc[r][b] = dpbusd_reg(acc[r][b], codes[r], xv);
+					acc[b * T2_TILE_ROWS + r] =
+						dpbusd_reg(acc[b * T2_TILE_ROWS + r], codes[r], xv);
 			}
 		}
 	}
-	for (uint32_t r = 0; r < T2_TILE_ROWS; r++)
-		for (uint32_t b = 0; b < COLS; b++) {
-			int32_t sum = _mm512_reduce_add_epi32(acc[r][b]) - x->sum[b0 + b];
-			y[(size_t)(b0 + b) * ldy + o + r] =
-				((float)sum * w->scale[o + r]) * x->inv_scale[b0 + b];
-		}
+	t2_quad_store(acc, w, o, x, b0, y, ldy);
 }
 
 /* Rows [o, o1), each streamed once, against n_cols <= COLS batch rows. */
