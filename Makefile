@@ -67,7 +67,7 @@ BLAS_LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS   ?= -O2 -g
-BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Itools \
+BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Itools -Idaemon \
 	$(PCRE_CFLAGS)
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
 # GCC warns that ThreadSanitizer does not model atomic_thread_fence. Our full fences order a
@@ -124,7 +124,7 @@ endif
 KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
 # The tokenizer is one implementation: the client library's, which the daemon builds too.
 TOKENIZER_SRCS := libclient/tokenizer.c libclient/bpe.c libclient/detok.c libclient/chat.c
-DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backend_cuda.c),$(wildcard daemon/*.c))
+DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backends/cuda.c),$(wildcard daemon/*.c daemon/*/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/client.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
@@ -321,13 +321,13 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC := clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Ikernels -Ikernels/cpu -Idaemon
 fuzz:
 	@mkdir -p build-fuzz/corpus
-	$(FUZZ_CC) tests/fuzz_gguf.c daemon/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
+	$(FUZZ_CC) tests/fuzz_gguf.c daemon/model/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
 	build-fuzz/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus tests/corpus/gguf
 
 # The request path (tests/fuzz_requests.c): ring and slot bytes through the daemon's own
 # session, scheduler and loopback backend. New inputs go to build-fuzz/requests.
-FUZZ_REQUEST_SRCS := tests/fuzz_requests.c daemon/session.c daemon/sched.c daemon/kvpool.c \
-	daemon/stats.c daemon/log.c daemon/backend_loopback.c daemon/sample.c
+FUZZ_REQUEST_SRCS := tests/fuzz_requests.c daemon/session.c daemon/serve/sched.c daemon/serve/kvpool.c \
+	daemon/common/stats.c daemon/common/log.c daemon/backends/loopback.c daemon/model/sample.c
 fuzz-requests:
 	@mkdir -p build-fuzz/requests
 	$(FUZZ_CC) $(FUZZ_REQUEST_SRCS) -o build-fuzz/fuzz-requests -lm

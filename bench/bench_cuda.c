@@ -13,7 +13,7 @@
  * Every GPU time is the median of repeated runs between CUDA events, after a warm-up; the
  * GEMV inputs rotate over copies that together exceed the L2 cache, so each run reads DRAM.
  */
-#include "../daemon/backend.h"
+#include "../daemon/backends/backend.h"
 #include "cuda_kernels.h"
 #include "quant.h"
 

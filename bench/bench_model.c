@@ -33,8 +33,8 @@
  *   --configs-only and --serial-only run one of them alone.
  */
 #define _GNU_SOURCE
-#include "../daemon/forward.h"
-#include "../daemon/model.h"
+#include "../daemon/model/forward.h"
+#include "../daemon/model/model.h"
 #include "kernels.h"
 #include "pool.h"
 #include "quant.h"

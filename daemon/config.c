@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
-#include "backend.h"
+#include "backends/backend.h"
 
-#include "../shm/bitnet_shm.h"
+#include "bitnet_shm.h"
 #include "bitnet_client.h"
 
 #include <errno.h>

@@ -2,9 +2,9 @@
 #ifndef BITNETD_CONFIG_H
 #define BITNETD_CONFIG_H
 
-#include "log.h"
+#include "common/log.h"
 
-#include "prefix_cache.h"
+#include "serve/prefix_cache.h"
 
 #include <stdint.h>
 

@@ -2,15 +2,15 @@
 #define _GNU_SOURCE
 #include "loop.h"
 
-#include "../shm/bitnet_barrier.h"
+#include "bitnet_barrier.h"
 #include "bitnet_client.h"
-#include "clock.h"
-#include "log.h"
-#include "sched.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "serve/sched.h"
 #include "sdnotify.h"
 #include "session.h"
-#include "stats.h"
-#include "vocab.h"
+#include "common/stats.h"
+#include "model/vocab.h"
 
 #include <errno.h>
 #include <liburing.h>

@@ -7,7 +7,7 @@
 #ifndef BITNETD_LOOP_H
 #define BITNETD_LOOP_H
 
-#include "backend.h"
+#include "backends/backend.h"
 #include "config.h"
 
 struct bn_loop;

@@ -4,9 +4,9 @@
  * Start-up is the only place with fatal errors (documented exit codes in config.h and --help);
  * once serving, a failure ends the request or session it belongs to, never the daemon.
  */
-#include "backend.h"
+#include "backends/backend.h"
 #include "config.h"
-#include "log.h"
+#include "common/log.h"
 #include "loop.h"
 
 #include <stdio.h>

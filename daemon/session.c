@@ -2,14 +2,14 @@
 #define _GNU_SOURCE
 #include "session.h"
 
-#include "../shm/bitnet_barrier.h"
-#include "../shm/bitnet_futex.h"
-#include "../shm/bitnet_ring.h"
+#include "bitnet_barrier.h"
+#include "bitnet_futex.h"
+#include "bitnet_ring.h"
 #include "bitnet_client.h"
-#include "clock.h"
-#include "log.h"
-#include "sched.h"
-#include "stats.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "serve/sched.h"
+#include "common/stats.h"
 
 #include <errno.h>
 #include <fcntl.h>

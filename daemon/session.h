@@ -10,11 +10,11 @@
 #ifndef BITNETD_SESSION_H
 #define BITNETD_SESSION_H
 
-#include "../shm/bitnet_shm.h"
-#include "backend.h"
-#include "kvpool.h"
-#include "sample.h"
-#include "stats.h"
+#include "bitnet_shm.h"
+#include "backends/backend.h"
+#include "serve/kvpool.h"
+#include "model/sample.h"
+#include "common/stats.h"
 #include "textreq.h"
 
 #include <stdint.h>

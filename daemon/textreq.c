@@ -2,7 +2,7 @@
 #define _GNU_SOURCE
 #include "textreq.h"
 
-#include "../shm/bitnet_barrier.h"
+#include "bitnet_barrier.h"
 #include "bitnet_client.h"
 #include "tokenizer_internal.h"
 #include "session.h"

@@ -3,7 +3,7 @@
  * bn_blocks.h — tensor type ids and quantized block layouts, defined once for the C and CUDA
  * kernels, the GGUF reader and the model tool. Type ids are ggml's (what GGUF files store);
  * I2_S = 36 is Microsoft bitnet.cpp's meaning of that id, which upstream llama.cpp reuses for
- * another type: the loader decides by architecture (docs in daemon/model.c).
+ * another type: the loader decides by architecture (docs in daemon/model/model.c).
  *
  * Every block layout carries a size assert. Scales stored as IEEE half are kept as raw
  * uint16_t so the structs are plain bytes in C and CUDA alike.

@@ -5,7 +5,7 @@
  * that only the template's own markers can become special tokens.
  *
  * GGUF files carry their template as Jinja source; bitnetd does not run Jinja. The daemon
- * recognises the common templates by their markers (daemon/vocab_resolve.c) and each one is
+ * recognises the common templates by their markers (daemon/model/vocab_resolve.c) and each one is
  * written out here by hand:
  *
  *  bitnet  BitNet b1.58 2B4T's tokenizer_config.json:

@@ -5,7 +5,7 @@
  * last byte of every tensor), so a bound the parser failed to check shows up as a read outside
  * the input, which ASan reports. Invariants the reader promises are checked with a trap.
  */
-#include "../daemon/gguf.h"
+#include "../daemon/model/gguf.h"
 #include "quant.h"
 
 #include <stdint.h>

@@ -16,9 +16,9 @@
  * `make check` replays tests/corpus/requests.
  */
 #define _GNU_SOURCE
-#include "../daemon/backend.h"
-#include "../daemon/log.h"
-#include "../daemon/sched.h"
+#include "../daemon/backends/backend.h"
+#include "../daemon/common/log.h"
+#include "../daemon/serve/sched.h"
 #include "../daemon/session.h"
 #include "bitnet_ring.h"
 #include "bitnet_shm.h"

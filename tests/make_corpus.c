@@ -8,7 +8,7 @@
  *   cc -std=gnu11 -Ikernels -Ikernels/cpu tests/make_corpus.c tools/gguf_write.c \
  *       kernels/cpu/types.c -o /tmp/make_corpus && /tmp/make_corpus tests/corpus/gguf
  */
-#include "../daemon/gguf.h"
+#include "../daemon/model/gguf.h"
 #include "../tools/gguf_write.h"
 #include "quant.h"
 

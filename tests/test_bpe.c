@@ -2,7 +2,7 @@
 /*
  * Byte-level BPE text (GPT-2 / LLaMA-3 style), with no files and no daemon: a tiny vocabulary
  * is written as a GGUF file in memory, turned into a BN_CTL_TOKENIZER payload by the daemon's
- * builder (daemon/vocab.c) and parsed by the client (libclient). The expected ids are worked
+ * builder (daemon/model/vocab.c) and parsed by the client (libclient). The expected ids are worked
  * out by hand in the comments from shm/PROTOCOL.md §10.5-10.7, which is the contract:
  *  - encoding: merge ranks, the leftmost of equal pairs, stale candidates, LLaMA-3's
  *    whole-word rule, both split patterns, special tokens, BOS, invalid UTF-8, a long word;
@@ -13,8 +13,8 @@
  *    template's own markers become special tokens.
  */
 #define _GNU_SOURCE
-#include "../daemon/gguf.h"
-#include "../daemon/vocab.h"
+#include "../daemon/model/gguf.h"
+#include "../daemon/model/vocab.h"
 #include "../tools/gguf_write.h"
 #include "bitnet_client.h"
 #include "testutil.h"
@@ -778,7 +778,7 @@ static const char *const merges_joined_missing[] = { "b c", "q r" };
 static const char *const merges_no_space[] = { "bc" };
 static const char *const merges_space_last[] = { "b " };
 
-/* Each file and the builder's exact message (daemon/vocab.c). */
+/* Each file and the builder's exact message (daemon/model/vocab.c). */
 static const struct {
 	struct bpe_file file;
 	const char *message;
@@ -866,7 +866,7 @@ END_TEST
  * typed control (3) or byte (6) still has a token for every byte by text: the builder must
  * either refuse it (with a message, so the daemon logs why) or serve a payload that
  * bn_vocab_from_payload accepts; a payload that every client refuses is neither.
- * KNOWN LIBRARY BUG, left failing on purpose: daemon/vocab.c check_byte_tokens() looks the
+ * KNOWN LIBRARY BUG, left failing on purpose: daemon/model/vocab.c check_byte_tokens() looks the
  * alphabet up in map_build()'s map of every token, libclient/bpe.c alphabet_build() in
  * vocab_map_find()'s map of types 0, 1 and 4 only (tokenizer.c mergeable()). */
 static void retype_byte_a(int32_t type, int *built, int *parsed, char *err)

@@ -27,9 +27,9 @@ int main(void)
 #else
 
 #include "testutil.h"
-#include "../daemon/backend.h"
-#include "../daemon/forward.h"
-#include "../daemon/model.h"
+#include "../daemon/backends/backend.h"
+#include "../daemon/model/forward.h"
+#include "../daemon/model/model.h"
 #include "cuda_kernels.h"
 #include "kernels.h"
 #include "quant.h"

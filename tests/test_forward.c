@@ -21,8 +21,8 @@
  * trained model, which the exact greedy-id tests check.
  */
 #include "testutil.h"
-#include "../daemon/forward.h"
-#include "../daemon/model.h"
+#include "../daemon/model/forward.h"
+#include "../daemon/model/model.h"
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 #include "quant.h"

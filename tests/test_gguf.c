@@ -6,7 +6,7 @@
  * Every parse reads from an allocation of exactly the file's size, so under ASan a read past
  * the end fails the test.
  */
-#include "../daemon/gguf.h"
+#include "../daemon/model/gguf.h"
 #include "../tools/gguf_write.h"
 #include "quant.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The LM head's screen (daemon/head_screen.h) against the full float head, its oracle:
+ * The LM head's screen (daemon/model/head_screen.h) against the full float head, its oracle:
  *  - the int8 dot kernels of every variant this CPU runs against the scalar one (exact
  *    integers), at batch sizes 1..40, odd shapes and the largest values the contract allows;
  *  - synthetic heads (F16, BF16, F32) with exact ties and near-ties at the top: the screened
@@ -19,9 +19,9 @@
  * gives the ids the in-process forward pass with the int8 head gives.
  */
 #include "testutil.h"
-#include "../daemon/forward.h"
-#include "../daemon/head_screen.h"
-#include "../daemon/model.h"
+#include "../daemon/model/forward.h"
+#include "../daemon/model/head_screen.h"
+#include "../daemon/model/model.h"
 #include "quant.h"
 #include "bitnet_client.h"
 

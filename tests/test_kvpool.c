@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The KV block accounting (daemon/kvpool.h): reservations are all-or-nothing, growth takes
+ * The KV block accounting (daemon/serve/kvpool.h): reservations are all-or-nothing, growth takes
  * only reserved blocks, release returns everything, no block is ever held twice, and blocks
  * shared between sequences stay until their last holder lets go.
  */
 #include "testutil.h"
 
-#include "../daemon/kvpool.h"
+#include "../daemon/serve/kvpool.h"
 
 #include <check.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The model loader (daemon/model.c) on small GGUF files built here with the writer, shaped
+ * The model loader (daemon/model/model.c) on small GGUF files built here with the writer, shaped
  * like the model tool's tiny preset but smaller (n_embd 256, 1 layer, 4 heads, 2 KV heads,
  * n_ff 256, vocab 300):
  *  - every defect is refused with one line that names the file and says what is wrong;
@@ -10,7 +10,7 @@
  *  - the repacked T2 codes and row scales equal the ternary weights written (the oracle is
  *    the generator of those weights, not a decoder).
  */
-#include "../daemon/model.h"
+#include "../daemon/model/model.h"
 #include "../tools/gguf_write.h"
 #include "quant.h"
 

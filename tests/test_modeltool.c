@@ -7,7 +7,7 @@
  * times the scale, and bad arguments are refused with exit 2.
  */
 #define _GNU_SOURCE
-#include "../daemon/gguf.h"
+#include "../daemon/model/gguf.h"
 #include "quant.h"
 
 #include "testutil.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_prefix_cache — KV blocks shared by content across requests (daemon/prefix_cache.h,
+ * test_prefix_cache — KV blocks shared by content across requests (daemon/serve/prefix_cache.h,
  * --prefix-cache), against oracles:
  *  - a daemon started with --prefix-cache off: every request's tokens and log-probabilities
  *    (greedy, seeded sampling, alternatives) are the same bits with the cache;

@@ -15,10 +15,10 @@
  * Environment: BITNET_PROTOCOL_DOC (default shm/PROTOCOL.md, relative to the repository root).
  */
 #define _GNU_SOURCE
-#include "../daemon/clock.h"
-#include "../daemon/sample.h"
+#include "../daemon/common/clock.h"
+#include "../daemon/model/sample.h"
 #include "../daemon/session.h"
-#include "../daemon/stats.h"
+#include "../daemon/common/stats.h"
 #include "bitnet_shm.h"
 #include "testutil.h"
 

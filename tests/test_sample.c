@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The sampler (daemon/sample.c) against oracles written here from the semantics in
- * daemon/sample.h: the exact distribution after temperature, top_k, top_p and min_p, in
+ * The sampler (daemon/model/sample.c) against oracles written here from the semantics in
+ * daemon/model/sample.h: the exact distribution after temperature, top_k, top_p and min_p, in
  * double from a full sort (checked by chi-square on seeded draws); a naive full-sort sampler
  * (checked token for token on a 128k vocabulary); the log-softmax in double; the penalties
  * token by token; splitmix64 from its published first output; the parameter ranges of
  * struct bn_slot. Nothing here shares code with sample.c.
  */
-#include "../daemon/sample.h"
+#include "../daemon/model/sample.h"
 #include "../shm/bitnet_shm.h"
 
 #include "testutil.h"

@@ -15,8 +15,8 @@
  */
 #define _GNU_SOURCE
 #include "testutil.h"
-#include "../daemon/forward.h"
-#include "../daemon/model.h"
+#include "../daemon/model/forward.h"
+#include "../daemon/model/model.h"
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 

@@ -7,9 +7,9 @@
  */
 #define _GNU_SOURCE
 #include "testutil.h"
-#include "../daemon/forward.h"
-#include "../daemon/model.h"
-#include "../daemon/sched.h"
+#include "../daemon/model/forward.h"
+#include "../daemon/model/model.h"
+#include "../daemon/serve/sched.h"
 
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
@@ -937,7 +937,7 @@ START_TEST(chunk_is_the_most_that_fits)
 END_TEST
 
 /* The weight the cpu backend reports for the BitNet 2B4T shape (its attention multiply-add
- * costs 8 weight multiply-adds, backend_cpu.c) matches what the manual page says: a token
+ * costs 8 weight multiply-adds, daemon/backends/cpu.c) matches what the manual page says: a token
  * at position ~1,700 counts as two. */
 START_TEST(attention_weight_of_2b4t_shape)
 {

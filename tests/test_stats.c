@@ -3,8 +3,8 @@
  * The STATS text: histogram buckets, the tokens-per-second window, per-session lines, buffer
  * growth, and a validator of the exposition format run over a fully populated render.
  */
-#include "../daemon/clock.h"
-#include "../daemon/stats.h"
+#include "../daemon/common/clock.h"
+#include "../daemon/common/stats.h"
 #include "bitnet_shm.h"
 
 #include "testutil.h"

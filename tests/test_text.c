@@ -15,7 +15,7 @@
  * <|eot_id|>.
  */
 #define _GNU_SOURCE
-#include "../daemon/vocab.h"
+#include "../daemon/model/vocab.h"
 #include "bitnet_client.h"
 #include "testutil.h"
 

@@ -7,7 +7,7 @@
  *  - the client's payload parser: every truncation and a set of corruptions are refused, and
  *    random mutations never read out of bounds (each parse reads an allocation of exactly the
  *    payload's size, so under ASan an overread fails the test);
- *  - the daemon's payload builder (daemon/vocab.c) on GGUF files made in memory: defaults,
+ *  - the daemon's payload builder (daemon/model/vocab.c) on GGUF files made in memory: defaults,
  *    every check with its message, the sealed memfd;
  *  - through a daemon: the vocabulary of the built-in tiny model, none from loopback, and the
  *    CLI's usage errors;
@@ -16,8 +16,8 @@
  *    `bitnet-cli generate --prompt` prints what greedy decoding through the library gives.
  */
 #define _GNU_SOURCE
-#include "../daemon/gguf.h"
-#include "../daemon/vocab.h"
+#include "../daemon/model/gguf.h"
+#include "../daemon/model/vocab.h"
 #include "../tools/gguf_write.h"
 #include "bitnet_client.h"
 #include "client_internal.h"
@@ -483,7 +483,7 @@ START_TEST(random_mutations_stay_in_bounds)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
-/* The daemon's payload (daemon/vocab.c) from GGUF metadata                                    */
+/* The daemon's payload (daemon/model/vocab.c) from GGUF metadata                                    */
 /* ------------------------------------------------------------------------------------------ */
 
 static const char *const gg_tokens[] = { "<unk>", "<s>", "</s>", "<0x41>", W "hi", "hi" };

@@ -4,7 +4,7 @@
  * checked against the loopback oracle (tests/testutil.c, written from PROTOCOL.md §13).
  */
 #define _GNU_SOURCE
-#include "../daemon/log.h"
+#include "../daemon/common/log.h"
 #include "../daemon/session.h"
 #include "bitnet_client.h"
 #include "testutil.h"

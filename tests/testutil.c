@@ -2,7 +2,7 @@
 #define _GNU_SOURCE
 #include "testutil.h"
 
-#include "../daemon/vocab.h"
+#include "../daemon/model/vocab.h"
 #include "bitnet_client.h"
 
 #include <check.h>

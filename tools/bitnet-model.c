@@ -13,7 +13,7 @@
  * Output is meant for scripts: `info` prints key=value lines. Exit status: 0, 1 for I/O
  * errors, 2 for bad usage.
  */
-#include "../daemon/gguf.h"
+#include "../daemon/model/gguf.h"
 #include "gguf_write.h"
 #include "hf_vocab.h"
 #include "quant.h"

@@ -6,7 +6,7 @@
  * writes it (readers that load the whole data section expect the trailing padding).
  */
 #include "gguf_write.h"
-#include "../daemon/gguf.h"
+#include "../daemon/model/gguf.h"
 #include "quant.h"
 
 #include <errno.h>

@@ -28,7 +28,7 @@ int bn_gguf_add_arr_str(struct bn_gguf_writer *w, const char *key, const char *c
 int bn_gguf_add_arr_f32(struct bn_gguf_writer *w, const char *key, const float *v, uint64_t n);
 int bn_gguf_add_arr_i32(struct bn_gguf_writer *w, const char *key, const int32_t *v,
 			uint64_t n);
-/* Any fixed-size type (BN_GGUF_UINT8 ... BN_GGUF_FLOAT64 from daemon/gguf.h, not STRING or
+/* Any fixed-size type (BN_GGUF_UINT8 ... BN_GGUF_FLOAT64 from daemon/model/gguf.h, not STRING or
  * ARRAY): `v` points to one value of that type's C type (BOOL: one uint8_t). For metadata
  * copied from other files and for the tests, which cover every type. */
 int bn_gguf_add_scalar(struct bn_gguf_writer *w, const char *key, uint32_t type, const void *v);

@@ -85,7 +85,7 @@ void bn_f_pack_panel(uint32_t type, const void *rows, uint64_t row_bytes, uint32
 float bn_f_weight(const struct bn_f_matrix *w, uint32_t o, uint32_t k);
 void bn_f_row(const struct bn_f_matrix *w, uint32_t o, float *out);
 
-/* An int8 copy of a float matrix (daemon/head_screen.h): n_out rows of row_bytes int8 values
+/* An int8 copy of a float matrix (daemon/model/head_screen.h): n_out rows of row_bytes int8 values
  * (n_in of them, then zeros up to a multiple of BN_I8_ROW_ALIGN), row o standing for
  * scale[o] * q[o]. row_sum[o] = sum_k q[o][k], which lets a kernel feed the activations to
  * an unsigned-times-signed instruction as x + 128 and take 128 * row_sum back out. */

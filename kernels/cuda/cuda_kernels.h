@@ -122,7 +122,7 @@ struct bn_cuda_attn {
 int bn_cuda_attend(const struct bn_cuda_kv_layer *kv, const struct bn_cuda_attn *a, uint32_t n_tok,
 		   cudaStream_t stream);
 
-/* ---- sampling (daemon/sample.h semantics) ------------------------------------------------ */
+/* ---- sampling (daemon/model/sample.h semantics) ------------------------------------------------ */
 
 /* One penalty to apply: logits[row * ld + token] is divided/multiplied by `repeat` (when not
  * 0) as the repetition penalty does, then `subtract` is taken off. One entry per distinct

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //
-// sample.cu — daemon/sample.h's semantics on the GPU, so only token ids and the asked-for
+// sample.cu — daemon/model/sample.h's semantics on the GPU, so only token ids and the asked-for
 // log-probabilities cross back to the host:
 //
 //  - penalties: the host lists each distinct (row, token) once with what to apply (the same

@@ -4,7 +4,7 @@
 #define _GNU_SOURCE
 #include "vocab.h"
 
-#include "../shm/bitnet_shm.h"
+#include "bitnet_shm.h"
 #include "bitnet_client.h"
 #include "tokenizer_internal.h"
 

@@ -32,7 +32,7 @@
 #ifndef BITNETD_SCHED_H
 #define BITNETD_SCHED_H
 
-#include "backend.h"
+#include "backends/backend.h"
 #include "session.h"
 
 #include <stdint.h>
@@ -48,7 +48,7 @@ struct bn_sched_config {
 	uint32_t max_running_per_user;   /* 0: max_batch (by peer uid) */
 	uint32_t eos_id;
 	/* End-of-generation ids besides eos_id (the vocabulary's eot, eom and end-of-turn tokens,
-	 * daemon/vocab.h): a request ends with BN_STATUS_EOS at any of them. */
+	 * daemon/model/vocab.h): a request ends with BN_STATUS_EOS at any of them. */
 	uint32_t n_eog;
 	uint32_t eog[BN_SCHED_MAX_EOG];
 	uint32_t context_length;

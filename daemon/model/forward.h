@@ -15,7 +15,7 @@
 #ifndef BITNETD_FORWARD_H
 #define BITNETD_FORWARD_H
 
-#include "backend.h"
+#include "backends/backend.h"
 #include "head_screen.h"
 #include "model.h"
 #include "pool.h"

@@ -9,7 +9,7 @@
  */
 #include "vocab.h"
 
-#include "../shm/bitnet_shm.h"
+#include "bitnet_shm.h"
 
 #include <string.h>
 

@@ -34,7 +34,7 @@
  * wrote them, except a last partial block, which the backend copies. A classify request's
  * labels each continue its prefix this way (sched.c).
  */
-#include "sample.h"
+#include "model/sample.h"
 
 #ifndef BITNETD_BACKEND_H
 #define BITNETD_BACKEND_H

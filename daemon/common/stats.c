@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "stats.h"
 
-#include "../shm/bitnet_shm.h"
+#include "bitnet_shm.h"
 
 #include "clock.h"
 

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include "sched.h"
 
-#include "../shm/bitnet_barrier.h"
-#include "clock.h"
+#include "bitnet_barrier.h"
+#include "common/clock.h"
 #include "kvpool.h"
-#include "log.h"
-#include "stats.h"
+#include "common/log.h"
+#include "common/stats.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -18,7 +18,7 @@
  */
 #include "sample.h"
 
-#include "../shm/bitnet_shm.h"
+#include "bitnet_shm.h"
 
 #include <errno.h>
 #include <float.h>
