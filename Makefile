@@ -318,7 +318,8 @@ bench-cuda:
 endif
 
 FUZZ_SECONDS ?= 60
-FUZZ_CC := clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Ikernels -Ikernels/cpu -Idaemon
+FUZZ_CC := clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Idaemon \
+	$(PCRE_CFLAGS)
 fuzz:
 	@mkdir -p build-fuzz/corpus
 	$(FUZZ_CC) tests/fuzz_gguf.c daemon/model/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
@@ -326,11 +327,13 @@ fuzz:
 
 # The request path (tests/fuzz_requests.c): ring and slot bytes through the daemon's own
 # session, scheduler and loopback backend. New inputs go to build-fuzz/requests.
-FUZZ_REQUEST_SRCS := tests/fuzz_requests.c daemon/session.c daemon/serve/sched.c daemon/serve/kvpool.c \
-	daemon/common/stats.c daemon/common/log.c daemon/backends/loopback.c daemon/model/sample.c
+FUZZ_REQUEST_SRCS := tests/fuzz_requests.c daemon/session.c daemon/session_take.c \
+	daemon/session_reply.c daemon/textreq.c daemon/serve/sched.c daemon/serve/kvpool.c \
+	daemon/serve/prefix_cache.c daemon/common/stats.c daemon/common/log.c \
+	daemon/backends/loopback.c daemon/model/sample.c $(TOKENIZER_SRCS)
 fuzz-requests:
 	@mkdir -p build-fuzz/requests
-	$(FUZZ_CC) $(FUZZ_REQUEST_SRCS) -o build-fuzz/fuzz-requests -lm
+	$(FUZZ_CC) $(FUZZ_REQUEST_SRCS) -o build-fuzz/fuzz-requests $(PCRE_LIBS) -lm
 	build-fuzz/fuzz-requests -max_total_time=$(FUZZ_SECONDS) build-fuzz/requests tests/corpus/requests
 
 # ---------------------------------------------------------------------------------------------

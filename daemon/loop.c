@@ -51,6 +51,7 @@ struct bn_loop {
 	int signal_fd;
 	struct signalfd_siginfo siginfo;
 	struct bn_session **sessions; /* [max_sessions], dense: open and handshaking */
+	struct bn_tenant **tenants;   /* [max_sessions]: sessions[i]'s tenant, for the scheduler */
 	uint32_t n_sessions;
 	uint32_t n_closing;           /* closed, waiting for their io to complete */
 	uint32_t next_session_id;
@@ -138,6 +139,7 @@ static void table_remove(struct bn_loop *l, struct bn_session *s)
 {
 	uint32_t i = s->table_index;
 	l->sessions[i] = l->sessions[--l->n_sessions];
+	l->tenants[i] = l->tenants[l->n_sessions];
 	l->sessions[i]->table_index = i;
 }
 
@@ -159,7 +161,7 @@ static void close_session(struct bn_loop *l, struct bn_session *s, uint32_t stat
 	if (s->phase == BN_SESSION_CLOSING)
 		return;
 	if (s->phase == BN_SESSION_ACTIVE)
-		bn_sched_drop_session(l->sched, s, status, error);
+		bn_session_end_requests(s, l->sched, status, error);
 	table_remove(l, s);
 	s->phase = BN_SESSION_CLOSING;
 	l->n_closing++;
@@ -262,6 +264,7 @@ static void take_connection(struct bn_loop *l, int fd)
 		return;
 	}
 	s->table_index = l->n_sessions;
+	l->tenants[l->n_sessions] = &s->tenant;
 	l->sessions[l->n_sessions++] = s;
 	memcpy(s->rx, &hello, (size_t)n);
 	s->rx_len = (uint32_t)n;
@@ -519,7 +522,7 @@ static void begin_shutdown(struct bn_loop *l, const char *why)
 		bn_session_set_daemon_flags(l->sessions[i], BN_DAEMON_SHUTTING_DOWN);
 	/* Queued work that has not started will not start. New connections are still accepted
 	 * during the drain, to be told 1005 rather than left in the backlog. */
-	bn_sched_end_waiting(l->sched, l->sessions, l->n_sessions, BN_STATUS_SHUTDOWN);
+	bn_sched_end_waiting(l->sched, l->tenants, l->n_sessions, BN_STATUS_SHUTDOWN);
 }
 
 static void on_signal(struct bn_loop *l, int res)
@@ -770,7 +773,7 @@ int bn_loop_run(struct bn_loop *l)
 		if (drained(l, now))
 			break;
 		if (step_due(l, now)) {
-			bn_sched_step(l->sched, l->sessions, l->n_sessions);
+			bn_sched_step(l->sched, l->tenants, l->n_sessions);
 			l->first_waiting = 0;
 			l->last_work = bn_now_ns();
 		} else if (bn_sched_waiting(l->sched) || now - l->last_work < idle_spin_ns) {
@@ -952,6 +955,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 						.model = model,
 						.text = &l->text };
 	l->sessions = calloc(cfg->max_sessions, sizeof(*l->sessions));
+	l->tenants = calloc(cfg->max_sessions, sizeof(*l->tenants));
 	struct bn_sched_config sc = {
 		.max_batch = cfg->max_batch,
 		.token_budget = cfg->token_budget,
@@ -967,13 +971,14 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	};
 	open_vocab(l, model);
 	copy_eog(&l->vocab.choice, &sc);
-	l->sched = bn_sched_new(ops, backend, model, &sc);
+	l->sched = bn_sched_new(ops, backend, model, &sc, &bn_session_reply);
 	if (!l->sched) {
 		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
 		*exit_code = BN_EXIT_BACKEND;
 		bn_vocab_served_close(&l->vocab);
 		bn_text_service_close(&l->text);
 		free(l->sessions);
+		free(l->tenants);
 		free(l->stats_buf);
 		free(l);
 		return NULL;
@@ -982,6 +987,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	if (rc < 0) {
 		bn_log_error("msg=\"io_uring_queue_init failed\" error=\"%s\"", strerror(-rc));
 		free(l->sessions);
+		free(l->tenants);
 		free(l->stats_buf);
 		bn_sched_free(l->sched);
 		bn_vocab_served_close(&l->vocab);
@@ -990,7 +996,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		return NULL;
 	}
 	l->signal_fd = open_signals();
-	if (!l->sessions || !l->sched || l->signal_fd < 0) {
+	if (!l->sessions || !l->tenants || !l->sched || l->signal_fd < 0) {
 		bn_log_error("msg=\"cannot set up the loop\" error=\"%s\"", strerror(errno));
 		bn_loop_free(l);
 		return NULL;
@@ -1023,6 +1029,7 @@ void bn_loop_free(struct bn_loop *l)
 	bn_text_service_close(&l->text);
 	bn_sched_free(l->sched);
 	free(l->sessions);
+	free(l->tenants);
 	free(l->stats_buf);
 	free(l);
 }

@@ -1,73 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * session.h — one client connection: its sealed memfd segment, its ring, its slots, and the
- * daemon-private copy of every request it has in flight.
+ * daemon-private copy of every request it has in flight. Three files, one per job:
+ * session.c (lifetime and handshake), session_take.c (taking requests off the ring) and
+ * session_reply.c (writing responses into slots).
  *
- * The segment is written by another process at any moment. This module is the only one that
- * reads it: each request field is copied out exactly once and the copy is validated; everything
- * after that (scheduler, backend) works on private memory.
+ * The segment is written by another process at any moment. This module (with textreq.c, for
+ * text) is the only one that reads it: each request field is copied out exactly once and the
+ * copy is validated; everything after that (scheduler, backend) works on private memory.
  */
 #ifndef BITNETD_SESSION_H
 #define BITNETD_SESSION_H
 
 #include "bitnet_shm.h"
 #include "backends/backend.h"
-#include "serve/kvpool.h"
-#include "model/sample.h"
 #include "common/stats.h"
+#include "segment.h"
+#include "serve/request.h"
 #include "textreq.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-
-struct bn_session;
-
-/* A request as the daemon knows it: a private copy of what the client asked. */
-struct bn_req {
-	struct bn_session *sess;
-	uint32_t slot;
-	uint32_t n_prompt;
-	uint32_t max_tokens;
-	uint32_t flags;
-	uint32_t *prompt;     /* private copy, [n_prompt], then the stop ids */
-	const uint32_t *stop; /* [n_stop], right after the prompt */
-	uint32_t n_stop;
-	uint32_t *output;     /* private copy of the published tokens (the sampler's history) */
-	uint32_t n_out;       /* tokens published to the slot */
-	uint32_t n_prefilled; /* prompt tokens that have gone through the backend */
-	uint32_t seq;         /* backend sequence id while running */
-	uint32_t events;      /* private count behind the slot's events futex word */
-	uint32_t op;          /* enum bn_sq_op of the sqe that queued it */
-	uint32_t end_status, end_error; /* session.c: how it ends once its snapshot is taken */
-	uint32_t n_text;      /* text bytes published to the slot (BN_REQ_TEXT_OUT, DETOKENIZE) */
-	struct bn_text_stream *stream; /* BN_REQ_TEXT_OUT: the decoder, until the end */
-	uint8_t in_flight;    /* queued or running: the slot is the daemon's */
-	uint8_t running;      /* holds a backend sequence */
-	struct bn_sampling sampling;
-	struct bn_sample_ctx sample_ctx;
-	struct bn_kv_seq kv;  /* block table while running */
-	/* BN_OP_CLASSIFY: N labels continue the prefix prompt[0 .. n_prompt); the scheduler runs
-	 * each in a sequence forked from the prefix's (sched.c). */
-	const uint32_t *labels;    /* every label's ids, in order */
-	const uint32_t *label_len; /* [n_labels] */
-	uint32_t n_labels;
-	uint32_t n_label_tokens;   /* sum of label_len: the records of the result */
-	uint32_t longest_label;
-	uint32_t next_label;       /* sched.c: the first label not started yet */
-	uint32_t next_label_at;    /* its first id's index in labels (and its first record's) */
-	uint32_t labels_done;
-	uint32_t n_forks;          /* labels running now */
-	uint32_t max_forks;        /* how many may run at once: what the request reserved for */
-	uint32_t n_identified;     /* sched.c: its first blocks that have a cached identity */
-	uint64_t admitted;    /* admission order, for prefill priority */
-	uint64_t planned_in;  /* sched.c: the step plan that last gave it a row */
-	uint64_t t_seen;      /* when the daemon consumed the sqe */
-	uint64_t deadline;    /* monotonic ns; 0: none */
-	uint64_t t_started;   /* first step that included it */
-	uint64_t t_first_token;
-	uint64_t t_last_token;
-	struct bn_req *next;  /* session's waiting FIFO */
-};
 
 enum bn_session_phase {
 	BN_SESSION_HANDSHAKE = 0, /* waiting for bn_hello */
@@ -104,13 +58,8 @@ struct bn_session {
 	struct bn_shm_header *hdr;
 	struct bn_sq_ring *ring;
 	struct bn_sqe *sqes;
-	uint8_t *slots;
-	uint32_t slot_count, slot_size, sq_mask;
-	uint32_t prompt_offset, prompt_capacity, output_offset, output_capacity;
-	uint32_t logprob_offset, logprob_capacity;
-	uint32_t text_offset, text_capacity, piece_offset; /* text_capacity 0: no text */
-	const struct bn_model_desc *model;
-	const struct bn_text_service *text;
+	uint32_t sq_mask;
+	struct bn_segment seg;     /* where the slots lie (segment.h) */
 	uint32_t sq_head;          /* private: the daemon is the ring's only consumer */
 
 	/* Requests, indexed by slot: a slot is in flight at most once. */
@@ -121,13 +70,7 @@ struct bn_session {
 	uint32_t n_ending;
 	size_t private_size;       /* the one mapping that holds the four above */
 	uint32_t n_in_flight;
-	struct bn_req *wait_head, *wait_tail; /* accepted, not yet running (FIFO) */
-	uint32_t n_waiting;
-	uint32_t n_running;
-	uint32_t step_decode_rows; /* sched.c: the session's decode rows in step decode_rows_in */
-	uint64_t decode_rows_in;
-	uint32_t weight;           /* admissions per round-robin turn */
-	uint32_t credit;           /* admissions left in the current turn */
+	struct bn_tenant tenant;   /* what the scheduler knows of this session (request.h) */
 	struct bn_session_counters counters;
 
 	/* Control-socket receive state (hello, then control requests). */
@@ -138,20 +81,11 @@ struct bn_session {
 	uint32_t table_index;      /* position in the loop's session table */
 };
 
-/* A slot's fixed part and its arrays, at the offsets of the session's private layout. */
-static inline struct bn_slot *bn_slot_at(const struct bn_session *s, uint32_t slot)
+/* The session a request belongs to: the one whose tenant it names. */
+static inline struct bn_session *bn_session_of(const struct bn_req *r)
 {
-	return (struct bn_slot *)(void *)(s->slots + (size_t)slot * s->slot_size);
-}
-
-static inline uint32_t *bn_slot_prompt(const struct bn_session *s, uint32_t slot)
-{
-	return (uint32_t *)(void *)((uint8_t *)bn_slot_at(s, slot) + s->prompt_offset);
-}
-
-static inline uint32_t *bn_slot_output(const struct bn_session *s, uint32_t slot)
-{
-	return (uint32_t *)(void *)((uint8_t *)bn_slot_at(s, slot) + s->output_offset);
+	return (struct bn_session *)(void *)((uint8_t *)r->tenant -
+					     offsetof(struct bn_session, tenant));
 }
 
 struct ucred; /* <sys/socket.h> with _GNU_SOURCE */
@@ -177,6 +111,8 @@ int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *l
 /* Sends a welcome that refuses the connection (busy, shutting down). */
 void bn_session_refuse(int sock_fd, uint32_t error);
 
+/* ---- taking requests (session_take.c) ------------------------------------------------- */
+
 struct bn_sched;
 /* Takes every queued sqe: valid requests go to the scheduler, bad requests end at once with
  * their error. Returns the number of sqes taken, or -BN_E_PROTOCOL when the session broke the
@@ -191,11 +127,21 @@ static inline int bn_session_ring_pending(const struct bn_session *s)
 	return __atomic_load_n(&s->ring->tail, __ATOMIC_ACQUIRE) != s->sq_head;
 }
 
+/* Ends every request the session has in the scheduler. status 0: the client is gone, its
+ * requests end without a word to it and its slots are simply no longer in flight; otherwise
+ * each ends with that status and error. */
+void bn_session_end_requests(struct bn_session *s, struct bn_sched *sched, uint32_t status,
+			     uint32_t error);
+
 /* Sleep protocol helpers (see loop.c). */
 void bn_session_set_need_wakeup(struct bn_session *s, int on);
 void bn_session_set_daemon_flags(struct bn_session *s, uint32_t flags);
 
-/* Response side: all writes to a slot go through these. */
+/* ---- responses (session_reply.c): every write into a slot's response ------------------- */
+
+/* The scheduler's way back to the clients (serve/request.h): the functions below. */
+extern const struct bn_reply bn_session_reply;
+
 /* Returns 0, or -ENOMEM when the token's text could not be decoded (the token itself is
  * published; the caller ends the request with BN_E_BACKEND). */
 int bn_req_publish_token(struct bn_req *r, uint32_t token);

@@ -2,10 +2,12 @@
 #define _GNU_SOURCE
 #include "textreq.h"
 
+#include "backends/backend.h"
 #include "bitnet_barrier.h"
 #include "bitnet_client.h"
+#include "segment.h"
+#include "serve/request.h"
 #include "tokenizer_internal.h"
-#include "session.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -121,17 +123,12 @@ uint32_t bn_text_capacity(const struct bn_text_service *t, uint32_t tokens)
 /* Prompts                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-static uint8_t *slot_text(const struct bn_session *s, uint32_t slot)
-{
-	return (uint8_t *)bn_slot_at(s, slot) + s->text_offset;
-}
-
 /* The one copy of the client's bytes; NULL when out of memory. */
-static uint8_t *copy_text(const struct bn_session *s, uint32_t slot, uint32_t n)
+static uint8_t *copy_text(const struct bn_segment *g, uint32_t slot, uint32_t n)
 {
 	uint8_t *copy = malloc(n ? n : 1);
 	if (copy)
-		memcpy(copy, slot_text(s, slot), n);
+		memcpy(copy, bn_slot_text(g, slot), n);
 	return copy;
 }
 
@@ -197,10 +194,10 @@ static uint32_t conversation_parse(const uint8_t *blob, uint32_t len, struct con
 
 /* The ids of a text or a conversation: writes at most cap of them and returns how many there
  * are (which may exceed cap), or the negative bn_error. */
-static int64_t encode(const struct bn_session *s, uint32_t flags, const uint8_t *text,
+static int64_t encode(const struct bn_segment *g, uint32_t flags, const uint8_t *text,
 		      uint32_t len, uint32_t *out, uint32_t cap)
 {
-	const struct bn_vocab *v = s->text->vocab;
+	const struct bn_vocab *v = g->text->vocab;
 	if (flags & BN_REQ_CHAT) {
 		struct conversation c;
 		uint32_t err = conversation_parse(text, len, &c);
@@ -218,27 +215,27 @@ static int64_t encode(const struct bn_session *s, uint32_t flags, const uint8_t 
 
 /* Encodes the slot's text region (n bytes) into out[0..cap); returns the count or -error and
  * writes it to the slot's prompt_tokens when known. */
-static int64_t encode_slot(struct bn_session *s, struct bn_req *r, uint32_t n, uint32_t *out,
+static int64_t encode_slot(const struct bn_segment *g, struct bn_req *r, uint32_t n, uint32_t *out,
 			   uint32_t cap)
 {
-	if (n > s->text_capacity)
+	if (n > g->text_capacity)
 		return -BN_E_TOO_LONG;
-	uint8_t *text = copy_text(s, r->slot, n);
+	uint8_t *text = copy_text(g, r->slot, n);
 	if (!text)
 		return -BN_E_BACKEND;
-	int64_t count = encode(s, r->flags, text, n, out, cap);
+	int64_t count = encode(g, r->flags, text, n, out, cap);
 	free(text);
 	if (count >= 0)
-		bn_write_once(bn_slot_at(s, r->slot)->prompt_tokens, (uint32_t)count);
+		bn_write_once(bn_slot_at(g, r->slot)->prompt_tokens, (uint32_t)count);
 	return count;
 }
 
-uint32_t bn_text_prompt_take(struct bn_session *s, struct bn_req *r)
+uint32_t bn_text_prompt_take(const struct bn_segment *g, struct bn_req *r)
 {
-	if (r->n_stop > s->prompt_capacity)
+	if (r->n_stop > g->prompt_capacity)
 		return BN_E_TOO_LONG;
-	uint32_t cap = s->prompt_capacity - r->n_stop;
-	int64_t count = encode_slot(s, r, r->n_prompt, r->prompt, cap);
+	uint32_t cap = g->prompt_capacity - r->n_stop;
+	int64_t count = encode_slot(g, r, r->n_prompt, r->prompt, cap);
 	if (count < 0)
 		return (uint32_t)-count;
 	if (count == 0)
@@ -247,7 +244,7 @@ uint32_t bn_text_prompt_take(struct bn_session *s, struct bn_req *r)
 		return BN_E_TOO_LONG;
 	r->n_prompt = (uint32_t)count;
 	/* Stop ids sit at the start of the prompt array when the prompt is text. */
-	const uint32_t *src = bn_slot_prompt(s, r->slot);
+	const uint32_t *src = bn_slot_prompt(g, r->slot);
 	for (uint32_t i = 0; i < r->n_stop; i++)
 		r->prompt[r->n_prompt + i] = bn_read_once(src[i]);
 	return 0;
@@ -277,16 +274,16 @@ static uint32_t classify_parse(const uint8_t *blob, uint32_t len, uint32_t n_lab
  * cross the boundary) into out[0..cap). `joined` holds the prefix's prefix_len bytes and room
  * for the label after them; scratch takes the whole encoding. Returns the count (which may
  * exceed cap), 0 when the label adds no token, or the negative bn_error. */
-static int64_t encode_continuation(struct bn_session *s, const struct bn_req *r, uint8_t *joined,
+static int64_t encode_continuation(const struct bn_segment *g, const struct bn_req *r, uint8_t *joined,
 				   uint32_t prefix_len, const uint8_t *label, uint32_t label_len,
 				   uint32_t *scratch, uint32_t *out, uint32_t cap)
 {
 	memcpy(joined + prefix_len, label, label_len);
-	int64_t count = encode(s, r->flags, joined, prefix_len + label_len, scratch,
-			       s->prompt_capacity);
+	int64_t count = encode(g, r->flags, joined, prefix_len + label_len, scratch,
+			       g->prompt_capacity);
 	if (count < 0 || count <= r->n_prompt)
 		return count < 0 ? count : 0;
-	if (count > s->prompt_capacity)
+	if (count > g->prompt_capacity)
 		return UINT32_MAX; /* more than the arena holds: too long either way */
 	uint32_t n = (uint32_t)count - r->n_prompt;
 	memcpy(out, scratch + r->n_prompt, (size_t)(n < cap ? n : cap) * sizeof(*out));
@@ -305,24 +302,24 @@ static uint32_t longest_part(const uint32_t *part_len, uint32_t n_labels)
 /* Encodes the parts into r->prompt: the prefix with the request's flags, then each label as
  * it continues the prefix (encode_continuation), their token counts kept at the end of the
  * arena. */
-static uint32_t classify_encode(struct bn_session *s, struct bn_req *r, const uint8_t *blob,
+static uint32_t classify_encode(const struct bn_segment *g, struct bn_req *r, const uint8_t *blob,
 				const uint32_t *start, const uint32_t *part_len)
 {
-	uint32_t n_labels = r->n_labels, cap = s->prompt_capacity - n_labels;
+	uint32_t n_labels = r->n_labels, cap = g->prompt_capacity - n_labels;
 	uint32_t *label_len = r->prompt + cap;
-	int64_t count = encode(s, r->flags, blob + start[0], part_len[0], r->prompt, cap);
+	int64_t count = encode(g, r->flags, blob + start[0], part_len[0], r->prompt, cap);
 	if (count < 0)
 		return (uint32_t)-count;
 	if (count > cap)
 		return BN_E_TOO_LONG;
 	r->n_prompt = (uint32_t)count;
-	uint32_t *scratch = malloc((size_t)s->prompt_capacity * sizeof(*scratch));
+	uint32_t *scratch = malloc((size_t)g->prompt_capacity * sizeof(*scratch));
 	uint8_t *joined = malloc((size_t)part_len[0] + longest_part(part_len, n_labels) + 1);
 	uint32_t at = r->n_prompt, err = scratch && joined ? 0 : BN_E_BACKEND;
 	if (joined)
 		memcpy(joined, blob + start[0], part_len[0]);
 	for (uint32_t i = 1; err == 0 && i <= n_labels; i++) {
-		count = encode_continuation(s, r, joined, part_len[0], blob + start[i], part_len[i],
+		count = encode_continuation(g, r, joined, part_len[0], blob + start[i], part_len[i],
 					    scratch, r->prompt + at, cap - at);
 		if (count < 0)
 			err = (uint32_t)-count;
@@ -341,17 +338,17 @@ static uint32_t classify_encode(struct bn_session *s, struct bn_req *r, const ui
 
 /* The label token counts go to the text region, the prefix's to prompt_tokens: the client
  * needs them to split the records. */
-static void classify_publish_counts(struct bn_session *s, const struct bn_req *r)
+static void classify_publish_counts(const struct bn_segment *g, const struct bn_req *r)
 {
-	uint32_t *out = (uint32_t *)(void *)slot_text(s, r->slot);
+	uint32_t *out = (uint32_t *)(void *)bn_slot_text(g, r->slot);
 	for (uint32_t i = 0; i < r->n_labels; i++)
 		bn_write_once(out[i], r->label_len[i]);
-	bn_write_once(bn_slot_at(s, r->slot)->prompt_tokens, r->n_prompt);
-	bn_store_release(bn_slot_at(s, r->slot)->n_text, r->n_labels * 4u);
+	bn_write_once(bn_slot_at(g, r->slot)->prompt_tokens, r->n_prompt);
+	bn_store_release(bn_slot_at(g, r->slot)->n_text, r->n_labels * 4u);
 }
 
 /* The request from its private copy of the body (len bytes, at least the head). */
-static uint32_t classify_take_body(struct bn_session *s, struct bn_req *r, const uint8_t *blob,
+static uint32_t classify_take_body(const struct bn_segment *g, struct bn_req *r, const uint8_t *blob,
 				   uint32_t len)
 {
 	r->n_labels = read_u32(blob + offsetof(struct bn_classify_head, n_labels));
@@ -365,25 +362,25 @@ static uint32_t classify_take_body(struct bn_session *s, struct bn_req *r, const
 	uint32_t *start = parts, *part_len = parts + r->n_labels + 1;
 	uint32_t err = classify_parse(blob, len, r->n_labels, start, part_len);
 	if (err == 0)
-		err = r->n_labels >= s->prompt_capacity ? BN_E_TOO_LONG
-			: classify_encode(s, r, blob, start, part_len);
+		err = r->n_labels >= g->prompt_capacity ? BN_E_TOO_LONG
+			: classify_encode(g, r, blob, start, part_len);
 	if (err == 0)
-		classify_publish_counts(s, r);
+		classify_publish_counts(g, r);
 	free(parts);
 	return err;
 }
 
-uint32_t bn_text_classify_take(struct bn_session *s, struct bn_req *r)
+uint32_t bn_text_classify_take(const struct bn_segment *g, struct bn_req *r)
 {
 	uint32_t len = r->n_prompt;
-	if (len > s->text_capacity)
+	if (len > g->text_capacity)
 		return BN_E_TOO_LONG;
 	if (len < sizeof(struct bn_classify_head))
 		return BN_E_INVALID;
-	uint8_t *blob = copy_text(s, r->slot, len);
+	uint8_t *blob = copy_text(g, r->slot, len);
 	if (!blob)
 		return BN_E_BACKEND;
-	uint32_t err = classify_take_body(s, r, blob, len);
+	uint32_t err = classify_take_body(g, r, blob, len);
 	free(blob);
 	return err;
 }
@@ -398,51 +395,48 @@ static uint32_t detok_flags(uint32_t req_flags)
 	       (req_flags & BN_REQ_STRIP_SPACE ? BN_DETOK_STRIP_SPACE : 0);
 }
 
-uint32_t bn_text_out_begin(struct bn_req *r)
+uint32_t bn_text_out_begin(const struct bn_segment *g, struct bn_req *r)
 {
 	r->n_text = 0;
-	if (bn_text_stream_new(r->sess->text->vocab, detok_flags(r->flags), &r->stream) < 0)
+	if (bn_text_stream_new(g->text->vocab, detok_flags(r->flags), &r->stream) < 0)
 		return BN_E_BACKEND;
 	return 0;
 }
 
 /* Appends bytes to the slot's text; the capacity covers every token's worst case, so the
  * check is a guard, not a limit a request can reach. */
-static void put_text(struct bn_req *r, const char *p, size_t n)
+static void put_text(const struct bn_segment *g, struct bn_req *r, const char *p, size_t n)
 {
-	struct bn_session *s = r->sess;
-	if (n > s->text_capacity - r->n_text)
-		n = s->text_capacity - r->n_text;
-	memcpy(slot_text(s, r->slot) + r->n_text, p, n);
+	if (n > g->text_capacity - r->n_text)
+		n = g->text_capacity - r->n_text;
+	memcpy(bn_slot_text(g, r->slot) + r->n_text, p, n);
 	r->n_text += (uint32_t)n;
 }
 
-int bn_text_out_token(struct bn_req *r, uint32_t token)
+int bn_text_out_token(const struct bn_segment *g, struct bn_req *r, uint32_t token)
 {
 	const char *text;
 	size_t len;
 	int rc = bn_text_stream_push(r->stream, &token, 1, &text, &len);
 	if (rc < 0)
 		return rc;
-	struct bn_session *s = r->sess;
-	put_text(r, text, len);
-	uint32_t *ends = (uint32_t *)(void *)((uint8_t *)bn_slot_at(s, r->slot) + s->piece_offset);
-	bn_write_once(ends[r->n_out], r->n_text);
+	put_text(g, r, text, len);
+	bn_write_once(bn_slot_piece_ends(g, r->slot)[r->n_out], r->n_text);
 	/* Release: the text bytes and the piece end are visible before the count that covers
 	 * them (and n_tokens, stored after this, covers the piece end). */
-	bn_store_release(bn_slot_at(s, r->slot)->n_text, r->n_text);
+	bn_store_release(bn_slot_at(g, r->slot)->n_text, r->n_text);
 	return 0;
 }
 
-void bn_text_out_end(struct bn_req *r)
+void bn_text_out_end(const struct bn_segment *g, struct bn_req *r)
 {
 	if (!r->stream)
 		return;
 	const char *text;
 	size_t len;
 	if (bn_text_stream_finish(r->stream, &text, &len) == 0)
-		put_text(r, text, len);
-	bn_write_once(bn_slot_at(r->sess, r->slot)->n_text, r->n_text);
+		put_text(g, r, text, len);
+	bn_write_once(bn_slot_at(g, r->slot)->n_text, r->n_text);
 	bn_text_stream_free(r->stream);
 	r->stream = NULL;
 }
@@ -451,38 +445,38 @@ void bn_text_out_end(struct bn_req *r)
 /* Ops                                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
-uint32_t bn_text_tokenize_op(struct bn_session *s, struct bn_req *r)
+uint32_t bn_text_tokenize_op(const struct bn_segment *g, struct bn_req *r)
 {
-	int64_t count = encode_slot(s, r, r->n_prompt, r->output, s->output_capacity);
+	int64_t count = encode_slot(g, r, r->n_prompt, r->output, g->output_capacity);
 	if (count < 0)
 		return (uint32_t)-count;
-	if (count > s->output_capacity)
+	if (count > g->output_capacity)
 		return BN_E_TOO_LONG;
-	uint32_t *dst = bn_slot_output(s, r->slot);
+	uint32_t *dst = bn_slot_output(g, r->slot);
 	for (uint32_t i = 0; i < (uint32_t)count; i++)
 		bn_write_once(dst[i], r->output[i]);
 	r->n_out = (uint32_t)count;
 	return 0;
 }
 
-uint32_t bn_text_detokenize_op(struct bn_session *s, struct bn_req *r)
+uint32_t bn_text_detokenize_op(const struct bn_segment *g, struct bn_req *r)
 {
-	if (r->n_prompt > s->prompt_capacity)
+	if (r->n_prompt > g->prompt_capacity)
 		return BN_E_TOO_LONG;
-	const uint32_t *src = bn_slot_prompt(s, r->slot);
+	const uint32_t *src = bn_slot_prompt(g, r->slot);
 	uint32_t bad = 0;
 	for (uint32_t i = 0; i < r->n_prompt; i++) {
 		r->prompt[i] = bn_read_once(src[i]);
-		bad |= r->prompt[i] >= s->model->vocab_size;
+		bad |= r->prompt[i] >= g->model->vocab_size;
 	}
 	if (bad)
 		return BN_E_TOKEN;
 	/* Written straight into the slot: the capacity holds prompt_capacity tokens' text. */
-	int n = bn_detokenize_ex(s->text->vocab, r->prompt, r->n_prompt, detok_flags(r->flags),
-				 (char *)slot_text(s, r->slot), s->text_capacity);
+	int n = bn_detokenize_ex(g->text->vocab, r->prompt, r->n_prompt, detok_flags(r->flags),
+				 (char *)bn_slot_text(g, r->slot), g->text_capacity);
 	if (n < 0)
 		return n == -BN_E_TOKEN ? BN_E_TOKEN : BN_E_BACKEND;
-	r->n_text = (uint32_t)n < s->text_capacity ? (uint32_t)n : s->text_capacity;
-	bn_write_once(bn_slot_at(s, r->slot)->n_text, r->n_text);
+	r->n_text = (uint32_t)n < g->text_capacity ? (uint32_t)n : g->text_capacity;
+	bn_write_once(bn_slot_at(g, r->slot)->n_text, r->n_text);
 	return 0;
 }

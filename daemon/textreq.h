@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 struct bn_vocab;
-struct bn_session;
+struct bn_segment;
 struct bn_req;
 
 /* The daemon's tokenizer and what it implies for the segment layout. */
@@ -40,27 +40,27 @@ uint32_t bn_text_capacity(const struct bn_text_service *t, uint32_t tokens);
  * is its bytes) into r->prompt[0..n) and sets r->n_prompt = n, writes the slot's
  * prompt_tokens, and copies the stop ids after the prompt. Returns 0 or the bn_error that ends
  * the request (TOO_LONG, INVALID, TOKEN; ENOMEM as BACKEND). */
-uint32_t bn_text_prompt_take(struct bn_session *s, struct bn_req *r);
+uint32_t bn_text_prompt_take(const struct bn_segment *g, struct bn_req *r);
 
 /* A classify request's text (r->n_prompt bytes: struct bn_classify_head, the prefix, the
  * labels; shm/PROTOCOL.md §6.12): the prefix's ids in r->prompt[0..n) with r->n_prompt = n,
  * the labels' ids after them, their counts in r->label_len (at the end of the prompt arena),
  * r->n_labels; publishes the counts (text region, n_text) and prompt_tokens. Returns 0 or the
  * bn_error that ends the request. */
-uint32_t bn_text_classify_take(struct bn_session *s, struct bn_req *r);
+uint32_t bn_text_classify_take(const struct bn_segment *g, struct bn_req *r);
 
 /* A generate request with BN_REQ_TEXT_OUT gets its stream decoder. Returns 0 or BN_E_BACKEND. */
-uint32_t bn_text_out_begin(struct bn_req *r);
+uint32_t bn_text_out_begin(const struct bn_segment *g, struct bn_req *r);
 /* Publishes the text of output token r->n_out (called before the token itself is published):
  * the bytes, the piece end, then n_text (store-release). 0, or -ENOMEM. */
-int bn_text_out_token(struct bn_req *r, uint32_t token);
+int bn_text_out_token(const struct bn_segment *g, struct bn_req *r, uint32_t token);
 /* At the terminal status: what the decoder held back (U+FFFD for an unfinished character),
  * the final n_text, and the decoder freed. */
-void bn_text_out_end(struct bn_req *r);
+void bn_text_out_end(const struct bn_segment *g, struct bn_req *r);
 
 /* The ops: run at once on the request's private copy of its words. Return 0 or the bn_error
  * that ends the request; on 0 the caller ends it with BN_STATUS_COMPLETE. */
-uint32_t bn_text_tokenize_op(struct bn_session *s, struct bn_req *r);
-uint32_t bn_text_detokenize_op(struct bn_session *s, struct bn_req *r);
+uint32_t bn_text_tokenize_op(const struct bn_segment *g, struct bn_req *r);
+uint32_t bn_text_detokenize_op(const struct bn_segment *g, struct bn_req *r);
 
 #endif /* BITNETD_TEXTREQ_H */

@@ -2,7 +2,7 @@
 /*
  * fuzz_requests.c — the libFuzzer target for the request path: whatever a client writes into
  * its ring and slots goes through the daemon's own code (bn_session_handshake,
- * bn_session_poll_ring, the scheduler with the loopback backend, bn_sched_drop_session), not a
+ * bn_session_poll_ring, the scheduler with the loopback backend, bn_session_end_requests), not a
  * copy of it. A real session is made over a socketpair; then the input is a script of what
  * the client side does to the shared segment, interleaved with what the daemon's loop does:
  *
@@ -58,7 +58,7 @@ static struct daemon_side *daemon_side(void)
 				      .context_length = FUZZ_CONTEXT, .kv_memory = FUZZ_KV_MEMORY,
 				      .kv_block_tokens = FUZZ_KV_BLOCK,
 				      .logprob_capacity = FUZZ_LOGPROBS };
-	d.sched = bn_sched_new(d.ops, d.backend, &d.model, &sc);
+	d.sched = bn_sched_new(d.ops, d.backend, &d.model, &sc, &bn_session_reply);
 	CHECK(d.sched != NULL);
 	d.lim = (struct bn_session_limits){ .slots = FUZZ_SLOTS, .prompt_capacity = FUZZ_CONTEXT,
 					    .output_capacity = FUZZ_CONTEXT,
@@ -131,9 +131,9 @@ static void end_session(struct daemon_side *d, struct bn_session *s, int violate
 		violated = bn_session_poll_ring(s, d->sched, 1) < 0;
 	}
 	if (violated)
-		bn_sched_drop_session(d->sched, s, BN_STATUS_ERROR, BN_E_PROTOCOL);
+		bn_session_end_requests(s, d->sched, BN_STATUS_ERROR, BN_E_PROTOCOL);
 	else
-		bn_sched_drop_session(d->sched, s, shutting_down ? BN_STATUS_SHUTDOWN : 0, 0);
+		bn_session_end_requests(s, d->sched, shutting_down ? BN_STATUS_SHUTDOWN : 0, 0);
 }
 
 static void check_idle(struct daemon_side *d, const struct bn_session *s)
@@ -142,8 +142,8 @@ static void check_idle(struct daemon_side *d, const struct bn_session *s)
 	bn_sched_kv_usage(d->sched, &total, &used, &reserved, &block_tokens);
 	CHECK(bn_sched_running(d->sched) == 0 && bn_sched_waiting(d->sched) == 0);
 	CHECK(used == 0 && reserved == 0);
-	CHECK(s->n_in_flight == 0 && s->n_waiting == 0 && s->n_running == 0);
-	for (uint32_t i = 0; i < s->slot_count; i++)
+	CHECK(s->n_in_flight == 0 && s->tenant.n_waiting == 0 && s->tenant.n_running == 0);
+	for (uint32_t i = 0; i < s->seg.slot_count; i++)
 		CHECK(!s->reqs[i].in_flight && !s->reqs[i].running);
 }
 
@@ -153,6 +153,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct script in = { data, size };
 	int peer;
 	struct bn_session *s = open_session(d, &in, &peer);
+	struct bn_tenant *tenant = &s->tenant;
 	int shutting_down = 0, violated = 0, steps = 0;
 	while (in.left && !violated) {
 		switch ((enum fuzz_op)(take(&in, 1) % FUZZ_OPS)) {
@@ -162,11 +163,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case FUZZ_POLL: violated = bn_session_poll_ring(s, d->sched, shutting_down) < 0; break;
 		case FUZZ_STEP:
 			if (steps++ < FUZZ_MAX_STEPS)
-				bn_sched_step(d->sched, &s, 1);
+				bn_sched_step(d->sched, &tenant, 1);
 			break;
 		case FUZZ_DRAIN:
 			shutting_down = 1;
-			bn_sched_end_waiting(d->sched, &s, 1, BN_STATUS_SHUTDOWN);
+			bn_sched_end_waiting(d->sched, &tenant, 1, BN_STATUS_SHUTDOWN);
 			break;
 		}
 	}

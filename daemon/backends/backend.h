@@ -8,40 +8,34 @@
  * KV cache) indexed by a sequence id in [0, max_seqs); the scheduler opens an id when a request
  * starts and closes it when the request ends, whatever the reason.
  *
- * The batch is a [n_rows x width] token matrix, row-major. Row r holds lens[r] new tokens in
- * columns [0, lens[r]); the rest of the row is padding that a backend must not spend work on.
- * The new tokens of row r sit at positions [pos[r], pos[r] + lens[r]) of its sequence; everything
- * before pos[r] is already in that sequence's state. A prompt arrives as one or more rows in
- * consecutive steps (chunked prefill); a decode step is a row of length 1.
+ * The batch (model/batch.h) is a [n_rows x width] token matrix with each row's length,
+ * positions, sequence, KV blocks, and what it wants: a token, log-probabilities of given
+ * tokens, or nothing. A prompt arrives as one or more rows in consecutive steps (chunked
+ * prefill); a decode step is a row of length 1.
  *
  * KV cache: the scheduler owns the accounting (kvpool.h), the backend owns the memory. After
  * open, the scheduler calls kv_init once with the number of blocks it budgeted from
  * desc->kv_bytes_per_token; row r's positions [0, pos[r] + lens[r]) live in the blocks
  * blocks[r][0], blocks[r][1], ... (block_tokens positions each), all allocated before the step.
  *
- * Sampling: sample[r] describes row r's request (sample.h). NULL means the row needs no token
- * (a prompt chunk that is not the prompt's last): the backend skips its LM head. Otherwise
- * out[r] receives the token and, when asked, its log-probabilities.
- *
- * Scoring: score[r] (when the batch has a score array and the entry is not NULL; sample[r] is
- * then NULL) asks for the log-probability of a given next token at each of the row's first
- * n_targets new tokens: out[j] of its bn_score_row for the token at position pos[r] + j is
- * the log-probability of targets[j] there (as bn_score_token computes it), with n_top
- * alternatives. Only backends whose desc says can_score get such rows.
+ * Sampling: out[r] receives the token of a row whose sample[r] is set and, when asked, its
+ * log-probabilities. Only backends whose desc says can_score get score rows.
  *
  * Forks: seq_fork (optional) starts a sequence whose first positions are already in the KV
  * cache: the blocks its rows will name hold them, shared read-only with the sequence that
  * wrote them, except a last partial block, which the backend copies. A classify request's
  * labels each continue its prefix this way (sched.c).
  */
-#include "model/sample.h"
-
 #ifndef BITNETD_BACKEND_H
 #define BITNETD_BACKEND_H
 
+#include "bitnet_shm.h"
+#include "model/batch.h"
+#include "model/sample.h"
+
 #include <stdint.h>
 
-#include "bitnet_shm.h"
+struct bn_model_config;
 
 struct bn_model_desc {
 	char name[64];
@@ -62,26 +56,6 @@ struct bn_model_desc {
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
 	enum bn_lm_head_kind lm_head;             /* what the header tells clients */
 	enum bn_decode_layout_kind decode_layout; /* (shm/bitnet_shm.h, feature COMPUTE) */
-};
-
-/* What a scoring row asks: targets[j] is the token that follows the row's new token j. */
-struct bn_score_row {
-	const uint32_t *targets;  /* [n_targets] */
-	uint32_t n_targets;       /* <= the row's lens: the row's last tokens may have none */
-	uint32_t n_top;           /* alternatives per position */
-	struct bn_sample_out *out; /* [n_targets], each with room for n_top in its top */
-};
-
-struct bn_batch {
-	uint32_t n_rows;
-	uint32_t width;          /* padded row width: max over rows of lens[r] */
-	const uint32_t *tokens;  /* [n_rows x width] */
-	const uint32_t *lens;    /* [n_rows] new tokens per row, >= 1 */
-	const uint32_t *pos;     /* [n_rows] position of the row's first new token */
-	const uint32_t *seq;     /* [n_rows] backend sequence id of the row */
-	const uint32_t *const *blocks;              /* [n_rows] KV block table of the row */
-	const struct bn_sample_ctx *const *sample;  /* [n_rows] NULL: no token wanted */
-	const struct bn_score_row *const *score;    /* NULL, or [n_rows] NULL: not scored */
 };
 
 /* Options every backend may read; a backend ignores what does not apply to it. */
@@ -128,6 +102,14 @@ struct bn_backend_ops {
 	 * Returns 0, or a negative code that fails every request in the batch. */
 	int (*step)(void *self, const struct bn_batch *batch, struct bn_sample_out *out);
 };
+
+/* What a model backend reports at open for a model kept in F32 KV: name, vocabulary,
+ * context, BOS/EOS, kind (enum bn_backend_kind), KV bytes per position, and the attention
+ * positions that cost one token's weight matrices, given what one attention multiply-add costs
+ * the backend relative to one weight multiply-add (`attn_mac_cost`, measured per backend).
+ * Other fields zero. */
+void bn_model_describe(const struct bn_model_config *c, uint32_t kind, double attn_mac_cost,
+		       struct bn_model_desc *desc);
 
 /* The backends this build has. Returns NULL for an unknown or absent name. */
 const struct bn_backend_ops *bn_backend_find(const char *name);

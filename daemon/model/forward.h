@@ -15,7 +15,7 @@
 #ifndef BITNETD_FORWARD_H
 #define BITNETD_FORWARD_H
 
-#include "backends/backend.h"
+#include "batch.h"
 #include "head_screen.h"
 #include "model.h"
 #include "pool.h"
@@ -39,7 +39,7 @@ struct bn_forward;
 struct bn_forward *bn_forward_new(const struct bn_model *m, uint32_t max_seqs,
 				  struct bn_pool *pool, const struct bn_kernels *kernels);
 void bn_forward_free(struct bn_forward *f);
-/* The KV cache: n_blocks blocks of block_tokens positions for every layer (backend.h). Batches
+/* The KV cache: n_blocks blocks of block_tokens positions for every layer (batch.h). Batches
  * then carry block tables. Replaces an earlier cache. Returns 0, -EINVAL or -ENOMEM. */
 int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_tokens);
 /* For callers without a scheduler (tests, benchmarks): a cache where sequence s owns fixed
@@ -48,7 +48,7 @@ int bn_forward_kv_init_simple(struct bn_forward *f, uint32_t max_len);
 /* Empties sequence `seq`: its next row starts at position 0. */
 int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq);
 /* Sequence `seq` starts holding positions [0, start), after n_copy positions of KV block
- * src_block are copied to block dst_block (backend.h, seq_fork). 0 or -EINVAL. */
+ * src_block are copied to block dst_block (backends/backend.h, seq_fork). 0 or -EINVAL. */
 int bn_forward_seq_fork(struct bn_forward *f, uint32_t seq, uint32_t start, uint32_t dst_block,
 			uint32_t src_block, uint32_t n_copy);
 /* Runs a batch. logits: with all_positions, one row of n_vocab per new token, rows in batch
@@ -89,7 +89,7 @@ void bn_forward_use_int8_head(struct bn_forward *f, const struct bn_i8_matrix *w
 /* What the screen did since bn_forward_new. */
 void bn_forward_screen_stats(const struct bn_forward *f, struct bn_head_screen_stats *out);
 
-/* What every row of a batch must respect, whatever the backend (backend.h): a known sequence
+/* What every row of a batch must respect, whatever the backend (backends/backend.h): a known sequence
  * at most once per batch, 1 <= lens <= width, pos = the sequence's length, within the context,
  * token ids in the vocabulary. Block tables are the backend's to check. */
 struct bn_batch_limits {
@@ -103,14 +103,6 @@ int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, 
  * cs[2p], cs[2p + 1] = cos, sin of pos * freq[p]. Every backend rotates with these values. */
 void bn_rope_freqs(const struct bn_model_config *c, float *freq);
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs);
-
-/* What a model backend reports at open (backend.h) for a model kept in F32 KV: name, vocabulary,
- * context, BOS/EOS, kind (enum bn_backend_kind), KV bytes per position, and the attention
- * positions that cost one token's weight matrices, given what one attention multiply-add costs
- * the backend relative to one weight multiply-add (`attn_mac_cost`, measured per backend).
- * Other fields zero. */
-void bn_model_describe(const struct bn_model_config *c, uint32_t kind, double attn_mac_cost,
-		       struct bn_model_desc *desc);
 
 /* Index of the largest logit (the first one on ties). */
 uint32_t bn_argmax(const float *logits, uint32_t n);

@@ -38,13 +38,14 @@ struct uid_count {
 struct bn_sched {
 	const struct bn_backend_ops *ops;
 	void *backend;
+	const struct bn_reply *reply; /* how tokens, scores and ends reach the clients */
 	struct bn_sched_config cfg;
 	struct bn_kvpool kv;
 	uint32_t *kv_tables;      /* [max_batch + fork_seqs][max_blocks_per_seq], by sequence id */
 	uint32_t max_blocks_per_seq;
 	struct bn_req **running;  /* [max_batch], dense */
 	uint32_t n_running;
-	uint32_t n_waiting;       /* over all sessions */
+	uint32_t n_waiting;       /* over all tenants */
 	uint32_t *free_seqs;      /* stack of unused backend sequence ids */
 	uint32_t n_free_seqs;
 	struct uid_count *uids;   /* [max_batch], dense */
@@ -55,7 +56,7 @@ struct bn_sched {
 	uint32_t n_free_forks;
 	uint32_t max_rows;        /* rows one step may have: max_batch + fork_seqs */
 	uint64_t plans;           /* steps planned so far: marks which requests have a row */
-	uint32_t rr_cursor;       /* session index where the next admission round starts */
+	uint32_t rr_cursor;       /* tenant index where the next admission round starts */
 	uint64_t admissions;
 	uint64_t last_waiting_sweep;
 	/* One step's batch, grown on demand. */
@@ -214,13 +215,15 @@ static int alloc_buffers(struct bn_sched *s)
 }
 
 struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
-			      const struct bn_model_desc *model, const struct bn_sched_config *cfg)
+			      const struct bn_model_desc *model, const struct bn_sched_config *cfg,
+			      const struct bn_reply *reply)
 {
 	struct bn_sched *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
 	s->ops = ops;
 	s->backend = backend;
+	s->reply = reply;
 	s->cfg = *cfg;
 	s->attn_positions = model->attn_positions_per_token;
 	if (size_kv_pool(s, model) < 0 || alloc_buffers(s) < 0) {
@@ -295,30 +298,30 @@ static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r)
 void bn_sched_enqueue(struct bn_sched *s, struct bn_req *r)
 {
 	if (kv_need_blocks(s, r) > s->kv.n_blocks) {
-		bn_req_finish(r, BN_STATUS_ERROR, BN_E_KV_SPACE);
+		s->reply->finish(r, BN_STATUS_ERROR, BN_E_KV_SPACE);
 		return;
 	}
-	struct bn_session *sess = r->sess;
+	struct bn_tenant *t = r->tenant;
 	r->next = NULL;
-	if (sess->wait_tail)
-		sess->wait_tail->next = r;
+	if (t->wait_tail)
+		t->wait_tail->next = r;
 	else
-		sess->wait_head = r;
-	sess->wait_tail = r;
-	sess->n_waiting++;
+		t->wait_head = r;
+	t->wait_tail = r;
+	t->n_waiting++;
 	s->n_waiting++;
 }
 
-static struct bn_req *dequeue(struct bn_sched *s, struct bn_session *sess)
+static struct bn_req *dequeue(struct bn_sched *s, struct bn_tenant *t)
 {
-	struct bn_req *r = sess->wait_head;
+	struct bn_req *r = t->wait_head;
 	if (!r)
 		return NULL;
-	sess->wait_head = r->next;
-	if (!sess->wait_head)
-		sess->wait_tail = NULL;
+	t->wait_head = r->next;
+	if (!t->wait_head)
+		t->wait_tail = NULL;
 	r->next = NULL;
-	sess->n_waiting--;
+	t->n_waiting--;
 	s->n_waiting--;
 	return r;
 }
@@ -374,8 +377,8 @@ static void stop_running(struct bn_sched *s, uint32_t index)
 	bn_kvpool_release(&s->kv, &r->kv);
 	s->free_seqs[s->n_free_seqs++] = r->seq;
 	r->running = 0;
-	r->sess->n_running--;
-	uid_remove(s, (uint32_t)r->sess->peer_uid);
+	r->tenant->n_running--;
+	uid_remove(s, r->tenant->uid);
 	s->running[index] = s->running[--s->n_running];
 }
 
@@ -391,7 +394,7 @@ static void finish_running(struct bn_sched *s, uint32_t index, uint32_t status, 
 {
 	struct bn_req *r = s->running[index];
 	stop_running(s, index);
-	bn_req_finish(r, status, error);
+	s->reply->finish(r, status, error);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -404,11 +407,11 @@ static uint32_t cap_or_max(uint32_t cap, uint32_t max_batch)
 }
 
 /* The session and its user are below their caps on running sequences. */
-static int under_caps(struct bn_sched *s, const struct bn_session *sess)
+static int under_caps(struct bn_sched *s, const struct bn_tenant *t)
 {
-	if (sess->n_running >= cap_or_max(s->cfg.max_running_per_session, s->cfg.max_batch))
+	if (t->n_running >= cap_or_max(s->cfg.max_running_per_session, s->cfg.max_batch))
 		return 0;
-	const struct uid_count *u = uid_entry(s, (uint32_t)sess->peer_uid);
+	const struct uid_count *u = uid_entry(s, t->uid);
 	return !u || u->n < cap_or_max(s->cfg.max_running_per_user, s->cfg.max_batch);
 }
 
@@ -421,7 +424,7 @@ static void start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 	if (rc < 0) {
 		s->free_seqs[s->n_free_seqs++] = seq;
 		bn_kvpool_release(&s->kv, &r->kv);
-		bn_req_finish(r, BN_STATUS_ERROR, BN_E_BACKEND);
+		s->reply->finish(r, BN_STATUS_ERROR, BN_E_BACKEND);
 		return;
 	}
 	r->seq = seq;
@@ -430,8 +433,8 @@ static void start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 	r->n_identified = start / s->kv.block_tokens;
 	r->next_label = r->next_label_at = r->labels_done = r->n_forks = 0;
 	r->admitted = ++s->admissions;
-	r->sess->n_running++;
-	uid_add(s, (uint32_t)r->sess->peer_uid);
+	r->tenant->n_running++;
+	uid_add(s, r->tenant->uid);
 	s->running[s->n_running++] = r;
 }
 
@@ -439,8 +442,8 @@ static void start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 static uint64_t share_scope(const struct bn_sched *s, const struct bn_req *r)
 {
 	switch (s->cfg.prefix_cache) {
-	case BN_SHARE_UID: return 1ull << 32 | (uint32_t)r->sess->peer_uid;
-	case BN_SHARE_SESSION: return 2ull << 32 | r->sess->id;
+	case BN_SHARE_UID: return 1ull << 32 | r->tenant->uid;
+	case BN_SHARE_SESSION: return 2ull << 32 | r->tenant->id;
 	default: return 0;
 	}
 }
@@ -481,16 +484,16 @@ enum admit_stop {
 };
 
 /* Takes requests from the session's FIFO while its turn's credit lasts. *taken counts them. */
-static enum admit_stop admit_from(struct bn_sched *s, struct bn_session *sess, uint32_t *taken)
+static enum admit_stop admit_from(struct bn_sched *s, struct bn_tenant *t, uint32_t *taken)
 {
-	while (sess->credit > 0) {
+	while (t->credit > 0) {
 		if (s->n_running >= s->cfg.max_batch)
 			return STOP_BATCH_FULL;
-		struct bn_req *r = sess->wait_head;
-		if (!r || !under_caps(s, sess))
+		struct bn_req *r = t->wait_head;
+		if (!r || !under_caps(s, t))
 			return STOP_TURN_OVER;
-		if (bn_req_cancel_requested(r)) {
-			bn_req_finish(dequeue(s, sess), BN_STATUS_CANCELLED, 0);
+		if (s->reply->cancel_requested(r)) {
+			s->reply->finish(dequeue(s, t), BN_STATUS_CANCELLED, 0);
 			continue;
 		}
 		r->kv = (struct bn_kv_seq){ .table = s->kv_tables + (size_t)s->free_seqs[s->n_free_seqs - 1] *
@@ -500,8 +503,8 @@ static enum admit_stop admit_from(struct bn_sched *s, struct bn_session *sess, u
 		uint32_t cached = take_cached_prefix(s, r);
 		if (cached == UINT32_MAX)
 			return STOP_KV_FULL;
-		start_running(s, dequeue(s, sess), cached * s->kv.block_tokens);
-		sess->credit--;
+		start_running(s, dequeue(s, t), cached * s->kv.block_tokens);
+		t->credit--;
 		(*taken)++;
 	}
 	return STOP_TURN_OVER;
@@ -510,24 +513,24 @@ static enum admit_stop admit_from(struct bn_sched *s, struct bn_session *sess, u
 /* Weighted round-robin: the session at the cursor admits up to its weight, then the turn
  * passes on. A turn cut short by a full batch resumes at the next step, so weights hold even
  * when only one sequence can join per step. */
-static void admit(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions)
+static void admit(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants)
 {
-	if (n_sessions == 0)
+	if (n_tenants == 0)
 		return;
 	uint32_t idle_turns = 0;
-	while (s->n_running < s->cfg.max_batch && s->n_waiting > 0 && idle_turns < n_sessions) {
-		uint32_t i = s->rr_cursor % n_sessions, taken = 0;
-		struct bn_session *sess = sessions[i];
+	while (s->n_running < s->cfg.max_batch && s->n_waiting > 0 && idle_turns < n_tenants) {
+		uint32_t i = s->rr_cursor % n_tenants, taken = 0;
+		struct bn_tenant *t = tenants[i];
 		enum admit_stop why = STOP_TURN_OVER;
-		if (sess->phase == BN_SESSION_ACTIVE) {
-			if (sess->credit == 0)
-				sess->credit = sess->weight;
-			why = admit_from(s, sess, &taken);
+		if (t->admitting) {
+			if (t->credit == 0)
+				t->credit = t->weight;
+			why = admit_from(s, t, &taken);
 		}
 		if (why == STOP_KV_FULL || why == STOP_BATCH_FULL)
 			return;
-		sess->credit = 0;
-		s->rr_cursor = (i + 1) % n_sessions;
+		t->credit = 0;
+		s->rr_cursor = (i + 1) % n_tenants;
 		idle_turns = taken ? 0 : idle_turns + 1;
 	}
 }
@@ -545,7 +548,7 @@ static void sweep_running(struct bn_sched *s, uint64_t now)
 {
 	for (uint32_t i = 0; i < s->n_running;) {
 		struct bn_req *r = s->running[i];
-		if (bn_req_cancel_requested(r))
+		if (s->reply->cancel_requested(r))
 			finish_running(s, i, BN_STATUS_CANCELLED, 0); /* moved last into i */
 		else if (expired(r, now))
 			finish_running(s, i, BN_STATUS_DEADLINE, 0);
@@ -556,18 +559,18 @@ static void sweep_running(struct bn_sched *s, uint64_t now)
 
 /* Waiting requests may wait long when the batch is full, and reading their cancel words costs
  * a cache miss each, so they are checked at most once a millisecond rather than every step. */
-static void sweep_waiting(struct bn_sched *s, struct bn_session **sessions, uint32_t n,
+static void sweep_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n,
 			  uint64_t now)
 {
 	if (s->n_waiting == 0 || now - s->last_waiting_sweep < 1000000u)
 		return;
 	s->last_waiting_sweep = now;
 	for (uint32_t k = 0; k < n; k++) {
-		struct bn_session *sess = sessions[k];
-		struct bn_req **link = &sess->wait_head, *prev = NULL;
+		struct bn_tenant *t = tenants[k];
+		struct bn_req **link = &t->wait_head, *prev = NULL;
 		while (*link) {
 			struct bn_req *r = *link;
-			uint32_t status = bn_req_cancel_requested(r) ? BN_STATUS_CANCELLED
+			uint32_t status = s->reply->cancel_requested(r) ? BN_STATUS_CANCELLED
 				       : expired(r, now)	    ? BN_STATUS_DEADLINE
 								    : BN_STATUS_NONE;
 			if (status == BN_STATUS_NONE) {
@@ -576,11 +579,11 @@ static void sweep_waiting(struct bn_sched *s, struct bn_session **sessions, uint
 				continue;
 			}
 			*link = r->next;
-			if (sess->wait_tail == r)
-				sess->wait_tail = prev;
-			sess->n_waiting--;
+			if (t->wait_tail == r)
+				t->wait_tail = prev;
+			t->n_waiting--;
 			s->n_waiting--;
-			bn_req_finish(r, status, 0);
+			s->reply->finish(r, status, 0);
 		}
 	}
 }
@@ -620,18 +623,18 @@ static int planned(const struct bn_sched *s, const struct bn_req *r)
 
 /* A session's decode rows in the step being planned (marked like planned(), so no session
  * needs resetting before a step). */
-static void count_decode_row(const struct bn_sched *s, struct bn_session *sess)
+static void count_decode_row(const struct bn_sched *s, struct bn_tenant *t)
 {
-	if (sess->decode_rows_in != s->plans) {
-		sess->decode_rows_in = s->plans;
-		sess->step_decode_rows = 0;
+	if (t->decode_rows_in != s->plans) {
+		t->decode_rows_in = s->plans;
+		t->step_decode_rows = 0;
 	}
-	sess->step_decode_rows++;
+	t->step_decode_rows++;
 }
 
-static uint32_t decode_rows(const struct bn_sched *s, const struct bn_session *sess)
+static uint32_t decode_rows(const struct bn_sched *s, const struct bn_tenant *t)
 {
-	return sess->decode_rows_in == s->plans ? sess->step_decode_rows : 0;
+	return t->decode_rows_in == s->plans ? t->step_decode_rows : 0;
 }
 
 /* The next prompt to read from: among running requests still reading their prompt and not
@@ -648,7 +651,7 @@ static struct bn_req *next_prefill(struct bn_sched *s)
 		struct bn_req *r = s->running[i];
 		if (decoding(r) || planned(s, r))
 			continue;
-		uint32_t rows = decode_rows(s, r->sess);
+		uint32_t rows = decode_rows(s, r->tenant);
 		if (!best || rows < best_rows || (rows == best_rows && r->admitted < best->admitted)) {
 			best = r;
 			best_rows = rows;
@@ -820,7 +823,7 @@ static uint32_t plan(struct bn_sched *s)
 		if (decoding(r)) {
 			plan_row(s, n++, r, 1);
 			used += token_cost(a, r->n_prompt + r->n_out - 1);
-			count_decode_row(s, r->sess);
+			count_decode_row(s, r->tenant);
 		} else if (!oldest || r->admitted < oldest->admitted) {
 			oldest = r;
 		}
@@ -1028,8 +1031,8 @@ static void deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample
 		status = BN_STATUS_STOP;
 	if (status == BN_STATUS_NONE) {
 		if (r->sampling.want_logprobs)
-			bn_req_write_logprobs(r, r->n_out, o);
-		if (bn_req_publish_token(r, o->token) < 0)
+			s->reply->write_logprobs(r, r->n_out, o);
+		if (s->reply->publish_token(r, o->token) < 0)
 			status = BN_STATUS_ERROR; /* its text could not be decoded: no memory */
 		else if (r->n_out == r->max_tokens)
 			status = BN_STATUS_LENGTH;
@@ -1063,7 +1066,7 @@ static void deliver_score(struct bn_sched *s, uint32_t k, struct bn_req *r)
 {
 	const struct bn_score_row *sr = s->score[k];
 	for (uint32_t j = 0; j < sr->n_targets; j++)
-		bn_req_publish_score(r, r->n_prefilled + j, &sr->out[j]);
+		s->reply->publish_score(r, r->n_prefilled + j, &sr->out[j]);
 	r->n_prefilled += s->lens[k];
 	if (prompt_done(r))
 		finish_running(s, running_index(s, r), BN_STATUS_COMPLETE, 0);
@@ -1076,7 +1079,7 @@ static void deliver_fork(struct bn_sched *s, uint32_t k, struct fork *f)
 	struct bn_req *r = f->owner;
 	const struct bn_score_row *sr = s->score[k];
 	for (uint32_t j = 0; j < sr->n_targets; j++)
-		bn_req_write_record(r, f->at + f->done + j, &sr->out[j]);
+		s->reply->write_record(r, f->at + f->done + j, &sr->out[j]);
 	f->done += s->lens[k];
 	if (f->done < r->label_len[f->label])
 		return;
@@ -1109,15 +1112,15 @@ static void deliver_all(struct bn_sched *s, uint32_t n_rows)
 	 * in which streaming clients announce that they sleep (see bn_req_wake_stream_waiter). */
 	bn_smp_mb();
 	for (uint32_t i = 0; i < s->n_running; i++)
-		bn_req_wake_stream_waiter(s->running[i]);
+		s->reply->wake_stream_waiter(s->running[i]);
 }
 
-uint32_t bn_sched_step(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions)
+uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants)
 {
 	uint64_t now = bn_now_ns();
 	sweep_running(s, now);
-	sweep_waiting(s, sessions, n_sessions, now);
-	admit(s, sessions, n_sessions);
+	sweep_waiting(s, tenants, n_tenants, now);
+	admit(s, tenants, n_tenants);
 	if (s->n_running == 0)
 		return 0;
 	uint32_t n_rows = plan(s);
@@ -1141,36 +1144,32 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_session **sessions, uint32_
 /* Ending many at once                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
-void bn_sched_drop_session(struct bn_sched *s, struct bn_session *sess, uint32_t status,
-			   uint32_t error)
+void bn_sched_drop_tenant(struct bn_sched *s, struct bn_tenant *t, uint32_t status,
+			  uint32_t error)
 {
 	for (uint32_t i = 0; i < s->n_running;) {
 		struct bn_req *r = s->running[i];
-		if (r->sess != sess) {
+		if (r->tenant != t) {
 			i++;
 			continue;
 		}
 		stop_running(s, i);
 		if (status)
-			bn_req_finish(r, status, error);
+			s->reply->finish(r, status, error);
 	}
 	struct bn_req *r;
-	while ((r = dequeue(s, sess)) != NULL)
+	while ((r = dequeue(s, t)) != NULL)
 		if (status)
-			bn_req_finish(r, status, error);
-	/* A vanished client's requests end without a status: nobody is left to read it. */
-	for (uint32_t i = 0; i < sess->slot_count && sess->reqs; i++)
-		sess->reqs[i].in_flight = 0;
-	sess->n_in_flight = 0;
+			s->reply->finish(r, status, error);
 }
 
-void bn_sched_end_waiting(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions,
+void bn_sched_end_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants,
 			  uint32_t status)
 {
-	for (uint32_t k = 0; k < n_sessions; k++) {
+	for (uint32_t k = 0; k < n_tenants; k++) {
 		struct bn_req *r;
-		while ((r = dequeue(s, sessions[k])) != NULL)
-			bn_req_finish(r, status, 0);
+		while ((r = dequeue(s, tenants[k])) != NULL)
+			s->reply->finish(r, status, 0);
 	}
 }
 

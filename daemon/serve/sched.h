@@ -33,7 +33,7 @@
 #define BITNETD_SCHED_H
 
 #include "backends/backend.h"
-#include "session.h"
+#include "request.h"
 
 #include <stdint.h>
 
@@ -64,26 +64,30 @@ struct bn_sched_config {
 	uint32_t prefix_cache;
 };
 
-/* Sizes the KV pool, calls the backend's kv_init, logs the outcome. NULL on failure (logged). */
+/* Sizes the KV pool, calls the backend's kv_init, logs the outcome. NULL on failure (logged).
+ * Tokens, scores and terminal statuses reach the clients through `reply` (request.h). */
 struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
-			      const struct bn_model_desc *model, const struct bn_sched_config *cfg);
+			      const struct bn_model_desc *model, const struct bn_sched_config *cfg,
+			      const struct bn_reply *reply);
 void bn_sched_free(struct bn_sched *s);
 
-/* A validated request joins its session's waiting FIFO, or ends at once when it could never
+/* A validated request joins its tenant's waiting FIFO, or ends at once when it could never
  * fit in the KV pool (BN_E_KV_SPACE). */
 void bn_sched_enqueue(struct bn_sched *s, struct bn_req *r);
 
-/* Ends cancelled and expired requests, admits waiting ones over sessions[0..n), runs one
- * batched step and delivers its tokens. Returns the number of rows run (0: nothing to do). */
-uint32_t bn_sched_step(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions);
+/* Ends cancelled and expired requests, admits waiting ones over tenants[0..n) (in that
+ * order, round-robin), runs one batched step and delivers its tokens. Returns the number of
+ * rows run (0: nothing to do). */
+uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants);
 
-/* Ends every request of session `sess`. status 0 means the client is gone: the requests are
- * dropped without touching its memory; otherwise each gets that terminal status and error. */
-void bn_sched_drop_session(struct bn_sched *s, struct bn_session *sess, uint32_t status,
-			   uint32_t error);
+/* Ends every request of tenant t. status 0 means the client is gone: the requests are
+ * dropped without a word to it (reply->finish is not called); otherwise each gets that
+ * terminal status and error. */
+void bn_sched_drop_tenant(struct bn_sched *s, struct bn_tenant *t, uint32_t status,
+			  uint32_t error);
 
-/* Ends all waiting (not yet running) requests of the sessions with `status`. */
-void bn_sched_end_waiting(struct bn_sched *s, struct bn_session **sessions, uint32_t n_sessions,
+/* Ends all waiting (not yet running) requests of the tenants with `status`. */
+void bn_sched_end_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants,
 			  uint32_t status);
 /* Ends all running requests with `status`. */
 void bn_sched_end_running(struct bn_sched *s, uint32_t status);

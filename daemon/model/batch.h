@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * batch.h — one step's work, as the scheduler hands it to a backend (backends/backend.h) and a
+ * backend to the forward pass (forward.h).
+ *
+ * The batch is a [n_rows x width] token matrix, row-major. Row r holds lens[r] new tokens in
+ * columns [0, lens[r]); the rest of the row is padding that no one may spend work on. The new
+ * tokens of row r sit at positions [pos[r], pos[r] + lens[r]) of sequence seq[r]; everything
+ * before pos[r] is already in that sequence's KV cache, whose positions [0, pos[r] + lens[r])
+ * live in the blocks blocks[r][0], blocks[r][1], ... (block_tokens positions each).
+ *
+ * Sampling: sample[r] describes row r's request (sample.h). NULL means the row needs no token
+ * (a prompt chunk that is not the prompt's last): no LM head for it.
+ *
+ * Scoring: score[r] (when the batch has a score array and the entry is not NULL; sample[r] is
+ * then NULL) asks for the log-probability of a given next token at each of the row's first
+ * n_targets new tokens: out[j] of its bn_score_row for the token at position pos[r] + j is
+ * the log-probability of targets[j] there (as bn_score_token computes it), with n_top
+ * alternatives.
+ */
+#ifndef BITNETD_BATCH_H
+#define BITNETD_BATCH_H
+
+#include "sample.h"
+
+#include <stdint.h>
+
+/* What a scoring row asks: targets[j] is the token that follows the row's new token j. */
+struct bn_score_row {
+	const uint32_t *targets;  /* [n_targets] */
+	uint32_t n_targets;       /* <= the row's lens: the row's last tokens may have none */
+	uint32_t n_top;           /* alternatives per position */
+	struct bn_sample_out *out; /* [n_targets], each with room for n_top in its top */
+};
+
+struct bn_batch {
+	uint32_t n_rows;
+	uint32_t width;          /* padded row width: max over rows of lens[r] */
+	const uint32_t *tokens;  /* [n_rows x width] */
+	const uint32_t *lens;    /* [n_rows] new tokens per row, >= 1 */
+	const uint32_t *pos;     /* [n_rows] position of the row's first new token */
+	const uint32_t *seq;     /* [n_rows] backend sequence id of the row */
+	const uint32_t *const *blocks;              /* [n_rows] KV block table of the row */
+	const struct bn_sample_ctx *const *sample;  /* [n_rows] NULL: no token wanted */
+	const struct bn_score_row *const *score;    /* NULL, or [n_rows] NULL: not scored */
+};
+
+#endif /* BITNETD_BATCH_H */
