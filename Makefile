@@ -7,6 +7,7 @@
 #   make check-install        install into a temporary prefix, build and run the README's C
 #                             example with pkg-config (tests/installed_client.sh)
 #   make check-man            a man page per call of libclient/bitnet_client.h (man/man3)
+#   make check-rooms          the daemon's rooms: one-way arrows, no circles, no file of two jobs
 #   make check-tsan           the C tests under ThreadSanitizer (build-tsan/)
 #   make fuzz, make fuzz-requests   libFuzzer (clang) on the GGUF reader / the request path,
 #                             FUZZ_SECONDS each (default 60)
@@ -123,12 +124,12 @@ endif
 # model tool, the benchmarks and the tests link it.
 KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
 # The tokenizer is one implementation: the client library's, which the daemon builds too.
-TOKENIZER_SRCS := libclient/tokenizer.c libclient/bpe.c libclient/detok.c libclient/chat.c
+TOKENIZER_SRCS := libclient/tokenizer.c libclient/vocab_map.c libclient/bpe.c libclient/detok.c libclient/chat.c
 DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backends/cuda.c),$(wildcard daemon/*.c daemon/*/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
-CLIENT_SRCS := libclient/client.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
-CLI_SRCS    := tools/bitnet-cli.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
-MODELTOOL_SRCS := tools/bitnet-model.c tools/gguf_write.c tools/hf_vocab.c
+CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
+CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
+MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay fuzz-requests-replay
 
@@ -153,7 +154,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-rooms check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
@@ -342,7 +343,7 @@ fuzz-requests:
 # Without SANITIZE, `check` also runs the fault campaigns, then the C tests and the
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
 # build dir).
-check: check-c check-python check-systemd check-man \
+check: check-c check-rooms check-python check-systemd check-man \
 	$(if $(SANITIZE),,check-install check-faults check-san check-tsan)
 
 check-tsan:
@@ -384,6 +385,12 @@ check-python: all
 	@echo "== python package (pytest python/tests)"
 	@if [ -z "$(PYTEST_PYTHON)" ]; then echo "no python3 with pytest (tools/install-deps.sh installs python3-pytest)"; exit 1; fi
 	@BITNETD=$(BITNETD) BITNET_CLI=$(CLI) BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) $(PYTEST_PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# The daemon's rooms (tests/rooms.py): includes and calls run one way between daemon/'s rooms,
+# no two product files include or call each other in a circle, no product .c file is two jobs.
+check-rooms: all
+	@echo "== rooms (tests/rooms.py)"
+	$(Q)python3 tests/rooms.py $(BUILD)
 
 check-systemd:
 	@echo "== systemd units"

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
-#include "backends/backend.h"
 
-#include "bitnet_shm.h"
+#include "backends/backend.h"
 #include "bitnet_client.h"
+#include "bitnet_shm.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -3,29 +3,23 @@
 #include "loop.h"
 
 #include "bitnet_barrier.h"
-#include "bitnet_client.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "serve/sched.h"
-#include "sdnotify.h"
-#include "session.h"
 #include "common/stats.h"
-#include "model/vocab.h"
+#include "control.h"
+#include "listen.h"
+#include "sdnotify.h"
+#include "serve/sched.h"
+#include "session.h"
 
 #include <errno.h>
 #include <liburing.h>
-#include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 /* io_uring user_data: an owner pointer (8-byte aligned) with the operation kind in the low
@@ -35,7 +29,6 @@ enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4 };
 
 #define URING_ENTRIES 256
 #define MAX_SLEEP_NS (1000000000ull) /* wake at least once a second for housekeeping */
-#define REPLY_SEND_TIMEOUT_NS (100ull * 1000000u)
 #define ACCEPT_BATCH 64              /* connections taken from the backlog per accept */
 
 struct bn_loop {
@@ -63,10 +56,7 @@ struct bn_loop {
 	uint64_t next_housekeeping;
 	uint64_t handshake_timeout_ns;
 	uint64_t housekeeping_ns;     /* how often handshakes are checked for their timeout */
-	char *stats_buf;              /* STATS text, grown by bn_stats_render */
-	size_t stats_cap;
-	struct bn_vocab_served vocab; /* sealed memfds of the VOCAB and TOKENIZER payloads */
-	struct bn_text_service text;  /* the tokenizer of text requests, from that payload */
+	struct bn_control control;    /* the control ops and the vocabulary they serve */
 };
 
 static uint64_t tag(void *owner, enum io_kind kind)
@@ -334,129 +324,6 @@ static void handle_hello(struct bn_loop *l, struct bn_session *s)
 	arm_recv(l, s);
 }
 
-/* Sends a control reply and its payload. STATS grows with the sessions (hundreds of KiB with
- * thousands) and can exceed the socket's send buffer, where one non-blocking sendmsg sends only
- * part: so raise SO_SNDBUF to fit (best effort, the kernel caps it at net.core.wmem_max), then
- * give a client that is reading REPLY_SEND_TIMEOUT_NS in all to take the rest. One that is not
- * reading stalls the loop no longer than that. Returns 0, or -1 when the reply did not go. */
-static int send_reply(int fd, struct bn_ctl_reply *head, void *body, size_t len)
-{
-	size_t total = sizeof(*head) + len;
-	int sndbuf = 0;
-	socklen_t optlen = sizeof(sndbuf);
-	if (total <= INT_MAX / 2 && getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 &&
-	    (size_t)sndbuf < total) {
-		int want = (int)total;
-		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
-	}
-	struct iovec iov[2] = { { head, sizeof(*head) }, { body, len } };
-	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
-	uint64_t deadline = 0;
-	for (;;) {
-		ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			return -1;
-		size_t done = n > 0 ? (size_t)n : 0;
-		while (msg.msg_iovlen && done >= msg.msg_iov->iov_len) {
-			done -= msg.msg_iov->iov_len;
-			msg.msg_iov++;
-			msg.msg_iovlen--;
-		}
-		if (!msg.msg_iovlen)
-			return 0;
-		msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + done;
-		msg.msg_iov->iov_len -= done;
-		uint64_t now = bn_now_ns();
-		if (!deadline)
-			deadline = now + REPLY_SEND_TIMEOUT_NS;
-		if (now >= deadline)
-			return -1;
-		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-		if (poll(&pfd, 1, (int)((deadline - now + 999999) / 1000000)) < 0 && errno != EINTR)
-			return -1;
-	}
-}
-
-/* The STATS text: gauges from the scheduler, one row per session in the table. */
-static long render_stats(struct bn_loop *l)
-{
-	struct bn_stats_view v = { .sessions_open = l->n_sessions,
-				   .queued = bn_sched_waiting(l->sched),
-				   .running = bn_sched_running(l->sched),
-				   .n_sessions = l->n_sessions };
-	bn_sched_kv_usage(l->sched, &v.kv_blocks_total, &v.kv_blocks_used, &v.kv_blocks_reserved,
-			  &v.kv_block_tokens);
-	bn_sched_cache_usage(l->sched, &v.kv_blocks_cached, &v.kv_evictions);
-	size_t n = l->n_sessions ? l->n_sessions : 1;
-	uint32_t *ids = malloc(2 * n * sizeof(*ids)); /* ids, then uids */
-	const struct bn_session_counters **counters = malloc(n * sizeof(*counters));
-	long len = -ENOMEM;
-	if (ids && counters) {
-		for (uint32_t i = 0; i < l->n_sessions; i++) {
-			ids[i] = l->sessions[i]->id;
-			ids[n + i] = (uint32_t)l->sessions[i]->peer_uid;
-			counters[i] = &l->sessions[i]->counters;
-		}
-		v.session_ids = ids;
-		v.session_uids = ids + n;
-		v.session_counters = counters;
-		len = bn_stats_render(&l->stats_buf, &l->stats_cap, &v);
-	}
-	free(ids);
-	free(counters);
-	return len;
-}
-
-static void reply_stats(struct bn_loop *l, struct bn_session *s, const struct bn_ctl_request *q)
-{
-	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = q->op };
-	long len = 0;
-	if (q->op == BN_CTL_STATS)
-		len = render_stats(l);
-	else
-		head.error = BN_E_INVALID;
-	if (len < 0) {
-		bn_log_warn("msg=\"stats not rendered: out of memory\" session=%u", s->id);
-		head.error = BN_E_AGAIN;
-		len = 0;
-	}
-	head.length = (uint32_t)len;
-	/* A client that does not read its replies cannot stall the loop: it loses the session. */
-	if (send_reply(s->sock_fd, &head, l->stats_buf, (size_t)len) < 0)
-		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
-}
-
-/* BN_CTL_VOCAB and BN_CTL_TOKENIZER: the reply head and the sealed memfd in one sendmsg; the
- * payload itself never crosses the socket, so its size cannot stall the loop
- * (shm/PROTOCOL.md §10.3). */
-static void reply_vocab(struct bn_loop *l, struct bn_session *s, uint32_t op)
-{
-	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = op };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { &head, sizeof(head) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	int fd = op == BN_CTL_VOCAB ? l->vocab.vocab_fd : l->vocab.tokenizer_fd;
-	if (fd < 0) {
-		head.error = BN_E_INVALID;
-	} else {
-		head.length = op == BN_CTL_VOCAB ? l->vocab.vocab_bytes : l->vocab.tokenizer_bytes;
-		memset(&ctl, 0, sizeof(ctl));
-		msg.msg_control = ctl.buf;
-		msg.msg_controllen = sizeof(ctl.buf);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	}
-	ssize_t n = sendmsg(s->sock_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-	if (n != (ssize_t)sizeof(head))
-		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
-}
-
 static void handle_control(struct bn_loop *l, struct bn_session *s)
 {
 	struct bn_ctl_request q;
@@ -466,10 +333,14 @@ static void handle_control(struct bn_loop *l, struct bn_session *s)
 		protocol_violation(l, s, "bad control message");
 		return;
 	}
-	if (q.op == BN_CTL_VOCAB || q.op == BN_CTL_TOKENIZER)
-		reply_vocab(l, s, q.op);
-	else
-		reply_stats(l, s, &q);
+	int rc = q.op == BN_CTL_VOCAB || q.op == BN_CTL_TOKENIZER
+			 ? bn_control_reply_vocab(&l->control, s->sock_fd, q.op)
+			 : bn_control_reply_stats(&l->control, s->sock_fd, s->id, q.op, l->sched,
+						  l->sessions, l->n_sessions);
+	if (rc < 0) {
+		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
+		return;
+	}
 	if (s->phase == BN_SESSION_ACTIVE)
 		arm_recv(l, s);
 }
@@ -796,139 +667,6 @@ int bn_loop_run(struct bn_loop *l)
 	return 0;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* Set-up                                                                                      */
-/* ------------------------------------------------------------------------------------------ */
-
-/* A stale socket file from a dead daemon is replaced; a live daemon's is not. */
-static int bind_socket(int fd, const char *path)
-{
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof(addr.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(addr.sun_path, path);
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0)
-		return 0;
-	if (errno != EADDRINUSE)
-		return -errno;
-	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int live = probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-	if (probe >= 0)
-		close(probe);
-	if (live)
-		return -EADDRINUSE;
-	struct stat st;
-	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
-		return -EEXIST;
-	unlink(path);
-	return bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 ? 0 : -errno;
-}
-
-static int open_listener(struct bn_loop *l)
-{
-	int fd = bn_sd_listen_fd();
-	if (fd >= 0) {
-		bn_log_info("msg=\"using the socket passed by systemd\" fd=%d", fd);
-		return fd;
-	}
-	l->listen_owned = 1;
-	if (fd == -EINVAL) {
-		bn_log_error("msg=\"LISTEN_FDS must name exactly one listening unix stream socket\"");
-		return -1;
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	int rc = bind_socket(fd, l->cfg->socket_path);
-	if (rc == 0 && chmod(l->cfg->socket_path, l->cfg->socket_mode) < 0)
-		rc = -errno;
-	if (rc == 0 && listen(fd, 128) < 0)
-		rc = -errno;
-	if (rc < 0) {
-		bn_log_error("msg=\"cannot listen\" socket=%s error=\"%s\"", l->cfg->socket_path,
-			     rc == -EADDRINUSE ? "another daemon is serving it" : strerror(-rc));
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-static int open_signals(void)
-{
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
-		return -1;
-	signal(SIGPIPE, SIG_IGN);
-	return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-}
-
-/* One line for each decision the file did not make itself (shm/bitnet_shm.h BN_VOCAB_*). */
-static void log_choice(const struct bn_vocab_choice *c)
-{
-	if (c->flags & BN_VOCAB_PRE_DETECTED)
-		bn_log_info("msg=\"tokenizer.ggml.pre is missing; the vocabulary is LLaMA-3's, so its "
-			    "pre-tokenizer is used\" pre_tokenizer=%s",
-			    bn_pre_tokenizer_name(c->pre_tokenizer));
-	if (c->flags & BN_VOCAB_CHAT_PLACEHOLDER)
-		bn_log_info("msg=\"the file's chat template is the BitNet 2B4T converter's placeholder; "
-			    "using the format the model was trained on\" chat_template=bitnet");
-	if (c->chat_template == BN_CHAT_UNKNOWN)
-		bn_log_warn("msg=\"the file's chat template is not one bitnetd recognises; chat "
-			    "needs --chat-template (bitnet, llama3, chatml, llama2) or a per-request "
-			    "choice\"");
-	char eog[16 * 11] = "";
-	size_t at = 0;
-	for (uint32_t i = 0; i < c->n_eog; i++)
-		at += (size_t)snprintf(eog + at, sizeof(eog) - at, i ? ",%u" : "%u", c->eog[i]);
-	bn_log_info("msg=\"vocabulary loaded\" kind=%s pre_tokenizer=%s chat_template=%s eog_ids=%s",
-		    c->kind == BN_VOCAB_SPM ? "spm" : c->kind == BN_VOCAB_BPE ? "gpt2" : "other",
-		    bn_pre_tokenizer_name(c->pre_tokenizer), bn_chat_template_name(c->chat_template),
-		    eog);
-}
-
-/* Text requests get their tokenizer from the payload BN_CTL_TOKENIZER serves: the bytes every
- * client gets, so the daemon's ids are theirs. */
-static void open_text(struct bn_loop *l)
-{
-	size_t size = l->vocab.tokenizer_bytes;
-	void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, l->vocab.tokenizer_fd, 0);
-	int rc = p == MAP_FAILED ? -errno : bn_text_service_open(&l->text, p, size);
-	if (p != MAP_FAILED)
-		munmap(p, size);
-	if (rc < 0)
-		bn_log_error("msg=\"serving without text requests\" error=%d", rc);
-	else if (!l->text.vocab)
-		bn_log_info("msg=\"the vocabulary cannot encode text: no text requests\"");
-	else
-		bn_log_info("msg=\"text requests on\" max_piece_bytes=%u", l->text.piece_bound);
-}
-
-/* The vocabulary that BN_CTL_VOCAB and BN_CTL_TOKENIZER serve, from the file the backend
- * loaded the model from. A file without one, or with one refused, is served without: the
- * model itself loaded, and token ids still work. */
-static void open_vocab(struct bn_loop *l, const struct bn_model_desc *model)
-{
-	const char *path = l->cfg->model_path;
-	if (!path || model->kind == BN_BACKEND_LOOPBACK)
-		return;
-	char err[BN_VOCAB_ERR_LEN];
-	struct bn_vocab_options o = { .pre_tokenizer = l->cfg->pre_tokenizer,
-				      .chat_template = l->cfg->chat_template };
-	int rc = bn_vocab_serve_open(path, model->vocab_size, &o, &l->vocab, err);
-	if (rc < 0)
-		bn_log_error("msg=\"serving without a vocabulary\" error=\"%s\"", err);
-	else if (rc == 0)
-		bn_log_info("msg=\"the model file has no vocabulary\" model=\"%s\"", path);
-	else
-		log_choice(&l->vocab.choice);
-	if (rc == 1)
-		open_text(l);
-}
-
 /* The vocabulary's end-of-generation ids for the scheduler (eos is its own field). */
 static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc)
 {
@@ -944,7 +682,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	if (!l)
 		return NULL;
 	l->cfg = cfg;
-	l->listen_fd = l->signal_fd = l->vocab.vocab_fd = l->vocab.tokenizer_fd = -1;
+	l->listen_fd = l->signal_fd = -1;
 	l->next_session_id = 1;
 	l->limits = (struct bn_session_limits){ .slots = cfg->slots,
 						.prompt_capacity = model->context_length,
@@ -953,7 +691,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 						.logprob_capacity = cfg->max_logprobs,
 						.max_weight = cfg->max_weight,
 						.model = model,
-						.text = &l->text };
+						.text = &l->control.text };
 	l->sessions = calloc(cfg->max_sessions, sizeof(*l->sessions));
 	l->tenants = calloc(cfg->max_sessions, sizeof(*l->tenants));
 	struct bn_sched_config sc = {
@@ -969,17 +707,15 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		.fork_seqs = model->can_classify ? cfg->max_batch : 0, /* main.c opened that many */
 		.prefix_cache = cfg->prefix_cache,
 	};
-	open_vocab(l, model);
-	copy_eog(&l->vocab.choice, &sc);
+	bn_control_open(&l->control, cfg, model);
+	copy_eog(&l->control.vocab.choice, &sc);
 	l->sched = bn_sched_new(ops, backend, model, &sc, &bn_session_reply);
 	if (!l->sched) {
 		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
 		*exit_code = BN_EXIT_BACKEND;
-		bn_vocab_served_close(&l->vocab);
-		bn_text_service_close(&l->text);
+		bn_control_close(&l->control);
 		free(l->sessions);
 		free(l->tenants);
-		free(l->stats_buf);
 		free(l);
 		return NULL;
 	}
@@ -988,20 +724,18 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		bn_log_error("msg=\"io_uring_queue_init failed\" error=\"%s\"", strerror(-rc));
 		free(l->sessions);
 		free(l->tenants);
-		free(l->stats_buf);
 		bn_sched_free(l->sched);
-		bn_vocab_served_close(&l->vocab);
-		bn_text_service_close(&l->text);
+		bn_control_close(&l->control);
 		free(l);
 		return NULL;
 	}
-	l->signal_fd = open_signals();
+	l->signal_fd = bn_signals_open();
 	if (!l->sessions || !l->tenants || !l->sched || l->signal_fd < 0) {
 		bn_log_error("msg=\"cannot set up the loop\" error=\"%s\"", strerror(errno));
 		bn_loop_free(l);
 		return NULL;
 	}
-	l->listen_fd = open_listener(l);
+	l->listen_fd = bn_listen_open(cfg, &l->listen_owned);
 	if (l->listen_fd < 0) {
 		*exit_code = BN_EXIT_SOCKET;
 		bn_loop_free(l);
@@ -1025,11 +759,9 @@ void bn_loop_free(struct bn_loop *l)
 		close(l->listen_fd);
 	if (l->signal_fd >= 0)
 		close(l->signal_fd);
-	bn_vocab_served_close(&l->vocab);
-	bn_text_service_close(&l->text);
+	bn_control_close(&l->control);
 	bn_sched_free(l->sched);
 	free(l->sessions);
 	free(l->tenants);
-	free(l->stats_buf);
 	free(l);
 }

@@ -5,8 +5,8 @@
  * once serving, a failure ends the request or session it belongs to, never the daemon.
  */
 #include "backends/backend.h"
-#include "config.h"
 #include "common/log.h"
+#include "config.h"
 #include "loop.h"
 
 #include <stdio.h>

@@ -12,8 +12,8 @@
 #ifndef BITNETD_SESSION_H
 #define BITNETD_SESSION_H
 
-#include "bitnet_shm.h"
 #include "backends/backend.h"
+#include "bitnet_shm.h"
 #include "common/stats.h"
 #include "segment.h"
 #include "serve/request.h"

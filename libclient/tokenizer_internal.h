@@ -76,6 +76,11 @@ uint32_t vocab_map_find_hashed(const struct bn_vocab *v, const char *p, size_t n
 /* The byte a SentencePiece byte token stands for ("<0x0A>" -> 10), or -1. */
 int vocab_byte_of(const struct bn_vocab *v, uint32_t id);
 
+/* Builds the text map over v's tokens (vocab_map.c). 0 or -ENOMEM. */
+int vocab_map_build(struct bn_vocab *v);
+/* SentencePiece's byte tokens (byte_id); bpe_prepare() fills byte_id for its own alphabet. */
+void vocab_index_bytes(struct bn_vocab *v);
+
 /* The text map's hash (FNV-1a), byte by byte: vocab_map_find hashes a text with it, and bpe.c
  * hashes a word in the byte alphabet without writing the alphabet's text out. */
 #define VOCAB_HASH_INIT 2166136261u

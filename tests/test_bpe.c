@@ -868,7 +868,7 @@ END_TEST
  * bn_vocab_from_payload accepts; a payload that every client refuses is neither.
  * KNOWN LIBRARY BUG, left failing on purpose: daemon/model/vocab.c check_byte_tokens() looks the
  * alphabet up in map_build()'s map of every token, libclient/bpe.c alphabet_build() in
- * vocab_map_find()'s map of types 0, 1 and 4 only (tokenizer.c mergeable()). */
+ * vocab_map_find()'s map of types 0, 1 and 4 only (vocab_map.c mergeable()). */
 static void retype_byte_a(int32_t type, int *built, int *parsed, char *err)
 {
 	const char *texts[N_TOKENS];

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,17 +76,6 @@ static int fail(const char *what, int rc)
 	return 1;
 }
 
-int cli_parse_u32(const char *text, uint32_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(text, &end, 10);
-	if (errno || end == text || *end || text[0] == '-' || v > UINT32_MAX)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 /* Decimal digits only: no sign, no spaces, no base prefixes, no overflow. */
 static int parse_u64(const char *text, uint64_t *out)
 {
@@ -120,40 +108,6 @@ static int parse_count(const char *flag, const char *text, uint32_t *out)
 		return cli_usage("generate", "--%s: '%s' is not a whole number in [0, %u]", flag, text,
 				   UINT32_MAX);
 	return 0;
-}
-
-int cli_parse_ids(const char *text, uint32_t **out)
-{
-	size_t cap = 16, n = 0;
-	uint32_t *ids = malloc(cap * sizeof(*ids));
-	const char *p = text;
-	while (ids) {
-		while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n')
-			p++;
-		if (!*p)
-			break;
-		char *end;
-		errno = 0;
-		unsigned long v = strtoul(p, &end, 10);
-		if (errno || end == p || *p == '-' || *p == '+' || v > UINT32_MAX ||
-		    (*end && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
-			free(ids);
-			return -1;
-		}
-		if (n == cap) {
-			uint32_t *grown = realloc(ids, 2 * cap * sizeof(*ids));
-			if (!grown)
-				break;
-			ids = grown;
-			cap *= 2;
-		}
-		ids[n++] = (uint32_t)v;
-		p = end;
-	}
-	if (!ids)
-		return -1;
-	*out = ids;
-	return (int)n;
 }
 
 /* What the daemon chose for text, and why where the file did not say (vocab=none without a

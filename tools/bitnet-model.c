@@ -14,8 +14,10 @@
  * errors, 2 for bad usage.
  */
 #include "../daemon/model/gguf.h"
+#include "gguf_info.h"
 #include "gguf_write.h"
 #include "hf_vocab.h"
+#include "model_vocab.h"
 #include "quant.h"
 
 #include <errno.h>
@@ -433,147 +435,11 @@ static int add_tensor(struct bn_gguf_writer *w, const struct model_cfg *c,
 /* Metadata and the tokenizer                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-/* A SentencePiece-like vocabulary: <unk> <s> </s>, the 256 byte tokens, then word pieces made
- * of consonant-vowel syllables, with and without the word-start mark. The pieces are distinct
- * because piece k spells k/2 in bijective base 100 (one syllable per digit, every syllable
- * two letters), and k's parity says whether the mark is there. */
-#define TOKEN_SLOT 32 /* "▁" (3 bytes) + 4 syllables of 2 + NUL, with room to spare */
-#define N_SPECIAL 259u
-
-struct vocab {
-	char *arena;            /* TOKEN_SLOT bytes per token */
-	const char **tokens;
-	float *scores;
-	int32_t *types;
-	uint32_t n;
-};
-
-static void word_piece(uint64_t k, char *out)
-{
-	static const char consonants[] = "tnsrlmdkpbgvfhzjcwxy";
-	static const char vowels[] = "aeiou";
-	uint64_t m = k / 2 + 1;
-	if (k % 2 == 0)
-		out += sprintf(out, "\xe2\x96\x81"); /* U+2581, SentencePiece's word start */
-	while (m > 0) {
-		uint64_t d = (m - 1) % 100;
-		*out++ = consonants[d / 5];
-		*out++ = vowels[d % 5];
-		m = (m - 1) / 100;
-	}
-	*out = 0;
-}
-
-static void vocab_free(struct vocab *v)
-{
-	free(v->arena);
-	free(v->tokens);
-	free(v->scores);
-	free(v->types);
-}
-
-static int vocab_init(struct vocab *v, uint32_t n)
-{
-	static const char *const specials[] = { "<unk>", "<s>", "</s>" };
-	v->n = n;
-	v->arena = malloc((size_t)n * TOKEN_SLOT);
-	v->tokens = malloc(n * sizeof(*v->tokens));
-	v->scores = malloc(n * sizeof(*v->scores));
-	v->types = malloc(n * sizeof(*v->types));
-	if (!v->arena || !v->tokens || !v->scores || !v->types) {
-		vocab_free(v);
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		char *s = v->arena + (size_t)i * TOKEN_SLOT;
-		if (i < 3)
-			strcpy(s, specials[i]);
-		else if (i < N_SPECIAL)
-			sprintf(s, "<0x%02X>", i - 3);
-		else
-			word_piece(i - N_SPECIAL, s);
-		v->tokens[i] = s;
-		v->scores[i] = -(float)i;
-		/* llama.cpp token types: 1 normal, 2 unknown, 3 control, 6 byte */
-		v->types[i] = i == 0 ? 2 : i < 3 ? 3 : i < N_SPECIAL ? 6 : 1;
-	}
-	return 0;
-}
-
-/* The 2B4T converter's chat template, as Microsoft's GGUF carries it. */
-static const char placeholder_template[] =
-	"{% for message in messages %}{% if loop.first %}{{ bos_token }}{% endif %}"
-	"{% if message['role'] == 'user' %}{{ 'Human: ' + message['content'] + "
-	"'\\n\\nBITNETAssistant: ' + eos_token }}{% elif message['role'] == 'assistant' %}"
-	"{{ message['content'] + eos_token }}{% endif %}{% endfor %}";
-/* The format BitNet 2B4T was trained on (its tokenizer_config.json). */
-static const char trained_template[] =
-	"{% set loop_messages = messages %}{% for message in loop_messages %}"
-	"{% set content = message['role'] | capitalize + ': '+ message['content'] | trim + "
-	"'<|eot_id|>' %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
-	"{{ 'Assistant: ' }}{% endif %}";
-
-#define LLAMA3_BOS 128000u
-#define LLAMA3_EOS 128001u
-
-/* The keys of the two kinds of published file: Microsoft's (no pre, no eot, scores of 0,
- * padding = eos, the placeholder template) and a llama.cpp conversion's. */
-static int add_bpe_tokenizer(struct bn_gguf_writer *w, const struct hf_vocab *hf, enum metadata m)
-{
-	int rc = bn_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", 1);
-	if (!rc)
-		rc = bn_gguf_add_str(w, "tokenizer.ggml.model", "gpt2");
-	if (!rc && m == META_LLAMA_CPP)
-		rc = bn_gguf_add_str(w, "tokenizer.ggml.pre", "llama-bpe");
-	if (!rc)
-		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)hf->tokens,
-					 hf->n_tokens);
-	if (!rc && m == META_MICROSOFT) {
-		float *zero = calloc(hf->n_tokens, sizeof(*zero));
-		rc = zero ? bn_gguf_add_arr_f32(w, "tokenizer.ggml.scores", zero, hf->n_tokens)
-			  : -ENOMEM;
-		free(zero);
-	}
-	if (!rc)
-		rc = bn_gguf_add_arr_i32(w, "tokenizer.ggml.token_type", hf->types, hf->n_tokens);
-	if (!rc)
-		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.merges", (const char *const *)hf->merges,
-					 hf->n_merges);
-	if (!rc)
-		rc = bn_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", LLAMA3_BOS);
-	if (!rc)
-		rc = bn_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", LLAMA3_EOS);
-	if (!rc)
-		rc = bn_gguf_add_u32(w, "tokenizer.ggml.padding_token_id", LLAMA3_EOS);
-	if (!rc)
-		rc = bn_gguf_add_str(w, "tokenizer.chat_template",
-				     m == META_MICROSOFT ? placeholder_template : trained_template);
-	return rc;
-}
-
 static int add_tokenizer(struct bn_gguf_writer *w, const struct model_cfg *c)
 {
 	if (c->hf)
-		return add_bpe_tokenizer(w, c->hf, c->metadata);
-	uint32_t n = c->vocab;
-
-	struct vocab v;
-	int rc = vocab_init(&v, n);
-	if (rc)
-		return rc;
-	rc = bn_gguf_add_str(w, "tokenizer.ggml.model", "llama");
-	if (!rc)
-		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", v.tokens, n);
-	if (!rc)
-		rc = bn_gguf_add_arr_f32(w, "tokenizer.ggml.scores", v.scores, n);
-	if (!rc)
-		rc = bn_gguf_add_arr_i32(w, "tokenizer.ggml.token_type", v.types, n);
-	if (!rc)
-		rc = bn_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
-	if (!rc)
-		rc = bn_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
-	vocab_free(&v);
-	return rc;
+		return model_add_bpe_tokenizer(w, c->hf, c->metadata == META_LLAMA_CPP);
+	return model_add_spm_tokenizer(w, c->vocab);
 }
 
 struct u32_key {
@@ -892,95 +758,6 @@ static int cmd_write(int argc, char **argv)
 	return rc;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* info                                                                                        */
-/* ------------------------------------------------------------------------------------------ */
-
-/* Strings come from the file: print control bytes and backslashes escaped so that one value
- * stays on one line. */
-static void print_str(struct bn_gguf_str s)
-{
-	for (uint64_t i = 0; i < s.len; i++) {
-		unsigned char ch = (unsigned char)s.ptr[i];
-		if (ch < 0x20 || ch == 0x7f || ch == '\\')
-			printf("\\x%02x", ch);
-		else
-			putchar(ch);
-	}
-}
-
-/* The shortest decimal that reads back as the same float: 1e-05, not 9.99999975e-06. */
-static void print_f32(double v)
-{
-	char buf[32];
-	for (int prec = 6; prec <= 9; prec++) {
-		snprintf(buf, sizeof(buf), "%.*g", prec, v);
-		if ((float)strtod(buf, NULL) == (float)v)
-			break;
-	}
-	fputs(buf, stdout);
-}
-
-static void print_kv(const struct bn_gguf_kv *kv)
-{
-	print_str(kv->key);
-	putchar('=');
-	switch (kv->type) {
-	case BN_GGUF_STRING: print_str(kv->v.str); break;
-	case BN_GGUF_FLOAT32: print_f32(kv->v.f64); break;
-	case BN_GGUF_FLOAT64: printf("%.17g", kv->v.f64); break;
-	case BN_GGUF_INT8:
-	case BN_GGUF_INT16:
-	case BN_GGUF_INT32:
-	case BN_GGUF_INT64: printf("%lld", (long long)kv->v.i64); break;
-	case BN_GGUF_ARRAY: printf("[%llu]", (unsigned long long)kv->v.arr.n); break;
-	default: printf("%llu", (unsigned long long)kv->v.u64); break; /* unsigned, bool */
-	}
-	putchar('\n');
-}
-
-static void print_tensor(const struct bn_gguf_tensor *t)
-{
-	const char *type = bn_type_name(t->type);
-	printf("tensor=");
-	print_str(t->name);
-	if (type)
-		printf(" %s ", type);
-	else
-		printf(" type%u ", t->type);
-	for (uint32_t d = 0; d < t->n_dims; d++)
-		printf("%s%llu", d ? "x" : "", (unsigned long long)t->ne[d]);
-	printf(" %llu\n", (unsigned long long)t->size);
-}
-
-static int cmd_info(int argc, char **argv)
-{
-	struct bn_gguf g;
-	struct bn_gguf_str arch = { "", 0 };
-	char err[BN_GGUF_ERR_LEN];
-	uint64_t total = 0;
-	if (argc != 2)
-		return usage_error("info needs exactly one FILE");
-	if (bn_gguf_open(&g, argv[1], err)) {
-		fprintf(stderr, "bitnet-model: %s\n", err);
-		return EXIT_IO;
-	}
-	bn_gguf_get_str(&g, "general.architecture", &arch);
-	printf("file=%s\narchitecture=", argv[1]);
-	print_str(arch);
-	printf("\ngguf_version=%u\nalignment=%u\n", g.version, g.alignment);
-	for (uint64_t i = 0; i < g.n_kv; i++)
-		print_kv(&g.kv[i]);
-	printf("tensor_count=%llu\n", (unsigned long long)g.n_tensors);
-	for (uint64_t i = 0; i < g.n_tensors; i++) {
-		print_tensor(&g.tensors[i]);
-		total += g.tensors[i].size;
-	}
-	printf("tensor_bytes=%llu\nfile_bytes=%zu\n", (unsigned long long)total, g.size);
-	bn_gguf_close(&g);
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -992,6 +769,6 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "write"))
 		return cmd_write(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "info"))
-		return cmd_info(argc - 1, argv + 1);
+		return argc == 3 ? gguf_info_print(argv[2]) : usage_error("info needs exactly one FILE");
 	return usage_error("unknown command '%s' (write, info)", argv[1]);
 }

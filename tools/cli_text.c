@@ -11,30 +11,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define SECOND_NS 1000000000LL
-
-int cli_usage(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "bitnet-cli %s: ", cmd);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	return 2;
-}
-
-int cli_failed(const char *cmd, const char *what, int rc)
-{
-	fprintf(stderr, "bitnet-cli %s: %s: %s\n", cmd, what, bn_strerror(rc));
-	return 1;
-}
 
 int cli_text_vocab(struct bn_client *c, const char *cmd, const struct bn_vocab **out)
 {
@@ -127,35 +109,6 @@ int cli_output_finish(struct cli_output *o)
 	if (rc == 0 && o->stream)
 		fwrite(text, 1, len, stdout);
 	return rc;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* tokenize, detokenize                                                                        */
-/* ------------------------------------------------------------------------------------------ */
-
-/* Standard input to its end, bytes as they are (NUL included). */
-char *cli_read_all(FILE *f, size_t *len)
-{
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		n += fread(buf + n, 1, cap - n, f);
-		if (n < cap)
-			break;
-		char *grown = realloc(buf, 2 * cap);
-		if (!grown) {
-			free(buf);
-			return NULL;
-		}
-		buf = grown;
-		cap *= 2;
-	}
-	if (buf && ferror(f)) {
-		free(buf);
-		return NULL;
-	}
-	*len = n;
-	return buf;
 }
 
 static void print_ids(const uint32_t *ids, size_t n)

@@ -4,12 +4,12 @@
  * project's thread pool; each row that wants a token is sampled by bn_sample (sample.h).
  */
 #include "backend.h"
-#include "common/clock.h"
-#include "model/forward.h"
-#include "common/log.h"
-#include "model/model.h"
-#include "common/stats.h"
 #include "bitnet_shm.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/stats.h"
+#include "model/forward.h"
+#include "model/model.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -20,13 +20,13 @@
  * batch's requests) after one log line naming the call and the CUDA error.
  */
 #include "backend.h"
+#include "bitnet_shm.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "cuda_kernels.h"
 #include "model/forward.h"
-#include "common/log.h"
 #include "model/model.h"
 #include "quant.h"
-#include "bitnet_shm.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

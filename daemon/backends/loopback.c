@@ -17,9 +17,9 @@
  * as it does for a model (the scheduler's KV accounting is testable without compute).
  */
 #include "backend.h"
+#include "bitnet_shm.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "bitnet_shm.h"
 
 #include <errno.h>
 #include <stdio.h>

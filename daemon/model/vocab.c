@@ -4,8 +4,8 @@
 #define _GNU_SOURCE
 #include "vocab.h"
 
-#include "bitnet_shm.h"
 #include "bitnet_client.h"
+#include "bitnet_shm.h"
 #include "tokenizer_internal.h"
 
 #include <errno.h>
@@ -212,7 +212,7 @@ static int parse_merge(struct builder *b, uint32_t rank, struct bn_vocab_merge *
 	return 0;
 }
 
-/* Token types encoding may produce, as the client's map holds them (libclient/tokenizer.c):
+/* Token types encoding may produce, as the client's map holds them (libclient/vocab_map.c):
  * normal, user-defined, undefined. */
 static int text_type(const struct builder *b, uint32_t id)
 {

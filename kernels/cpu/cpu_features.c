@@ -3,7 +3,6 @@
 #include "kernels.h"
 
 #include <cpuid.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,42 +63,4 @@ const struct bn_kernels *bn_kernels_select(const char *force)
 	if (f.avx512_vnni)
 		return &bn_kernels_avx512;
 	return f.avx2_fma_f16c ? &bn_kernels_avx2 : &bn_kernels_scalar;
-}
-
-void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out)
-{
-	for (uint32_t r = 0; r < n; r++) {
-		const float *row = x + (size_t)r * ldx;
-		int8_t *q = out->q + (size_t)r * out->k_pad;
-		float amax = 0.0f;
-		for (uint32_t k = 0; k < out->k; k++)
-			amax = fmaxf(amax, fabsf(row[k]));
-		float s = amax > 0.0f ? 127.0f / amax : 0.0f;
-		int32_t sum = 0;
-		for (uint32_t k = 0; k < out->k; k++) {
-			/* |row[k] * s| <= 127 up to rounding; the clamp keeps it an int8 anyway. */
-			float v = nearbyintf(row[k] * s);
-			v = isnan(v) ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
-			q[k] = (int8_t)v;
-			sum += q[k];
-		}
-		memset(q + out->k, 0, out->k_pad - out->k);
-		out->inv_scale[r] = amax / 127.0f;
-		out->sum[r] = sum;
-	}
-}
-
-void bn_softmax(float *s, uint32_t n)
-{
-	float max = -INFINITY;
-	for (uint32_t t = 0; t < n; t++)
-		max = fmaxf(max, s[t]);
-	float sum = 0.0f;
-	for (uint32_t t = 0; t < n; t++) {
-		s[t] = expf(s[t] - max);
-		sum += s[t];
-	}
-	float inv = 1.0f / sum;
-	for (uint32_t t = 0; t < n; t++)
-		s[t] *= inv;
 }

@@ -4,6 +4,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Over the row's whole chunks (padding included: code 1 against zero activations). */
 static int32_t t2_dot(const uint8_t *row, const int8_t *q, uint32_t n)
@@ -150,3 +151,43 @@ const struct bn_kernels bn_kernels_scalar = {
 	.i8_dots = i8_dots_scalar,
 	.i8_gemm = i8_gemm_scalar,
 };
+
+/* The scalar definitions every variant matches (kernels.h). */
+
+void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out)
+{
+	for (uint32_t r = 0; r < n; r++) {
+		const float *row = x + (size_t)r * ldx;
+		int8_t *q = out->q + (size_t)r * out->k_pad;
+		float amax = 0.0f;
+		for (uint32_t k = 0; k < out->k; k++)
+			amax = fmaxf(amax, fabsf(row[k]));
+		float s = amax > 0.0f ? 127.0f / amax : 0.0f;
+		int32_t sum = 0;
+		for (uint32_t k = 0; k < out->k; k++) {
+			/* |row[k] * s| <= 127 up to rounding; the clamp keeps it an int8 anyway. */
+			float v = nearbyintf(row[k] * s);
+			v = isnan(v) ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
+			q[k] = (int8_t)v;
+			sum += q[k];
+		}
+		memset(q + out->k, 0, out->k_pad - out->k);
+		out->inv_scale[r] = amax / 127.0f;
+		out->sum[r] = sum;
+	}
+}
+
+void bn_softmax(float *s, uint32_t n)
+{
+	float max = -INFINITY;
+	for (uint32_t t = 0; t < n; t++)
+		max = fmaxf(max, s[t]);
+	float sum = 0.0f;
+	for (uint32_t t = 0; t < n; t++) {
+		s[t] = expf(s[t] - max);
+		sum += s[t];
+	}
+	float inv = 1.0f / sum;
+	for (uint32_t t = 0; t < n; t++)
+		s[t] *= inv;
+}

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sched_deliver.c — what one step gives back (sched.h): each row's token, score positions or
+ * label records to its request through the reply table, the requests that end with them, and
+ * the stream waiters' wake-ups.
+ */
+#include "sched_internal.h"
+
+#include "bitnet_barrier.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/stats.h"
+
+static int is_stop(const struct bn_req *r, uint32_t token)
+{
+	for (uint32_t i = 0; i < r->n_stop; i++)
+		if (r->stop[i] == token)
+			return 1;
+	return 0;
+}
+
+static void observe_token(struct bn_req *r, uint64_t now)
+{
+	if (!r->t_first_token) {
+		r->t_first_token = now;
+		bn_stats_observe(BN_HIST_TTFT_SECONDS, (double)(now - r->t_seen) * 1e-9);
+	} else {
+		bn_stats_observe(BN_HIST_ITL_SECONDS, (double)(now - r->t_last_token) * 1e-9);
+	}
+	r->t_last_token = now;
+}
+
+static int is_eog(const struct bn_sched *s, uint32_t token)
+{
+	if (token == s->cfg.eos_id)
+		return 1;
+	for (uint32_t i = 0; i < s->cfg.n_eog; i++)
+		if (s->cfg.eog[i] == token)
+			return 1;
+	return 0;
+}
+
+/* Applies one sampled token to its request; ends it on an end-of-generation id, a stop id or
+ * max_tokens. */
+static void deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample_out *o,
+		    uint64_t now)
+{
+	observe_token(r, now);
+	uint32_t status = BN_STATUS_NONE;
+	if (is_eog(s, o->token) && !(r->flags & BN_REQ_IGNORE_EOS))
+		status = BN_STATUS_EOS;
+	else if (is_stop(r, o->token))
+		status = BN_STATUS_STOP;
+	if (status == BN_STATUS_NONE) {
+		if (r->sampling.want_logprobs)
+			s->reply->write_logprobs(r, r->n_out, o);
+		if (s->reply->publish_token(r, o->token) < 0)
+			status = BN_STATUS_ERROR; /* its text could not be decoded: no memory */
+		else if (r->n_out == r->max_tokens)
+			status = BN_STATUS_LENGTH;
+	}
+	if (status != BN_STATUS_NONE)
+		sched_finish_running(s, sched_running_index(s, r), status,
+			       status == BN_STATUS_ERROR ? BN_E_BACKEND : 0);
+}
+
+void sched_fail_all_running(struct bn_sched *s, int rc)
+{
+	bn_log_error("msg=\"backend step failed\" backend=%s rc=%d rows=%u", s->ops->name, rc,
+		     s->n_running);
+	while (s->n_running)
+		sched_finish_running(s, 0, BN_STATUS_ERROR, BN_E_BACKEND);
+}
+
+static void deliver_score(struct bn_sched *s, uint32_t k, struct bn_req *r)
+{
+	const struct bn_score_row *sr = s->score[k];
+	for (uint32_t j = 0; j < sr->n_targets; j++)
+		s->reply->publish_score(r, r->n_prefilled + j, &sr->out[j]);
+	r->n_prefilled += s->lens[k];
+	if (prompt_done(r))
+		sched_finish_running(s, sched_running_index(s, r), BN_STATUS_COMPLETE, 0);
+}
+
+/* A fork's records go to the slot (published at the end); the last label to end ends the
+ * request with every record. */
+static void deliver_fork(struct bn_sched *s, uint32_t k, struct fork *f)
+{
+	struct bn_req *r = f->owner;
+	const struct bn_score_row *sr = s->score[k];
+	for (uint32_t j = 0; j < sr->n_targets; j++)
+		s->reply->write_record(r, f->at + f->done + j, &sr->out[j]);
+	f->done += s->lens[k];
+	if (f->done < r->label_len[f->label])
+		return;
+	sched_end_fork(s, f);
+	if (++r->labels_done == r->n_labels) {
+		r->n_out = r->n_label_tokens;
+		sched_finish_running(s, sched_running_index(s, r), BN_STATUS_COMPLETE, 0);
+	}
+}
+
+void sched_deliver_all(struct bn_sched *s, uint32_t n_rows)
+{
+	uint64_t now = bn_now_ns();
+	for (uint32_t k = 0; k < n_rows; k++) {
+		struct bn_req *r = s->rows[k];
+		if (s->row_fork[k]) {
+			deliver_fork(s, k, s->row_fork[k]);
+			continue;
+		}
+		if (s->score[k]) {
+			deliver_score(s, k, r);
+			continue;
+		}
+		if (!prompt_done(r))
+			r->n_prefilled += s->lens[k];
+		if (s->sample[k])
+			deliver(s, r, &s->out[k], now);
+	}
+	/* Full fence: the events stores above are ordered before the loads of the waiters words
+	 * in which streaming clients announce that they sleep (see bn_req_wake_stream_waiter). */
+	bn_smp_mb();
+	for (uint32_t i = 0; i < s->n_running; i++)
+		s->reply->wake_stream_waiter(s->running[i]);
+}

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sched_internal.h — what the scheduler's files share: sched.c (life, queues, admission,
+ * the step's frame), sched_plan.c (one step's rows and batch), sched_deliver.c (its results)
+ * and sched_running.c (the running set, which the other three use). Nothing outside
+ * serve/sched*.c includes it.
+ */
+#ifndef BITNETD_SCHED_INTERNAL_H
+#define BITNETD_SCHED_INTERNAL_H
+
+#include "sched.h"
+
+#include "kvpool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A label of a classify request, running in its own sequence forked from the prefix's. Its
+ * row sequence is the prefix's last token, then the label's tokens but the last, at positions
+ * from n_prompt - 1; token i of it is scored against label token i. */
+struct fork {
+	struct bn_req *owner;     /* NULL: free */
+	uint32_t seq;             /* backend sequence id, past max_batch */
+	uint32_t label;
+	uint32_t at;              /* the label's first id in owner->labels, and its first record */
+	uint32_t done;            /* tokens of its row sequence read */
+	struct bn_kv_seq kv;
+};
+
+/* Running sequences of one peer uid. */
+struct uid_count {
+	uint32_t uid;
+	uint32_t n;
+};
+
+struct bn_sched {
+	const struct bn_backend_ops *ops;
+	void *backend;
+	const struct bn_reply *reply; /* how tokens, scores and ends reach the clients */
+	struct bn_sched_config cfg;
+	struct bn_kvpool kv;
+	uint32_t *kv_tables;      /* [max_batch + fork_seqs][max_blocks_per_seq], by sequence id */
+	uint32_t max_blocks_per_seq;
+	struct bn_req **running;  /* [max_batch], dense */
+	uint32_t n_running;
+	uint32_t n_waiting;       /* over all tenants */
+	uint32_t *free_seqs;      /* stack of unused backend sequence ids */
+	uint32_t n_free_seqs;
+	struct uid_count *uids;   /* [max_batch], dense */
+	uint32_t n_uids;
+	uint32_t attn_positions;  /* the model's attn_positions_per_token (backend.h) */
+	struct fork *forks;       /* [fork_seqs] */
+	uint32_t *free_forks;     /* stack of unused indices into forks */
+	uint32_t n_free_forks;
+	uint32_t max_rows;        /* rows one step may have: max_batch + fork_seqs */
+	uint64_t plans;           /* steps planned so far: marks which requests have a row */
+	uint32_t rr_cursor;       /* tenant index where the next admission round starts */
+	uint64_t admissions;
+	uint64_t last_waiting_sweep;
+	/* One step's batch, grown on demand. */
+	uint32_t *tokens;
+	size_t tokens_cap;
+	struct bn_req **rows;     /* [max_rows] the request of each row */
+	struct fork **row_fork;   /* [max_rows] the fork a row reads, NULL: the request's own */
+	uint32_t *lens, *pos, *seq;
+	const uint32_t **blocks;
+	const struct bn_sample_ctx **sample;
+	struct bn_sample_out *out;
+	struct bn_token_logprob *top; /* [max_batch][logprob_capacity] */
+	/* Score rows (BN_OP_SCORE): what each asks, and its positions' answers, grown on demand. */
+	const struct bn_score_row **score; /* [max_rows] NULL: not scored */
+	struct bn_score_row *score_rows;   /* [max_rows] */
+	struct bn_sample_out *score_out;
+	struct bn_token_logprob *score_top; /* [score_cap][logprob_capacity] */
+	size_t score_cap;
+	uint32_t n_score_rows;             /* in this step's batch */
+};
+
+/* ---- what a request is doing ------------------------------------------------------------ */
+
+/* A classify request's forks continue the prefix from its last token: they share the
+ * prefix's blocks before that position and copy the partial one. */
+static inline uint32_t fork_start(const struct bn_req *r)
+{
+	return r->n_prompt - 1;
+}
+
+/* The positions a request reads as prompt chunks: a classify request's prefix but its last
+ * token, which each fork reads again (fork_start). */
+static inline uint32_t prefill_end(const struct bn_req *r)
+{
+	return r->op == BN_OP_CLASSIFY ? fork_start(r) : r->n_prompt;
+}
+
+static inline int prompt_done(const struct bn_req *r)
+{
+	return r->n_prefilled == prefill_end(r);
+}
+
+/* It has its prompt and generates a token a step. */
+static inline int decoding(const struct bn_req *r)
+{
+	return r->op == BN_OP_GENERATE && prompt_done(r);
+}
+
+/* A classify request whose prefix is read: its labels are what is left. */
+static inline int reading_labels(const struct bn_req *r)
+{
+	return r->op == BN_OP_CLASSIFY && prompt_done(r);
+}
+
+/* The blocks a fork of a label of len tokens holds that are its own. */
+static inline uint32_t sched_fork_own_blocks(const struct bn_sched *s, const struct bn_req *r, uint32_t len)
+{
+	return bn_kvpool_blocks_for(&s->kv, (uint64_t)fork_start(r) + len) -
+	       fork_start(r) / s->kv.block_tokens;
+}
+
+/* Whose blocks a request may share. */
+static inline uint64_t sched_share_scope(const struct bn_sched *s, const struct bn_req *r)
+{
+	switch (s->cfg.prefix_cache) {
+	case BN_SHARE_UID: return 1ull << 32 | r->tenant->uid;
+	case BN_SHARE_SESSION: return 2ull << 32 | r->tenant->id;
+	default: return 0;
+	}
+}
+
+/* ---- sched_running.c --------------------------------------------------------------------- */
+
+/* r starts running in a sequence that already holds positions [0, start) (its cached
+ * blocks); a backend that cannot open it ends r with BN_E_BACKEND. */
+void sched_start_running(struct bn_sched *s, struct bn_req *r, uint32_t start);
+/* The running request at `index` leaves the running set: its forks end, its KV blocks go
+ * back to the pool, its backend sequence id is reused (the last request moves into index). */
+void sched_stop_running(struct bn_sched *s, uint32_t index);
+/* The same, and the request ends with status and error. */
+void sched_finish_running(struct bn_sched *s, uint32_t index, uint32_t status, uint32_t error);
+/* Where r is in the running set. */
+uint32_t sched_running_index(const struct bn_sched *s, const struct bn_req *r);
+/* A fork ends: its own blocks back to its request's reservation, its id reused. */
+void sched_end_fork(struct bn_sched *s, struct fork *f);
+/* Running sequences of a peer uid. */
+uint32_t sched_user_running(struct bn_sched *s, uint32_t uid);
+
+/* ---- sched_plan.c ------------------------------------------------------------------------ */
+
+/* Plans the step's rows (the request, fork, length, position, sequence, blocks and what each
+ * wants). Returns the number of rows. */
+uint32_t sched_plan(struct bn_sched *s);
+/* Grows each planned row's block table over its new positions and fills the batch. 0, -ENOMEM,
+ * or -ENOSPC (a reservation that does not cover the rows: a bug, reported). */
+int sched_build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b);
+/* Every block the step filled gets its identity in the prefix cache (when there is one). */
+void sched_identify_step(struct bn_sched *s, uint32_t n_rows);
+
+/* ---- sched_deliver.c --------------------------------------------------------------------- */
+
+/* The step's results to their requests; the stream waiters woken. */
+void sched_deliver_all(struct bn_sched *s, uint32_t n_rows);
+/* The backend failed the step: every running request ends with BN_E_BACKEND. */
+void sched_fail_all_running(struct bn_sched *s, int rc);
+
+#endif /* BITNETD_SCHED_INTERNAL_H */
