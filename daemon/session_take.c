@@ -52,7 +52,9 @@ static uint32_t copy_sampling(const struct bn_session *s, const struct bn_slot *
 	/* Without BN_REQ_SEED the seed words must be zero, like any unused word. */
 	if (!(r->flags & BN_REQ_SEED) && seed)
 		return BN_E_INVALID;
-	p->seed = r->flags & BN_REQ_SEED ? seed : bn_random_seed();
+	/* A greedy request never draws: it needs no seed, and getrandom(2) is a system call on
+	 * every request's path. */
+	p->seed = r->flags & BN_REQ_SEED ? seed : p->temperature != 0.0f ? bn_random_seed() : 0;
 	return bn_sampling_check(p, s->seg.logprob_capacity) < 0 ? BN_E_INVALID : 0;
 }
 
