@@ -681,9 +681,14 @@ START_TEST(pending_handshakes_are_capped_per_user)
 	ck_assert_int_eq(tu_welcome_error(fds[2], 50), -1);
 	ck_assert_int_eq(tu_welcome_error(fds[3], 50), -1);
 	struct bn_client *c = connect_or_die(&d, 1);
+	/* The served client's own connection counted as a pending handshake if its hello was not
+	 * there yet when the daemon accepted it: then it pushed out fds[2] too (a race between
+	 * the client's connect and its send that the daemon cannot see). */
+	int pushed = tu_welcome_error(fds[2], 50) == BN_E_BUSY;
+	ck_assert_int_eq(tu_welcome_error(fds[3], 50), -1);
 	ck_assert_int_eq(daemon_metric(c, "bitnetd_connections_refused_total"
 					  "{reason=\"user_handshakes\"}"),
-			 2);
+			 2 + pushed);
 	bn_disconnect(c);
 	for (int i = 0; i < 4; i++)
 		close(fds[i]);
