@@ -33,6 +33,7 @@ enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4 };
 
 struct bn_loop {
 	struct io_uring ring;
+	int deferred_completions;     /* the ring runs completions only when asked (open_ring) */
 	const struct bn_config *cfg;
 	struct bn_session_limits limits;
 	struct bn_sched *sched;
@@ -106,11 +107,17 @@ static void arm_recv(struct bn_loop *l, struct bn_session *s)
 	s->io_pending++;
 }
 
+/* The doorbell is read only while the loop sleeps (sleep_until_event arms it, a completion
+ * disarms it): a read armed while the loop works would make every eventfd write a task-work
+ * interruption, and the submit that re-armed it after each wake-up sat on the wake-up path. */
 static void arm_doorbell(struct bn_loop *l, struct bn_session *s)
 {
+	if (s->doorbell_armed)
+		return;
 	struct io_uring_sqe *sqe = get_sqe(l);
 	io_uring_prep_read(sqe, s->doorbell_fd, &s->doorbell_value, sizeof(s->doorbell_value), 0);
 	io_uring_sqe_set_data64(sqe, tag(s, IO_DOORBELL));
+	s->doorbell_armed = 1;
 	s->io_pending++;
 }
 
@@ -159,7 +166,7 @@ static void close_session(struct bn_loop *l, struct bn_session *s, uint32_t stat
 	/* Shutting the socket down makes the pending recv complete and tells the client now. */
 	shutdown(s->sock_fd, SHUT_RDWR);
 	cancel_io(l, s, IO_RECV);
-	if (s->doorbell_fd >= 0)
+	if (s->doorbell_armed)
 		cancel_io(l, s, IO_DOORBELL);
 	bn_log_info("msg=\"session closed\" session=%u pid=%d reason=\"%s\"", s->id,
 		    (int)s->peer_pid, why);
@@ -320,7 +327,6 @@ static void handle_hello(struct bn_loop *l, struct bn_session *s)
 		return;
 	}
 	bn_stats.sessions_opened++;
-	arm_doorbell(l, s);
 	arm_recv(l, s);
 }
 
@@ -366,6 +372,7 @@ static void on_recv(struct bn_loop *l, struct bn_session *s, int res)
 
 static void on_doorbell(struct bn_loop *l, struct bn_session *s, int res)
 {
+	s->doorbell_armed = 0;
 	if (s->phase == BN_SESSION_CLOSING)
 		return;
 	if (res < 0 && res != -EAGAIN && res != -EINTR) {
@@ -373,7 +380,6 @@ static void on_doorbell(struct bn_loop *l, struct bn_session *s, int res)
 		return;
 	}
 	bn_stats.doorbells++;
-	arm_doorbell(l, s);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -434,6 +440,11 @@ static void reap(struct bn_loop *l)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, n = 0;
+	/* Deferred completions are posted when the loop enters the kernel for them; the kernel
+	 * sets IORING_SQ_TASKRUN when there are some. One flag load when there are none. */
+	if (l->deferred_completions &&
+	    (IO_URING_READ_ONCE(*l->ring.sq.kflags) & IORING_SQ_TASKRUN))
+		io_uring_get_events(&l->ring);
 	io_uring_for_each_cqe(&l->ring, head, cqe)
 	{
 		uint64_t data = io_uring_cqe_get_data64(cqe);
@@ -515,8 +526,14 @@ static void sleep_until_event(struct bn_loop *l, uint64_t now)
 		struct __kernel_timespec ts = { .tv_sec = (long long)(ns / 1000000000u),
 						.tv_nsec = (long long)(ns % 1000000000u) };
 		struct io_uring_cqe *cqe;
+		/* A client that rang between the check above and here left the eventfd readable:
+		 * its read completes at once and the wait returns. */
+		for (uint32_t i = 0; i < l->n_sessions; i++)
+			if (l->sessions[i]->phase == BN_SESSION_ACTIVE)
+				arm_doorbell(l, l->sessions[i]);
 		bn_stats.sleeps++;
-		io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+		if (io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL) == -ETIME)
+			bn_stats.sleep_timeouts++;
 	}
 	set_need_wakeup(l, 0);
 }
@@ -634,7 +651,8 @@ int bn_loop_run(struct bn_loop *l)
 	arm_signal(l);
 	io_uring_submit(&l->ring);
 	bn_sd_notify("READY=1");
-	bn_log_info("msg=\"ready\" socket=%s", l->cfg->socket_path);
+	bn_log_info("msg=\"ready\" socket=%s uring_completions=%s", l->cfg->socket_path,
+		    l->deferred_completions ? "deferred" : "task_work");
 	l->last_work = bn_now_ns();
 	for (;;) {
 		reap(l);
@@ -672,6 +690,21 @@ static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc
 {
 	for (uint32_t i = 0; i < c->n_eog && sc->n_eog < BN_SCHED_MAX_EOG; i++)
 		sc->eog[sc->n_eog++] = c->eog[i];
+}
+
+/* The loop is the ring's only user, so completions can wait until it asks for them (in its
+ * wait, or through io_uring_get_events when the kernel flags pending work) instead of
+ * interrupting it as task work: SINGLE_ISSUER | DEFER_TASKRUN. Kernels before 6.1 refuse
+ * those flags; the ring is then a plain one. */
+static int open_ring(struct bn_loop *l)
+{
+	struct io_uring_params p = { .flags = IORING_SETUP_SINGLE_ISSUER |
+					      IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG };
+	int rc = io_uring_queue_init_params(URING_ENTRIES, &l->ring, &p);
+	l->deferred_completions = rc == 0;
+	if (rc == -EINVAL)
+		rc = io_uring_queue_init(URING_ENTRIES, &l->ring, 0);
+	return rc;
 }
 
 struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend_ops *ops,
@@ -719,7 +752,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		free(l);
 		return NULL;
 	}
-	int rc = io_uring_queue_init(URING_ENTRIES, &l->ring, 0);
+	int rc = open_ring(l);
 	if (rc < 0) {
 		bn_log_error("msg=\"io_uring_queue_init failed\" error=\"%s\"", strerror(-rc));
 		free(l->sessions);

@@ -78,6 +78,7 @@ struct bn_session {
 	uint32_t rx_len;
 	uint32_t io_pending;       /* io_uring operations still referencing this session */
 	uint64_t doorbell_value;   /* eventfd read target */
+	uint8_t doorbell_armed;    /* the loop has a read of the doorbell in io_uring */
 	uint32_t table_index;      /* position in the loop's session table */
 };
 

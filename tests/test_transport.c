@@ -363,6 +363,60 @@ START_TEST(wakes_a_sleeping_daemon)
 }
 END_TEST
 
+/* One client process for the sleeping-daemon test: `count` requests one at a time, each after
+ * a pause around the daemon's idle spin (50 us), each answered within WAKE_LIMIT_NS. */
+#define WAKE_LIMIT_NS (300LL * 1000000) /* the daemon's own timer would take up to 1 s */
+static int sleeper_client_run(const char *socket_path, uint32_t id, uint32_t count)
+{
+	static const uint32_t gaps_us[] = { 0, 20, 45, 55, 80, 150, 400 };
+	struct bn_client *c;
+	if (bn_connect(socket_path, 2, &c) < 0)
+		return 10;
+	int bad = 0;
+	for (uint32_t i = 0; i < count && !bad; i++) {
+		uint32_t prompt[32], got[8];
+		uint32_t n = tu_prompt(20 + id, i, prompt, 32);
+		struct bn_request req = { prompt, n, 2, BN_REQ_IGNORE_EOS, NULL };
+		struct bn_result r;
+		usleep(gaps_us[(id + i) % (sizeof(gaps_us) / sizeof(gaps_us[0]))]);
+		if (bn_generate(c, &req, got, 8, &r, WAKE_LIMIT_NS) < 0)
+			bad = 11; /* not answered in time: a lost wake-up */
+		else if (check_against_oracle(prompt, n, 2, BN_REQ_IGNORE_EOS, &r, got) < 0)
+			bad = 12;
+	}
+	bn_disconnect(c);
+	return bad;
+}
+
+/* Lost wake-ups: four client processes send requests with pauses around the idle spin, so
+ * the daemon is spinning, just asleep, or falling asleep when they ring. Every request is
+ * answered through its doorbell, never by the daemon's own timer: no sleep of the loop ends
+ * by its timeout while they run (the burst lasts well under the loop's 1 s sleep budget),
+ * though the loop did sleep between the requests. */
+START_TEST(sleeping_daemon_answers_without_a_timer)
+{
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, NULL), 0);
+	struct bn_client *c = connect_or_die(&d, 2);
+	long long sleeps = daemon_metric(c, "bitnetd_sleeps_total");
+	long long timeouts = daemon_metric(c, "bitnetd_sleep_timeouts_total");
+	ck_assert_int_ge(timeouts, 0);
+	pid_t kids[4];
+	for (uint32_t i = 0; i < 4; i++) {
+		kids[i] = fork();
+		if (kids[i] == 0)
+			_exit(sleeper_client_run(d.socket_path, i, 60));
+	}
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(exit_code(kids[i]), 0);
+	ck_assert_int_eq(daemon_metric(c, "bitnetd_sleep_timeouts_total"), timeouts);
+	ck_assert_int_gt(daemon_metric(c, "bitnetd_sleeps_total") - sleeps, 60);
+	ck_assert_int_gt(daemon_metric(c, "bitnetd_doorbells_total"), 0);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Batch call                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
@@ -801,6 +855,7 @@ int main(void)
 	tcase_add_test(tc, tokens_stream_as_they_are_made);
 	tcase_add_test(tc, cancel_ends_a_running_request);
 	tcase_add_test(tc, wakes_a_sleeping_daemon);
+	tcase_add_test(tc, sleeping_daemon_answers_without_a_timer);
 	tcase_add_test(tc, batch_item_47_fails_alone);
 	tcase_add_test(tc, killed_client_frees_its_session);
 	tcase_add_test(tc, sigterm_drains_in_flight_requests);

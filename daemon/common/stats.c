@@ -315,6 +315,9 @@ static void render_counters(struct text *t)
 	counter(t, "futex_wakes_total", "FUTEX_WAKE system calls.", bn_stats.futex_wakes);
 	counter(t, "doorbells_total", "Doorbell eventfd wake-ups.", bn_stats.doorbells);
 	counter(t, "sleeps_total", "Times the loop slept in io_uring.", bn_stats.sleeps);
+	counter(t, "sleep_timeouts_total",
+		"Sleeps that ended by their timeout (housekeeping, the watchdog), not by an event.",
+		bn_stats.sleep_timeouts);
 	counter(t, "uring_submits_total", "io_uring_enter calls made only to submit.",
 		bn_stats.uring_submits);
 	render_refusals(t);

@@ -53,6 +53,7 @@ struct bn_stats {
 	uint64_t futex_wakes;        /* FUTEX_WAKE syscalls made */
 	uint64_t doorbells;          /* eventfd reads completed (the daemon was rung) */
 	uint64_t sleeps;             /* io_uring waits that could block */
+	uint64_t sleep_timeouts;     /* of those, waits that ended by their timeout, no event */
 	uint64_t uring_submits;      /* io_uring_enter calls that only submitted */
 	uint64_t prefix_lookup_tokens; /* prompt positions the prefix cache could have held */
 	uint64_t prefix_hit_tokens;    /* of those, positions taken from it (not computed) */
