@@ -12,6 +12,7 @@
 #   make fuzz, make fuzz-requests   libFuzzer (clang) on the GGUF reader / the request path,
 #                             FUZZ_SECONDS each (default 60)
 #   make bench-ipc            transport benchmark (starts and stops its own daemon)
+#   make bench-wake           the kernel's wake-up cost by way of sleeping (io_uring, futex, ...)
 #   make bench-python         the Python package's round trip and batches, beside the C client
 #   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
@@ -155,7 +156,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) -lm $(CUDA_LIBS)
 .SECONDARY:
 
 .PHONY: all check check-c check-rooms check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -417,6 +418,16 @@ check-man:
 
 bench-ipc: $(BITNETD) $(CLI)
 	$(CLI) bench --start-daemon $(BITNETD)
+
+# What the kernel charges to wake a sleeping process, way by way (bench/bench_wake.c): the floor
+# under bench-ipc's rtt_idle.
+BENCH_WAKE := $(BUILD)/bench/bench_wake
+$(BENCH_WAKE): $(BUILD)/bench/bench_wake.o
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(URING_LIBS)
+
+bench-wake: $(BENCH_WAKE)
+	$(BENCH_WAKE)
 
 # The Python package (bench/bench_python.py): round trips and requests/s on a loopback daemon
 # as bench-ipc's, beside the C client's from the same run; generate_batch of 64 prompts against

@@ -4,8 +4,12 @@
  *   rtt_hot_*      round trips back to back (the daemon is polling its rings)
  *   rtt_idle_*     round trips after the daemon has gone to sleep in io_uring
  *   uds_rtt_*      the same payload echoed over a Unix stream socket between two processes
+ *   idle_over_uds_p50  rtt_idle_p50 / uds_rtt_p50: a sleeping daemon against a socket round trip
  *   rps_Nt         requests/s with N client threads, each keeping 64 requests in flight
  *   *_wakeups_per_req  wake-up system calls per request at 4 threads, each side
+ *   daemon_idle_cpu_share, daemon_idle_wakeups_per_s  with --start-daemon: the daemon's CPU
+ *                  time over --idle-cpu-s seconds of silence (one session open) over that time,
+ *                  and how often its loop woke up meanwhile
  * Every figure comes from this one run, so ratios between them are meaningful.
  */
 #define _GNU_SOURCE
@@ -36,6 +40,8 @@ struct bench_opts {
 	uint32_t idle_gap_us;
 	uint32_t rps_ms;
 	uint32_t spin_ns;
+	uint32_t idle_cpu_s;      /* seconds of silence to measure the daemon's idle CPU over */
+	pid_t daemon_pid;         /* our own daemon's, else 0 */
 };
 
 static const char bench_usage[] =
@@ -53,7 +59,9 @@ static const char bench_usage[] =
 	"  --idle-samples N      round trips after the daemon slept (default 300)\n"
 	"  --idle-gap-us N       pause before each idle round trip (default 2000)\n"
 	"  --rps-ms N            duration of each throughput run (default 1000)\n"
-	"  --spin-ns N           client spin before sleeping on the futex (default 100000)\n";
+	"  --spin-ns N           client spin before sleeping on the futex (default 100000)\n"
+	"  --idle-cpu-s N        with --start-daemon: seconds of silence over which to measure\n"
+	"                        the daemon's idle CPU (default 10; 0 skips it)\n";
 
 static int64_t now_ns(void)
 {
@@ -321,6 +329,7 @@ static int parse_bench_opts(int argc, char **argv, struct bench_opts *o)
 		{ "idle-gap-us", required_argument, NULL, 'g' },
 		{ "rps-ms", required_argument, NULL, 'r' },
 		{ "spin-ns", required_argument, NULL, 's' },
+		{ "idle-cpu-s", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, '?' + 256 },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -329,14 +338,55 @@ static int parse_bench_opts(int argc, char **argv, struct bench_opts *o)
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		uint32_t *dst = opt == 'h' ? &o->hot_samples : opt == 'i' ? &o->idle_samples :
 				opt == 'g' ? &o->idle_gap_us : opt == 'r' ? &o->rps_ms :
-				opt == 's' ? &o->spin_ns : NULL;
+				opt == 's' ? &o->spin_ns : opt == 'c' ? &o->idle_cpu_s : NULL;
 		if (opt == 'd')
 			o->daemon_path = optarg;
 		else if (opt == '?' + 256)
 			return fputs(bench_usage, stdout), 1;
-		else if (!dst || cli_parse_u32(optarg, dst) < 0 || (*dst == 0 && opt != 's'))
+		else if (!dst || cli_parse_u32(optarg, dst) < 0 || (*dst == 0 && opt != 's' && opt != 'c'))
 			return fputs(bench_usage, stderr), -1;
 	}
+	return 0;
+}
+
+/* User plus system CPU time of a process, in seconds (/proc/PID/stat fields 14 and 15); < 0
+ * when it cannot be read. */
+static double process_cpu_s(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* The command name (field 2) is in parentheses and may hold spaces: count from its end. */
+	const char *p = strrchr(buf, ')');
+	unsigned long long utime, stime;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+			 &stime) != 2)
+		return -1;
+	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The daemon left alone with one open session: its CPU share and loop wake-ups. */
+static int measure_idle_cpu(struct bn_client *c, const struct bench_opts *o)
+{
+	struct daemon_counts d0, d1;
+	double cpu0 = process_cpu_s(o->daemon_pid);
+	int64_t t0 = now_ns();
+	int rc = daemon_counts(c, &d0);
+	if (rc < 0 || cpu0 < 0)
+		return rc < 0 ? rc : -EIO;
+	sleep(o->idle_cpu_s);
+	double cpu1 = process_cpu_s(o->daemon_pid);
+	double wall = (double)(now_ns() - t0) * 1e-9;
+	rc = daemon_counts(c, &d1);
+	if (rc < 0 || cpu1 < 0)
+		return rc < 0 ? rc : -EIO;
+	printf("daemon_idle_cpu_share=%.4f\n", (cpu1 - cpu0) / wall);
+	printf("daemon_idle_wakeups_per_s=%.2f\n", (double)(d1.sleeps - d0.sleeps) / wall);
 	return 0;
 }
 
@@ -353,10 +403,13 @@ static int run_all(struct bn_client *c, const struct bench_opts *o)
 	if (uds > 0 && hot > 0 && idle > 0) {
 		printf("uds_over_hot_p50=%.1f\n", (double)uds / (double)hot);
 		printf("uds_over_idle_p50=%.2f\n", (double)uds / (double)idle);
+		printf("idle_over_uds_p50=%.2f\n", (double)idle / (double)uds);
 	}
 	static const uint32_t threads[] = { 1, 4, 16 };
 	for (size_t i = 0; rc == 0 && i < 3; i++)
 		rc = measure_rps(c, threads[i], o->rps_ms, threads[i] == 4);
+	if (rc == 0 && o->daemon_pid > 0 && o->idle_cpu_s)
+		rc = measure_idle_cpu(c, o);
 	return rc;
 }
 
@@ -364,7 +417,7 @@ int cli_bench(const char *socket_path, int argc, char **argv)
 {
 	struct bench_opts o = { .socket_path = socket_path, .hot_samples = 20000,
 				.idle_samples = 300, .idle_gap_us = 2000, .rps_ms = 1000,
-				.spin_ns = 100000 };
+				.spin_ns = 100000, .idle_cpu_s = 10 };
 	int prc = parse_bench_opts(argc, argv, &o);
 	if (prc)
 		return prc > 0 ? 0 : 2;
@@ -374,6 +427,7 @@ int cli_bench(const char *socket_path, int argc, char **argv)
 		snprintf(own_socket, sizeof(own_socket), "/tmp/bitnet-bench-%d.sock", (int)getpid());
 		o.socket_path = own_socket;
 		daemon = start_daemon(o.daemon_path, own_socket);
+		o.daemon_pid = daemon;
 	}
 	struct bn_client *c;
 	int rc = o.daemon_path ? connect_retrying(o.socket_path, &c) : bn_connect(o.socket_path, 1024, &c);
