@@ -17,6 +17,7 @@
 #   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
+#   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
@@ -53,6 +54,8 @@ URING_LIBS   := $(shell $(PKG_CONFIG) --libs liburing 2>/dev/null || echo -lurin
 # PCRE2 (Debian: libpcre2-dev) for the byte-level BPE split patterns' Unicode classes.
 PCRE_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libpcre2-8 2>/dev/null)
 PCRE_LIBS    := $(shell $(PKG_CONFIG) --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+# xxHash (Debian: libxxhash-dev): the weights cache's checksums (XXH3, ~9 GB/s a core).
+XXHASH_LIBS  := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null || echo -lxxhash)
 # Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from and the CLI's chat.
 JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
@@ -150,13 +153,13 @@ LIB_PC   := $(BUILD)/bitnet-client.pc
 TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
 # The built-in default model: the tiny preset, made by the model tool at build time.
 DEFAULT_MODEL := $(BUILD)/models/tiny.gguf
-CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) -lm $(CUDA_LIBS)
+CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
 .PHONY: all check check-c check-rooms check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -293,6 +296,16 @@ $(BENCH_SCORE): $(BUILD)/bench/bench_score.o $(LIB_A)
 bench-score: $(BENCH_SCORE) $(BITNETD) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) $(BENCH_SCORE) --model $(BENCH_MODEL_FILE)
 
+# The start-up benchmark (bench/bench_start.c): time to ready with and without the packed-weight
+# cache, the first start that writes it, memory, socket activation; the bench-model file.
+BENCH_START := $(BUILD)/bench/bench_start
+$(BENCH_START): $(BUILD)/bench/bench_start.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
+
+bench-start: $(BENCH_START) $(BITNETD) $(CLI) $(BENCH_MODEL_FILE)
+	BITNETD=$(BITNETD) BITNET_CLI=$(CLI) $(BENCH_START) --model $(BENCH_MODEL_FILE)
+
 # The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
 # daemon itself, once per scenario, on the same model file as bench-model.
 BENCH_SERVE := $(BUILD)/bench/bench_serve
@@ -355,8 +368,10 @@ check-san:
 	@echo "== sanitizer pass (address,undefined)"
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined check-c check-faults
 
+# The tests' daemons keep their weights caches out of the user's home (tests/testutil.h).
+TEST_CACHE_ENV := XDG_CACHE_HOME=/tmp/bitnet-test-cache CACHE_DIRECTORY=
 TEST_ENV := BITNETD=$(BITNETD) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
-	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI)
+	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI) $(TEST_CACHE_ENV)
 
 # A test program that exits 77 skipped (the GPU tests without a GPU): it says why itself.
 check-c: all
@@ -382,10 +397,10 @@ PYTEST_PYTHON := $(firstword $(foreach p,python3 /usr/bin/python3,$(if $(shell $
 
 check-python: all
 	@echo "== conformance (python3: tests/conformance.py through the bitnetd package, from shm/PROTOCOL.md)"
-	@BITNETD=$(BITNETD) python3 tests/conformance.py
+	@$(TEST_CACHE_ENV) BITNETD=$(BITNETD) python3 tests/conformance.py
 	@echo "== python package (pytest python/tests)"
 	@if [ -z "$(PYTEST_PYTHON)" ]; then echo "no python3 with pytest (tools/install-deps.sh installs python3-pytest)"; exit 1; fi
-	@BITNETD=$(BITNETD) BITNET_CLI=$(CLI) BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) $(PYTEST_PYTHON) -m pytest -q -p no:cacheprovider python/tests
+	@$(TEST_CACHE_ENV) BITNETD=$(BITNETD) BITNET_CLI=$(CLI) BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) $(PYTEST_PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 # The daemon's rooms (tests/rooms.py): includes and calls run one way between daemon/'s rooms,
 # no two product files include or call each other in a circle, no product .c file is two jobs.

@@ -42,6 +42,12 @@ static const char usage_text[] =
 	"                         weights at 1.6 bits each, read by one-row decode steps\n"
 	"                         (the same logits, ~1.1x faster there; needs AVX-512 VBMI;\n"
 	"                         adds 0.8x the 2-bit planes' memory)\n"
+	"  --cache-dir DIR        cpu: where the packed-weight cache lives (default\n"
+	"                         $CACHE_DIRECTORY, else $XDG_CACHE_HOME/bitnetd, else\n"
+	"                         ~/.cache/bitnetd); none: no cache. The first start writes\n"
+	"                         the repacked weights there; later ones map them (a restart\n"
+	"                         in a fraction of a second, one copy shared by every daemon\n"
+	"                         on the model)\n"
 	"  --max-batch N          sequences in one forward step (default 64)\n"
 	"  --token-budget N       work one step may do, in tokens at context start (default\n"
 	"                         32; a token deep in its context counts for more, by its\n"
@@ -111,7 +117,7 @@ enum long_only {
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
-	OPT_PREFIX_CACHE, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_HELP, OPT_VERSION,
+	OPT_PREFIX_CACHE, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CACHE_DIR, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -139,6 +145,7 @@ static const struct option long_options[] = {
 	{ "prefix-cache", required_argument, NULL, OPT_PREFIX_CACHE },
 	{ "lm-head", required_argument, NULL, OPT_LM_HEAD },
 	{ "decode-layout", required_argument, NULL, OPT_DECODE_LAYOUT },
+	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "max-running-per-session", required_argument, NULL, OPT_PER_SESSION },
 	{ "max-running-per-user", required_argument, NULL, OPT_PER_USER },
 	{ "max-weight", required_argument, NULL, OPT_MAX_WEIGHT },
@@ -304,6 +311,13 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_SOCKET_MODE: return parse_u32("socket-mode", arg, 0, 0777, 8, &cfg->socket_mode);
 	case OPT_BACKEND: cfg->backend = arg; return 0;
 	case OPT_MODEL: cfg->model_path = arg; return 0;
+	case OPT_CACHE_DIR:
+		if (!*arg) {
+			fprintf(stderr, "bitnetd: --cache-dir: give a directory, or none\n");
+			return -1;
+		}
+		cfg->cache_dir = arg;
+		return 0;
 	case OPT_DEVICE: return parse_device(arg, cfg);
 	case OPT_THREADS: return parse_u32("threads", arg, 0, 1024, 10, &cfg->threads);
 	case OPT_MAX_BATCH: return parse_u32("max-batch", arg, 1, 65536, 10, &cfg->max_batch);

@@ -26,6 +26,7 @@ struct bn_config {
 	int device_index;        /* the N of cuda:N */
 	int device_set;          /* --device was given */
 	const char *model_path;
+	const char *cache_dir;   /* --cache-dir: a directory, "none", or NULL (the default) */
 	const char *pre_tokenizer; /* --pre-tokenizer: a name the tokenizer knows, or NULL */
 	const char *chat_template; /* --chat-template: a name the tokenizer knows, or NULL */
 	uint32_t max_batch;

@@ -22,6 +22,7 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 	}
 	struct bn_backend_options opt = {
 		.model_path = cfg->model_path,
+		.cache_dir = cfg->cache_dir,
 		/* The second half is for forked sequences: a classify request's labels (sched.h). */
 		.max_seqs = 2 * cfg->max_batch,
 		.vocab_size = cfg->vocab_size,

@@ -4,7 +4,7 @@
  *
  *   bn-faults [--only CAMPAIGN] [--rounds-scale PERCENT]
  *
- * Five campaigns, each against a daemon of its own (the cpu backend on the built-in tiny
+ * Six campaigns, each against a daemon of its own (the cpu backend on the built-in tiny
  * model, so every token comes from a real forward pass and a real sampler):
  *
  *   client-kill    clients SIGKILLed mid-stream, 100 times: the daemon's descriptors, resident
@@ -20,7 +20,11 @@
  *                  to alone, and the pool is empty afterwards;
  *   flood          one uid connects and drops 500 times and holds 200 silent connections while
  *                  a client of another uid is served, each time within 50 ms (needs root to be
- *                  a second uid; skipped with a message otherwise).
+ *                  a second uid; skipped with a message otherwise);
+ *   cache-kill     the daemon SIGKILLed while it writes its packed-weight cache (the moment its
+ *                  temporary file appears), 10 times: the next start comes up, rebuilds the
+ *                  cache (the torn file never became it), serves exactly, leaves no temporary
+ *                  file behind, and the start after it maps the cache.
  *
  * Each campaign prints a `campaign=... key=value ...` line; the table at the end is what
  * docs/PERFORMANCE.md ("Reliability") records. The exit status is 0 only when every count that
@@ -42,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -246,6 +251,7 @@ struct result {
 	long crashes;        /* daemon exits that were not a clean 0 (or died on its own) */
 	long lost;           /* requests or calls without their terminal answer */
 	long leaked_fds, leaked_kib, leaked_blocks;
+	long leaked_files;   /* temporary files a killed writer left that nothing removed */
 	long wrong;          /* tokens not equal to alone */
 	long long worst_ms;  /* the campaign's latency figure, where it has one; -1 otherwise */
 	const char *skipped; /* why it did not run, or NULL */
@@ -253,7 +259,8 @@ struct result {
 
 static int bad(const struct result *r)
 {
-	return r->crashes || r->lost || r->leaked_fds || r->leaked_blocks || r->wrong ||
+	return r->crashes || r->lost || r->leaked_fds || r->leaked_blocks || r->leaked_files ||
+	       r->wrong ||
 	       (!SANITIZED && r->leaked_kib > RSS_NOISE_KIB);
 }
 
@@ -264,9 +271,9 @@ static void print_result(const struct result *r)
 		return;
 	}
 	printf("campaign=%s attempts=%ld daemon_crashes=%ld lost=%ld leaked_fds=%ld leaked_kib=%ld "
-	       "leaked_blocks=%ld wrong_outputs=%ld worst_ms=%lld result=%s\n",
+	       "leaked_blocks=%ld leaked_files=%ld wrong_outputs=%ld worst_ms=%lld result=%s\n",
 	       r->name, r->attempts, r->crashes, r->lost, r->leaked_fds, r->leaked_kib,
-	       r->leaked_blocks, r->wrong, r->worst_ms, bad(r) ? "FAIL" : "ok");
+	       r->leaked_blocks, r->leaked_files, r->wrong, r->worst_ms, bad(r) ? "FAIL" : "ok");
 	fflush(stdout);
 }
 
@@ -834,22 +841,161 @@ static void campaign_flood(struct result *r, const struct job *jobs)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* cache-kill                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Files of dir whose names hold `part`. */
+static int count_files(const char *dir, const char *part)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+		n += strstr(e->d_name, part) != NULL;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Starts a daemon with --cache-dir dir and SIGKILLs it as soon as its temporary cache file
+ * appears (inotify), or lets it be when it never writes one within 10 s. 1 when it was killed
+ * mid-write, 0 otherwise, -1 when it could not be run. */
+static int kill_during_write(const char *dir)
+{
+	int in = inotify_init1(IN_CLOEXEC);
+	if (in < 0 || inotify_add_watch(in, dir, IN_CREATE) < 0)
+		return -1;
+	const char *bin = getenv("BITNETD") ? getenv("BITNETD") : "build/bitnetd";
+	char sock[96];
+	snprintf(sock, sizeof(sock), "/tmp/bn-cache-kill-%d.sock", (int)getpid());
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(bin, bin, "--backend", "cpu", "--model", model_path(), "--threads", "1",
+		      "--socket", sock, "--cache-dir", dir, "--log-level", "error", (char *)NULL);
+		_exit(127);
+	}
+	int killed = 0;
+	struct pollfd p = { .fd = in, .events = POLLIN };
+	while (!killed && poll(&p, 1, 10000) == 1) {
+		char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+		ssize_t n = read(in, buf, sizeof(buf));
+		for (ssize_t at = 0; n > 0 && at < n;) {
+			const struct inotify_event *e = (const void *)(buf + at);
+			if (e->len && strstr(e->name, ".tmp.")) {
+				kill(pid, SIGKILL);
+				killed = 1;
+				break;
+			}
+			at += (ssize_t)sizeof(*e) + e->len;
+		}
+	}
+	close(in);
+	if (!killed)
+		kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	unlink(sock);
+	return killed;
+}
+
+/* The weights cache's state of a running daemon (STATS), or "?". */
+static const char *cache_state(const struct tu_daemon *d)
+{
+	static const char *const states[] = { "hit", "built", "failed", "off" };
+	struct bn_client *c;
+	const char *state = "?";
+	if (bn_connect(d->socket_path, 1, &c) < 0)
+		return state;
+	for (size_t i = 0; i < 4; i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "bitnetd_weights_cache{state=\"%s\"}", states[i]);
+		if (metric(c, name) == 1)
+			state = states[i];
+	}
+	bn_disconnect(c);
+	return state;
+}
+
+/* A start with --cache-dir dir: it must come up in `want` state and serve as alone did. */
+static void start_checked(struct result *r, const char *dir, const char *want,
+			  const struct job *jobs, const struct outcome *alone)
+{
+	const char *args[] = { "--cache-dir", dir, NULL };
+	struct tu_daemon d;
+	if (start_daemon(&d, args) != 0) {
+		r->crashes++;
+		return;
+	}
+	if (strcmp(cache_state(&d), want) != 0)
+		r->wrong++;
+	struct outcome *o = calloc(4, sizeof(*o));
+	if (run_alone(&d, jobs, 4, o) != 0)
+		r->lost++;
+	for (int i = 0; i < 4; i++)
+		r->wrong += !same_tokens(&alone[i], &o[i].res, o[i].out, 0);
+	free(o);
+	stop_daemon(&d, r);
+}
+
+static void campaign_cache_kill(struct result *r, const struct job *jobs, int rounds)
+{
+	char dir[] = "/tmp/bn-cache-kill-XXXXXX";
+	if (!mkdtemp(dir)) {
+		r->skipped = "no temporary directory";
+		return;
+	}
+	static const char *const none[] = { "--cache-dir", "none", NULL };
+	struct tu_daemon d;
+	struct outcome *alone = calloc(4, sizeof(*alone));
+	if (start_daemon(&d, none) != 0 || run_alone(&d, jobs, 4, alone) != 0) {
+		r->crashes++;
+		free(alone);
+		return;
+	}
+	stop_daemon(&d, r);
+	int mid_write = 0;
+	for (int round = 0; round < rounds; round++) {
+		char cmd[128];
+		snprintf(cmd, sizeof(cmd), "rm -f %s/*", dir); /* every round writes the cache anew */
+		if (system(cmd) != 0)
+			break;
+		r->attempts++;
+		if (kill_during_write(dir) != 1) {
+			r->crashes++; /* it never wrote a cache: nothing was tested */
+			continue;
+		}
+		/* Killed before its rename, the cache is not there (the torn file must not count);
+		 * killed just after it (a tiny model writes in a millisecond), it is whole. */
+		int torn = count_files(dir, ".wcache") == count_files(dir, ".tmp.");
+		mid_write += torn;
+		start_checked(r, dir, torn ? "built" : "hit", jobs, alone);
+		r->leaked_files += count_files(dir, ".tmp.");
+		start_checked(r, dir, "hit", jobs, alone);
+	}
+	if (rounds > 0 && mid_write == 0)
+		r->crashes++; /* no kill landed before the rename: the campaign tested nothing */
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	free(alone);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Main                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
 static void print_table(const struct result *r, int n)
 {
 	printf("\n| campaign | attempts | daemon crashes | lost requests | leaked fds | leaked KiB "
-	       "| leaked KV blocks | wrong outputs | worst ms |\n"
-	       "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+	       "| leaked KV blocks | leaked files | wrong outputs | worst ms |\n"
+	       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (int i = 0; i < n; i++) {
 		if (r[i].skipped) {
-			printf("| %s | skipped: %s | | | | | | | |\n", r[i].name, r[i].skipped);
+			printf("| %s | skipped: %s | | | | | | | | |\n", r[i].name, r[i].skipped);
 			continue;
 		}
-		printf("| %s | %ld | %ld | %ld | %ld | %ld | %ld | %ld | %lld |\n", r[i].name,
+		printf("| %s | %ld | %ld | %ld | %ld | %ld | %ld | %ld | %ld | %lld |\n", r[i].name,
 		       r[i].attempts, r[i].crashes, r[i].lost, r[i].leaked_fds, r[i].leaked_kib,
-		       r[i].leaked_blocks, r[i].wrong, r[i].worst_ms);
+		       r[i].leaked_blocks, r[i].leaked_files, r[i].wrong, r[i].worst_ms);
 	}
 }
 
@@ -875,7 +1021,7 @@ int main(int argc, char **argv)
 	struct result r[] = {
 		{ .name = "client-kill", .worst_ms = -1 },  { .name = "sigterm-drain", .worst_ms = -1 },
 		{ .name = "daemon-kill", .worst_ms = -1 },  { .name = "kv-budget", .worst_ms = -1 },
-		{ .name = "flood", .worst_ms = -1 },
+		{ .name = "flood", .worst_ms = -1 },      { .name = "cache-kill", .worst_ms = -1 },
 	};
 	int n = (int)(sizeof(r) / sizeof(r[0])), failed = 0;
 	int64_t t0 = tu_now_ns();
@@ -890,6 +1036,7 @@ int main(int argc, char **argv)
 		case 2: campaign_daemon_kill(&r[i], jobs, 5 * scale / 100); break;
 		case 3: campaign_kv_budget(&r[i], jobs); break;
 		case 4: campaign_flood(&r[i], jobs); break;
+		case 5: campaign_cache_kill(&r[i], jobs, 10 * scale / 100); break;
 		}
 		print_result(&r[i]);
 		failed |= !r[i].skipped && bad(&r[i]);

@@ -397,6 +397,43 @@ START_TEST(ternary_row_refuses_code_3)
 }
 END_TEST
 
+/* The direct I2_S -> T2 repack gives the general path's bytes (bn_ternary_row, then
+ * bn_t2_pack) for every row, refuses what it refuses, and leaves other rows to it. */
+START_TEST(i2_s_rows_to_t2_as_the_general_path)
+{
+	static const uint64_t lens[] = { 256, 512, 2560 };
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		enum { ROWS = 5 };
+		uint64_t n = lens[li], bytes = bn_i2_s_bytes(ROWS * n), rb = bn_t2_row_bytes(n);
+		int8_t *w = malloc(ROWS * n);
+		uint8_t *t = malloc(bytes), *codes = malloc(n), *want = malloc(rb), *got = malloc(rb);
+		tu_rng_seed(700 + (uint32_t)li);
+		random_ternary(w, (int)(ROWS * n));
+		ck_assert_uint_eq(bn_encode_i2_s(w, ROWS * n, 0.25f, t), bytes);
+		for (uint64_t r = 0; r < ROWS; r++) {
+			float s_want, s_got;
+			ck_assert_int_eq(bn_ternary_row(BN_TYPE_I2_S, t, bytes, r, n, codes, &s_want), 0);
+			bn_t2_pack(codes, n, want);
+			ck_assert_int_eq(bn_ternary_row_t2(BN_TYPE_I2_S, t, bytes, r, n, got, &s_got), 0);
+			ck_assert_msg(memcmp(got, want, rb) == 0, "row %d of %d", (int)r, (int)n);
+			ck_assert(s_got == s_want);
+		}
+		ck_assert_int_eq(bn_ternary_row_t2(BN_TYPE_I2_S, t, bytes, ROWS, n, got, &(float){ 0 }), -1);
+		t[n / 4 + 3] |= 0xc0; /* a code 3 in row 1 */
+		ck_assert_int_eq(bn_ternary_row(BN_TYPE_I2_S, t, bytes, 1, n, codes, &(float){ 0 }), -1);
+		ck_assert_int_eq(bn_ternary_row_t2(BN_TYPE_I2_S, t, bytes, 1, n, got, &(float){ 0 }), -1);
+		free(w);
+		free(t);
+		free(codes);
+		free(want);
+		free(got);
+	}
+	uint8_t t[96 + 32] = { 0 }, out[64];
+	ck_assert_int_eq(bn_ternary_row_t2(BN_TYPE_I2_S, t, sizeof(t), 0, 384, out, &(float){ 0 }), 1);
+	ck_assert_int_eq(bn_ternary_row_t2(BN_TYPE_TQ2_0, t, sizeof(t), 0, 256, out, &(float){ 0 }), 1);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Refusals                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
@@ -597,6 +634,7 @@ int main(void)
 	tcase_add_test(tern, tq_from_floats);
 	tcase_add_test(tern, ternary_row_scales);
 	tcase_add_test(tern, ternary_row_refuses_code_3);
+	tcase_add_test(tern, i2_s_rows_to_t2_as_the_general_path);
 	tcase_add_test(tern, rows_out_of_range);
 	tcase_add_test(tern, encoders_refuse);
 	suite_add_tcase(s, tern);

@@ -131,6 +131,10 @@ int tu_daemon_restart(struct tu_daemon *d, const char *const *extra_args)
 	if (d->pid < 0)
 		return -1;
 	if (d->pid == 0) {
+		/* The tests' daemons keep their weights caches out of the user's home: in one
+		 * directory of their own, which every test shares (a hit after the first start). */
+		setenv("XDG_CACHE_HOME", TU_CACHE_HOME, 1);
+		unsetenv("CACHE_DIRECTORY");
 		execv(bin, (char *const *)argv);
 		fprintf(stderr, "cannot run %s: %s\n", bin, strerror(errno));
 		_exit(127);

@@ -14,6 +14,10 @@ struct tu_daemon {
 	char socket_path[108];
 };
 
+/* The XDG_CACHE_HOME the tests' daemons get: their weights caches (--cache-dir's default)
+ * go to TU_CACHE_HOME/bitnetd, not to the user's home. */
+#define TU_CACHE_HOME "/tmp/bitnet-test-cache"
+
 /* Starts $BITNETD (default build/bitnetd) on a fresh socket with the loopback backend and
  * the extra arguments (NULL-terminated list, may be NULL); waits until it accepts. 0 or -1. */
 int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args);

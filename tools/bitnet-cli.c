@@ -160,6 +160,37 @@ static void print_compute_info(struct bn_client *c)
 	       layout < sizeof(layouts) / sizeof(layouts[0]) ? layouts[layout] : "unknown");
 }
 
+/* How the daemon loaded its model (STATS: bitnetd_model_load_seconds and the weights cache's
+ * state and file); nothing from a daemon that predates them. */
+static void print_load_info(struct bn_client *c)
+{
+	static const char *const states[] = { "hit", "built", "failed", "off" };
+	static char text[1 << 16];
+	if (bn_daemon_stats(c, text, sizeof(text)) < 0)
+		return;
+	const char *load = strstr(text, "\nbitnetd_model_load_seconds ");
+	if (load)
+		printf("load_ms=%.0f\n", strtod(load + 29, NULL) * 1e3);
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+		char line[64];
+		snprintf(line, sizeof(line), "\nbitnetd_weights_cache{state=\"%s\"} 1", states[i]);
+		if (strstr(text, line))
+			printf("weights_cache=%s\n", states[i]);
+	}
+	const char *path = strstr(text, "\nbitnetd_weights_cache_path{path=\"");
+	if (!path)
+		return;
+	path += strlen("\nbitnetd_weights_cache_path{path=\"");
+	fputs("weights_cache_path=", stdout);
+	for (; *path && *path != '"'; path++) { /* the label's escapes undone */
+		char ch = *path;
+		if (ch == '\\' && path[1])
+			ch = *++path == 'n' ? '\n' : *path;
+		putchar(ch);
+	}
+	putchar('\n');
+}
+
 static int cmd_info(struct bn_client *c)
 {
 	struct bn_model_info mi;
@@ -172,6 +203,7 @@ static int cmd_info(struct bn_client *c)
 	       mi.max_prompt_tokens, mi.max_output_tokens, mi.slots);
 	print_compute_info(c);
 	print_vocab_info(c);
+	print_load_info(c);
 	return 0;
 }
 
@@ -473,7 +505,7 @@ int main(int argc, char **argv)
 	struct bn_client *c;
 	int rc = bn_connect(socket_path, 0, &c);
 	if (rc < 0)
-		return fail("connect", rc);
+		return cli_connect_failed(socket_path, rc);
 	if (strcmp(cmd, "info") == 0)
 		rc = cmd_info(c);
 	else if (strcmp(cmd, "generate") == 0)

@@ -19,6 +19,9 @@ char *cli_read_all(FILE *f, size_t *len);
 
 /* "bitnet-cli CMD: message" on stderr; returns 2, the exit status of bad usage. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Why a connect to the daemon failed, naming the socket it tried (the option, else
+ * $BITNETD_SOCKET, else the default) and how to choose another; returns 1. */
+int cli_connect_failed(const char *socket_path, int rc);
 /* "bitnet-cli CMD: what: the error's name" on stderr; returns 1. */
 int cli_failed(const char *cmd, const char *what, int rc);
 

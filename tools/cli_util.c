@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "bitnet_client.h"
 #include "cli.h"
+#include "bitnet_shm.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -101,4 +102,18 @@ int cli_parse_ids(const char *text, uint32_t **out)
 		return -1;
 	*out = ids;
 	return (int)n;
+}
+
+int cli_connect_failed(const char *socket_path, int rc)
+{
+	const char *path = socket_path && *socket_path ? socket_path : getenv(BN_SOCKET_ENV);
+	if (!path || !*path)
+		path = BN_DEFAULT_SOCKET_PATH;
+	const char *why = rc == -ENOENT	      ? "no such socket (is bitnetd running, and listening there?)"
+			  : rc == -ECONNREFUSED ? "nothing accepts there: the daemon that made the socket is gone"
+			  : rc == -EACCES	      ? "permission denied: whoever may use the daemon is in the socket's group (bitnetd's --socket-mode)"
+						      : bn_strerror(rc);
+	fprintf(stderr, "bitnet-cli: cannot connect to bitnetd at %s: %s; choose another socket with --socket PATH or $BITNETD_SOCKET\n",
+		path, why);
+	return 1;
 }

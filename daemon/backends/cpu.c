@@ -10,8 +10,11 @@
 #include "common/stats.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/wcache.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +34,18 @@ struct cpu_backend {
 	uint32_t logits_rows;
 	uint32_t max_seqs;
 	struct bn_sampler sampler;
-	struct bn_head_screen screen; /* --lm-head screened: built at open when the head allows */
+	struct bn_head_screen screen; /* the LM head's int8 copy, when one was made */
+	uint32_t built;       /* BN_WCACHE_HAS_*: what the weights hold besides the matrices */
+	struct bn_wcache cache; /* the mapped weights cache the weights lie in, or unmapped */
 };
+
+static void free_weights(struct cpu_backend *cb)
+{
+	bn_head_screen_free(&cb->screen);
+	bn_model_free(&cb->model);
+	bn_wcache_close(&cb->cache);
+	cb->built = 0;
+}
 
 static void cpu_close(void *self)
 {
@@ -40,69 +53,247 @@ static void cpu_close(void *self)
 	if (!cb)
 		return;
 	bn_forward_free(cb->fwd);
-	bn_head_screen_free(&cb->screen);
+	free_weights(cb);
 	bn_pool_free(cb->pool);
-	bn_model_free(&cb->model);
 	bn_sampler_free(&cb->sampler);
 	free(cb->logits);
 	free(cb);
 }
 
-/* The int8 copy of the LM head for --lm-head screened (a float head in panels) or int8 (a
- * float head, or a Q8_0 / Q6_K one decoded row by row). 0, or why not as the log puts it. */
+/* ---- building the weights -------------------------------------------------------------- */
+
+/* What --lm-head and --decode-layout ask for, as the weights cache keys it. */
+static uint32_t wanted(const struct bn_backend_options *opt)
+{
+	return (opt->lm_head_mode == BN_LM_HEAD_MODE_SCREENED ? BN_WCACHE_OPT_SCREEN : 0) |
+	       (opt->lm_head_mode == BN_LM_HEAD_MODE_INT8 ? BN_WCACHE_OPT_INT8_HEAD : 0) |
+	       (opt->base3_decode ? BN_WCACHE_OPT_BASE3 : 0);
+}
+
+/* Why a head gets no int8 copy, as the log puts it; NULL when it can have one. */
+static const char *int8_copy_refused(const struct bn_linear *head, int int8)
+{
+	if (head->kind == BN_LINEAR_FLOAT && head->f.panel_rows)
+		return NULL;
+	if (int8 && head->kind == BN_LINEAR_DECODE)
+		return NULL;
+	return int8 ? "full (int8 needs a float, Q8_0 or Q6_K head)"
+		    : "full (screened needs a float head)";
+}
+
+/* The int8 copy of the LM head for --lm-head screened or int8; with int8 the float head's
+ * panels go once it is made. NULL, or why not as the log puts it. */
 static const char *build_int8_copy(struct cpu_backend *cb, int int8)
 {
 	const struct bn_linear *head = &cb->model.output;
-	int rc;
-	if (head->kind == BN_LINEAR_FLOAT && head->f.panel_rows)
-		rc = bn_head_screen_build(&cb->screen, &head->f, cb->pool);
-	else if (int8 && head->kind == BN_LINEAR_DECODE)
-		rc = bn_head_int8_build_rows(&cb->screen, head->src->type, head->src->data,
-					     head->src->size, head->n_in, head->n_out, cb->pool);
-	else
-		return int8 ? "full (int8 needs a float, Q8_0 or Q6_K head)"
-			    : "full (screened needs a float head)";
-	return rc == -EINVAL ? "full (the head has a non-finite weight)"
-	       : rc          ? "full (no memory for the int8 copy)"
-			     : NULL;
+	const char *refused = int8_copy_refused(head, int8);
+	if (refused)
+		return refused;
+	int rc = head->kind == BN_LINEAR_FLOAT
+			 ? bn_head_screen_build(&cb->screen, &head->f, cb->pool)
+			 : bn_head_int8_build_rows(&cb->screen, head->src->type, head->src->data,
+						   head->src->size, head->n_in, head->n_out,
+						   cb->pool);
+	if (rc)
+		return rc == -EINVAL ? "full (the head has a non-finite weight)"
+				     : "full (no memory for the int8 copy)";
+	if (int8) {
+		bn_head_screen_drop_head(&cb->screen);
+		bn_model_release_head_panels(&cb->model);
+	}
+	cb->built |= int8 ? BN_WCACHE_HAS_INT8_HEAD : BN_WCACHE_HAS_SCREEN;
+	return NULL;
 }
 
-/* --lm-head: the int8 copy used as the screen or as the head (a head it cannot be made of
- * keeps the full head). Returns the choice (enum bn_lm_head_kind); *said is what the log
- * calls it. */
-static enum bn_lm_head_kind open_screen(struct cpu_backend *cb, enum bn_lm_head_mode mode,
-					const char **said)
+/* Repacks the opened model file on the pool, then makes what the options ask for: the int8
+ * copy of the head, the T3 copies. *head_said is why a wanted copy was not made (NULL: made,
+ * or not wanted). 0, or -1 with err set (the model freed). */
+static int build_weights(struct cpu_backend *cb, const struct bn_backend_options *opt,
+			 const struct bn_kernels *kern, const char **head_said, char *err)
 {
-	int int8 = mode == BN_LM_HEAD_MODE_INT8;
+	const struct bn_model_source src = { .float_layout = BN_FLOAT_PANELS, .pool = cb->pool };
+	if (bn_model_fill(&cb->model, &src, err) != 0)
+		return -1;
+	*head_said = NULL;
+	if (opt->lm_head_mode != BN_LM_HEAD_MODE_FULL)
+		*head_said = build_int8_copy(cb, opt->lm_head_mode == BN_LM_HEAD_MODE_INT8);
+	if (opt->base3_decode && bn_t3_kernel(kern) && bn_model_is_ternary(&cb->model) &&
+	    bn_model_add_t3(&cb->model, cb->pool) == 0)
+		cb->built |= BN_WCACHE_HAS_T3;
+	return 0;
+}
+
+/* The weights out of an open cache, in the order build_weights made them. 0, or -1 when the
+ * cache does not hold this model as the file has it (err says which tensor; nothing kept). */
+static int adopt_weights(struct cpu_backend *cb, char *err)
+{
+	uint32_t has = cb->cache.contents;
+	const struct bn_model_source src = { .float_layout = BN_FLOAT_PANELS, .pool = cb->pool,
+					     .cache = &cb->cache,
+					     .head_in_place = (has & BN_WCACHE_HAS_INT8_HEAD) != 0 };
+	if (bn_model_fill(&cb->model, &src, err) != 0)
+		return -1;
+	const struct bn_linear *head = &cb->model.output;
+	int rc = 0;
+	if (has & (BN_WCACHE_HAS_SCREEN | BN_WCACHE_HAS_INT8_HEAD))
+		rc = bn_head_screen_from_cache(&cb->screen,
+					       has & BN_WCACHE_HAS_SCREEN ? &head->f : NULL,
+					       head->n_in, head->n_out, &cb->cache);
+	if (rc == 0 && (has & BN_WCACHE_HAS_T3))
+		rc = bn_model_t3_from_cache(&cb->model, &cb->cache);
+	if (rc == 0 && !bn_wcache_taken_all(&cb->cache))
+		rc = -EINVAL;
+	if (rc) {
+		snprintf(err, BN_MODEL_ERR_LEN, "%s", "the int8 head or T3 copies differ");
+		bn_head_screen_free(&cb->screen);
+		bn_model_free(&cb->model);
+		return -1;
+	}
+	cb->built = has;
+	return 0;
+}
+
+/* Everything built_weights made, as cache blobs in the order adopt_weights takes them. */
+static struct bn_wcache_blob *weight_blobs(const struct cpu_backend *cb, uint32_t *n)
+{
+	uint32_t with_copy = cb->built & (BN_WCACHE_HAS_SCREEN | BN_WCACHE_HAS_INT8_HEAD);
+	*n = bn_model_cache_blobs(&cb->model, NULL) +
+	     (with_copy ? bn_head_screen_blobs(&cb->screen, NULL) : 0) +
+	     bn_model_t3_blobs(&cb->model, NULL);
+	struct bn_wcache_blob *b = calloc(*n ? *n : 1, sizeof(*b));
+	if (!b)
+		return NULL;
+	uint32_t at = bn_model_cache_blobs(&cb->model, b);
+	if (with_copy)
+		at += bn_head_screen_blobs(&cb->screen, b + at);
+	bn_model_t3_blobs(&cb->model, b + at);
+	return b;
+}
+
+/* Writes what build_weights made to the cache, then takes it back from the file: the weights
+ * are then file-backed and shared, as on every later start. 0 when they now lie in the cache;
+ * otherwise the built weights stay as they are (*why says what failed). */
+static int store_weights(struct cpu_backend *cb, const char *path, const struct bn_wcache_key *k,
+			 const struct bn_kernels *kern, char *why)
+{
+	uint32_t n;
+	struct bn_wcache_blob *blobs = weight_blobs(cb, &n);
+	int rc = blobs ? bn_wcache_write(path, k, cb->built, blobs, n, cb->pool, why) : -ENOMEM;
+	free(blobs);
+	if (!blobs)
+		snprintf(why, BN_WCACHE_WHY_LEN, "%s", "no memory to list the weights");
+	if (rc < 0)
+		return rc;
+	/* Reopened from the file: freed and mapped again rather than patched in place. */
+	char err[BN_MODEL_ERR_LEN], path_copy[sizeof(cb->model.file.path)];
+	snprintf(path_copy, sizeof(path_copy), "%s", cb->model.file.path);
+	free_weights(cb);
+	if (bn_model_open(&cb->model, path_copy, err) != 0 ||
+	    bn_wcache_open(&cb->cache, path, k, cb->pool, kern->hash64, why) != 0 ||
+	    adopt_weights(cb, err) != 0)
+		return -EIO; /* the caller builds again, without a cache */
+	return 0;
+}
+
+/* How the weights came: the cache's state for the log and STATS. */
+enum weights_from { FROM_CACHE, BUILT_AND_CACHED, BUILT_NO_CACHE, BUILT_CACHE_FAILED };
+static const char *const weights_from_name[] = { "hit", "built", "off", "failed" };
+
+/* The model and its copies, from the weights cache when it holds them (a hit), else built and
+ * written to it. 0, or -1 with err set. */
+static int load_weights(struct cpu_backend *cb, const struct bn_backend_options *opt,
+			const struct bn_kernels *kern, enum weights_from *from,
+			char cache_path[PATH_MAX], const char **head_said, char *err)
+{
+	char dir[PATH_MAX], why[BN_WCACHE_WHY_LEN];
+	struct bn_wcache_key key;
+	cache_path[0] = 0;
+	*from = BUILT_NO_CACHE;
+	*head_said = NULL;
+	if (bn_model_open(&cb->model, opt->model_path, err) != 0)
+		return -1;
+	int rc = bn_wcache_dir(opt->cache_dir, dir, sizeof(dir));
+	if (rc == 0 && dir[0] &&
+	    (rc = bn_wcache_key_of(&cb->model.file, kern->name, wanted(opt), &key)) == 0)
+		rc = bn_wcache_path(dir, opt->model_path, &key, cache_path, PATH_MAX);
+	if (rc < 0 || !dir[0]) {
+		if (rc < 0)
+			bn_log_warn("msg=\"no weights cache: no directory for it\" error=\"%s\" hint=\"--cache-dir DIR, $CACHE_DIRECTORY, $XDG_CACHE_HOME or $HOME\"",
+				    strerror(-rc));
+		cache_path[0] = 0;
+		return build_weights(cb, opt, kern, head_said, err);
+	}
+	rc = bn_wcache_open(&cb->cache, cache_path, &key, cb->pool, kern->hash64, why);
+	if (rc == 0 && adopt_weights(cb, err) == 0) {
+		*from = FROM_CACHE;
+		return 0;
+	}
+	if (rc == 0) { /* it opened, but does not hold this model: rebuilt */
+		bn_log_warn("msg=\"weights cache does not match the model; rebuilding it\" cache=\"%s\" error=\"%s\"",
+			    cache_path, err);
+		bn_wcache_close(&cb->cache);
+		if (bn_model_open(&cb->model, opt->model_path, err) != 0)
+			return -1;
+	} else if (rc != -ENOENT) {
+		bn_log_warn("msg=\"weights cache not used; rebuilding it\" cache=\"%s\" why=\"%s\"",
+			    cache_path, why);
+	}
+	char model_path[sizeof(cb->model.file.path)];
+	snprintf(model_path, sizeof(model_path), "%s", cb->model.file.path);
+	if (build_weights(cb, opt, kern, head_said, err) != 0)
+		return -1;
+	rc = store_weights(cb, cache_path, &key, kern, why);
+	if (rc == 0) {
+		*from = BUILT_AND_CACHED;
+		return 0;
+	}
+	bn_log_warn("msg=\"running without a weights cache\" cache=\"%s\" why=\"%s\"", cache_path,
+		    why);
+	*from = BUILT_CACHE_FAILED;
+	if (rc != -EIO) /* the built weights are still there */
+		return 0;
+	/* They were freed to be taken back from the file, which failed: build them again. */
+	if (bn_model_open(&cb->model, model_path, err) != 0)
+		return -1;
+	return build_weights(cb, opt, kern, head_said, err);
+}
+
+/* ---- opening ----------------------------------------------------------------------------- */
+
+/* --lm-head: the int8 copy (built or from the cache) attached as the screen or as the head.
+ * Returns the choice (enum bn_lm_head_kind); *said is what the log calls it. */
+static enum bn_lm_head_kind attach_head(struct cpu_backend *cb, enum bn_lm_head_mode mode,
+					const char *head_said, const char **said)
+{
 	*said = "full";
 	if (mode == BN_LM_HEAD_MODE_FULL)
 		return BN_HEAD_FILE;
-	const char *why_not = build_int8_copy(cb, int8);
-	if (why_not) {
-		*said = why_not;
-		return BN_HEAD_FILE;
-	}
-	if (int8) {
+	if (cb->built & BN_WCACHE_HAS_INT8_HEAD) {
 		/* every logit from the copy: the float head's panels are not read again */
 		bn_forward_use_int8_head(cb->fwd, &cb->screen.w);
-		bn_head_screen_drop_head(&cb->screen);
-		bn_model_release_head_panels(&cb->model);
 		*said = "int8";
 		return BN_HEAD_INT8;
 	}
+	if (!(cb->built & BN_WCACHE_HAS_SCREEN)) {
+		const char *refused = int8_copy_refused(&cb->model.output,
+							mode == BN_LM_HEAD_MODE_INT8);
+		*said = head_said ? head_said
+			: refused ? refused
+				  : "full (no int8 copy could be made when the weights cache was built)";
+		return BN_HEAD_FILE;
+	}
 	if (bn_forward_use_screen(cb->fwd, &cb->screen)) {
-		bn_head_screen_free(&cb->screen);
-		*said = "full (no memory for the int8 copy)";
+		*said = "full (no memory for the screen)";
 		return BN_HEAD_FILE;
 	}
 	*said = "screened";
 	return BN_HEAD_SCREENED;
 }
 
-/* --decode-layout base3: the T3 copies of the ternary weights, read by decode steps. Returns
- * the choice (enum bn_decode_layout_kind); *said is what the log calls it. */
-static enum bn_decode_layout_kind open_decode_layout(struct cpu_backend *cb, uint32_t base3,
-						     const char **said)
+/* --decode-layout base3: the T3 copies (built or from the cache), read by decode steps.
+ * Returns the choice (enum bn_decode_layout_kind); *said is what the log calls it. */
+static enum bn_decode_layout_kind attach_decode_layout(struct cpu_backend *cb, uint32_t base3,
+						       const char **said)
 {
 	*said = "2bit";
 	if (!bn_model_is_ternary(&cb->model)) {
@@ -115,7 +306,7 @@ static enum bn_decode_layout_kind open_decode_layout(struct cpu_backend *cb, uin
 		*said = "2bit (base3 needs AVX-512 VBMI)";
 		return BN_DECODE_LAYOUT_2BIT;
 	}
-	if (bn_model_add_t3(&cb->model, cb->pool) != 0) {
+	if (!(cb->built & BN_WCACHE_HAS_T3)) {
 		bn_forward_use_t3(cb->fwd, 0);
 		*said = "2bit (no memory for the base-3 copy)";
 		return BN_DECODE_LAYOUT_2BIT;
@@ -140,32 +331,40 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	if (!cb)
 		return -ENOMEM;
 	uint64_t t0 = bn_now_ns();
-	char err[BN_MODEL_ERR_LEN];
-	if (bn_model_load(&cb->model, opt->model_path, err) != 0) {
+	char err[BN_MODEL_ERR_LEN], cache_path[PATH_MAX];
+	enum weights_from from;
+	const char *head_said;
+	bn_sampler_init(&cb->sampler);
+	cb->max_seqs = opt->max_seqs;
+	cb->pool = bn_pool_new(opt->n_threads); /* first: the repack runs on it */
+	if (!cb->pool) {
+		cpu_close(cb);
+		return -ENOMEM;
+	}
+	if (load_weights(cb, opt, kern, &from, cache_path, &head_said, err) != 0) {
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
-		free(cb);
+		cpu_close(cb);
 		return -EINVAL;
 	}
-	cb->max_seqs = opt->max_seqs;
-	bn_sampler_init(&cb->sampler);
-	cb->pool = bn_pool_new(opt->n_threads);
-	cb->fwd = cb->pool ? bn_forward_new(&cb->model, opt->max_seqs, cb->pool, kern) : NULL;
+	cb->fwd = bn_forward_new(&cb->model, opt->max_seqs, cb->pool, kern);
 	if (!cb->fwd) {
 		cpu_close(cb);
 		return -ENOMEM;
 	}
 	const char *lm_head, *decode_layout;
-	enum bn_lm_head_kind head_kind = open_screen(cb, opt->lm_head_mode, &lm_head);
+	enum bn_lm_head_kind head_kind = attach_head(cb, opt->lm_head_mode, head_said, &lm_head);
 	enum bn_decode_layout_kind layout_kind =
-		open_decode_layout(cb, opt->base3_decode, &decode_layout);
+		attach_decode_layout(cb, opt->base3_decode, &decode_layout);
+	double load_ms = (double)(bn_now_ns() - t0) / 1e6;
 	const struct bn_model_config *c = &cb->model.cfg;
-	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f decode_layout=\"%s\" base3_mb=%.1f load_ms=%.0f",
+	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f decode_layout=\"%s\" base3_mb=%.1f load_ms=%.0f weights_cache=%s cache=\"%s\"",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
 		    c->n_ctx, kern->name, bn_pool_threads(cb->pool),
 		    (double)cb->model.repacked_bytes / 1e6, lm_head,
 		    (double)bn_head_screen_bytes(&cb->screen) / 1e6, /* 0 when not built */
-		    decode_layout, (double)cb->model.t3_bytes / 1e6,
-		    (double)(bn_now_ns() - t0) / 1e6);
+		    decode_layout, (double)cb->model.t3_bytes / 1e6, load_ms,
+		    weights_from_name[from], cache_path);
+	bn_stats_set_load(load_ms * 1e-3, weights_from_name[from], cache_path);
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	desc->can_score = 1;
 	desc->can_classify = 1;

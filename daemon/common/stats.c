@@ -323,6 +323,36 @@ static void render_counters(struct text *t)
 	render_refusals(t);
 }
 
+void bn_stats_set_load(double seconds, const char *cache_state, const char *cache_path)
+{
+	bn_stats.load_seconds = seconds;
+	snprintf(bn_stats.weights_cache, sizeof(bn_stats.weights_cache), "%s", cache_state);
+	snprintf(bn_stats.weights_cache_path, sizeof(bn_stats.weights_cache_path), "%s",
+		 cache_path);
+}
+
+/* The model's load: its time, the weights cache's state (a sample per state, 1 for the
+ * current one, 0 for the others) and its file (one sample, as an info metric). */
+static void render_load(struct text *t)
+{
+	static const char *const states[] = { "hit", "built", "failed", "off" };
+	static char path[2 * sizeof(bn_stats.weights_cache_path)];
+	const char *now = bn_stats.weights_cache[0] ? bn_stats.weights_cache : "off";
+	gauge_real(t, "model_load_seconds",
+		   "Seconds the backend took to load the model, the weights cache included.",
+		   bn_stats.load_seconds);
+	family(t, "weights_cache", "gauge",
+	       "The packed-weight cache at start-up, 1 for its state: hit (mapped), built "
+	       "(written, then mapped), failed (not written: the weights are the daemon's own), "
+	       "off (none).");
+	for (size_t i = 0; i < ARRAY_LEN(states); i++)
+		put(t, "bitnetd_weights_cache{state=\"%s\"} %d\n", states[i],
+		    strcmp(now, states[i]) == 0);
+	family(t, "weights_cache_path", "gauge", "The packed-weight cache's file (value 1).");
+	put(t, "bitnetd_weights_cache_path{path=\"%s\"} 1\n",
+	    label_escape(path, sizeof(path), bn_stats.weights_cache_path));
+}
+
 static void render_gauges(struct text *t, const struct bn_stats_view *v)
 {
 	double waste = bn_stats.batch_cells
@@ -362,6 +392,7 @@ static void render_gauges(struct text *t, const struct bn_stats_view *v)
 	counter(t, "lm_head_screen_full_rows_total",
 		"Rows the screen left to the full float head (a non-finite input).",
 		bn_stats.lm_head_full_rows);
+	render_load(t);
 }
 
 static void render_hist(struct text *t, enum bn_hist h)

@@ -60,6 +60,9 @@ struct bn_stats {
 	uint64_t lm_head_screened_rows; /* greedy rows whose token came through the screen */
 	uint64_t lm_head_screen_groups; /* float-head panel groups computed for them */
 	uint64_t lm_head_full_rows;     /* rows the screen left to the full head (non-finite) */
+	double load_seconds;            /* the backend's model load (bn_stats_set_load) */
+	char weights_cache[8];          /* hit, built, failed, off; "" before a model loads */
+	char weights_cache_path[4096];  /* the cache file, "" without one */
 };
 
 extern struct bn_stats bn_stats;
@@ -73,6 +76,8 @@ void bn_stats_count_tokens(uint32_t n, uint64_t now_ns);
 /* Tokens per second over the 10 s before now_ns (1-second buckets; the oldest, partly inside
  * the window, is weighted by the part that is). */
 double bn_stats_tokens_per_second(uint64_t now_ns);
+/* How the model was loaded: seconds, the weights cache's state and file (model/wcache.h). */
+void bn_stats_set_load(double seconds, const char *cache_state, const char *cache_path);
 /* Zeroes every counter, histogram and the token window (for tests; the daemon never does). */
 void bn_stats_reset(void);
 

@@ -6,6 +6,8 @@
  * whole groups, which the float kernel computes at the cost of one.
  */
 #include "head_screen.h"
+
+#include "wcache.h"
 #include "quant.h"
 
 #include <errno.h>
@@ -49,6 +51,7 @@ struct build_job {
 	const struct head_source *head;
 	struct bn_head_screen *s;
 	float *tmp;             /* [pool threads][n_in][GROUP] */
+	const float *halves;    /* [65536] every F16 value as a float, for an F16 head */
 	int non_finite;         /* set by any task that met a NaN or an infinity */
 };
 
@@ -68,8 +71,11 @@ static int group_floats_from_rows(const struct head_source *src, uint32_t g, flo
 	return 0;
 }
 
-/* Group g of the panel layout as floats, [n_in][GROUP], input-major as stored. */
-static void group_floats(const struct bn_f_matrix *h, uint32_t g, float *out)
+/* Group g of the panel layout as floats, [n_in][GROUP], input-major as stored; F16 values
+ * through a table of all 65536 (bn_half_to_float's values: the decoding was a fifth of the
+ * build). */
+static void group_floats(const struct bn_f_matrix *h, const float *halves, uint32_t g,
+			 float *out)
 {
 	size_t n = (size_t)h->n_in * GROUP;
 	if (h->type == BN_TYPE_F32) {
@@ -77,8 +83,21 @@ static void group_floats(const struct bn_f_matrix *h, uint32_t g, float *out)
 		return;
 	}
 	const uint16_t *v = (const uint16_t *)h->data + g * n;
-	for (size_t i = 0; i < n; i++)
-		out[i] = h->type == BN_TYPE_F16 ? bn_half_to_float(v[i]) : bn_bf16_to_float(v[i]);
+	if (h->type == BN_TYPE_F16)
+		for (size_t i = 0; i < n; i++)
+			out[i] = halves[v[i]];
+	else
+		for (size_t i = 0; i < n; i++)
+			out[i] = bn_bf16_to_float(v[i]);
+}
+
+/* nearbyintf's value (round to nearest, ties to even: the default mode) for |x| <= 2^22,
+ * without the library call, which kept the loop from being vectorized: 1.5 * 2^23 added and
+ * taken away leaves x rounded to an integer. */
+static inline float round_even(float x)
+{
+	const float magic = 12582912.0f;
+	return x >= 0 ? (x + magic) - magic : (x - magic) + magic;
 }
 
 /* The rows of one group (n_rows, the first o0): scales, int8 codes and the bounds
@@ -105,8 +124,10 @@ static int screen_group(struct bn_head_screen *s, const float *grp, uint32_t o0,
 	for (uint32_t k = 0; k < n_in; k++)
 		for (uint32_t i = 0; i < n_rows; i++) {
 			float v = grp[(size_t)k * GROUP + i];
-			float c = scale[i] > 0 ? nearbyintf(v / scale[i]) : 0.0f;
-			c = fminf(fmaxf(c, -127.0f), 127.0f);
+			/* |v / scale| <= 127 up to rounding: within round_even's range; the values
+			 * are finite (checked above), so comparisons clamp as fminf/fmaxf did */
+			float c = scale[i] > 0 ? round_even(v / scale[i]) : 0.0f;
+			c = c < -127.0f ? -127.0f : c > 127.0f ? 127.0f : c;
 			q[(size_t)i * s->w.row_bytes + k] = (int8_t)c;
 			/* exact in double: a float times a small integer, then a difference */
 			double e = fabs((double)v - (double)scale[i] * c);
@@ -133,7 +154,7 @@ static void build_task(void *ctx, uint32_t g)
 	float *grp = j->tmp + (size_t)bn_pool_thread_index() * h->n_in * (GROUP + 1);
 	int bad = 0;
 	if (h->panels)
-		group_floats(h->panels, g, grp);
+		group_floats(h->panels, j->halves, g, grp);
 	else
 		bad = group_floats_from_rows(h, g, grp + (size_t)h->n_in * GROUP, grp);
 	if (bad || screen_group(j->s, grp, g * GROUP, group_end(g, h->n_out) - g * GROUP))
@@ -142,11 +163,13 @@ static void build_task(void *ctx, uint32_t g)
 
 void bn_head_screen_free(struct bn_head_screen *s)
 {
-	free(s->q_mem);
-	free(s->scale);
-	free(s->err);
-	free(s->l1);
-	free(s->row_sum);
+	if (!s->borrowed) {
+		free(s->q_mem);
+		free(s->scale);
+		free(s->err);
+		free(s->l1);
+		free(s->row_sum);
+	}
 	memset(s, 0, sizeof(*s));
 }
 
@@ -162,8 +185,17 @@ static int build(struct bn_head_screen *s, const struct head_source *head, struc
 	s->row_sum = malloc(head->n_out * sizeof(int32_t));
 	struct build_job j = { .head = head, .s = s };
 	j.tmp = malloc((size_t)bn_pool_threads(pool) * head->n_in * (GROUP + 1) * sizeof(float));
-	if (!s->q_mem || !s->scale || !s->err || !s->l1 || !s->row_sum || !j.tmp) {
+	float *halves = NULL;
+	if (head->panels && head->panels->type == BN_TYPE_F16) {
+		halves = malloc(65536 * sizeof(float));
+		for (uint32_t h = 0; halves && h < 65536; h++)
+			halves[h] = bn_half_to_float((uint16_t)h);
+		j.halves = halves;
+	}
+	if (!s->q_mem || !s->scale || !s->err || !s->l1 || !s->row_sum || !j.tmp ||
+	    (head->panels && head->panels->type == BN_TYPE_F16 && !halves)) {
 		free(j.tmp);
+		free(halves);
 		bn_head_screen_free(s);
 		return -ENOMEM;
 	}
@@ -172,6 +204,7 @@ static int build(struct bn_head_screen *s, const struct head_source *head, struc
 	s->w.row_sum = s->row_sum;
 	bn_pool_run(pool, div_up(head->n_out, GROUP), build_task, &j);
 	free(j.tmp);
+	free(halves);
 	if (j.non_finite) {
 		bn_head_screen_free(s);
 		return -EINVAL;
@@ -207,6 +240,45 @@ void bn_head_screen_drop_head(struct bn_head_screen *s)
 uint64_t bn_head_screen_bytes(const struct bn_head_screen *s)
 {
 	return (uint64_t)s->w.n_out * (s->w.row_bytes + 3 * sizeof(float) + sizeof(int32_t));
+}
+
+uint32_t bn_head_screen_blobs(const struct bn_head_screen *s, struct bn_wcache_blob *out)
+{
+	uint64_t n = s->w.n_out;
+	if (out) {
+		out[0] = (struct bn_wcache_blob){ BN_WCACHE_I8_Q, s->w.q, n * s->w.row_bytes };
+		out[1] = (struct bn_wcache_blob){ BN_WCACHE_I8_SCALE, s->scale, n * sizeof(float) };
+		out[2] = (struct bn_wcache_blob){ BN_WCACHE_I8_ERR, s->err, n * sizeof(float) };
+		out[3] = (struct bn_wcache_blob){ BN_WCACHE_I8_L1, s->l1, n * sizeof(float) };
+		out[4] = (struct bn_wcache_blob){ BN_WCACHE_I8_ROW_SUM, s->row_sum,
+						  n * sizeof(int32_t) };
+	}
+	return 5;
+}
+
+int bn_head_screen_from_cache(struct bn_head_screen *s, const struct bn_f_matrix *head,
+			      uint32_t n_in, uint32_t n_out, struct bn_wcache *c)
+{
+	memset(s, 0, sizeof(*s));
+	uint32_t row_bytes = div_up(n_in, BN_I8_ROW_ALIGN) * BN_I8_ROW_ALIGN;
+	uint64_t n = n_out;
+	const int8_t *q = bn_wcache_take(c, BN_WCACHE_I8_Q, n * row_bytes);
+	/* The screen reads these and never writes them (the mapping is read-only). */
+	s->scale = q ? (float *)bn_wcache_take(c, BN_WCACHE_I8_SCALE, n * sizeof(float)) : NULL;
+	s->err = s->scale ? (float *)bn_wcache_take(c, BN_WCACHE_I8_ERR, n * sizeof(float)) : NULL;
+	s->l1 = s->err ? (float *)bn_wcache_take(c, BN_WCACHE_I8_L1, n * sizeof(float)) : NULL;
+	s->row_sum = s->l1 ? (int32_t *)bn_wcache_take(c, BN_WCACHE_I8_ROW_SUM,
+							  n * sizeof(int32_t))
+			   : NULL;
+	if (!s->row_sum) {
+		memset(s, 0, sizeof(*s));
+		return -EINVAL;
+	}
+	s->borrowed = 1;
+	s->head = head;
+	s->w = (struct bn_i8_matrix){ .q = q, .scale = s->scale, .row_sum = s->row_sum,
+				      .n_in = n_in, .n_out = n_out, .row_bytes = row_bytes };
+	return 0;
 }
 
 /* ---- running ----------------------------------------------------------------------------- */

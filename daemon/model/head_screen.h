@@ -43,6 +43,7 @@ struct bn_head_screen {
 	float *l1;               /* [n_out] >= sum_k |w_rk| */
 	int32_t *row_sum;        /* [n_out] sum_k q_rk (w.row_sum: the int8 head's kernel) */
 	int8_t *q_mem;           /* owns w.q */
+	int borrowed;            /* the arrays lie in a weights cache's mapping: not freed */
 };
 
 /* Builds the screen of a float head in the panel layout (kept borrowed: it must outlive the
@@ -62,6 +63,16 @@ void bn_head_screen_free(struct bn_head_screen *s);
 void bn_head_screen_drop_head(struct bn_head_screen *s);
 /* Memory the screen holds. */
 uint64_t bn_head_screen_bytes(const struct bn_head_screen *s);
+
+/* The copy's arrays as weights-cache blobs (wcache.h; out NULL: only the count, 5), and the
+ * copy taken back from a cache in the same order, borrowing its mapping: `head` is the float
+ * head it screens (NULL for an int8 head), n_in x n_out its shape. 0, or -EINVAL when the
+ * cache holds something else. */
+struct bn_wcache_blob;
+struct bn_wcache;
+uint32_t bn_head_screen_blobs(const struct bn_head_screen *s, struct bn_wcache_blob *out);
+int bn_head_screen_from_cache(struct bn_head_screen *s, const struct bn_f_matrix *head,
+			      uint32_t n_in, uint32_t n_out, struct bn_wcache *c);
 
 /* What the screen did, summed over rows (bn_forward_screen_stats). */
 struct bn_head_screen_stats {

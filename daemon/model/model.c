@@ -3,6 +3,7 @@
 #include "model.h"
 #include "pool.h"
 #include "quant.h"
+#include "wcache.h"
 
 #include <errno.h>
 #include <math.h>
@@ -24,7 +25,29 @@ struct loader {
 	char *err;
 	const char *path;
 	enum bn_float_layout float_layout;
+	struct bn_pool *pool;     /* repacks on its threads; NULL: on the caller's */
+	struct bn_wcache *cache;  /* the repacked layouts come from it; NULL: repack */
+	int head_in_place;        /* a float LM head keeps the file's rows (no panels) */
 };
+
+#define REPACK_TASK_ROWS 64   /* ternary rows one repack task decodes and packs */
+#define PANEL_TASK_GROUPS 16  /* panel groups one packing task fills */
+
+/* Tasks on the pool, or one after the other on this thread without one. */
+static void run_tasks(struct bn_pool *pool, uint32_t n, bn_pool_fn fn, void *ctx)
+{
+	if (pool) {
+		bn_pool_run(pool, n, fn, ctx);
+		return;
+	}
+	for (uint32_t t = 0; t < n; t++)
+		fn(ctx, t);
+}
+
+static uint32_t run_threads(const struct bn_pool *pool)
+{
+	return pool ? bn_pool_threads(pool) : 1;
+}
 
 static int fail(struct loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(struct loader *ld, const char *fmt, ...)
@@ -201,7 +224,7 @@ static void default_name(struct loader *ld, struct bn_model_config *c)
 		return;
 	}
 	const char *base = strrchr(ld->path, '/');
-	snprintf(c->name, sizeof(c->name), "%s", base ? base + 1 : ld->path);
+	snprintf(c->name, sizeof(c->name), "%.63s", base ? base + 1 : ld->path);
 }
 
 static int parse_config(struct loader *ld)
@@ -333,62 +356,149 @@ static void drop_pages(const struct bn_gguf_tensor *t)
 		   ((uintptr_t)t->data + t->size) & ~(page - 1));
 }
 
+/* Rows are decoded and packed by tasks; the lowest row that does not decode is reported, as
+ * a row-by-row loop would. */
+struct ternary_job {
+	const struct bn_gguf_tensor *t;
+	const struct bn_linear *l;
+	uint8_t *codes;           /* [n_out][row_bytes] */
+	float *scale;             /* [n_out] */
+	uint64_t row_bytes;
+	uint8_t *scratch;         /* [threads][n_in]: one row's codes */
+	uint32_t bad_row;         /* UINT32_MAX: none */
+	int bad_rc;
+};
+
+static void ternary_task(void *ctx, uint32_t task)
+{
+	struct ternary_job *j = ctx;
+	const struct bn_linear *l = j->l;
+	uint8_t *row_codes = j->scratch + (size_t)bn_pool_thread_index() * l->n_in;
+	uint32_t r1 = (task + 1) * REPACK_TASK_ROWS < l->n_out ? (task + 1) * REPACK_TASK_ROWS
+							     : l->n_out;
+	for (uint32_t r = task * REPACK_TASK_ROWS; r < r1; r++) {
+		uint8_t *out = j->codes + (size_t)r * j->row_bytes;
+		int rc = bn_ternary_row_t2(j->t->type, j->t->data, j->t->size, r, l->n_in, out,
+					   &j->scale[r]);
+		if (rc == 0)
+			continue; /* moved as it lies */
+		if (rc == 1)
+			rc = bn_ternary_row(j->t->type, j->t->data, j->t->size, r, l->n_in,
+					    row_codes, &j->scale[r]);
+		if (rc != 0) {
+			uint32_t seen = __atomic_load_n(&j->bad_row, __ATOMIC_RELAXED);
+			while (r < seen && !__atomic_compare_exchange_n(&j->bad_row, &seen, r, 0,
+									__ATOMIC_RELAXED,
+									__ATOMIC_RELAXED))
+				;
+			if (r <= seen)
+				__atomic_store_n(&j->bad_rc, rc, __ATOMIC_RELAXED);
+			return;
+		}
+		bn_t2_pack(row_codes, l->n_in, out);
+	}
+}
+
+static int oom(struct loader *ld, const struct bn_gguf_tensor *t)
+{
+	return fail(ld, "out of memory repacking '%.*s'", (int)t->name.len, t->name.ptr);
+}
+
+static int cache_mismatch(struct loader *ld, const struct bn_gguf_tensor *t)
+{
+	return fail(ld, "the weights cache does not hold '%.*s' as this file has it",
+		    (int)t->name.len, t->name.ptr);
+}
+
 static int repack_ternary(struct loader *ld, const struct bn_gguf_tensor *t, struct bn_linear *l)
 {
 	uint64_t row_bytes = bn_t2_row_bytes(l->n_in);
-	uint8_t *codes = own(ld, row_bytes * l->n_out);
-	float *scale = own(ld, (size_t)l->n_out * sizeof(float));
-	uint8_t *row_codes = malloc(l->n_in);
-	if (!codes || !scale || !row_codes) {
-		free(row_codes);
-		return fail(ld, "out of memory repacking '%.*s'", (int)t->name.len, t->name.ptr);
-	}
-	for (uint32_t r = 0; r < l->n_out; r++) {
-		int rc = bn_ternary_row(t->type, t->data, t->size, r, l->n_in, row_codes, &scale[r]);
-		if (rc != 0) {
-			free(row_codes);
-			return fail(ld, rc == -2 ? "tensor '%.*s' row %u: its blocks have different scales; bitnetd needs one scale per row"
-						 : "tensor '%.*s' row %u cannot be decoded",
-				    (int)t->name.len, t->name.ptr, r);
+	struct ternary_job j = { .t = t, .l = l, .row_bytes = row_bytes, .bad_row = UINT32_MAX };
+	if (ld->cache) {
+		j.codes = (uint8_t *)bn_wcache_take(ld->cache, BN_WCACHE_T2_CODES, row_bytes * l->n_out);
+		j.scale = j.codes ? (float *)bn_wcache_take(ld->cache, BN_WCACHE_T2_SCALE,
+							    (uint64_t)l->n_out * sizeof(float))
+				  : NULL;
+		if (!j.scale)
+			return cache_mismatch(ld, t);
+	} else {
+		j.codes = own(ld, row_bytes * l->n_out);
+		j.scale = own(ld, (size_t)l->n_out * sizeof(float));
+		j.scratch = malloc((size_t)run_threads(ld->pool) * l->n_in);
+		if (!j.codes || !j.scale || !j.scratch) {
+			free(j.scratch);
+			return oom(ld, t);
 		}
-		bn_t2_pack(row_codes, l->n_in, codes + (size_t)r * row_bytes);
+		run_tasks(ld->pool, (l->n_out + REPACK_TASK_ROWS - 1) / REPACK_TASK_ROWS,
+			  ternary_task, &j);
+		free(j.scratch);
+		if (j.bad_row != UINT32_MAX)
+			return fail(ld, j.bad_rc == -2 ? "tensor '%.*s' row %u: its blocks have different scales; bitnetd needs one scale per row"
+						       : "tensor '%.*s' row %u cannot be decoded",
+				    (int)t->name.len, t->name.ptr, j.bad_row);
+		drop_pages(t);
 	}
-	free(row_codes);
-	drop_pages(t);
 	l->kind = BN_LINEAR_T2;
-	l->t2 = (struct bn_t2_matrix){ .codes = codes, .scale = scale, .n_in = l->n_in,
+	l->t2 = (struct bn_t2_matrix){ .codes = j.codes, .scale = j.scale, .n_in = l->n_in,
 				       .n_out = l->n_out, .row_bytes = (uint32_t)row_bytes };
 	ld->m->repacked_bytes += row_bytes * l->n_out + (uint64_t)l->n_out * sizeof(float);
 	return 0;
 }
 
-/* A float matrix into the panel layout (kernels.h), group by group, each group's file rows
- * handed back to the kernel once packed so that the file and the copy are never both
- * resident (a tied embedding then reads the panels: bn_model_embed). */
+/* A float matrix into the panel layout (kernels.h), groups of rows by tasks, each task's file
+ * rows handed back to the kernel once packed so that the file and the copy are not both
+ * resident (a tied embedding then reads the panels: bn_model_embed). A page two tasks share
+ * is left to drop_unused_pages. */
+struct panel_job {
+	const struct bn_gguf_tensor *t;
+	const struct bn_linear *l;
+	uint8_t *panels;
+	uint64_t row_bytes, group_bytes;
+	int drop;                 /* the file is mapped: its pages may be handed back */
+};
+
+static void panel_task(void *ctx, uint32_t task)
+{
+	const struct panel_job *j = ctx;
+	const struct bn_linear *l = j->l;
+	uint32_t g0 = task * PANEL_TASK_GROUPS, n_groups = (l->n_out + BN_F_PANEL_ROWS - 1) /
+							     BN_F_PANEL_ROWS;
+	uint32_t g1 = g0 + PANEL_TASK_GROUPS < n_groups ? g0 + PANEL_TASK_GROUPS : n_groups;
+	for (uint32_t g = g0; g < g1; g++) {
+		uint32_t first = g * BN_F_PANEL_ROWS;
+		uint32_t n = l->n_out - first < BN_F_PANEL_ROWS ? l->n_out - first : BN_F_PANEL_ROWS;
+		bn_f_pack_panel(j->t->type, (const uint8_t *)j->t->data + first * j->row_bytes,
+				j->row_bytes, l->n_in, n, j->panels + g * j->group_bytes);
+	}
+	if (!j->drop)
+		return;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)j->t->data + (uint64_t)g0 * BN_F_PANEL_ROWS * j->row_bytes;
+	uint32_t last = g1 * BN_F_PANEL_ROWS < l->n_out ? g1 * BN_F_PANEL_ROWS : l->n_out;
+	uintptr_t hi = (uintptr_t)j->t->data + (uint64_t)last * j->row_bytes;
+	drop_range((lo + page - 1) & ~(page - 1), hi & ~(page - 1));
+}
+
 static int pack_float_panels(struct loader *ld, const struct bn_gguf_tensor *t,
 			     struct bn_linear *l)
 {
 	uint64_t bytes = bn_f_panel_bytes(t->type, l->n_in, l->n_out);
-	uint64_t row_bytes = bn_row_bytes(t->type, l->n_in);
-	uint64_t group_bytes = bytes / ((l->n_out + BN_F_PANEL_ROWS - 1) / BN_F_PANEL_ROWS);
-	uint8_t *panels = own(ld, bytes);
-	if (!panels)
-		return fail(ld, "out of memory repacking '%.*s'", (int)t->name.len, t->name.ptr);
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t dropped = ((uintptr_t)t->data + page - 1) & ~(page - 1);
-	for (uint32_t first = 0; first < l->n_out; first += BN_F_PANEL_ROWS) {
-		uint32_t n = l->n_out - first < BN_F_PANEL_ROWS ? l->n_out - first : BN_F_PANEL_ROWS;
-		const uint8_t *rows = (const uint8_t *)t->data + first * row_bytes;
-		bn_f_pack_panel(t->type, rows, row_bytes, l->n_in, n,
-				panels + first / BN_F_PANEL_ROWS * group_bytes);
-		uintptr_t done = ((uintptr_t)rows + n * row_bytes) & ~(page - 1);
-		if (ld->m->file.mapped && done > dropped) {
-			drop_range(dropped, done);
-			dropped = done;
-		}
+	uint32_t n_groups = (l->n_out + BN_F_PANEL_ROWS - 1) / BN_F_PANEL_ROWS;
+	struct panel_job j = { .t = t, .l = l, .row_bytes = bn_row_bytes(t->type, l->n_in),
+			       .group_bytes = bytes / n_groups, .drop = ld->m->file.mapped };
+	if (ld->cache) {
+		j.panels = (uint8_t *)bn_wcache_take(ld->cache, BN_WCACHE_F_PANELS, bytes);
+		if (!j.panels)
+			return cache_mismatch(ld, t);
+	} else {
+		j.panels = own(ld, bytes);
+		if (!j.panels)
+			return oom(ld, t);
+		run_tasks(ld->pool, (n_groups + PANEL_TASK_GROUPS - 1) / PANEL_TASK_GROUPS,
+			  panel_task, &j);
 	}
-	l->f = (struct bn_f_matrix){ .data = panels, .type = t->type, .n_in = l->n_in,
-				     .n_out = l->n_out, .row_bytes = row_bytes,
+	l->f = (struct bn_f_matrix){ .data = j.panels, .type = t->type, .n_in = l->n_in,
+				     .n_out = l->n_out, .row_bytes = j.row_bytes,
 				     .panel_rows = BN_F_PANEL_ROWS };
 	ld->m->repacked_bytes += bytes;
 	return 0;
@@ -409,7 +519,7 @@ static int load_linear(struct loader *ld, const char *name, uint32_t n_in, uint3
 		return repack_ternary(ld, t, l);
 	if (t->type == BN_TYPE_F32 || t->type == BN_TYPE_F16 || t->type == BN_TYPE_BF16) {
 		l->kind = BN_LINEAR_FLOAT;
-		if (ld->float_layout == BN_FLOAT_PANELS)
+		if (ld->float_layout == BN_FLOAT_PANELS && !(decodable && ld->head_in_place))
 			return pack_float_panels(ld, t, l);
 		l->f = (struct bn_f_matrix){ .data = t->data, .type = t->type, .n_in = n_in,
 					     .n_out = n_out, .row_bytes = bn_row_bytes(t->type, n_in) };
@@ -505,13 +615,28 @@ int bn_model_load(struct bn_model *m, const char *path, char err[BN_MODEL_ERR_LE
 int bn_model_load_as(struct bn_model *m, const char *path, enum bn_float_layout layout,
 		     char err[BN_MODEL_ERR_LEN])
 {
+	const struct bn_model_source src = { .float_layout = layout };
+	int rc = bn_model_open(m, path, err);
+	return rc == 0 ? bn_model_fill(m, &src, err) : rc;
+}
+
+int bn_model_open(struct bn_model *m, const char *path, char err[BN_MODEL_ERR_LEN])
+{
 	memset(m, 0, sizeof(*m));
-	struct loader ld = { .m = m, .err = err, .path = path, .float_layout = layout };
 	char gerr[BN_GGUF_ERR_LEN];
 	if (bn_gguf_open(&m->file, path, gerr) != 0) {
 		snprintf(err, BN_MODEL_ERR_LEN, "%s", gerr);
 		return -1;
 	}
+	return 0;
+}
+
+int bn_model_fill(struct bn_model *m, const struct bn_model_source *src,
+		  char err[BN_MODEL_ERR_LEN])
+{
+	struct loader ld = { .m = m, .err = err, .path = m->file.path,
+			     .float_layout = src->float_layout, .pool = src->pool,
+			     .cache = src->cache, .head_in_place = src->head_in_place };
 	if (parse_config(&ld) || check_type_36(&ld) || load_embedding(&ld) ||
 	    load_vector(&ld, "output_norm.weight", m->cfg.n_embd, &m->output_norm))
 		goto fail;
@@ -529,6 +654,84 @@ int bn_model_load_as(struct bn_model *m, const char *path, enum bn_float_layout 
 fail:
 	bn_model_free(m);
 	return -1;
+}
+
+/* ---- the weights cache ------------------------------------------------------------------- */
+
+/* One matrix's blobs, as fill takes them: T2 codes and scales, or float panels. */
+static uint32_t linear_blobs(const struct bn_linear *l, struct bn_wcache_blob *out)
+{
+	if (l->kind == BN_LINEAR_T2) {
+		if (out) {
+			out[0] = (struct bn_wcache_blob){ BN_WCACHE_T2_CODES, l->t2.codes,
+							  (uint64_t)l->t2.row_bytes * l->n_out };
+			out[1] = (struct bn_wcache_blob){ BN_WCACHE_T2_SCALE, l->t2.scale,
+							  (uint64_t)l->n_out * sizeof(float) };
+		}
+		return 2;
+	}
+	if (l->kind == BN_LINEAR_FLOAT && l->f.panel_rows) {
+		if (out)
+			out[0] = (struct bn_wcache_blob){ BN_WCACHE_F_PANELS, l->f.data,
+							  bn_f_panel_bytes(l->f.type, l->n_in,
+									   l->n_out) };
+		return 1;
+	}
+	return 0;
+}
+
+uint32_t bn_model_cache_blobs(const struct bn_model *m, struct bn_wcache_blob *out)
+{
+	uint32_t n = linear_blobs(&m->output, out);
+	for (uint32_t li = 0; li < m->cfg.n_layer; li++) {
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(&m->layers[li], all);
+		for (uint32_t i = 0; i < BN_LAYER_LINEARS; i++)
+			n += linear_blobs(all[i], out ? out + n : NULL);
+	}
+	return n;
+}
+
+uint32_t bn_model_t3_blobs(const struct bn_model *m, struct bn_wcache_blob *out)
+{
+	uint32_t n = 0;
+	for (uint32_t li = 0; li < m->cfg.n_layer; li++) {
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(&m->layers[li], all);
+		for (uint32_t i = 0; i < BN_LAYER_LINEARS; i++) {
+			const struct bn_t3_matrix *t3 = &all[i]->t3;
+			if (!t3->codes)
+				continue;
+			if (out)
+				out[n] = (struct bn_wcache_blob){ BN_WCACHE_T3_CODES, t3->codes,
+								  (uint64_t)t3->row_bytes * t3->n_out };
+			n++;
+		}
+	}
+	return n;
+}
+
+int bn_model_t3_from_cache(struct bn_model *m, struct bn_wcache *c)
+{
+	for (uint32_t li = 0; li < m->cfg.n_layer; li++) {
+		const struct bn_linear *all[BN_LAYER_LINEARS];
+		bn_layer_linears(&m->layers[li], all);
+		for (uint32_t i = 0; i < BN_LAYER_LINEARS; i++) {
+			struct bn_linear *l = (struct bn_linear *)all[i];
+			if (l->kind != BN_LINEAR_T2)
+				continue;
+			uint32_t row_bytes = (uint32_t)bn_t3_row_bytes(l->n_in);
+			const void *codes = bn_wcache_take(c, BN_WCACHE_T3_CODES,
+							   (uint64_t)row_bytes * l->n_out);
+			if (!codes)
+				return -EINVAL;
+			l->t3 = (struct bn_t3_matrix){ .codes = codes, .scale = l->t2.scale,
+						       .n_in = l->n_in, .n_out = l->n_out,
+						       .row_bytes = row_bytes };
+			m->t3_bytes += (uint64_t)row_bytes * l->n_out;
+		}
+	}
+	return 0;
 }
 
 void bn_model_free(struct bn_model *m)

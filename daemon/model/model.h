@@ -107,6 +107,33 @@ int bn_model_load_as(struct bn_model *m, const char *path, enum bn_float_layout 
 		     char err[BN_MODEL_ERR_LEN]);
 void bn_model_free(struct bn_model *m);
 
+/* The same in two steps, for a loader that decides between repacking and the weights cache
+ * (wcache.h) once the file is open: bn_model_open maps and parses the file (m->file, for the
+ * cache's key); bn_model_fill reads the configuration, checks every tensor and repacks each
+ * matrix, on the pool's threads when there is one, or takes it from the cache (blobs in the
+ * order bn_model_cache_blobs lists them). Each returns 0, or -1 with one line in err and the
+ * model freed. */
+struct bn_pool;
+struct bn_wcache;
+struct bn_model_source {
+	enum bn_float_layout float_layout;
+	struct bn_pool *pool;     /* NULL: repack on the calling thread */
+	struct bn_wcache *cache;  /* NULL: repack */
+	int head_in_place;        /* a float LM head keeps the file's rows, no panels (what
+				   * bn_model_release_head_panels leaves, for --lm-head int8) */
+};
+int bn_model_open(struct bn_model *m, const char *path, char err[BN_MODEL_ERR_LEN]);
+int bn_model_fill(struct bn_model *m, const struct bn_model_source *src,
+		  char err[BN_MODEL_ERR_LEN]);
+
+/* The repacked matrices as cache blobs, in the order bn_model_fill takes them (out NULL:
+ * only the count), and the T3 copies' (taken by bn_model_t3_from_cache, 0 or -EINVAL when the
+ * cache holds something else). */
+struct bn_wcache_blob;
+uint32_t bn_model_cache_blobs(const struct bn_model *m, struct bn_wcache_blob *out);
+uint32_t bn_model_t3_blobs(const struct bn_model *m, struct bn_wcache_blob *out);
+int bn_model_t3_from_cache(struct bn_model *m, struct bn_wcache *c);
+
 /* A second copy of every ternary matrix in the T3 layout (1.6 bits a weight, bn_blocks.h), for
  * the decode steps a T3 kernel serves (kernels.h: bn_t3_kernel): made from the T2 planes on
  * the pool's threads. 0, or -ENOMEM with no copy kept in use. */

@@ -153,6 +153,10 @@ struct bn_kernels {
 	void (*rmsnorm)(float *out, const float *x, const float *w, uint32_t n, float eps);
 	void (*relu2_mul)(float *g, const float *u, uint32_t n);
 	void (*add)(float *x, const float *y, uint32_t n);
+	/* XXH3-64 (xxHash's, seed 0) of n bytes: the weights cache's checksums. Every variant
+	 * gives the library's value (the algorithm fixes it); the wider ones hash at the speed of
+	 * memory, where the library as Debian builds it (SSE2) does about a third of that. */
+	uint64_t (*hash64)(const void *p, size_t n);
 };
 
 /* t2_gemm's result for the same weights in the T3 layout, to the bit (the same integer sum,

@@ -368,6 +368,15 @@ static void i8_gemm_avx2(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
 	}
 }
 
+/* XXH3 inlined and compiled for AVX2 (xxhash.h picks the vector path from the flags). */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+static uint64_t hash64_avx2(const void *p, size_t n)
+{
+	return XXH3_64bits(p, n);
+}
+
 const struct bn_kernels bn_kernels_avx2 = {
 	.name = "avx2",
 	.t2_gemm = t2_gemm_avx2,
@@ -380,4 +389,5 @@ const struct bn_kernels bn_kernels_avx2 = {
 	.add = bn_add,
 	.i8_dots = i8_dots_avx2,
 	.i8_gemm = i8_gemm_avx2,
+	.hash64 = hash64_avx2,
 };

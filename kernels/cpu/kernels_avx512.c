@@ -488,6 +488,15 @@ static void i8_gemm_avx512(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o
 			i8_gemm_tile);
 }
 
+/* XXH3 inlined and compiled for AVX-512 (xxhash.h picks the vector path from the flags). */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+static uint64_t hash64_avx512(const void *p, size_t n)
+{
+	return XXH3_64bits(p, n);
+}
+
 const struct bn_kernels bn_kernels_avx512 = {
 	.name = "avx512vnni",
 	.t2_gemm = t2_gemm_avx512,
@@ -500,4 +509,5 @@ const struct bn_kernels bn_kernels_avx512 = {
 	.add = add_avx512,
 	.i8_dots = i8_dots_avx512,
 	.i8_gemm = i8_gemm_avx512,
+	.hash64 = hash64_avx512,
 };

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <xxhash.h>
 
 /* Over the row's whole chunks (padding included: code 1 against zero activations). */
 static int32_t t2_dot(const uint8_t *row, const int8_t *q, uint32_t n)
@@ -138,6 +139,12 @@ static void i8_gemm_scalar(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o
 	}
 }
 
+/* The library's XXH3, the definition the other variants match. */
+static uint64_t hash64_scalar(const void *p, size_t n)
+{
+	return XXH3_64bits(p, n);
+}
+
 const struct bn_kernels bn_kernels_scalar = {
 	.name = "scalar",
 	.t2_gemm = t2_gemm_scalar,
@@ -150,6 +157,7 @@ const struct bn_kernels bn_kernels_scalar = {
 	.add = bn_add,
 	.i8_dots = i8_dots_scalar,
 	.i8_gemm = i8_gemm_scalar,
+	.hash64 = hash64_scalar,
 };
 
 /* The scalar definitions every variant matches (kernels.h). */

@@ -324,6 +324,48 @@ void bn_t2_pack(const uint8_t *codes, uint64_t n, uint8_t *out)
 		}
 }
 
+/* One T2 chunk (64 bytes) from two I2_S blocks (32 bytes each). T2 byte j holds the codes of
+ * weights j, 64 + j, 128 + j, 192 + j in bit pairs 0-1 up to 6-7; I2_S byte m of a block holds
+ * weights m, 32 + m, 64 + m, 96 + m in bit pairs 7-6 down to 1-0. So T2 byte j < 32 takes bit
+ * pairs 7-6 and 3-2 of byte j of each block, byte 32 + j pairs 5-4 and 1-0: eight bytes at a
+ * time in a 64-bit word, every shift masked back into its own byte. Returns nonzero when a
+ * code is 3 (no weight), which bn_ternary_row refuses. */
+static uint64_t i2_s_chunk_to_t2(const uint8_t *b0, const uint8_t *b1, uint8_t *out)
+{
+	const uint64_t m = 0x0303030303030303ull, odd = 0x5555555555555555ull;
+	uint64_t threes = 0;
+	for (int j = 0; j < 32; j += 8) {
+		uint64_t x, y;
+		memcpy(&x, b0 + j, 8);
+		memcpy(&y, b1 + j, 8);
+		threes |= (x & (x >> 1)) | (y & (y >> 1)); /* bit 2i: pair i is 3 */
+		uint64_t lo = ((x >> 6) & m) | (((x >> 2) & m) << 2) | (((y >> 6) & m) << 4) |
+			      (((y >> 2) & m) << 6);
+		uint64_t hi = ((x >> 4) & m) | ((x & m) << 2) | (((y >> 4) & m) << 4) | ((y & m) << 6);
+		memcpy(out + j, &lo, 8);
+		memcpy(out + 32 + j, &hi, 8);
+	}
+	return threes & odd;
+}
+
+int bn_ternary_row_t2(uint32_t type, const void *tensor, uint64_t tensor_bytes, uint64_t row,
+		      uint64_t n, uint8_t *out, float *scale)
+{
+	uint64_t off;
+	if (type != BN_TYPE_I2_S || n % BN_T2_CHUNK != 0)
+		return 1;
+	if (row_offset(type, tensor_bytes, row, n, &off) != 0)
+		return -1;
+	const uint8_t *src = (const uint8_t *)tensor + off;
+	uint64_t threes = 0;
+	for (uint64_t c = 0; c < n / BN_T2_CHUNK; c++)
+		threes |= i2_s_chunk_to_t2(src + c * 2 * BN_I2_S_BLOCK_BYTES,
+					   src + c * 2 * BN_I2_S_BLOCK_BYTES + BN_I2_S_BLOCK_BYTES,
+					   out + c * BN_T2_CHUNK_BYTES);
+	*scale = i2_s_scale(tensor, tensor_bytes);
+	return threes ? -1 : 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The panel layout of float matrices (kernels.h)                                             */
 /* ------------------------------------------------------------------------------------------ */

@@ -50,6 +50,13 @@ static inline uint64_t bn_t2_row_bytes(uint64_t n)
 }
 /* Repacks n codes into the T2-plane layout, padding with code 1 up to whole chunks. */
 void bn_t2_pack(const uint8_t *codes, uint64_t n, uint8_t *out);
+/* bn_ternary_row then bn_t2_pack, in one pass, for the rows where that is a shuffle of bits:
+ * an I2_S row whose length is a whole number of T2 chunks (two I2_S blocks make one chunk,
+ * the 2-bit codes moved, not decoded). Writes the row's T2 bytes and scale and returns 0;
+ * -1 like bn_ternary_row; 1 when the row is not such a row (the caller takes the general
+ * path). The same bytes as the general path (tests/test_quant.c). */
+int bn_ternary_row_t2(uint32_t type, const void *tensor, uint64_t tensor_bytes, uint64_t row,
+		      uint64_t n, uint8_t *out, float *scale);
 /* Bytes of one row of n weights in the T3 layout: whole 320-weight chunks of 64 bytes. */
 static inline uint64_t bn_t3_row_bytes(uint64_t n)
 {

@@ -243,6 +243,19 @@ def classify_text(prefix, labels):
             b"".join(struct.pack("<I", len(label)) + label for label in labels))
 
 
+def connect_hint(path, e):
+    """What a failed connect means, with the socket it tried and how to name another."""
+    if isinstance(e, PermissionError):
+        why = ("permission denied: whoever may use the daemon is in the socket's group "
+               "(bitnetd's --socket-mode)")
+    elif isinstance(e, FileNotFoundError):
+        why = "no such socket (is bitnetd running, and listening there?)"
+    else:
+        why = "nothing accepts there: the daemon that made the socket is gone"
+    return ("cannot connect to bitnetd at %s: %s; choose another socket with socket=... "
+            "or $BITNETD_SOCKET" % (path, why))
+
+
 # --- a session
 class Segment:
     """One session: the socket, the mapped segment, the doorbell. Not thread-safe by itself:
@@ -255,7 +268,10 @@ class Segment:
         self.efd = -1
         self.untaken = 0
         try:
-            self.sock.connect(path)
+            try:
+                self.sock.connect(path)
+            except (FileNotFoundError, ConnectionRefusedError, PermissionError) as e:
+                raise type(e)(e.errno, connect_hint(path, e)) from e
             self._handshake(slots, weight)
         except BaseException:
             self.close()

@@ -371,3 +371,18 @@ def test_sentiment_pipeline(client):
     assert batch[0] == out[0] and isinstance(batch[2], dict)
     assert isinstance(batch[1], bitnetd.InvalidError)
     assert sa([text, "Dreadful."]) == [batch[0], batch[2]]
+
+
+def test_connect_error_names_the_socket_and_the_way_out(tmp_path):
+    missing = str(tmp_path / "absent.sock")
+    with pytest.raises(FileNotFoundError) as e:
+        bitnetd.Client(missing)
+    assert missing in str(e.value) and "BITNETD_SOCKET" in str(e.value)
+    assert "no such socket" in str(e.value)
+    dead = str(tmp_path / "dead.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(dead)  # a socket file nothing listens on
+    s.close()
+    with pytest.raises(ConnectionRefusedError) as e:
+        bitnetd.Client(dead)
+    assert dead in str(e.value) and "nothing accepts" in str(e.value)

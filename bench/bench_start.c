@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench-start — how long bitnetd takes to be ready, with and without its packed-weight cache
+ * (issue 39), in one run. `make bench-start` makes the 2B4T-shape model and runs it. Each
+ * start runs `bitnetd --model FILE --socket S --cache-dir D` (cpu backend) and times from the
+ * fork to the moment `bitnet-cli info` against it has answered; the file is in the page cache
+ * first (read once). Keys, each the median of --runs starts:
+ *   file_mb                      the model file
+ *   ready_s_nocache              --cache-dir none: the repack at every start (the old path)
+ *   ready_s_first                an empty cache directory: the repack, and the cache written
+ *   ready_s_cached               the cache written by the start before
+ *   cached_over_nocache          ready_s_cached / ready_s_nocache
+ *   rss_anon_over_file_nocache, rss_anon_over_file_cached   the daemon's anonymous resident
+ *                                memory once ready, over the file's size (the weights of a
+ *                                cached start are file-backed: shared, evictable)
+ *   rss_anon_mb_second_daemon    a second daemon on the same model and cache, beside the first
+ *   socket_activation_ttft_s     a listening socket made first (as systemd does), a client
+ *                                connected and its 1-token request submitted; then the daemon
+ *                                started on that socket (LISTEN_FDS), cache warm: the request's
+ *                                first token, from the daemon's start
+ */
+#define _GNU_SOURCE
+#include "bitnet_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RUNS 15
+#define READY_TIMEOUT_NS (120LL * 1000000000LL)
+
+struct setup {
+	const char *bitnetd, *cli, *model;
+	char dir[128];       /* scratch: sockets, cache directories */
+	int runs;
+};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* bitnetd with the cpu backend on `socket`; extra: a --cache-dir value. fd >= 0: passed as
+ * the listening socket (LISTEN_FDS). */
+static pid_t start_daemon(const struct setup *s, const char *socket, const char *cache_dir,
+			  int listen_fd)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	if (listen_fd >= 0) {
+		char pid_text[32];
+		snprintf(pid_text, sizeof(pid_text), "%d", (int)getpid());
+		if (dup2(listen_fd, 3) < 0)
+			_exit(127);
+		setenv("LISTEN_FDS", "1", 1);
+		setenv("LISTEN_PID", pid_text, 1);
+	}
+	int devnull = open("/dev/null", O_WRONLY);
+	if (devnull >= 0)
+		dup2(devnull, 2);
+	execl(s->bitnetd, s->bitnetd, "--model", s->model, "--socket", socket, "--cache-dir",
+	      cache_dir, "--log-level", "warn", (char *)NULL);
+	_exit(127);
+}
+
+static void stop_daemon(pid_t pid)
+{
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+}
+
+/* `bitnet-cli --socket S info` run to its end: 0 when it answered. */
+static int cli_info(const struct setup *s, const char *socket)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_WRONLY);
+		if (devnull >= 0) {
+			dup2(devnull, 1);
+			dup2(devnull, 2);
+		}
+		execl(s->cli, s->cli, "--socket", socket, "info", (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Something accepts on `socket` (the daemon listens once loaded). */
+static int accepts(const char *socket_path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%.107s", socket_path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* Waits (1 ms polls) until the daemon accepts, then runs `bitnet-cli info`: seconds from
+ * t0 to its answer, or < 0 when the daemon died or never answered. */
+static double time_to_info(const struct setup *s, const char *socket_path, int64_t t0,
+			   pid_t daemon)
+{
+	while (now_ns() - t0 < READY_TIMEOUT_NS) {
+		if (waitpid(daemon, NULL, WNOHANG) == daemon)
+			return -1;
+		if (accepts(socket_path))
+			return cli_info(s, socket_path) == 0 ? (double)(now_ns() - t0) * 1e-9 : -1;
+		usleep(1000);
+	}
+	return -1;
+}
+
+/* Resident anonymous and file-backed memory of a process, in bytes. */
+static void rss_of(pid_t pid, double *anon, double *file)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	*anon = *file = -1;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long kb;
+		if (sscanf(line, "RssAnon: %lu kB", &kb) == 1)
+			*anon = (double)kb * 1024;
+		else if (sscanf(line, "RssFile: %lu kB", &kb) == 1)
+			*file = (double)kb * 1024;
+	}
+	if (f)
+		fclose(f);
+}
+
+/* One start: seconds to ready, the daemon's anonymous RSS then (*anon); the daemon is
+ * stopped unless *keep is set, where its pid goes. */
+static double one_start(const struct setup *s, const char *cache_dir, double *anon,
+			pid_t *keep, const char *socket_name)
+{
+	char socket_path[256];
+	snprintf(socket_path, sizeof(socket_path), "%s/%s", s->dir, socket_name);
+	unlink(socket_path);
+	int64_t t0 = now_ns();
+	pid_t pid = start_daemon(s, socket_path, cache_dir, -1);
+	double secs = time_to_info(s, socket_path, t0, pid);
+	double file;
+	rss_of(pid, anon, &file);
+	if (keep)
+		*keep = pid;
+	else
+		stop_daemon(pid);
+	return secs;
+}
+
+static void rm_cache(const char *dir)
+{
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "bench-start: could not empty %s\n", dir);
+}
+
+/* The socket first, a client's request queued in its backlog, then the daemon: the
+ * request's first token, from the daemon's start. */
+static double socket_activation(const struct setup *s, const char *cache_dir)
+{
+	char socket_path[256];
+	snprintf(socket_path, sizeof(socket_path), "%s/activated.sock", s->dir);
+	unlink(socket_path);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%.107s", socket_path);
+	int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 16) < 0)
+		return -1;
+	int64_t t0 = now_ns();
+	pid_t pid = start_daemon(s, socket_path, cache_dir, lfd);
+	close(lfd);
+	struct bn_client *c;
+	double secs = -1;
+	if (bn_connect(socket_path, 1, &c) == 0) { /* waits in the backlog for the daemon */
+		uint32_t prompt[4] = { 1, 100, 200, 300 }, out[1];
+		struct bn_request req = { .prompt = prompt, .n_prompt = 4, .max_tokens = 1,
+					  .flags = BN_REQ_IGNORE_EOS };
+		struct bn_result r;
+		if (bn_generate(c, &req, out, 1, &r, READY_TIMEOUT_NS) == 0)
+			secs = (double)(now_ns() - t0) * 1e-9;
+		bn_disconnect(c);
+	}
+	stop_daemon(pid);
+	return secs;
+}
+
+static int parse(int argc, char **argv, struct setup *s)
+{
+	s->bitnetd = getenv("BITNETD");
+	s->cli = getenv("BITNET_CLI");
+	s->runs = 5;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--model") && i + 1 < argc)
+			s->model = argv[++i];
+		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+			s->runs = atoi(argv[++i]);
+		else
+			return -1;
+	}
+	if (s->runs < 1 || s->runs > MAX_RUNS)
+		s->runs = 5;
+	return s->model && s->bitnetd && s->cli ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct setup s = { 0 };
+	if (parse(argc, argv, &s) < 0) {
+		fprintf(stderr, "usage: BITNETD=... BITNET_CLI=... bench-start --model FILE [--runs N]\n");
+		return 2;
+	}
+	snprintf(s.dir, sizeof(s.dir), "/tmp/bitnet-bench-start-%d", (int)getpid());
+	if (mkdir(s.dir, 0700) < 0)
+		return 1;
+	struct stat st;
+	if (stat(s.model, &st) < 0)
+		return 1;
+	char cmd[512], cache[192];
+	snprintf(cmd, sizeof(cmd), "cat '%s' > /dev/null", s.model); /* the page cache warm */
+	if (system(cmd) != 0)
+		return 1;
+	snprintf(cache, sizeof(cache), "%s/cache", s.dir);
+	double none[MAX_RUNS], first[MAX_RUNS], cached[MAX_RUNS], anon_none = 0, anon_cached = 0;
+	double a;
+	/* Rounds alternate the three kinds of start, so a drift of the machine hits each. */
+	for (int i = 0; i < s.runs; i++) {
+		none[i] = one_start(&s, "none", &a, NULL, "d.sock");
+		anon_none = a;
+		rm_cache(cache);
+		first[i] = one_start(&s, cache, &a, NULL, "d.sock");
+		cached[i] = one_start(&s, cache, &a, NULL, "d.sock");
+		anon_cached = a;
+		if (none[i] < 0 || first[i] < 0 || cached[i] < 0) {
+			fprintf(stderr, "bench-start: a daemon did not come up\n");
+			return 1;
+		}
+	}
+	pid_t one, two;
+	double anon_two;
+	one_start(&s, cache, &a, &one, "one.sock");
+	one_start(&s, cache, &anon_two, &two, "two.sock");
+	stop_daemon(one);
+	stop_daemon(two);
+	double ttft = socket_activation(&s, cache);
+	double file_mb = (double)st.st_size / 1e6;
+	double n_s = median(none, s.runs), f_s = median(first, s.runs), c_s = median(cached, s.runs);
+	printf("runs=%d\nfile_mb=%.1f\n", s.runs, file_mb);
+	printf("ready_s_nocache=%.3f\nready_s_first=%.3f\nready_s_cached=%.3f\n", n_s, f_s, c_s);
+	printf("cached_over_nocache=%.3f\n", c_s / n_s);
+	printf("rss_anon_over_file_nocache=%.3f\nrss_anon_over_file_cached=%.3f\n",
+	       anon_none / (double)st.st_size, anon_cached / (double)st.st_size);
+	printf("rss_anon_mb_second_daemon=%.1f\n", anon_two / 1e6);
+	printf("socket_activation_ttft_s=%.3f\n", ttft);
+	rm_cache(s.dir);
+	return 0;
+}

@@ -1,0 +1,551 @@
+/* SPDX-License-Identifier: MIT */
+/* wcache.c — the packed-weight cache file (wcache.h): its format, key, checks and writing. */
+#define _GNU_SOURCE
+#include "wcache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define WC_MAGIC "BNWCACHE"
+#define WC_HEADER_BYTES 4096u
+#define WC_CHUNK_BYTES (1u << 20)  /* one hash per MiB: parallel checks, a small table */
+#define WC_ALIGN 4096u             /* every blob starts on a page */
+#define WC_MAX_ENTRIES (1u << 20)
+
+/* ---- the file ----------------------------------------------------------------------------
+ * [header: 4096 bytes][directory: n_entries x 32][chunk table: n_chunks x 8][pad][data ...]
+ * Fields are the machine's own byte order: a cache never leaves the machine that wrote it. */
+
+struct bn_wcache_entry {
+	uint32_t tag;             /* enum bn_wcache_tag */
+	uint32_t reserved;        /* 0 */
+	uint64_t offset;          /* from the start of the file, a multiple of WC_ALIGN */
+	uint64_t size;
+	uint64_t reserved2;       /* 0 */
+};
+_Static_assert(sizeof(struct bn_wcache_entry) == 32, "wcache entry");
+
+struct wc_header {
+	char magic[8];
+	uint32_t version;         /* BN_WCACHE_VERSION */
+	uint32_t header_bytes;    /* WC_HEADER_BYTES */
+	uint64_t file_size;
+	uint64_t dev, ino, size, mtime_ns, ctime_ns, header_hash; /* struct bn_wcache_key */
+	uint32_t options;
+	uint32_t contents;        /* BN_WCACHE_HAS_* */
+	char kernels[16];
+	uint32_t n_entries;
+	uint32_t chunk_bytes;     /* WC_CHUNK_BYTES */
+	uint64_t dir_offset;      /* WC_HEADER_BYTES */
+	uint64_t chunks_offset;   /* the chunk table */
+	uint64_t n_chunks;
+	uint64_t data_offset;     /* the first byte the chunks cover */
+	uint64_t meta_hash;       /* XXH3-64 of the header (this field 0), directory, chunk table */
+};
+_Static_assert(sizeof(struct wc_header) <= WC_HEADER_BYTES, "wcache header");
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+static void set_why(char *why, const char *fmt, const char *a)
+{
+	snprintf(why, BN_WCACHE_WHY_LEN, fmt, a);
+}
+
+/* ---- key, directory, name ---------------------------------------------------------------- */
+
+int bn_wcache_key_of(const struct bn_gguf *g, const char *kernels, uint32_t options,
+		     struct bn_wcache_key *out)
+{
+	struct stat st;
+	if (!g->mapped || fstat(g->fd, &st) < 0)
+		return g->mapped ? -errno : -EINVAL;
+	memset(out, 0, sizeof(*out));
+	out->dev = (uint64_t)st.st_dev;
+	out->ino = (uint64_t)st.st_ino;
+	out->size = (uint64_t)st.st_size;
+	out->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+	out->ctime_ns = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
+	out->header_hash = XXH3_64bits(g->base, g->data_offset);
+	out->options = options;
+	snprintf(out->kernels, sizeof(out->kernels), "%s", kernels);
+	return 0;
+}
+
+static int copy_dir(char *out, size_t cap, const char *a, const char *b)
+{
+	int n = snprintf(out, cap, "%s%s", a, b);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int bn_wcache_dir(const char *opt, char *out, size_t cap)
+{
+	if (opt)
+		return strcmp(opt, "none") == 0 ? copy_dir(out, cap, "", "")
+						: copy_dir(out, cap, opt, "");
+	const char *v = getenv("CACHE_DIRECTORY");
+	if (v && *v) {
+		size_t n = strcspn(v, ":");
+		if (n >= cap)
+			return -ENAMETOOLONG;
+		memcpy(out, v, n);
+		out[n] = 0;
+		return 0;
+	}
+	v = getenv("XDG_CACHE_HOME");
+	if (v && v[0] == '/') /* the spec ignores a relative value */
+		return copy_dir(out, cap, v, "/bitnetd");
+	v = getenv("HOME");
+	if (v && *v)
+		return copy_dir(out, cap, v, "/.cache/bitnetd");
+	return -ENOENT;
+}
+
+int bn_wcache_path(const char *dir, const char *model_path, const struct bn_wcache_key *k,
+		   char *out, size_t cap)
+{
+	char real[PATH_MAX], base[65];
+	const char *p = realpath(model_path, real) ? real : model_path;
+	const char *slash = strrchr(model_path, '/');
+	const char *name = slash ? slash + 1 : model_path;
+	size_t n = 0;
+	for (; name[n] && n < sizeof(base) - 1; n++) /* a readable name, nothing a shell minds */
+		base[n] = (name[n] >= 'a' && name[n] <= 'z') || (name[n] >= 'A' && name[n] <= 'Z') ||
+					  (name[n] >= '0' && name[n] <= '9') || name[n] == '.' ||
+					  name[n] == '_' || name[n] == '-'
+				  ? name[n]
+				  : '_';
+	base[n] = 0;
+	int len = snprintf(out, cap, "%s/%s.%016llx.o%u.%s.wcache", dir, base,
+			   (unsigned long long)XXH3_64bits(p, strlen(p)), k->options, k->kernels);
+	return len < 0 || (size_t)len >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* ---- checking a file --------------------------------------------------------------------- */
+
+static uint64_t meta_hash(const struct wc_header *h, const void *dir, const void *chunks)
+{
+	struct wc_header copy = *h;
+	copy.meta_hash = 0;
+	XXH3_state_t *st = XXH3_createState();
+	if (!st)
+		return 0;
+	XXH3_64bits_reset(st);
+	XXH3_64bits_update(st, &copy, sizeof(copy));
+	XXH3_64bits_update(st, dir, (size_t)h->n_entries * sizeof(struct bn_wcache_entry));
+	XXH3_64bits_update(st, chunks, (size_t)h->n_chunks * sizeof(uint64_t));
+	uint64_t v = XXH3_64bits_digest(st);
+	XXH3_freeState(st);
+	return v;
+}
+
+static int key_equal(const struct wc_header *h, const struct bn_wcache_key *k)
+{
+	return h->dev == k->dev && h->ino == k->ino && h->size == k->size &&
+	       h->mtime_ns == k->mtime_ns && h->ctime_ns == k->ctime_ns &&
+	       h->header_hash == k->header_hash && h->options == k->options &&
+	       memcmp(h->kernels, k->kernels, sizeof(h->kernels)) == 0;
+}
+
+/* The header's regions lie inside the file, in order, and every blob inside the data. */
+static int layout_ok(const struct wc_header *h, const struct bn_wcache_entry *dir, size_t size)
+{
+	uint64_t dir_end = h->dir_offset + (uint64_t)h->n_entries * sizeof(*dir);
+	if (h->header_bytes != WC_HEADER_BYTES || h->chunk_bytes != WC_CHUNK_BYTES ||
+	    h->file_size != size || h->dir_offset != WC_HEADER_BYTES ||
+	    h->n_entries > WC_MAX_ENTRIES || h->chunks_offset != dir_end ||
+	    h->n_chunks > size / sizeof(uint64_t) ||
+	    h->data_offset != align_up(h->chunks_offset + h->n_chunks * sizeof(uint64_t), WC_ALIGN) ||
+	    h->data_offset > size ||
+	    h->n_chunks != (size - h->data_offset + WC_CHUNK_BYTES - 1) / WC_CHUNK_BYTES)
+		return 0;
+	for (uint32_t i = 0; i < h->n_entries; i++)
+		if (dir[i].offset % WC_ALIGN || dir[i].offset < h->data_offset ||
+		    dir[i].offset > size || dir[i].size > size - dir[i].offset || dir[i].reserved ||
+		    dir[i].reserved2)
+			return 0;
+	return 1;
+}
+
+struct verify_job {
+	bn_wcache_hash_fn hash64;
+	const uint8_t *data;      /* the first chunk */
+	uint64_t data_size;
+	const uint64_t *want;     /* [n_chunks] */
+	uint64_t n_chunks;
+	uint32_t n_tasks;
+	int bad;                  /* set by any task that finds a chunk that differs */
+};
+
+static void verify_task(void *ctx, uint32_t task)
+{
+	struct verify_job *j = ctx;
+	for (uint64_t c = task; c < j->n_chunks; c += j->n_tasks) {
+		uint64_t at = c * WC_CHUNK_BYTES;
+		uint64_t n = j->data_size - at < WC_CHUNK_BYTES ? j->data_size - at : WC_CHUNK_BYTES;
+		uint64_t want;
+		memcpy(&want, &j->want[c], sizeof(want));
+		if (j->hash64(j->data + at, (size_t)n) != want)
+			__atomic_store_n(&j->bad, 1, __ATOMIC_RELAXED);
+	}
+}
+
+static uint64_t library_hash64(const void *p, size_t n)
+{
+	return XXH3_64bits(p, n);
+}
+
+static int verify_chunks(const struct wc_header *h, const uint8_t *base, struct bn_pool *pool,
+			 bn_wcache_hash_fn hash64)
+{
+	struct verify_job j = { .hash64 = hash64 ? hash64 : library_hash64,
+				.data = base + h->data_offset, .data_size = h->file_size - h->data_offset,
+				.want = (const uint64_t *)(const void *)(base + h->chunks_offset),
+				.n_chunks = h->n_chunks };
+	uint32_t threads = pool ? bn_pool_threads(pool) : 1;
+	j.n_tasks = (uint32_t)(j.n_chunks < 4u * threads ? (j.n_chunks ? j.n_chunks : 1) : 4u * threads);
+	if (pool)
+		bn_pool_run(pool, j.n_tasks, verify_task, &j);
+	else
+		for (uint32_t t = 0; t < j.n_tasks; t++)
+			verify_task(&j, t);
+	return j.bad ? -EBADMSG : 0;
+}
+
+static int map_file(const char *path, const uint8_t **base, size_t *size, char *why)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		if (e != ENOENT)
+			set_why(why, "cannot open it: %s", strerror(e));
+		return -e;
+	}
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? -errno : 0;
+	if (rc == 0 && (uint64_t)st.st_size < WC_HEADER_BYTES) {
+		set_why(why, "%s", "it is shorter than its header (torn or empty)");
+		rc = -EBADMSG;
+	}
+	void *p = MAP_FAILED;
+	if (rc == 0) {
+		/* Populated in one call: the checks read every page anyway, and faulting 1.5 GB a
+		 * page at a time cost several times the hashing. */
+		p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+		rc = p == MAP_FAILED ? -errno : 0;
+		if (rc)
+			set_why(why, "cannot map it: %s", strerror(-rc));
+	}
+	close(fd);
+	if (rc == 0) {
+		*base = p;
+		*size = (size_t)st.st_size;
+	}
+	return rc;
+}
+
+int bn_wcache_open(struct bn_wcache *c, const char *path, const struct bn_wcache_key *k,
+		   struct bn_pool *pool, bn_wcache_hash_fn hash64, char why[BN_WCACHE_WHY_LEN])
+{
+	memset(c, 0, sizeof(*c));
+	why[0] = 0;
+	const uint8_t *base = NULL;
+	size_t size = 0;
+	int rc = map_file(path, &base, &size, why);
+	if (rc < 0)
+		return rc;
+	struct wc_header h;
+	memcpy(&h, base, sizeof(h));
+	const struct bn_wcache_entry *dir = (const void *)(base + WC_HEADER_BYTES);
+	if (memcmp(h.magic, WC_MAGIC, 8) != 0) {
+		set_why(why, "%s", "it is not a bitnetd weights cache");
+		rc = -EBADMSG;
+	} else if (h.version != BN_WCACHE_VERSION || !key_equal(&h, k)) {
+		set_why(why, "%s", h.version != BN_WCACHE_VERSION
+					   ? "it has another layout version"
+					   : "it was built from another file, options or kernel variant");
+		rc = -ESTALE;
+	} else if (!layout_ok(&h, dir, size) ||
+		   meta_hash(&h, dir, base + h.chunks_offset) != h.meta_hash) {
+		set_why(why, "%s", "its header does not add up (torn or corrupt)");
+		rc = -EBADMSG;
+	} else if (verify_chunks(&h, base, pool, hash64) < 0) {
+		set_why(why, "%s", "a chunk of its data differs from its hash (corrupt)");
+		rc = -EBADMSG;
+	}
+	if (rc < 0) {
+		munmap((void *)base, size);
+		return rc;
+	}
+	*c = (struct bn_wcache){ .base = base, .size = size, .contents = h.contents,
+				 .n_entries = h.n_entries, .dir = dir };
+	return 0;
+}
+
+void bn_wcache_close(struct bn_wcache *c)
+{
+	if (c->base)
+		munmap((void *)c->base, c->size);
+	memset(c, 0, sizeof(*c));
+}
+
+const void *bn_wcache_take(struct bn_wcache *c, enum bn_wcache_tag tag, uint64_t size)
+{
+	if (c->next >= c->n_entries)
+		return NULL;
+	const struct bn_wcache_entry *e = &c->dir[c->next];
+	if (e->tag != (uint32_t)tag || e->size != size)
+		return NULL;
+	c->next++;
+	return c->base + e->offset;
+}
+
+int bn_wcache_taken_all(const struct bn_wcache *c)
+{
+	return c->next == c->n_entries;
+}
+
+/* ---- writing ----------------------------------------------------------------------------- */
+
+static int pwrite_all(int fd, const void *p, size_t n, off_t at)
+{
+	for (size_t done = 0; done < n;) {
+		ssize_t w = pwrite(fd, (const uint8_t *)p + done, n - done, at + (off_t)done);
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+struct write_job {
+	int fd;
+	const struct bn_wcache_blob *blobs;
+	const struct bn_wcache_entry *dir;
+	uint32_t n_blobs;
+	uint64_t data_offset, data_size, n_chunks;
+	uint64_t *hashes;         /* [n_chunks] */
+	uint32_t n_tasks;
+	int error;                /* the first errno a task met */
+};
+
+static void hash_zeros(XXH3_state_t *st, uint64_t n)
+{
+	static const uint8_t zeros[WC_ALIGN];
+	for (; n; n -= n < WC_ALIGN ? n : WC_ALIGN)
+		XXH3_64bits_update(st, zeros, (size_t)(n < WC_ALIGN ? n : WC_ALIGN));
+}
+
+/* Chunk c of the data: the blobs' bytes where they lie (written to the file), zeros in the
+ * padding between them (the file's holes); *hash of them all. 0 or an errno. */
+static int write_chunk(struct write_job *j, uint64_t c, XXH3_state_t *st)
+{
+	uint64_t lo = j->data_offset + c * WC_CHUNK_BYTES, end = j->data_offset + j->data_size;
+	uint64_t hi = lo + WC_CHUNK_BYTES < end ? lo + WC_CHUNK_BYTES : end;
+	XXH3_64bits_reset(st);
+	uint64_t at = lo;
+	for (uint32_t i = 0; i < j->n_blobs && at < hi; i++) {
+		uint64_t b0 = j->dir[i].offset, b1 = b0 + j->dir[i].size;
+		if (b1 <= at)
+			continue;
+		uint64_t gap_end = b0 < hi ? b0 : hi;
+		if (gap_end > at)
+			hash_zeros(st, gap_end - at);
+		uint64_t s = b0 > at ? b0 : at, e = b1 < hi ? b1 : hi;
+		if (s < e) {
+			const uint8_t *src = (const uint8_t *)j->blobs[i].data + (s - b0);
+			XXH3_64bits_update(st, src, (size_t)(e - s));
+			int rc = pwrite_all(j->fd, src, (size_t)(e - s), (off_t)s);
+			if (rc < 0)
+				return -rc;
+		}
+		at = e > gap_end ? e : gap_end;
+	}
+	if (hi > at)
+		hash_zeros(st, hi - at);
+	j->hashes[c] = XXH3_64bits_digest(st);
+	return 0;
+}
+
+static void write_task(void *ctx, uint32_t task)
+{
+	struct write_job *j = ctx;
+	XXH3_state_t *st = XXH3_createState();
+	int e = st ? 0 : ENOMEM;
+	for (uint64_t c = task; e == 0 && c < j->n_chunks; c += j->n_tasks)
+		e = write_chunk(j, c, st);
+	XXH3_freeState(st);
+	if (e)
+		__atomic_compare_exchange_n(&j->error, &(int){ 0 }, e, 0, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+}
+
+/* mkdir -p for the cache directory. */
+static int make_dirs(const char *file)
+{
+	char d[PATH_MAX];
+	snprintf(d, sizeof(d), "%s", file);
+	char *slash = strrchr(d, '/');
+	if (!slash || slash == d)
+		return 0;
+	*slash = 0;
+	for (char *p = d + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(d, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	return mkdir(d, 0755) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+/* The header and directory of blobs laid out after it; *dir is allocated. */
+static int plan(const struct bn_wcache_key *k, uint32_t contents,
+		const struct bn_wcache_blob *blobs, uint32_t n, struct wc_header *h,
+		struct bn_wcache_entry **dir)
+{
+	if (n > WC_MAX_ENTRIES)
+		return -EINVAL;
+	*dir = calloc(n ? n : 1, sizeof(**dir));
+	if (!*dir)
+		return -ENOMEM;
+	uint64_t data = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		(*dir)[i] = (struct bn_wcache_entry){ .tag = blobs[i].tag, .offset = data,
+						      .size = blobs[i].size };
+		data = align_up(data + blobs[i].size, WC_ALIGN);
+	}
+	uint64_t n_chunks = (data + WC_CHUNK_BYTES - 1) / WC_CHUNK_BYTES;
+	uint64_t chunks_offset = WC_HEADER_BYTES + (uint64_t)n * sizeof(**dir);
+	uint64_t data_offset = align_up(chunks_offset + n_chunks * sizeof(uint64_t), WC_ALIGN);
+	for (uint32_t i = 0; i < n; i++)
+		(*dir)[i].offset += data_offset;
+	*h = (struct wc_header){ .version = BN_WCACHE_VERSION, .header_bytes = WC_HEADER_BYTES,
+				 .file_size = data_offset + data, .dev = k->dev, .ino = k->ino,
+				 .size = k->size, .mtime_ns = k->mtime_ns, .ctime_ns = k->ctime_ns,
+				 .header_hash = k->header_hash, .options = k->options,
+				 .contents = contents, .n_entries = n, .chunk_bytes = WC_CHUNK_BYTES,
+				 .dir_offset = WC_HEADER_BYTES, .chunks_offset = chunks_offset,
+				 .n_chunks = n_chunks, .data_offset = data_offset };
+	memcpy(h->magic, WC_MAGIC, 8);
+	memcpy(h->kernels, k->kernels, sizeof(h->kernels));
+	return 0;
+}
+
+/* The data on the pool, then the header, directory and chunk table. */
+static int write_body(int fd, struct wc_header *h, const struct bn_wcache_entry *dir,
+		      const struct bn_wcache_blob *blobs, uint32_t n, struct bn_pool *pool)
+{
+	if (ftruncate(fd, (off_t)h->file_size) < 0)
+		return -errno;
+	/* Reserved up front: a full disk fails here, not half-way through. */
+	int rc = posix_fallocate(fd, 0, (off_t)h->file_size);
+	if (rc && rc != EOPNOTSUPP && rc != EINVAL)
+		return -rc;
+	struct write_job j = { .fd = fd, .blobs = blobs, .dir = dir, .n_blobs = n,
+			       .data_offset = h->data_offset,
+			       .data_size = h->file_size - h->data_offset, .n_chunks = h->n_chunks };
+	j.hashes = calloc(h->n_chunks ? h->n_chunks : 1, sizeof(uint64_t));
+	if (!j.hashes)
+		return -ENOMEM;
+	uint32_t threads = pool ? bn_pool_threads(pool) : 1;
+	j.n_tasks = (uint32_t)(j.n_chunks < 4u * threads ? (j.n_chunks ? j.n_chunks : 1) : 4u * threads);
+	if (pool)
+		bn_pool_run(pool, j.n_tasks, write_task, &j);
+	else
+		for (uint32_t t = 0; t < j.n_tasks; t++)
+			write_task(&j, t);
+	rc = -j.error;
+	if (rc == 0) {
+		h->meta_hash = meta_hash(h, dir, j.hashes);
+		uint8_t head[WC_HEADER_BYTES] = { 0 };
+		memcpy(head, h, sizeof(*h));
+		rc = pwrite_all(fd, head, sizeof(head), 0);
+		if (rc == 0)
+			rc = pwrite_all(fd, dir, (size_t)n * sizeof(*dir), (off_t)h->dir_offset);
+		if (rc == 0)
+			rc = pwrite_all(fd, j.hashes, (size_t)h->n_chunks * sizeof(uint64_t),
+					(off_t)h->chunks_offset);
+	}
+	free(j.hashes);
+	return rc;
+}
+
+/* Temporary files of this cache name left by writers that died (SIGKILL, a crash): the
+ * writer's pid is in the name, and a live writer's file is left alone. */
+static void remove_orphans(const char *path)
+{
+	char dir[PATH_MAX], prefix[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return;
+	*slash = 0;
+	int n = snprintf(prefix, sizeof(prefix), "%s.tmp.", slash + 1);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && n > 0 && (e = readdir(d)) != NULL) {
+		char *end;
+		if (strncmp(e->d_name, prefix, (size_t)n) != 0)
+			continue;
+		long pid = strtol(e->d_name + n, &end, 10);
+		if (end == e->d_name + n || *end != '.' || pid <= 0 ||
+		    (kill((pid_t)pid, 0) < 0 && errno == ESRCH))
+			unlinkat(dirfd(d), e->d_name, 0);
+	}
+	if (d)
+		closedir(d);
+}
+
+int bn_wcache_write(const char *path, const struct bn_wcache_key *k, uint32_t contents,
+		    const struct bn_wcache_blob *blobs, uint32_t n, struct bn_pool *pool,
+		    char why[BN_WCACHE_WHY_LEN])
+{
+	why[0] = 0;
+	struct wc_header h;
+	struct bn_wcache_entry *dir;
+	int rc = make_dirs(path);
+	if (rc < 0) {
+		set_why(why, "cannot make its directory: %s", strerror(-rc));
+		return rc;
+	}
+	rc = plan(k, contents, blobs, n, &h, &dir);
+	if (rc < 0) {
+		set_why(why, "%s", "no memory to plan it");
+		return rc;
+	}
+	char tmp[PATH_MAX];
+	int fd = -1;
+	remove_orphans(path);
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d.XXXXXX", path, (int)getpid()) >= (int)sizeof(tmp))
+		rc = -ENAMETOOLONG;
+	else if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		rc = write_body(fd, &h, dir, blobs, n, pool);
+		if (close(fd) < 0 && rc == 0)
+			rc = -errno;
+		/* The rename is the commit: a reader sees the old file or the whole new one. */
+		if (rc == 0 && rename(tmp, path) < 0)
+			rc = -errno;
+		if (rc < 0)
+			unlink(tmp);
+	}
+	if (rc < 0)
+		set_why(why, "cannot write it: %s", strerror(-rc));
+	free(dir);
+	return rc;
+}

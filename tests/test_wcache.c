@@ -1,0 +1,591 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The packed-weight cache (daemon/model/wcache.h): the file format's checks on their own, then
+ * daemons on the tiny presets: outputs (greedy ids and log-probabilities, to the bit) equal
+ * with no cache, a cache built and a cache hit, for every preset and option; a changed model
+ * file, a corrupt, truncated or empty cache, another kernel variant's cache are rebuilt, never
+ * used; two daemons starting together leave one valid cache; an unusable directory means
+ * running without one.
+ */
+#define _GNU_SOURCE
+#include "testutil.h"
+#include "../daemon/model/wcache.h"
+#include "bitnet_client.h"
+
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SECOND 1000000000LL
+
+/* ---- the format -------------------------------------------------------------------------- */
+
+static const struct bn_wcache_key key0 = { .dev = 1, .ino = 2, .size = 3, .mtime_ns = 4,
+					   .ctime_ns = 5, .header_hash = 6, .options = 1,
+					   .kernels = "avx2" };
+
+/* Three blobs of odd sizes, one over a chunk (1 MiB), with known bytes. */
+static uint8_t *blob_bytes(uint32_t i, uint64_t n)
+{
+	uint8_t *b = malloc(n);
+	for (uint64_t k = 0; k < n; k++)
+		b[k] = (uint8_t)(k * 131 + i * 7 + (k >> 12));
+	return b;
+}
+
+static const uint64_t blob_sizes[3] = { 5000, 3u << 20 | 17, 1 };
+
+static void write_sample(const char *path)
+{
+	struct bn_wcache_blob blobs[3];
+	for (uint32_t i = 0; i < 3; i++)
+		blobs[i] = (struct bn_wcache_blob){ (enum bn_wcache_tag)(i + 1),
+						    blob_bytes(i, blob_sizes[i]), blob_sizes[i] };
+	char why[BN_WCACHE_WHY_LEN];
+	ck_assert_int_eq(bn_wcache_write(path, &key0, BN_WCACHE_HAS_T3, blobs, 3, NULL, why), 0);
+	for (uint32_t i = 0; i < 3; i++)
+		free((void *)blobs[i].data);
+}
+
+static int open_sample(const char *path, const struct bn_wcache_key *k)
+{
+	struct bn_wcache c;
+	char why[BN_WCACHE_WHY_LEN];
+	int rc = bn_wcache_open(&c, path, k, NULL, NULL, why);
+	if (rc == 0)
+		bn_wcache_close(&c);
+	return rc;
+}
+
+static void flip_byte(const char *path, off_t at)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	ck_assert_int_eq(pread(fd, &b, 1, at), 1);
+	b ^= 0x10;
+	ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
+	close(fd);
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	ck_assert_int_eq(stat(path, &st), 0);
+	return st.st_size;
+}
+
+START_TEST(format_round_trip_and_checks)
+{
+	char dir[] = "/tmp/bn-wcache-XXXXXX", path[64];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/sub/x.wcache", dir); /* the directory is made */
+	write_sample(path);
+	struct bn_wcache c;
+	char why[BN_WCACHE_WHY_LEN];
+	ck_assert_int_eq(bn_wcache_open(&c, path, &key0, NULL, NULL, why), 0);
+	ck_assert_uint_eq(c.contents, BN_WCACHE_HAS_T3);
+	for (uint32_t i = 0; i < 3; i++) {
+		uint8_t *want = blob_bytes(i, blob_sizes[i]);
+		ck_assert_ptr_null(bn_wcache_take(&c, (enum bn_wcache_tag)(i + 2), blob_sizes[i]));
+		ck_assert_ptr_null(bn_wcache_take(&c, (enum bn_wcache_tag)(i + 1), blob_sizes[i] + 1));
+		const uint8_t *got = bn_wcache_take(&c, (enum bn_wcache_tag)(i + 1), blob_sizes[i]);
+		ck_assert_ptr_nonnull(got);
+		ck_assert_uint_eq((uintptr_t)got % 4096, 0);
+		ck_assert_int_eq(memcmp(got, want, blob_sizes[i]), 0);
+		ck_assert_int_eq(bn_wcache_taken_all(&c), i == 2);
+		free(want);
+	}
+	ck_assert_ptr_null(bn_wcache_take(&c, BN_WCACHE_T2_CODES, 1));
+	bn_wcache_close(&c);
+	/* Any field of the key, another variant: built from something else. */
+	struct bn_wcache_key k = key0;
+	k.mtime_ns++;
+	ck_assert_int_eq(open_sample(path, &k), -ESTALE);
+	k = key0;
+	k.ctime_ns++;
+	ck_assert_int_eq(open_sample(path, &k), -ESTALE);
+	k = key0;
+	k.header_hash ^= 1;
+	ck_assert_int_eq(open_sample(path, &k), -ESTALE);
+	k = key0;
+	k.options = 0;
+	ck_assert_int_eq(open_sample(path, &k), -ESTALE);
+	k = key0;
+	snprintf(k.kernels, sizeof(k.kernels), "scalar");
+	ck_assert_int_eq(open_sample(path, &k), -ESTALE);
+	/* A byte flipped anywhere: the last blob, the middle of the big one, the chunk table. */
+	off_t size = file_size(path);
+	static const off_t where[] = { -1, -(1 << 20), 4096 + 3 * 32 + 5 };
+	for (size_t w = 0; w < sizeof(where) / sizeof(where[0]); w++) {
+		off_t at = where[w] < 0 ? size + where[w] : where[w];
+		flip_byte(path, at);
+		ck_assert_msg(open_sample(path, &key0) == -EBADMSG, "flip at %lld", (long long)at);
+		flip_byte(path, at);
+		ck_assert_int_eq(open_sample(path, &key0), 0);
+	}
+	ck_assert_int_eq(truncate(path, size - 1), 0);
+	ck_assert_int_eq(open_sample(path, &key0), -EBADMSG);
+	ck_assert_int_eq(truncate(path, 0), 0);
+	ck_assert_int_eq(open_sample(path, &key0), -EBADMSG);
+	unlink(path);
+	ck_assert_int_eq(open_sample(path, &key0), -ENOENT);
+	char sub[64];
+	snprintf(sub, sizeof(sub), "%s/sub", dir);
+	rmdir(sub);
+	rmdir(dir);
+}
+END_TEST
+
+START_TEST(directory_and_name)
+{
+	char out[256];
+	ck_assert_int_eq(bn_wcache_dir("none", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "");
+	ck_assert_int_eq(bn_wcache_dir("/srv/c", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/srv/c");
+	setenv("CACHE_DIRECTORY", "/var/cache/bitnetd:/var/cache/other", 1);
+	ck_assert_int_eq(bn_wcache_dir(NULL, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/var/cache/bitnetd");
+	unsetenv("CACHE_DIRECTORY");
+	setenv("XDG_CACHE_HOME", "/x/cache", 1);
+	ck_assert_int_eq(bn_wcache_dir(NULL, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/x/cache/bitnetd");
+	setenv("XDG_CACHE_HOME", "relative", 1); /* ignored, as the spec says */
+	setenv("HOME", "/home/u", 1);
+	ck_assert_int_eq(bn_wcache_dir(NULL, out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/home/u/.cache/bitnetd");
+	unsetenv("XDG_CACHE_HOME");
+	unsetenv("HOME");
+	ck_assert_int_eq(bn_wcache_dir(NULL, out, sizeof(out)), -ENOENT);
+	ck_assert_int_eq(bn_wcache_path("/c", "/m/my model.gguf", &key0, out, sizeof(out)), 0);
+	ck_assert_msg(strncmp(out, "/c/my_model.gguf.", 17) == 0 &&
+			      strstr(out, ".o1.avx2.wcache"),
+		      "%s", out);
+}
+END_TEST
+
+/* ---- daemons ----------------------------------------------------------------------------- */
+
+#define N_PROMPTS 3
+#define N_TOKENS 6
+#define N_ALT 2
+
+/* What a daemon answers: greedy ids and their log-probability records, to the bit. */
+struct answers {
+	uint32_t ids[N_PROMPTS][N_TOKENS];
+	struct bn_logprob lp[N_PROMPTS][N_TOKENS], alt[N_PROMPTS][N_TOKENS * N_ALT];
+};
+
+static char work[] = "/tmp/bn-wcache-daemon-XXXXXX";
+
+static void answers_of(const struct tu_daemon *d, struct answers *a)
+{
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(d->socket_path, 2, &c), 0);
+	memset(a, 0, sizeof(*a));
+	for (uint32_t p = 0; p < N_PROMPTS; p++) {
+		uint32_t prompt[8] = { 1, 20 + p, 300 + 7 * p, 40, 5 + p };
+		struct bn_sampling_params sp = { .n_logprobs = N_ALT };
+		struct bn_request req = { prompt, 5, N_TOKENS, BN_REQ_IGNORE_EOS | BN_REQ_LOGPROBS,
+					  &sp };
+		struct bn_handle *h;
+		ck_assert_int_eq(bn_submit(c, &req, &h), 0);
+		ck_assert_int_eq(bn_wait(h, 30 * SECOND), 0);
+		ck_assert_int_eq(bn_read_tokens(h, 0, a->ids[p], N_TOKENS), N_TOKENS);
+		ck_assert_int_eq(bn_read_logprobs(h, 0, a->lp[p], a->alt[p], N_TOKENS), N_TOKENS);
+		bn_release(h);
+	}
+	bn_disconnect(c);
+}
+
+/* The daemon's weights-cache state, from STATS. */
+static const char *cache_state(const struct tu_daemon *d)
+{
+	static const char *const states[] = { "hit", "built", "failed", "off" };
+	static char text[1 << 16];
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(d->socket_path, 1, &c), 0);
+	ck_assert_int_ge(bn_daemon_stats(c, text, sizeof(text)), 0);
+	bn_disconnect(c);
+	for (size_t i = 0; i < 4; i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "bitnetd_weights_cache{state=\"%s\"}", states[i]);
+		if (tu_metric(text, name) == 1)
+			return states[i];
+	}
+	return "?";
+}
+
+/* A daemon on model with --cache-dir dir and the extra flags: its answers and cache state. */
+static const char *run(const char *model, const char *dir, const char *const *extra,
+		       struct answers *a)
+{
+	const char *args[8] = { "--cache-dir", dir };
+	for (int i = 0; extra && extra[i]; i++)
+		args[2 + i] = extra[i];
+	struct tu_daemon d;
+	ck_assert_msg(tu_daemon_start_cpu(&d, model, args) == 0, "daemon on %s", model);
+	const char *state = cache_state(&d);
+	answers_of(&d, a);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	return state;
+}
+
+static void assert_same(const struct answers *a, const struct answers *b, const char *what)
+{
+	ck_assert_msg(memcmp(a, b, sizeof(*a)) == 0, "answers differ: %s", what);
+}
+
+/* Where the embedding's data starts in a GGUF file. */
+static off_t embedding_offset(const char *path)
+{
+	struct bn_gguf g;
+	char err[BN_GGUF_ERR_LEN];
+	ck_assert_msg(bn_gguf_open(&g, path, err) == 0, "%s", err);
+	const struct bn_gguf_tensor *t = bn_gguf_find_tensor(&g, "token_embd.weight");
+	ck_assert_ptr_nonnull(t);
+	off_t at = (off_t)((const uint8_t *)t->data - g.base);
+	bn_gguf_close(&g);
+	return at;
+}
+
+static void model_path(const char *name, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/%s.gguf", work, name);
+}
+
+/* A tiny preset written by the model tool. */
+static void make_model(const char *name, const char *type, const char *embed)
+{
+	char path[256], cmd[768];
+	model_path(name, path, sizeof(path));
+	snprintf(cmd, sizeof(cmd), "%s write --preset tiny --type %s --embed-type %s --out %s >/dev/null",
+		 getenv("BITNET_MODEL_TOOL"), type, embed, path);
+	if (system(cmd) != 0) { /* before the suite runs: no ck_assert here */
+		fprintf(stderr, "failed: %s\n", cmd);
+		exit(EXIT_FAILURE);
+	}
+}
+
+static void cache_dir(const char *name, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/cache-%s", work, name);
+}
+
+static int files_in(const char *dir, const char *suffix)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d)) != NULL)
+		n += strstr(e->d_name, suffix) != NULL;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* The only cache file in dir. */
+static void the_cache(const char *dir, char *out, size_t cap)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	out[0] = 0;
+	while (d && (e = readdir(d)) != NULL)
+		if (strstr(e->d_name, ".wcache") && !strstr(e->d_name, ".tmp."))
+			snprintf(out, cap, "%s/%s", dir, e->d_name);
+	if (d)
+		closedir(d);
+	ck_assert_msg(out[0], "no cache in %s", dir);
+}
+
+static const struct {
+	const char *name, *type, *embed;
+} presets[] = {
+	{ "i2s", "i2_s", "f16" },
+	{ "tq2", "tq2_0", "f16" },
+	{ "tq1", "tq1_0", "bf16" },
+	{ "f16", "f16", "f32" },
+	{ "q8head", "i2_s", "q8_0" },
+};
+
+static const char *const *const option_sets[] = {
+	(const char *const[]){ NULL },
+	(const char *const[]){ "--lm-head", "full", NULL },
+	(const char *const[]){ "--lm-head", "int8", NULL },
+	(const char *const[]){ "--decode-layout", "base3", NULL },
+	(const char *const[]){ "--lm-head", "int8", "--decode-layout", "base3", NULL },
+};
+
+START_TEST(outputs_equal_without_built_and_hit)
+{
+	uint32_t p = (uint32_t)_i / 5, o = (uint32_t)_i % 5;
+	char model[256], dir[256], what[128];
+	model_path(presets[p].name, model, sizeof(model));
+	snprintf(what, sizeof(what), "%s options %u", presets[p].name, o);
+	snprintf(dir, sizeof(dir), "%s/cache-%s-%u", work, presets[p].name, o);
+	struct answers none, built, hit;
+	ck_assert_str_eq(run(model, "none", option_sets[o], &none), "off");
+	ck_assert_str_eq(run(model, dir, option_sets[o], &built), "built");
+	ck_assert_str_eq(run(model, dir, option_sets[o], &hit), "hit");
+	assert_same(&none, &built, what);
+	assert_same(&none, &hit, what);
+	ck_assert_int_eq(files_in(dir, ".wcache"), 1);
+	ck_assert_int_eq(files_in(dir, ".tmp."), 0);
+}
+END_TEST
+
+/* A new mtime is a miss; so is an edited tensor with its old mtime put back (ctime moved). */
+START_TEST(changed_model_file_is_a_miss)
+{
+	char model[256], dir[256];
+	model_path("i2s", model, sizeof(model));
+	char copy[300];
+	snprintf(copy, sizeof(copy), "%s/changed.gguf", work);
+	char cmd[700];
+	snprintf(cmd, sizeof(cmd), "cp %s %s", model, copy);
+	ck_assert_int_eq(system(cmd), 0);
+	cache_dir("changed", dir, sizeof(dir));
+	struct answers a, b;
+	ck_assert_str_eq(run(copy, dir, NULL, &a), "built");
+	ck_assert_str_eq(run(copy, dir, NULL, &a), "hit");
+	struct timespec later[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_sec = time(NULL) + 100 } };
+	ck_assert_int_eq(utimensat(AT_FDCWD, copy, later, 0), 0);
+	ck_assert_str_eq(run(copy, dir, NULL, &a), "built");
+	ck_assert_str_eq(run(copy, dir, NULL, &a), "hit");
+	/* Edit a weight (a mantissa bit of the embedding's first value), then put the mtime
+	 * back: only the ctime tells. */
+	struct stat st;
+	ck_assert_int_eq(stat(copy, &st), 0);
+	flip_byte(copy, embedding_offset(copy));
+	struct timespec same[2] = { { .tv_nsec = UTIME_OMIT }, st.st_mtim };
+	ck_assert_int_eq(utimensat(AT_FDCWD, copy, same, 0), 0);
+	struct stat after;
+	ck_assert_int_eq(stat(copy, &after), 0);
+	ck_assert(after.st_mtim.tv_sec == st.st_mtim.tv_sec &&
+		  after.st_mtim.tv_nsec == st.st_mtim.tv_nsec);
+	ck_assert_str_eq(run(copy, dir, NULL, &a), "built");
+	ck_assert_str_eq(run(copy, "none", NULL, &b), "off");
+	assert_same(&a, &b, "the edited file");
+	ck_assert_int_eq(files_in(dir, ".wcache"), 1); /* replaced, not added */
+	unlink(copy);
+}
+END_TEST
+
+/* Flipped, truncated and emptied caches are rebuilt, and the answers stay the file's. */
+START_TEST(corrupt_caches_are_rebuilt)
+{
+	char model[256], dir[256], path[512];
+	model_path("i2s", model, sizeof(model));
+	cache_dir("corrupt", dir, sizeof(dir));
+	struct answers want, got;
+	ck_assert_str_eq(run(model, "none", NULL, &want), "off");
+	ck_assert_str_eq(run(model, dir, NULL, &got), "built");
+	the_cache(dir, path, sizeof(path));
+	off_t size = file_size(path);
+	const off_t flips[] = { 10, 4096 + 8, size / 2, size - 1 };
+	for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
+		flip_byte(path, flips[i]);
+		ck_assert_str_eq(run(model, dir, NULL, &got), "built");
+		assert_same(&want, &got, "after a flipped byte");
+		ck_assert_str_eq(run(model, dir, NULL, &got), "hit");
+	}
+	ck_assert_int_eq(truncate(path, size / 3), 0);
+	ck_assert_str_eq(run(model, dir, NULL, &got), "built");
+	ck_assert_int_eq(truncate(path, 0), 0);
+	ck_assert_str_eq(run(model, dir, NULL, &got), "built");
+	assert_same(&want, &got, "after an empty cache");
+	ck_assert_str_eq(run(model, dir, NULL, &got), "hit");
+	assert_same(&want, &got, "from the rebuilt cache");
+}
+END_TEST
+
+/* A cache another kernel variant wrote, under this variant's name: not used. */
+START_TEST(other_kernel_variant_is_not_used)
+{
+	char model[256], dir[256], path[512], renamed[600];
+	model_path("i2s", model, sizeof(model));
+	cache_dir("variant", dir, sizeof(dir));
+	struct answers a, b;
+	ck_assert_str_eq(run(model, dir, NULL, &a), "built");
+	the_cache(dir, path, sizeof(path));
+	const char *v = strstr(path, ".o1.");
+	ck_assert_ptr_nonnull(v);
+	snprintf(renamed, sizeof(renamed), "%.*s.o1.scalar.wcache", (int)(v - path), path);
+	ck_assert_int_eq(rename(path, renamed), 0);
+	setenv("BITNET_KERNELS", "scalar", 1);
+	ck_assert_str_eq(run(model, dir, NULL, &a), "built");
+	ck_assert_str_eq(run(model, "none", NULL, &b), "off");
+	unsetenv("BITNET_KERNELS");
+	assert_same(&a, &b, "the scalar kernels");
+}
+END_TEST
+
+/* Two daemons on an empty directory at once: both serve, one valid cache is left. */
+START_TEST(two_daemons_start_together)
+{
+	char model[256], dir[256];
+	model_path("i2s", model, sizeof(model));
+	cache_dir("together", dir, sizeof(dir));
+	const char *args[] = { "--cache-dir", dir, NULL };
+	struct tu_daemon d1, d2;
+	pid_t kid = fork();
+	if (kid == 0)
+		_exit(tu_daemon_start_cpu(&d2, model, args) == 0 && tu_daemon_stop(&d2, SIGTERM) == 0
+			      ? 0 : 1);
+	ck_assert_int_eq(tu_daemon_start_cpu(&d1, model, args), 0);
+	int st;
+	ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct answers a, b;
+	answers_of(&d1, &a);
+	ck_assert_int_eq(tu_daemon_stop(&d1, SIGTERM), 0);
+	ck_assert_int_eq(files_in(dir, ".wcache"), 1);
+	ck_assert_int_eq(files_in(dir, ".tmp."), 0);
+	ck_assert_str_eq(run(model, dir, NULL, &b), "hit");
+	assert_same(&a, &b, "the cache two daemons wrote");
+}
+END_TEST
+
+/* A directory that cannot be made (its parent is a file): the daemon serves without. */
+START_TEST(unusable_directory_runs_without)
+{
+	char model[256], dir[300];
+	model_path("i2s", model, sizeof(model));
+	snprintf(dir, sizeof(dir), "%s/i2s.gguf/cache", work); /* under a regular file */
+	struct answers a, b;
+	ck_assert_str_eq(run(model, dir, NULL, &a), "failed");
+	ck_assert_str_eq(run(model, "none", NULL, &b), "off");
+	assert_same(&a, &b, "without a cache");
+}
+END_TEST
+
+/* A writer killed mid-write leaves a temporary file: the next writer of that cache removes
+ * it, and a half-written file never becomes the cache. */
+START_TEST(a_dead_writers_temporary_file_is_removed)
+{
+	char model[256], dir[256], path[512], orphan[600];
+	model_path("i2s", model, sizeof(model));
+	cache_dir("orphan", dir, sizeof(dir));
+	struct answers a;
+	ck_assert_str_eq(run(model, dir, NULL, &a), "built");
+	the_cache(dir, path, sizeof(path));
+	pid_t dead = fork();
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	snprintf(orphan, sizeof(orphan), "%s.tmp.%d.abcdef", path, (int)dead);
+	int fd = open(orphan, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "torn", 4), 4);
+	close(fd);
+	unlink(path); /* the next start writes the cache again */
+	ck_assert_str_eq(run(model, dir, NULL, &a), "built");
+	ck_assert_int_eq(access(orphan, F_OK), -1);
+	ck_assert_int_eq(files_in(dir, ".tmp."), 0);
+}
+END_TEST
+
+/* bitnet-cli names the socket it tried, why it failed, and how to choose another. */
+START_TEST(cli_connect_error_says_where_and_why)
+{
+	char absent[300], dead[300];
+	snprintf(absent, sizeof(absent), "%s/absent.sock", work);
+	snprintf(dead, sizeof(dead), "%s/dead.sock", work);
+	const char *const args_absent[] = { getenv("BITNET_CLI"), "--socket", absent, "info", NULL };
+	struct tu_run r;
+	ck_assert_int_eq(tu_run(args_absent, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 1);
+	ck_assert_msg(strstr(r.err, absent) && strstr(r.err, "no such socket") &&
+			      strstr(r.err, "--socket PATH") && strstr(r.err, "$BITNETD_SOCKET"),
+		      "%s", r.err);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%.107s", dead);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0); /* nothing listens */
+	close(fd);
+	const char *const args_dead[] = { getenv("BITNET_CLI"), "--socket", dead, "info", NULL };
+	ck_assert_int_eq(tu_run(args_dead, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 1);
+	ck_assert_msg(strstr(r.err, dead) && strstr(r.err, "nothing accepts"), "%s", r.err);
+}
+END_TEST
+
+/* bitnet-cli info says how the model was loaded. */
+START_TEST(cli_info_reports_the_load)
+{
+	char model[256], dir[256];
+	model_path("i2s", model, sizeof(model));
+	cache_dir("info", dir, sizeof(dir));
+	const char *args[] = { "--cache-dir", dir, NULL };
+	for (int start = 0; start < 2; start++) {
+		struct tu_daemon d;
+		ck_assert_int_eq(tu_daemon_start_cpu(&d, model, args), 0);
+		const char *const info[] = { "info", NULL };
+		struct tu_run r;
+		ck_assert_int_eq(tu_run_cli(&d, info, NULL, 0, &r), 0);
+		ck_assert_msg(strstr(r.out, start ? "weights_cache=hit\n" : "weights_cache=built\n") &&
+				      strstr(r.out, "weights_cache_path=") && strstr(r.out, dir) &&
+				      strstr(r.out, "load_ms="),
+			      "%s", r.out);
+		ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	}
+}
+END_TEST
+
+static void setup_models(void)
+{
+	if (!getenv("BITNET_MODEL_TOOL")) {
+		fprintf(stderr, "BITNET_MODEL_TOOL is not set (make check sets it)\n");
+		exit(EXIT_FAILURE);
+	}
+	if (!mkdtemp(work)) {
+		perror("mkdtemp");
+		exit(EXIT_FAILURE);
+	}
+	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+		make_model(presets[i].name, presets[i].type, presets[i].embed);
+}
+
+static void remove_work(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", work);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", work);
+}
+
+int main(void)
+{
+	setup_models();
+	Suite *s = suite_create("wcache");
+	TCase *f = tcase_create("format");
+	tcase_add_test(f, format_round_trip_and_checks);
+	tcase_add_test(f, directory_and_name);
+	suite_add_tcase(s, f);
+	TCase *d = tcase_create("daemons");
+	tcase_set_timeout(d, 300);
+	tcase_add_loop_test(d, outputs_equal_without_built_and_hit, 0, 25);
+	tcase_add_test(d, changed_model_file_is_a_miss);
+	tcase_add_test(d, corrupt_caches_are_rebuilt);
+	tcase_add_test(d, other_kernel_variant_is_not_used);
+	tcase_add_test(d, two_daemons_start_together);
+	tcase_add_test(d, unusable_directory_runs_without);
+	tcase_add_test(d, a_dead_writers_temporary_file_is_removed);
+	tcase_add_test(d, cli_connect_error_says_where_and_why);
+	tcase_add_test(d, cli_info_reports_the_load);
+	suite_add_tcase(s, d);
+	int failed = tu_run_suite(s);
+	remove_work();
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
