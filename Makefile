@@ -303,8 +303,9 @@ $(BENCH_START): $(BUILD)/bench/bench_start.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
 
+BENCH_START_ARGS ?=
 bench-start: $(BENCH_START) $(BITNETD) $(CLI) $(BENCH_MODEL_FILE)
-	BITNETD=$(BITNETD) BITNET_CLI=$(CLI) $(BENCH_START) --model $(BENCH_MODEL_FILE)
+	BITNETD=$(BITNETD) BITNET_CLI=$(CLI) $(BENCH_START) --model $(BENCH_MODEL_FILE) $(BENCH_START_ARGS)
 
 # The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
 # daemon itself, once per scenario, on the same model file as bench-model.

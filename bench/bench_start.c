@@ -7,7 +7,12 @@
  * first (read once). Keys, each the median of --runs starts:
  *   file_mb                      the model file
  *   ready_s_nocache              --cache-dir none: the repack at every start (the old path)
- *   ready_s_first                an empty cache directory: the repack, and the cache written
+ *   ready_s_old                  with --old BIN: that build of bitnetd (no cache flag), for
+ *                                the old path against the new in one run
+ *   ready_s_first                an empty cache directory: the repack (the cache is written
+ *                                after ready)
+ *   cache_written_s              that start's cache written (STATS: weights_cache built),
+ *                                from the daemon's start
  *   ready_s_cached               the cache written by the start before
  *   cached_over_nocache          ready_s_cached / ready_s_nocache
  *   rss_anon_over_file_nocache, rss_anon_over_file_cached   the daemon's anonymous resident
@@ -40,6 +45,7 @@
 
 struct setup {
 	const char *bitnetd, *cli, *model;
+	const char *old;     /* NULL, or an older bitnetd to time beside (--old) */
 	char dir[128];       /* scratch: sockets, cache directories */
 	int runs;
 };
@@ -63,8 +69,8 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* bitnetd with the cpu backend on `socket`; extra: a --cache-dir value. fd >= 0: passed as
- * the listening socket (LISTEN_FDS). */
+/* bitnetd with the cpu backend on `socket`; extra: a --cache-dir value (NULL: the --old
+ * build, without the flag). fd >= 0: passed as the listening socket (LISTEN_FDS). */
 static pid_t start_daemon(const struct setup *s, const char *socket, const char *cache_dir,
 			  int listen_fd)
 {
@@ -82,8 +88,12 @@ static pid_t start_daemon(const struct setup *s, const char *socket, const char 
 	int devnull = open("/dev/null", O_WRONLY);
 	if (devnull >= 0)
 		dup2(devnull, 2);
-	execl(s->bitnetd, s->bitnetd, "--model", s->model, "--socket", socket, "--cache-dir",
-	      cache_dir, "--log-level", "warn", (char *)NULL);
+	if (!cache_dir)
+		execl(s->old, s->old, "--model", s->model, "--socket", socket, "--log-level", "warn",
+		      (char *)NULL);
+	else
+		execl(s->bitnetd, s->bitnetd, "--model", s->model, "--socket", socket, "--cache-dir",
+		      cache_dir, "--log-level", "warn", (char *)NULL);
 	_exit(127);
 }
 
@@ -155,10 +165,33 @@ static void rss_of(pid_t pid, double *anon, double *file)
 		fclose(f);
 }
 
-/* One start: seconds to ready, the daemon's anonymous RSS then (*anon); the daemon is
- * stopped unless *keep is set, where its pid goes. */
+/* Seconds from t0 until the daemon on socket_path says its weights cache is written (STATS),
+ * or < 0 when it does not within the timeout or says it failed. */
+static double time_to_cache_written(const char *socket_path, int64_t t0)
+{
+	static char text[1 << 16];
+	struct bn_client *c;
+	double secs = -1;
+	if (bn_connect(socket_path, 1, &c) < 0)
+		return -1;
+	while (now_ns() - t0 < READY_TIMEOUT_NS && bn_daemon_stats(c, text, sizeof(text)) >= 0) {
+		if (strstr(text, "\nbitnetd_weights_cache{state=\"built\"} 1")) {
+			secs = (double)(now_ns() - t0) * 1e-9;
+			break;
+		}
+		if (!strstr(text, "\nbitnetd_weights_cache{state=\"writing\"} 1"))
+			break;
+		usleep(2000);
+	}
+	bn_disconnect(c);
+	return secs;
+}
+
+/* One start: seconds to ready, the daemon's anonymous RSS then (*anon); with written, the
+ * seconds until its weights cache is written too (*written). The daemon is stopped unless
+ * *keep is set, where its pid goes. */
 static double one_start(const struct setup *s, const char *cache_dir, double *anon,
-			pid_t *keep, const char *socket_name)
+			pid_t *keep, const char *socket_name, double *written)
 {
 	char socket_path[256];
 	snprintf(socket_path, sizeof(socket_path), "%s/%s", s->dir, socket_name);
@@ -168,6 +201,8 @@ static double one_start(const struct setup *s, const char *cache_dir, double *an
 	double secs = time_to_info(s, socket_path, t0, pid);
 	double file;
 	rss_of(pid, anon, &file);
+	if (written)
+		*written = secs < 0 ? -1 : time_to_cache_written(socket_path, t0);
 	if (keep)
 		*keep = pid;
 	else
@@ -221,6 +256,8 @@ static int parse(int argc, char **argv, struct setup *s)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--model") && i + 1 < argc)
 			s->model = argv[++i];
+		else if (!strcmp(argv[i], "--old") && i + 1 < argc)
+			s->old = argv[++i];
 		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
 			s->runs = atoi(argv[++i]);
 		else
@@ -235,7 +272,7 @@ int main(int argc, char **argv)
 {
 	struct setup s = { 0 };
 	if (parse(argc, argv, &s) < 0) {
-		fprintf(stderr, "usage: BITNETD=... BITNET_CLI=... bench-start --model FILE [--runs N]\n");
+		fprintf(stderr, "usage: BITNETD=... BITNET_CLI=... bench-start --model FILE [--runs N] [--old BITNETD]\n");
 		return 2;
 	}
 	snprintf(s.dir, sizeof(s.dir), "/tmp/bitnet-bench-start-%d", (int)getpid());
@@ -249,32 +286,37 @@ int main(int argc, char **argv)
 	if (system(cmd) != 0)
 		return 1;
 	snprintf(cache, sizeof(cache), "%s/cache", s.dir);
-	double none[MAX_RUNS], first[MAX_RUNS], cached[MAX_RUNS], anon_none = 0, anon_cached = 0;
-	double a;
-	/* Rounds alternate the three kinds of start, so a drift of the machine hits each. */
+	double none[MAX_RUNS], first[MAX_RUNS], written[MAX_RUNS], cached[MAX_RUNS], old[MAX_RUNS];
+	double a, anon_none = 0, anon_cached = 0;
+	/* Rounds alternate the kinds of start, so a drift of the machine hits each. */
 	for (int i = 0; i < s.runs; i++) {
-		none[i] = one_start(&s, "none", &a, NULL, "d.sock");
+		old[i] = s.old ? one_start(&s, NULL, &a, NULL, "d.sock", NULL) : 0;
+		none[i] = one_start(&s, "none", &a, NULL, "d.sock", NULL);
 		anon_none = a;
 		rm_cache(cache);
-		first[i] = one_start(&s, cache, &a, NULL, "d.sock");
-		cached[i] = one_start(&s, cache, &a, NULL, "d.sock");
+		first[i] = one_start(&s, cache, &a, NULL, "d.sock", &written[i]);
+		cached[i] = one_start(&s, cache, &a, NULL, "d.sock", NULL);
 		anon_cached = a;
-		if (none[i] < 0 || first[i] < 0 || cached[i] < 0) {
-			fprintf(stderr, "bench-start: a daemon did not come up\n");
+		if (none[i] < 0 || first[i] < 0 || cached[i] < 0 || old[i] < 0 || written[i] < 0) {
+			fprintf(stderr, "bench-start: a daemon did not come up or write its cache\n");
 			return 1;
 		}
 	}
 	pid_t one, two;
 	double anon_two;
-	one_start(&s, cache, &a, &one, "one.sock");
-	one_start(&s, cache, &anon_two, &two, "two.sock");
+	one_start(&s, cache, &a, &one, "one.sock", NULL);
+	one_start(&s, cache, &anon_two, &two, "two.sock", NULL);
 	stop_daemon(one);
 	stop_daemon(two);
 	double ttft = socket_activation(&s, cache);
 	double file_mb = (double)st.st_size / 1e6;
 	double n_s = median(none, s.runs), f_s = median(first, s.runs), c_s = median(cached, s.runs);
 	printf("runs=%d\nfile_mb=%.1f\n", s.runs, file_mb);
-	printf("ready_s_nocache=%.3f\nready_s_first=%.3f\nready_s_cached=%.3f\n", n_s, f_s, c_s);
+	if (s.old)
+		printf("ready_s_old=%.3f\n", median(old, s.runs));
+	printf("ready_s_nocache=%.3f\nready_s_first=%.3f\ncache_written_s=%.3f\n", n_s, f_s,
+	       median(written, s.runs));
+	printf("ready_s_cached=%.3f\n", c_s);
 	printf("cached_over_nocache=%.3f\n", c_s / n_s);
 	printf("rss_anon_over_file_nocache=%.3f\nrss_anon_over_file_cached=%.3f\n",
 	       anon_none / (double)st.st_size, anon_cached / (double)st.st_size);

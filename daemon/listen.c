@@ -69,14 +69,26 @@ int bn_listen_open(const struct bn_config *cfg, int *owned)
 	return fd;
 }
 
+static void loop_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+}
+
+int bn_signals_block(void)
+{
+	sigset_t set;
+	loop_signals(&set);
+	return sigprocmask(SIG_BLOCK, &set, NULL) < 0 ? -1 : 0;
+}
+
 int bn_signals_open(void)
 {
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+	loop_signals(&set);
+	if (bn_signals_block() < 0)
 		return -1;
 	signal(SIGPIPE, SIG_IGN);
 	return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);

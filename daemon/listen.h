@@ -13,6 +13,11 @@ struct bn_config;
  * -1 after logging why. */
 int bn_listen_open(const struct bn_config *cfg, int *owned);
 
+/* TERM, INT and HUP blocked: from the start, before the model loads, so that one sent during
+ * the load waits for the loop's signalfd rather than killing the daemon half-way (a cache
+ * writer's temporary file left behind). 0, or -1. */
+int bn_signals_block(void);
+
 /* TERM, INT and HUP blocked and delivered through a signalfd; SIGPIPE ignored. The fd, or -1. */
 int bn_signals_open(void);
 

@@ -7,6 +7,7 @@
 #include "backends/backend.h"
 #include "common/log.h"
 #include "config.h"
+#include "listen.h"
 #include "loop.h"
 
 #include <stdio.h>
@@ -65,6 +66,9 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		return rc > 0 ? BN_EXIT_OK : BN_EXIT_USAGE;
 	bn_log_set_level(cfg.log_level);
+	/* A stop asked for during the load is served once the loop runs (bn_signals_block). */
+	if (bn_signals_block() < 0)
+		return BN_EXIT_SYSTEM;
 
 	const struct bn_backend_ops *ops;
 	void *backend = NULL;

@@ -132,6 +132,8 @@ static int merge_ok(const struct bn_vocab *v, const struct bn_vocab_merge *m)
 	       memcmp(v->text + v->offset[m->result] + l, v->text + v->offset[m->right], r) == 0;
 }
 
+#define MERGE_PREFETCH_AHEAD 16
+
 static int merges_build(struct bn_vocab *v, const struct bn_vocab_merge *m, uint32_t n)
 {
 	uint64_t cap = 16;
@@ -143,6 +145,13 @@ static int merges_build(struct bn_vocab *v, const struct bn_vocab_merge *m, uint
 	memset(v->merges, 0xff, (size_t)cap * sizeof(*v->merges));
 	v->merge_mask = (uint32_t)(cap - 1);
 	for (uint32_t rank = 0; rank < n; rank++) {
+		/* The table is far larger than the caches and each pair lands anywhere in it:
+		 * its line is asked for some merges ahead, or every insert waits for memory. */
+		if (rank + MERGE_PREFETCH_AHEAD < n) {
+			const struct bn_vocab_merge *a = &m[rank + MERGE_PREFETCH_AHEAD];
+			uint64_t ahead = (uint64_t)a->left << 32 | a->right;
+			__builtin_prefetch(&v->merges[pair_hash(ahead) & v->merge_mask], 1);
+		}
 		if (!merge_ok(v, &m[rank]))
 			return -BN_E_PROTOCOL;
 		uint64_t key = (uint64_t)m[rank].left << 32 | m[rank].right;

@@ -21,10 +21,11 @@
  *   flood          one uid connects and drops 500 times and holds 200 silent connections while
  *                  a client of another uid is served, each time within 50 ms (needs root to be
  *                  a second uid; skipped with a message otherwise);
- *   cache-kill     the daemon SIGKILLed while it writes its packed-weight cache (the moment its
- *                  temporary file appears), 10 times: the next start comes up, rebuilds the
- *                  cache (the torn file never became it), serves exactly, leaves no temporary
- *                  file behind, and the start after it maps the cache.
+ *   cache-kill     the daemon SIGKILLed (SIGTERMed every other round) while it writes its
+ *                  packed-weight cache (the moment its temporary file appears), 10 times: a
+ *                  stopped daemon leaves no temporary file, the next start comes up, rebuilds
+ *                  the cache (the torn file never became it), serves exactly, leaves no
+ *                  temporary file behind, and the start after it maps the cache.
  *
  * Each campaign prints a `campaign=... key=value ...` line; the table at the end is what
  * docs/PERFORMANCE.md ("Reliability") records. The exit status is 0 only when every count that
@@ -856,10 +857,10 @@ static int count_files(const char *dir, const char *part)
 	return n;
 }
 
-/* Starts a daemon with --cache-dir dir and SIGKILLs it as soon as its temporary cache file
- * appears (inotify), or lets it be when it never writes one within 10 s. 1 when it was killed
+/* Starts a daemon with --cache-dir dir and sends it sig as soon as its temporary cache file
+ * appears (inotify), or SIGKILLs it when it never writes one within 10 s. 1 when sig was sent
  * mid-write, 0 otherwise, -1 when it could not be run. */
-static int kill_during_write(const char *dir)
+static int kill_during_write(const char *dir, int sig)
 {
 	int in = inotify_init1(IN_CLOEXEC);
 	if (in < 0 || inotify_add_watch(in, dir, IN_CREATE) < 0)
@@ -881,7 +882,7 @@ static int kill_during_write(const char *dir)
 		for (ssize_t at = 0; n > 0 && at < n;) {
 			const struct inotify_event *e = (const void *)(buf + at);
 			if (e->len && strstr(e->name, ".tmp.")) {
-				kill(pid, SIGKILL);
+				kill(pid, sig);
 				killed = 1;
 				break;
 			}
@@ -896,19 +897,26 @@ static int kill_during_write(const char *dir)
 	return killed;
 }
 
-/* The weights cache's state of a running daemon (STATS), or "?". */
+/* The weights cache's state of a running daemon (STATS), or "?"; once written when the
+ * daemon writes it (a minute at most). */
 static const char *cache_state(const struct tu_daemon *d)
 {
-	static const char *const states[] = { "hit", "built", "failed", "off" };
+	static const char *const states[] = { "hit", "built", "failed", "off", "writing" };
 	struct bn_client *c;
-	const char *state = "?";
+	const char *state = "writing";
 	if (bn_connect(d->socket_path, 1, &c) < 0)
-		return state;
-	for (size_t i = 0; i < 4; i++) {
-		char name[64];
-		snprintf(name, sizeof(name), "bitnetd_weights_cache{state=\"%s\"}", states[i]);
-		if (metric(c, name) == 1)
-			state = states[i];
+		return "?";
+	for (int tries = 0; strcmp(state, "writing") == 0 && tries < 6000; tries++) {
+		if (tries)
+			usleep(10000);
+		state = "?";
+		for (size_t i = 0; i < 5; i++) {
+			char name[64];
+			snprintf(name, sizeof(name), "bitnetd_weights_cache{state=\"%s\"}",
+				 states[i]);
+			if (metric(c, name) == 1)
+				state = states[i];
+		}
 	}
 	bn_disconnect(c);
 	return state;
@@ -958,10 +966,15 @@ static void campaign_cache_kill(struct result *r, const struct job *jobs, int ro
 		if (system(cmd) != 0)
 			break;
 		r->attempts++;
-		if (kill_during_write(dir) != 1) {
+		/* SIGKILL leaves the temporary file to the next start; SIGTERM (odd rounds)
+		 * stops the writer, which removes it before the daemon exits */
+		int sig = round % 2 ? SIGTERM : SIGKILL;
+		if (kill_during_write(dir, sig) != 1) {
 			r->crashes++; /* it never wrote a cache: nothing was tested */
 			continue;
 		}
+		if (sig == SIGTERM)
+			r->leaked_files += count_files(dir, ".tmp.");
 		/* Killed before its rename, the cache is not there (the torn file must not count);
 		 * killed just after it (a tiny model writes in a millisecond), it is whole. */
 		int torn = count_files(dir, ".wcache") == count_files(dir, ".tmp.");

@@ -209,22 +209,34 @@ static void answers_of(const struct tu_daemon *d, struct answers *a)
 	bn_disconnect(c);
 }
 
-/* The daemon's weights-cache state, from STATS. */
-static const char *cache_state(const struct tu_daemon *d)
+/* The daemon's weights-cache state, from STATS, now. */
+static const char *cache_state_now(struct bn_client *c)
 {
-	static const char *const states[] = { "hit", "built", "failed", "off" };
+	static const char *const states[] = { "hit", "writing", "built", "failed", "off" };
 	static char text[1 << 16];
-	struct bn_client *c;
-	ck_assert_int_eq(bn_connect(d->socket_path, 1, &c), 0);
 	ck_assert_int_ge(bn_daemon_stats(c, text, sizeof(text)), 0);
-	bn_disconnect(c);
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < 5; i++) {
 		char name[64];
 		snprintf(name, sizeof(name), "bitnetd_weights_cache{state=\"%s\"}", states[i]);
 		if (tu_metric(text, name) == 1)
 			return states[i];
 	}
 	return "?";
+}
+
+/* The daemon's weights-cache state, from STATS: once written when the daemon writes it after
+ * it is ready (the state says writing until then; a minute at most). */
+static const char *cache_state(const struct tu_daemon *d)
+{
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(d->socket_path, 1, &c), 0);
+	const char *state = cache_state_now(c);
+	for (int tries = 0; strcmp(state, "writing") == 0 && tries < 6000; tries++) {
+		usleep(10000);
+		state = cache_state_now(c);
+	}
+	bn_disconnect(c);
+	return state;
 }
 
 /* A daemon on model with --cache-dir dir and the extra flags: its answers and cache state. */
@@ -449,11 +461,37 @@ START_TEST(two_daemons_start_together)
 	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	struct answers a, b;
 	answers_of(&d1, &a);
+	ck_assert_str_eq(cache_state(&d1), "built");
 	ck_assert_int_eq(tu_daemon_stop(&d1, SIGTERM), 0);
 	ck_assert_int_eq(files_in(dir, ".wcache"), 1);
 	ck_assert_int_eq(files_in(dir, ".tmp."), 0);
 	ck_assert_str_eq(run(model, dir, NULL, &b), "hit");
 	assert_same(&a, &b, "the cache two daemons wrote");
+}
+END_TEST
+
+/* A daemon stopped as soon as it is ready, its cache perhaps still being written: it leaves
+ * the whole cache or none, never its temporary file, and the next start serves the same. */
+START_TEST(a_stop_during_the_write_leaves_no_file)
+{
+	char model[256], dir[256];
+	model_path("i2s", model, sizeof(model));
+	cache_dir("stopped", dir, sizeof(dir));
+	const char *args[] = { "--cache-dir", dir, NULL };
+	struct answers a, b;
+	ck_assert_str_eq(run(model, "none", NULL, &a), "off");
+	for (int round = 0; round < 3; round++) {
+		struct tu_daemon d;
+		ck_assert_int_eq(tu_daemon_start_cpu(&d, model, args), 0);
+		ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+		ck_assert_int_eq(files_in(dir, ".tmp."), 0);
+		int whole = files_in(dir, ".wcache");
+		ck_assert_str_eq(run(model, dir, NULL, &b), whole ? "hit" : "built");
+		assert_same(&a, &b, "after a stop during the write");
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "rm -f %s/*", dir);
+		ck_assert_int_eq(system(cmd), 0);
+	}
 }
 END_TEST
 
@@ -531,6 +569,7 @@ START_TEST(cli_info_reports_the_load)
 	for (int start = 0; start < 2; start++) {
 		struct tu_daemon d;
 		ck_assert_int_eq(tu_daemon_start_cpu(&d, model, args), 0);
+		cache_state(&d); /* written */
 		const char *const info[] = { "info", NULL };
 		struct tu_run r;
 		ck_assert_int_eq(tu_run_cli(&d, info, NULL, 0, &r), 0);
@@ -580,6 +619,7 @@ int main(void)
 	tcase_add_test(d, corrupt_caches_are_rebuilt);
 	tcase_add_test(d, other_kernel_variant_is_not_used);
 	tcase_add_test(d, two_daemons_start_together);
+	tcase_add_test(d, a_stop_during_the_write_leaves_no_file);
 	tcase_add_test(d, unusable_directory_runs_without);
 	tcase_add_test(d, a_dead_writers_temporary_file_is_removed);
 	tcase_add_test(d, cli_connect_error_says_where_and_why);

@@ -164,7 +164,7 @@ static void print_compute_info(struct bn_client *c)
  * state and file); nothing from a daemon that predates them. */
 static void print_load_info(struct bn_client *c)
 {
-	static const char *const states[] = { "hit", "built", "failed", "off" };
+	static const char *const states[] = { "hit", "writing", "built", "failed", "off" };
 	static char text[1 << 16];
 	if (bn_daemon_stats(c, text, sizeof(text)) < 0)
 		return;

@@ -59,6 +59,12 @@ build/bitnet-cli --socket "$sock" stats | awk '
 	END { printf "steps=%d mean_batch_rows=%.1f tokens=%d kv_blocks=%d mean_ttft_ms=%.1f\n",
 		  steps, steps ? rows / steps : 0, tokens, kv, n ? 1000 * ttft / n : 0 }'
 echo "== a restart: the weights come from the packed-weight cache the first start wrote"
+# (written after the first start was ready: waited for, should the clients have been quicker)
+i=0
+until build/bitnet-cli --socket "$sock" info 2>/dev/null | grep -q '^weights_cache=built$'; do
+	i=$((i + 1)); [ $i -lt 500 ] || { echo "the weights cache was not written" >&2; exit 1; }
+	sleep 0.02
+done
 kill "$daemon"; wait "$daemon" 2>/dev/null || true
 start_daemon
 build/bitnet-cli --socket "$sock" info | grep -E '^(load_ms|weights_cache)='

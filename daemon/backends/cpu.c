@@ -14,9 +14,14 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* One float multiply-add of attention costs about eight ternary int8 multiply-adds of the
  * weight kernels here (attention reads the cached keys and values from L2/L3, the ternary
@@ -25,6 +30,10 @@
  * 5.9 ms a token plus 3.1 us per earlier position. Used to weigh long-context tokens in the
  * scheduler's budget. */
 #define CPU_ATTN_MAC_COST 8.0
+
+/* The cache writer's nice value: it gets about a tenth of a core that the forward pass wants
+ * (CFS weights), all of an idle one. */
+#define CACHE_WRITER_NICE 10
 
 struct cpu_backend {
 	struct bn_model model;
@@ -37,10 +46,40 @@ struct cpu_backend {
 	struct bn_head_screen screen; /* the LM head's int8 copy, when one was made */
 	uint32_t built;       /* BN_WCACHE_HAS_*: what the weights hold besides the matrices */
 	struct bn_wcache cache; /* the mapped weights cache the weights lie in, or unmapped */
+	struct cache_writer *writer; /* writing the weights built at this start, or NULL */
 };
+
+/* The thread that writes the weights built at this start to the cache once the daemon is
+ * ready: the first client waits for the repack, not for a disk write of the same size too.
+ * It reads the built weights (read-only, as the forward pass does) until it ends. */
+struct cache_writer {
+	pthread_t thread;
+	int started;                 /* thread runs (or ran) */
+	int stop;                    /* set by cpu_close: give up, leave no file */
+	char path[PATH_MAX];
+	struct bn_wcache_key key;
+	uint32_t contents;
+	struct bn_wcache_blob *blobs;
+	uint32_t n_blobs;
+};
+
+/* Stops the cache writer (its temporary file removed) and waits for it; frees it. */
+static void stop_writer(struct cpu_backend *cb)
+{
+	if (!cb->writer)
+		return;
+	if (cb->writer->started) {
+		__atomic_store_n(&cb->writer->stop, 1, __ATOMIC_RELAXED);
+		pthread_join(cb->writer->thread, NULL);
+	}
+	free(cb->writer->blobs);
+	free(cb->writer);
+	cb->writer = NULL;
+}
 
 static void free_weights(struct cpu_backend *cb)
 {
+	stop_writer(cb);
 	bn_head_screen_free(&cb->screen);
 	bn_model_free(&cb->model);
 	bn_wcache_close(&cb->cache);
@@ -112,14 +151,20 @@ static int build_weights(struct cpu_backend *cb, const struct bn_backend_options
 			 const struct bn_kernels *kern, const char **head_said, char *err)
 {
 	const struct bn_model_source src = { .float_layout = BN_FLOAT_PANELS, .pool = cb->pool };
+	uint64_t t0 = bn_now_ns();
 	if (bn_model_fill(&cb->model, &src, err) != 0)
 		return -1;
+	uint64_t t1 = bn_now_ns();
 	*head_said = NULL;
 	if (opt->lm_head_mode != BN_LM_HEAD_MODE_FULL)
 		*head_said = build_int8_copy(cb, opt->lm_head_mode == BN_LM_HEAD_MODE_INT8);
+	uint64_t t2 = bn_now_ns();
 	if (opt->base3_decode && bn_t3_kernel(kern) && bn_model_is_ternary(&cb->model) &&
 	    bn_model_add_t3(&cb->model, cb->pool) == 0)
 		cb->built |= BN_WCACHE_HAS_T3;
+	bn_log_debug("msg=\"weights built\" repack_ms=%.0f int8_copy_ms=%.0f base3_ms=%.0f",
+		     (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6,
+		     (double)(bn_now_ns() - t2) / 1e6);
 	return 0;
 }
 
@@ -170,45 +215,80 @@ static struct bn_wcache_blob *weight_blobs(const struct cpu_backend *cb, uint32_
 	return b;
 }
 
-/* Writes what build_weights made to the cache, then takes it back from the file: the weights
- * are then file-backed and shared, as on every later start. 0 when they now lie in the cache;
- * otherwise the built weights stay as they are (*why says what failed). */
-static int store_weights(struct cpu_backend *cb, const char *path, const struct bn_wcache_key *k,
-			 const struct bn_kernels *kern, char *why)
+static void *write_cache(void *arg)
 {
-	uint32_t n;
-	struct bn_wcache_blob *blobs = weight_blobs(cb, &n);
-	int rc = blobs ? bn_wcache_write(path, k, cb->built, blobs, n, cb->pool, why) : -ENOMEM;
-	free(blobs);
-	if (!blobs)
-		snprintf(why, BN_WCACHE_WHY_LEN, "%s", "no memory to list the weights");
-	if (rc < 0)
-		return rc;
-	/* Reopened from the file: freed and mapped again rather than patched in place. */
-	char err[BN_MODEL_ERR_LEN], path_copy[sizeof(cb->model.file.path)];
-	snprintf(path_copy, sizeof(path_copy), "%s", cb->model.file.path);
-	free_weights(cb);
-	if (bn_model_open(&cb->model, path_copy, err) != 0 ||
-	    bn_wcache_open(&cb->cache, path, k, cb->pool, kern->hash64, why) != 0 ||
-	    adopt_weights(cb, err) != 0)
-		return -EIO; /* the caller builds again, without a cache */
-	return 0;
+	struct cache_writer *w = arg;
+	char why[BN_WCACHE_WHY_LEN];
+	/* Below the forward pass's threads: the disk write takes what they leave. */
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CACHE_WRITER_NICE);
+	uint64_t t0 = bn_now_ns();
+	int rc = bn_wcache_write(w->path, &w->key, w->contents, w->blobs, w->n_blobs, &w->stop,
+				 why);
+	double ms = (double)(bn_now_ns() - t0) / 1e6;
+	if (rc == 0)
+		bn_log_info("msg=\"weights cache written\" cache=\"%s\" write_ms=%.0f", w->path, ms);
+	else if (rc == -ECANCELED)
+		bn_log_info("msg=\"weights cache not written\" cache=\"%s\" why=\"%s\"", w->path,
+			    why);
+	else
+		bn_log_warn("msg=\"weights cache not written; the next start builds the weights again\" cache=\"%s\" why=\"%s\"",
+			    w->path, why);
+	if (rc != -ECANCELED)
+		bn_stats_set_weights_cache(rc == 0 ? BN_WEIGHTS_CACHE_BUILT : BN_WEIGHTS_CACHE_FAILED);
+	return NULL;
 }
 
-/* How the weights came: the cache's state for the log and STATS. */
-enum weights_from { FROM_CACHE, BUILT_AND_CACHED, BUILT_NO_CACHE, BUILT_CACHE_FAILED };
-static const char *const weights_from_name[] = { "hit", "built", "off", "failed" };
+/* The writer of what build_weights made, ready to start (start_writer) once the daemon's
+ * weights are final. NULL when there is no memory for it. */
+static struct cache_writer *new_writer(const struct cpu_backend *cb, const char *path,
+				       const struct bn_wcache_key *k)
+{
+	struct cache_writer *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->blobs = weight_blobs(cb, &w->n_blobs);
+	if (!w->blobs) {
+		free(w);
+		return NULL;
+	}
+	snprintf(w->path, sizeof(w->path), "%s", path);
+	w->key = *k;
+	w->contents = cb->built;
+	return w;
+}
 
-/* The model and its copies, from the weights cache when it holds them (a hit), else built and
- * written to it. 0, or -1 with err set. */
+/* Starts the cache writer. The state it ends in: writing (the thread runs),
+ * or failed. */
+static enum bn_weights_cache start_writer(struct cpu_backend *cb)
+{
+	/* Every signal blocked in the thread (its mask is inherited): a SIGTERM is the loop's,
+	 * through its signalfd, never a default action in the writer. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&cb->writer->thread, NULL, write_cache, cb->writer);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0) {
+		cb->writer->started = 1;
+		return BN_WEIGHTS_CACHE_WRITING;
+	}
+	bn_log_warn("msg=\"weights cache not written: no thread to write it\" error=\"%s\"",
+		    strerror(rc));
+	stop_writer(cb);
+	return BN_WEIGHTS_CACHE_FAILED;
+}
+
+/* The model and its copies, from the weights cache when it holds them (*from: hit), else
+ * built, with a writer made for the cache (*from: writing; failed without memory for one; off
+ * without a cache). 0, or -1 with err set. */
 static int load_weights(struct cpu_backend *cb, const struct bn_backend_options *opt,
-			const struct bn_kernels *kern, enum weights_from *from,
+			const struct bn_kernels *kern, enum bn_weights_cache *from,
 			char cache_path[PATH_MAX], const char **head_said, char *err)
 {
 	char dir[PATH_MAX], why[BN_WCACHE_WHY_LEN];
 	struct bn_wcache_key key;
 	cache_path[0] = 0;
-	*from = BUILT_NO_CACHE;
+	*from = BN_WEIGHTS_CACHE_OFF;
 	*head_said = NULL;
 	if (bn_model_open(&cb->model, opt->model_path, err) != 0)
 		return -1;
@@ -225,7 +305,7 @@ static int load_weights(struct cpu_backend *cb, const struct bn_backend_options 
 	}
 	rc = bn_wcache_open(&cb->cache, cache_path, &key, cb->pool, kern->hash64, why);
 	if (rc == 0 && adopt_weights(cb, err) == 0) {
-		*from = FROM_CACHE;
+		*from = BN_WEIGHTS_CACHE_HIT;
 		return 0;
 	}
 	if (rc == 0) { /* it opened, but does not hold this model: rebuilt */
@@ -234,28 +314,18 @@ static int load_weights(struct cpu_backend *cb, const struct bn_backend_options 
 		bn_wcache_close(&cb->cache);
 		if (bn_model_open(&cb->model, opt->model_path, err) != 0)
 			return -1;
-	} else if (rc != -ENOENT) {
+	} else if (rc != -ENOENT && rc != -ENOTDIR) { /* not there yet: no warning */
 		bn_log_warn("msg=\"weights cache not used; rebuilding it\" cache=\"%s\" why=\"%s\"",
 			    cache_path, why);
 	}
-	char model_path[sizeof(cb->model.file.path)];
-	snprintf(model_path, sizeof(model_path), "%s", cb->model.file.path);
 	if (build_weights(cb, opt, kern, head_said, err) != 0)
 		return -1;
-	rc = store_weights(cb, cache_path, &key, kern, why);
-	if (rc == 0) {
-		*from = BUILT_AND_CACHED;
-		return 0;
-	}
-	bn_log_warn("msg=\"running without a weights cache\" cache=\"%s\" why=\"%s\"", cache_path,
-		    why);
-	*from = BUILT_CACHE_FAILED;
-	if (rc != -EIO) /* the built weights are still there */
-		return 0;
-	/* They were freed to be taken back from the file, which failed: build them again. */
-	if (bn_model_open(&cb->model, model_path, err) != 0)
-		return -1;
-	return build_weights(cb, opt, kern, head_said, err);
+	cb->writer = new_writer(cb, cache_path, &key);
+	*from = cb->writer ? BN_WEIGHTS_CACHE_WRITING : BN_WEIGHTS_CACHE_FAILED;
+	if (!cb->writer)
+		bn_log_warn("msg=\"weights cache not written: no memory to list the weights\" cache=\"%s\"",
+			    cache_path);
+	return 0;
 }
 
 /* ---- opening ----------------------------------------------------------------------------- */
@@ -332,7 +402,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		return -ENOMEM;
 	uint64_t t0 = bn_now_ns();
 	char err[BN_MODEL_ERR_LEN], cache_path[PATH_MAX];
-	enum weights_from from;
+	enum bn_weights_cache from;
 	const char *head_said;
 	bn_sampler_init(&cb->sampler);
 	cb->max_seqs = opt->max_seqs;
@@ -356,6 +426,11 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	enum bn_decode_layout_kind layout_kind =
 		attach_decode_layout(cb, opt->base3_decode, &decode_layout);
 	double load_ms = (double)(bn_now_ns() - t0) / 1e6;
+	bn_stats_set_load(load_ms * 1e-3, from, cache_path);
+	/* The weights are final (attach_* changed no byte); STATS says writing before the
+	 * writer can say what came of it. */
+	if (from == BN_WEIGHTS_CACHE_WRITING && (from = start_writer(cb)) != BN_WEIGHTS_CACHE_WRITING)
+		bn_stats_set_weights_cache(from);
 	const struct bn_model_config *c = &cb->model.cfg;
 	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f decode_layout=\"%s\" base3_mb=%.1f load_ms=%.0f weights_cache=%s cache=\"%s\"",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
@@ -363,8 +438,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		    (double)cb->model.repacked_bytes / 1e6, lm_head,
 		    (double)bn_head_screen_bytes(&cb->screen) / 1e6, /* 0 when not built */
 		    decode_layout, (double)cb->model.t3_bytes / 1e6, load_ms,
-		    weights_from_name[from], cache_path);
-	bn_stats_set_load(load_ms * 1e-3, weights_from_name[from], cache_path);
+		    bn_weights_cache_names[from], cache_path);
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	desc->can_score = 1;
 	desc->can_classify = 1;

@@ -323,31 +323,38 @@ static void render_counters(struct text *t)
 	render_refusals(t);
 }
 
-void bn_stats_set_load(double seconds, const char *cache_state, const char *cache_path)
+const char *const bn_weights_cache_names[] = { "off", "hit", "writing", "built", "failed" };
+
+void bn_stats_set_load(double seconds, enum bn_weights_cache state, const char *cache_path)
 {
 	bn_stats.load_seconds = seconds;
-	snprintf(bn_stats.weights_cache, sizeof(bn_stats.weights_cache), "%s", cache_state);
 	snprintf(bn_stats.weights_cache_path, sizeof(bn_stats.weights_cache_path), "%s",
 		 cache_path);
+	bn_stats_set_weights_cache(state);
+}
+
+void bn_stats_set_weights_cache(enum bn_weights_cache state)
+{
+	__atomic_store_n(&bn_stats.weights_cache, (int)state, __ATOMIC_RELEASE);
 }
 
 /* The model's load: its time, the weights cache's state (a sample per state, 1 for the
  * current one, 0 for the others) and its file (one sample, as an info metric). */
 static void render_load(struct text *t)
 {
-	static const char *const states[] = { "hit", "built", "failed", "off" };
 	static char path[2 * sizeof(bn_stats.weights_cache_path)];
-	const char *now = bn_stats.weights_cache[0] ? bn_stats.weights_cache : "off";
+	int now = __atomic_load_n(&bn_stats.weights_cache, __ATOMIC_ACQUIRE);
 	gauge_real(t, "model_load_seconds",
 		   "Seconds the backend took to load the model, the weights cache included.",
 		   bn_stats.load_seconds);
 	family(t, "weights_cache", "gauge",
-	       "The packed-weight cache at start-up, 1 for its state: hit (mapped), built "
-	       "(written, then mapped), failed (not written: the weights are the daemon's own), "
-	       "off (none).");
-	for (size_t i = 0; i < ARRAY_LEN(states); i++)
-		put(t, "bitnetd_weights_cache{state=\"%s\"} %d\n", states[i],
-		    strcmp(now, states[i]) == 0);
+	       "The packed-weight cache, 1 for its state: hit (mapped), writing (built at this "
+	       "start, being written after ready), built (written), failed (not written), off "
+	       "(none). The weights of writing, built and failed are the daemon's own.");
+	for (int i = BN_WEIGHTS_CACHE_HIT; i <= BN_WEIGHTS_CACHE_FAILED; i++)
+		put(t, "bitnetd_weights_cache{state=\"%s\"} %d\n", bn_weights_cache_names[i],
+		    now == i);
+	put(t, "bitnetd_weights_cache{state=\"off\"} %d\n", now == BN_WEIGHTS_CACHE_OFF);
 	family(t, "weights_cache_path", "gauge", "The packed-weight cache's file (value 1).");
 	put(t, "bitnetd_weights_cache_path{path=\"%s\"} 1\n",
 	    label_escape(path, sizeof(path), bn_stats.weights_cache_path));

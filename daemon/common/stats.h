@@ -61,11 +61,22 @@ struct bn_stats {
 	uint64_t lm_head_screen_groups; /* float-head panel groups computed for them */
 	uint64_t lm_head_full_rows;     /* rows the screen left to the full head (non-finite) */
 	double load_seconds;            /* the backend's model load (bn_stats_set_load) */
-	char weights_cache[8];          /* hit, built, failed, off; "" before a model loads */
+	int weights_cache;              /* enum bn_weights_cache, read and written atomically */
 	char weights_cache_path[4096];  /* the cache file, "" without one */
 };
 
 extern struct bn_stats bn_stats;
+
+/* The packed-weight cache's state (bitnetd_weights_cache): set at the load, and once more by
+ * the thread that writes a built cache after the daemon is ready. */
+enum bn_weights_cache {
+	BN_WEIGHTS_CACHE_OFF,     /* none (no directory, --cache-dir none, no model) */
+	BN_WEIGHTS_CACHE_HIT,     /* the weights mapped from it */
+	BN_WEIGHTS_CACHE_WRITING, /* built at this start; being written */
+	BN_WEIGHTS_CACHE_BUILT,   /* built at this start and written */
+	BN_WEIGHTS_CACHE_FAILED,  /* built at this start, not written */
+};
+extern const char *const bn_weights_cache_names[]; /* [enum bn_weights_cache] */
 
 void bn_stats_count_error(uint32_t error);
 void bn_stats_observe(enum bn_hist h, double value);
@@ -77,7 +88,8 @@ void bn_stats_count_tokens(uint32_t n, uint64_t now_ns);
  * the window, is weighted by the part that is). */
 double bn_stats_tokens_per_second(uint64_t now_ns);
 /* How the model was loaded: seconds, the weights cache's state and file (model/wcache.h). */
-void bn_stats_set_load(double seconds, const char *cache_state, const char *cache_path);
+void bn_stats_set_load(double seconds, enum bn_weights_cache state, const char *cache_path);
+void bn_stats_set_weights_cache(enum bn_weights_cache state);
 /* Zeroes every counter, histogram and the token window (for tests; the daemon never does). */
 void bn_stats_reset(void);
 

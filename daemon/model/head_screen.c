@@ -17,6 +17,9 @@
 #include <string.h>
 
 #define GROUP BN_F_PANEL_ROWS
+/* A build thread's scratch per input, in floats: the group's values, one decoded row, the
+ * group's int8 codes. */
+#define SCRATCH_FLOATS (GROUP + 1 + GROUP / 4)
 
 static uint32_t div_up(uint32_t a, uint32_t b)
 {
@@ -50,7 +53,7 @@ struct head_source {
 struct build_job {
 	const struct head_source *head;
 	struct bn_head_screen *s;
-	float *tmp;             /* [pool threads][n_in][GROUP] */
+	float *tmp;             /* [pool threads][n_in][SCRATCH_FLOATS] */
 	const float *halves;    /* [65536] every F16 value as a float, for an F16 head */
 	int non_finite;         /* set by any task that met a NaN or an infinity */
 };
@@ -92,52 +95,92 @@ static void group_floats(const struct bn_f_matrix *h, const float *halves, uint3
 }
 
 /* nearbyintf's value (round to nearest, ties to even: the default mode) for |x| <= 2^22,
- * without the library call, which kept the loop from being vectorized: 1.5 * 2^23 added and
- * taken away leaves x rounded to an integer. */
+ * without the library call or a branch, which kept the loop from being vectorized:
+ * 1.5 * 2^23 of x's sign added and taken away leaves x rounded to an integer. */
 static inline float round_even(float x)
 {
-	const float magic = 12582912.0f;
-	return x >= 0 ? (x + magic) - magic : (x - magic) + magic;
+	const float magic = copysignf(12582912.0f, x);
+	return (x + magic) - magic;
 }
 
-/* The rows of one group (n_rows, the first o0): scales, int8 codes and the bounds
- * head_screen.h needs. The loops run input by input over the group's 64 rows, as the panels
- * lie. Returns -1 on a NaN or an infinity. */
-static int screen_group(struct bn_head_screen *s, const float *grp, uint32_t o0, uint32_t n_rows)
+/* The group's scales and sums of |v| (l1, in double: the bound's), and whether every value
+ * is finite. Loops run input by input over the group's 64 rows, as the panels lie, on whole
+ * arrays, so the compiler vectorizes them; the maximum in float is the double one (the values
+ * are floats). */
+static int group_scales(const float *restrict grp, uint32_t n_in, float *restrict scale,
+			double *restrict l1)
 {
-	uint32_t n_in = s->w.n_in;
-	double amax[GROUP] = { 0 }, l1[GROUP] = { 0 }, err[GROUP] = { 0 };
-	float scale[GROUP];
-	int finite = 1;
+	float amax[GROUP] = { 0 };
+	int finite[GROUP];
+	for (uint32_t i = 0; i < GROUP; i++)
+		finite[i] = 1;
 	for (uint32_t k = 0; k < n_in; k++)
 		for (uint32_t i = 0; i < GROUP; i++) {
-			double v = fabs(grp[(size_t)k * GROUP + i]);
-			finite &= v <= FLT_MAX; /* false for NaN too */
+			float v = fabsf(grp[(size_t)k * GROUP + i]);
+			finite[i] &= v <= FLT_MAX; /* false for NaN too */
 			amax[i] = v > amax[i] ? v : amax[i];
 			l1[i] += v;
 		}
-	if (!finite)
-		return -1;
-	for (uint32_t i = 0; i < GROUP; i++)
-		scale[i] = (float)amax[i] / 127.0f;
-	int8_t *q = s->q_mem + (size_t)o0 * s->w.row_bytes;
-	for (uint32_t k = 0; k < n_in; k++)
-		for (uint32_t i = 0; i < n_rows; i++) {
-			float v = grp[(size_t)k * GROUP + i];
+	int all = 1;
+	for (uint32_t i = 0; i < GROUP; i++) {
+		all &= finite[i];
+		scale[i] = amax[i] / 127.0f;
+	}
+	return all;
+}
+
+/* The int8 codes of the group, [n_in][GROUP] as the panels lie (codes), and the largest
+ * |v - scale c| of each row (err, exact in double: a float times a small integer, then a
+ * difference). Two loops per input, each of which the compiler vectorizes (one alone, with
+ * the clamp and the maximum both, it did not). */
+static void group_codes(const float *restrict grp, uint32_t n_in, const float *restrict scale,
+			int8_t *restrict codes, double *restrict err)
+{
+	/* a zero scale has only zeros in its row: 1 divides them to a zero code */
+	float divisor[GROUP];
+	double scale_d[GROUP];
+	for (uint32_t i = 0; i < GROUP; i++) {
+		divisor[i] = scale[i] > 0 ? scale[i] : 1.0f;
+		scale_d[i] = scale[i];
+	}
+	for (uint32_t k = 0; k < n_in; k++) {
+		const float *restrict v = grp + (size_t)k * GROUP;
+		int8_t *restrict code = codes + (size_t)k * GROUP;
+		for (uint32_t i = 0; i < GROUP; i++) {
 			/* |v / scale| <= 127 up to rounding: within round_even's range; the values
-			 * are finite (checked above), so comparisons clamp as fminf/fmaxf did */
-			float c = scale[i] > 0 ? round_even(v / scale[i]) : 0.0f;
-			c = c < -127.0f ? -127.0f : c > 127.0f ? 127.0f : c;
-			q[(size_t)i * s->w.row_bytes + k] = (int8_t)c;
-			/* exact in double: a float times a small integer, then a difference */
-			double e = fabs((double)v - (double)scale[i] * c);
+			 * are finite (checked before), so comparisons clamp as fminf/fmaxf did */
+			float c = round_even(v[i] / divisor[i]);
+			c = c < -127.0f ? -127.0f : c;
+			c = c > 127.0f ? 127.0f : c;
+			code[i] = (int8_t)(int32_t)c;
+		}
+		for (uint32_t i = 0; i < GROUP; i++) {
+			double e = fabs((double)v[i] - scale_d[i] * code[i]);
 			err[i] = e > err[i] ? e : err[i];
 		}
+	}
+}
+
+/* The rows of one group (n_rows, the first o0): scales, int8 codes and the bounds
+ * head_screen.h needs. codes is scratch of n_in * GROUP bytes. Returns -1 on a NaN or an
+ * infinity. */
+static int screen_group(struct bn_head_screen *s, const float *grp, int8_t *codes, uint32_t o0,
+			uint32_t n_rows)
+{
+	uint32_t n_in = s->w.n_in;
+	double l1[GROUP] = { 0 }, err[GROUP] = { 0 };
+	float scale[GROUP];
+	if (!group_scales(grp, n_in, scale, l1))
+		return -1;
+	group_codes(grp, n_in, scale, codes, err);
 	for (uint32_t i = 0; i < n_rows; i++) {
-		memset(q + (size_t)i * s->w.row_bytes + n_in, 0, s->w.row_bytes - n_in);
+		int8_t *q = s->q_mem + (size_t)(o0 + i) * s->w.row_bytes;
 		int32_t sum = 0;
-		for (uint32_t k = 0; k < n_in; k++)
-			sum += q[(size_t)i * s->w.row_bytes + k];
+		for (uint32_t k = 0; k < n_in; k++) {
+			q[k] = codes[(size_t)k * GROUP + i];
+			sum += q[k];
+		}
+		memset(q + n_in, 0, s->w.row_bytes - n_in);
 		s->row_sum[o0 + i] = sum;
 		s->scale[o0 + i] = scale[i];
 		s->err[o0 + i] = float_up(err[i]);
@@ -150,14 +193,15 @@ static void build_task(void *ctx, uint32_t g)
 {
 	struct build_job *j = ctx;
 	const struct head_source *h = j->head;
-	/* per thread: the group's floats, then one decoded row */
-	float *grp = j->tmp + (size_t)bn_pool_thread_index() * h->n_in * (GROUP + 1);
+	/* per thread: the group's floats, one decoded row, the group's codes */
+	float *grp = j->tmp + (size_t)bn_pool_thread_index() * h->n_in * SCRATCH_FLOATS;
+	int8_t *codes = (int8_t *)(grp + (size_t)h->n_in * (GROUP + 1));
 	int bad = 0;
 	if (h->panels)
 		group_floats(h->panels, j->halves, g, grp);
 	else
 		bad = group_floats_from_rows(h, g, grp + (size_t)h->n_in * GROUP, grp);
-	if (bad || screen_group(j->s, grp, g * GROUP, group_end(g, h->n_out) - g * GROUP))
+	if (bad || screen_group(j->s, grp, codes, g * GROUP, group_end(g, h->n_out) - g * GROUP))
 		__atomic_store_n(&j->non_finite, 1, __ATOMIC_RELAXED);
 }
 
@@ -184,7 +228,7 @@ static int build(struct bn_head_screen *s, const struct head_source *head, struc
 	s->l1 = malloc(head->n_out * sizeof(float));
 	s->row_sum = malloc(head->n_out * sizeof(int32_t));
 	struct build_job j = { .head = head, .s = s };
-	j.tmp = malloc((size_t)bn_pool_threads(pool) * head->n_in * (GROUP + 1) * sizeof(float));
+	j.tmp = malloc((size_t)bn_pool_threads(pool) * head->n_in * SCRATCH_FLOATS * sizeof(float));
 	float *halves = NULL;
 	if (head->panels && head->panels->type == BN_TYPE_F16) {
 		halves = malloc(65536 * sizeof(float));

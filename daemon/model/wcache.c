@@ -337,8 +337,7 @@ struct write_job {
 	uint32_t n_blobs;
 	uint64_t data_offset, data_size, n_chunks;
 	uint64_t *hashes;         /* [n_chunks] */
-	uint32_t n_tasks;
-	int error;                /* the first errno a task met */
+	const int *stop;          /* NULL, or set when the write is to give up */
 };
 
 static void hash_zeros(XXH3_state_t *st, uint64_t n)
@@ -379,17 +378,16 @@ static int write_chunk(struct write_job *j, uint64_t c, XXH3_state_t *st)
 	return 0;
 }
 
-static void write_task(void *ctx, uint32_t task)
+/* Every chunk in turn, until one fails or *stop is set. 0 or an errno. */
+static int write_chunks(struct write_job *j)
 {
-	struct write_job *j = ctx;
 	XXH3_state_t *st = XXH3_createState();
 	int e = st ? 0 : ENOMEM;
-	for (uint64_t c = task; e == 0 && c < j->n_chunks; c += j->n_tasks)
-		e = write_chunk(j, c, st);
+	for (uint64_t c = 0; e == 0 && c < j->n_chunks; c++)
+		e = j->stop && __atomic_load_n(j->stop, __ATOMIC_RELAXED) ? ECANCELED
+									   : write_chunk(j, c, st);
 	XXH3_freeState(st);
-	if (e)
-		__atomic_compare_exchange_n(&j->error, &(int){ 0 }, e, 0, __ATOMIC_RELAXED,
-					    __ATOMIC_RELAXED);
+	return e;
 }
 
 /* mkdir -p for the cache directory. */
@@ -445,9 +443,9 @@ static int plan(const struct bn_wcache_key *k, uint32_t contents,
 	return 0;
 }
 
-/* The data on the pool, then the header, directory and chunk table. */
+/* The data, then the header, directory and chunk table. */
 static int write_body(int fd, struct wc_header *h, const struct bn_wcache_entry *dir,
-		      const struct bn_wcache_blob *blobs, uint32_t n, struct bn_pool *pool)
+		      const struct bn_wcache_blob *blobs, uint32_t n, const int *stop)
 {
 	if (ftruncate(fd, (off_t)h->file_size) < 0)
 		return -errno;
@@ -457,18 +455,12 @@ static int write_body(int fd, struct wc_header *h, const struct bn_wcache_entry 
 		return -rc;
 	struct write_job j = { .fd = fd, .blobs = blobs, .dir = dir, .n_blobs = n,
 			       .data_offset = h->data_offset,
-			       .data_size = h->file_size - h->data_offset, .n_chunks = h->n_chunks };
+			       .data_size = h->file_size - h->data_offset, .n_chunks = h->n_chunks,
+			       .stop = stop };
 	j.hashes = calloc(h->n_chunks ? h->n_chunks : 1, sizeof(uint64_t));
 	if (!j.hashes)
 		return -ENOMEM;
-	uint32_t threads = pool ? bn_pool_threads(pool) : 1;
-	j.n_tasks = (uint32_t)(j.n_chunks < 4u * threads ? (j.n_chunks ? j.n_chunks : 1) : 4u * threads);
-	if (pool)
-		bn_pool_run(pool, j.n_tasks, write_task, &j);
-	else
-		for (uint32_t t = 0; t < j.n_tasks; t++)
-			write_task(&j, t);
-	rc = -j.error;
+	rc = -write_chunks(&j);
 	if (rc == 0) {
 		h->meta_hash = meta_hash(h, dir, j.hashes);
 		uint8_t head[WC_HEADER_BYTES] = { 0 };
@@ -511,7 +503,7 @@ static void remove_orphans(const char *path)
 }
 
 int bn_wcache_write(const char *path, const struct bn_wcache_key *k, uint32_t contents,
-		    const struct bn_wcache_blob *blobs, uint32_t n, struct bn_pool *pool,
+		    const struct bn_wcache_blob *blobs, uint32_t n, const int *stop,
 		    char why[BN_WCACHE_WHY_LEN])
 {
 	why[0] = 0;
@@ -535,7 +527,7 @@ int bn_wcache_write(const char *path, const struct bn_wcache_key *k, uint32_t co
 	else if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
 		rc = -errno;
 	if (rc == 0) {
-		rc = write_body(fd, &h, dir, blobs, n, pool);
+		rc = write_body(fd, &h, dir, blobs, n, stop);
 		if (close(fd) < 0 && rc == 0)
 			rc = -errno;
 		/* The rename is the commit: a reader sees the old file or the whole new one. */
@@ -544,7 +536,9 @@ int bn_wcache_write(const char *path, const struct bn_wcache_key *k, uint32_t co
 		if (rc < 0)
 			unlink(tmp);
 	}
-	if (rc < 0)
+	if (rc == -ECANCELED)
+		set_why(why, "%s", "the daemon stopped before it was written");
+	else if (rc < 0)
 		set_why(why, "cannot write it: %s", strerror(-rc));
 	free(dir);
 	return rc;

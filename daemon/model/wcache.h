@@ -115,10 +115,11 @@ struct bn_wcache_blob {
 };
 
 /* Writes blobs[0..n) under k (and `contents`) to a temporary file in path's directory (made
- * when missing), hashes it on the pool, and renames it to path. 0 or -errno (nothing left
- * behind); *why says what failed. */
+ * when missing), hashing it on the caller's thread, and renames it to path. *stop (NULL: never)
+ * is read between chunks of a MiB: once set, the write gives up with -ECANCELED. 0 or -errno
+ * (nothing left behind); *why says what failed. */
 int bn_wcache_write(const char *path, const struct bn_wcache_key *k, uint32_t contents,
-		    const struct bn_wcache_blob *blobs, uint32_t n, struct bn_pool *pool,
+		    const struct bn_wcache_blob *blobs, uint32_t n, const int *stop,
 		    char why[BN_WCACHE_WHY_LEN]);
 
 #endif /* BITNETD_WCACHE_H */
