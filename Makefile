@@ -6,6 +6,8 @@
 #   make check-faults         the fault campaigns alone (tests/faults.c), with their table
 #   make check-install        install into a temporary prefix, build and run the README's C
 #                             example with pkg-config (tests/installed_client.sh)
+#   make check-gateway-sdk    bitnet-gateway with the official OpenAI SDK (npm) as its client
+#   make check-deploy         deploy/kubernetes/ parses and matches docs/DEPLOY.md
 #   make check-man            a man page per call of libclient/bitnet_client.h (man/man3)
 #   make check-rooms          the daemon's rooms: one-way arrows, no circles, no file of two jobs
 #   make check-tsan           the C tests under ThreadSanitizer (build-tsan/)
@@ -18,6 +20,7 @@
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
 #   make bench-start          time to ready with and without the packed-weight cache
+#   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
@@ -56,8 +59,12 @@ PCRE_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libpcre2-8 2>/dev/null)
 PCRE_LIBS    := $(shell $(PKG_CONFIG) --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
 # xxHash (Debian: libxxhash-dev): the weights cache's checksums (XXH3, ~9 GB/s a core).
 XXHASH_LIBS  := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null || echo -lxxhash)
-# Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from and the CLI's chat.
+# Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from, the CLI's chat and
+# the gateway.
 JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
+# libmicrohttpd (Debian: libmicrohttpd-dev): the gateway's HTTP/1.1.
+MHD_CFLAGS   := $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
+MHD_LIBS     := $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell $(PKG_CONFIG) --libs check 2>/dev/null || echo -lcheck)
 # OpenBLAS, the serial build (Debian: libopenblas-serial-dev): its calls run inside our own
@@ -133,6 +140,7 @@ DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backends/cud
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
+GATEWAY_SRCS := $(wildcard gateway/*.c)
 MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay fuzz-requests-replay
@@ -142,9 +150,11 @@ CLIENT_PIC  := $(CLIENT_SRCS:%.c=$(BUILD)/pic/%.o)
 CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS    := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 MODELTOOL_OBJS := $(MODELTOOL_SRCS:%.c=$(BUILD)/%.o)
+GATEWAY_OBJS := $(GATEWAY_SRCS:%.c=$(BUILD)/%.o)
 
 BITNETD  := $(BUILD)/bitnetd
 CLI      := $(BUILD)/bitnet-cli
+GATEWAY  := $(BUILD)/bitnet-gateway
 MODELTOOL := $(BUILD)/bitnet-model
 CORE_A   := $(BUILD)/libbitnetd-core.a
 LIB_SO   := $(BUILD)/$(LIB_SONAME)
@@ -158,10 +168,10 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-rooms check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+.PHONY: all check check-c check-deploy check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
-all: $(BITNETD) $(CLI) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
+all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -232,11 +242,16 @@ $(CLI): $(CLI_OBJS) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) $(JANSSON_LIBS) -lm
 
+$(BUILD)/gateway/%.o: ISA_FLAGS := $(MHD_CFLAGS)
+$(GATEWAY): $(GATEWAY_OBJS) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(MHD_LIBS) $(JANSSON_LIBS) $(PCRE_LIBS) -lm
+
 TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS) $(JANSSON_LIBS)
 
 $(BUILD)/tests/bn-%: $(BUILD)/tests/%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
@@ -307,6 +322,18 @@ BENCH_START_ARGS ?=
 bench-start: $(BENCH_START) $(BITNETD) $(CLI) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) BITNET_CLI=$(CLI) $(BENCH_START) --model $(BENCH_MODEL_FILE) $(BENCH_START_ARGS)
 
+# The gateway's benchmark (bench/bench_gateway.c): HTTP against the ring, latency on the
+# built-in model, 256 streams on the bench-model file.
+BENCH_GATEWAY := $(BUILD)/bench/bench_gateway
+BENCH_GATEWAY_ARGS ?=
+$(BENCH_GATEWAY): $(BUILD)/bench/bench_gateway.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
+
+bench-gateway: $(BENCH_GATEWAY) $(BITNETD) $(GATEWAY) $(DEFAULT_MODEL) $(BENCH_MODEL_FILE)
+	BITNETD=$(BITNETD) BITNET_GATEWAY=$(GATEWAY) BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) \
+		$(BENCH_GATEWAY) --model $(BENCH_MODEL_FILE) $(BENCH_GATEWAY_ARGS)
+
 # The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
 # daemon itself, once per scenario, on the same model file as bench-model.
 BENCH_SERVE := $(BUILD)/bench/bench_serve
@@ -358,8 +385,24 @@ fuzz-requests:
 # Without SANITIZE, `check` also runs the fault campaigns, then the C tests and the
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
 # build dir).
-check: check-c check-rooms check-python check-systemd check-man \
+check: check-c check-rooms check-python check-gateway-sdk check-deploy check-systemd check-man \
 	$(if $(SANITIZE),,check-install check-faults check-san check-tsan)
+
+# The official OpenAI TypeScript SDK against bitnet-gateway (tests/gateway): the package, at the
+# version package-lock.json pins, is installed into tests/gateway/node_modules by npm ci.
+tests/gateway/node_modules/.package-lock.json: tests/gateway/package.json tests/gateway/package-lock.json
+	cd tests/gateway && npm ci --no-audit --no-fund --loglevel=error
+
+check-gateway-sdk: all tests/gateway/node_modules/.package-lock.json
+	@echo "== gateway with the OpenAI SDK (tests/gateway/sdk.mjs)"
+	$(Q)BUILD=$(BUILD) $(TEST_ENV) sh tests/gateway/run.sh
+
+# deploy/kubernetes/ against docs/DEPLOY.md (tests/deploy_manifests.py).
+check-deploy:
+	@echo "== deploy manifests (tests/deploy_manifests.py)"
+	@python3 tests/deploy_manifests.py; rc=$$?; \
+		if [ $$rc = 77 ]; then echo "SKIP: tests/deploy_manifests.py"; \
+		elif [ $$rc != 0 ]; then exit $$rc; fi
 
 check-tsan:
 	@echo "== sanitizer pass (thread)"
@@ -371,7 +414,7 @@ check-san:
 
 # The tests' daemons keep their weights caches out of the user's home (tests/testutil.h).
 TEST_CACHE_ENV := XDG_CACHE_HOME=/tmp/bitnet-test-cache CACHE_DIRECTORY=
-TEST_ENV := BITNETD=$(BITNETD) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
+TEST_ENV := BITNETD=$(BITNETD) BITNET_GATEWAY=$(GATEWAY) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
 	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI) $(TEST_CACHE_ENV)
 
 # A test program that exits 77 skipped (the GPU tests without a GPU): it says why itself.
@@ -457,11 +500,11 @@ bench-python: $(BITNETD) $(CLI) $(DEFAULT_MODEL)
 # family), and bitnet_client(3), the overview.
 MAN3 := $(wildcard man/man3/*.3)
 
-install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A)
+install: $(BITNETD) $(CLI) $(GATEWAY) $(LIB_SO) $(LIB_A)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)/bitnet \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8 \
-		$(DESTDIR)$(MANDIR)/man3
-	install -m 0755 $(BITNETD) $(CLI) $(DESTDIR)$(BINDIR)/
+		$(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man1
+	install -m 0755 $(BITNETD) $(CLI) $(GATEWAY) $(DESTDIR)$(BINDIR)/
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libbitnet-client.so.$(LIB_VERSION)
 	ln -sf libbitnet-client.so.$(LIB_VERSION) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libbitnet-client.so
@@ -472,13 +515,19 @@ install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A)
 		> $(DESTDIR)$(UNITDIR)/bitnetd.service
 	install -m 0644 systemd/bitnetd.socket $(DESTDIR)$(UNITDIR)/
 	install -m 0644 systemd/bitnetd.env $(DESTDIR)$(SYSCONFDIR)/default/bitnetd
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		systemd/bitnet-gateway.service > $(DESTDIR)$(UNITDIR)/bitnet-gateway.service
+	install -m 0644 systemd/bitnet-gateway.env $(DESTDIR)$(SYSCONFDIR)/default/bitnet-gateway
 	install -m 0644 docs/bitnetd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 docs/bitnet-gateway.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 $(MAN3) $(DESTDIR)$(MANDIR)/man3/
 	install -d $(DESTDIR)$(PREFIX)/lib/sysusers.d
 	install -m 0644 systemd/sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/bitnetd $(DESTDIR)$(BINDIR)/bitnet-cli \
+		$(DESTDIR)$(BINDIR)/bitnet-gateway $(DESTDIR)$(UNITDIR)/bitnet-gateway.service \
+		$(DESTDIR)$(MANDIR)/man1/bitnet-gateway.1 \
 		$(DESTDIR)$(LIBDIR)/libbitnet-client.* $(DESTDIR)$(LIBDIR)/pkgconfig/bitnet-client.pc \
 		$(DESTDIR)$(UNITDIR)/bitnetd.service $(DESTDIR)$(UNITDIR)/bitnetd.socket \
 		$(DESTDIR)$(MANDIR)/man8/bitnetd.8 $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf \

@@ -3,11 +3,15 @@
 # Used by the README's commands and by .ci/run, so CI cannot pass on a hand-installed machine
 # while a fresh one fails.
 set -eu
-PKGS="gcc g++ make pkg-config groff-base man-db liburing-dev libpcre2-dev libjansson-dev libxxhash-dev check libsubunit-dev libopenblas-serial-dev python3 python3-pytest systemd"
+PKGS="gcc g++ make pkg-config groff-base man-db liburing-dev libpcre2-dev libjansson-dev libmicrohttpd-dev libxxhash-dev check libsubunit-dev libopenblas-serial-dev python3 python3-pytest python3-yaml systemd"
 missing=""
 for p in $PKGS; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
+# Node.js and npm run the gateway's tests with the official OpenAI SDK (tests/gateway); a
+# machine with Node.js from elsewhere (NodeSource, whose nodejs carries npm) needs nothing.
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 [ -z "$missing" ] && exit 0
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * job.c — an OpenAI request body to a gw_job: every field read once, checked, named in the
+ * error when it is wrong.
+ */
+#define _GNU_SOURCE
+#include "job.h"
+#include "ring.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Completions' max_tokens when the request gives none (OpenAI's and vLLM's). */
+#define COMPLETIONS_DEFAULT_MAX_TOKENS 16
+/* OpenAI's ranges. */
+#define MAX_TEMPERATURE 2.0
+#define MAX_PENALTY 2.0
+#define MAX_CHAT_TOP_LOGPROBS 20
+
+void gw_error_set(struct gw_error *e, int status, const char *param, const char *fmt, ...)
+{
+	e->status = status;
+	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+	e->type = status == 401   ? "invalid_request_error"
+		  : status == 429 ? "rate_limit_error"
+		  : status >= 500 ? "server_error"
+				  : "invalid_request_error";
+	e->code = status == 401 ? "invalid_api_key" : status == 404 && param && !strcmp(param, "model")
+								? "model_not_found"
+								: NULL;
+}
+
+void gw_error_from_bn(struct gw_error *e, int bn_error, const char *what)
+{
+	int code = bn_error < 0 ? -bn_error : bn_error;
+	const char *why = bn_strerror(bn_error);
+	switch (code) {
+	case BN_E_TOO_LONG:
+	case BN_E_KV_SPACE:
+		gw_error_set(e, 400, "max_tokens",
+			     "%s: the prompt and max_tokens need more than the model's context or the daemon's memory allows (%s)",
+			     what, why);
+		e->code = "context_length_exceeded";
+		return;
+	case BN_E_TOKEN:
+		gw_error_set(e, 400, "prompt", "%s: a token id is not in the vocabulary", what);
+		return;
+	case BN_E_EMPTY:
+	case BN_E_INVALID:
+		gw_error_set(e, 400, NULL, "%s: %s", what, why);
+		return;
+	case BN_E_BUSY:
+	case BN_E_AGAIN:
+	case BN_E_SHUTDOWN:
+	case BN_E_DISCONNECTED:
+	case ECONNREFUSED:
+	case ENOENT:
+		gw_error_set(e, 503, NULL, "%s: the daemon cannot take it now (%s)", what, why);
+		return;
+	case BN_E_TIMEOUT:
+		gw_error_set(e, 504, NULL, "%s: it did not finish within the gateway's time (%s)",
+			     what, why);
+		return;
+	}
+	gw_error_set(e, 500, NULL, "%s: %s", what, why);
+}
+
+json_t *gw_error_json(const struct gw_error *e)
+{
+	return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type",
+			 e->type ? e->type : "invalid_request_error", "param",
+			 e->param[0] ? json_string(e->param) : json_null(), "code",
+			 e->code ? json_string(e->code) : json_null());
+}
+
+/* ---- UTF-8 ------------------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if there is none. */
+static size_t utf8_valid(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+	if (!len || len > n || (len == 2 && c < 0xc2) || (len == 4 && c > 0xf4))
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	if (len == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0)))
+		return 0; /* overlong, surrogate */
+	if (len == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90)))
+		return 0;
+	return len;
+}
+
+json_t *gw_json_text(const char *s, size_t len)
+{
+	char *out = malloc(len * 3 + 1);
+	if (!out)
+		return NULL;
+	size_t o = 0;
+	for (size_t i = 0; i < len;) {
+		size_t k = utf8_valid((const unsigned char *)s + i, len - i);
+		if (k) {
+			memcpy(out + o, s + i, k);
+			o += k;
+			i += k;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	json_t *j = json_stringn(out, o);
+	free(out);
+	return j;
+}
+
+/* ---- fields ------------------------------------------------------------------------------ */
+
+/* A number field in [lo, hi] into *out; absent or null leaves *out. 0 or -1 (err set). */
+static int get_real(json_t *root, const char *name, double lo, double hi, double *out,
+		    struct gw_error *err)
+{
+	json_t *v = json_object_get(root, name);
+	if (!v || json_is_null(v))
+		return 0;
+	double d = json_number_value(v);
+	if (!json_is_number(v) || !isfinite(d) || d < lo || d > hi) {
+		gw_error_set(err, 400, name, "%s must be a number from %g to %g", name, lo, hi);
+		return -1;
+	}
+	*out = d;
+	return 0;
+}
+
+/* An integer field in [lo, hi]; *given says whether it was there. */
+static int get_int(json_t *root, const char *name, long long lo, long long hi, long long *out,
+		   int *given, struct gw_error *err)
+{
+	json_t *v = json_object_get(root, name);
+	if (given)
+		*given = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+		gw_error_set(err, 400, name, "%s must be an integer from %lld to %lld", name, lo, hi);
+		return -1;
+	}
+	*out = json_integer_value(v);
+	if (given)
+		*given = 1;
+	return 0;
+}
+
+static int get_bool(json_t *root, const char *name, int *out, struct gw_error *err)
+{
+	json_t *v = json_object_get(root, name);
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v)) {
+		gw_error_set(err, 400, name, "%s must be true or false", name);
+		return -1;
+	}
+	*out = json_is_true(v);
+	return 0;
+}
+
+/* Fields the gateway cannot honour: refused when present with anything but their neutral
+ * value, so no request is answered as if they had been applied. */
+static int refuse_unsupported(json_t *root, enum gw_endpoint kind, struct gw_error *err)
+{
+	static const char *const any_value[] = { "tools", "functions", "tool_choice",
+						 "function_call", "logit_bias", "suffix",
+						 "audio", "modalities", "prediction" };
+	for (size_t i = 0; i < sizeof(any_value) / sizeof(any_value[0]); i++) {
+		json_t *v = json_object_get(root, any_value[i]);
+		if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
+		    !(json_is_array(v) && json_array_size(v) == 0)) {
+			gw_error_set(err, 400, any_value[i], "%s is not supported", any_value[i]);
+			return -1;
+		}
+	}
+	json_t *rf = json_object_get(root, "response_format");
+	const char *rf_type = json_string_value(json_object_get(rf, "type"));
+	if (kind == GW_CHAT && rf && !json_is_null(rf) && (!rf_type || strcmp(rf_type, "text"))) {
+		gw_error_set(err, 400, "response_format", "only {\"type\": \"text\"} is supported");
+		return -1;
+	}
+	long long best_of = 1, n = 1;
+	if (get_int(root, "best_of", 1, GW_MAX_N, &best_of, NULL, err) < 0 ||
+	    get_int(root, "n", 1, GW_MAX_N, &n, NULL, err) < 0)
+		return -1;
+	if (best_of != 1 && best_of != n) {
+		gw_error_set(err, 400, "best_of", "best_of must equal n (or 1)");
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_stop(struct gw_job *job, json_t *root, struct gw_error *err)
+{
+	json_t *v = json_object_get(root, "stop");
+	if (!v || json_is_null(v))
+		return 0;
+	json_t *one[1] = { v };
+	size_t n = json_is_array(v) ? json_array_size(v) : 1;
+	if ((!json_is_array(v) && !json_is_string(v)) || n > GW_MAX_STOP) {
+		gw_error_set(err, 400, "stop", "stop must be a string or an array of at most %d strings",
+			     GW_MAX_STOP);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *s = json_is_array(v) ? json_array_get(v, i) : one[0];
+		if (!json_is_string(s) || json_string_length(s) == 0) {
+			gw_error_set(err, 400, "stop", "each stop must be a non-empty string");
+			return -1;
+		}
+		job->stop[i] = strndup(json_string_value(s), json_string_length(s));
+		job->stop_len[i] = json_string_length(s);
+		if (!job->stop[i]) {
+			gw_error_set(err, 500, NULL, "out of memory");
+			return -1;
+		}
+		job->n_stop = i + 1;
+	}
+	return 0;
+}
+
+/* temperature, top_p, penalties, seed. */
+static int parse_sampling(struct gw_job *job, json_t *root, struct gw_error *err)
+{
+	double temperature = 1.0, top_p = 1.0, presence = 0, frequency = 0;
+	long long seed = 0;
+	int seeded = 0;
+	if (get_real(root, "temperature", 0, MAX_TEMPERATURE, &temperature, err) < 0 ||
+	    get_real(root, "top_p", 0, 1, &top_p, err) < 0 ||
+	    get_real(root, "presence_penalty", -MAX_PENALTY, MAX_PENALTY, &presence, err) < 0 ||
+	    get_real(root, "frequency_penalty", -MAX_PENALTY, MAX_PENALTY, &frequency, err) < 0 ||
+	    get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &seeded, err) < 0)
+		return -1;
+	if (top_p == 0) {
+		gw_error_set(err, 400, "top_p", "top_p must be above 0");
+		return -1;
+	}
+	struct bn_sampling_params *sp = &job->sampling;
+	sp->temperature = (float)temperature; /* 0: greedy */
+	sp->top_p = top_p < 1 ? (float)top_p : 0;
+	sp->presence_penalty = (float)presence;
+	sp->frequency_penalty = (float)frequency;
+	if (seeded) {
+		sp->seed = (uint64_t)seed;
+		job->flags |= BN_REQ_SEED;
+	}
+	return 0;
+}
+
+/* n, stream, stream_options, max_tokens (chat: or max_completion_tokens). */
+static int parse_shape(struct gw_job *job, json_t *root, struct gw_error *err)
+{
+	long long n = 1, max_tokens = 0;
+	int given = 0;
+	if (get_int(root, "n", 1, GW_MAX_N, &n, NULL, err) < 0 ||
+	    get_bool(root, "stream", &job->stream, err) < 0)
+		return -1;
+	job->n = (uint32_t)n;
+	const char *max_name = "max_tokens";
+	if (job->kind == GW_CHAT && json_object_get(root, "max_completion_tokens") &&
+	    !json_is_null(json_object_get(root, "max_completion_tokens")))
+		max_name = "max_completion_tokens";
+	if (get_int(root, max_name, job->kind == GW_CHAT ? 1 : 0, UINT32_MAX, &max_tokens, &given,
+		    err) < 0)
+		return -1;
+	job->max_tokens = given ? (uint32_t)max_tokens
+				: job->kind == GW_COMPLETIONS ? COMPLETIONS_DEFAULT_MAX_TOKENS : 0;
+	job->max_tokens_given = given;
+	json_t *so = json_object_get(root, "stream_options");
+	if (so && !json_is_null(so)) {
+		if (!job->stream || !json_is_object(so)) {
+			gw_error_set(err, 400, "stream_options",
+				     "stream_options is an object, and only with stream: true");
+			return -1;
+		}
+		if (get_bool(so, "include_usage", &job->include_usage, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* logprobs and top_logprobs (chat: a boolean and a count; completions: a count). */
+static int parse_logprobs(struct gw_job *job, json_t *root, uint32_t max_logprobs,
+			  struct gw_error *err)
+{
+	long long top = 0;
+	int given = 0;
+	if (job->kind == GW_CHAT) {
+		if (get_bool(root, "logprobs", &job->logprobs, err) < 0 ||
+		    get_int(root, "top_logprobs", 0, MAX_CHAT_TOP_LOGPROBS, &top, &given, err) < 0)
+			return -1;
+		if (given && !job->logprobs) {
+			gw_error_set(err, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+			return -1;
+		}
+	} else {
+		if (get_int(root, "logprobs", 0, MAX_CHAT_TOP_LOGPROBS, &top, &given, err) < 0)
+			return -1;
+		job->logprobs = given;
+	}
+	if ((uint32_t)top > max_logprobs) {
+		gw_error_set(err, 400, job->kind == GW_CHAT ? "top_logprobs" : "logprobs",
+			     "at most %u alternatives per token (the daemon's --max-logprobs)",
+			     max_logprobs);
+		return -1;
+	}
+	job->top_logprobs = (uint32_t)top;
+	job->sampling.n_logprobs = (uint32_t)top;
+	if (job->logprobs)
+		job->flags |= BN_REQ_LOGPROBS;
+	return 0;
+}
+
+void gw_job_free(struct gw_job *job)
+{
+	for (size_t i = 0; i < job->n_stop; i++)
+		free(job->stop[i]);
+	for (size_t i = 0; job->prompts && i < job->n_prompts; i++) {
+		free(job->prompts[i].ids);
+		free(job->prompts[i].text);
+	}
+	free(job->prompts);
+	memset(job, 0, sizeof(*job));
+}
+
+int gw_job_parse(struct gw_job *job, enum gw_endpoint kind, const char *body, size_t len,
+		 const struct gw_model *model, uint32_t max_logprobs, struct gw_error *err)
+{
+	memset(job, 0, sizeof(*job));
+	job->kind = kind;
+	json_error_t jerr;
+	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root || !json_is_object(root)) {
+		gw_error_set(err, 400, NULL, root ? "the body must be a JSON object"
+						  : "the body is not valid JSON: %s (line %d, column %d)",
+			     jerr.text, jerr.line, jerr.column);
+		json_decref(root);
+		return -1;
+	}
+	json_t *name = json_object_get(root, "model");
+	int rc = -1;
+	if (name && !json_is_null(name) && !json_is_string(name))
+		gw_error_set(err, 400, "model", "model must be a string");
+	else if (name && json_is_string(name) && strcmp(json_string_value(name), model->id) != 0)
+		gw_error_set(err, 404, "model", "The model `%.128s` does not exist; this server has `%s`",
+			     json_string_value(name), model->id);
+	else if (refuse_unsupported(root, kind, err) == 0 && parse_shape(job, root, err) == 0 &&
+		 parse_sampling(job, root, err) == 0 && parse_stop(job, root, err) == 0 &&
+		 parse_logprobs(job, root, max_logprobs, err) == 0 &&
+		 (kind == GW_CHAT || get_bool(root, "echo", &job->echo, err) == 0))
+		rc = gw_prompts_parse(job, root, model, err);
+	json_decref(root);
+	if (rc < 0)
+		gw_job_free(job);
+	return rc;
+}

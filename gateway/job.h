@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * job.h — one OpenAI request, parsed and checked: what to run, and how to answer. The request's
+ * fields follow OpenAI's API reference for /v1/completions and /v1/chat/completions (where it
+ * leaves a default open, vLLM's); a field the gateway cannot honour is refused with a 400
+ * naming it, never silently ignored.
+ */
+#ifndef BITNET_GATEWAY_JOB_H
+#define BITNET_GATEWAY_JOB_H
+
+#include "bitnet_client.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gw_model;
+
+enum gw_endpoint { GW_COMPLETIONS, GW_CHAT };
+
+/* An error as OpenAI's error object says it, with its HTTP status. */
+struct gw_error {
+	int status;               /* 0: none */
+	char message[384];
+	char param[64];           /* "" when no parameter is to blame */
+	const char *type;         /* "invalid_request_error", ... */
+	const char *code;         /* NULL or "model_not_found", ... */
+};
+
+/* One prompt of a completions request (a chat request has one). */
+struct gw_prompt {
+	uint32_t *ids;
+	uint32_t n_ids;
+	char *text;               /* the prompt's text for echo (decoded from ids if given so) */
+	size_t text_len;
+	struct gw_error error;    /* this prompt alone failed (an array's other prompts run) */
+};
+
+#define GW_MAX_STOP 16
+#define GW_MAX_N 128
+
+struct gw_job {
+	enum gw_endpoint kind;
+	uint32_t max_tokens;
+	int max_tokens_given;
+	struct bn_sampling_params sampling;
+	uint32_t flags;           /* BN_REQ_SEED, BN_REQ_LOGPROBS */
+	char *stop[GW_MAX_STOP];  /* stop strings, matched on the output's text */
+	size_t stop_len[GW_MAX_STOP];
+	size_t n_stop;
+	uint32_t n;               /* choices per prompt */
+	int stream, include_usage;
+	int logprobs;             /* chat: logprobs: true; completions: logprobs given */
+	uint32_t top_logprobs;    /* alternatives per token */
+	int echo;                 /* completions */
+	struct gw_prompt *prompts;
+	size_t n_prompts;
+	int prompt_was_array;     /* an array of prompts: one prompt's failure is its choices' */
+};
+
+/* Parses body as a request of kind for the model. 0, or -1 with *err set (a 400 or 404). */
+int gw_job_parse(struct gw_job *job, enum gw_endpoint kind, const char *body, size_t len,
+		 const struct gw_model *model, uint32_t max_logprobs, struct gw_error *err);
+void gw_job_free(struct gw_job *job);
+/* prompts.c: job->prompts from `prompt` (completions) or `messages` (chat). 0 or -1. */
+int gw_prompts_parse(struct gw_job *job, json_t *root, const struct gw_model *m,
+		     struct gw_error *err);
+
+void gw_error_set(struct gw_error *e, int status, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* The HTTP error a failed ring call or request becomes. */
+void gw_error_from_bn(struct gw_error *e, int bn_error, const char *what);
+/* {"error": {...}} */
+json_t *gw_error_json(const struct gw_error *e);
+
+/* A JSON string of bytes that may not be valid UTF-8 (a token's bytes): invalid sequences
+ * become U+FFFD. */
+json_t *gw_json_text(const char *s, size_t len);
+
+#endif /* BITNET_GATEWAY_JOB_H */

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * server.h — the HTTP side: libmicrohttpd with a thread per connection (a request blocks on
+ * the daemon in its own thread; a stream's body is produced in it, slice by slice), the
+ * routes, API keys, limits, and the responses they make.
+ */
+#ifndef BITNET_GATEWAY_SERVER_H
+#define BITNET_GATEWAY_SERVER_H
+
+#include "config.h"
+#include "job.h"
+#include "metrics.h"
+#include "render.h"
+#include "ring.h"
+#include "run.h"
+
+#include <microhttpd.h>
+#include <pthread.h>
+
+struct gw_conn; /* one TCP connection (server.c) */
+
+struct gw_server {
+	const struct gw_config *cfg;
+	struct MHD_Daemon *mhd;
+	struct gw_ring ring;
+	struct gw_pool anonymous;  /* without --api-key-file */
+	struct gw_pool *key_pools; /* [cfg->n_keys] */
+	uint32_t anonymous_running;
+	uint32_t running;          /* completions running, every key's */
+	uint32_t *key_running;     /* [cfg->n_keys]: choices running, per key */
+	pthread_mutex_t conns_lock;
+	struct gw_conn *conns;     /* every open connection, for the header deadline */
+	pthread_t watchdog;
+	int watchdog_started;
+	int stopping;              /* SIGTERM: running requests end, new ones get 503 */
+};
+
+/* One HTTP request. */
+struct gw_req {
+	struct gw_server *srv;
+	struct gw_conn *conn;
+	enum gw_route route;
+	int64_t t0;
+	int status;                /* sent or to send */
+	struct gw_buf body;
+	int body_too_large;
+	int bad_route;             /* 404 or 405, known from the first call */
+	const struct gw_key *key;  /* NULL: anonymous */
+	int authorized;
+	/* a completion */
+	struct gw_pool *pool;
+	uint32_t *running;         /* the key's counter, taken while it runs */
+	uint32_t choices;
+	struct gw_model *model;
+	struct gw_job job;
+	struct gw_run run;
+	int run_started;
+	int finished;              /* a stream's last event is in out */
+	int first_token_seen;
+	struct gw_buf out;         /* a stream's events not yet handed to libmicrohttpd */
+	size_t out_pos;
+};
+
+int gw_server_start(struct gw_server *srv, const struct gw_config *cfg);
+/* New connections refused; running requests given drain_s, then ended. */
+void gw_server_stop(struct gw_server *srv, unsigned drain_s);
+
+/* server.c, for handlers.c */
+enum MHD_Result gw_send_json(struct MHD_Connection *c, struct gw_req *q, int status,
+			     char *body);
+enum MHD_Result gw_send_error(struct MHD_Connection *c, struct gw_req *q,
+			      const struct gw_error *e);
+/* The HTTP client of q closed its connection (or reset it). */
+int gw_client_gone(struct gw_req *q);
+
+/* handlers.c: POST /v1/completions and /v1/chat/completions, once the body is in. */
+enum MHD_Result gw_handle_completion(struct MHD_Connection *c, struct gw_req *q);
+/* Frees what a completion held (the run, its lease, the key's count). */
+void gw_completion_free(struct gw_req *q);
+
+#endif /* BITNET_GATEWAY_SERVER_H */

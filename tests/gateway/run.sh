@@ -1,0 +1,47 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# make check-gateway-sdk: a cpu daemon on a tiny model with the LLaMA-3 vocabulary (so chat has
+# its template), bitnet-gateway in front of it with an API key, and the official OpenAI SDK
+# (tests/gateway/sdk.mjs) as the client. Needs $BITNET_TEST_MODELS (the tokenizer); skips
+# with a message without it.
+set -eu
+BUILD=${BUILD:-build}
+if [ -z "${BITNET_TEST_MODELS:-}" ]; then
+	echo "SKIP: gateway SDK tests (BITNET_TEST_MODELS is not set; .ci/run sets it to ../shared/models)"
+	exit 0
+fi
+dir=$(mktemp -d /tmp/bn-gw-sdk-XXXXXX)
+daemon=""; gateway=""
+cleanup() {
+	[ -n "$gateway" ] && kill "$gateway" 2>/dev/null && wait "$gateway" 2>/dev/null || true
+	[ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+"$BUILD/bitnet-model" write --preset tiny --vocab-from "$BITNET_TEST_MODELS/llama3/tokenizer.json" \
+	--metadata llama.cpp --out "$dir/model.gguf" >/dev/null
+"$BUILD/bitnetd" --backend cpu --model "$dir/model.gguf" --socket "$dir/d.sock" --cache-dir none \
+	--log-level warn &
+daemon=$!
+i=0
+until "$BUILD/bitnet-cli" --socket "$dir/d.sock" info >/dev/null 2>&1; do
+	i=$((i + 1)); [ $i -lt 1000 ] || { echo "the daemon did not start" >&2; exit 1; }
+	sleep 0.05
+done
+echo "sk-sdk-test weight=2" > "$dir/keys"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$BUILD/bitnet-gateway" --socket "$dir/d.sock" --listen "127.0.0.1:$port" \
+	--api-key-file "$dir/keys" --log-level warn &
+gateway=$!
+i=0
+until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; do
+	i=$((i + 1)); [ $i -lt 500 ] || { echo "the gateway did not listen" >&2; exit 1; }
+	sleep 0.02
+done
+prompt="Ternary weights are minus one, zero or one."
+GATEWAY_URL="http://127.0.0.1:$port/v1" \
+API_KEY=sk-sdk-test \
+MODEL_ID=$("$BUILD/bitnet-cli" --socket "$dir/d.sock" info | sed -n 's/^model=//p') \
+SCORE_PROMPT="$prompt" \
+SCORE_LOGPROBS=$("$BUILD/bitnet-cli" --socket "$dir/d.sock" score --text "$prompt" | awk '$1 ~ /^[0-9]+$/ && NF == 3 { print $3 }') \
+	node "$(dirname "$0")/sdk.mjs"

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: MIT
+// bitnet-gateway with the official OpenAI TypeScript SDK as its client (make check-gateway-sdk;
+// tests/gateway/run.sh starts the daemon and the gateway and sets the environment):
+//   GATEWAY_URL   http://127.0.0.1:PORT/v1
+//   API_KEY       a key of the gateway's --api-key-file
+//   MODEL_ID      the model `bitnet-cli info` reports
+//   SCORE_PROMPT  a text, and SCORE_LOGPROBS the log-probabilities `bitnet-cli score --text`
+//                 printed for it (one per scored token, in order)
+// Prints TAP-like lines and a summary; exits 1 when any case failed.
+import OpenAI from 'openai';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+
+const sdkVersion = JSON.parse(readFileSync(new URL('./node_modules/openai/package.json',
+                                                   import.meta.url))).version;
+
+const client = new OpenAI({ baseURL: process.env.GATEWAY_URL, apiKey: process.env.API_KEY,
+                            maxRetries: 0, timeout: 60000 });
+const model = process.env.MODEL_ID;
+const chatMessages = [{ role: 'system', content: 'You are terse.' },
+                      { role: 'user', content: 'Say something about ternary weights.' }];
+
+async function chatText(params) {
+  const r = await client.chat.completions.create({ model, messages: chatMessages, ...params });
+  return r;
+}
+
+const cases = {
+  async 'models list names the daemon model'() {
+    const list = await client.models.list();
+    const ids = [];
+    for await (const m of list) ids.push(m.id);
+    assert.deepEqual(ids, [model]);
+    const one = await client.models.retrieve(model);
+    assert.equal(one.id, model);
+    assert.equal(one.object, 'model');
+  },
+
+  async 'chat streamed equals chat whole'() {
+    const whole = await chatText({ max_tokens: 12, temperature: 0 });
+    assert.equal(whole.object, 'chat.completion');
+    assert.equal(whole.choices.length, 1);
+    assert.equal(whole.choices[0].message.role, 'assistant');
+    assert.equal(whole.choices[0].finish_reason, 'length');
+    assert.equal(whole.usage.completion_tokens, 12);
+    assert.equal(whole.usage.total_tokens, whole.usage.prompt_tokens + 12);
+    const stream = await client.chat.completions.create({
+      model, messages: chatMessages, max_tokens: 12, temperature: 0, stream: true,
+      stream_options: { include_usage: true } });
+    let text = '', finish = null, usage = null, role = null;
+    for await (const chunk of stream) {
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        if (c.delta.role) role = c.delta.role;
+        text += c.delta.content ?? '';
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    assert.equal(role, 'assistant');
+    assert.equal(text, whole.choices[0].message.content);
+    assert.equal(finish, 'length');
+    assert.deepEqual(usage, whole.usage);
+  },
+
+  async 'chat logprobs with top_logprobs'() {
+    const r = await chatText({ max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2 });
+    const content = r.choices[0].logprobs.content;
+    assert.equal(content.length, 4);
+    for (const t of content) {
+      assert.equal(typeof t.token, 'string');
+      assert.ok(t.logprob <= 0);
+      assert.equal(t.top_logprobs.length, 2);
+      // greedy: the chosen token is the most likely one
+      assert.equal(t.top_logprobs[0].logprob, t.logprob);
+      assert.deepEqual(Buffer.from(t.bytes).toString('utf8').length >= 0, true);
+    }
+  },
+
+  async 'completions echo with logprobs equal bitnet-cli score'() {
+    const r = await client.completions.create({ model, prompt: process.env.SCORE_PROMPT,
+                                                max_tokens: 0, echo: true, logprobs: 1 });
+    const c = r.choices[0];
+    assert.equal(c.text, process.env.SCORE_PROMPT);
+    const want = process.env.SCORE_LOGPROBS.trim().split(/\s+/).map(Number);
+    const got = c.logprobs.token_logprobs;
+    assert.equal(got[0], null);
+    assert.equal(got.length, want.length + 1);
+    // both print enough digits to give the float back: the same float, bit for bit
+    for (let i = 0; i < want.length; i++)
+      assert.equal(Math.fround(got[i + 1]), Math.fround(want[i]), `token ${i + 1}`);
+  },
+
+  async 'n = 3 with a seed: each choice is its own seed, again and again'() {
+    const params = { model, prompt: 'The weights are', max_tokens: 8, temperature: 1, seed: 42 };
+    const a = await client.completions.create({ ...params, n: 3 });
+    const b = await client.completions.create({ ...params, n: 3 });
+    assert.equal(a.choices.length, 3);
+    assert.deepEqual(a.choices.map(c => c.index), [0, 1, 2]);
+    assert.deepEqual(a.choices.map(c => c.text), b.choices.map(c => c.text));
+    for (let i = 0; i < 3; i++) {
+      const one = await client.completions.create({ ...params, seed: 42 + i });
+      assert.equal(one.choices[0].text, a.choices[i].text);
+    }
+  },
+
+  async 'stop strings end the text before them'() {
+    const full = await client.completions.create({ model, prompt: 'The weights are',
+                                                   max_tokens: 24, temperature: 0 });
+    const text = full.choices[0].text;
+    const stop = text.slice(Math.floor(text.length / 2), Math.floor(text.length / 2) + 3);
+    assert.ok(stop.length === 3, `a stop string from: ${JSON.stringify(text)}`);
+    const cut = await client.completions.create({ model, prompt: 'The weights are',
+                                                  max_tokens: 24, temperature: 0, stop: [stop] });
+    assert.equal(cut.choices[0].text, text.slice(0, text.indexOf(stop)));
+    assert.equal(cut.choices[0].finish_reason, 'stop');
+  },
+
+  async 'a wrong key is an authentication error'() {
+    const bad = new OpenAI({ baseURL: process.env.GATEWAY_URL, apiKey: 'sk-wrong', maxRetries: 0 });
+    await assert.rejects(bad.models.list(), (e) => {
+      assert.ok(e instanceof OpenAI.AuthenticationError, String(e));
+      assert.equal(e.status, 401);
+      assert.equal(e.code, 'invalid_api_key');
+      return true;
+    });
+  },
+
+  async 'a bad parameter is a 400 that names it'() {
+    await assert.rejects(client.completions.create({ model, prompt: 'x', temperature: 5 }),
+      (e) => {
+        assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+        assert.equal(e.status, 400);
+        assert.equal(e.param, 'temperature');
+        return true;
+      });
+    await assert.rejects(client.chat.completions.create({ model: 'gpt-4o', messages: chatMessages }),
+      (e) => { assert.equal(e.status, 404); assert.equal(e.code, 'model_not_found'); return true; });
+  },
+};
+
+let failed = 0, n = 0;
+for (const [name, fn] of Object.entries(cases)) {
+  n++;
+  try {
+    await fn();
+    console.log(`ok ${n} - ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`not ok ${n} - ${name}\n  ${String(e && e.stack || e).split('\n').slice(0, 6).join('\n  ')}`);
+  }
+}
+console.log(`sdk: ${n - failed} passed, ${failed} failed (openai ${sdkVersion})`);
+process.exit(failed ? 1 : 0);
