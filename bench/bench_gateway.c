@@ -14,10 +14,11 @@
  *                                                 to the first content event read
  *   throughput, on --model: --streams streams of --tokens tokens each (a 16-token prompt,
  *   greedy, ignoring EOS), all at once, through the ring (threads of one client process
- *   sharing sessions) and through HTTP (a connection each, stream: true), --rounds rounds
- *   alternating:
+ *   sharing a session, each reading its tokens as they come) and through HTTP (a connection
+ *   each, stream: true), --rounds rounds alternating:
  *     ring_streams_tps, http_streams_tps   aggregate tokens/s, medians
  *     http_over_ring_streams              (target >= 0.90)
+ *     ring_rows_per_step, http_rows_per_step   the daemon's mean batch over those runs
  *
  * The HTTP client is a plain socket with TCP_NODELAY, one write per request.
  */
@@ -113,7 +114,22 @@ static int dial(int port)
 	return fd;
 }
 
-/* bitnetd on model (cpu) and bitnet-gateway in front; waits until both answer. */
+/* A TCP port nothing listens on now. */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/* bitnetd on model (cpu) and bitnet-gateway in front; waits until both answer (else stops
+ * what it started). */
 static int start_pair(const struct setup *s, const char *model, int port, pid_t *daemon,
 		      pid_t *gateway, struct bn_client **c)
 {
@@ -125,10 +141,17 @@ static int start_pair(const struct setup *s, const char *model, int port, pid_t 
 	const char *dargv[] = { s->bitnetd, "--backend", "cpu", "--model", model, "--socket", sock,
 				"--slots", slots, "--log-level", "warn", NULL };
 	*daemon = spawn(dargv);
-	for (int i = 0; i < 3000 && bn_connect(sock, 0, c) < 0; i++)
+	*gateway = -1;
+	*c = NULL;
+	for (int i = 0; i < 3000 && bn_connect(sock, 0, c) < 0; i++) {
+		*c = NULL;
 		usleep(20000);
-	if (!*c)
+	}
+	if (!*c) {
+		fprintf(stderr, "bench-gateway: the daemon did not start\n");
+		stop(*daemon);
 		return -1;
+	}
 	char per_key[16];
 	snprintf(per_key, sizeof(per_key), "%d", s->streams * 2);
 	const char *gargv[] = { s->gateway, "--socket", sock, "--listen", listen,
@@ -142,6 +165,10 @@ static int start_pair(const struct setup *s, const char *model, int port, pid_t 
 		}
 		usleep(10000);
 	}
+	fprintf(stderr, "bench-gateway: the gateway did not listen on %d\n", port);
+	bn_disconnect(*c);
+	stop(*gateway);
+	stop(*daemon);
 	return -1;
 }
 
@@ -259,11 +286,9 @@ static int latency(const struct setup *s)
 		ht[MAX_SAMPLES];
 	pid_t d, g;
 	struct bn_client *c = NULL;
-	int port = 18000 + getpid() % 10000;
-	if (start_pair(s, s->small_model, port, &d, &g, &c) < 0) {
-		fprintf(stderr, "bench-gateway: the daemon or the gateway did not start\n");
+	int port = free_port();
+	if (start_pair(s, s->small_model, port, &d, &g, &c) < 0)
 		return -1;
-	}
 	int fd = -1, n = s->samples, nt = n / 4 > 0 ? n / 4 : 1, bad = 0;
 	for (int i = 0; i < 20; i++) { /* warm: sessions, vocabulary, caches */
 		int tmp = -1;
@@ -317,18 +342,33 @@ struct streamer {
 	pthread_barrier_t *go;
 };
 
+/* A stream through the ring: its tokens read as they come, as a streaming client reads them
+ * (one wake-up per token when it sleeps), like the HTTP streams beside it. */
 static void *ring_stream(void *arg)
 {
 	struct streamer *w = arg;
-	uint32_t prompt[PROMPT_TOKENS], out[4096];
+	uint32_t prompt[PROMPT_TOKENS], out[256];
 	for (int i = 0; i < PROMPT_TOKENS; i++)
 		prompt[i] = (uint32_t)(1 + 13 * i);
 	struct bn_request req = { prompt, PROMPT_TOKENS, (uint32_t)w->s->tokens, BN_REQ_IGNORE_EOS,
 				  NULL };
-	struct bn_result r;
+	struct bn_handle *h;
 	pthread_barrier_wait(w->go);
-	if (bn_generate(w->c, &req, out, 4096, &r, -1) == 0)
-		w->tokens = r.n_tokens;
+	while (bn_submit(w->c, &req, &h) == -BN_E_AGAIN)
+		usleep(1000);
+	uint32_t have = 0;
+	struct bn_result r;
+	for (;;) {
+		if (bn_wait_tokens(h, have, -1) < 0)
+			break;
+		int n;
+		while ((n = bn_read_tokens(h, have, out, 256)) > 0)
+			have += (uint32_t)n;
+		if (bn_result(h, &r) == 0 && bn_read_tokens(h, have, out, 256) == 0)
+			break;
+	}
+	w->tokens = have;
+	bn_release(h);
 	return NULL;
 }
 
@@ -371,9 +411,25 @@ static void *http_stream(void *arg)
 	return NULL;
 }
 
-/* All streams at once through the ring or HTTP: aggregate tokens/s. */
-static double run_streams(const struct setup *s, struct bn_client *c, int port, int http)
+/* A counter of the daemon's STATS, or -1. */
+static double daemon_counter(struct bn_client *c, const char *name)
 {
+	static char text[1 << 17];
+	if (bn_daemon_stats(c, text, sizeof(text)) < 0)
+		return -1;
+	char key[96];
+	snprintf(key, sizeof(key), "\n%s ", name);
+	const char *at = strstr(text, key);
+	return at ? strtod(at + strlen(key), NULL) : -1;
+}
+
+/* All streams at once through the ring or HTTP: aggregate tokens/s; *rows gets the daemon's
+ * mean rows per step over the run. */
+static double run_streams(const struct setup *s, struct bn_client *c, int port, int http,
+			  double *rows)
+{
+	double rows0 = daemon_counter(c, "bitnetd_batch_rows_total"),
+	       steps0 = daemon_counter(c, "bitnetd_steps_total");
 	static pthread_t t[MAX_STREAMS];
 	static struct streamer w[MAX_STREAMS];
 	pthread_barrier_t go;
@@ -390,6 +446,8 @@ static double run_streams(const struct setup *s, struct bn_client *c, int port, 
 	}
 	double secs = (double)(now_ns() - t0) * 1e-9;
 	pthread_barrier_destroy(&go);
+	*rows = (daemon_counter(c, "bitnetd_batch_rows_total") - rows0) /
+		(daemon_counter(c, "bitnetd_steps_total") - steps0);
 	if (total != (int64_t)s->streams * s->tokens)
 		fprintf(stderr, "bench-gateway: %s streams made %lld of %lld tokens\n",
 			http ? "http" : "ring", (long long)total, (long long)s->streams * s->tokens);
@@ -400,16 +458,21 @@ static int throughput(const struct setup *s)
 {
 	pid_t d, g;
 	struct bn_client *c = NULL;
-	int port = 28000 + getpid() % 10000;
+	int port = free_port();
 	if (start_pair(s, s->model, port, &d, &g, &c) < 0)
 		return -1;
-	double ring[16], http[16];
+	double ring[16], http[16], ring_rows[16], http_rows[16];
 	for (int r = 0; r < s->rounds; r++) {
 		int first_http = r % 2; /* the order alternates */
-		double a = run_streams(s, c, port, first_http), b = run_streams(s, c, port, !first_http);
+		double ra, rb;
+		double a = run_streams(s, c, port, first_http, &ra),
+		       b = run_streams(s, c, port, !first_http, &rb);
 		ring[r] = first_http ? b : a;
 		http[r] = first_http ? a : b;
-		fprintf(stderr, "round %d: ring %.1f tok/s, http %.1f tok/s\n", r, ring[r], http[r]);
+		ring_rows[r] = first_http ? rb : ra;
+		http_rows[r] = first_http ? ra : rb;
+		fprintf(stderr, "round %d: ring %.1f tok/s (%.1f rows a step), http %.1f tok/s (%.1f)\n",
+			r, ring[r], ring_rows[r], http[r], http_rows[r]);
 	}
 	bn_disconnect(c);
 	stop(g);
@@ -418,6 +481,8 @@ static int throughput(const struct setup *s)
 	printf("streams=%d\ntokens_per_stream=%d\nrounds=%d\n", s->streams, s->tokens, s->rounds);
 	printf("ring_streams_tps=%.1f\nhttp_streams_tps=%.1f\nhttp_over_ring_streams=%.3f\n", rm, hm,
 	       hm / rm);
+	printf("ring_rows_per_step=%.1f\nhttp_rows_per_step=%.1f\n", median_d(ring_rows, s->rounds),
+	       median_d(http_rows, s->rounds));
 	return 0;
 }
 

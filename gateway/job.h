@@ -9,6 +9,7 @@
 #define BITNET_GATEWAY_JOB_H
 
 #include "bitnet_client.h"
+#include "error.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -17,15 +18,6 @@
 struct gw_model;
 
 enum gw_endpoint { GW_COMPLETIONS, GW_CHAT };
-
-/* An error as OpenAI's error object says it, with its HTTP status. */
-struct gw_error {
-	int status;               /* 0: none */
-	char message[384];
-	char param[64];           /* "" when no parameter is to blame */
-	const char *type;         /* "invalid_request_error", ... */
-	const char *code;         /* NULL or "model_not_found", ... */
-};
 
 /* One prompt of a completions request (a chat request has one). */
 struct gw_prompt {
@@ -65,16 +57,5 @@ void gw_job_free(struct gw_job *job);
 /* prompts.c: job->prompts from `prompt` (completions) or `messages` (chat). 0 or -1. */
 int gw_prompts_parse(struct gw_job *job, json_t *root, const struct gw_model *m,
 		     struct gw_error *err);
-
-void gw_error_set(struct gw_error *e, int status, const char *param, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-/* The HTTP error a failed ring call or request becomes. */
-void gw_error_from_bn(struct gw_error *e, int bn_error, const char *what);
-/* {"error": {...}} */
-json_t *gw_error_json(const struct gw_error *e);
-
-/* A JSON string of bytes that may not be valid UTF-8 (a token's bytes): invalid sequences
- * become U+FFFD. */
-json_t *gw_json_text(const char *s, size_t len);
 
 #endif /* BITNET_GATEWAY_JOB_H */

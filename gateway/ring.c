@@ -216,10 +216,15 @@ int gw_pool_acquire(struct gw_pool *p, uint32_t n, int64_t deadline_ns, struct g
 			*out = (struct gw_lease){ .session = s, .client = s->client, .n = n };
 			break;
 		}
-		if (live < p->max_sessions) {
+		/* One connect at a time: requests that arrive together wait for its slots rather
+		 * than each opening a session (the daemon caps a user's sessions). */
+		if (live < p->max_sessions && !p->opening) {
+			p->opening = 1;
 			pthread_mutex_unlock(&p->lock);
 			rc = open_session(p, &s);
 			pthread_mutex_lock(&p->lock);
+			p->opening = 0;
+			pthread_cond_broadcast(&p->freed);
 			if (rc < 0)
 				break;
 			s->next = p->sessions;

@@ -35,10 +35,11 @@ struct gw_lease {
 
 struct gw_pool {
 	pthread_mutex_t lock;
-	pthread_cond_t freed;     /* a slot came back */
+	pthread_cond_t freed;     /* a slot came back, or a new session is open */
 	const char *socket_path;
 	uint32_t weight;
 	uint32_t max_sessions;
+	int opening;              /* a thread is connecting a new session */
 	struct gw_session *sessions;
 	struct gw_ring *ring;
 };

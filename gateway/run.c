@@ -13,8 +13,9 @@
 #include <sys/random.h>
 #include <time.h>
 
-/* With several choices the run waits on one of them at a time, this long, before it looks at
- * the others: the wait is a futex on one slot. */
+/* With several choices whose tokens are wanted as they come (a stream, stop strings), the run
+ * waits on one of them at a time, this long, before it looks at the others: the wait is a
+ * futex on one slot. */
 #define MULTI_SLICE_NS 1000000LL
 /* Tokens read per call. */
 #define READ_BATCH 256
@@ -325,10 +326,11 @@ int gw_run_advance(struct gw_run *r, int64_t slice_ns)
 	}
 	if (!first)
 		return 1;
-	int64_t slice = running > 1 && slice_ns > MULTI_SLICE_NS ? MULTI_SLICE_NS : slice_ns;
 	/* A whole answer without stop strings needs no token before the end: one wake-up for
-	 * the request, not one per token. */
+	 * the request, not one per token, and its choices are waited for one after another. */
 	int per_token = r->job->stream || r->job->n_stop;
+	int64_t slice = per_token && running > 1 && slice_ns > MULTI_SLICE_NS ? MULTI_SLICE_NS
+									     : slice_ns;
 	int rc = per_token ? bn_wait_tokens(first->handle, first->have, slice)
 			   : bn_wait(first->handle, slice);
 	if (rc == -BN_E_DISCONNECTED)

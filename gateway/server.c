@@ -11,7 +11,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,66 +27,6 @@ struct gw_conn {
 	int64_t header_deadline_ns; /* 0: inside a request (its headers came) */
 	struct gw_conn *next;
 };
-
-/* ---- responses --------------------------------------------------------------------------- */
-
-static enum MHD_Result queue(struct MHD_Connection *c, struct gw_req *q, int status,
-			     struct MHD_Response *r)
-{
-	if (!r)
-		return MHD_NO;
-	if (status == 429 || status == 503)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-	q->status = status;
-	enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
-	MHD_destroy_response(r);
-	return rc;
-}
-
-enum MHD_Result gw_send_json(struct MHD_Connection *c, struct gw_req *q, int status, char *body)
-{
-	if (!body)
-		return MHD_NO;
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-	if (!r) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	return queue(c, q, status, r);
-}
-
-enum MHD_Result gw_send_error(struct MHD_Connection *c, struct gw_req *q,
-			      const struct gw_error *e)
-{
-	json_t *j = gw_error_json(e);
-	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	if (e->status >= 500)
-		gw_log_warn("msg=\"request failed\" status=%d error=\"%s\"", e->status, e->message);
-	return gw_send_json(c, q, e->status, text);
-}
-
-static enum MHD_Result send_text(struct MHD_Connection *c, struct gw_req *q, int status,
-				 char *body, size_t len, const char *type)
-{
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-	if (!r) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-	return queue(c, q, status, r);
-}
-
-int gw_client_gone(struct gw_req *q)
-{
-	if (!q->conn || q->conn->fd < 0)
-		return 0;
-	struct pollfd p = { .fd = q->conn->fd, .events = POLLRDHUP };
-	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
 
 /* ---- connections and the header deadline ------------------------------------------------ */
 
@@ -251,7 +190,7 @@ static enum MHD_Result get_health(struct MHD_Connection *c, struct gw_req *q)
 {
 	struct gw_lease l;
 	char small[64];
-	int rc = q->srv->stopping ? -BN_E_SHUTDOWN
+	int rc = __atomic_load_n(&q->srv->stopping, __ATOMIC_RELAXED) ? -BN_E_SHUTDOWN
 				  : gw_pool_acquire(&q->srv->anonymous, 0, gw_now_ns() + 2000000000LL, &l);
 	if (rc == 0) {
 		rc = bn_daemon_stats(l.client, small, sizeof(small));
@@ -265,7 +204,7 @@ static enum MHD_Result get_metrics(struct MHD_Connection *c, struct gw_req *q)
 {
 	size_t len;
 	char *text = gw_metrics_render(&len);
-	return text ? send_text(c, q, 200, text, len, "text/plain; version=0.0.4") : MHD_NO;
+	return text ? gw_send_text(c, q, 200, text, len, "text/plain; version=0.0.4") : MHD_NO;
 }
 
 /* The first call of a request: its route, key and early refusals (a body is not read for
@@ -282,6 +221,7 @@ static enum MHD_Result begin(struct gw_server *srv, struct MHD_Connection *c, co
 	const union MHD_ConnectionInfo *i =
 		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	q->conn = i ? i->socket_context : NULL;
+	q->fd = q->conn ? q->conn->fd : -1;
 	set_header_deadline(srv, q->conn, 0);
 	*ctx = q;
 	struct gw_error e = { 0 };
@@ -310,7 +250,7 @@ static enum MHD_Result begin(struct gw_server *srv, struct MHD_Connection *c, co
 		} else {
 			free(text);
 		}
-		return queue(c, q, 405, r);
+		return gw_send_response(c, q, 405, r);
 	}
 	return gw_send_error(c, q, &e);
 }
@@ -356,7 +296,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 			     srv->cfg->max_body);
 		return gw_send_error(c, q, &e);
 	}
-	if (srv->stopping) {
+	if (__atomic_load_n(&srv->stopping, __ATOMIC_RELAXED)) {
 		gw_error_set(&e, 503, NULL, "The gateway is stopping");
 		return gw_send_error(c, q, &e);
 	}
@@ -366,11 +306,13 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **ctx,
 		      enum MHD_RequestTerminationCode toe)
 {
-	(void)c;
 	struct gw_server *srv = cls;
 	struct gw_req *q = *ctx;
 	if (!q)
 		return;
+	if (q->choices) /* a completion lifted the idle timeout; the next request has it again */
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+					  (unsigned)srv->cfg->header_timeout_s);
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && q->run_started && !q->finished)
 		gw_metrics_client_gone(); /* a stream whose client left: cancelled below */
 	gw_completion_free(q);
@@ -434,13 +376,13 @@ int gw_server_start(struct gw_server *srv, const struct gw_config *cfg)
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 			 MHD_USE_ERROR_LOG | MHD_USE_ITC | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
 	srv->mhd = MHD_start_daemon(
-		flags, cfg->port, NULL, NULL, answer, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+		flags, cfg->port, NULL, NULL, answer, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->header_timeout_s,
 		MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_NOTIFY_CONNECTION,
 		notify_connection, srv, MHD_OPTION_THREAD_STACK_SIZE, (size_t)THREAD_STACK_BYTES,
-		MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-		NULL, MHD_OPTION_END);
+		MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
 	if (!srv->mhd) {
 		gw_log_error("msg=\"cannot listen\" listen=\"%s:%u\" error=\"%s\"", cfg->host, cfg->port,
 			     strerror(errno));

@@ -39,6 +39,7 @@ struct gw_server {
 struct gw_req {
 	struct gw_server *srv;
 	struct gw_conn *conn;
+	int fd;                    /* the connection's socket, -1 if unknown */
 	enum gw_route route;
 	int64_t t0;
 	int status;                /* sent or to send */
@@ -65,9 +66,14 @@ int gw_server_start(struct gw_server *srv, const struct gw_config *cfg);
 /* New connections refused; running requests given drain_s, then ended. */
 void gw_server_stop(struct gw_server *srv, unsigned drain_s);
 
-/* server.c, for handlers.c */
+/* respond.c: the response of q (r or body is freed in any case; 429 and 503 get
+ * Retry-After). */
+enum MHD_Result gw_send_response(struct MHD_Connection *c, struct gw_req *q, int status,
+				 struct MHD_Response *r);
 enum MHD_Result gw_send_json(struct MHD_Connection *c, struct gw_req *q, int status,
 			     char *body);
+enum MHD_Result gw_send_text(struct MHD_Connection *c, struct gw_req *q, int status,
+			     char *body, size_t len, const char *type);
 enum MHD_Result gw_send_error(struct MHD_Connection *c, struct gw_req *q,
 			      const struct gw_error *e);
 /* The HTTP client of q closed its connection (or reset it). */
