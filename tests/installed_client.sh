@@ -202,9 +202,10 @@ if ! $make_cmd -C "$root" --no-print-directory uninstall $dirs >"$tmp/uninstall.
 	cat "$tmp/uninstall.log"
 	fail "make uninstall PREFIX=$prefix"
 fi
-# The configuration file is the administrator's: uninstall leaves it.
-left=$(cd "$prefix" && find . ! -type d ! -path ./etc/default/bitnetd | sort)
+# The configuration files are the administrator's: uninstall leaves them.
+left=$(cd "$prefix" && find . ! -type d ! -path ./etc/default/bitnetd \
+	! -path ./etc/default/bitnet-gateway | sort)
 [ -z "$left" ] || fail "make uninstall left: $(echo "$left" | tr '\n' ' ')"
-ok "make uninstall removed every installed file (etc/default/bitnetd stays)"
+ok "make uninstall removed every installed file (etc/default/bitnetd and bitnet-gateway stay)"
 
 echo "PASS"
