@@ -21,6 +21,7 @@
 #   make bench-score          score requests against prefill on the 2B4T-shape model
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
+#   make bench-speculative    batch-1 decoding with and without speculative decoding
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
@@ -169,7 +170,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 .SECONDARY:
 
 .PHONY: all check check-c check-deploy check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -333,6 +334,36 @@ $(BENCH_GATEWAY): $(BUILD)/bench/bench_gateway.o $(LIB_A)
 bench-gateway: $(BENCH_GATEWAY) $(BITNETD) $(GATEWAY) $(DEFAULT_MODEL) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) BITNET_GATEWAY=$(GATEWAY) BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) \
 		$(BENCH_GATEWAY) --model $(BENCH_MODEL_FILE) $(BENCH_GATEWAY_ARGS)
+
+# Speculative decoding (bench/bench_speculative.c): batch 1, plain and speculative in turn, on
+# the 2B4T shape rigged to repeat one token (every draft accepted), the random bench-model file
+# (greedy, then sampled) and stories260K with prompts that quote themselves.
+BENCH_SPECULATIVE := $(BUILD)/bench/bench_speculative
+BENCH_RIGGED_FILE := $(BUILD)/models/2b4t-rigged.gguf
+BENCH_SPECULATIVE_ARGS ?= --tokens 64 --rounds 5
+STORIES_FILE = $(or $(BITNET_TEST_MODELS),../shared/models)/stories260K.gguf
+$(BENCH_SPECULATIVE): $(BUILD)/bench/bench_speculative.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
+
+$(BENCH_RIGGED_FILE): | $(MODELTOOL)
+	@mkdir -p $(dir $@)
+	$(MODELTOOL) write --preset 2b4t --type i2_s --untied --embed-type f16 --rig-argmax 1000 \
+		$(LLAMA3_VOCAB_ARGS) --out $@
+
+bench-speculative: $(BENCH_SPECULATIVE) $(BITNETD) $(BENCH_MODEL_FILE) $(BENCH_RIGGED_FILE)
+	BITNETD=$(BITNETD) $(BENCH_SPECULATIVE) --name rigged --model $(BENCH_RIGGED_FILE) \
+		$(BENCH_SPECULATIVE_ARGS)
+	BITNETD=$(BITNETD) $(BENCH_SPECULATIVE) --name random --model $(BENCH_MODEL_FILE) \
+		$(BENCH_SPECULATIVE_ARGS)
+	BITNETD=$(BITNETD) $(BENCH_SPECULATIVE) --name random_sampled --model $(BENCH_MODEL_FILE) \
+		--temperature 1 $(BENCH_SPECULATIVE_ARGS)
+	@if [ -f $(STORIES_FILE) ]; then BITNETD=$(BITNETD) $(BENCH_SPECULATIVE) --name stories \
+		--model $(STORIES_FILE) --tokens 128 --rounds 5 \
+		--text "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big red ball. Once upon a time, there was a little girl named Lily. She" \
+		--text "Tom had a dog named Max. Max liked to run and jump. Tom and Max played in the garden every day. Tom had a dog named Max. Max" \
+		--text "Lily and Tom went to the park. Lily and Tom went to the park. Lily and"; \
+	else echo "SKIP: stories260K: $(STORIES_FILE) is not there (set BITNET_TEST_MODELS)"; fi
 
 # The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
 # daemon itself, once per scenario, on the same model file as bench-model.

@@ -23,6 +23,7 @@
  * The HTTP client is a plain socket with TCP_NODELAY, one write per request.
  */
 #define _GNU_SOURCE
+#include "bench_stats.h"
 #include "bitnet_client.h"
 
 #include <errno.h>
@@ -411,25 +412,13 @@ static void *http_stream(void *arg)
 	return NULL;
 }
 
-/* A counter of the daemon's STATS, or -1. */
-static double daemon_counter(struct bn_client *c, const char *name)
-{
-	static char text[1 << 17];
-	if (bn_daemon_stats(c, text, sizeof(text)) < 0)
-		return -1;
-	char key[96];
-	snprintf(key, sizeof(key), "\n%s ", name);
-	const char *at = strstr(text, key);
-	return at ? strtod(at + strlen(key), NULL) : -1;
-}
-
 /* All streams at once through the ring or HTTP: aggregate tokens/s; *rows gets the daemon's
  * mean rows per step over the run. */
 static double run_streams(const struct setup *s, struct bn_client *c, int port, int http,
 			  double *rows)
 {
-	double rows0 = daemon_counter(c, "bitnetd_batch_rows_total"),
-	       steps0 = daemon_counter(c, "bitnetd_steps_total");
+	double rows0 = bench_metric(c, "bitnetd_batch_rows_total"),
+	       steps0 = bench_metric(c, "bitnetd_steps_total");
 	static pthread_t t[MAX_STREAMS];
 	static struct streamer w[MAX_STREAMS];
 	pthread_barrier_t go;
@@ -446,8 +435,8 @@ static double run_streams(const struct setup *s, struct bn_client *c, int port, 
 	}
 	double secs = (double)(now_ns() - t0) * 1e-9;
 	pthread_barrier_destroy(&go);
-	*rows = (daemon_counter(c, "bitnetd_batch_rows_total") - rows0) /
-		(daemon_counter(c, "bitnetd_steps_total") - steps0);
+	*rows = (bench_metric(c, "bitnetd_batch_rows_total") - rows0) /
+		(bench_metric(c, "bitnetd_steps_total") - steps0);
 	if (total != (int64_t)s->streams * s->tokens)
 		fprintf(stderr, "bench-gateway: %s streams made %lld of %lld tokens\n",
 			http ? "http" : "ring", (long long)total, (long long)s->streams * s->tokens);

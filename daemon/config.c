@@ -64,6 +64,13 @@ static const char usage_text[] =
 	"                         uid (default: among sessions of one Unix user), session,\n"
 	"                         all (every client; its timing tells one tenant another's\n"
 	"                         prompts) or off; outputs are the same bits either way\n"
+	"  --speculative MODE     speculative decoding, exact (the same tokens, log-probs and\n"
+	"                         seeded samples): drafts from each request's own prompt and\n"
+	"                         output, verified in one step. request (default: requests\n"
+	"                         that set BN_REQ_SPECULATE), ngram (every generate request)\n"
+	"                         or off\n"
+	"  --draft-tokens N       drafts a request verifies in one step at most (default 4,\n"
+	"                         max 16)\n"
 	"  --max-running-per-session N  running sequences of one session (default 0: the\n"
 	"                         max batch)\n"
 	"  --max-running-per-user N  running sequences of one peer uid over all its\n"
@@ -117,7 +124,7 @@ enum long_only {
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
-	OPT_PREFIX_CACHE, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CACHE_DIR, OPT_HELP, OPT_VERSION,
+	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CACHE_DIR, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -143,6 +150,8 @@ static const struct option long_options[] = {
 	{ "kv-memory", required_argument, NULL, OPT_KV_MEMORY },
 	{ "kv-block-tokens", required_argument, NULL, OPT_KV_BLOCK },
 	{ "prefix-cache", required_argument, NULL, OPT_PREFIX_CACHE },
+	{ "speculative", required_argument, NULL, OPT_SPECULATIVE },
+	{ "draft-tokens", required_argument, NULL, OPT_DRAFT_TOKENS },
 	{ "lm-head", required_argument, NULL, OPT_LM_HEAD },
 	{ "decode-layout", required_argument, NULL, OPT_DECODE_LAYOUT },
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
@@ -184,6 +193,20 @@ static int parse_prefix_cache(const char *text, struct bn_config *cfg)
 			return 0;
 		}
 	fprintf(stderr, "bitnetd: --prefix-cache: '%s' is not one of uid, session, all, off\n", text);
+	return -1;
+}
+
+static int parse_speculative(const char *text, struct bn_config *cfg)
+{
+	static const char *const names[] = { [BN_SPECULATIVE_REQUEST] = "request",
+					     [BN_SPECULATIVE_NGRAM] = "ngram",
+					     [BN_SPECULATIVE_OFF] = "off" };
+	for (uint32_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(text, names[i]) == 0) {
+			cfg->speculative = i;
+			return 0;
+		}
+	fprintf(stderr, "bitnetd: --speculative: '%s' is not one of request, ngram, off\n", text);
 	return -1;
 }
 
@@ -289,6 +312,8 @@ static void set_defaults(struct bn_config *cfg)
 		.token_budget = 32,
 		.kv_block_tokens = 16,
 		.prefix_cache = BN_SHARE_UID,
+		.speculative = BN_SPECULATIVE_REQUEST,
+		.draft_tokens = 4,
 		.max_weight = 8,
 		.max_logprobs = 8,
 		.slots = 64,
@@ -326,6 +351,9 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_KV_MEMORY: return parse_size("kv-memory", arg, &cfg->kv_memory);
 	case OPT_KV_BLOCK: return parse_u32("kv-block-tokens", arg, 1, 4096, 10, &cfg->kv_block_tokens);
 	case OPT_PREFIX_CACHE: return parse_prefix_cache(arg, cfg);
+	case OPT_SPECULATIVE: return parse_speculative(arg, cfg);
+	case OPT_DRAFT_TOKENS:
+		return parse_u32("draft-tokens", arg, 1, BN_DRAFT_MAX_TOKENS, 10, &cfg->draft_tokens);
 	case OPT_LM_HEAD: return parse_lm_head(arg, cfg);
 	case OPT_DECODE_LAYOUT: return parse_decode_layout(arg, cfg);
 	case OPT_PER_SESSION:

@@ -5,6 +5,7 @@
 #include "common/log.h"
 
 #include "serve/prefix_cache.h"
+#include "serve/sched.h"
 
 #include <stdint.h>
 
@@ -34,6 +35,8 @@ struct bn_config {
 	uint64_t kv_memory;      /* bytes; 0: the scheduler's default */
 	uint32_t kv_block_tokens;
 	uint32_t prefix_cache;   /* enum bn_prefix_sharing (prefix_cache.h) */
+	uint32_t speculative;    /* enum bn_speculative (serve/sched.h) */
+	uint32_t draft_tokens;   /* --draft-tokens */
 	uint32_t max_running_per_session;
 	uint32_t max_running_per_user;
 	uint32_t max_weight;

@@ -122,7 +122,7 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS |
 		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) |
 		      (m->can_score ? BN_FEAT_SCORE : 0) | (m->can_classify ? BN_FEAT_CLASSIFY : 0) |
-		      BN_FEAT_COMPUTE;
+		      BN_FEAT_COMPUTE | BN_FEAT_SPECULATE;
 	h->session_id = s->id;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;

@@ -86,14 +86,17 @@ static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_reques
 		      const char *text, size_t len)
 {
 	struct bn_slot *s = slot_of(c, slot);
+	/* Drafting changes no output: a daemon that predates it gets the request without it. */
+	uint32_t flags = c->layout.features & BN_FEAT_SPECULATE ? req->flags
+							       : req->flags & ~BN_REQ_SPECULATE;
 	if (text) {
 		memcpy(text_of(c, slot), text, len);
 		s->n_prompt = (uint32_t)len;
-		s->flags = req->flags | BN_REQ_TEXT;
+		s->flags = flags | BN_REQ_TEXT;
 	} else {
 		memcpy(prompt_of(c, slot), req->prompt, (size_t)req->n_prompt * sizeof(uint32_t));
 		s->n_prompt = req->n_prompt;
-		s->flags = req->flags;
+		s->flags = flags;
 	}
 	if (c->layout.features & BN_FEAT_TEXT)
 		s->n_text = s->prompt_tokens = 0;

@@ -187,6 +187,7 @@ enum bn_error {
 #define BN_FEAT_SCORE     (1U << 4) /* the op BN_OP_SCORE (needs BN_FEAT_LOGPROBS too) */
 #define BN_FEAT_CLASSIFY  (1U << 5) /* the op BN_OP_CLASSIFY (needs BN_FEAT_LOGPROBS too) */
 #define BN_FEAT_COMPUTE   (1U << 6) /* lm_head and decode_layout say how the model is computed */
+#define BN_FEAT_SPECULATE (1U << 7) /* generate requests may set BN_REQ_SPECULATE */
 
 /* bn_shm_header.lm_head (BN_FEAT_COMPUTE): where logits and tokens come from. */
 enum bn_lm_head_kind {
@@ -398,9 +399,13 @@ struct bn_logprob {
 #define BN_REQ_SPECIAL_TEXT (1U << 8) /* text out: control tokens as their text (else nothing) */
 #define BN_REQ_STRIP_SPACE (1U << 9) /* text out: drop one leading space (SentencePiece text
                                       * that starts a document) */
+#define BN_REQ_SPECULATE  (1U << 10) /* generate: draft tokens from the prompt and output so
+                                      * far and verify them in one step (speculative decoding;
+                                      * exact: the same tokens, log-probabilities and seeded
+                                      * samples as without) */
 #define BN_REQ_KNOWN_FLAGS (BN_REQ_IGNORE_EOS | BN_REQ_SEED | BN_REQ_LOGPROBS | BN_REQ_TEXT | \
 			    BN_REQ_CHAT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS | BN_REQ_TEXT_OUT | \
-			    BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE)
+			    BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE | BN_REQ_SPECULATE)
 
 /* A conversation prompt (BN_REQ_CHAT), at the start of the text region; unaligned: copy the
  * words out. n_prompt is the whole conversation's bytes, head and records included. */

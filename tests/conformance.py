@@ -40,8 +40,8 @@ from bitnetd._wire import (  # noqa: E402
     ABI_VERSION, CTL_MAGIC, CTL_REPLY_MAGIC, CTL_STATS, DAEMON_CLOSED, DAEMON_SHUTTING_DOWN,
     FEAT_CLASSIFY, FEAT_SCORE, FEAT_STREAMING, FEAT_TEXT, OP_CLASSIFY, OP_DETOKENIZE,
     OP_GENERATE, OP_SCORE, OP_TOKENIZE, REQ_CHAT, REQ_IGNORE_EOS, REQ_LOGPROBS, REQ_NO_BOS,
-    REQ_PARSE_SPECIAL, REQ_SPECIAL_TEXT, REQ_STRIP_SPACE, REQ_TEXT, REQ_TEXT_OUT, S_COMPLETE,
-    S_CANCELLED, S_EOS, S_ERROR, S_LENGTH, S_SHUTDOWN, SL_CANCEL, SL_NTOK,
+    REQ_PARSE_SPECIAL, REQ_SPECIAL_TEXT, REQ_SPECULATE, REQ_STRIP_SPACE, REQ_TEXT, REQ_TEXT_OUT,
+    S_COMPLETE, S_CANCELLED, S_EOS, S_ERROR, S_LENGTH, S_SHUTDOWN, SL_CANCEL, SL_NTOK,
     SL_STATE, SL_TIMINGS, SQE_SIZE, ST_DONE, WELCOME_MAGIC, hello_bytes, recv_exact,
     recv_welcome)
 from bitnetd.errors import (  # noqa: E402
@@ -363,6 +363,7 @@ def test_header(sess, ring_start, want_slots):
          (32000, 1, 2, 4096))
     C.check("STREAMING feature bit", h["features"] & FEAT_STREAMING, "features 0x%x" % h["features"])
     C.check("COMPUTE feature bit", h["features"] & wire.FEAT_COMPUTE, "features 0x%x" % h["features"])
+    C.check("SPECULATE feature bit", h["features"] & wire.FEAT_SPECULATE, "features 0x%x" % h["features"])
     C.eq("loopback lm_head / decode_layout: none / none", (h["lm_head"], h["decode_layout"]), (0, 0))
     C.check("memfd sealed (F_SEAL_SHRINK|GROW|SEAL)",
             sess.seals & (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL) ==
@@ -399,6 +400,9 @@ def test_worked_examples(sess):
          (ST_DONE, S_LENGTH, 0, 3, [2, 27555, 14219]))
     spec = dict(prompt=[163], max_tokens=60)
     check_against_oracle("example: [163] max 60 -> EOS after 55", sess, spec, sess.run_one(spec, slot=0))
+    # SPECULATE (§6.9) changes no output: the same tokens, here with a prompt that repeats.
+    spec = dict(prompt=[5, 9, 5, 9, 5, 9, 5], max_tokens=200, flags=REQ_SPECULATE | REQ_IGNORE_EOS)
+    check_against_oracle("SPECULATE: the same tokens as without", sess, spec, sess.run_one(spec, slot=0))
 
 
 def test_request_errors(sess, rng):
@@ -409,7 +413,7 @@ def test_request_errors(sess, rng):
         ("n_prompt 0 -> EMPTY", dict(prompt=[], max_tokens=4), E_EMPTY),
         ("max_tokens 0 -> INVALID", dict(prompt=[1, 2, 3], max_tokens=0), E_INVALID),
         ("n_prompt 0 and max_tokens 0 -> INVALID", dict(prompt=[], max_tokens=0), E_INVALID),
-        ("flags bit 10 (unknown) -> INVALID", dict(prompt=[1], max_tokens=1, flags=1 << 10), E_INVALID),
+        ("flags bit 11 (unknown) -> INVALID", dict(prompt=[1], max_tokens=1, flags=1 << 11), E_INVALID),
         ("TEXT without the TEXT feature -> UNSUPPORTED",
          dict(prompt=[], text=b"hi", max_tokens=1, flags=REQ_TEXT), E_UNSUPPORTED),
         ("TEXT_OUT without the TEXT feature -> UNSUPPORTED",

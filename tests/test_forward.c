@@ -207,6 +207,33 @@ static void check_fast_vs_reference(const char *path, uint32_t steps)
 }
 
 /* All positions of a prompt in one pass against the same prompt one token at a time. */
+/* Speculative decoding's rows (sched.h): from each position, a row of the true token and three
+ * drafts, every position's logits; drafts that are wrong are rewound (bn_forward_seq_rewind)
+ * and written again by the next row. Every logits row that follows only true tokens equals
+ * the prefill's, bit for bit: what a rejected draft wrote is never read. Rows alternate
+ * between all drafts right and the first two wrong. */
+static void check_rewound_rows(struct engine *e, uint32_t V, const uint32_t *tokens, uint32_t n,
+			       const float *pre, const char *path)
+{
+	uint32_t row[4];
+	float *logits = malloc((size_t)4 * V * sizeof(float));
+	ck_assert_int_eq(bn_forward_seq_reset(e->fwd, 1), 0);
+	for (uint32_t pos = 0, r = 0; pos < n; r++) {
+		uint32_t len = n - pos < 4 ? n - pos : 4, good = r % 2 ? 1 : len;
+		for (uint32_t j = 0; j < len; j++)
+			row[j] = j < good ? tokens[pos + j] : (tokens[pos + j] + 1 + j) % V;
+		ck_assert_int_eq(run_row(e, 1, row, len, pos, logits, 1), 0);
+		for (uint32_t j = 0; j < good; j++)
+			ck_assert_msg(memcmp(logits + (size_t)j * V, pre + (size_t)(pos + j) * V,
+					     V * sizeof(float)) == 0,
+				      "%s: position %u differs after rewound drafts", path, pos + j);
+		pos += good;
+		ck_assert_int_eq(bn_forward_seq_rewind(e->fwd, 1, pos), 0);
+	}
+	ck_assert_int_eq(bn_forward_seq_rewind(e->fwd, 1, n + 1), -EINVAL);
+	free(logits);
+}
+
 static void check_prefill_vs_stepwise(const char *path, uint32_t n)
 {
 	struct bn_model m;
@@ -224,6 +251,7 @@ static void check_prefill_vs_stepwise(const char *path, uint32_t n)
 		ck_assert_msg(memcmp(step, pre + (size_t)i * V, V * sizeof(float)) == 0,
 			      "%s: position %u differs between prefill and step-by-step", path, i);
 	}
+	check_rewound_rows(&e, V, tokens, n, pre, path);
 	free(tokens);
 	free(pre);
 	free(step);

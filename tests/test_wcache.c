@@ -596,14 +596,6 @@ static void setup_models(void)
 		make_model(presets[i].name, presets[i].type, presets[i].embed);
 }
 
-static void remove_work(void)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", work);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", work);
-}
-
 int main(void)
 {
 	setup_models();
@@ -626,6 +618,6 @@ int main(void)
 	tcase_add_test(d, cli_info_reports_the_load);
 	suite_add_tcase(s, d);
 	int failed = tu_run_suite(s);
-	remove_work();
+	tu_remove_dir(work);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -243,6 +243,14 @@ long long tu_metric(const char *text, const char *name)
 	return -1;
 }
 
+void tu_remove_dir(const char *dir)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int tu_run_suite(Suite *s)
 {
 	SRunner *sr = srunner_create(s);

@@ -88,6 +88,9 @@ int tu_run_cli(const struct tu_daemon *d, const char *const *args, const void *i
  * payload the daemon's code builds, parsed by the client's. Fails the test if either fails. */
 struct bn_vocab *tu_file_vocab(const char *path);
 
+/* Removes a test's work directory and what it holds (a message when it cannot). */
+void tu_remove_dir(const char *dir);
+
 struct Suite;
 /* Runs the suite with Check's normal output (its summary line included) and returns the
  * process exit status: EXIT_SUCCESS iff nothing failed. */

@@ -28,6 +28,9 @@ static const char usage_text[] =
 	"    options of generate:\n"
 	"           [--max-tokens N]  tokens to generate (default 16)\n"
 	"           [--ignore-eos]    keep going past the end-of-sequence token\n"
+	"           [--speculative]   draft tokens from the prompt and output so far and\n"
+	"                             verify them in one step: faster when the output\n"
+	"                             repeats its input, the same tokens either way\n"
 	"           [--timeout-ms N]  give up (and cancel) after N ms (default: no limit)\n"
 	"           [--print-ids]     with --prompt: also print the generated ids on a line\n"
 	"           [--temperature F] 0 (default): greedy; else sample, at most 100\n"
@@ -160,6 +163,23 @@ static void print_compute_info(struct bn_client *c)
 	       layout < sizeof(layouts) / sizeof(layouts[0]) ? layouts[layout] : "unknown");
 }
 
+/* Who drafts tokens for speculative decoding, and how many a step (STATS); nothing from a
+ * daemon that predates it. */
+static void print_speculative(const char *text)
+{
+	static const char *const modes[] = { "request", "ngram", "off" };
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		char line[64];
+		snprintf(line, sizeof(line), "\nbitnetd_speculative{mode=\"%s\"} 1", modes[i]);
+		if (strstr(text, line))
+			printf("speculative=%s\n", modes[i]);
+	}
+	static const char key[] = "\nbitnetd_speculative_draft_tokens ";
+	const char *k = strstr(text, key);
+	if (k)
+		printf("draft_tokens=%ld\n", strtol(k + sizeof(key) - 1, NULL, 10));
+}
+
 /* How the daemon loaded its model (STATS: bitnetd_model_load_seconds and the weights cache's
  * state and file); nothing from a daemon that predates them. */
 static void print_load_info(struct bn_client *c)
@@ -177,6 +197,7 @@ static void print_load_info(struct bn_client *c)
 		if (strstr(text, line))
 			printf("weights_cache=%s\n", states[i]);
 	}
+	print_speculative(text);
 	const char *path = strstr(text, "\nbitnetd_weights_cache_path{path=\"");
 	if (!path)
 		return;
@@ -225,7 +246,7 @@ struct gen_opts {
 enum gen_opt {
 	G_IDS = 256, G_PROMPT, G_MAX_TOKENS, G_IGNORE_EOS, G_TIMEOUT, G_PRINT_IDS, G_TEMPERATURE,
 	G_TOP_K, G_TOP_P, G_MIN_P, G_REPETITION, G_PRESENCE, G_FREQUENCY, G_SEED, G_STOP_IDS,
-	G_LOGPROBS, G_DEADLINE,
+	G_LOGPROBS, G_DEADLINE, G_SPECULATIVE,
 };
 
 static const struct option gen_options[] = {
@@ -233,6 +254,7 @@ static const struct option gen_options[] = {
 	{ "prompt", required_argument, NULL, G_PROMPT },
 	{ "max-tokens", required_argument, NULL, G_MAX_TOKENS },
 	{ "ignore-eos", no_argument, NULL, G_IGNORE_EOS },
+	{ "speculative", no_argument, NULL, G_SPECULATIVE },
 	{ "timeout-ms", required_argument, NULL, G_TIMEOUT },
 	{ "print-ids", no_argument, NULL, G_PRINT_IDS },
 	{ "temperature", required_argument, NULL, G_TEMPERATURE },
@@ -292,6 +314,7 @@ static int apply_option(struct gen_opts *o, int opt, const char *arg)
 	case G_IDS: o->ids_text = arg; return 0;
 	case G_PROMPT: o->prompt = arg; return 0;
 	case G_IGNORE_EOS: o->req.flags |= BN_REQ_IGNORE_EOS; return 0;
+	case G_SPECULATIVE: o->req.flags |= BN_REQ_SPECULATE; return 0;
 	case G_PRINT_IDS: o->print_ids = 1; return 0;
 	case G_MAX_TOKENS:
 		if (parse_count("max-tokens", arg, &o->req.max_tokens))

@@ -21,6 +21,10 @@
  * Sampling: out[r] receives the token of a row whose sample[r] is set and, when asked, its
  * log-probabilities. Only backends whose desc says can_score get score rows.
  *
+ * Speculative decoding: a backend with seq_rewind takes verify rows (batch.h), whose every
+ * position is sampled; the scheduler then rewinds the sequence past the drafted tokens that
+ * were not accepted, so the next row continues from the last accepted one.
+ *
  * Forks: seq_fork (optional) starts a sequence whose first positions are already in the KV
  * cache: the blocks its rows will name hold them, shared read-only with the sequence that
  * wrote them, except a last partial block, which the backend copies. A classify request's
@@ -100,7 +104,12 @@ struct bn_backend_ops {
 	 * positions of block dst_block. Returns 0 or a negative code. */
 	int (*seq_fork)(void *self, uint32_t seq, uint32_t start, uint32_t dst_block,
 			uint32_t src_block, uint32_t n_copy);
-	/* One forward pass and sampling step: out[r] for every row with sample[r] != NULL.
+	/* Optional (NULL: no speculative decoding). Sequence `seq` keeps only its positions
+	 * [0, length) (length <= what it holds): the next row of it starts at `length`, and
+	 * batches may carry verify rows (batch.h). Returns 0 or a negative code. */
+	int (*seq_rewind)(void *self, uint32_t seq, uint32_t length);
+	/* One forward pass and sampling step: out[r] for every row with sample[r] != NULL but
+	 * no verify[r] (whose answers go to verify[r][0 ..]).
 	 * Returns 0, or a negative code that fails every request in the batch. */
 	int (*step)(void *self, const struct bn_batch *batch, struct bn_sample_out *out);
 };

@@ -467,6 +467,12 @@ static int cpu_seq_fork(void *self, uint32_t seq, uint32_t start, uint32_t dst_b
 	return bn_forward_seq_fork(cb->fwd, seq, start, dst_block, src_block, n_copy);
 }
 
+static int cpu_seq_rewind(void *self, uint32_t seq, uint32_t length)
+{
+	struct cpu_backend *cb = self;
+	return bn_forward_seq_rewind(cb->fwd, seq, length);
+}
+
 static void cpu_seq_close(void *self, uint32_t seq)
 {
 	(void)self; /* the scheduler takes the blocks back; seq_open resets the length */
@@ -482,6 +488,25 @@ static int score_row(struct cpu_backend *cb, const struct bn_score_row *sr, floa
 					sr->targets[j], sr->n_top, &sr->out[j]);
 		if (rc < 0)
 			return rc;
+	}
+	return 0;
+}
+
+/* A verify row's positions in order, each as plain decoding would sample it at that output
+ * index (batch.h); none after the first whose token is not the draft that follows it. */
+static int verify_row(struct cpu_backend *cb, const struct bn_batch *b, uint32_t r,
+		      float *logits)
+{
+	uint32_t n_vocab = cb->model.cfg.n_vocab;
+	const uint32_t *row = b->tokens + (size_t)r * b->width;
+	struct bn_sample_ctx ctx = *b->sample[r];
+	for (uint32_t j = 0; j < b->lens[r]; j++, ctx.n_output++) {
+		struct bn_sample_out *o = &b->verify[r][j];
+		int rc = bn_sample(&cb->sampler, &ctx, logits + (size_t)j * n_vocab, n_vocab, o);
+		if (rc < 0)
+			return rc;
+		if (j + 1 < b->lens[r] && o->token != row[j + 1])
+			break;
 	}
 	return 0;
 }
@@ -508,12 +533,14 @@ static int cpu_step(void *self, const struct bn_batch *batch, struct bn_sample_o
 	bn_stats.lm_head_screen_groups = st.groups;
 	bn_stats.lm_head_full_rows = st.full_rows;
 	/* Logits rows are packed in batch order: one per row that wants a token, n_targets per
-	 * scored row. */
+	 * scored row, lens per verify row. */
 	float *logits = cb->logits;
 	for (uint32_t r = 0; r < batch->n_rows; r++) {
 		const struct bn_score_row *sr = batch->score ? batch->score[r] : NULL;
 		if (sr)
 			rc = score_row(cb, sr, logits);
+		else if (bn_batch_verifies(batch, r))
+			rc = verify_row(cb, batch, r, logits);
 		else if (batch->sample[r])
 			rc = bn_sample(&cb->sampler, batch->sample[r], logits, n_vocab, &out[r]);
 		if (rc < 0)
@@ -531,5 +558,6 @@ const struct bn_backend_ops bn_backend_cpu = {
 	.seq_open = cpu_seq_open,
 	.seq_close = cpu_seq_close,
 	.seq_fork = cpu_seq_fork,
+	.seq_rewind = cpu_seq_rewind,
 	.step = cpu_step,
 };

@@ -39,6 +39,8 @@ struct loopback {
 	uint32_t step_delay_us;
 	uint32_t *hash;    /* [max_seqs] FNV state of each sequence */
 	uint32_t *length;  /* [max_seqs] tokens mixed in so far, to check positions */
+	uint32_t *history; /* [max_seqs][LOOPBACK_CONTEXT] the state after each position, so a
+			    * sequence can be rewound (speculative decoding) */
 };
 
 static uint32_t loopback_mix(uint32_t h, uint32_t token)
@@ -72,9 +74,11 @@ static int loopback_open(const struct bn_backend_options *opt, struct bn_model_d
 	lb->step_delay_us = opt->step_delay_us;
 	lb->hash = calloc(opt->max_seqs, sizeof(uint32_t));
 	lb->length = calloc(opt->max_seqs, sizeof(uint32_t));
-	if (!lb->hash || !lb->length) {
+	lb->history = calloc((size_t)opt->max_seqs * LOOPBACK_CONTEXT, sizeof(uint32_t));
+	if (!lb->hash || !lb->length || !lb->history) {
 		free(lb->hash);
 		free(lb->length);
+		free(lb->history);
 		free(lb);
 		return -ENOMEM;
 	}
@@ -97,6 +101,7 @@ static void loopback_close(void *self)
 		return;
 	free(lb->hash);
 	free(lb->length);
+	free(lb->history);
 	free(lb);
 }
 
@@ -107,6 +112,17 @@ static int loopback_seq_open(void *self, uint32_t seq)
 		return -EINVAL;
 	lb->hash[seq] = LOOPBACK_FNV_BASIS;
 	lb->length[seq] = 0;
+	return 0;
+}
+
+static int loopback_seq_rewind(void *self, uint32_t seq, uint32_t length)
+{
+	struct loopback *lb = self;
+	if (seq >= lb->max_seqs || length > lb->length[seq])
+		return -EINVAL;
+	lb->length[seq] = length;
+	lb->hash[seq] = length ? lb->history[(size_t)seq * LOOPBACK_CONTEXT + length - 1]
+			       : LOOPBACK_FNV_BASIS;
 	return 0;
 }
 
@@ -137,15 +153,22 @@ static int loopback_step(void *self, const struct bn_batch *batch, struct bn_sam
 	struct loopback *lb = self;
 	for (uint32_t r = 0; r < batch->n_rows; r++) {
 		uint32_t seq = batch->seq[r];
-		if (seq >= lb->max_seqs || batch->pos[r] != lb->length[seq])
+		if (seq >= lb->max_seqs || batch->pos[r] != lb->length[seq] ||
+		    (uint64_t)batch->pos[r] + batch->lens[r] > LOOPBACK_CONTEXT)
 			return -EINVAL; /* the scheduler lost track of a sequence: a bug, say so */
 		const uint32_t *row = batch->tokens + (size_t)r * batch->width;
-		uint32_t h = lb->hash[seq];
-		for (uint32_t i = 0; i < batch->lens[r]; i++)
+		uint32_t h = lb->hash[seq], *states = lb->history + (size_t)seq * LOOPBACK_CONTEXT;
+		for (uint32_t i = 0; i < batch->lens[r]; i++) {
 			h = loopback_mix(h, row[i]);
+			states[batch->pos[r] + i] = h;
+			if (bn_batch_verifies(batch, r)) /* every position's token (batch.h) */
+				batch->verify[r][i] = (struct bn_sample_out){
+					.token = loopback_fmix(h) % lb->vocab_size,
+					.top = batch->verify[r][i].top };
+		}
 		lb->hash[seq] = h;
 		lb->length[seq] += batch->lens[r];
-		if (batch->sample[r])
+		if (batch->sample[r] && !bn_batch_verifies(batch, r))
 			out[r] = (struct bn_sample_out){ .token = loopback_fmix(h) % lb->vocab_size,
 							 .top = out[r].top };
 	}
@@ -161,5 +184,6 @@ const struct bn_backend_ops bn_backend_loopback = {
 	.kv_init = loopback_kv_init,
 	.seq_open = loopback_seq_open,
 	.seq_close = loopback_seq_close,
+	.seq_rewind = loopback_seq_rewind,
 	.step = loopback_step,
 };

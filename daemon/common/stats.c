@@ -340,6 +340,37 @@ void bn_stats_set_weights_cache(enum bn_weights_cache state)
 
 /* The model's load: its time, the weights cache's state (a sample per state, 1 for the
  * current one, 0 for the others) and its file (one sample, as an info metric). */
+static double ratio(uint64_t num, uint64_t den)
+{
+	return den ? (double)num / (double)den : 0.0;
+}
+
+static void render_speculative(struct text *t)
+{
+	static const char *const modes[] = { "request", "ngram", "off" };
+	const char *mode = bn_stats.spec_mode ? bn_stats.spec_mode : "off";
+	family(t, "speculative", "gauge",
+	       "Speculative decoding, 1 for who drafts: request (requests that ask), ngram (every "
+	       "generate request), off (none, or a backend that cannot rewind).");
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		put(t, "bitnetd_speculative{mode=\"%s\"} %d\n", modes[i], strcmp(mode, modes[i]) == 0);
+	gauge(t, "speculative_draft_tokens", "Drafts a request verifies in one step at most.",
+	      bn_stats.spec_draft_tokens);
+	counter(t, "speculative_rows_total", "Decode rows that verified drafted tokens.",
+		bn_stats.spec_rows);
+	counter(t, "speculative_drafted_tokens_total", "Drafted tokens those rows verified.",
+		bn_stats.spec_drafted);
+	counter(t, "speculative_accepted_tokens_total",
+		"Drafted tokens that were the model's own, published.", bn_stats.spec_accepted);
+	counter(t, "speculative_tokens_total", "Tokens published by those rows.",
+		bn_stats.spec_tokens);
+	gauge_real(t, "speculative_acceptance_ratio", "Accepted over drafted tokens, since start.",
+		   ratio(bn_stats.spec_accepted, bn_stats.spec_drafted));
+	gauge_real(t, "speculative_tokens_per_row",
+		   "Tokens a verifying decode row published, on average since start.",
+		   ratio(bn_stats.spec_tokens, bn_stats.spec_rows));
+}
+
 static void render_load(struct text *t)
 {
 	static char path[2 * sizeof(bn_stats.weights_cache_path)];
@@ -399,6 +430,7 @@ static void render_gauges(struct text *t, const struct bn_stats_view *v)
 	counter(t, "lm_head_screen_full_rows_total",
 		"Rows the screen left to the full float head (a non-finite input).",
 		bn_stats.lm_head_full_rows);
+	render_speculative(t);
 	render_load(t);
 }
 

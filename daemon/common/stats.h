@@ -60,6 +60,12 @@ struct bn_stats {
 	uint64_t lm_head_screened_rows; /* greedy rows whose token came through the screen */
 	uint64_t lm_head_screen_groups; /* float-head panel groups computed for them */
 	uint64_t lm_head_full_rows;     /* rows the screen left to the full head (non-finite) */
+	uint64_t spec_rows;             /* decode rows that verified drafts */
+	uint64_t spec_drafted;          /* draft tokens they carried */
+	uint64_t spec_accepted;         /* of those, published as the model's own */
+	uint64_t spec_tokens;           /* tokens those rows published */
+	const char *spec_mode;          /* who drafts: "request", "ngram" or "off" (NULL: off) */
+	uint32_t spec_draft_tokens;     /* --draft-tokens */
 	double load_seconds;            /* the backend's model load (bn_stats_set_load) */
 	int weights_cache;              /* enum bn_weights_cache, read and written atomically */
 	char weights_cache_path[4096];  /* the cache file, "" without one */

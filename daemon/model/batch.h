@@ -17,6 +17,16 @@
  * n_targets new tokens: out[j] of its bn_score_row for the token at position pos[r] + j is
  * the log-probability of targets[j] there (as bn_score_token computes it), with n_top
  * alternatives.
+ *
+ * Verifying (speculative decoding): verify[r] (when the batch has a verify array and the entry
+ * is not NULL; sample[r] is then set) makes every new token of row r sampled, not only its
+ * last. The row is its request's last token followed by drafted tokens, which its sample
+ * context's output array already holds after n_output; position j is sampled with that
+ * context as if j more tokens had been generated (n_output + j: the drafts before it are its
+ * history, and its seeded draw is the one plain decoding makes for that output index), its
+ * answer in verify[r][j]. Positions are sampled in order, and a backend may stop after the
+ * first whose token differs from the row's next new token (the draft it checks): the answers
+ * after it are not read.
  */
 #ifndef BITNETD_BATCH_H
 #define BITNETD_BATCH_H
@@ -43,6 +53,14 @@ struct bn_batch {
 	const uint32_t *const *blocks;              /* [n_rows] KV block table of the row */
 	const struct bn_sample_ctx *const *sample;  /* [n_rows] NULL: no token wanted */
 	const struct bn_score_row *const *score;    /* NULL, or [n_rows] NULL: not scored */
+	struct bn_sample_out *const *verify;        /* NULL, or [n_rows] NULL: not verified;
+						     * else [lens[r]] answers */
 };
+
+/* Row r samples every new token (a verify row, above). */
+static inline int bn_batch_verifies(const struct bn_batch *b, uint32_t r)
+{
+	return b->verify && b->verify[r];
+}
 
 #endif /* BITNETD_BATCH_H */

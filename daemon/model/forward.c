@@ -695,6 +695,10 @@ uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *fir
 		*first = 0;
 		return b->score[r]->n_targets;
 	}
+	if (bn_batch_verifies(b, r)) {
+		*first = 0;
+		return b->lens[r];
+	}
 	*first = b->lens[r] - 1;
 	return wants_logits(b, r) ? 1 : 0;
 }
@@ -816,6 +820,14 @@ int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq)
 	if (seq >= f->max_seqs)
 		return -EINVAL;
 	f->seq_len[seq] = 0;
+	return 0;
+}
+
+int bn_forward_seq_rewind(struct bn_forward *f, uint32_t seq, uint32_t length)
+{
+	if (seq >= f->max_seqs || length > f->seq_len[seq])
+		return -EINVAL;
+	f->seq_len[seq] = length; /* the positions past it are written again before any read */
 	return 0;
 }
 

@@ -47,6 +47,9 @@ int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_t
 int bn_forward_kv_init_simple(struct bn_forward *f, uint32_t max_len);
 /* Empties sequence `seq`: its next row starts at position 0. */
 int bn_forward_seq_reset(struct bn_forward *f, uint32_t seq);
+/* Sequence `seq` keeps positions [0, length) of those it holds: its next row starts at
+ * `length` (speculative decoding's rejected drafts). 0 or -EINVAL. */
+int bn_forward_seq_rewind(struct bn_forward *f, uint32_t seq, uint32_t length);
 /* Sequence `seq` starts holding positions [0, start), after n_copy positions of KV block
  * src_block are copied to block dst_block (backends/backend.h, seq_fork). 0 or -EINVAL. */
 int bn_forward_seq_fork(struct bn_forward *f, uint32_t seq, uint32_t start, uint32_t dst_block,
@@ -54,7 +57,8 @@ int bn_forward_seq_fork(struct bn_forward *f, uint32_t seq, uint32_t start, uint
 /* Runs a batch. logits: with all_positions, one row of n_vocab per new token, rows in batch
  * order; otherwise the rows bn_batch_logit_rows selects, in batch order: one for each batch
  * row that wants a token (b->sample NULL: every row; else the rows with b->sample[r] !=
- * NULL), for its last token, and n_targets for each scored row (b->score[r]). Returns 0, or -EINVAL when a
+ * NULL), for its last token, n_targets for each scored row (b->score[r]) and one per new
+ * token of a verify row (b->verify[r]). Returns 0, or -EINVAL when a
  * row is inconsistent (token out of range, pos not the sequence's length, past the context,
  * a block outside the cache). Nothing is changed when it fails. */
 int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits,

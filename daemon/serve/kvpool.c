@@ -118,6 +118,18 @@ int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 	return 0;
 }
 
+void bn_kvpool_trim(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
+{
+	uint32_t keep = bn_kvpool_blocks_for(p, tokens);
+	while (s->n_blocks > keep) {
+		uint32_t block = s->table[--s->n_blocks];
+		p->refs[block] = 0;
+		p->free_blocks[p->n_free++] = block;
+		s->reserved++;
+		p->n_reserved++;
+	}
+}
+
 /* Drops s's hold on its blocks; returns how many became available (freed, or parked with
  * their identity). */
 static uint32_t drop_blocks(struct bn_kvpool *p, struct bn_kv_seq *s)

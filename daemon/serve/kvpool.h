@@ -65,6 +65,10 @@ void bn_kvpool_share(struct bn_kvpool *p, struct bn_kv_seq *to, const struct bn_
 /* Makes the table cover positions [0, tokens), taking blocks from the reservation.
  * Returns 0, or -ENOSPC when that exceeds the reservation (a scheduler bug, checked). */
 int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens);
+/* The table keeps only the blocks that hold positions [0, tokens); those after them, which
+ * the sequence holds alone and that have no identity (speculative decoding's rejected
+ * drafts), go back to its reservation. */
+void bn_kvpool_trim(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens);
 /* Returns the sequence's blocks (those it was the last holder of) and what is left of its
  * reservation. */
 void bn_kvpool_release(struct bn_kvpool *p, struct bn_kv_seq *s);

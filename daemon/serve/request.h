@@ -13,6 +13,7 @@
 #ifndef BITNETD_REQUEST_H
 #define BITNETD_REQUEST_H
 
+#include "draft.h"
 #include "kvpool.h"
 #include "model/sample.h"
 
@@ -51,6 +52,8 @@ struct bn_req {
 	uint32_t n_forks;          /* labels running now */
 	uint32_t max_forks;        /* how many may run at once: what the request reserved for */
 	uint32_t n_identified;     /* sched.c: its first blocks that have a cached identity */
+	uint8_t speculate;    /* sched.c: it drafts tokens (draft.h) while decoding */
+	struct bn_drafter drafter; /* its n-gram table, from its first decode step */
 	uint64_t admitted;    /* admission order, for prefill priority */
 	uint64_t planned_in;  /* sched.c: the step plan that last gave it a row */
 	uint64_t t_seen;      /* when the daemon consumed the sqe */

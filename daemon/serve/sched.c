@@ -129,6 +129,23 @@ static int alloc_forks(struct bn_sched *s)
 	return 0;
 }
 
+/* Answers for every position of every decode row that may verify drafts: only when some
+ * request may draft on this backend. */
+static int alloc_verify(struct bn_sched *s)
+{
+	if (!s->ops->seq_rewind || s->cfg.speculative == BN_SPECULATIVE_OFF)
+		return 0;
+	size_t n = (size_t)s->cfg.max_batch * (s->cfg.draft_tokens + 1);
+	uint32_t per = s->cfg.logprob_capacity ? s->cfg.logprob_capacity : 1;
+	s->verify_out = calloc(n, sizeof(*s->verify_out));
+	s->verify_top = calloc(n * per, sizeof(*s->verify_top));
+	if (!s->verify_out || !s->verify_top)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		s->verify_out[i].top = s->verify_top + i * per;
+	return 0;
+}
+
 static int alloc_buffers(struct bn_sched *s)
 {
 	uint32_t n = s->max_rows = s->cfg.max_batch + s->cfg.fork_seqs;
@@ -148,9 +165,10 @@ static int alloc_buffers(struct bn_sched *s)
 	s->kv_tables = calloc((size_t)n * s->max_blocks_per_seq, sizeof(*s->kv_tables));
 	s->score = calloc(n, sizeof(*s->score));
 	s->score_rows = calloc(n, sizeof(*s->score_rows));
+	s->verify = calloc(n, sizeof(*s->verify));
 	if (!s->running || !s->free_seqs || !s->uids || !s->rows || !s->row_fork || !s->lens ||
 	    !s->pos || !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables ||
-	    !s->score || !s->score_rows)
+	    !s->score || !s->score_rows || !s->verify || alloc_verify(s) < 0)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++)
 		s->out[i].top = s->top + (size_t)i * s->cfg.logprob_capacity;
@@ -171,6 +189,8 @@ struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
 	s->backend = backend;
 	s->reply = reply;
 	s->cfg = *cfg;
+	if (s->cfg.draft_tokens == 0 || s->cfg.draft_tokens > BN_DRAFT_MAX_TOKENS)
+		s->cfg.draft_tokens = s->cfg.draft_tokens ? BN_DRAFT_MAX_TOKENS : 4;
 	s->attn_positions = model->attn_positions_per_token;
 	if (size_kv_pool(s, model) < 0 || alloc_buffers(s) < 0) {
 		bn_sched_free(s);
@@ -204,6 +224,9 @@ void bn_sched_free(struct bn_sched *s)
 	free(s->score_rows);
 	free(s->score_out);
 	free(s->score_top);
+	free(s->verify);
+	free(s->verify_out);
+	free(s->verify_top);
 	free(s);
 }
 

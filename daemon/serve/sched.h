@@ -28,11 +28,24 @@
  * position is the same bits however it was computed (prefill and stepwise decoding are
  * bit-identical), so a hit never changes an output. Admission reserves only the blocks the
  * request still needs; score requests, which need every position's logits, take no hits.
+ *
+ * Speculative decoding (exact): a decoding request that drafts (draft.h) has its decode row
+ * extended by up to draft_tokens tokens guessed from its own prompt and output, within what
+ * the budget leaves above the prompts' quarter. The backend samples every position of the row
+ * as plain decoding would at that output index (batch.h: the same history, the same seeded
+ * draw), so the row's first token is the one plain decoding gives, and each draft that equals
+ * the token sampled before it makes the next position's token the next one plain decoding
+ * gives. Tokens are published in order up to the first draft that differs (its position's
+ * token is published in its place); stop ids, end of generation and max_tokens end the
+ * request at the same token as without drafts. The sequence is then rewound to its accepted
+ * tokens (backend seq_rewind) and blocks past them go back to its reservation; the prefix
+ * cache names only blocks of accepted positions.
  */
 #ifndef BITNETD_SCHED_H
 #define BITNETD_SCHED_H
 
 #include "backends/backend.h"
+#include "draft.h"
 #include "request.h"
 
 #include <stdint.h>
@@ -62,6 +75,16 @@ struct bn_sched_config {
 	 * (prefix_cache.h), shared within a uid, a session or by all; BN_SHARE_OFF: none. Needs
 	 * a backend with seq_fork (else off, logged). */
 	uint32_t prefix_cache;
+	/* enum bn_speculative: which generate requests draft tokens from their own and verify
+	 * them in their decode row (draft.h); needs a backend with seq_rewind (else none). */
+	uint32_t speculative;
+	uint32_t draft_tokens;           /* drafts per row at most, 1 .. BN_DRAFT_MAX_TOKENS */
+};
+
+enum bn_speculative {
+	BN_SPECULATIVE_REQUEST = 0, /* those that set BN_REQ_SPECULATE */
+	BN_SPECULATIVE_NGRAM,       /* every generate request */
+	BN_SPECULATIVE_OFF,         /* none: the flag is accepted and changes nothing */
 };
 
 /* Sizes the KV pool, calls the backend's kv_init, logs the outcome. NULL on failure (logged).

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sched_deliver.c — what one step gives back (sched.h): each row's token, score positions or
- * label records to its request through the reply table, the requests that end with them, and
- * the stream waiters' wake-ups.
+ * sched_deliver.c — what one step gives back (sched.h): each row's token (a verify row's
+ * tokens up to its first rejected draft, then the sequence rewound), score positions or label
+ * records to its request through the reply table, the requests that end with them, and the
+ * stream waiters' wake-ups.
  */
 #include "sched_internal.h"
 
@@ -41,8 +42,8 @@ static int is_eog(const struct bn_sched *s, uint32_t token)
 }
 
 /* Applies one sampled token to its request; ends it on an end-of-generation id, a stop id or
- * max_tokens. */
-static void deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample_out *o,
+ * max_tokens. Returns 1 when it ended the request. */
+static int deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample_out *o,
 		    uint64_t now)
 {
 	observe_token(r, now);
@@ -59,9 +60,52 @@ static void deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample
 		else if (r->n_out == r->max_tokens)
 			status = BN_STATUS_LENGTH;
 	}
-	if (status != BN_STATUS_NONE)
-		sched_finish_running(s, sched_running_index(s, r), status,
-			       status == BN_STATUS_ERROR ? BN_E_BACKEND : 0);
+	if (status == BN_STATUS_NONE)
+		return 0;
+	sched_finish_running(s, sched_running_index(s, r), status,
+			     status == BN_STATUS_ERROR ? BN_E_BACKEND : 0);
+	return 1;
+}
+
+/* Before the row's tokens are published, its drafts sit in its request's output after
+ * n_out (sched_plan_drafts). */
+uint32_t sched_verified_drafts(const struct bn_sched *s, uint32_t k)
+{
+	const struct bn_req *r = s->rows[k];
+	uint32_t n = 0;
+	while (n + 1 < s->lens[k] && s->verify[k][n].token == r->output[r->n_out + n])
+		n++;
+	return n;
+}
+
+/* A verify row: its positions' tokens in order, each as deliver() takes a decode row's, up to
+ * and including the first whose draft was not the model's token (the token published in the
+ * draft's place). A request still running then holds in its sequence exactly the positions
+ * of its published tokens but the last, as after plain decoding: the rest is rewound and the
+ * blocks past it go back to its reservation. */
+static void deliver_verified(struct bn_sched *s, uint32_t k, struct bn_req *r, uint64_t now)
+{
+	uint32_t drafts = s->lens[k] - 1, accepted = sched_verified_drafts(s, k), published = 0;
+	for (uint32_t j = 0; j <= accepted; j++) {
+		published++;
+		if (deliver(s, r, &s->verify[k][j], now))
+			break;
+	}
+	bn_stats.spec_rows++;
+	bn_stats.spec_drafted += drafts;
+	bn_stats.spec_accepted += published - 1;
+	bn_stats.spec_tokens += published;
+	if (!r->running)
+		return;
+	bn_drafter_result(&r->drafter, drafts, accepted);
+	uint32_t length = r->n_prompt + r->n_out - 1;
+	int rc = s->ops->seq_rewind(s->backend, r->seq, length);
+	if (rc < 0) {
+		bn_log_error("msg=\"backend cannot rewind a sequence\" backend=%s rc=%d", s->ops->name, rc);
+		sched_finish_running(s, sched_running_index(s, r), BN_STATUS_ERROR, BN_E_BACKEND);
+		return;
+	}
+	bn_kvpool_trim(&s->kv, &r->kv, length);
 }
 
 void sched_fail_all_running(struct bn_sched *s, int rc)
@@ -115,7 +159,9 @@ void sched_deliver_all(struct bn_sched *s, uint32_t n_rows)
 		}
 		if (!prompt_done(r))
 			r->n_prefilled += s->lens[k];
-		if (s->sample[k])
+		if (s->verify[k])
+			deliver_verified(s, k, r, now);
+		else if (s->sample[k])
 			deliver(s, r, &s->out[k], now);
 	}
 	/* Full fence: the events stores above are ordered before the loads of the waiters words

@@ -74,6 +74,10 @@ struct bn_sched {
 	struct bn_token_logprob *score_top; /* [score_cap][logprob_capacity] */
 	size_t score_cap;
 	uint32_t n_score_rows;             /* in this step's batch */
+	/* Verify rows (speculative decoding): each decode row's answers, one per position. */
+	struct bn_sample_out **verify;     /* [max_rows] NULL: not a verify row */
+	struct bn_sample_out *verify_out;  /* [max_batch][draft_tokens + 1]; NULL: no drafts */
+	struct bn_token_logprob *verify_top; /* [that][logprob_capacity] */
 };
 
 /* ---- what a request is doing ------------------------------------------------------------ */
@@ -145,6 +149,12 @@ uint32_t sched_user_running(struct bn_sched *s, uint32_t uid);
 
 /* ---- sched_plan.c ------------------------------------------------------------------------ */
 
+/* Extends decode rows rows[0 .. n_decode) of requests that draft with their drafts, within
+ * `spare` budget units. Returns the units spent. */
+uint64_t sched_plan_drafts(struct bn_sched *s, uint32_t n_decode, uint64_t spare);
+/* The drafts of verify row k that its answers confirm: before the first whose position's
+ * token differs. */
+uint32_t sched_verified_drafts(const struct bn_sched *s, uint32_t k);
 /* Plans the step's rows (the request, fork, length, position, sequence, blocks and what each
  * wants). Returns the number of rows. */
 uint32_t sched_plan(struct bn_sched *s);

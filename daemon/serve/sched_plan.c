@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sched_plan.c — what one step runs (sched.h): decode rows first, then prompt chunks and
- * classify forks within the step's budget, the padded batch built from them, and the prefix
- * cache's identities for the blocks the step filled.
+ * sched_plan.c — what one step runs (sched.h): decode rows first (with their drafts when they
+ * speculate), then prompt chunks and classify forks within the step's budget, the padded
+ * batch built from them, and the prefix cache's identities for the blocks the step filled.
  */
 #include "sched_internal.h"
+
+#include "common/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -82,6 +84,7 @@ static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t 
 	s->seq[k] = r->seq;
 	s->blocks[k] = r->kv.table;
 	s->score[k] = NULL;
+	s->verify[k] = NULL;
 	if (r->op == BN_OP_SCORE) {
 		s->pos[k] = r->n_prefilled;
 		plan_score_row(s, k, r, len);
@@ -124,6 +127,43 @@ uint32_t bn_sched_chunk_tokens(uint32_t attn_positions, uint32_t pos, uint32_t m
 	return take_chunk(attn_positions, pos, max_tokens, &units);
 }
 
+/* r's n-gram table, at its first decode step: sized for its prompt and max_tokens. Without
+ * the memory it decodes without drafts. */
+static int start_drafting(struct bn_sched *s, struct bn_req *r)
+{
+	if (bn_drafter_init(&r->drafter, r->n_prompt + r->max_tokens, s->cfg.draft_tokens) == 0)
+		return 0;
+	bn_log_warn("msg=\"no memory for a request's draft table; it decodes without drafts\" tokens=%u",
+		    r->n_prompt + r->max_tokens);
+	r->speculate = 0;
+	return -1;
+}
+
+uint64_t sched_plan_drafts(struct bn_sched *s, uint32_t n_decode, uint64_t spare)
+{
+	uint64_t spent = 0;
+	for (uint32_t k = 0; k < n_decode && spare; k++) {
+		struct bn_req *r = s->rows[k];
+		/* Room: every draft accepted still leaves the token after them within max_tokens. */
+		uint32_t room = r->max_tokens - r->n_out - 1, first = s->pos[k] + 1;
+		if (!r->speculate || room == 0 || (!r->drafter.cap && start_drafting(s, r) < 0))
+			continue;
+		uint32_t fit = bn_sched_chunk_tokens(s->attn_positions, first, room, spare);
+		struct bn_draft_tokens t = { r->prompt, r->n_prompt, r->output, r->n_out };
+		/* The drafts go where their tokens will be published: the sampler reads them there
+		 * as the history of the positions after them (batch.h). */
+		uint32_t n = fit ? bn_drafter_propose(&r->drafter, &t, fit, r->output + r->n_out) : 0;
+		if (!n)
+			continue;
+		uint64_t before = spare;
+		take_chunk(s->attn_positions, first, n, &spare);
+		spent += before - spare;
+		s->lens[k] = 1 + n;
+		s->verify[k] = s->verify_out + (size_t)k * (s->cfg.draft_tokens + 1);
+	}
+	return spent;
+}
+
 /* A fork's chunk: its tokens at positions fork_start + done, each scored against the label
  * token that follows it. */
 static void plan_fork_row(struct bn_sched *s, uint32_t k, struct fork *f, uint32_t len)
@@ -135,6 +175,7 @@ static void plan_fork_row(struct bn_sched *s, uint32_t k, struct fork *f, uint32
 	s->pos[k] = fork_start(r) + f->done;
 	s->seq[k] = f->seq;
 	s->blocks[k] = f->kv.table;
+	s->verify[k] = NULL;
 	set_score_row(s, k, r->labels + f->at + f->done, len, 0);
 }
 
@@ -221,6 +262,8 @@ uint32_t sched_plan(struct bn_sched *s)
 			oldest = r;
 		}
 	}
+	if (s->verify_out && n && budget > used + budget / 4)
+		used += sched_plan_drafts(s, n, budget - used - budget / 4);
 	uint64_t left = budget > used ? budget - used : 0;
 	if (left < budget / 4)
 		left = budget / 4;
@@ -320,15 +363,16 @@ int sched_build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 		uint32_t *row = s->tokens + (size_t)k * width;
 		if (s->row_fork[k])
 			fill_fork_row(s->row_fork[k], s->lens[k], row);
-		else if (decoding(r))
-			row[0] = r->output[r->n_out - 1];
+		else if (decoding(r)) /* its last token, then its drafts when it has them */
+			memcpy(row, r->output + r->n_out - 1, (size_t)s->lens[k] * sizeof(uint32_t));
 		else
 			memcpy(row, r->prompt + r->n_prefilled, (size_t)s->lens[k] * sizeof(uint32_t));
 	}
 	*b = (struct bn_batch){ .n_rows = n_rows, .width = width, .tokens = s->tokens,
 				.lens = s->lens, .pos = s->pos, .seq = s->seq,
 				.blocks = s->blocks, .sample = s->sample,
-				.score = s->n_score_rows ? s->score : NULL };
+				.score = s->n_score_rows ? s->score : NULL,
+				.verify = s->verify_out ? s->verify : NULL };
 	return 0;
 }
 
@@ -358,7 +402,13 @@ void sched_identify_step(struct bn_sched *s, uint32_t n_rows)
 {
 	if (!s->kv.cache)
 		return;
-	for (uint32_t k = 0; k < n_rows; k++)
-		if (!s->row_fork[k])
-			identify_blocks(s, s->rows[k], s->pos[k] + s->lens[k]);
+	for (uint32_t k = 0; k < n_rows; k++) {
+		if (s->row_fork[k])
+			continue;
+		/* A verify row's positions count up to its last confirmed draft: the ones after it
+		 * are written again next step. */
+		uint32_t end = s->verify[k] ? s->pos[k] + 1 + sched_verified_drafts(s, k)
+					    : s->pos[k] + s->lens[k];
+		identify_blocks(s, s->rows[k], end);
+	}
 }

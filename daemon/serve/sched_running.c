@@ -58,6 +58,8 @@ void sched_stop_running(struct bn_sched *s, uint32_t index)
 	end_forks_of(s, r);
 	s->ops->seq_close(s->backend, r->seq);
 	bn_kvpool_release(&s->kv, &r->kv);
+	if (r->drafter.cap)
+		bn_drafter_free(&r->drafter);
 	s->free_seqs[s->n_free_seqs++] = r->seq;
 	r->running = 0;
 	r->tenant->n_running--;
@@ -98,6 +100,8 @@ void sched_start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 	r->n_identified = start / s->kv.block_tokens;
 	r->next_label = r->next_label_at = r->labels_done = r->n_forks = 0;
 	r->admitted = ++s->admissions;
+	r->speculate = s->verify_out && r->op == BN_OP_GENERATE &&
+		       (s->cfg.speculative == BN_SPECULATIVE_NGRAM || (r->flags & BN_REQ_SPECULATE));
 	r->tenant->n_running++;
 	uid_add(s, r->tenant->uid);
 	s->running[s->n_running++] = r;

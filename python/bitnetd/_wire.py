@@ -40,10 +40,11 @@ HDR_DAEMON_FLAGS = 28                           # the header's one live word (se
 DAEMON_SHUTTING_DOWN, DAEMON_CLOSED = 1, 2
 
 FEAT_STREAMING, FEAT_PARAMS, FEAT_LOGPROBS, FEAT_TEXT, FEAT_SCORE, FEAT_CLASSIFY, \
-    FEAT_COMPUTE = 1, 2, 4, 8, 16, 32, 64
+    FEAT_COMPUTE, FEAT_SPECULATE = 1, 2, 4, 8, 16, 32, 64, 128
 FEATURE_NAMES = (("streaming", FEAT_STREAMING), ("params", FEAT_PARAMS),
                  ("logprobs", FEAT_LOGPROBS), ("text", FEAT_TEXT), ("score", FEAT_SCORE),
-                 ("classify", FEAT_CLASSIFY), ("compute", FEAT_COMPUTE))
+                 ("classify", FEAT_CLASSIFY), ("compute", FEAT_COMPUTE),
+                 ("speculate", FEAT_SPECULATE))
 # The header's lm_head and decode_layout words (feature COMPUTE, section 4.1).
 HEAD_NONE, HEAD_FILE, HEAD_SCREENED, HEAD_INT8 = 0, 1, 2, 3
 LM_HEADS = {HEAD_NONE: "none", HEAD_FILE: "file", HEAD_SCREENED: "screened", HEAD_INT8: "int8"}
@@ -53,6 +54,7 @@ OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE, OP_SCORE, OP_CLASSIFY = 1, 2, 3, 4, 5
 REQ_IGNORE_EOS, REQ_SEED, REQ_LOGPROBS = 1, 2, 4
 REQ_TEXT, REQ_CHAT, REQ_PARSE_SPECIAL, REQ_NO_BOS = 8, 16, 32, 64
 REQ_TEXT_OUT, REQ_SPECIAL_TEXT, REQ_STRIP_SPACE = 128, 256, 512
+REQ_SPECULATE = 1024
 
 ST_FREE, ST_SUBMITTED, ST_DONE = 0, 1, 2
 WAIT_DONE, WAIT_TOKENS = 1, 2

@@ -345,9 +345,12 @@ class Client:
     def _generate_request(self, prompt, max_tokens=16, temperature=0.0, top_k=0, top_p=0.0,
                           min_p=0.0, repetition_penalty=0.0, presence_penalty=0.0,
                           frequency_penalty=0.0, seed=None, stop=None, logprobs=0,
-                          ignore_eos=False, deadline_ms=0, chat=None, chat_template=0):
+                          ignore_eos=False, deadline_ms=0, chat=None, chat_template=0,
+                          speculative=False):
         stops = list(stop or [])
         flags = (w.REQ_IGNORE_EOS if ignore_eos else 0) | (w.REQ_SEED if seed is not None else 0)
+        # Drafting changes no output: a daemon that predates it gets the request without it.
+        flags |= w.REQ_SPECULATE if speculative and self._has(w.FEAT_SPECULATE) else 0
         flags |= w.REQ_LOGPROBS if logprobs else 0
         text = None
         if self._has(w.FEAT_TEXT):
@@ -380,7 +383,9 @@ class Client:
         """Generates from ``prompt`` (text, or a list of token ids used as given) and returns a
         Generation. Sampling: temperature, top_k, top_p, min_p, repetition_penalty,
         presence_penalty, frequency_penalty, seed, stop (ids), logprobs (alternatives per
-        token), ignore_eos, deadline_ms; all off by default (greedy)."""
+        token), ignore_eos, deadline_ms; all off by default (greedy). ``speculative=True``
+        drafts tokens from the prompt and output so far and verifies them in one step (faster
+        when the output repeats its input; the same tokens either way)."""
         return self._run(self._generate_request(prompt, max_tokens, **sampling), timeout)
 
     def generate_batch(self, prompts: Sequence[Prompt], max_tokens: int = 16,

@@ -84,7 +84,7 @@ def cli(path, *args, data=None):
 def test_info(client):
     i = client.info()
     assert i["backend"] == "cpu" and i["slots"] == 8
-    assert {"text", "score", "logprobs", "compute"} <= set(i["features"])
+    assert {"text", "score", "logprobs", "compute", "speculate"} <= set(i["features"])
     # the daemon's defaults on the tiny preset: the screened head, the 2-bit planes
     assert (i["lm_head"], i["decode_layout"]) == ("screened", "2bit")
 
@@ -96,6 +96,21 @@ def test_generate_ids_equal_the_c_library(client, daemon):
     assert g.ids == want and g.status == "length"
     # The text is the ids' bytes decoded with U+FFFD (an independent decoder).
     assert g.text == client.detokenize_bytes(g.ids).decode("utf-8", "replace")
+
+
+def test_speculative_is_the_same_generation(client, daemon):
+    prompt = [1, 5, 9, 13, 5, 9, 13, 5, 9]
+    for kw in ({}, {"temperature": 0.9, "seed": 3, "logprobs": 2}):
+        plain = client.generate(prompt, max_tokens=40, ignore_eos=True, **kw)
+        spec = client.generate(prompt, max_tokens=40, ignore_eos=True, speculative=True, **kw)
+        assert (spec.ids, spec.text, spec.status, spec.logprobs) == \
+            (plain.ids, plain.text, plain.status, plain.logprobs)
+        if not kw:
+            greedy = plain.ids
+    out = cli(daemon, "generate", "--ids", " ".join(map(str, prompt)), "--max-tokens", "40",
+              "--ignore-eos", "--speculative")
+    assert [int(x) for x in out.split()] == greedy
+    assert "speculative=request\n" in cli(daemon, "info")
 
 
 def test_text_prompt_is_its_ids(client):
