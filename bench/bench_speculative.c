@@ -3,8 +3,9 @@
  * bench-speculative — batch-1 decoding with and without speculative decoding (BN_REQ_SPECULATE)
  * on one model, in one run. `make bench-speculative` runs it on the 2B4T-shape model rigged to
  * repeat one token (every draft accepted: the mechanics' ceiling), on the random 2B4T-shape
- * model (greedy, and sampled at temperature 1), and on stories260K with prompts that quote
- * themselves.
+ * model (greedy, which falls into loops; and sampled at temperature 100 among its 8 likeliest
+ * tokens, where drafts are found but almost never right: the adaptive pause's worst case),
+ * and on stories260K with prompts that quote themselves.
  *
  * One cpu daemon on --model; each prompt (--text, repeatable, or a built-in id prompt) is
  * generated with --tokens tokens (ignoring EOS), plain and speculative in turn, the order
@@ -40,6 +41,7 @@ struct setup {
 	int n_texts;
 	int tokens, rounds;
 	float temperature;
+	uint32_t top_k;
 	char dir[64];
 };
 
@@ -91,9 +93,12 @@ static int64_t generate(const struct setup *s, struct bn_client *c, int p, uint3
 {
 	static const uint32_t ids[] = { 128000, 791, 4062, 14198, 39935, 35308, 927, 279,
 					16053, 5679, 13, 578, 4062, 14198, 39935, 35308 };
-	struct bn_sampling_params sp = { .temperature = s->temperature, .seed = 42 };
-	struct bn_request req = { ids, sizeof(ids) / sizeof(ids[0]), (uint32_t)s->tokens,
-				  flags | BN_REQ_IGNORE_EOS | BN_REQ_SEED, &sp };
+	struct bn_sampling_params sp = { .temperature = s->temperature, .top_k = s->top_k,
+					 .seed = 42 };
+	/* A text prompt goes to the text region; the prompt array then holds only stop ids. */
+	struct bn_request req = { s->n_texts ? NULL : ids,
+				  s->n_texts ? 0 : (uint32_t)(sizeof(ids) / sizeof(ids[0])),
+				  (uint32_t)s->tokens, flags | BN_REQ_IGNORE_EOS | BN_REQ_SEED, &sp };
 	struct bn_handle *h;
 	int64_t t0 = now_ns();
 	int rc = s->n_texts ? bn_submit_text(c, &req, s->texts[p], strlen(s->texts[p]), &h)
@@ -207,6 +212,8 @@ static int parse(int argc, char **argv, struct setup *s)
 			s->rounds = atoi(v);
 		else if (!strcmp(argv[i], "--temperature"))
 			s->temperature = strtof(v, NULL);
+		else if (!strcmp(argv[i], "--top-k"))
+			s->top_k = (uint32_t)atoi(v);
 		else
 			return -1;
 	}
@@ -221,7 +228,7 @@ int main(int argc, char **argv)
 	if (!s.bitnetd)
 		s.bitnetd = "build/bitnetd";
 	if (parse(argc, argv, &s) < 0) {
-		fprintf(stderr, "usage: BITNETD=... bench-speculative --model FILE [--name NAME] [--text PROMPT]... [--tokens N] [--rounds N] [--temperature T]\n");
+		fprintf(stderr, "usage: BITNETD=... bench-speculative --model FILE [--name NAME] [--text PROMPT]... [--tokens N] [--rounds N] [--temperature T] [--top-k K]\n");
 		return 2;
 	}
 	snprintf(s.dir, sizeof(s.dir), "/tmp/bn-bench-spec-XXXXXX");
@@ -229,8 +236,8 @@ int main(int argc, char **argv)
 		perror("mkdtemp");
 		return 1;
 	}
-	printf("model=%s\ntokens=%d\nrounds=%d\ntemperature=%g\nprompts=%d\n", s.model, s.tokens,
-	       s.rounds, s.temperature, s.n_texts ? s.n_texts : 1);
+	printf("model=%s\ntokens=%d\nrounds=%d\ntemperature=%g\ntop_k=%u\nprompts=%d\n", s.model,
+	       s.tokens, s.rounds, s.temperature, s.top_k, s.n_texts ? s.n_texts : 1);
 	int rc = run(&s);
 	char sock[128];
 	snprintf(sock, sizeof(sock), "%s/d.sock", s.dir);
