@@ -22,6 +22,8 @@
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
+#   make check-gpu            on a GPU machine: the CUDA suite, cuda vs cpu greedy ids,
+#                             bench_cuda and bench-serve on a cuda daemon (tools/check-gpu.sh)
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
@@ -169,7 +171,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-deploy check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-deploy check-gpu check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
@@ -384,12 +386,17 @@ $(BENCH_CUDA): $(BUILD)/bench/bench_cuda.o $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas
 
+# The GPU run in one command (tools/check-gpu.sh): under 6 minutes on an H100, its whole output
+# in gpu-check.log; exit 77 (skip) without a usable GPU.
 ifeq ($(CUDA),1)
 bench-cuda: $(BENCH_CUDA) $(BENCH_MODEL_FILE)
 	$(BENCH_CUDA) --model $(BENCH_MODEL_FILE)
+
+check-gpu: all $(BENCH_CUDA) $(BENCH_SERVE)
+	BUILD=$(BUILD) tools/check-gpu.sh gpu-check.log
 else
-bench-cuda:
-	@echo "bench-cuda: this build has no CUDA (nvcc not found, or CUDA=0)"; exit 1
+bench-cuda check-gpu:
+	@echo "$@: this build has no CUDA (nvcc not found, or CUDA=0)"; exit 1
 endif
 
 FUZZ_SECONDS ?= 60

@@ -494,6 +494,8 @@ struct setup {
 	const char *daemon;     /* path to bitnetd */
 	const char *model;      /* path to the 2B4T-shape GGUF */
 	const char *lm_head;    /* --lm-head for every scenario, NULL: the daemon's default */
+	const char *backend;    /* --backend for every scenario (default cpu) */
+	const char *device;     /* --device for every scenario, NULL: the daemon's default */
 	struct bn_model_info info;
 	int quick;
 	int model_printed;
@@ -507,10 +509,14 @@ static void start_daemon(struct setup *su, const char *const *flags)
 	const char *argv[32];
 	int n = 0;
 	argv[n++] = su->daemon;
-	const char *common[] = { "--backend", "cpu", "--model", su->model, "--socket", sock_path,
+	const char *common[] = { "--backend", su->backend, "--model", su->model, "--socket", sock_path,
 				 "--log-level", "warn" };
 	for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++)
 		argv[n++] = common[i];
+	if (su->device) {
+		argv[n++] = "--device";
+		argv[n++] = su->device;
+	}
 	if (su->lm_head) {
 		argv[n++] = "--lm-head";
 		argv[n++] = su->lm_head;
@@ -1063,16 +1069,19 @@ static void run_chat(struct setup *su)
 
 static const char usage[] =
 	"usage: bench-serve [--model FILE.gguf] [--quick] [--only sweep|longprompt|flood|chat]\n"
-	"                   [--lm-head MODE]\n"
-	"  starts $BITNETD (default build/bitnetd) with --backend cpu for each scenario\n"
+	"                   [--lm-head MODE] [--backend cpu|cuda] [--device DEV]\n"
+	"  starts $BITNETD (default build/bitnetd) for each scenario\n"
 	"  --model    the 2B4T-shape model (default build/models/2b4t-i2_s.gguf)\n"
 	"  --lm-head  passed to every daemon (bitnetd(8); default: the daemon's)\n"
+	"  --backend  the daemons' backend (default cpu)\n"
+	"  --device   the daemons' --device (e.g. cuda:0; default: the daemon's)\n"
 	"  --quick    a smoke run: N up to 8, a 512-token long prompt, 3 light requests\n"
 	"  --only     run one scenario\n";
 
 int main(int argc, char **argv)
 {
-	struct setup su = { .daemon = getenv("BITNETD"), .model = "build/models/2b4t-i2_s.gguf" };
+	struct setup su = { .daemon = getenv("BITNETD"), .model = "build/models/2b4t-i2_s.gguf",
+			    .backend = "cpu" };
 	const char *only = NULL;
 	if (!su.daemon || !su.daemon[0])
 		su.daemon = "build/bitnetd";
@@ -1085,6 +1094,10 @@ int main(int argc, char **argv)
 			su.quick = 1;
 		else if (strcmp(argv[i], "--lm-head") == 0 && i + 1 < argc)
 			su.lm_head = argv[++i];
+		else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc)
+			su.backend = argv[++i];
+		else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+			su.device = argv[++i];
 		else
 			return fputs(usage, stderr), 2;
 	}
@@ -1118,8 +1131,9 @@ int main(int argc, char **argv)
 
 	printf("threads=%ld\n", sysconf(_SC_NPROCESSORS_ONLN)); /* bitnetd's default: one per CPU */
 	printf("model_file=%s\n", su.model);
-	printf("daemon_common_flags=\"--backend cpu --model %s --log-level warn%s%s\"\n", su.model,
-	       su.lm_head ? " --lm-head " : "", su.lm_head ? su.lm_head : "");
+	printf("daemon_common_flags=\"--backend %s --model %s --log-level warn%s%s%s%s\"\n",
+	       su.backend, su.model, su.lm_head ? " --lm-head " : "", su.lm_head ? su.lm_head : "",
+	       su.device ? " --device " : "", su.device ? su.device : "");
 	printf("quick=%d\n", su.quick);
 	fflush(stdout);
 	int64_t t0 = now_ns();

@@ -562,7 +562,17 @@ int main(void)
 		printf("SKIP: device 0 is not compute capability 9.0 or newer\n");
 		return 77;
 	}
-	return tu_run_suite(cuda_suite());
+	/* Not forked per test, on purpose: the probe above initialised CUDA in this process, and
+	 * a forked child cannot use a CUDA context it inherited (cudaSetDevice: initialization
+	 * error, every test failing under make check on an H100, while all passed with
+	 * CK_FORK=no). So the tests run in this process, one after the other; Check's per-test
+	 * timeouts do not apply, and make check's own timeout bounds the suite. */
+	SRunner *sr = srunner_create(cuda_suite());
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif /* BN_HAVE_CUDA */

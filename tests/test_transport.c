@@ -410,7 +410,11 @@ START_TEST(sleeping_daemon_answers_without_a_timer)
 	for (int i = 0; i < 4; i++)
 		ck_assert_int_eq(exit_code(kids[i]), 0);
 	ck_assert_int_eq(daemon_metric(c, "bitnetd_sleep_timeouts_total"), timeouts);
-	ck_assert_int_gt(daemon_metric(c, "bitnetd_sleeps_total") - sleeps, 60);
+	/* It slept between requests, so the doorbells were rung and read: 240 requests, a third
+	 * of them after gaps past the idle spin; a tenth is the floor that holds under
+	 * ThreadSanitizer on a loaded 2-core machine, where the daemon's work fills more of the
+	 * gaps (60 sleeps measured there, 77-85 without it). */
+	ck_assert_int_ge(daemon_metric(c, "bitnetd_sleeps_total") - sleeps, 24);
 	ck_assert_int_gt(daemon_metric(c, "bitnetd_doorbells_total"), 0);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
