@@ -85,15 +85,16 @@ uint32_t sched_verified_drafts(const struct bn_sched *s, uint32_t k)
  * blocks past it go back to its reservation. */
 static void deliver_verified(struct bn_sched *s, uint32_t k, struct bn_req *r, uint64_t now)
 {
-	uint32_t drafts = s->lens[k] - 1, accepted = sched_verified_drafts(s, k), published = 0;
-	for (uint32_t j = 0; j <= accepted; j++) {
-		published++;
+	uint32_t drafts = s->lens[k] - 1, accepted = sched_verified_drafts(s, k), before = r->n_out;
+	for (uint32_t j = 0; j <= accepted; j++)
 		if (deliver(s, r, &s->verify[k][j], now))
 			break;
-	}
+	/* Position j's token is draft j + 1 for j < accepted: of the tokens published (an end
+	 * of generation or stop id is not), those were drafts. */
+	uint32_t published = r->n_out - before;
 	bn_stats.spec_rows++;
 	bn_stats.spec_drafted += drafts;
-	bn_stats.spec_accepted += published - 1;
+	bn_stats.spec_accepted += published < accepted ? published : accepted;
 	bn_stats.spec_tokens += published;
 	if (!r->running)
 		return;
