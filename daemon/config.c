@@ -198,11 +198,8 @@ static int parse_prefix_cache(const char *text, struct bn_config *cfg)
 
 static int parse_speculative(const char *text, struct bn_config *cfg)
 {
-	static const char *const names[] = { [BN_SPECULATIVE_REQUEST] = "request",
-					     [BN_SPECULATIVE_NGRAM] = "ngram",
-					     [BN_SPECULATIVE_OFF] = "off" };
-	for (uint32_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (strcmp(text, names[i]) == 0) {
+	for (uint32_t i = 0; i < BN_SPECULATIVE_MODES; i++)
+		if (strcmp(text, bn_speculative_names[i]) == 0) {
 			cfg->speculative = i;
 			return 0;
 		}

@@ -745,10 +745,8 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	bn_control_open(&l->control, cfg, model);
 	copy_eog(&l->control.vocab.choice, &sc);
 	l->sched = bn_sched_new(ops, backend, model, &sc, &bn_session_reply);
-	static const char *const spec_modes[] = { [BN_SPECULATIVE_REQUEST] = "request",
-						  [BN_SPECULATIVE_NGRAM] = "ngram",
-						  [BN_SPECULATIVE_OFF] = "off" };
-	bn_stats.spec_mode = ops->seq_rewind ? spec_modes[cfg->speculative] : "off";
+	bn_stats.spec_mode = bn_speculative_names[ops->seq_rewind ? cfg->speculative
+								  : BN_SPECULATIVE_OFF];
 	bn_stats.spec_draft_tokens = cfg->draft_tokens;
 	if (!l->sched) {
 		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */

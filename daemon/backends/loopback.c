@@ -37,10 +37,10 @@ struct loopback {
 	uint32_t vocab_size;
 	uint32_t max_seqs;
 	uint32_t step_delay_us;
-	uint32_t *hash;    /* [max_seqs] FNV state of each sequence */
 	uint32_t *length;  /* [max_seqs] tokens mixed in so far, to check positions */
-	uint32_t *history; /* [max_seqs][LOOPBACK_CONTEXT] the state after each position, so a
-			    * sequence can be rewound (speculative decoding) */
+	uint32_t *history; /* [max_seqs][LOOPBACK_CONTEXT] the FNV state after each position: a
+			    * sequence's state is its last one's, so rewinding (speculative
+			    * decoding) is setting its length */
 };
 
 static uint32_t loopback_mix(uint32_t h, uint32_t token)
@@ -72,11 +72,9 @@ static int loopback_open(const struct bn_backend_options *opt, struct bn_model_d
 	lb->vocab_size = opt->vocab_size;
 	lb->max_seqs = opt->max_seqs;
 	lb->step_delay_us = opt->step_delay_us;
-	lb->hash = calloc(opt->max_seqs, sizeof(uint32_t));
 	lb->length = calloc(opt->max_seqs, sizeof(uint32_t));
 	lb->history = calloc((size_t)opt->max_seqs * LOOPBACK_CONTEXT, sizeof(uint32_t));
-	if (!lb->hash || !lb->length || !lb->history) {
-		free(lb->hash);
+	if (!lb->length || !lb->history) {
 		free(lb->length);
 		free(lb->history);
 		free(lb);
@@ -99,7 +97,6 @@ static void loopback_close(void *self)
 	struct loopback *lb = self;
 	if (!lb)
 		return;
-	free(lb->hash);
 	free(lb->length);
 	free(lb->history);
 	free(lb);
@@ -110,7 +107,6 @@ static int loopback_seq_open(void *self, uint32_t seq)
 	struct loopback *lb = self;
 	if (seq >= lb->max_seqs)
 		return -EINVAL;
-	lb->hash[seq] = LOOPBACK_FNV_BASIS;
 	lb->length[seq] = 0;
 	return 0;
 }
@@ -121,8 +117,6 @@ static int loopback_seq_rewind(void *self, uint32_t seq, uint32_t length)
 	if (seq >= lb->max_seqs || length > lb->length[seq])
 		return -EINVAL;
 	lb->length[seq] = length;
-	lb->hash[seq] = length ? lb->history[(size_t)seq * LOOPBACK_CONTEXT + length - 1]
-			       : LOOPBACK_FNV_BASIS;
 	return 0;
 }
 
@@ -157,7 +151,8 @@ static int loopback_step(void *self, const struct bn_batch *batch, struct bn_sam
 		    (uint64_t)batch->pos[r] + batch->lens[r] > LOOPBACK_CONTEXT)
 			return -EINVAL; /* the scheduler lost track of a sequence: a bug, say so */
 		const uint32_t *row = batch->tokens + (size_t)r * batch->width;
-		uint32_t h = lb->hash[seq], *states = lb->history + (size_t)seq * LOOPBACK_CONTEXT;
+		uint32_t *states = lb->history + (size_t)seq * LOOPBACK_CONTEXT;
+		uint32_t h = batch->pos[r] ? states[batch->pos[r] - 1] : LOOPBACK_FNV_BASIS;
 		for (uint32_t i = 0; i < batch->lens[r]; i++) {
 			h = loopback_mix(h, row[i]);
 			states[batch->pos[r] + i] = h;
@@ -166,7 +161,6 @@ static int loopback_step(void *self, const struct bn_batch *batch, struct bn_sam
 					.token = loopback_fmix(h) % lb->vocab_size,
 					.top = batch->verify[r][i].top };
 		}
-		lb->hash[seq] = h;
 		lb->length[seq] += batch->lens[r];
 		if (batch->sample[r] && !bn_batch_verifies(batch, r))
 			out[r] = (struct bn_sample_out){ .token = loopback_fmix(h) % lb->vocab_size,

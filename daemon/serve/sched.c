@@ -131,6 +131,11 @@ static int alloc_forks(struct bn_sched *s)
 
 /* Answers for every position of every decode row that may verify drafts: only when some
  * request may draft on this backend. */
+const char *const bn_speculative_names[BN_SPECULATIVE_MODES] = {
+	[BN_SPECULATIVE_REQUEST] = "request", [BN_SPECULATIVE_NGRAM] = "ngram",
+	[BN_SPECULATIVE_OFF] = "off",
+};
+
 static int alloc_verify(struct bn_sched *s)
 {
 	if (!s->ops->seq_rewind || s->cfg.speculative == BN_SPECULATIVE_OFF)

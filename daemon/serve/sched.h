@@ -85,7 +85,10 @@ enum bn_speculative {
 	BN_SPECULATIVE_REQUEST = 0, /* those that set BN_REQ_SPECULATE */
 	BN_SPECULATIVE_NGRAM,       /* every generate request */
 	BN_SPECULATIVE_OFF,         /* none: the flag is accepted and changes nothing */
+	BN_SPECULATIVE_MODES
 };
+/* Their names, as --speculative takes them and STATS says them, by enum bn_speculative. */
+extern const char *const bn_speculative_names[BN_SPECULATIVE_MODES];
 
 /* Sizes the KV pool, calls the backend's kv_init, logs the outcome. NULL on failure (logged).
  * Tokens, scores and terminal statuses reach the clients through `reply` (request.h). */
