@@ -23,7 +23,7 @@
  * The HTTP client is a plain socket with TCP_NODELAY, one write per request.
  */
 #define _GNU_SOURCE
-#include "bench_stats.h"
+#include "bench_util.h"
 #include "bitnet_client.h"
 
 #include <errno.h>
@@ -50,36 +50,12 @@ struct setup {
 	char dir[96];
 };
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* Nearest-rank percentile q (0..1) of n samples, sorted in place. */
 static double pct_us(int64_t *v, int n, double q)
 {
-	qsort(v, (size_t)n, sizeof(*v), cmp_i64);
+	qsort(v, (size_t)n, sizeof(*v), bench_cmp_i64);
 	int k = (int)(q * n + 0.999999) - 1;
 	return (double)v[k < 0 ? 0 : k >= n ? n - 1 : k] / 1e3;
-}
-
-static double median_d(double *v, int n)
-{
-	for (int i = 1; i < n; i++)
-		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-			double t = v[j];
-			v[j] = v[j - 1];
-			v[j - 1] = t;
-		}
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ---- the processes ----------------------------------------------------------------------- */
@@ -209,12 +185,12 @@ static int64_t http_once(int *fd, int port, int keep)
 {
 	char req[1024];
 	int n = body_of(req, sizeof(req), 0);
-	int64_t t0 = now_ns();
+	int64_t t0 = bench_now_ns();
 	if (*fd < 0 && (*fd = dial(port)) < 0)
 		return -1;
 	if (write(*fd, req, (size_t)n) != n || read_response(*fd) < 0)
 		return -1;
-	int64_t t = now_ns() - t0;
+	int64_t t = bench_now_ns() - t0;
 	if (!keep) {
 		close(*fd);
 		*fd = -1;
@@ -237,7 +213,7 @@ static int64_t http_stream_ttft(int port)
 	char req[1024], buf[8192];
 	int n = body_of(req, sizeof(req), 1);
 	int fd = dial(port);
-	int64_t t0 = now_ns(), t = -1;
+	int64_t t0 = bench_now_ns(), t = -1;
 	size_t got = 0;
 	if (fd >= 0 && write(fd, req, (size_t)n) == n) {
 		while (got < sizeof(buf) - 1) {
@@ -247,7 +223,7 @@ static int64_t http_stream_ttft(int port)
 			got += (size_t)k;
 			buf[got] = '\0';
 			if (has_text(buf)) {
-				t = now_ns() - t0;
+				t = bench_now_ns() - t0;
 				break;
 			}
 		}
@@ -267,15 +243,15 @@ static int64_t ring_once(struct bn_client *c, int64_t *ttft)
 		prompt[i] = (uint32_t)(100 + 7 * i);
 	struct bn_request req = { prompt, PROMPT_TOKENS, 8, 0, NULL };
 	struct bn_handle *h;
-	int64_t t0 = now_ns();
+	int64_t t0 = bench_now_ns();
 	if (bn_submit(c, &req, &h) < 0)
 		return -1;
 	if (ttft) {
 		bn_wait_tokens(h, 0, -1);
-		*ttft = now_ns() - t0;
+		*ttft = bench_now_ns() - t0;
 	}
 	int rc = bn_wait(h, -1);
-	int64_t t = now_ns() - t0;
+	int64_t t = bench_now_ns() - t0;
 	bn_read_tokens(h, 0, out, 8);
 	bn_release(h);
 	return rc == 0 ? t : -1;
@@ -428,12 +404,12 @@ static double run_streams(const struct setup *s, struct bn_client *c, int port, 
 		pthread_create(&t[i], NULL, http ? http_stream : ring_stream, &w[i]);
 	}
 	pthread_barrier_wait(&go);
-	int64_t t0 = now_ns(), total = 0;
+	int64_t t0 = bench_now_ns(), total = 0;
 	for (int i = 0; i < s->streams; i++) {
 		pthread_join(t[i], NULL);
 		total += w[i].tokens;
 	}
-	double secs = (double)(now_ns() - t0) * 1e-9;
+	double secs = (double)(bench_now_ns() - t0) * 1e-9;
 	pthread_barrier_destroy(&go);
 	*rows = (bench_metric(c, "bitnetd_batch_rows_total") - rows0) /
 		(bench_metric(c, "bitnetd_steps_total") - steps0);
@@ -466,12 +442,12 @@ static int throughput(const struct setup *s)
 	bn_disconnect(c);
 	stop(g);
 	stop(d);
-	double rm = median_d(ring, s->rounds), hm = median_d(http, s->rounds);
+	double rm = bench_median(ring, s->rounds), hm = bench_median(http, s->rounds);
 	printf("streams=%d\ntokens_per_stream=%d\nrounds=%d\n", s->streams, s->tokens, s->rounds);
 	printf("ring_streams_tps=%.1f\nhttp_streams_tps=%.1f\nhttp_over_ring_streams=%.3f\n", rm, hm,
 	       hm / rm);
-	printf("ring_rows_per_step=%.1f\nhttp_rows_per_step=%.1f\n", median_d(ring_rows, s->rounds),
-	       median_d(http_rows, s->rounds));
+	printf("ring_rows_per_step=%.1f\nhttp_rows_per_step=%.1f\n", bench_median(ring_rows, s->rounds),
+	       bench_median(http_rows, s->rounds));
 	return 0;
 }
 

@@ -18,7 +18,7 @@
  *   verify_rows_per_token    verifying rows over the speculative runs' tokens
  */
 #define _GNU_SOURCE
-#include "bench_stats.h"
+#include "bench_util.h"
 #include "bitnet_client.h"
 
 #include <errno.h>
@@ -44,24 +44,6 @@ struct setup {
 	uint32_t top_k;
 	char dir[64];
 };
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
-}
-
-static double median(double *v, int n)
-{
-	for (int i = 1; i < n; i++)
-		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-			double t = v[j];
-			v[j] = v[j - 1];
-			v[j - 1] = t;
-		}
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static pid_t start_daemon(const struct setup *s, struct bn_client **c)
 {
@@ -100,14 +82,14 @@ static int64_t generate(const struct setup *s, struct bn_client *c, int p, uint3
 				  s->n_texts ? 0 : (uint32_t)(sizeof(ids) / sizeof(ids[0])),
 				  (uint32_t)s->tokens, flags | BN_REQ_IGNORE_EOS | BN_REQ_SEED, &sp };
 	struct bn_handle *h;
-	int64_t t0 = now_ns();
+	int64_t t0 = bench_now_ns();
 	int rc = s->n_texts ? bn_submit_text(c, &req, s->texts[p], strlen(s->texts[p]), &h)
 			    : bn_submit(c, &req, &h);
 	if (rc < 0 || bn_wait(h, 600 * SEC) < 0) {
 		fprintf(stderr, "bench-speculative: a request failed: %s\n", bn_strerror(rc));
 		return -1;
 	}
-	int64_t t = now_ns() - t0;
+	int64_t t = bench_now_ns() - t0;
 	int n = bn_read_tokens(h, 0, out, MAX_TOKENS);
 	bn_release(h);
 	*n_out = n > 0 ? (uint32_t)n : 0;
@@ -182,9 +164,9 @@ static int run(const struct setup *s)
 	if (rc < 0)
 		return -1;
 	double drafted = after.drafted - before.drafted, rows = after.rows - before.rows;
-	printf("%s_plain_tps=%.2f\n%s_spec_tps=%.2f\n", s->name, median(plain, s->rounds), s->name,
-	       median(spec, s->rounds));
-	printf("%s_speedup=%.3f\n", s->name, median(ratio, s->rounds));
+	printf("%s_plain_tps=%.2f\n%s_spec_tps=%.2f\n", s->name, bench_median(plain, s->rounds), s->name,
+	       bench_median(spec, s->rounds));
+	printf("%s_speedup=%.3f\n", s->name, bench_median(ratio, s->rounds));
 	printf("%s_acceptance=%.3f\n", s->name,
 	       drafted > 0 ? (after.accepted - before.accepted) / drafted : 0.0);
 	printf("%s_tokens_per_row=%.2f\n", s->name,

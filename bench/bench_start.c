@@ -25,6 +25,7 @@
  *                                first token, from the daemon's start
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
 #include "bitnet_client.h"
 
 #include <errno.h>
@@ -49,25 +50,6 @@ struct setup {
 	char dir[128];       /* scratch: sockets, cache directories */
 	int runs;
 };
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* bitnetd with the cpu backend on `socket`; extra: a --cache-dir value (NULL: the --old
  * build, without the flag). fd >= 0: passed as the listening socket (LISTEN_FDS). */
@@ -137,11 +119,11 @@ static int accepts(const char *socket_path)
 static double time_to_info(const struct setup *s, const char *socket_path, int64_t t0,
 			   pid_t daemon)
 {
-	while (now_ns() - t0 < READY_TIMEOUT_NS) {
+	while (bench_now_ns() - t0 < READY_TIMEOUT_NS) {
 		if (waitpid(daemon, NULL, WNOHANG) == daemon)
 			return -1;
 		if (accepts(socket_path))
-			return cli_info(s, socket_path) == 0 ? (double)(now_ns() - t0) * 1e-9 : -1;
+			return cli_info(s, socket_path) == 0 ? (double)(bench_now_ns() - t0) * 1e-9 : -1;
 		usleep(1000);
 	}
 	return -1;
@@ -174,9 +156,9 @@ static double time_to_cache_written(const char *socket_path, int64_t t0)
 	double secs = -1;
 	if (bn_connect(socket_path, 1, &c) < 0)
 		return -1;
-	while (now_ns() - t0 < READY_TIMEOUT_NS && bn_daemon_stats(c, text, sizeof(text)) >= 0) {
+	while (bench_now_ns() - t0 < READY_TIMEOUT_NS && bn_daemon_stats(c, text, sizeof(text)) >= 0) {
 		if (strstr(text, "\nbitnetd_weights_cache{state=\"built\"} 1")) {
-			secs = (double)(now_ns() - t0) * 1e-9;
+			secs = (double)(bench_now_ns() - t0) * 1e-9;
 			break;
 		}
 		if (!strstr(text, "\nbitnetd_weights_cache{state=\"writing\"} 1"))
@@ -196,7 +178,7 @@ static double one_start(const struct setup *s, const char *cache_dir, double *an
 	char socket_path[256];
 	snprintf(socket_path, sizeof(socket_path), "%s/%s", s->dir, socket_name);
 	unlink(socket_path);
-	int64_t t0 = now_ns();
+	int64_t t0 = bench_now_ns();
 	pid_t pid = start_daemon(s, socket_path, cache_dir, -1);
 	double secs = time_to_info(s, socket_path, t0, pid);
 	double file;
@@ -230,7 +212,7 @@ static double socket_activation(const struct setup *s, const char *cache_dir)
 	int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 16) < 0)
 		return -1;
-	int64_t t0 = now_ns();
+	int64_t t0 = bench_now_ns();
 	pid_t pid = start_daemon(s, socket_path, cache_dir, lfd);
 	close(lfd);
 	struct bn_client *c;
@@ -241,7 +223,7 @@ static double socket_activation(const struct setup *s, const char *cache_dir)
 					  .flags = BN_REQ_IGNORE_EOS };
 		struct bn_result r;
 		if (bn_generate(c, &req, out, 1, &r, READY_TIMEOUT_NS) == 0)
-			secs = (double)(now_ns() - t0) * 1e-9;
+			secs = (double)(bench_now_ns() - t0) * 1e-9;
 		bn_disconnect(c);
 	}
 	stop_daemon(pid);
@@ -310,12 +292,12 @@ int main(int argc, char **argv)
 	stop_daemon(two);
 	double ttft = socket_activation(&s, cache);
 	double file_mb = (double)st.st_size / 1e6;
-	double n_s = median(none, s.runs), f_s = median(first, s.runs), c_s = median(cached, s.runs);
+	double n_s = bench_median(none, s.runs), f_s = bench_median(first, s.runs), c_s = bench_median(cached, s.runs);
 	printf("runs=%d\nfile_mb=%.1f\n", s.runs, file_mb);
 	if (s.old)
-		printf("ready_s_old=%.3f\n", median(old, s.runs));
+		printf("ready_s_old=%.3f\n", bench_median(old, s.runs));
 	printf("ready_s_nocache=%.3f\nready_s_first=%.3f\ncache_written_s=%.3f\n", n_s, f_s,
-	       median(written, s.runs));
+	       bench_median(written, s.runs));
 	printf("ready_s_cached=%.3f\n", c_s);
 	printf("cached_over_nocache=%.3f\n", c_s / n_s);
 	printf("rss_anon_over_file_nocache=%.3f\nrss_anon_over_file_cached=%.3f\n",

@@ -20,6 +20,7 @@
  * (an io_uring recv). --only WAY runs one.
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
 #include "bitnet_barrier.h"
 #include "bitnet_futex.h"
 
@@ -67,22 +68,9 @@ struct shared {
 	uint32_t stop;
 };
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 static int64_t median(int64_t *v, uint32_t n)
 {
-	qsort(v, n, sizeof(*v), cmp_i64);
+	qsort(v, n, sizeof(*v), bench_cmp_i64);
 	return v[n / 2];
 }
 
@@ -165,8 +153,8 @@ static void daemon_loop(struct sleeper *s, struct shared *sh, int64_t spin_ns)
 {
 	uint32_t seen = 0;
 	for (;;) {
-		int64_t until = now_ns() + spin_ns;
-		while (bn_load_acquire(sh->doorbell) == seen && now_ns() < until)
+		int64_t until = bench_now_ns() + spin_ns;
+		while (bn_load_acquire(sh->doorbell) == seen && bench_now_ns() < until)
 			__builtin_ia32_pause();
 		if (bn_load_acquire(sh->doorbell) == seen) {
 			bn_write_once(sh->need_wakeup, 1);
@@ -178,7 +166,7 @@ static void daemon_loop(struct sleeper *s, struct shared *sh, int64_t spin_ns)
 		if (bn_load_acquire(sh->doorbell) == seen)
 			continue; /* a spurious or stale wake-up */
 		seen = bn_load_acquire(sh->doorbell);
-		sh->t_woke = now_ns();
+		sh->t_woke = bench_now_ns();
 		if (bn_read_once(sh->stop))
 			break;
 		answer(sh);
@@ -215,8 +203,8 @@ static int ring(enum way w, struct sleeper *s, struct shared *sh)
 /* Spins up to spin_ns for the answer after `before`, then sleeps on it. */
 static void await(struct shared *sh, uint32_t before, int64_t spin_ns)
 {
-	int64_t until = now_ns() + spin_ns;
-	while (bn_load_acquire(sh->answer) == before && now_ns() < until)
+	int64_t until = bench_now_ns() + spin_ns;
+	while (bn_load_acquire(sh->answer) == before && bench_now_ns() < until)
 		__builtin_ia32_pause();
 
 	while (bn_load_acquire(sh->answer) == before) {
@@ -264,11 +252,11 @@ static void run_way(enum way w, const struct opts *o)
 	for (uint32_t i = 0; i < n + n / 10; i++) { /* the first tenth warms up */
 		usleep(o->gap_us);
 		uint32_t before = bn_load_acquire(sh->answer);
-		int64_t t0 = now_ns();
+		int64_t t0 = bench_now_ns();
 		/* libbitnet-client does not spin after it woke the daemon (wait.c says why). */
 		int rang = ring(w, &s, sh);
 		await(sh, before, rang ? o->rang_spin_ns : o->spin_ns);
-		int64_t t1 = now_ns();
+		int64_t t1 = bench_now_ns();
 		if (i >= n / 10) {
 			wake[i - n / 10] = sh->t_woke - t0;
 			rtt[i - n / 10] = t1 - t0;
@@ -276,10 +264,10 @@ static void run_way(enum way w, const struct opts *o)
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t before = bn_load_acquire(sh->answer);
-		int64_t t0 = now_ns();
+		int64_t t0 = bench_now_ns();
 		int rang = ring(w, &s, sh);
 		await(sh, before, rang ? o->rang_spin_ns : o->spin_ns);
-		ping[i] = now_ns() - t0;
+		ping[i] = bench_now_ns() - t0;
 	}
 	bn_write_once(sh->stop, 1);
 	(void)ring(w, &s, sh);

@@ -401,29 +401,14 @@ END_TEST
 
 static void make_model(const char *name, const char *const *args)
 {
-	char path[256], cmd[1024];
+	char path[256];
 	model_path(name, path, sizeof(path));
-	int at = snprintf(cmd, sizeof(cmd), "%s write --preset tiny --out %s",
-			  getenv("BITNET_MODEL_TOOL"), path);
-	for (int i = 0; args[i]; i++)
-		at += snprintf(cmd + at, sizeof(cmd) - (size_t)at, " %s", args[i]);
-	snprintf(cmd + at, sizeof(cmd) - (size_t)at, " >/dev/null");
-	if (system(cmd) != 0) { /* before the suite runs: no ck_assert here */
-		fprintf(stderr, "failed: %s\n", cmd);
-		exit(EXIT_FAILURE);
-	}
+	tu_write_tiny_model(path, args);
 }
 
 static void setup(void)
 {
-	if (!getenv("BITNET_MODEL_TOOL")) {
-		fprintf(stderr, "BITNET_MODEL_TOOL is not set (make check sets it)\n");
-		exit(EXIT_FAILURE);
-	}
-	if (!mkdtemp(work)) {
-		perror("mkdtemp");
-		exit(EXIT_FAILURE);
-	}
+	tu_models_dir(work);
 	for (size_t i = 0; i < N_PRESETS; i++)
 		make_model(presets[i].name, (const char *const[]){ "--type", presets[i].type,
 								   "--embed-type", presets[i].embed,

@@ -280,14 +280,9 @@ static void model_path(const char *name, char *out, size_t cap)
 /* A tiny preset written by the model tool. */
 static void make_model(const char *name, const char *type, const char *embed)
 {
-	char path[256], cmd[768];
+	char path[256];
 	model_path(name, path, sizeof(path));
-	snprintf(cmd, sizeof(cmd), "%s write --preset tiny --type %s --embed-type %s --out %s >/dev/null",
-		 getenv("BITNET_MODEL_TOOL"), type, embed, path);
-	if (system(cmd) != 0) { /* before the suite runs: no ck_assert here */
-		fprintf(stderr, "failed: %s\n", cmd);
-		exit(EXIT_FAILURE);
-	}
+	tu_write_tiny_model(path, (const char *const[]){ "--type", type, "--embed-type", embed, NULL });
 }
 
 static void cache_dir(const char *name, char *out, size_t cap)
@@ -584,14 +579,7 @@ END_TEST
 
 static void setup_models(void)
 {
-	if (!getenv("BITNET_MODEL_TOOL")) {
-		fprintf(stderr, "BITNET_MODEL_TOOL is not set (make check sets it)\n");
-		exit(EXIT_FAILURE);
-	}
-	if (!mkdtemp(work)) {
-		perror("mkdtemp");
-		exit(EXIT_FAILURE);
-	}
+	tu_models_dir(work);
 	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
 		make_model(presets[i].name, presets[i].type, presets[i].embed);
 }

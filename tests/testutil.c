@@ -243,6 +243,32 @@ long long tu_metric(const char *text, const char *name)
 	return -1;
 }
 
+void tu_models_dir(char *tmpl)
+{
+	if (!getenv("BITNET_MODEL_TOOL")) {
+		fprintf(stderr, "BITNET_MODEL_TOOL is not set (make check sets it)\n");
+		exit(EXIT_FAILURE);
+	}
+	if (!mkdtemp(tmpl)) {
+		perror("mkdtemp");
+		exit(EXIT_FAILURE);
+	}
+}
+
+void tu_write_tiny_model(const char *path, const char *const *args)
+{
+	char cmd[1024];
+	int at = snprintf(cmd, sizeof(cmd), "%s write --preset tiny --out %s",
+			  getenv("BITNET_MODEL_TOOL"), path);
+	for (int i = 0; args[i]; i++)
+		at += snprintf(cmd + at, sizeof(cmd) - (size_t)at, " %s", args[i]);
+	snprintf(cmd + at, sizeof(cmd) - (size_t)at, " >/dev/null");
+	if (system(cmd) != 0) {
+		fprintf(stderr, "failed: %s\n", cmd);
+		exit(EXIT_FAILURE);
+	}
+}
+
 void tu_remove_dir(const char *dir)
 {
 	char cmd[512];

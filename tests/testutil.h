@@ -88,6 +88,13 @@ int tu_run_cli(const struct tu_daemon *d, const char *const *args, const void *i
  * payload the daemon's code builds, parsed by the client's. Fails the test if either fails. */
 struct bn_vocab *tu_file_vocab(const char *path);
 
+/* Before a suite runs (a failure exits; no ck_assert): makes the work directory from tmpl
+ * (mkdtemp) for models that $BITNET_MODEL_TOOL writes, which must be set. */
+void tu_models_dir(char *tmpl);
+/* $BITNET_MODEL_TOOL write --preset tiny --out PATH ARGS... (NULL-terminated), quietly;
+ * before a suite runs, like tu_models_dir. */
+void tu_write_tiny_model(const char *path, const char *const *args);
+
 /* Removes a test's work directory and what it holds (a message when it cannot). */
 void tu_remove_dir(const char *dir);
 
