@@ -3,6 +3,8 @@
 #   make                      daemon, client library (.so/.a/.pc), CLI, tests
 #   make check                every test that runs on a CPU-only machine (Check runner output)
 #   make SANITIZE=address,undefined check   the same under sanitizers (separate build dir)
+#   make check-kernel-variants  the kernel, forward and head-screen suites with each CPU kernel
+#                             variant forced through BITNET_KERNELS (SKIP where the CPU lacks it)
 #   make check-faults         the fault campaigns alone (tests/faults.c), with their table
 #   make check-install        install into a temporary prefix, build and run the README's C
 #                             example with pkg-config (tests/installed_client.sh)
@@ -171,7 +173,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-deploy check-gpu check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
@@ -424,7 +426,7 @@ fuzz-requests:
 # Without SANITIZE, `check` also runs the fault campaigns, then the C tests and the
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
 # build dir).
-check: check-c check-rooms check-python check-gateway-sdk check-deploy check-systemd check-man \
+check: check-c check-kernel-variants check-rooms check-python check-gateway-sdk check-deploy check-systemd check-man \
 	$(if $(SANITIZE),,check-install check-faults check-san check-tsan)
 
 # The official OpenAI TypeScript SDK against bitnet-gateway (tests/gateway): the package, at the
@@ -467,6 +469,19 @@ check-c: all
 	$(Q)$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*
 	@echo "== fuzz corpus replay (tests/corpus/requests)"
 	$(Q)$(BUILD)/tests/fuzz-requests-replay tests/corpus/requests/*
+
+# The suites whose code picks the kernels with bn_kernels_select(NULL) (the forward pass, the
+# head screen, the daemons they start) again with each variant forced through $$BITNET_KERNELS,
+# so a machine with AVX-512 also runs the AVX2 and scalar paths end to end; a variant this CPU
+# cannot run prints SKIP (exit 77).
+KERNEL_VARIANTS := scalar avx2 avx512vnni
+KERNEL_VARIANT_TESTS := test_kernels test_forward test_head_screen
+check-kernel-variants: all
+	@set -e; for v in $(KERNEL_VARIANTS); do for t in $(KERNEL_VARIANT_TESTS); do \
+		echo "== $$t (BITNET_KERNELS=$$v)"; \
+		rc=0; BITNET_KERNELS=$$v $(TEST_ENV) $(BUILD)/tests/$$t || rc=$$?; \
+		if [ $$rc = 77 ]; then echo "SKIP: $$t with BITNET_KERNELS=$$v"; elif [ $$rc != 0 ]; then exit $$rc; fi; \
+	done; done
 
 # The fault campaigns (tests/faults.c): counts of crashes, lost requests, leaks and wrong
 # outputs under client kills, SIGTERM drains, daemon kills, a tight KV pool and a flood.

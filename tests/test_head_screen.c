@@ -575,6 +575,8 @@ END_TEST
 
 int main(void)
 {
+	if (!tu_forced_kernels_runnable())
+		return 77;
 	Suite *s = suite_create("head_screen");
 	TCase *unit = tcase_create("screen");
 	tcase_set_timeout(unit, 120);

@@ -315,12 +315,28 @@ static const uint32_t t3_shapes[][2] = {
 	{ 100, 7 }, { 320, 5 }, { 1000, 13 }, { 2560, 9 }, { 6912, 5 }, { 640, 400 },
 };
 
-/* The T3 kernels: the scalar twin, and the VBMI kernel where this CPU has it. */
+/* The T3 kernels: the scalar twin, and the VBMI kernel where this CPU has it (NULL
+ * otherwise: on a CPU without AVX-512 the AVX-512 table itself is NULL). */
 static bn_t3_gemm_fn t3_variant(int i, const char **name)
 {
 	*name = i ? "vbmi" : "scalar";
 	return i ? bn_t3_kernel(bn_kernels_select("avx512vnni")) : bn_t3_gemm_scalar;
 }
+
+/* Which tables have a T3 kernel: only the AVX-512 one on a CPU with VBMI; none for a table
+ * this CPU cannot run (bn_kernels_select's NULL), which must not crash the caller. */
+START_TEST(t3_kernel_per_table)
+{
+	struct bn_cpu_features f;
+	bn_cpu_detect(&f);
+	ck_assert_ptr_null(bn_t3_kernel(NULL));
+	ck_assert_ptr_null(bn_t3_kernel(&bn_kernels_scalar));
+	ck_assert_ptr_null(bn_t3_kernel(&bn_kernels_avx2));
+	ck_assert_ptr_eq(bn_t3_kernel(&bn_kernels_avx512), f.avx512_vbmi ? bn_t3_gemm_vbmi : NULL);
+	ck_assert_ptr_eq(bn_t3_kernel(bn_kernels_select("avx512vnni")),
+			 f.avx512_vbmi ? bn_t3_gemm_vbmi : NULL);
+}
+END_TEST
 
 #define T3_MAX_B 40
 
@@ -1592,6 +1608,8 @@ END_TEST
 
 int main(void)
 {
+	if (!tu_forced_kernels_runnable())
+		return 77;
 	for (int i = 0; i < N_VARIANTS; i++)
 		if (!bn_kernels_select(variant_names[i]))
 			printf("SKIP: %s kernels: this CPU cannot run them\n", variant_names[i]);
@@ -1602,6 +1620,7 @@ int main(void)
 	tcase_add_loop_test(k, t2_gemm_full_int8_range, 0, N_VARIANTS);
 	tcase_add_loop_test(k, i8_gemm_exact, 0, N_VARIANTS);
 	tcase_add_loop_test(k, t3_gemm_exact, 0, 2);
+	tcase_add_test(k, t3_kernel_per_table);
 	tcase_add_test(k, t3_pack_layout);
 	tcase_add_test(k, quantize_rows);
 	tcase_add_test(k, quantize_rounds_half_to_even);

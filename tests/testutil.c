@@ -3,6 +3,7 @@
 #include "testutil.h"
 
 #include "../daemon/model/vocab.h"
+#include "kernels.h"
 #include "bitnet_client.h"
 
 #include <check.h>
@@ -275,6 +276,27 @@ void tu_remove_dir(const char *dir)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int tu_forced_kernels_runnable(void)
+{
+	const char *forced = getenv("BITNET_KERNELS");
+	if (!forced || !*forced)
+		return 1;
+	const struct bn_kernels *k = bn_kernels_select(NULL);
+	if (!k) {
+		printf("SKIP: BITNET_KERNELS=%s: this CPU cannot run those kernels\n", forced);
+		return 0;
+	}
+	unsetenv("BITNET_KERNELS");
+	const struct bn_kernels *best = bn_kernels_select(NULL);
+	setenv("BITNET_KERNELS", forced, 1);
+	if (k == best) {
+		printf("SKIP: BITNET_KERNELS=%s: this CPU's default, which the plain run tests\n",
+		       forced);
+		return 0;
+	}
+	return 1;
 }
 
 int tu_run_suite(Suite *s)

@@ -98,6 +98,12 @@ void tu_write_tiny_model(const char *path, const char *const *args);
 /* Removes a test's work directory and what it holds (a message when it cannot). */
 void tu_remove_dir(const char *dir);
 
+/* 1 when $BITNET_KERNELS is unset or empty, or names kernels this CPU can run other than its
+ * default; otherwise prints a SKIP line and returns 0 (the program then exits 77). make
+ * check-kernel-variants forces each variant through the environment: not every CPU runs every
+ * one, and the default one the plain run has tested already. */
+int tu_forced_kernels_runnable(void);
+
 struct Suite;
 /* Runs the suite with Check's normal output (its summary line included) and returns the
  * process exit status: EXIT_SUCCESS iff nothing failed. */

@@ -39,6 +39,8 @@ void bn_cpu_detect(struct bn_cpu_features *f)
 
 bn_t3_gemm_fn bn_t3_kernel(const struct bn_kernels *k)
 {
+	if (!k) /* bn_kernels_select's answer for a variant this CPU cannot run */
+		return NULL;
 	struct bn_cpu_features f;
 	bn_cpu_detect(&f);
 	/* by name: a copy of the AVX-512 table with other element-wise parts (bench-model's
