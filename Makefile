@@ -24,6 +24,7 @@
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
+#   make bench-busy           short requests and batch-1 decoding with a busy loop per CPU
 #   make check-gpu            on a GPU machine: the CUDA suite, cuda vs cpu greedy ids,
 #                             bench_cuda and bench-serve on a cuda daemon (tools/check-gpu.sh)
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
@@ -174,7 +175,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 .SECONDARY:
 
 .PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -369,6 +370,20 @@ bench-speculative: $(BENCH_SPECULATIVE) $(BITNETD) $(BENCH_MODEL_FILE) $(BENCH_R
 		--text "Tom had a dog named Max. Max liked to run and jump. Tom and Max played in the garden every day. Tom had a dog named Max. Max" \
 		--text "Lily and Tom went to the park. Lily and Tom went to the park. Lily and"; \
 	else echo "SKIP: stories260K: $(STORIES_FILE) is not there (set BITNET_TEST_MODELS)"; fi
+
+# The daemon on a busy machine (bench/bench_busy.c): one-token requests on stories260K with the
+# default thread count and with --threads 1, idle and with a busy loop per CPU, and batch-1
+# decoding on the bench-model file idle and loaded. BENCH_BUSY_ARGS=--old OLD_BITNETD puts
+# another build beside this one.
+BENCH_BUSY := $(BUILD)/bench/bench_busy
+BENCH_BUSY_ARGS ?=
+$(BENCH_BUSY): $(BUILD)/bench/bench_busy.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
+
+bench-busy: $(BENCH_BUSY) $(BITNETD) $(BENCH_MODEL_FILE)
+	BITNETD=$(BITNETD) $(BENCH_BUSY) --model $(STORIES_FILE) --decode-model $(BENCH_MODEL_FILE) \
+		$(BENCH_BUSY_ARGS)
 
 # The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
 # daemon itself, once per scenario, on the same model file as bench-model.

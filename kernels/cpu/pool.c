@@ -25,20 +25,32 @@ struct pool_worker {
 
 static _Thread_local uint32_t thread_index; /* 0 unless this thread is a pool's worker */
 
+/* A job's claim word: its generation in the high half, the next unclaimed task in the low
+ * half. A task is claimed by a compare-and-swap of the whole word, so a worker that wakes
+ * late, after the job it saw has ended, can never take a task of the next one. Between jobs
+ * the word is closed (its task half CLAIM_CLOSED) before the next job's fields are written. */
+#define CLAIM(gen, task) ((uint64_t)(gen) << 32 | (task))
+#define CLAIM_GEN(w) ((uint32_t)((w) >> 32))
+#define CLAIM_TASK(w) ((uint32_t)(w))
+#define CLAIM_CLOSED UINT32_MAX
+
 struct bn_pool {
 	uint32_t n_threads;
 	pthread_t *threads;
 	struct pool_worker *workers; /* [n_threads]; entry 0 unused (the caller) */
-	/* The job; written by the caller before it bumps `generation`. */
+	/* The job; written by the caller while no task of any job is claimable (every task of the
+	 * last one done), published by the release store of `claim`. Read by a worker only while
+	 * it holds a task of the job, which keeps the job from ending. */
 	bn_pool_fn fn;
 	void *ctx;
 	uint32_t n_tasks;
-	uint32_t next_task;   /* atomic: next unclaimed task */
-	uint32_t busy;        /* atomic: workers still inside the current job */
-	uint32_t generation;  /* atomic; also the futex workers sleep on */
+	struct bn_pool_ahead job_ahead; /* the spans the caller set for this job */
+	uint64_t claim;       /* atomic: CLAIM(generation, next task) */
+	uint32_t done;        /* atomic: tasks of the current job finished */
+	uint32_t generation;  /* atomic; the futex workers sleep on, bumped after `claim` */
 	uint32_t sleepers;    /* atomic: workers in (or entering) FUTEX_WAIT */
 	uint32_t stop;        /* atomic */
-	struct bn_pool_ahead ahead; /* the current job's; n = 0 for none */
+	struct bn_pool_ahead ahead; /* set by bn_pool_set_ahead, copied into job_ahead per job */
 };
 
 /* A span still to read: [at, end). */
@@ -49,12 +61,12 @@ struct ahead_span {
 #define AHEAD_LINE 64
 #define AHEAD_BURST 8 /* lines between two looks at whether to stop */
 
-static struct ahead_span ahead_span_of(const struct bn_pool *p, uint32_t index)
+static struct ahead_span ahead_span_of(const struct bn_pool_ahead *a, uint32_t index)
 {
 	struct ahead_span s = { 0 };
-	if (index < p->ahead.n) {
-		s.at = p->ahead.start[index];
-		s.end = s.at + p->ahead.bytes[index];
+	if (index < a->n) {
+		s.at = a->start[index];
+		s.end = s.at + a->bytes[index];
 	}
 	return s;
 }
@@ -85,14 +97,41 @@ static int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void run_tasks(struct bn_pool *p)
+/* Claims the next task of the current job: 1 with *task set, 0 when none is left.
+ *
+ * n_tasks must be the count of the job whose word we saw. Acquiring the word makes its job's
+ * count visible; a count of a later job is visible only after that job's release store of
+ * n_tasks, which follows the closing of our word: the compare-and-swap then sees the word
+ * moved and fails. Acquire on success makes the job's fields ours; the job cannot end while
+ * we hold one of its tasks, so they stay as they are until we mark it done. */
+static int claim_task(struct bn_pool *p, uint32_t *task)
 {
+	uint64_t w = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
 	for (;;) {
-		uint32_t t = __atomic_fetch_add(&p->next_task, 1, __ATOMIC_RELAXED);
-		if (t >= p->n_tasks)
-			return;
-		p->fn(p->ctx, t);
+		uint32_t n = __atomic_load_n(&p->n_tasks, __ATOMIC_ACQUIRE);
+		if (CLAIM_TASK(w) >= n) /* CLAIM_CLOSED too */
+			return 0;
+		if (__atomic_compare_exchange_n(&p->claim, &w, w + 1, 0, __ATOMIC_ACQUIRE,
+						__ATOMIC_ACQUIRE)) {
+			*task = CLAIM_TASK(w);
+			return 1;
+		}
 	}
+}
+
+/* Runs tasks until none is left to claim. Release on `done`: the task's outputs are visible to
+ * the caller that sees the count complete. Returns how many tasks this thread ran; `ahead`
+ * (workers only) gets this thread's span of the job's read-ahead, copied while a task is held. */
+static uint32_t run_tasks(struct bn_pool *p, uint32_t index, struct ahead_span *ahead)
+{
+	uint32_t ran = 0, t;
+	while (claim_task(p, &t)) {
+		if (ran++ == 0 && ahead)
+			*ahead = ahead_span_of(&p->job_ahead, index);
+		p->fn(p->ctx, t);
+		__atomic_fetch_add(&p->done, 1, __ATOMIC_RELEASE);
+	}
+	return ran;
 }
 
 /* Waits until `generation` differs from `seen`: read ahead, spin, then sleep. */
@@ -135,14 +174,11 @@ static void *worker_main(void *arg)
 	struct ahead_span ahead = { 0 };
 	for (;;) {
 		seen = wait_for_job(p, seen, &ahead);
-		if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+		if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
 			return NULL;
-		}
-		run_tasks(p);
-		/* Copied before busy drops: the caller rewrites the job's fields after that. */
-		ahead = ahead_span_of(p, w->index);
-		/* Release: our task outputs are visible to the caller that sees busy drop. */
-		__atomic_fetch_sub(&p->busy, 1, __ATOMIC_RELEASE);
+		/* Nobody waits for a worker that claims nothing: one the kernel did not run in time
+		 * (a busy machine) finds the job taken and goes back to waiting. */
+		run_tasks(p, w->index, &ahead);
 	}
 }
 
@@ -160,29 +196,37 @@ static void run_job(struct bn_pool *p, uint32_t n_tasks, bn_pool_fn fn, void *ct
 			fn(ctx, t);
 		return;
 	}
-	struct ahead_span ahead = ahead_span_of(p, 0);
+	struct ahead_span ahead = ahead_span_of(&p->ahead, 0);
+	/* The last job's word is closed and its tasks done, so no worker reads these now. */
 	p->fn = fn;
 	p->ctx = ctx;
-	p->n_tasks = n_tasks;
-	__atomic_store_n(&p->next_task, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&p->busy, p->n_threads - 1, __ATOMIC_RELAXED);
-	wake_workers(p); /* publishes the job fields above */
-	run_tasks(p);
-	/* Acquire pairs with each worker's release: their outputs are ours to read. A worker we
-	 * wait for may be waiting for a CPU (more threads than free cores): after a short spin,
-	 * yield ours now and then so it can run. */
-	for (uint32_t spins = 1; __atomic_load_n(&p->busy, __ATOMIC_ACQUIRE) != 0; spins++) {
+	p->job_ahead = p->ahead;
+	__atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
+	/* Release: whoever sees this count also sees the last word closed (claim_task). */
+	__atomic_store_n(&p->n_tasks, n_tasks, __ATOMIC_RELEASE);
+	uint32_t gen = CLAIM_GEN(__atomic_load_n(&p->claim, __ATOMIC_RELAXED)) + 1;
+	__atomic_store_n(&p->claim, CLAIM(gen, 0), __ATOMIC_RELEASE); /* publishes the job */
+	wake_workers(p);
+	run_tasks(p, 0, NULL);
+	/* The job ends when its tasks are done, not when the workers have looked at it: a worker
+	 * the kernel has not scheduled costs nothing unless it holds a task. Acquire pairs with
+	 * each task's release. While one is held by a thread waiting for a CPU (more threads than
+	 * free cores), yield ours now and then so it can run. */
+	for (uint32_t spins = 1; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) != n_tasks; spins++) {
 		if (ahead_burst(&ahead))
 			continue;
 		__builtin_ia32_pause();
 		if ((spins & 255) == 0)
 			sched_yield();
 	}
+	/* Every task is claimed, so only failing claims can still look at the word: closed, it
+	 * tells them so whatever n_tasks they read next. */
+	__atomic_store_n(&p->claim, CLAIM(gen, CLAIM_CLOSED), __ATOMIC_RELAXED);
 }
 
 void bn_pool_set_ahead(struct bn_pool *p, const struct bn_pool_ahead *ahead)
 {
-	p->ahead.n = 0;
+	p->ahead.n = 0; /* the caller's copy: workers read the job's, job_ahead */
 	if (ahead)
 		p->ahead = *ahead;
 }

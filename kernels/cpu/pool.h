@@ -4,6 +4,8 @@
  * of one job, claimed one at a time from a shared counter. A forward pass runs hundreds of
  * short jobs per token, so workers spin between jobs and only sleep (futex) after a quiet
  * spell: waking a sleeping thread costs ~10 us on a VM (docs/PERFORMANCE.md), a job ~50 us.
+ * A job ends when its tasks are done, whoever ran them: on a busy machine the caller takes
+ * every task a worker did not start in time, and never waits for a worker that holds none.
  *
  * Which thread runs a task never changes a result: every task writes its own outputs.
  */
