@@ -190,6 +190,7 @@ $(BUILD)/%.o: %.cu
 	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/kernels/cpu/%_avx2.o: ISA_FLAGS := $(ISA_AVX2)
+$(BUILD)/kernels/cpu/%_avxvnni.o: ISA_FLAGS := $(ISA_AVX2) -mavxvnni
 $(BUILD)/kernels/cpu/%_avx512.o: ISA_FLAGS := $(ISA_AVX512)
 $(BUILD)/kernels/cpu/%_vbmi.o: ISA_FLAGS := $(ISA_AVX512) -mavx512vbmi
 
@@ -291,6 +292,19 @@ $(BENCH_MODEL_FILE): | $(MODELTOOL)
 
 bench-model: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
 	$(BENCH_MODEL) --model $(BENCH_MODEL_FILE)
+
+# bench-model with another build's AVX2 kernels linked in beside this build's, for
+# --matrices-only (old and new in one process): OLD_KERNELS_OBJ names that build's
+# kernels/cpu/kernels_avx2.o; its table is renamed bn_kernels_old.
+OLD_KERNELS_OBJ ?=
+$(BUILD)/bench/old_kernels.o: $(OLD_KERNELS_OBJ)
+	@test -n "$(OLD_KERNELS_OBJ)" || { echo "set OLD_KERNELS_OBJ=OTHER_BUILD/kernels/cpu/kernels_avx2.o"; exit 2; }
+	objcopy --redefine-sym bn_kernels_avx2=bn_kernels_old $< $@
+$(BUILD)/bench-model-old: $(BUILD)/bench/bench_model.o $(BUILD)/bench/old_kernels.o $(CORE_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(BLAS_LIBS)
+bench-model-old: $(BUILD)/bench-model-old $(BENCH_MODEL_FILE)
+	$(BUILD)/bench-model-old --model $(BENCH_MODEL_FILE) --matrices-only
 
 # The tokenizer benchmark (bench/bench_tokenizer.c): the LLaMA-3 vocabulary on the tiny preset.
 BENCH_TOKENIZER := $(BUILD)/bench/bench_tokenizer
@@ -489,7 +503,7 @@ check-c: all
 # head screen, the daemons they start) again with each variant forced through $$BITNET_KERNELS,
 # so a machine with AVX-512 also runs the AVX2 and scalar paths end to end; a variant this CPU
 # cannot run prints SKIP (exit 77).
-KERNEL_VARIANTS := scalar avx2 avx512vnni
+KERNEL_VARIANTS := scalar avx2 avxvnni avx512vnni
 KERNEL_VARIANT_TESTS := test_kernels test_forward test_head_screen
 check-kernel-variants: all
 	@set -e; for v in $(KERNEL_VARIANTS); do for t in $(KERNEL_VARIANT_TESTS); do \

@@ -31,8 +31,13 @@
  *   keys (screen_side_by_side, int8_side_by_side, t3_side_by_side, configs_side_by_side,
  *   serial_side_by_side say what they are); --screen-only, --int8-head-only, --base3-only,
  *   --configs-only and --serial-only run one of them alone.
+ *   matrices_<table>_gmacs_tT, matrices_<table>_over_<selected>_tT   (--matrices-only) every
+ *                               ternary matrix against T = 1, 4, 16, 32, 256 token rows with
+ *                               each SIMD table this CPU runs, and with another build's AVX2
+ *                               table ("old") when linked in by make bench-model-old
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
 #include "../daemon/model/forward.h"
 #include "../daemon/model/model.h"
 #include "kernels.h"
@@ -95,8 +100,12 @@ __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size
 	return (uint64_t)_mm256_extract_epi64(a0, 0) ^ (uint64_t)_mm256_extract_epi64(a0, 3);
 }
 
-/* The probe loops use AVX-512 where the CPU has it (main() sets this), else AVX2. */
+/* The probe loops use AVX-512 where the selected kernels do (main() sets this), else AVX2; the
+ * int8 peak is that of the selected kernels' own instructions (peak_loop), so a run with
+ * BITNET_KERNELS=avx2 on an AVX-512 machine measures the AVX2 kernels against AVX2's peak. */
 static int bench_avx512;
+enum peak_kind { PEAK_MADDUBS, PEAK_VNNI256, PEAK_VNNI512 };
+static enum peak_kind peak_loop;
 
 static void bw_task(void *ctx, uint32_t t)
 {
@@ -191,6 +200,22 @@ __attribute__((target("avx2"))) static int32_t madd_loop_avx2(uint64_t iters)
 	return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
 }
 
+/* AVX-VNNI: vpdpbusd on ymm registers, 32 multiply-adds per instruction. */
+__attribute__((target("avx2,avxvnni"))) static int32_t vnni256_loop(uint64_t iters)
+{
+	__m256i a[PEAK_CHAINS], w = _mm256_set1_epi8(1), x = _mm256_set1_epi8(3);
+	for (int i = 0; i < PEAK_CHAINS; i++)
+		a[i] = _mm256_set1_epi32(i);
+	for (uint64_t it = 0; it < iters; it++)
+#pragma GCC unroll 16
+		for (int i = 0; i < PEAK_CHAINS; i++)
+			a[i] = _mm256_dpbusd_avx_epi32(a[i], w, x);
+	__m256i s = a[0];
+	for (int i = 1; i < PEAK_CHAINS; i++)
+		s = _mm256_add_epi32(s, a[i]);
+	return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
+}
+
 __attribute__((target("avx2,fma"))) static float fma_loop_avx2(uint64_t iters)
 {
 	__m256 a[PEAK_CHAINS], w = _mm256_set1_ps(0.5f), x = _mm256_set1_ps(0.25f);
@@ -253,14 +278,24 @@ static double measure_fma_peak(struct bn_pool *pool)
 static void peak_task(void *ctx, uint32_t t)
 {
 	struct peak_job *j = ctx;
-	j->sink[t % 64] += bench_avx512 ? vnni_loop(j->iters) : madd_loop_avx2(j->iters);
+	j->sink[t % 64] += peak_loop == PEAK_VNNI512   ? vnni_loop(j->iters)
+			   : peak_loop == PEAK_VNNI256 ? vnni256_loop(j->iters)
+						       : madd_loop_avx2(j->iters);
 }
 
-/* int8 multiply-adds per second over all threads: each vpdpbusd is 64, each AVX2 step 32. */
+/* int8 multiply-adds per second over all threads: each zmm vpdpbusd is 64, each ymm one or
+ * AVX2 step 32. */
 static double measure_int8_peak(struct bn_pool *pool)
 {
-	double macs = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS * (bench_avx512 ? 64 : 32);
+	double macs = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS *
+		      (peak_loop == PEAK_VNNI512 ? 64 : 32);
 	return macs / peak_seconds(pool, peak_task) / 1e9;
+}
+
+static enum peak_kind peak_kind_of(const struct bn_kernels *k)
+{
+	return !strcmp(k->name, "avx512vnni") ? PEAK_VNNI512
+	       : !strcmp(k->name, "avxvnni") ? PEAK_VNNI256 : PEAK_MADDUBS;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1004,6 +1039,57 @@ static void measure_prefill_matrices(struct bn_pool *pool, const struct bn_kerne
 	printf("prefill_matrix_growth_t1024_over_t64=%.2f\n", per_tok[2] / per_tok[0]);
 }
 
+/* Another build's AVX2 kernel table, when this binary was linked with it (make bench-model-old
+ * OLD_KERNELS_OBJ=...: its object with bn_kernels_avx2 renamed bn_kernels_old). */
+extern const struct bn_kernels bn_kernels_old __attribute__((weak));
+
+#define MATRIX_TABLES 5
+#define MATRIX_ROUNDS 5
+
+/* The ternary matrices of every layer (prefill_matrix_seconds) against T token rows, each SIMD
+ * table this CPU runs (and the old one) in turn, the order rotating every round: G
+ * multiply-adds per second, medians over the rounds, and each table's median ratio to the first
+ * (the selected kernels). T = 1 streams the weights; 4 to 32 are decode batches; 256 prefill. */
+static void matrices_side_by_side(struct bn_pool *pool, const struct bn_kernels *k,
+				  const struct bn_model *m, double macs)
+{
+	const struct bn_kernels *tables[MATRIX_TABLES] = { k };
+	const char *names[MATRIX_TABLES] = { k->name };
+	uint32_t n = 1;
+	static const char *const variants[] = { "avx2", "avxvnni", "avx512vnni" };
+	for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+		const struct bn_kernels *v = bn_kernels_select(variants[i]);
+		if (v && v != k) {
+			tables[n] = v;
+			names[n++] = v->name;
+		}
+	}
+	if (&bn_kernels_old) {
+		tables[n] = &bn_kernels_old;
+		names[n++] = "old";
+	}
+	static const uint32_t toks[] = { 1, 4, 16, 32, 256 };
+	for (size_t ti = 0; ti < sizeof(toks) / sizeof(toks[0]); ti++) {
+		uint32_t T = toks[ti];
+		double g[MATRIX_TABLES][MATRIX_ROUNDS], ratio[MATRIX_TABLES][MATRIX_ROUNDS];
+		for (int r = 0; r < MATRIX_ROUNDS; r++) {
+			for (uint32_t i = 0; i < n; i++) {
+				uint32_t at = (i + (uint32_t)r) % n;
+				g[at][r] = macs * T / prefill_matrix_seconds(pool, tables[at], m, T) / 1e9;
+			}
+			for (uint32_t i = 0; i < n; i++)
+				ratio[i][r] = g[i][r] / g[0][r];
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			printf("matrices_%s_gmacs_t%u=%.1f\n", names[i], T, bench_median(g[i], MATRIX_ROUNDS));
+			if (i)
+				printf("matrices_%s_over_%s_t%u=%.3f\n", names[i], names[0], T,
+				       bench_median(ratio[i], MATRIX_ROUNDS));
+		}
+		fflush(stdout);
+	}
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* LM head: our F16 kernel against OpenBLAS sgemm on an F32 copy                                */
 /* ------------------------------------------------------------------------------------------ */
@@ -1123,7 +1209,7 @@ int main(int argc, char **argv)
 {
 	const char *model_path = NULL;
 	int quick = 0, screen_only = 0, int8_only = 0, base3_only = 0, configs_only = 0;
-	int serial_only = 0;
+	int serial_only = 0, matrices_only = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model_path = argv[++i];
@@ -1139,6 +1225,8 @@ int main(int argc, char **argv)
 			configs_only = screen_only = 1;
 		else if (strcmp(argv[i], "--serial-only") == 0)
 			serial_only = screen_only = 1;
+		else if (strcmp(argv[i], "--matrices-only") == 0)
+			matrices_only = 1;
 		else {
 			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only | --int8-head-only | --base3-only | --configs-only | --serial-only]\n"
 					"  --quick           skip the 1024-token step-by-step run and the LM-head comparison\n"
@@ -1150,7 +1238,9 @@ int main(int argc, char **argv)
 					"  --configs-only    batch-1 decode of 2bit+full, 2bit+screened, base3+screened\n"
 					"                    and base3+int8 side by side, and the int8 head's memory\n"
 					"  --serial-only     base3+int8 at batch 1 with the serial parts as before\n"
-					"                    (scalar, no read-ahead), vectorized, and with read-ahead\n");
+					"                    (scalar, no read-ahead), vectorized, and with read-ahead\n"
+					"  --matrices-only   the ternary matrices against 1..256 token rows with each\n"
+					"                    SIMD kernel table (and a linked old one) side by side\n");
 			return 2;
 		}
 	}
@@ -1168,7 +1258,8 @@ int main(int argc, char **argv)
 			   : "the bandwidth and peak loops need AVX2 or AVX-512, which this CPU lacks");
 		return 1;
 	}
-	bench_avx512 = cpu.avx512_vnni;
+	bench_avx512 = !strcmp(k->name, "avx512vnni");
+	peak_loop = peak_kind_of(k);
 	struct stat st;
 	if (stat(model_path, &st) != 0) {
 		perror(model_path);
@@ -1176,7 +1267,7 @@ int main(int argc, char **argv)
 	}
 	double file_mb = (double)st.st_size / 1e6;
 	/* first, while this process holds next to nothing that a child would share */
-	if (int8_only || configs_only || (!quick && !screen_only))
+	if (!matrices_only && (int8_only || configs_only || (!quick && !screen_only)))
 		int8_memory(model_path, file_mb);
 	struct bn_pool *pool = bn_pool_new(0), *one = bn_pool_new(1);
 	printf("kernels=%s\nthreads=%u\n", k->name, bn_pool_threads(pool));
@@ -1196,6 +1287,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("model=%s\nload_s=%.1f\n", m.cfg.name, now_s() - t0);
+	if (matrices_only) {
+		matrices_side_by_side(pool, k, &m, ternary_macs_per_token(&m));
+		bn_model_free(&m);
+		return 0;
+	}
 	struct runner r = { .m = &m, .max_seqs = 32 };
 	r.fwd = bn_forward_new(&m, r.max_seqs, pool, k);
 	/* The longest sequence below is the 1024-token prompt; decode runs are shorter. */

@@ -37,7 +37,8 @@ static char stories_path[512];
 
 /* ---- the int8 dot kernels ---------------------------------------------------------------- */
 
-static const char *const variant_names[] = { "scalar", "avx2", "avx512vnni" };
+static const char *const variant_names[] = { "scalar", "avx2", "avxvnni", "avx512vnni" };
+#define N_VARIANTS 4
 
 static void fill_dots_case(int8_t *q, uint32_t n_out, uint32_t row_bytes, uint32_t n_in,
 			   int16_t *x, uint32_t n_b, int32_t x_max, int extreme)
@@ -72,7 +73,7 @@ START_TEST(i8_dots_exact)
 			fill_dots_case(q, n_out, row_bytes, n_in, x, n_b, x_max, extreme);
 			struct bn_i8_matrix w = { .q = q, .n_in = n_in, .n_out = n_out,
 						  .row_bytes = row_bytes };
-			for (uint32_t v = 0; v < 3; v++) {
+			for (uint32_t v = 0; v < N_VARIANTS; v++) {
 				const struct bn_kernels *k = bn_kernels_select(variant_names[v]);
 				if (!k)
 					continue;

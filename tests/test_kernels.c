@@ -37,8 +37,8 @@
 /* Helpers                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-static const char *const variant_names[] = { "scalar", "avx2", "avx512vnni" };
-#define N_VARIANTS 3
+static const char *const variant_names[] = { "scalar", "avx2", "avxvnni", "avx512vnni" };
+#define N_VARIANTS 4
 
 static const uint32_t batch_sizes[] = { 1, 2, 3, 4, 5, 7, 16, 33, 64 };
 #define N_BATCH_SIZES (sizeof(batch_sizes) / sizeof(batch_sizes[0]))
@@ -332,6 +332,7 @@ START_TEST(t3_kernel_per_table)
 	ck_assert_ptr_null(bn_t3_kernel(NULL));
 	ck_assert_ptr_null(bn_t3_kernel(&bn_kernels_scalar));
 	ck_assert_ptr_null(bn_t3_kernel(&bn_kernels_avx2));
+	ck_assert_ptr_null(bn_t3_kernel(&bn_kernels_avxvnni));
 	ck_assert_ptr_eq(bn_t3_kernel(&bn_kernels_avx512), f.avx512_vbmi ? bn_t3_gemm_vbmi : NULL);
 	ck_assert_ptr_eq(bn_t3_kernel(bn_kernels_select("avx512vnni")),
 			 f.avx512_vbmi ? bn_t3_gemm_vbmi : NULL);
@@ -1333,7 +1334,7 @@ static const char *best_name(void)
 {
 	struct bn_cpu_features f;
 	bn_cpu_detect(&f);
-	return f.avx512_vnni ? "avx512vnni" : f.avx2_fma_f16c ? "avx2" : "scalar";
+	return f.avx512_vnni ? "avx512vnni" : f.avx_vnni ? "avxvnni" : f.avx2_fma_f16c ? "avx2" : "scalar";
 }
 
 START_TEST(select_by_name)
@@ -1341,10 +1342,12 @@ START_TEST(select_by_name)
 	struct bn_cpu_features f;
 	bn_cpu_detect(&f);
 	ck_assert(!f.avx512_vnni || f.avx2_fma_f16c);
+	ck_assert(!f.avx_vnni || f.avx2_fma_f16c);
 	unsetenv("BITNET_KERNELS");
 	ck_assert_ptr_null(bn_kernels_select("nonsense"));
 	ck_assert_ptr_eq(bn_kernels_select("scalar"), &bn_kernels_scalar);
 	ck_assert_ptr_eq(bn_kernels_select("avx2"), f.avx2_fma_f16c ? &bn_kernels_avx2 : NULL);
+	ck_assert_ptr_eq(bn_kernels_select("avxvnni"), f.avx_vnni ? &bn_kernels_avxvnni : NULL);
 	ck_assert_ptr_eq(bn_kernels_select("avx512vnni"),
 			 f.avx512_vnni ? &bn_kernels_avx512 : NULL);
 	const struct bn_kernels *best = bn_kernels_select(NULL);
@@ -1372,6 +1375,8 @@ START_TEST(select_from_environment)
 	ck_assert_ptr_eq(bn_kernels_select("avx2"), f.avx2_fma_f16c ? &bn_kernels_avx2 : NULL);
 	setenv("BITNET_KERNELS", "avx512vnni", 1);
 	ck_assert_ptr_eq(bn_kernels_select(NULL), f.avx512_vnni ? &bn_kernels_avx512 : NULL);
+	setenv("BITNET_KERNELS", "avxvnni", 1);
+	ck_assert_ptr_eq(bn_kernels_select(NULL), f.avx_vnni ? &bn_kernels_avxvnni : NULL);
 	/* a name the daemon cannot honour is refused, not silently replaced */
 	setenv("BITNET_KERNELS", "nonsense", 1);
 	ck_assert_ptr_null(bn_kernels_select(NULL));

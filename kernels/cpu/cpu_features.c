@@ -35,6 +35,11 @@ void bn_cpu_detect(struct bn_cpu_features *f)
 	f->avx512_vnni = f->avx2_fma_f16c && zmm_saved && avx512f && avx512dq && avx512bw &&
 			 avx512vl && avx512vnni;
 	f->avx512_vbmi = f->avx512_vnni && avx512vbmi;
+	/* AVX-VNNI: vpdpbusd on ymm registers in VEX form (leaf 7, subleaf 1, eax bit 4): Intel
+	 * client CPUs since Alder Lake, Sapphire Rapids, Zen 5 */
+	uint32_t a1, b1, c1, d1;
+	if (f->avx2_fma_f16c && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
+		f->avx_vnni = (a1 >> 4) & 1;
 }
 
 bn_t3_gemm_fn bn_t3_kernel(const struct bn_kernels *k)
@@ -58,11 +63,15 @@ const struct bn_kernels *bn_kernels_select(const char *force)
 		return &bn_kernels_scalar;
 	if (force && strcmp(force, "avx2") == 0)
 		return f.avx2_fma_f16c ? &bn_kernels_avx2 : NULL;
+	if (force && strcmp(force, "avxvnni") == 0)
+		return f.avx_vnni ? &bn_kernels_avxvnni : NULL;
 	if (force && strcmp(force, "avx512vnni") == 0)
 		return f.avx512_vnni ? &bn_kernels_avx512 : NULL;
 	if (force && *force)
 		return NULL;
 	if (f.avx512_vnni)
 		return &bn_kernels_avx512;
+	if (f.avx_vnni)
+		return &bn_kernels_avxvnni;
 	return f.avx2_fma_f16c ? &bn_kernels_avx2 : &bn_kernels_scalar;
 }

@@ -110,7 +110,7 @@ static inline int32_t bn_i8_dot_x_max(uint32_t row_bytes)
 }
 
 struct bn_kernels {
-	const char *name;        /* "scalar", "avx2", "avx512vnni" */
+	const char *name;        /* "scalar", "avx2", "avxvnni", "avx512vnni" */
 	/* y[b*ldy + o] for o in [o0, o1), b in [0, n_b):
 	 *     ((float)(sum_k code(o,k) * q[b][k] - sum[b]) * scale[o]) * inv_scale[b]
 	 * (code(o,k) - 1 is the weight: subtracting sum[b] once undoes the +1 offset). */
@@ -187,15 +187,20 @@ struct bn_cpu_features {
 	int avx2_fma_f16c;
 	int avx512_vnni;         /* avx512f + bw + vl + dq + vnni */
 	int avx512_vbmi;         /* avx512_vnni and vbmi */
+	int avx_vnni;            /* avx2_fma_f16c and AVX-VNNI (vpdpbusd in VEX form) */
 };
 void bn_cpu_detect(struct bn_cpu_features *f);
 
-/* The best table for this CPU; `force` = "scalar", "avx2" or "avx512vnni" picks one (NULL if
- * this CPU cannot run it), NULL picks the best. $BITNET_KERNELS overrides when force is NULL. */
+/* The best table for this CPU; `force` = "scalar", "avx2", "avxvnni" or "avx512vnni" picks one
+ * (NULL if this CPU cannot run it), NULL picks the best. $BITNET_KERNELS overrides when force
+ * is NULL. */
 const struct bn_kernels *bn_kernels_select(const char *force);
 
 extern const struct bn_kernels bn_kernels_scalar;
 extern const struct bn_kernels bn_kernels_avx2;
+/* The AVX2 kernels with AVX-VNNI's vpdpbusd/vpdpwssd for their integer products (the same
+ * source, kernels_avxvnni.c): the same bits, fewer instructions. */
+extern const struct bn_kernels bn_kernels_avxvnni;
 extern const struct bn_kernels bn_kernels_avx512;
 
 /* Per-token int8 quantization of n rows of k floats (x row stride ldx): absmax scaling to

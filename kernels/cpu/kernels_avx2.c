@@ -3,22 +3,30 @@
  * kernels_avx2.c — AVX2 + FMA + F16C variants, for CPUs without AVX-512 VNNI. The ideas of
  * the AVX-512 file with smaller tiles (AVX2 has 16 vector registers). Unsigned codes against
  * signed activations through maddubs (pairs of products fit in int16: 2 * 2 * 128), then madd
- * against ones to widen to int32.
+ * against ones to widen to int32. Compiled a second time with BN_AVXVNNI (kernels_avxvnni.c)
+ * for CPUs with AVX-VNNI, where vpdpbusd and vpdpwssd do those steps in one instruction.
  */
 #include "kernels.h"
 #include "quant.h"
 #include "t2_blocking.h"
 
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 #define ROWS 2 /* the float row-layout tile: weight rows x batch rows */
 #define COLS 2
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+/* 32-bit sums of four products each: unsigned codes x signed activations. */
 static ALWAYS_INLINE __m256i dot_u8s8(__m256i acc, __m256i codes, __m256i x)
 {
+#ifdef BN_AVXVNNI
+	return _mm256_dpbusd_avx_epi32(acc, codes, x);
+#else
 	__m256i pairs = _mm256_maddubs_epi16(codes, x);
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
 }
 
 static int32_t hsum_epi32(__m256i v)
@@ -29,25 +37,21 @@ static int32_t hsum_epi32(__m256i v)
 	return _mm_cvtsi128_si32(s);
 }
 
-/* Ternary x int8: one weight row streamed at a time against up to ROW_COLS batch rows, each
- * plane of a chunk unpacked once for all of them, with a software prefetch lead as in the
- * AVX-512 file; larger batches go through the cache blocking (t2_blocking.h) in tiles of one
- * row and ROW_COLS batch rows. 409600 x 2560 (262 MB), two threads, side by side with the
- * 2 x 2 tiles (two interleaved rows, hardware prefetch only) this replaced: batch 1 17.7-18.3
- * -> 35.7-36.1 GB/s, batch 2 15.8-16.0 -> 21.6-21.8, batch 3 11.1-11.5 -> 13.3-14.4, batch
- * 4 8.3-9.7 -> 10.5-11.0, batch 8 3.8 -> 5.0, batch 16 2.0-2.2 -> 2.3-2.4. */
+/* Ternary x int8 at batch 1: one weight row streamed at a time, with a software prefetch lead
+ * as in the AVX-512 file. 409600 x 2560 (262 MB), two threads, side by side with the 2 x 2
+ * tiles (two interleaved rows, hardware prefetch only) it replaced: 17.7-18.3 -> 35.7-36.1
+ * GB/s. (The same row kernel served batches of 2 to 4 and, through the cache blocking, tiles of
+ * one row and four batch rows, until the 16-bit tiles below.) */
 #define WEIGHT_PREFETCH_BYTES 8192
-#define ROW_COLS 4
 
 static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
-				 const struct bn_q8_rows *x, const uint32_t n_cols, float *y,
-				 uint32_t ldy)
+				 const struct bn_q8_rows *x, float *y)
 {
 	const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
 	const uint8_t *end = w->codes + (size_t)w->n_out * w->row_bytes;
-	__m256i acc[ROW_COLS];
-	for (uint32_t b = 0; b < n_cols; b++)
-		acc[b] = _mm256_setzero_si256();
+	/* a sum per plane: vpdpbusd's latency (AVX-VNNI) would otherwise chain every step */
+	__m256i acc[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+			   _mm256_setzero_si256() };
 	const __m256i m3 = _mm256_set1_epi8(3);
 	uint32_t n_chunks = w->row_bytes / BN_T2_CHUNK_BYTES;
 	for (uint32_t c = 0; c < n_chunks; c++) {
@@ -59,24 +63,130 @@ static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 			for (uint32_t p = 0; p < 4; p++) {
 				__m256i pl = _mm256_and_si256(
 					_mm256_srl_epi16(wv, _mm_cvtsi32_si128(2 * (int)p)), m3);
+				const int8_t *xp = x->q + (size_t)c * BN_T2_CHUNK + 64 * p + 32 * h;
+				acc[p] = dot_u8s8(acc[p], pl, _mm256_loadu_si256((const __m256i *)xp));
+			}
+		}
+	}
+	__m256i sum = _mm256_add_epi32(_mm256_add_epi32(acc[0], acc[1]),
+				       _mm256_add_epi32(acc[2], acc[3]));
+	int32_t s = hsum_epi32(sum) - x->sum[0];
+	y[o] = ((float)s * w->scale[o]) * x->inv_scale[0];
+}
+
+/* Batches of two rows or more: tiles of TILE_ROWS weight rows x TILE_COLS batch rows, each
+ * activation vector loaded once for both weight rows and each unpacked plane used for all four
+ * batch rows. The products go into 16-bit sums: vpmaddubsw's pairs of code x activation lie in
+ * [-512, 508] (codes 0..2, activations -128..127), so 63 of them cannot overflow; a chunk adds 8
+ * pairs to each sum, and every ACC16_CHUNKS (7: 56 pairs) chunks they are widened into 32-bit
+ * sums by one vpmaddwd. That is one multiply per 32 multiply-adds where the row kernel above
+ * (and the int8 peak of bench-model, which models it) spends two and an add. With AVX-VNNI
+ * (kernels_avxvnni.c compiles this file again) vpdpbusd adds into 32 bits directly. The sums
+ * are exact either way, so every output has the bits of the scalar t2_gemm. */
+#define TILE_ROWS 2
+#define TILE_COLS 4
+#define ACC16_CHUNKS 7
+
+#ifdef BN_AVXVNNI
+#define TILE_ACC_CHUNKS UINT32_MAX /* 32-bit sums from the start: nothing to widen */
+static ALWAYS_INLINE __m256i tile_dot(__m256i acc, __m256i codes, __m256i x)
+{
+	return _mm256_dpbusd_avx_epi32(acc, codes, x);
+}
+static ALWAYS_INLINE __m256i tile_widen(__m256i acc32, __m256i acc)
+{
+	return _mm256_add_epi32(acc32, acc);
+}
+#else
+#define TILE_ACC_CHUNKS ACC16_CHUNKS
+static ALWAYS_INLINE __m256i tile_dot(__m256i acc, __m256i codes, __m256i x)
+{
+	acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(codes, x));
+	/* Keeps each sum a register updated in place: left alone, GCC regroups the integer adds
+	 * into trees of the step's products and spills them (a 2 x 4 tile ran no faster than
+	 * the 1 x 4 tile it replaced). */
+	__asm__("" : "+x"(acc));
+	return acc;
+}
+static ALWAYS_INLINE __m256i tile_widen(__m256i acc32, __m256i acc)
+{
+	return _mm256_add_epi32(acc32, _mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
+}
+#endif
+
+/* Chunks [c0, c1) of rows o.. (n_rows of them) against batch rows 0..n_cols of x, added into
+ * acc (16-bit sums without VNNI: at most TILE_ACC_CHUNKS chunks). */
+static ALWAYS_INLINE void tile_chunks(const struct bn_t2_matrix *w, uint32_t o,
+				      const uint32_t n_rows, const struct bn_q8_rows *x,
+				      const uint32_t n_cols, uint32_t c0, uint32_t c1,
+				      __m256i acc[TILE_ROWS][TILE_COLS])
+{
+	const __m256i m3 = _mm256_set1_epi8(3);
+	const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
+	const uint8_t *end = w->codes + (size_t)w->n_out * w->row_bytes;
+	for (uint32_t c = c0; c < c1; c++) {
+		const uint8_t *chunk = row + (size_t)c * BN_T2_CHUNK_BYTES;
+		for (uint32_t r = 0; r < n_rows; r++)
+			if (chunk + r * w->row_bytes + WEIGHT_PREFETCH_BYTES < end)
+				_mm_prefetch((const char *)chunk + r * w->row_bytes +
+						     WEIGHT_PREFETCH_BYTES,
+					     _MM_HINT_T0);
+		for (uint32_t h = 0; h < 2; h++) {
+			__m256i wv[TILE_ROWS];
+			for (uint32_t r = 0; r < n_rows; r++)
+				wv[r] = _mm256_loadu_si256(
+					(const __m256i *)(chunk + r * w->row_bytes + 32 * h));
+			for (uint32_t p = 0; p < 4; p++) {
+				__m256i pl[TILE_ROWS];
+				for (uint32_t r = 0; r < n_rows; r++)
+					pl[r] = _mm256_and_si256(
+						_mm256_srl_epi16(wv[r], _mm_cvtsi32_si128(2 * (int)p)),
+						m3);
 				for (uint32_t b = 0; b < n_cols; b++) {
-					const int8_t *xp = x->q + (size_t)b * x->k_pad +
-							   (size_t)c * BN_T2_CHUNK + 64 * p + 32 * h;
-					acc[b] = dot_u8s8(acc[b], pl,
-							  _mm256_loadu_si256((const __m256i *)xp));
+					__m256i xv = _mm256_loadu_si256(
+						(const __m256i *)(x->q + (size_t)b * x->k_pad +
+								  (size_t)c * BN_T2_CHUNK + 64 * p +
+								  32 * h));
+					for (uint32_t r = 0; r < n_rows; r++)
+						acc[r][b] = tile_dot(acc[r][b], pl[r], xv);
 				}
 			}
 		}
 	}
-	for (uint32_t b = 0; b < n_cols; b++) {
-		int32_t s = hsum_epi32(acc[b]) - x->sum[b];
-		y[(size_t)b * ldy + o] = ((float)s * w->scale[o]) * x->inv_scale[b];
-	}
 }
 
-/* Rows [o, o + n_rows) against batch rows [b0, b0 + n_cols), n_cols <= ROW_COLS. */
-static void t2_rows(const void *mat, uint32_t o, uint32_t n_rows, const struct bn_q8_rows *x,
-		    uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
+static ALWAYS_INLINE void t2_tile(const struct bn_t2_matrix *w, uint32_t o, const uint32_t n_rows,
+				  const struct bn_q8_rows *x, const uint32_t n_cols, float *y,
+				  uint32_t ldy)
+{
+	__m256i acc32[TILE_ROWS][TILE_COLS];
+	for (uint32_t r = 0; r < n_rows; r++)
+		for (uint32_t b = 0; b < n_cols; b++)
+			acc32[r][b] = _mm256_setzero_si256();
+	uint32_t n_chunks = w->row_bytes / BN_T2_CHUNK_BYTES;
+	for (uint32_t c0 = 0; c0 < n_chunks;) {
+		uint32_t c1 = n_chunks - c0 < TILE_ACC_CHUNKS ? n_chunks : c0 + TILE_ACC_CHUNKS;
+		__m256i acc[TILE_ROWS][TILE_COLS];
+		for (uint32_t r = 0; r < n_rows; r++)
+			for (uint32_t b = 0; b < n_cols; b++)
+				acc[r][b] = _mm256_setzero_si256();
+		tile_chunks(w, o, n_rows, x, n_cols, c0, c1, acc);
+		for (uint32_t r = 0; r < n_rows; r++)
+			for (uint32_t b = 0; b < n_cols; b++)
+				acc32[r][b] = tile_widen(acc32[r][b], acc[r][b]);
+		c0 = c1;
+	}
+	for (uint32_t r = 0; r < n_rows; r++)
+		for (uint32_t b = 0; b < n_cols; b++) {
+			int32_t s = hsum_epi32(acc32[r][b]) - x->sum[b];
+			y[(size_t)b * ldy + o + r] = ((float)s * w->scale[o + r]) * x->inv_scale[b];
+		}
+}
+
+/* Rows [o, o + n_rows) against batch rows [b0, b0 + n_cols): n_rows <= TILE_ROWS, n_cols <=
+ * TILE_COLS, each count a constant in its own copy of the tile, so the sums stay in registers. */
+static void t2_tile_at(const void *mat, uint32_t o, uint32_t n_rows, const struct bn_q8_rows *x,
+		       uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
 {
 	const struct bn_t2_matrix *w = mat;
 	struct bn_q8_rows xs = *x;
@@ -84,24 +194,27 @@ static void t2_rows(const void *mat, uint32_t o, uint32_t n_rows, const struct b
 	xs.inv_scale += b0;
 	xs.sum += b0;
 	y += (size_t)b0 * ldy;
-	for (uint32_t r = o; r < o + n_rows; r++)
-		switch (n_cols) { /* constant column counts keep the sums in registers */
-		case 4: t2_row(w, r, &xs, 4, y, ldy); break;
-		case 3: t2_row(w, r, &xs, 3, y, ldy); break;
-		case 2: t2_row(w, r, &xs, 2, y, ldy); break;
-		case 1: t2_row(w, r, &xs, 1, y, ldy); break;
-		default: break; /* no batch rows */
-		}
+#define TILE_CASE(r, c)                                          \
+	case (r - 1) * TILE_COLS + (c - 1):                      \
+		t2_tile(w, o, r, &xs, c, y, ldy);                \
+		break
+	switch ((n_rows - 1) * TILE_COLS + (n_cols - 1)) {
+	TILE_CASE(2, 4); TILE_CASE(2, 3); TILE_CASE(2, 2); TILE_CASE(2, 1);
+	TILE_CASE(1, 4); TILE_CASE(1, 3); TILE_CASE(1, 2); TILE_CASE(1, 1);
+	default: break; /* no rows or no batch rows */
+	}
+#undef TILE_CASE
 }
 
 static void t2_gemm_avx2(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			 const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
 {
-	if (n_b <= ROW_COLS) {
-		t2_rows(w, o0, o1 - o0, x, 0, n_b, y, ldy);
+	if (n_b == 1) { /* a stream of the weights: the row kernel keeps up with memory */
+		for (uint32_t o = o0; o < o1; o++)
+			t2_row(w, o, x, y);
 		return;
 	}
-	bn_gemm_blocked(w, w->row_bytes, o0, o1, x, n_b, y, ldy, 1, ROW_COLS, t2_rows);
+	bn_gemm_blocked(w, w->row_bytes, o0, o1, x, n_b, y, ldy, TILE_ROWS, TILE_COLS, t2_tile_at);
 }
 
 /* Eight weights of row `row` from k, as floats. */
@@ -318,6 +431,16 @@ static void attend_heads_avx2(const float *q, uint32_t n_heads, const struct bn_
 	bn_attend_each_head(attend_avx2, q, n_heads, kv, L, d, scale, s, out);
 }
 
+/* 32-bit sums of two int16 products each (wrapping, as vpmaddwd + vpaddd do). */
+static ALWAYS_INLINE __m256i dot_i16(__m256i acc, __m256i w, __m256i x)
+{
+#ifdef BN_AVXVNNI
+	return _mm256_dpwssd_avx_epi32(acc, w, x);
+#else
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(w, x));
+#endif
+}
+
 /* Int8 rows x int16 activations (the LM-head screen): 16 weights widened per step, one
  * vpmaddwd per batch row into 8 exact 32-bit lanes (bn_i8_dot_x_max), totalled in 64 bits. */
 static int64_t lanes_total8(__m256i acc)
@@ -329,20 +452,51 @@ static int64_t lanes_total8(__m256i acc)
 	return _mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1);
 }
 
+#define I8_COLS 6 /* batch rows per tile: one accumulator each, 2 for a row's weights */
+
+/* One weight row against n_cols batch rows: each 32-byte step is widened to 16 bits once and
+ * meets every batch row's activations (from L1: a 2560-input row is 5 KB of them). */
+static ALWAYS_INLINE void i8_row(const int8_t *row, uint32_t row_bytes, const int16_t *x,
+				 uint32_t ldx, const uint32_t n_cols, int64_t *y, uint32_t ldy,
+				 const char *end)
+{
+	__m256i acc[I8_COLS];
+	for (uint32_t b = 0; b < n_cols; b++)
+		acc[b] = _mm256_setzero_si256();
+	for (uint32_t k = 0; k < row_bytes; k += 32) {
+		const char *ahead = (const char *)row + k + WEIGHT_PREFETCH_BYTES;
+		if (ahead < end)
+			_mm_prefetch(ahead, _MM_HINT_T0);
+		__m256i w0 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(row + k)));
+		__m256i w1 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(row + k + 16)));
+		for (uint32_t b = 0; b < n_cols; b++) {
+			const int16_t *xb = x + (size_t)b * ldx + k;
+			acc[b] = dot_i16(acc[b], w0, _mm256_loadu_si256((const __m256i *)xb));
+			acc[b] = dot_i16(acc[b], w1, _mm256_loadu_si256((const __m256i *)(xb + 16)));
+		}
+	}
+	for (uint32_t b = 0; b < n_cols; b++)
+		y[(size_t)b * ldy] = lanes_total8(acc[b]);
+}
+
+/* row_bytes is a multiple of 64 (struct bn_i8_matrix). */
 static void i8_dots_avx2(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
 			 const int16_t *x, uint32_t ldx, uint32_t n_b, int64_t *y, uint32_t ldy)
 {
+	const char *end = (const char *)(w->q + (size_t)w->n_out * w->row_bytes);
 	for (uint32_t o = o0; o < o1; o++) {
 		const int8_t *row = w->q + (size_t)o * w->row_bytes;
-		for (uint32_t b = 0; b < n_b; b++) {
+		for (uint32_t b = 0; b < n_b; b += I8_COLS) {
 			const int16_t *xb = x + (size_t)b * ldx;
-			__m256i acc = _mm256_setzero_si256();
-			for (uint32_t k = 0; k < w->row_bytes; k += 16) {
-				__m256i wv = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(row + k)));
-				__m256i xv = _mm256_loadu_si256((const __m256i *)(xb + k));
-				acc = _mm256_add_epi32(acc, _mm256_madd_epi16(wv, xv));
+			int64_t *yb = y + (size_t)b * ldy + o - o0;
+			switch (n_b - b < I8_COLS ? n_b - b : I8_COLS) { /* constant tile widths */
+			case 6: i8_row(row, w->row_bytes, xb, ldx, 6, yb, ldy, end); break;
+			case 5: i8_row(row, w->row_bytes, xb, ldx, 5, yb, ldy, end); break;
+			case 4: i8_row(row, w->row_bytes, xb, ldx, 4, yb, ldy, end); break;
+			case 3: i8_row(row, w->row_bytes, xb, ldx, 3, yb, ldy, end); break;
+			case 2: i8_row(row, w->row_bytes, xb, ldx, 2, yb, ldy, end); break;
+			default: i8_row(row, w->row_bytes, xb, ldx, 1, yb, ldy, end); break;
 			}
-			y[(size_t)b * ldy + o - o0] = lanes_total8(acc);
 		}
 	}
 }
@@ -360,12 +514,159 @@ static void i8_gemm_avx2(const struct bn_i8_matrix *w, uint32_t o0, uint32_t o1,
 			for (uint32_t k = 0; k < w->row_bytes; k += 16) {
 				__m256i wv = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(row + k)));
 				__m256i xv = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(xb + k)));
-				acc = _mm256_add_epi32(acc, _mm256_madd_epi16(wv, xv));
+				acc = dot_i16(acc, wv, xv);
 			}
 			y[(size_t)b * ldy + o] =
 				((float)lanes_total8(acc) * w->scale[o]) * x->inv_scale[b];
 		}
 	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Int8 quantization and the element-wise parts, to the scalar definitions' bits               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Lanes [0, n) of 8 set (all bits), the others clear: the mask of vmaskmovps. */
+static ALWAYS_INLINE __m256i first_lanes(uint32_t n)
+{
+	const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx);
+}
+
+/* v, which the compiler may no longer fold into a neighbouring operation: this file is built
+ * with FMA and GNU C's fp-contract=fast, and a product and a sum fused into one rounding would
+ * not be the scalar definitions' two. */
+static ALWAYS_INLINE __m256 unfused(__m256 v)
+{
+	__asm__("" : "+x"(v));
+	return v;
+}
+
+/* vmaxps returns its second operand when the first is NaN, as fmaxf(amax, NaN) keeps amax;
+ * lanes past k read 0, which changes no maximum of absolute values. */
+static float absmax_avx2(const float *row, uint32_t k)
+{
+	const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 amax = _mm256_setzero_ps();
+	for (uint32_t i = 0; i < k; i += 8) {
+		__m256 v = k - i >= 8 ? _mm256_loadu_ps(row + i)
+				      : _mm256_maskload_ps(row + i, first_lanes(k - i));
+		amax = _mm256_max_ps(_mm256_and_ps(v, abs_mask), amax);
+	}
+	__m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_max_ss(m, _mm_movehdup_ps(m));
+	return _mm_cvtss_f32(m);
+}
+
+/* Eight activations quantized as bn_quantize_rows does each: the product rounded to nearest
+ * even (nearbyintf under the default mode), NaN to 0, clamped to [-128, 127]. */
+static ALWAYS_INLINE __m256i quantize8(const float *p, __m256 s)
+{
+	__m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(p), s),
+				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	v = _mm256_andnot_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), v);
+	v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-128.0f)), _mm256_set1_ps(127.0f));
+	return _mm256_cvtps_epi32(v);
+}
+
+static void quantize_rows_avx2(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_rows *out)
+{
+	/* packs interleave the 128-bit halves: this puts 32 bytes back in order */
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	for (uint32_t r = 0; r < n; r++) {
+		const float *row = x + (size_t)r * ldx;
+		int8_t *q = out->q + (size_t)r * out->k_pad;
+		float amax = absmax_avx2(row, out->k);
+		float sc = amax > 0.0f ? 127.0f / amax : 0.0f;
+		const __m256 s = _mm256_set1_ps(sc);
+		__m256i sum = _mm256_setzero_si256();
+		uint32_t k = 0;
+		for (; k + 32 <= out->k; k += 32) {
+			__m256i a = quantize8(row + k, s), b = quantize8(row + k + 8, s);
+			__m256i c = quantize8(row + k + 16, s), d = quantize8(row + k + 24, s);
+			sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_add_epi32(a, b),
+								     _mm256_add_epi32(c, d)));
+			__m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b),
+							   _mm256_packs_epi32(c, d));
+			_mm256_storeu_si256((__m256i *)(q + k),
+					    _mm256_permutevar8x32_epi32(bytes, order));
+		}
+		int32_t total = hsum_epi32(sum);
+		for (; k < out->k; k++) { /* the tail, element by element as the definition does */
+			float v = nearbyintf(row[k] * sc);
+			v = isnan(v) ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
+			q[k] = (int8_t)v;
+			total += q[k];
+		}
+		memset(q + out->k, 0, out->k_pad - out->k);
+		out->inv_scale[r] = amax / 127.0f;
+		out->sum[r] = total;
+	}
+}
+
+/* The scalar definition's BN_RMSNORM_LANES (16) lanes are two registers: lane l takes x[i]
+ * for i % 16 == l, in order; the tail adds into its first lanes only (the others add the 0
+ * squares of masked-out lanes, which leaves them as they were: a lane is never -0); then the
+ * lanes are added in lane order. */
+static float sum_squares_avx2(const float *x, uint32_t n)
+{
+	__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+	uint32_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+		lo = _mm256_add_ps(lo, unfused(_mm256_mul_ps(a, a)));
+		hi = _mm256_add_ps(hi, unfused(_mm256_mul_ps(b, b)));
+	}
+	if (i < n) {
+		uint32_t left = n - i;
+		__m256 a = _mm256_maskload_ps(x + i, first_lanes(left));
+		__m256 b = _mm256_maskload_ps(x + i + 8, first_lanes(left > 8 ? left - 8 : 0));
+		lo = _mm256_add_ps(lo, unfused(_mm256_mul_ps(a, a)));
+		hi = _mm256_add_ps(hi, unfused(_mm256_mul_ps(b, b)));
+	}
+	float lane[BN_RMSNORM_LANES], ss = 0.0f;
+	_mm256_storeu_ps(lane, lo);
+	_mm256_storeu_ps(lane + 8, hi);
+	for (uint32_t l = 0; l < BN_RMSNORM_LANES; l++)
+		ss += lane[l];
+	return ss;
+}
+
+static void rmsnorm_avx2(float *out, const float *x, const float *w, uint32_t n, float eps)
+{
+	float inv_s = 1.0f / sqrtf(sum_squares_avx2(x, n) / (float)n + eps);
+	const __m256 inv = _mm256_set1_ps(inv_s);
+	uint32_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), inv);
+		_mm256_storeu_ps(out + i, _mm256_mul_ps(v, _mm256_loadu_ps(w + i)));
+	}
+	for (; i < n; i++)
+		out[i] = x[i] * inv_s * w[i];
+}
+
+/* The ordered compare is false for NaN, so NaN gates become 0 as in the scalar mask. */
+static void relu2_mul_avx2(float *g, const float *u, uint32_t n)
+{
+	uint32_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(g + i);
+		__m256 r = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ), v);
+		__m256 rr = unfused(_mm256_mul_ps(r, r));
+		_mm256_storeu_ps(g + i, _mm256_mul_ps(rr, _mm256_loadu_ps(u + i)));
+	}
+	if (i < n)
+		bn_relu2_mul(g + i, u + i, n - i);
+}
+
+static void add_avx2(float *x, const float *y, uint32_t n)
+{
+	uint32_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+	if (i < n)
+		bn_add(x + i, y + i, n - i);
 }
 
 /* XXH3 inlined and compiled for AVX2 (xxhash.h picks the vector path from the flags). */
@@ -377,16 +678,21 @@ static uint64_t hash64_avx2(const void *p, size_t n)
 	return XXH3_64bits(p, n);
 }
 
+#ifdef BN_AVXVNNI
+const struct bn_kernels bn_kernels_avxvnni = {
+	.name = "avxvnni",
+#else
 const struct bn_kernels bn_kernels_avx2 = {
 	.name = "avx2",
+#endif
 	.t2_gemm = t2_gemm_avx2,
 	.f_gemm = f_gemm_avx2,
 	.attend = attend_avx2,
 	.attend_heads = attend_heads_avx2,
-	.quantize_rows = bn_quantize_rows,
-	.rmsnorm = bn_rmsnorm,
-	.relu2_mul = bn_relu2_mul,
-	.add = bn_add,
+	.quantize_rows = quantize_rows_avx2,
+	.rmsnorm = rmsnorm_avx2,
+	.relu2_mul = relu2_mul_avx2,
+	.add = add_avx2,
 	.i8_dots = i8_dots_avx2,
 	.i8_gemm = i8_gemm_avx2,
 	.hash64 = hash64_avx2,
