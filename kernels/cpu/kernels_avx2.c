@@ -387,47 +387,134 @@ static void f_gemm_avx2(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, c
 	}
 }
 
-#define ATTEND_MAX_VECS 16 /* head dims up to 128 keep the output in registers */
+/* Attention of query heads that share one KV head (one head: attend). Per head and cached row
+ * the score is one fused multiply-add chain over the head's vectors in order, then hsum_ps and
+ * the scale; per output element one chain over the rows in order: the same operations in the
+ * same order however many heads share the rows and however the work is cut, so attend_heads
+ * gives each head attend's bits. Eight rows' chains run side by side (a single chain waited on
+ * the FMA latency at every step), each cached row is read once for all the heads, and the
+ * output is made a few vectors at a time so that its sums stay in registers. */
+#define ATTEND_KEYS 8    /* rows whose scores are computed together: 8 chains hide the FMA latency */
+#define ATTEND_SUMS 12   /* output sums kept in registers */
+
+/* Scores of n_k consecutive cached rows from k for every head. */
+static ALWAYS_INLINE void rows_scores(const float *q, const uint32_t n_h, const uint32_t n_vec,
+				      const float *k, uint32_t ld, const uint32_t n_k, float scale,
+				      float *s, uint32_t L)
+{
+	for (uint32_t h = 0; h < n_h; h++) {
+		const float *qh = q + (size_t)h * n_vec * 8;
+		__m256 acc[ATTEND_KEYS];
+		for (uint32_t j = 0; j < n_k; j++)
+			acc[j] = _mm256_setzero_ps();
+		for (uint32_t v = 0; v < n_vec; v++) {
+			__m256 qv = _mm256_loadu_ps(qh + 8 * v);
+			for (uint32_t j = 0; j < n_k; j++)
+				acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)j * ld + 8 * v),
+							 acc[j]);
+		}
+		for (uint32_t j = 0; j < n_k; j++)
+			s[(size_t)h * L + j] = hsum_ps(acc[j]) * scale;
+	}
+}
+
+static ALWAYS_INLINE void heads_scores(const float *q, const uint32_t n_h, const uint32_t n_vec,
+				       const struct bn_kv_view *kv, uint32_t L, float scale, float *s)
+{
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
+		const float *K = bn_kv_block(kv, kv->K, b);
+		uint32_t rows = L - t0 < kv->block_tokens ? L - t0 : kv->block_tokens, i = 0;
+		for (; i + ATTEND_KEYS <= rows; i += ATTEND_KEYS)
+			rows_scores(q, n_h, n_vec, K + (size_t)i * kv->ld, kv->ld, ATTEND_KEYS, scale,
+				    s + t0 + i, L);
+		for (; i < rows; i++)
+			rows_scores(q, n_h, n_vec, K + (size_t)i * kv->ld, kv->ld, 1, scale,
+				    s + t0 + i, L);
+	}
+}
+
+/* out for vectors [v0, v0 + n_cv) of every head: n_h * n_cv <= ATTEND_SUMS sums. */
+static ALWAYS_INLINE void heads_values(const uint32_t n_h, const uint32_t n_vec, uint32_t v0,
+				       const uint32_t n_cv, const struct bn_kv_view *kv, uint32_t L,
+				       const float *s, float *out)
+{
+	__m256 o[ATTEND_SUMS];
+	for (uint32_t a = 0; a < n_h * n_cv; a++)
+		o[a] = _mm256_setzero_ps();
+	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
+		const float *V = bn_kv_block(kv, kv->V, b);
+		for (uint32_t i = 0; i < kv->block_tokens && t0 + i < L; i++) {
+			const float *vt = V + (size_t)i * kv->ld + 8 * v0;
+			for (uint32_t h = 0; h < n_h; h++) {
+				__m256 p = _mm256_set1_ps(s[(size_t)h * L + t0 + i]);
+				for (uint32_t c = 0; c < n_cv; c++)
+					o[h * n_cv + c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c),
+									  o[h * n_cv + c]);
+			}
+		}
+	}
+	for (uint32_t h = 0; h < n_h; h++)
+		for (uint32_t c = 0; c < n_cv; c++)
+			_mm256_storeu_ps(out + (size_t)h * n_vec * 8 + 8 * (v0 + c), o[h * n_cv + c]);
+}
+
+static ALWAYS_INLINE void heads_fixed(const float *q, const uint32_t n_h, const uint32_t n_vec,
+				      const struct bn_kv_view *kv, uint32_t L, float scale,
+				      float *s, float *out)
+{
+	/* constants where n_h and n_vec are: the sums of a pass stay in registers */
+	const uint32_t per_pass = ATTEND_SUMS / n_h < n_vec ? ATTEND_SUMS / n_h : n_vec;
+	const uint32_t last = n_vec % per_pass;
+	heads_scores(q, n_h, n_vec, kv, L, scale, s);
+	for (uint32_t h = 0; h < n_h; h++)
+		bn_softmax(s + (size_t)h * L, L);
+	uint32_t v0 = 0;
+	for (; v0 + per_pass <= n_vec; v0 += per_pass)
+		heads_values(n_h, n_vec, v0, per_pass, kv, L, s, out);
+	if (last)
+		heads_values(n_h, n_vec, v0, last, kv, L, s, out);
+}
+
+/* Any head dim of whole vectors, one head: the loops' counts at run time. */
+static void attend_any(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
+		       float scale, float *s, float *out)
+{
+	heads_fixed(q, 1, d / 8, kv, L, scale, s, out);
+}
 
 static void attend_avx2(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 			float scale, float *s, float *out)
 {
-	if (d % 8 || d / 8 > ATTEND_MAX_VECS) {
+	if (d % 8) {
 		bn_kernels_scalar.attend(q, kv, L, d, scale, s, out);
 		return;
 	}
-	uint32_t n_vec = d / 8, bt = kv->block_tokens;
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
-		const float *K = bn_kv_block(kv, kv->K, b);
-		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
-			const float *k = K + (size_t)i * kv->ld;
-			__m256 acc = _mm256_setzero_ps();
-			for (uint32_t v = 0; v < n_vec; v++)
-				acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(k + 8 * v),
-						      acc);
-			s[t0 + i] = hsum_ps(acc) * scale;
-		}
-	}
-	bn_softmax(s, L);
-	__m256 o[ATTEND_MAX_VECS];
-	for (uint32_t v = 0; v < n_vec; v++)
-		o[v] = _mm256_setzero_ps();
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
-		const float *V = bn_kv_block(kv, kv->V, b);
-		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
-			const float *vt = V + (size_t)i * kv->ld;
-			__m256 p = _mm256_set1_ps(s[t0 + i]);
-			for (uint32_t v = 0; v < n_vec; v++)
-				o[v] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * v), o[v]);
-		}
-	}
-	for (uint32_t v = 0; v < n_vec; v++)
-		_mm256_storeu_ps(out + 8 * v, o[v]);
+	if (d == 128)
+		heads_fixed(q, 1, 16, kv, L, scale, s, out);
+	else if (d == 64)
+		heads_fixed(q, 1, 8, kv, L, scale, s, out);
+	else
+		attend_any(q, kv, L, d, scale, s, out);
 }
 
+/* Head dims of 64 and 128 with groups of 1, 2, 4 or 8 heads (the shapes of the models we
+ * serve) with their counts fixed at compile time; anything else one attend per head. */
 static void attend_heads_avx2(const float *q, uint32_t n_heads, const struct bn_kv_view *kv,
 			      uint32_t L, uint32_t d, float scale, float *s, float *out)
 {
+#define HEADS_CASE(n_vec)                                                                     \
+	switch (n_heads) {                                                                    \
+	case 1: heads_fixed(q, 1, n_vec, kv, L, scale, s, out); return;                       \
+	case 2: heads_fixed(q, 2, n_vec, kv, L, scale, s, out); return;                       \
+	case 4: heads_fixed(q, 4, n_vec, kv, L, scale, s, out); return;                       \
+	case 8: heads_fixed(q, 8, n_vec, kv, L, scale, s, out); return;                       \
+	default: break;                                                                       \
+	}
+	if (d == 128)
+		HEADS_CASE(16)
+	if (d == 64)
+		HEADS_CASE(8)
+#undef HEADS_CASE
 	bn_attend_each_head(attend_avx2, q, n_heads, kv, L, d, scale, s, out);
 }
 

@@ -187,9 +187,12 @@ void bn_quantize_rows(const float *x, uint32_t ldx, uint32_t n, struct bn_q8_row
 
 void bn_softmax(float *s, uint32_t n)
 {
+	/* fmaxf(max, s[t]), written out: without -ffinite-math GCC calls libm for it, which cost
+	 * 1.7% of a 1024-token prefill. max is never NaN, a NaN s[t] leaves it, and the sign a
+	 * zero maximum keeps changes no s[t] - max. */
 	float max = -INFINITY;
 	for (uint32_t t = 0; t < n; t++)
-		max = fmaxf(max, s[t]);
+		max = max > s[t] || s[t] != s[t] ? max : s[t];
 	float sum = 0.0f;
 	for (uint32_t t = 0; t < n; t++) {
 		s[t] = expf(s[t] - max);
