@@ -24,6 +24,7 @@
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
+#   make bench-lut            an exact table-lookup ternary kernel against the AVX2 kernels
 #   make bench-busy           short requests and batch-1 decoding with a busy loop per CPU
 #   make check-gpu            on a GPU machine: the CUDA suite, cuda vs cpu greedy ids,
 #                             bench_cuda and bench-serve on a cuda daemon (tools/check-gpu.sh)
@@ -175,7 +176,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 .SECONDARY:
 
 .PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -384,6 +385,16 @@ bench-speculative: $(BENCH_SPECULATIVE) $(BITNETD) $(BENCH_MODEL_FILE) $(BENCH_R
 		--text "Tom had a dog named Max. Max liked to run and jump. Tom and Max played in the garden every day. Tom had a dog named Max. Max" \
 		--text "Lily and Tom went to the park. Lily and Tom went to the park. Lily and"; \
 	else echo "SKIP: stories260K: $(STORIES_FILE) is not there (set BITNET_TEST_MODELS)"; fi
+
+# An exact table-lookup ternary kernel against the AVX2 multiply-add kernels (bench/bench_lut.c):
+# every matrix of 8 layers of the 2B4T shape against 1, 16 and 256 token rows.
+BENCH_LUT := $(BUILD)/bench/bench_lut
+$(BENCH_LUT): $(BUILD)/bench/bench_lut.o $(CORE_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
+bench-lut: $(BENCH_LUT)
+	$(BENCH_LUT)
 
 # The daemon on a busy machine (bench/bench_busy.c): one-token requests on stories260K with the
 # default thread count and with --threads 1, idle and with a busy loop per CPU, and batch-1
