@@ -67,6 +67,11 @@ XXHASH_LIBS  := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null || echo -lxxh
 # Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from, the CLI's chat and
 # the gateway.
 JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
+# libcurl, the OpenSSL flavour (Debian: libcurl4-openssl-dev), and OpenSSL's libcrypto (libssl-dev):
+# models by name from the Hugging Face Hub (hub/): HTTPS, and the sha256 that checks a download.
+CURL_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libcurl 2>/dev/null)
+CURL_LIBS    := $(shell $(PKG_CONFIG) --libs libcurl 2>/dev/null || echo -lcurl)
+CRYPTO_LIBS  := $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null || echo -lcrypto)
 # libmicrohttpd (Debian: libmicrohttpd-dev): the gateway's HTTP/1.1.
 MHD_CFLAGS   := $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
 MHD_LIBS     := $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
@@ -85,7 +90,7 @@ BLAS_LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS   ?= -O2 -g
 BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Itools -Idaemon \
-	$(PCRE_CFLAGS)
+	-Ihub $(PCRE_CFLAGS) $(CURL_CFLAGS)
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
 # GCC warns that ThreadSanitizer does not model atomic_thread_fence. Our full fences order a
 # store before a load against another process (the lost-wakeup handshakes, shm/PROTOCOL.md
@@ -146,7 +151,10 @@ CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
-MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c
+MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
+	tools/model_pull.c tools/pull_progress.c
+# Models by name (hub/): the Hugging Face Hub client bitnetd and bitnet-model share.
+HUB_SRCS    := $(wildcard hub/*.c)
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay fuzz-requests-replay
 
@@ -155,6 +163,8 @@ CLIENT_PIC  := $(CLIENT_SRCS:%.c=$(BUILD)/pic/%.o)
 CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS    := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 MODELTOOL_OBJS := $(MODELTOOL_SRCS:%.c=$(BUILD)/%.o)
+HUB_OBJS    := $(HUB_SRCS:%.c=$(BUILD)/%.o)
+HUB_LIBS    := $(CURL_LIBS) $(CRYPTO_LIBS) $(JANSSON_LIBS)
 GATEWAY_OBJS := $(GATEWAY_SRCS:%.c=$(BUILD)/%.o)
 
 BITNETD  := $(BUILD)/bitnetd
@@ -206,13 +216,13 @@ $(CORE_A): $(CORE_OBJS)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(BITNETD): $(BUILD)/daemon/main.o $(CORE_A)
+$(BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(HUB_LIBS)
 
-$(MODELTOOL): $(MODELTOOL_OBJS) $(CORE_A)
+$(MODELTOOL): $(MODELTOOL_OBJS) $(HUB_OBJS) $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(JANSSON_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(HUB_LIBS)
 
 $(DEFAULT_MODEL): $(MODELTOOL)
 	@mkdir -p $(dir $@)
@@ -256,7 +266,11 @@ TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(L
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS) $(JANSSON_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS) $(JANSSON_LIBS) $(TEST_EXTRA_LIBS)
+
+# test_pull calls hub/ itself, against a stand-in for the Hub (tests/hub_server.py).
+$(BUILD)/tests/test_pull: $(HUB_OBJS)
+$(BUILD)/tests/test_pull: TEST_EXTRA_LIBS := $(HUB_LIBS)
 
 $(BUILD)/tests/bn-%: $(BUILD)/tests/%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
