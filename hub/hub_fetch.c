@@ -204,10 +204,11 @@ static int download(struct hub_http *h, struct download *d, const char *url, con
 		if (rc == 0 || !retryable(rc))
 			return rc;
 		quiet = d->done > before ? 0 : quiet + 1;
+		attempts++;
 		char have[32], total[32];
 		bn_hub_size_text(d->done, have);
 		bn_hub_size_text(d->f->size, total);
-		if (quiet > d->o->max_retries || ++attempts > MAX_ATTEMPTS) {
+		if (quiet > d->o->max_retries || attempts > MAX_ATTEMPTS) {
 			size_t len = strlen(err);
 			snprintf(err + len, err_cap > len ? err_cap - len : 0,
 				 "; gave up after %u attempts. The download stopped at %s of %s and "
@@ -293,6 +294,12 @@ static int fetch_locked(struct hub_http *h, struct download *d, const char *repo
 {
 	char url[4096], file_escaped[2048];
 	struct stat st;
+	/* What an earlier pull left, if anything, and whether the rest fits on the disk. */
+	uint64_t left = stat(d->path, &st) == 0 ? (uint64_t)st.st_size : 0;
+	d->done = left > d->f->size ? 0 : left; /* longer than the file: no prefix of it */
+	int rc = check_space(d, blobs, err, err_cap);
+	if (rc < 0)
+		return rc;
 	d->fd = open(d->path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
 	if (d->fd < 0) {
 		int e = errno;
@@ -300,19 +307,18 @@ static int fetch_locked(struct hub_http *h, struct download *d, const char *repo
 				"cannot write %s: %s; give a cache directory you may write with "
 				"HF_HUB_CACHE (or --cache-dir)", d->path, strerror(e));
 	}
-	if (fstat(d->fd, &st) < 0)
-		st.st_size = 0;
-	d->done = (uint64_t)st.st_size;
-	if (d->done > d->f->size && ftruncate(d->fd, 0) == 0)
-		d->done = 0; /* longer than the file: not a prefix of it */
+	if (left > d->f->size && ftruncate(d->fd, 0) < 0) {
+		rc = space_error(d, errno, err, err_cap);
+		close(d->fd);
+		return rc;
+	}
 	char have[32], total[32];
 	if (d->done)
 		hub_note(d->o, "resuming %s at %s of %s", d->f->name,
 			 bn_hub_size_text(d->done, have), bn_hub_size_text(d->f->size, total));
-	int rc = check_space(d, blobs, err, err_cap);
-	if (rc == 0 && (hub_url_escape(h, d->f->name, 1, file_escaped, sizeof(file_escaped)) < 0 ||
-			hub_path(url, sizeof(url), "%s/%s/resolve/%s/%s", d->o->endpoint, repo,
-				 commit, file_escaped) < 0))
+	if (hub_url_escape(h, d->f->name, 1, file_escaped, sizeof(file_escaped)) < 0 ||
+	    hub_path(url, sizeof(url), "%s/%s/resolve/%s/%s", d->o->endpoint, repo, commit,
+		     file_escaped) < 0)
 		rc = hub_fail(err, err_cap, -ENAMETOOLONG, "the file name %s is too long",
 			      d->f->name);
 	hub_rate_start(&d->rate, d->done, hub_now());
