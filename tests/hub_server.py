@@ -10,8 +10,9 @@ It answers what bitnet-model pull asks the real Hub, the way the Hub answers it:
   errors as the Hub sends them: 401/404 with X-Error-Code RepoNotFound, 404 RevisionNotFound
         or EntryNotFound, 401/403 GatedRepo (X-Error-Message says more)
 and, for the tests:
-  GET /_stats?repo=REPO   what was served for REPO: body bytes, and each download request
-        (host, path, range start, bytes sent, whether it carried an Authorization header)
+  GET /_stats?repo=REPO   what was served for REPO: body bytes, and each request (host,
+        kind: listing, resolve or download; path, range start, bytes sent, whether it
+        carried an Authorization header)
 
 The repositories come from a JSON file (--config):
   {"token": "hf_...",                      the token gated and private repositories accept
@@ -160,6 +161,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def listing(self, repo, rev):
         if not self.repo_access(repo, download=False):
             return
+        self.hub.record(repo, {"host": "hub", "kind": "listing", "path": self.path,
+                               "auth": bool(self.headers.get("Authorization")), "bytes": 0,
+                               "range_start": None})
         r = self.hub.repos[repo]
         commit = self.hub.commit_of(repo, rev)
         if commit is None:
@@ -191,7 +195,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def resolve(self, repo, rev, name):
         if not self.repo_access(repo, download=True):
             return
-        self.hub.record(repo, {"host": "hub", "path": self.path, "auth":
+        self.hub.record(repo, {"host": "hub", "kind": "resolve", "path": self.path, "auth":
                                bool(self.headers.get("Authorization")), "bytes": 0,
                                "range_start": None})
         commit, f = self.find(repo, rev, name)
@@ -241,7 +245,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             data = fh.read()
         size = len(data)
         start, ranged = self.range_start(f, size)
-        entry = {"host": self.role, "path": self.path, "range_start": start if ranged else None,
+        entry = {"host": self.role, "kind": "download", "path": self.path,
+                 "range_start": start if ranged else None,
                  "auth": bool(self.headers.get("Authorization")), "bytes": 0}
         self.hub.record(repo, entry)
         if ranged and start >= size and size > 0:

@@ -228,10 +228,13 @@ static long long served_bytes(const char *repo)
 	return n;
 }
 
-static size_t served_requests(const char *repo)
+/* How many requests of a kind ("listing", "resolve", "download"; NULL: any) repo had. */
+static size_t served_requests(const char *repo, const char *kind)
 {
-	json_t *s = served(repo);
-	size_t n = json_array_size(json_object_get(s, "requests"));
+	json_t *s = served(repo), *q;
+	size_t i, n = 0;
+	json_array_foreach(json_object_get(s, "requests"), i, q)
+		n += !kind || !strcmp(json_string_value(json_object_get(q, "kind")), kind);
 	json_decref(s);
 	return n;
 }
@@ -403,10 +406,12 @@ START_TEST(a_second_pull_fetches_nothing)
 	struct bn_hub_result r, again;
 	ck_assert_msg(pull(&o, "t/one", &r, err, sizeof(err)) == 0, "%s", err);
 	long long before = served_bytes("t/one");
-	size_t requests = served_requests("t/one");
+	size_t listings = served_requests("t/one", "listing"), others = served_requests("t/one", NULL);
 	ck_assert_msg(pull(&o, "t/one", &again, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(served_bytes("t/one"), before);
-	ck_assert_uint_eq(served_requests("t/one"), requests); /* not even a resolve */
+	/* The Hub was asked what main is now, and nothing else: not even a resolve. */
+	ck_assert_uint_eq(served_requests("t/one", "listing"), listings + 1);
+	ck_assert_uint_eq(served_requests("t/one", NULL), others + 1);
 	ck_assert_str_eq(again.path, r.path);
 	ck_assert(again.was_cached && again.fetched == 0);
 }
@@ -574,7 +579,7 @@ START_TEST(a_gated_repository_needs_a_token_that_never_leaves_the_hub)
 	ck_assert_ptr_null(strstr(err, "hf_someone_else"));
 	/* The right one: the Hub sees it, the CDN (another host) never does. */
 	snprintf(o.token, sizeof(o.token), TOKEN);
-	size_t first = served_requests("t/gated");
+	size_t first = served_requests("t/gated", NULL);
 	ck_assert_msg(pull(&o, "t/gated:model.gguf", &r, err, sizeof(err)) == 0, "%s", err);
 	ck_assert(same_file(r.path, "small.bin"));
 	ck_assert_msg(pull(&o, "t/gated:plain.gguf", &r, err, sizeof(err)) == 0, "%s", err);
@@ -585,6 +590,8 @@ START_TEST(a_gated_repository_needs_a_token_that_never_leaves_the_hub)
 	for (size_t i = first; i < json_array_size(reqs); i++) {
 		json_t *q = json_array_get(reqs, i);
 		int auth = json_is_true(json_object_get(q, "auth"));
+		if (!strcmp(json_string_value(json_object_get(q, "kind")), "listing"))
+			continue; /* the listing of a gated repository is public */
 		if (!strcmp(json_string_value(json_object_get(q, "host")), "cdn")) {
 			ck_assert_msg(!auth, "the token went to the CDN");
 			cdn++;
@@ -660,13 +667,13 @@ START_TEST(a_cached_file_is_found_without_the_network)
 	struct bn_hub_options o = options(cache);
 	struct bn_hub_result r, off;
 	ck_assert_msg(pull(&o, "t/one", &r, err, sizeof(err)) == 0, "%s", err);
-	size_t requests = served_requests("t/one");
+	size_t requests = served_requests("t/one", NULL);
 	/* HF_HUB_OFFLINE: refs/main -> the snapshot, nothing asked of anyone. */
 	o.offline = 1;
 	ck_assert_msg(pull(&o, "t/one", &off, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_str_eq(off.path, r.path);
 	ck_assert(off.was_cached && !off.hub_asked);
-	ck_assert_uint_eq(served_requests("t/one"), requests);
+	ck_assert_uint_eq(served_requests("t/one", NULL), requests);
 	ck_assert_int_eq(pull(&o, "t/drop", &off, err, sizeof(err)), -ENOENT);
 	ck_assert_msg(strstr(err, "HF_HUB_OFFLINE is set") &&
 		      strstr(err, "bitnet-model pull t/drop`"), "%s", err);
@@ -901,11 +908,11 @@ START_TEST(bitnetd_serves_a_model_by_name)
 	ck_assert_int_eq(tu_run_cli(&d, (const char *[]){ "info", NULL }, NULL, 0, &r), 0);
 	ck_assert_msg(r.status == 0 && strstr(r.out, "model=bitnet-tiny\n"), "%s%s", r.out, r.err);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
-	/* A restart takes the cache's copy without asking the Hub. */
-	size_t requests = served_requests("t/model");
+	/* A restart takes the cache's copy without asking the Hub anything. */
+	size_t requests = served_requests("t/model", NULL);
 	ck_assert_int_eq(tu_daemon_start_cpu(&d, "hf:t/model", NULL), 0);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
-	ck_assert_uint_eq(served_requests("t/model"), requests);
+	ck_assert_uint_eq(served_requests("t/model", NULL), requests);
 	/* Offline with a name the cache lacks: exit 3 and the command that pulls it. */
 	setenv("HF_HUB_OFFLINE", "1", 1);
 	const char *bitnetd = getenv("BITNETD");
