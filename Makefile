@@ -12,6 +12,7 @@
 #   make check-deploy         deploy/kubernetes/ parses and matches docs/DEPLOY.md
 #   make check-man            a man page per call of libclient/bitnet_client.h (man/man3)
 #   make check-rooms          the daemon's rooms: one-way arrows, no circles, no file of two jobs
+#   make check-readme         the README's quickstart commands are those tools/quickstart.sh runs
 #   make check-tsan           the C tests under ThreadSanitizer (build-tsan/)
 #   make fuzz, make fuzz-requests   libFuzzer (clang) on the GGUF reader / the request path,
 #                             FUZZ_SECONDS each (default 60)
@@ -183,7 +184,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
@@ -440,7 +441,7 @@ fuzz-requests:
 # Without SANITIZE, `check` also runs the fault campaigns, then the C tests and the
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
 # build dir).
-check: check-c check-kernel-variants check-rooms check-python check-gateway-sdk check-deploy check-systemd check-man \
+check: check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk check-deploy check-systemd check-man \
 	$(if $(SANITIZE),,check-install check-faults check-san check-tsan)
 
 # The official OpenAI TypeScript SDK against bitnet-gateway (tests/gateway): the package, at the
@@ -520,6 +521,12 @@ check-rooms: all
 	@echo "== rooms (tests/rooms.py)"
 	$(Q)python3 tests/rooms.py $(BUILD)
 
+# The quickstart's commands shown in README.md are the ones tools/quickstart.sh runs
+# (tests/readme_quickstart.py).
+check-readme:
+	@echo "== README quickstart commands (tests/readme_quickstart.py)"
+	$(Q)python3 tests/readme_quickstart.py
+
 check-systemd:
 	@echo "== systemd units"
 	@sh systemd/verify.sh; rc=$$?; if [ $$rc = 77 ]; then echo "SKIP: systemd-analyze not installed"; \
@@ -568,11 +575,11 @@ bench-python: $(BITNETD) $(CLI) $(DEFAULT_MODEL)
 # family), and bitnet_client(3), the overview.
 MAN3 := $(wildcard man/man3/*.3)
 
-install: $(BITNETD) $(CLI) $(GATEWAY) $(LIB_SO) $(LIB_A)
+install: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(LIB_SO) $(LIB_A)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)/bitnet \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8 \
 		$(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man1
-	install -m 0755 $(BITNETD) $(CLI) $(GATEWAY) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DESTDIR)$(BINDIR)/
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libbitnet-client.so.$(LIB_VERSION)
 	ln -sf libbitnet-client.so.$(LIB_VERSION) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libbitnet-client.so
@@ -587,7 +594,7 @@ install: $(BITNETD) $(CLI) $(GATEWAY) $(LIB_SO) $(LIB_A)
 		systemd/bitnet-gateway.service > $(DESTDIR)$(UNITDIR)/bitnet-gateway.service
 	install -m 0644 systemd/bitnet-gateway.env $(DESTDIR)$(SYSCONFDIR)/default/bitnet-gateway
 	install -m 0644 docs/bitnetd.8 $(DESTDIR)$(MANDIR)/man8/
-	install -m 0644 docs/bitnet-gateway.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 docs/bitnet-gateway.1 docs/bitnet-model.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 $(MAN3) $(DESTDIR)$(MANDIR)/man3/
 	install -d $(DESTDIR)$(PREFIX)/lib/sysusers.d
 	install -m 0644 systemd/sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf
@@ -595,6 +602,7 @@ install: $(BITNETD) $(CLI) $(GATEWAY) $(LIB_SO) $(LIB_A)
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/bitnetd $(DESTDIR)$(BINDIR)/bitnet-cli \
 		$(DESTDIR)$(BINDIR)/bitnet-gateway $(DESTDIR)$(UNITDIR)/bitnet-gateway.service \
+		$(DESTDIR)$(BINDIR)/bitnet-model $(DESTDIR)$(MANDIR)/man1/bitnet-model.1 \
 		$(DESTDIR)$(MANDIR)/man1/bitnet-gateway.1 \
 		$(DESTDIR)$(LIBDIR)/libbitnet-client.* $(DESTDIR)$(LIBDIR)/pkgconfig/bitnet-client.pc \
 		$(DESTDIR)$(UNITDIR)/bitnetd.service $(DESTDIR)$(UNITDIR)/bitnetd.socket \

@@ -5,6 +5,7 @@
 It answers what bitnet-model pull asks the real Hub, the way the Hub answers it:
   GET /api/models/REPO/revision/REV?blobs=true   the listing: "sha" (the commit) and
         "siblings" with rfilename, size, blobId and, for LFS files, lfs {sha256, size}
+        (GET /api/models/REPO: main's)
   GET /REPO/resolve/REV/FILE    302 to the "CDN" (another host: 127.0.0.2, its own port) for
         an LFS file, 307 to a relative /api/resolve-cache/... for one outside LFS
   errors as the Hub sends them: 401/404 with X-Error-Code RepoNotFound, 404 RevisionNotFound
@@ -150,6 +151,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path.startswith("/api/models/") and "/revision/" in path:
             repo, rev = path[len("/api/models/"):].split("/revision/", 1)
             return self.listing(repo, rev)
+        if path.startswith("/api/models/"):  # the model's page: main's listing
+            return self.listing(path[len("/api/models/"):], "main")
         if path.startswith("/api/resolve-cache/models/"):
             return self.resolve_cache(path[len("/api/resolve-cache/models/"):])
         if "/resolve/" in path:

@@ -17,6 +17,7 @@ void pull_progress_init(struct pull_progress *p, int quiet)
 	memset(p, 0, sizeof(*p));
 	p->quiet = quiet;
 	p->tty = isatty(STDERR_FILENO) && !(term && strcmp(term, "dumb") == 0);
+	p->next_line_s = LINE_EVERY_S; /* a download over sooner says only that it is done */
 }
 
 static int columns(void)
@@ -107,10 +108,14 @@ static void plain_line(const struct bn_hub_progress *p)
 	duration(p->finished ? p->elapsed_s : p->eta_s, time, sizeof(time));
 	if (p->finished)
 		fprintf(stderr, "bitnet-model: %s: %s in %s (%s/s)\n", p->file, total, time, rate);
-	else
+	else if (p->rate > 0)
 		fprintf(stderr, "bitnet-model: %s: %d%% (%s of %s) at %s/s, %s left\n", p->file,
 			(int)(p->total ? 100.0 * (double)p->done / (double)p->total : 100.0), done,
 			total, rate, time);
+	else /* stalled, or not yet measured */
+		fprintf(stderr, "bitnet-model: %s: %d%% (%s of %s)\n", p->file,
+			(int)(p->total ? 100.0 * (double)p->done / (double)p->total : 100.0), done,
+			total);
 }
 
 static void on_progress(void *ctx, const struct bn_hub_progress *p)
