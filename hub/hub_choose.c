@@ -80,6 +80,6 @@ int hub_choose_gguf(const char *const *names, size_t n, const char *repo, const 
 	char list[1536];
 	list_ggufs(names, n, list, sizeof(list));
 	return hub_fail(err, err_cap, -ENOENT,
-			"%s has %zu GGUF files %s and none is the one I2_S, TQ2_0 or TQ1_0 file: "
+			"%s has %zu GGUF files %s, and no single I2_S, TQ2_0 or TQ1_0 one to prefer: "
 			"name one, as %s:FILE. The files: %s", repo, n_gguf, where, repo, list);
 }

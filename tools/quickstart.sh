@@ -63,28 +63,36 @@ hub_answers() {
 	return 1
 }
 
+# Says which file a pull of $REPO takes, how big it is, and whether it is cached already.
+announce() {
+	file=$(echo "$plan" | sed -n 's/^file=//p')
+	size=$(human "$(echo "$plan" | sed -n 's/^size=//p')")
+	if echo "$plan" | grep -q '^cached=yes'; then
+		echo "== $REPO: $file ($size) is in the cache already; the Hub is asked what main is"
+	else
+		echo "== the Hub answers: pulling $REPO: $file, $size (once; later runs find it in the cache)"
+	fi
+}
+
 # Sets $model to "real" (the 2B4T model, in the cache now) or "tiny", saying why.
 choose_model() {
 	if [ "$offline" = 1 ]; then
 		why="--offline was given"
-	elif hub_answers; then
-		plan=$(build/bitnet-model pull --dry-run "$REPO")
-		file=$(echo "$plan" | sed -n 's/^file=//p')
-		size=$(human "$(echo "$plan" | sed -n 's/^size=//p')")
-		if echo "$plan" | grep -q '^cached=yes'; then
-			echo "== $REPO: $file ($size) is in the cache already; the Hub is asked what main is"
-		else
-			echo "== the Hub answers: pulling $REPO: $file, $size (once; later runs find it in the cache)"
+	elif ! hub_answers; then
+		if HF_HUB_OFFLINE=1 build/bitnet-model pull --quiet "$REPO" >/dev/null 2>&1; then
+			echo "== $why; the cache has $REPO from an earlier run: using it"
+			model=real
+			return
 		fi
+	elif ! plan=$(build/bitnet-model pull --dry-run "$REPO"); then
+		why="the Hub did not list $REPO (above)"
+	else
+		announce
 		if run 'build/bitnet-model pull microsoft/bitnet-b1.58-2B-4T-gguf'; then
 			model=real
 			return
 		fi
 		why="the pull failed (above)"
-	elif HF_HUB_OFFLINE=1 build/bitnet-model pull --quiet "$REPO" >/dev/null 2>&1; then
-		echo "== $why; the cache has $REPO from an earlier run: using it"
-		model=real
-		return
 	fi
 	echo "== no download: $why."
 	echo "   Using the built-in tiny model instead: random weights, so the machinery works but"
@@ -105,7 +113,10 @@ start_daemon() {
 	i=0
 	until build/bitnet-cli --socket "$SOCK" info >/dev/null 2>&1; do
 		i=$((i + 1))
-		kill -0 "$daemon" 2>/dev/null && [ $i -lt 3000 ] || { echo "bitnetd did not start" >&2; exit 1; }
+		if ! kill -0 "$daemon" 2>/dev/null || [ $i -ge 3000 ]; then
+			echo "bitnetd did not start" >&2
+			exit 1
+		fi
 		sleep 0.02
 	done
 	t1=$(date +%s.%N)
@@ -147,7 +158,10 @@ gateway=$!
 i=0
 until curl -sf localhost:8080/health >/dev/null 2>&1; do
 	i=$((i + 1))
-	kill -0 "$gateway" 2>/dev/null && [ $i -lt 500 ] || { echo "bitnet-gateway did not start (is 8080 taken?)" >&2; exit 1; }
+	if ! kill -0 "$gateway" 2>/dev/null || [ $i -ge 500 ]; then
+		echo "bitnet-gateway did not start (is port 8080 taken?)" >&2
+		exit 1
+	fi
 	sleep 0.02
 done
 run "curl -s localhost:8080/v1/chat/completions -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Name three colors of the rainbow.\"}], \"max_tokens\": 48}'"
