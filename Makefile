@@ -12,6 +12,7 @@
 #   make check-deploy         deploy/kubernetes/ parses and matches docs/DEPLOY.md
 #   make check-man            a man page per call of libclient/bitnet_client.h (man/man3)
 #   make check-rooms          the daemon's rooms: one-way arrows, no circles, no file of two jobs
+#   make check-readme         the README's quickstart commands are those tools/quickstart.sh runs
 #   make check-tsan           the C tests under ThreadSanitizer (build-tsan/)
 #   make fuzz, make fuzz-requests   libFuzzer (clang) on the GGUF reader / the request path,
 #                             FUZZ_SECONDS each (default 60)
@@ -69,6 +70,11 @@ XXHASH_LIBS  := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null || echo -lxxh
 # Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from, the CLI's chat and
 # the gateway.
 JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
+# libcurl, the OpenSSL flavour (Debian: libcurl4-openssl-dev), and OpenSSL's libcrypto (libssl-dev):
+# models by name from the Hugging Face Hub (hub/): HTTPS, and the sha256 that checks a download.
+CURL_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libcurl 2>/dev/null)
+CURL_LIBS    := $(shell $(PKG_CONFIG) --libs libcurl 2>/dev/null || echo -lcurl)
+CRYPTO_LIBS  := $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null || echo -lcrypto)
 # libmicrohttpd (Debian: libmicrohttpd-dev): the gateway's HTTP/1.1.
 MHD_CFLAGS   := $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
 MHD_LIBS     := $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
@@ -87,7 +93,7 @@ BLAS_LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS   ?= -O2 -g
 BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Itools -Idaemon \
-	$(PCRE_CFLAGS)
+	-Ihub $(PCRE_CFLAGS) $(CURL_CFLAGS)
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
 # GCC warns that ThreadSanitizer does not model atomic_thread_fence. Our full fences order a
 # store before a load against another process (the lost-wakeup handshakes, shm/PROTOCOL.md
@@ -148,7 +154,10 @@ CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
-MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c
+MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
+	tools/model_pull.c tools/pull_progress.c
+# Models by name (hub/): the Hugging Face Hub client bitnetd and bitnet-model share.
+HUB_SRCS    := $(wildcard hub/*.c)
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_TOOLS  := bn-hostile bn-faults fuzz-gguf-replay fuzz-requests-replay
 
@@ -157,6 +166,8 @@ CLIENT_PIC  := $(CLIENT_SRCS:%.c=$(BUILD)/pic/%.o)
 CLIENT_OBJS := $(CLIENT_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS    := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 MODELTOOL_OBJS := $(MODELTOOL_SRCS:%.c=$(BUILD)/%.o)
+HUB_OBJS    := $(HUB_SRCS:%.c=$(BUILD)/%.o)
+HUB_LIBS    := $(CURL_LIBS) $(CRYPTO_LIBS) $(JANSSON_LIBS)
 GATEWAY_OBJS := $(GATEWAY_SRCS:%.c=$(BUILD)/%.o)
 
 BITNETD  := $(BUILD)/bitnetd
@@ -175,7 +186,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
@@ -209,13 +220,13 @@ $(CORE_A): $(CORE_OBJS)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(BITNETD): $(BUILD)/daemon/main.o $(CORE_A)
+$(BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(HUB_LIBS)
 
-$(MODELTOOL): $(MODELTOOL_OBJS) $(CORE_A)
+$(MODELTOOL): $(MODELTOOL_OBJS) $(HUB_OBJS) $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(JANSSON_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(HUB_LIBS)
 
 $(DEFAULT_MODEL): $(MODELTOOL)
 	@mkdir -p $(dir $@)
@@ -259,7 +270,11 @@ TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(L
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS) $(JANSSON_LIBS)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS) $(JANSSON_LIBS) $(TEST_EXTRA_LIBS)
+
+# test_pull calls hub/ itself, against a stand-in for the Hub (tests/hub_server.py).
+$(BUILD)/tests/test_pull: $(HUB_OBJS)
+$(BUILD)/tests/test_pull: TEST_EXTRA_LIBS := $(HUB_LIBS)
 
 $(BUILD)/tests/bn-%: $(BUILD)/tests/%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
@@ -466,7 +481,7 @@ fuzz-requests:
 # Without SANITIZE, `check` also runs the fault campaigns, then the C tests and the
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
 # build dir).
-check: check-c check-kernel-variants check-rooms check-python check-gateway-sdk check-deploy check-systemd check-man \
+check: check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk check-deploy check-systemd check-man \
 	$(if $(SANITIZE),,check-install check-faults check-san check-tsan)
 
 # The official OpenAI TypeScript SDK against bitnet-gateway (tests/gateway): the package, at the
@@ -546,6 +561,12 @@ check-rooms: all
 	@echo "== rooms (tests/rooms.py)"
 	$(Q)python3 tests/rooms.py $(BUILD)
 
+# The quickstart's commands shown in README.md are the ones tools/quickstart.sh runs
+# (tests/readme_quickstart.py).
+check-readme:
+	@echo "== README quickstart commands (tests/readme_quickstart.py)"
+	$(Q)python3 tests/readme_quickstart.py
+
 check-systemd:
 	@echo "== systemd units"
 	@sh systemd/verify.sh; rc=$$?; if [ $$rc = 77 ]; then echo "SKIP: systemd-analyze not installed"; \
@@ -594,11 +615,11 @@ bench-python: $(BITNETD) $(CLI) $(DEFAULT_MODEL)
 # family), and bitnet_client(3), the overview.
 MAN3 := $(wildcard man/man3/*.3)
 
-install: $(BITNETD) $(CLI) $(GATEWAY) $(LIB_SO) $(LIB_A)
+install: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(LIB_SO) $(LIB_A)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)/bitnet \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(MANDIR)/man8 \
 		$(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man1
-	install -m 0755 $(BITNETD) $(CLI) $(GATEWAY) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DESTDIR)$(BINDIR)/
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libbitnet-client.so.$(LIB_VERSION)
 	ln -sf libbitnet-client.so.$(LIB_VERSION) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libbitnet-client.so
@@ -613,7 +634,7 @@ install: $(BITNETD) $(CLI) $(GATEWAY) $(LIB_SO) $(LIB_A)
 		systemd/bitnet-gateway.service > $(DESTDIR)$(UNITDIR)/bitnet-gateway.service
 	install -m 0644 systemd/bitnet-gateway.env $(DESTDIR)$(SYSCONFDIR)/default/bitnet-gateway
 	install -m 0644 docs/bitnetd.8 $(DESTDIR)$(MANDIR)/man8/
-	install -m 0644 docs/bitnet-gateway.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 docs/bitnet-gateway.1 docs/bitnet-model.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 $(MAN3) $(DESTDIR)$(MANDIR)/man3/
 	install -d $(DESTDIR)$(PREFIX)/lib/sysusers.d
 	install -m 0644 systemd/sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/bitnetd.conf
@@ -621,6 +642,7 @@ install: $(BITNETD) $(CLI) $(GATEWAY) $(LIB_SO) $(LIB_A)
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/bitnetd $(DESTDIR)$(BINDIR)/bitnet-cli \
 		$(DESTDIR)$(BINDIR)/bitnet-gateway $(DESTDIR)$(UNITDIR)/bitnet-gateway.service \
+		$(DESTDIR)$(BINDIR)/bitnet-model $(DESTDIR)$(MANDIR)/man1/bitnet-model.1 \
 		$(DESTDIR)$(MANDIR)/man1/bitnet-gateway.1 \
 		$(DESTDIR)$(LIBDIR)/libbitnet-client.* $(DESTDIR)$(LIBDIR)/pkgconfig/bitnet-client.pc \
 		$(DESTDIR)$(UNITDIR)/bitnetd.service $(DESTDIR)$(UNITDIR)/bitnetd.socket \

@@ -13,7 +13,7 @@
 enum bn_exit {
 	BN_EXIT_OK = 0,
 	BN_EXIT_USAGE = 2,     /* bad command line */
-	BN_EXIT_BACKEND = 3,   /* backend or model could not be loaded */
+	BN_EXIT_BACKEND = 3,   /* backend or model could not be loaded (or a name found no file) */
 	BN_EXIT_SOCKET = 4,    /* cannot listen on the socket (or bad inherited socket) */
 	BN_EXIT_SYSTEM = 5,    /* io_uring, signalfd or memory could not be set up */
 };

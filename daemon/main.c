@@ -7,9 +7,11 @@
 #include "backends/backend.h"
 #include "common/log.h"
 #include "config.h"
+#include "hf_model.h"
 #include "listen.h"
 #include "loop.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -66,6 +68,11 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		return rc > 0 ? BN_EXIT_OK : BN_EXIT_USAGE;
 	bn_log_set_level(cfg.log_level);
+	/* A model name (hf:REPO) becomes a file before the signals are blocked: a first pull can
+	 * take minutes, and Ctrl-C or a stop must end it (the partial file stays for the next). */
+	static char model_file[PATH_MAX];
+	if (bn_hf_model_resolve(&cfg.model_path, model_file, sizeof(model_file)) < 0)
+		return BN_EXIT_BACKEND;
 	/* A stop asked for during the load is served once the loop runs (bn_signals_block). */
 	if (bn_signals_block() < 0)
 		return BN_EXIT_SYSTEM;

@@ -22,9 +22,9 @@ import sys
 
 ROOMS = ["common", "model", "backends", "serve", ""]  # bottom to top; "" is daemon/ itself
 MAX_LINES = 950  # "~900": a file a little over is not two jobs yet
-PRODUCT_DIRS = ["daemon", "libclient", "kernels", "shm", "tools", "gateway"]
+PRODUCT_DIRS = ["daemon", "libclient", "kernels", "shm", "tools", "gateway", "hub"]
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
-SEARCH_DIRS = ["shm", "libclient", "kernels", "kernels/cpu", "kernels/cuda", "tools", "daemon"]
+SEARCH_DIRS = ["shm", "libclient", "kernels", "kernels/cpu", "kernels/cuda", "tools", "daemon", "hub"]
 
 
 def room_of(path):

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitnet-model — writes synthetic BitNet b1.58 models as GGUF files, and prints what a GGUF
- * file holds.
+ * bitnet-model — writes synthetic BitNet b1.58 models as GGUF files, prints what a GGUF file
+ * holds, and pulls models by name from the Hugging Face Hub (model_pull.c).
  *
  * The models have the real shapes (tiny for tests and the built-in default, the b1_58-large
  * and 2B4T shapes for benchmarks) and random weights: they exercise the loader, the kernels
@@ -17,6 +17,7 @@
 #include "gguf_info.h"
 #include "gguf_write.h"
 #include "hf_vocab.h"
+#include "model_pull.h"
 #include "model_vocab.h"
 #include "quant.h"
 
@@ -39,6 +40,7 @@
 static const char usage_text[] =
 	"Usage: bitnet-model write --preset tiny|large|2b4t --out FILE [OPTIONS]\n"
 	"       bitnet-model info FILE\n"
+	"       bitnet-model pull REPO[:FILE] [--revision REV] [--cache-dir DIR] [--dry-run]\n"
 	"       bitnet-model --help\n"
 	"\n"
 	"write: a model of the preset's shape with random ternary weights (deterministic)\n"
@@ -63,7 +65,10 @@ static const char usage_text[] =
 	"                                           --embed-type\n"
 	"\n"
 	"info: the architecture, every metadata value and every tensor (name type dims bytes),\n"
-	"      as key=value lines.\n";
+	"      as key=value lines.\n"
+	"\n"
+	"pull: a GGUF file from the Hugging Face Hub into huggingface_hub's cache; prints its\n"
+	"      path (bitnet-model pull --help).\n";
 
 /* ------------------------------------------------------------------------------------------ */
 /* Presets, architectures, type names                                                          */
@@ -761,7 +766,7 @@ static int cmd_write(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		return usage_error("no command (write, info)");
+		return usage_error("no command (write, info, pull)");
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		fputs(usage_text, stdout);
 		return 0;
@@ -770,5 +775,7 @@ int main(int argc, char **argv)
 		return cmd_write(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "info"))
 		return argc == 3 ? gguf_info_print(argv[2]) : usage_error("info needs exactly one FILE");
-	return usage_error("unknown command '%s' (write, info)", argv[1]);
+	if (!strcmp(argv[1], "pull"))
+		return model_pull_main(argc - 1, argv + 1);
+	return usage_error("unknown command '%s' (write, info, pull)", argv[1]);
 }
