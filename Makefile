@@ -25,6 +25,7 @@
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
+#   make bench-compare        bitnetd's kernel variants beside llama.cpp/bitnet.cpp (if named)
 #   make bench-lut            an exact table-lookup ternary kernel against the AVX2 kernels
 #   make bench-busy           short requests and batch-1 decoding with a busy loop per CPU
 #   make check-gpu            on a GPU machine: the CUDA suite, cuda vs cpu greedy ids,
@@ -187,7 +188,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
 .SECONDARY:
 
 .PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -400,6 +401,11 @@ bench-speculative: $(BENCH_SPECULATIVE) $(BITNETD) $(BENCH_MODEL_FILE) $(BENCH_R
 		--text "Tom had a dog named Max. Max liked to run and jump. Tom and Max played in the garden every day. Tom had a dog named Max. Max" \
 		--text "Lily and Tom went to the park. Lily and Tom went to the park. Lily and"; \
 	else echo "SKIP: stories260K: $(STORIES_FILE) is not there (set BITNET_TEST_MODELS)"; fi
+
+# bitnetd's CPU kernel variants side by side, and llama.cpp / bitnet.cpp where their binaries
+# are named (bench/compare_peers.sh says how): decode at batch 1 and 16, prefill of 256 tokens.
+bench-compare: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
+	BUILD=$(BUILD) MODEL=$(BENCH_MODEL_FILE) bench/compare_peers.sh
 
 # An exact table-lookup ternary kernel against the AVX2 multiply-add kernels (bench/bench_lut.c):
 # every matrix of 8 layers of the 2B4T shape against 1, 16 and 256 token rows.
