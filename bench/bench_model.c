@@ -31,6 +31,9 @@
  *   keys (screen_side_by_side, int8_side_by_side, t3_side_by_side, configs_side_by_side,
  *   serial_side_by_side say what they are); --screen-only, --int8-head-only, --base3-only,
  *   --configs-only and --serial-only run one of them alone.
+ *   screened_roofline_share_b1  the default (screened) head's batch-1 step against the roofline
+ *                               of the bytes it reads; decode_int8_share_b16_screened its batch
+ *                               of 16 against the int8 peak (screen side by side)
  *   matrices_<table>_gmacs_tT, matrices_<table>_over_<selected>_tT   (--matrices-only) every
  *                               ternary matrix against T = 1, 4, 16, 32, 256 token rows with
  *                               each SIMD table this CPU runs, and with another build's AVX2
@@ -537,49 +540,62 @@ static double screened_head_bytes(const struct bn_head_screen *s, double groups)
 #define SCREEN_ROUNDS 5
 
 static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double bpt_full,
-				double head_bytes, const struct bn_head_screen *s)
+				double head_bytes, const struct bn_head_screen *s, double macs,
+				double peak)
 {
 	double full1[SCREEN_ROUNDS], scr1[SCREEN_ROUNDS], gain1[SCREEN_ROUNDS];
 	double full8[SCREEN_ROUNDS], scr8[SCREEN_ROUNDS], gain8[SCREEN_ROUNDS];
-	double roof[SCREEN_ROUNDS], share_full[SCREEN_ROUNDS];
+	double full16[SCREEN_ROUNDS], scr16[SCREEN_ROUNDS], gain16[SCREEN_ROUNDS];
+	double roof[SCREEN_ROUNDS], share_full[SCREEN_ROUNDS], bws[SCREEN_ROUNDS];
 	struct bn_head_screen_stats before, after;
 	bn_forward_screen_stats(r->fwd, &before);
 	for (int i = 0; i < SCREEN_ROUNDS; i++) {
-		double bw = measure_bw(pool);
-		if (i % 2) {
-			scr1[i] = decode_tps_as(r, 1, 16, 32, 1);
-			full1[i] = decode_tps_as(r, 1, 16, 32, 0);
-			scr8[i] = decode_tps_as(r, 8, 16, 8, 1);
-			full8[i] = decode_tps_as(r, 8, 16, 8, 0);
-		} else {
-			full1[i] = decode_tps_as(r, 1, 16, 32, 0);
-			scr1[i] = decode_tps_as(r, 1, 16, 32, 1);
-			full8[i] = decode_tps_as(r, 8, 16, 8, 0);
-			scr8[i] = decode_tps_as(r, 8, 16, 8, 1);
+		double bw = bws[i] = measure_bw(pool);
+		for (int k = 0; k < 2; k++) { /* the order swaps every round */
+			int screened = (k + i) % 2;
+			double *b1 = screened ? scr1 : full1, *b8 = screened ? scr8 : full8;
+			double *b16 = screened ? scr16 : full16;
+			b1[i] = decode_tps_as(r, 1, 16, 32, screened);
+			b8[i] = decode_tps_as(r, 8, 16, 8, screened);
+			b16[i] = decode_tps_as(r, 16, 16, 4, screened);
 		}
 		gain1[i] = scr1[i] / full1[i];
 		gain8[i] = scr8[i] / full8[i];
+		gain16[i] = scr16[i] / full16[i];
 		roof[i] = scr1[i] * bpt_full / (bw * 1e9);
 		share_full[i] = full1[i] * bpt_full / (bw * 1e9);
 		printf("screen_round%d_mem_bw_gbs=%.1f\nscreen_round%d_b1_full_screened=%.2f/%.2f\n"
-		       "screen_round%d_b8_full_screened=%.2f/%.2f\n", i, bw, i, full1[i], scr1[i], i,
-		       full8[i], scr8[i]);
+		       "screen_round%d_b8_full_screened=%.2f/%.2f\n"
+		       "screen_round%d_b16_full_screened=%.2f/%.2f\n", i, bw, i, full1[i], scr1[i], i,
+		       full8[i], scr8[i], i, full16[i], scr16[i]);
 		fflush(stdout);
 	}
 	bn_forward_screen_stats(r->fwd, &after);
 	double groups = screened_groups(&before, &after);
 	double bpt_screen = bpt_full - head_bytes + screened_head_bytes(s, groups);
+	/* the screened step against the roofline of the bytes it reads (the screen's int8 copy
+	 * and the head rows it computes in full instead of the F16 head) */
+	double roof_screen[SCREEN_ROUNDS], share16[SCREEN_ROUNDS];
+	for (int i = 0; i < SCREEN_ROUNDS; i++) {
+		roof_screen[i] = scr1[i] * bpt_screen / (bws[i] * 1e9);
+		share16[i] = scr16[i] * macs / 1e9 / peak;
+	}
 	printf("bytes_per_token_b1_2bit_f16head=%.0f\nbytes_per_token_b1_2bit_screened=%.0f\n"
 	       "screen_groups_per_row=%.2f\nscreen_groups_of=%u\nscreen_full_rows=%llu\n",
 	       bpt_full, bpt_screen, groups, after.n_groups,
 	       (unsigned long long)(after.full_rows - before.full_rows));
 	printf("decode_tps_b1_full=%.2f\ndecode_tps_b1_screened=%.2f\nscreened_over_full_b1=%.2f\n"
 	       "decode_tps_b8_full=%.2f\ndecode_tps_b8_screened=%.2f\nscreened_over_full_b8=%.2f\n"
-	       "roofline_share_b1_full=%.2f\ndecode_over_2bit_roofline_b1=%.2f\n",
+	       "decode_tps_b16_full=%.2f\ndecode_tps_b16_screened=%.2f\nscreened_over_full_b16=%.2f\n"
+	       "roofline_share_b1_full=%.2f\ndecode_over_2bit_roofline_b1=%.2f\n"
+	       "screened_roofline_share_b1=%.2f\ndecode_int8_share_b16_screened=%.2f\n",
 	       median(full1, SCREEN_ROUNDS), median(scr1, SCREEN_ROUNDS),
 	       median(gain1, SCREEN_ROUNDS), median(full8, SCREEN_ROUNDS),
 	       median(scr8, SCREEN_ROUNDS), median(gain8, SCREEN_ROUNDS),
-	       median(share_full, SCREEN_ROUNDS), median(roof, SCREEN_ROUNDS));
+	       median(full16, SCREEN_ROUNDS), median(scr16, SCREEN_ROUNDS),
+	       median(gain16, SCREEN_ROUNDS), median(share_full, SCREEN_ROUNDS),
+	       median(roof, SCREEN_ROUNDS), median(roof_screen, SCREEN_ROUNDS),
+	       median(share16, SCREEN_ROUNDS));
 	fflush(stdout);
 }
 
@@ -1352,7 +1368,8 @@ int main(int argc, char **argv)
 		       now_s() - t0, (double)bn_head_screen_bytes(&screen) / 1e6,
 		       rss_screen_mb / file_mb);
 		if (!int8_only && !base3_only && !configs_only && !serial_only)
-			screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen);
+			screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen,
+					    macs, peak);
 		int t3 = 0;
 		if (base3_only || configs_only || serial_only || !quick) {
 			t3 = bn_forward_use_t3(r.fwd, 1) == 0;
