@@ -64,8 +64,8 @@ PCRE_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libpcre2-8 2>/dev/null)
 PCRE_LIBS    := $(shell $(PKG_CONFIG) --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
 # xxHash (Debian: libxxhash-dev): the weights cache's checksums (XXH3, ~9 GB/s a core).
 XXHASH_LIBS  := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null || echo -lxxhash)
-# Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from, the CLI's chat and
-# the gateway.
+# Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from, the CLI's chat, the
+# gateway and the grammar engine's JSON Schemas (daemon/grammar/schema.c).
 JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
 # libmicrohttpd (Debian: libmicrohttpd-dev): the gateway's HTTP/1.1.
 MHD_CFLAGS   := $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
@@ -168,7 +168,7 @@ LIB_PC   := $(BUILD)/bitnet-client.pc
 TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
 # The built-in default model: the tiny preset, made by the model tool at build time.
 DEFAULT_MODEL := $(BUILD)/models/tiny.gguf
-CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
+CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm $(CUDA_LIBS)
 
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
@@ -253,6 +253,8 @@ $(GATEWAY): $(GATEWAY_OBJS) $(LIB_A)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(MHD_LIBS) $(JANSSON_LIBS) $(PCRE_LIBS) -lm
 
 TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
+# The grammar engine's tests read LLaMA-3's tokenizer.json the way the model tool does.
+$(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks: $(BUILD)/tools/hf_vocab.o
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")

@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tokenset.c — bound grammars (grammar.h) and their per-state token sets (tokens.h), the
+ * technique of XGrammar: from each automaton state, walk the vocabulary's trie once with a
+ * parse whose parents are unknown. A token whose bytes some parse reads to the end without
+ * leaving the state's rule is accepted whatever the stack; one that no parse reads, and that
+ * leaves the rule nowhere the rule's follow set allows, is rejected whatever the stack; only
+ * the rest — tokens that end the rule and go on in the caller — depend on the stack and are
+ * checked at run time. States of the bottom rule know their context (nothing beneath), so all
+ * their tokens are settled here; shared prefixes are walked once.
+ *
+ * Sets are computed on first use and published with one compare-and-swap, so any number of
+ * threads may share a bound grammar; a large accepted set is a bitset shared by every state
+ * with the same one (long runs of string or repetition states have equal sets).
+ */
+#include "tokens.h"
+
+#include "common/clock.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct shared_bits {
+	struct shared_bits *next;
+	uint64_t hash;
+	uint64_t bits[];
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* The walk                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Where the walk stands after d bytes of the current trie path. Most of a walk stays inside
+ * the walked rule with one parse: that is a plain automaton state (no stack at all); the
+ * stack is used only below a byte that calls, or that may end the rule into its caller. */
+struct level {
+	uint32_t simple;         /* the state, or GR_DEAD when cfg is the configuration */
+	struct gss_cfg cfg;
+	struct gss_mark mark;    /* the stack's arrays after this level was made */
+	uint8_t inherited;       /* a parse left the rule at a shallower depth, onto a byte the
+	                          * follow set allows: everything below is uncertain */
+};
+
+struct walk {
+	const struct gr_automaton *a;
+	const struct bn_grammar_vocab *v;
+	struct gss g;
+	struct level *lv;        /* [max_len + 1] */
+	uint32_t parents, n_parents; /* the walked state's parents: the unknown, or none */
+	uint64_t *accepted;      /* bitset */
+	uint32_t n_accepted;
+	uint32_t *uncertain;
+	uint32_t n_uncertain, cap_uncertain;
+};
+
+static int add_uncertain(struct walk *w, uint32_t id)
+{
+	if (w->n_uncertain == w->cap_uncertain) {
+		uint32_t cap = w->cap_uncertain ? w->cap_uncertain * 2 : 64;
+		uint32_t *u = realloc(w->uncertain, cap * sizeof(uint32_t));
+		if (!u)
+			return -ENOMEM;
+		w->uncertain = u;
+		w->cap_uncertain = cap;
+	}
+	w->uncertain[w->n_uncertain++] = id;
+	return 0;
+}
+
+/* Every token at a node in [from, to) is uncertain. */
+static int subtree_uncertain(struct walk *w, uint32_t from, uint32_t to)
+{
+	const struct bn_grammar_vocab *v = w->v;
+	for (uint32_t k = v->node_tok[from]; k < v->node_tok[to]; k++)
+		if (add_uncertain(w, v->trie_tok[k]))
+			return -ENOMEM;
+	return 0;
+}
+
+static int tokens_at(struct walk *w, uint32_t node, int accepted)
+{
+	const struct bn_grammar_vocab *v = w->v;
+	for (uint32_t k = v->node_tok[node]; k < v->node_tok[node + 1]; k++) {
+		uint32_t id = v->trie_tok[k];
+		if (accepted) {
+			w->accepted[id / 64] |= 1ull << (id % 64);
+			w->n_accepted++;
+		} else if (add_uncertain(w, id)) {
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* Level d from level d - 1 by byte b. */
+static int descend(struct walk *w, uint32_t d, uint8_t b)
+{
+	const struct gr_automaton *a = w->a;
+	const struct level *up = &w->lv[d - 1];
+	struct level *here = &w->lv[d];
+	gss_reset(&w->g, up->mark);
+	if (up->simple != GR_DEAD) {
+		uint32_t s = gr_next(a, up->simple, b);
+		const struct gr_state *st = s == GR_DEAD ? NULL : &a->states[s];
+		if (!st || (!st->n_calls && (!st->accepting || w->n_parents == 0))) {
+			/* Still one parse in the rule (the bottom rule's end is only the output's). */
+			here->simple = s;
+			here->cfg = (struct gss_cfg){ .n_tops = st && st->has_bytes,
+						      .flags = st && st->accepting ? GSS_ACCEPT : 0 };
+			here->mark = up->mark;
+			return 0;
+		}
+		/* A call or a possible return: continue on the stack from a node for up's state. */
+		struct gss_cfg from;
+		if (gss_start_at(&w->g, a, up->simple, &from) < 0)
+			return -ENOMEM;
+		if (gss_step(&w->g, a, &from, b, &here->cfg))
+			return -ENOMEM;
+	} else if (up->cfg.n_tops) {
+		if (gss_step(&w->g, a, &up->cfg, b, &here->cfg))
+			return -ENOMEM;
+	} else {
+		here->cfg = (struct gss_cfg){ .cost = GR_INF };
+	}
+	here->simple = GR_DEAD;
+	here->mark = gss_mark(&w->g);
+	return 0;
+}
+
+/* Tokens at trie node i all accepted (the common case, inline). */
+static inline void accept_at(struct walk *w, uint32_t i)
+{
+	const struct bn_grammar_vocab *v = w->v;
+	for (uint32_t k = v->node_tok[i]; k < v->node_tok[i + 1]; k++) {
+		uint32_t id = v->trie_tok[k];
+		w->accepted[id / 64] |= 1ull << (id % 64);
+		w->n_accepted++;
+	}
+}
+
+static int walk(struct walk *w, uint32_t state)
+{
+	const struct bn_grammar_vocab *v = w->v;
+	const struct gr_automaton *a = w->a;
+	const struct ir_byteset *follow = &a->rules[a->states[state].rule].follow;
+	w->lv[0] = (struct level){ .simple = state, .cfg = { .n_tops = 1 },
+				   .mark = gss_mark(&w->g) };
+	w->n_parents = a->states[state].rule != a->bottom;
+	for (uint32_t i = 1; i < v->n_nodes;) {
+		uint32_t d = v->node_depth[i];
+		uint8_t b = v->node_byte[i];
+		const struct level *up = &w->lv[d - 1];
+		/* The fast path: one parse moving inside the rule, no stack. */
+		if (up->simple != GR_DEAD) {
+			uint32_t s = gr_next(a, up->simple, b);
+			if (s == GR_DEAD) {
+				if (up->inherited && (subtree_uncertain(w, i, v->node_end[i])))
+					return -ENOMEM;
+				i = v->node_end[i];
+				continue;
+			}
+			const struct gr_state *st = &a->states[s];
+			if (!st->n_calls && (!st->accepting || !w->n_parents)) {
+				accept_at(w, i);
+				if (!st->has_bytes) {
+					i = v->node_end[i];
+					continue;
+				}
+				struct level *here = &w->lv[d];
+				here->simple = s;
+				here->cfg.n_tops = 1;
+				here->cfg.flags = 0;
+				here->mark = up->mark;
+				here->inherited = up->inherited;
+				i++;
+				continue;
+			}
+		}
+		int inherited = up->inherited || ((up->cfg.flags & GSS_CTX) && ir_set_has(follow, b));
+		if (descend(w, d, b))
+			return -ENOMEM;
+		struct level *here = &w->lv[d];
+		int alive = gss_alive(&here->cfg);
+		if ((alive || inherited) && tokens_at(w, i, alive))
+			return -ENOMEM;
+		if (here->cfg.n_tops || (here->cfg.flags & GSS_CTX)) {
+			here->inherited = (uint8_t)inherited;
+			i++;
+			continue;
+		}
+		/* Nothing reads on: below is uncertain if the context might, else rejected. */
+		if (inherited && subtree_uncertain(w, i + 1, v->node_end[i]))
+			return -ENOMEM;
+		i = v->node_end[i];
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Storing a set                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint64_t hash_bits(const uint64_t *bits, uint32_t words)
+{
+	uint64_t h = 0x9E3779B97F4A7C15ull;
+	for (uint32_t i = 0; i < words; i++) {
+		h ^= bits[i];
+		h *= 0xff51afd7ed558ccdull;
+		h ^= h >> 31;
+	}
+	return h;
+}
+
+/* The shared copy of bits (made when new). NULL when memory ran out. */
+static const uint64_t *share_bits(struct bn_grammar_bound *b, const uint64_t *bits,
+				  size_t *added)
+{
+	uint32_t words = b->v->words;
+	uint64_t h = hash_bits(bits, words);
+	const uint64_t *found = NULL;
+	pthread_mutex_lock(&b->lock);
+	for (struct shared_bits *s = b->shared; s && !found; s = s->next)
+		if (s->hash == h && !memcmp(s->bits, bits, words * sizeof(uint64_t)))
+			found = s->bits;
+	if (!found) {
+		struct shared_bits *s = malloc(sizeof(*s) + words * sizeof(uint64_t));
+		if (s) {
+			s->hash = h;
+			memcpy(s->bits, bits, words * sizeof(uint64_t));
+			s->next = b->shared;
+			b->shared = s;
+			found = s->bits;
+			*added = sizeof(*s) + words * sizeof(uint64_t);
+		}
+	}
+	pthread_mutex_unlock(&b->lock);
+	return found;
+}
+
+static struct gr_tset *make_set(struct bn_grammar_bound *b, struct walk *w)
+{
+	struct gr_tset *t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->n_accepted = w->n_accepted;
+	t->bytes = sizeof(*t);
+	size_t shared = 0;
+	/* A list costs 4 bytes a token, a bitset n/8 bytes: the smaller, roughly. */
+	if ((uint64_t)w->n_accepted * 32 >= b->v->n_tokens) {
+		t->bits = share_bits(b, w->accepted, &shared);
+		if (!t->bits)
+			goto fail;
+	} else {
+		t->list = malloc((w->n_accepted + 1) * sizeof(uint32_t));
+		if (!t->list)
+			goto fail;
+		uint32_t n = 0;
+		for (uint32_t i = 0; i < b->v->words; i++)
+			for (uint64_t x = w->accepted[i]; x; x &= x - 1)
+				t->list[n++] = i * 64 + (uint32_t)__builtin_ctzll(x);
+		t->bytes += (size_t)n * sizeof(uint32_t);
+	}
+	t->n_uncertain = w->n_uncertain;
+	t->uncertain = w->uncertain;
+	t->bytes += (size_t)w->cap_uncertain * sizeof(uint32_t) + shared;
+	w->uncertain = NULL;
+	return t;
+fail:
+	free(t);
+	return NULL;
+}
+
+static void tset_free(struct gr_tset *t)
+{
+	if (!t)
+		return;
+	free(t->list);
+	free(t->uncertain);
+	free(t);
+}
+
+static struct gr_tset *classify(struct bn_grammar_bound *b, uint32_t state)
+{
+	const struct bn_grammar_vocab *v = b->v;
+	struct walk w = { .a = b->a, .v = v };
+	struct gr_tset *t = NULL;
+	gss_init(&w.g);
+	w.lv = malloc(((size_t)v->max_len + 1) * sizeof(*w.lv));
+	w.accepted = calloc(v->words, sizeof(uint64_t));
+	if (w.lv && w.accepted && walk(&w, state) == 0)
+		t = make_set(b, &w);
+	gss_free(&w.g);
+	free(w.lv);
+	free(w.accepted);
+	free(w.uncertain);
+	return t;
+}
+
+const struct gr_tset *gr_tset_get(struct bn_grammar_bound *b, uint32_t s)
+{
+	struct gr_tset *t = atomic_load_explicit(&b->sets[s], memory_order_acquire);
+	if (t)
+		return t;
+	uint64_t t0 = bn_now_ns();
+	struct gr_tset *mine = classify(b, s);
+	if (!mine)
+		return NULL;
+	struct gr_tset *expected = NULL;
+	if (!atomic_compare_exchange_strong_explicit(&b->sets[s], &expected, mine,
+						     memory_order_acq_rel, memory_order_acquire)) {
+		tset_free(mine); /* another thread was first: same contents */
+		return expected;
+	}
+	atomic_fetch_add_explicit(&b->filled, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->set_bytes, mine->bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->fill_ns, bn_now_ns() - t0, memory_order_relaxed);
+	return mine;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Bound grammars                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+int bn_grammar_bind(struct bn_grammar *g, struct bn_grammar_vocab *v,
+		    struct bn_grammar_bound **out)
+{
+	*out = NULL;
+	struct bn_grammar_bound *b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->sets = calloc(g->a->n_states, sizeof(*b->sets));
+	if (!b->sets) {
+		free(b);
+		return -ENOMEM;
+	}
+	atomic_init(&b->refs, 1);
+	pthread_mutex_init(&b->lock, NULL);
+	bn_grammar_ref(g);
+	bn_grammar_vocab_ref(v);
+	b->g = g;
+	b->v = v;
+	b->a = g->a;
+	*out = b;
+	return 0;
+}
+
+void bn_grammar_bound_ref(struct bn_grammar_bound *b)
+{
+	atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+}
+
+void bn_grammar_bound_unref(struct bn_grammar_bound *b)
+{
+	if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	for (uint32_t s = 0; s < b->a->n_states; s++)
+		tset_free(atomic_load_explicit(&b->sets[s], memory_order_relaxed));
+	while (b->shared) {
+		struct shared_bits *next = b->shared->next;
+		free(b->shared);
+		b->shared = next;
+	}
+	pthread_mutex_destroy(&b->lock);
+	free(b->sets);
+	bn_grammar_unref(b->g);
+	bn_grammar_vocab_unref(b->v);
+	free(b);
+}
+
+int bn_grammar_bound_warm(struct bn_grammar_bound *b, uint64_t budget_ns)
+{
+	uint64_t end = bn_now_ns() + budget_ns;
+	for (uint32_t s = 0; s < b->a->n_states; s++) {
+		if (!b->a->states[s].has_bytes)
+			continue; /* never a top: never asked */
+		if (bn_now_ns() > end)
+			return 0;
+		if (!gr_tset_get(b, s))
+			return -ENOMEM;
+	}
+	return 1;
+}
+
+void bn_grammar_bound_get_info(const struct bn_grammar_bound *b,
+			       struct bn_grammar_bound_info *info)
+{
+	*info = (struct bn_grammar_bound_info){
+		.states_filled = atomic_load(&b->filled), .n_states = b->a->n_states,
+		.set_bytes = atomic_load(&b->set_bytes), .fill_ns = atomic_load(&b->fill_ns),
+	};
+}
