@@ -21,6 +21,7 @@
 #   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
+#   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
@@ -174,7 +175,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm $(CUD
 .SECONDARY:
 
 .PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -307,6 +308,18 @@ $(BENCH_TOKENIZER_FILE): | $(MODELTOOL)
 
 bench-tokenizer: $(BENCH_TOKENIZER) $(BITNETD) $(BENCH_TOKENIZER_FILE)
 	BITNETD=$(BITNETD) $(BENCH_TOKENIZER) --model $(BENCH_TOKENIZER_FILE)
+
+# The grammar engine's benchmark (bench/bench_grammar.c): compile, token sets, masks per token
+# over random walks on LLaMA-3's vocabulary.
+BENCH_GRAMMAR := $(BUILD)/bench/bench_grammar
+BENCH_GRAMMAR_ARGS ?=
+$(BENCH_GRAMMAR): $(BUILD)/bench/bench_grammar.o $(BUILD)/tools/hf_vocab.o $(CORE_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
+bench-grammar: $(BENCH_GRAMMAR)
+	@test -f $(LLAMA3_TOKENIZER) || { echo "bench-grammar needs $(LLAMA3_TOKENIZER) (set BITNET_TEST_MODELS)"; exit 1; }
+	$(BENCH_GRAMMAR) --tokenizer $(LLAMA3_TOKENIZER) $(BENCH_GRAMMAR_ARGS)
 
 # The scoring benchmark (bench/bench_score.c): score requests through a cpu daemon on the
 # 2B4T-shape model (bench-model's file) against a prompt's prefill, in the same run.

@@ -127,7 +127,9 @@ static inline int tvocab_llama3(struct tvocab *t)
 static inline struct bn_grammar_bound *bind_text(const struct tvocab *t, uint32_t kind,
 						 const char *text, uint32_t json_top)
 {
-	struct bn_grammar_options o = { .kind = kind, .json_top = json_top };
+	/* A generous budget: sanitizer builds run several times slower. */
+	struct bn_grammar_options o = { .kind = kind, .json_top = json_top,
+					.limits = { .compile_ms = 30000 } };
 	char err[BN_GRAMMAR_ERR_LEN];
 	struct bn_grammar *g;
 	int rc = bn_grammar_compile(text, strlen(text), &o, &g, err);

@@ -24,7 +24,7 @@ struct parser {
 	uint32_t names_mask;
 };
 
-static int fail_at(struct parser *p, size_t at, const char *what)
+static int fail_code(struct parser *p, size_t at, int code, const char *what)
 {
 	uint32_t line = 1, col = 1;
 	for (size_t i = 0; i < at && i < p->len; i++) {
@@ -33,7 +33,12 @@ static int fail_at(struct parser *p, size_t at, const char *what)
 		else
 			col++;
 	}
-	return gr_fail(p->c, -EINVAL, "GBNF line %u, column %u: %s", line, col, what);
+	return gr_fail(p->c, code, "GBNF line %u, column %u: %s", line, col, what);
+}
+
+static int fail_at(struct parser *p, size_t at, const char *what)
+{
+	return fail_code(p, at, -EINVAL, what);
 }
 
 static int peek(const struct parser *p, size_t ahead)
@@ -150,11 +155,11 @@ static int parse_char(struct parser *p, uint32_t *cp)
 static struct ir_node *parse_literal(struct parser *p)
 {
 	struct ir_list seq = { 0 };
-	p->pos++; /* '"' */
+	size_t at = p->pos++; /* '"' */
 	while (peek(p, 0) != '"') {
 		uint32_t cp;
-		if (peek(p, 0) < 0) {
-			fail_at(p, p->pos, "a string literal is not closed");
+		if (peek(p, 0) < 0 || peek(p, 0) == '\n') {
+			fail_at(p, at, "a string literal is not closed on its line");
 			return NULL;
 		}
 		if (parse_char(p, &cp) || ir_list_push(p->c, &seq, ir_codepoint(p->c, cp, GR_TEXT_RAW)))
@@ -168,27 +173,27 @@ static struct ir_node *parse_class(struct parser *p)
 {
 	struct gr_cpset set = { 0 };
 	int negate = 0;
-	p->pos++; /* '[' */
+	size_t at = p->pos++; /* '[' */
 	if (peek(p, 0) == '^') {
 		negate = 1;
 		p->pos++;
 	}
 	while (peek(p, 0) != ']') {
 		uint32_t lo, hi;
-		if (peek(p, 0) < 0) {
-			fail_at(p, p->pos, "a character class is not closed");
+		if (peek(p, 0) < 0 || peek(p, 0) == '\n') {
+			fail_at(p, at, "a character class is not closed on its line");
 			return NULL;
 		}
 		if (parse_char(p, &lo))
 			return NULL;
 		hi = lo;
 		if (peek(p, 0) == '-' && peek(p, 1) != ']' && peek(p, 1) >= 0) {
-			size_t at = p->pos;
+			size_t dash = p->pos;
 			p->pos++;
 			if (parse_char(p, &hi))
 				return NULL;
 			if (hi < lo) {
-				fail_at(p, at, "a character range is out of order");
+				fail_at(p, dash, "a character range is out of order");
 				return NULL;
 			}
 		}
@@ -214,7 +219,7 @@ static int parse_count(struct parser *p, uint32_t *v)
 			char msg[96];
 			snprintf(msg, sizeof(msg), "a repetition count over the limit of %u",
 				 p->c->lim.max_repeat);
-			return fail_at(p, at, msg);
+			return fail_code(p, at, -E2BIG, msg);
 		}
 	}
 	*v = (uint32_t)n;

@@ -470,9 +470,20 @@ int32_t gr_utf8_decode(const uint8_t *s, size_t n, uint32_t *len)
 	return (int32_t)cp;
 }
 
-/* The scalar values lo..hi of one encoded length, as sequences of byte ranges (the way a UTF-8
+/* A UTF-8 byte-range sequence: the code points whose encodings have a byte of lo[i]..hi[i]
+ * at each position i. */
+struct utf8_seq {
+	uint8_t n, lo[4], hi[4];
+};
+
+struct utf8_seqs {
+	struct utf8_seq *v;
+	uint32_t n, cap;
+};
+
+/* The scalar values lo..hi of one encoded length, as byte-range sequences (the way a UTF-8
  * decoder's automaton reads them): split until every byte position is a plain range. */
-static int utf8_ranges(struct gr_ctx *c, uint32_t lo, uint32_t hi, struct ir_list *alts)
+static int utf8_ranges(struct gr_ctx *c, uint32_t lo, uint32_t hi, struct utf8_seqs *out)
 {
 	uint8_t a[4], b[4];
 	int n = gr_utf8_encode(lo, a);
@@ -482,21 +493,32 @@ static int utf8_ranges(struct gr_ctx *c, uint32_t lo, uint32_t hi, struct ir_lis
 		uint32_t m = (1u << (6 * i)) - 1;
 		if ((lo & ~m) != (hi & ~m)) {
 			if ((lo & m) != 0)
-				return utf8_ranges(c, lo, lo | m, alts) ||
-				       utf8_ranges(c, (lo | m) + 1, hi, alts);
+				return utf8_ranges(c, lo, lo | m, out) ||
+				       utf8_ranges(c, (lo | m) + 1, hi, out);
 			if ((hi & m) != m)
-				return utf8_ranges(c, lo, (hi & ~m) - 1, alts) ||
-				       utf8_ranges(c, hi & ~m, hi, alts);
+				return utf8_ranges(c, lo, (hi & ~m) - 1, out) ||
+				       utf8_ranges(c, hi & ~m, hi, out);
 		}
 	}
-	struct ir_node *kids[4];
-	for (int i = 0; i < n; i++)
-		kids[i] = ir_byte_range(c, a[i], b[i]);
-	return ir_list_push(c, alts, ir_seq(c, (uint32_t)n, kids));
+	if (out->n == out->cap) {
+		uint32_t cap = out->cap ? out->cap * 2 : 16;
+		struct utf8_seq *v = gr_alloc(c, cap * sizeof(*v));
+		if (!v)
+			return -1;
+		if (out->n)
+			memcpy(v, out->v, out->n * sizeof(*v));
+		out->v = v;
+		out->cap = cap;
+	}
+	struct utf8_seq *q = &out->v[out->n++];
+	q->n = (uint8_t)n;
+	memcpy(q->lo, a, 4);
+	memcpy(q->hi, b, 4);
+	return 0;
 }
 
 /* lo..hi split at the encoded-length boundaries, surrogates left out. */
-static int raw_range(struct gr_ctx *c, uint32_t lo, uint32_t hi, struct ir_list *alts)
+static int raw_range(struct gr_ctx *c, uint32_t lo, uint32_t hi, struct utf8_seqs *out)
 {
 	static const uint32_t bounds[][2] = {
 		{ 0, 0x7F }, { 0x80, 0x7FF }, { 0x800, 0xD7FF }, { 0xE000, 0xFFFF },
@@ -505,10 +527,31 @@ static int raw_range(struct gr_ctx *c, uint32_t lo, uint32_t hi, struct ir_list 
 	for (size_t i = 0; i < sizeof(bounds) / sizeof(bounds[0]); i++) {
 		uint32_t l = lo > bounds[i][0] ? lo : bounds[i][0];
 		uint32_t h = hi < bounds[i][1] ? hi : bounds[i][1];
-		if (l <= h && utf8_ranges(c, l, h, alts))
+		if (l <= h && utf8_ranges(c, l, h, out))
 			return -1;
 	}
 	return 0;
+}
+
+/* Sequences in code-point order as a tree of shared prefixes: those with the same range at
+ * position d (adjacent, and then of one length) share it once. A class like \p{L} becomes a
+ * few hundred states instead of a flat alternation of a thousand sequences. */
+static struct ir_node *seq_tree(struct gr_ctx *c, const struct utf8_seq *s, uint32_t n,
+				uint32_t d)
+{
+	struct ir_list alts = { 0 };
+	for (uint32_t i = 0; i < n;) {
+		uint32_t j = i + 1;
+		while (j < n && s[j].lo[d] == s[i].lo[d] && s[j].hi[d] == s[i].hi[d])
+			j++;
+		struct ir_node *head = ir_byte_range(c, s[i].lo[d], s[i].hi[d]);
+		struct ir_node *x = s[i].n == d + 1 ? head : ir_seq2(c, head, seq_tree(c, s + i, j - i,
+											   d + 1));
+		if (ir_list_push(c, &alts, x))
+			return NULL;
+		i = j;
+	}
+	return ir_alt(c, alts.n, alts.v);
 }
 
 /* JSON's escape of a code point that must not appear raw in a string. */
@@ -554,9 +597,12 @@ struct ir_node *ir_cpset(struct gr_ctx *c, const struct gr_cpset *s, enum gr_tex
 		if (special.n && gr_cpset_subtract(c, &raw, &special))
 			return NULL;
 	}
+	struct utf8_seqs seqs = { 0 };
 	for (uint32_t i = 0; i < raw.n; i++)
-		if (raw_range(c, raw.r[i][0], raw.r[i][1], &alts) || gr_tick(c))
+		if (raw_range(c, raw.r[i][0], raw.r[i][1], &seqs) || gr_tick(c))
 			return NULL;
+	if (seqs.n && ir_list_push(c, &alts, seq_tree(c, seqs.v, seqs.n, 0)))
+		return NULL;
 	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
 }
 

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #define INLINE_MAX 512           /* a rule called from several places stays a rule past this */
-#define REPEAT_INLINE_MAX 16384  /* a part repeated into more states than this becomes a rule */
+#define REPEAT_INLINE_MAX 65536  /* a part repeated into more states than this becomes a rule */
 #define OUTLINE_MIN 48           /* ... when the part itself is at least this large */
 #define SIZE_CAP (1u << 30)
 #define WALK_MAX_DEPTH 2048

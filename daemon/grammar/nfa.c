@@ -3,8 +3,8 @@
  * nfa.c — a rule's expression as a nondeterministic automaton with empty edges (Thompson's
  * construction; automaton.h). Calls of rules that stay rules are edges labelled with the
  * callee (and an empty edge beside them when the callee may match nothing); calls of the
- * others are expanded in place. Every fragment only leaves its entry and enters its exit, so
- * fragments can share those two states.
+ * others are expanded in place. Every fragment only leaves its entry and enters its exit
+ * (a loop gets a state of its own), so alternatives can share those two states.
  */
 #include "automaton.h"
 
@@ -147,15 +147,11 @@ static int build(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node *x, ui
 		}
 		return build(c, n, x->kids[x->n_kids - 1], at, out, depth);
 	case IR_ALT:
-		for (uint32_t i = 0; i < x->n_kids; i++) {
-			/* Each alternative gets its own entry: a looping one must not loop back
-			 * into the others. */
-			if (x->kids[i]->minlen == GR_INF)
-				continue;
-			if (new_state(c, n, &next) || add_edge(c, n, in, next, NFA_EPS) ||
-			    build(c, n, x->kids[i], next, out, depth))
+		/* Alternatives share the entry and the exit: no construction adds an edge into
+		 * its entry or out of its exit (loops go through states of their own). */
+		for (uint32_t i = 0; i < x->n_kids; i++)
+			if (x->kids[i]->minlen != GR_INF && build(c, n, x->kids[i], in, out, depth))
 				return -1;
-		}
 		return 0;
 	case IR_REPEAT:
 		return build_repeat(c, n, x, in, out, depth);

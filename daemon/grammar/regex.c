@@ -497,11 +497,9 @@ static int parse_quantifier(struct rx *r, uint32_t *min, uint32_t *max)
 		*min = (uint32_t)a;
 		*max = (uint32_t)b;
 		uint32_t lim = r->c->lim.max_repeat;
-		if (*min > lim || (*max != GR_INF && *max > lim)) {
-			char msg[96];
-			snprintf(msg, sizeof(msg), "a repetition count over the limit of %u", lim);
-			return fail_rx(r, at, msg);
-		}
+		if (*min > lim || (*max != GR_INF && *max > lim))
+			return gr_fail(r->c, -E2BIG, "%s, column %zu: a repetition count over the "
+				       "limit of %u", r->where, at + 1, lim);
 		if (*max < *min)
 			return fail_rx(r, at, "a repetition's maximum is below its minimum");
 	} else {

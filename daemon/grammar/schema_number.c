@@ -6,11 +6,13 @@
  *
  * A bound is a double (what Jansson reads). Validators compare either the decimal text of the
  * output with the schema's text (JSON Schema's mathematical values) or doubles (Python and
- * most others), so a bound is made safe for both: an inclusive lower bound m becomes the
- * larger of m's shortest decimal and its exact binary value (rounding is monotonic, so
- * x >= exact(m) gives double(x) >= m); an exclusive one becomes exact(nextafter(m, +inf))
- * inclusive; upper bounds mirror that. Bounded numbers are written without exponents, and
- * negative zero is never written. multipleOf is refused (but 1 on an integer).
+ * most others), so a bound is made safe for both. It is taken as the shortest decimal that
+ * reads back as the double (what the schema says, when written as people and serializers
+ * write numbers): x >= S(m) is then right in decimals, and gives double(x) >= m since
+ * rounding is monotonic. An exclusive bound becomes the inclusive S(nextafter(m, +inf)),
+ * which lies above S(m) and whose double lies above m. Upper bounds mirror that. Bounded
+ * numbers are written without exponents, and negative zero is never written. multipleOf is
+ * refused (but 1 on an integer).
  */
 #include "schema.h"
 
@@ -69,7 +71,7 @@ static int parse_printed(struct gr_ctx *c, const char *s, struct dec *out)
 {
 	int neg = *s == '-';
 	s += neg;
-	char digits[1500];
+	char digits[64];
 	long n = 0, point = -1, exp = 0;
 	for (; *s && *s != 'e'; s++) {
 		if (*s == '.')
@@ -82,13 +84,6 @@ static int parse_printed(struct gr_ctx *c, const char *s, struct dec *out)
 	if (point < 0)
 		point = n;
 	return make_dec(c, neg, digits, n, point + exp, out);
-}
-
-static int exact_dec(struct gr_ctx *c, double d, struct dec *out)
-{
-	char buf[1500];
-	snprintf(buf, sizeof(buf), "%.1080f", d);
-	return parse_printed(c, buf, out);
 }
 
 /* The shortest decimal that reads back as d. */
@@ -265,15 +260,18 @@ static struct ir_node *frac_ge(struct gr_ctx *c, const char *f, size_t i)
 	return ir_alt2(c, ir_seq2(c, digit(c, (char)(f[i] + 1), '9'), digits_star(c)), eq);
 }
 
-/* ... that are <= f: beyond f only zeros. */
+/* ... that are <= f: beyond f only zeros; a prefix of f may end early (after a digit). */
 static struct ir_node *frac_le(struct gr_ctx *c, const char *f, size_t i)
 {
 	if (!f[i])
 		return ir_repeat(c, digit(c, '0', '0'), 0, GR_INF);
-	struct ir_node *eq = ir_seq2(c, digit(c, f[i], f[i]), frac_le(c, f, i + 1));
-	if (f[i] == '0')
-		return eq;
-	return ir_alt2(c, ir_seq2(c, digit(c, '0', (char)(f[i] - 1)), digits_star(c)), eq);
+	struct ir_list alts = { 0 };
+	if (i > 0)
+		ir_list_push(c, &alts, ir_empty(c));
+	if (f[i] != '0')
+		ir_list_push(c, &alts, ir_seq2(c, digit(c, '0', (char)(f[i] - 1)), digits_star(c)));
+	ir_list_push(c, &alts, ir_seq2(c, digit(c, f[i], f[i]), frac_le(c, f, i + 1)));
+	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
 }
 
 /* ... that are <= f and not all zeros. */
@@ -299,8 +297,11 @@ static struct ir_node *frac_between(struct gr_ctx *c, const char *a, const char 
 	if (i >= la && i >= lb)
 		return ir_repeat(c, digit(c, '0', '0'), 0, GR_INF);
 	char x = i < la ? a[i] : '0', y = i < lb ? b[i] : '0';
-	if (x == y)
-		return ir_seq2(c, digit(c, x, x), frac_between(c, a, b, i + 1));
+	if (x == y) {
+		/* Past a's digits, a prefix of b may end (after a digit). */
+		struct ir_node *eq = ir_seq2(c, digit(c, x, x), frac_between(c, a, b, i + 1));
+		return i > 0 && i >= la ? ir_alt2(c, ir_empty(c), eq) : eq;
+	}
 	struct ir_list alts = { 0 };
 	ir_list_push(c, &alts, ir_seq2(c, digit(c, x, x), i + 1 < la ? frac_ge(c, a, i + 1)
 							      : digits_star(c)));
@@ -426,13 +427,8 @@ static int bound_value(struct schema *s, json_t *node, const char *key, double *
 static int safe_bound(struct gr_ctx *c, double v, int exclusive, int upper, struct dec *out)
 {
 	if (exclusive)
-		return exact_dec(c, nextafter(v, upper ? -INFINITY : INFINITY), out);
-	struct dec e, sh;
-	if (exact_dec(c, v, &e) || shortest_dec(c, v, &sh))
-		return -1;
-	int r = cmp_dec(&e, &sh);
-	*out = (upper ? r < 0 : r > 0) ? e : sh;
-	return 0;
+		v = nextafter(v, upper ? -INFINITY : INFINITY);
+	return shortest_dec(c, v, out);
 }
 
 static void tighten(struct dec *cur, int *has, const struct dec *cand, int upper)
@@ -487,14 +483,15 @@ static int check_multiple_of(struct schema *s, json_t *node, int integer)
 /* ------------------------------------------------------------------------------------------ */
 
 /* The integer part of a bound, rounded inward (up for lower, down for upper). */
-static int round_inward(struct gr_ctx *c, const struct dec *d, int upper, struct dec *out)
+static int round_inward(struct gr_ctx *c, const struct dec *in, int upper, struct dec *out)
 {
-	*out = (struct dec){ d->neg, d->ip, "" };
-	if (!*d->fp)
+	struct dec d = *in; /* out may be in */
+	*out = (struct dec){ d.neg, d.ip, "" };
+	if (!*d.fp)
 		return 0;
 	/* Toward +inf for a lower bound: a positive grows, a negative's magnitude shrinks. */
-	int grow = upper ? d->neg : !d->neg;
-	if (grow && !(out->ip = digits_add(c, d->ip, +1)))
+	int grow = upper ? d.neg : !d.neg;
+	if (grow && !(out->ip = digits_add(c, d.ip, +1)))
 		return -1;
 	if (!strcmp(out->ip, "0"))
 		out->neg = 0;
