@@ -798,6 +798,80 @@ START_TEST(strings_at_their_edges_validate)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* Mutated grammars                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Grammars of every form, a few characters changed at random: each either compiles or is
+ * refused with a message (never a crash, never another error), and a compiled one's masks
+ * equal brute force and its completions end the output. */
+START_TEST(mutated_grammars_compile_or_refuse_cleanly)
+{
+	static const char alphabet[] = "()[]{}|*+?.^$\\\"':,-0129azAZ#\n \t=<>!/";
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 300, 6);
+	uint32_t words = (t.n + 63) / 64, compiled = 0;
+	uint64_t *mask = malloc(words * 8);
+	tu_rng_seed(60);
+	for (int it = 0; it < 400; it++) {
+		uint32_t k = tu_rng_next() % (sizeof(exhaustive) / sizeof(exhaustive[0]));
+		char text[1024];
+		size_t len = strlen(exhaustive[k].text);
+		memcpy(text, exhaustive[k].text, len);
+		for (uint32_t m = 1 + tu_rng_next() % 4; m > 0 && len > 0; m--) {
+			size_t at = tu_rng_next() % len;
+			char ch = alphabet[tu_rng_next() % (sizeof(alphabet) - 1)];
+			switch (tu_rng_next() % 3) {
+			case 0: memmove(text + at + 1, text + at, len - at); text[at] = ch; len++; break;
+			case 1: memmove(text + at, text + at + 1, len - at - 1); len--; break;
+			default: text[at] = ch;
+			}
+		}
+		struct bn_grammar_options o = { .kind = exhaustive[k].kind,
+						.limits = { .compile_ms = 30000, .max_states = 20000 } };
+		char err[BN_GRAMMAR_ERR_LEN];
+		struct bn_grammar *g;
+		int rc = bn_grammar_compile(text, o.kind == BN_GRAMMAR_JSON ? 0 : len, &o, &g, err);
+		if (rc) {
+			ck_assert_msg(rc == -EINVAL || rc == -E2BIG, "%.*s: %d %s", (int)len, text, rc,
+				      err);
+			ck_assert(err[0]);
+			continue;
+		}
+		compiled++;
+		struct bn_grammar_bound *b;
+		ck_assert_int_eq(bn_grammar_bind(g, t.v, &b), 0);
+		bn_grammar_unref(g);
+		struct bn_grammar_matcher *m;
+		ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+		for (int step = 0; step < 6; step++) {
+			int n = bn_grammar_matcher_fill_mask(m, mask);
+			check_mask(m, &t, mask, NULL, 0);
+			uint8_t done[512];
+			int c = bn_grammar_matcher_shortest_completion(m, done, sizeof(done));
+			if (c >= 0) {
+				struct bn_grammar_matcher *f;
+				ck_assert_int_eq(bn_grammar_matcher_clone(m, &f), 0);
+				ck_assert_int_eq(bn_grammar_matcher_accept_bytes(f, done, (size_t)c), 0);
+				ck_assert(bn_grammar_matcher_is_accepting(f));
+				bn_grammar_matcher_free(f);
+			}
+			if (n <= 0)
+				break;
+			uint32_t id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)n);
+			if (t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
+				break;
+			ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+		}
+		bn_grammar_matcher_free(m);
+		bn_grammar_bound_unref(b);
+	}
+	ck_assert_uint_gt(compiled, 40);
+	free(mask);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* The cache                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -933,6 +1007,7 @@ int main(void)
 	tcase_add_test(tc, ambiguity_stays_bounded);
 	tcase_add_test(tc, numbers_at_their_bounds_validate);
 	tcase_add_test(tc, strings_at_their_edges_validate);
+	tcase_add_test(tc, mutated_grammars_compile_or_refuse_cleanly);
 	tcase_add_test(tc, cache_keys_on_content_and_keeps_refusals);
 	tcase_add_test(tc, threads_share_a_bound_grammar);
 	suite_add_tcase(s, tc);

@@ -255,7 +255,7 @@ static int parse_braces(struct parser *p, int nested, uint32_t *min, uint32_t *m
 
 static struct ir_node *parse_alternates(struct parser *p, int nested);
 
-static struct ir_node *parse_primary(struct parser *p, int nested)
+static struct ir_node *parse_primary(struct parser *p)
 {
 	int ch = peek(p, 0);
 	if (ch == '"')
@@ -293,8 +293,11 @@ static struct ir_node *parse_primary(struct parser *p, int nested)
 	size_t start = p->pos;
 	while (is_name_char(peek(p, 0)))
 		p->pos++;
+	if (p->pos == start) {
+		fail_at(p, start, "unexpected character");
+		return NULL;
+	}
 	int64_t r = rule_named(p, p->s + start, p->pos - start);
-	(void)nested;
 	return r < 0 ? NULL : ir_call(p->c, (uint32_t)r);
 }
 
@@ -308,7 +311,7 @@ static struct ir_node *parse_sequence(struct parser *p, int nested)
 {
 	struct ir_list seq = { 0 };
 	while (starts_item(peek(p, 0))) {
-		struct ir_node *x = parse_primary(p, nested);
+		struct ir_node *x = parse_primary(p);
 		if (!x)
 			return NULL;
 		skip_space(p, nested);

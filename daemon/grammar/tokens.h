@@ -16,6 +16,14 @@
 
 #define GR_MAX_TOKEN_BYTES 1024 /* longer text tokens are refused by bn_grammar_vocab_new */
 
+/* A trie node, packed: a walk reads these in order, one after another. */
+struct gr_trie_node {
+	uint32_t end;              /* one past the node's subtree */
+	uint16_t depth;            /* bytes from the root */
+	uint8_t byte;              /* the byte that leads here */
+	uint8_t has_tokens;        /* some token ends here */
+};
+
 struct bn_grammar_vocab {
 	atomic_uint refs;
 	uint32_t n_tokens, words;  /* words: of a mask, (n_tokens + 63) / 64 */
@@ -27,9 +35,7 @@ struct bn_grammar_vocab {
 	uint32_t max_len;          /* longest text token */
 	/* The trie of text tokens, depth first; node 0 is the root (no byte). */
 	uint32_t n_nodes;
-	uint8_t *node_byte;
-	uint16_t *node_depth;
-	uint32_t *node_end;        /* one past the node's subtree */
+	struct gr_trie_node *nodes;
 	uint32_t *node_tok;        /* [n_nodes + 1]: tokens ending at node i are
 	                            * trie_tok[node_tok[i] .. node_tok[i + 1]) */
 	uint32_t *trie_tok;        /* text tokens in trie order */

@@ -93,31 +93,22 @@ static int tokens_at(struct walk *w, uint32_t node, int accepted)
 	return 0;
 }
 
-/* Level d from level d - 1 by byte b. */
+/* Level d from level d - 1 by byte b, on the stack: below a byte that calls or may end the
+ * rule (from a plain level), or anywhere below such a byte (from a stack level). */
 static int descend(struct walk *w, uint32_t d, uint8_t b)
 {
 	const struct gr_automaton *a = w->a;
 	const struct level *up = &w->lv[d - 1];
 	struct level *here = &w->lv[d];
-	gss_reset(&w->g, up->mark);
 	if (up->simple != GR_DEAD) {
-		uint32_t s = gr_next(a, up->simple, b);
-		const struct gr_state *st = s == GR_DEAD ? NULL : &a->states[s];
-		if (!st || (!st->n_calls && (!st->accepting || w->n_parents == 0))) {
-			/* Still one parse in the rule (the bottom rule's end is only the output's). */
-			here->simple = s;
-			here->cfg = (struct gss_cfg){ .n_tops = st && st->has_bytes,
-						      .flags = st && st->accepting ? GSS_ACCEPT : 0 };
-			here->mark = up->mark;
-			return 0;
-		}
-		/* A call or a possible return: continue on the stack from a node for up's state. */
+		/* Plain levels allocate nothing: the stack is as the walk started. */
 		struct gss_cfg from;
-		if (gss_start_at(&w->g, a, up->simple, &from) < 0)
-			return -ENOMEM;
-		if (gss_step(&w->g, a, &from, b, &here->cfg))
+		gss_reset(&w->g, w->lv[0].mark);
+		if (gss_start_at(&w->g, a, up->simple, &from) < 0 ||
+		    gss_step(&w->g, a, &from, b, &here->cfg))
 			return -ENOMEM;
 	} else if (up->cfg.n_tops) {
+		gss_reset(&w->g, up->mark);
 		if (gss_step(&w->g, a, &up->cfg, b, &here->cfg))
 			return -ENOMEM;
 	} else {
@@ -142,45 +133,44 @@ static inline void accept_at(struct walk *w, uint32_t i)
 static int walk(struct walk *w, uint32_t state)
 {
 	const struct bn_grammar_vocab *v = w->v;
+	const struct gr_trie_node *nodes = v->nodes;
 	const struct gr_automaton *a = w->a;
 	const struct ir_byteset *follow = &a->rules[a->states[state].rule].follow;
-	w->lv[0] = (struct level){ .simple = state, .cfg = { .n_tops = 1 },
-				   .mark = gss_mark(&w->g) };
+	w->lv[0] = (struct level){ .simple = state, .mark = gss_mark(&w->g) };
 	w->n_parents = a->states[state].rule != a->bottom;
 	for (uint32_t i = 1; i < v->n_nodes;) {
-		uint32_t d = v->node_depth[i];
-		uint8_t b = v->node_byte[i];
-		const struct level *up = &w->lv[d - 1];
+		struct gr_trie_node node = nodes[i];
+		struct level *up = &w->lv[node.depth - 1];
 		/* The fast path: one parse moving inside the rule, no stack. */
 		if (up->simple != GR_DEAD) {
-			uint32_t s = gr_next(a, up->simple, b);
+			uint32_t s = gr_next(a, up->simple, node.byte);
 			if (s == GR_DEAD) {
-				if (up->inherited && (subtree_uncertain(w, i, v->node_end[i])))
+				if (up->inherited && subtree_uncertain(w, i, node.end))
 					return -ENOMEM;
-				i = v->node_end[i];
+				i = node.end;
 				continue;
 			}
 			const struct gr_state *st = &a->states[s];
 			if (!st->n_calls && (!st->accepting || !w->n_parents)) {
-				accept_at(w, i);
+				if (node.has_tokens)
+					accept_at(w, i);
 				if (!st->has_bytes) {
-					i = v->node_end[i];
+					i = node.end;
 					continue;
 				}
-				struct level *here = &w->lv[d];
+				struct level *here = up + 1;
 				here->simple = s;
-				here->cfg.n_tops = 1;
-				here->cfg.flags = 0;
-				here->mark = up->mark;
 				here->inherited = up->inherited;
 				i++;
 				continue;
 			}
 		}
-		int inherited = up->inherited || ((up->cfg.flags & GSS_CTX) && ir_set_has(follow, b));
-		if (descend(w, d, b))
+		/* A plain level has no flags: a parse leaves the rule only on the stack. */
+		int ctx = up->simple == GR_DEAD && (up->cfg.flags & GSS_CTX);
+		int inherited = up->inherited || (ctx && ir_set_has(follow, node.byte));
+		if (descend(w, node.depth, node.byte))
 			return -ENOMEM;
-		struct level *here = &w->lv[d];
+		struct level *here = up + 1;
 		int alive = gss_alive(&here->cfg);
 		if ((alive || inherited) && tokens_at(w, i, alive))
 			return -ENOMEM;
@@ -190,9 +180,9 @@ static int walk(struct walk *w, uint32_t state)
 			continue;
 		}
 		/* Nothing reads on: below is uncertain if the context might, else rejected. */
-		if (inherited && subtree_uncertain(w, i + 1, v->node_end[i]))
+		if (inherited && subtree_uncertain(w, i + 1, node.end))
 			return -ENOMEM;
-		i = v->node_end[i];
+		i = node.end;
 	}
 	return 0;
 }

@@ -126,20 +126,16 @@ static int build_trie(struct bn_grammar_vocab *v)
 	size_t cap = 1;
 	for (uint32_t i = 0; i < n; i++)
 		cap += v->off[ids[i] + 1] - v->off[ids[i]];
-	v->node_byte = malloc(cap);
-	v->node_depth = malloc(cap * sizeof(uint16_t));
-	v->node_end = malloc(cap * sizeof(uint32_t));
+	v->nodes = calloc(cap, sizeof(*v->nodes));
 	v->node_tok = calloc(cap + 1, sizeof(uint32_t));
 	uint32_t *open = malloc(((size_t)v->max_len + 1) * sizeof(uint32_t));
-	if (!v->node_byte || !v->node_depth || !v->node_end || !v->node_tok || !open) {
+	if (!v->nodes || !v->node_tok || !open) {
 		free(ids);
 		free(open);
 		return -ENOMEM;
 	}
 	v->trie_tok = ids;
 	uint32_t nodes = 1;
-	v->node_byte[0] = 0;
-	v->node_depth[0] = 0;
 	open[0] = 0;
 	uint32_t prev_len = 0;
 	const uint8_t *prev = NULL;
@@ -150,23 +146,24 @@ static int build_trie(struct bn_grammar_vocab *v)
 			lcp++;
 		/* Nodes deeper than the common prefix are complete. */
 		for (uint32_t d = lcp + 1; d <= prev_len; d++)
-			v->node_end[open[d]] = nodes;
+			v->nodes[open[d]].end = nodes;
 		for (uint32_t d = lcp + 1; d <= len; d++) {
-			v->node_byte[nodes] = b[d - 1];
-			v->node_depth[nodes] = (uint16_t)d;
+			v->nodes[nodes].byte = b[d - 1];
+			v->nodes[nodes].depth = (uint16_t)d;
 			open[d] = nodes++;
 		}
+		v->nodes[open[len]].has_tokens = 1;
 		v->node_tok[open[len] + 1]++; /* counts for now */
 		prev = b;
 		prev_len = len;
 	}
 	for (uint32_t d = 0; d <= prev_len; d++)
-		v->node_end[open[d]] = nodes;
-	v->node_end[0] = nodes;
+		v->nodes[open[d]].end = nodes;
+	v->nodes[0].end = nodes;
 	for (uint32_t i = 0; i < nodes; i++)
 		v->node_tok[i + 1] += v->node_tok[i];
 	v->n_nodes = nodes;
-	v->bytes_held += (size_t)nodes * (1 + 2 + 4 + 4) + (size_t)n * 4;
+	v->bytes_held += (size_t)nodes * (sizeof(*v->nodes) + 4) + (size_t)n * 4;
 	free(open);
 	return 0;
 }
@@ -181,9 +178,7 @@ static void vocab_free(struct bn_grammar_vocab *v)
 	free(v->off);
 	free(v->kind);
 	free(v->eog);
-	free(v->node_byte);
-	free(v->node_depth);
-	free(v->node_end);
+	free(v->nodes);
 	free(v->node_tok);
 	free(v->trie_tok);
 	free(v);
