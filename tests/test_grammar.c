@@ -129,15 +129,22 @@ static const struct {
 	  "\"c\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"a\"]}" },
 };
 
+/* Token sets filled on first use (one walk per state) and all ahead of time (bottom rules
+ * without calls walk 64 states at once) give the same masks. */
 START_TEST(masks_equal_brute_force)
 {
 	struct tvocab t = { 0 };
 	made_up_vocab(&t, 3000, 11);
-	struct bn_grammar_bound *b = bind_text(&t, exhaustive[_i].kind, exhaustive[_i].text, 0);
-	tu_rng_seed(20 + (uint64_t)_i);
-	for (int w = 0; w < 6; w++)
-		walk_checking(&t, b, 40, NULL, 0);
-	bn_grammar_bound_unref(b);
+	for (int warm = 0; warm < 2; warm++) {
+		struct bn_grammar_bound *b = bind_text(&t, exhaustive[_i].kind, exhaustive[_i].text,
+						       0);
+		if (warm)
+			ck_assert_int_eq(bn_grammar_bound_warm(b, UINT64_MAX / 2), 1);
+		tu_rng_seed(20 + (uint64_t)_i);
+		for (int w = 0; w < 6; w++)
+			walk_checking(&t, b, 40, NULL, 0);
+		bn_grammar_bound_unref(b);
+	}
 	tvocab_free(&t);
 }
 END_TEST
@@ -151,9 +158,14 @@ START_TEST(llama3_masks_equal_brute_force)
 		return;
 	static const char arith[] = "root ::= e\ne ::= t ([-+] t)*\nt ::= f ([*/] f)*\n"
 				    "f ::= [0-9]+ | \"(\" e \")\"\n";
-	const char *text = _i == 0 ? "" : arith;
-	struct bn_grammar_bound *b = bind_text(&t, _i == 0 ? BN_GRAMMAR_JSON : BN_GRAMMAR_GBNF,
-					       text, 0);
+	static const char plain[] = "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":"
+				    "\"string\",\"maxLength\":12},\"h\":{\"type\":\"string\","
+				    "\"format\":\"hostname\"}},\"required\":[\"s\",\"h\"]}";
+	static const uint32_t kinds[] = { BN_GRAMMAR_JSON, BN_GRAMMAR_GBNF, BN_GRAMMAR_JSON_SCHEMA };
+	static const char *const texts[] = { "", arith, plain };
+	struct bn_grammar_bound *b = bind_text(&t, kinds[_i], texts[_i], 0);
+	if (_i == 2) /* the 64-states-at-once walks */
+		ck_assert_int_eq(bn_grammar_bound_warm(b, UINT64_MAX / 2), 1);
 	tu_rng_seed(30 + (uint64_t)_i);
 	walk_checking(&t, b, 6, NULL, 0);
 	bn_grammar_bound_unref(b);
@@ -992,7 +1004,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, masks_equal_brute_force, 0,
 			    sizeof(exhaustive) / sizeof(exhaustive[0]));
-	tcase_add_loop_test(tc, llama3_masks_equal_brute_force, 0, 2);
+	tcase_add_loop_test(tc, llama3_masks_equal_brute_force, 0, 3);
 	tcase_add_test(tc, rollback_and_fork_equal_recomputation);
 	tcase_add_test(tc, accept_tokens_stops_at_the_first_refused);
 	tcase_add_loop_test(tc, shortest_completion_is_the_known_one, 0,

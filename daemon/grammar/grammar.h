@@ -20,15 +20,17 @@
  *                      only where the grammar accepts; accepting one finishes the matcher.
  *   speculation        fill_mask / accept per draft position, then rollback(n) for the drafts
  *                      the model did not confirm; bn_grammar_matcher_accept_tokens checks a run.
- *   budget running out bn_grammar_matcher_fill_mask_within(tokens left after this one) once
- *                      min_bytes_to_accept nears the budget: the output closes in time, and
- *                      outputs that fit are not changed.
+ *   budget running out draw t from the mask and accept it; when min_bytes_to_accept + 1 is
+ *                      then over the tokens left after t, roll t back and draw again from
+ *                      bn_grammar_matcher_fill_mask_within(tokens left): every draw that fits
+ *                      stands (outputs that fit are unchanged), and the output ends in time.
  *   fork               bn_grammar_matcher_clone: the same state, independent afterwards.
  *
  * Thread safety: compiled grammars, vocabularies, bound grammars and the cache may be shared by
  * threads (bound grammars fill their per-state token sets on first use, lock-free); a matcher
  * belongs to one thread at a time. Every call returns 0 (or a count) or -errno and leaves errno
- * alone.
+ * alone. Compiling recurses as deep as the grammar nests (bounded by the limits): give it a
+ * thread with the usual 8 MiB stack, not a small one.
  */
 #ifndef BITNETD_GRAMMAR_H
 #define BITNETD_GRAMMAR_H
@@ -111,7 +113,8 @@ enum bn_grammar_token_kind {
 
 /* Every token's bytes, arranged for the matchers (a byte trie), reference-counted. kinds may
  * be NULL (all text). A text token of no bytes is never allowed: it would not move the output.
- * 0 with *out, -EINVAL (n_tokens 0 or over 2^24, a kind out of range), -ENOMEM. */
+ * 0 with *out, -EINVAL (n_tokens 0 or over 2^24, a kind out of range, a text token over 1024
+ * bytes), -ENOMEM. */
 struct bn_grammar_vocab;
 int bn_grammar_vocab_new(uint32_t n_tokens, const uint8_t *const *bytes, const uint32_t *lens,
 			 const uint8_t *kinds, struct bn_grammar_vocab **out);

@@ -47,7 +47,8 @@ struct walk {
 	const struct bn_grammar_vocab *v;
 	struct gss g;
 	struct level *lv;        /* [max_len + 1] */
-	uint32_t parents, n_parents; /* the walked state's parents: the unknown, or none */
+	uint32_t n_parents;      /* the walked state's parents: 1 (the unknown), or 0 (the bottom
+	                          * rule's, whose end is the output's) */
 	uint64_t *accepted;      /* bitset */
 	uint32_t n_accepted;
 	uint32_t *uncertain;
@@ -228,33 +229,36 @@ static const uint64_t *share_bits(struct bn_grammar_bound *b, const uint64_t *bi
 	return found;
 }
 
-static struct gr_tset *make_set(struct bn_grammar_bound *b, struct walk *w)
+/* A set from a walk's accepted bitset and uncertain list (taken over). */
+static struct gr_tset *make_set(struct bn_grammar_bound *b, const uint64_t *accepted,
+				uint32_t n_accepted, uint32_t **uncertain, uint32_t n_uncertain,
+				uint32_t cap_uncertain)
 {
 	struct gr_tset *t = calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;
-	t->n_accepted = w->n_accepted;
+	t->n_accepted = n_accepted;
 	t->bytes = sizeof(*t);
 	size_t shared = 0;
 	/* A list costs 4 bytes a token, a bitset n/8 bytes: the smaller, roughly. */
-	if ((uint64_t)w->n_accepted * 32 >= b->v->n_tokens) {
-		t->bits = share_bits(b, w->accepted, &shared);
+	if ((uint64_t)n_accepted * 32 >= b->v->n_tokens) {
+		t->bits = share_bits(b, accepted, &shared);
 		if (!t->bits)
 			goto fail;
 	} else {
-		t->list = malloc((w->n_accepted + 1) * sizeof(uint32_t));
+		t->list = malloc((n_accepted + 1) * sizeof(uint32_t));
 		if (!t->list)
 			goto fail;
 		uint32_t n = 0;
 		for (uint32_t i = 0; i < b->v->words; i++)
-			for (uint64_t x = w->accepted[i]; x; x &= x - 1)
+			for (uint64_t x = accepted[i]; x; x &= x - 1)
 				t->list[n++] = i * 64 + (uint32_t)__builtin_ctzll(x);
 		t->bytes += (size_t)n * sizeof(uint32_t);
 	}
-	t->n_uncertain = w->n_uncertain;
-	t->uncertain = w->uncertain;
-	t->bytes += (size_t)w->cap_uncertain * sizeof(uint32_t) + shared;
-	w->uncertain = NULL;
+	t->n_uncertain = n_uncertain;
+	t->uncertain = *uncertain;
+	t->bytes += (size_t)cap_uncertain * sizeof(uint32_t) + shared;
+	*uncertain = NULL;
 	return t;
 fail:
 	free(t);
@@ -279,12 +283,30 @@ static struct gr_tset *classify(struct bn_grammar_bound *b, uint32_t state)
 	w.lv = malloc(((size_t)v->max_len + 1) * sizeof(*w.lv));
 	w.accepted = calloc(v->words, sizeof(uint64_t));
 	if (w.lv && w.accepted && walk(&w, state) == 0)
-		t = make_set(b, &w);
+		t = make_set(b, w.accepted, w.n_accepted, &w.uncertain, w.n_uncertain,
+			     w.cap_uncertain);
 	gss_free(&w.g);
 	free(w.lv);
 	free(w.accepted);
 	free(w.uncertain);
 	return t;
+}
+
+/* Publishes a computed set for state s (one compare-and-swap); returns the state's set, which
+ * is another thread's equal one when it was first. */
+static struct gr_tset *publish(struct bn_grammar_bound *b, uint32_t s, struct gr_tset *mine,
+			       uint64_t ns)
+{
+	struct gr_tset *expected = NULL;
+	if (!atomic_compare_exchange_strong_explicit(&b->sets[s], &expected, mine,
+						     memory_order_acq_rel, memory_order_acquire)) {
+		tset_free(mine); /* another thread was first: same contents */
+		return expected;
+	}
+	atomic_fetch_add_explicit(&b->filled, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->set_bytes, mine->bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->fill_ns, ns, memory_order_relaxed);
+	return mine;
 }
 
 const struct gr_tset *gr_tset_get(struct bn_grammar_bound *b, uint32_t s)
@@ -294,18 +316,113 @@ const struct gr_tset *gr_tset_get(struct bn_grammar_bound *b, uint32_t s)
 		return t;
 	uint64_t t0 = bn_now_ns();
 	struct gr_tset *mine = classify(b, s);
-	if (!mine)
-		return NULL;
-	struct gr_tset *expected = NULL;
-	if (!atomic_compare_exchange_strong_explicit(&b->sets[s], &expected, mine,
-						     memory_order_acq_rel, memory_order_acquire)) {
-		tset_free(mine); /* another thread was first: same contents */
-		return expected;
+	return mine ? publish(b, s, mine, bn_now_ns() - t0) : NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Many states in one walk                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The bottom rule without calls is a plain automaton whose end is the output's: a token is
+ * accepted where its bytes lead to a state, nothing is uncertain, and up to 64 of its states
+ * can walk the trie together (one pass over the nodes, a bit per state). Long runs of similar
+ * states (counted repetitions: lengths, formats) cost a fraction of one walk each. */
+static int plain_rule(const struct gr_automaton *a, uint32_t rule)
+{
+	if (rule != a->bottom)
+		return 0;
+	const struct gr_rule *r = &a->rules[rule];
+	for (uint32_t s = r->first; s < r->first + r->n; s++)
+		if (a->states[s].n_calls)
+			return 0;
+	return 1;
+}
+
+#define BATCH 64
+
+struct batch {
+	uint32_t n, states[BATCH];
+	uint32_t (*st)[BATCH];   /* [depth][k]: state k's state after depth bytes */
+	uint64_t *live;          /* [depth]: the states still reading */
+	uint64_t *acc;           /* [trie token]: the states that accept it */
+};
+
+static void walk_batch(const struct gr_automaton *a, const struct bn_grammar_vocab *v,
+		       struct batch *bt)
+{
+	bt->live[0] = bt->n == 64 ? UINT64_MAX : (1ull << bt->n) - 1;
+	for (uint32_t k = 0; k < bt->n; k++)
+		bt->st[0][k] = bt->states[k];
+	for (uint32_t i = 1; i < v->n_nodes;) {
+		struct gr_trie_node node = v->nodes[i];
+		const uint32_t *up = bt->st[node.depth - 1];
+		uint32_t *here = bt->st[node.depth];
+		uint64_t reads = 0, accepts = 0;
+		for (uint64_t m = bt->live[node.depth - 1]; m; m &= m - 1) {
+			uint32_t k = (uint32_t)__builtin_ctzll(m);
+			uint32_t s = gr_next(a, up[k], node.byte);
+			if (s == GR_DEAD)
+				continue;
+			accepts |= 1ull << k;
+			here[k] = s;
+			reads |= (uint64_t)a->states[s].has_bytes << k;
+		}
+		if (node.has_tokens)
+			for (uint32_t t = v->node_tok[i]; t < v->node_tok[i + 1]; t++)
+				bt->acc[t] = accepts;
+		if (!reads) {
+			i = node.end;
+			continue;
+		}
+		bt->live[node.depth] = reads;
+		i++;
 	}
-	atomic_fetch_add_explicit(&b->filled, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&b->set_bytes, mine->bytes, memory_order_relaxed);
-	atomic_fetch_add_explicit(&b->fill_ns, bn_now_ns() - t0, memory_order_relaxed);
-	return mine;
+}
+
+/* Sets for up to 64 states of a plain rule, published. 0 or -ENOMEM. */
+static int classify_batch(struct bn_grammar_bound *b, struct batch *bt)
+{
+	const struct bn_grammar_vocab *v = b->v;
+	uint64_t t0 = bn_now_ns();
+	uint32_t n_trie = v->node_tok[v->n_nodes];
+	memset(bt->acc, 0, (size_t)n_trie * sizeof(uint64_t));
+	walk_batch(b->a, v, bt);
+	uint64_t *bits = calloc((size_t)BATCH * v->words, sizeof(uint64_t));
+	uint32_t counts[BATCH] = { 0 };
+	if (!bits)
+		return -ENOMEM;
+	for (uint32_t t = 0; t < n_trie; t++)
+		for (uint64_t m = bt->acc[t]; m; m &= m - 1) {
+			uint32_t k = (uint32_t)__builtin_ctzll(m), id = v->trie_tok[t];
+			bits[(size_t)k * v->words + id / 64] |= 1ull << (id % 64);
+			counts[k]++;
+		}
+	uint64_t ns = (bn_now_ns() - t0) / bt->n;
+	int rc = 0;
+	for (uint32_t k = 0; k < bt->n && rc == 0; k++) {
+		uint32_t *none = NULL;
+		struct gr_tset *t = make_set(b, bits + (size_t)k * v->words, counts[k], &none, 0, 0);
+		if (!t || !publish(b, bt->states[k], t, ns))
+			rc = -ENOMEM;
+	}
+	free(bits);
+	return rc;
+}
+
+static int batch_init(struct batch *bt, const struct bn_grammar_vocab *v)
+{
+	*bt = (struct batch){ 0 };
+	bt->st = malloc(((size_t)v->max_len + 1) * sizeof(*bt->st));
+	bt->live = malloc(((size_t)v->max_len + 1) * sizeof(uint64_t));
+	bt->acc = malloc(((size_t)v->node_tok[v->n_nodes] + 1) * sizeof(uint64_t));
+	return bt->st && bt->live && bt->acc ? 0 : -ENOMEM;
+}
+
+static void batch_free(struct batch *bt)
+{
+	free(bt->st);
+	free(bt->live);
+	free(bt->acc);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -358,12 +475,76 @@ void bn_grammar_bound_unref(struct bn_grammar_bound *b)
 	free(b);
 }
 
+/* States ordered so that those reading the same first bytes walk together (their live sets
+ * in a batch then overlap): by a hash of that byte set. */
+struct keyed {
+	uint64_t key;
+	uint32_t state;
+};
+
+static int cmp_keyed(const void *x, const void *y)
+{
+	const struct keyed *a = x, *b = y;
+	if (a->key != b->key)
+		return a->key < b->key ? -1 : 1;
+	return a->state < b->state ? -1 : a->state > b->state;
+}
+
+static uint64_t first_bytes_key(const struct gr_automaton *a, uint32_t s)
+{
+	uint64_t h = 0x9E3779B97F4A7C15ull;
+	for (unsigned byte = 0; byte < 256; byte++)
+		if (gr_next(a, s, (uint8_t)byte) != GR_DEAD)
+			h = (h ^ byte) * 0x100000001b3ull;
+	return h;
+}
+
+/* The unfilled states of a plain bottom rule, filled 64 at a time. */
+static int warm_plain(struct bn_grammar_bound *b, uint64_t end)
+{
+	const struct gr_automaton *a = b->a;
+	const struct gr_rule *r = &a->rules[a->bottom];
+	struct keyed *todo = malloc(((size_t)r->n + 1) * sizeof(*todo));
+	struct batch bt;
+	int rc = batch_init(&bt, b->v);
+	uint32_t n = 0;
+	for (uint32_t s = r->first; todo && s < r->first + r->n; s++)
+		if (a->states[s].has_bytes && !atomic_load(&b->sets[s]))
+			todo[n++] = (struct keyed){ first_bytes_key(a, s), s };
+	if (!todo)
+		rc = -ENOMEM;
+	else
+		qsort(todo, n, sizeof(*todo), cmp_keyed);
+	for (uint32_t i = 0; i < n && rc == 0; i += BATCH) {
+		if (bn_now_ns() > end) {
+			rc = 1; /* out of time */
+			break;
+		}
+		bt.n = 0;
+		for (uint32_t k = i; k < n && bt.n < BATCH; k++)
+			if (!atomic_load(&b->sets[todo[k].state]))
+				bt.states[bt.n++] = todo[k].state;
+		if (bt.n)
+			rc = classify_batch(b, &bt);
+	}
+	batch_free(&bt);
+	free(todo);
+	return rc;
+}
+
 int bn_grammar_bound_warm(struct bn_grammar_bound *b, uint64_t budget_ns)
 {
+	const struct gr_automaton *a = b->a;
 	uint64_t end = bn_now_ns() + budget_ns;
-	for (uint32_t s = 0; s < b->a->n_states; s++) {
-		if (!b->a->states[s].has_bytes)
-			continue; /* never a top: never asked */
+	if (plain_rule(a, a->bottom)) {
+		int rc = warm_plain(b, end);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
+	for (uint32_t s = 0; s < a->n_states; s++) {
+		/* A state that reads no byte is never a top: never asked. */
+		if (!a->states[s].has_bytes || atomic_load(&b->sets[s]))
+			continue;
 		if (bn_now_ns() > end)
 			return 0;
 		if (!gr_tset_get(b, s))

@@ -187,7 +187,7 @@ static void vocab_free(struct bn_grammar_vocab *v)
 static int copy_tokens(struct bn_grammar_vocab *v, const uint8_t *const *bytes,
 		       const uint32_t *lens, const uint8_t *kinds)
 {
-	size_t total = 0;
+	size_t total = 0, n_eog = 0;
 	for (uint32_t i = 0; i < v->n_tokens; i++) {
 		uint8_t k = kinds ? kinds[i] : BN_GRAMMAR_TOKEN_TEXT;
 		if (k > BN_GRAMMAR_TOKEN_EOG)
@@ -195,11 +195,12 @@ static int copy_tokens(struct bn_grammar_vocab *v, const uint8_t *const *bytes,
 		if (k == BN_GRAMMAR_TOKEN_TEXT && lens[i] > GR_MAX_TOKEN_BYTES)
 			return -EINVAL;
 		total += lens[i];
+		n_eog += k == BN_GRAMMAR_TOKEN_EOG;
 	}
 	v->bytes = malloc(total ? total : 1);
 	v->off = malloc(((size_t)v->n_tokens + 1) * sizeof(uint32_t));
 	v->kind = malloc(v->n_tokens);
-	v->eog = malloc(((size_t)v->n_tokens) * sizeof(uint32_t));
+	v->eog = malloc((n_eog ? n_eog : 1) * sizeof(uint32_t));
 	if (!v->bytes || !v->off || !v->kind || !v->eog || total > UINT32_MAX)
 		return -ENOMEM;
 	size_t at = 0;
