@@ -22,6 +22,7 @@
 #   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
+#   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
@@ -68,8 +69,8 @@ PCRE_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libpcre2-8 2>/dev/null)
 PCRE_LIBS    := $(shell $(PKG_CONFIG) --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
 # xxHash (Debian: libxxhash-dev): the weights cache's checksums (XXH3, ~9 GB/s a core).
 XXHASH_LIBS  := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null || echo -lxxhash)
-# Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from, the CLI's chat and
-# the gateway.
+# Jansson (Debian: libjansson-dev): JSON for the model tool's --vocab-from, the CLI's chat, the
+# gateway and the grammar engine's JSON Schemas (daemon/grammar/schema.c).
 JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
 # libcurl, the OpenSSL flavour (Debian: libcurl4-openssl-dev), and OpenSSL's libcrypto (libssl-dev):
 # models by name from the Hugging Face Hub (hub/): HTTPS, and the sha256 that checks a download.
@@ -182,13 +183,13 @@ LIB_PC   := $(BUILD)/bitnet-client.pc
 TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
 # The built-in default model: the tiny preset, made by the model tool at build time.
 DEFAULT_MODEL := $(BUILD)/models/tiny.gguf
-CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm $(CUDA_LIBS)
+CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm $(CUDA_LIBS)
 
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
 .PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -268,6 +269,8 @@ $(GATEWAY): $(GATEWAY_OBJS) $(LIB_A)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(MHD_LIBS) $(JANSSON_LIBS) $(PCRE_LIBS) -lm
 
 TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
+# The grammar engine's tests read LLaMA-3's tokenizer.json the way the model tool does.
+$(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks: $(BUILD)/tools/hf_vocab.o
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
@@ -337,6 +340,18 @@ $(BENCH_TOKENIZER_FILE): | $(MODELTOOL)
 
 bench-tokenizer: $(BENCH_TOKENIZER) $(BITNETD) $(BENCH_TOKENIZER_FILE)
 	BITNETD=$(BITNETD) $(BENCH_TOKENIZER) --model $(BENCH_TOKENIZER_FILE)
+
+# The grammar engine's benchmark (bench/bench_grammar.c): compile, token sets, masks per token
+# over random walks on LLaMA-3's vocabulary.
+BENCH_GRAMMAR := $(BUILD)/bench/bench_grammar
+BENCH_GRAMMAR_ARGS ?=
+$(BENCH_GRAMMAR): $(BUILD)/bench/bench_grammar.o $(BUILD)/tools/hf_vocab.o $(CORE_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
+bench-grammar: $(BENCH_GRAMMAR)
+	@test -f $(LLAMA3_TOKENIZER) || { echo "bench-grammar needs $(LLAMA3_TOKENIZER) (set BITNET_TEST_MODELS)"; exit 1; }
+	$(BENCH_GRAMMAR) --tokenizer $(LLAMA3_TOKENIZER) $(BENCH_GRAMMAR_ARGS)
 
 # The scoring benchmark (bench/bench_score.c): score requests through a cpu daemon on the
 # 2B4T-shape model (bench-model's file) against a prompt's prefill, in the same run.

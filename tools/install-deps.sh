@@ -3,7 +3,7 @@
 # Used by the README's commands and by .ci/run, so CI cannot pass on a hand-installed machine
 # while a fresh one fails.
 set -eu
-PKGS="gcc g++ make pkg-config groff-base man-db liburing-dev libpcre2-dev libjansson-dev libmicrohttpd-dev libxxhash-dev libcurl4-openssl-dev libssl-dev curl check libsubunit-dev libopenblas-serial-dev python3 python3-pytest python3-yaml systemd"
+PKGS="gcc g++ make pkg-config groff-base man-db liburing-dev libpcre2-dev libjansson-dev libmicrohttpd-dev libxxhash-dev libcurl4-openssl-dev libssl-dev curl check libsubunit-dev libopenblas-serial-dev python3 python3-pytest python3-yaml python3-jsonschema systemd"
 missing=""
 for p in $PKGS; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

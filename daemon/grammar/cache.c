@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.c — compiled grammars bound to one vocabulary, kept by content (grammar.h): the key is
+ * XXH3-128 of the kind, the options and the text; least recently used entries go first once
+ * the cache holds more than its budget (a bound grammar's size is counted as its token sets
+ * grow). A refusal is kept like a success, so the same hostile grammar sent again costs a
+ * look-up, not another compile up to the time budget. Compiles run outside the lock: two
+ * threads missing on the same text both compile, and the second keeps the first's entry.
+ */
+#include "tokens.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+struct entry {
+	XXH128_hash_t key;
+	struct bn_grammar_bound *bound;  /* NULL for a refusal */
+	int rc;
+	char err[BN_GRAMMAR_ERR_LEN];
+	size_t bytes;
+	struct entry *chain;             /* same hash bucket */
+	struct entry *newer, *older;     /* recency list */
+};
+
+struct bn_grammar_cache {
+	pthread_mutex_t lock;
+	struct bn_grammar_vocab *v;
+	size_t max_bytes, bytes;
+	struct entry **buckets;
+	uint32_t mask, n;
+	struct entry *newest, *oldest;
+	uint64_t hits, misses, refusals;
+};
+
+int bn_grammar_cache_new(struct bn_grammar_vocab *v, size_t max_bytes,
+			 struct bn_grammar_cache **out)
+{
+	*out = NULL;
+	struct bn_grammar_cache *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->mask = 255;
+	c->buckets = calloc(c->mask + 1, sizeof(*c->buckets));
+	if (!c->buckets) {
+		free(c);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	bn_grammar_vocab_ref(v);
+	c->v = v;
+	c->max_bytes = max_bytes;
+	*out = c;
+	return 0;
+}
+
+static void entry_free(struct entry *e)
+{
+	bn_grammar_bound_unref(e->bound);
+	free(e);
+}
+
+void bn_grammar_cache_free(struct bn_grammar_cache *c)
+{
+	if (!c)
+		return;
+	for (struct entry *e = c->newest, *next; e; e = next) {
+		next = e->older;
+		entry_free(e);
+	}
+	pthread_mutex_destroy(&c->lock);
+	free(c->buckets);
+	bn_grammar_vocab_unref(c->v);
+	free(c);
+}
+
+static XXH128_hash_t key_of(const void *text, size_t len, const struct bn_grammar_options *o)
+{
+	const struct bn_grammar_limits *l = &o->limits;
+	uint32_t fields[] = { o->kind, o->json_top, o->flags, o->max_ws, l->max_text_bytes,
+			      l->max_depth, l->max_rules, l->max_states, l->max_repeat,
+			      l->compile_ms };
+	return XXH3_128bits_withSeed(text, len, XXH3_64bits(fields, sizeof(fields)));
+}
+
+static size_t entry_bytes(const struct entry *e)
+{
+	if (!e->bound)
+		return sizeof(*e);
+	struct bn_grammar_bound_info bi;
+	bn_grammar_bound_get_info(e->bound, &bi);
+	return sizeof(*e) + e->bound->g->a->bytes + bi.set_bytes +
+	       (size_t)e->bound->a->n_states * sizeof(void *);
+}
+
+static void unlink_recency(struct bn_grammar_cache *c, struct entry *e)
+{
+	if (e->newer)
+		e->newer->older = e->older;
+	else
+		c->newest = e->older;
+	if (e->older)
+		e->older->newer = e->newer;
+	else
+		c->oldest = e->newer;
+	e->newer = e->older = NULL;
+}
+
+static void make_newest(struct bn_grammar_cache *c, struct entry *e)
+{
+	e->older = c->newest;
+	e->newer = NULL;
+	if (c->newest)
+		c->newest->newer = e;
+	c->newest = e;
+	if (!c->oldest)
+		c->oldest = e;
+}
+
+static struct entry **slot_of(struct bn_grammar_cache *c, XXH128_hash_t key)
+{
+	struct entry **at = &c->buckets[key.low64 & c->mask];
+	while (*at && !XXH128_isEqual((*at)->key, key))
+		at = &(*at)->chain;
+	return at;
+}
+
+/* Under the lock: drops the oldest entries (never `keep`) until the budget holds. */
+static void evict(struct bn_grammar_cache *c, const struct entry *keep)
+{
+	while (c->bytes > c->max_bytes && c->oldest && c->oldest != keep) {
+		struct entry *e = c->oldest;
+		*slot_of(c, e->key) = e->chain;
+		unlink_recency(c, e);
+		c->bytes -= e->bytes;
+		c->n--;
+		entry_free(e);
+	}
+}
+
+/* The answer an entry gives: a new reference, or its refusal. */
+static int answer(const struct entry *e, struct bn_grammar_bound **out, char *err)
+{
+	if (!e->bound) {
+		memcpy(err, e->err, BN_GRAMMAR_ERR_LEN);
+		return e->rc;
+	}
+	bn_grammar_bound_ref(e->bound);
+	*out = e->bound;
+	err[0] = 0;
+	return 0;
+}
+
+/* A compile's result made an entry: the bound grammar, or a refusal worth keeping. NULL when
+ * memory ran out (the caller answers without caching). */
+static struct entry *compile_entry(struct bn_grammar_cache *c, XXH128_hash_t key,
+				   const void *text, size_t len, const struct bn_grammar_options *o)
+{
+	struct entry *e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->key = key;
+	struct bn_grammar *g;
+	e->rc = bn_grammar_compile(text, len, o, &g, e->err);
+	if (e->rc == 0) {
+		e->rc = bn_grammar_bind(g, c->v, &e->bound);
+		bn_grammar_unref(g);
+	}
+	if (e->rc == -ENOMEM) {
+		free(e);
+		return NULL;
+	}
+	e->bytes = entry_bytes(e);
+	return e;
+}
+
+int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t len,
+			 const struct bn_grammar_options *o, struct bn_grammar_bound **out,
+			 char err[BN_GRAMMAR_ERR_LEN])
+{
+	*out = NULL;
+	XXH128_hash_t key = key_of(text, len, o);
+	pthread_mutex_lock(&c->lock);
+	struct entry *e = *slot_of(c, key);
+	if (e) {
+		c->hits++;
+		unlink_recency(c, e);
+		make_newest(c, e);
+		c->bytes -= e->bytes; /* its token sets may have grown since */
+		e->bytes = entry_bytes(e);
+		c->bytes += e->bytes;
+		int rc = answer(e, out, err);
+		evict(c, e);
+		pthread_mutex_unlock(&c->lock);
+		return rc;
+	}
+	c->misses++;
+	pthread_mutex_unlock(&c->lock);
+
+	struct entry *made = compile_entry(c, key, text, len, o);
+	if (!made) {
+		snprintf(err, BN_GRAMMAR_ERR_LEN, "out of memory compiling the grammar");
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&c->lock);
+	struct entry **slot = slot_of(c, key);
+	if (*slot) { /* another thread compiled it meanwhile */
+		entry_free(made);
+		made = *slot;
+	} else {
+		*slot = made;
+		make_newest(c, made);
+		c->bytes += made->bytes;
+		c->n++;
+		c->refusals += !made->bound;
+	}
+	int rc = answer(made, out, err);
+	evict(c, made);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+void bn_grammar_cache_get_info(struct bn_grammar_cache *c, struct bn_grammar_cache_info *info)
+{
+	pthread_mutex_lock(&c->lock);
+	*info = (struct bn_grammar_cache_info){ .hits = c->hits, .misses = c->misses,
+						.refusals_cached = c->refusals, .entries = c->n,
+						.bytes = c->bytes };
+	pthread_mutex_unlock(&c->lock);
+}

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * frontends.h — the four grammar forms, each building rules in a compile context (ir.h) and
+ * setting its root. Each returns 0, or -1 with the error in the context.
+ */
+#ifndef BITNETD_GRAMMAR_FRONTENDS_H
+#define BITNETD_GRAMMAR_FRONTENDS_H
+
+#include "ir.h"
+
+/* gbnf.c: llama.cpp's GBNF, from rule `root`. */
+int gr_gbnf(struct gr_ctx *c, const char *text, size_t len);
+
+/* regex.c: a regular expression the whole output matches (README.md: the dialect). */
+int gr_regex(struct gr_ctx *c, const char *text, size_t len);
+/* The expression of a regular expression, each character spelled as mode says; `where`
+ * prefixes its errors (a schema location). With search set, JSON Schema's semantics: the
+ * pattern may match anywhere (a side without ^ or $ is open); otherwise the whole text. */
+struct ir_node *gr_regex_expr(struct gr_ctx *c, const char *re, size_t len,
+			      enum gr_text_mode mode, int search, const char *where);
+
+/* json.c: any JSON value (c->json_top says whether only an object), and the pieces schemas
+ * are made of. */
+int gr_json_any(struct gr_ctx *c);
+struct ir_node *gr_json_ws(struct gr_ctx *c);          /* whitespace between tokens */
+struct ir_node *gr_json_string_char(struct gr_ctx *c); /* one character inside a string */
+struct ir_node *gr_json_string(struct gr_ctx *c);      /* any string, quotes included */
+struct ir_node *gr_json_number(struct gr_ctx *c);      /* any number */
+struct ir_node *gr_json_integer(struct gr_ctx *c);     /* any integer, no fraction/exponent */
+/* The rule of any JSON value (made once per context, recursive through arrays/objects). */
+int64_t gr_json_value_rule(struct gr_ctx *c);
+/* An object of any members / an array of any items (made once per context). */
+struct ir_node *gr_json_any_object(struct gr_ctx *c);
+
+/* schema.c: a JSON Schema document. */
+int gr_schema(struct gr_ctx *c, const char *text, size_t len);
+
+#endif /* BITNETD_GRAMMAR_FRONTENDS_H */

@@ -1,0 +1,1027 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The grammar engine (daemon/grammar/grammar.h) against oracles that need no model:
+ *   - masks equal brute force: at every position of seeded walks, a token is in the mask iff
+ *     the byte-level matcher accepts its bytes (accept, then rollback), end-of-generation iff
+ *     the grammar accepts; on made-up vocabularies (every byte, fragments of UTF-8, runs of
+ *     JSON punctuation) and, when $BITNET_TEST_MODELS is set, all of LLaMA-3's 128,256 tokens
+ *     on grammars whose masks need run-time checks (recursion);
+ *   - rollback and fork equal recomputation from the same tokens (across compaction);
+ *   - the shortest completion is as long as min_bytes_to_accept, ends the output, and is the
+ *     known answer on hand-made cases; the closing mask equals its definition;
+ *   - refusals name the keyword or construct and where; limits hold within the time budget;
+ *   - pieces to bytes (GPT-2's alphabet, SentencePiece), special and end-of-generation
+ *     tokens, the cache (hits, options, refusals kept, eviction), threads sharing a grammar.
+ */
+#include "grammar_testutil.h"
+
+#include <pthread.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Vocabularies                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+#define N_SPECIAL 3 /* made-up vocabularies end with: a control token, an end, an empty text */
+
+/* Every single byte, then n_random tokens of 2..9 characters drawn from JSON's punctuation,
+ * letters, digits, whitespace and a few multi-byte characters (whole or cut), then the
+ * specials. */
+static void made_up_vocab(struct tvocab *t, uint32_t n_random, uint64_t seed)
+{
+	static const char *const pieces[] = {
+		"{", "}", "[", "]", "\"", ":", ",", " ", "\n", "\t", "\\", "a", "b", "c", "x", "y",
+		"e", "E", "0", "1", "5", "9", "-", "+", ".", "true", "null", "\\u00", "é", "\xc3",
+		"\xa9", "日本", "\xe6\x97", "(", ")", "*", "/", "_", "Z", "@",
+	};
+	tvocab_alloc(t, 256 + n_random + N_SPECIAL);
+	for (uint32_t b = 0; b < 256; b++) {
+		uint8_t byte = (uint8_t)b;
+		tvocab_set(t, b, &byte, 1, BN_GRAMMAR_TOKEN_TEXT);
+	}
+	tu_rng_seed(seed);
+	for (uint32_t i = 0; i < n_random; i++) {
+		char buf[64];
+		size_t len = 0;
+		uint32_t parts = 1 + tu_rng_next() % 4;
+		for (uint32_t k = 0; k < parts; k++) {
+			const char *p = pieces[tu_rng_next() % (sizeof(pieces) / sizeof(pieces[0]))];
+			memcpy(buf + len, p, strlen(p));
+			len += strlen(p);
+		}
+		tvocab_set(t, 256 + i, buf, (uint32_t)len, BN_GRAMMAR_TOKEN_TEXT);
+	}
+	uint32_t base = 256 + n_random;
+	tvocab_set(t, base, "<ctl>", 5, BN_GRAMMAR_TOKEN_SPECIAL);
+	tvocab_set(t, base + 1, "", 0, BN_GRAMMAR_TOKEN_EOG);
+	tvocab_set(t, base + 2, "", 0, BN_GRAMMAR_TOKEN_TEXT);
+	ck_assert_int_eq(tvocab_make(t), 0);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Masks equal brute force                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Every token of ids (all when ids is NULL) checked by advancing and rolling back. */
+static void check_mask(struct bn_grammar_matcher *m, const struct tvocab *t,
+		       const uint64_t *mask, const uint32_t *ids, uint32_t n_ids)
+{
+	uint32_t n = ids ? n_ids : t->n;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t id = ids ? ids[k] : k;
+		int rc = bn_grammar_matcher_accept(m, id);
+		ck_assert_msg(rc == 0 || rc == -EPERM, "accept %u: %d", id, rc);
+		int ok = rc == 0;
+		if (ok)
+			ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
+		ck_assert_msg(mask_has(mask, id) == ok, "token %u (%.*s): mask %d, bytes %d", id,
+			      (int)t->len[id], t->bytes[id], mask_has(mask, id), ok);
+	}
+}
+
+/* Walks `steps` tokens at random; at each position the whole mask is brute-forced. */
+static void walk_checking(const struct tvocab *t, struct bn_grammar_bound *b, uint32_t steps,
+			  const uint32_t *ids, uint32_t n_ids)
+{
+	uint32_t words = (t->n + 63) / 64;
+	uint64_t *mask = malloc(words * sizeof(uint64_t));
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	for (uint32_t i = 0; i < steps; i++) {
+		int n = bn_grammar_matcher_fill_mask(m, mask);
+		ck_assert_int_ge(n, 0);
+		check_mask(m, t, mask, ids, n_ids);
+		int ends = 0;
+		for (uint32_t id = 0; id < t->n; id++)
+			if (t->kind[id] == BN_GRAMMAR_TOKEN_EOG) {
+				ck_assert_int_eq(mask_has(mask, id), bn_grammar_matcher_is_accepting(m));
+				ends += mask_has(mask, id);
+			}
+		/* Walk on by a text token (an end only when nothing else is allowed). */
+		if (n == ends)
+			break;
+		uint32_t id;
+		do
+			id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)n);
+		while (t->kind[id] == BN_GRAMMAR_TOKEN_EOG);
+		ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+	}
+	bn_grammar_matcher_free(m);
+	free(mask);
+}
+
+/* Grammars whose masks exercise every path: the bottom rule only, recursion (run-time
+ * checks), nullable calls, ambiguity, UTF-8 cut across tokens. */
+static const struct {
+	uint32_t kind;
+	const char *text;
+} exhaustive[] = {
+	{ BN_GRAMMAR_JSON, "" },
+	{ BN_GRAMMAR_GBNF, "root ::= \"[\" (item (\",\" item)*)? \"]\"\n"
+			   "item ::= root | [0-9]+ | \"\\\"\" [^\"\\\\]* \"\\\"\"\n" },
+	{ BN_GRAMMAR_GBNF, "root ::= s\ns ::= \"a\" s | \"a\" s \"b\" | \"\"\n" },
+	{ BN_GRAMMAR_GBNF, "root ::= x* y\nx ::= \"a\" | \"ab\" | opt \"c\"\nopt ::= \"e\"?\n"
+			   "y ::= \"\" | \"b\" y \"}\"\n" },
+	{ BN_GRAMMAR_REGEX, "([a-c]+\\.){1,3}(é|日本|x{2,4})?" },
+	{ BN_GRAMMAR_JSON_SCHEMA,
+	  "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
+	  "\"maximum\":59},\"b\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":2},"
+	  "\"c\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"a\"]}" },
+};
+
+/* Token sets filled on first use (one walk per state) and all ahead of time (bottom rules
+ * without calls walk 64 states at once) give the same masks. */
+START_TEST(masks_equal_brute_force)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 3000, 11);
+	for (int warm = 0; warm < 2; warm++) {
+		struct bn_grammar_bound *b = bind_text(&t, exhaustive[_i].kind, exhaustive[_i].text,
+						       0);
+		if (warm)
+			ck_assert_int_eq(bn_grammar_bound_warm(b, UINT64_MAX / 2), 1);
+		tu_rng_seed(20 + (uint64_t)_i);
+		for (int w = 0; w < 6; w++)
+			walk_checking(&t, b, 40, NULL, 0);
+		bn_grammar_bound_unref(b);
+	}
+	tvocab_free(&t);
+}
+END_TEST
+
+/* All of LLaMA-3 (the ids the walk is about to choose among included), on grammars with
+ * recursion, where masks depend on run-time checks. */
+START_TEST(llama3_masks_equal_brute_force)
+{
+	static struct tvocab t;
+	if (!t.v && tvocab_llama3(&t))
+		return;
+	static const char arith[] = "root ::= e\ne ::= t ([-+] t)*\nt ::= f ([*/] f)*\n"
+				    "f ::= [0-9]+ | \"(\" e \")\"\n";
+	static const char plain[] = "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":"
+				    "\"string\",\"maxLength\":12},\"h\":{\"type\":\"string\","
+				    "\"format\":\"hostname\"}},\"required\":[\"s\",\"h\"]}";
+	static const uint32_t kinds[] = { BN_GRAMMAR_JSON, BN_GRAMMAR_GBNF, BN_GRAMMAR_JSON_SCHEMA };
+	static const char *const texts[] = { "", arith, plain };
+	struct bn_grammar_bound *b = bind_text(&t, kinds[_i], texts[_i], 0);
+	if (_i == 2) /* the 64-states-at-once walks */
+		ck_assert_int_eq(bn_grammar_bound_warm(b, UINT64_MAX / 2), 1);
+	tu_rng_seed(30 + (uint64_t)_i);
+	walk_checking(&t, b, 6, NULL, 0);
+	bn_grammar_bound_unref(b);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Rollback and fork                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+static void mask_of(struct bn_grammar_matcher *m, uint64_t *mask)
+{
+	ck_assert_int_ge(bn_grammar_matcher_fill_mask(m, mask), 0);
+}
+
+/* A fresh matcher fed ids[0..n) gives the same mask, acceptance and distance as m. */
+static void equals_recomputed(struct bn_grammar_bound *b, const struct tvocab *t,
+			      struct bn_grammar_matcher *m, const uint32_t *ids, uint32_t n)
+{
+	uint32_t words = (t->n + 63) / 64;
+	uint64_t *x = malloc(words * 8), *y = malloc(words * 8);
+	struct bn_grammar_matcher *fresh;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &fresh), 0);
+	ck_assert_int_eq(bn_grammar_matcher_accept_tokens(fresh, ids, n), (int)n);
+	mask_of(m, x);
+	mask_of(fresh, y);
+	ck_assert(!memcmp(x, y, words * 8));
+	ck_assert_int_eq(bn_grammar_matcher_is_accepting(m),
+			 bn_grammar_matcher_is_accepting(fresh));
+	ck_assert_uint_eq(bn_grammar_matcher_min_bytes_to_accept(m),
+			  bn_grammar_matcher_min_bytes_to_accept(fresh));
+	bn_grammar_matcher_free(fresh);
+	free(x);
+	free(y);
+}
+
+START_TEST(rollback_and_fork_equal_recomputation)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 2000, 12);
+	/* Deep nesting keeps the stack growing, so compaction happens under the walk. */
+	struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_GBNF,
+		"root ::= v+\nv ::= \"[\" (v (\",\" v)*)? \"]\" | [a-z]+\n", 0);
+	uint32_t words = (t.n + 63) / 64, cap = 6001, n = 0;
+	uint32_t *ids = malloc(cap * sizeof(uint32_t));
+	uint64_t *mask = malloc(words * 8), **saved = calloc(cap, sizeof(*saved));
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 16, &m), 0);
+	tu_rng_seed(40);
+	size_t peak = 0;
+	for (uint32_t step = 0; step < 5000; step++) {
+		if (!saved[n])
+			saved[n] = malloc(words * 8); /* the mask at position n, kept for rollbacks */
+		int c = bn_grammar_matcher_fill_mask(m, saved[n]);
+		ck_assert_int_gt(c, 0);
+		/* Prefer opening brackets so the stack grows deep. */
+		uint32_t id = nth_set_bit(saved[n], words, tu_rng_next() % (uint32_t)c);
+		if (mask_has(saved[n], '[') && tu_rng_next() % 3 == 0)
+			id = '[';
+		if (t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
+			continue;
+		ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+		ids[n++] = id;
+		uint32_t hist = bn_grammar_matcher_history(m);
+		if (tu_rng_next() % 5 == 0) {
+			uint32_t back = 1 + tu_rng_next() % (hist < 8 ? hist : 8);
+			ck_assert_int_eq(bn_grammar_matcher_rollback(m, back), 0);
+			n -= back;
+			mask_of(m, mask);
+			for (uint32_t k = 0; k < t.n; k++)
+				ck_assert_msg(mask_has(mask, k) == mask_has(saved[n], k),
+					      "step %u back %u: token %u (%.*s) now %d, was %d", step,
+					      back, k, (int)t.len[k], t.bytes[k], mask_has(mask, k),
+					      mask_has(saved[n], k));
+		}
+		size_t bytes = bn_grammar_matcher_bytes(m);
+		peak = bytes > peak ? bytes : peak;
+	}
+	/* Compaction ran: history beyond max_rollback was dropped (and with it the nodes). */
+	ck_assert_uint_lt(bn_grammar_matcher_history(m), 1000);
+	ck_assert_int_eq(bn_grammar_matcher_rollback(m, bn_grammar_matcher_history(m) + 1),
+			 -ERANGE);
+	equals_recomputed(b, &t, m, ids, n);
+	/* A fork goes its own way (two different allowed tokens); both equal recomputation. */
+	struct bn_grammar_matcher *f;
+	ck_assert_int_eq(bn_grammar_matcher_clone(m, &f), 0);
+	int c = bn_grammar_matcher_fill_mask(m, mask);
+	ck_assert_int_ge(c, 2);
+	uint32_t one = nth_set_bit(mask, words, 0), two = nth_set_bit(mask, words, 1);
+	ck_assert_int_eq(bn_grammar_matcher_accept(f, one), 0);
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, two), 0);
+	ids[n] = one;
+	equals_recomputed(b, &t, f, ids, n + 1);
+	ids[n] = two;
+	equals_recomputed(b, &t, m, ids, n + 1);
+	ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
+	ck_assert_int_eq(bn_grammar_matcher_rollback(f, 1), 0);
+	equals_recomputed(b, &t, f, ids, n);
+	/* Memory stayed bounded by the live parse (deep here), not by the walk's length. */
+	ck_assert_msg(peak < (size_t)8 << 20, "a matcher grew to %zu bytes", peak);
+	bn_grammar_matcher_free(f);
+	bn_grammar_matcher_free(m);
+	for (uint32_t k = 0; k < cap; k++)
+		free(saved[k]);
+	free(saved);
+	free(ids);
+	free(mask);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+START_TEST(accept_tokens_stops_at_the_first_refused)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 0, 1);
+	struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_REGEX, "ab*c", 0);
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	uint32_t ids[] = { 'a', 'b', 'b', 'x', 'c' };
+	ck_assert_int_eq(bn_grammar_matcher_accept_tokens(m, ids, 5), 3);
+	ck_assert_uint_eq(bn_grammar_matcher_history(m), 3);
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, 'c'), 0);
+	ck_assert(bn_grammar_matcher_is_accepting(m));
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, t.n), -ERANGE);
+	bn_grammar_matcher_free(m);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Completion and closing                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static const struct {
+	uint32_t kind;
+	const char *text, *prefix, *completion;
+} completions[] = {
+	{ BN_GRAMMAR_GBNF, "root ::= \"abc\" | \"x\" root \"y\"\n", "xx", "abcyy" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+	  "\"string\"}},\"required\":[\"a\"]}", "", "{\"a\":\"\"}" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+	  "\"integer\",\"minimum\":100}},\"required\":[\"a\"]}", "{\"a\": ", "100}" },
+	{ BN_GRAMMAR_REGEX, "[a-z]{3,5}", "ab", "a" },
+	{ BN_GRAMMAR_JSON, "", "[[{\"k\":[", "]}]]" },
+	{ BN_GRAMMAR_JSON, "", "[\"x", "\"]" },
+};
+
+START_TEST(shortest_completion_is_the_known_one)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 0, 1);
+	struct bn_grammar_bound *b = bind_text(&t, completions[_i].kind, completions[_i].text, 0);
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	const char *prefix = completions[_i].prefix, *want = completions[_i].completion;
+	ck_assert_int_eq(bn_grammar_matcher_accept_bytes(m, prefix, strlen(prefix)), 0);
+	uint8_t buf[64];
+	ck_assert_uint_eq(bn_grammar_matcher_min_bytes_to_accept(m), strlen(want));
+	int n = bn_grammar_matcher_shortest_completion(m, buf, sizeof(buf));
+	ck_assert_int_eq(n, (int)strlen(want));
+	ck_assert(!memcmp(buf, want, (size_t)n));
+	ck_assert_int_eq(bn_grammar_matcher_shortest_completion(m, buf, (size_t)n - 1), -ENOSPC);
+	ck_assert_int_eq(bn_grammar_matcher_accept_bytes(m, buf, (size_t)n), 0);
+	ck_assert(bn_grammar_matcher_is_accepting(m));
+	ck_assert_uint_eq(bn_grammar_matcher_min_bytes_to_accept(m), 0);
+	bn_grammar_matcher_free(m);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* At random positions: the completion's bytes end the output and are min_bytes long; the
+ * closing mask is exactly the mask's tokens after which the output can end in time. */
+START_TEST(completion_and_closing_mask_hold_everywhere)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 1500, 13);
+	struct bn_grammar_bound *b = bind_text(&t, exhaustive[_i].kind, exhaustive[_i].text, 0);
+	uint32_t words = (t.n + 63) / 64;
+	uint64_t *mask = malloc(words * 8), *within = malloc(words * 8);
+	tu_rng_seed(50 + (uint64_t)_i);
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	for (int step = 0; step < 30; step++) {
+		uint64_t min = bn_grammar_matcher_min_bytes_to_accept(m);
+		uint8_t buf[256];
+		int n = bn_grammar_matcher_shortest_completion(m, buf, sizeof(buf));
+		ck_assert_int_eq(n, (int)min);
+		struct bn_grammar_matcher *f;
+		ck_assert_int_eq(bn_grammar_matcher_clone(m, &f), 0);
+		ck_assert_int_eq(bn_grammar_matcher_accept_bytes(f, buf, (size_t)n), 0);
+		ck_assert(bn_grammar_matcher_is_accepting(f));
+		bn_grammar_matcher_free(f);
+		uint32_t left = tu_rng_next() % 8;
+		int c = bn_grammar_matcher_fill_mask(m, mask);
+		bn_grammar_matcher_fill_mask_within(m, within, left);
+		for (uint32_t id = 0; id < t.n; id++) {
+			int want = mask_has(mask, id);
+			if (want && t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
+				want = 1;
+			else if (want && left == 0)
+				want = 0;
+			else if (want) {
+				ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+				want = bn_grammar_matcher_min_bytes_to_accept(m) + 1 <= left;
+				ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
+			}
+			ck_assert_msg(mask_has(within, id) == want, "token %u left %u", id, left);
+		}
+		uint32_t id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)c);
+		if (t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
+			break;
+		ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+	}
+	bn_grammar_matcher_free(m);
+	bn_grammar_bound_unref(b);
+	free(mask);
+	free(within);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tokens                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+START_TEST(special_and_end_tokens)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 10, 1);
+	uint32_t ctl = t.n - 3, eog = t.n - 2, empty = t.n - 1;
+	struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_REGEX, "<ctl>|a", 0);
+	uint64_t mask[8];
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	ck_assert_int_gt(bn_grammar_matcher_fill_mask(m, mask), 0);
+	ck_assert(mask_has(mask, '<') && mask_has(mask, 'a'));
+	ck_assert(!mask_has(mask, ctl) && !mask_has(mask, eog) && !mask_has(mask, empty));
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, ctl), -EPERM);
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, empty), -EPERM);
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, eog), -EPERM);
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, 'a'), 0);
+	ck_assert_int_eq(bn_grammar_matcher_fill_mask(m, mask), 1);
+	ck_assert(mask_has(mask, eog));
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, eog), 0);
+	ck_assert(bn_grammar_matcher_is_finished(m));
+	ck_assert_int_eq(bn_grammar_matcher_fill_mask(m, mask), 0);
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, 'a'), -EPERM);
+	ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
+	ck_assert(!bn_grammar_matcher_is_finished(m));
+	bn_grammar_matcher_free(m);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+START_TEST(pieces_to_bytes)
+{
+	uint8_t out[16];
+	/* GPT-2's byte alphabet: Ġ is the space, Ċ the newline, ĉ the tab, ¡ itself. */
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_BYTE_LEVEL, "\xc4\xa0hi", 4, out,
+						sizeof(out)), 3);
+	ck_assert(!memcmp(out, " hi", 3));
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_BYTE_LEVEL, "\xc4\x8a\xc4\x89",
+						4, out, sizeof(out)), 2);
+	ck_assert(out[0] == '\n' && out[1] == '\t');
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_BYTE_LEVEL, "\xc2\xa1", 2, out,
+						sizeof(out)), 1);
+	ck_assert_uint_eq(out[0], 0xA1);
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_BYTE_LEVEL, "\xc4\x80", 2, out,
+						sizeof(out)), 1);
+	ck_assert_uint_eq(out[0], 0x00);
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_BYTE_LEVEL, "\xe2\x82\xac", 3,
+						out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_BYTE_LEVEL, "abc", 3, out, 2),
+			 -ENOSPC);
+	/* SentencePiece: U+2581 a space, <0xNN> a byte, anything else itself. */
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_SENTENCEPIECE,
+						"\xe2\x96\x81the", 6, out, sizeof(out)), 4);
+	ck_assert(!memcmp(out, " the", 4));
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_SENTENCEPIECE, "<0x0A>", 6, out,
+						sizeof(out)), 1);
+	ck_assert_uint_eq(out[0], '\n');
+	ck_assert_int_eq(bn_grammar_piece_bytes(BN_GRAMMAR_PIECES_SENTENCEPIECE, "<0xZZ>", 6, out,
+						sizeof(out)), 6);
+	ck_assert_int_eq(bn_grammar_piece_bytes(9, "a", 1, out, sizeof(out)), -EINVAL);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Refusals and limits                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static const struct {
+	uint32_t kind;
+	const char *text;
+	int rc;
+	const char *says;
+} refusals[] = {
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":"
+	  "{\"patternProperties\":{}}}}", -EINVAL,
+	  "\"patternProperties\" is not supported (at #/properties/a)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{}]}", -EINVAL, "\"oneOf\" is not supported" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"not\":{}}}", -EINVAL,
+	  "\"not\" is not supported (at #/items)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}", -EINVAL,
+	  "\"format\": \"uri\" is not supported (at #)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"multipleOf\":0.5}", -EINVAL,
+	  "\"multipleOf\" is not supported (at #)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", -EINVAL,
+	  "\"uniqueItems\": true is not supported (at #)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"http://x/y.json\"}", -EINVAL,
+	  "only local JSON pointers" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"#/$defs/missing\"}", -EINVAL, "does not resolve" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"z\"],\"properties\":{}}",
+	  -EINVAL, "\"required\" names \"z\", which is not in \"properties\" (at #)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", -EINVAL,
+	  "backreferences are not supported" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}",
+	  -EINVAL, "\"pattern\" together with \"minLength/maxLength\" is not supported" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", -EINVAL,
+	  "the bounds leave no number between them" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":false},"
+	  "\"required\":[\"a\"]}", -EINVAL, "required property \"a\" allows no value" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":", -EINVAL, "not valid JSON" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"a\":1,\"a\":2}", -EINVAL, "not valid JSON" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":"
+	  "\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", -EINVAL, "matches no output at all" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"},"
+	  "{\"type\":\"null\"}]}},\"$ref\":\"#/$defs/a\"}", -EINVAL,
+	  "left recursion: a rule reaches itself without reading a byte (\"#/$defs/a\" -> " },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"strnig\"}", -EINVAL,
+	  "\"type\" \"strnig\" is not a JSON Schema type" },
+	{ BN_GRAMMAR_JSON, "{}", -EINVAL, "JSON mode takes no grammar text" },
+	{ BN_GRAMMAR_REGEX, "a(?=b)", -EINVAL, "regex, column 2: lookahead" },
+	{ BN_GRAMMAR_REGEX, "a(?<=b)", -EINVAL, "lookbehind" },
+	{ BN_GRAMMAR_REGEX, "(a)\\1", -EINVAL, "column 4: backreferences are not supported" },
+	{ BN_GRAMMAR_REGEX, "\\bword", -EINVAL, "word boundaries" },
+	{ BN_GRAMMAR_REGEX, "a++", -EINVAL, "possessive" },
+	{ BN_GRAMMAR_REGEX, "(?i)a", -EINVAL, "inline flags" },
+	{ BN_GRAMMAR_REGEX, "a^b", -EINVAL, "anchors" },
+	{ BN_GRAMMAR_REGEX, "(a", -EINVAL, "not closed" },
+	{ BN_GRAMMAR_REGEX, "\\p{Nonsense}", -EINVAL, "\\p{Nonsense}" },
+	{ BN_GRAMMAR_REGEX, "[b-a]", -EINVAL, "out of order" },
+	{ BN_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"\n", -EINVAL,
+	  "GBNF line 2, column 1: this rule is defined twice" },
+	{ BN_GRAMMAR_GBNF, "root ::= x\n", -EINVAL, "rule \"x\" is used but never defined" },
+	{ BN_GRAMMAR_GBNF, "a ::= \"x\"\n", -EINVAL, "no rule \"root\"" },
+	{ BN_GRAMMAR_GBNF, "root ::= <think> \"a\"\n", -EINVAL,
+	  "GBNF line 1, column 10: token references" },
+	{ BN_GRAMMAR_GBNF, "root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"\n", -EINVAL,
+	  "left recursion: a rule reaches itself without reading a byte (\"expr\" -> \"expr\")" },
+	{ BN_GRAMMAR_GBNF, "root ::= \"a\" \"b\n", -EINVAL,
+	  "GBNF line 1, column 14: a string literal is not closed" },
+	{ BN_GRAMMAR_GBNF, "root ::= [a-z\n", -EINVAL, "not closed" },
+	{ BN_GRAMMAR_GBNF, "root ::= \"\\q\"\n", -EINVAL, "unknown escape" },
+	{ BN_GRAMMAR_GBNF, "root ::= r\nr ::= r\n", -EINVAL, "matches no output at all" },
+	{ BN_GRAMMAR_GBNF, "root ::= \"a\"{3,2}\n", -EINVAL, "maximum is below its minimum" },
+	{ 77, "", -EINVAL, "unknown grammar kind" },
+};
+
+START_TEST(refusals_name_what_and_where)
+{
+	struct bn_grammar_options o = { .kind = refusals[_i].kind };
+	char err[BN_GRAMMAR_ERR_LEN];
+	struct bn_grammar *g = NULL;
+	const char *text = refusals[_i].text;
+	int rc = bn_grammar_compile(text, strlen(text), &o, &g, err);
+	ck_assert_msg(rc == refusals[_i].rc, "%s: rc %d (%s)", text, rc, err);
+	ck_assert_msg(strstr(err, refusals[_i].says), "%s: says \"%s\", not \"%s\"", text, err,
+		      refusals[_i].says);
+	ck_assert_ptr_null(g);
+}
+END_TEST
+
+static int64_t compile_ms(uint32_t kind, const char *text, struct bn_grammar_limits *l, int *rc,
+			  char *err)
+{
+	struct bn_grammar_options o = { .kind = kind, .limits = *l };
+	struct bn_grammar *g = NULL;
+	int64_t t0 = tu_now_ns();
+	*rc = bn_grammar_compile(text, strlen(text), &o, &g, err);
+	int64_t ms = (tu_now_ns() - t0) / 1000000;
+	bn_grammar_unref(g);
+	return ms;
+}
+
+START_TEST(limits_hold_within_the_budget)
+{
+	struct bn_grammar_limits lim = { .compile_ms = 300 };
+	char err[BN_GRAMMAR_ERR_LEN];
+	int rc;
+	/* An exponential regular expression: 2^20 subsets. */
+	int64_t ms = compile_ms(BN_GRAMMAR_REGEX, "(a|b)*a(a|b){20}", &lim, &rc, err);
+	ck_assert_msg(rc == -E2BIG || rc == -ETIME, "%d %s", rc, err);
+	ck_assert_msg(ms < 300 + 200, "took %lld ms", (long long)ms);
+	/* The same under a small state limit: refused by the limit, naming it. */
+	struct bn_grammar_limits few = { .max_states = 1000 };
+	compile_ms(BN_GRAMMAR_REGEX, "(a|b)*a(a|b){12}", &few, &rc, err);
+	ck_assert_int_eq(rc, -E2BIG);
+	ck_assert_msg(strstr(err, "more than 1000 automaton states"), "%s", err);
+	/* A tiny budget on a large schema. */
+	char *big = malloc(1 << 16);
+	size_t at = (size_t)sprintf(big, "{\"type\":\"object\",\"properties\":{");
+	for (int i = 0; i < 300; i++)
+		at += (size_t)sprintf(big + at, "%s\"p%d\":{\"type\":\"string\",\"format\":\"ipv6\"}",
+				      i ? "," : "", i);
+	sprintf(big + at, "}}");
+	struct bn_grammar_limits quick = { .compile_ms = 5 };
+	ms = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &quick, &rc, err);
+	ck_assert_msg(rc == -ETIME && strstr(err, "within 5 ms"), "%d %s", rc, err);
+	ck_assert_msg(ms < 5 + 200, "took %lld ms", (long long)ms);
+	/* Text size, nesting depth, repetition, rules. */
+	struct bn_grammar_limits small = { .max_text_bytes = 100 };
+	compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &small, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "over the limit of 100"), "%s", err);
+	at = 0;
+	for (int i = 0; i < 100; i++)
+		at += (size_t)sprintf(big + at, "{\"type\":\"array\",\"items\":");
+	at += (size_t)sprintf(big + at, "{}");
+	for (int i = 0; i < 100; i++)
+		big[at++] = '}';
+	big[at] = 0;
+	struct bn_grammar_limits none = { 0 };
+	compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &none, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "nests deeper than 64"), "%s", err);
+	compile_ms(BN_GRAMMAR_REGEX, "a{20000}", &none, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "limit of 10000"), "%s", err);
+	at = 0;
+	for (int i = 0; i < 300; i++)
+		at += (size_t)sprintf(big + at, "r%d ::= \"x\" r%d\n", i, i + 1);
+	sprintf(big + at, "r300 ::= \"y\"\nroot ::= r0\n");
+	struct bn_grammar_limits rules = { .max_rules = 100 };
+	compile_ms(BN_GRAMMAR_GBNF, big, &rules, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "more than 100 rules"), "%s", err);
+	free(big);
+}
+END_TEST
+
+/* An ambiguous grammar costs a node per state per byte, not one per parse: 400 bytes into
+ * (s ::= "a" s | "a" s "b" | ""), whose parses double with every "a", it is still small and
+ * its masks still equal brute force. */
+START_TEST(ambiguity_stays_bounded)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 200, 3);
+	struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_GBNF,
+		"root ::= s\ns ::= \"a\" s | \"a\" s \"b\" | \"a\" \"a\" s | \"\"\n", 0);
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 8, &m), 0);
+	int64_t t0 = tu_now_ns();
+	for (int i = 0; i < 400; i++)
+		ck_assert_int_eq(bn_grammar_matcher_accept(m, 'a'), 0);
+	ck_assert_int_lt(tu_now_ns() - t0, 2000000000);
+	ck_assert_uint_lt(bn_grammar_matcher_bytes(m), 4u << 20);
+	uint64_t mask[(256 + 200 + N_SPECIAL + 63) / 64];
+	bn_grammar_matcher_fill_mask(m, mask);
+	check_mask(m, &t, mask, NULL, 0);
+	for (int i = 0; i < 400; i++)
+		ck_assert_int_eq(bn_grammar_matcher_accept(m, 'b'), 0);
+	ck_assert_int_eq(bn_grammar_matcher_accept(m, 'b'), -EPERM);
+	ck_assert(bn_grammar_matcher_is_accepting(m));
+	bn_grammar_matcher_free(m);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Numbers at their bounds                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static const struct {
+	const char *schema;
+	const char *must_accept[4];
+} number_schemas[] = {
+	{ "{\"type\":\"number\",\"minimum\":0.5,\"exclusiveMaximum\":10.25}",
+	  { "0.5", "10.2499", "7", "10.249999999999998" } },
+	{ "{\"type\":\"number\",\"exclusiveMinimum\":-3.75,\"maximum\":-0.001}",
+	  { "-0.001", "-3.7499", "-1", "-0.0010" } },
+	{ "{\"type\":\"number\",\"exclusiveMinimum\":0.1,\"exclusiveMaximum\":0.3}",
+	  { "0.2", "0.11", "0.29999", "0.1000001" } },
+	{ "{\"type\":\"number\",\"maximum\":0.1}", { "0.1", "-5", "0", "0.0999" } },
+	{ "{\"type\":\"number\",\"minimum\":-1e3,\"maximum\":1e3}",
+	  { "-1000", "1000", "999.9", "-1000.000" } },
+	{ "{\"type\":\"integer\",\"minimum\":2.5,\"maximum\":1e20}",
+	  { "3", "100000000000000000000", "99999999999999999999", "42" } },
+	{ "{\"type\":\"integer\",\"exclusiveMinimum\":-8,\"exclusiveMaximum\":0}",
+	  { "-7", "-1", "-4", NULL } },
+	{ "{\"type\":\"number\",\"minimum\":1e-5,\"maximum\":2e-5}",
+	  { "0.00001", "0.00002", "0.000015", NULL } },
+};
+
+/* Candidates around a bound's text: itself, trailing zeros and digits, one more or less in
+ * the last digit, the other sign, zeros, exponents. */
+static uint32_t number_candidates(const char *bound, char out[][48], uint32_t n)
+{
+	static const char *const tails[] = { "", "0", "00001", "1", "9", "99999999999999999999" };
+	char base[40];
+	snprintf(base, sizeof(base), "%s", bound);
+	size_t len = strlen(base);
+	for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++) {
+		int dot = strchr(base, '.') != NULL;
+		snprintf(out[n++], 48, "%s%s%s", base, dot || !*tails[i] ? "" : ".", tails[i]);
+		snprintf(out[n++], 48, "-%s%s%s", base, dot || !*tails[i] ? "" : ".", tails[i]);
+	}
+	for (int delta = -1; delta <= 1; delta += 2) {
+		char x[40];
+		memcpy(x, base, len + 1);
+		char *d = x + len - 1;
+		if (*d >= '0' && *d <= '9') {
+			*d = (char)(*d + delta < '0' ? '9' : *d + delta > '9' ? '0' : *d + delta);
+			snprintf(out[n++], 48, "%s", x);
+			snprintf(out[n++], 48, "-%s", x);
+		}
+	}
+	static const char *const fixed[] = { "0", "-0", "0.0", "-0.0", "1e1", "1E-2", "-0.5e1" };
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		snprintf(out[n++], 48, "%s", fixed[i]);
+	return n;
+}
+
+/* Every candidate the grammar accepts is valid (the Python oracle: floats and exact decimals);
+ * the values named valid are accepted. */
+START_TEST(numbers_at_their_bounds_validate)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 0, 1);
+	struct oracle o = { 0 };
+	for (size_t k = 0; k < sizeof(number_schemas) / sizeof(number_schemas[0]); k++) {
+		const char *schema = number_schemas[k].schema;
+		struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_JSON_SCHEMA, schema, 0);
+		json_t *doc = json_loads(schema, 0, NULL);
+		char cands[256][48];
+		uint32_t n = 0;
+		const char *key;
+		json_t *v;
+		json_object_foreach(doc, key, v) {
+			if (!json_is_number(v))
+				continue;
+			char text[40];
+			/* The bound as written (Jansson keeps 1e3 as a real: print it plainly too). */
+			snprintf(text, sizeof(text), "%.17g", json_number_value(v));
+			n = number_candidates(text, cands, n);
+			snprintf(text, sizeof(text), "%.15g", json_number_value(v));
+			n = number_candidates(text, cands, n);
+		}
+		json_decref(doc);
+		for (uint32_t i = 0; i < n; i++) {
+			struct bn_grammar_matcher *m;
+			ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+			if (bn_grammar_matcher_accept_bytes(m, cands[i], strlen(cands[i])) == 0 &&
+			    bn_grammar_matcher_is_accepting(m))
+				oracle_add(&o, "schema", schema, cands[i], strlen(cands[i]));
+			bn_grammar_matcher_free(m);
+		}
+		for (int i = 0; i < 4 && number_schemas[k].must_accept[i]; i++) {
+			const char *x = number_schemas[k].must_accept[i];
+			struct bn_grammar_matcher *m;
+			ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+			ck_assert_msg(bn_grammar_matcher_accept_bytes(m, x, strlen(x)) == 0 &&
+				      bn_grammar_matcher_is_accepting(m), "%s refuses %s", schema, x);
+			bn_grammar_matcher_free(m);
+		}
+		bn_grammar_bound_unref(b);
+	}
+	oracle_run(&o);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* Strings at the edges of their formats and lengths: whatever the grammar accepts must be
+ * valid (the oracle), and the valid ones named must be accepted. */
+static const struct {
+	const char *schema;
+	const char *candidates[12];
+	const char *must_accept[4];
+} string_edges[] = {
+	{ "{\"type\":\"string\",\"format\":\"date\"}",
+	  { "\"2023-02-29\"", "\"2024-02-29\"", "\"1900-02-29\"", "\"2000-02-29\"",
+	    "\"2023-04-31\"", "\"0000-01-01\"", "\"2023-13-01\"", "\"2023-12-32\"",
+	    "\"2023-1-01\"", "\"0004-02-29\"", "\"2100-02-29\"", "\"2400-02-29\"" },
+	  { "\"2024-02-29\"", "\"2000-02-29\"", "\"2400-02-29\"", "\"0004-02-29\"" } },
+	{ "{\"type\":\"string\",\"format\":\"date-time\"}",
+	  { "\"2023-01-01T24:00:00Z\"", "\"2023-01-01T23:59:60Z\"", "\"2023-01-01T10:00:00+24:00\"",
+	    "\"2023-01-01T10:00:00.123456789+05:30\"", "\"2023-01-01 10:00:00Z\"",
+	    "\"2023-01-01T10:00Z\"" },
+	  { "\"2023-01-01T10:00:00.123456789+05:30\"", NULL } },
+	{ "{\"type\":\"string\",\"format\":\"ipv4\"}",
+	  { "\"256.1.1.1\"", "\"01.2.3.4\"", "\"255.255.255.255\"", "\"1.2.3\"", "\"0.0.0.0\"" },
+	  { "\"255.255.255.255\"", "\"0.0.0.0\"", NULL } },
+	{ "{\"type\":\"string\",\"format\":\"ipv6\"}",
+	  { "\"::\"", "\"::1\"", "\"1::2::3\"", "\"1:2:3:4:5:6:7:8\"", "\"1:2:3:4:5:6:7:8:9\"",
+	    "\"::ffff:1.2.3.4\"", "\"12345::\"", "\"fe80::1:2\"" },
+	  { "\"::\"", "\"::1\"", "\"::ffff:1.2.3.4\"", "\"1:2:3:4:5:6:7:8\"" } },
+	{ "{\"type\":\"string\",\"format\":\"uuid\"}",
+	  { "\"123e4567-e89b-12d3-a456-426614174000\"", "\"123e4567e89b12d3a456426614174000\"",
+	    "\"123e4567-e89b-12d3-a456-42661417400\"" },
+	  { "\"123e4567-e89b-12d3-a456-426614174000\"", NULL } },
+	{ "{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+	  { "\"a\"", "\"ab\"", "\"abcd\"", "\"\\u00e9\\n\"", "\"日本語\"", "\"日本語x\"",
+	    "\"\\ud83d\\ude00\"", "\"a\\\"\"" },
+	  { "\"ab\"", "\"日本語\"", "\"\\u00e9\\n\"", "\"a\\\"\"" } },
+	{ "{\"type\":\"string\",\"pattern\":\"^\\\\d+$\"}",
+	  { "\"123\"", "\"١٢٣\"", "\"12a\"", "\"\"" }, { "\"123\"", NULL } },
+	{ "{\"type\":\"string\",\"pattern\":\"^\\\\D$\"}",
+	  { "\"a\"", "\"١\"", "\"1\"", "\"\\n\"" }, { "\"a\"", NULL } },
+};
+
+START_TEST(strings_at_their_edges_validate)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 0, 1);
+	struct oracle o = { 0 };
+	for (size_t k = 0; k < sizeof(string_edges) / sizeof(string_edges[0]); k++) {
+		const char *schema = string_edges[k].schema;
+		struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_JSON_SCHEMA, schema, 0);
+		for (int i = 0; i < 12 && string_edges[k].candidates[i]; i++) {
+			const char *x = string_edges[k].candidates[i];
+			struct bn_grammar_matcher *m;
+			ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+			if (bn_grammar_matcher_accept_bytes(m, x, strlen(x)) == 0 &&
+			    bn_grammar_matcher_is_accepting(m))
+				oracle_add(&o, "schema", schema, x, strlen(x));
+			bn_grammar_matcher_free(m);
+		}
+		for (int i = 0; i < 4 && string_edges[k].must_accept[i]; i++) {
+			const char *x = string_edges[k].must_accept[i];
+			struct bn_grammar_matcher *m;
+			ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+			ck_assert_msg(bn_grammar_matcher_accept_bytes(m, x, strlen(x)) == 0 &&
+				      bn_grammar_matcher_is_accepting(m), "%s refuses %s", schema, x);
+			bn_grammar_matcher_free(m);
+		}
+		bn_grammar_bound_unref(b);
+	}
+	oracle_run(&o);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Mutated grammars                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Grammars of every form, a few characters changed at random: each either compiles or is
+ * refused with a message (never a crash, never another error), and a compiled one's masks
+ * equal brute force and its completions end the output. */
+START_TEST(mutated_grammars_compile_or_refuse_cleanly)
+{
+	static const char alphabet[] = "()[]{}|*+?.^$\\\"':,-0129azAZ#\n \t=<>!/";
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 300, 6);
+	uint32_t words = (t.n + 63) / 64, compiled = 0;
+	uint64_t *mask = malloc(words * 8);
+	tu_rng_seed(60);
+	for (int it = 0; it < 400; it++) {
+		uint32_t k = tu_rng_next() % (sizeof(exhaustive) / sizeof(exhaustive[0]));
+		char text[1024];
+		size_t len = strlen(exhaustive[k].text);
+		memcpy(text, exhaustive[k].text, len);
+		for (uint32_t m = 1 + tu_rng_next() % 4; m > 0 && len > 0; m--) {
+			size_t at = tu_rng_next() % len;
+			char ch = alphabet[tu_rng_next() % (sizeof(alphabet) - 1)];
+			switch (tu_rng_next() % 3) {
+			case 0: memmove(text + at + 1, text + at, len - at); text[at] = ch; len++; break;
+			case 1: memmove(text + at, text + at + 1, len - at - 1); len--; break;
+			default: text[at] = ch;
+			}
+		}
+		struct bn_grammar_options o = { .kind = exhaustive[k].kind,
+						.limits = { .compile_ms = 30000, .max_states = 20000 } };
+		char err[BN_GRAMMAR_ERR_LEN];
+		struct bn_grammar *g;
+		int rc = bn_grammar_compile(text, o.kind == BN_GRAMMAR_JSON ? 0 : len, &o, &g, err);
+		if (rc) {
+			ck_assert_msg(rc == -EINVAL || rc == -E2BIG, "%.*s: %d %s", (int)len, text, rc,
+				      err);
+			ck_assert(err[0]);
+			continue;
+		}
+		compiled++;
+		struct bn_grammar_bound *b;
+		ck_assert_int_eq(bn_grammar_bind(g, t.v, &b), 0);
+		bn_grammar_unref(g);
+		struct bn_grammar_matcher *m;
+		ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+		for (int step = 0; step < 6; step++) {
+			int n = bn_grammar_matcher_fill_mask(m, mask);
+			check_mask(m, &t, mask, NULL, 0);
+			uint8_t done[512];
+			int c = bn_grammar_matcher_shortest_completion(m, done, sizeof(done));
+			if (c >= 0) {
+				struct bn_grammar_matcher *f;
+				ck_assert_int_eq(bn_grammar_matcher_clone(m, &f), 0);
+				ck_assert_int_eq(bn_grammar_matcher_accept_bytes(f, done, (size_t)c), 0);
+				ck_assert(bn_grammar_matcher_is_accepting(f));
+				bn_grammar_matcher_free(f);
+			}
+			if (n <= 0)
+				break;
+			uint32_t id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)n);
+			if (t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
+				break;
+			ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+		}
+		bn_grammar_matcher_free(m);
+		bn_grammar_bound_unref(b);
+	}
+	ck_assert_uint_gt(compiled, 40);
+	free(mask);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* The cache                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+START_TEST(cache_keys_on_content_and_keeps_refusals)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 100, 4);
+	struct bn_grammar_cache *c;
+	ck_assert_int_eq(bn_grammar_cache_new(t.v, 1 << 20, &c), 0);
+	struct bn_grammar_options o = { .kind = BN_GRAMMAR_REGEX };
+	struct bn_grammar_bound *a, *b, *d;
+	char err[BN_GRAMMAR_ERR_LEN];
+	ck_assert_int_eq(bn_grammar_cache_get(c, "ab+", 3, &o, &a, err), 0);
+	ck_assert_int_eq(bn_grammar_cache_get(c, "ab+", 3, &o, &b, err), 0);
+	ck_assert_ptr_eq(a, b);
+	o.kind = BN_GRAMMAR_GBNF;
+	ck_assert_int_eq(bn_grammar_cache_get(c, "ab+", 3, &o, &d, err), -EINVAL);
+	ck_assert_ptr_null(d);
+	char first[BN_GRAMMAR_ERR_LEN];
+	memcpy(first, err, sizeof(first));
+	ck_assert_int_eq(bn_grammar_cache_get(c, "ab+", 3, &o, &d, err), -EINVAL);
+	ck_assert_str_eq(err, first);
+	struct bn_grammar_cache_info info;
+	bn_grammar_cache_get_info(c, &info);
+	ck_assert_uint_eq(info.hits, 2);
+	ck_assert_uint_eq(info.misses, 2);
+	ck_assert_uint_eq(info.refusals_cached, 1);
+	ck_assert_uint_eq(info.entries, 2);
+	/* Over its budget the oldest go, never the one being handed out. */
+	bn_grammar_cache_free(c);
+	ck_assert_int_eq(bn_grammar_cache_new(t.v, 1, &c), 0);
+	o.kind = BN_GRAMMAR_REGEX;
+	for (int i = 0; i < 5; i++) {
+		char re[16];
+		snprintf(re, sizeof(re), "x{%d}", i + 1);
+		ck_assert_int_eq(bn_grammar_cache_get(c, re, strlen(re), &o, &d, err), 0);
+		bn_grammar_bound_unref(d);
+	}
+	bn_grammar_cache_get_info(c, &info);
+	ck_assert_uint_eq(info.entries, 1);
+	/* References handed out outlive the cache. */
+	bn_grammar_cache_free(c);
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(a, 0, &m), 0);
+	ck_assert_int_eq(bn_grammar_matcher_accept_bytes(m, "abb", 3), 0);
+	ck_assert(bn_grammar_matcher_is_accepting(m));
+	bn_grammar_matcher_free(m);
+	bn_grammar_bound_unref(a);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Threads                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+struct thread_job {
+	const struct tvocab *t;
+	struct bn_grammar_bound *b;
+	uint64_t seed;
+	uint64_t digest;
+};
+
+/* A seeded walk whose masks are folded into a digest: equal seeds, equal digests. */
+static void *walk_digest(void *arg)
+{
+	struct thread_job *j = arg;
+	uint32_t words = (j->t->n + 63) / 64;
+	uint64_t *mask = malloc(words * 8), state = j->seed, digest = 0;
+	struct bn_grammar_matcher *m;
+	if (bn_grammar_matcher_new(j->b, 0, &m))
+		abort();
+	for (int step = 0; step < 60; step++) {
+		int n = bn_grammar_matcher_fill_mask(m, mask);
+		if (n <= 0)
+			break;
+		for (uint32_t w = 0; w < words; w++)
+			digest = (digest ^ mask[w]) * 0x100000001b3ull;
+		state = state * 6364136223846793005ull + 1442695040888963407ull;
+		uint32_t id = nth_set_bit(mask, words, (uint32_t)(state >> 33) % (uint32_t)n);
+		if (j->t->kind[id] == BN_GRAMMAR_TOKEN_EOG || bn_grammar_matcher_accept(m, id))
+			break;
+	}
+	j->digest = digest;
+	bn_grammar_matcher_free(m);
+	free(mask);
+	return NULL;
+}
+
+START_TEST(threads_share_a_bound_grammar)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 20000, 5);
+	struct thread_job ref = { &t, bind_text(&t, BN_GRAMMAR_JSON, "", 0), 7, 0 };
+	walk_digest(&ref);
+	struct bn_grammar_bound *shared = bind_text(&t, BN_GRAMMAR_JSON, "", 0);
+	pthread_t th[4];
+	struct thread_job jobs[4];
+	for (int i = 0; i < 4; i++) {
+		jobs[i] = (struct thread_job){ &t, shared, 7, 0 };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, walk_digest, &jobs[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_uint_eq(jobs[i].digest, ref.digest);
+	}
+	bn_grammar_bound_unref(ref.b);
+	bn_grammar_bound_unref(shared);
+	tvocab_free(&t);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("grammar");
+	TCase *tc = tcase_create("engine");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, masks_equal_brute_force, 0,
+			    sizeof(exhaustive) / sizeof(exhaustive[0]));
+	tcase_add_loop_test(tc, llama3_masks_equal_brute_force, 0, 3);
+	tcase_add_test(tc, rollback_and_fork_equal_recomputation);
+	tcase_add_test(tc, accept_tokens_stops_at_the_first_refused);
+	tcase_add_loop_test(tc, shortest_completion_is_the_known_one, 0,
+			    sizeof(completions) / sizeof(completions[0]));
+	tcase_add_loop_test(tc, completion_and_closing_mask_hold_everywhere, 0,
+			    sizeof(exhaustive) / sizeof(exhaustive[0]));
+	tcase_add_test(tc, special_and_end_tokens);
+	tcase_add_test(tc, pieces_to_bytes);
+	tcase_add_loop_test(tc, refusals_name_what_and_where, 0,
+			    sizeof(refusals) / sizeof(refusals[0]));
+	tcase_add_test(tc, limits_hold_within_the_budget);
+	tcase_add_test(tc, ambiguity_stays_bounded);
+	tcase_add_test(tc, numbers_at_their_bounds_validate);
+	tcase_add_test(tc, strings_at_their_edges_validate);
+	tcase_add_test(tc, mutated_grammars_compile_or_refuse_cleanly);
+	tcase_add_test(tc, cache_keys_on_content_and_keeps_refusals);
+	tcase_add_test(tc, threads_share_a_bound_grammar);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s);
+}
