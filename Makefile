@@ -34,7 +34,9 @@
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
 #   make CUDA=0 ...           build without the cuda backend even where nvcc exists (the host
-#                             harness's build stays)
+#                             harness's build stays); where nvcc builds it, each kernel's
+#                             registers, shared memory and spills are printed, and a spill in a
+#                             hot kernel fails the build (tools/ptxas-report.sh)
 #   make install PREFIX=/usr/local DESTDIR=   installs files only; enables/starts nothing
 #   make V=1 ...              show full commands
 
@@ -139,6 +141,10 @@ CUDA_CFLAGS := -DBN_HAVE_CUDA -I$(CUDA_INCDIR) -Ikernels/cuda
 CUDA_LIBS  := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 NVCC_FLAGS := -std=c++17 -O3 -lineinfo -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ikernels/cuda
+# The kernels a decode or prefill step spends its time in: a register spill there fails the
+# build (the element-wise kernels and CUB's sort are reported, not held to it).
+CUDA_HOT_KERNELS := gemv_dp4a_kernel gemm_tc_kernel f32_gemm_kernel f16_gemm_kernel attend_kernel \
+	argmax_kernel rank_prep_kernel pick_kernel
 endif
 
 # libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
@@ -220,10 +226,15 @@ $(BUILD)/%.o: %.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(ISA_FLAGS) $(URING_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+# ptxas reports each kernel's registers, shared memory, stack frame and spills (-Xptxas -v):
+# the report stays beside the object (.ptxas), tools/ptxas-report.sh prints it as a table, and
+# a spill in a hot kernel (CUDA_HOT_KERNELS) fails the build.
+$(BUILD)/%.o: %.cu tools/ptxas-report.sh
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
-	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(NVCC) $(NVCC_FLAGS) -Xptxas -v -MMD -MP -c $< -o $@ 2> $(@:.o=.ptxas) || \
+		{ cat $(@:.o=.ptxas); rm -f $@; exit 1; }
+	$(Q)sh tools/ptxas-report.sh $< $(@:.o=.ptxas) $(CUDA_HOT_KERNELS) || { rm -f $@; exit 1; }
 
 $(BUILD)/kernels/cpu/%_avx2.o: ISA_FLAGS := $(ISA_AVX2)
 $(BUILD)/kernels/cpu/%_avx512.o: ISA_FLAGS := $(ISA_AVX512)
