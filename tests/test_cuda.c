@@ -14,7 +14,9 @@
  *  - the whole backend: the test model's 200 greedy ids; the tiny preset's greedy ids and
  *    top-8 log-probabilities against the cpu backend (within 2e-2: the F16 LM head rounds its
  *    input to half); a sequence's tokens and log-probabilities alone and inside a batch of 32,
- *    bit-identical.
+ *    bit-identical;
+ *  - the daemon: `bitnetd --backend cuda` serves greedy requests with the cpu daemon's tokens,
+ *    and a seeded, penalised sampled request alone and among others with the same tokens.
  *
  * Built against the CUDA host harness (tests/cuda_host, BN_CUDA_HOST) as test_cuda_host, the
  * same cases run on the CPU, with the harness's race check on, on every machine; there the
@@ -32,6 +34,7 @@ int main(void)
 #else
 
 #include "testutil.h"
+#include "bitnet_client.h"
 #include "../daemon/backends/backend.h"
 #include "../daemon/model/forward.h"
 #include "../daemon/model/model.h"
@@ -42,6 +45,7 @@ int main(void)
 #include <check.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,6 +555,112 @@ START_TEST(batch_invariance_32)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* The daemon                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+#define DAEMON_PROMPTS 3
+#define DAEMON_TOKENS 12
+
+/* The daemon with the cuda backend: $BITNETD_CUDA_HOST on the harness, $BITNETD on a GPU. */
+static const char *cuda_daemon(void)
+{
+#ifdef BN_CUDA_HOST
+	return getenv("BITNETD_CUDA_HOST");
+#else
+	return getenv("BITNETD");
+#endif
+}
+
+static void start_cuda_daemon(struct tu_daemon *d, const char *bin)
+{
+	/* a small KV cache: on the harness the race check copies it at every attention launch */
+	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
+			       NULL };
+	char *was = getenv("BITNETD") ? strdup(getenv("BITNETD")) : NULL;
+	setenv("BITNETD", bin, 1);
+	int rc = tu_daemon_start(d, args);
+	if (was)
+		setenv("BITNETD", was, 1);
+	else
+		unsetenv("BITNETD");
+	free(was);
+	ck_assert_msg(rc == 0, "%s --backend cuda did not start", bin);
+}
+
+/* Greedy tokens of each prompt, then one seeded sampled request with penalties, alone. */
+static void daemon_run(struct bn_client *c, uint32_t prompts[][8], uint32_t greedy[][DAEMON_TOKENS],
+		       uint32_t *sampled, const struct bn_sampling_params *sp)
+{
+	for (uint32_t p = 0; p < DAEMON_PROMPTS; p++) {
+		struct bn_request r = { .prompt = prompts[p], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+					.flags = BN_REQ_IGNORE_EOS };
+		ck_assert_int_eq(bn_generate(c, &r, greedy[p], DAEMON_TOKENS, NULL, 60000000000ll), 0);
+	}
+	struct bn_request r = { .prompt = prompts[0], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+				.flags = BN_REQ_IGNORE_EOS | BN_REQ_SEED, .sampling = sp };
+	ck_assert_int_eq(bn_generate(c, &r, sampled, DAEMON_TOKENS, NULL, 60000000000ll), 0);
+}
+
+START_TEST(daemon_serves_as_the_cpu_daemon)
+{
+	const char *bin = cuda_daemon();
+	if (!bin || !*bin) {
+		printf("SKIP: no cuda daemon to start (BITNETD%s is not set)\n",
+#ifdef BN_CUDA_HOST
+		       "_CUDA_HOST"
+#else
+		       ""
+#endif
+		);
+		return;
+	}
+	struct tu_daemon gd, cd;
+	start_cuda_daemon(&gd, bin);
+	ck_assert_int_eq(tu_daemon_start_cpu(&cd, tu_default_model(), NULL), 0);
+	struct bn_client *g, *c;
+	ck_assert_int_eq(bn_connect(gd.socket_path, 8, &g), 0);
+	ck_assert_int_eq(bn_connect(cd.socket_path, 8, &c), 0);
+	struct bn_model_info info;
+	ck_assert_int_eq(bn_model_info(g, &info), 0);
+	ck_assert_str_eq(info.backend, "cuda");
+	uint32_t prompts[DAEMON_PROMPTS][8];
+	for (uint32_t p = 0; p < DAEMON_PROMPTS; p++)
+		for (uint32_t i = 0; i < 8; i++)
+			prompts[p][i] = 3 + (p * 131 + i * 37) % (info.vocab_size - 3);
+	/* hot enough that the draw decides: the tiny preset's random weights are very sure */
+	struct bn_sampling_params sp = { .temperature = 4.0f, .top_k = 40, .top_p = 0.95f,
+					 .repetition_penalty = 1.3f, .seed = 7 };
+	uint32_t g_greedy[DAEMON_PROMPTS][DAEMON_TOKENS], c_greedy[DAEMON_PROMPTS][DAEMON_TOKENS];
+	uint32_t alone[DAEMON_TOKENS], together[DAEMON_TOKENS], unused[DAEMON_TOKENS];
+	daemon_run(g, prompts, g_greedy, alone, &sp);
+	daemon_run(c, prompts, c_greedy, unused, &sp);
+	ck_assert_int_eq(memcmp(g_greedy, c_greedy, sizeof(g_greedy)), 0);
+	/* the sampled request again, in flight with the greedy ones */
+	struct bn_batch_item items[DAEMON_PROMPTS + 1];
+	uint32_t batch_out[DAEMON_PROMPTS][DAEMON_TOKENS];
+	memset(items, 0, sizeof(items));
+	for (uint32_t p = 0; p < DAEMON_PROMPTS; p++)
+		items[p] = (struct bn_batch_item){
+			.req = { .prompt = prompts[p], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+				 .flags = BN_REQ_IGNORE_EOS },
+			.out = batch_out[p], .out_cap = DAEMON_TOKENS };
+	items[DAEMON_PROMPTS] = (struct bn_batch_item){
+		.req = { .prompt = prompts[0], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+			 .flags = BN_REQ_IGNORE_EOS | BN_REQ_SEED, .sampling = &sp },
+		.out = together, .out_cap = DAEMON_TOKENS };
+	struct bn_batch_result br;
+	ck_assert_int_eq(bn_generate_batch(g, items, DAEMON_PROMPTS + 1, &br, 60000000000ll), 0);
+	ck_assert_uint_eq(br.n_ok, DAEMON_PROMPTS + 1);
+	ck_assert_int_eq(memcmp(batch_out, g_greedy, sizeof(batch_out)), 0);
+	ck_assert_int_eq(memcmp(together, alone, sizeof(alone)), 0);
+	bn_disconnect(g);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&gd, SIGTERM), 0);
+	ck_assert_int_eq(tu_daemon_stop(&cd, SIGTERM), 0);
+}
+END_TEST
+
 static Suite *cuda_suite(void)
 {
 	Suite *s = suite_create("cuda");
@@ -574,9 +684,11 @@ static Suite *cuda_suite(void)
 	       STORIES_IDS);
 	(void)tiny_matches_cpu_backend;
 	(void)batch_invariance_32;
+	(void)daemon_serves_as_the_cpu_daemon;
 #else
 	tcase_add_test(b, tiny_matches_cpu_backend);
 	tcase_add_test(b, batch_invariance_32);
+	tcase_add_test(b, daemon_serves_as_the_cpu_daemon);
 #endif
 	suite_add_tcase(s, b);
 	return s;
