@@ -73,8 +73,6 @@ struct cudaDeviceProp {
 	int major;
 	int minor;
 	int multiProcessorCount;
-	int l2CacheSize;
-	int memoryBusWidth;
 };
 
 cudaError_t cudaGetDeviceCount(int *count);

@@ -208,18 +208,6 @@ int bn_fiber_create(struct bn_fiber *f, size_t size)
 	return 0;
 }
 
-void bn_fiber_destroy(struct bn_fiber *f)
-{
-	if (!f->stack_size)
-		return;
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	munmap((char *)f->stack - page, f->stack_size + page);
-#ifdef FIBER_TSAN
-	__tsan_destroy_fiber(f->tsan_fiber);
-#endif
-	*f = (struct bn_fiber){ 0 };
-}
-
 void bn_fiber_switch(struct bn_fiber *from, struct bn_fiber *to)
 {
 	before_switch(from, to, 0);

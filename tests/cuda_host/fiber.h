@@ -38,9 +38,9 @@ struct bn_fiber {
 
 /* The calling OS thread's own context, to switch from and back to. */
 void bn_fiber_init_thread(struct bn_fiber *self);
-/* A stack of `size` bytes (rounded up to pages) with a guard page under it. 0 or -1. */
+/* A stack of `size` bytes (rounded up to pages) with a guard page under it, kept for the
+ * life of the process (the harness reuses its fibers for every block). 0 or -1. */
 int bn_fiber_create(struct bn_fiber *f, size_t size);
-void bn_fiber_destroy(struct bn_fiber *f);
 /* Makes the next switch to f start entry(arg) at the top of its stack. */
 void bn_fiber_start(struct bn_fiber *f, void (*entry)(void *), void *arg);
 /* Saves the running context in `from` and runs `to` until something switches back. */

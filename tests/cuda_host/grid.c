@@ -204,7 +204,9 @@ static unsigned reachable(const struct bn_cuda_host_launch *l, struct saved *out
 		int seen = 0;
 		for (unsigned i = 0; i < n && !seen; i++)
 			seen = out[i].a == a;
-		if (a && !seen && n < cap)
+		if (a && !seen && n == cap)
+			bn_cuda_host_fail("race check: the arguments reach more than %u allocations", cap);
+		if (a && !seen)
 			out[n++] = (struct saved){ .a = a };
 	}
 	return n;

@@ -126,8 +126,6 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 		.major = 9,
 		.minor = 0,
 		.multiProcessorCount = 1,
-		.l2CacheSize = 0,
-		.memoryBusWidth = 0,
 	};
 	return cudaSuccess;
 }

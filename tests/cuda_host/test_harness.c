@@ -714,6 +714,12 @@ START_TEST(device_properties)
 	ck_assert_int_eq(cudaGetLastError(), cudaErrorInvalidDevice);
 	ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
 	ck_assert_int_eq(cudaSetDevice(0), cudaSuccess);
+	int dev = -1;
+	ck_assert_int_eq(cudaGetDevice(&dev), cudaSuccess);
+	ck_assert_int_eq(dev, 0);
+	ck_assert_str_eq(cudaGetErrorName(cudaErrorInvalidDevice), "cudaErrorInvalidDevice");
+	ck_assert_str_eq(cudaGetErrorString(cudaErrorInvalidConfiguration), "invalid configuration argument");
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 }
 END_TEST
 
@@ -768,6 +774,14 @@ START_TEST(streams_and_events)
 	cudaEvent_t a, b;
 	ck_assert_int_eq(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
 	ck_assert_int_eq(cudaEventCreate(&a), cudaSuccess);
+	ck_assert_int_eq(cudaEventCreateWithFlags(&b, cudaEventDisableTiming), cudaSuccess);
+	float untimed;
+	ck_assert_int_eq(cudaEventRecord(a, s), cudaSuccess);
+	ck_assert_int_eq(cudaEventRecord(b, s), cudaSuccess);
+	ck_assert_int_eq(cudaEventElapsedTime(&untimed, a, b), cudaErrorInvalidResourceHandle);
+	ck_assert_int_eq(cudaEventDestroy(a), cudaSuccess);
+	ck_assert_int_eq(cudaEventDestroy(b), cudaSuccess);
+	ck_assert_int_eq(cudaEventCreate(&a), cudaSuccess);
 	ck_assert_int_eq(cudaEventCreate(&b), cudaSuccess);
 	float ms;
 	ck_assert_int_eq(cudaEventElapsedTime(&ms, a, b), cudaErrorInvalidResourceHandle);
@@ -777,6 +791,10 @@ START_TEST(streams_and_events)
 	ck_assert_int_eq(cudaEventRecord(b, s), cudaSuccess);
 	ck_assert_int_eq(cudaStreamWaitEvent(s, b, 0), cudaSuccess);
 	ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
+	ck_assert_int_eq(cudaEventQuery(b), cudaSuccess);
+	ck_assert_int_eq(cudaStreamQuery(s), cudaSuccess);
+	ck_assert_int_eq(cudaMemsetAsync(d, 0, 4, s), cudaSuccess);
+	ck_assert_int_eq(cudaMemsetAsync(d, 0, 8, s), cudaErrorInvalidValue);
 	ck_assert_int_eq(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
 	ck_assert(ms >= 0);
 	ck_assert_int_eq(cudaStreamSynchronize(s), cudaSuccess);
@@ -786,6 +804,9 @@ START_TEST(streams_and_events)
 	ck_assert_int_eq(cudaEventDestroy(a), cudaSuccess);
 	ck_assert_int_eq(cudaEventDestroy(b), cudaSuccess);
 	ck_assert_int_eq(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+	cudaStream_t plain;
+	ck_assert_int_eq(cudaStreamCreate(&plain), cudaSuccess);
+	ck_assert_int_eq(cudaStreamDestroy(plain), cudaSuccess);
 	cudaFree(d);
 }
 END_TEST
