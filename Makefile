@@ -565,7 +565,7 @@ check-c: all
 	$(Q)$(BUILD)/tests/fuzz-requests-replay tests/corpus/requests/*
 
 # The CUDA host harness's two suites alone (check-c runs them too).
-check-cuda-host: $(HOST_TESTS:%=$(BUILD)/tests/%) $(HOST_BITNETD) $(DEFAULT_MODEL)
+check-cuda-host: $(HOST_TESTS:%=$(BUILD)/tests/%) $(HOST_BITNETD) $(BITNETD) $(DEFAULT_MODEL)
 	@set -e; for t in $(HOST_TESTS); do echo "== $$t"; $(TEST_ENV) $(BUILD)/tests/$$t; done
 
 # The suites whose code picks the kernels with bn_kernels_select(NULL) (the forward pass, the

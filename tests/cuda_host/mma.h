@@ -89,14 +89,16 @@ inline void together(const char *name, const void *ptr, unsigned ldm, unsigned l
 	bn_cuda_host_warp_collective(&c);
 }
 
+// A load or store: CUDA's alignment rules, then the warp-collective check.
 template <typename T>
-void check_alignment(const char *name, const T *ptr, unsigned ldm)
+void memory_op(const char *name, const T *ptr, unsigned ldm, unsigned layout)
 {
 	if ((uintptr_t)ptr % 32 != 0)
 		bn_cuda_host_fail("%s: pointer %p is not 256-bit aligned", name, (const void *)ptr);
 	if (ldm * sizeof(T) % 16 != 0)
 		bn_cuda_host_fail("%s: ldm %u is not a multiple of 16 bytes (%zu-byte elements)", name,
 				  ldm, sizeof(T));
+	together(name, ptr, ldm, layout, 0);
 }
 
 // Element (r, c) of a matrix stored with rows (row_major) or columns contiguous.
@@ -147,8 +149,7 @@ void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, const V &v)
 template <typename T, typename Layout>
 void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm)
 {
-	detail::check_alignment("wmma::load_matrix_sync", p, ldm);
-	detail::together("wmma::load_matrix_sync", p, ldm, detail::layout_code<Layout>(), 0);
+	detail::memory_op("wmma::load_matrix_sync", p, ldm, detail::layout_code<Layout>());
 	const bool rows = std::is_same<Layout, row_major>::value;
 	const int r = detail::row();
 	for (int k = 0; k < kTile; k++)
@@ -158,8 +159,7 @@ void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, Layout> &f, const T *p, 
 template <typename T, typename Layout>
 void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm)
 {
-	detail::check_alignment("wmma::load_matrix_sync", p, ldm);
-	detail::together("wmma::load_matrix_sync", p, ldm, detail::layout_code<Layout>(), 0);
+	detail::memory_op("wmma::load_matrix_sync", p, ldm, detail::layout_code<Layout>());
 	const bool rows = std::is_same<Layout, row_major>::value;
 	const int c0 = detail::column0();
 	for (int k = 0; k < kTile; k++)
@@ -171,8 +171,7 @@ template <typename T>
 void load_matrix_sync(fragment<accumulator, 16, 16, 16, T, void> &f, const T *p, unsigned ldm,
 		      layout_t layout)
 {
-	detail::check_alignment("wmma::load_matrix_sync", p, ldm);
-	detail::together("wmma::load_matrix_sync", p, ldm, (unsigned)layout + 1, 0);
+	detail::memory_op("wmma::load_matrix_sync", p, ldm, (unsigned)layout + 1);
 	const int r = detail::row(), c0 = detail::column0();
 	for (int j = 0; j < kSlice; j++)
 		f.x[j] = detail::at(p, ldm, layout == mem_row_major, r, c0 + j);
@@ -182,8 +181,7 @@ template <typename T>
 void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T, void> &f, unsigned ldm,
 		       layout_t layout)
 {
-	detail::check_alignment("wmma::store_matrix_sync", p, ldm);
-	detail::together("wmma::store_matrix_sync", p, ldm, (unsigned)layout + 1, 0);
+	detail::memory_op("wmma::store_matrix_sync", p, ldm, (unsigned)layout + 1);
 	const int r = detail::row(), c0 = detail::column0();
 	for (int j = 0; j < kSlice; j++)
 		p[layout == mem_row_major ? (size_t)r * ldm + c0 + j : (size_t)(c0 + j) * ldm + r] = f.x[j];
