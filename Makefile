@@ -215,7 +215,7 @@ HOST_CORE_A    := $(HOST_CUDA)/libbitnetd-core.a
 # the daemon's other objects are the normal build's (BN_HAVE_CUDA changes nothing in them).
 HOST_CORE_OBJS := $(filter-out $(BUILD)/daemon/backends/cuda.o $(BUILD)/daemon/backends/backend.o $(CUDA_OBJS),$(CORE_OBJS)) \
 	$(HOST_CUDA)/daemon/backends/cuda.o $(HOST_CUDA)/daemon/backends/backend.o
-HOST_CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) -lm -ldl
+HOST_CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm -ldl
 HOST_CFLAGS    := -Itests/cuda_host $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -DBN_HAVE_CUDA -DBN_CUDA_HOST -Ikernels/cuda
 HOST_CXXFLAGS  := -Itests/cuda_host -std=gnu++17 $(filter-out -Wstrict-prototypes -Wmissing-prototypes,$(WARN)) \
 	-Wno-unknown-pragmas -pthread -fPIC -ftls-model=initial-exec -ffp-contract=off $(CFLAGS) $(SAN_FLAGS) \
@@ -362,9 +362,9 @@ $(HOST_CORE_A): $(HOST_CORE_OBJS)
 
 # The runtime is linked as objects (not an archive): the kernels' shared object is what calls
 # most of it, and the program must define and export it.
-$(HOST_BITNETD): $(BUILD)/daemon/main.o $(HOST_CORE_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
+$(HOST_BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(HOST_CORE_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(HOST_CORE_LIBS) -Wl,-rpath,'$$ORIGIN'
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(HOST_CORE_LIBS) $(HUB_LIBS) -Wl,-rpath,'$$ORIGIN'
 
 $(BUILD)/tests/test_cuda_host: $(HOST_CUDA)/tests/test_cuda.o $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o \
 		$(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
