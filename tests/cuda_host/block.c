@@ -63,6 +63,7 @@ struct warp {
 	uint32_t first;          /* the lane that arrived first at the collective being gathered */
 	struct bn_cuda_host_collective at[BN_CUDA_HOST_WARP];
 	uint64_t result[BN_CUDA_HOST_WARP];
+	uint32_t wide[BN_CUDA_HOST_WARP][4]; /* mma: each lane's d */
 	/* ThreadSanitizer's sync objects, by the parity of the collective's round: a lane that
 	 * arrives at the next round must not be ordered before one still leaving this one */
 	uint32_t round;
@@ -276,6 +277,37 @@ static uint32_t shuffle_source(enum bn_cuda_host_op op, uint32_t lane, int32_t a
 	return j <= max_lane ? (uint32_t)j : lane;
 }
 
+/* PTX's mma.sync.aligned.m16n8k32.row.col.s32.{u8,s8}.s8.s32 over the warp's operands, with
+ * the fragment layouts of the PTX ISA: lane l (group g = l / 4, t = l % 4) holds A(g + 8 (r & 1),
+ * 4 t + i + 16 (r >> 1)) in byte i of a register r, B(4 t + i + 16 r, g) in byte i of b register
+ * r, and C and D (g + 8 (r >> 1), 2 t + (r & 1)) in register r. Sums wrap as the hardware's do. */
+static void mma_m16n8k32(struct warp *w)
+{
+	int a[16][32], b[32][8];
+	uint32_t d[16][8];
+	int a_unsigned = w->at[w->first].layout == 1;
+	for (uint32_t l = 0; l < BN_CUDA_HOST_WARP; l++) {
+		const uint32_t *in = w->at[l].in, g = l / 4, t = l % 4;
+		for (uint32_t r = 0; r < 4; r++)
+			for (uint32_t i = 0; i < 4; i++) {
+				uint32_t byte = in[r] >> 8 * i & 0xffu;
+				a[g + 8 * (r & 1)][4 * t + i + 16 * (r >> 1)] = a_unsigned ? (int)byte : (int)(int8_t)byte;
+			}
+		for (uint32_t r = 0; r < 2; r++)
+			for (uint32_t i = 0; i < 4; i++)
+				b[4 * t + i + 16 * r][g] = (int8_t)(in[4 + r] >> 8 * i & 0xffu);
+		for (uint32_t r = 0; r < 4; r++)
+			d[g + 8 * (r >> 1)][2 * t + (r & 1)] = in[6 + r];
+	}
+	for (uint32_t m = 0; m < 16; m++)
+		for (uint32_t n = 0; n < 8; n++)
+			for (uint32_t k = 0; k < 32; k++)
+				d[m][n] += (uint32_t)(a[m][k] * b[k][n]);
+	for (uint32_t l = 0; l < BN_CUDA_HOST_WARP; l++)
+		for (uint32_t r = 0; r < 4; r++)
+			w->wide[l][r] = d[l / 4 + 8 * (r >> 1)][2 * (l % 4) + (r & 1)];
+}
+
 static void complete(struct warp *w)
 {
 	const struct bn_cuda_host_collective *first = &w->at[w->first];
@@ -295,6 +327,9 @@ static void complete(struct warp *w)
 			w->result[l] = bits;
 		break;
 	}
+	case BN_CUDA_HOST_MMA_M16N8K32:
+		mma_m16n8k32(w);
+		break;
 	default: /* __syncwarp, wmma: arriving together was the point */
 		break;
 	}
@@ -306,6 +341,8 @@ static int same_operation(const struct bn_cuda_host_collective *a, const struct 
 		return 0;
 	if (a->op == BN_CUDA_HOST_WMMA)
 		return a->ptr == b->ptr && a->ldm == b->ldm && a->layout == b->layout && a->value == b->value;
+	if (a->op == BN_CUDA_HOST_MMA_M16N8K32)
+		return a->layout == b->layout;
 	return a->size == b->size && a->width == b->width;
 }
 
@@ -355,6 +392,8 @@ uint64_t bn_cuda_host_warp_collective(const struct bn_cuda_host_collective *c)
 	}
 	wait_turn(t);
 	HAPPENS_AFTER(&w->sync[t->round & 1]);
+	if (c->out) /* before any lane can arrive at the warp's next collective */
+		memcpy(c->out, w->wide[t->pub.lane], sizeof(w->wide[0]));
 	return w->result[t->pub.lane];
 }
 

@@ -48,7 +48,12 @@ enum bn_cuda_host_op {
 	BN_CUDA_HOST_BALLOT,
 	BN_CUDA_HOST_SYNCWARP,
 	BN_CUDA_HOST_WMMA, /* fill, load, store, mma: a check that the warp calls together */
+	BN_CUDA_HOST_MMA_M16N8K32, /* PTX mma.sync.aligned.m16n8k32.row.col.s32.{u8,s8}.s8.s32 */
 };
+
+/* The operands of PTX's mma.sync m16n8k32 with 8-bit inputs, as one lane holds them: four
+ * A registers, two B registers, four accumulators (PTX ISA, "Matrix Fragments for mma.m16n8k32"). */
+#define BN_CUDA_HOST_MMA_WORDS 10
 
 struct bn_cuda_host_collective {
 	const char *name;        /* the call, for messages: "__shfl_xor_sync" */
@@ -59,7 +64,9 @@ struct bn_cuda_host_collective {
 	int32_t arg;             /* source lane, delta or lane mask */
 	uint32_t width;          /* shuffle segment width */
 	const void *ptr;         /* wmma: the matrix in memory */
-	uint32_t ldm, layout;    /* wmma */
+	uint32_t ldm, layout;    /* wmma; mma: 1 when A is unsigned (u8), 0 for s8 */
+	uint32_t in[BN_CUDA_HOST_MMA_WORDS]; /* mma: a[4], b[2], c[4] */
+	uint32_t *out;           /* mma: where this lane's d[4] goes once the warp has computed */
 };
 
 /* This lane's result: the bits it receives, or the ballot. */
@@ -79,11 +86,28 @@ struct bn_cuda_host_launch {
 	void (*run_thread)(const void *args);
 	const void *args;        /* the arguments in the kernel's parameter types */
 	size_t args_size;
+	/* A graph keeps its launches (graph.c): a copy of the arguments that outlives the launch
+	 * call, its release, and the check of their pointers when the graph replays it. */
+	void *(*clone_args)(const void *args);
+	void (*free_args)(void *args);
+	void (*check_args)(const char *kernel_name, const void *args);
 };
 
 /* Runs the grid at once; a bad configuration or stream is recorded as the last error, as a
- * launch does. */
-void bn_cuda_host_launch_grid(const struct bn_cuda_host_launch *l);
+ * launch does, and returned. On a capturing stream the launch is recorded instead (graph.c). */
+cudaError_t bn_cuda_host_launch_grid(const struct bn_cuda_host_launch *l);
+
+/* Stream capture (graph.c), for the rest of the runtime. bn_cuda_host_captures says whether
+ * the stream records its work (and records l, returning 1, when it does and l is given);
+ * bn_cuda_host_capture_refuse makes a call that may not run during a capture fail: it
+ * returns cudaSuccess when no capture is active, else invalidates the capture concerned
+ * (stream NULL: every active one) and returns the error to give. */
+int bn_cuda_host_captures(cudaStream_t stream);
+int bn_cuda_host_capture_launch(const struct bn_cuda_host_launch *l);
+/* A copy (memset_value < 0) or a memset of memset_value: recorded when the stream captures. */
+int bn_cuda_host_capture_copy(void *dst, const void *src, size_t n, int kind, int memset_value,
+			      cudaStream_t stream);
+cudaError_t bn_cuda_host_capture_refuse(cudaStream_t stream, int any_stream);
 
 /* Fails unless p is NULL or lies in (or just past) device or pinned host memory: a kernel
  * argument of pointer type that points anywhere else would fault on the GPU. */
@@ -103,6 +127,15 @@ const struct bn_cuda_host_alloc *bn_cuda_host_find_pointer(const void *p);
 cudaError_t bn_cuda_host_error(cudaError_t err);
 /* 1 when the stream handle is 0 or a live stream. */
 int bn_cuda_host_stream_ok(cudaStream_t s);
+/* Handles of streams, events and graphs: a new one (zeroed, `bytes`, registered; NULL when out
+ * of memory), whether one is live, and its release (an error for one that is not). */
+void *bn_cuda_host_handle_new(size_t bytes);
+int bn_cuda_host_handle_live(const void *h);
+cudaError_t bn_cuda_host_handle_free(void *h);
+/* A copy (kind: enum cudaMemcpyKind) and a memset of device memory, checked as cudaMemcpy and
+ * cudaMemset check them, run at once. */
+cudaError_t bn_cuda_host_copy(void *dst, const void *src, size_t n, int kind);
+cudaError_t bn_cuda_host_memset(void *dev_ptr, int value, size_t n);
 /* The runtime's lock, held by every call that reads or changes its tables, and by a launch. */
 void bn_cuda_host_lock(void);
 void bn_cuda_host_unlock(void);

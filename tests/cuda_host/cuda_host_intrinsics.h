@@ -27,6 +27,19 @@ inline T __ldg(const T *p)
 	return *p;
 }
 
+// Loads with cache hints (ld.global.cs: streaming, evict first; .cg: L2 only): plain loads.
+template <typename T>
+inline T __ldcs(const T *p)
+{
+	return *p;
+}
+
+template <typename T>
+inline T __ldcg(const T *p)
+{
+	return *p;
+}
+
 inline unsigned int __float_as_uint(float f)
 {
 	unsigned int u;
@@ -90,6 +103,13 @@ inline float __fmul_rn(float a, float b)
 {
 	return a * b;
 }
+
+// ---- memory fences -------------------------------------------------------------------------
+// The fibers of a launch never run at the same time, so memory here is sequentially
+// consistent: a fence orders nothing more (tests/cuda_host/README.md says what that hides).
+
+inline void __threadfence() {}
+inline void __threadfence_block() {}
 
 // ---- atomics: each returns the old value ---------------------------------------------------
 // The compiler's atomic builtins, so that ThreadSanitizer sees atomics where the fibers race on

@@ -36,7 +36,7 @@ public:
 	{
 		static_assert(sizeof...(A) == sizeof...(P), "a launch passes every kernel parameter");
 		const frame f{ kernel_, std::tuple<P...>(std::forward<A>(args)...) };
-		check_pointers(f.values, std::index_sequence_for<P...>{});
+		check_pointers(name_, f.values, std::index_sequence_for<P...>{});
 		bn_cuda_host_launch l{};
 		l.kernel_name = name_;
 		l.kernel = reinterpret_cast<const void *>(kernel_);
@@ -47,6 +47,9 @@ public:
 		l.run_thread = &run_thread;
 		l.args = &f;
 		l.args_size = sizeof(f);
+		l.clone_args = &clone_args;
+		l.free_args = &free_args;
+		l.check_args = &check_args;
 		bn_cuda_host_launch_grid(&l);
 	}
 
@@ -63,19 +66,37 @@ private:
 		std::apply(f->kernel, f->values);
 	}
 
+	// A graph keeps the launch (tests/cuda_host/graph.c): its own copy of the arguments, and
+	// their pointers checked again whenever it replays them.
+	static void *clone_args(const void *args)
+	{
+		return new frame(*static_cast<const frame *>(args));
+	}
+
+	static void free_args(void *args)
+	{
+		delete static_cast<frame *>(args);
+	}
+
+	static void check_args(const char *name, const void *args)
+	{
+		check_pointers(name, static_cast<const frame *>(args)->values, std::index_sequence_for<P...>{});
+	}
+
 	template <typename T>
-	void check_pointer(unsigned i, const T &v) const
+	static void check_pointer(const char *name, unsigned i, const T &v)
 	{
 		if constexpr (std::is_pointer<T>::value)
-			bn_cuda_host_check_pointer(name_, i, (const void *)v);
+			bn_cuda_host_check_pointer(name, i, (const void *)v);
 		else
-			(void)i, (void)v;
+			(void)name, (void)i, (void)v;
 	}
 
 	template <std::size_t... I>
-	void check_pointers(const std::tuple<P...> &values, std::index_sequence<I...>) const
+	static void check_pointers(const char *name, const std::tuple<P...> &values, std::index_sequence<I...>)
 	{
-		(check_pointer((unsigned)I, std::get<I>(values)), ...);
+		(void)name, (void)values; // a kernel without parameters
+		(check_pointer(name, (unsigned)I, std::get<I>(values)), ...);
 	}
 
 	void (*kernel_)(P...);

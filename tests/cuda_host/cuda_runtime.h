@@ -15,6 +15,7 @@
 #include "cuda_host_device.h"
 #include "cuda_host_intrinsics.h"
 #include "cuda_host_launch.h"
+#include "cuda_host_ptx.h"
 #endif
 
 #endif /* BN_CUDA_HOST_CUDA_RUNTIME_H */

@@ -38,8 +38,13 @@ enum cudaError {
 	cudaErrorNoDevice = 100,
 	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,
+	cudaErrorIllegalState = 401,
 	cudaErrorNotReady = 600,
 	cudaErrorNotSupported = 801,
+	cudaErrorStreamCaptureUnsupported = 900,
+	cudaErrorStreamCaptureInvalidated = 901,
+	cudaErrorStreamCaptureUnmatched = 903,
+	cudaErrorStreamCaptureImplicit = 906,
 };
 typedef enum cudaError cudaError_t;
 
@@ -53,6 +58,20 @@ enum cudaMemcpyKind {
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+
+enum cudaStreamCaptureMode {
+	cudaStreamCaptureModeGlobal = 0,
+	cudaStreamCaptureModeThreadLocal = 1,
+	cudaStreamCaptureModeRelaxed = 2,
+};
+
+enum cudaStreamCaptureStatus {
+	cudaStreamCaptureStatusNone = 0,
+	cudaStreamCaptureStatusActive = 1,
+	cudaStreamCaptureStatusInvalidated = 2,
+};
 
 #define cudaStreamDefault 0x00
 #define cudaStreamNonBlocking 0x01
@@ -106,6 +125,20 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+
+/* Stream capture and graphs (graph.c): work issued to a capturing stream is recorded, not
+ * run; an instantiated graph replays it, in the order it was issued, on the stream it is
+ * launched on. While a capture is active, calls that would synchronise with it (synchronous
+ * copies and memsets, allocation and freeing, stream, event and device synchronisation, work
+ * on the legacy stream) fail with a capture error and invalidate the capture, as CUDA's
+ * global and thread-local modes do. */
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);

@@ -264,13 +264,15 @@ static void run_checked(const struct bn_cuda_host_launch *l, const struct shared
 			report_difference(l, &saved[i]);
 }
 
-void bn_cuda_host_launch_grid(const struct bn_cuda_host_launch *l)
+cudaError_t bn_cuda_host_launch_grid(const struct bn_cuda_host_launch *l)
 {
 	cudaError_t err = check_configuration(l);
-	if (err != cudaSuccess) {
-		bn_cuda_host_error(err);
-		return;
-	}
+	if (err == cudaSuccess && !l->stream) /* the legacy stream would wait for a capture */
+		err = bn_cuda_host_capture_refuse(NULL, 1);
+	if (err != cudaSuccess)
+		return bn_cuda_host_error(err);
+	if (bn_cuda_host_capture_launch(l))
+		return cudaSuccess;
 	bn_cuda_host_lock();
 	read_settings();
 	struct bn_cuda_host_where where = { .kernel_name = l->kernel_name,
@@ -292,4 +294,5 @@ void bn_cuda_host_launch_grid(const struct bn_cuda_host_launch *l)
 	free(order);
 	bn_cuda_host_set_where(NULL);
 	bn_cuda_host_unlock();
+	return cudaSuccess;
 }

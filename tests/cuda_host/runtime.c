@@ -76,8 +76,13 @@ static const struct {
 	{ cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected" },
 	{ cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal" },
 	{ cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle" },
+	{ cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state" },
 	{ cudaErrorNotReady, "cudaErrorNotReady", "device not ready" },
 	{ cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported" },
+	{ cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing" },
+	{ cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture" },
+	{ cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched", "capture was not ended in the same stream as it began" },
+	{ cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit", "operation would make the legacy stream depend on a capturing blocking stream" },
 };
 
 const char *cudaGetErrorString(cudaError_t error)
@@ -145,7 +150,8 @@ cudaError_t cudaGetDevice(int *device)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-	return cudaSuccess; /* nothing is ever in flight */
+	/* nothing is ever in flight; during a capture it would wait for the capturing stream */
+	return bn_cuda_host_error(bn_cuda_host_capture_refuse(NULL, 1));
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -236,6 +242,9 @@ cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 {
 	if (!dev_ptr)
 		return bn_cuda_host_error(cudaErrorInvalidValue);
+	cudaError_t refused = bn_cuda_host_capture_refuse(NULL, 1);
+	if (refused != cudaSuccess)
+		return bn_cuda_host_error(refused);
 	bn_cuda_host_lock();
 	cudaError_t e = add_alloc(dev_ptr, size, 0);
 	bn_cuda_host_unlock();
@@ -244,6 +253,9 @@ cudaError_t cudaMalloc(void **dev_ptr, size_t size)
 
 cudaError_t cudaFree(void *dev_ptr)
 {
+	cudaError_t refused = bn_cuda_host_capture_refuse(NULL, 1);
+	if (refused != cudaSuccess)
+		return bn_cuda_host_error(refused);
 	bn_cuda_host_lock();
 	cudaError_t e = remove_alloc(dev_ptr, 0);
 	bn_cuda_host_unlock();
@@ -254,6 +266,9 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
 	if (!ptr)
 		return bn_cuda_host_error(cudaErrorInvalidValue);
+	cudaError_t refused = bn_cuda_host_capture_refuse(NULL, 1);
+	if (refused != cudaSuccess)
+		return bn_cuda_host_error(refused);
 	bn_cuda_host_lock();
 	cudaError_t e = add_alloc(ptr, size, 1);
 	bn_cuda_host_unlock();
@@ -262,6 +277,9 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
 
 cudaError_t cudaFreeHost(void *ptr)
 {
+	cudaError_t refused = bn_cuda_host_capture_refuse(NULL, 1);
+	if (refused != cudaSuccess)
+		return bn_cuda_host_error(refused);
 	bn_cuda_host_lock();
 	cudaError_t e = remove_alloc(ptr, 1);
 	bn_cuda_host_unlock();
@@ -347,20 +365,12 @@ static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKin
 	return bn_cuda_host_error(e);
 }
 
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+cudaError_t bn_cuda_host_copy(void *dst, const void *src, size_t n, int kind)
 {
-	return copy(dst, src, count, kind);
+	return copy(dst, src, n, (enum cudaMemcpyKind)kind);
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
-			    cudaStream_t stream)
-{
-	if (!bn_cuda_host_stream_ok(stream))
-		return bn_cuda_host_error(cudaErrorInvalidResourceHandle);
-	return copy(dst, src, count, kind);
-}
-
-cudaError_t cudaMemset(void *dev_ptr, int value, size_t count)
+cudaError_t bn_cuda_host_memset(void *dev_ptr, int value, size_t count)
 {
 	if (!count)
 		return cudaSuccess;
@@ -372,11 +382,48 @@ cudaError_t cudaMemset(void *dev_ptr, int value, size_t count)
 	return ok ? cudaSuccess : bn_cuda_host_error(cudaErrorInvalidValue);
 }
 
+/* The synchronous calls run on the legacy stream and wait for it: during a capture that is
+ * what CUDA refuses. */
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+	cudaError_t refused = bn_cuda_host_capture_refuse(NULL, 1);
+	return refused != cudaSuccess ? bn_cuda_host_error(refused) : copy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+			    cudaStream_t stream)
+{
+	if (!bn_cuda_host_stream_ok(stream))
+		return bn_cuda_host_error(cudaErrorInvalidResourceHandle);
+	if (!stream) {
+		cudaError_t refused = bn_cuda_host_capture_refuse(NULL, 1);
+		if (refused != cudaSuccess)
+			return bn_cuda_host_error(refused);
+	}
+	if (bn_cuda_host_capture_copy(dst, src, count, kind, -1, stream))
+		return cudaSuccess;
+	return copy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemset(void *dev_ptr, int value, size_t count)
+{
+	cudaError_t refused = bn_cuda_host_capture_refuse(NULL, 1);
+	return refused != cudaSuccess ? bn_cuda_host_error(refused)
+				      : bn_cuda_host_memset(dev_ptr, value, count);
+}
+
 cudaError_t cudaMemsetAsync(void *dev_ptr, int value, size_t count, cudaStream_t stream)
 {
 	if (!bn_cuda_host_stream_ok(stream))
 		return bn_cuda_host_error(cudaErrorInvalidResourceHandle);
-	return cudaMemset(dev_ptr, value, count);
+	if (!stream) {
+		cudaError_t refused = bn_cuda_host_capture_refuse(NULL, 1);
+		if (refused != cudaSuccess)
+			return bn_cuda_host_error(refused);
+	}
+	if (bn_cuda_host_capture_copy(dev_ptr, NULL, count, 0, value & 0xff, stream))
+		return cudaSuccess;
+	return bn_cuda_host_memset(dev_ptr, value, count);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -399,7 +446,7 @@ static struct {
 	size_t n, cap;
 } handles;
 
-static int handle_live(const void *h)
+int bn_cuda_host_handle_live(const void *h)
 {
 	for (size_t i = 0; i < handles.n; i++)
 		if (handles.h[i] == h)
@@ -434,7 +481,7 @@ static int handle_remove(const void *h)
 int bn_cuda_host_stream_ok(cudaStream_t s)
 {
 	bn_cuda_host_lock();
-	int ok = !s || handle_live(s);
+	int ok = !s || bn_cuda_host_handle_live(s);
 	bn_cuda_host_unlock();
 	return ok;
 }
@@ -442,13 +489,13 @@ int bn_cuda_host_stream_ok(cudaStream_t s)
 static int event_ok(cudaEvent_t e)
 {
 	bn_cuda_host_lock();
-	int ok = e && handle_live(e);
+	int ok = e && bn_cuda_host_handle_live(e);
 	bn_cuda_host_unlock();
 	return ok;
 }
 
 /* A new handle of `bytes`, zeroed, registered; NULL when out of memory. */
-static void *new_handle(size_t bytes)
+void *bn_cuda_host_handle_new(size_t bytes)
 {
 	void *h = calloc(1, bytes);
 	if (!h)
@@ -463,7 +510,7 @@ static void *new_handle(size_t bytes)
 	return h;
 }
 
-static cudaError_t free_handle(void *h)
+cudaError_t bn_cuda_host_handle_free(void *h)
 {
 	bn_cuda_host_lock();
 	int was = h && handle_remove(h);
@@ -478,7 +525,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags)
 {
 	if (!stream || flags > cudaStreamNonBlocking)
 		return bn_cuda_host_error(cudaErrorInvalidValue);
-	*stream = new_handle(sizeof(**stream));
+	*stream = bn_cuda_host_handle_new(sizeof(**stream));
 	if (!*stream)
 		return bn_cuda_host_error(cudaErrorMemoryAllocation);
 	(*stream)->flags = flags;
@@ -492,13 +539,16 @@ cudaError_t cudaStreamCreate(cudaStream_t *stream)
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-	return free_handle(stream);
+	if (stream && bn_cuda_host_captures(stream))
+		return bn_cuda_host_error(cudaErrorIllegalState); /* end its capture first */
+	return bn_cuda_host_handle_free(stream);
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-	return bn_cuda_host_stream_ok(stream) ? cudaSuccess
-					       : bn_cuda_host_error(cudaErrorInvalidResourceHandle);
+	if (!bn_cuda_host_stream_ok(stream))
+		return bn_cuda_host_error(cudaErrorInvalidResourceHandle);
+	return bn_cuda_host_error(bn_cuda_host_capture_refuse(stream, !stream));
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream)
@@ -517,7 +567,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
 	if (!event || flags > (cudaEventBlockingSync | cudaEventDisableTiming))
 		return bn_cuda_host_error(cudaErrorInvalidValue);
-	*event = new_handle(sizeof(**event));
+	*event = bn_cuda_host_handle_new(sizeof(**event));
 	if (!*event)
 		return bn_cuda_host_error(cudaErrorMemoryAllocation);
 	(*event)->flags = flags;
@@ -531,13 +581,16 @@ cudaError_t cudaEventCreate(cudaEvent_t *event)
 
 cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-	return free_handle(event);
+	return bn_cuda_host_handle_free(event);
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
 	if (!event_ok(event) || !bn_cuda_host_stream_ok(stream))
 		return bn_cuda_host_error(cudaErrorInvalidResourceHandle);
+	if (bn_cuda_host_captures(stream) || !stream) /* graphs here hold no event nodes */
+		if (bn_cuda_host_capture_refuse(stream, !stream) != cudaSuccess)
+			return bn_cuda_host_error(cudaErrorStreamCaptureUnsupported);
 	clock_gettime(CLOCK_MONOTONIC, &event->at);
 	event->recorded = 1;
 	return cudaSuccess;
@@ -545,7 +598,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-	return event_ok(event) ? cudaSuccess : bn_cuda_host_error(cudaErrorInvalidResourceHandle);
+	if (!event_ok(event))
+		return bn_cuda_host_error(cudaErrorInvalidResourceHandle);
+	return bn_cuda_host_error(bn_cuda_host_capture_refuse(NULL, 1));
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event)

@@ -80,6 +80,17 @@ int st_sort_pairs(const uint32_t *keys_in, uint32_t *keys_out, const uint32_t *v
 		  uint32_t *values_out, int n, const int *offsets, int n_segments, int begin_bit,
 		  int end_bit);
 
+/* p[i] = (p[i] + add) * mul for i < n, on `stream` (a cudaStream_t): the graph tests' work,
+ * whose result tells the order it ran in. */
+int st_add_mul(int *p, int add, int mul, unsigned n, void *stream);
+
+/* One warp: d = a b + c through PTX's mma.sync m16n8k32 (kernels/cuda/ptx.cuh), each lane
+ * loading its fragments as the PTX ISA lays them out: a 16 x 32 row-major (u8 when
+ * a_unsigned, else s8), b 32 x 8 row-major s8, c and d 16 x 8 row-major int. Mutants: 1 swaps
+ * a lane's second and third A registers (a wrong layout), 2 has lane 5 return before the mma. */
+int st_mma_m16n8k32(const uint8_t *a, const int8_t *b, const int *c, int *d, int a_unsigned,
+		    int mutant);
+
 /* A launch with `threads` threads a block and `blocks` blocks (an empty kernel). */
 int st_launch(unsigned threads, unsigned blocks);
 /* A launch asking for `bytes` of dynamic shared memory. */

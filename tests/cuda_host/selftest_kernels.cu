@@ -10,6 +10,8 @@
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <mma.h>
 
+#include "ptx.cuh"
+
 namespace {
 
 constexpr unsigned kMaxThreads = 256;
@@ -325,6 +327,61 @@ extern "C" int st_sort_pairs(const uint32_t *keys_in, uint32_t *keys_out, const 
 			offsets + 1, begin_bit, end_bit, 0);
 	cudaFree(scratch);
 	return rc;
+}
+
+__global__ void add_mul_kernel(int *p, int add, int mul, unsigned n)
+{
+	unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		p[i] = (p[i] + add) * mul;
+}
+
+extern "C" int st_add_mul(int *p, int add, int mul, unsigned n, void *stream)
+{
+	BN_LAUNCH(add_mul_kernel, (n + 63) / 64, 64, 0, (cudaStream_t)stream)(p, add, mul, n);
+	return launched();
+}
+
+// Lane l (group g = l / 4, t = l % 4) loads its fragments as the PTX ISA lays them out for
+// m16n8k32 with 8-bit operands, independently of the harness's own gathering (block.c).
+__global__ void mma_kernel(const uint8_t *a, const int8_t *b, const int *c, int *d, int a_unsigned,
+			   int mutant)
+{
+	unsigned l = threadIdx.x, g = l / 4, t = l % 4;
+	if (mutant == 2 && l == 5)
+		return;
+	unsigned ra[4], rb[2];
+	int acc[4];
+	for (unsigned r = 0; r < 4; r++) {
+		ra[r] = 0;
+		for (unsigned i = 0; i < 4; i++)
+			ra[r] |= (unsigned)a[(g + 8 * (r & 1)) * 32 + 4 * t + i + 16 * (r >> 1)] << 8 * i;
+	}
+	for (unsigned r = 0; r < 2; r++) {
+		rb[r] = 0;
+		for (unsigned i = 0; i < 4; i++)
+			rb[r] |= (unsigned)(uint8_t)b[(4 * t + i + 16 * r) * 8 + g] << 8 * i;
+	}
+	for (unsigned r = 0; r < 4; r++)
+		acc[r] = c[(g + 8 * (r >> 1)) * 8 + 2 * t + (r & 1)];
+	if (mutant == 1) {
+		unsigned x = ra[1];
+		ra[1] = ra[2];
+		ra[2] = x;
+	}
+	if (a_unsigned)
+		mma_u8s8_m16n8k32(acc, ra, rb);
+	else
+		mma_s8s8_m16n8k32(acc, ra, rb);
+	for (unsigned r = 0; r < 4; r++)
+		d[(g + 8 * (r >> 1)) * 8 + 2 * t + (r & 1)] = acc[r];
+}
+
+extern "C" int st_mma_m16n8k32(const uint8_t *a, const int8_t *b, const int *c, int *d,
+			       int a_unsigned, int mutant)
+{
+	BN_LAUNCH(mma_kernel, 1, 32, 0, 0)(a, b, c, d, a_unsigned, mutant);
+	return launched();
 }
 
 extern "C" int st_launch(unsigned threads, unsigned blocks)

@@ -11,7 +11,13 @@
  *    pointers: the harness names each;
  *  - two blocks writing one output with different values: the race check;
  *  - an out-of-bounds read of device memory: AddressSanitizer (make check's sanitizer pass);
- *  - a host pointer as a kernel argument, dynamic shared memory: refused by name.
+ *  - a host pointer as a kernel argument, dynamic shared memory: refused by name;
+ *  - a graph replayed after a buffer it names was freed: its pointers are checked again;
+ *  - PTX mma.sync with a lane absent: a warp collective; with A's registers swapped: a
+ *    wrong product (the harness multiplies with the PTX ISA's fragment layout).
+ *
+ * Stream capture and graphs are checked too: captured work runs only when the graph is
+ * launched, in its order; the calls CUDA refuses during a capture invalidate it.
  */
 #define _GNU_SOURCE
 #include "cuda_runtime_api.h"
@@ -811,6 +817,178 @@ START_TEST(streams_and_events)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* Stream capture and graphs                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+#define GRAPH_N 100
+
+START_TEST(graphs_replay_the_captured_work_in_order)
+{
+	cudaStream_t s;
+	ck_assert_int_eq(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+	int *p = dev_zero(GRAPH_N * 4), *q = dev_zero(GRAPH_N * 4), *r = dev_zero(GRAPH_N * 4);
+	int got[GRAPH_N];
+	enum cudaStreamCaptureStatus st;
+	ck_assert_int_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+	ck_assert_int_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaErrorIllegalState);
+	ck_assert_int_eq(cudaGetLastError(), cudaErrorIllegalState);
+	ck_assert_int_eq(cudaStreamIsCapturing(s, &st), cudaSuccess);
+	ck_assert_int_eq(st, cudaStreamCaptureStatusActive);
+	/* (p + 1) * 3, then q = 7s, then r = p, then p + 2: the order shows in the values */
+	ck_assert_int_eq(st_add_mul(p, 1, 3, GRAPH_N, s), cudaSuccess);
+	ck_assert_int_eq(cudaMemsetAsync(q, 7, GRAPH_N * 4, s), cudaSuccess);
+	ck_assert_int_eq(cudaMemcpyAsync(r, p, GRAPH_N * 4, cudaMemcpyDeviceToDevice, s), cudaSuccess);
+	ck_assert_int_eq(st_add_mul(p, 2, 1, GRAPH_N, s), cudaSuccess);
+	cudaGraph_t g;
+	ck_assert_int_eq(cudaStreamEndCapture(s, &g), cudaSuccess);
+	ck_assert_int_eq(cudaStreamIsCapturing(s, &st), cudaSuccess);
+	ck_assert_int_eq(st, cudaStreamCaptureStatusNone);
+	host_copy(got, p, sizeof(got)); /* captured, not run */
+	for (int i = 0; i < GRAPH_N; i++)
+		ck_assert_int_eq(got[i], 0);
+	cudaGraphExec_t x;
+	ck_assert_int_eq(cudaGraphInstantiate(&x, g, 0), cudaSuccess);
+	ck_assert_int_eq(cudaGraphDestroy(g), cudaSuccess); /* the instance keeps its own copy */
+	ck_assert_int_eq(cudaGraphLaunch(x, s), cudaSuccess);
+	ck_assert_int_eq(cudaGraphLaunch(x, s), cudaSuccess);
+	ck_assert_int_eq(cudaStreamSynchronize(s), cudaSuccess);
+	host_copy(got, p, sizeof(got)); /* ((0 + 1) 3 + 2 + 1) 3 + 2 */
+	for (int i = 0; i < GRAPH_N; i++)
+		ck_assert_int_eq(got[i], 20);
+	host_copy(got, r, sizeof(got));
+	for (int i = 0; i < GRAPH_N; i++)
+		ck_assert_int_eq(got[i], 18);
+	host_copy(got, q, sizeof(got));
+	for (int i = 0; i < GRAPH_N; i++)
+		ck_assert_int_eq(got[i], 0x07070707);
+	ck_assert_int_eq(cudaGraphExecDestroy(x), cudaSuccess);
+	ck_assert_int_eq(cudaGraphExecDestroy(x), cudaErrorInvalidResourceHandle);
+	ck_assert_int_eq(cudaStreamEndCapture(s, &g), cudaErrorIllegalState);
+	cudaGetLastError();
+	cudaFree(p), cudaFree(q), cudaFree(r);
+	ck_assert_int_eq(cudaStreamDestroy(s), cudaSuccess);
+}
+END_TEST
+
+/* Each call CUDA refuses while a capture is active fails and invalidates the capture. */
+START_TEST(capture_refuses_what_would_synchronise)
+{
+	cudaStream_t s;
+	ck_assert_int_eq(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+	int *p = dev_zero(GRAPH_N * 4), v = 1, *extra;
+	ck_assert_int_eq(cudaStreamBeginCapture(NULL, cudaStreamCaptureModeGlobal),
+			 cudaErrorStreamCaptureUnsupported);
+	for (int call = 0; call < 7; call++) {
+		cudaGetLastError(); /* the refusals are recorded as the last error */
+		ck_assert_int_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+		ck_assert_int_eq(st_add_mul(p, 1, 1, GRAPH_N, s), cudaSuccess);
+		cudaError_t e = call == 0 ? cudaMemcpy(p, &v, 4, cudaMemcpyHostToDevice)
+			      : call == 1 ? cudaMemset(p, 0, 4)
+			      : call == 2 ? cudaStreamSynchronize(s)
+			      : call == 3 ? cudaMalloc((void **)&extra, 64)
+			      : call == 4 ? cudaDeviceSynchronize()
+			      : call == 5 ? (cudaError_t)st_add_mul(p, 1, 1, GRAPH_N, NULL)
+					  : cudaStreamDestroy(s);
+		ck_assert_msg(e != cudaSuccess, "call %d was allowed during a capture", call);
+		cudaGraph_t g = (cudaGraph_t)&v;
+		cudaError_t end = cudaStreamEndCapture(s, &g);
+		if (call == 6) { /* refused without touching the capture */
+			ck_assert_int_eq(end, cudaSuccess);
+			ck_assert_int_eq(cudaGraphDestroy(g), cudaSuccess);
+			continue;
+		}
+		ck_assert_msg(end == cudaErrorStreamCaptureInvalidated, "call %d: %d", call, end);
+		ck_assert_ptr_null(g);
+	}
+	int got[GRAPH_N];
+	host_copy(got, p, sizeof(got)); /* nothing captured ever ran */
+	for (int i = 0; i < GRAPH_N; i++)
+		ck_assert_int_eq(got[i], 0);
+	cudaGetLastError();
+	cudaFree(p);
+	ck_assert_int_eq(cudaStreamDestroy(s), cudaSuccess);
+}
+END_TEST
+
+static void graph_outlives_its_buffer(void)
+{
+	cudaStream_t s;
+	cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+	int *p;
+	cudaMalloc((void **)&p, GRAPH_N * 4);
+	cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+	st_add_mul(p, 1, 1, GRAPH_N, s);
+	cudaGraph_t g;
+	cudaGraphExec_t x;
+	cudaStreamEndCapture(s, &g);
+	cudaGraphInstantiate(&x, g, 0);
+	cudaFree(p); /* a buffer reallocated after capture, the graph not recaptured */
+	cudaGraphLaunch(x, s);
+}
+
+START_TEST(mutant_graph_replays_a_freed_buffer)
+{
+	expect_caught(graph_outlives_its_buffer, "neither device memory nor pinned host memory");
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* PTX mma.sync m16n8k32                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+static void mma_run(int a_unsigned, int mutant, int d[16 * 8], int want[16 * 8])
+{
+	uint8_t a[16 * 32];
+	int8_t b[32 * 8];
+	int c[16 * 8];
+	for (int i = 0; i < 16 * 32; i++)
+		a[i] = (uint8_t)rnd();
+	for (int i = 0; i < 32 * 8; i++)
+		b[i] = (int8_t)rnd();
+	for (int i = 0; i < 16 * 8; i++)
+		c[i] = (int)rnd();
+	for (int m = 0; m < 16; m++)
+		for (int n = 0; n < 8; n++) {
+			uint32_t sum = (uint32_t)c[m * 8 + n];
+			for (int k = 0; k < 32; k++)
+				sum += (uint32_t)((a_unsigned ? (int)a[m * 32 + k] : (int)(int8_t)a[m * 32 + k]) *
+						  b[k * 8 + n]);
+			want[m * 8 + n] = (int)sum;
+		}
+	uint8_t *da = dev_copy(a, sizeof(a));
+	int8_t *db = dev_copy(b, sizeof(b));
+	int *dc = dev_copy(c, sizeof(c)), *dd = dev_zero(16 * 8 * 4);
+	ck_assert_int_eq(st_mma_m16n8k32(da, db, dc, dd, a_unsigned, mutant), cudaSuccess);
+	host_copy(d, dd, 16 * 8 * 4);
+	cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
+}
+
+START_TEST(mma_m16n8k32_follows_the_ptx_layout)
+{
+	int d[16 * 8], want[16 * 8];
+	for (int a_unsigned = 0; a_unsigned < 2; a_unsigned++) {
+		mma_run(a_unsigned, 0, d, want);
+		ck_assert_int_eq(memcmp(d, want, sizeof(d)), 0);
+	}
+	/* a kernel that puts A's elements in the wrong registers gets a wrong product */
+	mma_run(1, 1, d, want);
+	ck_assert_int_ne(memcmp(d, want, sizeof(d)), 0);
+}
+END_TEST
+
+static void mma_lane_absent(void)
+{
+	int d[16 * 8], want[16 * 8];
+	mma_run(1, 2, d, want);
+}
+
+START_TEST(mutant_mma_with_a_lane_absent)
+{
+	expect_caught(mma_lane_absent, "full mask wait"); /* "waits for every lane" or "waits for them" */
+}
+END_TEST
+
 static Suite *harness_suite(void)
 {
 	Suite *s = suite_create("cuda_host");
@@ -829,6 +1007,7 @@ static Suite *harness_suite(void)
 	tcase_add_test(k, integer_intrinsics);
 	tcase_add_test(k, half_conversion_rounds_to_nearest_even);
 	tcase_add_test(k, segmented_sort_is_stable);
+	tcase_add_test(k, mma_m16n8k32_follows_the_ptx_layout);
 	suite_add_tcase(s, k);
 	TCase *r = tcase_create("runtime");
 	tcase_set_timeout(r, 60); /* ThreadSanitizer takes seconds to make 1024 fibers */
@@ -836,6 +1015,8 @@ static Suite *harness_suite(void)
 	tcase_add_test(r, memory_calls_check_their_ranges);
 	tcase_add_test(r, launch_configuration_errors);
 	tcase_add_test(r, streams_and_events);
+	tcase_add_test(r, graphs_replay_the_captured_work_in_order);
+	tcase_add_test(r, capture_refuses_what_would_synchronise);
 	suite_add_tcase(s, r);
 	TCase *m = tcase_create("mutants");
 	tcase_add_test(m, mutant_missing_syncthreads);
@@ -849,6 +1030,8 @@ static Suite *harness_suite(void)
 	tcase_add_test(m, mutant_race_between_blocks);
 	tcase_add_test(m, mutant_host_pointer_argument);
 	tcase_add_test(m, dynamic_shared_memory_is_refused);
+	tcase_add_test(m, mutant_graph_replays_a_freed_buffer);
+	tcase_add_test(m, mutant_mma_with_a_lane_absent);
 #ifdef HAVE_ASAN
 	tcase_add_test(m, mutant_out_of_bounds_read);
 #else
