@@ -154,7 +154,8 @@ NVCC_FLAGS := -std=c++17 -O3 -lineinfo -gencode arch=compute_90,code=sm_90 \
 # The kernels a decode or prefill step spends its time in: a register spill there fails the
 # build (the element-wise kernels and CUB's sort are reported, not held to it).
 CUDA_HOT_KERNELS := gemv_dp4a_kernel gemm_tc_kernel f32_gemm_kernel f16_gemm_kernel attend_kernel \
-	argmax_kernel rank_prep_kernel pick_kernel
+	argmax_kernel rank_prep_kernel pick_kernel gemv16_kernel mma_kernel attend_split_kernel \
+	merge_splits_kernel
 endif
 
 # libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
@@ -162,7 +163,9 @@ endif
 KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
 # The tokenizer is one implementation: the client library's, which the daemon builds too.
 TOKENIZER_SRCS := libclient/tokenizer.c libclient/vocab_map.c libclient/bpe.c libclient/detok.c libclient/chat.c
-DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backends/cuda.c),$(wildcard daemon/*.c daemon/*/*.c))
+# The cuda backend's files that call CUDA (cuda_variant.c, the --cuda-kernels names, does not).
+CUDA_BACKEND_SRCS := daemon/backends/cuda.c daemon/backends/cuda_fwd.c daemon/backends/cuda_graph.c
+DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,$(CUDA_BACKEND_SRCS)),$(wildcard daemon/*.c daemon/*/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
@@ -214,8 +217,8 @@ HOST_BITNETD   := $(HOST_CUDA)/bitnetd
 HOST_CORE_A    := $(HOST_CUDA)/libbitnetd-core.a
 # backends/cuda.c, and backend.c that lists the backends, are built again against the harness;
 # the daemon's other objects are the normal build's (BN_HAVE_CUDA changes nothing in them).
-HOST_CORE_OBJS := $(filter-out $(BUILD)/daemon/backends/cuda.o $(BUILD)/daemon/backends/backend.o $(CUDA_OBJS),$(CORE_OBJS)) \
-	$(HOST_CUDA)/daemon/backends/cuda.o $(HOST_CUDA)/daemon/backends/backend.o
+HOST_CORE_OBJS := $(filter-out $(CUDA_BACKEND_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/daemon/backends/backend.o $(CUDA_OBJS),$(CORE_OBJS)) \
+	$(CUDA_BACKEND_SRCS:%.c=$(HOST_CUDA)/%.o) $(HOST_CUDA)/daemon/backends/backend.o
 HOST_CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm -ldl
 HOST_CFLAGS    := -Itests/cuda_host $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -DBN_HAVE_CUDA -DBN_CUDA_HOST -Ikernels/cuda
 HOST_CXXFLAGS  := -Itests/cuda_host -std=gnu++17 $(filter-out -Wstrict-prototypes -Wmissing-prototypes,$(WARN)) \
@@ -225,7 +228,7 @@ HOST_CXXFLAGS  := -Itests/cuda_host -std=gnu++17 $(filter-out -Wstrict-prototype
 # bookkeeping, which every fiber touches, would order the fibers behind the device code's back
 # (or be reported itself); it tells TSan what CUDA synchronises instead (BN_CUDA_HOST_TSAN).
 HOST_RT_CFLAGS := $(if $(findstring thread,$(SANITIZE)),$(filter-out -fsanitize=%,$(HOST_CFLAGS)) -DBN_CUDA_HOST_TSAN,$(HOST_CFLAGS))
-HOST_TESTS     := test_cuda_harness test_cuda_host
+HOST_TESTS     := test_cuda_harness test_cuda_host test_cuda_fast_host
 TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
@@ -368,6 +371,11 @@ $(HOST_BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(HOST_CORE_A) $(HOST_KERNEL
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(HOST_CORE_LIBS) $(HUB_LIBS) -Wl,-rpath,'$$ORIGIN'
 
 $(BUILD)/tests/test_cuda_host: $(HOST_CUDA)/tests/test_cuda.o $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o \
+		$(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(HOST_CORE_LIBS) $(JANSSON_LIBS) -Wl,-rpath,'$$ORIGIN/../cuda-host'
+
+$(BUILD)/tests/test_cuda_fast_host: $(HOST_CUDA)/tests/test_cuda_fast.o $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o \
 		$(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(HOST_CORE_LIBS) $(JANSSON_LIBS) -Wl,-rpath,'$$ORIGIN/../cuda-host'

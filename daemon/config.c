@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "backends/backend.h"
+#include "backends/cuda_variant.h"
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 
@@ -48,6 +49,12 @@ static const char usage_text[] =
 	"                         weights at 1.6 bits each, read by one-row decode steps\n"
 	"                         (the same logits, ~1.1x faster there; needs AVX-512 VBMI;\n"
 	"                         adds 0.8x the 2-bit planes' memory)\n"
+	"  --cuda-kernels NAME    cuda: the kernel paths: base (default: the first kernels),\n"
+	"                         fast (graph,fused,gemv,mma: the same bits, fewer launches\n"
+	"                         and bytes), all (fast and split, whose attention over\n"
+	"                         contexts longer than split=N positions sums in another\n"
+	"                         order), or features joined by commas: graph, fused,\n"
+	"                         gemv, mma, split[=N] (bitnetd(8) says what each does)\n"
 	"  --cache-dir DIR        cpu: where the packed-weight cache lives (default\n"
 	"                         $CACHE_DIRECTORY, else $XDG_CACHE_HOME/bitnetd, else\n"
 	"                         ~/.cache/bitnetd); none: no cache. The first start writes\n"
@@ -132,7 +139,7 @@ enum long_only {
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
-	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CACHE_DIR, OPT_HELP, OPT_VERSION,
+	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS, OPT_CACHE_DIR, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -162,6 +169,7 @@ static const struct option long_options[] = {
 	{ "draft-tokens", required_argument, NULL, OPT_DRAFT_TOKENS },
 	{ "lm-head", required_argument, NULL, OPT_LM_HEAD },
 	{ "decode-layout", required_argument, NULL, OPT_DECODE_LAYOUT },
+	{ "cuda-kernels", required_argument, NULL, OPT_CUDA_KERNELS },
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "max-running-per-session", required_argument, NULL, OPT_PER_SESSION },
 	{ "max-running-per-user", required_argument, NULL, OPT_PER_USER },
@@ -222,6 +230,18 @@ static int parse_decode_layout(const char *text, struct bn_config *cfg)
 		return 0;
 	}
 	fprintf(stderr, "bitnetd: --decode-layout: '%s' is not one of 2bit, base3\n", text);
+	return -1;
+}
+
+static int parse_cuda_kernels(const char *text, struct bn_config *cfg)
+{
+	struct bn_cuda_kernels k;
+	if (bn_cuda_kernels_parse(text, &k) == 0) {
+		cfg->cuda_kernels = text;
+		return 0;
+	}
+	fprintf(stderr, "bitnetd: --cuda-kernels: '%s' is not base, fast, all, or graph, fused, gemv, mma, split[=N] (N a power of two, 16 to 65536) joined by commas\n",
+		text);
 	return -1;
 }
 
@@ -361,6 +381,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 		return parse_u32("draft-tokens", arg, 1, BN_DRAFT_MAX_TOKENS, 10, &cfg->draft_tokens);
 	case OPT_LM_HEAD: return parse_lm_head(arg, cfg);
 	case OPT_DECODE_LAYOUT: return parse_decode_layout(arg, cfg);
+	case OPT_CUDA_KERNELS: return parse_cuda_kernels(arg, cfg);
 	case OPT_PER_SESSION:
 		return parse_u32("max-running-per-session", arg, 0, 65536, 10,
 				 &cfg->max_running_per_session);

@@ -53,6 +53,7 @@ struct bn_config {
 	uint32_t threads;        /* cpu backend: 0 = one per online CPU */
 	uint32_t lm_head_mode;   /* cpu backend: enum bn_lm_head_mode (backend.h) */
 	uint32_t base3_decode;   /* cpu backend: --decode-layout base3 */
+	const char *cuda_kernels; /* cuda backend: --cuda-kernels (NULL: its default) */
 	uint32_t drain_timeout_ms;
 	uint32_t socket_mode;
 	uint32_t ring_start;     /* $BITNETD_RING_START: first ring counter (tests reach the wrap) */

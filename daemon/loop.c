@@ -16,6 +16,7 @@
 #include <liburing.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -748,6 +749,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	bn_stats.spec_mode = bn_speculative_names[ops->seq_rewind ? cfg->speculative
 								  : BN_SPECULATIVE_OFF];
 	bn_stats.spec_draft_tokens = cfg->draft_tokens;
+	snprintf(bn_stats.cuda_kernels, sizeof(bn_stats.cuda_kernels), "%s", model->kernels);
 	if (!l->sched) {
 		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
 		*exit_code = BN_EXIT_BACKEND;

@@ -34,6 +34,7 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 		.lm_head_mode = cfg->lm_head_mode,
 		.base3_decode = cfg->base3_decode,
 		.device_index = cfg->device_index,
+		.cuda_kernels = cfg->cuda_kernels,
 		.probing = probing,
 	};
 	if ((*ops)->open(&opt, model, backend) < 0) {

@@ -198,6 +198,13 @@ static void print_load_info(struct bn_client *c)
 			printf("weights_cache=%s\n", states[i]);
 	}
 	print_speculative(text);
+	/* the cuda backend's kernel paths (--cuda-kernels) */
+	static const char kernels[] = "\nbitnetd_cuda_kernels{variant=\"";
+	const char *k = strstr(text, kernels);
+	if (k) {
+		k += sizeof(kernels) - 1;
+		printf("cuda_kernels=%.*s\n", (int)strcspn(k, "\""), k);
+	}
 	const char *path = strstr(text, "\nbitnetd_weights_cache_path{path=\"");
 	if (!path)
 		return;

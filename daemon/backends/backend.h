@@ -60,6 +60,7 @@ struct bn_model_desc {
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
 	enum bn_lm_head_kind lm_head;             /* what the header tells clients */
 	enum bn_decode_layout_kind decode_layout; /* (shm/bitnet_shm.h, feature COMPUTE) */
+	char kernels[64];        /* cuda: the --cuda-kernels variant it runs; "" elsewhere */
 };
 
 /* Options every backend may read; a backend ignores what does not apply to it. */
@@ -84,6 +85,7 @@ struct bn_backend_options {
 	enum bn_lm_head_mode lm_head_mode; /* cpu */
 	uint32_t base3_decode;   /* cpu: a T3 copy of the ternary weights for decode steps */
 	int device_index;        /* cuda: the N of --device cuda:N */
+	const char *cuda_kernels; /* cuda: --cuda-kernels (cuda_variant.h); NULL: the default */
 	int probing;             /* --device auto: a missing GPU is not an error (log it as info) */
 };
 

@@ -23,6 +23,7 @@
 #include "bitnet_shm.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "cuda_fwd.h"
 #include "cuda_kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -78,6 +79,8 @@ struct step_shape {
 struct cuda_backend {
 	struct bn_model model;
 	cudaStream_t stream;
+	struct bn_cuda_kernels kernels; /* --cuda-kernels; not base: fwd runs the layers */
+	struct bn_cuda_fwd *fwd;
 	void **allocs;                /* device buffers of the weights */
 	uint32_t n_allocs, cap_allocs;
 	struct dev_layer *layers;
@@ -313,9 +316,19 @@ static int upload_model(struct cuda_backend *cb)
 		return -ENOMEM;
 	int rc = upload_vec(cb, cb->model.output_norm, c->n_embd, &cb->output_norm);
 	rc = rc ? rc : upload_linear(cb, &cb->model.output, &cb->output);
-	for (uint32_t li = 0; li < c->n_layer && rc == 0; li++)
+	for (uint32_t li = 0; li < c->n_layer && rc == 0 && !cb->kernels.flags; li++)
 		rc = upload_layer(cb, &cb->model.layers[li], &cb->layers[li]);
 	return rc;
+}
+
+/* A variant other than base: its forward pass (cuda_fwd.h) uploads the layers itself. */
+static int open_fwd(struct cuda_backend *cb)
+{
+	struct bn_cuda_fwd_head head = { .norm = cb->output_norm, .ternary = cb->output.kind == DEV_T2,
+					 .t2 = cb->output.t2, .f = cb->output.f };
+	return cb->kernels.flags ? bn_cuda_fwd_open(&cb->fwd, &cb->model, &cb->kernels, &head,
+						    cb->ld_x, cb->stream)
+				 : 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -452,6 +465,7 @@ static void cuda_close(void *self)
 		return;
 	if (cb->stream)
 		cudaStreamSynchronize(cb->stream);
+	bn_cuda_fwd_close(cb->fwd);
 	for (uint32_t i = 0; i < cb->n_allocs; i++)
 		cudaFree(cb->allocs[i]);
 	cudaFree(cb->kv_k);
@@ -492,6 +506,7 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 {
 	bn_model_describe(&cb->model.cfg, BN_BACKEND_CUDA, CUDA_ATTN_MAC_COST, desc);
 	desc->lm_head = BN_HEAD_FILE;
+	bn_cuda_kernels_name(&cb->kernels, desc->kernels, sizeof(desc->kernels));
 	desc->decode_layout = bn_model_is_ternary(&cb->model) ? BN_DECODE_LAYOUT_2BIT
 							      : BN_DECODE_LAYOUT_NONE;
 	size_t free_b = 0, total = 0;
@@ -504,6 +519,10 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 static int open_model(struct cuda_backend *cb, const struct bn_backend_options *opt)
 {
 	char err[BN_MODEL_ERR_LEN];
+	if (bn_cuda_kernels_parse(opt->cuda_kernels, &cb->kernels) != 0) {
+		bn_log_error("msg=\"unknown --cuda-kernels\" value=\"%s\"", opt->cuda_kernels);
+		return -EINVAL;
+	}
 	/* the device gets the file's float rows (upload_float_rows); no host panels */
 	if (bn_model_load_as(&cb->model, opt->model_path, BN_FLOAT_IN_PLACE, err) != 0) {
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
@@ -542,6 +561,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 	cudaError_t e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
 	rc = e != cudaSuccess ? cuda_failed("cudaStreamCreate", e) : open_model(cb, opt);
 	rc = rc ? rc : upload_model(cb);
+	rc = rc ? rc : open_fwd(cb);
 	if (rc) {
 		cuda_close(cb);
 		return rc;
@@ -578,6 +598,8 @@ static int cuda_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
 	}
 	cb->kv_blocks = n_blocks;
 	cb->kv_block_tokens = block_tokens;
+	if (cb->fwd)
+		bn_cuda_fwd_kv(cb->fwd, cb->kv_k, cb->kv_v, n_blocks, block_tokens);
 	return 0;
 }
 
@@ -784,9 +806,12 @@ static int output_and_sample(struct cuda_backend *cb, const struct step_inputs *
 	cudaStream_t st = cb->stream;
 	uint32_t *tokens = cb->res_dev;
 	struct bn_cuda_sample_result *res = (void *)(tokens + cb->res_rows);
-	int rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, in->out_rows, cb->output_norm,
-				 c->n_embd, s->n_out, c->rms_eps, st);
-	rc = rc ? rc : linear(cb, &cb->output, cb->xb, cb->ld_wide, s->n_out, cb->logits, c->n_vocab, 0);
+	int rc = 0;
+	if (!cb->fwd) { /* else bn_cuda_fwd_run made the logits */
+		rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, in->out_rows, cb->output_norm,
+				     c->n_embd, s->n_out, c->rms_eps, st);
+		rc = rc ? rc : linear(cb, &cb->output, cb->xb, cb->ld_wide, s->n_out, cb->logits, c->n_vocab, 0);
+	}
 	rc = rc ? rc : bn_cuda_penalize(cb->logits, c->n_vocab, in->pen, s->n_pen, st);
 	rc = rc ? rc : bn_cuda_argmax(cb->logits, c->n_vocab, c->n_vocab, s->n_out, tokens, st);
 	rc = rc ? rc : bn_cuda_sample(cb->logits, c->n_vocab, c->n_vocab, in->rank, s->n_rank,
@@ -817,22 +842,38 @@ static void collect(const struct cuda_backend *cb, const struct bn_batch *b, str
 	}
 }
 
+static struct bn_cuda_fwd_in fwd_view(const struct step_inputs *in)
+{
+	return (struct bn_cuda_fwd_in){ in->x, in->cs, in->slot, in->len, in->table_off, in->tables,
+					in->out_rows };
+}
+
 static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct step_shape *s,
 		    struct bn_sample_out *out)
 {
 	struct step_inputs host, dev;
-	int rc = reserve_activations(cb, s->n_tok);
+	uint32_t n_real = s->n_tok; /* a graph step is padded to its bucket (cuda_fwd.h) */
+	int graph = cb->fwd && bn_cuda_fwd_graph_shape(cb->fwd, b, &s->n_tok, &s->max_blocks);
+	if (graph)
+		s->n_rows = s->n_out = s->n_tok;
+	int rc = cb->fwd ? 0 : reserve_activations(cb, s->n_tok);
 	rc = rc ? rc : reserve_outputs(cb, s->n_out, s->n_rank);
 	rc = rc ? rc : reserve_inputs(cb, s, &host, &dev);
 	if (rc)
 		return rc;
 	fill_tokens(cb, b, &host, s->max_blocks);
+	struct bn_cuda_fwd_in fwd_host = fwd_view(&host), fwd_dev = fwd_view(&dev);
+	if (graph)
+		bn_cuda_fwd_pad(&fwd_host, n_real, s->n_tok);
 	if ((rc = fill_sampling(cb, b, &host, s)) != 0)
 		return rc;
 	CUDA_TRY(cudaMemcpyAsync(cb->in_dev, cb->in_host, host.bytes, cudaMemcpyHostToDevice,
 				 cb->stream));
 	cb->x = dev.x;
-	for (uint32_t li = 0; li < cb->model.cfg.n_layer && rc == 0; li++)
+	struct bn_cuda_fwd_step fs = { s->n_tok, s->n_out, s->max_blocks, (uint32_t)graph };
+	if (cb->fwd)
+		rc = bn_cuda_fwd_run(cb->fwd, &fwd_dev, &fs, cb->logits);
+	for (uint32_t li = 0; li < cb->model.cfg.n_layer && rc == 0 && !cb->fwd; li++)
 		rc = layer_forward(cb, li, &dev, s->n_tok);
 	if (rc == 0 && s->n_out)
 		rc = output_and_sample(cb, &dev, s);

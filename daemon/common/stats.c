@@ -391,6 +391,17 @@ static void render_load(struct text *t)
 	    label_escape(path, sizeof(path), bn_stats.weights_cache_path));
 }
 
+/* The cuda backend's kernel paths (--cuda-kernels), as an info metric; nothing elsewhere. */
+static void render_kernels(struct text *t)
+{
+	static char name[2 * sizeof(bn_stats.cuda_kernels)];
+	if (!bn_stats.cuda_kernels[0])
+		return;
+	family(t, "cuda_kernels", "gauge", "The cuda backend's kernel paths, --cuda-kernels (value 1).");
+	put(t, "bitnetd_cuda_kernels{variant=\"%s\"} 1\n",
+	    label_escape(name, sizeof(name), bn_stats.cuda_kernels));
+}
+
 static void render_gauges(struct text *t, const struct bn_stats_view *v)
 {
 	double waste = bn_stats.batch_cells
@@ -432,6 +443,7 @@ static void render_gauges(struct text *t, const struct bn_stats_view *v)
 		bn_stats.lm_head_full_rows);
 	render_speculative(t);
 	render_load(t);
+	render_kernels(t);
 }
 
 static void render_hist(struct text *t, enum bn_hist h)

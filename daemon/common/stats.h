@@ -69,6 +69,7 @@ struct bn_stats {
 	double load_seconds;            /* the backend's model load (bn_stats_set_load) */
 	int weights_cache;              /* enum bn_weights_cache, read and written atomically */
 	char weights_cache_path[4096];  /* the cache file, "" without one */
+	char cuda_kernels[64];          /* the cuda backend's --cuda-kernels variant, "" elsewhere */
 };
 
 extern struct bn_stats bn_stats;

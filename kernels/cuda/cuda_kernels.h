@@ -102,7 +102,8 @@ struct bn_cuda_kv_layer {
 	uint32_t kv_dim, block_tokens;
 };
 
-/* Writes token t's key and value rows to cache row slot[t]. */
+/* Writes token t's key and value rows to cache row slot[t] (none for slot UINT32_MAX: a
+ * padding row of a graph step, daemon/backends/cuda_fwd.h). */
 int bn_cuda_kv_store(const struct bn_cuda_kv_layer *kv, const float *k, const float *v,
 		     uint32_t ld, const uint32_t *slot, uint32_t n_tok, cudaStream_t stream);
 

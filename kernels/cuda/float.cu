@@ -191,6 +191,8 @@ __global__ void kv_store_kernel(bn_cuda_kv_layer kv, const float *k, const float
 				const uint32_t *slot)
 {
 	uint32_t t = blockIdx.x;
+	if (slot[t] == UINT32_MAX)
+		return;
 	size_t dst = (size_t)slot[t] * kv.kv_dim;
 	for (uint32_t i = threadIdx.x; i < kv.kv_dim; i += blockDim.x) {
 		kv.K[dst + i] = k[(size_t)t * ld + i];
