@@ -32,12 +32,16 @@
 #   make check-cuda-host      the cuda backend's suite and the host harness's own checks on the
 #                             CPU (tests/cuda_host: kernels/cuda and backends/cuda.c, unchanged,
 #                             built with the host compilers; part of check-c, every machine);
-#                             build/cuda-host/bitnetd runs --backend cuda on the CPU
-#   make check-gpu            on a GPU machine: the CUDA suite, cuda vs cpu greedy ids,
-#                             bench_cuda and bench-serve on a cuda daemon (tools/check-gpu.sh)
+#                             build/cuda-host/bitnetd runs --backend cuda on the CPU; then
+#                             bench_cuda's code end to end there (bench_cuda_host --quick)
+#   make check-gpu            on a GPU machine: the CUDA suites (test_cuda, test_cuda_fast),
+#                             cuda vs cpu greedy ids (base and --cuda-kernels fast), bench_cuda
+#                             with base, fast and all side by side, and bench-serve on a cuda
+#                             daemon (tools/check-gpu.sh; within 560 s, log in gpu-check.log)
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
-#   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
+#   make bench-cuda           GPU benchmark, the --cuda-kernels variants side by side (needs a
+#                             CUDA build and a GPU; BENCH_CUDA_ARGS="--variants base:fast")
 #   make CUDA=0 ...           build without the cuda backend even where nvcc exists (the host
 #                             harness's build stays); where nvcc builds it, each kernel's
 #                             registers, shared memory and spills are printed, and a spill in a
@@ -238,7 +242,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
-	$(HOST_BITNETD)
+	$(HOST_BITNETD) $(BUILD)/bench/bench_cuda_host
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -383,6 +387,14 @@ $(BUILD)/tests/test_cuda_fast_host: $(HOST_CUDA)/tests/test_cuda_fast.o $(BUILD)
 $(BUILD)/tests/test_cuda_harness: $(HOST_CUDA)/tests/cuda_host/test_harness.o $(HOST_SELFTEST_SO) $(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) -lm -ldl -Wl,-rpath,'$$ORIGIN/../cuda-host'
+
+# bench_cuda on the CUDA host harness, without cuBLAS: its code run end to end on any machine
+# (`bench_cuda_host --quick --model tiny.gguf` in make check-cuda-host); its times say nothing.
+BENCH_CUDA_HOST := $(BUILD)/bench/bench_cuda_host
+$(BENCH_CUDA_HOST): $(HOST_CUDA)/bench/bench_cuda.o $(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(HOST_CORE_LIBS) $(JANSSON_LIBS) -Wl,-rpath,'$$ORIGIN/../cuda-host'
 
 # The GGUF fuzz target, replayed over its seed corpus by `make check` (any compiler);
 # `make fuzz` builds it for libFuzzer with clang and runs it for FUZZ_SECONDS.
@@ -557,18 +569,22 @@ $(BENCH_SERVE): $(BUILD)/bench/bench_serve.o $(LIB_A)
 bench-serve: $(BENCH_SERVE) $(BITNETD) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) $(BENCH_SERVE) --model $(BENCH_MODEL_FILE) $(BENCH_SERVE_ARGS)
 
-# The GPU benchmark (bench/bench_cuda.c): kernels, cuBLAS FP16 baseline and the cuda backend
-# on the bench-model file. cuBLAS is linked dynamically, found through the rpath.
+# The GPU benchmark (bench/bench_cuda.c): the first kernels against the new ones, a cuBLAS FP16
+# baseline, and the cuda backend with each --cuda-kernels variant (default base:fast:all) side
+# by side in one process on the bench-model file. cuBLAS is linked dynamically, found through
+# the rpath.
 BENCH_CUDA := $(BUILD)/bench/bench_cuda
+BENCH_CUDA_ARGS ?=
 $(BENCH_CUDA): $(BUILD)/bench/bench_cuda.o $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas
 
-# The GPU run in one command (tools/check-gpu.sh): under 6 minutes on an H100, its whole output
-# in gpu-check.log; exit 77 (skip) without a usable GPU.
+# The GPU run in one command (tools/check-gpu.sh): every part within one 560 s budget (a
+# 10-minute command, once built), its whole output in gpu-check.log; exit 77 (skip) without a
+# usable GPU.
 ifeq ($(CUDA),1)
 bench-cuda: $(BENCH_CUDA) $(BENCH_MODEL_FILE)
-	$(BENCH_CUDA) --model $(BENCH_MODEL_FILE)
+	$(BENCH_CUDA) --model $(BENCH_MODEL_FILE) $(BENCH_CUDA_ARGS)
 
 check-gpu: all $(BENCH_CUDA) $(BENCH_SERVE)
 	BUILD=$(BUILD) tools/check-gpu.sh gpu-check.log
@@ -649,9 +665,16 @@ check-c: all
 	@echo "== fuzz corpus replay (tests/corpus/requests)"
 	$(Q)$(BUILD)/tests/fuzz-requests-replay tests/corpus/requests/*
 
-# The CUDA host harness's two suites alone (check-c runs them too).
-check-cuda-host: $(HOST_TESTS:%=$(BUILD)/tests/%) $(HOST_BITNETD) $(BITNETD) $(DEFAULT_MODEL)
+# The CUDA host harness's suites alone (check-c runs them too), then bench_cuda's code end to
+# end on the harness, the default variants side by side, to its gains (its times mean nothing
+# there; its output stays in $(BUILD)/bench/bench_cuda_host.out).
+check-cuda-host: $(HOST_TESTS:%=$(BUILD)/tests/%) $(HOST_BITNETD) $(BITNETD) $(DEFAULT_MODEL) $(BENCH_CUDA_HOST)
 	@set -e; for t in $(HOST_TESTS); do echo "== $$t"; $(TEST_ENV) $(BUILD)/tests/$$t; done
+	@echo "== bench_cuda_host --quick --rounds 1 (the benchmark's code on the harness)"
+	$(Q)$(BENCH_CUDA_HOST) --quick --rounds 1 --variants base:fast:all --model $(DEFAULT_MODEL) \
+		> $(BUILD)/bench/bench_cuda_host.out 2>&1 || { cat $(BUILD)/bench/bench_cuda_host.out; exit 1; }
+	$(Q)grep -q '^gain_decode_tps_b1@all=' $(BUILD)/bench/bench_cuda_host.out || \
+		{ cat $(BUILD)/bench/bench_cuda_host.out; echo "bench_cuda_host: no gains at the end"; exit 1; }
 
 # The suites whose code picks the kernels with bn_kernels_select(NULL) (the forward pass, the
 # head screen, the daemons they start) again with each variant forced through $$BITNET_KERNELS,

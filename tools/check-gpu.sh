@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# check-gpu.sh — the GPU run in one command, sized for one short GPU lease (under 6 minutes on
-# an H100): the CUDA suite, a cuda daemon's greedy ids against a cpu daemon's, bench_cuda on the
-# 2B4T-shape model and the serving benchmark against a cuda daemon, each part under its own
-# time limit, everything written to one log.
+# check-gpu.sh — the GPU run in one command, sized for one short GPU lease: the CUDA suites
+# (the first kernels, then the --cuda-kernels variants against them), cuda daemons' greedy ids
+# (the default kernels and CHECK_GPU_KERNELS) against a cpu daemon's, bench_cuda on the
+# 2B4T-shape model (base, fast and all side by side in one process: issue 49's figures) and the
+# serving benchmark against a cuda daemon, each part under its own time limit, everything
+# written to one log. The limits are also cut to what is left of one budget (CHECK_GPU_BUDGET,
+# default 560 s), so that the whole script fits a 10-minute command however the parts go.
 #
 # Usage, from the project's root, after a build with nvcc (`make check-gpu` builds and runs it);
 # or on a GPU machine without the build's dependencies, after packing here with
@@ -12,7 +15,9 @@
 # Environment: BUILD (default build), BITNET_TEST_MODELS (stories260K.gguf; default
 # ../shared/models), CHECK_GPU_BACKEND (default cuda; cpu runs the daemon parts on the cpu
 # backend, which is how this script is tried on a machine without a GPU), CHECK_GPU_MODEL (the
-# 2B4T-shape file; made with bitnet-model when missing).
+# 2B4T-shape file; made with bitnet-model when missing), CHECK_GPU_KERNELS (default fast: the
+# --cuda-kernels variant whose greedy ids are also compared), CHECK_GPU_VARIANTS (bench_cuda's,
+# default base:fast:all), CHECK_GPU_BUDGET (seconds for the whole run, default 560).
 # Exit: 0 when every part passed, 77 when there is no usable GPU (nothing else is run), else 1.
 set -u
 log=${1:-gpu-check.log}
@@ -20,6 +25,9 @@ build=${BUILD:-build}
 models=${BITNET_TEST_MODELS:-../shared/models}
 backend=${CHECK_GPU_BACKEND:-cuda}
 model=${CHECK_GPU_MODEL:-$build/models/2b4t-i2_s.gguf}
+kernels=${CHECK_GPU_KERNELS:-fast}
+variants=${CHECK_GPU_VARIANTS:-base:fast:all}
+budget=${CHECK_GPU_BUDGET:-560}
 work=$(mktemp -d /tmp/check-gpu-XXXXXX)
 failed=0
 exec > >(tee "$log") 2>&1
@@ -31,10 +39,17 @@ cleanup() {
 trap cleanup EXIT
 
 # part NAME LIMIT_S COMMAND...: runs it (a program or one of the functions below) under its
-# limit, logs its time and status.
+# limit, or under what is left of the budget when that is less (the 5 s after timeout's TERM
+# counted too), logs its time and status. A part with under 10 s left is not run: it fails.
 part() {
-	local name=$1 limit=$2 t0 rc
+	local name=$1 limit=$2 left=$((budget - SECONDS - 5)) t0 rc
 	shift 2
+	if [ "$left" -lt 10 ]; then
+		echo "== $name: not run, the ${budget} s budget is spent"
+		failed=1
+		return 1
+	fi
+	[ "$limit" -gt "$left" ] && limit=$left
 	echo "== $name (limit ${limit} s)"
 	t0=$(date +%s%N)
 	timeout -k 5 "$limit" bash -c '"$@"' part "$@"
@@ -44,29 +59,42 @@ part() {
 	return "$rc"
 }
 
-# daemon NAME BACKEND MODEL: a daemon on $work/NAME.sock; waits until it answers.
+# daemon NAME BACKEND MODEL [OPTION...]: a daemon on $work/NAME.sock; waits until it answers.
 daemon() {
-	"$build/bitnetd" --backend "$2" --model "$3" --socket "$work/$1.sock" --log-level warn \
-		--cache-dir none &
+	local name=$1 be=$2 file=$3
+	shift 3
+	"$build/bitnetd" --backend "$be" --model "$file" --socket "$work/$name.sock" --log-level warn \
+		--cache-dir none "$@" &
 	for _ in $(seq 1 300); do
-		"$build/bitnet-cli" --socket "$work/$1.sock" info >/dev/null 2>&1 && return 0
+		"$build/bitnet-cli" --socket "$work/$name.sock" info >/dev/null 2>&1 && return 0
 		sleep 0.1
 	done
-	echo "the $2 daemon on $3 did not answer"
+	echo "the $be daemon on $file did not answer"
 	return 1
 }
 
-# The same greedy request (200 tokens from BOS) on a cpu daemon and a $backend daemon.
+# The same greedy request (200 tokens from BOS) on a cpu daemon and $backend daemons (the
+# default kernels, and with cuda --cuda-kernels $kernels too).
 greedy_ids() {
-	local stories=$models/stories260K.gguf cpu gpu
+	local stories=$models/stories260K.gguf cpu gpu dut failed=0
 	[ -f "$stories" ] || { echo "no $stories (set BITNET_TEST_MODELS)"; return 1; }
 	daemon ref cpu "$stories" && daemon dut "$backend" "$stories" || return 1
+	if [ "$backend" = cuda ]; then
+		daemon dut2 cuda "$stories" --cuda-kernels "$kernels" || return 1
+	fi
 	cpu=$("$build/bitnet-cli" --socket "$work/ref.sock" generate --ids 1 --max-tokens 200 --ignore-eos 2>/dev/null)
-	gpu=$("$build/bitnet-cli" --socket "$work/dut.sock" generate --ids 1 --max-tokens 200 --ignore-eos 2>/dev/null)
-	"$build/bitnet-cli" --socket "$work/dut.sock" info | grep -E '^(backend|lm_head|speculative)='
-	[ -n "$cpu" ] && [ "$cpu" = "$gpu" ] && { echo "200 greedy ids equal ($backend vs cpu)"; return 0; }
-	printf 'greedy ids differ\ncpu: %s\n%s: %s\n' "$cpu" "$backend" "$gpu"
-	return 1
+	for dut in dut dut2; do
+		[ -S "$work/$dut.sock" ] || continue
+		gpu=$("$build/bitnet-cli" --socket "$work/$dut.sock" generate --ids 1 --max-tokens 200 --ignore-eos 2>/dev/null)
+		"$build/bitnet-cli" --socket "$work/$dut.sock" info | grep -E '^(backend|lm_head|speculative|cuda_kernels)='
+		if [ -n "$cpu" ] && [ "$cpu" = "$gpu" ]; then
+			echo "200 greedy ids equal ($backend $dut vs cpu)"
+		else
+			printf 'greedy ids differ\ncpu: %s\n%s %s: %s\n' "$cpu" "$backend" "$dut" "$gpu"
+			failed=1
+		fi
+	done
+	return $failed
 }
 
 bench_model_file() {
@@ -75,26 +103,26 @@ bench_model_file() {
 	"$build/bitnet-model" write --preset 2b4t --type i2_s --out "$model"
 }
 
-export build models backend model work BITNETD=$build/bitnetd
+export build models backend model kernels work BITNETD=$build/bitnetd
 export -f daemon greedy_ids bench_model_file
 echo "check-gpu: $(date -u +%FT%TZ) backend=$backend build=$build log=$log"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if [ "$backend" = cuda ]; then
-	echo "== GPU suite (limit 150 s)"
-	BITNET_TEST_MODELS=$models timeout -k 5 150 "$build/tests/test_cuda"
-	rc=$?
-	echo "== GPU suite: rc=$rc"
-	if [ "$rc" = 77 ]; then
+	# the tests' daemons: $BITNETD (exported below) on the tiny preset of this build
+	tests_env=(env BITNET_TEST_MODELS="$models" BITNET_DEFAULT_MODEL="$build/models/tiny.gguf")
+	part "GPU suite" 120 "${tests_env[@]}" "$build/tests/test_cuda"
+	if [ $? = 77 ]; then
 		echo "check-gpu: SKIP: no usable GPU; nothing else run"
 		exit 77
 	fi
-	[ "$rc" = 0 ] || failed=1
+	part "GPU suite, --cuda-kernels variants" 90 "${tests_env[@]}" "$build/tests/test_cuda_fast"
 	part "model file" 90 bench_model_file
-	part "bench_cuda" 120 "$build/bench/bench_cuda" --model "$model"
+	part "bench_cuda, variants $variants side by side" 150 "$build/bench/bench_cuda" --model "$model" \
+		--variants "$variants"
 else
 	part "model file" 90 bench_model_file
 fi
-part "greedy ids, $backend vs cpu" 60 greedy_ids
+part "greedy ids, $backend vs cpu" 45 greedy_ids
 part "bench-serve --backend $backend --quick --only sweep" 90 \
 	"$build/bench/bench_serve" --backend "$backend" --model "$model" --quick --only sweep
 echo "check-gpu: $([ $failed = 0 ] && echo PASS || echo FAIL); log in $log"
