@@ -315,7 +315,7 @@ START_TEST(sampler_matches_cpu)
 	struct bn_cuda_sample_row rank[12];
 	uint32_t n_pen = 0, n_rank = 0;
 	for (uint32_t r = 0; r < n_rows; r++) {
-		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5 };
+		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5, NULL, NULL };
 		uint32_t n = bn_sample_penalties(&smp, &ctx, n_vocab, list);
 		for (uint32_t i = 0; i < n; i++)
 			pen[n_pen++] = (struct bn_cuda_penalty){ r, list[i].token, list[i].repeat, list[i].subtract };
@@ -338,7 +338,7 @@ START_TEST(sampler_matches_cpu)
 	host_copy(tok, dtok, n_rows * 4);
 	host_copy(res, dres, n_rank * sizeof(*res));
 	for (uint32_t r = 0, k = 0; r < n_rows; r++) {
-		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5 };
+		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5, NULL, NULL };
 		struct bn_token_logprob top[8];
 		struct bn_sample_out want = { .top = top };
 		memcpy(cpu, logits + (size_t)r * n_vocab, n_vocab * 4);
@@ -407,7 +407,7 @@ static void engine_step(struct engine *e, uint32_t n, const uint32_t *seqs, uint
 		memcpy(tokens + (size_t)r * width, prompts[r], lens[r] * 4);
 		pos[r] = e->len[seqs[r]];
 		blocks[r] = e->tables[seqs[r]];
-		ctx[r] = (struct bn_sample_ctx){ &p[r], history[r], n_hist[r], NULL, 0 };
+		ctx[r] = (struct bn_sample_ctx){ &p[r], history[r], n_hist[r], NULL, 0, NULL, NULL };
 		sp[r] = &ctx[r];
 	}
 	struct bn_batch b = { .n_rows = n, .width = width, .tokens = tokens, .lens = lens, .pos = pos,
