@@ -23,6 +23,8 @@
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
 #   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
+#   make bench-structured     structured output in the daemon: mask cost per token, its share
+#                             of a decode step, compile time, 64 constrained vs unconstrained
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
@@ -189,7 +191,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm $(CUD
 .SECONDARY:
 
 .PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
 
@@ -353,6 +355,19 @@ $(BENCH_GRAMMAR): $(BUILD)/bench/bench_grammar.o $(BUILD)/tools/hf_vocab.o $(COR
 bench-grammar: $(BENCH_GRAMMAR)
 	@test -f $(LLAMA3_TOKENIZER) || { echo "bench-grammar needs $(LLAMA3_TOKENIZER) (set BITNET_TEST_MODELS)"; exit 1; }
 	$(BENCH_GRAMMAR) --tokenizer $(LLAMA3_TOKENIZER) $(BENCH_GRAMMAR_ARGS)
+
+# Structured output in the daemon (bench/bench_structured.c), on the 2B4T-shape model with the
+# LLaMA-3 vocabulary: its own code in process (the grammar service, the sampler) and a cpu
+# daemon. BENCH_STRUCTURED_ARGS=--batch 8 --batch-tokens 16 --rounds 1 for a smoke run.
+BENCH_STRUCTURED := $(BUILD)/bench/bench_structured
+BENCH_STRUCTURED_ARGS ?=
+$(BENCH_STRUCTURED): $(BUILD)/bench/bench_structured.o $(CORE_A) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
+bench-structured: $(BENCH_STRUCTURED) $(BITNETD) $(BENCH_MODEL_FILE)
+	@test -f $(LLAMA3_TOKENIZER) || { echo "bench-structured needs the LLaMA-3 vocabulary: $(LLAMA3_TOKENIZER) (set BITNET_TEST_MODELS)"; exit 1; }
+	BITNETD=$(BITNETD) $(BENCH_STRUCTURED) --model $(BENCH_MODEL_FILE) $(BENCH_STRUCTURED_ARGS)
 
 # The scoring benchmark (bench/bench_score.c): score requests through a cpu daemon on the
 # 2B4T-shape model (bench-model's file) against a prompt's prefill, in the same run.
