@@ -31,12 +31,19 @@
 #   make bench-compare        bitnetd's kernel variants beside llama.cpp/bitnet.cpp (if named)
 #   make bench-lut            an exact table-lookup ternary kernel against the AVX2 kernels
 #   make bench-busy           short requests and batch-1 decoding with a busy loop per CPU
+#   make check-cuda-host      the cuda backend's suite and the host harness's own checks on the
+#                             CPU (tests/cuda_host: kernels/cuda and backends/cuda.c, unchanged,
+#                             built with the host compilers; part of check-c, every machine);
+#                             build/cuda-host/bitnetd runs --backend cuda on the CPU
 #   make check-gpu            on a GPU machine: the CUDA suite, cuda vs cpu greedy ids,
 #                             bench_cuda and bench-serve on a cuda daemon (tools/check-gpu.sh)
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark (needs a CUDA build and a GPU)
-#   make CUDA=0 ...           build without the cuda backend even where nvcc exists
+#   make CUDA=0 ...           build without the cuda backend even where nvcc exists (the host
+#                             harness's build stays); where nvcc builds it, each kernel's
+#                             registers, shared memory and spills are printed, and a spill in a
+#                             hot kernel fails the build (tools/ptxas-report.sh)
 #   make install PREFIX=/usr/local DESTDIR=   installs files only; enables/starts nothing
 #   make V=1 ...              show full commands
 
@@ -146,6 +153,10 @@ CUDA_CFLAGS := -DBN_HAVE_CUDA -I$(CUDA_INCDIR) -Ikernels/cuda
 CUDA_LIBS  := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 NVCC_FLAGS := -std=c++17 -O3 -lineinfo -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ikernels/cuda
+# The kernels a decode or prefill step spends its time in: a register spill there fails the
+# build (the element-wise kernels and CUB's sort are reported, not held to it).
+CUDA_HOT_KERNELS := gemv_dp4a_kernel gemm_tc_kernel f32_gemm_kernel f16_gemm_kernel attend_kernel \
+	argmax_kernel rank_prep_kernel pick_kernel
 endif
 
 # libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
@@ -187,23 +198,60 @@ TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
 DEFAULT_MODEL := $(BUILD)/models/tiny.gguf
 CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm $(CUDA_LIBS)
 
+# The CUDA host harness (tests/cuda_host/README.md): kernels/cuda/*.cu and backends/cuda.c, the
+# same files, built with the host compilers against tests/cuda_host's CUDA headers, so that the
+# cuda backend runs (slowly) on the CPU of every machine, with or without nvcc, and under the
+# sanitizers: $(BUILD)/cuda-host/bitnetd (--backend cuda), tests/test_cuda_host (the cuda
+# suite, tests/test_cuda.c) and tests/test_cuda_harness (the harness's own checks and mutants).
+# Device code goes into a shared object of its own, whose thread-local block is then its
+# __shared__ memory (the harness poisons it before every block). g++ does not know nvcc's
+# `#pragma unroll`; -ffp-contract=off keeps a * b + c from fusing where CUDA's _rn calls forbid it.
+HOST_CUDA      := $(BUILD)/cuda-host
+HOST_RT_SRCS   := tests/cuda_host/fiber.c tests/cuda_host/block.c tests/cuda_host/grid.c tests/cuda_host/runtime.c
+HOST_RT_OBJS   := $(HOST_RT_SRCS:%.c=$(HOST_CUDA)/%.o)
+HOST_KERNELS_SO := $(HOST_CUDA)/libbn-cuda-host.so
+HOST_SELFTEST_SO := $(HOST_CUDA)/libbn-cuda-host-selftest.so
+HOST_BITNETD   := $(HOST_CUDA)/bitnetd
+HOST_CORE_A    := $(HOST_CUDA)/libbitnetd-core.a
+# backends/cuda.c, and backend.c that lists the backends, are built again against the harness;
+# the daemon's other objects are the normal build's (BN_HAVE_CUDA changes nothing in them).
+HOST_CORE_OBJS := $(filter-out $(BUILD)/daemon/backends/cuda.o $(BUILD)/daemon/backends/backend.o $(CUDA_OBJS),$(CORE_OBJS)) \
+	$(HOST_CUDA)/daemon/backends/cuda.o $(HOST_CUDA)/daemon/backends/backend.o
+HOST_CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm -ldl
+HOST_CFLAGS    := -Itests/cuda_host $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -DBN_HAVE_CUDA -DBN_CUDA_HOST -Ikernels/cuda
+HOST_CXXFLAGS  := -Itests/cuda_host -std=gnu++17 $(filter-out -Wstrict-prototypes -Wmissing-prototypes,$(WARN)) \
+	-Wno-unknown-pragmas -pthread -fPIC -ftls-model=initial-exec -ffp-contract=off $(CFLAGS) $(SAN_FLAGS) \
+	-DBN_CUDA_HOST -Ikernels -Ikernels/cuda -include cuda_runtime.h
+# Under ThreadSanitizer the harness's runtime is built without instrumentation: its own
+# bookkeeping, which every fiber touches, would order the fibers behind the device code's back
+# (or be reported itself); it tells TSan what CUDA synchronises instead (BN_CUDA_HOST_TSAN).
+HOST_RT_CFLAGS := $(if $(findstring thread,$(SANITIZE)),$(filter-out -fsanitize=%,$(HOST_CFLAGS)) -DBN_CUDA_HOST_TSAN,$(HOST_CFLAGS))
+HOST_TESTS     := test_cuda_harness test_cuda_host
+TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
+
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-cuda-host check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
-all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS)
+all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
+	$(HOST_BITNETD)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(ISA_FLAGS) $(URING_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+# ptxas reports each kernel's registers, shared memory, stack frame and spills (-Xptxas -v):
+# the report stays beside the object (.ptxas), tools/ptxas-report.sh prints it as a table, and
+# a spill in a hot kernel (CUDA_HOT_KERNELS) fails the build.
+$(BUILD)/%.o: %.cu tools/ptxas-report.sh
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
-	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(NVCC) $(NVCC_FLAGS) -Xptxas -v -MMD -MP -c $< -o $@ 2> $(@:.o=.ptxas) || \
+		{ cat $(@:.o=.ptxas); rm -f $@; exit 1; }
+	$(Q)sh tools/ptxas-report.sh $< $(@:.o=.ptxas) $(CUDA_HOT_KERNELS) || { rm -f $@; exit 1; }
 
 $(BUILD)/kernels/cpu/%_avx2.o: ISA_FLAGS := $(ISA_AVX2)
 $(BUILD)/kernels/cpu/%_avxvnni.o: ISA_FLAGS := $(ISA_AVX2) -mavxvnni
@@ -286,6 +334,49 @@ $(BUILD)/tests/test_pull: TEST_EXTRA_LIBS := $(HUB_LIBS)
 $(BUILD)/tests/bn-%: $(BUILD)/tests/%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
+
+# ---- the CUDA host harness (see HOST_CUDA above) ----------------------------------------------
+$(HOST_CUDA)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CXX     $< (cuda host)")
+	$(Q)$(CXX) $(HOST_CXXFLAGS) -x c++ -MMD -MP -c $< -o $@
+
+$(HOST_CUDA)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $< (cuda host)")
+	$(Q)$(CC) $(HOST_CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
+
+$(HOST_RT_OBJS): $(HOST_CUDA)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $< (cuda host runtime)")
+	$(Q)$(CC) $(HOST_RT_CFLAGS) -MMD -MP -c $< -o $@
+
+$(HOST_KERNELS_SO): $(patsubst %.cu,$(HOST_CUDA)/%.o,$(wildcard kernels/cuda/*.cu))
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CXX) -shared $^ -o $@ $(ALL_LDFLAGS)
+
+$(HOST_SELFTEST_SO): $(HOST_CUDA)/tests/cuda_host/selftest_kernels.o
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CXX) -shared $^ -o $@ $(ALL_LDFLAGS)
+
+$(HOST_CORE_A): $(HOST_CORE_OBJS)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# The runtime is linked as objects (not an archive): the kernels' shared object is what calls
+# most of it, and the program must define and export it.
+$(HOST_BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(HOST_CORE_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(HOST_CORE_LIBS) $(HUB_LIBS) -Wl,-rpath,'$$ORIGIN'
+
+$(BUILD)/tests/test_cuda_host: $(HOST_CUDA)/tests/test_cuda.o $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o \
+		$(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(HOST_CORE_LIBS) $(JANSSON_LIBS) -Wl,-rpath,'$$ORIGIN/../cuda-host'
+
+$(BUILD)/tests/test_cuda_harness: $(HOST_CUDA)/tests/cuda_host/test_harness.o $(HOST_SELFTEST_SO) $(HOST_RT_OBJS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) -lm -ldl -Wl,-rpath,'$$ORIGIN/../cuda-host'
 
 # The GGUF fuzz target, replayed over its seed corpus by `make check` (any compiler);
 # `make fuzz` builds it for libFuzzer with clang and runs it for FUZZ_SECONDS.
@@ -547,12 +638,15 @@ check-san:
 
 # The tests' daemons keep their weights caches out of the user's home (tests/testutil.h).
 TEST_CACHE_ENV := XDG_CACHE_HOME=/tmp/bitnet-test-cache CACHE_DIRECTORY=
-TEST_ENV := BITNETD=$(BITNETD) BITNET_GATEWAY=$(GATEWAY) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
-	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI) $(TEST_CACHE_ENV)
+# The CUDA host harness's race check (every grid run twice, tests/cuda_host/README.md) in the
+# plain pass; the sanitizer passes, several times slower, check memory and threads instead.
+HOST_RACECHECK_ENV := BN_CUDA_HOST_RACECHECK=$(if $(SANITIZE),0,1)
+TEST_ENV := BITNETD=$(BITNETD) BITNETD_CUDA_HOST=$(HOST_BITNETD) BITNET_GATEWAY=$(GATEWAY) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
+	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI) $(TEST_CACHE_ENV) $(HOST_RACECHECK_ENV)
 
 # A test program that exits 77 skipped (the GPU tests without a GPU): it says why itself.
 check-c: all
-	@set -e; for t in $(TEST_UNIT); do \
+	@set -e; for t in $(TEST_UNIT) $(HOST_TESTS); do \
 		echo "== $$t"; \
 		rc=0; $(TEST_ENV) $(BUILD)/tests/$$t || rc=$$?; \
 		if [ $$rc = 77 ]; then echo "SKIP: $$t"; elif [ $$rc != 0 ]; then exit $$rc; fi; \
@@ -561,6 +655,10 @@ check-c: all
 	$(Q)$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*
 	@echo "== fuzz corpus replay (tests/corpus/requests)"
 	$(Q)$(BUILD)/tests/fuzz-requests-replay tests/corpus/requests/*
+
+# The CUDA host harness's two suites alone (check-c runs them too).
+check-cuda-host: $(HOST_TESTS:%=$(BUILD)/tests/%) $(HOST_BITNETD) $(BITNETD) $(DEFAULT_MODEL)
+	@set -e; for t in $(HOST_TESTS); do echo "== $$t"; $(TEST_ENV) $(BUILD)/tests/$$t; done
 
 # The suites whose code picks the kernels with bn_kernels_select(NULL) (the forward pass, the
 # head screen, the daemons they start) again with each variant forced through $$BITNET_KERNELS,

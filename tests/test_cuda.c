@@ -14,7 +14,14 @@
  *  - the whole backend: the test model's 200 greedy ids; the tiny preset's greedy ids and
  *    top-8 log-probabilities against the cpu backend (within 2e-2: the F16 LM head rounds its
  *    input to half); a sequence's tokens and log-probabilities alone and inside a batch of 32,
- *    bit-identical.
+ *    bit-identical;
+ *  - the daemon: `bitnetd --backend cuda` serves greedy requests with the cpu daemon's tokens,
+ *    and a seeded, penalised sampled request alone and among others with the same tokens.
+ *
+ * Built against the CUDA host harness (tests/cuda_host, BN_CUDA_HOST) as test_cuda_host, the
+ * same cases run on the CPU, with the harness's race check on, on every machine; there the
+ * test model's run stops after its first 64 known ids and the batch of 32 after 16 steps (a
+ * token of stories260K costs about 0.1 s on the harness, 0.25 s with the race check).
  */
 #ifndef BN_HAVE_CUDA
 #include <stdio.h>
@@ -27,6 +34,7 @@ int main(void)
 #else
 
 #include "testutil.h"
+#include "bitnet_client.h"
 #include "../daemon/backends/backend.h"
 #include "../daemon/model/forward.h"
 #include "../daemon/model/model.h"
@@ -37,9 +45,21 @@ int main(void)
 #include <check.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
+#define STORIES_IDS 8       /* ThreadSanitizer: twenty times slower again */
+#define INVARIANCE_STEPS 16
+#elif defined(BN_CUDA_HOST)
+#define STORIES_IDS 64      /* of the TU_STORIES_KNOWN */
+#define INVARIANCE_STEPS 16
+#else
+#define STORIES_IDS TU_STORIES_KNOWN
+#define INVARIANCE_STEPS 32
+#endif
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -94,6 +114,12 @@ static void quantize_both(const float *x, uint32_t n, uint32_t k, struct q8_pair
 	cudaFree(dx);
 }
 
+static void q8_pair_free(struct q8_pair *p)
+{
+	free(p->cpu.q), free(p->cpu.inv_scale), free(p->cpu.sum);
+	cudaFree(p->gpu.q), cudaFree(p->gpu.inv_scale), cudaFree(p->gpu.sum);
+}
+
 START_TEST(quantize_matches_cpu)
 {
 	const uint32_t ks[] = { 172, 2560, 6912 };
@@ -114,6 +140,7 @@ START_TEST(quantize_matches_cpu)
 		ck_assert_int_eq(memcmp(q, p.cpu.q, (size_t)n * p.cpu.k_pad), 0);
 		ck_assert_int_eq(memcmp(inv, p.cpu.inv_scale, n * 4), 0);
 		ck_assert_int_eq(memcmp(sum, p.cpu.sum, n * 4), 0);
+		q8_pair_free(&p);
 		free(x), free(q), free(inv), free(sum);
 	}
 }
@@ -152,6 +179,7 @@ START_TEST(ternary_kernels_match_scalar)
 		host_copy(got, dy, (size_t)n * n_out * 4);
 		ck_assert_msg(memcmp(got, want, (size_t)n * n_out * 4) == 0, "tensor cores, %u tokens", n);
 		cudaFree(dy);
+		q8_pair_free(&p);
 		free(x), free(want), free(got);
 	}
 	free(codes), free(row), free(scale);
@@ -463,13 +491,13 @@ START_TEST(test_model_greedy_ids)
 	/* BOS, then each greedy token fed back, one step each */
 	uint32_t got[TU_STORIES_KNOWN], seq = 0, cur = 1, zero = 0;
 	struct bn_sampling p = { 0 };
-	for (uint32_t n = 0; n < TU_STORIES_KNOWN; n++) {
+	for (uint32_t n = 0; n < STORIES_IDS; n++) {
 		struct bn_sample_out out = { 0 };
 		uint32_t *curp = &cur, one = 1;
 		engine_step(&e, 1, &seq, &curp, &one, &p, &out, &curp, &zero);
 		got[n] = cur = out.token;
 	}
-	for (uint32_t i = 0; i < TU_STORIES_KNOWN; i++)
+	for (uint32_t i = 0; i < STORIES_IDS; i++)
 		ck_assert_msg(got[i] == tu_stories_known[i], "id %u: %u, want %u", i, got[i],
 			      tu_stories_known[i]);
 	e.ops->close(e.self);
@@ -519,11 +547,117 @@ START_TEST(batch_invariance_32)
 	make_prompts(32, e.desc.vocab_size, prompts, lens);
 	static uint32_t alone[MAX_SEQS][64], batch[MAX_SEQS][64];
 	static struct bn_token_logprob la[64][8], lb[64][8];
-	generate(&e, 1, prompts, lens, 32, alone, la);
-	generate(&e, 32, prompts, lens, 32, batch, lb);
-	ck_assert_int_eq(memcmp(alone[0], batch[0], 32 * 4), 0);
-	ck_assert_int_eq(memcmp(la, lb, 32 * sizeof(la[0])), 0);
+	generate(&e, 1, prompts, lens, INVARIANCE_STEPS, alone, la);
+	generate(&e, 32, prompts, lens, INVARIANCE_STEPS, batch, lb);
+	ck_assert_int_eq(memcmp(alone[0], batch[0], INVARIANCE_STEPS * 4), 0);
+	ck_assert_int_eq(memcmp(la, lb, INVARIANCE_STEPS * sizeof(la[0])), 0);
 	e.ops->close(e.self);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* The daemon                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+#define DAEMON_PROMPTS 3
+#define DAEMON_TOKENS 12
+
+/* The daemon with the cuda backend: $BITNETD_CUDA_HOST on the harness, $BITNETD on a GPU. */
+static const char *cuda_daemon(void)
+{
+#ifdef BN_CUDA_HOST
+	return getenv("BITNETD_CUDA_HOST");
+#else
+	return getenv("BITNETD");
+#endif
+}
+
+static void start_cuda_daemon(struct tu_daemon *d, const char *bin)
+{
+	/* a small KV cache: on the harness the race check copies it at every attention launch */
+	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
+			       NULL };
+	char *was = getenv("BITNETD") ? strdup(getenv("BITNETD")) : NULL;
+	setenv("BITNETD", bin, 1);
+	int rc = tu_daemon_start(d, args);
+	if (was)
+		setenv("BITNETD", was, 1);
+	else
+		unsetenv("BITNETD");
+	free(was);
+	ck_assert_msg(rc == 0, "%s --backend cuda did not start", bin);
+}
+
+/* Greedy tokens of each prompt, then one seeded sampled request with penalties, alone. */
+static void daemon_run(struct bn_client *c, uint32_t prompts[][8], uint32_t greedy[][DAEMON_TOKENS],
+		       uint32_t *sampled, const struct bn_sampling_params *sp)
+{
+	for (uint32_t p = 0; p < DAEMON_PROMPTS; p++) {
+		struct bn_request r = { .prompt = prompts[p], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+					.flags = BN_REQ_IGNORE_EOS };
+		ck_assert_int_eq(bn_generate(c, &r, greedy[p], DAEMON_TOKENS, NULL, 60000000000ll), 0);
+	}
+	struct bn_request r = { .prompt = prompts[0], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+				.flags = BN_REQ_IGNORE_EOS | BN_REQ_SEED, .sampling = sp };
+	ck_assert_int_eq(bn_generate(c, &r, sampled, DAEMON_TOKENS, NULL, 60000000000ll), 0);
+}
+
+START_TEST(daemon_serves_as_the_cpu_daemon)
+{
+	const char *bin = cuda_daemon();
+	if (!bin || !*bin) {
+		printf("SKIP: no cuda daemon to start (BITNETD%s is not set)\n",
+#ifdef BN_CUDA_HOST
+		       "_CUDA_HOST"
+#else
+		       ""
+#endif
+		);
+		return;
+	}
+	struct tu_daemon gd, cd;
+	start_cuda_daemon(&gd, bin);
+	ck_assert_int_eq(tu_daemon_start_cpu(&cd, tu_default_model(), NULL), 0);
+	struct bn_client *g, *c;
+	ck_assert_int_eq(bn_connect(gd.socket_path, 8, &g), 0);
+	ck_assert_int_eq(bn_connect(cd.socket_path, 8, &c), 0);
+	struct bn_model_info info;
+	ck_assert_int_eq(bn_model_info(g, &info), 0);
+	ck_assert_str_eq(info.backend, "cuda");
+	uint32_t prompts[DAEMON_PROMPTS][8];
+	for (uint32_t p = 0; p < DAEMON_PROMPTS; p++)
+		for (uint32_t i = 0; i < 8; i++)
+			prompts[p][i] = 3 + (p * 131 + i * 37) % (info.vocab_size - 3);
+	/* hot enough that the draw decides: the tiny preset's random weights are very sure */
+	struct bn_sampling_params sp = { .temperature = 4.0f, .top_k = 40, .top_p = 0.95f,
+					 .repetition_penalty = 1.3f, .seed = 7 };
+	uint32_t g_greedy[DAEMON_PROMPTS][DAEMON_TOKENS], c_greedy[DAEMON_PROMPTS][DAEMON_TOKENS];
+	uint32_t alone[DAEMON_TOKENS], together[DAEMON_TOKENS], unused[DAEMON_TOKENS];
+	daemon_run(g, prompts, g_greedy, alone, &sp);
+	daemon_run(c, prompts, c_greedy, unused, &sp);
+	ck_assert_int_eq(memcmp(g_greedy, c_greedy, sizeof(g_greedy)), 0);
+	/* the sampled request again, in flight with the greedy ones */
+	struct bn_batch_item items[DAEMON_PROMPTS + 1];
+	uint32_t batch_out[DAEMON_PROMPTS][DAEMON_TOKENS];
+	memset(items, 0, sizeof(items));
+	for (uint32_t p = 0; p < DAEMON_PROMPTS; p++)
+		items[p] = (struct bn_batch_item){
+			.req = { .prompt = prompts[p], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+				 .flags = BN_REQ_IGNORE_EOS },
+			.out = batch_out[p], .out_cap = DAEMON_TOKENS };
+	items[DAEMON_PROMPTS] = (struct bn_batch_item){
+		.req = { .prompt = prompts[0], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+			 .flags = BN_REQ_IGNORE_EOS | BN_REQ_SEED, .sampling = &sp },
+		.out = together, .out_cap = DAEMON_TOKENS };
+	struct bn_batch_result br;
+	ck_assert_int_eq(bn_generate_batch(g, items, DAEMON_PROMPTS + 1, &br, 60000000000ll), 0);
+	ck_assert_uint_eq(br.n_ok, DAEMON_PROMPTS + 1);
+	ck_assert_int_eq(memcmp(batch_out, g_greedy, sizeof(batch_out)), 0);
+	ck_assert_int_eq(memcmp(together, alone, sizeof(alone)), 0);
+	bn_disconnect(g);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&gd, SIGTERM), 0);
+	ck_assert_int_eq(tu_daemon_stop(&cd, SIGTERM), 0);
 }
 END_TEST
 
@@ -542,8 +676,20 @@ static Suite *cuda_suite(void)
 	TCase *b = tcase_create("backend");
 	tcase_set_timeout(b, 300);
 	tcase_add_test(b, test_model_greedy_ids);
+#if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
+	/* Under ThreadSanitizer the harness runs about twenty times slower: there the test
+	 * model's first ids (every kernel of a llama step) stand for the backend's cases, which
+	 * the plain and AddressSanitizer passes run whole. */
+	printf("note: under ThreadSanitizer the backend's cases are the test model's first %d ids\n",
+	       STORIES_IDS);
+	(void)tiny_matches_cpu_backend;
+	(void)batch_invariance_32;
+	(void)daemon_serves_as_the_cpu_daemon;
+#else
 	tcase_add_test(b, tiny_matches_cpu_backend);
 	tcase_add_test(b, batch_invariance_32);
+	tcase_add_test(b, daemon_serves_as_the_cpu_daemon);
+#endif
 	suite_add_tcase(s, b);
 	return s;
 }
@@ -562,13 +708,22 @@ int main(void)
 		printf("SKIP: device 0 is not compute capability 9.0 or newer\n");
 		return 77;
 	}
+	SRunner *sr = srunner_create(cuda_suite());
+#ifdef BN_CUDA_HOST
+	/* The harness has no context to lose in a fork: each test runs in its own child, so a
+	 * harness failure (it aborts with its message) ends that test only. Its race check is on
+	 * unless the environment says otherwise (make check's sanitizer passes leave it to the
+	 * plain pass). */
+	printf("the cuda suite on the CUDA host harness (tests/cuda_host): %s\n", prop.name);
+	setenv("BN_CUDA_HOST_RACECHECK", "1", 0);
+#else
 	/* Not forked per test, on purpose: the probe above initialised CUDA in this process, and
 	 * a forked child cannot use a CUDA context it inherited (cudaSetDevice: initialization
 	 * error, every test failing under make check on an H100, while all passed with
 	 * CK_FORK=no). So the tests run in this process, one after the other; Check's per-test
 	 * timeouts do not apply, and make check's own timeout bounds the suite. */
-	SRunner *sr = srunner_create(cuda_suite());
 	srunner_set_fork_status(sr, CK_NOFORK);
+#endif
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -537,7 +537,11 @@ START_TEST(a_client_that_leaves_mid_stream_is_cancelled)
 END_TEST
 
 /* Streams that wait their turn in the daemon (one row at a time) longer than the gateway's
- * idle timeout (1 s here) are not cut: the timeout is the client's, not the queue's. */
+ * idle timeout (1 s here) are not cut: the timeout is the client's, not the queue's. The wait
+ * must not depend on how fast this machine decodes (on a quiet one stories260K wrote the long
+ * streams in under the timeout, and the test could not tell): the daemon is stopped
+ * (SIGSTOP) for 1.5 s while the streams are in flight, so every one of them sees no byte for
+ * longer than the timeout. */
 struct long_stream {
 	int port;
 	int max_tokens;
@@ -574,6 +578,9 @@ START_TEST(a_queued_stream_outlives_the_idle_timeout)
 		ck_assert_int_eq(pthread_create(&t[i], NULL, run_long_stream, &l[i]), 0);
 		usleep(50000); /* in this order */
 	}
+	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+	usleep(1500000);
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
 	for (int i = 0; i < 3; i++)
 		pthread_join(t[i], NULL);
 	ck_assert_msg(tu_now_ns() - t0 > 1200000000LL,

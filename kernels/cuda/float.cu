@@ -6,6 +6,7 @@
 // by the number of tokens in the launch: that is what keeps a sequence's logits independent
 // of its batch.
 #include "cuda_kernels.h"
+#include "launch.cuh"
 #include "reduce.cuh"
 
 #include <cuda_fp16.h>
@@ -292,17 +293,17 @@ extern "C" int bn_cuda_f_gemm(const bn_cuda_fmat *w, const float *x, uint32_t ld
 		return 0;
 	if (w->type == BN_CUDA_F32) {
 		unsigned blocks = (w->n_out + kGemmWarps - 1) / kGemmWarps;
-		f32_gemm_kernel<<<blocks, kGemmWarps * 32, 0, stream>>>(*w, x, ldx, n_tok, y, ldy);
+		BN_LAUNCH(f32_gemm_kernel, blocks, kGemmWarps * 32, 0, stream)(*w, x, ldx, n_tok, y, ldy);
 		return launched();
 	}
 	uint32_t n_pad = (n_tok + kHalfTile - 1) / kHalfTile * kHalfTile;
 	__half *h = reinterpret_cast<__half *>(xh);
-	to_half_kernel<<<n_pad, kRowThreads, 0, stream>>>(x, ldx, n_tok, w->n_in, h, w->ld);
+	BN_LAUNCH(to_half_kernel, n_pad, kRowThreads, 0, stream)(x, ldx, n_tok, w->n_in, h, w->ld);
 	int rc = launched();
 	if (rc)
 		return rc;
 	dim3 grid((w->n_out + kHalfTile - 1) / kHalfTile, (n_tok + kHalfTile - 1) / kHalfTile);
-	f16_gemm_kernel<<<grid, 128, 0, stream>>>(*w, h, n_tok, y, ldy);
+	BN_LAUNCH(f16_gemm_kernel, grid, 128, 0, stream)(*w, h, n_tok, y, ldy);
 	return launched();
 }
 
@@ -312,7 +313,7 @@ extern "C" int bn_cuda_rmsnorm(float *out, uint32_t ldo, const float *x, uint32_
 {
 	if (n_tok == 0)
 		return 0;
-	rmsnorm_kernel<<<n_tok, kRowThreads, 0, stream>>>(out, ldo, x, ldx, rows, w, n, eps);
+	BN_LAUNCH(rmsnorm_kernel, n_tok, kRowThreads, 0, stream)(out, ldo, x, ldx, rows, w, n, eps);
 	return launched();
 }
 
@@ -321,7 +322,7 @@ extern "C" int bn_cuda_add(float *x, uint32_t ldx, const float *y, uint32_t ldy,
 {
 	if (n_tok == 0)
 		return 0;
-	add_kernel<<<n_tok, kRowThreads, 0, stream>>>(x, ldx, y, ldy, n);
+	BN_LAUNCH(add_kernel, n_tok, kRowThreads, 0, stream)(x, ldx, y, ldy, n);
 	return launched();
 }
 
@@ -331,7 +332,7 @@ extern "C" int bn_cuda_rope(float *v, uint32_t ldv, uint32_t n_heads, uint32_t h
 {
 	if (n_tok == 0 || rope_dim < 2)
 		return 0;
-	rope_kernel<<<n_tok, kRowThreads, 0, stream>>>(v, ldv, n_heads, head_dim, rope_dim, neox, cs);
+	BN_LAUNCH(rope_kernel, n_tok, kRowThreads, 0, stream)(v, ldv, n_heads, head_dim, rope_dim, neox, cs);
 	return launched();
 }
 
@@ -340,7 +341,7 @@ extern "C" int bn_cuda_gate(float *g, const float *u, uint32_t ld, uint32_t n, u
 {
 	if (n_tok == 0)
 		return 0;
-	gate_kernel<<<n_tok, kRowThreads, 0, stream>>>(g, u, ld, n, relu2, sub_norm, eps);
+	BN_LAUNCH(gate_kernel, n_tok, kRowThreads, 0, stream)(g, u, ld, n, relu2, sub_norm, eps);
 	return launched();
 }
 
@@ -349,7 +350,7 @@ extern "C" int bn_cuda_kv_store(const bn_cuda_kv_layer *kv, const float *k, cons
 {
 	if (n_tok == 0)
 		return 0;
-	kv_store_kernel<<<n_tok, kRowThreads, 0, stream>>>(*kv, k, v, ld, slot);
+	BN_LAUNCH(kv_store_kernel, n_tok, kRowThreads, 0, stream)(*kv, k, v, ld, slot);
 	return launched();
 }
 
@@ -361,6 +362,6 @@ extern "C" int bn_cuda_attend(const bn_cuda_kv_layer *kv, const bn_cuda_attn *a,
 	if (a->head_dim > BN_CUDA_MAX_HEAD_DIM || a->n_head_kv == 0 || a->n_head % a->n_head_kv)
 		return (int)cudaErrorInvalidValue;
 	dim3 grid(a->n_head, n_tok);
-	attend_kernel<<<grid, kAttnWarps * 32, 0, stream>>>(*kv, *a);
+	BN_LAUNCH(attend_kernel, grid, kAttnWarps * 32, 0, stream)(*kv, *a);
 	return launched();
 }

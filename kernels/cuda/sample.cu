@@ -14,6 +14,7 @@
 //    in a different association, so a token can differ from the CPU's only when u falls within
 //    rounding of a boundary; on the GPU itself a row's token never depends on its batch.
 #include "cuda_kernels.h"
+#include "launch.cuh"
 #include "reduce.cuh"
 
 #include <cfloat>
@@ -332,7 +333,7 @@ extern "C" int bn_cuda_penalize(float *logits, uint32_t ld, const bn_cuda_penalt
 {
 	if (n == 0)
 		return 0;
-	penalize_kernel<<<(n + 255) / 256, 256, 0, stream>>>(logits, ld, p, n);
+	BN_LAUNCH(penalize_kernel, (n + 255) / 256, 256, 0, stream)(logits, ld, p, n);
 	return launched();
 }
 
@@ -341,7 +342,7 @@ extern "C" int bn_cuda_argmax(const float *logits, uint32_t ld, uint32_t n_vocab
 {
 	if (n_rows == 0)
 		return 0;
-	argmax_kernel<<<n_rows, kRowThreads, 0, stream>>>(logits, ld, n_vocab, token);
+	BN_LAUNCH(argmax_kernel, n_rows, kRowThreads, 0, stream)(logits, ld, n_vocab, token);
 	return launched();
 }
 
@@ -361,7 +362,7 @@ extern "C" int bn_cuda_sample(float *logits, uint32_t ld, uint32_t n_vocab,
 	if (scratch_bytes < bn_cuda_sample_scratch_bytes(n_vocab, n_rows))
 		return (int)cudaErrorInvalidValue;
 	Scratch s = carve(scratch, scratch_bytes, n_vocab, n_rows);
-	rank_prep_kernel<<<n_rows, kRowThreads, 0, stream>>>(logits, ld, n_vocab, rows, s);
+	BN_LAUNCH(rank_prep_kernel, n_rows, kRowThreads, 0, stream)(logits, ld, n_vocab, rows, s);
 	int rc = launched();
 	if (rc)
 		return rc;
@@ -371,6 +372,6 @@ extern "C" int bn_cuda_sample(float *logits, uint32_t ld, uint32_t n_vocab,
 		(int64_t)n_vocab * n_rows, (int64_t)n_rows, s.offsets, s.offsets + 1, 0, 32, stream);
 	if (rc)
 		return rc;
-	pick_kernel<<<n_rows, 32, 0, stream>>>(logits, ld, n_vocab, rows, s, out);
+	BN_LAUNCH(pick_kernel, n_rows, 32, 0, stream)(logits, ld, n_vocab, rows, s, out);
 	return launched();
 }

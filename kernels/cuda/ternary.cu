@@ -10,6 +10,7 @@
 // decode each weight once per 64 tokens into shared memory as -1/0/+1 bytes.
 #include "cuda_kernels.h"
 #include "../bn_blocks.h"
+#include "launch.cuh"
 #include "reduce.cuh"
 
 #include <mma.h>
@@ -218,7 +219,7 @@ extern "C" int bn_cuda_quantize(const float *x, uint32_t ldx, uint32_t n, const 
 {
 	if (n == 0)
 		return 0;
-	quantize_kernel<<<n, kQuantThreads, 0, stream>>>(x, ldx, *xq);
+	BN_LAUNCH(quantize_kernel, n, kQuantThreads, 0, stream)(x, ldx, *xq);
 	return launched();
 }
 
@@ -228,7 +229,7 @@ extern "C" int bn_cuda_t2_gemv_dp4a(const bn_cuda_t2 *w, const bn_cuda_q8 *x, ui
 	if (n_tok == 0)
 		return 0;
 	unsigned blocks = (w->n_out + kGemvWarps - 1) / kGemvWarps;
-	gemv_dp4a_kernel<<<blocks, kGemvWarps * 32, 0, stream>>>(*w, *x, n_tok, y, ldy);
+	BN_LAUNCH(gemv_dp4a_kernel, blocks, kGemvWarps * 32, 0, stream)(*w, *x, n_tok, y, ldy);
 	return launched();
 }
 
@@ -238,7 +239,7 @@ extern "C" int bn_cuda_t2_gemm_tc(const bn_cuda_t2 *w, const bn_cuda_q8 *x, uint
 	if (n_tok == 0)
 		return 0;
 	dim3 grid((w->n_out + kTile - 1) / kTile, (n_tok + kTile - 1) / kTile);
-	gemm_tc_kernel<<<grid, kTcThreads, 0, stream>>>(*w, *x, n_tok, y, ldy);
+	BN_LAUNCH(gemm_tc_kernel, grid, kTcThreads, 0, stream)(*w, *x, n_tok, y, ldy);
 	return launched();
 }
 
