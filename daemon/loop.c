@@ -724,28 +724,23 @@ static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc
 
 /* Why this daemon constrains no outputs, or NULL when it can (given a vocabulary the grammar
  * engine takes). */
-static const char *grammars_off(const struct bn_loop *l, const struct bn_backend_ops *ops,
-				const struct bn_model_desc *model)
+static const char *grammars_off(const struct bn_loop *l, const struct bn_model_desc *model)
 {
 	if (!l->control.text.vocab)
 		return model->kind == BN_BACKEND_LOOPBACK
 			       ? "the loopback backend has no vocabulary"
 			       : "the model has no vocabulary that encodes text";
 	if (!model->can_mask)
-		return model->kind == BN_BACKEND_CUDA
-			       ? "the cuda backend samples on the GPU and applies no grammar masks yet"
-			       : "the backend applies no grammar masks";
-	if (!ops->seq_rewind)
-		return "the backend cannot take positions back";
+		return "the backend applies no grammar masks";
 	return NULL;
 }
 
 /* The grammar service, where the model and backend allow structured output. -1 with errno
  * when threads or memory fail. */
 static int open_grammars(struct bn_loop *l, const struct bn_config *cfg,
-			 const struct bn_backend_ops *ops, const struct bn_model_desc *model)
+			 const struct bn_model_desc *model)
 {
-	const char *off = grammars_off(l, ops, model);
+	const char *off = grammars_off(l, model);
 	l->limits.max_grammars = cfg->max_grammars;
 	l->limits.grammars = &l->grammars;
 	if (!off) {
@@ -847,7 +842,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		bn_loop_free(l);
 		return NULL;
 	}
-	if (open_grammars(l, cfg, ops, model) < 0) {
+	if (open_grammars(l, cfg, model) < 0) {
 		bn_log_error("msg=\"cannot start the grammar service\" error=\"%s\"", strerror(errno));
 		bn_loop_free(l);
 		return NULL;

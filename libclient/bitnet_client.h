@@ -450,7 +450,7 @@ struct bn_grammar_handle;
  * not enforceable), -BN_E_GRAMMAR_LIMIT (over a limit: size, nesting, rules, states, a
  * repetition, compile time), -BN_E_BUSY (the session holds the daemon's --max-grammars),
  * -BN_E_UNSUPPORTED (no BN_FEAT_GRAMMAR: the loopback backend, a model without a text
- * vocabulary, the cuda backend for now), -BN_E_TOO_LONG (larger than a slot's text region),
+ * vocabulary), -BN_E_TOO_LONG (larger than a slot's text region),
  * -BN_E_INVALID (bad arguments), -BN_E_TIMEOUT (the compile was still running: it is
  * dropped), -ENOMEM, or as bn_submit. Release the handle with bn_grammar_release. */
 int bn_grammar_load(struct bn_client *c, const struct bn_grammar_spec *spec,

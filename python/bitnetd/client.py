@@ -427,7 +427,7 @@ class Client:
         the longest whitespace run (default 20). Raises GrammarError or GrammarLimitError
         with the daemon's reason (it names the keyword or limit and where), BusyError when the
         session holds the daemon's --max-grammars, UnsupportedError without structured output
-        (the loopback backend, no text vocabulary, the cuda backend for now)."""
+        (the loopback backend, no text vocabulary)."""
         spec = _grammar_spec(json_schema, regex, grammar, json, compact)
         if spec is None:
             raise ValueError("give one of json_schema, regex, grammar and json")
