@@ -23,6 +23,8 @@
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
 #   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
+#   make bench-structured     structured output in the daemon: mask cost per token, its share
+#                             of a decode step, compile time, 64 constrained vs unconstrained
 #   make bench-start          time to ready with and without the packed-weight cache
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
@@ -64,7 +66,7 @@ SANITIZE ?=
 # cannot share objects.
 BUILD    ?= build$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
-LIB_VERSION := 1.5.0
+LIB_VERSION := 1.6.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)
@@ -167,11 +169,12 @@ endif
 KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
 # The tokenizer is one implementation: the client library's, which the daemon builds too.
 TOKENIZER_SRCS := libclient/tokenizer.c libclient/vocab_map.c libclient/bpe.c libclient/detok.c libclient/chat.c
-# The cuda backend's files that call CUDA (cuda_variant.c, the --cuda-kernels names, does not).
-CUDA_BACKEND_SRCS := daemon/backends/cuda.c daemon/backends/cuda_fwd.c daemon/backends/cuda_graph.c
+# The cuda backend's files that call CUDA (backends/cuda*.c): built with nvcc's kernels, or on
+# the host harness; not cuda_variant.c, the --cuda-kernels names, which every build checks.
+CUDA_BACKEND_SRCS := $(filter-out daemon/backends/cuda_variant.c,$(wildcard daemon/backends/cuda*.c))
 DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,$(CUDA_BACKEND_SRCS)),$(wildcard daemon/*.c daemon/*/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
-CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
+CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
 MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
@@ -219,7 +222,7 @@ HOST_KERNELS_SO := $(HOST_CUDA)/libbn-cuda-host.so
 HOST_SELFTEST_SO := $(HOST_CUDA)/libbn-cuda-host-selftest.so
 HOST_BITNETD   := $(HOST_CUDA)/bitnetd
 HOST_CORE_A    := $(HOST_CUDA)/libbitnetd-core.a
-# backends/cuda.c, and backend.c that lists the backends, are built again against the harness;
+# backends/cuda*.c, and backend.c that lists the backends, are built again against the harness;
 # the daemon's other objects are the normal build's (BN_HAVE_CUDA changes nothing in them).
 HOST_CORE_OBJS := $(filter-out $(CUDA_BACKEND_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/daemon/backends/backend.o $(CUDA_OBJS),$(CORE_OBJS)) \
 	$(CUDA_BACKEND_SRCS:%.c=$(HOST_CUDA)/%.o) $(HOST_CUDA)/daemon/backends/backend.o
@@ -239,7 +242,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 .SECONDARY:
 
 .PHONY: all check check-c check-cuda-host check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
 	$(HOST_BITNETD) $(BUILD)/bench/bench_cuda_host
@@ -325,8 +328,9 @@ $(GATEWAY): $(GATEWAY_OBJS) $(LIB_A)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(MHD_LIBS) $(JANSSON_LIBS) $(PCRE_LIBS) -lm
 
 TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
-# The grammar engine's tests read LLaMA-3's tokenizer.json the way the model tool does.
-$(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks: $(BUILD)/tools/hf_vocab.o
+# The grammar engine's tests, and structured output's, read LLaMA-3's tokenizer.json the way the
+# model tool does.
+$(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks $(BUILD)/tests/test_structured $(BUILD)/tests/test_structured_oracle: $(BUILD)/tools/hf_vocab.o
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
@@ -464,6 +468,19 @@ $(BENCH_GRAMMAR): $(BUILD)/bench/bench_grammar.o $(BUILD)/tools/hf_vocab.o $(COR
 bench-grammar: $(BENCH_GRAMMAR)
 	@test -f $(LLAMA3_TOKENIZER) || { echo "bench-grammar needs $(LLAMA3_TOKENIZER) (set BITNET_TEST_MODELS)"; exit 1; }
 	$(BENCH_GRAMMAR) --tokenizer $(LLAMA3_TOKENIZER) $(BENCH_GRAMMAR_ARGS)
+
+# Structured output in the daemon (bench/bench_structured.c), on the 2B4T-shape model with the
+# LLaMA-3 vocabulary: its own code in process (the grammar service, the sampler) and a cpu
+# daemon. BENCH_STRUCTURED_ARGS=--batch 8 --batch-tokens 16 --rounds 1 for a smoke run.
+BENCH_STRUCTURED := $(BUILD)/bench/bench_structured
+BENCH_STRUCTURED_ARGS ?=
+$(BENCH_STRUCTURED): $(BUILD)/bench/bench_structured.o $(CORE_A) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
+bench-structured: $(BENCH_STRUCTURED) $(BITNETD) $(BENCH_MODEL_FILE)
+	@test -f $(LLAMA3_TOKENIZER) || { echo "bench-structured needs the LLaMA-3 vocabulary: $(LLAMA3_TOKENIZER) (set BITNET_TEST_MODELS)"; exit 1; }
+	BITNETD=$(BITNETD) $(BENCH_STRUCTURED) --model $(BENCH_MODEL_FILE) $(BENCH_STRUCTURED_ARGS)
 
 # The scoring benchmark (bench/bench_score.c): score requests through a cpu daemon on the
 # 2B4T-shape model (bench-model's file) against a prompt's prefill, in the same run.

@@ -5,6 +5,7 @@
 #include "backends/cuda_variant.h"
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
+#include "grammars.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -115,6 +116,13 @@ static const char usage_text[] =
 	"  --chat-template NAME   bitnet, llama3, chatml or llama2 (default: recognised from\n"
 	"                         the file's tokenizer.chat_template; the BitNet 2B4T\n"
 	"                         converter's placeholder becomes bitnet)\n"
+	"  --max-grammars N       grammars one session may hold compiled for structured\n"
+	"                         output, compiles in progress included (default 64)\n"
+	"  --grammar-threads N    threads that compile grammars, beside the loop (default 2)\n"
+	"  --grammar-compile-ms N a grammar's compile budget; one that needs longer is refused\n"
+	"                         (default 1000)\n"
+	"  --grammar-cache SIZE   compiled grammars kept by content, suffix K, M or G (default\n"
+	"                         64M)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --vocab-size N         loopback: vocabulary size (default 32000)\n"
 	"  --step-delay-us N      loopback: busy time per step, to mimic compute (default 0)\n"
@@ -139,7 +147,9 @@ enum long_only {
 	OPT_DRAIN, OPT_THREADS, OPT_TOKEN_BUDGET, OPT_KV_MEMORY, OPT_KV_BLOCK, OPT_PER_SESSION,
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
-	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS, OPT_CACHE_DIR, OPT_HELP, OPT_VERSION,
+	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS,
+	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_HELP,
+	OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -177,6 +187,10 @@ static const struct option long_options[] = {
 	{ "max-logprobs", required_argument, NULL, OPT_MAX_LOGPROBS },
 	{ "pre-tokenizer", required_argument, NULL, OPT_PRE_TOKENIZER },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
+	{ "max-grammars", required_argument, NULL, OPT_MAX_GRAMMARS },
+	{ "grammar-threads", required_argument, NULL, OPT_GRAMMAR_THREADS },
+	{ "grammar-compile-ms", required_argument, NULL, OPT_GRAMMAR_COMPILE_MS },
+	{ "grammar-cache", required_argument, NULL, OPT_GRAMMAR_CACHE },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -348,6 +362,10 @@ static void set_defaults(struct bn_config *cfg)
 		.idle_spin_us = 50,
 		.vocab_size = 32000,
 		.drain_timeout_ms = 5000,
+		.max_grammars = 64,
+		.grammar_threads = 2,
+		.grammar_compile_ms = 1000,
+		.grammar_cache = 64ull << 20,
 		.socket_mode = 0660,
 		.log_level = BN_LOG_INFO,
 		.ring_start = ring_start ? (uint32_t)strtoul(ring_start, NULL, 0) : 0,
@@ -406,6 +424,13 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_VOCAB: return parse_u32("vocab-size", arg, 3, 1u << 24, 10, &cfg->vocab_size);
 	case OPT_STEP_DELAY: return parse_u32("step-delay-us", arg, 0, 10000000, 10, &cfg->step_delay_us);
 	case OPT_DRAIN: return parse_u32("drain-timeout-ms", arg, 0, 3600000, 10, &cfg->drain_timeout_ms);
+	case OPT_MAX_GRAMMARS: return parse_u32("max-grammars", arg, 1, 65536, 10, &cfg->max_grammars);
+	case OPT_GRAMMAR_THREADS:
+		return parse_u32("grammar-threads", arg, 1, BN_GRAMMAR_MAX_THREADS, 10,
+				 &cfg->grammar_threads);
+	case OPT_GRAMMAR_COMPILE_MS:
+		return parse_u32("grammar-compile-ms", arg, 10, 600000, 10, &cfg->grammar_compile_ms);
+	case OPT_GRAMMAR_CACHE: return parse_size("grammar-cache", arg, &cfg->grammar_cache);
 	case OPT_PRE_TOKENIZER:
 		cfg->pre_tokenizer = arg;
 		if (bn_pre_tokenizer_from_name(arg) > 0)

@@ -55,6 +55,10 @@ struct bn_config {
 	uint32_t base3_decode;   /* cpu backend: --decode-layout base3 */
 	const char *cuda_kernels; /* cuda backend: --cuda-kernels (NULL: its default) */
 	uint32_t drain_timeout_ms;
+	uint32_t max_grammars;   /* compiled grammars one session may hold */
+	uint32_t grammar_threads; /* threads that compile grammars */
+	uint32_t grammar_compile_ms; /* a grammar's compile budget */
+	uint64_t grammar_cache;  /* bytes of compiled grammars kept by content */
 	uint32_t socket_mode;
 	uint32_t ring_start;     /* $BITNETD_RING_START: first ring counter (tests reach the wrap) */
 	enum bn_log_level log_level;

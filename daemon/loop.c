@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/stats.h"
 #include "control.h"
+#include "grammars.h"
 #include "listen.h"
 #include "sdnotify.h"
 #include "serve/sched.h"
@@ -25,7 +26,7 @@
 
 /* io_uring user_data: an owner pointer (8-byte aligned) with the operation kind in the low
  * bits. 0 marks completions nobody waits for (cancel requests). */
-enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4 };
+enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4, IO_GRAMMAR = 5 };
 #define IO_KIND_MASK 7u
 
 #define URING_ENTRIES 256
@@ -59,6 +60,7 @@ struct bn_loop {
 	uint64_t handshake_timeout_ns;
 	uint64_t housekeeping_ns;     /* how often handshakes are checked for their timeout */
 	struct bn_control control;    /* the control ops and the vocabulary they serve */
+	struct bn_grammar_service grammars; /* structured output's compiles (grammars.h) */
 };
 
 static uint64_t tag(void *owner, enum io_kind kind)
@@ -122,6 +124,17 @@ static void arm_doorbell(struct bn_loop *l, struct bn_session *s)
 	s->io_pending++;
 }
 
+/* The grammar service's eventfd: a compile is back. Always armed while the service runs. */
+static void arm_grammars(struct bn_loop *l)
+{
+	if (!l->grammars.vocab)
+		return;
+	struct io_uring_sqe *sqe = get_sqe(l);
+	io_uring_prep_read(sqe, l->grammars.event_fd, &l->grammars.event_value,
+			   sizeof(l->grammars.event_value), 0);
+	io_uring_sqe_set_data64(sqe, tag(l, IO_GRAMMAR));
+}
+
 static void cancel_io(struct bn_loop *l, struct bn_session *s, enum io_kind kind)
 {
 	struct io_uring_sqe *sqe = get_sqe(l);
@@ -144,7 +157,7 @@ static void table_remove(struct bn_loop *l, struct bn_session *s)
 /* A closing session goes once the kernel holds no operation that references it. */
 static void free_if_idle(struct bn_loop *l, struct bn_session *s)
 {
-	if (s->phase == BN_SESSION_CLOSING && s->io_pending == 0) {
+	if (s->phase == BN_SESSION_CLOSING && s->io_pending == 0 && s->grammar_jobs == 0) {
 		l->n_closing--;
 		bn_session_free(s);
 	}
@@ -383,6 +396,21 @@ static void on_doorbell(struct bn_loop *l, struct bn_session *s, int res)
 	bn_stats.doorbells++;
 }
 
+/* Compiles that came back go to their sessions (a closed one may now be freed). */
+static void on_grammars(struct bn_loop *l, int res)
+{
+	struct bn_grammar_job *job = bn_grammar_service_take_done(&l->grammars), *next;
+	for (; job; job = next) {
+		next = job->next;
+		struct bn_session *s = job->owner;
+		s->grammar_jobs--;
+		bn_session_grammar_done(s, job);
+		free_if_idle(l, s);
+	}
+	if (res != -ECANCELED)
+		arm_grammars(l);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Signals and shutdown                                                                        */
 /* ------------------------------------------------------------------------------------------ */
@@ -433,6 +461,7 @@ static void dispatch(struct bn_loop *l, uint64_t data, int res)
 		on_doorbell(l, owner, res);
 		io_done(l, owner);
 		break;
+	case IO_GRAMMAR: on_grammars(l, res); break;
 	}
 }
 
@@ -650,6 +679,7 @@ int bn_loop_run(struct bn_loop *l)
 	l->accepting = 1;
 	arm_accept(l);
 	arm_signal(l);
+	arm_grammars(l);
 	io_uring_submit(&l->ring);
 	bn_sd_notify("READY=1");
 	bn_log_info("msg=\"ready\" socket=%s uring_completions=%s", l->cfg->socket_path,
@@ -691,6 +721,45 @@ static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc
 {
 	for (uint32_t i = 0; i < c->n_eog && sc->n_eog < BN_SCHED_MAX_EOG; i++)
 		sc->eog[sc->n_eog++] = c->eog[i];
+}
+
+/* Why this daemon constrains no outputs, or NULL when it can (given a vocabulary the grammar
+ * engine takes). */
+static const char *grammars_off(const struct bn_loop *l, const struct bn_model_desc *model)
+{
+	if (!l->control.text.vocab)
+		return model->kind == BN_BACKEND_LOOPBACK
+			       ? "the loopback backend has no vocabulary"
+			       : "the model has no vocabulary that encodes text";
+	if (!model->can_mask)
+		return "the backend applies no grammar masks";
+	return NULL;
+}
+
+/* The grammar service, where the model and backend allow structured output. -1 with errno
+ * when threads or memory fail. */
+static int open_grammars(struct bn_loop *l, const struct bn_config *cfg,
+			 const struct bn_model_desc *model)
+{
+	const char *off = grammars_off(l, model);
+	l->limits.max_grammars = cfg->max_grammars;
+	l->limits.grammars = &l->grammars;
+	if (!off) {
+		struct bn_grammar_service_config gc = { .threads = cfg->grammar_threads,
+							.compile_ms = cfg->grammar_compile_ms,
+							.cache_bytes = (size_t)cfg->grammar_cache };
+		int rc = bn_grammar_service_open(&l->grammars, l->control.text.vocab, &gc);
+		if (rc < 0) {
+			errno = -rc;
+			return -1;
+		}
+		if (!l->grammars.vocab)
+			off = "the vocabulary could not be given to the grammar engine";
+	}
+	if (off)
+		bn_log_info("msg=\"no structured output\" reason=\"%s\"", off);
+	l->limits.grammars_off = off;
+	return 0;
 }
 
 /* The loop is the ring's only user, so completions can wait until it asks for them (in its
@@ -775,6 +844,11 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		bn_loop_free(l);
 		return NULL;
 	}
+	if (open_grammars(l, cfg, model) < 0) {
+		bn_log_error("msg=\"cannot start the grammar service\" error=\"%s\"", strerror(errno));
+		bn_loop_free(l);
+		return NULL;
+	}
 	l->listen_fd = bn_listen_open(cfg, &l->listen_owned);
 	if (l->listen_fd < 0) {
 		*exit_code = BN_EXIT_SOCKET;
@@ -795,6 +869,7 @@ void bn_loop_free(struct bn_loop *l)
 	if (!l)
 		return;
 	io_uring_queue_exit(&l->ring);
+	bn_grammar_service_close(&l->grammars); /* its eventfd's read went with the ring */
 	if (l->listen_fd >= 0)
 		close(l->listen_fd);
 	if (l->signal_fd >= 0)

@@ -58,6 +58,7 @@ void bn_session_free(struct bn_session *s)
 		close(s->sock_fd);
 	for (uint32_t i = 0; s->reqs && i < s->seg.slot_count; i++)
 		bn_text_stream_free(s->reqs[i].stream); /* every request ends first: a guard */
+	bn_session_grammars_free(s);
 	if (s->reqs)
 		munmap(s->reqs, s->private_size);
 	free(s);
@@ -113,8 +114,9 @@ void bn_segment_layout(const struct bn_session_limits *lim, uint32_t slots,
 
 /* The header: the layout, then who we are and what the model is. */
 static void write_header(struct bn_session *s, const struct bn_shm_header *layout,
-			 const struct bn_model_desc *m)
+			 const struct bn_session_limits *lim)
 {
+	const struct bn_model_desc *m = lim->model;
 	struct bn_shm_header *h = (struct bn_shm_header *)s->mem;
 	*h = *layout;
 	h->magic = BN_SHM_MAGIC;
@@ -122,7 +124,9 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS |
 		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) |
 		      (m->can_score ? BN_FEAT_SCORE : 0) | (m->can_classify ? BN_FEAT_CLASSIFY : 0) |
-		      BN_FEAT_COMPUTE | BN_FEAT_SPECULATE;
+		      BN_FEAT_COMPUTE | BN_FEAT_SPECULATE |
+		      (layout->slot_text_capacity && lim->grammars && lim->grammars->vocab
+			       ? BN_FEAT_GRAMMAR : 0);
 	h->session_id = s->id;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;
@@ -197,9 +201,12 @@ static int create_segment(struct bn_session *s, uint32_t slots, const struct bn_
 	 * (which would turn our next access into SIGBUS), nor grow it or change the seals. */
 	if (fcntl(s->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		return -errno;
-	write_header(s, &g, lim->model);
+	write_header(s, &g, lim);
 	s->seg.model = lim->model;
 	s->seg.text = lim->text;
+	s->grammar_svc = lim->grammars;
+	s->grammars_off = lim->grammars_off;
+	s->max_grammars = lim->max_grammars;
 	s->ring->head = s->ring->tail = s->sq_head = lim->ring_start;
 	s->doorbell_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->doorbell_fd < 0)

@@ -15,6 +15,7 @@
 #include "backends/backend.h"
 #include "bitnet_shm.h"
 #include "common/stats.h"
+#include "grammars.h"
 #include "segment.h"
 #include "serve/request.h"
 #include "textreq.h"
@@ -39,6 +40,15 @@ struct bn_session_limits {
 	uint32_t max_weight;       /* cap on the admission weight a client asks for */
 	const struct bn_model_desc *model;
 	const struct bn_text_service *text; /* the tokenizer; its vocab NULL: no text */
+	struct bn_grammar_service *grammars; /* its vocab NULL: no structured output */
+	const char *grammars_off;  /* why there is none, for the clients that ask */
+	uint32_t max_grammars;     /* compiled grammars a session may hold (--max-grammars) */
+};
+
+/* One grammar a session compiled (grammar_ops.c). */
+struct bn_session_grammar {
+	uint32_t id;
+	struct bn_grammar_bound *bound; /* a reference */
 };
 
 struct bn_session {
@@ -71,6 +81,14 @@ struct bn_session {
 	size_t private_size;       /* the one mapping that holds the four above */
 	uint32_t n_in_flight;
 	struct bn_tenant tenant;   /* what the scheduler knows of this session (request.h) */
+	/* Structured output (grammar_ops.c): the grammars this session compiled. */
+	struct bn_grammar_service *grammar_svc;
+	const char *grammars_off;
+	struct bn_session_grammar *grammars; /* [n_grammars], unordered */
+	uint32_t n_grammars, grammars_cap, max_grammars;
+	uint32_t next_grammar_id;  /* ids are never reused within a session */
+	uint32_t grammar_jobs;     /* compiles the service has not given back: the session is
+				    * freed only once they are back (loop.c) */
 	struct bn_session_counters counters;
 
 	/* Control-socket receive state (hello, then control requests). */
@@ -161,5 +179,30 @@ void bn_req_wake_stream_waiter(struct bn_req *r);
 void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error);
 /* The client asked to cancel (reads the shared cancel word once). */
 int bn_req_cancel_requested(const struct bn_req *r);
+/* Drops r->grammar's reference (BN_REQ_GRAMMAR; a request at its end). */
+void bn_grammar_detach(struct bn_req *r);
+
+/* ---- structured output (grammar_ops.c): the grammar ops and the session's grammars ----- */
+
+struct bn_grammar_job;
+/* Whether the session may compile grammars (BN_FEAT_GRAMMAR). */
+int bn_session_has_grammars(const struct bn_session *s);
+/* A BN_OP_GRAMMAR or BN_OP_GRAMMAR_FREE just taken: its words copied once and checked. Returns
+ * the bn_error that ends it (its reason written to the text region), or 0 with *status the
+ * status it ends with now (BN_STATUS_COMPLETE: a free, or BN_STATUS_SHUTDOWN), or
+ * BN_STATUS_NONE when its compile went to the service (bn_session_grammar_done ends it). */
+uint32_t bn_grammar_op_take(struct bn_session *s, struct bn_req *r, int shutting_down,
+			    uint32_t *status);
+/* A generate request's BN_REQ_GRAMMAR: r->grammar takes a reference to the session's grammar
+ * `id`. Returns 0 or BN_E_INVALID (no such grammar: the reason in the text region). */
+uint32_t bn_grammar_attach(struct bn_session *s, struct bn_req *r, uint32_t id);
+/* A compile is back from the service: its op ends (the grammar joins the table), unless the
+ * session or the op ended meanwhile. The job is freed. */
+void bn_session_grammar_done(struct bn_session *s, struct bn_grammar_job *job);
+/* The session ends: ops still compiling end with status and error (status 0: without a
+ * word, the client is gone); their jobs, when they come back, are dropped. */
+void bn_session_grammar_ops_end(struct bn_session *s, uint32_t status, uint32_t error);
+/* The table's grammars released (bn_session_free). */
+void bn_session_grammars_free(struct bn_session *s);
 
 #endif /* BITNETD_SESSION_H */

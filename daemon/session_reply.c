@@ -11,6 +11,7 @@
 #include "bitnet_futex.h"
 #include "common/clock.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Shared words are stored with integer atomics (which do not take floats): as their bits,
@@ -31,6 +32,10 @@ void bn_req_write_logprobs(struct bn_req *r, uint32_t index, const struct bn_sam
 	write_logprob(&dst[0], o->token, o->logprob);
 	for (uint32_t i = 0; i < o->n_top && i < s->seg.logprob_capacity; i++)
 		write_logprob(&dst[1 + i], o->top[i].token, o->top[i].logprob);
+	/* Fewer tokens than asked for can be allowed (a grammar): the rest say none, rather than
+	 * leave what an earlier request wrote there. */
+	for (uint32_t i = o->n_top; i < r->sampling.n_logprobs && i < s->seg.logprob_capacity; i++)
+		write_logprob(&dst[1 + i], UINT32_MAX, -INFINITY);
 }
 
 int bn_req_publish_token(struct bn_req *r, uint32_t token)
@@ -91,6 +96,7 @@ void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error)
 	struct bn_slot *sl = bn_slot_at(&s->seg, r->slot);
 	uint64_t now = bn_now_ns();
 	bn_text_out_end(&s->seg, r);
+	bn_grammar_detach(r);
 	bn_write_once(sl->error, error);
 	bn_write_once(sl->status, status);
 	bn_write_once(sl->queue_ns, r->t_started ? r->t_started - r->t_seen : 0);
@@ -114,6 +120,12 @@ void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error)
 		s->counters.errors++;
 		bn_stats_count_error(error);
 	}
+}
+
+void bn_grammar_detach(struct bn_req *r)
+{
+	bn_grammar_bound_unref(r->grammar);
+	r->grammar = NULL;
 }
 
 int bn_req_cancel_requested(const struct bn_req *r)

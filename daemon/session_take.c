@@ -137,11 +137,18 @@ static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
 	r->n_stop = bn_read_once(sl->n_stop);
 	uint32_t deadline_ms = bn_read_once(sl->deadline_ms);
 	r->deadline = deadline_ms ? r->t_seen + (uint64_t)deadline_ms * 1000000u : 0;
-	if (bn_read_once(sl->reserved2) || (r->flags & ~BN_REQ_KNOWN_FLAGS) || r->max_tokens == 0 ||
-	    check_text_flags(r->flags, BN_OP_GENERATE))
+	uint32_t grammar_id = bn_read_once(sl->grammar_id);
+	int constrained = (r->flags & BN_REQ_GRAMMAR) != 0;
+	/* A grammar's matcher is finished by the end-of-generation id it accepts: nothing can
+	 * follow it, so IGNORE_EOS means nothing there. */
+	if ((grammar_id && !constrained) || (r->flags & ~BN_REQ_KNOWN_FLAGS) || r->max_tokens == 0 ||
+	    check_text_flags(r->flags, BN_OP_GENERATE) ||
+	    (constrained && (r->flags & BN_REQ_IGNORE_EOS)))
 		return BN_E_INVALID;
 	if (copy_sampling(s, sl, r))
 		return BN_E_INVALID;
+	if (constrained && !bn_session_has_grammars(s))
+		return BN_E_UNSUPPORTED;
 	uint32_t err = take_prompt(s, r);
 	if (!err && (r->max_tokens > s->seg.output_capacity ||
 		     (uint64_t)r->n_prompt + r->max_tokens > s->seg.model->context_length))
@@ -152,6 +159,8 @@ static uint32_t copy_request(struct bn_session *s, struct bn_req *r)
 	r->stop = r->prompt + r->n_prompt;
 	r->sample_ctx = (struct bn_sample_ctx){ .params = &r->sampling, .prompt = r->prompt,
 						.n_prompt = r->n_prompt, .output = r->output };
+	if (!err && constrained)
+		err = bn_grammar_attach(s, r, grammar_id);
 	if (!err && (r->flags & BN_REQ_TEXT_OUT))
 		err = bn_text_out_begin(&s->seg, r);
 	return err;
@@ -164,7 +173,7 @@ static uint32_t copy_op_request(struct bn_session *s, struct bn_req *r)
 	struct bn_slot *sl = bn_slot_at(&s->seg, r->slot);
 	r->n_prompt = bn_read_once(sl->n_prompt);
 	r->flags = bn_read_once(sl->flags);
-	/* max_tokens, then the 13 words from temperature to reserved2 (bytes 76..127). */
+	/* max_tokens, then the 13 words from temperature to grammar_id (bytes 76..127). */
 	const uint32_t *words = (const uint32_t *)(const void *)&sl->temperature;
 	uint32_t nonzero = bn_read_once(sl->max_tokens);
 	for (uint32_t i = 0; i < 13; i++)
@@ -176,7 +185,7 @@ static uint32_t copy_op_request(struct bn_session *s, struct bn_req *r)
 
 /* The words of a request that reads a given sequence (score, classify): n_prompt, flags
  * (within `allowed`), n_logprobs and a deadline; max_tokens, the nine sampling words
- * (temperature .. seed_hi), n_stop and reserved2 must be 0. Returns 0 or BN_E_INVALID. */
+ * (temperature .. seed_hi), n_stop and grammar_id must be 0. Returns 0 or BN_E_INVALID. */
 static uint32_t copy_reading_words(struct bn_session *s, struct bn_req *r, uint32_t allowed)
 {
 	struct bn_slot *sl = bn_slot_at(&s->seg, r->slot);
@@ -188,7 +197,7 @@ static uint32_t copy_reading_words(struct bn_session *s, struct bn_req *r, uint3
 	r->deadline = deadline_ms ? r->t_seen + (uint64_t)deadline_ms * 1000000u : 0;
 	const uint32_t *words = (const uint32_t *)(const void *)&sl->temperature;
 	uint32_t nonzero = bn_read_once(sl->max_tokens) | bn_read_once(sl->n_stop) |
-			   bn_read_once(sl->reserved2);
+			   bn_read_once(sl->grammar_id);
 	for (uint32_t i = 0; i < 9; i++)
 		nonzero |= bn_read_once(words[i]);
 	r->sampling = (struct bn_sampling){ .want_logprobs = (r->flags & BN_REQ_LOGPROBS) != 0,
@@ -355,6 +364,17 @@ static void end_requests_of_snapshot(struct bn_session *s)
 	s->n_ending = 0;
 }
 
+/* A grammar op: it ends with the snapshot, or when its compile comes back. */
+static void take_grammar_op(struct bn_session *s, struct bn_req *r, int shutting_down)
+{
+	uint32_t status = BN_STATUS_NONE;
+	uint32_t err = bn_grammar_op_take(s, r, shutting_down, &status);
+	if (err)
+		end_after_snapshot(s, r, BN_STATUS_ERROR, err);
+	else if (status != BN_STATUS_NONE)
+		end_after_snapshot(s, r, status, 0);
+}
+
 /* One sqe, already copied. Returns 0 or -BN_E_PROTOCOL. */
 static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct bn_sqe *e,
 		    int shutting_down)
@@ -372,6 +392,10 @@ static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct b
 	bn_stats.requests_submitted++;
 	s->counters.submitted++;
 	reset_response(s, r);
+	if (e->op == BN_OP_GRAMMAR || e->op == BN_OP_GRAMMAR_FREE) {
+		take_grammar_op(s, r, shutting_down);
+		return 0;
+	}
 	int scheduled = e->op == BN_OP_GENERATE || e->op == BN_OP_SCORE ||
 			e->op == BN_OP_CLASSIFY;
 	uint32_t err = !op_offered(s, e->op)	     ? BN_E_UNSUPPORTED
@@ -444,9 +468,12 @@ void bn_session_end_requests(struct bn_session *s, struct bn_sched *sched, uint3
 			     uint32_t error)
 {
 	bn_sched_drop_tenant(sched, &s->tenant, status, error);
+	bn_session_grammar_ops_end(s, status, error);
 	/* A vanished client's requests end without a status: nobody is left to read it. */
-	for (uint32_t i = 0; i < s->seg.slot_count && s->reqs; i++)
+	for (uint32_t i = 0; i < s->seg.slot_count && s->reqs; i++) {
 		s->reqs[i].in_flight = 0;
+		bn_grammar_detach(&s->reqs[i]);
+	}
 	s->n_in_flight = 0;
 }
 

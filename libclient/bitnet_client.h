@@ -106,7 +106,8 @@ int bn_model_compute(struct bn_client *c, uint32_t *lm_head, uint32_t *decode_la
 /* How long a wait spins before it sleeps (default 20000 ns). Returns 0. */
 int bn_client_set_spin_ns(struct bn_client *c, uint32_t spin_ns);
 
-/* Queues a request. -BN_E_AGAIN: every slot is in flight, try again after a wait or release.
+/* Queues a request (req->flags without BN_REQ_GRAMMAR: see bn_submit_grammar). -BN_E_AGAIN:
+ * every slot is in flight, try again after a wait or release.
  * -BN_E_SHUTDOWN: the daemon is shutting down, or has shut down (its header says so);
  * -BN_E_DISCONNECTED: a wait found it gone without shutting down.
  * Prompt length and max_tokens beyond this session's capacities fail here with
@@ -423,6 +424,53 @@ int bn_classify(struct bn_client *c, struct bn_classify_item *item, int64_t time
  * and equals the same item classified alone, bit for bit. Returns as bn_generate_batch. */
 int bn_classify_batch(struct bn_client *c, struct bn_classify_item *items, size_t n,
 		      struct bn_batch_result *result, int64_t timeout_ns);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Structured output (BITNET_CLIENT_1.6; shm/PROTOCOL.md §6.13): outputs a grammar constrains   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A grammar to compile: a JSON Schema, any JSON (JSON mode), a regular expression or GBNF. */
+struct bn_grammar_spec {
+	uint32_t kind;            /* BN_GRAMMAR_KIND_JSON_SCHEMA, _JSON, _REGEX or _GBNF */
+	uint32_t flags;           /* BN_GRAMMAR_JSON_OBJECT (kind JSON: an object at the top, as
+				   * OpenAI's json_object), BN_GRAMMAR_JSON_COMPACT (JSON forms:
+				   * no whitespace between tokens) */
+	uint32_t max_ws;          /* JSON forms: the longest whitespace run, <= 1000; 0: 20 */
+	const char *text;         /* the schema, expression or grammar (UTF-8); kind JSON: empty */
+	size_t len;
+};
+
+/* A grammar compiled in the daemon for this connection; any thread may use it. */
+struct bn_grammar_handle;
+
+/* Compiles spec in the daemon (on its compile threads; cached there by content, so compiling
+ * the same text again is cheap) and returns a handle to constrain requests with. On refusal
+ * err (NUL-terminated, truncated to err_cap; may be NULL) gets the daemon's reason, which
+ * names the keyword or construct and where it is. Returns 0, or -BN_E_GRAMMAR (not valid, or
+ * not enforceable), -BN_E_GRAMMAR_LIMIT (over a limit: size, nesting, rules, states, a
+ * repetition, compile time), -BN_E_BUSY (the session holds the daemon's --max-grammars),
+ * -BN_E_UNSUPPORTED (no BN_FEAT_GRAMMAR: the loopback backend, a model without a text
+ * vocabulary), -BN_E_TOO_LONG (larger than a slot's text region),
+ * -BN_E_INVALID (bad arguments), -BN_E_TIMEOUT (the compile was still running: it is
+ * dropped), -ENOMEM, or as bn_submit. Release the handle with bn_grammar_release. */
+int bn_grammar_load(struct bn_client *c, const struct bn_grammar_spec *spec,
+		    struct bn_grammar_handle **out, char *err, size_t err_cap, int64_t timeout_ns);
+/* Forgets the grammar in the daemon (requests already submitted with it keep it) and frees
+ * the handle, which is invalid afterwards. Returns 0, or -BN_E_DISCONNECTED (the daemon is
+ * gone; the handle is freed anyway). */
+int bn_grammar_release(struct bn_grammar_handle *g);
+
+/* bn_submit (text NULL, len 0) or bn_submit_text (the prompt is text), constrained by g (NULL:
+ * not constrained): every token the request generates keeps its output a prefix of a sentence
+ * of the grammar, and it ends with BN_STATUS_EOS only where the output is a whole one. Near
+ * max_tokens the draws that would leave the output unable to end in time are drawn again
+ * among those that can, so an output ends within max_tokens wherever the grammar allows;
+ * one that cannot ends with BN_STATUS_LENGTH. Log-probabilities are those of the allowed
+ * tokens (the distribution the token is drawn from). Returns as bn_submit, or -BN_E_INVALID
+ * (g is another connection's, or req->flags has BN_REQ_IGNORE_EOS), -BN_E_UNSUPPORTED. A
+ * request the grammar cannot continue ends with BN_STATUS_ERROR / -BN_E_GRAMMAR_STUCK. */
+int bn_submit_grammar(struct bn_client *c, const struct bn_request *req, const char *text,
+		      size_t len, const struct bn_grammar_handle *g, struct bn_handle **out);
 
 /* Names of error codes (negative or positive) and statuses. Never NULL. */
 const char *bn_strerror(int code);

@@ -14,6 +14,21 @@
 /* Synchronous calls                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
+int bn_wait_for_slot(struct bn_client *c, int64_t deadline)
+{
+	int64_t now = now_ns();
+	if (now >= deadline)
+		return -BN_E_TIMEOUT;
+	/* Abandoned slots come back without a signal, so sleep in short slices. */
+	int64_t until = now + SLOT_WAIT_SLICE_NS < deadline ? now + SLOT_WAIT_SLICE_NS : deadline;
+	struct timespec ts = { .tv_sec = until / 1000000000, .tv_nsec = until % 1000000000 };
+	pthread_mutex_lock(&c->lock);
+	if (!c->free_list)
+		pthread_cond_timedwait(&c->slot_freed, &c->lock, &ts);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
 /* bn_submit_as, but waits (until deadline) for a slot when all are busy. */
 static int submit_waiting(struct bn_client *c, const struct bn_submission *sub, int64_t deadline,
 			  struct bn_handle **out)
@@ -22,16 +37,9 @@ static int submit_waiting(struct bn_client *c, const struct bn_submission *sub, 
 		int rc = bn_submit_as(c, sub, out);
 		if (rc != -BN_E_AGAIN)
 			return rc;
-		int64_t now = now_ns();
-		if (now >= deadline)
-			return -BN_E_TIMEOUT;
-		/* Abandoned slots come back without a signal, so sleep in short slices. */
-		int64_t until = now + SLOT_WAIT_SLICE_NS < deadline ? now + SLOT_WAIT_SLICE_NS : deadline;
-		struct timespec ts = { .tv_sec = until / 1000000000, .tv_nsec = until % 1000000000 };
-		pthread_mutex_lock(&c->lock);
-		if (!c->free_list)
-			pthread_cond_timedwait(&c->slot_freed, &c->lock, &ts);
-		pthread_mutex_unlock(&c->lock);
+		rc = bn_wait_for_slot(c, deadline);
+		if (rc < 0)
+			return rc;
 	}
 }
 

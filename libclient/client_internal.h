@@ -139,9 +139,19 @@ struct bn_submission {
 	const char *text;
 	size_t len;
 	uint32_t op; /* enum bn_sq_op: BN_OP_GENERATE, BN_OP_SCORE or BN_OP_CLASSIFY */
+	uint32_t grammar_id; /* BN_OP_GENERATE: non-zero, constrained by that grammar */
 };
 /* bn_submit and bn_submit_text, for any op this library sends. */
 int bn_submit_as(struct bn_client *c, const struct bn_submission *sub, struct bn_handle **out);
+/* Queues an op whose request words fill() writes into the slot (the words from n_prompt to
+ * grammar_id are 0 before it; the response words are reset and the state set after). Returns
+ * as bn_submit. */
+int bn_submit_op(struct bn_client *c, uint32_t op,
+		 void (*fill)(struct bn_client *c, uint32_t slot, const void *arg), const void *arg,
+		 struct bn_handle **out);
+/* Sleeps until a slot may have come free (another handle released) or deadline passes: 0, or
+ * -BN_E_TIMEOUT. */
+int bn_wait_for_slot(struct bn_client *c, int64_t deadline);
 
 /* bn_read_logprobs for any request that has records (score, classify), whatever its flags. */
 int bn_read_records(struct bn_handle *h, uint32_t from, struct bn_logprob *out,

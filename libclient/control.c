@@ -166,6 +166,14 @@ const char *bn_strerror(int code)
 	case BN_E_UNSUPPORTED:
 		return "BN_E_UNSUPPORTED: the daemon does not offer this (an unknown request kind, or "
 		       "text without a tokenizer)";
+	case BN_E_GRAMMAR:
+		return "BN_E_GRAMMAR: the grammar is not valid, or asks for what cannot be enforced";
+	case BN_E_GRAMMAR_LIMIT:
+		return "BN_E_GRAMMAR_LIMIT: the grammar is over a limit (size, nesting, states, "
+		       "compile time)";
+	case BN_E_GRAMMAR_STUCK:
+		return "BN_E_GRAMMAR_STUCK: no token of the vocabulary continues the output inside "
+		       "the grammar";
 	default: return strerrordesc_np(code < 0 ? -code : code) ?: "unknown error";
 	}
 }

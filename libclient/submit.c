@@ -80,11 +80,27 @@ static void fill_sampling(struct bn_client *c, uint32_t slot, const struct bn_re
 }
 
 
-/* A text prompt (text non-NULL) goes to the text region, its stop ids to the prompt array
- * from entry 0 (req->n_prompt is 0 then). */
-static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_request *req,
-		      const char *text, size_t len)
+/* The response words a reader might see before the daemon takes the request, reset; then
+ * SUBMITTED (published by the tail store-release in queue_slot()). */
+static void reset_response(struct bn_client *c, struct bn_slot *s)
 {
+	if (c->layout.features & BN_FEAT_TEXT)
+		s->n_text = s->prompt_tokens = 0;
+	s->cancel = 0;
+	s->waiters = 0;
+	s->status = BN_STATUS_NONE;
+	s->error = 0;
+	s->n_tokens = 0;
+	s->state = BN_SLOT_SUBMITTED;
+}
+
+/* A text prompt (sub->text non-NULL) goes to the text region, its stop ids to the prompt
+ * array from entry 0 (req->n_prompt is 0 then). */
+static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_submission *sub)
+{
+	const struct bn_request *req = sub->req;
+	const char *text = sub->text;
+	size_t len = sub->len;
 	struct bn_slot *s = slot_of(c, slot);
 	/* Drafting changes no output: a daemon that predates it gets the request without it. */
 	uint32_t flags = c->layout.features & BN_FEAT_SPECULATE ? req->flags
@@ -98,16 +114,13 @@ static void fill_slot(struct bn_client *c, uint32_t slot, const struct bn_reques
 		s->n_prompt = req->n_prompt;
 		s->flags = flags;
 	}
-	if (c->layout.features & BN_FEAT_TEXT)
-		s->n_text = s->prompt_tokens = 0;
 	s->max_tokens = req->max_tokens;
 	fill_sampling(c, slot, req);
-	s->cancel = 0;
-	s->waiters = 0;
-	s->status = BN_STATUS_NONE;
-	s->error = 0;
-	s->n_tokens = 0;
-	s->state = BN_SLOT_SUBMITTED; /* published by the tail store-release in queue_slot() */
+	if (sub->grammar_id) {
+		s->flags |= BN_REQ_GRAMMAR; /* check_request refused it in req->flags */
+		s->grammar_id = sub->grammar_id;
+	}
+	reset_response(c, s);
 }
 
 /* Lock held. Returns whether the daemon was asleep and had to be rung. */
@@ -134,7 +147,8 @@ static int queue_slot(struct bn_client *c, uint32_t slot, uint32_t op)
 
 static int check_request(const struct bn_client *c, const struct bn_request *req)
 {
-	if (!req || (req->n_prompt && !req->prompt))
+	/* BN_REQ_GRAMMAR comes with a grammar's id (bn_submit_grammar), never from the flags. */
+	if (!req || (req->n_prompt && !req->prompt) || (req->flags & BN_REQ_GRAMMAR))
 		return -BN_E_INVALID;
 	const struct bn_sampling_params *p = req->sampling;
 	uint32_t n_stop = p ? p->n_stop : 0;
@@ -206,9 +220,33 @@ int bn_submit_as(struct bn_client *c, const struct bn_submission *sub, struct bn
 	if (!h)
 		return -BN_E_AGAIN;
 	/* The slot is ours alone until queued: fill it without the lock. */
-	fill_slot(c, h->slot, req, text, len);
+	fill_slot(c, h->slot, sub);
 	pthread_mutex_lock(&c->lock);
 	h->woke_daemon = queue_slot(c, h->slot, sub->op);
+	pthread_mutex_unlock(&c->lock);
+	*out = h;
+	return 0;
+}
+
+int bn_submit_op(struct bn_client *c, uint32_t op,
+		 void (*fill)(struct bn_client *c, uint32_t slot, const void *arg), const void *arg,
+		 struct bn_handle **out)
+{
+	if (daemon_flags(c) & BN_DAEMON_SHUTTING_DOWN)
+		return -BN_E_SHUTDOWN;
+	if (__atomic_load_n(&c->dead, __ATOMIC_RELAXED))
+		return -BN_E_DISCONNECTED;
+	pthread_mutex_lock(&c->lock);
+	struct bn_handle *h = take_free(c);
+	pthread_mutex_unlock(&c->lock);
+	if (!h)
+		return -BN_E_AGAIN;
+	struct bn_slot *s = slot_of(c, h->slot);
+	memset(&s->n_prompt, 0, sizeof(*s) - offsetof(struct bn_slot, n_prompt));
+	fill(c, h->slot, arg);
+	reset_response(c, s);
+	pthread_mutex_lock(&c->lock);
+	h->woke_daemon = queue_slot(c, h->slot, op);
 	pthread_mutex_unlock(&c->lock);
 	*out = h;
 	return 0;

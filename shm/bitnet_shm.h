@@ -167,6 +167,13 @@ enum bn_error {
 	BN_E_KV_SPACE = 1015,      /* prompt + max_tokens needs more KV cache than the daemon has */
 	BN_E_UNSUPPORTED = 1016,   /* the daemon does not offer this: an sqe op it does not know,
 	                            * or text asked of a daemon without a tokenizer */
+	BN_E_GRAMMAR = 1017,       /* BN_OP_GRAMMAR: the grammar is not valid, or asks for what the
+	                            * engine cannot enforce; the text region says what and where */
+	BN_E_GRAMMAR_LIMIT = 1018, /* BN_OP_GRAMMAR: the grammar is over a limit (size, nesting,
+	                            * rules, states, a repetition, compile time); the text region
+	                            * names it */
+	BN_E_GRAMMAR_STUCK = 1019, /* BN_REQ_GRAMMAR: no token of the vocabulary continues the
+	                            * output inside the grammar (tokens so far are kept) */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -188,6 +195,8 @@ enum bn_error {
 #define BN_FEAT_CLASSIFY  (1U << 5) /* the op BN_OP_CLASSIFY (needs BN_FEAT_LOGPROBS too) */
 #define BN_FEAT_COMPUTE   (1U << 6) /* lm_head and decode_layout say how the model is computed */
 #define BN_FEAT_SPECULATE (1U << 7) /* generate requests may set BN_REQ_SPECULATE */
+#define BN_FEAT_GRAMMAR   (1U << 8) /* the ops BN_OP_GRAMMAR and BN_OP_GRAMMAR_FREE, and generate
+                                     * requests with BN_REQ_GRAMMAR (PROTOCOL.md §6.13) */
 
 /* bn_shm_header.lm_head (BN_FEAT_COMPUTE): where logits and tokens come from. */
 enum bn_lm_head_kind {
@@ -294,6 +303,11 @@ enum bn_sq_op {
 	BN_OP_CLASSIFY = 5,   /* BN_FEAT_CLASSIFY: the log-probability of each token of N labels
 	                       * after one prefix, the prefix computed once (PROTOCOL.md §6.12);
 	                       * ends BN_STATUS_COMPLETE */
+	BN_OP_GRAMMAR = 6,    /* BN_FEAT_GRAMMAR: compile the grammar in the text region (a struct
+	                       * bn_grammar_head, then its text); ends BN_STATUS_COMPLETE with its
+	                       * id in output[0], or BN_STATUS_ERROR with the reason as text */
+	BN_OP_GRAMMAR_FREE = 7, /* BN_FEAT_GRAMMAR: forget the grammar whose id is prompt[0]; ends
+	                       * BN_STATUS_COMPLETE (requests already using it are not affected) */
 };
 
 /* One submission: 16 bytes. */
@@ -373,7 +387,8 @@ struct bn_slot {
 	uint32_t n_logprobs;  /* with BN_REQ_LOGPROBS: alternatives per token, <= capacity */
 	uint32_t deadline_ms; /* 0: none; else end with BN_STATUS_DEADLINE this long after the
 	                       * daemon saw the request */
-	uint32_t reserved2;   /* must be 0 */
+	uint32_t grammar_id;  /* with BN_REQ_GRAMMAR (BN_FEAT_GRAMMAR): the id a BN_OP_GRAMMAR of
+	                       * this session returned; else must be 0 (a reserved word before) */
 };
 
 /* One log-probability record (BN_FEAT_LOGPROBS): 8 bytes. */
@@ -403,9 +418,13 @@ struct bn_logprob {
                                       * far and verify them in one step (speculative decoding;
                                       * exact: the same tokens, log-probabilities and seeded
                                       * samples as without) */
+#define BN_REQ_GRAMMAR    (1U << 11) /* generate (BN_FEAT_GRAMMAR): the output is a sentence of the
+                                      * grammar grammar_id names; the sampler sees only tokens
+                                      * that keep it one, and an end-of-generation id only where
+                                      * it is whole (PROTOCOL.md §6.13) */
 #define BN_REQ_KNOWN_FLAGS (BN_REQ_IGNORE_EOS | BN_REQ_SEED | BN_REQ_LOGPROBS | BN_REQ_TEXT | \
 			    BN_REQ_CHAT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS | BN_REQ_TEXT_OUT | \
-			    BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE | BN_REQ_SPECULATE)
+			    BN_REQ_SPECIAL_TEXT | BN_REQ_STRIP_SPACE | BN_REQ_SPECULATE | BN_REQ_GRAMMAR)
 
 /* A conversation prompt (BN_REQ_CHAT), at the start of the text region; unaligned: copy the
  * words out. n_prompt is the whole conversation's bytes, head and records included. */
@@ -428,6 +447,26 @@ struct bn_classify_head {
 	uint32_t n_labels;    /* >= 1 */
 	uint32_t prefix_len;  /* bytes of prefix text that follow */
 };
+
+/* A grammar to compile (BN_OP_GRAMMAR, PROTOCOL.md §6.13), at the start of the text region;
+ * unaligned: copy the words out. n_prompt is this head's 16 bytes plus the text's. */
+struct bn_grammar_head {
+	uint32_t kind;     /* enum bn_grammar_text_kind */
+	uint32_t flags;    /* BN_GRAMMAR_JSON_* */
+	uint32_t max_ws;   /* JSON forms: the longest run of whitespace between tokens, at most
+	                    * 1000; 0: 20 */
+	uint32_t reserved; /* must be 0 */
+};
+enum bn_grammar_text_kind {
+	BN_GRAMMAR_KIND_JSON_SCHEMA = 1, /* a JSON Schema (OpenAI's strict subset and a little more) */
+	BN_GRAMMAR_KIND_JSON = 2,        /* any JSON value (JSON mode); the text must be empty */
+	BN_GRAMMAR_KIND_REGEX = 3,       /* a regular expression the whole output matches */
+	BN_GRAMMAR_KIND_GBNF = 4,        /* llama.cpp's GBNF, from the rule `root` */
+};
+/* bn_grammar_head.flags */
+#define BN_GRAMMAR_JSON_OBJECT  (1U << 0) /* BN_GRAMMAR_KIND_JSON: an object at the top (OpenAI's
+                                           * json_object) */
+#define BN_GRAMMAR_JSON_COMPACT (1U << 1) /* JSON forms: no whitespace between tokens at all */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Pinned layout                                                                               */
@@ -511,7 +550,8 @@ _Static_assert(offsetof(struct bn_slot, seed_lo) == 104, "slot layout");
 _Static_assert(offsetof(struct bn_slot, n_stop) == 112, "slot layout");
 _Static_assert(offsetof(struct bn_slot, n_logprobs) == 116, "slot layout");
 _Static_assert(offsetof(struct bn_slot, deadline_ms) == 120, "slot layout");
-_Static_assert(offsetof(struct bn_slot, reserved2) == 124, "slot layout");
+_Static_assert(offsetof(struct bn_slot, grammar_id) == 124, "slot layout");
+_Static_assert(sizeof(struct bn_grammar_head) == 16, "bn_grammar_head is 16 bytes");
 _Static_assert(sizeof(struct bn_logprob) == 8, "bn_logprob is 8 bytes");
 _Static_assert(sizeof(struct bn_chat_head) == 8, "bn_chat_head is 8 bytes");
 _Static_assert(sizeof(struct bn_chat_record) == 8, "bn_chat_record is 8 bytes");

@@ -39,14 +39,15 @@ from bitnetd import _wire as wire  # noqa: E402
 from bitnetd._wire import (  # noqa: E402
     ABI_VERSION, CTL_MAGIC, CTL_REPLY_MAGIC, CTL_STATS, DAEMON_CLOSED, DAEMON_SHUTTING_DOWN,
     FEAT_CLASSIFY, FEAT_SCORE, FEAT_STREAMING, FEAT_TEXT, OP_CLASSIFY, OP_DETOKENIZE,
-    OP_GENERATE, OP_SCORE, OP_TOKENIZE, REQ_CHAT, REQ_IGNORE_EOS, REQ_LOGPROBS, REQ_NO_BOS,
+    OP_GENERATE, OP_GRAMMAR, OP_GRAMMAR_FREE, OP_SCORE, OP_TOKENIZE, REQ_CHAT, REQ_GRAMMAR,
+    REQ_IGNORE_EOS, REQ_LOGPROBS, REQ_NO_BOS,
     REQ_PARSE_SPECIAL, REQ_SPECIAL_TEXT, REQ_SPECULATE, REQ_STRIP_SPACE, REQ_TEXT, REQ_TEXT_OUT,
     S_COMPLETE, S_CANCELLED, S_EOS, S_ERROR, S_LENGTH, S_SHUTDOWN, SL_CANCEL, SL_NTOK,
     SL_STATE, SL_TIMINGS, SQE_SIZE, ST_DONE, WELCOME_MAGIC, hello_bytes, recv_exact,
     recv_welcome)
 from bitnetd.errors import (  # noqa: E402
-    DisconnectedError, E_EMPTY, E_INVALID, E_PROTOCOL, E_TOKEN, E_TOO_LONG, E_UNSUPPORTED,
-    E_VERSION)
+    DisconnectedError, E_BUSY, E_EMPTY, E_GRAMMAR, E_GRAMMAR_LIMIT, E_INVALID, E_PROTOCOL,
+    E_TOKEN, E_TOO_LONG, E_UNSUPPORTED, E_VERSION)
 
 VERBOSE = "-v" in sys.argv[1:]
 
@@ -413,7 +414,11 @@ def test_request_errors(sess, rng):
         ("n_prompt 0 -> EMPTY", dict(prompt=[], max_tokens=4), E_EMPTY),
         ("max_tokens 0 -> INVALID", dict(prompt=[1, 2, 3], max_tokens=0), E_INVALID),
         ("n_prompt 0 and max_tokens 0 -> INVALID", dict(prompt=[], max_tokens=0), E_INVALID),
-        ("flags bit 11 (unknown) -> INVALID", dict(prompt=[1], max_tokens=1, flags=1 << 11), E_INVALID),
+        ("flags bit 12 (unknown) -> INVALID", dict(prompt=[1], max_tokens=1, flags=1 << 12), E_INVALID),
+        ("GRAMMAR without the GRAMMAR feature -> UNSUPPORTED",
+         dict(prompt=[1], max_tokens=1, flags=REQ_GRAMMAR, reserved2=[0] * 12 + [1]), E_UNSUPPORTED),
+        ("op GRAMMAR without the GRAMMAR feature -> UNSUPPORTED",
+         dict(op=OP_GRAMMAR, prompt=[], n_prompt=16), E_UNSUPPORTED),
         ("TEXT without the TEXT feature -> UNSUPPORTED",
          dict(prompt=[], text=b"hi", max_tokens=1, flags=REQ_TEXT), E_UNSUPPORTED),
         ("TEXT_OUT without the TEXT feature -> UNSUPPORTED",
@@ -950,6 +955,95 @@ def test_text_spm(daemon, sess, rng):
             repr((r["status"], r["error"], r["prompt_tokens"])))
 
 
+def compile_grammar(sess, kind, text, flags=0, max_ws=0, reserved=0, slot=0):
+    """A GRAMMAR op (section 6.13): the head, then the text, in the text region."""
+    body = struct.pack("<IIII", kind, flags, max_ws, reserved) + text
+    return sess.run_one(dict(op=OP_GRAMMAR, text=body), slot=slot)
+
+
+def with_grammar(gid, words=None):
+    """The 13 words at bytes 76..127 with grammar_id, the last, set."""
+    words = list(words or [0] * 13)
+    words[12] = gid
+    return words
+
+
+def test_grammar(sess, rng):
+    """Section 6.13 on the cpu daemon, field by field."""
+    C.check("GRAMMAR feature bit", sess.h["features"] & wire.FEAT_GRAMMAR,
+            "features 0x%x" % sess.h["features"])
+    r = compile_grammar(sess, wire.GRAMMAR_REGEX, b"(ab|cd){2}x")
+    C.check("GRAMMAR op: COMPLETE, its id in output[0], n_tokens 1",
+            (r["status"], r["n_tokens"]) == (S_COMPLETE, 1) and r["tokens"][0] >= 1, repr(r))
+    gid = r["tokens"][0]
+    out = sess.run_one(dict(prompt=[1, 5, 9], max_tokens=16, flags=REQ_GRAMMAR,
+                            reserved2=with_grammar(gid)))
+    text = detokenize(sess, out["tokens"], 0)
+    C.check("a constrained output ends with EOS and matches its regex (Python's re)",
+            out["status"] == S_EOS and __import__("re").fullmatch(rb"\s*(ab|cd){2}x", text),
+            repr((out["status"], text)))
+    r2 = compile_grammar(sess, wire.GRAMMAR_REGEX, b"(ab|cd){2}x")
+    C.check("the same grammar again: a new id", r2["status"] == S_COMPLETE and
+            r2["tokens"][0] not in (0, gid), repr(r2["tokens"]))
+    bad_schema = b'{"type":"object","patternProperties":{}}'
+    r = compile_grammar(sess, wire.GRAMMAR_JSON_SCHEMA, bad_schema)
+    C.check("an unsupported keyword -> GRAMMAR, its name in the text region",
+            (r["status"], r["error"]) == (S_ERROR, E_GRAMMAR) and b"patternProperties" in r["text"],
+            repr((r["error"], r["text"])))
+    r = compile_grammar(sess, wire.GRAMMAR_REGEX, b"a{20000}")
+    C.check("a repetition over its limit -> GRAMMAR_LIMIT, named",
+            (r["status"], r["error"]) == (S_ERROR, E_GRAMMAR_LIMIT) and b"limit" in r["text"],
+            repr((r["error"], r["text"])))
+    heads = [("kind 0", dict(kind=0)), ("kind 5", dict(kind=5)), ("unknown flag", dict(flags=4)),
+             ("JSON_OBJECT on a regex", dict(flags=wire.GRAMMAR_JSON_OBJECT)),
+             ("max_ws on a regex", dict(max_ws=3)), ("reserved word", dict(reserved=1))]
+    for name, f in heads:
+        r = compile_grammar(sess, f.get("kind", wire.GRAMMAR_REGEX), b"a", f.get("flags", 0),
+                            f.get("max_ws", 0), f.get("reserved", 0))
+        C.check("grammar head: %s -> INVALID with a reason" % name,
+                (r["status"], r["error"], r["n_tokens"]) == (S_ERROR, E_INVALID, 0) and r["text"],
+                repr((r["status"], r["error"], r["text"])))
+    cap = sess.h["slot_text_capacity"]
+    cases = [
+        ("GRAMMAR op shorter than its head -> INVALID", dict(op=OP_GRAMMAR, text=b"\3\0\0"), E_INVALID),
+        ("GRAMMAR op over the text region -> TOO_LONG",
+         dict(op=OP_GRAMMAR, text=b"", n_prompt=cap + 1), E_TOO_LONG),
+        ("GRAMMAR op with flags -> INVALID",
+         dict(op=OP_GRAMMAR, text=struct.pack("<IIII", 3, 0, 0, 0) + b"a", flags=REQ_TEXT), E_INVALID),
+        ("GRAMMAR op with max_tokens -> INVALID",
+         dict(op=OP_GRAMMAR, text=struct.pack("<IIII", 3, 0, 0, 0) + b"a", max_tokens=1), E_INVALID),
+        ("grammar_id without the GRAMMAR flag -> INVALID",
+         dict(prompt=[1], max_tokens=1, reserved2=with_grammar(gid)), E_INVALID),
+        ("GRAMMAR with an id the session never had -> INVALID",
+         dict(prompt=[1], max_tokens=1, flags=REQ_GRAMMAR, reserved2=with_grammar(gid + 1000)), E_INVALID),
+        ("GRAMMAR with id 0 -> INVALID", dict(prompt=[1], max_tokens=1, flags=REQ_GRAMMAR), E_INVALID),
+        ("GRAMMAR with IGNORE_EOS -> INVALID",
+         dict(prompt=[1], max_tokens=1, flags=REQ_GRAMMAR | REQ_IGNORE_EOS,
+              reserved2=with_grammar(gid)), E_INVALID),
+        ("GRAMMAR on a score request -> INVALID",
+         dict(op=OP_SCORE, prompt=[1, 2], flags=REQ_GRAMMAR, reserved2=with_grammar(gid)), E_INVALID),
+        ("GRAMMAR_FREE of an unknown id -> INVALID", dict(op=OP_GRAMMAR_FREE, prompt=[gid + 1000]), E_INVALID),
+        ("GRAMMAR_FREE of two ids -> INVALID", dict(op=OP_GRAMMAR_FREE, prompt=[gid, gid]), E_INVALID),
+    ]
+    res, _, _ = run_requests(sess, [c[1] for c in cases], rng)
+    for (name, _, code), r in zip(cases, res):
+        C.eq("grammar error: " + name, (r["state"], r["status"], r["error"], r["n_tokens"]),
+             (ST_DONE, S_ERROR, code, 0))
+    r = sess.run_one(dict(prompt=[1], max_tokens=1, flags=REQ_GRAMMAR, reserved2=with_grammar(gid + 1000)))
+    C.check("an unknown id's refusal says so in the text region", b"not one of this session" in r["text"],
+            repr(r["text"]))
+    r = sess.run_one(dict(op=OP_GRAMMAR_FREE, prompt=[gid]))
+    C.eq("GRAMMAR_FREE: COMPLETE, no tokens", (r["status"], r["error"], r["n_tokens"]), (S_COMPLETE, 0, 0))
+    r = sess.run_one(dict(prompt=[1], max_tokens=1, flags=REQ_GRAMMAR, reserved2=with_grammar(gid)))
+    C.eq("a freed id -> INVALID", (r["status"], r["error"]), (S_ERROR, E_INVALID))
+    held = [compile_grammar(sess, wire.GRAMMAR_REGEX, b"q{%d}" % k)["tokens"][0] for k in range(1, 64)]
+    r = compile_grammar(sess, wire.GRAMMAR_REGEX, b"z")
+    C.check("past --max-grammars (64 held) -> BUSY, named", (r["status"], r["error"]) == (S_ERROR, E_BUSY)
+            and b"--max-grammars 64" in r["text"], repr((r["error"], r["text"])))
+    for k in held + [r2["tokens"][0]]:
+        sess.run_one(dict(op=OP_GRAMMAR_FREE, prompt=[k]))
+
+
 def test_score(sess, rng):
     """Section 6.11 on the cpu daemon: a score equals the generation's own log-probabilities."""
     C.check("SCORE feature bit", sess.h["features"] & FEAT_SCORE, "features 0x%x" % sess.h["features"])
@@ -1115,6 +1209,7 @@ def run_text_tests(exe, tmpdir, rng, sessions, daemons):
     C.eq("cpu daemon's defaults: lm_head SCREENED (2), decode_layout 2-bit (1)",
          (t.h["lm_head"], t.h["decode_layout"]), (wire.HEAD_SCREENED, 1))
     test_text_spm(d, t, rng)
+    test_grammar(t, rng)
     test_score(t, rng)
     test_classify(t, rng)
     t.close()

@@ -559,7 +559,7 @@ static void spoil_param(struct bn_slot *s, uint32_t pick)
 		{ 6, 0x44fa0000u },  /* frequency penalty 2000 */
 		{ 7, 1u },           /* a seed without BN_REQ_SEED */
 		{ 10, 1u },          /* alternatives without BN_REQ_LOGPROBS */
-		{ 12, 1u },          /* the reserved word */
+		{ 12, 1u },          /* grammar_id without BN_REQ_GRAMMAR */
 	};
 	uint32_t k = pick % (sizeof(bad) / sizeof(bad[0]));
 	bn_write_once(param_words(s)[bad[k].word], bad[k].value);
@@ -567,7 +567,7 @@ static void spoil_param(struct bn_slot *s, uint32_t pick)
 
 static void spoil_reserved(struct conn *c)
 {
-	bn_write_once(slot_at(c, 0)->reserved2, 7u);
+	bn_write_once(slot_at(c, 0)->grammar_id, 7u); /* a grammar id without BN_REQ_GRAMMAR */
 }
 
 static int mode_huge_lengths(const struct options *o)

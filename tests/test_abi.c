@@ -67,7 +67,7 @@ START_TEST(slot_layout)
 	ck_assert_uint_eq(offsetof(struct bn_slot, temperature), 76);
 	ck_assert_uint_eq(offsetof(struct bn_slot, seed_lo), 104);
 	ck_assert_uint_eq(offsetof(struct bn_slot, deadline_ms), 120);
-	ck_assert_uint_eq(offsetof(struct bn_slot, reserved2), 124);
+	ck_assert_uint_eq(offsetof(struct bn_slot, grammar_id), 124);
 	ck_assert_uint_eq(offsetof(struct bn_shm_header, slot_logprob_offset), 160);
 	ck_assert_uint_eq(sizeof(struct bn_logprob), 8);
 	/* The state and status values are wire constants. */

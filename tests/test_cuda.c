@@ -316,6 +316,26 @@ END_TEST
 /* The sampler                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Structured output's masks for the sampler test: row r's allowed tokens (NULL: all). Rows
+ * 9..11 sample, greedy and with log-probabilities from one allowed token, a sparse handful and
+ * nearly all; row 1 (greedy, penalized) and row 4 (top_p) from half. */
+static const uint64_t *test_mask(uint32_t r, uint32_t n_vocab, uint64_t *buf)
+{
+	uint32_t words = (n_vocab + 63) / 64;
+	if (r != 1 && r != 4 && r < 9)
+		return NULL;
+	memset(buf, 0, words * 8);
+	for (uint32_t i = 0; i < n_vocab; i++) {
+		int on = r == 9	    ? i == 4321
+			 : r == 10  ? i % 97 == 3
+			 : r == 11  ? i % 50 != 0
+				    : (i * 2654435761u) >> 31;
+		if (on)
+			buf[i / 64] |= 1ull << (i % 64);
+	}
+	return buf;
+}
+
 START_TEST(sampler_matches_cpu)
 {
 	uint32_t n_vocab = 5000, n_rows = 12;
@@ -331,7 +351,15 @@ START_TEST(sampler_matches_cpu)
 	params[7].repetition_penalty = 1.3f, params[7].frequency_penalty = 0.4f;
 	params[8].presence_penalty = 0.7f;
 	params[1].repetition_penalty = 1.5f;
+	params[9].temperature = 0; /* one allowed token, with its log-probability: 0 */
 	uint32_t prompt[6] = { 5, 9, 9, 100, 4999, 7 }, output[5] = { 9, 12, 12, 300, 5 };
+	uint32_t words = (n_vocab + 63) / 64, row_mask[12], n_masks = 0;
+	uint64_t *masks = calloc((size_t)n_rows * words, 8), *mask_of[12];
+	for (uint32_t r = 0; r < n_rows; r++) {
+		mask_of[r] = test_mask(r, n_vocab, masks + (size_t)n_masks * words) ? masks + (size_t)n_masks * words
+										   : NULL;
+		row_mask[r] = mask_of[r] ? n_masks++ : BN_CUDA_NO_MASK;
+	}
 	float *logits = malloc((size_t)n_rows * n_vocab * 4), *cpu = malloc(n_vocab * 4);
 	for (size_t i = 0; i < (size_t)n_rows * n_vocab; i++)
 		logits[i] = 4.0f * rndf();
@@ -343,7 +371,7 @@ START_TEST(sampler_matches_cpu)
 	struct bn_cuda_sample_row rank[12];
 	uint32_t n_pen = 0, n_rank = 0;
 	for (uint32_t r = 0; r < n_rows; r++) {
-		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5 };
+		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5, NULL, NULL };
 		uint32_t n = bn_sample_penalties(&smp, &ctx, n_vocab, list);
 		for (uint32_t i = 0; i < n; i++)
 			pen[n_pen++] = (struct bn_cuda_penalty){ r, list[i].token, list[i].repeat, list[i].subtract };
@@ -352,21 +380,23 @@ START_TEST(sampler_matches_cpu)
 				.logit_row = r, .temperature = params[r].temperature, .top_k = params[r].top_k,
 				.top_p = params[r].top_p, .min_p = params[r].min_p,
 				.u = bn_sample_uniform(params[r].seed, 5), .n_top = params[r].n_logprobs,
-				.want_logprob = params[r].want_logprobs };
+				.want_logprob = params[r].want_logprobs, .mask = row_mask[r] };
 	}
+	const uint64_t *dmasks = dev_copy(masks, (size_t)n_masks * words * 8);
 	uint32_t *dtok = dev_copy(NULL, n_rows * 4), tok[12];
 	struct bn_cuda_sample_result *dres = dev_copy(NULL, n_rank * sizeof(*dres));
 	struct bn_cuda_sample_result *res = malloc(n_rank * sizeof(*res));
 	size_t scratch_bytes = bn_cuda_sample_scratch_bytes(n_vocab, n_rank);
 	void *scratch = dev_copy(NULL, scratch_bytes);
 	ck_assert_int_eq(bn_cuda_penalize(dl, n_vocab, dev_copy(pen, n_pen * sizeof(*pen)), n_pen, 0), 0);
-	ck_assert_int_eq(bn_cuda_argmax(dl, n_vocab, n_vocab, n_rows, dtok, 0), 0);
+	ck_assert_int_eq(bn_cuda_argmax(dl, n_vocab, n_vocab, n_rows, dmasks,
+					dev_copy(row_mask, sizeof(row_mask)), dtok, 0), 0);
 	ck_assert_int_eq(bn_cuda_sample(dl, n_vocab, n_vocab, dev_copy(rank, n_rank * sizeof(*rank)),
-					n_rank, scratch, scratch_bytes, dres, 0), 0);
+					n_rank, dmasks, scratch, scratch_bytes, dres, 0), 0);
 	host_copy(tok, dtok, n_rows * 4);
 	host_copy(res, dres, n_rank * sizeof(*res));
 	for (uint32_t r = 0, k = 0; r < n_rows; r++) {
-		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5 };
+		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5, mask_of[r], NULL };
 		struct bn_token_logprob top[8];
 		struct bn_sample_out want = { .top = top };
 		memcpy(cpu, logits + (size_t)r * n_vocab, n_vocab * 4);
@@ -385,7 +415,7 @@ START_TEST(sampler_matches_cpu)
 		k += ranked;
 	}
 	bn_sampler_free(&smp);
-	free(logits), free(cpu), free(res);
+	free(logits), free(cpu), free(res), free(masks);
 }
 END_TEST
 
@@ -435,7 +465,7 @@ static void engine_step(struct engine *e, uint32_t n, const uint32_t *seqs, uint
 		memcpy(tokens + (size_t)r * width, prompts[r], lens[r] * 4);
 		pos[r] = e->len[seqs[r]];
 		blocks[r] = e->tables[seqs[r]];
-		ctx[r] = (struct bn_sample_ctx){ &p[r], history[r], n_hist[r], NULL, 0 };
+		ctx[r] = (struct bn_sample_ctx){ &p[r], history[r], n_hist[r], NULL, 0, NULL, NULL };
 		sp[r] = &ctx[r];
 	}
 	struct bn_batch b = { .n_rows = n, .width = width, .tokens = tokens, .lens = lens, .pos = pos,
@@ -661,6 +691,82 @@ START_TEST(daemon_serves_as_the_cpu_daemon)
 }
 END_TEST
 
+/* Structured output on the cuda backend: a constrained request's greedy tokens are the cpu
+ * daemon's, with a budget long enough to end on its own and one so short that draws are closed
+ * in time (a second draw on the device); a seeded one is the same alone and batched. */
+static void constrained_run(struct bn_client *c, const uint32_t *prompt, uint32_t max_tokens,
+			    const struct bn_grammar_handle *g, const struct bn_sampling_params *sp,
+			    uint32_t flags, uint32_t *out, struct bn_result *res)
+{
+	struct bn_request r = { .prompt = prompt, .n_prompt = 8, .max_tokens = max_tokens,
+				.flags = flags, .sampling = sp };
+	struct bn_handle *h;
+	ck_assert_int_eq(bn_submit_grammar(c, &r, NULL, 0, g, &h), 0);
+	ck_assert_int_eq(bn_wait(h, 60000000000ll), 0);
+	ck_assert_int_eq(bn_result(h, res), 0);
+	memset(out, 0, DAEMON_TOKENS * 4 * sizeof(uint32_t));
+	bn_read_tokens(h, 0, out, 4 * DAEMON_TOKENS);
+	bn_release(h);
+}
+
+START_TEST(daemon_constrains_as_the_cpu_daemon)
+{
+	const char *bin = cuda_daemon();
+	if (!bin || !*bin) {
+		printf("SKIP: no cuda daemon to start\n");
+		return;
+	}
+	struct tu_daemon gd, cd;
+	start_cuda_daemon(&gd, bin);
+	ck_assert_int_eq(tu_daemon_start_cpu(&cd, tu_default_model(), NULL), 0);
+	struct bn_client *g, *c;
+	ck_assert_int_eq(bn_connect(gd.socket_path, 8, &g), 0);
+	ck_assert_int_eq(bn_connect(cd.socket_path, 8, &c), 0);
+	struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_JSON, .flags = BN_GRAMMAR_JSON_OBJECT };
+	struct bn_grammar_handle *gg, *cg;
+	ck_assert_int_eq(bn_grammar_load(g, &spec, &gg, NULL, 0, -1), 0);
+	ck_assert_int_eq(bn_grammar_load(c, &spec, &cg, NULL, 0, -1), 0);
+	uint32_t prompt[8] = { 1, 40, 77, 300, 12, 5, 99, 200 };
+	uint32_t budgets[2] = { 4 * DAEMON_TOKENS, 6 };
+	struct bn_result gr, cr;
+	uint32_t gout[4 * DAEMON_TOKENS], cout[4 * DAEMON_TOKENS];
+	for (uint32_t k = 0; k < 2; k++) {
+		constrained_run(g, prompt, budgets[k], gg, NULL, 0, gout, &gr);
+		constrained_run(c, prompt, budgets[k], cg, NULL, 0, cout, &cr);
+		ck_assert_msg(gr.status == cr.status && gr.n_tokens == cr.n_tokens,
+			      "budget %u: cuda %s after %u tokens, cpu %s after %u", budgets[k],
+			      bn_status_name(gr.status), gr.n_tokens, bn_status_name(cr.status),
+			      cr.n_tokens);
+		ck_assert_int_eq(memcmp(gout, cout, sizeof(gout)), 0);
+		ck_assert_uint_eq(gr.status, BN_STATUS_EOS); /* closed in time, even in 6 */
+	}
+	struct bn_sampling_params sp = { .temperature = 4.0f, .top_k = 40, .seed = 11 };
+	uint32_t alone[4 * DAEMON_TOKENS], together[4 * DAEMON_TOKENS], other[4 * DAEMON_TOKENS];
+	constrained_run(g, prompt, 2 * DAEMON_TOKENS, gg, &sp, BN_REQ_SEED, alone, &gr);
+	struct bn_request r = { .prompt = prompt, .n_prompt = 8, .max_tokens = 2 * DAEMON_TOKENS,
+				.flags = BN_REQ_SEED, .sampling = &sp };
+	struct bn_request plain = { .prompt = prompt, .n_prompt = 8, .max_tokens = 2 * DAEMON_TOKENS,
+				    .flags = BN_REQ_IGNORE_EOS };
+	struct bn_handle *h1, *h2;
+	ck_assert_int_eq(bn_submit(g, &plain, &h2), 0);
+	ck_assert_int_eq(bn_submit_grammar(g, &r, NULL, 0, gg, &h1), 0);
+	ck_assert_int_eq(bn_wait(h1, 60000000000ll), 0);
+	ck_assert_int_eq(bn_wait(h2, 60000000000ll), 0);
+	memset(together, 0, sizeof(together));
+	bn_read_tokens(h1, 0, together, 4 * DAEMON_TOKENS);
+	bn_read_tokens(h2, 0, other, 4 * DAEMON_TOKENS);
+	bn_release(h1);
+	bn_release(h2);
+	ck_assert_int_eq(memcmp(alone, together, sizeof(alone)), 0);
+	bn_grammar_release(gg);
+	bn_grammar_release(cg);
+	bn_disconnect(g);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&gd, SIGTERM), 0);
+	ck_assert_int_eq(tu_daemon_stop(&cd, SIGTERM), 0);
+}
+END_TEST
+
 static Suite *cuda_suite(void)
 {
 	Suite *s = suite_create("cuda");
@@ -685,10 +791,12 @@ static Suite *cuda_suite(void)
 	(void)tiny_matches_cpu_backend;
 	(void)batch_invariance_32;
 	(void)daemon_serves_as_the_cpu_daemon;
+	(void)daemon_constrains_as_the_cpu_daemon;
 #else
 	tcase_add_test(b, tiny_matches_cpu_backend);
 	tcase_add_test(b, batch_invariance_32);
 	tcase_add_test(b, daemon_serves_as_the_cpu_daemon);
+	tcase_add_test(b, daemon_constrains_as_the_cpu_daemon);
 #endif
 	suite_add_tcase(s, b);
 	return s;

@@ -468,7 +468,7 @@ static void generate(struct engine *e, uint32_t n, const uint32_t *prompt, uint3
 		seqs[r] = r;
 		ck_assert_int_eq(e->ops->seq_open(e->self, r), 0);
 		e->len[r] = 0;
-		ctx[r] = (struct bn_sample_ctx){ &p, NULL, 0, NULL, 0 };
+		ctx[r] = (struct bn_sample_ctx){ &p, NULL, 0, NULL, 0, NULL, NULL };
 		sp[r] = &ctx[r];
 		blocks[r] = e->tables[r];
 	}
@@ -575,7 +575,7 @@ START_TEST(prefill_matches_stepwise)
 		ck_assert_int_eq(e.ops->seq_open(e.self, 0), 0);
 		e.len[0] = 0;
 		struct bn_sampling p = { .want_logprobs = 1, .n_logprobs = TOP };
-		struct bn_sample_ctx ctx = { &p, NULL, 0, NULL, 0 };
+		struct bn_sample_ctx ctx = { &p, NULL, 0, NULL, 0, NULL, NULL };
 		const struct bn_sample_ctx *sp = &ctx;
 		struct bn_token_logprob top[TOP];
 		struct bn_sample_out out = { .top = top };
@@ -611,7 +611,7 @@ START_TEST(stories_with_every_feature)
 	engine_open(&e, &bn_backend_cuda, path, "all,split=16");
 	uint32_t cur = 1, seq = 0, one = 1;
 	struct bn_sampling p = { 0 };
-	struct bn_sample_ctx ctx = { &p, NULL, 0, NULL, 0 };
+	struct bn_sample_ctx ctx = { &p, NULL, 0, NULL, 0, NULL, NULL };
 	const struct bn_sample_ctx *sp = &ctx;
 	ck_assert_int_eq(e.ops->seq_open(e.self, 0), 0);
 	for (uint32_t i = 0; i < STORIES_IDS; i++) {

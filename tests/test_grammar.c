@@ -594,6 +594,25 @@ START_TEST(limits_hold_within_the_budget)
 	struct bn_grammar_limits none = { 0 };
 	compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &none, &rc, err);
 	ck_assert_msg(rc == -E2BIG && strstr(err, "nests deeper than 64"), "%s", err);
+	/* Groups nested past the depth limit are a limit in every front end. */
+	at = 0;
+	for (int i = 0; i < 100; i++)
+		big[at++] = '(';
+	big[at++] = 'a';
+	for (int i = 0; i < 100; i++)
+		big[at++] = ')';
+	big[at] = 0;
+	compile_ms(BN_GRAMMAR_REGEX, big, &none, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "nest deeper than 64"), "%d %s", rc, err);
+	at = (size_t)sprintf(big, "root ::= ");
+	for (int i = 0; i < 100; i++)
+		big[at++] = '(';
+	at += (size_t)sprintf(big + at, "\"a\"");
+	for (int i = 0; i < 100; i++)
+		big[at++] = ')';
+	big[at] = 0;
+	compile_ms(BN_GRAMMAR_GBNF, big, &none, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "nest deeper"), "%d %s", rc, err);
 	compile_ms(BN_GRAMMAR_REGEX, "a{20000}", &none, &rc, err);
 	ck_assert_msg(rc == -E2BIG && strstr(err, "limit of 10000"), "%s", err);
 	at = 0;

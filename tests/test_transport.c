@@ -221,7 +221,9 @@ START_TEST(invalid_requests_fail_alone)
 	ck_assert_int_eq(generate_error(c, ok, 3, 0, 0), -BN_E_INVALID);
 	ck_assert_int_eq(generate_error(c, ok, 0, 4, 0), -BN_E_EMPTY);
 	ck_assert_int_eq(generate_error(c, bad_token, 2, 4, 0), -BN_E_TOKEN);
-	ck_assert_int_eq(generate_error(c, ok, 3, 4, 1u << 11), -BN_E_INVALID);
+	ck_assert_int_eq(generate_error(c, ok, 3, 4, 1u << 12), -BN_E_INVALID);
+	/* BN_REQ_GRAMMAR comes with a grammar's handle (bn_submit_grammar), never alone. */
+	ck_assert_int_eq(generate_error(c, ok, 3, 4, BN_REQ_GRAMMAR), -BN_E_INVALID);
 	/* Text from a daemon without a tokenizer (loopback): not offered, not malformed. */
 	ck_assert_int_eq(generate_error(c, ok, 3, 4, BN_REQ_TEXT_OUT), -BN_E_UNSUPPORTED);
 	ck_assert_int_eq(generate_error(c, big, 100, 4000, 0), -BN_E_TOO_LONG); /* > context */

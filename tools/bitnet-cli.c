@@ -42,6 +42,11 @@ static const char usage_text[] =
 	"           [--logprobs N]    afterwards, each token's log-probability and its N\n"
 	"                             most likely alternatives, one line per token\n"
 	"           [--deadline-ms N] end (status deadline) N ms after the daemon saw it\n"
+	"           [--json-schema FILE | --json | --regex RE | --grammar FILE]\n"
+	"                             structured output: the output follows a JSON Schema,\n"
+	"                             is any JSON object, matches RE, or follows a GBNF\n"
+	"                             grammar (llama.cpp's format); a grammar the daemon\n"
+	"                             refuses is reported with its reason\n"
 	"  tokenize [--special] [--no-bos] TEXT   the ids of TEXT on one line (- reads\n"
 	"                             standard input to its end); --special: special tokens'\n"
 	"                             texts are those tokens; BOS as the model wants it\n"
@@ -248,12 +253,15 @@ struct gen_opts {
 	uint32_t *stop_ids;
 	uint32_t timeout_ms;
 	int print_ids;
+	struct bn_grammar_spec grammar; /* kind 0: none */
+	const char *grammar_arg;  /* the file (schema, GBNF) or the expression */
+	char *grammar_text;       /* a file's contents */
 };
 
 enum gen_opt {
 	G_IDS = 256, G_PROMPT, G_MAX_TOKENS, G_IGNORE_EOS, G_TIMEOUT, G_PRINT_IDS, G_TEMPERATURE,
 	G_TOP_K, G_TOP_P, G_MIN_P, G_REPETITION, G_PRESENCE, G_FREQUENCY, G_SEED, G_STOP_IDS,
-	G_LOGPROBS, G_DEADLINE, G_SPECULATIVE,
+	G_LOGPROBS, G_DEADLINE, G_SPECULATIVE, G_JSON_SCHEMA, G_JSON, G_REGEX, G_GRAMMAR,
 };
 
 static const struct option gen_options[] = {
@@ -275,6 +283,10 @@ static const struct option gen_options[] = {
 	{ "stop-ids", required_argument, NULL, G_STOP_IDS },
 	{ "logprobs", required_argument, NULL, G_LOGPROBS },
 	{ "deadline-ms", required_argument, NULL, G_DEADLINE },
+	{ "json-schema", required_argument, NULL, G_JSON_SCHEMA },
+	{ "json", no_argument, NULL, G_JSON },
+	{ "regex", required_argument, NULL, G_REGEX },
+	{ "grammar", required_argument, NULL, G_GRAMMAR },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -315,9 +327,30 @@ static int apply_sampling_option(struct gen_opts *o, int opt, const char *arg)
 	}
 }
 
+/* --json-schema, --json, --regex, --grammar: one of them. */
+static int apply_grammar_option(struct gen_opts *o, int opt, const char *arg)
+{
+	if (o->grammar.kind)
+		return cli_usage("generate", "give one of --json-schema, --json, --regex and --grammar");
+	o->grammar_arg = arg;
+	switch (opt) {
+	case G_JSON_SCHEMA: o->grammar.kind = BN_GRAMMAR_KIND_JSON_SCHEMA; return 0;
+	case G_REGEX: o->grammar.kind = BN_GRAMMAR_KIND_REGEX; return 0;
+	case G_GRAMMAR: o->grammar.kind = BN_GRAMMAR_KIND_GBNF; return 0;
+	default: /* --json: OpenAI's json_object, an object at the top */
+		o->grammar.kind = BN_GRAMMAR_KIND_JSON;
+		o->grammar.flags = BN_GRAMMAR_JSON_OBJECT;
+		return 0;
+	}
+}
+
 static int apply_option(struct gen_opts *o, int opt, const char *arg)
 {
 	switch (opt) {
+	case G_JSON_SCHEMA:
+	case G_JSON:
+	case G_REGEX:
+	case G_GRAMMAR: return apply_grammar_option(o, opt, arg);
 	case G_IDS: o->ids_text = arg; return 0;
 	case G_PROMPT: o->prompt = arg; return 0;
 	case G_IGNORE_EOS: o->req.flags |= BN_REQ_IGNORE_EOS; return 0;
@@ -459,21 +492,70 @@ static int finish(struct bn_handle *h, const struct gen_opts *o, struct cli_outp
 	return rc < 0 ? fail("generate", rc) : 0;
 }
 
+/* The grammar option's text: the expression itself, or a file's contents. */
+static int grammar_text(struct gen_opts *o)
+{
+	struct bn_grammar_spec *g = &o->grammar;
+	if (g->kind == BN_GRAMMAR_KIND_JSON)
+		return 0;
+	if (g->kind == BN_GRAMMAR_KIND_REGEX) {
+		g->text = o->grammar_arg;
+		g->len = strlen(o->grammar_arg);
+		return 0;
+	}
+	FILE *f = fopen(o->grammar_arg, "rb");
+	size_t cap = 1 << 20, len = 0;
+	o->grammar_text = f ? malloc(cap) : NULL;
+	if (o->grammar_text)
+		len = fread(o->grammar_text, 1, cap, f);
+	int bad = !f || !o->grammar_text || ferror(f) || len == cap;
+	if (f)
+		fclose(f);
+	if (bad) {
+		fprintf(stderr, "bitnet-cli: generate: cannot read %s%s\n", o->grammar_arg,
+			len == cap ? " (over 1 MiB)" : "");
+		return 1;
+	}
+	g->text = o->grammar_text;
+	g->len = len;
+	return 0;
+}
+
+/* Compiles the grammar in the daemon; a refusal prints the daemon's reason. */
+static int load_grammar(struct bn_client *c, struct gen_opts *o, struct bn_grammar_handle **g)
+{
+	*g = NULL;
+	if (!o->grammar.kind)
+		return 0;
+	int rc = grammar_text(o);
+	if (rc)
+		return rc;
+	char why[512];
+	rc = bn_grammar_load(c, &o->grammar, g, why, sizeof(why), -1);
+	if (rc == 0)
+		return 0;
+	fprintf(stderr, "bitnet-cli: generate: %s%s%s\n", bn_strerror(rc), why[0] ? ": " : "", why);
+	return 1;
+}
+
 static int cmd_generate(struct bn_client *c, int argc, char **argv)
 {
 	struct gen_opts o;
 	int rc = parse_generate(&o, argc, argv);
 	const struct bn_vocab *vocab = NULL;
+	struct bn_grammar_handle *g = NULL;
 	uint32_t *ids = NULL, n = 0;
 	if (rc == 0 && o.prompt)
 		rc = cli_text_vocab(c, "generate", &vocab);
 	if (rc == 0)
 		rc = prompt_ids(&o, vocab, &ids, &n);
+	if (rc == 0)
+		rc = load_grammar(c, &o, &g);
 	struct bn_handle *h = NULL;
 	if (rc == 0) {
 		o.req.prompt = ids;
 		o.req.n_prompt = n;
-		int err = bn_submit(c, &o.req, &h);
+		int err = bn_submit_grammar(c, &o.req, NULL, 0, g, &h);
 		rc = err < 0 ? fail("generate", err) : 0;
 	}
 	if (rc == 0) {
@@ -489,8 +571,10 @@ static int cmd_generate(struct bn_client *c, int argc, char **argv)
 		cli_output_free(&out);
 		bn_release(h);
 	}
+	bn_grammar_release(g);
 	free(ids);
 	free(o.stop_ids);
+	free(o.grammar_text);
 	return rc;
 }
 

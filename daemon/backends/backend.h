@@ -58,6 +58,8 @@ struct bn_model_desc {
 	uint32_t attn_positions_per_token;
 	uint32_t can_score;      /* 1: batches may carry score rows (bn_batch.score) */
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
+	uint32_t can_mask;       /* 1: sample contexts may carry masks (structured output,
+				  * model/sample.h); the scheduler also needs seq_rewind for them */
 	enum bn_lm_head_kind lm_head;             /* what the header tells clients */
 	enum bn_decode_layout_kind decode_layout; /* (shm/bitnet_shm.h, feature COMPUTE) */
 	char kernels[64];        /* cuda: the --cuda-kernels variant it runs; "" elsewhere */

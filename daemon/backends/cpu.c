@@ -442,6 +442,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
 	desc->can_score = 1;
 	desc->can_classify = 1;
+	desc->can_mask = 1; /* bn_sample takes them */
 	desc->lm_head = head_kind;
 	desc->decode_layout = layout_kind;
 	*self = cb;
@@ -500,7 +501,7 @@ static int verify_row(struct cpu_backend *cb, const struct bn_batch *b, uint32_t
 	uint32_t n_vocab = cb->model.cfg.n_vocab;
 	const uint32_t *row = b->tokens + (size_t)r * b->width;
 	struct bn_sample_ctx ctx = *b->sample[r];
-	for (uint32_t j = 0; j < b->lens[r]; j++, ctx.n_output++) {
+	for (uint32_t j = 0; j < b->lens[r]; j++, bn_sample_ctx_next(&ctx, n_vocab)) {
 		struct bn_sample_out *o = &b->verify[r][j];
 		int rc = bn_sample(&cb->sampler, &ctx, logits + (size_t)j * n_vocab, n_vocab, o);
 		if (rc < 0)

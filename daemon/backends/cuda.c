@@ -12,21 +12,20 @@
  *    also the LM head.
  *
  * A step uploads one contiguous block of inputs (embeddings, RoPE cos/sin computed by the
- * host exactly as the CPU does, KV slots, block tables, which tokens need logits, penalties
- * and sampling rows), runs every layer, the LM head of the rows that want a token and the
- * sampler, and copies back only token ids and log-probabilities.
+ * host exactly as the CPU does, KV slots, block tables, which tokens need logits, penalties,
+ * sampling rows and the allowed tokens of constrained rows), runs every layer, the LM head of
+ * the rows that want a token and the sampler (cuda_sample.c), and copies back only token ids
+ * and log-probabilities.
  *
  * Every CUDA call is checked; a failed one ends the step with -EIO (the scheduler fails that
  * batch's requests) after one log line naming the call and the CUDA error.
  */
-#include "backend.h"
+#include "cuda_internal.h"
+
 #include "bitnet_shm.h"
 #include "common/clock.h"
-#include "common/log.h"
 #include "cuda_fwd.h"
-#include "cuda_kernels.h"
 #include "model/forward.h"
-#include "model/model.h"
 #include "quant.h"
 
 #include <cuda_runtime_api.h>
@@ -36,102 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define ALIGN 256                    /* device and staging sub-buffers */
-#define KV_HEADROOM_MIN (1ull << 30) /* device memory kept free of KV for step scratch */
-#define UPLOAD_CHUNK (64u << 20)     /* host staging for converting weights */
-/* Relative cost of an attention multiply-add to a weight multiply-add, for the scheduler's token
- * budget: not measured on a GPU yet, so multiply-adds are counted as equal. */
-#define CUDA_ATTN_MAC_COST 1.0
-
-enum dev_kind { DEV_T2, DEV_FLOAT };
-
-struct dev_linear {
-	enum dev_kind kind;
-	struct bn_cuda_t2 t2;
-	struct bn_cuda_fmat f;
-};
-
-struct dev_layer {
-	float *attn_norm, *attn_sub_norm, *ffn_norm, *ffn_sub_norm;
-	struct dev_linear wq, wk, wv, wo, w_gate, w_up, w_down;
-};
-
-/* Per-step inputs, laid out identically in the pinned host block and the device block so
- * that one copy moves them all. */
-struct step_inputs {
-	float *x;                     /* [n_tok][ld_x] embeddings */
-	float *cs;                    /* [n_tok][rope_dim] */
-	uint32_t *slot;               /* [n_tok] KV row of each token within a layer */
-	uint32_t *len;                /* [n_tok] positions each token attends over */
-	uint32_t *table_off;          /* [n_tok] where its row's block table starts */
-	uint32_t *tables;             /* [n_rows][max blocks] */
-	uint32_t *out_rows;           /* [n_out] token index of each row that wants a token */
-	struct bn_cuda_penalty *pen;  /* [n_pen] */
-	struct bn_cuda_sample_row *rank; /* [n_rank] */
-	size_t bytes;
-};
-
-struct step_shape {
-	uint32_t n_tok, n_rows, n_out, max_blocks, n_pen, n_rank;
-};
-
-struct cuda_backend {
-	struct bn_model model;
-	cudaStream_t stream;
-	struct bn_cuda_kernels kernels; /* --cuda-kernels; not base: fwd runs the layers */
-	struct bn_cuda_fwd *fwd;
-	void **allocs;                /* device buffers of the weights */
-	uint32_t n_allocs, cap_allocs;
-	struct dev_layer *layers;
-	float *output_norm;
-	struct dev_linear output;
-	uint64_t weight_bytes;
-	float *rope_freq;
-	uint32_t max_seqs;
-	uint32_t *seq_len;
-	float *kv_k, *kv_v;           /* [n_layer][n_blocks][block_tokens][kv_dim] */
-	uint32_t kv_blocks, kv_block_tokens;
-	uint32_t q_dim, kv_dim, ld_x, ld_q, ld_kv, ld_ff, ld_wide;
-	/* activations for n_cap tokens (zeroed at allocation: pads stay zero); the residual
-	 * stream x is the step's uploaded embeddings, updated in place */
-	void *act;
-	uint32_t n_cap;
-	float *x, *xb, *q, *k, *v, *att, *gate, *up;
-	struct bn_cuda_q8 xq;
-	uint16_t *xh;
-	/* step inputs */
-	void *in_host, *in_dev;
-	size_t in_cap;
-	/* outputs */
-	float *logits;
-	uint32_t logits_rows;
-	void *sample_scratch;
-	size_t sample_scratch_bytes;
-	void *res_dev, *res_host;     /* tokens [rows] then results [rows] */
-	uint32_t res_rows;
-	struct bn_sampler sampler;    /* host scratch for the penalty lists */
-	struct bn_penalty *pen_list;
-	uint32_t pen_cap;
-};
-
-/* ------------------------------------------------------------------------------------------ */
-/* Errors                                                                                      */
-/* ------------------------------------------------------------------------------------------ */
-
-static int cuda_failed(const char *what, int err)
-{
-	bn_log_error("msg=\"CUDA call failed\" call=%s error=\"%s\" code=%d", what,
-		     cudaGetErrorString((cudaError_t)err), err);
-	return -EIO;
-}
-
-#define CUDA_TRY(call)                                            \
-	do {                                                      \
-		int err_ = (int)(call);                           \
-		if (err_ != 0)                                    \
-			return cuda_failed(#call, err_);          \
-	} while (0)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Device and weights                                                                          */
@@ -335,19 +238,6 @@ static int open_fwd(struct cuda_backend *cb)
 /* Scratch                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Hands out ALIGN-aligned pieces of a block; with base NULL it only counts. */
-struct carver {
-	char *base;
-	size_t at;
-};
-
-static void *carve(struct carver *c, size_t bytes)
-{
-	void *p = c->base ? c->base + c->at : NULL;
-	c->at += (bytes + ALIGN - 1) / ALIGN * ALIGN;
-	return p;
-}
-
 static void carve_activations(struct cuda_backend *cb, struct carver *c, uint32_t n)
 {
 	uint32_t n64 = round_up(n, 64);
@@ -396,6 +286,8 @@ static void carve_inputs(const struct cuda_backend *cb, struct carver *c, const 
 	in->out_rows = carve(c, (size_t)s->n_out * 4);
 	in->pen = carve(c, (size_t)s->n_pen * sizeof(struct bn_cuda_penalty));
 	in->rank = carve(c, (size_t)s->n_rank * sizeof(struct bn_cuda_sample_row));
+	in->row_mask = carve(c, (size_t)s->n_out * 4);
+	in->masks = carve(c, (size_t)s->n_masks * cuda_mask_words(cb) * 8);
 	in->bytes = c->at;
 }
 
@@ -443,15 +335,7 @@ static int reserve_outputs(struct cuda_backend *cb, uint32_t rows, uint32_t rank
 		CUDA_TRY(cudaMallocHost(&cb->res_host, bytes));
 		cb->res_rows = rows;
 	}
-	size_t need = rank_rows ? bn_cuda_sample_scratch_bytes(n_vocab, rank_rows) : 0;
-	if (need > cb->sample_scratch_bytes) {
-		cudaFree(cb->sample_scratch);
-		cb->sample_scratch = NULL;
-		cb->sample_scratch_bytes = 0;
-		CUDA_TRY(cudaMalloc(&cb->sample_scratch, need));
-		cb->sample_scratch_bytes = need;
-	}
-	return 0;
+	return cuda_reserve_ranking(cb, rank_rows);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -474,17 +358,15 @@ static void cuda_close(void *self)
 	cudaFree(cb->in_dev);
 	cudaFreeHost(cb->in_host);
 	cudaFree(cb->logits);
-	cudaFree(cb->sample_scratch);
 	cudaFree(cb->res_dev);
 	cudaFreeHost(cb->res_host);
+	cuda_sample_free(cb);
 	if (cb->stream)
 		cudaStreamDestroy(cb->stream);
 	free(cb->allocs);
 	free(cb->layers);
 	free(cb->rope_freq);
 	free(cb->seq_len);
-	free(cb->pen_list);
-	bn_sampler_free(&cb->sampler);
 	bn_model_free(&cb->model);
 	free(cb);
 }
@@ -574,6 +456,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 		    bn_model_is_ternary(&cb->model) ? "2bit" : "none",
 		    (double)(bn_now_ns() - t0) / 1e6);
 	describe(cb, desc);
+	desc->can_mask = 1; /* cuda_sample.c: masks on the device, the closing check's second draw */
 	*self = cb;
 	return 0;
 }
@@ -635,12 +518,6 @@ static int blocks_valid(const struct cuda_backend *cb, const struct bn_batch *b)
 	return 1;
 }
 
-static int plain_greedy(const struct bn_sample_ctx *s)
-{
-	const struct bn_sampling *p = s->params;
-	return (p->temperature == 0 || p->top_k == 1) && !p->want_logprobs;
-}
-
 static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, uint32_t n_tok,
 		       struct step_shape *s)
 {
@@ -652,7 +529,8 @@ static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, 
 			continue;
 		s->n_out++;
 		s->n_pen += b->sample[r]->n_prompt + b->sample[r]->n_output;
-		s->n_rank += !plain_greedy(b->sample[r]);
+		s->n_rank += !cuda_plain_greedy(b->sample[r]);
+		s->n_masks += b->sample[r]->mask != NULL;
 	}
 }
 
@@ -676,43 +554,6 @@ static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const
 		if (b->sample[r])
 			in->out_rows[n_out++] = t - 1;
 	}
-}
-
-/* Penalty entries and ranking rows of the rows that want tokens (out-row numbering). */
-static int fill_sampling(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
-			 struct step_shape *s)
-{
-	uint32_t n_vocab = cb->model.cfg.n_vocab, o = 0;
-	s->n_pen = s->n_rank = 0;
-	for (uint32_t r = 0; r < b->n_rows; r++) {
-		const struct bn_sample_ctx *ctx = b->sample[r];
-		if (!ctx)
-			continue;
-		uint32_t room = ctx->n_prompt + ctx->n_output;
-		if (room > cb->pen_cap) {
-			struct bn_penalty *p = realloc(cb->pen_list, room * sizeof(*p));
-			if (!p)
-				return -ENOMEM;
-			cb->pen_list = p;
-			cb->pen_cap = room;
-		}
-		uint32_t n = bn_sample_penalties(&cb->sampler, ctx, n_vocab, cb->pen_list);
-		for (uint32_t i = 0; i < n; i++)
-			in->pen[s->n_pen++] = (struct bn_cuda_penalty){
-				o, cb->pen_list[i].token, cb->pen_list[i].repeat, cb->pen_list[i].subtract };
-		if (!plain_greedy(ctx)) {
-			const struct bn_sampling *p = ctx->params;
-			in->rank[s->n_rank++] = (struct bn_cuda_sample_row){
-				.logit_row = o, .temperature = p->temperature, .top_k = p->top_k,
-				.top_p = p->top_p, .min_p = p->min_p,
-				.u = bn_sample_uniform(p->seed, ctx->n_output),
-				.n_top = p->want_logprobs ? p->n_logprobs : 0,
-				.want_logprob = p->want_logprobs,
-			};
-		}
-		o++;
-	}
-	return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -803,43 +644,15 @@ static int output_and_sample(struct cuda_backend *cb, const struct step_inputs *
 			     const struct step_shape *s)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
-	cudaStream_t st = cb->stream;
-	uint32_t *tokens = cb->res_dev;
-	struct bn_cuda_sample_result *res = (void *)(tokens + cb->res_rows);
 	int rc = 0;
 	if (!cb->fwd) { /* else bn_cuda_fwd_run made the logits */
 		rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, in->out_rows, cb->output_norm,
-				     c->n_embd, s->n_out, c->rms_eps, st);
+				     c->n_embd, s->n_out, c->rms_eps, cb->stream);
 		rc = rc ? rc : linear(cb, &cb->output, cb->xb, cb->ld_wide, s->n_out, cb->logits, c->n_vocab, 0);
 	}
-	rc = rc ? rc : bn_cuda_penalize(cb->logits, c->n_vocab, in->pen, s->n_pen, st);
-	rc = rc ? rc : bn_cuda_argmax(cb->logits, c->n_vocab, c->n_vocab, s->n_out, tokens, st);
-	rc = rc ? rc : bn_cuda_sample(cb->logits, c->n_vocab, c->n_vocab, in->rank, s->n_rank,
-				      cb->sample_scratch, cb->sample_scratch_bytes, res, st);
-	return rc ? cuda_failed("output kernels", rc) : 0;
-}
-
-/* Tokens and log-probabilities back into out[]: argmax for plain greedy rows, the ranking
- * results in order for the others. */
-static void collect(const struct cuda_backend *cb, const struct bn_batch *b, struct bn_sample_out *out)
-{
-	const uint32_t *tokens = cb->res_host;
-	const struct bn_cuda_sample_result *res = (const void *)(tokens + cb->res_rows);
-	uint32_t o = 0, k = 0;
-	for (uint32_t r = 0; r < b->n_rows; r++) {
-		if (!b->sample[r])
-			continue;
-		struct bn_sample_out *so = &out[r];
-		*so = (struct bn_sample_out){ .top = so->top, .token = tokens[o++] };
-		if (plain_greedy(b->sample[r]))
-			continue;
-		const struct bn_cuda_sample_result *x = &res[k++];
-		so->token = x->token;
-		so->logprob = x->logprob;
-		so->n_top = so->top ? x->n_top : 0;
-		for (uint32_t i = 0; i < so->n_top; i++)
-			so->top[i] = (struct bn_token_logprob){ x->top[i].token, x->top[i].logprob };
-	}
+	if (rc)
+		return cuda_failed("output kernels", rc);
+	return cuda_sample_logits(cb, in, s);
 }
 
 static struct bn_cuda_fwd_in fwd_view(const struct step_inputs *in)
@@ -865,7 +678,7 @@ static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct st
 	struct bn_cuda_fwd_in fwd_host = fwd_view(&host), fwd_dev = fwd_view(&dev);
 	if (graph)
 		bn_cuda_fwd_pad(&fwd_host, n_real, s->n_tok);
-	if ((rc = fill_sampling(cb, b, &host, s)) != 0)
+	if ((rc = cuda_fill_sampling(cb, b, &host, s)) != 0)
 		return rc;
 	CUDA_TRY(cudaMemcpyAsync(cb->in_dev, cb->in_host, host.bytes, cudaMemcpyHostToDevice,
 				 cb->stream));
@@ -885,8 +698,8 @@ static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct st
 		CUDA_TRY(cudaMemcpyAsync(cb->res_host, cb->res_dev, back, cudaMemcpyDeviceToHost,
 					 cb->stream));
 	CUDA_TRY(cudaStreamSynchronize(cb->stream));
-	collect(cb, b, out);
-	return 0;
+	cuda_collect(cb, b, out);
+	return cuda_redraw(cb, b, out);
 }
 
 static int cuda_step(void *self, const struct bn_batch *b, struct bn_sample_out *out)

@@ -26,7 +26,7 @@ _Static_assert(ARRAY_LEN(status_names) == BN_STATS_STATUSES, "a name per enum bn
 static const char *const error_names[] = {
 	"invalid", "token", "too_long", "again", "shutdown", "disconnected", "timeout",
 	"protocol", "version", "busy", "backend", "cancelled", "not_done", "empty",
-	"kv_space", "unsupported",
+	"kv_space", "unsupported", "grammar", "grammar_limit", "grammar_stuck",
 };
 _Static_assert(ARRAY_LEN(error_names) == BN_STATS_ERRORS, "a name per enum bn_error");
 

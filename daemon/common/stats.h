@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define BN_STATS_STATUSES 9 /* enum bn_status values 0..8 */
-#define BN_STATS_ERRORS 16  /* enum bn_error values 1001..1016 */
+#define BN_STATS_ERRORS 19  /* enum bn_error values 1001..1019 */
 
 /* Histograms (Prometheus cumulative buckets, fixed bounds chosen in stats.c). */
 enum bn_hist {

@@ -269,7 +269,7 @@ static struct ir_node *parse_primary(struct parser *p)
 	if (ch == '(') {
 		size_t at = p->pos;
 		if (++p->depth > p->c->lim.max_depth) {
-			fail_at(p, at, "groups nest deeper than the limit");
+			fail_code(p, at, -E2BIG, "groups nest deeper than the limit");
 			return NULL;
 		}
 		p->pos++;

@@ -430,7 +430,8 @@ static struct ir_node *parse_group(struct rx *r)
 {
 	size_t at = r->pos;
 	if (++r->depth > r->c->lim.max_depth) {
-		fail_rx(r, at, "groups nest deeper than the limit");
+		gr_fail(r->c, -E2BIG, "%s, column %zu: groups nest deeper than %u (the limit)",
+			r->where, at + 1, r->c->lim.max_depth);
 		return NULL;
 	}
 	r->pos++; /* '(' */

@@ -10,7 +10,9 @@
  * live in the blocks blocks[r][0], blocks[r][1], ... (block_tokens positions each).
  *
  * Sampling: sample[r] describes row r's request (sample.h). NULL means the row needs no token
- * (a prompt chunk that is not the prompt's last): no LM head for it.
+ * (a prompt chunk that is not the prompt's last): no LM head for it. A constrained request's
+ * context carries the allowed tokens as a bitset (structured output): a backend that takes
+ * such rows says so (backend.h, can_mask).
  *
  * Scoring: score[r] (when the batch has a score array and the entry is not NULL; sample[r] is
  * then NULL) asks for the log-probability of a given next token at each of the row's first
@@ -23,8 +25,8 @@
  * last. The row is its request's last token followed by drafted tokens, which its sample
  * context's output array already holds after n_output; position j is sampled with that
  * context as if j more tokens had been generated (n_output + j: the drafts before it are its
- * history, and its seeded draw is the one plain decoding makes for that output index), its
- * answer in verify[r][j]. Positions are sampled in order, and a backend may stop after the
+ * history, and its seeded draw is the one plain decoding makes for that output index; its
+ * mask, if any, the j-th: bn_sample_ctx_next), its answer in verify[r][j]. Positions are sampled in order, and a backend may stop after the
  * first whose token differs from the row's next new token (the draft it checks): the answers
  * after it are not read.
  */

@@ -19,6 +19,7 @@
 #include "sample.h"
 
 #include "bitnet_shm.h"
+#include "sample_internal.h"
 
 #include <errno.h>
 #include <float.h>
@@ -44,12 +45,14 @@ void bn_sampler_free(struct bn_sampler *s)
 	free(s->in_prompt);
 	free(s->keys);
 	free(s->pen);
+	free(s->masked);
+	free(s->masked_ids);
 	bn_sampler_init(s);
 }
 
 /* Grows every scratch array to n entries, all or nothing. The old counts/in_prompt are all
  * zero between calls, so fresh zeroed arrays replace them without copying. */
-static int sampler_reserve(struct bn_sampler *s, uint32_t n)
+int sampler_reserve(struct bn_sampler *s, uint32_t n)
 {
 	if (n <= s->cap)
 		return 0;
@@ -66,6 +69,12 @@ static int sampler_reserve(struct bn_sampler *s, uint32_t n)
 		bn_sampler_free(&g);
 		return -ENOMEM;
 	}
+	/* The masked rows' scratch is its own (sample_row.c): kept as it is. */
+	g.masked = s->masked;
+	g.masked_ids = s->masked_ids;
+	g.mask_cap = s->mask_cap;
+	s->masked = NULL;
+	s->masked_ids = NULL;
 	bn_sampler_free(s);
 	*s = g;
 	return 0;
@@ -107,7 +116,7 @@ int bn_sampling_check(const struct bn_sampling *p, uint32_t logprob_capacity)
 /* Penalties                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-static bool penalties_on(const struct bn_sample_ctx *ctx)
+bool sample_penalties_on(const struct bn_sample_ctx *ctx)
 {
 	const struct bn_sampling *p = ctx->params;
 	bool rep = p->repetition_penalty != 0 && p->repetition_penalty != 1;
@@ -127,7 +136,7 @@ static float repeat_penalty(float l, float r)
 uint32_t bn_sample_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ctx,
 			     uint32_t n_vocab, struct bn_penalty *out)
 {
-	if (!penalties_on(ctx) || sampler_reserve(s, n_vocab))
+	if (!sample_penalties_on(ctx) || sampler_reserve(s, n_vocab))
 		return 0;
 	const struct bn_sampling *p = ctx->params;
 	float r = p->repetition_penalty == 1 ? 0 : p->repetition_penalty;
@@ -161,7 +170,7 @@ uint32_t bn_sample_penalties(struct bn_sampler *s, const struct bn_sample_ctx *c
 	return n;
 }
 
-static void apply_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *l,
+void sample_apply_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *l,
 			    uint32_t n)
 {
 	uint32_t count = bn_sample_penalties(s, ctx, n, s->pen);
@@ -256,7 +265,7 @@ FORCE_INLINE v4f exp_neg(v4f x)
 /* The first index of the largest value; NaN never wins, and an all-NaN row gives 0. Blocks
  * of 16 are tested against the best so far and only one that beats it is rescanned, in
  * order and by strict >, so equal values keep the lowest id. */
-static uint32_t argmax(const float *l, uint32_t n)
+uint32_t sample_argmax(const float *l, uint32_t n)
 {
 	float best = -INFINITY;
 	uint32_t id = 0;
@@ -316,7 +325,7 @@ static float row_max(float *l, uint32_t n)
 	}
 	if (any4(nonfinite != 0)) {
 		clamp_row(l, n);
-		return l[argmax(l, n)];
+		return l[sample_argmax(l, n)];
 	}
 	m0 = max4(max4(m0, m1), max4(m2, m3));
 	float m = m0[0] > m0[1] ? m0[0] : m0[1];
@@ -836,34 +845,27 @@ static bool greedy(const struct bn_sampling *p)
 int bn_sample_argmax_only(const struct bn_sample_ctx *ctx)
 {
 	const struct bn_sampling *p = ctx->params;
-	return greedy(p) && !p->want_logprobs && !penalties_on(ctx);
+	return greedy(p) && !p->want_logprobs && !sample_penalties_on(ctx) && !ctx->mask;
 }
 
-int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logits,
-	      uint32_t n_vocab, struct bn_sample_out *out)
+int sample_dense(struct bn_sampler *s, const struct bn_sampling *p, uint32_t step, float *l,
+		 uint32_t n, struct bn_sample_out *out)
 {
-	const struct bn_sampling *p = ctx->params;
-	if (!n_vocab)
-		return -EINVAL;
 	bool is_greedy = greedy(p);
 	bool lp = p->want_logprobs;
-	bool pen = penalties_on(ctx);
-	if ((pen || lp || !is_greedy) && sampler_reserve(s, n_vocab))
+	if ((lp || !is_greedy) && sampler_reserve(s, n))
 		return -ENOMEM;
-	if (pen)
-		apply_penalties(s, ctx, logits, n_vocab);
 	*out = (struct bn_sample_out){ .top = out->top };
 	if (is_greedy && !lp) {
-		out->token = argmax(logits, n_vocab);
+		out->token = sample_argmax(l, n);
 		return 0;
 	}
-	float max = row_max(logits, n_vocab);
-	double lse = lp ? top_logprobs(s, p, logits, n_vocab, max, out) : 0;
-	out->token = is_greedy ? argmax(logits, n_vocab)
-			    : sample_row(s, p, logits, n_vocab, max,
-					 bn_sample_uniform(p->seed, ctx->n_output));
+	float max = row_max(l, n);
+	double lse = lp ? top_logprobs(s, p, l, n, max, out) : 0;
+	out->token = is_greedy ? sample_argmax(l, n)
+			    : sample_row(s, p, l, n, max, bn_sample_uniform(p->seed, step));
 	if (lp)
-		out->logprob = (float)((double)logits[out->token] - max - lse);
+		out->logprob = (float)((double)l[out->token] - max - lse);
 	return 0;
 }
 

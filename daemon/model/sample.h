@@ -25,6 +25,14 @@
  *
  * u depends only on the seed and the position in the output, so a request's tokens do not
  * depend on what else was in its batch, nor on the steps it waited.
+ *
+ * Structured output (a row with a mask, sample_row.c): step 1 on the whole row, then steps 2
+ * to 5 on the tokens the mask allows as if they were the whole vocabulary: the log-softmax is
+ * over them (the log-probabilities are those of the distribution the token is drawn from),
+ * the ranking, top_k, top_p, min_p and the largest logit are theirs. With a check too (closing
+ * an output before max_tokens), a drawn token the check refuses is drawn again, with the same
+ * u, from the tokens the check gives instead, as if they were the mask; the second draw's
+ * log-probabilities are reported.
  */
 #ifndef BITNETD_SAMPLE_H
 #define BITNETD_SAMPLE_H
@@ -45,6 +53,16 @@ struct bn_sampling {
 	uint8_t want_logprobs;    /* BN_REQ_LOGPROBS */
 };
 
+/* A check of each drawn token (structured output: does it leave the output able to end within
+ * max_tokens?). redraw gets the output index of the position (the context's n_output there)
+ * and the token drawn: NULL when the token stands, else the tokens to draw from instead (a
+ * subset of that position's mask with at least one set, valid until the next call). The
+ * caller embeds it in its own state. */
+struct bn_sample_check {
+	const uint64_t *(*redraw)(const struct bn_sample_check *c, uint32_t n_output,
+				  uint32_t token);
+};
+
 /* Everything the sampler needs about one row. */
 struct bn_sample_ctx {
 	const struct bn_sampling *params;
@@ -52,7 +70,26 @@ struct bn_sample_ctx {
 	uint32_t n_prompt;
 	const uint32_t *output;   /* [n_output]: the tokens generated so far */
 	uint32_t n_output;
+	/* NULL, or the tokens the row may take (structured output): a bitset of
+	 * bn_sample_mask_words(n_vocab) words, bit id % 64 of word id / 64, at least one set. A
+	 * verify row's position j reads the j-th bitset from here (bn_sample_ctx_next). */
+	const uint64_t *mask;
+	/* NULL, or (with mask) the check every drawn token passes or is drawn again. */
+	const struct bn_sample_check *check;
 };
+
+static inline uint32_t bn_sample_mask_words(uint32_t n_vocab)
+{
+	return (n_vocab + 63) / 64;
+}
+
+/* The context of a verify row's next position: one more token of history, its own mask. */
+static inline void bn_sample_ctx_next(struct bn_sample_ctx *ctx, uint32_t n_vocab)
+{
+	ctx->n_output++;
+	if (ctx->mask)
+		ctx->mask += bn_sample_mask_words(n_vocab);
+}
 
 struct bn_token_logprob {
 	uint32_t token;
@@ -85,6 +122,9 @@ struct bn_sampler {
 	uint64_t *keys;           /* [2 * cap]: radix-sort buffers for long ranking prefixes */
 	struct bn_penalty *pen;   /* [cap] */
 	uint32_t cap;
+	float *masked;            /* [mask_cap]: a masked row's allowed logits, gathered */
+	uint32_t *masked_ids;     /* [mask_cap]: their ids, ascending */
+	uint32_t mask_cap;
 };
 
 /* The log-probability of `target` under the logits (the log-softmax, as bn_sample reports a
@@ -104,8 +144,8 @@ int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logi
 	      uint32_t n_vocab, struct bn_sample_out *out);
 
 /* 1 when bn_sample's answer for ctx is the argmax of the raw logits, lowest id on ties, and
- * nothing else (greedy, no penalty that applies, no log-probabilities): a backend may then
- * find that token without computing every logit (head_screen.h). */
+ * nothing else (greedy, no penalty that applies, no log-probabilities, no mask): a backend may
+ * then find that token without computing every logit (head_screen.h). */
 int bn_sample_argmax_only(const struct bn_sample_ctx *ctx);
 
 /* Step 1 as a list: each distinct token of ctx's prompt and output that a penalty touches,

@@ -21,6 +21,9 @@
 
 struct bn_tenant;
 struct bn_text_stream;
+struct bn_grammar_bound;
+struct bn_grammar_matcher;
+struct bn_grammar_job;
 
 struct bn_req {
 	struct bn_tenant *tenant; /* whose request it is */
@@ -54,6 +57,17 @@ struct bn_req {
 	uint32_t n_identified;     /* sched.c: its first blocks that have a cached identity */
 	uint8_t speculate;    /* sched.c: it drafts tokens (draft.h) while decoding */
 	struct bn_drafter drafter; /* its n-gram table, from its first decode step */
+	/* BN_REQ_GRAMMAR (structured output): the grammar, a reference the ring edge holds from
+	 * the request's take to its end; while it runs (sched_grammar.c) a matcher over its
+	 * published tokens, the allowed-token bitsets of the positions its next row samples, and
+	 * the sampler's check that closes the output before max_tokens, with its own bitset and
+	 * the drafts it took the matcher past. */
+	struct bn_grammar_bound *grammar;
+	struct bn_grammar_matcher *matcher;
+	uint64_t *masks;
+	uint64_t *close_mask;
+	struct bn_sample_check check;
+	uint32_t check_drafts;
 	uint64_t admitted;    /* admission order, for prefill priority */
 	uint64_t planned_in;  /* sched.c: the step plan that last gave it a row */
 	uint64_t t_seen;      /* when the daemon consumed the sqe */
@@ -70,6 +84,7 @@ struct bn_req {
 	uint32_t end_status, end_error; /* how it ends once its ring snapshot is taken */
 	uint32_t n_text;      /* text bytes published to the slot (BN_REQ_TEXT_OUT, DETOKENIZE) */
 	struct bn_text_stream *stream; /* BN_REQ_TEXT_OUT: the decoder, until the end */
+	struct bn_grammar_job *job; /* BN_OP_GRAMMAR: its compile, while the service has it */
 	uint8_t in_flight;    /* queued or running: the slot is the daemon's */
 };
 

@@ -197,6 +197,7 @@ struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
 	if (s->cfg.draft_tokens == 0 || s->cfg.draft_tokens > BN_DRAFT_MAX_TOKENS)
 		s->cfg.draft_tokens = s->cfg.draft_tokens ? BN_DRAFT_MAX_TOKENS : 4;
 	s->attn_positions = model->attn_positions_per_token;
+	s->mask_words = bn_sample_mask_words(model->vocab_size);
 	if (size_kv_pool(s, model) < 0 || alloc_buffers(s) < 0) {
 		bn_sched_free(s);
 		return NULL;
@@ -479,6 +480,7 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t 
 		return 0;
 	uint32_t n_rows = sched_plan(s);
 	mark_started(s, n_rows, now);
+	sched_grammar_plan(s, n_rows);
 	struct bn_batch b;
 	int rc = sched_build_batch(s, n_rows, &b);
 	uint64_t t0 = bn_now_ns();

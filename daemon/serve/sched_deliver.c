@@ -12,14 +12,6 @@
 #include "common/log.h"
 #include "common/stats.h"
 
-static int is_stop(const struct bn_req *r, uint32_t token)
-{
-	for (uint32_t i = 0; i < r->n_stop; i++)
-		if (r->stop[i] == token)
-			return 1;
-	return 0;
-}
-
 static void observe_token(struct bn_req *r, uint64_t now)
 {
 	if (!r->t_first_token) {
@@ -31,16 +23,6 @@ static void observe_token(struct bn_req *r, uint64_t now)
 	r->t_last_token = now;
 }
 
-static int is_eog(const struct bn_sched *s, uint32_t token)
-{
-	if (token == s->cfg.eos_id)
-		return 1;
-	for (uint32_t i = 0; i < s->cfg.n_eog; i++)
-		if (s->cfg.eog[i] == token)
-			return 1;
-	return 0;
-}
-
 /* Applies one sampled token to its request; ends it on an end-of-generation id, a stop id or
  * max_tokens. Returns 1 when it ended the request. */
 static int deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample_out *o,
@@ -48,11 +30,13 @@ static int deliver(struct bn_sched *s, struct bn_req *r, const struct bn_sample_
 {
 	observe_token(r, now);
 	uint32_t status = BN_STATUS_NONE;
-	if (is_eog(s, o->token) && !(r->flags & BN_REQ_IGNORE_EOS))
+	if (sched_is_eog(s, o->token) && !(r->flags & BN_REQ_IGNORE_EOS))
 		status = BN_STATUS_EOS;
-	else if (is_stop(r, o->token))
+	else if (sched_is_stop(r, o->token))
 		status = BN_STATUS_STOP;
-	if (status == BN_STATUS_NONE) {
+	if (status == BN_STATUS_NONE && r->matcher && sched_grammar_accept(r, o->token) < 0)
+		status = BN_STATUS_ERROR;
+	else if (status == BN_STATUS_NONE) {
 		if (r->sampling.want_logprobs)
 			s->reply->write_logprobs(r, r->n_out, o);
 		if (s->reply->publish_token(r, o->token) < 0)
@@ -160,10 +144,15 @@ void sched_deliver_all(struct bn_sched *s, uint32_t n_rows)
 		}
 		if (!prompt_done(r))
 			r->n_prefilled += s->lens[k];
+		if (r->matcher && s->sample[k])
+			sched_grammar_settle(r);
 		if (s->verify[k])
 			deliver_verified(s, k, r, now);
 		else if (s->sample[k])
 			deliver(s, r, &s->out[k], now);
+		uint32_t err = r->running && r->matcher && s->sample[k] ? sched_grammar_next(s, r) : 0;
+		if (err)
+			sched_finish_running(s, sched_running_index(s, r), BN_STATUS_ERROR, err);
 	}
 	/* Full fence: the events stores above are ordered before the loads of the waiters words
 	 * in which streaming clients announce that they sleep (see bn_req_wake_stream_waiter). */

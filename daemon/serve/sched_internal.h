@@ -78,6 +78,7 @@ struct bn_sched {
 	struct bn_sample_out **verify;     /* [max_rows] NULL: not a verify row */
 	struct bn_sample_out *verify_out;  /* [max_batch][draft_tokens + 1]; NULL: no drafts */
 	struct bn_token_logprob *verify_top; /* [that][logprob_capacity] */
+	uint32_t mask_words;               /* of an allowed-token bitset (structured output) */
 };
 
 /* ---- what a request is doing ------------------------------------------------------------ */
@@ -130,6 +131,26 @@ static inline uint64_t sched_share_scope(const struct bn_sched *s, const struct 
 	}
 }
 
+/* An end-of-generation id: eos_id or one of the vocabulary's others. */
+static inline int sched_is_eog(const struct bn_sched *s, uint32_t token)
+{
+	if (token == s->cfg.eos_id)
+		return 1;
+	for (uint32_t i = 0; i < s->cfg.n_eog; i++)
+		if (s->cfg.eog[i] == token)
+			return 1;
+	return 0;
+}
+
+/* One of the request's stop ids. */
+static inline int sched_is_stop(const struct bn_req *r, uint32_t token)
+{
+	for (uint32_t i = 0; i < r->n_stop; i++)
+		if (r->stop[i] == token)
+			return 1;
+	return 0;
+}
+
 /* ---- sched_running.c --------------------------------------------------------------------- */
 
 /* r starts running in a sequence that already holds positions [0, start) (its cached
@@ -168,6 +189,27 @@ void sched_identify_step(struct bn_sched *s, uint32_t n_rows);
 
 /* The step's results to their requests; the stream waiters woken. */
 void sched_deliver_all(struct bn_sched *s, uint32_t n_rows);
+
+/* ---- sched_grammar.c --------------------------------------------------------------------- */
+
+/* r starts running: a matcher at the start of its output, the first position's mask. 0, or
+ * the bn_error that ends it (BN_E_GRAMMAR_STUCK, BN_E_BACKEND without memory). Nothing for a
+ * request without a grammar. */
+uint32_t sched_grammar_start(struct bn_sched *s, struct bn_req *r);
+/* r stops running: its matcher and masks freed. */
+void sched_grammar_stop(struct bn_req *r);
+/* The planned rows' constraints, before the batch is built: a verify row's drafts cut where
+ * the grammar refuses them (lens and verify change) and each of its positions' masks. */
+void sched_grammar_plan(struct bn_sched *s, uint32_t n_rows);
+/* After the step, before a constrained row's tokens are delivered: the matcher back after the
+ * published tokens (the sampler's check may have taken it past drafts). */
+void sched_grammar_settle(struct bn_req *r);
+/* A token about to be published advances the matcher: 0, or < 0 when the grammar refuses it
+ * (a bug: the request ends with BN_E_BACKEND). */
+int sched_grammar_accept(struct bn_req *r, uint32_t token);
+/* After a row's tokens were published: the next position's mask. 0, or the bn_error that
+ * ends the request: BN_E_GRAMMAR_STUCK when no token can continue it. */
+uint32_t sched_grammar_next(struct bn_sched *s, struct bn_req *r);
 /* The backend failed the step: every running request ends with BN_E_BACKEND. */
 void sched_fail_all_running(struct bn_sched *s, int rc);
 

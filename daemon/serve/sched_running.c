@@ -3,7 +3,8 @@
  * sched_running.c — the scheduler's running set (sched.h): a request starts running in a
  * backend sequence, its classify labels in forks, and leaves with its blocks given back; and
  * the running sequences of each uid, for the per-user cap. The other sched*.c files call it;
- * it calls none of them.
+ * it calls only sched_grammar.c (a constrained request's matcher lives as long as its
+ * sequence).
  */
 #include "sched_internal.h"
 
@@ -60,6 +61,7 @@ void sched_stop_running(struct bn_sched *s, uint32_t index)
 	bn_kvpool_release(&s->kv, &r->kv);
 	if (r->drafter.cap)
 		bn_drafter_free(&r->drafter);
+	sched_grammar_stop(r);
 	s->free_seqs[s->n_free_seqs++] = r->seq;
 	r->running = 0;
 	r->tenant->n_running--;
@@ -105,6 +107,9 @@ void sched_start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 	r->tenant->n_running++;
 	uid_add(s, r->tenant->uid);
 	s->running[s->n_running++] = r;
+	uint32_t err = sched_grammar_start(s, r);
+	if (err)
+		sched_finish_running(s, s->n_running - 1, BN_STATUS_ERROR, err);
 }
 
 uint32_t sched_user_running(struct bn_sched *s, uint32_t uid)

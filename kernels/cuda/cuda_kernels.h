@@ -135,9 +135,17 @@ struct bn_cuda_penalty {
 int bn_cuda_penalize(float *logits, uint32_t ld, const struct bn_cuda_penalty *p, uint32_t n,
 		     cudaStream_t stream);
 
-/* Argmax of each of n_rows rows (first on ties; NaN never wins; all-NaN gives 0). */
+/* Structured output: a row's allowed tokens are a bitset of (n_vocab + 63) / 64 words (bit
+ * id % 64 of word id / 64, daemon/model/sample.h); masks holds them back to back, and a row
+ * names its own by index (BN_CUDA_NO_MASK: every token). */
+#define BN_CUDA_NO_MASK UINT32_MAX
+
+/* Argmax of each of n_rows rows (first on ties; NaN never wins; all-NaN gives 0), over the
+ * tokens masks[row_mask[r]] allows (row_mask NULL, or an entry BN_CUDA_NO_MASK: all; a row
+ * whose allowed logits are all NaN or -inf gives its first allowed id). */
 int bn_cuda_argmax(const float *logits, uint32_t ld, uint32_t n_vocab, uint32_t n_rows,
-		   uint32_t *token, cudaStream_t stream);
+		   const uint64_t *masks, const uint32_t *row_mask, uint32_t *token,
+		   cudaStream_t stream);
 
 /* A row that needs the ranking: sampled, or log-probabilities asked. */
 struct bn_cuda_sample_row {
@@ -148,6 +156,9 @@ struct bn_cuda_sample_row {
 	float u;                  /* bn_sample_uniform(seed, n_output) */
 	uint32_t n_top;           /* alternatives wanted (<= BN_CUDA_MAX_TOP) */
 	uint32_t want_logprob;
+	uint32_t mask;            /* its allowed tokens' bitset in masks, or BN_CUDA_NO_MASK: the
+				   * ranking, top_k, top_p, min_p, the max and the log-softmax are
+				   * then over those tokens alone, as bn_sample's */
 };
 struct bn_cuda_token_logprob {
 	uint32_t token;
@@ -164,9 +175,10 @@ struct bn_cuda_sample_result {
 /* Scratch for bn_cuda_sample: sized by bn_cuda_sample_scratch_bytes. */
 size_t bn_cuda_sample_scratch_bytes(uint32_t n_vocab, uint32_t n_rows);
 /* Clamps the rows (NaN -> -FLT_MAX, +-inf -> +-FLT_MAX) in place, ranks them (logit
- * descending, lower id first) and picks each row's token as bn_sample does. */
+ * descending, lower id first; the tokens a row's mask leaves out after all others) and picks
+ * each row's token as bn_sample does. masks may be NULL when no row has one. */
 int bn_cuda_sample(float *logits, uint32_t ld, uint32_t n_vocab, const struct bn_cuda_sample_row *rows,
-		   uint32_t n_rows, void *scratch, size_t scratch_bytes,
+		   uint32_t n_rows, const uint64_t *masks, void *scratch, size_t scratch_bytes,
 		   struct bn_cuda_sample_result *out, cudaStream_t stream);
 
 #ifdef __cplusplus

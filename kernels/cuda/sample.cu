@@ -6,6 +6,9 @@
 //  - penalties: the host lists each distinct (row, token) once with what to apply (the same
 //    float expressions bn_sample evaluates), one thread per entry;
 //  - plain greedy rows: a block argmax (first index of the largest; NaN never wins);
+//  - a row a grammar restricts (structured output) names its allowed tokens' bitset: its
+//    argmax reads only those, and its ranking puts the others after them all, so every step
+//    below runs on the allowed prefix, as bn_sample's masked rows do on the CPU;
 //  - rows that are sampled or want log-probabilities: clamped as bn_sample clamps, ranked by a
 //    stable segmented radix sort of (rank key, id) with ids ascending (so ties rank the lower
 //    id first, the CPU's order), then one warp per row walks the ranking: top_k, the
@@ -65,27 +68,60 @@ __device__ Best warp_best(Best b)
 	return b;
 }
 
+// A row's allowed tokens (structured output): NULL allows every one.
+__device__ inline const uint64_t *row_mask_of(const uint64_t *masks, uint32_t index, uint32_t n)
+{
+	return masks && index != BN_CUDA_NO_MASK ? masks + (size_t)index * ((n + 63) / 64) : nullptr;
+}
+
+__device__ inline bool allowed(const uint64_t *mask, uint32_t i)
+{
+	return !mask || ((mask[i / 64] >> (i % 64)) & 1u);
+}
+
+__device__ uint32_t warp_min(uint32_t v)
+{
+	for (unsigned off = 16; off > 0; off /= 2) {
+		uint32_t o = __shfl_xor_sync(0xffffffffu, v, off);
+		v = o < v ? o : v;
+	}
+	return v;
+}
+
 // Each thread scans its ids in increasing order by strict >, so it keeps its first maximum;
 // the merge prefers the lower id on equal values. -inf and NaN are never taken: a row of
-// only those gives id 0, as bn_sample's argmax does.
-__global__ void argmax_kernel(const float *logits, uint32_t ld, uint32_t n, uint32_t *token)
+// only those gives its first allowed id (0 without a mask), as bn_sample's argmax does.
+__global__ void argmax_kernel(const float *logits, uint32_t ld, uint32_t n, const uint64_t *masks,
+			      const uint32_t *row_mask, uint32_t *token)
 {
 	__shared__ Best partial[kRowThreads / 32];
+	__shared__ uint32_t first_allowed[kRowThreads / 32];
 	const float *l = logits + (size_t)blockIdx.x * ld;
+	const uint64_t *mask = row_mask_of(masks, row_mask ? row_mask[blockIdx.x] : BN_CUDA_NO_MASK, n);
 	Best b = { -INFINITY, UINT32_MAX };
-	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+	uint32_t first = UINT32_MAX;
+	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+		if (!allowed(mask, i))
+			continue;
+		first = i < first ? i : first;
 		if (l[i] > b.v)
 			b = { l[i], i };
+	}
 	b = warp_best(b);
-	if (threadIdx.x % 32 == 0)
+	first = warp_min(first);
+	if (threadIdx.x % 32 == 0) {
 		partial[threadIdx.x / 32] = b;
+		first_allowed[threadIdx.x / 32] = first;
+	}
 	__syncthreads();
 	if (threadIdx.x != 0)
 		return;
-	for (unsigned w = 1; w < blockDim.x / 32; w++)
+	for (unsigned w = 1; w < blockDim.x / 32; w++) {
 		if (beats(partial[w], b))
 			b = partial[w];
-	token[blockIdx.x] = b.i == UINT32_MAX ? 0 : b.i;
+		first = first_allowed[w] < first ? first_allowed[w] : first;
+	}
+	token[blockIdx.x] = b.i != UINT32_MAX ? b.i : first != UINT32_MAX ? first : 0;
 }
 
 // The ranking's key, as sample.c's rank_key: ascending key order is logit descending, with -0
@@ -106,7 +142,7 @@ __device__ inline float key_logit(uint32_t key)
 
 struct RowStats {
 	float max;
-	float pad;
+	uint32_t n;      // tokens ranked: the allowed ones (all without a mask)
 	double lse;
 };
 
@@ -118,23 +154,31 @@ struct Scratch {
 	size_t cub_bytes;
 };
 
-// Block j: clamps logit row rows[j].logit_row, finds its max and log-normalizer, and writes
-// the (key, id) pairs of segment j.
+// The key of a token a row's mask leaves out: after every real key (a clamped logit's key is
+// at most rank_key(-FLT_MAX) = 0xff7fffff), so the allowed tokens are the ranking's prefix.
+constexpr uint32_t kOutKey = 0xffffffffu;
+
+// Block j: clamps logit row rows[j].logit_row, finds its max and log-normalizer over the
+// tokens its mask allows, and writes the (key, id) pairs of segment j.
 __global__ void rank_prep_kernel(float *logits, uint32_t ld, uint32_t n,
-				 const bn_cuda_sample_row *rows, Scratch s)
+				 const bn_cuda_sample_row *rows, const uint64_t *masks, Scratch s)
 {
 	__shared__ Best partial[kRowThreads / 32];
 	__shared__ double dpartial[kRowThreads / 32];
 	uint32_t j = blockIdx.x;
 	float *l = logits + (size_t)rows[j].logit_row * ld;
+	const uint64_t *mask = row_mask_of(masks, rows[j].mask, n);
 	Best b = { -FLT_MAX, 0 };
+	double n_in = 0.0;
 	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
 		float v = l[i];
 		v = !(v >= -FLT_MAX) ? -FLT_MAX : v > FLT_MAX ? FLT_MAX : v;
 		l[i] = v;
-		s.keys_in[(size_t)j * n + i] = rank_key(v);
+		bool in = allowed(mask, i);
+		s.keys_in[(size_t)j * n + i] = in ? rank_key(v) : kOutKey;
 		s.ids_in[(size_t)j * n + i] = i;
-		if (v > b.v)
+		n_in += in ? 1.0 : 0.0;
+		if (in && v > b.v)
 			b = { v, i };
 	}
 	b = warp_best(b);
@@ -144,12 +188,14 @@ __global__ void rank_prep_kernel(float *logits, uint32_t ld, uint32_t n,
 	float max = partial[0].v;
 	for (unsigned w = 1; w < blockDim.x / 32; w++)
 		max = fmaxf(max, partial[w].v);
+	n_in = block_reduce(n_in, dpartial);
 	double z = 0.0;
 	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
-		z += (double)expf(l[i] - max);
+		if (allowed(mask, i))
+			z += (double)expf(l[i] - max);
 	z = block_reduce(z, dpartial);
 	if (threadIdx.x == 0)
-		s.stats[j] = { max, 0.0f, log(z) };
+		s.stats[j] = { max, (uint32_t)n_in, log(z) };
 	if (j == 0)
 		for (uint32_t i = threadIdx.x; i <= gridDim.x; i += blockDim.x)
 			s.offsets[i] = (int)(i * n);
@@ -263,10 +309,11 @@ __global__ void pick_kernel(const float *logits, uint32_t ld, uint32_t n,
 	unsigned lane = threadIdx.x;
 	bn_cuda_sample_row row = rows[j];
 	RowStats st = s.stats[j];
+	uint32_t m = st.n; /* the ranking's prefix of allowed tokens */
 	Ranked r = { s.keys_out + (size_t)j * n, s.ids_out + (size_t)j * n,
-		     row.top_k && row.top_k < n ? row.top_k : n, st.max, row.temperature, row.min_p };
+		     row.top_k && row.top_k < m ? row.top_k : m, st.max, row.temperature, row.min_p };
 	bn_cuda_sample_result *o = out + j;
-	uint32_t n_top = row.n_top < n ? row.n_top : n;
+	uint32_t n_top = row.n_top < m ? row.n_top : m;
 	for (uint32_t i = lane; i < n_top; i += 32)
 		o->top[i] = { r.ids[i], (float)((double)key_logit(r.keys[i]) - st.max - st.lse) };
 	uint32_t token;
@@ -338,11 +385,13 @@ extern "C" int bn_cuda_penalize(float *logits, uint32_t ld, const bn_cuda_penalt
 }
 
 extern "C" int bn_cuda_argmax(const float *logits, uint32_t ld, uint32_t n_vocab, uint32_t n_rows,
-			      uint32_t *token, cudaStream_t stream)
+			      const uint64_t *masks, const uint32_t *row_mask, uint32_t *token,
+			      cudaStream_t stream)
 {
 	if (n_rows == 0)
 		return 0;
-	BN_LAUNCH(argmax_kernel, n_rows, kRowThreads, 0, stream)(logits, ld, n_vocab, token);
+	BN_LAUNCH(argmax_kernel, n_rows, kRowThreads, 0, stream)(logits, ld, n_vocab, masks, row_mask,
+								   token);
 	return launched();
 }
 
@@ -354,15 +403,16 @@ extern "C" size_t bn_cuda_sample_scratch_bytes(uint32_t n_vocab, uint32_t n_rows
 }
 
 extern "C" int bn_cuda_sample(float *logits, uint32_t ld, uint32_t n_vocab,
-			      const bn_cuda_sample_row *rows, uint32_t n_rows, void *scratch,
-			      size_t scratch_bytes, bn_cuda_sample_result *out, cudaStream_t stream)
+			      const bn_cuda_sample_row *rows, uint32_t n_rows, const uint64_t *masks,
+			      void *scratch, size_t scratch_bytes, bn_cuda_sample_result *out,
+			      cudaStream_t stream)
 {
 	if (n_rows == 0)
 		return 0;
 	if (scratch_bytes < bn_cuda_sample_scratch_bytes(n_vocab, n_rows))
 		return (int)cudaErrorInvalidValue;
 	Scratch s = carve(scratch, scratch_bytes, n_vocab, n_rows);
-	BN_LAUNCH(rank_prep_kernel, n_rows, kRowThreads, 0, stream)(logits, ld, n_vocab, rows, s);
+	BN_LAUNCH(rank_prep_kernel, n_rows, kRowThreads, 0, stream)(logits, ld, n_vocab, rows, masks, s);
 	int rc = launched();
 	if (rc)
 		return rc;

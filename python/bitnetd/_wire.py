@@ -40,21 +40,25 @@ HDR_DAEMON_FLAGS = 28                           # the header's one live word (se
 DAEMON_SHUTTING_DOWN, DAEMON_CLOSED = 1, 2
 
 FEAT_STREAMING, FEAT_PARAMS, FEAT_LOGPROBS, FEAT_TEXT, FEAT_SCORE, FEAT_CLASSIFY, \
-    FEAT_COMPUTE, FEAT_SPECULATE = 1, 2, 4, 8, 16, 32, 64, 128
+    FEAT_COMPUTE, FEAT_SPECULATE, FEAT_GRAMMAR = 1, 2, 4, 8, 16, 32, 64, 128, 256
 FEATURE_NAMES = (("streaming", FEAT_STREAMING), ("params", FEAT_PARAMS),
                  ("logprobs", FEAT_LOGPROBS), ("text", FEAT_TEXT), ("score", FEAT_SCORE),
                  ("classify", FEAT_CLASSIFY), ("compute", FEAT_COMPUTE),
-                 ("speculate", FEAT_SPECULATE))
+                 ("speculate", FEAT_SPECULATE), ("grammar", FEAT_GRAMMAR))
 # The header's lm_head and decode_layout words (feature COMPUTE, section 4.1).
 HEAD_NONE, HEAD_FILE, HEAD_SCREENED, HEAD_INT8 = 0, 1, 2, 3
 LM_HEADS = {HEAD_NONE: "none", HEAD_FILE: "file", HEAD_SCREENED: "screened", HEAD_INT8: "int8"}
 DECODE_LAYOUTS = {0: "none", 1: "2bit", 2: "base3"}
 OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE, OP_SCORE, OP_CLASSIFY = 1, 2, 3, 4, 5
+OP_GRAMMAR, OP_GRAMMAR_FREE = 6, 7
+# A grammar to compile (section 6.13): the head's kinds and flags.
+GRAMMAR_JSON_SCHEMA, GRAMMAR_JSON, GRAMMAR_REGEX, GRAMMAR_GBNF = 1, 2, 3, 4
+GRAMMAR_JSON_OBJECT, GRAMMAR_JSON_COMPACT = 1, 2
 
 REQ_IGNORE_EOS, REQ_SEED, REQ_LOGPROBS = 1, 2, 4
 REQ_TEXT, REQ_CHAT, REQ_PARSE_SPECIAL, REQ_NO_BOS = 8, 16, 32, 64
 REQ_TEXT_OUT, REQ_SPECIAL_TEXT, REQ_STRIP_SPACE = 128, 256, 512
-REQ_SPECULATE = 1024
+REQ_SPECULATE, REQ_GRAMMAR = 1024, 2048
 
 ST_FREE, ST_SUBMITTED, ST_DONE = 0, 1, 2
 WAIT_DONE, WAIT_TOKENS = 1, 2
@@ -68,7 +72,7 @@ STATUS_NAMES = {1: "length", 2: "eos", 3: "cancelled", 4: "error", 5: "shutdown"
 SL_STATE, SL_CANCEL, SL_NTOK, SL_STATUS, SL_ERROR, SL_WAITERS, SL_EVENTS = 0, 4, 8, 12, 16, 20, 24
 SL_NTEXT, SL_TIMINGS, SL_PROMPT_TOKENS = 28, 32, 56
 SL_NPROMPT, SL_MAXTOK, SL_FLAGS, SL_PARAMS = 64, 68, 72, 76
-PARAM_WORDS = 13  # bytes 76..127: temperature .. deadline_ms, reserved2
+PARAM_WORDS = 13  # bytes 76..127: temperature .. deadline_ms, grammar_id
 
 HEADER = [("magic", 0, "I"), ("abi_version", 4, "I"), ("features", 8, "I"),
           ("header_size", 12, "I"), ("segment_size", 16, "Q"), ("session_id", 24, "I"),
@@ -219,6 +223,11 @@ def header_problems(h, size):
 
 
 # --- request bodies (sections 6.10, 6.12)
+def grammar_head(kind, flags=0, max_ws=0):
+    """The 16-byte head of a grammar to compile (section 6.13)."""
+    return struct.pack("<IIII", kind, flags, max_ws, 0)
+
+
 def conversation(messages, template=0):
     """Section 6.10's conversation: bn_chat_head, then per message its lengths, role, content.
     A message is a {"role", "content"} dict or a (role, content) pair."""

@@ -6,6 +6,7 @@ takes a free slot for its request (waiting for one when all are busy) and gives 
 """
 
 import collections
+import json as _json
 import math
 import os
 import struct
@@ -17,8 +18,8 @@ from . import _wire as w
 from . import errors
 from ._wire import TokenLogprob
 
-__all__ = ["AsyncClient", "Classification", "Client", "Generation", "LabelScore", "Piece",
-           "Score", "TokenLogprob"]
+__all__ = ["AsyncClient", "Classification", "Client", "Generation", "Grammar", "LabelScore",
+           "Piece", "Score", "TokenLogprob"]
 
 Prompt = Union[str, bytes, Sequence[int]]
 Label = Union[str, bytes, Sequence[int]]
@@ -156,17 +157,62 @@ def _is_text(x):
 class _Request:
     """What one call asks: an op, its prompt words or text, flags and parameter words; how
     many alternatives to read per record (None: no records); and ``convert``, which makes
-    the caller's result (or an Error) of the response."""
+    the caller's result (or an Error) of the response. ``grammar``: the Grammar it is
+    constrained by (a cached one stays pinned until the request is queued); ``reason``: a
+    refusal's reason is in the text region (section 6.13)."""
 
     __slots__ = ("op", "n_prompt", "words", "text", "flags", "max_tokens", "params",
-                 "alternatives", "convert")
+                 "alternatives", "convert", "grammar", "reason")
 
     def __init__(self, op, convert, n_prompt, words=(), text=None, flags=0, max_tokens=0,
-                 params=None, alternatives=None):
+                 params=None, alternatives=None, grammar=None, reason=False):
         self.op, self.convert, self.n_prompt, self.words, self.text = op, convert, n_prompt, \
             words, text
         self.flags, self.max_tokens, self.params = flags, max_tokens, params
-        self.alternatives = alternatives
+        self.alternatives, self.grammar, self.reason = alternatives, grammar, reason
+
+
+class Grammar:
+    """A grammar compiled in the daemon for one Client's session (``Client.grammar``): pass
+    it as ``grammar=`` to generate, stream, chat and their batches. ``close()`` frees it in
+    the daemon (requests already submitted keep it); the session's end frees them all."""
+
+    def __init__(self, client, gid, kind):
+        self._client, self.id, self.kind = client, gid, kind
+        self._pins = 0  # requests filled with it and not queued yet (cached grammars)
+        self._closed = False
+
+    def close(self) -> None:
+        self._client._free_grammar(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "Grammar(id=%d, kind=%d)" % (self.id, self.kind)
+
+
+def _grammar_spec(json_schema=None, regex=None, grammar=None, json=False, compact=False):
+    """(kind, flags, text bytes) of the one grammar keyword given, or None for none."""
+    given = [k for k, v in (("json_schema", json_schema), ("regex", regex),
+                            ("grammar", grammar), ("json", json)) if v not in (None, False)]
+    if len(given) > 1:
+        raise ValueError("give one of json_schema, regex, grammar and json, not %s" %
+                         " and ".join(given))
+    if not given:
+        return None
+    flags = w.GRAMMAR_JSON_COMPACT if compact else 0
+    if json_schema is not None:
+        text = json_schema if _is_text(json_schema) else _json.dumps(json_schema)
+        return w.GRAMMAR_JSON_SCHEMA, flags, _bytes(text)
+    if regex is not None:
+        return w.GRAMMAR_REGEX, 0, _bytes(regex)
+    if grammar is not None:
+        return w.GRAMMAR_GBNF, 0, _bytes(grammar)
+    return w.GRAMMAR_JSON, flags | w.GRAMMAR_JSON_OBJECT, b""
 
 
 class Client:
@@ -186,6 +232,7 @@ class Client:
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
         self._free = list(range(self._seg.h["slot_count"] - 1, -1, -1))
+        self._grammars = collections.OrderedDict()  # the keywords' grammars, by content
 
     def close(self) -> None:
         """Ends the session (the daemon ends what is still in flight)."""
@@ -253,14 +300,27 @@ class Client:
         return slot
 
     def _submit(self, req, deadline):
-        slot = self._fill(req, deadline)
         try:
-            with self._lock:
-                self._seg.queue(slot, req.op)
-        except BaseException:
-            self._give_slot(slot)
-            raise
+            slot = self._fill(req, deadline)
+            try:
+                with self._lock:
+                    self._seg.queue(slot, req.op)
+            except BaseException:
+                self._give_slot(slot)
+                raise
+        finally:
+            self._unpin(req)
         return slot
+
+    def _unpin(self, req):
+        """Once queued (or failed), a request no longer keeps its cached grammar from being
+        freed: the daemon took its own reference when it took the request, which is before
+        any later free of the same id in the ring."""
+        g = req.grammar
+        if g is not None and g._pins:
+            with self._lock:
+                g._pins -= 1
+            req.grammar = None
 
     def _wait(self, slot, deadline, have=None):
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -276,7 +336,7 @@ class Client:
         res = seg.response(slot)
         status, n = res["status"], len(res["tokens"])
         if status == w.S_ERROR:
-            return errors.error_for(res["error"])
+            return errors.error_for(res["error"], self._reason(req, res))
         if status == w.S_CANCELLED:
             return errors.CancelledError()
         if status == w.S_SHUTDOWN:
@@ -286,6 +346,16 @@ class Client:
         if req.alternatives is not None:
             res["records"] = seg.records(slot, n, req.alternatives)
         return res
+
+    @staticmethod
+    def _reason(req, res):
+        """A grammar op's, or a constrained request's refusal's, reason (section 6.13)."""
+        if not req.reason or not res["text"] or res["n_tokens"]:
+            return None
+        if req.op == w.OP_GENERATE and res["error"] not in (errors.E_INVALID,
+                                                             errors.E_UNSUPPORTED):
+            return None
+        return res["text"].decode("utf-8", "replace")
 
     def _finish(self, slot, req, deadline):
         try:
@@ -322,6 +392,7 @@ class Client:
                         slot = self._fill(req, deadline, block=not (flight or filled))
                     except errors.Error as e:
                         slot, out[nxt] = -1, e
+                        self._unpin(req)
                     if slot is None:
                         break
                     if slot >= 0:
@@ -332,6 +403,8 @@ class Client:
                     for k, slot in filled:
                         self._seg.push(slot, reqs[k].op)
                     self._seg.publish()
+                for k, _ in filled:
+                    self._unpin(reqs[k])
                 flight.extend(filled)
             if flight:
                 k, slot = flight.popleft()
@@ -341,12 +414,110 @@ class Client:
                     out[k] = e
         return out
 
+    # --- structured output
+    _CACHED_GRAMMARS = 16
+
+    def grammar(self, json_schema: Any = None, regex: Optional[str] = None,
+                grammar: Optional[str] = None, json: bool = False, compact: bool = False,
+                max_ws: int = 0, timeout: Optional[float] = None) -> Grammar:
+        """Compiles one grammar in the daemon and returns it, to pass as ``grammar=``: a JSON
+        Schema (a dict, or its JSON text), a regular expression the whole output matches,
+        GBNF (llama.cpp's format, from ``root``), or ``json=True`` for any JSON object
+        (OpenAI's json_object). ``compact``: no whitespace between JSON tokens; ``max_ws``:
+        the longest whitespace run (default 20). Raises GrammarError or GrammarLimitError
+        with the daemon's reason (it names the keyword or limit and where), BusyError when the
+        session holds the daemon's --max-grammars, UnsupportedError without structured output
+        (the loopback backend, no text vocabulary)."""
+        spec = _grammar_spec(json_schema, regex, grammar, json, compact)
+        if spec is None:
+            raise ValueError("give one of json_schema, regex, grammar and json")
+        return self._compile(spec[0], spec[1], max_ws, spec[2], timeout)
+
+    def _compile(self, kind, flags, max_ws, body, timeout=None):
+        if not self._has(w.FEAT_GRAMMAR):
+            raise errors.UnsupportedError("the daemon offers no structured output (no feature "
+                                          "GRAMMAR: the loopback backend, a model without a "
+                                          "text vocabulary, or a backend without masks)")
+        text = w.grammar_head(kind, flags, max_ws) + body
+        req = _Request(w.OP_GRAMMAR, lambda res: Grammar(self, res["tokens"][0], kind),
+                       len(text), text=text, reason=True)
+        return self._run(req, timeout)
+
+    def _free_grammar(self, g):
+        with self._lock:
+            if g._closed:
+                return
+            g._closed = True
+        if self._seg.mm is None:
+            return  # the session ended: so did its grammars
+        try:
+            self._run(_Request(w.OP_GRAMMAR_FREE, lambda res: None, 1, words=[g.id]))
+        except (errors.DisconnectedError, errors.ShutdownError):
+            pass
+
+    def _cached_grammar(self, kind, flags, max_ws, body):
+        """The grammar for these keywords, compiled once per session and pinned for the
+        caller's request; the least recently used unpinned ones beyond _CACHED_GRAMMARS are
+        freed."""
+        key = (kind, flags, max_ws, body)
+        with self._lock:
+            g = self._grammars.get(key)
+            if g is not None:
+                self._grammars.move_to_end(key)
+                g._pins += 1
+                return g
+        try:
+            g = self._compile(kind, flags, max_ws, body)
+        except errors.BusyError:
+            self._evict(0)  # the session's cap: free what the cache holds, once
+            g = self._compile(kind, flags, max_ws, body)
+        with self._lock:
+            if key in self._grammars:  # another thread compiled it meanwhile
+                spare, g = g, self._grammars[key]
+            else:
+                spare = None
+                self._grammars[key] = g
+            g._pins += 1
+        if spare is not None:
+            self._free_grammar(spare)
+        self._evict(self._CACHED_GRAMMARS)
+        return g
+
+    def _evict(self, keep):
+        with self._lock:
+            idle = [k for k, g in self._grammars.items() if not g._pins]
+            gone = [self._grammars.pop(k) for k in idle[:max(0, len(self._grammars) - keep)]]
+        for g in gone:
+            self._free_grammar(g)
+
+    def _request_grammar(self, grammar, json_schema, regex, json, compact):
+        """The Grammar a generate call's keywords name (None: unconstrained)."""
+        if isinstance(grammar, Grammar):
+            if json_schema is not None or regex is not None or json:
+                raise ValueError("give one of json_schema, regex, grammar and json")
+            if grammar._client is not self or grammar._closed:
+                raise errors.InvalidError("the grammar is another Client's, or closed")
+            with self._lock:
+                grammar._pins += 1  # released once queued, like a cached one's
+            return grammar
+        spec = _grammar_spec(json_schema, regex, grammar, json, compact)
+        return None if spec is None else self._cached_grammar(spec[0], spec[1], 0, spec[2])
+
     # --- generation
     def _generate_request(self, prompt, max_tokens=16, temperature=0.0, top_k=0, top_p=0.0,
                           min_p=0.0, repetition_penalty=0.0, presence_penalty=0.0,
                           frequency_penalty=0.0, seed=None, stop=None, logprobs=0,
                           ignore_eos=False, deadline_ms=0, chat=None, chat_template=0,
-                          speculative=False):
+                          speculative=False, json_schema=None, regex=None, grammar=None,
+                          json=False, compact=False):
+        if ignore_eos and (json_schema is not None or regex is not None or grammar is not None
+                           or json):
+            return errors.InvalidError("ignore_eos means nothing with a grammar: its end is "
+                                       "the output's end")
+        try:
+            g = self._request_grammar(grammar, json_schema, regex, json, compact)
+        except errors.Error as e:
+            return e
         stops = list(stop or [])
         flags = (w.REQ_IGNORE_EOS if ignore_eos else 0) | (w.REQ_SEED if seed is not None else 0)
         # Drafting changes no output: a daemon that predates it gets the request without it.
@@ -365,12 +536,16 @@ class Client:
             return errors.UnsupportedError("the daemon has no tokenizer: send token ids")
         params = _params(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
                          frequency_penalty, seed, len(stops), logprobs, deadline_ms)
+        if g is not None:
+            flags |= w.REQ_GRAMMAR
+            params = params or [0] * w.PARAM_WORDS
+            params[w.PARAM_WORDS - 1] = g.id  # grammar_id, the last word (section 4.4)
         if text is not None:
             return _Request(w.OP_GENERATE, self._generation, len(text), stops, text, flags,
-                            max_tokens, params, logprobs if logprobs else None)
+                            max_tokens, params, logprobs if logprobs else None, g, g is not None)
         ids = list(prompt)
         return _Request(w.OP_GENERATE, self._generation, len(ids), ids + stops, None, flags,
-                        max_tokens, params, logprobs if logprobs else None)
+                        max_tokens, params, logprobs if logprobs else None, g, g is not None)
 
     def _generation(self, res):
         text = res["text"]
@@ -385,7 +560,15 @@ class Client:
         presence_penalty, frequency_penalty, seed, stop (ids), logprobs (alternatives per
         token), ignore_eos, deadline_ms; all off by default (greedy). ``speculative=True``
         drafts tokens from the prompt and output so far and verifies them in one step (faster
-        when the output repeats its input; the same tokens either way)."""
+        when the output repeats its input; the same tokens either way).
+
+        Structured output, one of: ``json_schema`` (a dict or its JSON text), ``regex`` (the
+        whole output matches), ``grammar`` (GBNF text, or a Grammar from ``grammar()``),
+        ``json=True`` (any JSON object); ``compact=True``: no whitespace between JSON tokens.
+        The output then stays inside the grammar and ends ("eos") only where it is whole; near
+        max_tokens it is closed in time where the grammar allows, else it ends "length".
+        Log-probabilities are those of the allowed tokens. Grammars given as text are compiled
+        once per Client and kept (the least recently used beyond 16 are freed)."""
         return self._run(self._generate_request(prompt, max_tokens, **sampling), timeout)
 
     def generate_batch(self, prompts: Sequence[Prompt], max_tokens: int = 16,
@@ -622,6 +805,9 @@ class AsyncClient:
     async def generate_batch(self, prompts: Sequence[Prompt],
                              **kwargs) -> List[Union[Generation, errors.Error]]:
         return await self._call(self._client.generate_batch, prompts, **kwargs)
+
+    async def grammar(self, **kwargs) -> Grammar:
+        return await self._call(self._client.grammar, **kwargs)
 
     async def chat(self, messages: Sequence[Message], **kwargs) -> Generation:
         return await self._call(self._client.chat, messages, **kwargs)

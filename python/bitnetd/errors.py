@@ -8,12 +8,13 @@ the failed item's place instead of raising it.
 E_INVALID, E_TOKEN, E_TOO_LONG, E_AGAIN, E_SHUTDOWN, E_DISCONNECTED = range(1001, 1007)
 E_TIMEOUT, E_PROTOCOL, E_VERSION, E_BUSY, E_BACKEND, E_CANCELLED = range(1007, 1013)
 E_NOT_DONE, E_EMPTY, E_KV_SPACE, E_UNSUPPORTED = range(1013, 1017)
+E_GRAMMAR, E_GRAMMAR_LIMIT, E_GRAMMAR_STUCK = range(1017, 1020)
 
 __all__ = [
     "Error", "InvalidError", "TokenError", "TooLongError", "AgainError", "ShutdownError",
     "DisconnectedError", "TimeoutError", "ProtocolError", "VersionError", "BusyError",
     "BackendError", "CancelledError", "EmptyError", "KVSpaceError", "UnsupportedError",
-    "DeadlineError", "error_for",
+    "GrammarError", "GrammarLimitError", "GrammarStuckError", "DeadlineError", "error_for",
 ]
 
 
@@ -51,12 +52,22 @@ KVSpaceError = _make("KVSpaceError", E_KV_SPACE,
                      "The request needs more KV cache than the daemon has.", "KV_SPACE")
 UnsupportedError = _make("UnsupportedError", E_UNSUPPORTED,
                          "The daemon does not offer this request.")
+GrammarError = _make("GrammarError", E_GRAMMAR,
+                     "The grammar is not valid, or asks for what cannot be enforced (the message "
+                     "is the daemon's: what and where).")
+GrammarLimitError = _make("GrammarLimitError", E_GRAMMAR_LIMIT,
+                          "The grammar is over a limit: size, nesting, rules, states, a "
+                          "repetition, compile time (the message names it).", "GRAMMAR_LIMIT")
+GrammarStuckError = _make("GrammarStuckError", E_GRAMMAR_STUCK,
+                          "No token of the vocabulary continues the output inside the grammar.",
+                          "GRAMMAR_STUCK")
 DeadlineError = _make("DeadlineError", 0, "The request's deadline passed (status DEADLINE).")
 
 _BY_CODE = {c.code: c for c in (InvalidError, TokenError, TooLongError, AgainError, ShutdownError,
                                  DisconnectedError, TimeoutError, ProtocolError, VersionError,
                                  BusyError, BackendError, CancelledError, EmptyError, KVSpaceError,
-                                 UnsupportedError)}
+                                 UnsupportedError, GrammarError, GrammarLimitError,
+                                 GrammarStuckError)}
 
 
 def error_for(code, message=None):

@@ -108,7 +108,8 @@ class TextGenerationPipeline(Pipeline):
     (default 50 when sampling), ``top_p``; and Client.generate's own: ``seed`` (sequence k
     gets seed + k), ``min_p``, ``repetition_penalty``, ``presence_penalty``,
     ``frequency_penalty``, ``stop`` (ids), ``ignore_eos``, ``deadline_ms``, ``speculative``,
-    ``timeout``,
+    ``timeout``, structured output (``json_schema``, ``regex``, ``grammar``, ``json``,
+    ``compact``: the continuation follows it),
     and for chats ``chat_template`` (Client.chat's).
     Without ``do_sample`` the decoding is greedy unless ``temperature``, ``top_k`` or
     ``top_p`` is given (transformers would ignore them with a warning).
@@ -117,7 +118,7 @@ class TextGenerationPipeline(Pipeline):
     task = "text-generation"
     _GENERATE = frozenset(("seed", "min_p", "repetition_penalty", "presence_penalty",
                            "frequency_penalty", "stop", "ignore_eos", "deadline_ms",
-                           "speculative"))
+                           "speculative", "json_schema", "regex", "grammar", "json", "compact"))
     _KEYS = _GENERATE | {"max_new_tokens", "return_full_text", "num_return_sequences",
                          "do_sample", "temperature", "top_k", "top_p", "timeout",
                          "chat_template"}
