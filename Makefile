@@ -154,7 +154,7 @@ NVCC_FLAGS := -std=c++17 -O3 -lineinfo -gencode arch=compute_90,code=sm_90 \
 # The kernels a decode or prefill step spends its time in: a register spill there fails the
 # build (the element-wise kernels and CUB's sort are reported, not held to it).
 CUDA_HOT_KERNELS := gemv_dp4a_kernel gemm_tc_kernel f32_gemm_kernel f16_gemm_kernel attend_kernel \
-	argmax_kernel rank_prep_kernel pick_kernel
+	argmax_kernel rank_prep_kernel pick_kernel score_kernel
 endif
 
 # libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
