@@ -162,7 +162,10 @@ endif
 KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
 # The tokenizer is one implementation: the client library's, which the daemon builds too.
 TOKENIZER_SRCS := libclient/tokenizer.c libclient/vocab_map.c libclient/bpe.c libclient/detok.c libclient/chat.c
-DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,daemon/backends/cuda.c),$(wildcard daemon/*.c daemon/*/*.c))
+# The cuda backend's files (daemon/backends/cuda*.c): in the build when nvcc is found, and built
+# again against the CUDA host harness below.
+CUDA_BACKEND_SRCS := $(wildcard daemon/backends/cuda*.c)
+DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,$(CUDA_BACKEND_SRCS)),$(wildcard daemon/*.c daemon/*/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
@@ -211,10 +214,10 @@ HOST_KERNELS_SO := $(HOST_CUDA)/libbn-cuda-host.so
 HOST_SELFTEST_SO := $(HOST_CUDA)/libbn-cuda-host-selftest.so
 HOST_BITNETD   := $(HOST_CUDA)/bitnetd
 HOST_CORE_A    := $(HOST_CUDA)/libbitnetd-core.a
-# backends/cuda.c, and backend.c that lists the backends, are built again against the harness;
+# backends/cuda*.c, and backend.c that lists the backends, are built again against the harness;
 # the daemon's other objects are the normal build's (BN_HAVE_CUDA changes nothing in them).
-HOST_CORE_OBJS := $(filter-out $(BUILD)/daemon/backends/cuda.o $(BUILD)/daemon/backends/backend.o $(CUDA_OBJS),$(CORE_OBJS)) \
-	$(HOST_CUDA)/daemon/backends/cuda.o $(HOST_CUDA)/daemon/backends/backend.o
+HOST_CORE_OBJS := $(filter-out $(CUDA_BACKEND_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/daemon/backends/backend.o $(CUDA_OBJS),$(CORE_OBJS)) \
+	$(CUDA_BACKEND_SRCS:%.c=$(HOST_CUDA)/%.o) $(HOST_CUDA)/daemon/backends/backend.o
 HOST_CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm -ldl
 HOST_CFLAGS    := -Itests/cuda_host $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -DBN_HAVE_CUDA -DBN_CUDA_HOST -Ikernels/cuda
 HOST_CXXFLAGS  := -Itests/cuda_host -std=gnu++17 $(filter-out -Wstrict-prototypes -Wmissing-prototypes,$(WARN)) \

@@ -12,9 +12,11 @@
  *    also the LM head.
  *
  * A step uploads one contiguous block of inputs (embeddings, RoPE cos/sin computed by the
- * host exactly as the CPU does, KV slots, block tables, which tokens need logits, penalties
- * and sampling rows), runs every layer, the LM head of the rows that want a token and the
- * sampler, and copies back only token ids and log-probabilities.
+ * host exactly as the CPU does, KV slots, block tables, which tokens need logits, penalties,
+ * sampling rows and scored targets), runs every layer, the LM head of the logits rows (the
+ * rows that want a token, every position of verify rows and scored rows: cuda_rows.h) and the
+ * sampler, and copies back only token ids and log-probabilities. Forks and rewinds of
+ * sequences are cuda_seq.h's.
  *
  * Every CUDA call is checked; a failed one ends the step with -EIO (the scheduler fails that
  * batch's requests) after one log line naming the call and the CUDA error.
@@ -24,6 +26,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "cuda_kernels.h"
+#include "cuda_rows.h"
+#include "cuda_seq.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "quant.h"
@@ -65,14 +69,16 @@ struct step_inputs {
 	uint32_t *len;                /* [n_tok] positions each token attends over */
 	uint32_t *table_off;          /* [n_tok] where its row's block table starts */
 	uint32_t *tables;             /* [n_rows][max blocks] */
-	uint32_t *out_rows;           /* [n_out] token index of each row that wants a token */
+	uint32_t *out_rows;           /* [n_out] token index of each logits row (cuda_rows.h) */
 	struct bn_cuda_penalty *pen;  /* [n_pen] */
 	struct bn_cuda_sample_row *rank; /* [n_rank] */
+	struct bn_cuda_score_row *score; /* [n_score] */
 	size_t bytes;
 };
 
 struct step_shape {
-	uint32_t n_tok, n_rows, n_out, max_blocks, n_pen, n_rank;
+	uint32_t n_tok, n_rows, max_blocks;
+	struct cuda_rows_shape out;   /* the logits rows */
 };
 
 struct cuda_backend {
@@ -105,11 +111,9 @@ struct cuda_backend {
 	uint32_t logits_rows;
 	void *sample_scratch;
 	size_t sample_scratch_bytes;
-	void *res_dev, *res_host;     /* tokens [rows] then results [rows] */
+	void *res_dev, *res_host;     /* struct cuda_answers of res_rows rows */
 	uint32_t res_rows;
-	struct bn_sampler sampler;    /* host scratch for the penalty lists */
-	struct bn_penalty *pen_list;
-	uint32_t pen_cap;
+	struct cuda_rows rows;        /* host scratch for the penalty lists */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -380,9 +384,10 @@ static void carve_inputs(const struct cuda_backend *cb, struct carver *c, const 
 	in->len = carve(c, (size_t)s->n_tok * 4);
 	in->table_off = carve(c, (size_t)s->n_tok * 4);
 	in->tables = carve(c, (size_t)s->n_rows * s->max_blocks * 4);
-	in->out_rows = carve(c, (size_t)s->n_out * 4);
-	in->pen = carve(c, (size_t)s->n_pen * sizeof(struct bn_cuda_penalty));
-	in->rank = carve(c, (size_t)s->n_rank * sizeof(struct bn_cuda_sample_row));
+	in->out_rows = carve(c, (size_t)s->out.n_out * 4);
+	in->pen = carve(c, (size_t)s->out.n_pen * sizeof(struct bn_cuda_penalty));
+	in->rank = carve(c, (size_t)s->out.n_rank * sizeof(struct bn_cuda_sample_row));
+	in->score = carve(c, (size_t)s->out.n_score * sizeof(struct bn_cuda_score_row));
 	in->bytes = c->at;
 }
 
@@ -425,11 +430,13 @@ static int reserve_outputs(struct cuda_backend *cb, uint32_t rows, uint32_t rank
 		cudaFreeHost(cb->res_host);
 		cb->res_dev = cb->res_host = NULL;
 		cb->res_rows = 0;
-		size_t bytes = (size_t)rows * (sizeof(uint32_t) + sizeof(struct bn_cuda_sample_result));
+		size_t bytes = cuda_answers_bytes(rows);
 		CUDA_TRY(cudaMalloc(&cb->res_dev, bytes));
 		CUDA_TRY(cudaMallocHost(&cb->res_host, bytes));
 		cb->res_rows = rows;
 	}
+	uint32_t group = cuda_rows_rank_group(n_vocab); /* rows a sampler call ranks at most */
+	rank_rows = rank_rows < group ? rank_rows : group;
 	size_t need = rank_rows ? bn_cuda_sample_scratch_bytes(n_vocab, rank_rows) : 0;
 	if (need > cb->sample_scratch_bytes) {
 		cudaFree(cb->sample_scratch);
@@ -469,8 +476,7 @@ static void cuda_close(void *self)
 	free(cb->layers);
 	free(cb->rope_freq);
 	free(cb->seq_len);
-	free(cb->pen_list);
-	bn_sampler_free(&cb->sampler);
+	cuda_rows_free(&cb->rows);
 	bn_model_free(&cb->model);
 	free(cb);
 }
@@ -494,6 +500,8 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 	desc->lm_head = BN_HEAD_FILE;
 	desc->decode_layout = bn_model_is_ternary(&cb->model) ? BN_DECODE_LAYOUT_2BIT
 							      : BN_DECODE_LAYOUT_NONE;
+	desc->can_score = 1;
+	desc->can_classify = 1; /* score rows and seq_fork */
 	size_t free_b = 0, total = 0;
 	if (cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
 		uint64_t headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;
@@ -538,7 +546,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 	if (!cb)
 		return -ENOMEM;
 	uint64_t t0 = bn_now_ns();
-	bn_sampler_init(&cb->sampler);
+	cuda_rows_init(&cb->rows);
 	cudaError_t e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
 	rc = e != cudaSuccess ? cuda_failed("cudaStreamCreate", e) : open_model(cb, opt);
 	rc = rc ? rc : upload_model(cb);
@@ -596,6 +604,29 @@ static void cuda_seq_close(void *self, uint32_t seq)
 	(void)seq;
 }
 
+/* What forks and rewinds (cuda_seq.h) touch. */
+static struct cuda_seqs seqs_of(struct cuda_backend *cb)
+{
+	return (struct cuda_seqs){ .len = cb->seq_len, .max_seqs = cb->max_seqs,
+				   .n_ctx = cb->model.cfg.n_ctx, .kv_k = cb->kv_k, .kv_v = cb->kv_v,
+				   .n_layer = cb->model.cfg.n_layer, .blocks = cb->kv_blocks,
+				   .block_tokens = cb->kv_block_tokens, .kv_dim = cb->kv_dim,
+				   .stream = cb->stream };
+}
+
+static int cuda_seq_fork(void *self, uint32_t seq, uint32_t start, uint32_t dst_block,
+			 uint32_t src_block, uint32_t n_copy)
+{
+	struct cuda_seqs s = seqs_of(self);
+	return cuda_seqs_fork(&s, seq, start, dst_block, src_block, n_copy);
+}
+
+static int cuda_seq_rewind(void *self, uint32_t seq, uint32_t length)
+{
+	struct cuda_seqs s = seqs_of(self);
+	return cuda_seqs_rewind(&s, seq, length);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The step: inputs                                                                            */
 /* ------------------------------------------------------------------------------------------ */
@@ -613,12 +644,6 @@ static int blocks_valid(const struct cuda_backend *cb, const struct bn_batch *b)
 	return 1;
 }
 
-static int plain_greedy(const struct bn_sample_ctx *s)
-{
-	const struct bn_sampling *p = s->params;
-	return (p->temperature == 0 || p->top_k == 1) && !p->want_logprobs;
-}
-
 static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, uint32_t n_tok,
 		       struct step_shape *s)
 {
@@ -626,19 +651,15 @@ static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, 
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		uint32_t nb = (b->pos[r] + b->lens[r] + cb->kv_block_tokens - 1) / cb->kv_block_tokens;
 		s->max_blocks = nb > s->max_blocks ? nb : s->max_blocks;
-		if (!b->sample[r])
-			continue;
-		s->n_out++;
-		s->n_pen += b->sample[r]->n_prompt + b->sample[r]->n_output;
-		s->n_rank += !plain_greedy(b->sample[r]);
 	}
+	cuda_rows_count(b, &s->out);
 }
 
 static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
 			uint32_t max_blocks)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
-	uint32_t t = 0, n_out = 0, bt = cb->kv_block_tokens;
+	uint32_t t = 0, bt = cb->kv_block_tokens;
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		memcpy(in->tables + (size_t)r * max_blocks, b->blocks[r],
 		       (b->pos[r] + b->lens[r] + bt - 1) / bt * sizeof(uint32_t));
@@ -651,46 +672,8 @@ static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const
 			in->len[t] = pos + 1;
 			in->table_off[t] = r * max_blocks;
 		}
-		if (b->sample[r])
-			in->out_rows[n_out++] = t - 1;
 	}
-}
-
-/* Penalty entries and ranking rows of the rows that want tokens (out-row numbering). */
-static int fill_sampling(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
-			 struct step_shape *s)
-{
-	uint32_t n_vocab = cb->model.cfg.n_vocab, o = 0;
-	s->n_pen = s->n_rank = 0;
-	for (uint32_t r = 0; r < b->n_rows; r++) {
-		const struct bn_sample_ctx *ctx = b->sample[r];
-		if (!ctx)
-			continue;
-		uint32_t room = ctx->n_prompt + ctx->n_output;
-		if (room > cb->pen_cap) {
-			struct bn_penalty *p = realloc(cb->pen_list, room * sizeof(*p));
-			if (!p)
-				return -ENOMEM;
-			cb->pen_list = p;
-			cb->pen_cap = room;
-		}
-		uint32_t n = bn_sample_penalties(&cb->sampler, ctx, n_vocab, cb->pen_list);
-		for (uint32_t i = 0; i < n; i++)
-			in->pen[s->n_pen++] = (struct bn_cuda_penalty){
-				o, cb->pen_list[i].token, cb->pen_list[i].repeat, cb->pen_list[i].subtract };
-		if (!plain_greedy(ctx)) {
-			const struct bn_sampling *p = ctx->params;
-			in->rank[s->n_rank++] = (struct bn_cuda_sample_row){
-				.logit_row = o, .temperature = p->temperature, .top_k = p->top_k,
-				.top_p = p->top_p, .min_p = p->min_p,
-				.u = bn_sample_uniform(p->seed, ctx->n_output),
-				.n_top = p->want_logprobs ? p->n_logprobs : 0,
-				.want_logprob = p->want_logprobs,
-			};
-		}
-		o++;
-	}
-	return 0;
+	cuda_rows_tokens(b, in->out_rows);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -776,45 +759,25 @@ static int layer_forward(struct cuda_backend *cb, uint32_t li, const struct step
 	return rc ? cuda_failed("layer kernels", rc) : 0;
 }
 
-/* Final norm of the tokens that want logits, the LM head, then the sampler. */
+/* Final norm of the tokens that want logits, the LM head, then the sampler and the scores
+ * (cuda_rows.h). */
 static int output_and_sample(struct cuda_backend *cb, const struct step_inputs *in,
 			     const struct step_shape *s)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
 	cudaStream_t st = cb->stream;
-	uint32_t *tokens = cb->res_dev;
-	struct bn_cuda_sample_result *res = (void *)(tokens + cb->res_rows);
+	struct cuda_rows_device d = {
+		.logits = cb->logits, .n_vocab = c->n_vocab, .pen = in->pen, .rank = in->rank,
+		.score = in->score, .scratch = cb->sample_scratch,
+		.scratch_bytes = cb->sample_scratch_bytes,
+		.out = cuda_answers_at(cb->res_dev, cb->res_rows),
+	};
 	int rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, in->out_rows, cb->output_norm,
-				 c->n_embd, s->n_out, c->rms_eps, st);
-	rc = rc ? rc : linear(cb, &cb->output, cb->xb, cb->ld_wide, s->n_out, cb->logits, c->n_vocab, 0);
-	rc = rc ? rc : bn_cuda_penalize(cb->logits, c->n_vocab, in->pen, s->n_pen, st);
-	rc = rc ? rc : bn_cuda_argmax(cb->logits, c->n_vocab, c->n_vocab, s->n_out, tokens, st);
-	rc = rc ? rc : bn_cuda_sample(cb->logits, c->n_vocab, c->n_vocab, in->rank, s->n_rank,
-				      cb->sample_scratch, cb->sample_scratch_bytes, res, st);
+				 c->n_embd, s->out.n_out, c->rms_eps, st);
+	rc = rc ? rc : linear(cb, &cb->output, cb->xb, cb->ld_wide, s->out.n_out, cb->logits,
+			      c->n_vocab, 0);
+	rc = rc ? rc : cuda_rows_answer(&d, &s->out, st);
 	return rc ? cuda_failed("output kernels", rc) : 0;
-}
-
-/* Tokens and log-probabilities back into out[]: argmax for plain greedy rows, the ranking
- * results in order for the others. */
-static void collect(const struct cuda_backend *cb, const struct bn_batch *b, struct bn_sample_out *out)
-{
-	const uint32_t *tokens = cb->res_host;
-	const struct bn_cuda_sample_result *res = (const void *)(tokens + cb->res_rows);
-	uint32_t o = 0, k = 0;
-	for (uint32_t r = 0; r < b->n_rows; r++) {
-		if (!b->sample[r])
-			continue;
-		struct bn_sample_out *so = &out[r];
-		*so = (struct bn_sample_out){ .top = so->top, .token = tokens[o++] };
-		if (plain_greedy(b->sample[r]))
-			continue;
-		const struct bn_cuda_sample_result *x = &res[k++];
-		so->token = x->token;
-		so->logprob = x->logprob;
-		so->n_top = so->top ? x->n_top : 0;
-		for (uint32_t i = 0; i < so->n_top; i++)
-			so->top[i] = (struct bn_token_logprob){ x->top[i].token, x->top[i].logprob };
-	}
 }
 
 static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct step_shape *s,
@@ -822,29 +785,31 @@ static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct st
 {
 	struct step_inputs host, dev;
 	int rc = reserve_activations(cb, s->n_tok);
-	rc = rc ? rc : reserve_outputs(cb, s->n_out, s->n_rank);
+	rc = rc ? rc : reserve_outputs(cb, s->out.n_out, s->out.n_rank);
 	rc = rc ? rc : reserve_inputs(cb, s, &host, &dev);
 	if (rc)
 		return rc;
 	fill_tokens(cb, b, &host, s->max_blocks);
-	if ((rc = fill_sampling(cb, b, &host, s)) != 0)
+	rc = cuda_rows_fill(&cb->rows, b, cb->model.cfg.n_vocab, host.pen, host.rank, host.score,
+			    &s->out);
+	if (rc)
 		return rc;
 	CUDA_TRY(cudaMemcpyAsync(cb->in_dev, cb->in_host, host.bytes, cudaMemcpyHostToDevice,
 				 cb->stream));
 	cb->x = dev.x;
 	for (uint32_t li = 0; li < cb->model.cfg.n_layer && rc == 0; li++)
 		rc = layer_forward(cb, li, &dev, s->n_tok);
-	if (rc == 0 && s->n_out)
+	if (rc == 0 && s->out.n_out)
 		rc = output_and_sample(cb, &dev, s);
 	if (rc)
 		return rc;
-	size_t back = (size_t)cb->res_rows * sizeof(uint32_t) +
-		      (size_t)s->n_rank * sizeof(struct bn_cuda_sample_result);
-	if (s->n_out)
+	size_t back = cuda_answers_back(cb->res_rows, s->out.n_rank);
+	if (s->out.n_out)
 		CUDA_TRY(cudaMemcpyAsync(cb->res_host, cb->res_dev, back, cudaMemcpyDeviceToHost,
 					 cb->stream));
 	CUDA_TRY(cudaStreamSynchronize(cb->stream));
-	collect(cb, b, out);
+	struct cuda_answers answers = cuda_answers_at(cb->res_host, cb->res_rows);
+	cuda_rows_collect(b, &answers, out);
 	return 0;
 }
 
@@ -874,5 +839,7 @@ const struct bn_backend_ops bn_backend_cuda = {
 	.kv_init = cuda_kv_init,
 	.seq_open = cuda_seq_open,
 	.seq_close = cuda_seq_close,
+	.seq_fork = cuda_seq_fork,
+	.seq_rewind = cuda_seq_rewind,
 	.step = cuda_step,
 };
