@@ -10,6 +10,7 @@
  *  - norms as F32. The embedding table stays on the host: a step looks up its new tokens there
  *    (n_tok rows, the bytes a step uploads anyway), so it costs no device memory unless it is
  *    also the LM head.
+ * Those device layouts come from the packed-weight cache when it holds them (cuda_wcache.h).
  *
  * A step uploads one contiguous block of inputs (embeddings, RoPE cos/sin computed by the
  * host exactly as the CPU does, KV slots, block tables, which tokens need logits, penalties,
@@ -28,9 +29,9 @@
 #include "cuda_kernels.h"
 #include "cuda_rows.h"
 #include "cuda_seq.h"
+#include "cuda_wcache.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "quant.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -42,7 +43,6 @@
 
 #define ALIGN 256                    /* device and staging sub-buffers */
 #define KV_HEADROOM_MIN (1ull << 30) /* device memory kept free of KV for step scratch */
-#define UPLOAD_CHUNK (64u << 20)     /* host staging for converting weights */
 /* Relative cost of an attention multiply-add to a weight multiply-add, for the scheduler's token
  * budget: not measured on a GPU yet, so multiply-adds are counted as equal. */
 #define CUDA_ATTN_MAC_COST 1.0
@@ -83,6 +83,7 @@ struct step_shape {
 
 struct cuda_backend {
 	struct bn_model model;
+	struct cuda_wcache wcache;    /* where the weights came from */
 	cudaStream_t stream;
 	void **allocs;                /* device buffers of the weights */
 	uint32_t n_allocs, cap_allocs;
@@ -236,37 +237,6 @@ static int upload_vec(struct cuda_backend *cb, const float *v, uint32_t n, float
 	return v ? upload(cb, v, (size_t)n * sizeof(float), (void **)out) : 0;
 }
 
-/* Rows of a float matrix converted to the device type, UPLOAD_CHUNK at a time. F16 rows go
- * as they are; everything else through bn_dequant_row to F32 (exact for BF16, Q8_0, Q6_K). */
-static int upload_float_rows(const struct bn_linear *w, const struct bn_cuda_fmat *f, void *dev)
-{
-	const struct bn_gguf_tensor *t = w->src;
-	size_t esize = f->type == BN_CUDA_F16 ? 2 : 4, row = (size_t)f->ld * esize;
-	uint32_t per_chunk = (uint32_t)(UPLOAD_CHUNK / row) ? (uint32_t)(UPLOAD_CHUNK / row) : 1;
-	char *stage = calloc(per_chunk, row);
-	if (!stage)
-		return -ENOMEM;
-	int rc = 0;
-	for (uint32_t o0 = 0; o0 < w->n_out && rc == 0; o0 += per_chunk) {
-		uint32_t n = w->n_out - o0 < per_chunk ? w->n_out - o0 : per_chunk;
-		for (uint32_t o = 0; o < n && rc == 0; o++) {
-			char *dst = stage + (size_t)o * row;
-			if (f->type == BN_CUDA_F16)
-				memcpy(dst, (const char *)t->data + (size_t)(o0 + o) * w->n_in * 2,
-				       (size_t)w->n_in * 2);
-			else if (bn_dequant_row(t->type, t->data, t->size, o0 + o, w->n_in, (float *)dst))
-				rc = -EINVAL;
-		}
-		cudaError_t e = rc ? cudaSuccess
-				   : cudaMemcpy((char *)dev + (size_t)o0 * row, stage, (size_t)n * row,
-						cudaMemcpyHostToDevice);
-		if (e != cudaSuccess)
-			rc = cuda_failed("cudaMemcpy(weights)", e);
-	}
-	free(stage);
-	return rc;
-}
-
 static int upload_linear(struct cuda_backend *cb, const struct bn_linear *w, struct dev_linear *d)
 {
 	memset(d, 0, sizeof(*d));
@@ -279,18 +249,14 @@ static int upload_linear(struct cuda_backend *cb, const struct bn_linear *w, str
 					(void **)&d->t2.scale);
 	}
 	d->kind = DEV_FLOAT;
-	int f16 = w->src->type == BN_TYPE_F16;
-	d->f = (struct bn_cuda_fmat){ .type = f16 ? BN_CUDA_F16 : BN_CUDA_F32, .n_in = w->n_in,
-				      .n_out = w->n_out, .ld = round_up(w->n_in, 16) };
-	uint32_t rows = f16 ? round_up(w->n_out, 64) : w->n_out;
-	size_t bytes = (size_t)rows * d->f.ld * (f16 ? 2 : 4);
+	size_t bytes;
+	cuda_wcache_layout(w, &d->f, &bytes);
 	void *dev;
 	int rc = dev_alloc(cb, bytes, &dev);
 	if (rc)
 		return rc;
-	CUDA_TRY(cudaMemset(dev, 0, bytes));
 	d->f.data = dev;
-	return upload_float_rows(w, &d->f, dev);
+	return cuda_wcache_upload(&cb->wcache, w, &d->f, dev, bytes);
 }
 
 static int upload_layer(struct cuda_backend *cb, const struct bn_layer *L, struct dev_layer *d)
@@ -477,6 +443,7 @@ static void cuda_close(void *self)
 	free(cb->rope_freq);
 	free(cb->seq_len);
 	cuda_rows_free(&cb->rows);
+	cuda_wcache_close(&cb->wcache); /* first: its writer reads the model's T2 planes */
 	bn_model_free(&cb->model);
 	free(cb);
 }
@@ -512,8 +479,8 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 static int open_model(struct cuda_backend *cb, const struct bn_backend_options *opt)
 {
 	char err[BN_MODEL_ERR_LEN];
-	/* the device gets the file's float rows (upload_float_rows); no host panels */
-	if (bn_model_load_as(&cb->model, opt->model_path, BN_FLOAT_IN_PLACE, err) != 0) {
+	/* the device gets the file's float rows (cuda_wcache_upload); no host panels */
+	if (cuda_wcache_load(&cb->wcache, opt->model_path, opt->cache_dir, &cb->model, err) != 0) {
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
 		return -EINVAL;
 	}
@@ -555,12 +522,14 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 		return rc;
 	}
 	const struct bn_model_config *c = &cb->model.cfg;
+	double load_ms = (double)(bn_now_ns() - t0) / 1e6;
+	enum bn_weights_cache from = cuda_wcache_ready(&cb->wcache, &cb->model, load_ms * 1e-3);
 	/* --lm-head and --decode-layout are the cpu backend's: the line says what runs here */
-	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f lm_head=\"full\" decode_layout=\"%s\" load_ms=%.0f",
+	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f lm_head=\"full\" decode_layout=\"%s\" load_ms=%.0f weights_cache=%s cache=\"%s\"",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
 		    c->n_ctx, (double)cb->weight_bytes / (1 << 20),
-		    bn_model_is_ternary(&cb->model) ? "2bit" : "none",
-		    (double)(bn_now_ns() - t0) / 1e6);
+		    bn_model_is_ternary(&cb->model) ? "2bit" : "none", load_ms,
+		    bn_weights_cache_names[from], cb->wcache.path);
 	describe(cb, desc);
 	*self = cb;
 	return 0;
