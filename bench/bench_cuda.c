@@ -294,7 +294,9 @@ int main(int argc, char **argv)
 	cublasDestroy(blas);
 
 	struct engine e = { .ops = &bn_backend_cuda };
-	struct bn_backend_options opt = { .model_path = argv[2], .max_seqs = MAX_SEQS };
+	/* no weights cache: a writer thread would share the machine with the measurement */
+	struct bn_backend_options opt = { .model_path = argv[2], .cache_dir = "none",
+					  .max_seqs = MAX_SEQS };
 	check(e.ops->open(&opt, &e.desc, &e.self) ? 1 : 0, "backend open");
 	check(e.ops->kv_init(e.self, MAX_SEQS * SEQ_BLOCKS, BLOCK_TOKENS) ? 1 : 0, "kv_init");
 	e.tables = malloc((size_t)MAX_SEQS * SEQ_BLOCKS * 4);

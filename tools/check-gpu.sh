@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # check-gpu.sh — the GPU run in one command, sized for one short GPU lease (under 6 minutes on
-# an H100): the CUDA suite, a cuda daemon's greedy ids against a cpu daemon's, bench_cuda on the
+# an H100): the CUDA suites (the kernels and the backend, tests/test_cuda.c; every request kind,
+# tests/test_cuda_ops.c), a cuda daemon's greedy ids against a cpu daemon's, bench_cuda on the
 # 2B4T-shape model and the serving benchmark against a cuda daemon, each part under its own
 # time limit, everything written to one log.
 #
@@ -89,6 +90,9 @@ if [ "$backend" = cuda ]; then
 		exit 77
 	fi
 	[ "$rc" = 0 ] || failed=1
+	part "request kinds on the GPU (test_cuda_ops)" 150 env BITNET_TEST_MODELS="$models" \
+		BITNET_MODEL_TOOL="$build/bitnet-model" BITNET_CLI="$build/bitnet-cli" \
+		BITNET_DEFAULT_MODEL="$build/models/tiny.gguf" "$build/tests/test_cuda_ops"
 	part "model file" 90 bench_model_file
 	part "bench_cuda" 120 "$build/bench/bench_cuda" --model "$model"
 else
