@@ -31,15 +31,16 @@
 #   make bench-compare        bitnetd's kernel variants beside llama.cpp/bitnet.cpp (if named)
 #   make bench-lut            an exact table-lookup ternary kernel against the AVX2 kernels
 #   make bench-busy           short requests and batch-1 decoding with a busy loop per CPU
-#   make check-cuda-host      the cuda backend's suite and the host harness's own checks on the
-#                             CPU (tests/cuda_host: kernels/cuda and backends/cuda.c, unchanged,
+#   make check-cuda-host      the cuda backend's suites and the host harness's own checks on the
+#                             CPU (tests/cuda_host: kernels/cuda and backends/cuda*.c, unchanged,
 #                             built with the host compilers; part of check-c, every machine);
 #                             build/cuda-host/bitnetd runs --backend cuda on the CPU; then
 #                             bench_cuda's code end to end there (bench_cuda_host --quick)
-#   make check-gpu            on a GPU machine: the CUDA suites (test_cuda, test_cuda_fast),
-#                             cuda vs cpu greedy ids (base and --cuda-kernels fast), bench_cuda
-#                             with base, fast and all side by side, and bench-serve on a cuda
-#                             daemon (tools/check-gpu.sh; within 560 s, log in gpu-check.log)
+#   make check-gpu            on a GPU machine: the CUDA suites (test_cuda, test_cuda_fast,
+#                             test_cuda_ops), cuda vs cpu greedy ids (base and --cuda-kernels
+#                             fast), bench_cuda with base, fast and all side by side, and
+#                             bench-serve on a cuda daemon (tools/check-gpu.sh; within 560 s,
+#                             log in gpu-check.log)
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark, the --cuda-kernels variants side by side (needs a
@@ -160,8 +161,8 @@ NVCC_FLAGS := -std=c++17 -O3 -lineinfo -gencode arch=compute_90,code=sm_90 \
 # The kernels a decode or prefill step spends its time in: a register spill there fails the
 # build (the element-wise kernels and CUB's sort are reported, not held to it).
 CUDA_HOT_KERNELS := gemv_dp4a_kernel gemm_tc_kernel f32_gemm_kernel f16_gemm_kernel attend_kernel \
-	argmax_kernel rank_prep_kernel pick_kernel gemv16_kernel mma_kernel attend_split_kernel \
-	merge_splits_kernel
+	argmax_kernel rank_prep_kernel pick_kernel score_kernel gemv16_kernel mma_kernel \
+	attend_split_kernel merge_splits_kernel
 endif
 
 # libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
@@ -206,11 +207,13 @@ TESTS    := $(TEST_UNIT:%=$(BUILD)/tests/%) $(TEST_TOOLS:%=$(BUILD)/tests/%)
 DEFAULT_MODEL := $(BUILD)/models/tiny.gguf
 CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm $(CUDA_LIBS)
 
-# The CUDA host harness (tests/cuda_host/README.md): kernels/cuda/*.cu and backends/cuda.c, the
+# The CUDA host harness (tests/cuda_host/README.md): kernels/cuda/*.cu and backends/cuda*.c, the
 # same files, built with the host compilers against tests/cuda_host's CUDA headers, so that the
 # cuda backend runs (slowly) on the CPU of every machine, with or without nvcc, and under the
-# sanitizers: $(BUILD)/cuda-host/bitnetd (--backend cuda), tests/test_cuda_host (the cuda
-# suite, tests/test_cuda.c) and tests/test_cuda_harness (the harness's own checks and mutants).
+# sanitizers: $(BUILD)/cuda-host/bitnetd (--backend cuda), the cuda suites (tests/test_cuda.c,
+# test_cuda_ops.c, test_cuda_fast.c, test_cuda_fast_ops.c) as tests/test_cuda_host,
+# test_cuda_ops_host, test_cuda_fast_host and test_cuda_fast_ops_host, and
+# tests/test_cuda_harness (the harness's own checks and mutants).
 # Device code goes into a shared object of its own, whose thread-local block is then its
 # __shared__ memory (the harness poisons it before every block). g++ does not know nvcc's
 # `#pragma unroll`; -ffp-contract=off keeps a * b + c from fusing where CUDA's _rn calls forbid it.
@@ -235,7 +238,8 @@ HOST_CXXFLAGS  := -Itests/cuda_host -std=gnu++17 $(filter-out -Wstrict-prototype
 # bookkeeping, which every fiber touches, would order the fibers behind the device code's back
 # (or be reported itself); it tells TSan what CUDA synchronises instead (BN_CUDA_HOST_TSAN).
 HOST_RT_CFLAGS := $(if $(findstring thread,$(SANITIZE)),$(filter-out -fsanitize=%,$(HOST_CFLAGS)) -DBN_CUDA_HOST_TSAN,$(HOST_CFLAGS))
-HOST_TESTS     := test_cuda_harness test_cuda_host test_cuda_fast_host
+HOST_TESTS     := test_cuda_harness test_cuda_host test_cuda_ops_host test_cuda_fast_host \
+	test_cuda_fast_ops_host
 TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
@@ -378,13 +382,13 @@ $(HOST_BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(HOST_CORE_A) $(HOST_KERNEL
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(HOST_CORE_LIBS) $(HUB_LIBS) -Wl,-rpath,'$$ORIGIN'
 
-$(BUILD)/tests/test_cuda_host: $(HOST_CUDA)/tests/test_cuda.o $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o \
-		$(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(HOST_CORE_LIBS) $(JANSSON_LIBS) -Wl,-rpath,'$$ORIGIN/../cuda-host'
-
-$(BUILD)/tests/test_cuda_fast_host: $(HOST_CUDA)/tests/test_cuda_fast.o $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o \
-		$(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
+# The cuda suites (tests/test_cuda*.c) on the harness: test_cuda_host, test_cuda_ops_host,
+# test_cuda_fast_host, test_cuda_fast_ops_host.
+$(BUILD)/tests/test_cuda_host $(BUILD)/tests/test_cuda_ops_host $(BUILD)/tests/test_cuda_fast_host \
+		$(BUILD)/tests/test_cuda_fast_ops_host: \
+		$(BUILD)/tests/%_host: $(HOST_CUDA)/tests/%.o \
+		$(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) \
+		$(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(HOST_CORE_LIBS) $(JANSSON_LIBS) -Wl,-rpath,'$$ORIGIN/../cuda-host'
 

@@ -438,7 +438,9 @@ static void reset(struct engine *e, uint32_t n)
 static void engine_open(struct engine *e, const char *model, const char *name)
 {
 	*e = (struct engine){ .name = name, .ops = &bn_backend_cuda };
-	struct bn_backend_options opt = { .model_path = model, .max_seqs = MAX_SEQS, .cuda_kernels = name };
+	/* no weights cache: a writer thread would share the machine with the measurement */
+	struct bn_backend_options opt = { .model_path = model, .cache_dir = "none", .max_seqs = MAX_SEQS,
+					  .cuda_kernels = name };
 	need(e->ops->open(&opt, &e->desc, &e->self), "backend open");
 	/* sequence 0 long, the others short: every variant's cache fits beside the others' */
 	uint32_t blocks = shape.long_blocks + (MAX_SEQS - 1) * SHORT_BLOCKS;

@@ -20,6 +20,8 @@
 #define MAX_TEMPERATURE 2.0
 #define MAX_PENALTY 2.0
 #define MAX_CHAT_TOP_LOGPROBS 20
+/* The daemon's range (shm/PROTOCOL.md §4.4). */
+#define MAX_REPETITION_PENALTY 100.0
 
 /* ---- fields ------------------------------------------------------------------------------ */
 
@@ -71,26 +73,64 @@ static int get_bool(json_t *root, const char *name, int *out, struct gw_error *e
 	return 0;
 }
 
-/* Fields the gateway cannot honour: refused when present with anything but their neutral
- * value, so no request is answered as if they had been applied. */
+/* The top-level fields each endpoint takes: OpenAI's that the gateway honours (and vLLM's
+ * top_k, min_p and repetition_penalty), and those whose value changes nothing here (user, an
+ * identifier; metadata, kept only with store). Any other field is refused, named. */
+static const char *const completions_fields[] = {
+	"model", "prompt", "max_tokens", "temperature", "top_p", "n", "best_of", "stream",
+	"stream_options", "stop", "presence_penalty", "frequency_penalty", "seed", "logprobs",
+	"echo", "user", "response_format", "top_k", "min_p", "repetition_penalty", NULL
+};
+static const char *const chat_fields[] = {
+	"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
+	"stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "seed",
+	"logprobs", "top_logprobs", "user", "safety_identifier", "prompt_cache_key", "metadata",
+	"response_format", "tools", "tool_choice", "parallel_tool_calls", "top_k", "min_p",
+	"repetition_penalty", NULL
+};
+
+/* Fields taken only with their neutral value (absent, null, empty, false, "none", text only):
+ * any other is refused, so no request is answered as if it had been applied. */
+static int neutral(const char *name, json_t *v, enum gw_endpoint kind)
+{
+	if (json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
+	    (json_is_array(v) && json_array_size(v) == 0))
+		return !strcmp(name, "logit_bias") || (kind == GW_COMPLETIONS && !strcmp(name, "suffix")) ||
+		       (kind == GW_CHAT && (!strcmp(name, "functions") || !strcmp(name, "audio") ||
+					    !strcmp(name, "prediction") || !strcmp(name, "store") ||
+					    !strcmp(name, "service_tier") || !strcmp(name, "modalities") ||
+					    !strcmp(name, "function_call")));
+	if (kind == GW_COMPLETIONS)
+		return !strcmp(name, "suffix") && json_is_string(v) && json_string_length(v) == 0;
+	if (!strcmp(name, "store"))
+		return json_is_false(v);
+	if (!strcmp(name, "function_call"))
+		return json_is_string(v) && !strcmp(json_string_value(v), "none");
+	if (!strcmp(name, "service_tier"))
+		return json_is_string(v) && (!strcmp(json_string_value(v), "auto") ||
+					     !strcmp(json_string_value(v), "default"));
+	if (!strcmp(name, "modalities"))
+		return json_is_array(v) && json_array_size(v) == 1 &&
+		       json_is_string(json_array_get(v, 0)) &&
+		       !strcmp(json_string_value(json_array_get(v, 0)), "text");
+	return 0;
+}
+
 static int refuse_unsupported(json_t *root, enum gw_endpoint kind, struct gw_error *err)
 {
-	static const char *const any_value[] = { "tools", "functions", "tool_choice",
-						 "function_call", "logit_bias", "suffix",
-						 "audio", "modalities", "prediction" };
-	for (size_t i = 0; i < sizeof(any_value) / sizeof(any_value[0]); i++) {
-		json_t *v = json_object_get(root, any_value[i]);
-		if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
-		    !(json_is_array(v) && json_array_size(v) == 0)) {
-			gw_error_set(err, 400, any_value[i], "%s is not supported", any_value[i]);
+	const char *const *fields = kind == GW_CHAT ? chat_fields : completions_fields;
+	const char *name;
+	json_t *v;
+	json_object_foreach(root, name, v)
+	{
+		size_t i = 0;
+		while (fields[i] && strcmp(fields[i], name))
+			i++;
+		if (!fields[i] && !neutral(name, v, kind)) {
+			gw_error_set(err, 400, name, "%.64s is not supported on %s", name,
+				     kind == GW_CHAT ? "/v1/chat/completions" : "/v1/completions");
 			return -1;
 		}
-	}
-	json_t *rf = json_object_get(root, "response_format");
-	const char *rf_type = json_string_value(json_object_get(rf, "type"));
-	if (kind == GW_CHAT && rf && !json_is_null(rf) && (!rf_type || strcmp(rf_type, "text"))) {
-		gw_error_set(err, 400, "response_format", "only {\"type\": \"text\"} is supported");
-		return -1;
 	}
 	long long best_of = 1, n = 1;
 	if (get_int(root, "best_of", 1, GW_MAX_N, &best_of, NULL, err) < 0 ||
@@ -132,12 +172,21 @@ static int parse_stop(struct gw_job *job, json_t *root, struct gw_error *err)
 	return 0;
 }
 
-/* temperature, top_p, penalties, seed. */
+/* temperature, top_p, penalties, seed; vLLM's top_k (-1 or 0: off), min_p (0: off) and
+ * repetition_penalty (1: none). */
 static int parse_sampling(struct gw_job *job, json_t *root, struct gw_error *err)
 {
-	double temperature = 1.0, top_p = 1.0, presence = 0, frequency = 0;
-	long long seed = 0;
+	double temperature = 1.0, top_p = 1.0, presence = 0, frequency = 0, min_p = 0, rep = 1;
+	long long seed = 0, top_k = 0;
 	int seeded = 0;
+	if (get_int(root, "top_k", -1, INT32_MAX, &top_k, NULL, err) < 0 ||
+	    get_real(root, "min_p", 0, 1, &min_p, err) < 0 ||
+	    get_real(root, "repetition_penalty", 0, MAX_REPETITION_PENALTY, &rep, err) < 0)
+		return -1;
+	if (rep == 0) {
+		gw_error_set(err, 400, "repetition_penalty", "repetition_penalty must be above 0 (1: none)");
+		return -1;
+	}
 	if (get_real(root, "temperature", 0, MAX_TEMPERATURE, &temperature, err) < 0 ||
 	    get_real(root, "top_p", 0, 1, &top_p, err) < 0 ||
 	    get_real(root, "presence_penalty", -MAX_PENALTY, MAX_PENALTY, &presence, err) < 0 ||
@@ -153,6 +202,9 @@ static int parse_sampling(struct gw_job *job, json_t *root, struct gw_error *err
 	sp->top_p = top_p < 1 ? (float)top_p : 0;
 	sp->presence_penalty = (float)presence;
 	sp->frequency_penalty = (float)frequency;
+	sp->top_k = top_k > 0 ? (uint32_t)top_k : 0;
+	sp->min_p = (float)min_p;
+	sp->repetition_penalty = rep != 1 ? (float)rep : 0;
 	if (seeded) {
 		sp->seed = (uint64_t)seed;
 		job->flags |= BN_REQ_SEED;
@@ -224,6 +276,21 @@ static int parse_logprobs(struct gw_job *job, json_t *root, uint32_t max_logprob
 	return 0;
 }
 
+/* response_format, tools, tool_choice; a tool call is not cut by stop strings. */
+static int parse_structured(struct gw_job *job, json_t *root, const struct gw_model *model,
+			    struct gw_error *err)
+{
+	uint32_t tmpl = model->vocab ? bn_vocab_chat_template(model->vocab) : BN_CHAT_NONE;
+	if (gw_structured_parse(&job->structured, root, job->kind == GW_CHAT,
+				bn_chat_template_name(tmpl), err) < 0)
+		return -1;
+	if (job->structured.tools && job->n_stop) {
+		gw_error_set(err, 400, "stop", "stop strings would cut a tool call's arguments: leave stop out with tools");
+		return -1;
+	}
+	return 0;
+}
+
 void gw_job_free(struct gw_job *job)
 {
 	for (size_t i = 0; i < job->n_stop; i++)
@@ -233,6 +300,7 @@ void gw_job_free(struct gw_job *job)
 		free(job->prompts[i].text);
 	}
 	free(job->prompts);
+	gw_structured_free(&job->structured);
 	memset(job, 0, sizeof(*job));
 }
 
@@ -259,6 +327,7 @@ int gw_job_parse(struct gw_job *job, enum gw_endpoint kind, const char *body, si
 			     json_string_value(name), model->id);
 	else if (refuse_unsupported(root, kind, err) == 0 && parse_shape(job, root, err) == 0 &&
 		 parse_sampling(job, root, err) == 0 && parse_stop(job, root, err) == 0 &&
+		 parse_structured(job, root, model, err) == 0 &&
 		 parse_logprobs(job, root, max_logprobs, err) == 0 &&
 		 (kind == GW_CHAT || get_bool(root, "echo", &job->echo, err) == 0))
 		rc = gw_prompts_parse(job, root, model, err);

@@ -31,6 +31,20 @@ struct gw_prompt {
 #define GW_MAX_STOP 16
 #define GW_MAX_N 128
 
+/* What constrains the output (structured.c): response_format, or a tool call. */
+enum gw_tool_mode { GW_TOOLS_OFF, GW_TOOLS_NAMED, GW_TOOLS_REQUIRED };
+
+struct gw_structured {
+	uint32_t kind;            /* 0: not constrained; else BN_GRAMMAR_KIND_JSON_SCHEMA or _JSON */
+	uint32_t flags;           /* BN_GRAMMAR_JSON_* */
+	char *text;               /* the schema (compact JSON), malloc'd; NULL for kind JSON */
+	size_t len;
+	const char *param;        /* what a refusal of the grammar names: response_format, tools */
+	enum gw_tool_mode tools;
+	char tool_name[65];       /* GW_TOOLS_NAMED: the function */
+	char *prompt;             /* tools: the text the system message gains, malloc'd */
+};
+
 struct gw_job {
 	enum gw_endpoint kind;
 	uint32_t max_tokens;
@@ -48,6 +62,7 @@ struct gw_job {
 	struct gw_prompt *prompts;
 	size_t n_prompts;
 	int prompt_was_array;     /* an array of prompts: one prompt's failure is its choices' */
+	struct gw_structured structured;
 };
 
 /* Parses body as a request of kind for the model. 0, or -1 with *err set (a 400 or 404). */
@@ -57,5 +72,18 @@ void gw_job_free(struct gw_job *job);
 /* prompts.c: job->prompts from `prompt` (completions) or `messages` (chat). 0 or -1. */
 int gw_prompts_parse(struct gw_job *job, json_t *root, const struct gw_model *m,
 		     struct gw_error *err);
+
+/* structured.c: response_format, and on chat tools, tool_choice and parallel_tool_calls, into
+ * s (template_name: the chat template's, for the refusal of tool_choice "auto"). 0 or -1. */
+int gw_structured_parse(struct gw_structured *s, json_t *root, int chat,
+			const char *template_name, struct gw_error *err);
+void gw_structured_free(struct gw_structured *s);
+
+/* A tool call in an output so far: 1 with the function's name and where its arguments are in
+ * text (tool_choice "required": once the name is whole), else 0. state: GW_CALL_RUNNING (the
+ * wrapper's closing brace may be the last byte: held back), _WHOLE (ended with EOS), _CUT. */
+enum { GW_CALL_RUNNING, GW_CALL_WHOLE, GW_CALL_CUT };
+int gw_tool_call_split(const struct gw_structured *s, const char *text, size_t len, int state,
+		       char *name, size_t name_cap, size_t *args_at, size_t *args_len);
 
 #endif /* BITNET_GATEWAY_JOB_H */

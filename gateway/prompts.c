@@ -9,6 +9,7 @@
 #include "ring.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,30 +197,100 @@ static void free_messages(struct bn_chat_message *msgs, size_t n)
 	free(msgs);
 }
 
-/* The messages as bn_chat_message: roles borrowed from the JSON, texts copied. */
-static struct bn_chat_message *read_messages(json_t *arr, size_t *n, struct gw_error *err)
+/* An assistant turn's tool calls, as the model answers tool_choice "required": after the
+ * turn's text (if any), one line {"name":NAME,"arguments":ARGS} per call, ARGS the call's
+ * arguments text as given. NULL when they are not OpenAI's shape. */
+static char *with_tool_calls(char *text, json_t *calls)
 {
-	*n = json_array_size(arr);
-	if (!json_is_array(arr) || *n == 0 || *n > MAX_MESSAGES) {
+	size_t cap = 0, i;
+	char *out = NULL;
+	FILE *f = open_memstream(&out, &cap);
+	int ok = f && json_is_array(calls);
+	json_t *call;
+	if (ok)
+		fputs(text, f);
+	json_array_foreach(calls, i, call)
+	{
+		json_t *fn = json_object_get(call, "function");
+		const char *name = json_string_value(json_object_get(fn, "name"));
+		const char *args = json_string_value(json_object_get(fn, "arguments"));
+		if (!name || !args) {
+			ok = 0;
+			break;
+		}
+		fprintf(f, "%s{\"name\":\"%s\",\"arguments\":%s}", ftell(f) ? "\n" : "", name, args);
+	}
+	if (f)
+		fclose(f);
+	free(text);
+	if (!ok)
+		free(out);
+	return ok ? out : NULL;
+}
+
+/* Message i: its role (borrowed from the JSON) and its text (copied): the content, and an
+ * assistant's tool calls after it. A tool message keeps its role ("tool") and its content, the
+ * result: the template renders it as any other turn. 0 or -1 (err set). */
+static int read_message(json_t *msg, size_t i, struct bn_chat_message *out, struct gw_error *err)
+{
+	json_t *calls = json_object_get(msg, "tool_calls");
+	out->role = json_string_value(json_object_get(msg, "role"));
+	out->content = message_text(json_object_get(msg, "content"));
+	if (out->content && calls && !json_is_null(calls) && out->role &&
+	    !strcmp(out->role, "assistant"))
+		out->content = with_tool_calls((char *)out->content, calls);
+	else if (calls && !json_is_null(calls))
+		out->role = NULL;
+	if (!out->role || !out->content) {
+		gw_error_set(err, 400, "messages",
+			     "messages[%zu] needs a role and a content that is a string or text parts (tool_calls: an assistant's, each with function.name and function.arguments)",
+			     i);
+		return -1;
+	}
+	return 0;
+}
+
+/* The messages as bn_chat_message; with tools (tool_prompt), the system message tells them
+ * (a first system message gets the text after its own, else one is put first). */
+static struct bn_chat_message *read_messages(json_t *arr, const char *tool_prompt, size_t *n,
+					     struct gw_error *err)
+{
+	size_t given = json_array_size(arr);
+	if (!json_is_array(arr) || given == 0 || given > MAX_MESSAGES) {
 		gw_error_set(err, 400, "messages", "messages must be an array of 1 to %d messages",
 			     MAX_MESSAGES);
 		return NULL;
 	}
+	const char *first = json_string_value(json_object_get(json_array_get(arr, 0), "role"));
+	size_t at = tool_prompt && !(first && !strcmp(first, "system")) ? 1 : 0;
+	*n = given + at;
 	struct bn_chat_message *msgs = calloc(*n, sizeof(*msgs));
-	for (size_t i = 0; msgs && i < *n; i++) {
-		json_t *msg = json_array_get(arr, i);
-		msgs[i].role = json_string_value(json_object_get(msg, "role"));
-		msgs[i].content = message_text(json_object_get(msg, "content"));
-		if (!msgs[i].role || !msgs[i].content) {
-			gw_error_set(err, 400, "messages",
-				     "messages[%zu] needs a role and a content that is a string or text parts",
-				     i);
-			free_messages(msgs, i + 1);
+	if (!msgs) {
+		gw_error_set(err, 500, NULL, "out of memory");
+		return NULL;
+	}
+	if (at) {
+		msgs[0].role = "system";
+		msgs[0].content = strdup("");
+	}
+	for (size_t i = 0; i < given; i++)
+		if (read_message(json_array_get(arr, i), i, &msgs[at + i], err) < 0) {
+			free_messages(msgs, *n);
 			return NULL;
 		}
+	if (tool_prompt) {
+		char *sys = NULL;
+		if (asprintf(&sys, "%s%s%s", msgs[0].content, *msgs[0].content ? "\n\n" : "",
+			     tool_prompt) < 0)
+			sys = NULL;
+		free((char *)msgs[0].content);
+		msgs[0].content = sys;
 	}
-	if (!msgs)
+	if (!msgs[0].content) {
 		gw_error_set(err, 500, NULL, "out of memory");
+		free_messages(msgs, *n);
+		return NULL;
+	}
 	return msgs;
 }
 
@@ -237,7 +308,8 @@ static int chat_prompt(struct gw_job *job, json_t *root, const struct gw_model *
 		return -1;
 	}
 	size_t n;
-	struct bn_chat_message *msgs = read_messages(json_object_get(root, "messages"), &n, err);
+	struct bn_chat_message *msgs = read_messages(json_object_get(root, "messages"),
+						     job->structured.prompt, &n, err);
 	if (!msgs)
 		return -1;
 	job->prompts = calloc(1, sizeof(*job->prompts));

@@ -179,6 +179,78 @@ static json_t *choice_text(const struct gw_run *r, const struct gw_choice *c)
 	return t;
 }
 
+/* ---- tool calls -------------------------------------------------------------------------- */
+
+/* A choice's finish_reason: a tool call that ended with EOS is "tool_calls". */
+static const char *finish_of(const struct gw_run *r, const struct gw_choice *c)
+{
+	if (!c->finish)
+		return "error";
+	return r->job->structured.tools && !strcmp(c->finish, "stop") ? "tool_calls" : c->finish;
+}
+
+/* One entry of tool_calls: its arguments [from, to) of the call's; with head, the index, id,
+ * type and name (a stream's first delta of the call, or a whole message's). */
+static json_t *tool_call_json(const struct gw_choice *c, const char *name, const char *args,
+			      size_t len, int head, int with_index)
+{
+	json_t *fn = json_object(), *call = json_object();
+	if (with_index)
+		json_object_set_new(call, "index", json_integer(0));
+	if (head) {
+		json_object_set_new(call, "id", json_string(c->call_id));
+		json_object_set_new(call, "type", json_string("function"));
+		json_object_set_new(fn, "name", json_string(name));
+	}
+	json_object_set_new(fn, "arguments", gw_json_text(args, len));
+	json_object_set_new(call, "function", fn);
+	return call;
+}
+
+static int call_state(const struct gw_choice *c)
+{
+	if (!c->finish && !c->error.status)
+		return GW_CALL_RUNNING;
+	return c->finish && !strcmp(c->finish, "stop") ? GW_CALL_WHOLE : GW_CALL_CUT;
+}
+
+/* A whole answer's message: content null, the call in tool_calls (none when the output ended
+ * before the function's name was whole). */
+static json_t *tool_message(const struct gw_run *r, const struct gw_choice *c)
+{
+	char name[72];
+	size_t at, len;
+	json_t *calls = json_array();
+	if (gw_tool_call_split(&r->job->structured, c->text ? c->text : "", c->text_len,
+			       call_state(c), name, sizeof(name), &at, &len))
+		json_array_append_new(calls, tool_call_json(c, name, c->text + at, len, 1, 0));
+	return json_pack("{s:s, s:n, s:o}", "role", "assistant", "content", "tool_calls", calls);
+}
+
+/* A stream's delta of a tool call: the call's head once its name is known, then the
+ * arguments as they come (emitted_text counts the arguments' bytes sent). NULL: nothing new. */
+static json_t *tool_delta(struct gw_run *r, struct gw_choice *c, int first)
+{
+	char name[72];
+	size_t at, len;
+	json_t *delta = json_object(), *call = NULL;
+	if (gw_tool_call_split(&r->job->structured, c->text ? c->text : "", c->text_len,
+			       call_state(c), name, sizeof(name), &at, &len) &&
+	    (!c->emitted_call || len > c->emitted_text)) {
+		call = tool_call_json(c, name, c->text + at + c->emitted_text, len - c->emitted_text,
+				      !c->emitted_call, 1);
+		c->emitted_call = 1;
+		c->emitted_text = len;
+	}
+	if (first) {
+		json_object_set_new(delta, "role", json_string("assistant"));
+		json_object_set_new(delta, "content", json_null());
+	}
+	if (call)
+		json_object_set_new(delta, "tool_calls", json_pack("[o]", call));
+	return delta;
+}
+
 static json_t *choice_json(const struct gw_run *r, const struct gw_choice *c)
 {
 	json_t *lp = json_null();
@@ -186,7 +258,10 @@ static json_t *choice_json(const struct gw_run *r, const struct gw_choice *c)
 	if (r->job->logprobs && !c->error.status)
 		lp = choice_logprobs(r, c, 0, c->have, r->job->echo && r->scores, &offset);
 	json_t *o;
-	if (r->job->kind == GW_CHAT)
+	if (r->job->kind == GW_CHAT && r->job->structured.tools)
+		o = json_pack("{s:I, s:o, s:o, s:s}", "index", (json_int_t)c->index, "message",
+			      tool_message(r, c), "logprobs", lp, "finish_reason", finish_of(r, c));
+	else if (r->job->kind == GW_CHAT)
 		o = json_pack("{s:I, s:{s:s, s:o}, s:o, s:s}", "index", (json_int_t)c->index,
 			      "message", "role", "assistant", "content", choice_text(r, c),
 			      "logprobs", lp, "finish_reason", c->finish ? c->finish : "error");
@@ -243,12 +318,35 @@ static json_t *chunk_json(const struct gw_run *r, json_t *choices)
 	return c;
 }
 
+/* choice_delta of a tool call. */
+static json_t *tool_choice_delta(struct gw_run *r, struct gw_choice *c, int first, int ended)
+{
+	uint32_t new_lp = r->job->logprobs ? c->have - c->emitted_lp : 0;
+	size_t sent = c->emitted_text;
+	int had_call = c->emitted_call;
+	json_t *delta = tool_delta(r, c, first);
+	if (!first && !ended && !new_lp && sent == c->emitted_text && had_call == c->emitted_call) {
+		json_decref(delta);
+		return NULL;
+	}
+	json_t *lp = new_lp ? choice_logprobs(r, c, c->emitted_lp, c->have, 0, &c->emitted_offset)
+			    : json_null();
+	c->emitted_role = 1;
+	c->emitted_lp = c->have;
+	c->emitted_finish |= ended;
+	return json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)c->index, "delta", delta,
+			 "logprobs", lp, "finish_reason",
+			 ended ? json_string(finish_of(r, c)) : json_null());
+}
+
 /* What choice c released since its last chunk, as one choice object of a chunk; NULL when
  * there is nothing to send. */
 static json_t *choice_delta(struct gw_run *r, struct gw_choice *c)
 {
 	int first = !c->emitted_role;
 	int ended = !c->emitted_finish && (c->finish || c->error.status);
+	if (r->job->structured.tools)
+		return tool_choice_delta(r, c, first, ended);
 	size_t new_text = c->text_len - c->emitted_text;
 	uint32_t new_lp = r->job->logprobs ? c->have - c->emitted_lp : 0;
 	int echo = first && r->job->echo;

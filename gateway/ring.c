@@ -21,6 +21,10 @@ struct gw_session {
 	uint32_t holders;         /* leases on it, slots or not (a health check holds none) */
 	int gone;                 /* takes no new requests; closed when its last lease ends */
 	struct gw_session *next;
+	pthread_mutex_t glock;    /* grammars */
+	struct gw_grammar *grammars;
+	uint32_t n_grammars;
+	uint64_t clock;
 };
 
 int64_t gw_now_ns(void)
@@ -139,12 +143,31 @@ void gw_pool_init(struct gw_pool *p, struct gw_ring *r, uint32_t weight)
 	pthread_condattr_destroy(&ca);
 }
 
+static void grammar_free(struct gw_grammar *g)
+{
+	bn_grammar_release(g->handle);
+	free(g->text);
+	free(g);
+}
+
+/* A session's end: its grammars freed (in the daemon too, which forgets them with the
+ * session anyway), then the session. */
+static void session_free(struct gw_session *s)
+{
+	for (struct gw_grammar *g = s->grammars, *next; g; g = next) {
+		next = g->next;
+		grammar_free(g);
+	}
+	pthread_mutex_destroy(&s->glock);
+	bn_disconnect(s->client);
+	free(s);
+}
+
 void gw_pool_free(struct gw_pool *p)
 {
 	for (struct gw_session *s = p->sessions, *next; s; s = next) {
 		next = s->next;
-		bn_disconnect(s->client);
-		free(s);
+		session_free(s);
 	}
 	p->sessions = NULL;
 	pthread_cond_destroy(&p->freed);
@@ -159,8 +182,7 @@ static uint32_t prune(struct gw_pool *p)
 		struct gw_session *s = *at;
 		if (s->gone && s->holders == 0) {
 			*at = s->next;
-			bn_disconnect(s->client);
-			free(s);
+			session_free(s);
 			continue;
 		}
 		live += !s->gone;
@@ -192,6 +214,7 @@ static int open_session(struct gw_pool *p, struct gw_session **out)
 		return rc;
 	}
 	s->slots = info.slots;
+	pthread_mutex_init(&s->glock, NULL);
 	note_model(p->ring, s->client);
 	*out = s;
 	return 0;
@@ -258,4 +281,142 @@ void gw_pool_release(struct gw_pool *p, struct gw_lease *l, int gone)
 	pthread_mutex_unlock(&p->lock);
 	l->session = NULL;
 	l->client = NULL;
+}
+
+/* ---- grammars ---------------------------------------------------------------------------- */
+
+static struct gw_grammar *grammar_find(struct gw_session *s, const struct bn_grammar_spec *spec)
+{
+	for (struct gw_grammar *g = s->grammars; g; g = g->next)
+		if (g->kind == spec->kind && g->flags == spec->flags && g->len == spec->len &&
+		    (!g->len || memcmp(g->text, spec->text, g->len) == 0))
+			return g;
+	return NULL;
+}
+
+/* Takes unpinned grammars out of the session (all, or the least recently used one), for the
+ * caller to free outside the lock. Under glock. */
+static struct gw_grammar *grammar_evict(struct gw_session *s, int all)
+{
+	struct gw_grammar *out = NULL, **lru = NULL;
+	for (struct gw_grammar **at = &s->grammars; *at;) {
+		struct gw_grammar *g = *at;
+		if (g->pins == 0 && all) {
+			*at = g->next;
+			g->next = out;
+			out = g;
+			s->n_grammars--;
+			continue;
+		}
+		if (g->pins == 0 && (!lru || g->used < (*lru)->used))
+			lru = at;
+		at = &g->next;
+	}
+	if (!all && lru) {
+		out = *lru;
+		*lru = out->next;
+		out->next = NULL;
+		s->n_grammars--;
+	}
+	return out;
+}
+
+static void grammars_free(struct gw_grammar *list)
+{
+	for (struct gw_grammar *next; list; list = next) {
+		next = list->next;
+		grammar_free(list);
+	}
+}
+
+/* The session's entry for spec, pinned, or NULL. Under glock. */
+static struct gw_grammar *grammar_pin(struct gw_session *s, const struct bn_grammar_spec *spec)
+{
+	struct gw_grammar *g = grammar_find(s, spec);
+	if (g) {
+		g->pins++;
+		g->used = ++s->clock;
+	}
+	return g;
+}
+
+/* A newly compiled grammar into the session, pinned; one that another thread put there
+ * meanwhile is taken instead (ours freed). */
+static struct gw_grammar *grammar_add(struct gw_session *s, struct gw_grammar *mine)
+{
+	pthread_mutex_lock(&s->glock);
+	struct gw_grammar *g = grammar_pin(s, &(struct bn_grammar_spec){
+		.kind = mine->kind, .flags = mine->flags, .text = mine->text, .len = mine->len });
+	if (!g) {
+		g = mine;
+		g->pins = 1;
+		g->used = ++s->clock;
+		g->next = s->grammars;
+		s->grammars = g;
+		s->n_grammars++;
+	}
+	pthread_mutex_unlock(&s->glock);
+	if (g != mine)
+		grammar_free(mine);
+	return g;
+}
+
+static int grammar_compile(struct gw_lease *l, const struct bn_grammar_spec *spec,
+			   int64_t deadline_ns, struct gw_grammar **out, char *why, size_t why_cap)
+{
+	struct gw_session *s = l->session;
+	struct gw_grammar *g = calloc(1, sizeof(*g));
+	if (!g || (spec->len && !(g->text = malloc(spec->len)))) {
+		free(g);
+		return -ENOMEM;
+	}
+	g->kind = spec->kind;
+	g->flags = spec->flags;
+	g->len = spec->len;
+	if (spec->len)
+		memcpy(g->text, spec->text, spec->len);
+	int rc = -BN_E_BUSY;
+	for (int attempt = 0; attempt < 2 && rc == -BN_E_BUSY; attempt++) {
+		if (attempt) { /* the daemon's --max-grammars: every grammar not in use goes */
+			pthread_mutex_lock(&s->glock);
+			struct gw_grammar *old = grammar_evict(s, 1);
+			pthread_mutex_unlock(&s->glock);
+			grammars_free(old);
+		}
+		rc = bn_grammar_load(l->client, spec, &g->handle, why, why_cap,
+				     deadline_ns - gw_now_ns());
+	}
+	if (rc < 0) {
+		free(g->text);
+		free(g);
+		return rc;
+	}
+	*out = grammar_add(s, g);
+	return 0;
+}
+
+int gw_lease_grammar(struct gw_lease *l, const struct bn_grammar_spec *spec, int64_t deadline_ns,
+		     struct gw_grammar **out, char *why, size_t why_cap)
+{
+	struct gw_session *s = l->session;
+	if (why_cap)
+		why[0] = '\0';
+	pthread_mutex_lock(&s->glock);
+	struct gw_grammar *g = grammar_pin(s, spec), *old = NULL;
+	if (!g && s->n_grammars >= GW_SESSION_GRAMMARS)
+		old = grammar_evict(s, 0);
+	pthread_mutex_unlock(&s->glock);
+	grammars_free(old);
+	if (g) {
+		*out = g;
+		return 0;
+	}
+	return grammar_compile(l, spec, deadline_ns, out, why, why_cap);
+}
+
+void gw_grammar_unpin(struct gw_lease *l, struct gw_grammar *g)
+{
+	pthread_mutex_lock(&l->session->glock);
+	g->pins--;
+	pthread_mutex_unlock(&l->session->glock);
 }

@@ -69,6 +69,30 @@ int gw_pool_acquire(struct gw_pool *p, uint32_t n, int64_t deadline_ns, struct g
  * daemon is shutting down), so it takes no new requests and closes with its last one. */
 void gw_pool_release(struct gw_pool *p, struct gw_lease *l, int gone);
 
+/* Grammars compiled on a session, kept by content (kind, flags, text) so a schema a session
+ * has seen is not compiled again: at most GW_SESSION_GRAMMARS, the least recently used
+ * unpinned one freed in the daemon for a new one; when the daemon says the session holds its
+ * --max-grammars (-BN_E_BUSY), every unpinned one is freed and the compile tried once more.
+ * A grammar is pinned from its look-up until its requests are queued (gw_grammar_unpin): a
+ * free queued after them cannot overtake them. */
+#define GW_SESSION_GRAMMARS 16
+struct gw_grammar {
+	struct bn_grammar_handle *handle;
+	uint32_t kind, flags;
+	char *text;
+	size_t len;
+	uint32_t pins;
+	uint64_t used;            /* the session's clock at the last look-up */
+	struct gw_grammar *next;
+};
+
+/* The grammar of spec on the lease's session, pinned: compiled (the lease's slots take the
+ * round trip) unless the session has it. 0, or as bn_grammar_load with the daemon's reason
+ * in why. */
+int gw_lease_grammar(struct gw_lease *l, const struct bn_grammar_spec *spec, int64_t deadline_ns,
+		     struct gw_grammar **out, char *why, size_t why_cap);
+void gw_grammar_unpin(struct gw_lease *l, struct gw_grammar *g);
+
 int64_t gw_now_ns(void);
 
 #endif /* BITNET_GATEWAY_RING_H */

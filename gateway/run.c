@@ -236,7 +236,8 @@ static int score_prompt(struct gw_run *r, size_t p)
 	return 0;
 }
 
-static int submit(struct gw_run *r, struct gw_choice *c, uint32_t j)
+static int submit(struct gw_run *r, struct gw_choice *c, uint32_t j,
+		  const struct bn_grammar_handle *g)
 {
 	struct gw_job *job = r->job;
 	struct bn_sampling_params sp = job->sampling;
@@ -246,24 +247,62 @@ static int submit(struct gw_run *r, struct gw_choice *c, uint32_t j)
 				  .sampling = &sp };
 	if (r->model->vocab && bn_text_stream_new(r->model->vocab, 0, &c->stream) < 0)
 		return -ENOMEM;
-	int rc = bn_submit(r->lease.client, &req, &c->handle);
+	int rc = bn_submit_grammar(r->lease.client, &req, NULL, 0, g, &c->handle);
 	if (rc < 0)
 		c->handle = NULL;
 	return rc;
 }
 
-static void make_id(struct gw_run *r)
+/* prefix and 24 random hex digits into id. */
+static void random_id(char *id, size_t cap, const char *prefix)
 {
 	unsigned char b[12];
 	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
 		memset(b, 0, sizeof(b));
-	int n = snprintf(r->id, sizeof(r->id), "%s", r->job->kind == GW_CHAT ? "chatcmpl-" : "cmpl-");
-	for (size_t i = 0; i < sizeof(b) && n + 2 < (int)sizeof(r->id); i++, n += 2)
-		snprintf(r->id + n, sizeof(r->id) - (size_t)n, "%02x", b[i]);
+	int n = snprintf(id, cap, "%s", prefix);
+	for (size_t i = 0; i < sizeof(b) && n + 2 < (int)cap; i++, n += 2)
+		snprintf(id + n, cap - (size_t)n, "%02x", b[i]);
+}
+
+static void make_id(struct gw_run *r)
+{
+	random_id(r->id, sizeof(r->id), r->job->kind == GW_CHAT ? "chatcmpl-" : "cmpl-");
 	r->created = (long long)time(NULL);
 }
 
-static void start_choice(struct gw_run *r, struct gw_choice *c, uint32_t j)
+/* The job's grammar on the run's session, pinned (NULL when the job has none). 0 or -1 with
+ * err set: the daemon's refusal of a schema is a 400 naming the parameter and its reason. */
+static int grammar_of(struct gw_run *r, struct gw_grammar **g, struct gw_error *err)
+{
+	const struct gw_structured *st = &r->job->structured;
+	*g = NULL;
+	if (!st->kind || r->job->max_tokens == 0)
+		return 0;
+	const struct bn_grammar_spec spec = { .kind = st->kind, .flags = st->flags,
+					      .text = st->text, .len = st->len };
+	char why[300];
+	int rc = gw_lease_grammar(&r->lease, &spec, r->deadline_ns, g, why, sizeof(why));
+	if (rc == 0)
+		return 0;
+	const char *what = st->tools ? "the tool's parameters" : "the schema";
+	if (rc == -BN_E_GRAMMAR || rc == -BN_E_GRAMMAR_LIMIT)
+		gw_error_set(err, 400, st->param, "%s cannot be enforced: %s", what, why);
+	else if (rc == -BN_E_UNSUPPORTED)
+		gw_error_set(err, 400, st->param, "the daemon cannot constrain outputs: %s",
+			     why[0] ? why : bn_strerror(rc));
+	else if (rc == -BN_E_TOO_LONG)
+		gw_error_set(err, 400, st->param, "%s is larger than the daemon takes", what);
+	else if (rc == -BN_E_BUSY)
+		gw_error_set(err, 503, NULL, "the daemon's --max-grammars are all in use by running requests");
+	else
+		gw_error_from_bn(err, rc, "compiling the schema");
+	if (rc == -BN_E_DISCONNECTED || rc == -BN_E_SHUTDOWN)
+		r->daemon_gone = 1;
+	return -1;
+}
+
+static void start_choice(struct gw_run *r, struct gw_choice *c, uint32_t j,
+			 const struct bn_grammar_handle *g)
 {
 	if (c->prompt->error.status) {
 		c->error = c->prompt->error;
@@ -274,7 +313,9 @@ static void start_choice(struct gw_run *r, struct gw_choice *c, uint32_t j)
 		choice_end(r, c, "length");
 		return;
 	}
-	int rc = submit(r, c, j);
+	if (r->job->structured.tools)
+		random_id(c->call_id, sizeof(c->call_id), "call_");
+	int rc = submit(r, c, j, g);
 	if (rc < 0)
 		choice_fail(r, c, rc);
 }
@@ -297,12 +338,17 @@ int gw_run_start(struct gw_run *r, struct gw_job *job, struct gw_model *m,
 			gw_error_set(err, 500, NULL, "out of memory");
 			return -1;
 		}
+	struct gw_grammar *g;
+	if (grammar_of(r, &g, err) < 0)
+		return -1;
 	for (size_t i = 0; i < r->n_choices; i++) {
 		struct gw_choice *c = &r->choices[i];
 		c->index = (uint32_t)i;
 		c->prompt = &job->prompts[i / job->n];
-		start_choice(r, c, (uint32_t)(i % job->n));
+		start_choice(r, c, (uint32_t)(i % job->n), g ? g->handle : NULL);
 	}
+	if (g) /* the requests are queued: a free of it now comes after them */
+		gw_grammar_unpin(&r->lease, g);
 	const struct gw_error *all = gw_run_failure(r);
 	if (all) {
 		*err = *all;

@@ -32,6 +32,8 @@ struct gw_choice {
 	uint32_t emitted_lp;      /* tokens whose log-probabilities a stream has sent */
 	size_t emitted_offset;    /* text_offset after them (completions' logprobs) */
 	int emitted_role, emitted_finish;
+	int emitted_call;         /* a tool call's id, type and name are sent */
+	char call_id[32];         /* with tools: "call_..." */
 };
 
 /* The prompt's own log-probabilities (completions, echo with logprobs): position i >= 1. */

@@ -709,6 +709,48 @@ static void constrained_run(struct bn_client *c, const uint32_t *prompt, uint32_
 	bn_release(h);
 }
 
+static long long daemon_stat(struct bn_client *c, const char *name)
+{
+	static char text[1 << 17];
+	ck_assert_int_ge(bn_daemon_stats(c, text, sizeof(text)), 0);
+	return tu_metric(text, name);
+}
+
+/* Speculative decoding under a grammar that makes the output repeat itself, so that drafts
+ * are proposed and pass it: verify rows masked position by position (each its own bitset) and
+ * the closing check along them (at least 8 runs, so a budget of 7 ends by length and one of 48 by EOS). The cuda daemon's
+ * ids and ends equal its plain decoding's and the cpu daemon's speculative ones. */
+static void constrained_speculation(struct bn_client *g, struct bn_client *c, const uint32_t *prompt)
+{
+	static const char re[] = "(ab ){8,30}";
+	struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re, .len = strlen(re) };
+	struct bn_grammar_handle *gg, *cg;
+	ck_assert_int_eq(bn_grammar_load(g, &spec, &gg, NULL, 0, -1), 0);
+	ck_assert_int_eq(bn_grammar_load(c, &spec, &cg, NULL, 0, -1), 0);
+	long long rows = daemon_stat(g, "bitnetd_speculative_rows_total");
+	uint32_t budgets[2] = { 4 * DAEMON_TOKENS, 7 };
+	struct bn_result plain, spec_g, spec_c;
+	uint32_t plain_ids[4 * DAEMON_TOKENS], g_ids[4 * DAEMON_TOKENS], c_ids[4 * DAEMON_TOKENS];
+	for (uint32_t k = 0; k < 2; k++) {
+		constrained_run(g, prompt, budgets[k], gg, NULL, 0, plain_ids, &plain);
+		constrained_run(g, prompt, budgets[k], gg, NULL, BN_REQ_SPECULATE, g_ids, &spec_g);
+		constrained_run(c, prompt, budgets[k], cg, NULL, BN_REQ_SPECULATE, c_ids, &spec_c);
+		ck_assert_msg(plain.status == spec_g.status && plain.n_tokens == spec_g.n_tokens &&
+				      memcmp(plain_ids, g_ids, sizeof(g_ids)) == 0,
+			      "budget %u: cuda speculative %s after %u tokens, plain %s after %u",
+			      budgets[k], bn_status_name(spec_g.status), spec_g.n_tokens,
+			      bn_status_name(plain.status), plain.n_tokens);
+		ck_assert_msg(spec_c.status == spec_g.status && spec_c.n_tokens == spec_g.n_tokens &&
+				      memcmp(c_ids, g_ids, sizeof(g_ids)) == 0,
+			      "budget %u: cuda and cpu speculative outputs differ", budgets[k]);
+	}
+	long long drafted = daemon_stat(g, "bitnetd_speculative_rows_total") - rows;
+	printf("constrained speculation on cuda: %lld rows verified drafts\n", drafted);
+	ck_assert_int_gt(drafted, 0);
+	bn_grammar_release(gg);
+	bn_grammar_release(cg);
+}
+
 START_TEST(daemon_constrains_as_the_cpu_daemon)
 {
 	const char *bin = cuda_daemon();
@@ -758,6 +800,7 @@ START_TEST(daemon_constrains_as_the_cpu_daemon)
 	bn_release(h1);
 	bn_release(h2);
 	ck_assert_int_eq(memcmp(alone, together, sizeof(alone)), 0);
+	constrained_speculation(g, c, prompt);
 	bn_grammar_release(gg);
 	bn_grammar_release(cg);
 	bn_disconnect(g);

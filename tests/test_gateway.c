@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "bitnet_client.h"
 #include "testutil.h"
+#include "gateway_testutil.h"
 
 #include <check.h>
 #include <errno.h>
@@ -29,243 +30,6 @@
 #define SECOND 1000000000LL
 
 static char stories_path[512];
-
-/* ---- the gateway ------------------------------------------------------------------------- */
-
-struct gateway {
-	pid_t pid;
-	int port;
-};
-
-/* A port nothing listens on now. */
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
-static int dial(int port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
-		return fd;
-	if (fd >= 0)
-		close(fd);
-	return -1;
-}
-
-/* bitnet-gateway on socket with the extra arguments; waits until it accepts. */
-static void gateway_start(struct gateway *g, const char *socket, const char *const *extra)
-{
-	const char *bin = getenv("BITNET_GATEWAY") ? getenv("BITNET_GATEWAY") : "build/bitnet-gateway";
-	char listen[32];
-	g->port = free_port();
-	snprintf(listen, sizeof(listen), "127.0.0.1:%d", g->port);
-	const char *argv[24] = { bin, "--socket", socket, "--listen", listen, "--log-level", "warn" };
-	int argc = 7;
-	for (int i = 0; extra && extra[i]; i++)
-		argv[argc++] = extra[i];
-	g->pid = fork();
-	ck_assert_int_ge(g->pid, 0);
-	if (g->pid == 0) {
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000; i++) {
-		int fd = dial(g->port);
-		if (fd >= 0) {
-			close(fd);
-			return;
-		}
-		ck_assert_int_eq(waitpid(g->pid, NULL, WNOHANG), 0);
-		usleep(10000);
-	}
-	ck_abort_msg("the gateway did not listen");
-}
-
-static void gateway_stop(struct gateway *g)
-{
-	int st;
-	kill(g->pid, SIGTERM);
-	ck_assert_int_eq(waitpid(g->pid, &st, 0), g->pid);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the gateway exited with %d", st);
-}
-
-/* ---- HTTP, by hand ----------------------------------------------------------------------- */
-
-struct reply {
-	int status;
-	char head[4096];
-	char *body;               /* de-chunked, NUL-terminated */
-	size_t len;
-};
-
-static void reply_free(struct reply *r)
-{
-	free(r->body);
-	r->body = NULL;
-}
-
-/* Reads the whole response of a Connection: close request. */
-static char *read_all(int fd, size_t *n)
-{
-	size_t cap = 1 << 16;
-	char *buf = malloc(cap);
-	*n = 0;
-	for (;;) {
-		if (*n + 4096 > cap)
-			buf = realloc(buf, cap *= 2);
-		ssize_t k = read(fd, buf + *n, cap - *n - 1);
-		if (k <= 0)
-			break;
-		*n += (size_t)k;
-	}
-	buf[*n] = '\0';
-	return buf;
-}
-
-static void dechunk(struct reply *r, const char *body, size_t len)
-{
-	r->body = malloc(len + 1);
-	r->len = 0;
-	const char *p = body, *end = body + len;
-	while (p < end) {
-		char *after;
-		unsigned long size = strtoul(p, &after, 16);
-		const char *data = strstr(after, "\r\n");
-		if (!data || size == 0)
-			break;
-		data += 2;
-		memcpy(r->body + r->len, data, size);
-		r->len += size;
-		p = data + size + 2;
-	}
-	r->body[r->len] = '\0';
-}
-
-static void parse_reply(struct reply *r, const char *raw, size_t n)
-{
-	const char *split = strstr(raw, "\r\n\r\n");
-	ck_assert_msg(split, "no header end in: %.200s", raw);
-	size_t hl = (size_t)(split - raw);
-	snprintf(r->head, sizeof(r->head), "%.*s", (int)(hl < sizeof(r->head) - 1 ? hl : sizeof(r->head) - 1), raw);
-	ck_assert_int_eq(sscanf(raw, "HTTP/1.1 %d", &r->status), 1);
-	const char *body = split + 4;
-	size_t blen = n - (size_t)(body - raw);
-	if (strcasestr(r->head, "transfer-encoding: chunked")) {
-		dechunk(r, body, blen);
-	} else {
-		r->body = strndup(body, blen);
-		r->len = blen;
-	}
-}
-
-/* One request on a new connection. headers: extra lines, each ending in \r\n (may be NULL). */
-static struct reply http(int port, const char *method, const char *path, const char *headers,
-			 const char *body)
-{
-	struct reply r = { 0 };
-	int fd = dial(port);
-	ck_assert_int_ge(fd, 0);
-	char *req = NULL;
-	size_t blen = body ? strlen(body) : 0;
-	int n = asprintf(&req, "%s %s HTTP/1.1\r\nHost: test\r\nConnection: close\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-			 method, path, headers ? headers : "", blen);
-	ck_assert_int_gt(n, 0);
-	ck_assert_int_eq(write(fd, req, (size_t)n), n);
-	if (blen)
-		ck_assert_int_eq(write(fd, body, blen), (ssize_t)blen);
-	free(req);
-	size_t got;
-	char *raw = read_all(fd, &got);
-	close(fd);
-	parse_reply(&r, raw, got);
-	free(raw);
-	return r;
-}
-
-static json_t *json_of(const struct reply *r)
-{
-	json_error_t e;
-	json_t *j = json_loads(r->body, 0, &e);
-	ck_assert_msg(j, "not JSON (%s): %.300s", e.text, r->body);
-	return j;
-}
-
-/* The error object of a reply with status: its param (or "" for null). */
-static void assert_error(const struct reply *r, int status, const char *param)
-{
-	ck_assert_msg(r->status == status, "status %d, want %d: %s", r->status, status, r->body);
-	json_t *j = json_of(r);
-	json_t *e = json_object_get(j, "error");
-	ck_assert_msg(json_is_string(json_object_get(e, "message")) &&
-			      json_is_string(json_object_get(e, "type")),
-		      "%s", r->body);
-	json_t *p = json_object_get(e, "param");
-	ck_assert_str_eq(json_is_string(p) ? json_string_value(p) : "", param ? param : "");
-	json_decref(j);
-}
-
-/* The text of choice i of a whole completion. */
-static char *choice_text(json_t *j, size_t i)
-{
-	json_t *c = json_array_get(json_object_get(j, "choices"), i);
-	json_t *t = json_object_get(c, "text");
-	if (!t)
-		t = json_object_get(json_object_get(c, "message"), "content");
-	ck_assert_msg(json_is_string(t), "choice %zu has no text", i);
-	return strdup(json_string_value(t));
-}
-
-/* The text of a stream (the events' texts joined, by choice index), its finish reasons and
- * whether it ended with [DONE]. */
-struct streamed {
-	char text[4][8192];
-	char finish[4][16];
-	int done, errors, chunks;
-};
-
-static void read_stream(const char *body, struct streamed *s)
-{
-	memset(s, 0, sizeof(*s));
-	for (const char *p = body; (p = strstr(p, "data: ")) != NULL;) {
-		p += 6;
-		const char *end = strstr(p, "\n\n");
-		ck_assert_msg(end, "an event without its blank line");
-		if (strncmp(p, "[DONE]", 6) == 0) {
-			s->done = 1;
-			break;
-		}
-		json_t *j = json_loadb(p, (size_t)(end - p), 0, NULL);
-		ck_assert_msg(j, "an event that is not JSON: %.*s", (int)(end - p), p);
-		s->errors += json_object_get(j, "error") != NULL;
-		size_t i;
-		json_t *c;
-		json_array_foreach(json_object_get(j, "choices"), i, c)
-		{
-			size_t idx = (size_t)json_integer_value(json_object_get(c, "index"));
-			json_t *t = json_object_get(c, "text");
-			if (!t)
-				t = json_object_get(json_object_get(c, "delta"), "content");
-			if (idx < 4 && json_is_string(t))
-				strncat(s->text[idx], json_string_value(t),
-					sizeof(s->text[idx]) - strlen(s->text[idx]) - 1);
-			const char *f = json_string_value(json_object_get(c, "finish_reason"));
-			if (idx < 4 && f)
-				snprintf(s->finish[idx], sizeof(s->finish[idx]), "%s", f);
-		}
-		s->chunks++;
-		json_decref(j);
-		p = end;
-	}
-}
 
 /* ---- the ring's answers (the oracle) ----------------------------------------------------- */
 
@@ -459,6 +223,56 @@ START_TEST(stop_strings_cut_the_text)
 }
 END_TEST
 
+/* top_k, min_p and repetition_penalty reach the daemon: top_k 1 at temperature 1 is greedy,
+ * the others give what the ring gives with them (and repetition_penalty changes the text). */
+START_TEST(sampler_fields_reach_the_daemon)
+{
+	const char *greedy = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}";
+	const char *top1 = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1,\"seed\":3,\"top_k\":1}";
+	const char *sampled = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1,\"seed\":3}";
+	char *texts[3];
+	const char *bodies[3] = { greedy, top1, sampled };
+	for (int i = 0; i < 3; i++) {
+		struct reply r = http(gw.port, "POST", "/v1/completions", NULL, bodies[i]);
+		ck_assert_msg(r.status == 200, "%s", r.body);
+		json_t *j = json_of(&r);
+		texts[i] = choice_text(j, 0);
+		json_decref(j);
+		reply_free(&r);
+	}
+	ck_assert_str_eq(texts[1], texts[0]);
+	ck_assert_str_ne(texts[2], texts[0]); /* so top_k did something */
+	struct {
+		const char *body;
+		struct bn_sampling_params sp;
+		uint32_t flags;
+	} cases[] = {
+		{ "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"repetition_penalty\":1.5}",
+		  { .repetition_penalty = 1.5f }, 0 },
+		{ "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1.5,\"seed\":9,\"min_p\":0.3}",
+		  { .temperature = 1.5f, .min_p = 0.3f, .seed = 9 }, BN_REQ_SEED },
+		{ "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1.5,\"seed\":9,\"top_k\":3}",
+		  { .temperature = 1.5f, .top_k = 3, .seed = 9 }, BN_REQ_SEED },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct reply r = http(gw.port, "POST", "/v1/completions", NULL, cases[i].body);
+		ck_assert_msg(r.status == 200, "%s", r.body);
+		json_t *j = json_of(&r);
+		char *got = choice_text(j, 0);
+		char *want = ring_text(&stories, "Once upon a time", 40, &cases[i].sp, cases[i].flags);
+		ck_assert_str_eq(got, want);
+		if (i == 0)
+			ck_assert_str_ne(got, texts[0]);
+		free(got);
+		free(want);
+		json_decref(j);
+		reply_free(&r);
+	}
+	for (int i = 0; i < 3; i++)
+		free(texts[i]);
+}
+END_TEST
+
 /* Bad requests: the status and the parameter OpenAI's error object names. */
 START_TEST(bad_requests_name_their_parameter)
 {
@@ -478,6 +292,15 @@ START_TEST(bad_requests_name_their_parameter)
 		{ "POST", "/v1/completions", "{\"prompt\": [[1, 99999]]}", 400, "prompt" },
 		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 100000}", 400, "max_tokens" },
 		{ "POST", "/v1/completions", "{\"model\": \"gpt-4\", \"prompt\": \"a\"}", 404, "model" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"top_k\": -2}", 400, "top_k" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"min_p\": 1.5}", 400, "min_p" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"repetition_penalty\": 0}", 400, "repetition_penalty" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"repetition_penalty\": 101}", 400, "repetition_penalty" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"frobnicate\": 1}", 400, "frobnicate" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"top_logprobs\": 2}", 400, "top_logprobs" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"tools\": []}", 400, "tools" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"suffix\": \"b\"}", 400, "suffix" },
+		{ "POST", "/v1/completions", "{\"prompt\": \"a\", \"response_format\": {\"type\": \"yaml\"}}", 400, "response_format" },
 		{ "POST", "/v1/chat/completions", "{\"messages\": []}", 400, "messages" },
 		{ "POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", 400, "messages" },
 		{ "GET", "/v1/completions", NULL, 405, NULL },
@@ -784,6 +607,7 @@ int main(void)
 		tcase_add_test(real, echo_logprobs_are_the_scores);
 		tcase_add_test(real, n_choices_with_a_seed);
 		tcase_add_test(real, stop_strings_cut_the_text);
+		tcase_add_test(real, sampler_fields_reach_the_daemon);
 		tcase_add_test(real, bad_requests_name_their_parameter);
 		tcase_add_test(real, a_client_that_leaves_mid_stream_is_cancelled);
 		tcase_add_test(real, a_queued_stream_outlives_the_idle_timeout);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # check-gpu.sh — the GPU run in one command, sized for one short GPU lease: the CUDA suites
-# (the first kernels, then the --cuda-kernels variants against them), cuda daemons' greedy ids
-# (the default kernels and CHECK_GPU_KERNELS) against a cpu daemon's, bench_cuda on the
-# 2B4T-shape model (base, fast and all side by side in one process: issue 49's figures) and the
-# serving benchmark against a cuda daemon, each part under its own time limit, everything
+# (the kernels and the backend, tests/test_cuda.c; the --cuda-kernels variants against the
+# first kernels, tests/test_cuda_fast.c, and through every request kind,
+# tests/test_cuda_fast_ops.c; every request kind on base, tests/test_cuda_ops.c), cuda daemons'
+# greedy ids (the default kernels and CHECK_GPU_KERNELS) against a cpu daemon's, bench_cuda on
+# the 2B4T-shape model (base, fast and all side by side in one process: issue 49's figures) and
+# the serving benchmark against a cuda daemon, each part under its own time limit, everything
 # written to one log. The limits are also cut to what is left of one budget (CHECK_GPU_BUDGET,
 # default 560 s), so that the whole script fits a 10-minute command however the parts go.
 #
@@ -116,6 +118,10 @@ if [ "$backend" = cuda ]; then
 		exit 77
 	fi
 	part "GPU suite, --cuda-kernels variants" 90 "${tests_env[@]}" "$build/tests/test_cuda_fast"
+	part "GPU suite, the variants' request kinds" 60 "${tests_env[@]}" \
+		BITNET_MODEL_TOOL="$build/bitnet-model" BITNET_CLI="$build/bitnet-cli" "$build/tests/test_cuda_fast_ops"
+	part "request kinds on the GPU (test_cuda_ops)" 150 "${tests_env[@]}" \
+		BITNET_MODEL_TOOL="$build/bitnet-model" BITNET_CLI="$build/bitnet-cli" "$build/tests/test_cuda_ops"
 	part "model file" 90 bench_model_file
 	part "bench_cuda, variants $variants side by side" 150 "$build/bench/bench_cuda" --model "$model" \
 		--variants "$variants"

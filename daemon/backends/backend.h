@@ -78,8 +78,8 @@ enum bn_lm_head_mode {
 
 struct bn_backend_options {
 	const char *model_path;  /* NULL for backends without a model file */
-	const char *cache_dir;   /* cpu: the weights cache's directory, "none", or NULL: the
-				  * default (model/wcache.h: bn_wcache_dir) */
+	const char *cache_dir;   /* cpu, cuda: the weights cache's directory, "none", or NULL:
+				  * the default (model/wcache.h: bn_wcache_dir) */
 	uint32_t max_seqs;       /* sequences open at once (the scheduler's max batch) */
 	uint32_t vocab_size;     /* loopback: size of its vocabulary */
 	uint32_t step_delay_us;  /* loopback: busy time per step, to mimic compute */

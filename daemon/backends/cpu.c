@@ -5,6 +5,7 @@
  */
 #include "backend.h"
 #include "bitnet_shm.h"
+#include "cache_writer.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/stats.h"
@@ -14,14 +15,9 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 /* One float multiply-add of attention costs about eight ternary int8 multiply-adds of the
  * weight kernels here (attention reads the cached keys and values from L2/L3, the ternary
@@ -30,10 +26,6 @@
  * 5.9 ms a token plus 3.1 us per earlier position. Used to weigh long-context tokens in the
  * scheduler's budget. */
 #define CPU_ATTN_MAC_COST 8.0
-
-/* The cache writer's nice value: it gets about a tenth of a core that the forward pass wants
- * (CFS weights), all of an idle one. */
-#define CACHE_WRITER_NICE 10
 
 struct cpu_backend {
 	struct bn_model model;
@@ -46,40 +38,13 @@ struct cpu_backend {
 	struct bn_head_screen screen; /* the LM head's int8 copy, when one was made */
 	uint32_t built;       /* BN_WCACHE_HAS_*: what the weights hold besides the matrices */
 	struct bn_wcache cache; /* the mapped weights cache the weights lie in, or unmapped */
-	struct cache_writer *writer; /* writing the weights built at this start, or NULL */
+	struct bn_cache_writer *writer; /* writing the weights built at this start, or NULL */
 };
-
-/* The thread that writes the weights built at this start to the cache once the daemon is
- * ready: the first client waits for the repack, not for a disk write of the same size too.
- * It reads the built weights (read-only, as the forward pass does) until it ends. */
-struct cache_writer {
-	pthread_t thread;
-	int started;                 /* thread runs (or ran) */
-	int stop;                    /* set by cpu_close: give up, leave no file */
-	char path[PATH_MAX];
-	struct bn_wcache_key key;
-	uint32_t contents;
-	struct bn_wcache_blob *blobs;
-	uint32_t n_blobs;
-};
-
-/* Stops the cache writer (its temporary file removed) and waits for it; frees it. */
-static void stop_writer(struct cpu_backend *cb)
-{
-	if (!cb->writer)
-		return;
-	if (cb->writer->started) {
-		__atomic_store_n(&cb->writer->stop, 1, __ATOMIC_RELAXED);
-		pthread_join(cb->writer->thread, NULL);
-	}
-	free(cb->writer->blobs);
-	free(cb->writer);
-	cb->writer = NULL;
-}
 
 static void free_weights(struct cpu_backend *cb)
 {
-	stop_writer(cb);
+	bn_cache_writer_stop(cb->writer);
+	cb->writer = NULL;
 	bn_head_screen_free(&cb->screen);
 	bn_model_free(&cb->model);
 	bn_wcache_close(&cb->cache);
@@ -215,67 +180,18 @@ static struct bn_wcache_blob *weight_blobs(const struct cpu_backend *cb, uint32_
 	return b;
 }
 
-static void *write_cache(void *arg)
+/* The writer of what build_weights made, ready to start once the daemon's weights are final.
+ * NULL when there is no memory for it. */
+static struct bn_cache_writer *new_writer(const struct cpu_backend *cb, const char *path,
+					  const struct bn_wcache_key *k)
 {
-	struct cache_writer *w = arg;
-	char why[BN_WCACHE_WHY_LEN];
-	/* Below the forward pass's threads: the disk write takes what they leave. */
-	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CACHE_WRITER_NICE);
-	uint64_t t0 = bn_now_ns();
-	int rc = bn_wcache_write(w->path, &w->key, w->contents, w->blobs, w->n_blobs, &w->stop,
-				 why);
-	double ms = (double)(bn_now_ns() - t0) / 1e6;
-	if (rc == 0)
-		bn_log_info("msg=\"weights cache written\" cache=\"%s\" write_ms=%.0f", w->path, ms);
-	else if (rc == -ECANCELED)
-		bn_log_info("msg=\"weights cache not written\" cache=\"%s\" why=\"%s\"", w->path,
-			    why);
-	else
-		bn_log_warn("msg=\"weights cache not written; the next start builds the weights again\" cache=\"%s\" why=\"%s\"",
-			    w->path, why);
-	if (rc != -ECANCELED)
-		bn_stats_set_weights_cache(rc == 0 ? BN_WEIGHTS_CACHE_BUILT : BN_WEIGHTS_CACHE_FAILED);
-	return NULL;
-}
-
-/* The writer of what build_weights made, ready to start (start_writer) once the daemon's
- * weights are final. NULL when there is no memory for it. */
-static struct cache_writer *new_writer(const struct cpu_backend *cb, const char *path,
-				       const struct bn_wcache_key *k)
-{
-	struct cache_writer *w = calloc(1, sizeof(*w));
+	uint32_t n;
+	struct bn_wcache_blob *blobs = weight_blobs(cb, &n);
+	struct bn_cache_writer *w = blobs ? bn_cache_writer_new(path, k, cb->built, blobs, n, NULL, 0)
+					  : NULL;
 	if (!w)
-		return NULL;
-	w->blobs = weight_blobs(cb, &w->n_blobs);
-	if (!w->blobs) {
-		free(w);
-		return NULL;
-	}
-	snprintf(w->path, sizeof(w->path), "%s", path);
-	w->key = *k;
-	w->contents = cb->built;
+		free(blobs);
 	return w;
-}
-
-/* Starts the cache writer. The state it ends in: writing (the thread runs),
- * or failed. */
-static enum bn_weights_cache start_writer(struct cpu_backend *cb)
-{
-	/* Every signal blocked in the thread (its mask is inherited): a SIGTERM is the loop's,
-	 * through its signalfd, never a default action in the writer. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&cb->writer->thread, NULL, write_cache, cb->writer);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc == 0) {
-		cb->writer->started = 1;
-		return BN_WEIGHTS_CACHE_WRITING;
-	}
-	bn_log_warn("msg=\"weights cache not written: no thread to write it\" error=\"%s\"",
-		    strerror(rc));
-	stop_writer(cb);
-	return BN_WEIGHTS_CACHE_FAILED;
 }
 
 /* The model and its copies, from the weights cache when it holds them (*from: hit), else
@@ -429,8 +345,12 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	bn_stats_set_load(load_ms * 1e-3, from, cache_path);
 	/* The weights are final (attach_* changed no byte); STATS says writing before the
 	 * writer can say what came of it. */
-	if (from == BN_WEIGHTS_CACHE_WRITING && (from = start_writer(cb)) != BN_WEIGHTS_CACHE_WRITING)
+	if (from == BN_WEIGHTS_CACHE_WRITING &&
+	    (from = bn_cache_writer_start(cb->writer)) != BN_WEIGHTS_CACHE_WRITING) {
+		bn_cache_writer_stop(cb->writer);
+		cb->writer = NULL;
 		bn_stats_set_weights_cache(from);
+	}
 	const struct bn_model_config *c = &cb->model.cfg;
 	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f decode_layout=\"%s\" base3_mb=%.1f load_ms=%.0f weights_cache=%s cache=\"%s\"",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,

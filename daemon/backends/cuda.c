@@ -10,23 +10,35 @@
  *  - norms as F32. The embedding table stays on the host: a step looks up its new tokens there
  *    (n_tok rows, the bytes a step uploads anyway), so it costs no device memory unless it is
  *    also the LM head.
+ * Those device layouts come from the packed-weight cache when it holds them (cuda_wcache.h).
  *
  * A step uploads one contiguous block of inputs (embeddings, RoPE cos/sin computed by the
  * host exactly as the CPU does, KV slots, block tables, which tokens need logits, penalties,
- * sampling rows and the allowed tokens of constrained rows), runs every layer, the LM head of
- * the rows that want a token and the sampler (cuda_sample.c), and copies back only token ids
- * and log-probabilities.
+ * sampling rows, scored targets and the allowed tokens of constrained rows), runs every layer,
+ * the LM head of the logits rows (the rows that want a token, every position of verify rows
+ * and scored rows: cuda_rows.h) and the sampler, and copies back only token ids and
+ * log-probabilities; a constrained draw that cannot end before max_tokens is drawn again
+ * (cuda_rows_redraw). Forks and rewinds of
+ * sequences are cuda_seq.h's.
+ *
+ * With a --cuda-kernels variant other than base (cuda_variant.h), the layers and the LM head
+ * are cuda_fwd.h's: its own weights and kernels, the same inputs, the same logits rows, into
+ * the same logits; everything before (the inputs) and after (cuda_rows.h) is this file's.
  *
  * Every CUDA call is checked; a failed one ends the step with -EIO (the scheduler fails that
  * batch's requests) after one log line naming the call and the CUDA error.
  */
-#include "cuda_internal.h"
-
+#include "backend.h"
 #include "bitnet_shm.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "cuda_fwd.h"
+#include "cuda_kernels.h"
+#include "cuda_rows.h"
+#include "cuda_seq.h"
+#include "cuda_wcache.h"
 #include "model/forward.h"
-#include "quant.h"
+#include "model/model.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -35,6 +47,105 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define ALIGN 256                    /* device and staging sub-buffers */
+#define KV_HEADROOM_MIN (1ull << 30) /* device memory kept free of KV for step scratch */
+/* Relative cost of an attention multiply-add to a weight multiply-add, for the scheduler's token
+ * budget: not measured on a GPU yet, so multiply-adds are counted as equal. */
+#define CUDA_ATTN_MAC_COST 1.0
+
+enum dev_kind { DEV_T2, DEV_FLOAT };
+
+struct dev_linear {
+	enum dev_kind kind;
+	struct bn_cuda_t2 t2;
+	struct bn_cuda_fmat f;
+};
+
+struct dev_layer {
+	float *attn_norm, *attn_sub_norm, *ffn_norm, *ffn_sub_norm;
+	struct dev_linear wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+/* Per-step inputs, laid out identically in the pinned host block and the device block so
+ * that one copy moves them all. */
+struct step_inputs {
+	float *x;                     /* [n_tok][ld_x] embeddings */
+	float *cs;                    /* [n_tok][rope_dim] */
+	uint32_t *slot;               /* [n_tok] KV row of each token within a layer */
+	uint32_t *len;                /* [n_tok] positions each token attends over */
+	uint32_t *table_off;          /* [n_tok] where its row's block table starts */
+	uint32_t *tables;             /* [n_rows][max blocks] */
+	uint32_t *out_rows;           /* [n_out] token index of each logits row (cuda_rows.h) */
+	struct bn_cuda_penalty *pen;  /* [n_pen] */
+	struct bn_cuda_sample_row *rank; /* [n_rank] */
+	struct bn_cuda_score_row *score; /* [n_score] */
+	uint32_t *row_mask;           /* [n_out] a logits row's bitset in masks, or BN_CUDA_NO_MASK */
+	uint64_t *masks;              /* [n_masks][mask words] the constrained rows' allowed tokens */
+	size_t bytes;
+};
+
+struct step_shape {
+	uint32_t n_tok, n_rows, max_blocks;
+	uint32_t n_logits;            /* rows the LM head makes: out.n_out, or a graph's bucket */
+	struct cuda_rows_shape out;   /* the logits rows asked for (sampled, scored) */
+};
+
+struct cuda_backend {
+	struct bn_model model;
+	struct cuda_wcache wcache;    /* where the weights came from */
+	cudaStream_t stream;
+	struct bn_cuda_kernels kernels; /* --cuda-kernels; not base: fwd runs the layers */
+	struct bn_cuda_fwd *fwd;      /* cuda_fwd.h, or NULL for base */
+	void **allocs;                /* device buffers of the weights */
+	uint32_t n_allocs, cap_allocs;
+	struct dev_layer *layers;
+	float *output_norm;
+	struct dev_linear output;
+	uint64_t weight_bytes;
+	float *rope_freq;
+	uint32_t max_seqs;
+	uint32_t *seq_len;
+	float *kv_k, *kv_v;           /* [n_layer][n_blocks][block_tokens][kv_dim] */
+	uint32_t kv_blocks, kv_block_tokens;
+	uint32_t q_dim, kv_dim, ld_x, ld_q, ld_kv, ld_ff, ld_wide;
+	/* activations for n_cap tokens (zeroed at allocation: pads stay zero); the residual
+	 * stream x is the step's uploaded embeddings, updated in place */
+	void *act;
+	uint32_t n_cap;
+	float *x, *xb, *q, *k, *v, *att, *gate, *up;
+	struct bn_cuda_q8 xq;
+	uint16_t *xh;
+	/* step inputs */
+	void *in_host, *in_dev;
+	size_t in_cap;
+	/* outputs */
+	float *logits;
+	uint32_t logits_rows;
+	void *sample_scratch;
+	size_t sample_scratch_bytes;
+	void *res_dev, *res_host;     /* struct cuda_answers of res_rows rows */
+	uint32_t res_rows;
+	struct cuda_rows rows;        /* host scratch for the penalty lists */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static int cuda_failed(const char *what, int err)
+{
+	bn_log_error("msg=\"CUDA call failed\" call=%s error=\"%s\" code=%d", what,
+		     cudaGetErrorString((cudaError_t)err), err);
+	return -EIO;
+}
+
+#define CUDA_TRY(call)                                            \
+	do {                                                      \
+		int err_ = (int)(call);                           \
+		if (err_ != 0)                                    \
+			return cuda_failed(#call, err_);          \
+	} while (0)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Device and weights                                                                          */
@@ -138,37 +249,6 @@ static int upload_vec(struct cuda_backend *cb, const float *v, uint32_t n, float
 	return v ? upload(cb, v, (size_t)n * sizeof(float), (void **)out) : 0;
 }
 
-/* Rows of a float matrix converted to the device type, UPLOAD_CHUNK at a time. F16 rows go
- * as they are; everything else through bn_dequant_row to F32 (exact for BF16, Q8_0, Q6_K). */
-static int upload_float_rows(const struct bn_linear *w, const struct bn_cuda_fmat *f, void *dev)
-{
-	const struct bn_gguf_tensor *t = w->src;
-	size_t esize = f->type == BN_CUDA_F16 ? 2 : 4, row = (size_t)f->ld * esize;
-	uint32_t per_chunk = (uint32_t)(UPLOAD_CHUNK / row) ? (uint32_t)(UPLOAD_CHUNK / row) : 1;
-	char *stage = calloc(per_chunk, row);
-	if (!stage)
-		return -ENOMEM;
-	int rc = 0;
-	for (uint32_t o0 = 0; o0 < w->n_out && rc == 0; o0 += per_chunk) {
-		uint32_t n = w->n_out - o0 < per_chunk ? w->n_out - o0 : per_chunk;
-		for (uint32_t o = 0; o < n && rc == 0; o++) {
-			char *dst = stage + (size_t)o * row;
-			if (f->type == BN_CUDA_F16)
-				memcpy(dst, (const char *)t->data + (size_t)(o0 + o) * w->n_in * 2,
-				       (size_t)w->n_in * 2);
-			else if (bn_dequant_row(t->type, t->data, t->size, o0 + o, w->n_in, (float *)dst))
-				rc = -EINVAL;
-		}
-		cudaError_t e = rc ? cudaSuccess
-				   : cudaMemcpy((char *)dev + (size_t)o0 * row, stage, (size_t)n * row,
-						cudaMemcpyHostToDevice);
-		if (e != cudaSuccess)
-			rc = cuda_failed("cudaMemcpy(weights)", e);
-	}
-	free(stage);
-	return rc;
-}
-
 static int upload_linear(struct cuda_backend *cb, const struct bn_linear *w, struct dev_linear *d)
 {
 	memset(d, 0, sizeof(*d));
@@ -181,18 +261,14 @@ static int upload_linear(struct cuda_backend *cb, const struct bn_linear *w, str
 					(void **)&d->t2.scale);
 	}
 	d->kind = DEV_FLOAT;
-	int f16 = w->src->type == BN_TYPE_F16;
-	d->f = (struct bn_cuda_fmat){ .type = f16 ? BN_CUDA_F16 : BN_CUDA_F32, .n_in = w->n_in,
-				      .n_out = w->n_out, .ld = round_up(w->n_in, 16) };
-	uint32_t rows = f16 ? round_up(w->n_out, 64) : w->n_out;
-	size_t bytes = (size_t)rows * d->f.ld * (f16 ? 2 : 4);
+	size_t bytes;
+	cuda_wcache_layout(w, &d->f, &bytes);
 	void *dev;
 	int rc = dev_alloc(cb, bytes, &dev);
 	if (rc)
 		return rc;
-	CUDA_TRY(cudaMemset(dev, 0, bytes));
 	d->f.data = dev;
-	return upload_float_rows(w, &d->f, dev);
+	return cuda_wcache_upload(&cb->wcache, w, &d->f, dev, bytes);
 }
 
 static int upload_layer(struct cuda_backend *cb, const struct bn_layer *L, struct dev_layer *d)
@@ -224,19 +300,34 @@ static int upload_model(struct cuda_backend *cb)
 	return rc;
 }
 
-/* A variant other than base: its forward pass (cuda_fwd.h) uploads the layers itself. */
+/* A variant other than base: its forward pass (cuda_fwd.h) uploads the layers itself, its
+ * float matrices through the weights cache like upload_linear's (so a cache being written
+ * gets their images). Before cuda_wcache_ready: the cache's images are freed there. */
 static int open_fwd(struct cuda_backend *cb)
 {
 	struct bn_cuda_fwd_head head = { .norm = cb->output_norm, .ternary = cb->output.kind == DEV_T2,
 					 .t2 = cb->output.t2, .f = cb->output.f };
 	return cb->kernels.flags ? bn_cuda_fwd_open(&cb->fwd, &cb->model, &cb->kernels, &head,
-						    cb->ld_x, cb->stream)
+						    &cb->wcache, cb->ld_x, cb->stream)
 				 : 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Scratch                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
+
+/* Hands out ALIGN-aligned pieces of a block; with base NULL it only counts. */
+struct carver {
+	char *base;
+	size_t at;
+};
+
+static void *carve(struct carver *c, size_t bytes)
+{
+	void *p = c->base ? c->base + c->at : NULL;
+	c->at += (bytes + ALIGN - 1) / ALIGN * ALIGN;
+	return p;
+}
 
 static void carve_activations(struct cuda_backend *cb, struct carver *c, uint32_t n)
 {
@@ -283,11 +374,12 @@ static void carve_inputs(const struct cuda_backend *cb, struct carver *c, const 
 	in->len = carve(c, (size_t)s->n_tok * 4);
 	in->table_off = carve(c, (size_t)s->n_tok * 4);
 	in->tables = carve(c, (size_t)s->n_rows * s->max_blocks * 4);
-	in->out_rows = carve(c, (size_t)s->n_out * 4);
-	in->pen = carve(c, (size_t)s->n_pen * sizeof(struct bn_cuda_penalty));
-	in->rank = carve(c, (size_t)s->n_rank * sizeof(struct bn_cuda_sample_row));
-	in->row_mask = carve(c, (size_t)s->n_out * 4);
-	in->masks = carve(c, (size_t)s->n_masks * cuda_mask_words(cb) * 8);
+	in->out_rows = carve(c, (size_t)s->n_logits * 4);
+	in->pen = carve(c, (size_t)s->out.n_pen * sizeof(struct bn_cuda_penalty));
+	in->rank = carve(c, (size_t)s->out.n_rank * sizeof(struct bn_cuda_sample_row));
+	in->score = carve(c, (size_t)s->out.n_score * sizeof(struct bn_cuda_score_row));
+	in->row_mask = carve(c, (size_t)s->out.n_out * 4);
+	in->masks = carve(c, (size_t)s->out.n_masks * bn_sample_mask_words(cb->model.cfg.n_vocab) * 8);
 	in->bytes = c->at;
 }
 
@@ -330,12 +422,22 @@ static int reserve_outputs(struct cuda_backend *cb, uint32_t rows, uint32_t rank
 		cudaFreeHost(cb->res_host);
 		cb->res_dev = cb->res_host = NULL;
 		cb->res_rows = 0;
-		size_t bytes = (size_t)rows * (sizeof(uint32_t) + sizeof(struct bn_cuda_sample_result));
+		size_t bytes = cuda_answers_bytes(rows);
 		CUDA_TRY(cudaMalloc(&cb->res_dev, bytes));
 		CUDA_TRY(cudaMallocHost(&cb->res_host, bytes));
 		cb->res_rows = rows;
 	}
-	return cuda_reserve_ranking(cb, rank_rows);
+	uint32_t group = cuda_rows_rank_group(n_vocab); /* rows a sampler call ranks at most */
+	rank_rows = rank_rows < group ? rank_rows : group;
+	size_t need = rank_rows ? bn_cuda_sample_scratch_bytes(n_vocab, rank_rows) : 0;
+	if (need > cb->sample_scratch_bytes) {
+		cudaFree(cb->sample_scratch);
+		cb->sample_scratch = NULL;
+		cb->sample_scratch_bytes = 0;
+		CUDA_TRY(cudaMalloc(&cb->sample_scratch, need));
+		cb->sample_scratch_bytes = need;
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -358,15 +460,17 @@ static void cuda_close(void *self)
 	cudaFree(cb->in_dev);
 	cudaFreeHost(cb->in_host);
 	cudaFree(cb->logits);
+	cudaFree(cb->sample_scratch);
 	cudaFree(cb->res_dev);
 	cudaFreeHost(cb->res_host);
-	cuda_sample_free(cb);
 	if (cb->stream)
 		cudaStreamDestroy(cb->stream);
 	free(cb->allocs);
 	free(cb->layers);
 	free(cb->rope_freq);
 	free(cb->seq_len);
+	cuda_rows_free(&cb->rows);
+	cuda_wcache_close(&cb->wcache); /* first: its writer reads the model's T2 planes */
 	bn_model_free(&cb->model);
 	free(cb);
 }
@@ -391,6 +495,9 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 	bn_cuda_kernels_name(&cb->kernels, desc->kernels, sizeof(desc->kernels));
 	desc->decode_layout = bn_model_is_ternary(&cb->model) ? BN_DECODE_LAYOUT_2BIT
 							      : BN_DECODE_LAYOUT_NONE;
+	desc->can_score = 1;
+	desc->can_classify = 1; /* score rows and seq_fork */
+	desc->can_mask = 1;     /* masks on the device, the closing check's second draw */
 	size_t free_b = 0, total = 0;
 	if (cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
 		uint64_t headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;
@@ -405,8 +512,8 @@ static int open_model(struct cuda_backend *cb, const struct bn_backend_options *
 		bn_log_error("msg=\"unknown --cuda-kernels\" value=\"%s\"", opt->cuda_kernels);
 		return -EINVAL;
 	}
-	/* the device gets the file's float rows (upload_float_rows); no host panels */
-	if (bn_model_load_as(&cb->model, opt->model_path, BN_FLOAT_IN_PLACE, err) != 0) {
+	/* the device gets the file's float rows (cuda_wcache_upload); no host panels */
+	if (cuda_wcache_load(&cb->wcache, opt->model_path, opt->cache_dir, &cb->model, err) != 0) {
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
 		return -EINVAL;
 	}
@@ -439,7 +546,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 	if (!cb)
 		return -ENOMEM;
 	uint64_t t0 = bn_now_ns();
-	bn_sampler_init(&cb->sampler);
+	cuda_rows_init(&cb->rows);
 	cudaError_t e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
 	rc = e != cudaSuccess ? cuda_failed("cudaStreamCreate", e) : open_model(cb, opt);
 	rc = rc ? rc : upload_model(cb);
@@ -449,14 +556,15 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 		return rc;
 	}
 	const struct bn_model_config *c = &cb->model.cfg;
+	double load_ms = (double)(bn_now_ns() - t0) / 1e6;
+	enum bn_weights_cache from = cuda_wcache_ready(&cb->wcache, &cb->model, load_ms * 1e-3);
 	/* --lm-head and --decode-layout are the cpu backend's: the line says what runs here */
-	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f lm_head=\"full\" decode_layout=\"%s\" load_ms=%.0f",
+	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f lm_head=\"full\" decode_layout=\"%s\" load_ms=%.0f weights_cache=%s cache=\"%s\"",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
 		    c->n_ctx, (double)cb->weight_bytes / (1 << 20),
-		    bn_model_is_ternary(&cb->model) ? "2bit" : "none",
-		    (double)(bn_now_ns() - t0) / 1e6);
+		    bn_model_is_ternary(&cb->model) ? "2bit" : "none", load_ms,
+		    bn_weights_cache_names[from], cb->wcache.path);
 	describe(cb, desc);
-	desc->can_mask = 1; /* cuda_sample.c: masks on the device, the closing check's second draw */
 	*self = cb;
 	return 0;
 }
@@ -501,6 +609,29 @@ static void cuda_seq_close(void *self, uint32_t seq)
 	(void)seq;
 }
 
+/* What forks and rewinds (cuda_seq.h) touch. */
+static struct cuda_seqs seqs_of(struct cuda_backend *cb)
+{
+	return (struct cuda_seqs){ .len = cb->seq_len, .max_seqs = cb->max_seqs,
+				   .n_ctx = cb->model.cfg.n_ctx, .kv_k = cb->kv_k, .kv_v = cb->kv_v,
+				   .n_layer = cb->model.cfg.n_layer, .blocks = cb->kv_blocks,
+				   .block_tokens = cb->kv_block_tokens, .kv_dim = cb->kv_dim,
+				   .stream = cb->stream };
+}
+
+static int cuda_seq_fork(void *self, uint32_t seq, uint32_t start, uint32_t dst_block,
+			 uint32_t src_block, uint32_t n_copy)
+{
+	struct cuda_seqs s = seqs_of(self);
+	return cuda_seqs_fork(&s, seq, start, dst_block, src_block, n_copy);
+}
+
+static int cuda_seq_rewind(void *self, uint32_t seq, uint32_t length)
+{
+	struct cuda_seqs s = seqs_of(self);
+	return cuda_seqs_rewind(&s, seq, length);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The step: inputs                                                                            */
 /* ------------------------------------------------------------------------------------------ */
@@ -525,20 +656,16 @@ static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, 
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		uint32_t nb = (b->pos[r] + b->lens[r] + cb->kv_block_tokens - 1) / cb->kv_block_tokens;
 		s->max_blocks = nb > s->max_blocks ? nb : s->max_blocks;
-		if (!b->sample[r])
-			continue;
-		s->n_out++;
-		s->n_pen += b->sample[r]->n_prompt + b->sample[r]->n_output;
-		s->n_rank += !cuda_plain_greedy(b->sample[r]);
-		s->n_masks += b->sample[r]->mask != NULL;
 	}
+	cuda_rows_count(b, &s->out);
+	s->n_logits = s->out.n_out;
 }
 
 static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
 			uint32_t max_blocks)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
-	uint32_t t = 0, n_out = 0, bt = cb->kv_block_tokens;
+	uint32_t t = 0, bt = cb->kv_block_tokens;
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		memcpy(in->tables + (size_t)r * max_blocks, b->blocks[r],
 		       (b->pos[r] + b->lens[r] + bt - 1) / bt * sizeof(uint32_t));
@@ -551,9 +678,8 @@ static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const
 			in->len[t] = pos + 1;
 			in->table_off[t] = r * max_blocks;
 		}
-		if (b->sample[r])
-			in->out_rows[n_out++] = t - 1;
 	}
+	cuda_rows_tokens(b, in->out_rows);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -639,20 +765,36 @@ static int layer_forward(struct cuda_backend *cb, uint32_t li, const struct step
 	return rc ? cuda_failed("layer kernels", rc) : 0;
 }
 
-/* Final norm of the tokens that want logits, the LM head, then the sampler. */
+/* What the sampler's kernels read and write on the device (in: the step's device inputs). */
+static struct cuda_rows_device rows_device(const struct cuda_backend *cb,
+					   const struct step_inputs *in)
+{
+	return (struct cuda_rows_device){
+		.logits = cb->logits, .n_vocab = cb->model.cfg.n_vocab, .pen = in->pen,
+		.rank = in->rank, .score = in->score, .masks = in->masks,
+		.row_mask = in->row_mask, .scratch = cb->sample_scratch,
+		.scratch_bytes = cb->sample_scratch_bytes,
+		.out = cuda_answers_at(cb->res_dev, cb->res_rows),
+	};
+}
+
+/* Final norm of the tokens that want logits and the LM head (unless a variant's forward pass
+ * made the logits), then the sampler and the scores (cuda_rows.h). */
 static int output_and_sample(struct cuda_backend *cb, const struct step_inputs *in,
 			     const struct step_shape *s)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
+	cudaStream_t st = cb->stream;
+	struct cuda_rows_device d = rows_device(cb, in);
 	int rc = 0;
-	if (!cb->fwd) { /* else bn_cuda_fwd_run made the logits */
-		rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, in->out_rows, cb->output_norm,
-				     c->n_embd, s->n_out, c->rms_eps, cb->stream);
-		rc = rc ? rc : linear(cb, &cb->output, cb->xb, cb->ld_wide, s->n_out, cb->logits, c->n_vocab, 0);
+	if (!cb->fwd) {
+		rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, in->out_rows,
+				     cb->output_norm, c->n_embd, s->out.n_out, c->rms_eps, st);
+		rc = rc ? rc : linear(cb, &cb->output, cb->xb, cb->ld_wide, s->out.n_out, cb->logits,
+				      c->n_vocab, 0);
 	}
-	if (rc)
-		return cuda_failed("output kernels", rc);
-	return cuda_sample_logits(cb, in, s);
+	rc = rc ? rc : cuda_rows_answer(&d, &s->out, st);
+	return rc ? cuda_failed("output kernels", rc) : 0;
 }
 
 static struct bn_cuda_fwd_in fwd_view(const struct step_inputs *in)
@@ -661,45 +803,67 @@ static struct bn_cuda_fwd_in fwd_view(const struct step_inputs *in)
 					in->out_rows };
 }
 
+/* The layers: this file's, or a variant's with its LM head (every logits row the step lists
+ * in out_rows, and a graph step's padding rows). */
+static int run_layers(struct cuda_backend *cb, const struct step_inputs *dev,
+		      const struct step_shape *s, int graph)
+{
+	if (cb->fwd) {
+		struct bn_cuda_fwd_in in = fwd_view(dev);
+		struct bn_cuda_fwd_step fs = { s->n_tok, s->n_logits, s->max_blocks, (uint32_t)graph };
+		return bn_cuda_fwd_run(cb->fwd, &in, &fs, cb->logits);
+	}
+	int rc = 0;
+	for (uint32_t li = 0; li < cb->model.cfg.n_layer && rc == 0; li++)
+		rc = layer_forward(cb, li, dev, s->n_tok);
+	return rc;
+}
+
 static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct step_shape *s,
 		    struct bn_sample_out *out)
 {
 	struct step_inputs host, dev;
-	uint32_t n_real = s->n_tok; /* a graph step is padded to its bucket (cuda_fwd.h) */
+	/* A variant's decode step may be padded to its bucket (cuda_fwd.h): the padding rows get
+	 * logits, but s->out leaves them out, so they are not sampled, masked, penalized or
+	 * read back. */
+	uint32_t n_real = s->n_tok;
 	int graph = cb->fwd && bn_cuda_fwd_graph_shape(cb->fwd, b, &s->n_tok, &s->max_blocks);
 	if (graph)
-		s->n_rows = s->n_out = s->n_tok;
+		s->n_rows = s->n_logits = s->n_tok;
 	int rc = cb->fwd ? 0 : reserve_activations(cb, s->n_tok);
-	rc = rc ? rc : reserve_outputs(cb, s->n_out, s->n_rank);
+	/* a second draw ranks at most the constrained rows */
+	uint32_t ranked = s->out.n_rank > s->out.n_masks ? s->out.n_rank : s->out.n_masks;
+	rc = rc ? rc : reserve_outputs(cb, s->n_logits, ranked);
 	rc = rc ? rc : reserve_inputs(cb, s, &host, &dev);
 	if (rc)
 		return rc;
 	fill_tokens(cb, b, &host, s->max_blocks);
-	struct bn_cuda_fwd_in fwd_host = fwd_view(&host), fwd_dev = fwd_view(&dev);
+	struct bn_cuda_fwd_in pad = fwd_view(&host);
 	if (graph)
-		bn_cuda_fwd_pad(&fwd_host, n_real, s->n_tok);
-	if ((rc = cuda_fill_sampling(cb, b, &host, s)) != 0)
+		bn_cuda_fwd_pad(&pad, n_real, s->n_tok);
+	struct cuda_rows_inputs fill = { .pen = host.pen, .rank = host.rank, .score = host.score,
+					 .row_mask = host.row_mask, .masks = host.masks };
+	rc = cuda_rows_fill(&cb->rows, b, cb->model.cfg.n_vocab, &fill, &s->out);
+	if (rc)
 		return rc;
 	CUDA_TRY(cudaMemcpyAsync(cb->in_dev, cb->in_host, host.bytes, cudaMemcpyHostToDevice,
 				 cb->stream));
 	cb->x = dev.x;
-	struct bn_cuda_fwd_step fs = { s->n_tok, s->n_out, s->max_blocks, (uint32_t)graph };
-	if (cb->fwd)
-		rc = bn_cuda_fwd_run(cb->fwd, &fwd_dev, &fs, cb->logits);
-	for (uint32_t li = 0; li < cb->model.cfg.n_layer && rc == 0 && !cb->fwd; li++)
-		rc = layer_forward(cb, li, &dev, s->n_tok);
-	if (rc == 0 && s->n_out)
+	rc = run_layers(cb, &dev, s, graph);
+	if (rc == 0 && s->out.n_out)
 		rc = output_and_sample(cb, &dev, s);
 	if (rc)
 		return rc;
-	size_t back = (size_t)cb->res_rows * sizeof(uint32_t) +
-		      (size_t)s->n_rank * sizeof(struct bn_cuda_sample_result);
-	if (s->n_out)
+	size_t back = cuda_answers_back(cb->res_rows, s->out.n_rank);
+	if (s->out.n_out)
 		CUDA_TRY(cudaMemcpyAsync(cb->res_host, cb->res_dev, back, cudaMemcpyDeviceToHost,
 					 cb->stream));
 	CUDA_TRY(cudaStreamSynchronize(cb->stream));
-	cuda_collect(cb, b, out);
-	return cuda_redraw(cb, b, out);
+	struct cuda_answers answers = cuda_answers_at(cb->res_host, cb->res_rows);
+	cuda_rows_collect(b, &answers, out);
+	struct cuda_rows_device d = rows_device(cb, &dev);
+	rc = cuda_rows_redraw(&cb->rows, b, &d, &answers, out, cb->stream);
+	return rc > 0 ? cuda_failed("second draw", rc) : rc;
 }
 
 static int cuda_step(void *self, const struct bn_batch *b, struct bn_sample_out *out)
@@ -728,5 +892,7 @@ const struct bn_backend_ops bn_backend_cuda = {
 	.kv_init = cuda_kv_init,
 	.seq_open = cuda_seq_open,
 	.seq_close = cuda_seq_close,
+	.seq_fork = cuda_seq_fork,
+	.seq_rewind = cuda_seq_rewind,
 	.step = cuda_step,
 };

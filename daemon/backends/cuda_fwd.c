@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "cuda_fast.h"
 #include "cuda_graph.h"
+#include "cuda_wcache.h"
 #include "model/model.h"
 #include "quant.h"
 
@@ -54,6 +55,7 @@ struct fwd_layer {
 
 struct bn_cuda_fwd {
 	const struct bn_model *model;
+	struct cuda_wcache *wcache;  /* at open only: the float matrices' images */
 	struct bn_cuda_kernels k;
 	cudaStream_t stream;
 	void **allocs;
@@ -91,7 +93,8 @@ static int failed(const char *what, int err)
 /* Weights                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-static int dev_upload(struct bn_cuda_fwd *f, const void *src, size_t bytes, void **out)
+/* A device buffer freed at close, counted as weights. */
+static int dev_alloc(struct bn_cuda_fwd *f, size_t bytes, void **out)
 {
 	if (f->n_allocs == f->cap_allocs) {
 		uint32_t cap = f->cap_allocs ? 2 * f->cap_allocs : 64;
@@ -109,7 +112,15 @@ static int dev_upload(struct bn_cuda_fwd *f, const void *src, size_t bytes, void
 	}
 	f->allocs[f->n_allocs++] = *out;
 	f->weight_bytes += bytes;
-	e = cudaMemcpy(*out, src, bytes, cudaMemcpyHostToDevice);
+	return 0;
+}
+
+static int dev_upload(struct bn_cuda_fwd *f, const void *src, size_t bytes, void **out)
+{
+	int rc = dev_alloc(f, bytes, out);
+	if (rc)
+		return rc;
+	cudaError_t e = cudaMemcpy(*out, src, bytes, cudaMemcpyHostToDevice);
 	return e == cudaSuccess ? 0 : failed("cudaMemcpy(weights)", e);
 }
 
@@ -156,28 +167,18 @@ static int upload_t2(struct bn_cuda_fwd *f, const struct bn_linear *const *parts
 	return rc;
 }
 
-/* A float matrix as cuda.c keeps one: F16 rows as they are (padded to 16 weights and 64
- * rows), anything else decoded to F32 (padded to 16 weights). */
+/* A float matrix as cuda.c keeps one (cuda_wcache_layout), through the weights cache as
+ * cuda.c uploads one: copied up from the cache on a hit, and its image kept for a cache being
+ * written, which needs every float matrix's. */
 static int upload_float(struct bn_cuda_fwd *f, const struct bn_linear *w, struct fwd_linear *d)
 {
-	const struct bn_gguf_tensor *t = w->src;
-	int f16 = t->type == BN_TYPE_F16;
-	uint32_t ld = round_up(w->n_in, 16), rows = f16 ? round_up(w->n_out, 64) : w->n_out;
-	size_t es = f16 ? 2 : 4, bytes = (size_t)rows * ld * es;
-	char *host = calloc(1, bytes);
-	int rc = host ? 0 : -ENOMEM;
-	for (uint32_t o = 0; o < w->n_out && rc == 0; o++) {
-		char *dst = host + (size_t)o * ld * es;
-		if (f16)
-			memcpy(dst, (const char *)t->data + (size_t)o * w->n_in * 2, (size_t)w->n_in * 2);
-		else if (bn_dequant_row(t->type, t->data, t->size, o, w->n_in, (float *)dst))
-			rc = -EINVAL;
-	}
-	*d = (struct fwd_linear){ .f = { .type = f16 ? BN_CUDA_F16 : BN_CUDA_F32, .n_in = w->n_in,
-					 .n_out = w->n_out, .ld = ld } };
-	rc = rc ? rc : dev_upload(f, host, bytes, (void **)&d->f.data);
-	free(host);
-	return rc;
+	size_t bytes;
+	void *dev;
+	*d = (struct fwd_linear){ 0 };
+	cuda_wcache_layout(w, &d->f, &bytes);
+	int rc = dev_alloc(f, bytes, &dev);
+	d->f.data = dev;
+	return rc ? rc : cuda_wcache_upload(f->wcache, w, &d->f, dev, bytes);
 }
 
 static int upload_one(struct bn_cuda_fwd *f, const struct bn_linear *w, struct fwd_linear *d)
@@ -220,13 +221,14 @@ static int upload_layer(struct bn_cuda_fwd *f, const struct bn_layer *L, struct 
 
 int bn_cuda_fwd_open(struct bn_cuda_fwd **out, const struct bn_model *m,
 		     const struct bn_cuda_kernels *k, const struct bn_cuda_fwd_head *head,
-		     uint32_t ld_x, cudaStream_t stream)
+		     struct cuda_wcache *wcache, uint32_t ld_x, cudaStream_t stream)
 {
 	const struct bn_model_config *c = &m->cfg;
 	struct bn_cuda_fwd *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	*f = (struct bn_cuda_fwd){ .model = m, .k = *k, .stream = stream, .head = *head, .ld_x = ld_x };
+	*f = (struct bn_cuda_fwd){ .model = m, .wcache = wcache, .k = *k, .stream = stream,
+				   .head = *head, .ld_x = ld_x };
 	f->q_dim = c->n_head * c->head_dim;
 	f->kv_dim = c->n_head_kv * c->head_dim;
 	f->ld_q = round_up(f->q_dim, 64);
@@ -243,6 +245,7 @@ int bn_cuda_fwd_open(struct bn_cuda_fwd **out, const struct bn_model *m,
 		rc = upload_layer(f, &m->layers[li], &f->layers[li]);
 	if (head->ternary)
 		f->max_rows = head->t2.n_out > f->max_rows ? head->t2.n_out : f->max_rows;
+	f->wcache = NULL;
 	if (rc) {
 		bn_cuda_fwd_close(f);
 		return rc;
@@ -556,6 +559,10 @@ static uint32_t bucket_of(uint32_t n)
 	return 0;
 }
 
+/* Only plain decode steps: one token a row, that row's token sampled. A prefill chunk, a
+ * verify row or a scored row has several tokens or logits rows a batch row, which the bucket
+ * padding does not describe; such steps run without a graph (correct first: a graph for them
+ * would be a speed-up to measure, not a need). */
 int bn_cuda_fwd_graph_shape(const struct bn_cuda_fwd *f, const struct bn_batch *b,
 			    uint32_t *n_tok, uint32_t *max_blocks)
 {

@@ -10,8 +10,13 @@
  * the decode steps' CUDA graphs (`graph`): a step whose rows are all one sampled token is
  * padded to a batch-size bucket and its table stride to a power of two, so that one graph
  * per (bucket, stride) serves every such step; padding rows store nothing in the KV cache
- * (slot UINT32_MAX), attend to position 0 of row 0's first block and want a token nobody
- * reads.
+ * (slot UINT32_MAX), attend to position 0 of row 0's first block and get logits that cuda.c
+ * does not sample (no mask, no penalties) and does not read back. The graph holds the layers
+ * and the LM head only: sampling, masks and the second draw are cuda_rows.h's, as for base.
+ *
+ * Every other step (prefill chunks, verify rows, scored rows) runs the same kernels launched
+ * one by one, with logits for exactly the rows cuda.c lists in out_rows (cuda_rows_tokens:
+ * several a batch row for verify and scored rows).
  */
 #ifndef BITNETD_CUDA_FWD_H
 #define BITNETD_CUDA_FWD_H
@@ -24,6 +29,7 @@
 
 struct bn_model;
 struct bn_cuda_fwd;
+struct cuda_wcache;
 
 /* A step's inputs as cuda.c lays them out, on the device or in their host staging. */
 struct bn_cuda_fwd_in {
@@ -52,10 +58,12 @@ struct bn_cuda_fwd_step {
 };
 
 /* Uploads the layers of m for the variant k (flags not 0); ld_x is cuda.c's embedding row
- * stride. Returns 0 or a negative errno (logged). */
+ * stride. The ternary layouts are built from m's T2 planes (the repack's, or the packed-weight
+ * cache's mapping after a hit); the float matrices go through wcache (cuda_wcache_upload), as
+ * cuda.c's do, before cuda_wcache_ready. Returns 0 or a negative errno (logged). */
 int bn_cuda_fwd_open(struct bn_cuda_fwd **out, const struct bn_model *m,
 		     const struct bn_cuda_kernels *k, const struct bn_cuda_fwd_head *head,
-		     uint32_t ld_x, cudaStream_t stream);
+		     struct cuda_wcache *wcache, uint32_t ld_x, cudaStream_t stream);
 void bn_cuda_fwd_close(struct bn_cuda_fwd *f);
 /* The KV cache: [n_layer][n_blocks][block_tokens][kv_dim] keys and values. */
 void bn_cuda_fwd_kv(struct bn_cuda_fwd *f, float *K, float *V, uint32_t n_blocks,

@@ -58,6 +58,7 @@ enum bn_wcache_tag {
 	BN_WCACHE_I8_L1 = 7,
 	BN_WCACHE_I8_ROW_SUM = 8,
 	BN_WCACHE_T3_CODES = 9,
+	BN_WCACHE_CUDA_ROWS = 10,  /* a float matrix as the cuda backend's device holds it */
 };
 
 struct bn_wcache_key {

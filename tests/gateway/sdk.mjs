@@ -116,6 +116,88 @@ const cases = {
     assert.equal(cut.choices[0].finish_reason, 'stop');
   },
 
+  async 'parse() with a json_schema response_format gives message.parsed'() {
+    const schema = { type: 'object', additionalProperties: false, required: ['name', 'age'],
+                     properties: { name: { type: 'string', maxLength: 10 },
+                                   age: { type: 'integer', minimum: 0, maximum: 120 } } };
+    for (const seed of [1, 2, 3]) {
+      const r = await client.chat.completions.parse({
+        model, messages: chatMessages, max_tokens: 64, temperature: 1, seed,
+        response_format: { type: 'json_schema',
+                           json_schema: { name: 'person', strict: true, schema } } });
+      const m = r.choices[0].message;
+      assert.equal(r.choices[0].finish_reason, 'stop');
+      assert.deepEqual(Object.keys(m.parsed), ['name', 'age']);
+      assert.equal(typeof m.parsed.name, 'string');
+      assert.ok(m.parsed.name.length <= 10);
+      assert.ok(Number.isInteger(m.parsed.age) && m.parsed.age >= 0 && m.parsed.age <= 120);
+    }
+    const r = await client.completions.create({ model, prompt: 'JSON:', max_tokens: 32,
+                                                response_format: { type: 'json_object' } });
+    assert.equal(typeof JSON.parse(r.choices[0].text), 'object');
+  },
+
+  async 'tool calls: named, required, streamed, and the result sent back'() {
+    const tools = [
+      { type: 'function', function: { name: 'add', description: 'Adds two integers', strict: true,
+        parameters: { type: 'object', additionalProperties: false, required: ['a', 'b'],
+                      properties: { a: { type: 'integer', maximum: 999 },
+                                    b: { type: 'integer', minimum: -999 } } } } },
+      { type: 'function', function: { name: 'lookup', strict: true,
+        parameters: { type: 'object', additionalProperties: false, required: ['word'],
+                      properties: { word: { type: 'string', maxLength: 12 } } } } }];
+    const named = await client.chat.completions.parse({
+      model, messages: chatMessages, tools, max_tokens: 48, temperature: 0,
+      tool_choice: { type: 'function', function: { name: 'add' } } });
+    const c = named.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls');
+    assert.equal(c.message.content, null);
+    assert.equal(c.message.tool_calls.length, 1);
+    const call = c.message.tool_calls[0];
+    assert.equal(call.type, 'function');
+    assert.ok(call.id.startsWith('call_'));
+    assert.equal(call.function.name, 'add');
+    assert.deepEqual(Object.keys(call.function.parsed_arguments), ['a', 'b']);
+    assert.ok(Number.isInteger(call.function.parsed_arguments.a));
+
+    const required = await client.chat.completions.parse({
+      model, messages: chatMessages, tools, max_tokens: 48, temperature: 1, seed: 4, n: 4,
+      tool_choice: 'required' });
+    for (const ch of required.choices) {
+      const tc = ch.message.tool_calls[0];
+      assert.ok(['add', 'lookup'].includes(tc.function.name), tc.function.name);
+      assert.deepEqual(Object.keys(tc.function.parsed_arguments),
+                       tc.function.name === 'add' ? ['a', 'b'] : ['word']);
+    }
+
+    // the SDK's stream helper puts the streamed call back together: the whole answer's call
+    const stream = client.chat.completions.stream({
+      model, messages: chatMessages, tools, max_tokens: 48, temperature: 0,
+      tool_choice: { type: 'function', function: { name: 'add' } } });
+    const final = await stream.finalChatCompletion();
+    const sc = final.choices[0];
+    assert.equal(sc.finish_reason, 'tool_calls');
+    assert.equal(sc.message.tool_calls[0].function.name, 'add');
+    assert.equal(sc.message.tool_calls[0].function.arguments, call.function.arguments);
+
+    const back = await client.chat.completions.create({
+      model, max_tokens: 8, temperature: 0,
+      messages: [...chatMessages, { role: 'assistant', content: null, tool_calls: [
+                   { id: call.id, type: 'function',
+                     function: { name: 'add', arguments: call.function.arguments } }] },
+                 { role: 'tool', tool_call_id: call.id, content: '42' }] });
+    assert.equal(typeof back.choices[0].message.content, 'string');
+    assert.ok(back.usage.prompt_tokens > named.usage.prompt_tokens / 4);
+
+    await assert.rejects(client.chat.completions.create({ model, messages: chatMessages, tools }),
+      (e) => {
+        assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+        assert.equal(e.param, 'tool_choice');
+        assert.match(e.message, /required/);
+        return true;
+      });
+  },
+
   async 'a wrong key is an authentication error'() {
     const bad = new OpenAI({ baseURL: process.env.GATEWAY_URL, apiKey: 'sk-wrong', maxRetries: 0 });
     await assert.rejects(bad.models.list(), (e) => {
