@@ -24,7 +24,12 @@
  *   tps_b{N}, tps_b{N}_constrained   --batch requests of --batch-tokens tokens in one batch,
  *                             unconstrained (EOS ignored) and constrained: tokens per second
  *   slowdown_b{N}             1 - constrained over unconstrained tokens per second (target
- *                             <= 10 %)
+ *                             <= 10 %); constrained requests may end before --batch-tokens,
+ *                             and the tail where fewer rows share a step counts in it
+ *   step_ms_b{N}, step_ms_b{N}_constrained, step_slowdown_b{N}   the median over the requests
+ *                             of their time per decoded token (a step's time while they run),
+ *                             and 1 - unconstrained over constrained
+ *   step_slowdown_b1          the same at batch 1 (step_ms_b1 over step_ms_b1_constrained)
  * Each daemon figure is the median over --rounds rounds, the two kinds alternating.
  *
  *   bench_structured --model FILE [--walks N] [--tokens N] [--batch N] [--batch-tokens N]
@@ -319,10 +324,14 @@ static struct bn_grammar_handle *load(struct bn_client *c, const char *text, dou
 }
 
 /* n requests at once (constrained by g, or not, EOS ignored), max_tokens each: the tokens per
- * second over the wall time, and the decode time per token of the first request. */
+ * second over the wall time, and the median over the requests of their decode time per token
+ * (a step's time while they run: constrained requests may end early, and the tokens per second
+ * then count the batch's tail, where fewer rows share each step). */
 static int run_batch(struct bn_client *c, int n, int tokens, const struct bn_grammar_handle *g,
 		     double *tps, double *per_token_ms)
 {
+	double *each = calloc((size_t)n, sizeof(*each));
+	int n_each = 0;
 	struct bn_handle **h = calloc((size_t)n, sizeof(*h));
 	struct bn_request req = { .max_tokens = (uint32_t)tokens,
 				  .flags = g ? 0 : BN_REQ_IGNORE_EOS };
@@ -339,11 +348,13 @@ static int run_batch(struct bn_client *c, int n, int tokens, const struct bn_gra
 		if (bn_wait(h[i], -1) < 0 || bn_result(h[i], &r) < 0)
 			return -1;
 		total += r.n_tokens;
-		if (i == 0 && r.n_tokens > 1)
-			*per_token_ms = (double)(r.total_ns - r.first_token_ns) / 1e6 / (r.n_tokens - 1);
+		if (r.n_tokens > 1)
+			each[n_each++] = (double)(r.total_ns - r.first_token_ns) / 1e6 / (r.n_tokens - 1);
 		bn_release(h[i]);
 	}
 	*tps = (double)total * 1e9 / (double)(bench_now_ns() - t0);
+	*per_token_ms = n_each ? bench_median(each, n_each) : 0;
+	free(each);
 	free(h);
 	return 0;
 }
@@ -365,14 +376,15 @@ static int through_daemon(const struct setup *s, double mask_ns)
 		return -1;
 	}
 	printf("compile_op_ms=%.2f\ncompile_op_hit_ms=%.3f\n", miss_ms, hit_ms);
-	double b1[2][MAX_ROUNDS], tps[2][MAX_ROUNDS], unused;
+	double b1[2][MAX_ROUNDS], tps[2][MAX_ROUNDS], bn[2][MAX_ROUNDS];
 	for (int r = 0; r < s->rounds; r++) {
 		for (int k = 0; k < 2; k++) {
 			int constrained = (r + k) % 2; /* the order alternates */
 			const struct bn_grammar_handle *use = constrained ? g : NULL;
 			double ignore;
 			if (run_batch(c, 1, s->tokens, use, &ignore, &b1[constrained][r]) < 0 ||
-			    run_batch(c, s->batch, s->batch_tokens, use, &tps[constrained][r], &unused) < 0) {
+			    run_batch(c, s->batch, s->batch_tokens, use, &tps[constrained][r],
+				      &bn[constrained][r]) < 0) {
 				stop_daemon(pid, c);
 				return -1;
 			}
@@ -382,8 +394,12 @@ static int through_daemon(const struct setup *s, double mask_ns)
 	double plain = bench_median(tps[0], s->rounds), cons = bench_median(tps[1], s->rounds);
 	printf("step_ms_b1=%.3f\nstep_ms_b1_constrained=%.3f\n", step, step_c);
 	printf("mask_share_b1=%.4f\n", mask_ns / 1e6 / step);
+	printf("step_slowdown_b1=%.4f\n", 1 - step / step_c);
 	printf("tps_b%d=%.1f\ntps_b%d_constrained=%.1f\nslowdown_b%d=%.4f\n", s->batch, plain,
 	       s->batch, cons, s->batch, 1 - cons / plain);
+	double stepn = bench_median(bn[0], s->rounds), stepn_c = bench_median(bn[1], s->rounds);
+	printf("step_ms_b%d=%.3f\nstep_ms_b%d_constrained=%.3f\nstep_slowdown_b%d=%.4f\n", s->batch,
+	       stepn, s->batch, stepn_c, s->batch, 1 - stepn / stepn_c);
 	bn_grammar_release(g);
 	stop_daemon(pid, c);
 	return 0;
