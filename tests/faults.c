@@ -280,8 +280,13 @@ static void print_result(const struct result *r)
 
 static void stop_daemon(struct tu_daemon *d, struct result *r)
 {
-	if (tu_daemon_stop(d, SIGTERM) != 0)
+	int rc = tu_daemon_stop(d, SIGTERM);
+	if (rc != 0) {
+		/* which way it ended says what to look for: a signal (128 + n), or an exit status
+		 * (a sanitizer's report exits non-zero) */
+		printf("note: a daemon stopped with SIGTERM ended with %d\n", rc);
 		r->crashes++;
+	}
 }
 
 /* A child's report, written to a pipe: what its requests and calls came to. */
@@ -858,8 +863,9 @@ static int count_files(const char *dir, const char *part)
 }
 
 /* Starts a daemon with --cache-dir dir and sends it sig as soon as its temporary cache file
- * appears (inotify), or SIGKILLs it when it never writes one within 10 s. 1 when sig was sent
- * mid-write, 0 otherwise, -1 when it could not be run. */
+ * appears (inotify), or SIGKILLs it when it never writes one within 60 s (a daemon under
+ * AddressSanitizer repacks for seconds on a loaded 2-core machine, and its writer thread runs
+ * at nice 10). 1 when sig was sent mid-write, 0 otherwise, -1 when it could not be run. */
 static int kill_during_write(const char *dir, int sig)
 {
 	int in = inotify_init1(IN_CLOEXEC);
@@ -876,7 +882,7 @@ static int kill_during_write(const char *dir, int sig)
 	}
 	int killed = 0;
 	struct pollfd p = { .fd = in, .events = POLLIN };
-	while (!killed && poll(&p, 1, 10000) == 1) {
+	while (!killed && poll(&p, 1, 60000) == 1) {
 		char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
 		ssize_t n = read(in, buf, sizeof(buf));
 		for (ssize_t at = 0; n > 0 && at < n;) {
@@ -890,8 +896,10 @@ static int kill_during_write(const char *dir, int sig)
 		}
 	}
 	close(in);
-	if (!killed)
+	if (!killed) {
+		printf("note: cache-kill: no temporary cache file within 60 s\n");
 		kill(pid, SIGKILL);
+	}
 	waitpid(pid, NULL, 0);
 	unlink(sock);
 	return killed;
@@ -929,11 +937,15 @@ static void start_checked(struct result *r, const char *dir, const char *want,
 	const char *args[] = { "--cache-dir", dir, NULL };
 	struct tu_daemon d;
 	if (start_daemon(&d, args) != 0) {
+		printf("note: cache-kill: a start wanting the cache %s failed\n", want);
 		r->crashes++;
 		return;
 	}
-	if (strcmp(cache_state(&d), want) != 0)
+	const char *state = cache_state(&d);
+	if (strcmp(state, want) != 0) {
+		printf("note: cache-kill: the cache was %s, not %s\n", state, want);
 		r->wrong++;
+	}
 	struct outcome *o = calloc(4, sizeof(*o));
 	if (run_alone(&d, jobs, 4, o) != 0)
 		r->lost++;
@@ -983,8 +995,10 @@ static void campaign_cache_kill(struct result *r, const struct job *jobs, int ro
 		r->leaked_files += count_files(dir, ".tmp.");
 		start_checked(r, dir, "hit", jobs, alone);
 	}
-	if (rounds > 0 && mid_write == 0)
-		r->crashes++; /* no kill landed before the rename: the campaign tested nothing */
+	if (rounds > 0 && mid_write == 0) {
+		printf("note: cache-kill: no kill landed before the rename\n");
+		r->crashes++; /* the campaign tested nothing */
+	}
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)
