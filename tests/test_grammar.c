@@ -339,12 +339,37 @@ START_TEST(shortest_completion_is_the_known_one)
 }
 END_TEST
 
+/* The closing mask with `left` tokens left is exactly the mask's tokens after which the
+ * output can end in time (mask: the position's). */
+static void check_within(struct bn_grammar_matcher *m, const struct tvocab *t,
+			 const uint64_t *mask, uint64_t *within, uint32_t left)
+{
+	bn_grammar_matcher_fill_mask_within(m, within, left);
+	for (uint32_t id = 0; id < t->n; id++) {
+		int want = mask_has(mask, id);
+		if (want && t->kind[id] == BN_GRAMMAR_TOKEN_EOG)
+			want = 1;
+		else if (want && left == 0)
+			want = 0;
+		else if (want) {
+			ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+			want = bn_grammar_matcher_min_bytes_to_accept(m) + 1 <= left;
+			ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
+		}
+		ck_assert_msg(mask_has(within, id) == want, "token %u left %u", id, left);
+	}
+}
+
 /* At random positions: the completion's bytes end the output and are min_bytes long; the
  * closing mask is exactly the mask's tokens after which the output can end in time. */
 START_TEST(completion_and_closing_mask_hold_everywhere)
 {
 	struct tvocab t = { 0 };
 	made_up_vocab(&t, 1500, 13);
+	int64_t max_len = 0;
+	for (uint32_t id = 0; id < t.n; id++)
+		if (t.kind[id] == BN_GRAMMAR_TOKEN_TEXT && t.len[id] > max_len)
+			max_len = t.len[id];
 	struct bn_grammar_bound *b = bind_text(&t, exhaustive[_i].kind, exhaustive[_i].text, 0);
 	uint32_t words = (t.n + 63) / 64;
 	uint64_t *mask = malloc(words * 8), *within = malloc(words * 8);
@@ -361,27 +386,61 @@ START_TEST(completion_and_closing_mask_hold_everywhere)
 		ck_assert_int_eq(bn_grammar_matcher_accept_bytes(f, buf, (size_t)n), 0);
 		ck_assert(bn_grammar_matcher_is_accepting(f));
 		bn_grammar_matcher_free(f);
-		uint32_t left = tu_rng_next() % 8;
 		int c = bn_grammar_matcher_fill_mask(m, mask);
-		bn_grammar_matcher_fill_mask_within(m, within, left);
-		for (uint32_t id = 0; id < t.n; id++) {
-			int want = mask_has(mask, id);
-			if (want && t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
-				want = 1;
-			else if (want && left == 0)
-				want = 0;
-			else if (want) {
-				ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
-				want = bn_grammar_matcher_min_bytes_to_accept(m) + 1 <= left;
-				ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
-			}
-			ck_assert_msg(mask_has(within, id) == want, "token %u left %u", id, left);
-		}
+		/* a random budget, and those around the one below which no token can fit
+		 * (matcher.c's none_fits: the fewest bytes to an end less the longest token) */
+		int64_t edge = (int64_t)min + 1 - max_len;
+		int64_t lefts[] = { tu_rng_next() % 8, edge - 1, edge, edge + 1 };
+		for (size_t k = 0; k < sizeof(lefts) / sizeof(lefts[0]); k++)
+			if (lefts[k] >= 0)
+				check_within(m, &t, mask, within, (uint32_t)lefts[k]);
 		uint32_t id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)c);
 		if (t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
 			break;
 		ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
 	}
+	bn_grammar_matcher_free(m);
+	bn_grammar_bound_unref(b);
+	free(mask);
+	free(within);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* A grammar whose shortest output is longer than the longest token, so the budgets below
+ * which no token can fit (matcher.c's none_fits) are reached: the closing mask is still
+ * exactly the definition's, at and around that edge, as the output goes on. */
+START_TEST(closing_mask_where_nothing_can_fit)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 1500, 17);
+	int64_t max_len = 0;
+	for (uint32_t id = 0; id < t.n; id++)
+		if (t.kind[id] == BN_GRAMMAR_TOKEN_TEXT && t.len[id] > max_len)
+			max_len = t.len[id];
+	struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_REGEX, "([a-c]|ab|x+){40,60}\\.e*", 0);
+	uint32_t words = (t.n + 63) / 64;
+	uint64_t *mask = malloc(words * 8), *within = malloc(words * 8);
+	tu_rng_seed(77);
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	int edges = 0;
+	for (int step = 0; step < 40; step++) {
+		int64_t min = (int64_t)bn_grammar_matcher_min_bytes_to_accept(m);
+		int64_t edge = min + 1 - max_len;
+		edges += edge > 1;
+		int c = bn_grammar_matcher_fill_mask(m, mask);
+		ck_assert_int_gt(c, 0);
+		int64_t lefts[] = { edge - 1, edge, edge + 1, min + 1 };
+		for (size_t k = 0; k < sizeof(lefts) / sizeof(lefts[0]); k++)
+			if (lefts[k] >= 0)
+				check_within(m, &t, mask, within, (uint32_t)lefts[k]);
+		uint32_t id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)c);
+		if (t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
+			break;
+		ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+	}
+	ck_assert_int_gt(edges, 3);
 	bn_grammar_matcher_free(m);
 	bn_grammar_bound_unref(b);
 	free(mask);
@@ -1030,6 +1089,7 @@ int main(void)
 			    sizeof(completions) / sizeof(completions[0]));
 	tcase_add_loop_test(tc, completion_and_closing_mask_hold_everywhere, 0,
 			    sizeof(exhaustive) / sizeof(exhaustive[0]));
+	tcase_add_test(tc, closing_mask_where_nothing_can_fit);
 	tcase_add_test(tc, special_and_end_tokens);
 	tcase_add_test(tc, pieces_to_bytes);
 	tcase_add_loop_test(tc, refusals_name_what_and_where, 0,

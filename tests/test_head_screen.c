@@ -206,7 +206,7 @@ static void check_against_full(struct screen_env *e, const struct head *h, const
 	float *got = malloc((size_t)n_b * V * sizeof(float));
 	e->kern->f_gemm(&h->f, 0, V, x, h->n_in, n_b, full, V);
 	ck_assert_int_eq(bn_head_screen_logits(e->run, e->kern, n_b <= 4 ? 1 : 4, x, h->n_in, n_b,
-					       got, V, &e->stats), 0);
+					       NULL, got, V, &e->stats), 0);
 	for (uint32_t b = 0; b < n_b; b++) {
 		const float *fr = full + (size_t)b * V, *gr = got + (size_t)b * V;
 		uint32_t want = bn_argmax(fr, V);
@@ -276,6 +276,106 @@ START_TEST(synthetic_heads)
 }
 END_TEST
 
+/* The first allowed id with the largest logit: the masked greedy draw (sample_row.c). */
+static uint32_t allowed_argmax(const float *l, const uint64_t *mask, uint32_t V)
+{
+	uint32_t best = UINT32_MAX;
+	for (uint32_t o = 0; o < V; o++)
+		if ((mask[o / 64] >> (o % 64) & 1) && (best == UINT32_MAX || l[o] > l[best]))
+			best = o;
+	return best;
+}
+
+/* A mask of kind k for a row whose full logits are fr: 1-3 tokens from the bottom of the
+ * ranking (far from the unmasked argmax), one random token, a random tenth, a random half,
+ * every token but the unmasked argmax's group, or all of them. */
+static void fill_mask(uint64_t *mask, uint32_t words, const float *fr, uint32_t V, uint32_t k)
+{
+	memset(mask, 0, words * sizeof(uint64_t));
+	uint32_t top = bn_argmax(fr, V), n = 1 + tu_rng_next() % 3;
+	for (uint32_t o = 0; o < V; o++) {
+		int on;
+		switch (k % 7) {
+		case 0: on = 0; break;
+		case 1: on = o == tu_rng_next() % V; break;
+		case 2: on = tu_rng_next() % 10 == 0; break;
+		case 3: on = tu_rng_next() % 2; break;
+		case 4: on = o / BN_F_PANEL_ROWS != top / BN_F_PANEL_ROWS; break;
+		default: on = 1; break;
+		}
+		if (on)
+			mask[o / 64] |= 1ull << (o % 64);
+	}
+	if (k % 7 == 0) /* the n lowest logits */
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t low = UINT32_MAX;
+			for (uint32_t o = 0; o < V; o++)
+				if (!(mask[o / 64] >> (o % 64) & 1) && (low == UINT32_MAX || fr[o] < fr[low]))
+					low = o;
+			mask[low / 64] |= 1ull << (low % 64);
+		}
+	int any = 0; /* never empty */
+	for (uint32_t w = 0; w < words; w++)
+		any |= mask[w] != 0;
+	if (!any)
+		mask[0] |= 1;
+}
+
+/* Rows with grammar masks (head_screen.h): the argmax among the allowed tokens is the full
+ * head's, every allowed logit the screen computed is the full head's bits, and an allowed
+ * logit left at -inf is below the allowed argmax's; a sparse mask computes few groups. */
+START_TEST(masked_rows)
+{
+	tu_rng_seed(77 + (uint64_t)_i);
+	struct head h;
+	head_new(&h, _i % 2 ? BN_TYPE_BF16 : BN_TYPE_F16, 256, 3001);
+	uint32_t V = h.n_out, words = (V + 63) / 64, n_b = 8;
+	struct screen_env e;
+	env_new(&e, &h);
+	float *x = malloc((size_t)n_b * h.n_in * sizeof(float));
+	float *full = malloc((size_t)n_b * V * sizeof(float));
+	float *got = malloc((size_t)n_b * V * sizeof(float));
+	uint64_t *bits = malloc((size_t)n_b * words * sizeof(uint64_t));
+	const uint64_t *masks[8];
+	for (uint32_t round = 0; round < 40; round++) {
+		fill_x(x, n_b, h.n_in);
+		e.kern->f_gemm(&h.f, 0, V, x, h.n_in, n_b, full, V);
+		for (uint32_t b = 0; b < n_b; b++) {
+			fill_mask(bits + (size_t)b * words, words, full + (size_t)b * V, V, round + b);
+			masks[b] = round % 5 == 4 && b == 3 ? NULL : bits + (size_t)b * words;
+		}
+		struct bn_head_screen_stats before = e.stats;
+		ck_assert_int_eq(bn_head_screen_logits(e.run, e.kern, 4, x, h.n_in, n_b, masks, got, V,
+						       &e.stats), 0);
+		for (uint32_t b = 0; b < n_b; b++) {
+			const float *fr = full + (size_t)b * V, *gr = got + (size_t)b * V;
+			static const uint64_t all[(3001 + 63) / 64] = { [0 ... 46] = ~0ull };
+			const uint64_t *m = masks[b] ? masks[b] : all;
+			uint32_t want = allowed_argmax(fr, m, V), have = allowed_argmax(gr, m, V);
+			ck_assert_msg(have == want, "round %u row %u: allowed argmax %u, want %u",
+				      round, b, have, want);
+			for (uint32_t o = 0; o < V; o++) {
+				if (!(m[o / 64] >> (o % 64) & 1))
+					continue;
+				if (isinf(gr[o]) && gr[o] < 0)
+					ck_assert_msg(fr[o] < fr[want], "row %u: %u screened out", b, o);
+				else
+					ck_assert_msg(memcmp(&gr[o], &fr[o], sizeof(float)) == 0,
+						      "row %u logit %u: %a, full %a", b, o, gr[o], fr[o]);
+			}
+		}
+		if (round % 7 == 0) /* masks of 1-3 tokens: at most 3 groups a row */
+			ck_assert_uint_le(e.stats.groups - before.groups, 3 * n_b + 3 * e.stats.n_groups);
+	}
+	free(bits);
+	free(got);
+	free(full);
+	free(x);
+	env_free(&e);
+	head_free(&h);
+}
+END_TEST
+
 START_TEST(non_finite_input)
 {
 	tu_rng_seed(3);
@@ -287,7 +387,7 @@ START_TEST(non_finite_input)
 	fill_x(x, 2, 128);
 	x[128 + 5] = NAN;
 	float got[2 * 200], full[2 * 200];
-	ck_assert_int_eq(bn_head_screen_logits(e.run, e.kern, 1, x, 128, 2, got, 200, &e.stats), 0);
+	ck_assert_int_eq(bn_head_screen_logits(e.run, e.kern, 1, x, 128, 2, NULL, got, 200, &e.stats), 0);
 	e.kern->f_gemm(&h.f, 0, 200, x, 128, 2, full, 200);
 	ck_assert_uint_eq(e.stats.rows, 1);
 	ck_assert_uint_eq(e.stats.full_rows, 1);
@@ -584,6 +684,7 @@ int main(void)
 	tcase_add_test(unit, i8_dots_exact);
 	tcase_add_loop_test(unit, synthetic_heads, 0, 6);
 	tcase_add_test(unit, non_finite_input);
+	tcase_add_loop_test(unit, masked_rows, 0, 2);
 	suite_add_tcase(s, unit);
 	const char *models = getenv("BITNET_TEST_MODELS");
 	if (models && *models) {

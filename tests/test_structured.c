@@ -615,6 +615,58 @@ START_TEST(hostile_grammars_do_not_stall_others)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* The LM head's screen                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+#define N_SCREENED 6
+
+/* Constrained greedy requests (no log-probabilities: the screen's rows) in one batch, budgets
+ * from roomy to tight, so the closing check draws again; their answers, and the rows the
+ * daemon screened. */
+static long long screened_answers(const char *const *extra, struct st_answer *out)
+{
+	static const char *const prompts[N_SCREENED] = { "Profile:", "Alice is", "The", "Bob",
+							  "{", "User record:" };
+	static const uint32_t budgets[N_SCREENED] = { 120, 60, 45, 36, 30, 24 };
+	struct tu_daemon d;
+	st_start(&d, extra);
+	struct bn_client *c = st_connect(&d, 8);
+	struct bn_grammar_handle *g = st_load(c, BN_GRAMMAR_KIND_JSON_SCHEMA, 0, OBJECT_SCHEMA);
+	struct st_ask ask[N_SCREENED];
+	struct bn_handle *h[N_SCREENED];
+	for (uint32_t i = 0; i < N_SCREENED; i++) {
+		ask[i] = (struct st_ask){ .max_tokens = budgets[i] };
+		h[i] = st_submit(c, prompts[i], &ask[i], g);
+	}
+	for (uint32_t i = 0; i < N_SCREENED; i++)
+		st_collect(h[i], &ask[i], &out[i]);
+	static char text[1 << 17];
+	ck_assert_int_ge(bn_daemon_stats(c, text, sizeof(text)), 0);
+	bn_grammar_release(g);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	return tu_metric(text, "bitnetd_lm_head_screened_rows_total");
+}
+
+/* Masked greedy rows take the screen (head_screen.h) and give the full head's ids, the
+ * closing check's second draws included (the row's full logits are computed for them). */
+START_TEST(screened_constrained_equals_full_head)
+{
+	static struct st_answer screened[N_SCREENED], full[N_SCREENED];
+	static const char *const full_args[] = { "--lm-head", "full", NULL };
+	ck_assert_int_gt(screened_answers(NULL, screened), 0);
+	ck_assert_int_eq(screened_answers(full_args, full), 0);
+	for (uint32_t i = 0; i < N_SCREENED; i++) {
+		char what[64];
+		snprintf(what, sizeof(what), "request %u, screened against the full head", i);
+		assert_same(&screened[i], &full[i], what);
+		printf("screened: budget request %u: %s after %u tokens: %s\n", i,
+		       bn_status_name(screened[i].res.status), screened[i].n, screened[i].text);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* Where there are no grammars, and the command line                                           */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -689,6 +741,7 @@ int main(void)
 	tcase_set_timeout(own, 120);
 	tcase_add_test(own, hostile_grammars_do_not_stall_others);
 	tcase_add_test(own, backends_without_masks_refuse);
+	tcase_add_test(own, screened_constrained_equals_full_head);
 	suite_add_tcase(s, own);
 	int rc = tu_run_suite(s);
 	st_teardown();

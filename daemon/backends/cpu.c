@@ -413,17 +413,40 @@ static int score_row(struct cpu_backend *cb, const struct bn_score_row *sr, floa
 	return 0;
 }
 
+/* bn_sample for logits row i of the step. A screened row (head_screen.h) holds exact logits
+ * only where its mask's argmax can be, which the first draw needs; the closing check's second
+ * draw is the argmax of another set (sample.h), so the row gets its full logits before it:
+ * the draw sample_row.c makes, in two calls, with the full head's bits. Second draws are
+ * rare (an output about to run past max_tokens); their extra pass over the head too. */
+static int sample_logits(struct cpu_backend *cb, const struct bn_sample_ctx *ctx, uint32_t i,
+			 float *logits, struct bn_sample_out *o)
+{
+	uint32_t n_vocab = cb->model.cfg.n_vocab;
+	if (!ctx->check || !bn_forward_screened(cb->fwd))
+		return bn_sample(&cb->sampler, ctx, logits, n_vocab, o);
+	struct bn_sample_ctx once = *ctx;
+	once.check = NULL;
+	int rc = bn_sample(&cb->sampler, &once, logits, n_vocab, o);
+	const uint64_t *instead = rc == 0 ? ctx->check->redraw(ctx->check, ctx->n_output, o->token)
+					  : NULL;
+	if (!instead)
+		return rc;
+	bn_forward_full_logits(cb->fwd, i, logits);
+	once.mask = instead;
+	return bn_sample(&cb->sampler, &once, logits, n_vocab, o);
+}
+
 /* A verify row's positions in order, each as plain decoding would sample it at that output
  * index (batch.h); none after the first whose token is not the draft that follows it. */
 static int verify_row(struct cpu_backend *cb, const struct bn_batch *b, uint32_t r,
-		      float *logits)
+		      uint32_t i, float *logits)
 {
 	uint32_t n_vocab = cb->model.cfg.n_vocab;
 	const uint32_t *row = b->tokens + (size_t)r * b->width;
 	struct bn_sample_ctx ctx = *b->sample[r];
 	for (uint32_t j = 0; j < b->lens[r]; j++, bn_sample_ctx_next(&ctx, n_vocab)) {
 		struct bn_sample_out *o = &b->verify[r][j];
-		int rc = bn_sample(&cb->sampler, &ctx, logits + (size_t)j * n_vocab, n_vocab, o);
+		int rc = sample_logits(cb, &ctx, i + j, logits + (size_t)j * n_vocab, o);
 		if (rc < 0)
 			return rc;
 		if (j + 1 < b->lens[r] && o->token != row[j + 1])
@@ -455,18 +478,19 @@ static int cpu_step(void *self, const struct bn_batch *batch, struct bn_sample_o
 	bn_stats.lm_head_full_rows = st.full_rows;
 	/* Logits rows are packed in batch order: one per row that wants a token, n_targets per
 	 * scored row, lens per verify row. */
-	float *logits = cb->logits;
+	uint32_t i = 0; /* the logits row */
 	for (uint32_t r = 0; r < batch->n_rows; r++) {
 		const struct bn_score_row *sr = batch->score ? batch->score[r] : NULL;
+		float *logits = cb->logits + (size_t)i * n_vocab;
 		if (sr)
 			rc = score_row(cb, sr, logits);
 		else if (bn_batch_verifies(batch, r))
-			rc = verify_row(cb, batch, r, logits);
+			rc = verify_row(cb, batch, r, i, logits);
 		else if (batch->sample[r])
-			rc = bn_sample(&cb->sampler, batch->sample[r], logits, n_vocab, &out[r]);
+			rc = sample_logits(cb, batch->sample[r], i, logits, &out[r]);
 		if (rc < 0)
 			return rc;
-		logits += (size_t)bn_batch_logit_rows(batch, r, &first) * n_vocab;
+		i += bn_batch_logit_rows(batch, r, &first);
 	}
 	return 0;
 }

@@ -62,6 +62,7 @@ struct bn_forward {
 	struct bn_head_screen_run *screen; /* NULL: every row gets the full LM head */
 	const struct bn_head_screen *screen_src; /* the screen's int8 copy, to read ahead */
 	struct bn_head_screen_stats screen_stats;
+	int screened;               /* the last run's logits came from the screen */
 	struct bn_linear int8_head; /* kind BN_LINEAR_I8: every row's logits come from it */
 	bn_t3_gemm_fn t3_gemm;      /* reads the model's T3 copies in decode steps; or NULL */
 	int read_ahead;             /* bn_forward_set_read_ahead; on from the start */
@@ -720,10 +721,36 @@ static int screen_serves(const struct bn_forward *f, const struct bn_batch *b, u
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		if (b->score && b->score[r])
 			return 0;
-		if (b->sample[r] && !bn_sample_argmax_only(b->sample[r]))
+		if (b->sample[r] && !bn_sample_argmax_allowed(b->sample[r]))
 			return 0;
 	}
 	return 1;
+}
+
+/* Each logits row's mask, in output_logits' order: its row's, and a verify row's position j
+ * the j-th of its row (bn_sample_ctx_next); NULL for an unconstrained row. */
+static void screen_masks(const struct bn_forward *f, const struct bn_batch *b,
+			 const uint64_t **masks)
+{
+	uint32_t n = 0, words = bn_sample_mask_words(f->m->cfg.n_vocab), first;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		uint32_t count = bn_batch_logit_rows(b, r, &first);
+		const uint64_t *m = b->sample[r] ? b->sample[r]->mask : NULL;
+		for (uint32_t j = 0; j < count; j++)
+			masks[n++] = m ? m + (size_t)j * words : NULL;
+	}
+}
+
+/* The screen for the batch's n_out logits rows, when it serves them: 1 if it did. */
+static int screen_logits(struct bn_forward *f, const struct bn_batch *b, uint32_t n_out,
+			 float *logits, int all_positions)
+{
+	const uint64_t *masks[SCREEN_MAX_ROWS];
+	if (!screen_serves(f, b, n_out, all_positions))
+		return 0;
+	screen_masks(f, b, masks);
+	return bn_head_screen_logits(f->screen, f->kern, chunks_per_thread(n_out), f->xb, f->widest,
+				     n_out, masks, logits, f->m->cfg.n_vocab, &f->screen_stats) == 0;
 }
 
 /* Final norm and LM head for the selected tokens: all of them, or those bn_batch_logit_rows
@@ -733,6 +760,7 @@ static void output_logits(struct bn_forward *f, const struct bn_batch *b, const 
 {
 	const struct bn_model_config *c = &f->m->cfg;
 	uint32_t n_out = 0;
+	f->screened = 0;
 	for (uint32_t i = 0; i < (all_positions ? n_tok : b->n_rows); i++) {
 		uint32_t first = 0, count = all_positions ? 1 : bn_batch_logit_rows(b, i, &first);
 		for (uint32_t j = first; j < first + count; j++) {
@@ -745,9 +773,7 @@ static void output_logits(struct bn_forward *f, const struct bn_batch *b, const 
 		linear1(f, &f->int8_head, logits, c->n_vocab, f->xb, f->widest, n_out);
 		return;
 	}
-	if (n_out && screen_serves(f, b, n_out, all_positions) &&
-	    bn_head_screen_logits(f->screen, f->kern, chunks_per_thread(n_out), f->xb, f->widest,
-				  n_out, logits, c->n_vocab, &f->screen_stats) == 0)
+	if (n_out && (f->screened = screen_logits(f, b, n_out, logits, all_positions)))
 		return;
 	if (n_out)
 		linear1(f, &f->m->output, logits, c->n_vocab, f->xb, f->widest, n_out);
@@ -790,6 +816,21 @@ void bn_forward_use_int8_head(struct bn_forward *f, const struct bn_i8_matrix *w
 void bn_forward_screen_stats(const struct bn_forward *f, struct bn_head_screen_stats *out)
 {
 	*out = f->screen_stats;
+}
+
+int bn_forward_screened(const struct bn_forward *f)
+{
+	return f->screened;
+}
+
+/* The normed input of each logits row is still in xb (output_logits wrote it; nothing since
+ * has), so the full head's row is one more pass over the head for that row alone. */
+void bn_forward_full_logits(struct bn_forward *f, uint32_t i, float *logits)
+{
+	if (!f->screened)
+		return;
+	linear1(f, &f->m->output, logits, f->m->cfg.n_vocab, f->xb + (size_t)i * f->widest,
+		f->widest, 1);
 }
 
 int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits,

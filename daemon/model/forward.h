@@ -68,9 +68,10 @@ int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits
  * that wants a token, or none. Returns count. */
 uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *first);
 
-/* Rows that want a token only as the argmax of their logits (bn_sample_argmax_only) take
- * the LM head's screen from now on (head_screen.h; NULL: none, the default): their logits
- * rows then hold the exact logits of the tokens that can win and -INFINITY elsewhere, when
+/* Rows that want a token only as the argmax of their logits (bn_sample_argmax_allowed:
+ * among their mask's tokens, if they have one) take the LM head's screen from now on
+ * (head_screen.h; NULL: none, the default): their logits rows then hold the exact logits of
+ * the tokens that can win and -INFINITY elsewhere, when
  * every logits row of their batch is such a row and there are at most eight (forward.c says
  * why). The screen is borrowed. 0, -EINVAL (a copy without a float head:
  * bn_head_int8_build_rows) or -ENOMEM. */
@@ -92,6 +93,14 @@ void bn_forward_set_read_ahead(struct bn_forward *f, int on);
 void bn_forward_use_int8_head(struct bn_forward *f, const struct bn_i8_matrix *w);
 /* What the screen did since bn_forward_new. */
 void bn_forward_screen_stats(const struct bn_forward *f, struct bn_head_screen_stats *out);
+/* 1 when the last bn_forward_run's logits rows came from the screen (every row of it, or
+ * none). */
+int bn_forward_screened(const struct bn_forward *f);
+/* Logits row i of the last bn_forward_run (without all_positions), in full: the full head's
+ * logits, the bits of a run without the screen, over a screened row's -INFINITY; nothing
+ * when the run was not screened (its rows are full already). For a masked row's second
+ * draw (head_screen.h). Call it before the next run. */
+void bn_forward_full_logits(struct bn_forward *f, uint32_t i, float *logits);
 
 /* What every row of a batch must respect, whatever the backend (backends/backend.h): a known sequence
  * at most once per batch, 1 <= lens <= width, pos = the sequence's length, within the context,

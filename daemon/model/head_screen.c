@@ -347,6 +347,7 @@ struct bn_head_screen_run {
 	double *task_lower;      /* [cap][max_tasks] the largest A_r - B_r of each task */
 	int64_t *dots;           /* [pool threads][cap][GROUP] */
 	uint32_t *pairs;         /* [cap * n_groups] row * n_groups + group, to compute */
+	const uint64_t *const *masks; /* this pass's: NULL, or [n] NULL or the allowed rows */
 };
 
 struct bn_head_screen_run *bn_head_screen_run_new(const struct bn_head_screen *s,
@@ -441,6 +442,13 @@ struct screen_job {
 	uint32_t n, groups_per_task;
 };
 
+/* Head row o can be row b's token: its mask (if any) allows it. */
+static int row_allowed(const struct bn_head_screen_run *run, uint32_t b, uint32_t o)
+{
+	const uint64_t *mask = run->masks ? run->masks[b] : NULL;
+	return !mask || (mask[o / 64] >> (o % 64) & 1);
+}
+
 /* The interval of row o's float logit given its integer dot: [a - b, a + b]. */
 static void row_interval(const struct bn_head_screen *s, uint32_t o, int64_t dot,
 			 const struct screen_x *x, double *a, double *b)
@@ -470,6 +478,11 @@ static void screen_task(void *ctx, uint32_t task)
 		for (uint32_t b = 0; b < j->n; b++) {
 			double upper = -INFINITY, lower = -INFINITY, a, d;
 			for (uint32_t o = o0; o < o1; o++) {
+				/* A row the mask refuses is not the argmax the sampler looks for:
+				 * it neither sets the level L nor is a candidate (head_screen.h). A
+				 * group with no allowed row keeps upper -inf and is not computed. */
+				if (!row_allowed(run, b, o))
+					continue;
 				row_interval(s, o, dots[(size_t)b * GROUP + o - o0], &run->xs[b], &a, &d);
 				upper = fmax(upper, a + d);
 				lower = fmax(lower, a - d);
@@ -522,11 +535,13 @@ static uint32_t select_groups(struct bn_head_screen_run *run, uint32_t b, uint32
 
 int bn_head_screen_logits(struct bn_head_screen_run *run, const struct bn_kernels *kern,
 			  uint32_t tasks_per_thread, const float *x, uint32_t ldx, uint32_t n,
-			  float *logits, uint32_t ldl, struct bn_head_screen_stats *stats)
+			  const uint64_t *const *masks, float *logits, uint32_t ldl,
+			  struct bn_head_screen_stats *stats)
 {
 	const struct bn_head_screen *s = run->s;
 	if (reserve(run, n))
 		return -ENOMEM;
+	run->masks = masks;
 	for (uint32_t b = 0; b < n; b++)
 		quantize_x(s, x + (size_t)b * ldx, run->m + (size_t)b * s->w.row_bytes, &run->xs[b]);
 	if (tasks_per_thread > BN_HEAD_SCREEN_MAX_TASKS_PER_THREAD)

@@ -3,8 +3,8 @@
  * head_screen.h — the exact greedy token at half the LM head's bytes.
  *
  * At batch 1 a token costs what its bytes cost, and a tied F16 head is more than half of them
- * (0.66 of 1.18 GB on the 2B4T shape). A row that only wants the argmax (bn_sample_argmax_only)
- * does not need every logit, only the ones that can win. The screen keeps an int8 copy of the
+ * (0.66 of 1.18 GB on the 2B4T shape). A row that only wants the argmax (bn_sample_argmax_only,
+ * or among a mask's tokens: bn_sample_argmax_allowed) does not need every logit, only the ones that can win. The screen keeps an int8 copy of the
  * head, one scale per row, and reads it instead:
  *
  *  1. The row's input x is quantized to int16 (x ≈ sx * m, |m| <= bn_i8_dot_x_max), and every
@@ -25,6 +25,19 @@
  *
  * The logits row a screened row gets holds those exact logits and -INFINITY elsewhere, so
  * bn_sample and bn_argmax need no change. A non-finite input leaves the row to the full head.
+ *
+ * A row with a grammar's mask (structured output, sample.h) wants the argmax among the tokens
+ * the mask allows (bn_sample_argmax_allowed). Step 3 then runs over the allowed rows only:
+ * L = max (A_r - B_r) over them is a value an allowed row's logit reaches, so an allowed row
+ * with A_r + B_r < L is not the allowed argmax; candidates are the allowed rows with
+ * A_r + B_r >= L (a group with none is not computed), and the argmax over the allowed
+ * candidates is the full head's argmax over the allowed tokens, to the bit. Rows the mask
+ * refuses may hold anything (their group's exact logits, or -INFINITY): the sampler never
+ * reads them. What a screened masked row does not give is the argmax of another set: the
+ * closing check's second draw (sample.h) draws from a subset the screen did not know, so the
+ * backend gives the row its full logits first (bn_forward_full_logits, cpu.c). Before masks
+ * took the screen a constrained greedy step cost the full head: 26 ms against 19 ms
+ * unconstrained at batch 1 (docs/PERFORMANCE.md, issue 46).
  */
 #ifndef BITNETD_HEAD_SCREEN_H
 #define BITNETD_HEAD_SCREEN_H
@@ -90,13 +103,16 @@ void bn_head_screen_run_free(struct bn_head_screen_run *run);
 
 /* For each of n rows of x (the head's inputs, row stride ldx), its logits row (stride
  * ldl): the exact float logits of every token that can be the argmax and the rest of their
- * panel groups, -INFINITY elsewhere; a row with a non-finite input gets the full head. The
+ * panel groups, -INFINITY elsewhere; a row with a non-finite input gets the full head. masks
+ * NULL, or masks[b] NULL: every token may be row b's; else the bitset of the tokens it may
+ * take (sample.h's layout, at least one set), and the argmax is theirs (above). The
  * int8 pass is split into tasks_per_thread stretches of groups per pool thread (the caller's
  * policy for matrices, forward.c; at most BN_HEAD_SCREEN_MAX_TASKS_PER_THREAD). Counts into
  * *stats. 0 or -ENOMEM (nothing written). */
 #define BN_HEAD_SCREEN_MAX_TASKS_PER_THREAD 4
 int bn_head_screen_logits(struct bn_head_screen_run *run, const struct bn_kernels *kern,
 			  uint32_t tasks_per_thread, const float *x, uint32_t ldx, uint32_t n,
-			  float *logits, uint32_t ldl, struct bn_head_screen_stats *stats);
+			  const uint64_t *const *masks, float *logits, uint32_t ldl,
+			  struct bn_head_screen_stats *stats);
 
 #endif /* BITNETD_HEAD_SCREEN_H */

@@ -844,8 +844,13 @@ static bool greedy(const struct bn_sampling *p)
 
 int bn_sample_argmax_only(const struct bn_sample_ctx *ctx)
 {
+	return bn_sample_argmax_allowed(ctx) && !ctx->mask;
+}
+
+int bn_sample_argmax_allowed(const struct bn_sample_ctx *ctx)
+{
 	const struct bn_sampling *p = ctx->params;
-	return greedy(p) && !p->want_logprobs && !sample_penalties_on(ctx) && !ctx->mask;
+	return greedy(p) && !p->want_logprobs && !sample_penalties_on(ctx);
 }
 
 int sample_dense(struct bn_sampler *s, const struct bn_sampling *p, uint32_t step, float *l,

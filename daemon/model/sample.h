@@ -147,6 +147,11 @@ int bn_sample(struct bn_sampler *s, const struct bn_sample_ctx *ctx, float *logi
  * nothing else (greedy, no penalty that applies, no log-probabilities, no mask): a backend may
  * then find that token without computing every logit (head_screen.h). */
 int bn_sample_argmax_only(const struct bn_sample_ctx *ctx);
+/* 1 when bn_sample's first draw for ctx is the argmax of the raw logits over the tokens the
+ * mask allows (all of them without one), lowest id on ties: greedy, no penalty that applies,
+ * no log-probabilities. With a check, a second draw (from the check's subset) needs more
+ * logits than that argmax: the backend that screens gives the row its full logits first. */
+int bn_sample_argmax_allowed(const struct bn_sample_ctx *ctx);
 
 /* Step 1 as a list: each distinct token of ctx's prompt and output that a penalty touches,
  * once, in out[] (room for min(n_prompt + n_output, n_vocab) entries). Returns the count; 0
