@@ -904,7 +904,8 @@ def test_text_spm(daemon, sess, rng):
                                           REQ_STRIP_SPACE) != mark + t.encode()]
     C.check("detokenize(tokenize(s)) == U+2581 s (%d texts)" % len(plain), not bad, repr(bad[:3]))
     # A text prompt is the prompt of its ids; the output's text is the output's bytes decoded.
-    for k, t in enumerate(["Once upon a time", "日本 🙂 x", random_text(rng)]):
+    # (random_text may draw no characters at all: an empty text prompt is EMPTY, tested below)
+    for k, t in enumerate(["Once upon a time", "日本 🙂 x", random_text(rng) or "x"]):
         ids = tokenize(sess, t.encode(), REQ_TEXT)
         a = sess.run_one(dict(text=t.encode(), max_tokens=24,
                               flags=REQ_TEXT | REQ_TEXT_OUT | REQ_IGNORE_EOS))
