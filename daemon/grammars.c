@@ -239,7 +239,7 @@ void bn_grammar_service_close(struct bn_grammar_service *g)
 	if (!g->vocab)
 		return;
 	pthread_mutex_lock(&g->lock);
-	g->stop = 1;
+	__atomic_store_n(&g->stop, 1, __ATOMIC_RELAXED); /* warm() reads it without the lock */
 	pthread_cond_broadcast(&g->work);
 	pthread_mutex_unlock(&g->lock);
 	for (uint32_t i = 0; i < g->n_workers; i++)

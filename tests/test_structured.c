@@ -514,7 +514,7 @@ static void *stream_tokens(void *arg)
 	struct bn_client *c = NULL;
 	if (bn_connect(st->d->socket_path, 1, &c))
 		return NULL;
-	while (!st->stop) {
+	while (!__atomic_load_n(&st->stop, __ATOMIC_RELAXED)) {
 		struct bn_request req = { .max_tokens = 400 };
 		struct bn_handle *h;
 		if (bn_submit_grammar(c, &req, "Go", 2, NULL, &h))
@@ -522,15 +522,16 @@ static void *stream_tokens(void *arg)
 		uint32_t have = 0;
 		int64_t last = tu_now_ns();
 		struct bn_result r;
-		while (!st->stop && bn_result(h, &r) == -BN_E_NOT_DONE) {
+		while (!__atomic_load_n(&st->stop, __ATOMIC_RELAXED) &&
+		       bn_result(h, &r) == -BN_E_NOT_DONE) {
 			if (bn_wait_tokens(h, have, 5 * SEC))
 				break;
 			uint32_t buf[512];
 			int n = bn_read_tokens(h, 0, buf, 512);
 			int64_t now = tu_now_ns();
 			if ((uint32_t)n > have) {
-				if (now - last > st->max_gap_ns)
-					st->max_gap_ns = now - last;
+				if (now - last > st->max_gap_ns) /* read by the main thread meanwhile */
+					__atomic_store_n(&st->max_gap_ns, now - last, __ATOMIC_RELAXED);
 				st->tokens += (uint32_t)n - have;
 				have = (uint32_t)n;
 				last = now;
@@ -577,7 +578,7 @@ START_TEST(hostile_grammars_do_not_stall_others)
 	pthread_t streamer, loaders[N_SLOW];
 	ck_assert_int_eq(pthread_create(&streamer, NULL, stream_tokens, &st), 0);
 	usleep(300000);
-	int64_t quiet_gap = st.max_gap_ns;
+	int64_t quiet_gap = __atomic_load_n(&st.max_gap_ns, __ATOMIC_RELAXED);
 	struct bn_client *c = st_connect(&d, 8);
 	static struct slow_load loads[N_SLOW];
 	int64_t t0 = tu_now_ns();
@@ -598,7 +599,7 @@ START_TEST(hostile_grammars_do_not_stall_others)
 			      "%s: %s %s", slow_regexes[i], bn_strerror(loads[i].rc), loads[i].err);
 	}
 	int64_t spent = tu_now_ns() - t0;
-	st.stop = 1;
+	__atomic_store_n(&st.stop, 1, __ATOMIC_RELAXED); /* the streamer polls it */
 	pthread_join(streamer, NULL);
 	printf("hostile: 4 grammars refused at their 800 ms budget in %.0f ms; the streaming "
 	       "client's longest gap %.1f ms (%.1f ms before), %u tokens; another session's small "
