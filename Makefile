@@ -638,7 +638,9 @@ fuzz-requests:
 
 # Without SANITIZE, `check` also runs the fault campaigns, then the C tests and the
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
-# build dir).
+# build dir). The sanitizer passes look for memory and thread errors: there the oracle suites
+# run fewer samples, and under ThreadSanitizer the suites that run on one thread print SKIP
+# (tests/testutil.h: TU_SANITIZED, TU_TSAN), which keeps CI's run under its 40 minutes.
 check: check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk check-deploy check-systemd check-man \
 	$(if $(SANITIZE),,check-install check-faults check-san check-tsan)
 

@@ -48,10 +48,7 @@ int main(void)
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
-#define STORIES_IDS 8
-#define STEPS 6
-#elif defined(BN_CUDA_HOST)
+#if defined(BN_CUDA_HOST)
 #define STORIES_IDS 24
 #define STEPS 8
 #else
@@ -689,14 +686,10 @@ static Suite *fast_suite(void)
 		const TTest *test;
 	} backend[] = {
 		{ "stories", stories_with_every_feature },
-#if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
-	/* twenty times slower again: the kernels and stories260K's first ids stand for the rest */
-#else
 		{ "exact", exact_variants_give_base_bits },
 		{ "split", split_variant_against_cpu_and_batch },
 		{ "prefill", prefill_matches_stepwise },
 		{ "daemon", daemon_runs_a_variant },
-#endif
 	};
 	for (size_t i = 0; i < sizeof(backend) / sizeof(backend[0]); i++) {
 		TCase *b = tcase_create(backend[i].name);
@@ -704,17 +697,18 @@ static Suite *fast_suite(void)
 		tcase_add_test(b, backend[i].test);
 		suite_add_tcase(s, b);
 	}
-#if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
-	(void)exact_variants_give_base_bits;
-	(void)split_variant_against_cpu_and_batch;
-	(void)prefill_matches_stepwise;
-	(void)daemon_runs_a_variant;
-#endif
 	return s;
 }
 
 int main(void)
 {
+#if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
+	/* The harness runs twenty times slower there (68 s of CI's 40 minutes for the kernels
+	 * and 8 ids); its threads are test_cuda_harness's and test_cuda_host's under it, and
+	 * the variant kernels' races are the harness's race check's, in the plain pass. */
+	printf("SKIP under ThreadSanitizer: the plain and AddressSanitizer passes run the variants\n");
+	return 77;
+#endif
 	int count = 0;
 	cudaError_t e = cudaGetDeviceCount(&count);
 	if (e != cudaSuccess || count == 0) {

@@ -649,30 +649,25 @@ static Suite *fast_ops_suite(void)
 	Suite *s = suite_create("cuda_fast_ops");
 	TCase *t = tcase_create("requests");
 	tcase_set_timeout(t, 300);
-#if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
-	/* twenty times slower: the cache writer's thread beside a variant's start stands for the
-	 * rest, which the plain and AddressSanitizer passes run */
-	printf("note: under ThreadSanitizer only the i2s preset's cache case runs\n");
-	tcase_add_loop_test(t, cache_hit_gives_base_bits, 0, 1);
-	(void)score_rows_give_base_bits;
-	(void)verify_rows_give_base_bits;
-	(void)forks_give_base_bits;
-	(void)masked_rows_give_base_bits;
-	(void)daemon_variant_from_cache_hit;
-#else
 	tcase_add_test(t, score_rows_give_base_bits);
 	tcase_add_test(t, verify_rows_give_base_bits);
 	tcase_add_test(t, forks_give_base_bits);
 	tcase_add_test(t, masked_rows_give_base_bits);
 	tcase_add_loop_test(t, cache_hit_gives_base_bits, 0, 2);
 	tcase_add_test(t, daemon_variant_from_cache_hit);
-#endif
 	suite_add_tcase(s, t);
 	return s;
 }
 
 int main(void)
 {
+#if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
+	/* The harness runs twenty times slower there (one case took 149 s of CI's 40 minutes);
+	 * the cache writer's thread these starts share is test_cuda_ops_host's under it, and
+	 * the kernels' races are the harness's race check's, in the plain pass. */
+	printf("SKIP under ThreadSanitizer: the plain and AddressSanitizer passes run the variants' requests\n");
+	return 77;
+#endif
 	int count = 0;
 	cudaError_t e = cudaGetDeviceCount(&count);
 	if (e != cudaSuccess || count == 0) {

@@ -1078,6 +1078,14 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("grammar");
+	if (TU_TSAN) { /* the engine's cases run on one thread (testutil.h) */
+		printf("note: under ThreadSanitizer only threads_share_a_bound_grammar runs\n");
+		TCase *th = tcase_create("threads");
+		tcase_set_timeout(th, 120);
+		tcase_add_test(th, threads_share_a_bound_grammar);
+		suite_add_tcase(s, th);
+		return tu_run_suite(s);
+	}
 	TCase *tc = tcase_create("engine");
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, masks_equal_brute_force, 0,

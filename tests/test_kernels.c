@@ -1177,6 +1177,46 @@ START_TEST(attend_vs_double)
 }
 END_TEST
 
+/* bn_softmax against double for lengths 1 to 37: each probability within the rounding of
+ * s[t] - max (relative 2^-24 of it) and a few ulps of the exponential, the sum and the
+ * product; the same bits from a copy. A NaN score makes every output NaN (the sum holds
+ * it): the forward pass then sees it. */
+START_TEST(softmax_vs_double)
+{
+	tu_rng_seed(710);
+	for (uint32_t n = 1; n <= 37; n++) {
+		float s[40], t[40], orig[40];
+		for (uint32_t i = 0; i < n; i++)
+			orig[i] = tu_rng_float(-30.0f, 10.0f);
+		uint32_t nan_at = n % 5 == 3 ? n / 2 : n; /* a few lengths hold a NaN */
+		if (nan_at < n)
+			orig[nan_at] = NAN;
+		double max = -INFINITY, z = 0;
+		for (uint32_t i = 0; i < n; i++)
+			if (i != nan_at)
+				max = fmax(max, orig[i]);
+		for (uint32_t i = 0; i < n; i++)
+			if (i != nan_at)
+				z += exp((double)orig[i] - max);
+		memcpy(s, orig, sizeof(orig));
+		memcpy(t, orig, sizeof(orig));
+		bn_softmax(s, n);
+		bn_softmax(t, n);
+		ck_assert_mem_eq(s, t, n * sizeof(float));
+		for (uint32_t i = 0; i < n; i++) {
+			if (nan_at < n) {
+				ck_assert_msg(s[i] != s[i], "n %u: p[%u] = %g beside a NaN", n, i, s[i]);
+				continue;
+			}
+			double want = exp((double)orig[i] - max) / z;
+			double tol = want * (fabs(orig[i] - max) * 0x1p-24 + 8 * 0x1p-24);
+			ck_assert_msg(fabs(s[i] - want) <= tol, "n %u: p[%u] = %.9g, want %.9g", n, i,
+				      s[i], want);
+		}
+	}
+}
+END_TEST
+
 /* The same (q, K, V, L) twice, then with other garbage past L and past d: the same bits. */
 /* The same positions scattered over blocks in a shuffled arena (a paged KV cache, with rows
  * of garbage between and after them): the output is bit-identical to the contiguous one. */
@@ -1611,14 +1651,9 @@ START_TEST(pool_defaults_and_signals)
 }
 END_TEST
 
-int main(void)
+/* The kernels' cases: they run on the calling thread. */
+static void add_kernel_cases(Suite *s)
 {
-	if (!tu_forced_kernels_runnable())
-		return 77;
-	for (int i = 0; i < N_VARIANTS; i++)
-		if (!bn_kernels_select(variant_names[i]))
-			printf("SKIP: %s kernels: this CPU cannot run them\n", variant_names[i]);
-	Suite *s = suite_create("kernels");
 	TCase *k = tcase_create("kernels");
 	tcase_set_timeout(k, 300);
 	tcase_add_loop_test(k, t2_gemm_exact, 0, N_VARIANTS);
@@ -1636,6 +1671,7 @@ int main(void)
 	tcase_add_loop_test(k, f_gemm_vs_double, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_batch_invariance, 0, N_VARIANTS);
 	tcase_add_loop_test(k, f_gemm_panels_exact, 0, N_VARIANTS);
+	tcase_add_test(k, softmax_vs_double);
 	tcase_add_loop_test(k, attend_vs_double, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_deterministic, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_paged_equals_contiguous, 0, N_VARIANTS);
@@ -1643,6 +1679,21 @@ int main(void)
 	tcase_add_test(k, select_by_name);
 	tcase_add_test(k, select_from_environment);
 	suite_add_tcase(s, k);
+}
+
+int main(void)
+{
+	if (!tu_forced_kernels_runnable())
+		return 77;
+	for (int i = 0; i < N_VARIANTS; i++)
+		if (!bn_kernels_select(variant_names[i]))
+			printf("SKIP: %s kernels: this CPU cannot run them\n", variant_names[i]);
+	Suite *s = suite_create("kernels");
+	/* under ThreadSanitizer only the pool's cases (testutil.h) */
+	if (TU_TSAN)
+		printf("note: under ThreadSanitizer only the pool's cases run\n");
+	else
+		add_kernel_cases(s);
 	TCase *pool = tcase_create("pool");
 	tcase_set_timeout(pool, 120);
 	tcase_add_loop_test(pool, pool_each_task_once, 0, 3);

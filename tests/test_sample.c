@@ -8,6 +8,7 @@
  * struct bn_slot. Nothing here shares code with sample.c.
  */
 #include "../daemon/model/sample.h"
+#include "../daemon/model/vec4.h"
 #include "../shm/bitnet_shm.h"
 
 #include "testutil.h"
@@ -17,6 +18,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -872,10 +874,42 @@ END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* The sampler's exp_neg (vec4.h) against e^x in double over [-87, 0]: every 97th float there (bit patterns
+ * from -0 down to -87) within one ulp of the exact value, and never smaller than at the
+ * float above it (monotone), which the sampler's narrowing relies on (sample.c). */
+START_TEST(exp_neg_within_one_ulp)
+{
+	union { float f; uint32_t u; } lo = { .f = -87.0f };
+	float prev_x = 0.0f, prev_e = 1.0f;
+	for (uint32_t bits = 0x80000000u; bits <= lo.u; bits += 97) {
+		union { uint32_t u; float f; } x = { .u = bits };
+		v4f e4 = exp_neg((v4f){ x.f, x.f, x.f, x.f });
+		double want = exp((double)x.f);
+		float ulp = nextafterf((float)want, INFINITY) - (float)want;
+		/* a plain test first: each ck_assert marks a point through Check's pipe */
+		if (!(fabs(e4[0] - want) <= ulp))
+			ck_abort_msg("exp_neg(%.9g) = %.9g, e^x %.17g (ulp %.3g)", x.f, e4[0], want,
+				     ulp);
+		if (e4[0] > prev_e)
+			ck_abort_msg("exp_neg(%.9g) = %.9g > exp_neg(%.9g) = %.9g", x.f, e4[0],
+				     prev_x, prev_e);
+		prev_x = x.f;
+		prev_e = e4[0];
+	}
+	v4f edge = exp_neg((v4f){ -INFINITY, -88.0f, -0.0f, 0.0f });
+	ck_assert(edge[0] == 0.0f && edge[1] == 0.0f && edge[2] == 1.0f && edge[3] == 1.0f);
+}
+END_TEST
+
 int main(void)
 {
+	if (TU_TSAN) { /* testutil.h */
+		puts(TU_TSAN_SKIP_MSG);
+		return 77;
+	}
 	Suite *s = suite_create("sample");
 	TCase *draw = tcase_create("seeded draw");
+	tcase_add_test(draw, exp_neg_within_one_ulp);
 	tcase_add_test(draw, uniform_known_answer);
 	tcase_add_test(draw, uniform_matches_splitmix64);
 	suite_add_tcase(s, draw);

@@ -104,6 +104,24 @@ void tu_remove_dir(const char *dir);
  * one, and the default one the plain run has tested already. */
 int tu_forced_kernels_runnable(void);
 
+/* The sanitizer passes of make check (check-san, check-tsan) look for memory and thread
+ * errors, which need each code path once, not the case counts the plain pass uses to check
+ * outputs. CI's 40 minutes on 2 cores (README) are what they are weighed against: under
+ * ThreadSanitizer (5-20x slower) a suite whose code runs on one thread skips (77, with
+ * TU_TSAN_SKIP_MSG) or runs only its threaded cases; under either sanitizer an oracle suite
+ * may run fewer samples (TU_SANITIZED). */
+#if defined(__SANITIZE_THREAD__)
+#define TU_TSAN 1
+#else
+#define TU_TSAN 0
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TU_SANITIZED 1
+#else
+#define TU_SANITIZED 0
+#endif
+#define TU_TSAN_SKIP_MSG "SKIP under ThreadSanitizer: this suite runs on one thread (the plain and AddressSanitizer passes run it)"
+
 struct Suite;
 /* Runs the suite with Check's normal output (its summary line included) and returns the
  * process exit status: EXIT_SUCCESS iff nothing failed. */

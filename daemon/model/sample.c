@@ -14,12 +14,14 @@
  * The ranking (logit descending, lower id first on ties) is a strict total order once the
  * logits are finite, which is why the non-greedy paths first clamp NaN and infinities.
  * Probabilities are e^((logit - max) / temperature) with a polynomial e^x (within 1 ulp of
- * expf and monotone on [-87, 0], checked over every float there); sums are in double.
+ * expf and monotone on [-87, 0]: vec4.h, held to e^x by tests/test_sample.c); sums are in
+ * double.
  */
 #include "sample.h"
 
 #include "bitnet_shm.h"
 #include "sample_internal.h"
+#include "vec4.h"
 
 #include <errno.h>
 #include <float.h>
@@ -184,40 +186,13 @@ void sample_apply_penalties(struct bn_sampler *s, const struct bn_sample_ctx *ct
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Four-lane helpers (GNU vector extensions: SSE2 on x86-64, NEON on arm64)                   */
+/* Four-lane helpers (vec4.h has the common ones)                                             */
 /* ------------------------------------------------------------------------------------------ */
 
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));
 
 /* The helpers of the hot loops below, which must not become calls. */
 #define FORCE_INLINE static inline __attribute__((always_inline))
-
-/* Lanes [0, m) of src, the others `pad`: the tails of rows whose length is not a multiple
- * of four go through the same code as the body. */
-FORCE_INLINE v4f load4(const float *src, uint32_t m, float pad)
-{
-	v4f v = { pad, pad, pad, pad };
-	if (m >= 4)
-		memcpy(&v, src, sizeof(v));
-	else
-		for (uint32_t j = 0; j < m; j++)
-			v[j] = src[j];
-	return v;
-}
-
-FORCE_INLINE v4f select4(v4i mask, v4f a, v4f b)
-{
-	return (v4f)(((v4i)a & mask) | ((v4i)b & ~mask));
-}
-
-FORCE_INLINE bool any4(v4i mask)
-{
-	typedef uint64_t v2u __attribute__((vector_size(16)));
-	v2u q = (v2u)mask;
-	return (q[0] | q[1]) != 0;
-}
 
 /* Whether any of l[i..min(i + 16, n)) is > v: the fast path of the scans below, where
  * almost every block fails. */
@@ -235,27 +210,6 @@ FORCE_INLINE bool any16_above(const float *l, uint32_t i, uint32_t n, float v)
 	memcpy(&c, l + i + 8, sizeof(c));
 	memcpy(&d, l + i + 12, sizeof(d));
 	return any4((a > v) | (b > v) | (c > v) | (d > v));
-}
-
-/* e^x for x <= 0 (Cephes' expf: n = round(x / ln 2), a degree-6 polynomial on the rest),
- * flushed to 0 below -87 where expf turns subnormal: within 1 ulp of expf and monotone on
- * [-87, 0], checked exhaustively; -inf gives 0. */
-FORCE_INLINE v4f exp_neg(v4f x)
-{
-	const v4f lo = { -87.0f, -87.0f, -87.0f, -87.0f };
-	v4i under = x < lo;
-	x = select4(under, lo, x);
-	v4i n = __builtin_convertvector(x * 1.44269504f - 0.5f, v4i); /* x <= 0: rounds */
-	v4f nf = __builtin_convertvector(n, v4f);
-	v4f r = x - nf * 0.693359375f + nf * 2.12194440e-4f; /* ln 2 in two parts */
-	v4f y = r * 1.9875691500e-4f + 1.3981999507e-3f;
-	y = y * r + 8.3334519073e-3f;
-	y = y * r + 4.1665795894e-2f;
-	y = y * r + 1.6666665459e-1f;
-	y = y * r + 5.0000001201e-1f;
-	y = y * r * r + r + 1.0f;
-	v4f scale = (v4f)((n + 127) << 23);
-	return (v4f)((v4i)(y * scale) & ~under);
 }
 
 /* ------------------------------------------------------------------------------------------ */
