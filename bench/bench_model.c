@@ -23,6 +23,10 @@
  *   prefill_matrix_growth_t1024_over_t64   their time per token at 1024 over 64 (1 = linear)
  *   lmhead_ms_{ours,openblas}_bN    the F16 LM head: our kernel vs OpenBLAS sgemm (F32 copy)
  *   fma_peak_glanes             float multiply-adds per second (register-only loop), all threads
+ *   int16_peak_gmacs_avx2       the AVX2 head screen's int16 step (vpmaddwd + vpaddd, 16
+ *                               multiply-adds), all threads
+ *   screen_int16_pass_ms_b16, screen_int16_pass_gmacs_b16   the screen's int16 pass alone
+ *                               over the whole head for 16 rows (screen side by side)
  *   rss_model_mb, rss_peak_mb, file_mb, rss_over_file   resident memory after loading
  *   rss_over_file_int8, rss_over_file_int8_base3   the same as the daemon holds the model with
  *                               --lm-head int8 (and --decode-layout base3), from a child process
@@ -203,6 +207,23 @@ __attribute__((target("avx2"))) static int32_t madd_loop_avx2(uint64_t iters)
 	return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
 }
 
+/* The AVX2 head screen's int16 step (kernels_avx2.c: i8_dots): vpmaddwd, an add; 16
+ * multiply-adds per two instructions. */
+__attribute__((target("avx2"))) static int32_t madd16_loop_avx2(uint64_t iters)
+{
+	__m256i a[PEAK_CHAINS], w = _mm256_set1_epi16(3), x = _mm256_set1_epi16(-5);
+	for (int i = 0; i < PEAK_CHAINS; i++)
+		a[i] = _mm256_set1_epi32(i);
+	for (uint64_t it = 0; it < iters; it++)
+#pragma GCC unroll 16
+		for (int i = 0; i < PEAK_CHAINS; i++)
+			a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(w, x));
+	__m256i s = a[0];
+	for (int i = 1; i < PEAK_CHAINS; i++)
+		s = _mm256_add_epi32(s, a[i]);
+	return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
+}
+
 /* AVX-VNNI: vpdpbusd on ymm registers, 32 multiply-adds per instruction. */
 __attribute__((target("avx2,avxvnni"))) static int32_t vnni256_loop(uint64_t iters)
 {
@@ -276,6 +297,19 @@ static double measure_fma_peak(struct bn_pool *pool)
 {
 	double lanes = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS * (bench_avx512 ? 16 : 8);
 	return lanes / peak_seconds(pool, fma_task) / 1e9;
+}
+
+static void int16_task(void *ctx, uint32_t t)
+{
+	struct peak_job *j = ctx;
+	j->sink[t % 64] += madd16_loop_avx2(j->iters);
+}
+
+/* int16 multiply-adds per second of the AVX2 screen's step, all threads. */
+static double measure_int16_peak_avx2(struct bn_pool *pool)
+{
+	double macs = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS * 16;
+	return macs / peak_seconds(pool, int16_task) / 1e9;
 }
 
 static void peak_task(void *ctx, uint32_t t)
@@ -597,6 +631,53 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 	       median(roof, SCREEN_ROUNDS), median(roof_screen, SCREEN_ROUNDS),
 	       median(share16, SCREEN_ROUNDS));
 	fflush(stdout);
+}
+
+/* The screen's int16 pass alone (i8_dots over every head row) against 16 batch rows, the
+ * median of SCREEN_ROUNDS: what a screened batch-16 step would pay before its bounds and
+ * exact groups (the screen serves at most 8 rows: forward.c, SCREEN_MAX_ROWS). */
+struct i8_pass_job {
+	const struct bn_kernels *k;
+	const struct bn_i8_matrix *w;
+	const int16_t *x;
+	int64_t *y; /* [threads][16][GROUP_ROWS] */
+};
+
+#define PASS_ROWS 16
+#define PASS_GROUP 64
+
+static void i8_pass_task(void *ctx, uint32_t t)
+{
+	struct i8_pass_job *j = ctx;
+	uint32_t o0 = t * PASS_GROUP, o1 = o0 + PASS_GROUP < j->w->n_out ? o0 + PASS_GROUP : j->w->n_out;
+	j->k->i8_dots(j->w, o0, o1, j->x, j->w->row_bytes, PASS_ROWS,
+		      j->y + (size_t)bn_pool_thread_index() * PASS_ROWS * PASS_GROUP, PASS_GROUP);
+}
+
+static void screen_int16_pass(struct bn_pool *pool, const struct bn_kernels *k,
+			      const struct bn_head_screen *s)
+{
+	uint32_t rb = s->w.row_bytes, lim = (uint32_t)bn_i8_dot_x_max(rb);
+	int16_t *x = aligned_alloc(64, (size_t)PASS_ROWS * rb * sizeof(int16_t));
+	int64_t *y = malloc((size_t)bn_pool_threads(pool) * PASS_ROWS * PASS_GROUP * sizeof(int64_t));
+	uint64_t st = 0x9E3779B97F4A7C15ull;
+	for (size_t i = 0; i < (size_t)PASS_ROWS * rb; i++) {
+		st = st * 6364136223846793005ull + 1442695040888963407ull;
+		x[i] = i % rb < s->w.n_in ? (int16_t)((int64_t)(st >> 33) % (2 * lim + 1) - lim) : 0;
+	}
+	struct i8_pass_job j = { .k = k, .w = &s->w, .x = x, .y = y };
+	double ms[SCREEN_ROUNDS];
+	for (int i = 0; i < SCREEN_ROUNDS; i++) {
+		double t0 = now_s();
+		bn_pool_run(pool, (s->w.n_out + PASS_GROUP - 1) / PASS_GROUP, i8_pass_task, &j);
+		ms[i] = (now_s() - t0) * 1e3;
+	}
+	double med = median(ms, SCREEN_ROUNDS);
+	printf("screen_int16_pass_ms_b16=%.2f\nscreen_int16_pass_gmacs_b16=%.1f\n", med,
+	       (double)PASS_ROWS * s->w.n_out * s->w.n_in / (med * 1e-3) / 1e9);
+	fflush(stdout);
+	free(x);
+	free(y);
 }
 
 /* The int8 head (--lm-head int8) against the file's head on the same positions: AGREE_SEQS
@@ -1290,7 +1371,8 @@ int main(int argc, char **argv)
 	double bw = measure_bw(pool);
 	printf("mem_bw_gbs=%.1f\nmem_bw_1t_gbs=%.1f\n", bw, measure_bw(one));
 	double peak = measure_int8_peak(pool);
-	printf("int8_peak_gmacs=%.0f\nfma_peak_glanes=%.0f\n", peak, measure_fma_peak(pool));
+	printf("int8_peak_gmacs=%.0f\nfma_peak_glanes=%.0f\nint16_peak_gmacs_avx2=%.0f\n", peak,
+	       measure_fma_peak(pool), measure_int16_peak_avx2(pool));
 	double gemv = measure_t2_gemv(pool, k);
 	printf("t2_gemv_gbs=%.1f\nt2_gemv_bw_share=%.2f\n", gemv, gemv / bw);
 	fflush(stdout);
@@ -1367,9 +1449,11 @@ int main(int argc, char **argv)
 		printf("screen_build_s=%.2f\nscreen_mb=%.0f\nrss_over_file_screened=%.3f\n",
 		       now_s() - t0, (double)bn_head_screen_bytes(&screen) / 1e6,
 		       rss_screen_mb / file_mb);
-		if (!int8_only && !base3_only && !configs_only && !serial_only)
+		if (!int8_only && !base3_only && !configs_only && !serial_only) {
 			screen_side_by_side(&r, pool, bpt, (double)m.output.src->size, &screen,
 					    macs, peak);
+			screen_int16_pass(pool, k, &screen);
+		}
 		int t3 = 0;
 		if (base3_only || configs_only || serial_only || !quick) {
 			t3 = bn_forward_use_t3(r.fwd, 1) == 0;
