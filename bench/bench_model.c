@@ -636,15 +636,15 @@ static void screen_side_by_side(struct runner *r, struct bn_pool *pool, double b
 /* The screen's int16 pass alone (i8_dots over every head row) against 16 batch rows, the
  * median of SCREEN_ROUNDS: what a screened batch-16 step would pay before its bounds and
  * exact groups (the screen serves at most 8 rows: forward.c, SCREEN_MAX_ROWS). */
+#define PASS_ROWS 16
+#define PASS_GROUP 64
+
 struct i8_pass_job {
 	const struct bn_kernels *k;
 	const struct bn_i8_matrix *w;
 	const int16_t *x;
-	int64_t *y; /* [threads][16][GROUP_ROWS] */
+	int64_t *y; /* [threads][PASS_ROWS][PASS_GROUP] */
 };
-
-#define PASS_ROWS 16
-#define PASS_GROUP 64
 
 static void i8_pass_task(void *ctx, uint32_t t)
 {

@@ -5,7 +5,8 @@
  * double from a full sort (checked by chi-square on seeded draws); a naive full-sort sampler
  * (checked token for token on a 128k vocabulary); the log-softmax in double; the penalties
  * token by token; splitmix64 from its published first output; the parameter ranges of
- * struct bn_slot. Nothing here shares code with sample.c.
+ * struct bn_slot; the sampler's exponential (daemon/model/vec4.h, included only to be
+ * tested) against e^x in double. Nothing else here shares code with sample.c.
  */
 #include "../daemon/model/sample.h"
 #include "../daemon/model/vec4.h"
@@ -874,9 +875,9 @@ END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
 
-/* The sampler's exp_neg (vec4.h) against e^x in double over [-87, 0]: every 97th float there (bit patterns
- * from -0 down to -87) within one ulp of the exact value, and never smaller than at the
- * float above it (monotone), which the sampler's narrowing relies on (sample.c). */
+/* The sampler's exp_neg (vec4.h) against e^x in double over [-87, 0]: every 97th float
+ * there (bit patterns from -0 down to -87) within one ulp of the exact value, and never
+ * smaller than at the float above it (monotone), which the sampler's narrowing relies on. */
 START_TEST(exp_neg_within_one_ulp)
 {
 	union { float f; uint32_t u; } lo = { .f = -87.0f };

@@ -31,16 +31,6 @@ V4_INLINE v4f load4(const float *src, uint32_t m, float pad)
 	return v;
 }
 
-/* Lanes [0, m) of v into dst (m >= 4: all four). */
-V4_INLINE void store4(float *dst, v4f v, uint32_t m)
-{
-	if (m >= 4)
-		memcpy(dst, &v, sizeof(v));
-	else
-		for (uint32_t j = 0; j < m; j++)
-			dst[j] = v[j];
-}
-
 V4_INLINE v4f select4(v4i mask, v4f a, v4f b)
 {
 	return (v4f)(((v4i)a & mask) | ((v4i)b & ~mask));
