@@ -340,6 +340,16 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS) $(JANSSON_LIBS) $(TEST_EXTRA_LIBS)
 
+# The cuda suites share tests/cuda_testutil.c: on a GPU (CUDA=1) linked here, on the harness in
+# the _host rule below; a build without CUDA compiles them to a SKIP and needs none of it.
+# It comes after the archives in the link line, so they are named again after it.
+ifeq ($(CUDA),1)
+CUDA_SUITES := $(BUILD)/tests/test_cuda $(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_cuda_fast \
+	$(BUILD)/tests/test_cuda_fast_ops
+$(CUDA_SUITES): $(BUILD)/tests/cuda_testutil.o
+$(CUDA_SUITES): TEST_EXTRA_LIBS := $(LIB_A) $(CORE_A)
+endif
+
 # test_pull calls hub/ itself, against a stand-in for the Hub (tests/hub_server.py).
 $(BUILD)/tests/test_pull: $(HUB_OBJS)
 $(BUILD)/tests/test_pull: TEST_EXTRA_LIBS := $(HUB_LIBS)
@@ -386,7 +396,7 @@ $(HOST_BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(HOST_CORE_A) $(HOST_KERNEL
 # test_cuda_fast_host, test_cuda_fast_ops_host.
 $(BUILD)/tests/test_cuda_host $(BUILD)/tests/test_cuda_ops_host $(BUILD)/tests/test_cuda_fast_host \
 		$(BUILD)/tests/test_cuda_fast_ops_host: \
-		$(BUILD)/tests/%_host: $(HOST_CUDA)/tests/%.o \
+		$(BUILD)/tests/%_host: $(HOST_CUDA)/tests/%.o $(HOST_CUDA)/tests/cuda_testutil.o \
 		$(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) \
 		$(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")

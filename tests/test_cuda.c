@@ -34,6 +34,7 @@ int main(void)
 #else
 
 #include "testutil.h"
+#include "cuda_testutil.h"
 #include "bitnet_client.h"
 #include "../daemon/backends/backend.h"
 #include "../daemon/model/forward.h"
@@ -65,30 +66,12 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
 {
-	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-	return (uint32_t)(rng_state >> 33);
+	return ctu_rnd(&rng_state);
 }
 
 static float rndf(void)
 {
-	return (float)rnd() / 2147483648.0f - 1.0f; /* [-1, 1) */
-}
-
-static void *dev_copy(const void *src, size_t bytes)
-{
-	void *d = NULL;
-	ck_assert_int_eq(cudaMalloc(&d, bytes ? bytes : 1), cudaSuccess);
-	if (src)
-		ck_assert_int_eq(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-	else
-		ck_assert_int_eq(cudaMemset(d, 0xff, bytes), cudaSuccess); /* poison */
-	return d;
-}
-
-static void host_copy(void *dst, const void *src, size_t bytes)
-{
-	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-	ck_assert_int_eq(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+	return ctu_rndf(&rng_state); /* [-1, 1) */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -106,9 +89,9 @@ static void quantize_both(const float *x, uint32_t n, uint32_t k, struct q8_pair
 	p->cpu = (struct bn_q8_rows){ .q = calloc((size_t)n, k_pad), .inv_scale = calloc(n, 4),
 				      .sum = calloc(n, 4), .k = k, .k_pad = k_pad };
 	bn_quantize_rows(x, k, n, &p->cpu);
-	float *dx = dev_copy(x, (size_t)n * k * 4);
-	p->gpu = (struct bn_cuda_q8){ .q = dev_copy(NULL, (size_t)n * k_pad),
-				      .inv_scale = dev_copy(NULL, n * 4), .sum = dev_copy(NULL, n * 4),
+	float *dx = ctu_dev_copy(x, (size_t)n * k * 4);
+	p->gpu = (struct bn_cuda_q8){ .q = ctu_dev_copy(NULL, (size_t)n * k_pad),
+				      .inv_scale = ctu_dev_copy(NULL, n * 4), .sum = ctu_dev_copy(NULL, n * 4),
 				      .k = k, .k_pad = k_pad };
 	ck_assert_int_eq(bn_cuda_quantize(dx, k, n, &p->gpu, 0), 0);
 	cudaFree(dx);
@@ -134,9 +117,9 @@ START_TEST(quantize_matches_cpu)
 		int8_t *q = malloc((size_t)n * p.cpu.k_pad);
 		float *inv = malloc(n * 4);
 		int32_t *sum = malloc(n * 4);
-		host_copy(q, p.gpu.q, (size_t)n * p.cpu.k_pad);
-		host_copy(inv, p.gpu.inv_scale, n * 4);
-		host_copy(sum, p.gpu.sum, n * 4);
+		ctu_host_copy(q, p.gpu.q, (size_t)n * p.cpu.k_pad);
+		ctu_host_copy(inv, p.gpu.inv_scale, n * 4);
+		ctu_host_copy(sum, p.gpu.sum, n * 4);
 		ck_assert_int_eq(memcmp(q, p.cpu.q, (size_t)n * p.cpu.k_pad), 0);
 		ck_assert_int_eq(memcmp(inv, p.cpu.inv_scale, n * 4), 0);
 		ck_assert_int_eq(memcmp(sum, p.cpu.sum, n * 4), 0);
@@ -158,8 +141,8 @@ START_TEST(ternary_kernels_match_scalar)
 		scale[o] = 0.5f + (float)(rnd() % 1000) / 1000.0f;
 	}
 	struct bn_t2_matrix cw = { codes, scale, n_in, n_out, row_bytes };
-	struct bn_cuda_t2 gw = { dev_copy(codes, (size_t)n_out * row_bytes), dev_copy(scale, n_out * 4),
-				 n_in, n_out, row_bytes };
+	struct bn_cuda_t2 gw = { ctu_dev_copy(codes, (size_t)n_out * row_bytes),
+				 ctu_dev_copy(scale, n_out * 4), n_in, n_out, row_bytes };
 	const uint32_t toks[] = { 1, 5, 33, 100 };
 	for (unsigned c = 0; c < 4; c++) {
 		uint32_t n = toks[c];
@@ -170,13 +153,13 @@ START_TEST(ternary_kernels_match_scalar)
 		struct q8_pair p;
 		quantize_both(x, n, n_in, &p);
 		bn_kernels_scalar.t2_gemm(&cw, 0, n_out, &p.cpu, n, want, n_out);
-		float *dy = dev_copy(NULL, (size_t)n * n_out * 4);
+		float *dy = ctu_dev_copy(NULL, (size_t)n * n_out * 4);
 		ck_assert_int_eq(bn_cuda_t2_gemv_dp4a(&gw, &p.gpu, n, dy, n_out, 0), 0);
-		host_copy(got, dy, (size_t)n * n_out * 4);
+		ctu_host_copy(got, dy, (size_t)n * n_out * 4);
 		ck_assert_msg(memcmp(got, want, (size_t)n * n_out * 4) == 0, "dp4a, %u tokens", n);
 		ck_assert_int_eq(cudaMemset(dy, 0xff, (size_t)n * n_out * 4), cudaSuccess);
 		ck_assert_int_eq(bn_cuda_t2_gemm_tc(&gw, &p.gpu, n, dy, n_out, 0), 0);
-		host_copy(got, dy, (size_t)n * n_out * 4);
+		ctu_host_copy(got, dy, (size_t)n * n_out * 4);
 		ck_assert_msg(memcmp(got, want, (size_t)n * n_out * 4) == 0, "tensor cores, %u tokens", n);
 		cudaFree(dy);
 		q8_pair_free(&p);
@@ -218,20 +201,20 @@ static void check_f_gemm(enum bn_cuda_ftype type, double tol)
 			}
 		for (size_t i = 0; i < (size_t)n * n_in; i++)
 			x[i] = bn_half_to_float(bn_float_to_half(x[i])); /* what the kernel multiplies */
-		wdev = dev_copy(h, (size_t)rows * ld * 2);
+		wdev = ctu_dev_copy(h, (size_t)rows * ld * 2);
 		free(h);
 	} else {
 		float *p = padded_rows(w, n_out, n_in, ld);
-		wdev = dev_copy(p, (size_t)n_out * ld * 4);
+		wdev = ctu_dev_copy(p, (size_t)n_out * ld * 4);
 		free(p);
 	}
 	struct bn_cuda_fmat m = { wdev, type, n_in, n_out, ld };
-	float *xp = padded_rows(x, n, n_in, ld), *dx = dev_copy(xp, (size_t)n * ld * 4);
-	uint16_t *xh = dev_copy(NULL, (size_t)64 * ld * 2);
-	float *dy = dev_copy(NULL, (size_t)n * n_out * 4), *got = malloc((size_t)n * n_out * 4);
+	float *xp = padded_rows(x, n, n_in, ld), *dx = ctu_dev_copy(xp, (size_t)n * ld * 4);
+	uint16_t *xh = ctu_dev_copy(NULL, (size_t)64 * ld * 2);
+	float *dy = ctu_dev_copy(NULL, (size_t)n * n_out * 4), *got = malloc((size_t)n * n_out * 4);
 	float *alone = malloc(n_out * 4);
 	ck_assert_int_eq(bn_cuda_f_gemm(&m, dx, ld, n, dy, n_out, xh, 0), 0);
-	host_copy(got, dy, (size_t)n * n_out * 4);
+	ctu_host_copy(got, dy, (size_t)n * n_out * 4);
 	for (uint32_t t = 0; t < n; t++)
 		for (uint32_t o = 0; o < n_out; o++) {
 			double ref = 0, norm = 0;
@@ -246,7 +229,7 @@ static void check_f_gemm(enum bn_cuda_ftype type, double tol)
 		}
 	/* token 7 alone: bit-identical to its row in the launch of 40 */
 	ck_assert_int_eq(bn_cuda_f_gemm(&m, dx + (size_t)7 * ld, ld, 1, dy, n_out, xh, 0), 0);
-	host_copy(alone, dy, n_out * 4);
+	ctu_host_copy(alone, dy, n_out * 4);
 	ck_assert_int_eq(memcmp(alone, got + (size_t)7 * n_out, n_out * 4), 0);
 	cudaFree(wdev), cudaFree(dx), cudaFree(xh), cudaFree(dy);
 	free(w), free(x), free(xp), free(got), free(alone);
@@ -294,17 +277,17 @@ START_TEST(attention_matches_scalar)
 			size_t at = ((size_t)t * n_head + h) * hd;
 			bn_kernels_scalar.attend(q + at, &v, lens[t], hd, scale, s, want + at);
 		}
-	struct bn_cuda_kv_layer kv = { dev_copy(K, cache * 4), dev_copy(V, cache * 4), kv_dim, bt };
+	struct bn_cuda_kv_layer kv = { ctu_dev_copy(K, cache * 4), ctu_dev_copy(V, cache * 4), kv_dim, bt };
 	struct bn_cuda_attn a = {
-		.q = dev_copy(q, (size_t)n_tok * n_head * hd * 4), .ldq = n_head * hd,
-		.out = dev_copy(NULL, (size_t)n_tok * n_head * hd * 4), .ldo = n_head * hd,
-		.len = dev_copy(lens, sizeof(lens)), .table_off = dev_copy(off, sizeof(off)),
-		.tables = dev_copy(tables, sizeof(tables)), .n_head = n_head, .n_head_kv = n_kv,
+		.q = ctu_dev_copy(q, (size_t)n_tok * n_head * hd * 4), .ldq = n_head * hd,
+		.out = ctu_dev_copy(NULL, (size_t)n_tok * n_head * hd * 4), .ldo = n_head * hd,
+		.len = ctu_dev_copy(lens, sizeof(lens)), .table_off = ctu_dev_copy(off, sizeof(off)),
+		.tables = ctu_dev_copy(tables, sizeof(tables)), .n_head = n_head, .n_head_kv = n_kv,
 		.head_dim = hd, .scale = scale,
 	};
 	ck_assert_int_eq(bn_cuda_attend(&kv, &a, n_tok, 0), 0);
 	float *got = malloc((size_t)n_tok * n_head * hd * 4);
-	host_copy(got, a.out, (size_t)n_tok * n_head * hd * 4);
+	ctu_host_copy(got, a.out, (size_t)n_tok * n_head * hd * 4);
 	for (size_t i = 0; i < (size_t)n_tok * n_head * hd; i++)
 		ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-5f * (1.0f + fabsf(want[i])),
 			      "element %zu: %g vs %g", i, got[i], want[i]);
@@ -363,7 +346,7 @@ START_TEST(sampler_matches_cpu)
 	float *logits = malloc((size_t)n_rows * n_vocab * 4), *cpu = malloc(n_vocab * 4);
 	for (size_t i = 0; i < (size_t)n_rows * n_vocab; i++)
 		logits[i] = 4.0f * rndf();
-	float *dl = dev_copy(logits, (size_t)n_rows * n_vocab * 4);
+	float *dl = ctu_dev_copy(logits, (size_t)n_rows * n_vocab * 4);
 	struct bn_sampler smp;
 	bn_sampler_init(&smp);
 	struct bn_cuda_penalty pen[64];
@@ -382,19 +365,20 @@ START_TEST(sampler_matches_cpu)
 				.u = bn_sample_uniform(params[r].seed, 5), .n_top = params[r].n_logprobs,
 				.want_logprob = params[r].want_logprobs, .mask = row_mask[r] };
 	}
-	const uint64_t *dmasks = dev_copy(masks, (size_t)n_masks * words * 8);
-	uint32_t *dtok = dev_copy(NULL, n_rows * 4), tok[12];
-	struct bn_cuda_sample_result *dres = dev_copy(NULL, n_rank * sizeof(*dres));
+	const uint64_t *dmasks = ctu_dev_copy(masks, (size_t)n_masks * words * 8);
+	uint32_t *dtok = ctu_dev_copy(NULL, n_rows * 4), tok[12];
+	struct bn_cuda_sample_result *dres = ctu_dev_copy(NULL, n_rank * sizeof(*dres));
 	struct bn_cuda_sample_result *res = malloc(n_rank * sizeof(*res));
 	size_t scratch_bytes = bn_cuda_sample_scratch_bytes(n_vocab, n_rank);
-	void *scratch = dev_copy(NULL, scratch_bytes);
-	ck_assert_int_eq(bn_cuda_penalize(dl, n_vocab, dev_copy(pen, n_pen * sizeof(*pen)), n_pen, 0), 0);
+	void *scratch = ctu_dev_copy(NULL, scratch_bytes);
+	ck_assert_int_eq(bn_cuda_penalize(dl, n_vocab, ctu_dev_copy(pen, n_pen * sizeof(*pen)), n_pen, 0),
+			 0);
 	ck_assert_int_eq(bn_cuda_argmax(dl, n_vocab, n_vocab, n_rows, dmasks,
-					dev_copy(row_mask, sizeof(row_mask)), dtok, 0), 0);
-	ck_assert_int_eq(bn_cuda_sample(dl, n_vocab, n_vocab, dev_copy(rank, n_rank * sizeof(*rank)),
+					ctu_dev_copy(row_mask, sizeof(row_mask)), dtok, 0), 0);
+	ck_assert_int_eq(bn_cuda_sample(dl, n_vocab, n_vocab, ctu_dev_copy(rank, n_rank * sizeof(*rank)),
 					n_rank, dmasks, scratch, scratch_bytes, dres, 0), 0);
-	host_copy(tok, dtok, n_rows * 4);
-	host_copy(res, dres, n_rank * sizeof(*res));
+	ctu_host_copy(tok, dtok, n_rows * 4);
+	ctu_host_copy(res, dres, n_rank * sizeof(*res));
 	for (uint32_t r = 0, k = 0; r < n_rows; r++) {
 		struct bn_sample_ctx ctx = { &params[r], prompt, 6, output, 5, mask_of[r], NULL };
 		struct bn_token_logprob top[8];
@@ -592,30 +576,13 @@ END_TEST
 #define DAEMON_PROMPTS 3
 #define DAEMON_TOKENS 12
 
-/* The daemon with the cuda backend: $BITNETD_CUDA_HOST on the harness, $BITNETD on a GPU. */
-static const char *cuda_daemon(void)
-{
-#ifdef BN_CUDA_HOST
-	return getenv("BITNETD_CUDA_HOST");
-#else
-	return getenv("BITNETD");
-#endif
-}
-
-static void start_cuda_daemon(struct tu_daemon *d, const char *bin)
+static void start_cuda_daemon(struct tu_daemon *d)
 {
 	/* a small KV cache: on the harness the race check copies it at every attention launch */
 	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
 			       NULL };
-	char *was = getenv("BITNETD") ? strdup(getenv("BITNETD")) : NULL;
-	setenv("BITNETD", bin, 1);
-	int rc = tu_daemon_start(d, args);
-	if (was)
-		setenv("BITNETD", was, 1);
-	else
-		unsetenv("BITNETD");
-	free(was);
-	ck_assert_msg(rc == 0, "%s --backend cuda did not start", bin);
+	ck_assert_msg(ctu_start_cuda_daemon(d, args, 0) == 0, "%s --backend cuda did not start",
+		      ctu_cuda_daemon());
 }
 
 /* Greedy tokens of each prompt, then one seeded sampled request with penalties, alone. */
@@ -634,19 +601,10 @@ static void daemon_run(struct bn_client *c, uint32_t prompts[][8], uint32_t gree
 
 START_TEST(daemon_serves_as_the_cpu_daemon)
 {
-	const char *bin = cuda_daemon();
-	if (!bin || !*bin) {
-		printf("SKIP: no cuda daemon to start (BITNETD%s is not set)\n",
-#ifdef BN_CUDA_HOST
-		       "_CUDA_HOST"
-#else
-		       ""
-#endif
-		);
+	if (!ctu_have_cuda_daemon())
 		return;
-	}
 	struct tu_daemon gd, cd;
-	start_cuda_daemon(&gd, bin);
+	start_cuda_daemon(&gd);
 	ck_assert_int_eq(tu_daemon_start_cpu(&cd, tu_default_model(), NULL), 0);
 	struct bn_client *g, *c;
 	ck_assert_int_eq(bn_connect(gd.socket_path, 8, &g), 0);
@@ -709,13 +667,6 @@ static void constrained_run(struct bn_client *c, const uint32_t *prompt, uint32_
 	bn_release(h);
 }
 
-static long long daemon_stat(struct bn_client *c, const char *name)
-{
-	static char text[1 << 17];
-	ck_assert_int_ge(bn_daemon_stats(c, text, sizeof(text)), 0);
-	return tu_metric(text, name);
-}
-
 /* Speculative decoding under a grammar that makes the output repeat itself, so that drafts
  * are proposed and pass it: verify rows masked position by position (each its own bitset) and
  * the closing check along them (at least 8 runs, so a budget of 7 ends by length and one of 48 by EOS). The cuda daemon's
@@ -727,7 +678,7 @@ static void constrained_speculation(struct bn_client *g, struct bn_client *c, co
 	struct bn_grammar_handle *gg, *cg;
 	ck_assert_int_eq(bn_grammar_load(g, &spec, &gg, NULL, 0, -1), 0);
 	ck_assert_int_eq(bn_grammar_load(c, &spec, &cg, NULL, 0, -1), 0);
-	long long rows = daemon_stat(g, "bitnetd_speculative_rows_total");
+	long long rows = ctu_daemon_stat(g, "bitnetd_speculative_rows_total");
 	uint32_t budgets[2] = { 4 * DAEMON_TOKENS, 7 };
 	struct bn_result plain, spec_g, spec_c;
 	uint32_t plain_ids[4 * DAEMON_TOKENS], g_ids[4 * DAEMON_TOKENS], c_ids[4 * DAEMON_TOKENS];
@@ -744,7 +695,7 @@ static void constrained_speculation(struct bn_client *g, struct bn_client *c, co
 				      memcmp(c_ids, g_ids, sizeof(g_ids)) == 0,
 			      "budget %u: cuda and cpu speculative outputs differ", budgets[k]);
 	}
-	long long drafted = daemon_stat(g, "bitnetd_speculative_rows_total") - rows;
+	long long drafted = ctu_daemon_stat(g, "bitnetd_speculative_rows_total") - rows;
 	printf("constrained speculation on cuda: %lld rows verified drafts\n", drafted);
 	ck_assert_int_gt(drafted, 0);
 	bn_grammar_release(gg);
@@ -753,13 +704,10 @@ static void constrained_speculation(struct bn_client *g, struct bn_client *c, co
 
 START_TEST(daemon_constrains_as_the_cpu_daemon)
 {
-	const char *bin = cuda_daemon();
-	if (!bin || !*bin) {
-		printf("SKIP: no cuda daemon to start\n");
+	if (!ctu_have_cuda_daemon())
 		return;
-	}
 	struct tu_daemon gd, cd;
-	start_cuda_daemon(&gd, bin);
+	start_cuda_daemon(&gd);
 	ck_assert_int_eq(tu_daemon_start_cpu(&cd, tu_default_model(), NULL), 0);
 	struct bn_client *g, *c;
 	ck_assert_int_eq(bn_connect(gd.socket_path, 8, &g), 0);
@@ -847,38 +795,14 @@ static Suite *cuda_suite(void)
 
 int main(void)
 {
-	int count = 0;
-	cudaError_t e = cudaGetDeviceCount(&count);
-	if (e != cudaSuccess || count == 0) {
-		printf("SKIP: no usable CUDA device (%s)\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-		return 77;
-	}
-	struct cudaDeviceProp prop;
-	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
-		printf("SKIP: device 0 is not compute capability 9.0 or newer\n");
-		return 77;
-	}
-	SRunner *sr = srunner_create(cuda_suite());
+	char device[256];
+	int rc = ctu_require_device(device, sizeof(device));
+	if (rc)
+		return rc;
 #ifdef BN_CUDA_HOST
-	/* The harness has no context to lose in a fork: each test runs in its own child, so a
-	 * harness failure (it aborts with its message) ends that test only. Its race check is on
-	 * unless the environment says otherwise (make check's sanitizer passes leave it to the
-	 * plain pass). */
-	printf("the cuda suite on the CUDA host harness (tests/cuda_host): %s\n", prop.name);
-	setenv("BN_CUDA_HOST_RACECHECK", "1", 0);
-#else
-	/* Not forked per test, on purpose: the probe above initialised CUDA in this process, and
-	 * a forked child cannot use a CUDA context it inherited (cudaSetDevice: initialization
-	 * error, every test failing under make check on an H100, while all passed with
-	 * CK_FORK=no). So the tests run in this process, one after the other; Check's per-test
-	 * timeouts do not apply, and make check's own timeout bounds the suite. */
-	srunner_set_fork_status(sr, CK_NOFORK);
+	printf("the cuda suite on the CUDA host harness (tests/cuda_host): %s\n", device);
 #endif
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return ctu_run_suite(cuda_suite());
 }
 
 #endif /* BN_HAVE_CUDA */

@@ -33,6 +33,7 @@ int main(void)
 #else
 
 #include "testutil.h"
+#include "cuda_testutil.h"
 #include "bitnet_client.h"
 #include "../daemon/backends/backend.h"
 #include "../daemon/model/forward.h"
@@ -60,37 +61,19 @@ static uint64_t rng_state = 0x243F6A8885A308D3ull;
 
 static uint32_t rnd(void)
 {
-	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-	return (uint32_t)(rng_state >> 33);
+	return ctu_rnd(&rng_state);
 }
 
 static float rndf(void)
 {
-	return (float)rnd() / 2147483648.0f - 1.0f;
-}
-
-static void *dev_copy(const void *src, size_t bytes)
-{
-	void *d = NULL;
-	ck_assert_int_eq(cudaMalloc(&d, bytes ? bytes : 1), cudaSuccess);
-	if (src)
-		ck_assert_int_eq(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-	else
-		ck_assert_int_eq(cudaMemset(d, 0xff, bytes), cudaSuccess); /* poison */
-	return d;
+	return ctu_rndf(&rng_state);
 }
 
 static void *dev_zero(size_t bytes)
 {
-	void *d = dev_copy(NULL, bytes);
+	void *d = ctu_dev_copy(NULL, bytes);
 	ck_assert_int_eq(cudaMemset(d, 0, bytes), cudaSuccess);
 	return d;
-}
-
-static void host_copy(void *dst, const void *src, size_t bytes)
-{
-	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-	ck_assert_int_eq(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
 }
 
 static void poison(void *d, size_t bytes)
@@ -126,10 +109,10 @@ static void t2_case_make(struct t2_case *c, uint32_t n_in, uint32_t n_out)
 	size_t pb = bn_cuda_p16_bytes(n_out, c->row_bytes);
 	uint8_t *packed = malloc(pb);
 	bn_cuda_p16_pack(c->codes, n_out, c->row_bytes, packed);
-	void *scale = dev_copy(c->scale, n_out * 4);
-	c->rows = (struct bn_cuda_t2){ dev_copy(c->codes, (size_t)n_out * c->row_bytes), scale, n_in, n_out,
-				       c->row_bytes };
-	c->p16 = (struct bn_cuda_t2){ dev_copy(packed, pb), scale, n_in, n_out, c->row_bytes };
+	void *scale = ctu_dev_copy(c->scale, n_out * 4);
+	c->rows = (struct bn_cuda_t2){ ctu_dev_copy(c->codes, (size_t)n_out * c->row_bytes), scale,
+				       n_in, n_out, c->row_bytes };
+	c->p16 = (struct bn_cuda_t2){ ctu_dev_copy(packed, pb), scale, n_in, n_out, c->row_bytes };
 	c->sk_mem = dev_zero(bn_cuda_splitk_bytes(n_out));
 	bn_cuda_splitk_init(&c->sk, c->sk_mem, n_out);
 	free(row), free(packed);
@@ -157,8 +140,9 @@ static void acts_make(struct acts *a, uint32_t n, uint32_t k)
 	a->cpu = (struct bn_q8_rows){ .q = calloc(n, k_pad), .inv_scale = calloc(n, 4), .sum = calloc(n, 4),
 				      .k = k, .k_pad = k_pad };
 	bn_quantize_rows(x, k, n, &a->cpu);
-	a->gpu = (struct bn_cuda_q8){ dev_copy(a->cpu.q, (size_t)n * k_pad), dev_copy(a->cpu.inv_scale, n * 4),
-				      dev_copy(a->cpu.sum, n * 4), k, k_pad };
+	a->gpu = (struct bn_cuda_q8){ ctu_dev_copy(a->cpu.q, (size_t)n * k_pad),
+				      ctu_dev_copy(a->cpu.inv_scale, n * 4),
+				      ctu_dev_copy(a->cpu.sum, n * 4), k, k_pad };
 	free(x);
 }
 
@@ -182,20 +166,20 @@ static void check_t2(uint32_t n_in, uint32_t n_out, int which, const uint32_t *t
 		acts_make(&a, n, n_in);
 		float *want = malloc((size_t)n * n_out * 4), *got = malloc((size_t)n * n_out * 4);
 		bn_kernels_scalar.t2_gemm(&cw, 0, n_out, &a.cpu, n, want, n_out);
-		float *dy = dev_copy(NULL, (size_t)n * n_out * 4);
+		float *dy = ctu_dev_copy(NULL, (size_t)n * n_out * 4);
 		for (unsigned s = 0; s < 3; s++) {
 			poison(dy, (size_t)n * n_out * 4);
 			int rc = which == 0 ? bn_cuda_t2_gemv16(&c.p16, &a.gpu, n, dy, n_out, slices[s], &c.sk, 0)
 					    : bn_cuda_t2_mma(which == 2 ? &c.p16 : &c.rows, which == 2, &a.gpu, n,
 							     dy, n_out, slices[s], &c.sk, 0);
 			ck_assert_int_eq(rc, 0);
-			host_copy(got, dy, (size_t)n * n_out * 4);
+			ctu_host_copy(got, dy, (size_t)n * n_out * 4);
 			ck_assert_msg(memcmp(got, want, (size_t)n * n_out * 4) == 0,
 				      "kernel %d, %u x %u, %u tokens, slices %u", which, n_out, n_in, n, slices[s]);
 		}
 		size_t skb = bn_cuda_splitk_bytes(n_out);
 		unsigned char *sk = malloc(skb);
-		host_copy(sk, c.sk_mem, skb);
+		ctu_host_copy(sk, c.sk_mem, skb);
 		for (size_t b = 0; b < skb; b++)
 			ck_assert_msg(sk[b] == 0, "split-k scratch byte %zu left %u", b, sk[b]);
 		free(sk);
@@ -231,7 +215,7 @@ static float *dev_random(size_t n, float amp)
 	float *h = malloc(n * 4);
 	for (size_t i = 0; i < n; i++)
 		h[i] = amp * rndf();
-	float *d = dev_copy(h, n * 4);
+	float *d = ctu_dev_copy(h, n * 4);
 	free(h);
 	return d;
 }
@@ -239,8 +223,8 @@ static float *dev_random(size_t n, float amp)
 static void expect_same(const void *a, const void *b, size_t bytes, const char *what)
 {
 	unsigned char *x = malloc(bytes), *y = malloc(bytes);
-	host_copy(x, a, bytes);
-	host_copy(y, b, bytes);
+	ctu_host_copy(x, a, bytes);
+	ctu_host_copy(y, b, bytes);
 	size_t i = 0;
 	while (i < bytes && x[i] == y[i])
 		i++;
@@ -251,8 +235,8 @@ static void expect_same(const void *a, const void *b, size_t bytes, const char *
 static void q8_make(struct bn_cuda_q8 *q, uint32_t n, uint32_t k)
 {
 	uint32_t k_pad = (k + BN_T2_CHUNK - 1) / BN_T2_CHUNK * BN_T2_CHUNK;
-	*q = (struct bn_cuda_q8){ dev_copy(NULL, (size_t)n * k_pad), dev_copy(NULL, n * 4), dev_copy(NULL, n * 4),
-				  k, k_pad };
+	*q = (struct bn_cuda_q8){ ctu_dev_copy(NULL, (size_t)n * k_pad), ctu_dev_copy(NULL, n * 4),
+				  ctu_dev_copy(NULL, n * 4), k, k_pad };
 }
 
 static void q8_same(const struct bn_cuda_q8 *a, const struct bn_cuda_q8 *b, uint32_t n, const char *what)
@@ -267,7 +251,8 @@ START_TEST(fused_kernels_match_the_first_ones)
 	uint32_t n = 700, ld = 768, t = 5; /* n not a multiple of the block */
 	float eps = 1e-5f;
 	float *x0 = dev_random((size_t)t * ld, 3.0f), *y = dev_random((size_t)t * ld, 2.0f);
-	float *w = dev_random(ld, 1.5f), *xa = dev_copy(NULL, (size_t)t * ld * 4), *xb = dev_copy(NULL, (size_t)t * ld * 4);
+	float *w = dev_random(ld, 1.5f), *xa = ctu_dev_copy(NULL, (size_t)t * ld * 4),
+	      *xb = ctu_dev_copy(NULL, (size_t)t * ld * 4);
 	float *norm = dev_zero((size_t)t * ld * 4);
 	struct bn_cuda_q8 qa, qb;
 	q8_make(&qa, t, n);
@@ -285,7 +270,7 @@ START_TEST(fused_kernels_match_the_first_ones)
 	}
 	/* add_rmsnorm of chosen rows */
 	uint32_t rows[2] = { 4, 1 };
-	uint32_t *drows = dev_copy(rows, sizeof(rows));
+	uint32_t *drows = ctu_dev_copy(rows, sizeof(rows));
 	float *oa = dev_zero((size_t)2 * ld * 4), *ob = dev_zero((size_t)2 * ld * 4);
 	ck_assert_int_eq(cudaMemcpy(xa, x0, (size_t)t * ld * 4, cudaMemcpyDeviceToDevice), 0);
 	ck_assert_int_eq(cudaMemcpy(xb, x0, (size_t)t * ld * 4, cudaMemcpyDeviceToDevice), 0);
@@ -295,7 +280,7 @@ START_TEST(fused_kernels_match_the_first_ones)
 	expect_same(oa, ob, (size_t)2 * ld * 4, "add_rmsnorm");
 	/* the gated activation, with and without a sub-norm */
 	float *g = dev_random((size_t)t * ld, 4.0f), *u = dev_random((size_t)t * ld, 1.0f);
-	float *ga = dev_copy(NULL, (size_t)t * ld * 4);
+	float *ga = ctu_dev_copy(NULL, (size_t)t * ld * 4);
 	for (int relu2 = 0; relu2 < 2; relu2++) {
 		ck_assert_int_eq(cudaMemcpy(ga, g, (size_t)t * ld * 4, cudaMemcpyDeviceToDevice), 0);
 		const float *sub = relu2 ? w : NULL;
@@ -317,14 +302,14 @@ START_TEST(rope_store_matches_rope_and_kv_store)
 		for (uint32_t rope_dim = 12; rope_dim <= 16; rope_dim += 4) {
 			float *q0 = dev_random((size_t)t * ld, 1.0f), *k0 = dev_random((size_t)t * ld, 1.0f);
 			float *v = dev_random((size_t)t * ld, 1.0f), *cs = dev_random((size_t)t * rope_dim, 1.0f);
-			float *qa = dev_copy(NULL, (size_t)t * ld * 4), *ka = dev_copy(NULL, (size_t)t * ld * 4);
+			float *qa = ctu_dev_copy(NULL, (size_t)t * ld * 4), *ka = ctu_dev_copy(NULL, (size_t)t * ld * 4);
 			ck_assert_int_eq(cudaMemcpy(qa, q0, (size_t)t * ld * 4, cudaMemcpyDeviceToDevice), 0);
 			ck_assert_int_eq(cudaMemcpy(ka, k0, (size_t)t * ld * 4, cudaMemcpyDeviceToDevice), 0);
 			size_t cache = (size_t)4 * bt * kv_dim * 4;
 			struct bn_cuda_kv_layer a = { dev_zero(cache), dev_zero(cache), kv_dim, bt };
 			struct bn_cuda_kv_layer b = { dev_zero(cache), dev_zero(cache), kv_dim, bt };
 			uint32_t slot[3] = { 17, 3, 30 };
-			uint32_t *ds = dev_copy(slot, sizeof(slot));
+			uint32_t *ds = ctu_dev_copy(slot, sizeof(slot));
 			ck_assert_int_eq(bn_cuda_rope(qa, ld, nh, hd, rope_dim, neox, cs, t, 0), 0);
 			ck_assert_int_eq(bn_cuda_rope(ka, ld, nkv, hd, rope_dim, neox, cs, t, 0), 0);
 			ck_assert_int_eq(bn_cuda_kv_store(&a, ka, v, ld, ds, t, 0), 0);
@@ -369,23 +354,24 @@ START_TEST(split_attention)
 			size_t at = ((size_t)t * n_head + h) * hd;
 			bn_kernels_scalar.attend(q + at, &v, lens[t], hd, scale, s, want + at);
 		}
-	struct bn_cuda_kv_layer kv = { dev_copy(K, cache * 4), dev_copy(V, cache * 4), kv_dim, bt };
+	struct bn_cuda_kv_layer kv = { ctu_dev_copy(K, cache * 4), ctu_dev_copy(V, cache * 4), kv_dim, bt };
 	struct bn_cuda_attn a = {
-		.q = dev_copy(q, qn * 4), .ldq = n_head * hd, .out = dev_copy(NULL, qn * 4), .ldo = n_head * hd,
-		.len = dev_copy(lens, sizeof(lens)), .table_off = dev_copy(off, sizeof(off)),
-		.tables = dev_copy(tables, sizeof(tables)), .n_head = n_head, .n_head_kv = n_kv,
+		.q = ctu_dev_copy(q, qn * 4), .ldq = n_head * hd,
+		.out = ctu_dev_copy(NULL, qn * 4), .ldo = n_head * hd,
+		.len = ctu_dev_copy(lens, sizeof(lens)), .table_off = ctu_dev_copy(off, sizeof(off)),
+		.tables = ctu_dev_copy(tables, sizeof(tables)), .n_head = n_head, .n_head_kv = n_kv,
 		.head_dim = hd, .scale = scale,
 	};
-	float *part = dev_copy(NULL, bn_cuda_attend_split_bytes(n_tok, n_head, hd, max_splits));
+	float *part = ctu_dev_copy(NULL, bn_cuda_attend_split_bytes(n_tok, n_head, hd, max_splits));
 	ck_assert_int_eq(bn_cuda_attend_split(&kv, &a, n_tok, split, max_splits, part, 0), 0);
-	host_copy(got, a.out, qn * 4);
+	ctu_host_copy(got, a.out, qn * 4);
 	for (size_t i = 0; i < qn; i++)
 		ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-5f * (1.0f + fabsf(want[i])), "element %zu: %g vs %g",
 			      i, got[i], want[i]);
 	/* within one split: the first kernel's bits */
 	poison(a.out, qn * 4);
 	ck_assert_int_eq(bn_cuda_attend(&kv, &a, n_tok, 0), 0);
-	host_copy(first, a.out, qn * 4);
+	ctu_host_copy(first, a.out, qn * 4);
 	size_t one = (size_t)2 * n_head * hd; /* tokens 0 and 1: 1 and 16 positions */
 	ck_assert_int_eq(memcmp(first, got, one * 4), 0);
 	/* token 3 alone (a launch of one, another max_splits): its bits in the launch of four */
@@ -395,7 +381,7 @@ START_TEST(split_attention)
 	alone.table_off = a.table_off + 3;
 	poison(a.out, qn * 4);
 	ck_assert_int_eq(bn_cuda_attend_split(&kv, &alone, 1, split, max_splits + 3, part, 0), 0);
-	host_copy(first, a.out, (size_t)n_head * hd * 4);
+	ctu_host_copy(first, a.out, (size_t)n_head * hd * 4);
 	ck_assert_int_eq(memcmp(first, got + (size_t)3 * n_head * hd, (size_t)n_head * hd * 4), 0);
 	cudaFree(kv.K), cudaFree(kv.V), cudaFree((void *)a.q), cudaFree(a.out), cudaFree((void *)a.len);
 	cudaFree((void *)a.table_off), cudaFree((void *)a.tables), cudaFree(part);
@@ -628,27 +614,12 @@ END_TEST
 /* `bitnetd --cuda-kernels all` serves the cpu daemon's greedy tokens and names its variant. */
 START_TEST(daemon_runs_a_variant)
 {
-#ifdef BN_CUDA_HOST
-	const char *bin = getenv("BITNETD_CUDA_HOST");
-#else
-	const char *bin = getenv("BITNETD");
-#endif
-	if (!bin || !*bin) {
-		printf("SKIP: no cuda daemon to start\n");
+	if (!ctu_have_cuda_daemon())
 		return;
-	}
 	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
 			       "--cuda-kernels", "all", NULL };
-	char *was = getenv("BITNETD") ? strdup(getenv("BITNETD")) : NULL;
-	setenv("BITNETD", bin, 1);
 	struct tu_daemon gd, cd;
-	int rc = tu_daemon_start(&gd, args);
-	if (was)
-		setenv("BITNETD", was, 1);
-	else
-		unsetenv("BITNETD");
-	free(was);
-	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(ctu_start_cuda_daemon(&gd, args, 0), 0);
 	ck_assert_int_eq(tu_daemon_start_cpu(&cd, tu_default_model(), NULL), 0);
 	struct bn_client *g, *c;
 	ck_assert_int_eq(bn_connect(gd.socket_path, 8, &g), 0);
@@ -709,28 +680,14 @@ int main(void)
 	printf("SKIP under ThreadSanitizer: the plain and AddressSanitizer passes run the variants\n");
 	return 77;
 #endif
-	int count = 0;
-	cudaError_t e = cudaGetDeviceCount(&count);
-	if (e != cudaSuccess || count == 0) {
-		printf("SKIP: no usable CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-		return 77;
-	}
-	struct cudaDeviceProp prop;
-	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
-		printf("SKIP: device 0 is not compute capability 9.0 or newer\n");
-		return 77;
-	}
-	SRunner *sr = srunner_create(fast_suite());
+	char device[256];
+	int rc = ctu_require_device(device, sizeof(device));
+	if (rc)
+		return rc;
 #ifdef BN_CUDA_HOST
-	printf("the cuda variants on the CUDA host harness (tests/cuda_host): %s\n", prop.name);
-	setenv("BN_CUDA_HOST_RACECHECK", "1", 0);
-#else
-	srunner_set_fork_status(sr, CK_NOFORK); /* a forked child cannot use the parent's context */
+	printf("the cuda variants on the CUDA host harness (tests/cuda_host): %s\n", device);
 #endif
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return ctu_run_suite(fast_suite());
 }
 
 #endif /* BN_HAVE_CUDA */

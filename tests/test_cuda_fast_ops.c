@@ -41,6 +41,7 @@ int main(void)
 
 #define _GNU_SOURCE
 #include "testutil.h"
+#include "cuda_testutil.h"
 #include "bitnet_client.h"
 #include "../daemon/backends/backend.h"
 #include "../daemon/common/stats.h"
@@ -194,14 +195,6 @@ static void base_bits(run_fn run, const char *what)
 	}
 }
 
-/* Deterministic ids in [3, vocab), with runs of a repeated id. */
-static void make_ids(uint32_t *ids, uint32_t n, uint32_t seed, uint32_t vocab)
-{
-	ids[0] = 1;
-	for (uint32_t i = 1; i < n; i++)
-		ids[i] = i % 3 == 2 ? ids[i - 1] : 3 + (seed * 131 + i * 37 + i * i) % (vocab - 3);
-}
-
 static const struct bn_sampling with_logprobs = { .want_logprobs = 1, .n_logprobs = N_TOP };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -214,8 +207,8 @@ static const struct bn_sampling with_logprobs = { .want_logprobs = 1, .n_logprob
 static void score_run(struct engine *e, struct rec *rec)
 {
 	uint32_t ids[SCORED], prompt[12];
-	make_ids(ids, SCORED, 7, e->desc.vocab_size);
-	make_ids(prompt, 12, 9, e->desc.vocab_size);
+	ctu_make_ids(ids, SCORED, 7, e->desc.vocab_size);
+	ctu_make_ids(prompt, 12, 9, e->desc.vocab_size);
 	static struct bn_sample_out out[SCORED];
 	static struct bn_token_logprob top[SCORED + 2][N_TOP];
 	for (uint32_t i = 0; i < SCORED; i++)
@@ -325,7 +318,7 @@ END_TEST
 static void fork_run(struct engine *e, struct rec *rec)
 {
 	uint32_t prefix[FORK_PREFIX], next[2];
-	make_ids(prefix, FORK_PREFIX, 5, e->desc.vocab_size);
+	ctu_make_ids(prefix, FORK_PREFIX, 5, e->desc.vocab_size);
 	struct bn_sample_ctx ctx = { &with_logprobs, NULL, 0, NULL, 0, NULL, NULL };
 	struct bn_sample_out out[2];
 	struct bn_token_logprob top[2][N_TOP];
@@ -428,7 +421,7 @@ static void masked_run(struct engine *e, struct rec *rec)
 	static uint32_t prompts[MASK_ROWS][8], outs[MASK_ROWS][MASK_STEPS + 1 + VERIFY_LEN];
 	struct bn_sample_ctx ctx[MASK_ROWS];
 	for (uint32_t r = 0; r < MASK_ROWS; r++) {
-		make_ids(prompts[r], 3 + r, 11 + r, vocab);
+		ctu_make_ids(prompts[r], 3 + r, 11 + r, vocab);
 		make_mask(masks[r], words, vocab, r);
 		ctx[r] = (struct bn_sample_ctx){ params[r], prompts[r], 3 + r, outs[r], 0, NULL, NULL };
 	}
@@ -485,27 +478,22 @@ END_TEST
 /* The packed-weight cache                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-static enum bn_weights_cache cache_state(void)
-{
-	return (enum bn_weights_cache)__atomic_load_n(&bn_stats.weights_cache, __ATOMIC_ACQUIRE);
-}
-
 /* A start in state `want` (a write waited for), and a prompt's answers. */
 static void start_and_answer(const char *model, const char *kernels, const char *dir,
 			     enum bn_weights_cache want, struct rec *rec)
 {
 	struct engine e;
 	engine_open(&e, model, kernels, dir);
-	enum bn_weights_cache now = cache_state();
+	enum bn_weights_cache now = ctu_weights_cache();
 	ck_assert_msg(now == want || (want == BN_WEIGHTS_CACHE_WRITING && now == BN_WEIGHTS_CACHE_BUILT),
 		      "%s: weights cache %s, want %s", kernels, bn_weights_cache_names[now],
 		      bn_weights_cache_names[want]);
 	memset(rec, 0, sizeof(*rec));
 	fork_run(&e, rec);
-	for (int i = 0; i < 1000 && cache_state() == BN_WEIGHTS_CACHE_WRITING; i++)
+	for (int i = 0; i < 1000 && ctu_weights_cache() == BN_WEIGHTS_CACHE_WRITING; i++)
 		usleep(10000);
 	if (want == BN_WEIGHTS_CACHE_WRITING)
-		ck_assert_str_eq(bn_weights_cache_names[cache_state()], "built");
+		ck_assert_str_eq(bn_weights_cache_names[ctu_weights_cache()], "built");
 	e.ops->close(e.self);
 }
 
@@ -531,46 +519,12 @@ END_TEST
 /* The daemon from a cache hit                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
-static const char *cuda_daemon(void)
-{
-#ifdef BN_CUDA_HOST
-	return getenv("BITNETD_CUDA_HOST");
-#else
-	return getenv("BITNETD");
-#endif
-}
-
 static void start_daemon(struct tu_daemon *d, const char *kernels, const char *dir, int restart)
 {
 	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
 			       "--cache-dir", dir, "--cuda-kernels", kernels, NULL };
-	char *was = getenv("BITNETD") ? strdup(getenv("BITNETD")) : NULL;
-	setenv("BITNETD", cuda_daemon(), 1);
-	int rc = restart ? tu_daemon_restart(d, args) : tu_daemon_start(d, args);
-	if (was)
-		setenv("BITNETD", was, 1);
-	else
-		unsetenv("BITNETD");
-	free(was);
-	ck_assert_msg(rc == 0, "--cuda-kernels %s did not start", kernels);
-}
-
-/* `bitnet-cli info`'s weights_cache once it is not "writing" (up to 10 s). */
-static void assert_weights_cache(const struct tu_daemon *d, const char *want)
-{
-	char state[32] = "";
-	const char *info[] = { "info", NULL };
-	for (int i = 0; i < 100; i++) {
-		static struct tu_run r;
-		ck_assert_int_eq(tu_run_cli(d, info, NULL, 0, &r), 0);
-		const char *s = strstr(r.out, "\nweights_cache=");
-		ck_assert_msg(s, "%s", r.out);
-		sscanf(s + strlen("\nweights_cache="), "%31s", state);
-		if (strcmp(state, "writing") != 0)
-			break;
-		usleep(100000);
-	}
-	ck_assert_str_eq(state, want);
+	ck_assert_msg(ctu_start_cuda_daemon(d, args, restart) == 0, "--cuda-kernels %s did not start",
+		      kernels);
 }
 
 struct daemon_answers {
@@ -611,7 +565,7 @@ static void daemon_answers(const struct tu_daemon *d, struct daemon_answers *a)
 	ck_assert_msg(!memcmp(a->ids[0], a->ids[1], sizeof(a->ids[0])) &&
 			      !memcmp(a->lp[0], a->lp[1], sizeof(a->lp[0])),
 		      "speculative answers otherwise");
-	make_ids(ids, 12, 17, info.vocab_size);
+	ctu_make_ids(ids, 12, 17, info.vocab_size);
 	struct bn_score_item it = { .ids = ids, .n_ids = 12, .n_top = 3, .cap = 16,
 				    .logprobs = a->scored, .top = a->top };
 	ck_assert_int_eq(bn_score(c, &it, 120 * SEC), 0);
@@ -621,20 +575,18 @@ static void daemon_answers(const struct tu_daemon *d, struct daemon_answers *a)
 
 START_TEST(daemon_variant_from_cache_hit)
 {
-	if (!cuda_daemon() || !*cuda_daemon()) {
-		printf("SKIP: no cuda daemon to start\n");
+	if (!ctu_have_cuda_daemon())
 		return;
-	}
 	char dir[128];
 	snprintf(dir, sizeof(dir), "%s/daemon-cache", work);
 	struct tu_daemon d;
 	static struct daemon_answers base, fast;
 	start_daemon(&d, "base", dir, 0);
-	assert_weights_cache(&d, "built");
+	ck_assert_str_eq(ctu_weights_cache_of(&d), "built");
 	daemon_answers(&d, &base);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 	start_daemon(&d, "fast", dir, 1);
-	assert_weights_cache(&d, "hit");
+	ck_assert_str_eq(ctu_weights_cache_of(&d), "hit");
 	daemon_answers(&d, &fast);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 	ck_assert_msg(memcmp(&base, &fast, sizeof(base)) == 0,
@@ -668,30 +620,14 @@ int main(void)
 	printf("SKIP under ThreadSanitizer: the plain and AddressSanitizer passes run the variants' requests\n");
 	return 77;
 #endif
-	int count = 0;
-	cudaError_t e = cudaGetDeviceCount(&count);
-	if (e != cudaSuccess || count == 0) {
-		printf("SKIP: no usable CUDA device (%s)\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-		return 77;
-	}
-	struct cudaDeviceProp prop;
-	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
-		printf("SKIP: device 0 is not compute capability 9.0 or newer\n");
-		return 77;
-	}
+	char device[256];
+	int rc = ctu_require_device(device, sizeof(device));
+	if (rc)
+		return rc;
 	tu_models_dir(work);
-	SRunner *sr = srunner_create(fast_ops_suite());
-#ifdef BN_CUDA_HOST
-	setenv("BN_CUDA_HOST_RACECHECK", "1", 0);
-#else
-	srunner_set_fork_status(sr, CK_NOFORK); /* a forked child cannot use the parent's context */
-#endif
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	rc = ctu_run_suite(fast_ops_suite());
 	tu_remove_dir(work);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return rc;
 }
 
 #endif /* BN_HAVE_CUDA */

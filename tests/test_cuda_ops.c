@@ -45,6 +45,7 @@ int main(void)
 
 #define _GNU_SOURCE
 #include "testutil.h"
+#include "cuda_testutil.h"
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 #include "../daemon/backends/backend.h"
@@ -204,15 +205,6 @@ static void step(struct engine *e, const struct row *rows, uint32_t n_rows,
 	for (uint32_t r = 0; r < n_rows; r++)
 		e->len[rows[r].seq] += rows[r].n;
 	free(tokens);
-}
-
-/* Deterministic ids in [3, vocab), with runs of a repeated id (the tiny presets' random
- * weights predict the previous token: targets that are their own argmax). */
-static void make_ids(uint32_t *ids, uint32_t n, uint32_t seed, uint32_t vocab)
-{
-	ids[0] = 1;
-	for (uint32_t i = 1; i < n; i++)
-		ids[i] = i % 3 == 2 ? ids[i - 1] : 3 + (seed * 131 + i * 37 + i * i) % (vocab - 3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -378,7 +370,7 @@ START_TEST(preset_matches_cpu)
 	ck_assert_uint_eq(g.desc.can_classify, 1);
 	float tol = tolerance(path, presets[_i].weights);
 	uint32_t ids[SCORE_IDS];
-	make_ids(ids, SCORE_IDS, (uint32_t)_i, g.desc.vocab_size);
+	ctu_make_ids(ids, SCORE_IDS, (uint32_t)_i, g.desc.vocab_size);
 	score_matches(&g, &c, ids, tol, presets[_i].name);
 	greedy_matches(&g, &c, (uint32_t)_i, tol, presets[_i].name);
 	g.ops->close(g.self);
@@ -416,7 +408,7 @@ START_TEST(score_equals_own_generation)
 	engine_open(&e, &bn_backend_cuda, tu_default_model());
 	enum { PROMPT = 7, GEN = 3 };
 	uint32_t ids[PROMPT + GEN];
-	make_ids(ids, PROMPT, 41, e.desc.vocab_size);
+	ctu_make_ids(ids, PROMPT, 41, e.desc.vocab_size);
 	struct bn_sample_ctx ctx = { &(struct bn_sampling){ .want_logprobs = 1, .n_logprobs = N_TOP },
 				     ids, PROMPT, ids + PROMPT, 0, NULL, NULL };
 	struct row r = { .seq = 0, .tokens = ids, .n = PROMPT, .sample = &ctx };
@@ -516,7 +508,7 @@ START_TEST(forked_sequence_equals_alone)
 	struct engine e;
 	engine_open(&e, &bn_backend_cuda, tu_default_model());
 	uint32_t prefix[FORK_PREFIX], cont[2][FORK_STEPS];
-	make_ids(prefix, FORK_PREFIX, 5, e.desc.vocab_size);
+	ctu_make_ids(prefix, FORK_PREFIX, 5, e.desc.vocab_size);
 	for (uint32_t s = 0; s < FORK_STEPS; s++)
 		cont[0][s] = 3 + s * 41, cont[1][s] = 7 + s * 53;
 	static struct answers forked[2], alone[2];
@@ -640,11 +632,6 @@ END_TEST
 /* The start from the packed-weight cache                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
-static enum bn_weights_cache cache_state(void)
-{
-	return (enum bn_weights_cache)__atomic_load_n(&bn_stats.weights_cache, __ATOMIC_ACQUIRE);
-}
-
 #define CACHE_PROMPT 6
 
 /* A start of the cuda backend on model with cache_dir, in state `want`, and its answer to a
@@ -654,18 +641,18 @@ static void start_and_answer(const char *model, const char *cache_dir, enum bn_w
 {
 	struct engine e;
 	engine_open_in(&e, &bn_backend_cuda, model, cache_dir);
-	enum bn_weights_cache now = cache_state(); /* a writer may be done already */
+	enum bn_weights_cache now = ctu_weights_cache(); /* a writer may be done already */
 	ck_assert_msg(now == want || (want == BN_WEIGHTS_CACHE_WRITING && now == BN_WEIGHTS_CACHE_BUILT),
 		      "weights cache %s, want %s", bn_weights_cache_names[now],
 		      bn_weights_cache_names[want]);
 	uint32_t prompt[CACHE_PROMPT];
-	make_ids(prompt, CACHE_PROMPT, 3, e.desc.vocab_size);
+	ctu_make_ids(prompt, CACHE_PROMPT, 3, e.desc.vocab_size);
 	memset(a, 0, sizeof(*a));
 	prefill(&e, 0, prompt, CACHE_PROMPT, a);
-	for (int i = 0; i < 1000 && cache_state() == BN_WEIGHTS_CACHE_WRITING; i++)
+	for (int i = 0; i < 1000 && ctu_weights_cache() == BN_WEIGHTS_CACHE_WRITING; i++)
 		usleep(10000);
 	if (want == BN_WEIGHTS_CACHE_WRITING)
-		ck_assert_str_eq(bn_weights_cache_names[cache_state()], "built");
+		ck_assert_str_eq(bn_weights_cache_names[ctu_weights_cache()], "built");
 	e.ops->close(e.self);
 }
 
@@ -743,30 +730,13 @@ END_TEST
 /* The daemon                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-/* The daemon with the cuda backend: $BITNETD_CUDA_HOST on the harness, $BITNETD on a GPU. */
-static const char *cuda_daemon(void)
-{
-#ifdef BN_CUDA_HOST
-	return getenv("BITNETD_CUDA_HOST");
-#else
-	return getenv("BITNETD");
-#endif
-}
-
-static void start_cuda_daemon(struct tu_daemon *d, const char *bin, const char *cache_dir, int restart)
+static void start_cuda_daemon(struct tu_daemon *d, const char *cache_dir, int restart)
 {
 	/* a small KV cache: on the harness the race check copies it at every attention launch */
 	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
 			       "--cache-dir", cache_dir, NULL };
-	char *was = getenv("BITNETD") ? strdup(getenv("BITNETD")) : NULL;
-	setenv("BITNETD", bin, 1);
-	int rc = restart ? tu_daemon_restart(d, args) : tu_daemon_start(d, args);
-	if (was)
-		setenv("BITNETD", was, 1);
-	else
-		unsetenv("BITNETD");
-	free(was);
-	ck_assert_msg(rc == 0, "%s --backend cuda did not start", bin);
+	ck_assert_msg(ctu_start_cuda_daemon(d, args, restart) == 0, "%s --backend cuda did not start",
+		      ctu_cuda_daemon());
 }
 
 static struct bn_client *connect_to(const struct tu_daemon *d)
@@ -775,31 +745,6 @@ static struct bn_client *connect_to(const struct tu_daemon *d)
 	int rc = bn_connect(d->socket_path, 8, &c);
 	ck_assert_msg(rc == 0, "connect: %s", bn_strerror(rc));
 	return c;
-}
-
-static long long stat_of(struct bn_client *c, const char *name)
-{
-	static char text[1 << 16];
-	ck_assert_int_ge(bn_daemon_stats(c, text, sizeof(text)), 0);
-	return tu_metric(text, name);
-}
-
-/* `bitnet-cli info`'s weights_cache, once it is not "writing" (up to 10 s). */
-static const char *weights_cache_of(const struct tu_daemon *d)
-{
-	static char state[32];
-	const char *info[] = { "info", NULL };
-	for (int i = 0; i < 100; i++) {
-		static struct tu_run r;
-		ck_assert_int_eq(tu_run_cli(d, info, NULL, 0, &r), 0);
-		const char *s = strstr(r.out, "\nweights_cache=");
-		ck_assert_msg(s, "%s", r.out);
-		sscanf(s + strlen("\nweights_cache="), "%31s", state);
-		if (strcmp(state, "writing") != 0)
-			break;
-		usleep(100000);
-	}
-	return state;
 }
 
 #define D_SCORED 12
@@ -819,7 +764,7 @@ static void daemon_score(struct bn_client *c, const uint32_t *ids, uint32_t n, s
 static void daemon_scores_match(struct bn_client *g, struct bn_client *c, uint32_t vocab)
 {
 	uint32_t ids[D_SCORED];
-	make_ids(ids, D_SCORED, 17, vocab);
+	ctu_make_ids(ids, D_SCORED, 17, vocab);
 	struct bn_logprob lg[64], lc[64], tg[64 * 3], tc[64 * 3];
 	double sg, sc;
 	daemon_score(g, ids, D_SCORED, lg, tg, &sg);
@@ -842,7 +787,7 @@ static void daemon_classify_matches(struct bn_client *g, struct bn_client *c, ui
 	static const uint32_t lens[LABELS] = { 1, 3, 12 };
 	uint32_t ids[PREFIX + 12], labels[LABELS][12];
 	const uint32_t *label_ptr[LABELS];
-	make_ids(ids, PREFIX, 23, vocab);
+	ctu_make_ids(ids, PREFIX, 23, vocab);
 	for (uint32_t l = 0; l < LABELS; l++) {
 		for (uint32_t i = 0; i < lens[l]; i++)
 			labels[l][i] = 3 + (l * 211 + i * 19) % (vocab - 3);
@@ -898,16 +843,16 @@ static void daemon_generate(struct bn_client *c, const uint32_t *prompt, uint32_
 static void daemon_prefix_cache_exact(struct bn_client *g, uint32_t vocab)
 {
 	uint32_t prompt[BT + 4];
-	make_ids(prompt, BT + 4, 29, vocab);
+	ctu_make_ids(prompt, BT + 4, 29, vocab);
 	struct gen first, second;
-	long long cells0 = stat_of(g, "bitnetd_batch_cells_total") -
-			   stat_of(g, "bitnetd_batch_padding_cells_total");
+	long long cells0 = ctu_daemon_stat(g, "bitnetd_batch_cells_total") -
+			   ctu_daemon_stat(g, "bitnetd_batch_padding_cells_total");
 	daemon_generate(g, prompt, BT + 4, D_GEN, 0, &first);
-	long long cells1 = stat_of(g, "bitnetd_batch_cells_total") -
-			   stat_of(g, "bitnetd_batch_padding_cells_total");
+	long long cells1 = ctu_daemon_stat(g, "bitnetd_batch_cells_total") -
+			   ctu_daemon_stat(g, "bitnetd_batch_padding_cells_total");
 	daemon_generate(g, prompt, BT + 4, D_GEN, 0, &second);
-	long long cells2 = stat_of(g, "bitnetd_batch_cells_total") -
-			   stat_of(g, "bitnetd_batch_padding_cells_total");
+	long long cells2 = ctu_daemon_stat(g, "bitnetd_batch_cells_total") -
+			   ctu_daemon_stat(g, "bitnetd_batch_padding_cells_total");
 	ck_assert_msg(memcmp(&first, &second, sizeof(second)) == 0, "the cached prompt answers otherwise");
 	ck_assert_int_eq(cells1 - cells0, BT + 4 + D_GEN - 1);
 	ck_assert_int_eq(cells2 - cells1, 4 + D_GEN - 1);
@@ -924,31 +869,22 @@ static void daemon_speculative_exact(struct bn_client *g, uint32_t vocab)
 			prompt[1 + r * 7 + i] = 3 + (41 + i * 37) % (vocab - 3);
 	struct gen plain, spec;
 	daemon_generate(g, prompt, 22, 6, 0, &plain);
-	long long accepted = stat_of(g, "bitnetd_speculative_accepted_tokens_total");
+	long long accepted = ctu_daemon_stat(g, "bitnetd_speculative_accepted_tokens_total");
 	daemon_generate(g, prompt, 22, 6, BN_REQ_SPECULATE, &spec);
 	ck_assert_msg(memcmp(&plain, &spec, sizeof(spec)) == 0, "speculative answers otherwise");
-	ck_assert_int_gt(stat_of(g, "bitnetd_speculative_accepted_tokens_total"), accepted);
+	ck_assert_int_gt(ctu_daemon_stat(g, "bitnetd_speculative_accepted_tokens_total"), accepted);
 }
 
 START_TEST(daemon_serves_every_request_kind)
 {
-	const char *bin = cuda_daemon();
-	if (!bin || !*bin) {
-		printf("SKIP: no cuda daemon to start (BITNETD%s is not set)\n",
-#ifdef BN_CUDA_HOST
-		       "_CUDA_HOST"
-#else
-		       ""
-#endif
-		);
+	if (!ctu_have_cuda_daemon())
 		return;
-	}
 	char dir[64];
 	snprintf(dir, sizeof(dir), "%s/daemon-cache", work);
 	struct tu_daemon gd, cd;
-	start_cuda_daemon(&gd, bin, dir, 0);
+	start_cuda_daemon(&gd, dir, 0);
 	ck_assert_int_eq(tu_daemon_start_cpu(&cd, tu_default_model(), NULL), 0);
-	ck_assert_str_eq(weights_cache_of(&gd), "built");
+	ck_assert_str_eq(ctu_weights_cache_of(&gd), "built");
 	struct bn_client *g = connect_to(&gd), *c = connect_to(&cd);
 	struct bn_model_info info;
 	ck_assert_int_eq(bn_model_info(g, &info), 0);
@@ -962,8 +898,8 @@ START_TEST(daemon_serves_every_request_kind)
 	ck_assert_int_eq(tu_daemon_stop(&cd, SIGTERM), 0);
 	ck_assert_int_eq(tu_daemon_stop(&gd, SIGTERM), 0);
 	/* Again, from the cache (its answers: start_from_cache_equals_start_without). */
-	start_cuda_daemon(&gd, bin, dir, 1);
-	ck_assert_str_eq(weights_cache_of(&gd), "hit");
+	start_cuda_daemon(&gd, dir, 1);
+	ck_assert_str_eq(ctu_weights_cache_of(&gd), "hit");
 	ck_assert_int_eq(tu_daemon_stop(&gd, SIGTERM), 0);
 }
 END_TEST
@@ -1017,31 +953,14 @@ static Suite *ops_suite(void)
 
 int main(void)
 {
-	int count = 0;
-	cudaError_t e = cudaGetDeviceCount(&count);
-	if (e != cudaSuccess || count == 0) {
-		printf("SKIP: no usable CUDA device (%s)\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-		return 77;
-	}
-	struct cudaDeviceProp prop;
-	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
-		printf("SKIP: device 0 is not compute capability 9.0 or newer\n");
-		return 77;
-	}
+	char device[256];
+	int rc = ctu_require_device(device, sizeof(device));
+	if (rc)
+		return rc;
 	setup();
-	SRunner *sr = srunner_create(ops_suite());
-#ifdef BN_CUDA_HOST
-	/* As test_cuda: each test in a child of its own, the race check on unless told. */
-	setenv("BN_CUDA_HOST_RACECHECK", "1", 0);
-#else
-	srunner_set_fork_status(sr, CK_NOFORK); /* a forked child cannot use the CUDA context */
-#endif
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	rc = ctu_run_suite(ops_suite());
 	tu_remove_dir(work);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return rc;
 }
 
 #endif /* BN_HAVE_CUDA */
