@@ -47,18 +47,40 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 	return 0;
 }
 
-/* --device auto: the GPU when this build has the cuda backend and it opens, else the CPU. */
+/* Whether the default KV pool has room on the device just opened: without --kv-memory, one
+ * whose memory is taken (by the weights, or by other processes) down to the scratch headroom
+ * would leave the scheduler no KV block, and the daemon would not start. */
+static int device_has_kv_room(const struct bn_config *cfg, const struct bn_model_desc *model)
+{
+	if (!model->kv_on_device || cfg->kv_memory)
+		return 1;
+	uint64_t block = model->kv_bytes_per_token * cfg->kv_block_tokens;
+	if (bn_model_device_kv_room(model, block))
+		return 1;
+	bn_log_info("msg=\"the GPU has no memory left for the KV cache\" free_mib=%llu headroom_mib=%llu",
+		    (unsigned long long)(model->device_free >> 20),
+		    (unsigned long long)(model->device_headroom >> 20));
+	return 0;
+}
+
+/* --device auto: the GPU when this build has the cuda backend, it opens and its memory has
+ * room for the default KV pool; else the CPU. */
 static int open_backend(const struct bn_config *cfg, const struct bn_backend_ops **ops,
 			void **backend, struct bn_model_desc *model)
 {
 	if (strcmp(cfg->backend, "auto") != 0)
 		return open_named(cfg->backend, cfg, 0, ops, backend, model);
-	if (!bn_backend_find("cuda"))
+	if (!bn_backend_find("cuda")) {
 		bn_log_info("msg=\"--device auto: this build has no cuda backend (built without nvcc); using the cpu\"");
-	else if (open_named("cuda", cfg, 1, ops, backend, model) == 0)
-		return 0;
-	else
-		bn_log_info("msg=\"--device auto: the GPU cannot be used (reason above); using the cpu\"");
+		return open_named("cpu", cfg, 0, ops, backend, model);
+	}
+	if (open_named("cuda", cfg, 1, ops, backend, model) == 0) {
+		if (device_has_kv_room(cfg, model))
+			return 0;
+		(*ops)->close(*backend);
+		*backend = NULL;
+	}
+	bn_log_info("msg=\"--device auto: the GPU cannot be used (reason above); using the cpu\"");
 	return open_named("cpu", cfg, 0, ops, backend, model);
 }
 

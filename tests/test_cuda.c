@@ -16,7 +16,11 @@
  *    input to half); a sequence's tokens and log-probabilities alone and inside a batch of 32,
  *    bit-identical;
  *  - the daemon: `bitnetd --backend cuda` serves greedy requests with the cpu daemon's tokens,
- *    and a seeded, penalised sampled request alone and among others with the same tokens.
+ *    and a seeded, penalised sampled request alone and among others with the same tokens;
+ *    on the harness only (its device memory is an environment variable): a device too small
+ *    for the weights, for one KV block past the scratch headroom, or for --kv-memory, is
+ *    refused with exit status 3 and the reason (--backend auto takes the cpu instead); a
+ *    little room past the headroom is the default KV cache, and serves.
  *
  * Built against the CUDA host harness (tests/cuda_host, BN_CUDA_HOST) as test_cuda_host, the
  * same cases run on the CPU, with the harness's race check on, on every machine; there the
@@ -758,6 +762,93 @@ START_TEST(daemon_constrains_as_the_cpu_daemon)
 }
 END_TEST
 
+#ifdef BN_CUDA_HOST
+/* ------------------------------------------------------------------------------------------ */
+/* A device the model does not fit (the harness's BN_CUDA_HOST_DEVICE_MEMORY)                  */
+/* ------------------------------------------------------------------------------------------ */
+
+#define KV_BLOCK_BYTES (16 * 2048) /* the tiny preset: 16 positions of 2,048 bytes */
+
+/* The cuda daemon on a device of `memory`, which must not start: its exit status and log. */
+static void start_refused(const char *memory, const char *kv_memory, struct tu_run *r)
+{
+	char dir[] = "/tmp/bn-cuda-small-XXXXXX", sock[64];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	/* timeout: a daemon that starts after all is ended (124) instead of waited for forever */
+	const char *argv[16] = { "/usr/bin/timeout", "60", ctu_cuda_daemon(), "--socket", sock,
+				 "--backend", "cuda", "--model", tu_default_model(), "--cache-dir", dir,
+				 "--log-level", "warn" };
+	int argc = 13;
+	if (kv_memory) {
+		argv[argc++] = "--kv-memory";
+		argv[argc++] = kv_memory;
+	}
+	setenv("BN_CUDA_HOST_DEVICE_MEMORY", memory, 1);
+	ck_assert_int_eq(tu_run(argv, NULL, 0, r), 0);
+	unsetenv("BN_CUDA_HOST_DEVICE_MEMORY");
+	tu_remove_dir(dir);
+	ck_assert_msg(r->status == 3, "device %s: exit %d, want 3\n%s", memory, r->status, r->err);
+}
+
+static void start_on_device(struct tu_daemon *d, const char *memory, const char *const *args)
+{
+	setenv("BN_CUDA_HOST_DEVICE_MEMORY", memory, 1);
+	int rc = ctu_start_cuda_daemon(d, args, 0);
+	unsetenv("BN_CUDA_HOST_DEVICE_MEMORY");
+	ck_assert_msg(rc == 0, "the daemon did not start on a device of %s", memory);
+}
+
+/* Weights that do not fit, no room past the scratch headroom (a tenth of the device, at
+ * least 1 GiB) for one KV block, and a --kv-memory larger than the device: each refused with
+ * exit status 3 and a line that says which and by how much (--backend auto goes on with the
+ * cpu instead). A device with a little room past the headroom gets a KV cache of that size by
+ * default, and serves. */
+START_TEST(daemon_on_a_small_device)
+{
+	if (!ctu_have_cuda_daemon())
+		return;
+	static struct tu_run r;
+	start_refused("256K", NULL, &r);
+	ck_assert_msg(strstr(r.err, "out of device memory loading the weights\" need_bytes="),
+		      "%s", r.err);
+	start_refused("1G", NULL, &r);
+	ck_assert_msg(strstr(r.err, "the device has no memory left for the KV cache\"") &&
+		      strstr(r.err, "headroom_mib=1024"), "%s", r.err);
+	start_refused("4M", "64M", &r);
+	ck_assert_msg(strstr(r.err, "out of device memory for the KV cache\" need_mib=64"),
+		      "%s", r.err);
+
+	struct tu_daemon d;
+	struct bn_client *c;
+	struct bn_model_info info;
+	/* --backend auto (the default with a model) takes the cpu there instead */
+	const char *auto_args[] = { "--backend", "auto", "--model", tu_default_model(), NULL };
+	start_on_device(&d, "1G", auto_args);
+	ck_assert_int_eq(bn_connect(d.socket_path, 8, &c), 0);
+	ck_assert_int_eq(bn_model_info(c, &info), 0);
+	ck_assert_str_eq(info.backend, "cpu");
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+
+	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), NULL };
+	start_on_device(&d, "1030M", args);
+	ck_assert_int_eq(bn_connect(d.socket_path, 8, &c), 0);
+	long long blocks = ctu_daemon_stat(c, "bitnetd_kv_blocks_total");
+	ck_assert_msg(blocks >= 16 && blocks * KV_BLOCK_BYTES <= (6ll << 20),
+		      "%lld KV blocks on a device with 6 MiB past its headroom", blocks);
+	uint32_t prompt[4] = { 5, 77, 301, 9 }, out[8];
+	struct bn_request q = { .prompt = prompt, .n_prompt = 4, .max_tokens = 8,
+				.flags = BN_REQ_IGNORE_EOS };
+	struct bn_result res;
+	ck_assert_int_eq(bn_generate(c, &q, out, 8, &res, 60000000000ll), 0);
+	ck_assert_uint_eq(res.n_tokens, 8);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+#endif
+
 static Suite *cuda_suite(void)
 {
 	Suite *s = suite_create("cuda");
@@ -783,11 +874,15 @@ static Suite *cuda_suite(void)
 	(void)batch_invariance_32;
 	(void)daemon_serves_as_the_cpu_daemon;
 	(void)daemon_constrains_as_the_cpu_daemon;
+	(void)daemon_on_a_small_device;
 #else
 	tcase_add_test(b, tiny_matches_cpu_backend);
 	tcase_add_test(b, batch_invariance_32);
 	tcase_add_test(b, daemon_serves_as_the_cpu_daemon);
 	tcase_add_test(b, daemon_constrains_as_the_cpu_daemon);
+#ifdef BN_CUDA_HOST
+	tcase_add_test(b, daemon_on_a_small_device);
+#endif
 #endif
 	suite_add_tcase(s, b);
 	return s;

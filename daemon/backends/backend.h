@@ -49,8 +49,13 @@ struct bn_model_desc {
 	uint32_t eos_id;
 	uint32_t kind; /* enum bn_backend_kind from shm/bitnet_shm.h */
 	uint64_t kv_bytes_per_token; /* KV memory one position of one sequence takes; 0: none */
-	uint64_t kv_bytes_free;  /* KV memory the device can still hold; 0: no limit known. The
-				  * default pool is capped to it; --kv-memory overrides it */
+	/* A backend whose KV cache is device memory (cuda) sets kv_on_device, and what the
+	 * device had free once the weights were loaded; of that, device_headroom stays free of
+	 * KV for the steps' scratch. The default pool takes at most the rest, and with none
+	 * left the daemon does not start (saying so); --kv-memory overrides both. Without
+	 * kv_on_device the pool is host memory, capped by the machine's. */
+	int kv_on_device;
+	uint64_t device_free, device_headroom;
 	/* Earlier positions whose attention costs about as much as one token's weight matrices:
 	 * the scheduler counts a token at position p as 1 + p / attn_positions_per_token tokens
 	 * against a step's token budget, so steps along a long prompt stay about as long as its
@@ -125,6 +130,10 @@ struct bn_backend_ops {
  * Other fields zero. */
 void bn_model_describe(const struct bn_model_config *c, uint32_t kind, double attn_mac_cost,
 		       struct bn_model_desc *desc);
+
+/* The KV memory a device-memory backend's default pool may take: its free memory past the
+ * headroom, 0 when there is none (or less than block_bytes, one KV block). */
+uint64_t bn_model_device_kv_room(const struct bn_model_desc *desc, uint64_t block_bytes);
 
 /* The backends this build has. Returns NULL for an unknown or absent name. */
 const struct bn_backend_ops *bn_backend_find(const char *name);

@@ -34,6 +34,7 @@
 #include "common/log.h"
 #include "cuda_fwd.h"
 #include "cuda_kernels.h"
+#include "cuda_mem.h"
 #include "cuda_rows.h"
 #include "cuda_seq.h"
 #include "cuda_wcache.h"
@@ -97,12 +98,10 @@ struct cuda_backend {
 	cudaStream_t stream;
 	struct bn_cuda_kernels kernels; /* --cuda-kernels; not base: fwd runs the layers */
 	struct bn_cuda_fwd *fwd;      /* cuda_fwd.h, or NULL for base */
-	void **allocs;                /* device buffers of the weights */
-	uint32_t n_allocs, cap_allocs;
+	struct bn_cuda_buffers weights; /* device buffers of the weights (cuda_mem.h) */
 	struct dev_layer *layers;
 	float *output_norm;
 	struct dev_linear output;
-	uint64_t weight_bytes;
 	float *rope_freq;
 	uint32_t max_seqs;
 	uint32_t *seq_len;
@@ -133,18 +132,11 @@ struct cuda_backend {
 /* Errors                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
-static int cuda_failed(const char *what, int err)
-{
-	bn_log_error("msg=\"CUDA call failed\" call=%s error=\"%s\" code=%d", what,
-		     cudaGetErrorString((cudaError_t)err), err);
-	return -EIO;
-}
-
 #define CUDA_TRY(call)                                            \
 	do {                                                      \
 		int err_ = (int)(call);                           \
 		if (err_ != 0)                                    \
-			return cuda_failed(#call, err_);          \
+			return bn_cuda_failed(#call, err_);       \
 	} while (0)
 
 /* ------------------------------------------------------------------------------------------ */
@@ -191,62 +183,25 @@ static int pick_device(int index, int probing)
 	}
 	struct cudaDeviceProp prop;
 	if ((e = cudaGetDeviceProperties(&prop, index)) != cudaSuccess)
-		return cuda_failed("cudaGetDeviceProperties", e);
+		return bn_cuda_failed("cudaGetDeviceProperties", e);
 	if (prop.major < 9) {
 		bn_log_error("msg=\"this build runs on compute capability 9.0 or newer (sm_90 and its PTX)\" device=cuda:%d name=\"%s\" capability=%d.%d",
 			     index, prop.name, prop.major, prop.minor);
 		return -ENODEV;
 	}
 	if ((e = cudaSetDevice(index)) != cudaSuccess)
-		return cuda_failed("cudaSetDevice", e);
+		return bn_cuda_failed("cudaSetDevice", e);
 	bn_log_info("msg=\"cuda device\" device=cuda:%d name=\"%s\" capability=%d.%d sms=%d memory_mib=%zu",
 		    index, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
 		    prop.totalGlobalMem >> 20);
 	return 0;
 }
 
-/* What the device can still give, for the messages about running out of it. */
-static size_t device_free_mib(void)
-{
-	size_t free_b = 0, total = 0;
-	cudaMemGetInfo(&free_b, &total);
-	return free_b >> 20;
-}
-
-/* A device buffer the backend frees at close; its size is counted as weights. */
-static int dev_alloc(struct cuda_backend *cb, size_t bytes, void **out)
-{
-	if (cb->n_allocs == cb->cap_allocs) {
-		uint32_t cap = cb->cap_allocs ? 2 * cb->cap_allocs : 64;
-		void **a = realloc(cb->allocs, cap * sizeof(*a));
-		if (!a)
-			return -ENOMEM;
-		cb->allocs = a;
-		cb->cap_allocs = cap;
-	}
-	if (cudaMalloc(out, bytes ? bytes : 1) != cudaSuccess) {
-		bn_log_error("msg=\"out of device memory loading the weights\" need_mib=%zu free_mib=%zu loaded_mib=%llu",
-			     bytes >> 20, device_free_mib(), (unsigned long long)(cb->weight_bytes >> 20));
-		return -ENOMEM;
-	}
-	cb->allocs[cb->n_allocs++] = *out;
-	cb->weight_bytes += bytes;
-	return 0;
-}
-
-static int upload(struct cuda_backend *cb, const void *src, size_t bytes, void **out)
-{
-	int rc = dev_alloc(cb, bytes, out);
-	if (rc)
-		return rc;
-	CUDA_TRY(cudaMemcpy(*out, src, bytes, cudaMemcpyHostToDevice));
-	return 0;
-}
-
 static int upload_vec(struct cuda_backend *cb, const float *v, uint32_t n, float **out)
 {
 	*out = NULL;
-	return v ? upload(cb, v, (size_t)n * sizeof(float), (void **)out) : 0;
+	size_t bytes = (size_t)n * sizeof(float);
+	return v ? bn_cuda_buffers_upload(&cb->weights, v, bytes, (void **)out) : 0;
 }
 
 static int upload_linear(struct cuda_backend *cb, const struct bn_linear *w, struct dev_linear *d)
@@ -256,15 +211,17 @@ static int upload_linear(struct cuda_backend *cb, const struct bn_linear *w, str
 		d->kind = DEV_T2;
 		d->t2 = (struct bn_cuda_t2){ .n_in = w->n_in, .n_out = w->n_out,
 					     .row_bytes = w->t2.row_bytes };
-		int rc = upload(cb, w->t2.codes, (size_t)w->n_out * w->t2.row_bytes, (void **)&d->t2.codes);
-		return rc ? rc : upload(cb, w->t2.scale, (size_t)w->n_out * sizeof(float),
-					(void **)&d->t2.scale);
+		size_t code_bytes = (size_t)w->n_out * w->t2.row_bytes;
+		size_t scale_bytes = (size_t)w->n_out * sizeof(float);
+		int rc = bn_cuda_buffers_upload(&cb->weights, w->t2.codes, code_bytes, (void **)&d->t2.codes);
+		return rc ? rc : bn_cuda_buffers_upload(&cb->weights, w->t2.scale, scale_bytes,
+							(void **)&d->t2.scale);
 	}
 	d->kind = DEV_FLOAT;
 	size_t bytes;
 	cuda_wcache_layout(w, &d->f, &bytes);
 	void *dev;
-	int rc = dev_alloc(cb, bytes, &dev);
+	int rc = bn_cuda_buffers_alloc(&cb->weights, bytes, &dev);
 	if (rc)
 		return rc;
 	d->f.data = dev;
@@ -452,8 +409,7 @@ static void cuda_close(void *self)
 	if (cb->stream)
 		cudaStreamSynchronize(cb->stream);
 	bn_cuda_fwd_close(cb->fwd);
-	for (uint32_t i = 0; i < cb->n_allocs; i++)
-		cudaFree(cb->allocs[i]);
+	bn_cuda_buffers_free(&cb->weights);
 	cudaFree(cb->kv_k);
 	cudaFree(cb->kv_v);
 	cudaFree(cb->act);
@@ -465,7 +421,6 @@ static void cuda_close(void *self)
 	cudaFreeHost(cb->res_host);
 	if (cb->stream)
 		cudaStreamDestroy(cb->stream);
-	free(cb->allocs);
 	free(cb->layers);
 	free(cb->rope_freq);
 	free(cb->seq_len);
@@ -500,8 +455,9 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 	desc->can_mask = 1;     /* masks on the device, the closing check's second draw */
 	size_t free_b = 0, total = 0;
 	if (cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
-		uint64_t headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;
-		desc->kv_bytes_free = free_b > headroom ? free_b - headroom : 0;
+		desc->kv_on_device = 1;
+		desc->device_free = free_b;
+		desc->device_headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;
 	}
 }
 
@@ -548,7 +504,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 	uint64_t t0 = bn_now_ns();
 	cuda_rows_init(&cb->rows);
 	cudaError_t e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
-	rc = e != cudaSuccess ? cuda_failed("cudaStreamCreate", e) : open_model(cb, opt);
+	rc = e != cudaSuccess ? bn_cuda_failed("cudaStreamCreate", e) : open_model(cb, opt);
 	rc = rc ? rc : upload_model(cb);
 	rc = rc ? rc : open_fwd(cb);
 	if (rc) {
@@ -561,7 +517,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 	/* --lm-head and --decode-layout are the cpu backend's: the line says what runs here */
 	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f lm_head=\"full\" decode_layout=\"%s\" load_ms=%.0f weights_cache=%s cache=\"%s\"",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
-		    c->n_ctx, (double)cb->weight_bytes / (1 << 20),
+		    c->n_ctx, (double)cb->weights.bytes / (1 << 20),
 		    bn_model_is_ternary(&cb->model) ? "2bit" : "none", load_ms,
 		    bn_weights_cache_names[from], cb->wcache.path);
 	describe(cb, desc);
@@ -581,8 +537,9 @@ static int cuda_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
 	size_t bytes = (size_t)cb->model.cfg.n_layer * n_blocks * block_tokens * cb->kv_dim * 4;
 	if (cudaMalloc((void **)&cb->kv_k, bytes) != cudaSuccess ||
 	    cudaMalloc((void **)&cb->kv_v, bytes) != cudaSuccess) {
-		bn_log_error("msg=\"out of device memory for the KV cache\" need_mib=%zu free_mib=%zu",
-			     (2 * bytes) >> 20, device_free_mib());
+		bn_log_error("msg=\"out of device memory for the KV cache\" need_mib=%zu free_mib=%zu "
+			     "hint=\"--kv-memory sets the KV cache's size\"",
+			     (2 * bytes) >> 20, bn_cuda_free_bytes() >> 20);
 		cudaFree(cb->kv_k);
 		cb->kv_k = NULL;
 		return -ENOMEM;
@@ -762,7 +719,7 @@ static int layer_forward(struct cuda_backend *cb, uint32_t li, const struct step
 				    L->ffn_sub_norm, c->rms_eps, st);
 	rc = rc ? rc : linear(cb, &L->w_down, cb->gate, cb->ld_ff, n, cb->xb, cb->ld_wide, 0);
 	rc = rc ? rc : bn_cuda_add(cb->x, cb->ld_x, cb->xb, cb->ld_wide, c->n_embd, n, st);
-	return rc ? cuda_failed("layer kernels", rc) : 0;
+	return rc ? bn_cuda_failed("layer kernels", rc) : 0;
 }
 
 /* What the sampler's kernels read and write on the device (in: the step's device inputs). */
@@ -794,7 +751,7 @@ static int output_and_sample(struct cuda_backend *cb, const struct step_inputs *
 				      c->n_vocab, 0);
 	}
 	rc = rc ? rc : cuda_rows_answer(&d, &s->out, st);
-	return rc ? cuda_failed("output kernels", rc) : 0;
+	return rc ? bn_cuda_failed("output kernels", rc) : 0;
 }
 
 static struct bn_cuda_fwd_in fwd_view(const struct step_inputs *in)
@@ -863,7 +820,7 @@ static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct st
 	cuda_rows_collect(b, &answers, out);
 	struct cuda_rows_device d = rows_device(cb, &dev);
 	rc = cuda_rows_redraw(&cb->rows, b, &d, &answers, out, cb->stream);
-	return rc > 0 ? cuda_failed("second draw", rc) : rc;
+	return rc > 0 ? bn_cuda_failed("second draw", rc) : rc;
 }
 
 static int cuda_step(void *self, const struct bn_batch *b, struct bn_sample_out *out)

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "cuda_fast.h"
 #include "cuda_graph.h"
+#include "cuda_mem.h"
 #include "cuda_wcache.h"
 #include "model/model.h"
 #include "quant.h"
@@ -58,9 +59,7 @@ struct bn_cuda_fwd {
 	struct cuda_wcache *wcache;  /* at open only: the float matrices' images */
 	struct bn_cuda_kernels k;
 	cudaStream_t stream;
-	void **allocs;
-	uint32_t n_allocs, cap_allocs;
-	uint64_t weight_bytes;
+	struct bn_cuda_buffers weights; /* cuda_mem.h */
 	struct fwd_layer *layers;
 	struct bn_cuda_fwd_head head;
 	uint32_t q_dim, kv_dim, ld_x, ld_q, ld_qkv, ld_ff, ld_gu, ld_wide, k_pad_max, max_rows;
@@ -82,52 +81,15 @@ static uint32_t round_up(uint32_t v, uint32_t m)
 	return (v + m - 1) / m * m;
 }
 
-static int failed(const char *what, int err)
-{
-	bn_log_error("msg=\"CUDA call failed\" call=%s error=\"%s\" code=%d", what,
-		     cudaGetErrorString((cudaError_t)err), err);
-	return -EIO;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Weights                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-/* A device buffer freed at close, counted as weights. */
-static int dev_alloc(struct bn_cuda_fwd *f, size_t bytes, void **out)
-{
-	if (f->n_allocs == f->cap_allocs) {
-		uint32_t cap = f->cap_allocs ? 2 * f->cap_allocs : 64;
-		void **a = realloc(f->allocs, cap * sizeof(*a));
-		if (!a)
-			return -ENOMEM;
-		f->allocs = a;
-		f->cap_allocs = cap;
-	}
-	cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
-	if (e != cudaSuccess) {
-		bn_log_error("msg=\"out of device memory loading the weights\" need_mib=%zu loaded_mib=%llu",
-			     bytes >> 20, (unsigned long long)(f->weight_bytes >> 20));
-		return -ENOMEM;
-	}
-	f->allocs[f->n_allocs++] = *out;
-	f->weight_bytes += bytes;
-	return 0;
-}
-
-static int dev_upload(struct bn_cuda_fwd *f, const void *src, size_t bytes, void **out)
-{
-	int rc = dev_alloc(f, bytes, out);
-	if (rc)
-		return rc;
-	cudaError_t e = cudaMemcpy(*out, src, bytes, cudaMemcpyHostToDevice);
-	return e == cudaSuccess ? 0 : failed("cudaMemcpy(weights)", e);
-}
-
 static int upload_vec(struct bn_cuda_fwd *f, const float *v, uint32_t n, const float **out)
 {
 	*out = NULL;
-	return v ? dev_upload(f, v, (size_t)n * sizeof(float), (void **)out) : 0;
+	size_t bytes = (size_t)n * sizeof(float);
+	return v ? bn_cuda_buffers_upload(&f->weights, v, bytes, (void **)out) : 0;
 }
 
 /* Ternary matrices stacked: parts[i]'s rows at row at[i] (rows between them zero weights,
@@ -158,8 +120,9 @@ static int upload_t2(struct bn_cuda_fwd *f, const struct bn_linear *const *parts
 	}
 	*d = (struct fwd_linear){ .ternary = 1, .p16 = packed != NULL,
 				  .t2 = { .n_in = parts[0]->n_in, .n_out = n_out, .row_bytes = rb } };
-	rc = rc ? rc : dev_upload(f, src, code_bytes, (void **)&d->t2.codes);
-	rc = rc ? rc : dev_upload(f, scale, (size_t)n_out * sizeof(float), (void **)&d->t2.scale);
+	rc = rc ? rc : bn_cuda_buffers_upload(&f->weights, src, code_bytes, (void **)&d->t2.codes);
+	size_t scale_bytes = (size_t)n_out * sizeof(float);
+	rc = rc ? rc : bn_cuda_buffers_upload(&f->weights, scale, scale_bytes, (void **)&d->t2.scale);
 	free(codes);
 	free(packed);
 	free(scale);
@@ -176,7 +139,7 @@ static int upload_float(struct bn_cuda_fwd *f, const struct bn_linear *w, struct
 	void *dev;
 	*d = (struct fwd_linear){ 0 };
 	cuda_wcache_layout(w, &d->f, &bytes);
-	int rc = dev_alloc(f, bytes, &dev);
+	int rc = bn_cuda_buffers_alloc(&f->weights, bytes, &dev);
 	d->f.data = dev;
 	return rc ? rc : cuda_wcache_upload(f->wcache, w, &d->f, dev, bytes);
 }
@@ -253,7 +216,7 @@ int bn_cuda_fwd_open(struct bn_cuda_fwd **out, const struct bn_model *m,
 	char name[BN_CUDA_KERNELS_NAME_MAX];
 	bn_cuda_kernels_name(k, name, sizeof(name));
 	bn_log_info("msg=\"cuda kernels\" variant=\"%s\" layer_weights_mib=%.1f",
-		    name, (double)f->weight_bytes / (1 << 20));
+		    name, (double)f->weights.bytes / (1 << 20));
 	*out = f;
 	return 0;
 }
@@ -268,10 +231,8 @@ void bn_cuda_fwd_close(struct bn_cuda_fwd *f)
 		bn_log_info("msg=\"cuda graphs\" captured=%llu launched=%llu",
 			    (unsigned long long)captured, (unsigned long long)launched);
 	bn_cuda_graphs_free(f->graphs);
-	for (uint32_t i = 0; i < f->n_allocs; i++)
-		cudaFree(f->allocs[i]);
+	bn_cuda_buffers_free(&f->weights);
 	cudaFree(f->act);
-	free(f->allocs);
 	free(f->layers);
 	free(f);
 }
@@ -345,7 +306,7 @@ static int reserve(struct bn_cuda_fwd *f, uint32_t n, uint32_t splits)
 		return -ENOMEM;
 	}
 	if ((e = cudaMemset(f->act, 0, c.at)) != cudaSuccess)
-		return failed("cudaMemset(activations)", e);
+		return bn_cuda_failed("cudaMemset(activations)", e);
 	c = (struct carver){ .base = f->act };
 	carve_activations(f, &c, n, splits);
 	f->n_cap = n;
@@ -527,7 +488,7 @@ static int forward(void *ctx)
 		rc = rc ? rc : ffn_block(f, li, r, n, &pending);
 	}
 	if (rc || r->s->n_out == 0)
-		return rc ? failed("layer kernels", rc) : 0;
+		return rc ? bn_cuda_failed("layer kernels", rc) : 0;
 	if (f->k.flags & BN_CUDA_K_FUSED) {
 		rc = bn_cuda_add_rmsnorm(f->xb, f->ld_wide, r->in->x, f->ld_x, pending, f->ld_x,
 					 r->in->out_rows, f->head.norm, c->n_embd, r->s->n_out,
@@ -541,7 +502,7 @@ static int forward(void *ctx)
 	/* cuda.c's LM head: T2 rows when ternary */
 	struct fwd_linear head = { .ternary = f->head.ternary, .t2 = f->head.t2, .f = f->head.f };
 	rc = rc ? rc : product(f, &head, f->xb, f->ld_wide, r->s->n_out, r->logits, c->n_vocab, 0);
-	return rc ? failed("output kernels", rc) : 0;
+	return rc ? bn_cuda_failed("output kernels", rc) : 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -36,3 +36,11 @@ void bn_model_describe(const struct bn_model_config *c, uint32_t kind, double at
 	desc->kv_bytes_per_token = (uint64_t)c->n_layer * 2 * c->n_head_kv * c->head_dim * sizeof(float);
 	desc->attn_positions_per_token = attention_positions_per_token(c, attn_mac_cost);
 }
+
+uint64_t bn_model_device_kv_room(const struct bn_model_desc *desc, uint64_t block_bytes)
+{
+	uint64_t room = desc->device_free > desc->device_headroom
+				? desc->device_free - desc->device_headroom
+				: 0;
+	return room >= block_bytes ? room : 0;
+}

@@ -58,12 +58,29 @@ void bn_sched_cache_usage(const struct bn_sched *s, uint32_t *cached, uint64_t *
 /* Set-up                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
+/* What the device can give the KV cache: its free memory past the headroom, or 0 (said in
+ * the log) when that is less than one block. */
+static uint64_t device_kv_memory(const struct bn_model_desc *model, uint64_t want,
+				 uint64_t block_bytes)
+{
+	uint64_t room = bn_model_device_kv_room(model, block_bytes);
+	if (room)
+		return want < room ? want : room;
+	bn_log_error("msg=\"the device has no memory left for the KV cache\" free_mib=%llu "
+		     "headroom_mib=%llu block_bytes=%llu hint=\"the headroom is kept free for the "
+		     "steps' scratch; --kv-memory sets the KV cache's size and overrides it\"",
+		     (unsigned long long)(model->device_free >> 20),
+		     (unsigned long long)(model->device_headroom >> 20),
+		     (unsigned long long)block_bytes);
+	return 0;
+}
+
 static uint64_t default_kv_memory(const struct bn_sched_config *c, const struct bn_model_desc *model,
 				  uint64_t bytes_per_token)
 {
 	uint64_t want = (uint64_t)c->max_batch * c->context_length * bytes_per_token;
-	if (model->kv_bytes_free) /* a device with its own memory: what it has left */
-		return want < model->kv_bytes_free ? want : model->kv_bytes_free;
+	if (model->kv_on_device)
+		return device_kv_memory(model, want, bytes_per_token * c->kv_block_tokens);
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	uint64_t cap = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page /
 						       KV_DEFAULT_MEMORY_SHARE
@@ -81,6 +98,8 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 			  ((c->context_length + c->kv_block_tokens - 1) / c->kv_block_tokens);
 	if (blocks > useful)
 		blocks = useful; /* more could never be used at once */
+	if (blocks == 0 && !c->kv_memory && model->kv_on_device)
+		return -ENOMEM; /* device_kv_memory said why */
 	if (blocks == 0) {
 		bn_log_error("msg=\"--kv-memory is smaller than one KV block\" kv_memory=%llu block_bytes=%llu",
 			     (unsigned long long)memory, (unsigned long long)(bpt * c->kv_block_tokens));

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#define DEVICE_MEMORY (4ull << 30) /* what cudaMemGetInfo reports: room for a tiny model's KV */
+#define DEVICE_MEMORY_MIB 4096    /* the default: room for a tiny model's KV */
 #define ALLOC_ALIGN 256            /* cudaMalloc's alignment */
 #define POISON 0xff
 
@@ -105,6 +105,34 @@ const char *cudaGetErrorName(cudaError_t error)
 /* The device                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
+/* The made-up device's memory: BN_CUDA_HOST_DEVICE_MEMORY (bytes, suffix K, M or G), or
+ * 4 GiB. A small one lets a test see what the daemon does on a device its weights or its KV
+ * cache do not fit. An unreadable value is the harness's own failure, not a size. */
+static size_t device_bytes;
+static pthread_once_t device_once = PTHREAD_ONCE_INIT;
+
+static void read_device_memory(void)
+{
+	device_bytes = (size_t)DEVICE_MEMORY_MIB << 20;
+	const char *s = getenv("BN_CUDA_HOST_DEVICE_MEMORY");
+	if (!s || !*s)
+		return;
+	char *end;
+	unsigned long long n = strtoull(s, &end, 10);
+	unsigned shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+	end += shift != 0;
+	if (*end || n == 0 || n > (1ull << 44) >> shift)
+		bn_cuda_host_fail("BN_CUDA_HOST_DEVICE_MEMORY=\"%s\" is not a size (bytes, suffix K, "
+				  "M or G, at most 16T)", s);
+	device_bytes = (size_t)(n << shift);
+}
+
+static size_t device_memory(void)
+{
+	pthread_once(&device_once, read_device_memory);
+	return device_bytes;
+}
+
 cudaError_t cudaGetDeviceCount(int *count)
 {
 	if (!count)
@@ -121,7 +149,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 		return bn_cuda_host_error(cudaErrorInvalidDevice);
 	*prop = (struct cudaDeviceProp){
 		.name = "bitnetd CUDA host harness (CPU, tests/cuda_host)",
-		.totalGlobalMem = DEVICE_MEMORY,
+		.totalGlobalMem = device_memory(),
 		.sharedMemPerBlock = 48 << 10,
 		.regsPerBlock = 65536,
 		.warpSize = BN_CUDA_HOST_WARP,
@@ -197,7 +225,7 @@ static cudaError_t add_alloc(void **out, size_t size, int pinned)
 	*out = NULL;
 	if (!size)
 		return cudaSuccess; /* CUDA hands out NULL for 0 bytes */
-	if (!pinned && size > DEVICE_MEMORY - table.device_bytes)
+	if (!pinned && size > device_memory() - table.device_bytes)
 		return bn_cuda_host_error(cudaErrorMemoryAllocation);
 	if (table.n == table.cap) {
 		size_t cap = table.cap ? 2 * table.cap : 256;
@@ -291,8 +319,8 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 	if (!free_bytes || !total_bytes)
 		return bn_cuda_host_error(cudaErrorInvalidValue);
 	bn_cuda_host_lock();
-	*free_bytes = DEVICE_MEMORY - table.device_bytes;
-	*total_bytes = DEVICE_MEMORY;
+	*free_bytes = device_memory() - table.device_bytes;
+	*total_bytes = device_memory();
 	bn_cuda_host_unlock();
 	return cudaSuccess;
 }
