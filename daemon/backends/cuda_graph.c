@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "cuda_graph.h"
+#include "cuda_mem.h"
 
-#include "common/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -19,13 +19,6 @@ struct bn_cuda_graphs {
 	uint32_t n, cap;
 	uint64_t clock, captured, launched;
 };
-
-static int failed(const char *what, cudaError_t e)
-{
-	bn_log_error("msg=\"CUDA call failed\" call=%s error=\"%s\" code=%d", what,
-		     cudaGetErrorString(e), (int)e);
-	return -EIO;
-}
 
 struct bn_cuda_graphs *bn_cuda_graphs_new(uint32_t capacity)
 {
@@ -80,14 +73,14 @@ static int capture(cudaStream_t stream, int (*record)(void *ctx), void *ctx, cud
 {
 	cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
 	if (e != cudaSuccess)
-		return failed("cudaStreamBeginCapture", e);
+		return bn_cuda_failed("cudaStreamBeginCapture", e);
 	int rc = record(ctx);
 	cudaGraph_t graph = NULL;
 	e = cudaStreamEndCapture(stream, &graph);
 	if (rc == 0 && e != cudaSuccess)
-		rc = failed("cudaStreamEndCapture", e);
+		rc = bn_cuda_failed("cudaStreamEndCapture", e);
 	if (rc == 0 && (e = cudaGraphInstantiate(exec, graph, 0)) != cudaSuccess)
-		rc = failed("cudaGraphInstantiate", e);
+		rc = bn_cuda_failed("cudaGraphInstantiate", e);
 	if (graph)
 		cudaGraphDestroy(graph);
 	return rc;
@@ -116,7 +109,7 @@ int bn_cuda_graphs_launch(struct bn_cuda_graphs *g, const void *key, size_t key_
 	hit->used = ++g->clock;
 	cudaError_t e = cudaGraphLaunch(hit->exec, stream);
 	if (e != cudaSuccess)
-		return failed("cudaGraphLaunch", e);
+		return bn_cuda_failed("cudaGraphLaunch", e);
 	g->launched++;
 	return 0;
 }

@@ -10,7 +10,8 @@
 
 int bn_cuda_failed(const char *what, int err)
 {
-	bn_log_error("msg=\"CUDA call failed\" call=%s error=\"%s\" code=%d", what,
+	/* quoted: CUDA_TRY's `what` is the call's source text, spaces and all */
+	bn_log_error("msg=\"CUDA call failed\" call=\"%s\" error=\"%s\" code=%d", what,
 		     cudaGetErrorString((cudaError_t)err), err);
 	return -EIO;
 }

@@ -3,7 +3,7 @@
  * Forks and rewinds of the cuda backend's sequences (cuda_seq.h).
  */
 #include "cuda_seq.h"
-#include "common/log.h"
+#include "cuda_mem.h"
 #include "cuda_ops.h"
 
 #include <errno.h>
@@ -19,11 +19,8 @@ int cuda_seqs_fork(const struct cuda_seqs *s, uint32_t seq, uint32_t start, uint
 		int e = bn_cuda_kv_copy(s->kv_k, s->kv_v, block * s->blocks, s->n_layer,
 					dst_block * block, src_block * block, n_copy * (uint32_t)row,
 					s->stream);
-		if (e) {
-			bn_log_error("msg=\"CUDA call failed\" call=bn_cuda_kv_copy error=\"%s\" code=%d",
-				     cudaGetErrorString((cudaError_t)e), e);
-			return -EIO;
-		}
+		if (e)
+			return bn_cuda_failed("bn_cuda_kv_copy", e);
 	}
 	s->len[seq] = start;
 	return 0;

@@ -4,6 +4,7 @@
  * (cuda_wcache.h).
  */
 #include "cuda_wcache.h"
+#include "cuda_mem.h"
 #include "cache_writer.h"
 #include "common/log.h"
 #include "quant.h"
@@ -49,13 +50,6 @@ static int build_rows(const struct bn_linear *l, const struct bn_cuda_fmat *f, c
 	return 0;
 }
 
-static int copy_failed(cudaError_t e)
-{
-	bn_log_error("msg=\"CUDA call failed\" call=\"cudaMemcpy(weights)\" error=\"%s\" code=%d",
-		     cudaGetErrorString(e), (int)e);
-	return -EIO;
-}
-
 /* Built and uploaded UPLOAD_CHUNK at a time: the host holds a chunk, not the matrix. */
 static int upload_staged(const struct bn_linear *l, const struct bn_cuda_fmat *f, void *dev,
 			 size_t bytes)
@@ -64,7 +58,7 @@ static int upload_staged(const struct bn_linear *l, const struct bn_cuda_fmat *f
 	uint32_t per_chunk = (uint32_t)(UPLOAD_CHUNK / row) ? (uint32_t)(UPLOAD_CHUNK / row) : 1;
 	cudaError_t e = cudaMemset(dev, 0, bytes); /* the pad rows */
 	if (e != cudaSuccess)
-		return copy_failed(e);
+		return bn_cuda_failed("cudaMemcpy(weights)", e);
 	char *stage = calloc(per_chunk, row);
 	if (!stage)
 		return -ENOMEM;
@@ -76,7 +70,7 @@ static int upload_staged(const struct bn_linear *l, const struct bn_cuda_fmat *f
 		       : cudaMemcpy((char *)dev + (size_t)o0 * row, stage, (size_t)n * row,
 				    cudaMemcpyHostToDevice);
 		if (e != cudaSuccess)
-			rc = copy_failed(e);
+			rc = bn_cuda_failed("cudaMemcpy(weights)", e);
 	}
 	free(stage);
 	return rc;
@@ -237,7 +231,7 @@ int cuda_wcache_upload(struct cuda_wcache *w, const struct bn_linear *l,
 	int i = index_of(w, l);
 	if (i >= 0 && w->from == BN_WEIGHTS_CACHE_HIT) {
 		cudaError_t e = cudaMemcpy(dev, w->image[i], bytes, cudaMemcpyHostToDevice);
-		return e == cudaSuccess ? 0 : copy_failed(e);
+		return e == cudaSuccess ? 0 : bn_cuda_failed("cudaMemcpy(weights)", e);
 	}
 	char *image = i >= 0 && w->from == BN_WEIGHTS_CACHE_WRITING ? calloc(1, bytes) : NULL;
 	if (!image) {
@@ -251,7 +245,7 @@ int cuda_wcache_upload(struct cuda_wcache *w, const struct bn_linear *l,
 	w->image[i] = image; /* the writer's from now on (freed with the others) */
 	int rc = build_rows(l, f, image, 0, l->n_out);
 	cudaError_t e = rc ? cudaSuccess : cudaMemcpy(dev, image, bytes, cudaMemcpyHostToDevice);
-	return rc ? rc : e == cudaSuccess ? 0 : copy_failed(e);
+	return rc ? rc : e == cudaSuccess ? 0 : bn_cuda_failed("cudaMemcpy(weights)", e);
 }
 
 /* ---- after the upload ----------------------------------------------------------------------- */
