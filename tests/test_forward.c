@@ -434,7 +434,7 @@ static void check_t3_decode(const char *path)
 	engine_new(&t2, &m, 4, 0);
 	if (bn_forward_use_t3(t3.fwd, 1) == -ENOTSUP) {
 		printf("SKIP: T3 decode copies (no T3 kernel beside the %s kernels: it needs "
-		       "AVX-512 VBMI)\n", bn_kernels_select(NULL)->name);
+		       BN_T3_NEEDS ")\n", bn_kernels_select(NULL)->name);
 		engine_free(&t3);
 		engine_free(&t2);
 		bn_model_free(&m);
@@ -651,7 +651,7 @@ START_TEST(daemon_base3_same_ids)
 {
 	if (!bn_t3_kernel(bn_kernels_select(NULL))) {
 		printf("SKIP: --decode-layout base3 (no T3 kernel beside the %s kernels: it needs "
-		       "AVX-512 VBMI)\n", bn_kernels_select(NULL)->name);
+		       BN_T3_NEEDS ")\n", bn_kernels_select(NULL)->name);
 		return;
 	}
 	char path[256];
@@ -742,9 +742,13 @@ int main(void)
 	tcase_add_loop_test(tiny, tiny_screened_greedy, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_int8_head, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_t3_decode, 0, N_VARIANTS);
-	tcase_add_test(tiny, daemon_base3_same_ids);
-	tcase_add_test(tiny, daemon_reports_compute);
 	suite_add_tcase(s, tiny);
+	TCase *daemons = tcase_create("tiny presets in a daemon");
+	tcase_set_tags(daemons, TU_TAG_DAEMON);
+	tcase_set_timeout(daemons, 120);
+	tcase_add_test(daemons, daemon_base3_same_ids);
+	tcase_add_test(daemons, daemon_reports_compute);
+	suite_add_tcase(s, daemons);
 	const char *models = getenv("BITNET_TEST_MODELS");
 	if (models && *models) {
 		snprintf(stories_path, sizeof(stories_path), "%s/stories260K.gguf", models);
@@ -752,11 +756,15 @@ int main(void)
 		tcase_set_timeout(real, 120);
 		tcase_add_test(real, stories_reference_greedy);
 		tcase_add_test(real, stories_fast_greedy);
-		tcase_add_test(real, stories_through_daemon);
 		tcase_add_test(real, stories_fast_vs_reference);
 		tcase_add_test(real, stories_prefill_vs_stepwise);
 		tcase_add_test(real, stories_batch_invariance);
 		suite_add_tcase(s, real);
+		TCase *served = tcase_create("test model in a daemon");
+		tcase_set_tags(served, TU_TAG_DAEMON);
+		tcase_set_timeout(served, 120);
+		tcase_add_test(served, stories_through_daemon);
+		suite_add_tcase(s, served);
 	} else {
 		printf("SKIP: test-model tests (BITNET_TEST_MODELS is not set; .ci/run sets it to ../shared/models)\n");
 	}

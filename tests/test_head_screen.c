@@ -37,8 +37,8 @@ static char stories_path[512];
 
 /* ---- the int8 dot kernels ---------------------------------------------------------------- */
 
-static const char *const variant_names[] = { "scalar", "avx2", "avxvnni", "avx512vnni" };
-#define N_VARIANTS 4
+#define variant_names bn_kernel_variant_names
+#define N_VARIANTS BN_KERNEL_VARIANTS
 
 static void fill_dots_case(int8_t *q, uint32_t n_out, uint32_t row_bytes, uint32_t n_in,
 			   int16_t *x, uint32_t n_b, int32_t x_max, int extreme)
@@ -695,9 +695,13 @@ int main(void)
 		tcase_add_loop_test(real, stories_alone_equals_batched, 0, 2);
 		tcase_add_test(real, stories_int8_head_agrees);
 		tcase_add_test(real, stories_int8_head_prefill_equals_stepwise);
-		tcase_add_test(real, daemon_int8_head);
-		tcase_add_test(real, daemon_screened_equals_full);
 		suite_add_tcase(s, real);
+		TCase *served = tcase_create("test model in a daemon");
+		tcase_set_tags(served, TU_TAG_DAEMON);
+		tcase_set_timeout(served, 120);
+		tcase_add_test(served, daemon_int8_head);
+		tcase_add_test(served, daemon_screened_equals_full);
+		suite_add_tcase(s, served);
 	} else {
 		printf("SKIP: test-model tests (BITNET_TEST_MODELS is not set; .ci/run sets it to ../shared/models)\n");
 	}
