@@ -5,6 +5,11 @@
 #   make SANITIZE=address,undefined check   the same under sanitizers (separate build dir)
 #   make check-kernel-variants  the kernel, forward and head-screen suites with each CPU kernel
 #                             variant forced through BITNET_KERNELS (SKIP where the CPU lacks it)
+#   make CC=aarch64-linux-gnu-gcc   the aarch64 cross build (build-aarch64; ARM64_SYSROOT)
+#   make check-arm64          the aarch64 cross build's in-process suites under qemu-aarch64,
+#                             on a Cortex-A72 and QEMU's max, each variant forced (make check)
+#   make check-arm64-vm       its daemon, client, gateway and transport suites in an emulated
+#                             arm64 machine (tools/arm64-vm.sh; not part of make check)
 #   make check-faults         the fault campaigns alone (tests/faults.c), with their table
 #   make check-install        install into a temporary prefix, build and run the README's C
 #                             example with pkg-config (tests/installed_client.sh)
@@ -315,7 +320,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-cuda-host check-kernel-variants check-arm64 check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-cuda-host check-kernel-variants check-arm64 check-arm64-vm check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
@@ -817,6 +822,22 @@ ifeq ($(ARCH)$(CROSS),x86_64)
 	$(Q)BUILD=$(ARM64_BUILD) SYSROOT=$(ARM64_SYSROOT) QEMU=$(QEMU_AARCH64) sh tools/check-arm64.sh
 else
 	@echo "check-arm64: this build is for $(ARCH)$(if $(CROSS), (a cross build)); on aarch64 check-c and check-kernel-variants run these suites natively"
+endif
+
+# The aarch64 build's daemon, client, gateway and transport suites (and the daemon cases of
+# the others) in an emulated arm64 machine: Debian's arm64 kernel and busybox (made once into
+# ARM64_VM_KIT by tools/arm64-sysroot.sh --vm), the sysroot and this checkout shared
+# read-only (tools/arm64-vm.sh). Not part of make check: emulated, it takes many minutes
+# (docs/PERFORMANCE.md, "ARM64"). Needs qemu-system-arm and cpio (tools/install-deps.sh
+# --arm64-vm).
+ARM64_VM_KIT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bitnetd/arm64-vm
+check-arm64-vm:
+ifeq ($(ARCH)$(CROSS),x86_64)
+	$(Q)$(MAKE) --no-print-directory CC=$(ARM64_CC) BUILD=$(ARM64_BUILD) all
+	$(Q)sh tools/arm64-sysroot.sh --vm $(ARM64_VM_KIT)
+	$(Q)BUILD=$(ARM64_BUILD) SYSROOT=$(ARM64_SYSROOT) VM_KIT=$(ARM64_VM_KIT) sh tools/arm64-vm.sh
+else
+	@echo "check-arm64-vm: this build is for $(ARCH)$(if $(CROSS), (a cross build)); on aarch64 check-c runs these suites natively"
 endif
 
 # The fault campaigns (tests/faults.c): counts of crashes, lost requests, leaks and wrong

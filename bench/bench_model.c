@@ -1188,9 +1188,12 @@ int main(int argc, char **argv)
 	const char *model_path = NULL;
 	int quick = 0, screen_only = 0, int8_only = 0, base3_only = 0, configs_only = 0;
 	int serial_only = 0, matrices_only = 0;
+	uint32_t threads = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model_path = argv[++i];
+		else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+			threads = (uint32_t)strtoul(argv[++i], NULL, 10);
 		else if (strcmp(argv[i], "--quick") == 0)
 			quick = 1;
 		else if (strcmp(argv[i], "--screen-only") == 0)
@@ -1206,7 +1209,9 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--matrices-only") == 0)
 			matrices_only = 1;
 		else {
-			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only | --int8-head-only | --base3-only | --configs-only | --serial-only]\n"
+			fprintf(stderr, "usage: bench-model --model FILE.gguf [--threads N] [--quick] [--screen-only | --int8-head-only | --base3-only | --configs-only | --serial-only]\n"
+					"  --threads N       the pool's threads, the probes' included (default: one per\n"
+					"                    online CPU): a machine's curve, as peers publish theirs\n"
 					"  --quick           skip the 1024-token step-by-step run and the LM-head comparison\n"
 					"  --screen-only     the LM-head screen against the full head, nothing else\n"
 					"  --int8-head-only  the int8 head (--lm-head int8) against the full head: its\n"
@@ -1242,7 +1247,7 @@ int main(int argc, char **argv)
 	/* first, while this process holds next to nothing that a child would share */
 	if (!matrices_only && (int8_only || configs_only || (!quick && !screen_only)))
 		int8_memory(model_path, file_mb);
-	struct bn_pool *pool = bn_pool_new(0), *one = bn_pool_new(1);
+	struct bn_pool *pool = bn_pool_new(threads), *one = bn_pool_new(1);
 	printf("kernels=%s\nthreads=%u\n", k->name, bn_pool_threads(pool));
 	double bw = measure_bw(pool);
 	printf("mem_bw_gbs=%.1f\nmem_bw_1t_gbs=%.1f\n", bw, measure_bw(one));

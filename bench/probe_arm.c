@@ -58,7 +58,7 @@ static int32_t smlal_loop(uint64_t iters)
 }
 
 /* sdot: 16 multiply-adds, four into each 32-bit lane. */
-__attribute__((target("+dotprod"))) static int32_t sdot_loop(uint64_t iters)
+__attribute__((target("arch=armv8.2-a+dotprod"))) static int32_t sdot_loop(uint64_t iters)
 {
 	int32x4_t a[PEAK_CHAINS];
 	const int8x16_t w = vdupq_n_s8(1), x = vdupq_n_s8(3);
@@ -75,7 +75,7 @@ __attribute__((target("+dotprod"))) static int32_t sdot_loop(uint64_t iters)
 }
 
 /* smmla: a 2x8 by 8x2 block product, 32 multiply-adds. */
-__attribute__((target("+i8mm"))) static int32_t smmla_loop(uint64_t iters)
+__attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) static int32_t smmla_loop(uint64_t iters)
 {
 	int32x4_t a[PEAK_CHAINS];
 	const int8x16_t w = vdupq_n_s8(1), x = vdupq_n_s8(3);

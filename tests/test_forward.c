@@ -564,6 +564,14 @@ static const struct variant variants[] = {
 };
 #define N_VARIANTS (sizeof(variants) / sizeof(variants[0]))
 
+/* Under an emulator (testutil.h: tu_emulated) the variants that take every path of the fast
+ * pass once: I2_S, TQ1_0 with a Q8_0 head and untied, I2_S with a Q6_K embedding and ReLU²,
+ * F16 and TQ2_0 in the llama graph; natively all of them. */
+static int variant_sampled(uint32_t i)
+{
+	return !tu_emulated() || i == 0 || i == 5 || i == 6 || i == 8 || i == 10;
+}
+
 static void variant_path(uint32_t i, char *out, size_t cap)
 {
 	snprintf(out, cap, "%s/v%u.gguf", tiny_dir, i);
@@ -581,6 +589,8 @@ static void make_variants(void)
 		exit(EXIT_FAILURE);
 	}
 	for (uint32_t i = 0; i < N_VARIANTS; i++) {
+		if (!variant_sampled(i))
+			continue;
 		char path[256], cmd[1024];
 		variant_path(i, path, sizeof(path));
 		const struct variant *v = &variants[i];
@@ -607,6 +617,8 @@ static void remove_variants(void)
 START_TEST(tiny_fast_vs_reference)
 {
 	char path[256];
+	if (!variant_sampled((uint32_t)_i))
+		return;
 	variant_path((uint32_t)_i, path, sizeof(path));
 	check_fast_vs_reference(path, 24);
 }
@@ -615,6 +627,8 @@ END_TEST
 START_TEST(tiny_prefill_vs_stepwise)
 {
 	char path[256];
+	if (!variant_sampled((uint32_t)_i))
+		return;
 	variant_path((uint32_t)_i, path, sizeof(path));
 	check_prefill_vs_stepwise(path, 40);
 }
@@ -623,6 +637,8 @@ END_TEST
 START_TEST(tiny_t3_decode)
 {
 	char path[256];
+	if (!variant_sampled((uint32_t)_i))
+		return;
 	variant_path((uint32_t)_i, path, sizeof(path));
 	check_t3_decode(path);
 }
@@ -707,6 +723,8 @@ END_TEST
 START_TEST(tiny_int8_head)
 {
 	char path[256];
+	if (!variant_sampled((uint32_t)_i))
+		return;
 	variant_path((uint32_t)_i, path, sizeof(path));
 	check_int8_head(path, 16);
 }
@@ -715,6 +733,8 @@ END_TEST
 START_TEST(tiny_screened_greedy)
 {
 	char path[256];
+	if (!variant_sampled((uint32_t)_i))
+		return;
 	variant_path((uint32_t)_i, path, sizeof(path));
 	check_screened_greedy(path, 32);
 }
@@ -723,6 +743,8 @@ END_TEST
 START_TEST(tiny_batch_invariance)
 {
 	char path[256];
+	if (!variant_sampled((uint32_t)_i))
+		return;
 	variant_path((uint32_t)_i, path, sizeof(path));
 	check_batch_invariance(path);
 }

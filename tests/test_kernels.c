@@ -1385,6 +1385,55 @@ START_TEST(attend_heads_equal_each_head)
 }
 END_TEST
 
+#if defined(__aarch64__)
+/* On aarch64 every variant's attention gives the scalar kernel's bits (common_neon.c says
+ * why): attend over a contiguous and a paged cache, and attend_heads for groups of 2 and 8
+ * heads (the specialised ones) and 3 (one attend per head), every shape of attend_vs_double. */
+START_TEST(attend_equals_scalar)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t di = 0; di < sizeof(attend_ds) / sizeof(attend_ds[0]); di++)
+		for (size_t li = 0; li < sizeof(attend_ls) / sizeof(attend_ls[0]); li++) {
+			tu_rng_seed(800 + 10 * di + li);
+			struct attend_case c;
+			attend_case_new(&c, attend_ds[di], attend_ls[li]);
+			float *want = xmalloc((c.d + 4) * sizeof(float)), *got = xmalloc((c.d + 4) * sizeof(float));
+			attend_run(&bn_kernels_scalar, &c, want);
+			attend_run(kern, &c, got);
+			ck_assert_msg(memcmp(want, got, c.d * sizeof(float)) == 0,
+				      "%s d %u L %u: not the scalar bits", kern->name, c.d, c.L);
+			attend_paged_run(kern, &c, 5, got);
+			ck_assert_msg(memcmp(want, got, c.d * sizeof(float)) == 0,
+				      "%s d %u L %u paged: not the scalar bits", kern->name, c.d, c.L);
+			static const uint32_t groups[] = { 2, 3, 8 };
+			for (size_t gi = 0; gi < sizeof(groups) / sizeof(groups[0]); gi++) {
+				uint32_t nh = groups[gi], d = c.d, L = c.L;
+				float *q = xmalloc((size_t)nh * d * sizeof(float));
+				float *s = xmalloc((size_t)nh * L * sizeof(float));
+				float *hw = xmalloc((size_t)nh * d * sizeof(float));
+				float *hg = xmalloc((size_t)nh * d * sizeof(float));
+				for (size_t i = 0; i < (size_t)nh * d; i++)
+					q[i] = tu_rng_float(-4.0f, 4.0f);
+				struct bn_kv_view kv = { .K = c.K, .V = c.V, .block_tokens = 16, .ld = c.ld };
+				bn_kernels_scalar.attend_heads(q, nh, &kv, L, d, c.scale, s, hw);
+				kern->attend_heads(q, nh, &kv, L, d, c.scale, s, hg);
+				ck_assert_msg(memcmp(hw, hg, (size_t)nh * d * sizeof(float)) == 0,
+					      "%s d %u L %u heads %u: not the scalar bits", kern->name, d, L, nh);
+				free(q);
+				free(s);
+				free(hw);
+				free(hg);
+			}
+			free(want);
+			free(got);
+			attend_case_free(&c);
+		}
+}
+END_TEST
+#endif
+
 START_TEST(attend_paged_equals_contiguous)
 {
 	const struct bn_kernels *kern = variant(_i);
@@ -1752,6 +1801,9 @@ static void add_kernel_cases(Suite *s)
 	tcase_add_loop_test(k, attend_deterministic, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_paged_equals_contiguous, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_heads_equal_each_head, 0, N_VARIANTS);
+#if defined(__aarch64__)
+	tcase_add_loop_test(k, attend_equals_scalar, 1, N_VARIANTS);
+#endif
 	tcase_add_test(k, select_by_name);
 	tcase_add_test(k, select_from_environment);
 	suite_add_tcase(s, k);

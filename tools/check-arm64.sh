@@ -13,10 +13,12 @@
 # (the model writer) runs it through a host script that starts it under the same emulator and
 # CPU model. Under the emulator the oracle suites check fewer samples (BITNET_TEST_EMULATED:
 # testutil.h's tu_emulated). The two CPU models' runs go side by side, one per core; each
-# run's wall time is printed, and the total at the end.
+# run's wall and CPU seconds are printed (CPU seconds, from `times`, are what a quiet machine
+# would take), and the total at the end.
 #
 # Environment: BUILD (the cross build, build-aarch64), SYSROOT (ARM64_SYSROOT), QEMU
-# (qemu-aarch64), ARM64_SUITES and ARM64_VARIANT_SUITES (override the lists below).
+# (qemu-aarch64), ARM64_CPU_SUITES, ARM64_A72_SUITES, ARM64_MAX_SUITES, ARM64_VARIANT_SUITES
+# (override the lists below).
 set -u
 BUILD=${BUILD:-build-aarch64}
 QEMU=${QEMU:-qemu-aarch64}
@@ -26,14 +28,17 @@ command -v "$QEMU" >/dev/null 2>&1 || {
 	exit 1
 }
 
-# Everything whose code runs in the test process: the kernels and the forward pass, the model
-# and its files, sampling, the tokenizers, the grammar engine, the ABI.
-SUITES=${ARM64_SUITES:-"test_abi test_kernels test_quant test_gguf test_model test_forward \
-test_head_screen test_sample test_tokenizer test_bpe test_grammar test_grammar_walks \
-test_structured_oracle test_kvpool test_stats test_wcache test_modeltool"}
-# The suites whose code takes the table bn_kernels_select(NULL) gives (the forward pass, the
-# head screen): run again with each variant forced. test_kernels runs every variant the CPU
-# has in one run (and is forced only to see the forced variants it lacks skip).
+# The suites whose code depends on the CPU's features (the kernels, the forward pass, the head
+# screen) run on both CPU models, each with its default table; the others, whose code is the
+# same C on every aarch64 CPU (the model and its files, sampling, the tokenizers, the grammar
+# engine, the ABI), run once, split between the two streams.
+CPU_SUITES=${ARM64_CPU_SUITES:-"test_kernels test_forward test_head_screen"}
+A72_SUITES=${ARM64_A72_SUITES:-"test_abi test_quant test_gguf test_model test_wcache test_modeltool"}
+MAX_SUITES=${ARM64_MAX_SUITES:-"test_sample test_tokenizer test_bpe test_grammar test_grammar_walks \
+test_structured_oracle test_kvpool test_stats"}
+# With a variant forced: on the Cortex-A72 dotprod and i8mm must skip (test_kernels would die of
+# SIGILL had the feature check let them run); on max neon and dotprod run the forward pass and
+# the head screen end to end (test_kernels runs every variant the CPU has in one run).
 VARIANT_SUITES=${ARM64_VARIANT_SUITES:-"test_forward test_head_screen"}
 
 wrappers="$BUILD/qemu"
@@ -45,13 +50,19 @@ for tool in bitnet-model bitnet-cli; do
 	chmod +x "$wrappers/$tool"
 done
 
+# CPU seconds (user + system) of this shell's finished children so far, from `times`.
+child_cpu() {
+	times | awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.1f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
+}
+
 # run CPU VARIANT SUITE: one suite on one CPU model, VARIANT forced ("" for the default); its
-# line goes to the stream's summary, and a failure to its failed file.
+# line (wall and CPU seconds) goes to the stream's summary, and a failure to its failed file.
 run() {
 	cpu=$1 variant=$2 suite=$3
 	label="$suite on $cpu${variant:+ (BITNET_KERNELS=$variant)}"
 	echo "== $label"
 	start=$(date +%s)
+	cpu0=$(child_cpu)
 	rc=0
 	env QEMU_CPU="$cpu" QEMU_LD_PREFIX="$SYSROOT" CK_EXCLUDE_TAGS=daemon \
 		CK_TIMEOUT_MULTIPLIER="${CK_TIMEOUT_MULTIPLIER:-20}" BITNET_TEST_EMULATED=1 \
@@ -60,17 +71,18 @@ run() {
 		XDG_CACHE_HOME="/tmp/bitnet-test-cache-arm64-$cpu" CACHE_DIRECTORY= \
 		"$QEMU" "$BUILD/tests/$suite" 2>&1 || rc=$?
 	secs=$(($(date +%s) - start))
+	cpu_secs=$(awk -v a="$cpu0" -v b="$(child_cpu)" 'BEGIN { printf "%.0f", b - a }')
 	case $rc in
 	0) result=ok ;;
 	77) result=SKIP; echo "SKIP: $label" ;;
 	*) result="FAILED (exit $rc)"; echo "$label" >> "$wrappers/$cpu.failed" ;;
 	esac
-	printf '  %-62s %5ss  %s\n' "$label" "$secs" "$result" >> "$wrappers/$cpu.summary"
+	printf '  %-60s %5ss %5ss  %s\n' "$label" "$secs" "$cpu_secs" "$result" >> "$wrappers/$cpu.summary"
 }
 
 # The Cortex-A72's runs, then max's: two streams side by side, one per core, each into its log.
 stream_a72() {
-	for suite in $SUITES; do
+	for suite in $CPU_SUITES $A72_SUITES; do
 		run cortex-a72 "" "$suite"
 	done
 	for variant in dotprod i8mm; do
@@ -81,7 +93,7 @@ stream_a72() {
 }
 
 stream_max() {
-	for suite in $SUITES; do
+	for suite in $CPU_SUITES $MAX_SUITES; do
 		run max "" "$suite"
 	done
 	for variant in neon dotprod i8mm; do
@@ -101,7 +113,7 @@ wait $a72 $max
 for cpu in cortex-a72 max; do
 	cat "$wrappers/$cpu.log"
 done
-echo "== check-arm64: time per run (wall; two runs at a time, this machine's load included)"
+echo "== check-arm64: time per run: wall seconds (two runs at a time, this machine's load included), CPU seconds"
 cat "$wrappers/cortex-a72.summary" "$wrappers/max.summary"
 echo "  total $(($(date +%s) - total_start))s"
 if [ -e "$wrappers/cortex-a72.failed" ] || [ -e "$wrappers/max.failed" ]; then

@@ -1,8 +1,12 @@
 #!/bin/sh
-# Installs the Debian packages bitnetd needs to build and test, only those missing.
+# Installs the Debian packages bitnetd needs to build and test, only those missing. With
+# --arm64-vm, also what make check-arm64-vm needs (qemu-system-arm, cpio; not part of make
+# check).
 # Used by the README's commands and by .ci/run, so CI cannot pass on a hand-installed machine
 # while a fresh one fails.
 set -eu
+arm64_vm=0
+[ "${1:-}" = --arm64-vm ] && arm64_vm=1
 PKGS="gcc g++ make pkg-config groff-base man-db liburing-dev libpcre2-dev libjansson-dev libmicrohttpd-dev libxxhash-dev libcurl4-openssl-dev libssl-dev curl check libsubunit-dev libopenblas-serial-dev python3 python3-pytest python3-yaml python3-jsonschema systemd"
 missing=""
 for p in $PKGS; do
@@ -15,7 +19,9 @@ command -v npm >/dev/null 2>&1 || missing="$missing npm"
 # On x86-64, make check-arm64 cross-builds for aarch64 and runs the suites under qemu-user:
 # the cross compilers and the emulator (binfmt is not needed: the tests call qemu-aarch64).
 if [ "$(dpkg --print-architecture)" = amd64 ]; then
-	for p in gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user; do
+	vm_pkgs=""
+	[ $arm64_vm = 1 ] && vm_pkgs="qemu-system-arm cpio"
+	for p in gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user $vm_pkgs; do
 		dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 	done
 fi

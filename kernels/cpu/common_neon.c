@@ -220,32 +220,77 @@ void bn_neon_f_gemm(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const
 /* Attention                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Query heads that share one KV head (one head: attend), as the AVX2 file does it with four
- * lanes: per head and cached row the score is one fused multiply-add chain over the head's
- * vectors in order, then the lanes added pairwise and the scale; per output element one chain
- * over the rows in order. The same operations in the same order however many heads share the
- * rows and however the work is cut, so attend_heads gives each head attend's bits. Eight rows'
- * chains run side by side, each cached row is read once for all the heads, and the output is
- * made a few vectors at a time so that its sums stay in registers (32 of them here). */
-#define ATTEND_KEYS 8
-#define ATTEND_SUMS 24
+/* Query heads that share one KV head (one head: attend), to the scalar attend's bits: each
+ * score is its chain (for each input j in order, the product q[j] * K[t][j] rounded, then
+ * added; then the scale), each output element its chain over the rows in order (p * V[t][j]
+ * rounded, then added), and the softmax is bn_softmax. The lanes hold four cached rows' scores
+ * side by side (each 4x4 block of K transposed: row t's input j in lane t), or four adjacent
+ * output elements. Bit-identical to the scalar kernel rather than a fused order of its own:
+ * a BitNet forward pass rounds activations to int8, and a score a few ulps off moves a
+ * rounding now and then, which a small random model (tests/test_forward.c's tiny presets)
+ * carries into logits that differ from the reference by more than float noise. Two groups of
+ * four rows keep eight chains going for each head, each transposed block serving every head;
+ * the output is made a few vectors at a time so that its sums stay in registers. */
+#define ATTEND_GROUPS 2  /* groups of 4 cached rows whose scores are computed together */
+#define ATTEND_SUMS 24   /* output sums kept in registers */
 
+/* Input j's values of rows k, k + ld, k + 2 ld, k + 3 ld, for j = j0 .. j0 + 3: c[j - j0]. */
+static ALWAYS_INLINE void k_columns(const float *k, uint32_t ld, uint32_t j0, float32x4_t c[4])
+{
+	float32x4_t r0 = vld1q_f32(k + j0), r1 = vld1q_f32(k + ld + j0);
+	float32x4_t r2 = vld1q_f32(k + 2 * (size_t)ld + j0), r3 = vld1q_f32(k + 3 * (size_t)ld + j0);
+	float64x2_t t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
+	float64x2_t t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+	float64x2_t t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
+	float64x2_t t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+	c[0] = vreinterpretq_f32_f64(vtrn1q_f64(t0, t2));
+	c[1] = vreinterpretq_f32_f64(vtrn1q_f64(t1, t3));
+	c[2] = vreinterpretq_f32_f64(vtrn2q_f64(t0, t2));
+	c[3] = vreinterpretq_f32_f64(vtrn2q_f64(t1, t3));
+}
+
+/* acc += c[i] * q[j0 + i] for i = 0..3, each product rounded before it is added. */
+static ALWAYS_INLINE float32x4_t chain4(float32x4_t acc, const float32x4_t c[4], float32x4_t qv)
+{
+	acc = vaddq_f32(acc, vmulq_laneq_f32(c[0], qv, 0));
+	acc = vaddq_f32(acc, vmulq_laneq_f32(c[1], qv, 1));
+	acc = vaddq_f32(acc, vmulq_laneq_f32(c[2], qv, 2));
+	return vaddq_f32(acc, vmulq_laneq_f32(c[3], qv, 3));
+}
+
+/* Scores of n_g * 4 consecutive cached rows from k for every head. */
 static ALWAYS_INLINE void rows_scores(const float *q, const uint32_t n_h, const uint32_t n_vec,
-				      const float *k, uint32_t ld, const uint32_t n_k, float scale,
+				      const float *k, uint32_t ld, const uint32_t n_g, float scale,
 				      float *s, uint32_t L)
 {
-	for (uint32_t h = 0; h < n_h; h++) {
-		const float *qh = q + (size_t)h * n_vec * 4;
-		float32x4_t acc[ATTEND_KEYS];
-		for (uint32_t j = 0; j < n_k; j++)
-			acc[j] = vdupq_n_f32(0.0f);
-		for (uint32_t v = 0; v < n_vec; v++) {
-			float32x4_t qv = vld1q_f32(qh + 4 * v);
-			for (uint32_t j = 0; j < n_k; j++)
-				acc[j] = vfmaq_f32(acc[j], qv, vld1q_f32(k + (size_t)j * ld + 4 * v));
+	float32x4_t acc[ATTEND_GROUPS][8];
+	for (uint32_t g = 0; g < n_g; g++)
+		for (uint32_t h = 0; h < n_h; h++)
+			acc[g][h] = vdupq_n_f32(0.0f);
+	for (uint32_t v = 0; v < n_vec; v++) {
+		float32x4_t c[ATTEND_GROUPS][4];
+		for (uint32_t g = 0; g < n_g; g++)
+			k_columns(k + (size_t)4 * g * ld, ld, 4 * v, c[g]);
+		for (uint32_t h = 0; h < n_h; h++) {
+			float32x4_t qv = vld1q_f32(q + (size_t)h * n_vec * 4 + 4 * v);
+			for (uint32_t g = 0; g < n_g; g++)
+				acc[g][h] = chain4(acc[g][h], c[g], qv);
 		}
-		for (uint32_t j = 0; j < n_k; j++)
-			s[(size_t)h * L + j] = vaddvq_f32(acc[j]) * scale;
+	}
+	for (uint32_t h = 0; h < n_h; h++)
+		for (uint32_t g = 0; g < n_g; g++)
+			vst1q_f32(s + (size_t)h * L + 4 * g, vmulq_n_f32(acc[g][h], scale));
+}
+
+/* One cached row's score for every head, as the scalar kernel writes it. */
+static void row_score(const float *q, uint32_t n_h, uint32_t d, const float *k, float scale,
+		      float *s, uint32_t L)
+{
+	for (uint32_t h = 0; h < n_h; h++) {
+		float dot = 0.0f;
+		for (uint32_t j = 0; j < d; j++)
+			dot += q[(size_t)h * d + j] * k[j];
+		s[(size_t)h * L] = dot * scale;
 	}
 }
 
@@ -255,12 +300,14 @@ static ALWAYS_INLINE void heads_scores(const float *q, const uint32_t n_h, const
 	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
 		const float *K = bn_kv_block(kv, kv->K, b);
 		uint32_t rows = L - t0 < kv->block_tokens ? L - t0 : kv->block_tokens, i = 0;
-		for (; i + ATTEND_KEYS <= rows; i += ATTEND_KEYS)
-			rows_scores(q, n_h, n_vec, K + (size_t)i * kv->ld, kv->ld, ATTEND_KEYS, scale,
-				    s + t0 + i, L);
-		for (; i < rows; i++)
+		for (; i + 4 * ATTEND_GROUPS <= rows; i += 4 * ATTEND_GROUPS)
+			rows_scores(q, n_h, n_vec, K + (size_t)i * kv->ld, kv->ld, ATTEND_GROUPS,
+				    scale, s + t0 + i, L);
+		for (; i + 4 <= rows; i += 4)
 			rows_scores(q, n_h, n_vec, K + (size_t)i * kv->ld, kv->ld, 1, scale,
 				    s + t0 + i, L);
+		for (; i < rows; i++)
+			row_score(q, n_h, n_vec * 4, K + (size_t)i * kv->ld, scale, s + t0 + i, L);
 	}
 }
 
@@ -277,10 +324,10 @@ static ALWAYS_INLINE void heads_values(const uint32_t n_h, const uint32_t n_vec,
 		for (uint32_t i = 0; i < kv->block_tokens && t0 + i < L; i++) {
 			const float *vt = V + (size_t)i * kv->ld + 4 * v0;
 			for (uint32_t h = 0; h < n_h; h++) {
-				float32x4_t p = vdupq_n_f32(s[(size_t)h * L + t0 + i]);
+				float p = s[(size_t)h * L + t0 + i];
 				for (uint32_t c = 0; c < n_cv; c++)
-					o[h * n_cv + c] = vfmaq_f32(o[h * n_cv + c], p,
-								    vld1q_f32(vt + 4 * c));
+					o[h * n_cv + c] = vaddq_f32(o[h * n_cv + c],
+								    vmulq_n_f32(vld1q_f32(vt + 4 * c), p));
 			}
 		}
 	}

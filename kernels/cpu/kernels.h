@@ -126,7 +126,8 @@ struct bn_kernels {
 		       uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy);
 	/* Attention of one query vector q[d] over the first L positions of kv:
 	 * s[t] = scale * q.K[t]; then out[d] = sum_t p[t] V[t] with p = softmax(s), t in order.
-	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks). */
+	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks);
+	 * on aarch64 every variant's is the scalar kernel's (common_neon.c says why). */
 	void (*attend)(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 		       float scale, float *s, float *out);
 	/* attend for n_heads query vectors that share one KV head (grouped-query attention):
