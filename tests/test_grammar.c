@@ -154,6 +154,8 @@ END_TEST
 START_TEST(llama3_masks_equal_brute_force)
 {
 	static struct tvocab t;
+	if (tu_emulated() && _i != 1) /* one grammar under an emulator: the vocabulary's load */
+		return;               /* dominates there (testutil.h) */
 	if (!t.v && tvocab_llama3(&t))
 		return;
 	static const char arith[] = "root ::= e\ne ::= t ([-+] t)*\nt ::= f ([*/] f)*\n"

@@ -50,9 +50,10 @@ for tool in bitnet-model bitnet-cli; do
 	chmod +x "$wrappers/$tool"
 done
 
-# CPU seconds (user + system) of this shell's finished children so far, from `times`.
+# CPU seconds (user + system) of this shell's finished children so far: `times` run by the
+# shell itself (in a command substitution it would report the subshell's), then read back.
 child_cpu() {
-	times | awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.1f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
+	awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.1f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$1"
 }
 
 # run CPU VARIANT SUITE: one suite on one CPU model, VARIANT forced ("" for the default); its
@@ -62,7 +63,8 @@ run() {
 	label="$suite on $cpu${variant:+ (BITNET_KERNELS=$variant)}"
 	echo "== $label"
 	start=$(date +%s)
-	cpu0=$(child_cpu)
+	times > "$wrappers/$cpu.times"
+	cpu0=$(child_cpu "$wrappers/$cpu.times")
 	rc=0
 	env QEMU_CPU="$cpu" QEMU_LD_PREFIX="$SYSROOT" CK_EXCLUDE_TAGS=daemon \
 		CK_TIMEOUT_MULTIPLIER="${CK_TIMEOUT_MULTIPLIER:-20}" BITNET_TEST_EMULATED=1 \
@@ -71,7 +73,8 @@ run() {
 		XDG_CACHE_HOME="/tmp/bitnet-test-cache-arm64-$cpu" CACHE_DIRECTORY= \
 		"$QEMU" "$BUILD/tests/$suite" 2>&1 || rc=$?
 	secs=$(($(date +%s) - start))
-	cpu_secs=$(awk -v a="$cpu0" -v b="$(child_cpu)" 'BEGIN { printf "%.0f", b - a }')
+	times > "$wrappers/$cpu.times"
+	cpu_secs=$(awk -v a="$cpu0" -v b="$(child_cpu "$wrappers/$cpu.times")" 'BEGIN { printf "%.0f", b - a }')
 	case $rc in
 	0) result=ok ;;
 	77) result=SKIP; echo "SKIP: $label" ;;

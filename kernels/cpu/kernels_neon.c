@@ -43,6 +43,16 @@ static ALWAYS_INLINE float t2_out(int32_t isum, const struct bn_t2_matrix *w, ui
 	return ((float)(isum - x->sum[b]) * w->scale[o]) * x->inv_scale[b];
 }
 
+/* The batch rows of x from b0 on (a tile's). */
+static ALWAYS_INLINE struct bn_q8_rows rows_from(const struct bn_q8_rows *x, uint32_t b0)
+{
+	struct bn_q8_rows xs = *x;
+	xs.q += (size_t)b0 * xs.k_pad;
+	xs.inv_scale += b0;
+	xs.sum += b0;
+	return xs;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Batch 1: one weight row streamed at a time                                                  */
 /* ------------------------------------------------------------------------------------------ */
@@ -207,10 +217,7 @@ static void t2_tile_at(const void *mat, uint32_t o, uint32_t n_rows, const struc
 		       uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
 {
 	const struct bn_t2_matrix *w = mat;
-	struct bn_q8_rows xs = *x;
-	xs.q += (size_t)b0 * xs.k_pad;
-	xs.inv_scale += b0;
-	xs.sum += b0;
+	struct bn_q8_rows xs = rows_from(x, b0);
 	y += (size_t)b0 * ldy;
 #define TILE_CASE(rp, cp)                                              \
 	case (rp - 1) * 2 + (cp - 1):                                  \
@@ -325,10 +332,7 @@ static void t2_tile_at(const void *mat, uint32_t o, uint32_t n_rows, const struc
 		       uint32_t b0, uint32_t n_cols, float *y, uint32_t ldy)
 {
 	const struct bn_t2_matrix *w = mat;
-	struct bn_q8_rows xs = *x;
-	xs.q += (size_t)b0 * xs.k_pad;
-	xs.inv_scale += b0;
-	xs.sum += b0;
+	struct bn_q8_rows xs = rows_from(x, b0);
 	y += (size_t)b0 * ldy;
 #define TILE_CASE(r, c)                                          \
 	case (r - 1) * TILE_COLS + (c - 1):                      \
