@@ -377,7 +377,6 @@ static void set_defaults(struct bn_config *cfg)
 		.grammar_cache = 64ull << 20,
 		.socket_mode = 0660,
 		.log_level = BN_LOG_INFO,
-		.activation = -1,
 		.ring_start = ring_start ? (uint32_t)strtoul(ring_start, NULL, 0) : 0,
 	};
 }
@@ -457,7 +456,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_ACTIVATION: {
 		enum bn_activation a;
 		if (bn_activation_from_name(arg, &a) == 0 && strcmp(arg, "relu_squared") != 0) {
-			cfg->activation = (int)a;
+			cfg->activation = a == BN_ACT_RELU2 ? BN_ACTIVATION_RELU2 : BN_ACTIVATION_SILU;
 			return 0;
 		}
 		fprintf(stderr, "bitnetd: --activation: '%s' is not silu or relu2\n", arg);

@@ -78,6 +78,9 @@ struct bn_model_desc {
 	char kept_float[512];    /* comma-separated, "...and N more" when they do not fit */
 };
 
+/* --activation: the file's FFN activation, or one the operator chose (model.h). */
+enum bn_activation_opt { BN_ACTIVATION_FILE, BN_ACTIVATION_SILU, BN_ACTIVATION_RELU2 };
+
 /* Options every backend may read; a backend ignores what does not apply to it. */
 /* How the cpu backend computes the LM head (--lm-head). */
 enum bn_lm_head_mode {
@@ -102,7 +105,7 @@ struct bn_backend_options {
 	int device_index;        /* cuda: the N of --device cuda:N */
 	const char *cuda_kernels; /* cuda: --cuda-kernels (cuda_variant.h); NULL: the default */
 	int probing;             /* --device auto: a missing GPU is not an error (log it as info) */
-	int activation;          /* cpu, cuda: --activation, an enum bn_activation; -1: the file's */
+	uint32_t activation;     /* cpu, cuda: --activation, enum bn_activation_opt (0: the file's) */
 };
 
 struct bn_backend_ops {
