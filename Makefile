@@ -629,7 +629,7 @@ FUZZ_CC := clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Il
 	$(PCRE_CFLAGS)
 fuzz:
 	@mkdir -p build-fuzz/corpus
-	$(FUZZ_CC) tests/fuzz_gguf.c daemon/model/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
+	$(FUZZ_CC) tests/fuzz_gguf.c daemon/model/gguf.c daemon/model/model_config.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
 	build-fuzz/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus tests/corpus/gguf
 
 # The request path (tests/fuzz_requests.c): ring and slot bytes through the daemon's own
