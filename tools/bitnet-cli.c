@@ -215,15 +215,21 @@ static void print_graph_info(const char *text)
 	static const char *const roles[] = { "attn_q", "attn_k", "attn_v", "attn_output",
 					     "ffn_gate", "ffn_up", "ffn_down" };
 	static char value[2048];
-	const char *a = strstr(text, "\nbitnetd_model_activation{name=\"");
-	if (!a)
+	static const char *const acts[] = { "silu", "relu2" };
+	const char *act = NULL;
+	for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) {
+		char line[64];
+		snprintf(line, sizeof(line), "\nbitnetd_model_activation{name=\"%s\"} 1", acts[i]);
+		if (strstr(text, line))
+			act = acts[i];
+	}
+	if (!act)
 		return;
-	a += strlen("\nbitnetd_model_activation{name=\"");
-	label_value(a, value, sizeof(value));
-	printf("activation=%s", value);
-	const char *why = strstr(a, "\",why=\"");
+	printf("activation=%s", act);
+	const char *why = strstr(text, "\nbitnetd_model_activation_why{why=\"");
 	if (why) {
-		label_value(why + strlen("\",why=\""), value, sizeof(value));
+		label_value(why + strlen("\nbitnetd_model_activation_why{why=\""), value,
+			    sizeof(value));
 		printf(" (%s)", value);
 	}
 	putchar('\n');

@@ -412,10 +412,12 @@ static void render_graph(struct text *t)
 	static char why[2 * sizeof(bn_stats.activation_why)], kept[2 * sizeof(bn_stats.kept_float)];
 	if (!bn_stats.activation[0])
 		return;
-	family(t, "model_activation", "gauge",
-	       "The FFN activation the model runs, and the key, rule or --activation that chose it "
-	       "(value 1).");
-	put(t, "bitnetd_model_activation{name=\"%s\",why=\"%s\"} 1\n", bn_stats.activation,
+	family(t, "model_activation", "gauge", "The FFN activation the model runs: 1 on its line.");
+	put(t, "bitnetd_model_activation{name=\"silu\"} %d\n", !strcmp(bn_stats.activation, "silu"));
+	put(t, "bitnetd_model_activation{name=\"relu2\"} %d\n", !strcmp(bn_stats.activation, "relu2"));
+	family(t, "model_activation_why", "gauge",
+	       "What chose the activation: the key, the rule or --activation (value 1).");
+	put(t, "bitnetd_model_activation_why{why=\"%s\"} 1\n",
 	    label_escape(why, sizeof(why), bn_stats.activation_why));
 	uint32_t any = 0;
 	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
