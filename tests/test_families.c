@@ -451,6 +451,11 @@ START_TEST(daemon_refuses_upstream_type_36)
 				    "general.file_type is 40 (bitnet.cpp's I2_S), and it is 38 here"),
 		      "%s", r.err);
 	unlink(path);
+	/* an activation bitnetd does not know: a usage error */
+	const char *bad[] = { getenv("BITNETD"), "--activation", "gelu", NULL };
+	ck_assert_int_eq(tu_run(bad, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 2);
+	ck_assert_msg(strstr(r.err, "--activation: 'gelu' is not silu or relu2"), "%s", r.err);
 }
 END_TEST
 
