@@ -7,6 +7,7 @@
 #include "bitnet_shm.h"
 #include "grammars.h"
 #include "model/model.h"
+#include "model/vocab.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -117,13 +118,15 @@ static const char usage_text[] =
 	"  --idle-spin-us N       how long the loop keeps polling the rings after the last\n"
 	"                         work before it sleeps (default 50); 0 sleeps at once\n"
 	"  --pre-tokenizer NAME   how a gpt2 (byte-level BPE) vocabulary splits text:\n"
-	"                         llama-bpe or gpt2 (default: the file's tokenizer.ggml.pre,\n"
+	"                         " BN_PRE_TOKENIZER_NAMES "\n"
+	"                         (default: the file's tokenizer.ggml.pre,\n"
 	"                         else llama-bpe for the LLaMA-3 vocabulary, recognised by\n"
 	"                         its tokens and merges; other vocabularies without the key\n"
 	"                         are served without text until this is given)\n"
-	"  --chat-template NAME   bitnet, llama3, chatml or llama2 (default: recognised from\n"
-	"                         the file's tokenizer.chat_template; the BitNet 2B4T\n"
-	"                         converter's placeholder becomes bitnet)\n"
+	"  --chat-template NAME   " BN_CHAT_TEMPLATE_NAMES "\n"
+	"                         (default: recognised from the file's\n"
+	"                         tokenizer.chat_template; the BitNet 2B4T converter's\n"
+	"                         placeholder becomes bitnet)\n"
 	"  --max-grammars N       grammars one session may hold compiled for structured\n"
 	"                         output, compiles in progress included (default 64)\n"
 	"  --grammar-threads N    threads that compile grammars, beside the loop (default 2)\n"
@@ -444,14 +447,15 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 		cfg->pre_tokenizer = arg;
 		if (bn_pre_tokenizer_from_name(arg) > 0)
 			return 0;
-		fprintf(stderr, "bitnetd: --pre-tokenizer: '%s' is not llama-bpe or gpt2\n", arg);
+		fprintf(stderr, "bitnetd: --pre-tokenizer: '%s' is not one of " BN_PRE_TOKENIZER_NAMES
+				"\n", arg);
 		return -1;
 	case OPT_CHAT_TEMPLATE:
 		cfg->chat_template = arg;
 		if (bn_chat_template_from_name(arg) > 0)
 			return 0;
-		fprintf(stderr, "bitnetd: --chat-template: '%s' is not bitnet, llama3, chatml or "
-				"llama2\n", arg);
+		fprintf(stderr, "bitnetd: --chat-template: '%s' is not one of " BN_CHAT_TEMPLATE_NAMES
+				"\n", arg);
 		return -1;
 	case OPT_ACTIVATION: {
 		enum bn_activation a;

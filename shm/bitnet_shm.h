@@ -109,9 +109,11 @@ struct bn_vocab_entry {
  * n_merges struct bn_vocab_merge in rank order (rank 0 first), then n_eog u32 token ids. */
 #define BN_VOCAB_EXT_MAGIC 0x58564e42U /* "BNVX" */
 enum bn_pre_tokenizer {
-	BN_PRE_NONE = 0,   /* not a BPE vocabulary */
-	BN_PRE_LLAMA3 = 1, /* "llama-bpe": LLaMA-3's split pattern */
-	BN_PRE_GPT2 = 2,   /* "gpt2": GPT-2's split pattern */
+	BN_PRE_NONE = 0,     /* not a BPE vocabulary */
+	BN_PRE_LLAMA3 = 1,   /* "llama-bpe": LLaMA-3's split pattern */
+	BN_PRE_GPT2 = 2,     /* "gpt2": GPT-2's split pattern */
+	BN_PRE_FALCON3 = 3,  /* "falcon3": punctuation runs, GPT-2's pattern, digits alone */
+	BN_PRE_FALCON_E = 4, /* "falcon_e": Falcon-E's, the same split as falcon3 */
 };
 enum bn_chat_template {
 	BN_CHAT_NONE = 0,    /* the file has no tokenizer.chat_template and none was chosen */
@@ -120,6 +122,7 @@ enum bn_chat_template {
 	BN_CHAT_LLAMA3 = 3,  /* <|start_header_id|>role<|end_header_id|>\n\ntext<|eot_id|> */
 	BN_CHAT_CHATML = 4,  /* <|im_start|>role\ntext<|im_end|>\n */
 	BN_CHAT_LLAMA2 = 5,  /* <s>[INST] <<SYS>>...<</SYS>> text [/INST] */
+	BN_CHAT_FALCON3 = 6, /* <|user|>\ntext\n ... <|assistant|>\ntext<|endoftext|>\n */
 };
 /* bn_vocab_ext.flags: how the daemon chose (for reports such as bitnet-cli info). */
 #define BN_VOCAB_PRE_DETECTED   (1U << 0) /* tokenizer.ggml.pre absent: known by content */
