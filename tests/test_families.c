@@ -16,8 +16,9 @@
  *    in-process log-probabilities, and bitnet-cli info says the activation, why, and (F16)
  *    which matrices were packed; the activation decided without a key (1bitLLM's vocabulary:
  *    SiLU), and --activation relu2 over it, change the outputs as the reference says.
- * The falcon3 and falcon_e pre-tokenizers are not the tokenizer's yet (a separate change adds
- * them): the daemons on those files are started with --pre-tokenizer llama-bpe.
+ *  - Falcon3's chat: a conversation's reply is the in-process greedy continuation of the ids
+ *    the client's tokenizer makes of it (the template's markers special, the message plain),
+ *    up to its end-of-generation token.
  * Costs (2-vCPU VM, other builds running): 20 s plain (5 s of CPU: writing the 32002-token
  * models, the daemon starts), 56 s under AddressSanitizer.
  */
@@ -47,18 +48,17 @@ struct family {
 	const char *preset;
 	const char *twins[4];      /* --type of the files that must give the base file's bits */
 	const char *float_twin;    /* a llama family's float file: the float graph, no packing */
-	const char *pre;           /* --pre-tokenizer for the daemon (NULL: the file's) */
 	const char *why;           /* in bitnet-cli info's activation line */
 	int from_float;            /* the base file is float: bitnet-cli info lists the packing */
 };
 
 static const struct family families[] = {
-	{ "falcon3-test", { "tq2_0", NULL }, "f16", "llama-bpe", "(llama.hidden_activation)", 0 },
-	{ "falcon-e-test", { "tq2_0", NULL }, "bf16", "llama-bpe", "(llama.hidden_activation)", 0 },
-	{ "llama3-test", { "tq2_0", "tq1_0", NULL }, "f32", NULL, "(llama.hidden_activation)", 0 },
-	{ "bitnet-large-test", { "tq2_0", "f16", "bf16", "f32" }, NULL, NULL,
+	{ "falcon3-test", { "tq2_0", NULL }, "f16", "(llama.hidden_activation)", 0 },
+	{ "falcon-e-test", { "tq2_0", NULL }, "bf16", "(llama.hidden_activation)", 0 },
+	{ "llama3-test", { "tq2_0", "tq1_0", NULL }, "f32", "(llama.hidden_activation)", 0 },
+	{ "bitnet-large-test", { "tq2_0", "f16", "bf16", "f32" }, NULL,
 	  "(bitnet-b1.58.hidden_activation)", 0 },
-	{ "bitnet-3b-test", { "bf16", "f32", NULL }, NULL, NULL,
+	{ "bitnet-3b-test", { "bf16", "f32", NULL }, NULL,
 	  "(bitnet-b1.58.hidden_activation)", 1 },
 };
 #define N_FAMILIES ((int)(sizeof(families) / sizeof(families[0])))
@@ -264,18 +264,9 @@ END_TEST
 /* Through the daemon                                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
-static void start(struct tu_daemon *d, const struct family *f, const char *path,
-		  const char *const *more)
+static void start(struct tu_daemon *d, const char *path, const char *const *more)
 {
-	const char *args[8] = { 0 };
-	int n = 0;
-	if (f && f->pre) {
-		args[n++] = "--pre-tokenizer";
-		args[n++] = f->pre;
-	}
-	for (int i = 0; more && more[i] && n < 7; i++)
-		args[n++] = more[i];
-	ck_assert_msg(tu_daemon_start_cpu(d, path, args) == 0, "daemon on %s", path);
+	ck_assert_msg(tu_daemon_start_cpu(d, path, more) == 0, "daemon on %s", path);
 }
 
 /* log softmax(logits)[id], in double as the daemon scores. */
@@ -354,7 +345,7 @@ START_TEST(daemon_serves_the_family)
 	family_path(f, NULL, path, sizeof(path));
 	uint32_t V = vocab_of(path);
 	struct tu_daemon d;
-	start(&d, f, path, NULL);
+	start(&d, path, NULL);
 	serves_text_and_scores(&d, path, V);
 	snprintf(line, sizeof(line), "\nactivation=silu %s\n", f->why);
 	info_says(&d, line);
@@ -363,6 +354,60 @@ START_TEST(daemon_serves_the_family)
 			      "2/2,ffn_gate 2/2,ffn_up 2/2,ffn_down 2/2\n");
 		info_says(&d, "\nkept_float=none\n");
 	}
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* Falcon3's chat: the daemon's reply is the in-process greedy continuation of the ids the
+ * client's tokenizer makes of the conversation (the template's markers special, the
+ * message's "<|user|>" plain text), cut at the first end-of-generation token. */
+START_TEST(falcon3_chat)
+{
+	char path[512];
+	family_path(&families[0], NULL, path, sizeof(path));
+	uint32_t V = vocab_of(path);
+	struct tu_daemon d;
+	start(&d, path, NULL);
+	struct bn_client *c;
+	ck_assert_int_eq(bn_connect(d.socket_path, 0, &c), 0);
+	const struct bn_vocab *v;
+	ck_assert_int_eq(bn_client_vocab(c, &v), 0);
+	ck_assert_uint_eq(bn_vocab_chat_template(v), BN_CHAT_FALCON3);
+	ck_assert_str_eq(bn_pre_tokenizer_name(bn_vocab_pre_tokenizer(v)), "falcon3");
+	const struct bn_chat_message msg = { "user", "bake a cake <|user|> now" };
+	uint32_t ids[64], want[STEPS];
+	int n = bn_chat_tokenize(v, 0, &msg, 1, ids, 64);
+	ck_assert_int_gt(n, 4);
+	ck_assert_int_le(n, 64 - STEPS);
+	uint32_t markers = 0;
+	for (int i = 0; i < n; i++)
+		markers += ids[i] == ids[0]; /* <|user|>: the conversation's first id (no BOS) */
+	ck_assert_uint_eq(markers, 1);
+	float *logits = malloc((size_t)(n + STEPS) * V * sizeof(float));
+	ck_assert_ptr_nonnull(logits);
+	greedy(path, ids, (uint32_t)n, STEPS, logits, want);
+	free(logits);
+	uint32_t k = 0;
+	while (k < STEPS && !bn_vocab_is_eog(v, want[k]))
+		k++;
+	/* the reply's text as bn_chat makes it: through a text stream (a random model's tokens
+	 * split characters; the stream keeps the text valid UTF-8) */
+	char want_text[512], reply[512];
+	struct bn_text_stream *ts;
+	const char *part[2];
+	size_t len[2];
+	ck_assert_int_eq(bn_text_stream_new(v, 0, &ts), 0);
+	ck_assert_int_eq(bn_text_stream_push(ts, want, k, &part[0], &len[0]), 0);
+	snprintf(want_text, sizeof(want_text), "%.*s", (int)len[0], part[0]);
+	ck_assert_int_eq(bn_text_stream_finish(ts, &part[1], &len[1]), 0);
+	snprintf(want_text + len[0], sizeof(want_text) - len[0], "%.*s", (int)len[1], part[1]);
+	bn_text_stream_free(ts);
+	struct bn_chat_item it = { .messages = &msg, .n_messages = 1, .max_tokens = STEPS,
+				   .reply = reply, .reply_cap = sizeof(reply) };
+	ck_assert_int_eq(bn_chat(c, &it, 60 * SECOND), 0);
+	ck_assert_uint_eq(it.result.n_tokens, k);
+	ck_assert_str_eq(reply, want_text);
+	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }
 END_TEST
@@ -377,13 +422,13 @@ START_TEST(activation_without_a_key)
 	write_model("bitnet-large-test", path, (const char *const[]){ "--no-activation-key", NULL });
 	uint32_t V = vocab_of(path);
 	struct tu_daemon d;
-	start(&d, NULL, path, NULL);
+	start(&d, path, NULL);
 	serves_text_and_scores(&d, path, V);
 	info_says(&d, "\nactivation=silu (bitnet-b1.58 without bitnet-b1.58.hidden_activation, and a "
 		      "SentencePiece vocabulary of 32002 tokens: 1bitLLM's LLaMA-2 tokenizer, "
 		      "trained with SiLU)\n");
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
-	start(&d, NULL, path, (const char *const[]){ "--activation", "relu2", NULL });
+	start(&d, path, (const char *const[]){ "--activation", "relu2", NULL });
 	info_says(&d, "\nactivation=relu2 (--activation relu2 (the file's: silu by bitnet-b1.58 "
 		      "without");
 	/* the daemon's greedy ids are the reference's with relu2 */
@@ -473,6 +518,7 @@ int main(void)
 	TCase *dt = tcase_create("daemon");
 	tcase_set_timeout(dt, 300);
 	tcase_add_loop_test(dt, daemon_serves_the_family, 0, N_FAMILIES);
+	tcase_add_test(dt, falcon3_chat);
 	tcase_add_test(dt, activation_without_a_key);
 	tcase_add_test(dt, daemon_refuses_upstream_type_36);
 	suite_add_tcase(s, dt);

@@ -9,7 +9,8 @@
  *  - Falcon3-{1,3,7,10}B 1.58bit (tiiuae): LlamaForCausalLM, head_dim 256, 4 KV heads,
  *    rope_theta 1000042, rms_norm_eps 1e-6, vocab 131072, tie_word_embeddings false, BitNet
  *    linears but lm_head; context from max_position_embeddings (1B 8192; 3B, 7B, 10B as their
- *    1.58bit Base repos say: 4096, 8192, 32768); tokenizer.ggml.pre "falcon3"; EOS 11.
+ *    1.58bit Base repos say: 4096, 8192, 32768); tokenizer.ggml.pre "falcon3"; EOS 11; its
+ *    chat template (the no-tools branch) and markers.
  *  - Llama3-8B-1.58-100B-tokens (HF1BitLLM): LLaMA-3 8B's shape (32 heads, 8 KV, FFN 14336,
  *    rope_theta 500000, rms 1e-5, vocab 128256, untied), BOS 128000, EOS 128009 (<|eot_id|>);
  *    its I2_S file has 291 tensors (no rope_freqs) and 22 keys.
@@ -57,8 +58,23 @@ static const char *const llama3_tail[] = {
 
 static const char *const falcon_e_tail[] = { "<|begin_of_text|>", "<|end_of_text|>", NULL };
 
+/* Falcon3-Instruct's chat markers (its template's; their ids here are this vocabulary's). */
+static const char *const falcon3_tail[] = { "<|system|>", "<|user|>", "<|assistant|>", NULL };
+
+/* Falcon3-Instruct's template without tools, which is Tulu 3's (the format it was
+ * post-trained on): the published file's whole text, with its tools branch, could not be read
+ * where this was written (shm/PROTOCOL.md §10.7 says how the daemon recognises either). */
+static const char falcon3_template[] =
+	"{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + "
+	"message['content'] + '\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\n' + "
+	"message['content'] + '\n' }}{% elif message['role'] == 'assistant' %}{% if not "
+	"loop.last %}{{ '<|assistant|>\n'  + message['content'] + eos_token + '\n' }}{% else %}"
+	"{{ '<|assistant|>\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if "
+	"loop.last and add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}{% endfor %}";
+
 static const struct bpe_family falcon3 = {
-	.pre = "falcon3", .lead = falcon_lead, .bos = "<|endoftext|>", .eos = "<|endoftext|>",
+	.pre = "falcon3", .lead = falcon_lead, .tail = falcon3_tail, .n_tail = 3,
+	.bos = "<|endoftext|>", .eos = "<|endoftext|>", .chat_template = falcon3_template,
 };
 static const struct bpe_family falcon_e = {
 	.pre = "falcon_e", .tail = falcon_e_tail, .n_tail = 2, .bos = "<|begin_of_text|>",
@@ -327,5 +343,7 @@ int bpe_family_add_keys(struct bn_gguf_writer *w, const struct bpe_family *f,
 		rc = bn_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", bos);
 	if (!rc)
 		rc = bn_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", eos);
+	if (!rc && f->chat_template)
+		rc = bn_gguf_add_str(w, "tokenizer.chat_template", f->chat_template);
 	return rc;
 }

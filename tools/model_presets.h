@@ -25,6 +25,7 @@ struct bpe_family {
 	const char *const *tail;  /* special tokens at the vocabulary's end, in order */
 	uint32_t n_tail;          /* the tail's length (names past the list: reserved tokens) */
 	const char *bos, *eos;    /* which specials are BOS and EOS */
+	const char *chat_template; /* tokenizer.chat_template, or NULL */
 };
 
 struct preset {
