@@ -721,6 +721,58 @@ START_TEST(cli_generates_structured_output)
 }
 END_TEST
 
+/* A boolean schema whose description pads its text to n bytes, written to path (or NULL). */
+static char *padded_schema(size_t n, const char *path)
+{
+	static const char head[] = "{\"type\":\"boolean\",\"description\":\"", tail[] = "\"}";
+	char *text = malloc(n + 1);
+	ck_assert_ptr_nonnull(text);
+	memcpy(text, head, sizeof(head) - 1);
+	memset(text + sizeof(head) - 1, 'd', n - (sizeof(head) - 1) - (sizeof(tail) - 1));
+	memcpy(text + n - (sizeof(tail) - 1), tail, sizeof(tail));
+	if (path) {
+		FILE *f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		ck_assert_uint_eq(fwrite(text, 1, n, f), n);
+		fclose(f);
+	}
+	return text;
+}
+
+/* The documented limit on grammar text is the real one: 256 KiB compile through the library
+ * and bitnet-cli (before, the text region held about 131 KiB with this vocabulary and a larger
+ * grammar failed with BN_E_TOO_LONG, "prompt or output exceeds capacity"), and a byte more is
+ * refused naming the grammar's size and the limit. */
+START_TEST(grammar_text_up_to_the_documented_limit)
+{
+	struct bn_client *c = st_connect(&daemon_, 2);
+	char *text = padded_schema(BN_GRAMMAR_TEXT_MAX, NULL);
+	struct bn_grammar_handle *g = st_load(c, BN_GRAMMAR_KIND_JSON_SCHEMA, 0, text);
+	bn_grammar_release(g);
+	free(text);
+	text = padded_schema(BN_GRAMMAR_TEXT_MAX + 1, NULL);
+	char says[128];
+	snprintf(says, sizeof(says), "the grammar is %u bytes, over the limit of %u bytes",
+		 BN_GRAMMAR_TEXT_MAX + 1, BN_GRAMMAR_TEXT_MAX);
+	expect_refusal(c, BN_GRAMMAR_KIND_JSON_SCHEMA, 0, 0, text, -BN_E_GRAMMAR_LIMIT, says);
+	free(text);
+	bn_disconnect(c);
+	char path[700];
+	snprintf(path, sizeof(path), "%s/big.json", st_work);
+	static struct tu_run r;
+	const char *args[] = { "generate", "--prompt", "Hi", "--max-tokens", "8", "--json-schema",
+			       path, NULL };
+	free(padded_schema(BN_GRAMMAR_TEXT_MAX, path));
+	ck_assert_int_eq(tu_run_cli(&daemon_, args, NULL, 0, &r), 0);
+	ck_assert_msg(r.status == 0 && (strstr(r.out, "true") || strstr(r.out, "false")) &&
+			      strstr(r.err, "status=eos"), "%s %s", r.out, r.err);
+	free(padded_schema(BN_GRAMMAR_TEXT_MAX + 1, path));
+	ck_assert_int_eq(tu_run_cli(&daemon_, args, NULL, 0, &r), 0);
+	ck_assert_msg(r.status == 1 && strstr(r.err, "BN_E_GRAMMAR_LIMIT") && strstr(r.err, says),
+		      "%s", r.err);
+}
+END_TEST
+
 int main(void)
 {
 	st_setup();
@@ -737,6 +789,7 @@ int main(void)
 	tcase_add_test(tc, prefix_cache_changes_nothing);
 	tcase_add_test(tc, short_budget_changes_only_what_cannot_fit);
 	tcase_add_test(tc, cli_generates_structured_output);
+	tcase_add_test(tc, grammar_text_up_to_the_documented_limit);
 	suite_add_tcase(s, tc);
 	TCase *own = tcase_create("own daemons");
 	tcase_set_timeout(own, 120);

@@ -63,8 +63,8 @@ int bn_grammar_compile(const void *text, size_t len, const struct bn_grammar_opt
 	err[0] = 0;
 	limits_or_defaults(&o->limits, &c.lim);
 	if (len > c.lim.max_text_bytes) {
-		snprintf(err, BN_GRAMMAR_ERR_LEN, "the grammar text is %zu bytes, over the limit of "
-			 "%u", len, c.lim.max_text_bytes);
+		snprintf(err, BN_GRAMMAR_ERR_LEN, "the grammar is %zu bytes, over the limit of %u "
+			 "bytes of grammar text", len, c.lim.max_text_bytes);
 		return -E2BIG;
 	}
 	if (o->json_top > BN_GRAMMAR_TOP_OBJECT)
