@@ -280,4 +280,26 @@ static inline int oracle_run(struct oracle *o)
 	return 0;
 }
 
+/* A 50-property object schema of the kinds real ones have (bounded strings, integers with
+ * bounds, enums, dates, e-mail addresses, booleans), into out (cap bytes). */
+static inline void schema50(char *out, size_t cap)
+{
+	size_t at = (size_t)snprintf(out, cap, "{\"type\":\"object\",\"properties\":{");
+	for (int i = 0; i < 50 && at < cap; i++) {
+		static const char *const kinds[] = {
+			"{\"type\":\"string\",\"maxLength\":%d}",
+			"{\"type\":\"integer\",\"minimum\":0,\"maximum\":%d}",
+			"{\"enum\":[\"red%d\",\"green\",\"blue\"]}",
+			"{\"type\":\"string\",\"format\":\"date\",\"$comment\":\"%d\"}",
+			"{\"type\":\"boolean\",\"$comment\":\"%d\"}",
+		};
+		at += (size_t)snprintf(out + at, cap - at, "%s\"p%d\":", i ? "," : "", i);
+		at += (size_t)snprintf(out + at, cap - at, kinds[i % 5], 20 + 40 * (i % 7));
+	}
+	at += (size_t)snprintf(out + at, cap - at, "},\"required\":[");
+	for (int i = 0; i < 50 && at < cap; i++)
+		at += (size_t)snprintf(out + at, cap - at, "%s\"p%d\"", i ? "," : "", i);
+	snprintf(out + at, cap - at, "],\"additionalProperties\":false}");
+}
+
 #endif /* BITNET_GRAMMAR_TESTUTIL_H */

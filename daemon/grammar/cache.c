@@ -88,12 +88,7 @@ static XXH128_hash_t key_of(const void *text, size_t len, const struct bn_gramma
 
 static size_t entry_bytes(const struct entry *e)
 {
-	if (!e->bound)
-		return sizeof(*e);
-	struct bn_grammar_bound_info bi;
-	bn_grammar_bound_get_info(e->bound, &bi);
-	return sizeof(*e) + e->bound->g->a->bytes + bi.set_bytes +
-	       (size_t)e->bound->a->n_states * sizeof(void *);
+	return sizeof(*e) + (e->bound ? bn_grammar_bound_bytes(e->bound) : 0);
 }
 
 static void unlink_recency(struct bn_grammar_cache *c, struct entry *e)

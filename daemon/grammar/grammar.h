@@ -157,6 +157,9 @@ struct bn_grammar_bound_info {
 };
 void bn_grammar_bound_get_info(const struct bn_grammar_bound *b,
 			       struct bn_grammar_bound_info *info);
+/* Memory the bound grammar holds now: its automaton, its token sets (which grow as they are
+ * filled) and their table. */
+size_t bn_grammar_bound_bytes(const struct bn_grammar_bound *b);
 
 /* Compiled grammars bound to one vocabulary, by content (kind, options and text, XXH3-128),
  * least recently used out first past max_bytes; refusals are kept too, so a hostile grammar

@@ -69,6 +69,7 @@ void bn_grammar_matcher_free(struct bn_grammar_matcher *m)
 	if (!m)
 		return;
 	gss_free(&m->g);
+	free(m->scratch);
 	free(m->hist);
 	free(m->run.cfg);
 	free(m->run.mark);
@@ -215,7 +216,8 @@ size_t bn_grammar_matcher_bytes(const struct bn_grammar_matcher *m)
 	       ((size_t)g->cap_plist + g->cap_tops + g->cap_tmp + g->cap_emit +
 		(g->seen ? g->seen_mask + 1 : 0)) * sizeof(uint32_t) +
 	       (size_t)g->cap_cands * sizeof(*g->cands) + (size_t)m->cap_hist * sizeof(*m->hist) +
-	       ((size_t)m->v->max_len + 2) * (sizeof(*m->run.cfg) + sizeof(*m->run.mark));
+	       ((size_t)m->v->max_len + 2) * (sizeof(*m->run.cfg) + sizeof(*m->run.mark)) +
+	       (m->scratch ? (size_t)m->v->words * sizeof(uint64_t) : 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -287,8 +289,20 @@ static int check_uncertain(struct bn_grammar_matcher *m, uint32_t node, const st
 	return rc;
 }
 
-static void add_set(const struct gr_tset *t, uint64_t *mask, uint32_t words)
+/* mask |= t's accepted set. A delta set is its base with some bits the other way: written
+ * straight into a mask that is still empty (first), else made in scratch and or-ed in. */
+static void add_set(const struct gr_tset *t, uint64_t *mask, uint32_t words, int first,
+		    uint64_t *scratch)
 {
+	if (t->bits && t->delta) {
+		uint64_t *to = first ? mask : scratch;
+		memcpy(to, t->bits, words * sizeof(uint64_t));
+		for (uint32_t k = 0; k < t->n_delta; k++)
+			to[t->delta[k] / 64] ^= 1ull << (t->delta[k] % 64);
+		for (uint32_t i = 0; !first && i < words; i++)
+			mask[i] |= scratch[i];
+		return;
+	}
 	if (t->bits) {
 		for (uint32_t i = 0; i < words; i++)
 			mask[i] |= t->bits[i];
@@ -318,7 +332,10 @@ int bn_grammar_matcher_fill_mask(struct bn_grammar_matcher *m, uint64_t *mask)
 		const struct gr_tset *t = gr_tset_get(m->b, m->g.nodes[m->g.tops[cfg.tops + i]].state);
 		if (!t)
 			return -ENOMEM;
-		add_set(t, mask, v->words);
+		if (t->delta && i && !m->scratch &&
+		    !(m->scratch = malloc((size_t)v->words * sizeof(uint64_t))))
+			return -ENOMEM;
+		add_set(t, mask, v->words, i == 0, m->scratch);
 	}
 	for (uint32_t i = 0; i < cfg.n_tops; i++) {
 		uint32_t node = m->g.tops[cfg.tops + i];
