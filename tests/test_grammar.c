@@ -9,13 +9,17 @@
  *   - rollback and fork equal recomputation from the same tokens (across compaction);
  *   - the shortest completion is as long as min_bytes_to_accept, ends the output, and is the
  *     known answer on hand-made cases; the closing mask equals its definition;
- *   - refusals name the keyword or construct and where; limits hold within the time budget;
+ *   - refusals name the keyword or construct and where; limits hold within the time budget,
+ *     which is CPU time (the same under load); a cache's memory limit;
  *   - pieces to bytes (GPT-2's alphabet, SentencePiece), special and end-of-generation
  *     tokens, the cache (hits, options, refusals kept, eviction), threads sharing a grammar.
  */
+#define _GNU_SOURCE /* pthread_setaffinity_np, sched_getcpu */
 #include "grammar_testutil.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1026,6 +1030,117 @@ START_TEST(cache_keys_on_content_and_keeps_refusals)
 }
 END_TEST
 
+/* A cache's memory limit counts every bound grammar it made while alive, as their sets fill
+ * (the totals are bn_grammar_bound_bytes'); past it, grammars nobody else holds are dropped
+ * first, then a compile is refused with -E2BIG, named, and not kept. Before, nothing bounded
+ * what sessions held (the cache's budget only dropped its own references). */
+START_TEST(a_memory_limit_bounds_what_grammars_hold)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 2000, 6);
+	struct bn_grammar_cache *c;
+	ck_assert_int_eq(bn_grammar_cache_new(t.v, 64 << 20, &c), 0);
+	struct bn_grammar_options o = { .kind = BN_GRAMMAR_REGEX };
+	char err[BN_GRAMMAR_ERR_LEN], re[32];
+	struct bn_grammar_bound *held[64];
+	struct bn_grammar_cache_info info;
+	/* What one grammar holds, filled. */
+	ck_assert_int_eq(bn_grammar_cache_get(c, "[a-z]{1,40}", 11, &o, &held[0], err), 0);
+	ck_assert_int_eq(bn_grammar_bound_warm(held[0], UINT64_MAX / 2), 1);
+	bn_grammar_cache_get_info(c, &info);
+	ck_assert_uint_eq(info.live_bytes, bn_grammar_bound_bytes(held[0]));
+	size_t one = info.live_bytes;
+	bn_grammar_cache_limit_memory(c, 4 * one + one / 2);
+	/* Held grammars count: the fifth distinct one is refused, and not kept. */
+	uint32_t n = 1;
+	int rc = 0;
+	for (; n < 64 && rc == 0; n++) {
+		snprintf(re, sizeof(re), "[a-z]{1,%u}", 40 + n);
+		rc = bn_grammar_cache_get(c, re, strlen(re), &o, &held[n], err);
+		if (rc == 0)
+			ck_assert_int_eq(bn_grammar_bound_warm(held[n], UINT64_MAX / 2), 1);
+	}
+	n--;
+	ck_assert_msg(rc == -E2BIG && strstr(err, "over its grammar memory limit of") &&
+			      strstr(err, "--grammar-memory"), "%d %s", rc, err);
+	/* Counted at compile: the sets filled afterwards may take it past by what they add. */
+	ck_assert_msg(n >= 3 && n <= 5, "%u held", n);
+	bn_grammar_cache_get_info(c, &info);
+	ck_assert_uint_le(info.live_bytes, (size_t)(n + 1) * one);
+	ck_assert_uint_eq(info.refusals_cached, 0);
+	/* Released, they are the cache's alone: the next compile drops the oldest instead. */
+	for (uint32_t i = 0; i < n; i++)
+		bn_grammar_bound_unref(held[i]);
+	struct bn_grammar_bound *b;
+	ck_assert_int_eq(bn_grammar_cache_get(c, re, strlen(re), &o, &b, err), 0);
+	bn_grammar_cache_get_info(c, &info);
+	ck_assert_uint_le(info.live_bytes, 4 * one + one / 2);
+	ck_assert_uint_lt(info.entries, n + 1);
+	/* What is freed is taken back: after the cache goes, the one reference left. */
+	bn_grammar_cache_free(c);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+struct hog {
+	atomic_int stop;
+	cpu_set_t cpu;
+};
+
+static void *spin(void *arg)
+{
+	struct hog *h = arg;
+	pthread_setaffinity_np(pthread_self(), sizeof(h->cpu), &h->cpu);
+	while (!atomic_load_explicit(&h->stop, memory_order_relaxed))
+		;
+	return NULL;
+}
+
+/* The compile budget is the compiling thread's CPU time: a schema that compiles within it
+ * alone still does with four busy threads on its CPU, though its wall time is then several
+ * budgets. Before (a wall-clock budget), the same schema was refused under load (issue 58: one
+ * compiled in 1.1-1.7 s and was refused at 1,000 ms on a busy machine). */
+START_TEST(the_budget_is_cpu_time_whatever_the_load)
+{
+	char *big = malloc(1 << 16);
+	size_t at = (size_t)sprintf(big, "{\"type\":\"object\",\"properties\":{");
+	for (int i = 0; i < 24; i++)
+		at += (size_t)sprintf(big + at, "%s\"p%d\":{\"type\":\"string\",\"format\":\"ipv6\"}",
+				      i ? "," : "", i);
+	sprintf(big + at, "}}");
+	struct bn_grammar_limits lim = { .compile_ms = 60000 };
+	char err[BN_GRAMMAR_ERR_LEN];
+	int rc;
+	int64_t alone = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
+	ck_assert_msg(rc == 0, "%s", err);
+	lim.compile_ms = (uint32_t)(3 * alone + 20);
+	struct hog h = { 0 };
+	CPU_ZERO(&h.cpu);
+	CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &h.cpu);
+	cpu_set_t mine;
+	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine), 0);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof(h.cpu), &h.cpu), 0);
+	pthread_t hogs[4];
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&hogs[i], NULL, spin, &h), 0);
+	int64_t t0 = tu_now_ns();
+	int64_t cpu = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
+	int64_t wall = (tu_now_ns() - t0) / 1000000;
+	atomic_store(&h.stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(hogs[i], NULL);
+	pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine);
+	printf("cpu budget: alone %lld ms, under load %lld ms of CPU in %lld ms, budget %u ms\n",
+	       (long long)alone, (long long)cpu, (long long)wall, lim.compile_ms);
+	ck_assert_msg(rc == 0, "refused under load: %s", err);
+	/* The load was real: a wall-clock budget would have been spent. */
+	ck_assert_msg(wall > lim.compile_ms, "wall %lld ms, within the budget: no load to speak of",
+		      (long long)wall);
+	free(big);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Threads                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
@@ -1120,6 +1235,8 @@ int main(void)
 	tcase_add_test(tc, mutated_grammars_compile_or_refuse_cleanly);
 	tcase_add_test(tc, cache_keys_on_content_and_keeps_refusals);
 	tcase_add_test(tc, threads_share_a_bound_grammar);
+	tcase_add_test(tc, a_memory_limit_bounds_what_grammars_hold);
+	tcase_add_test(tc, the_budget_is_cpu_time_whatever_the_load);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -64,7 +64,9 @@ struct bn_grammar_limits {
 	uint32_t max_rules;      /* rules, named and made (GBNF, $refs, repetitions); default 4096 */
 	uint32_t max_states;     /* automaton states, all rules together; default 250000 */
 	uint32_t max_repeat;     /* a repetition's bound ({m,n}, lengths, item counts); default 10000 */
-	uint32_t compile_ms;     /* wall-clock budget for bn_grammar_compile; default 1000 */
+	uint32_t compile_ms;     /* budget for bn_grammar_compile in CPU time of the calling
+	                          * thread (the same grammar passes or not whatever the machine's
+	                          * load); default 1000 */
 };
 
 #define BN_GRAMMAR_WS_DEFAULT 20 /* the longest whitespace run between JSON tokens */
@@ -85,7 +87,7 @@ struct bn_grammar;
 /* Compiles text[0..len) (no NUL needed) as o says. 0 with *out (one reference), or -EINVAL
  * with the reason in err (what and where: `"patternProperties" is not supported (at
  * #/properties/a)`, `GBNF line 3, column 7: expected "::="`), -E2BIG for a limit (named in err),
- * -ETIME past the time budget, -ENOMEM. */
+ * -ETIME past the time budget (CPU time), -ENOMEM. */
 int bn_grammar_compile(const void *text, size_t len, const struct bn_grammar_options *o,
 		       struct bn_grammar **out, char err[BN_GRAMMAR_ERR_LEN]);
 void bn_grammar_ref(struct bn_grammar *g);
@@ -173,10 +175,17 @@ void bn_grammar_cache_free(struct bn_grammar_cache *c);
 int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t len,
 			 const struct bn_grammar_options *o, struct bn_grammar_bound **out,
 			 char err[BN_GRAMMAR_ERR_LEN]);
+/* A limit on what every bound grammar this cache made holds while alive, kept or in use
+ * (bn_grammar_bound_bytes, summed; 0: none, the default). Checked when a miss compiles: the
+ * new grammar with the others as they are then (token sets filled later add to it); past it
+ * the least recently used entries nobody else holds go first, then the compile is refused
+ * with -E2BIG, "over its grammar memory limit". */
+void bn_grammar_cache_limit_memory(struct bn_grammar_cache *c, size_t max_live_bytes);
 struct bn_grammar_cache_info {
 	uint64_t hits, misses, refusals_cached;
 	uint32_t entries;
 	size_t bytes;
+	size_t live_bytes;       /* what every bound grammar made here holds, in use or kept */
 };
 void bn_grammar_cache_get_info(struct bn_grammar_cache *c, struct bn_grammar_cache_info *info);
 

@@ -72,6 +72,14 @@ struct gr_tset {
 
 struct gr_shared;
 
+/* What the bound grammars of one cache hold together (its memory limit): each adds its bytes
+ * when made and as its sets fill, and takes them back when freed. Reference-counted, since
+ * bound grammars may outlive the cache. */
+struct gr_account {
+	atomic_uint refs;
+	atomic_size_t bytes;
+};
+
 struct bn_grammar_bound {
 	atomic_uint refs;
 	struct bn_grammar *g;
@@ -85,7 +93,12 @@ struct bn_grammar_bound {
 	struct gr_shared **shared; /* [GR_SHARED_BUCKETS] by hash, allocated on first use */
 	const uint64_t *recent[GR_RECENT_BASES];
 	uint32_t n_recent;
+	struct gr_account *account; /* NULL, or where its bytes are counted (a reference) */
 };
+
+/* Counts b (unshared yet: just bound) in account from now on; takes a reference. */
+void gr_bound_count_in(struct bn_grammar_bound *b, struct gr_account *account);
+void gr_account_unref(struct gr_account *account);
 
 /* State s's token set, computed on first use. NULL when memory ran out. */
 const struct gr_tset *gr_tset_get(struct bn_grammar_bound *b, uint32_t s);

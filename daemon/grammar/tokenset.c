@@ -223,8 +223,11 @@ static const void *find_locked(const struct bn_grammar_bound *b, const void *dat
 static const void *share_locked(struct bn_grammar_bound *b, const void *data, size_t bytes,
 				int is_list, size_t *added)
 {
-	if (!b->shared && !(b->shared = calloc(GR_SHARED_BUCKETS, sizeof(*b->shared))))
-		return NULL;
+	if (!b->shared) {
+		if (!(b->shared = calloc(GR_SHARED_BUCKETS, sizeof(*b->shared))))
+			return NULL;
+		*added += GR_SHARED_BUCKETS * sizeof(*b->shared);
+	}
 	uint64_t h = hash_bytes(data, bytes, is_list);
 	const void *found = find_locked(b, data, bytes, is_list, h);
 	if (found)
@@ -382,6 +385,8 @@ static struct gr_tset *publish(struct bn_grammar_bound *b, uint32_t s, struct gr
 	}
 	atomic_fetch_add_explicit(&b->filled, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&b->set_bytes, mine->bytes, memory_order_relaxed);
+	if (b->account)
+		atomic_fetch_add_explicit(&b->account->bytes, mine->bytes, memory_order_relaxed);
 	atomic_fetch_add_explicit(&b->fill_ns, ns, memory_order_relaxed);
 	return mine;
 }
@@ -538,6 +543,11 @@ void bn_grammar_bound_unref(struct bn_grammar_bound *b)
 {
 	if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
 		return;
+	if (b->account) {
+		atomic_fetch_sub_explicit(&b->account->bytes, bn_grammar_bound_bytes(b),
+					  memory_order_relaxed);
+		gr_account_unref(b->account);
+	}
 	for (uint32_t s = 0; s < b->a->n_states; s++)
 		tset_free(atomic_load_explicit(&b->sets[s], memory_order_relaxed));
 	for (uint32_t i = 0; b->shared && i < GR_SHARED_BUCKETS; i++)
@@ -643,6 +653,19 @@ void bn_grammar_bound_get_info(const struct bn_grammar_bound *b,
 size_t bn_grammar_bound_bytes(const struct bn_grammar_bound *b)
 {
 	return sizeof(*b) + b->a->bytes + atomic_load(&b->set_bytes) +
-	       (size_t)b->a->n_states * sizeof(*b->sets) +
-	       (b->shared ? GR_SHARED_BUCKETS * sizeof(*b->shared) : 0);
+	       (size_t)b->a->n_states * sizeof(*b->sets);
+}
+
+void gr_bound_count_in(struct bn_grammar_bound *b, struct gr_account *account)
+{
+	atomic_fetch_add_explicit(&account->refs, 1, memory_order_relaxed);
+	b->account = account;
+	atomic_fetch_add_explicit(&account->bytes, bn_grammar_bound_bytes(b),
+				  memory_order_relaxed);
+}
+
+void gr_account_unref(struct gr_account *account)
+{
+	if (account && atomic_fetch_sub_explicit(&account->refs, 1, memory_order_acq_rel) == 1)
+		free(account);
 }
