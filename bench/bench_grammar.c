@@ -178,7 +178,7 @@ static void walks(struct bn_grammar_bound *b, const struct vocab *v, int n_walks
 			t->accept_us[t->n++] = (bench_now_ns() - t0) / 1e3;
 			if (v->kind[id] == BN_GRAMMAR_TOKEN_EOG)
 				break;
-			if (bn_grammar_matcher_min_bytes_to_accept(m) + 1 > left) {
+			if (bn_grammar_matcher_tokens_to_accept(m) + 1 > left) {
 				bn_grammar_matcher_rollback(m, 1);
 				n = bn_grammar_matcher_fill_mask_within(m, mask, left);
 				if (n <= 0)

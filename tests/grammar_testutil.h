@@ -190,7 +190,7 @@ static inline void random_walk(const struct tvocab *t, struct bn_grammar_bound *
 		uint32_t id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)n);
 		ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
 		if (t->kind[id] != BN_GRAMMAR_TOKEN_EOG &&
-		    (left == 0 || bn_grammar_matcher_min_bytes_to_accept(m) > left - 1)) {
+		    (left == 0 || bn_grammar_matcher_tokens_to_accept(m) > left - 1)) {
 			ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
 			n = bn_grammar_matcher_fill_mask_within(m, mask, left);
 			ck_assert_msg(n > 0, "no token closes in time after %zu bytes", w->len);

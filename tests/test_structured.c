@@ -62,11 +62,12 @@ static uint32_t prompt_ids(struct bn_client *c, const char *prompt, uint32_t *ou
 static void score_path(struct bn_client *c, const char *prompt, const struct st_answer *a,
 		       uint32_t n_top, struct bn_logprob *pos, struct bn_logprob *top)
 {
-	static uint32_t ids[1024];
-	static struct bn_logprob lp[1024], alt[1024 * ST_N_ALT];
+	static uint32_t ids[512 + ST_MAX_OUT];
+	static struct bn_logprob lp[512 + ST_MAX_OUT], alt[(512 + ST_MAX_OUT) * ST_N_ALT];
 	uint32_t n = prompt_ids(c, prompt, ids, 512);
 	memcpy(ids + n, a->ids, a->n * sizeof(uint32_t));
-	struct bn_score_item item = { .ids = ids, .n_ids = n + a->n, .n_top = n_top, .cap = 1024,
+	struct bn_score_item item = { .ids = ids, .n_ids = n + a->n, .n_top = n_top,
+				      .cap = 512 + ST_MAX_OUT,
 				      .logprobs = lp, .top = alt };
 	ck_assert_int_eq(bn_score(c, &item, 60 * SEC), 0);
 	/* Position n + i - 1 predicts output token i. */
@@ -244,7 +245,7 @@ static void check_greedy(struct bn_client *c, const char *prompt, uint32_t kind,
 			continue;
 		struct bn_grammar_matcher *m = oracle_after(b, &bound, k);
 		ck_assert_int_eq(bn_grammar_matcher_accept(m, top[k].token), 0);
-		int fits = bn_grammar_matcher_min_bytes_to_accept(m) + 1 <= ask.max_tokens - k - 1;
+		int fits = bn_grammar_matcher_tokens_to_accept(m) + 1 <= ask.max_tokens - k - 1;
 		bn_grammar_matcher_free(m);
 		if (fits) {
 			ck_assert_msg(bound.ids[k] == top[k].token,
@@ -449,7 +450,7 @@ END_TEST
 
 /* max_tokens changes a draw only where it would leave the output unable to end in time: the
  * output with a short budget is the long one up to the first token after which the rest could
- * not fit (one token a byte, then the end), and it still ends with EOS. */
+ * not fit (the tokens to an end, then the end), and it still ends with EOS. */
 START_TEST(short_budget_changes_only_what_cannot_fit)
 {
 	struct bn_client *c = st_connect(&daemon_, 8);
@@ -471,7 +472,7 @@ START_TEST(short_budget_changes_only_what_cannot_fit)
 			for (; first < longer.n && first < budgets[k]; first++) {
 				ck_assert_int_eq(bn_grammar_matcher_accept(m, longer.ids[first]), 0);
 				uint32_t left = budgets[k] - first - 1;
-				if (left == 0 || bn_grammar_matcher_min_bytes_to_accept(m) > left - 1)
+				if (left == 0 || bn_grammar_matcher_tokens_to_accept(m) > left - 1)
 					break;
 			}
 			bn_grammar_matcher_free(m);
@@ -490,6 +491,87 @@ START_TEST(short_budget_changes_only_what_cannot_fit)
 	struct st_ask tiny = { .max_tokens = 5 };
 	st_run(c, "Profile:", &tiny, g, &shorter);
 	ck_assert_uint_eq(shorter.res.status, BN_STATUS_LENGTH);
+	bn_grammar_bound_unref(b);
+	bn_grammar_release(g);
+	bn_disconnect(c);
+}
+END_TEST
+
+/* 30 required properties with long names and small values, compact: a shortest document of
+ * some 220 tokens and 700 bytes. */
+static void long_record_schema(char *out, size_t cap)
+{
+	static const char *const values[] = { "{\"enum\":[\"alpha\",\"beta\"]}",
+					      "{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}",
+					      "{\"type\":\"boolean\"}" };
+	size_t at = (size_t)snprintf(out, cap, "{\"type\":\"object\",\"properties\":{");
+	for (int i = 0; i < 30; i++)
+		at += (size_t)snprintf(out + at, cap - at, "%s\"record_field_name_%02d\":%s",
+				       i ? "," : "", i, values[i % 3]);
+	at += (size_t)snprintf(out + at, cap - at, "},\"required\":[");
+	for (int i = 0; i < 30; i++)
+		at += (size_t)snprintf(out + at, cap - at, "%s\"record_field_name_%02d\"", i ? "," : "",
+				       i);
+	snprintf(out + at, cap - at, "],\"additionalProperties\":false}");
+}
+
+/* Ending in time counts tokens (issue 58): a schema whose shortest document is some 220 tokens
+ * and 700 bytes ends, valid, at every budget from one token past its shortest document to 700;
+ * the count in bytes (one token a byte) cut it at every budget below its bytes. And an output
+ * that ended within its budget is the same with the budget just its length: the check draws
+ * nothing again where the output could end in time. */
+START_TEST(closing_in_time_counts_tokens)
+{
+	static char schema[4096];
+	long_record_schema(schema, sizeof(schema));
+	struct bn_client *c = st_connect(&daemon_, 4);
+	struct bn_grammar_handle *g = st_load(c, BN_GRAMMAR_KIND_JSON_SCHEMA, BN_GRAMMAR_JSON_COMPACT,
+					      schema);
+	struct bn_grammar_options o = { .kind = BN_GRAMMAR_JSON_SCHEMA,
+					.flags = BN_GRAMMAR_F_COMPACT_JSON };
+	char err[BN_GRAMMAR_ERR_LEN];
+	struct bn_grammar *cg;
+	ck_assert_int_eq(bn_grammar_compile(schema, strlen(schema), &o, &cg, err), 0);
+	struct bn_grammar_bound *b;
+	ck_assert_int_eq(bn_grammar_bind(cg, st_llama3.v, &b), 0);
+	bn_grammar_unref(cg);
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	uint32_t shortest = (uint32_t)bn_grammar_matcher_tokens_to_accept(m);
+	uint64_t bytes = bn_grammar_matcher_min_bytes_to_accept(m);
+	bn_grammar_matcher_free(m);
+	printf("closing: the shortest document is %u tokens, %llu bytes\n", shortest,
+	       (unsigned long long)bytes);
+	ck_assert_uint_gt(bytes, 600);
+	ck_assert_uint_lt(shortest + 1, 250);
+	static struct st_answer a, again;
+	struct oracle orc = { 0 };
+	const uint32_t budgets[] = { shortest + 1, 250, 400, 550, 700 };
+	uint32_t ended_early = 0;
+	for (size_t k = 0; k < sizeof(budgets) / sizeof(budgets[0]); k++) {
+		struct st_ask ask = { .max_tokens = budgets[k], .flags = BN_REQ_SEED,
+				      .sp = { .temperature = 1.0f, .seed = 58 + k } };
+		st_run(c, "Record:", &ask, g, &a);
+		ck_assert_msg(a.res.status == BN_STATUS_EOS, "budget %u: %s after %u tokens: %s",
+			      budgets[k], bn_status_name(a.res.status), a.n, a.text);
+		m = oracle_after(b, &a, a.n);
+		ck_assert(bn_grammar_matcher_is_accepting(m) || bn_grammar_matcher_is_finished(m));
+		bn_grammar_matcher_free(m);
+		oracle_add(&orc, "schema", schema, a.text, a.len);
+		/* Its own length as the budget (with the end's token): not one draw changes. */
+		int ended = a.n && st_llama3.kind[a.ids[a.n - 1]] == BN_GRAMMAR_TOKEN_EOG;
+		ask.max_tokens = a.n + !ended;
+		ended_early += ask.max_tokens < budgets[k];
+		st_run(c, "Record:", &ask, g, &again);
+		ck_assert_msg(again.n == a.n && !memcmp(again.ids, a.ids, a.n * sizeof(uint32_t)) &&
+			      again.res.status == BN_STATUS_EOS,
+			      "budget %u: %u tokens, %u with that budget: %s / %s", budgets[k], a.n,
+			      again.n, a.text, again.text);
+		printf("closing: budget %u: %u tokens, the same with budget %u\n", budgets[k], a.n,
+		       ask.max_tokens);
+	}
+	ck_assert_msg(ended_early > 0, "no output ended before its budget: nothing compared");
+	oracle_run(&orc);
 	bn_grammar_bound_unref(b);
 	bn_grammar_release(g);
 	bn_disconnect(c);
@@ -827,6 +909,7 @@ int main(void)
 	tcase_add_test(tc, speculative_equals_plain);
 	tcase_add_test(tc, prefix_cache_changes_nothing);
 	tcase_add_test(tc, short_budget_changes_only_what_cannot_fit);
+	tcase_add_test(tc, closing_in_time_counts_tokens);
 	tcase_add_test(tc, cli_generates_structured_output);
 	tcase_add_test(tc, grammar_text_up_to_the_documented_limit);
 	suite_add_tcase(s, tc);

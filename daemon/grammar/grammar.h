@@ -20,10 +20,10 @@
  *                      only where the grammar accepts; accepting one finishes the matcher.
  *   speculation        fill_mask / accept per draft position, then rollback(n) for the drafts
  *                      the model did not confirm; bn_grammar_matcher_accept_tokens checks a run.
- *   budget running out draw t from the mask and accept it; when min_bytes_to_accept + 1 is
+ *   budget running out draw t from the mask and accept it; when tokens_to_accept + 1 is
  *                      then over the tokens left after t, roll t back and draw again from
  *                      bn_grammar_matcher_fill_mask_within(tokens left): every draw that fits
- *                      stands (outputs that fit are unchanged), and the output ends in time.
+ *                      stands, and the output ends in time wherever the count says it can.
  *   fork               bn_grammar_matcher_clone: the same state, independent afterwards.
  *
  * Thread safety: compiled grammars, vocabularies, bound grammars and the cache may be shared by
@@ -212,11 +212,10 @@ int bn_grammar_matcher_clone(const struct bn_grammar_matcher *m,
 int bn_grammar_matcher_fill_mask(struct bn_grammar_matcher *m, uint64_t *mask);
 /* fill_mask, less the tokens that would leave the output unable to end in time: tokens_left
  * tokens may follow this one (max_tokens minus those generated minus one), so a text token is
- * kept when the output after it can reach an accepting end in at most tokens_left - 1 bytes
- * (one token a byte, then an end-of-generation token); with tokens_left 0 only an
- * end-of-generation id is left, where the grammar accepts. Every output that fits in the budget
- * keeps its tokens. The bound is in bytes, so it holds for vocabularies where every byte has a
- * token of its own (byte-level BPE; SentencePiece with byte fallback). */
+ * kept when, after it, bn_grammar_matcher_tokens_to_accept is at most tokens_left - 1 (those
+ * tokens, then an end-of-generation token); with tokens_left 0 only an end-of-generation id is
+ * left, where the grammar accepts. A kept token always leaves such a way open, so the output
+ * ends in time from then on. */
 int bn_grammar_matcher_fill_mask_within(struct bn_grammar_matcher *m, uint64_t *mask,
 					uint32_t tokens_left);
 /* Advances by one token: 0, or -EPERM when the grammar does not allow it (nothing changes),
@@ -241,6 +240,12 @@ int bn_grammar_matcher_is_finished(const struct bn_grammar_matcher *m);
 uint32_t bn_grammar_matcher_history(const struct bn_grammar_matcher *m);
 /* The fewest bytes that bring the output to an accepting end (0 when accepting). */
 uint64_t bn_grammar_matcher_min_bytes_to_accept(const struct bn_grammar_matcher *m);
+/* Tokens that bring the output to an accepting end, allowed one after another (0 when
+ * accepting; UINT64_MAX when the vocabulary cannot spell the way): the fewest that spell the
+ * shortest way of each rule on the stack to its end (daemon/grammar/tokendist.c). In the
+ * bottom rule of a grammar without calls whose shortest ways tokenize best (JSON's), the
+ * fewest tokens of any way; elsewhere an upper bound, since a token may span a rule's end. */
+uint64_t bn_grammar_matcher_tokens_to_accept(const struct bn_grammar_matcher *m);
 /* Those bytes, into out (cap bytes): returns their count, or -ENOSPC (the count does not fit;
  * bn_grammar_matcher_min_bytes_to_accept says how many are needed). */
 int bn_grammar_matcher_shortest_completion(const struct bn_grammar_matcher *m, uint8_t *out,

@@ -55,6 +55,7 @@ int bn_grammar_matcher_new(struct bn_grammar_bound *b, uint32_t max_rollback,
 	m->max_rollback = max_rollback ? max_rollback : BN_GRAMMAR_ROLLBACK_DEFAULT;
 	m->compact_at = COMPACT_MIN_NODES;
 	gss_init(&m->g);
+	m->g.tdist = b->tdist;
 	struct gss_cfg start;
 	if (scratch_init(m) || gss_start(&m->g, m->a, &start) || push_position(m, &start, 0)) {
 		bn_grammar_matcher_free(m);
@@ -103,6 +104,7 @@ int bn_grammar_matcher_clone(const struct bn_grammar_matcher *m,
 	c->max_rollback = m->max_rollback;
 	c->compact_at = m->compact_at;
 	gss_init(&c->g);
+	c->g.tdist = m->g.tdist;
 	const struct gss *g = &m->g;
 	if (scratch_init(c) ||
 	    copy_array((void **)&c->g.nodes, g->nodes, g->n_nodes, sizeof(*g->nodes)) ||
@@ -362,18 +364,17 @@ static int only_end(struct bn_grammar_matcher *m, uint64_t *mask)
 	return count_bits(mask, v->words);
 }
 
-/* No token can fit: the output needs more bytes to an end than any token brings plus what may
- * follow it. A token of len bytes leaves at least cost - len to go (its bytes then the
- * fewest after them are a way to the end from here, so cost <= len + cost after), and
- * len <= max_len. Such a position (not accepting: its cost is above 0) keeps no text token
- * and no end-of-generation id, so the mask is empty without running every allowed token to
- * its end: that run cost ~1 ms a row in a string of a 128k vocabulary, and a request whose
- * budget is far below its schema's shortest output asked for it at every token (64 rows of
- * bench-structured: 14 % of a step, issue 46). */
+/* No token can fit, counted in bytes: after a token of at most max_len bytes, at least cost -
+ * max_len bytes are left (cost <= len + the cost after), and tokens_left - 1 tokens spell at
+ * most that many times max_len. Such a position keeps no text token and no end-of-generation
+ * id, so the mask is empty without running every allowed token to its end: that run costs ~1
+ * ms a row in a string of a 128k vocabulary (issue 46 saw a request whose budget was far below
+ * its schema's shortest output ask for it at every token). */
 static int none_fits(const struct bn_grammar_matcher *m, uint32_t tokens_left)
 {
 	const struct gr_position *at = last(m);
-	return !at->finished && (uint64_t)at->cfg.cost > (uint64_t)tokens_left - 1 + m->v->max_len;
+	uint64_t len = m->v->max_len;
+	return !at->finished && (uint64_t)at->cfg.cost > (uint64_t)tokens_left * len;
 }
 
 int bn_grammar_matcher_fill_mask_within(struct bn_grammar_matcher *m, uint64_t *mask,
@@ -389,11 +390,11 @@ int bn_grammar_matcher_fill_mask_within(struct bn_grammar_matcher *m, uint64_t *
 	if (rc <= 0)
 		return rc;
 	const struct bn_grammar_vocab *v = m->v;
-	uint64_t max_bytes = tokens_left - 1;
+	uint64_t max_tokens = tokens_left - 1;
 	struct gss_mark base = gss_mark(&m->g);
 	m->run.cfg[0] = last(m)->cfg;
 	run_begin(m);
-	/* Allowed text tokens in trie order, each followed to its end: its cost there. */
+	/* Allowed text tokens in trie order, each followed to its end: the tokens from there. */
 	for (uint32_t k = 0; k < v->node_tok[v->n_nodes] && rc >= 0; k++) {
 		uint32_t id = v->trie_tok[k], len;
 		if (!(mask[id / 64] >> (id % 64) & 1))
@@ -403,7 +404,7 @@ int bn_grammar_matcher_fill_mask_within(struct bn_grammar_matcher *m, uint64_t *
 		int alive = gr_run_token(m, bytes, len, &end);
 		if (alive < 0)
 			rc = alive;
-		else if (!alive || end.cost > max_bytes)
+		else if (!alive || end.tcost > max_tokens)
 			mask[id / 64] &= ~(1ull << (id % 64));
 	}
 	gss_reset(&m->g, base);

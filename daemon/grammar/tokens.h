@@ -94,7 +94,12 @@ struct bn_grammar_bound {
 	const uint64_t *recent[GR_RECENT_BASES];
 	uint32_t n_recent;
 	struct gr_account *account; /* NULL, or where its bytes are counted (a reference) */
+	uint32_t *tdist;           /* [n_states]: tokens to the state's rule's end (tokendist.c) */
 };
+
+/* tokendist.c: per state, the fewest tokens of v that spell its shortest way to its rule's end
+ * (GR_INF where v cannot spell it). malloc'd, or NULL without memory. */
+uint32_t *gr_token_distances(const struct gr_automaton *a, const struct bn_grammar_vocab *v);
 
 /* Counts b (unshared yet: just bound) in account from now on; takes a reference. */
 void gr_bound_count_in(struct bn_grammar_bound *b, struct gr_account *account);

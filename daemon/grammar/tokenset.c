@@ -519,7 +519,10 @@ int bn_grammar_bind(struct bn_grammar *g, struct bn_grammar_vocab *v,
 	if (!b)
 		return -ENOMEM;
 	b->sets = calloc(g->a->n_states, sizeof(*b->sets));
-	if (!b->sets) {
+	b->tdist = gr_token_distances(g->a, v);
+	if (!b->sets || !b->tdist) {
+		free(b->sets);
+		free(b->tdist);
 		free(b);
 		return -ENOMEM;
 	}
@@ -558,6 +561,7 @@ void bn_grammar_bound_unref(struct bn_grammar_bound *b)
 	free(b->shared);
 	pthread_mutex_destroy(&b->lock);
 	free(b->sets);
+	free(b->tdist);
 	bn_grammar_unref(b->g);
 	bn_grammar_vocab_unref(b->v);
 	free(b);
@@ -653,7 +657,7 @@ void bn_grammar_bound_get_info(const struct bn_grammar_bound *b,
 size_t bn_grammar_bound_bytes(const struct bn_grammar_bound *b)
 {
 	return sizeof(*b) + b->a->bytes + atomic_load(&b->set_bytes) +
-	       (size_t)b->a->n_states * sizeof(*b->sets);
+	       (size_t)b->a->n_states * (sizeof(*b->sets) + sizeof(*b->tdist));
 }
 
 void gr_bound_count_in(struct bn_grammar_bound *b, struct gr_account *account)
