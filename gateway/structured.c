@@ -85,15 +85,22 @@ static int close_text(struct gw_structured *s, FILE *f, size_t *size, struct gw_
 	return 0;
 }
 
+/* A stream that writes s->text (its size into *size at close_text), or NULL with err set. */
+static FILE *open_text(struct gw_structured *s, size_t *size, struct gw_error *err)
+{
+	FILE *f = open_memstream(&s->text, size);
+	if (!f)
+		gw_error_set(err, 500, NULL, "out of memory");
+	return f;
+}
+
 static int span_text(struct gw_structured *s, const char *text, struct gw_span v,
 		     struct gw_error *err)
 {
 	size_t size = 0;
-	FILE *f = open_memstream(&s->text, &size);
-	if (!f) {
-		gw_error_set(err, 500, NULL, "out of memory");
+	FILE *f = open_text(s, &size, err);
+	if (!f)
 		return -1;
-	}
 	gw_json_write_compact(f, text, v);
 	return close_text(s, f, &size, err);
 }
@@ -353,11 +360,9 @@ static int required_schema(struct gw_structured *s, json_t *tools, const struct 
 			   struct gw_error *err)
 {
 	size_t size = 0;
-	FILE *f = open_memstream(&s->text, &size);
-	if (!f) {
-		gw_error_set(err, 500, NULL, "out of memory");
+	FILE *f = open_text(s, &size, err);
+	if (!f)
 		return -1;
-	}
 	struct defs defs[2] = { { 0 } };
 	int rc = 0;
 	fputs("{\"anyOf\":[", f);
