@@ -170,7 +170,8 @@ uint64_t bn_grammar_matcher_min_bytes_to_accept(const struct bn_grammar_matcher 
 uint64_t bn_grammar_matcher_tokens_to_accept(const struct bn_grammar_matcher *m)
 {
 	const struct gr_position *at = &m->hist[m->n_hist - 1];
-	return at->finished ? 0 : at->cfg.tcost == GR_INF ? UINT64_MAX : at->cfg.tcost;
+	/* Counts saturate below GR_INF: one that did is a way the vocabulary cannot spell. */
+	return at->finished ? 0 : at->cfg.tcost >= GR_INF - 1 ? UINT64_MAX : at->cfg.tcost;
 }
 
 struct writer {
