@@ -351,6 +351,11 @@ $(CUDA_SUITES): $(BUILD)/tests/cuda_testutil.o
 $(CUDA_SUITES): TEST_EXTRA_LIBS := $(LIB_A) $(CORE_A)
 endif
 
+# test_gateway_schema calls the gateway's schema handling itself, in process.
+$(BUILD)/tests/test_gateway_schema: $(BUILD)/gateway/structured.o $(BUILD)/gateway/json_text.o \
+	$(BUILD)/gateway/error.o
+$(BUILD)/tests/test_gateway_schema: TEST_EXTRA_LIBS := $(LIB_A)
+
 # test_pull calls hub/ itself, against a stand-in for the Hub (tests/hub_server.py).
 $(BUILD)/tests/test_pull: $(HUB_OBJS)
 $(BUILD)/tests/test_pull: TEST_EXTRA_LIBS := $(HUB_LIBS)

@@ -130,10 +130,13 @@ static const char usage_text[] =
 	"  --max-grammars N       grammars one session may hold compiled for structured\n"
 	"                         output, compiles in progress included (default 64)\n"
 	"  --grammar-threads N    threads that compile grammars, beside the loop (default 2)\n"
-	"  --grammar-compile-ms N a grammar's compile budget; one that needs longer is refused\n"
-	"                         (default 1000)\n"
+	"  --grammar-compile-ms N a grammar's compile budget in milliseconds of CPU time on its\n"
+	"                         compile thread, whatever the load; one that needs longer is\n"
+	"                         refused (default 1000)\n"
 	"  --grammar-cache SIZE   compiled grammars kept by content, suffix K, M or G (default\n"
 	"                         64M)\n"
+	"  --grammar-memory SIZE  what all compiled grammars may hold together, kept or in use\n"
+	"                         by sessions; a compile past it is refused (default 1G)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --vocab-size N         loopback: vocabulary size (default 32000)\n"
 	"  --step-delay-us N      loopback: busy time per step, to mimic compute (default 0)\n"
@@ -159,7 +162,7 @@ enum long_only {
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
 	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS,
-	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_HELP,
+	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_GRAMMAR_MEMORY, OPT_HELP,
 	OPT_VERSION, OPT_ACTIVATION,
 };
 
@@ -203,6 +206,7 @@ static const struct option long_options[] = {
 	{ "grammar-threads", required_argument, NULL, OPT_GRAMMAR_THREADS },
 	{ "grammar-compile-ms", required_argument, NULL, OPT_GRAMMAR_COMPILE_MS },
 	{ "grammar-cache", required_argument, NULL, OPT_GRAMMAR_CACHE },
+	{ "grammar-memory", required_argument, NULL, OPT_GRAMMAR_MEMORY },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -378,6 +382,7 @@ static void set_defaults(struct bn_config *cfg)
 		.grammar_threads = 2,
 		.grammar_compile_ms = 1000,
 		.grammar_cache = 64ull << 20,
+		.grammar_memory = 1ull << 30,
 		.socket_mode = 0660,
 		.log_level = BN_LOG_INFO,
 		.ring_start = ring_start ? (uint32_t)strtoul(ring_start, NULL, 0) : 0,
@@ -443,6 +448,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_GRAMMAR_COMPILE_MS:
 		return parse_u32("grammar-compile-ms", arg, 10, 600000, 10, &cfg->grammar_compile_ms);
 	case OPT_GRAMMAR_CACHE: return parse_size("grammar-cache", arg, &cfg->grammar_cache);
+	case OPT_GRAMMAR_MEMORY: return parse_size("grammar-memory", arg, &cfg->grammar_memory);
 	case OPT_PRE_TOKENIZER:
 		cfg->pre_tokenizer = arg;
 		if (bn_pre_tokenizer_from_name(arg) > 0)

@@ -58,8 +58,9 @@ struct bn_config {
 	uint32_t drain_timeout_ms;
 	uint32_t max_grammars;   /* compiled grammars one session may hold */
 	uint32_t grammar_threads; /* threads that compile grammars */
-	uint32_t grammar_compile_ms; /* a grammar's compile budget */
+	uint32_t grammar_compile_ms; /* a grammar's compile budget, CPU time */
 	uint64_t grammar_cache;  /* bytes of compiled grammars kept by content */
+	uint64_t grammar_memory; /* bytes all compiled grammars may hold, kept or in use */
 	uint32_t socket_mode;
 	uint32_t ring_start;     /* $BITNETD_RING_START: first ring counter (tests reach the wrap) */
 	enum bn_log_level log_level;

@@ -140,7 +140,8 @@ static uint32_t read_head(struct bn_session *s, struct bn_req *r, const uint8_t 
 		.json_top = flags & BN_GRAMMAR_JSON_OBJECT ? BN_GRAMMAR_TOP_OBJECT : BN_GRAMMAR_TOP_ANY,
 		.flags = flags & BN_GRAMMAR_JSON_COMPACT ? BN_GRAMMAR_F_COMPACT_JSON : 0,
 		.max_ws = max_ws,
-		.limits = { .compile_ms = s->grammar_svc->cfg.compile_ms },
+		.limits = { .max_text_bytes = BN_GRAMMAR_TEXT_MAX,
+			    .compile_ms = s->grammar_svc->cfg.compile_ms },
 	};
 	return 0;
 }
@@ -155,7 +156,9 @@ static uint32_t make_job(struct bn_session *s, struct bn_req *r, uint32_t n,
 		return BN_E_INVALID;
 	}
 	if (n > s->seg.text_capacity) {
-		write_reason(s, r, "n_prompt %u is over the text region's %u bytes", n,
+		write_reason(s, r, "the grammar is %u bytes, over the limit of %u bytes of grammar "
+			     "text (n_prompt %u is over the text region's %u bytes)",
+			     n - (uint32_t)sizeof(struct bn_grammar_head), BN_GRAMMAR_TEXT_MAX, n,
 			     s->seg.text_capacity);
 		return BN_E_TOO_LONG;
 	}

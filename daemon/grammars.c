@@ -223,14 +223,17 @@ int bn_grammar_service_open(struct bn_grammar_service *g, const struct bn_vocab 
 	pthread_cond_init(&g->work, NULL);
 	g->event_fd = eventfd(0, EFD_CLOEXEC);
 	rc = g->event_fd < 0 ? -errno : bn_grammar_cache_new(g->vocab, cfg->cache_bytes, &g->cache);
-	if (rc == 0)
+	if (rc == 0) {
+		bn_grammar_cache_limit_memory(g->cache, cfg->memory_bytes);
 		rc = start_workers(g);
+	}
 	if (rc < 0) {
 		bn_grammar_service_close(g);
 		return rc;
 	}
-	bn_log_info("msg=\"structured output on\" grammar_threads=%u compile_ms=%u cache_bytes=%zu vocab_ms=%.1f",
-		    cfg->threads, cfg->compile_ms, cfg->cache_bytes, (double)(bn_now_ns() - t0) / 1e6);
+	bn_log_info("msg=\"structured output on\" grammar_threads=%u compile_ms=%u cache_bytes=%zu memory_bytes=%zu vocab_ms=%.1f",
+		    cfg->threads, cfg->compile_ms, cfg->cache_bytes, cfg->memory_bytes,
+		    (double)(bn_now_ns() - t0) / 1e6);
 	return 0;
 }
 

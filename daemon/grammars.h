@@ -38,8 +38,9 @@ struct bn_grammar_job {
 
 struct bn_grammar_service_config {
 	uint32_t threads;            /* workers, 1 .. BN_GRAMMAR_MAX_THREADS */
-	uint32_t compile_ms;         /* a compile's wall-clock budget */
+	uint32_t compile_ms;         /* a compile's budget: CPU time on its thread */
 	size_t cache_bytes;          /* compiled grammars kept by content, least used out first */
+	size_t memory_bytes;         /* what all compiled grammars may hold, kept or in use */
 };
 
 struct bn_grammar_service {

@@ -761,7 +761,8 @@ static int open_grammars(struct bn_loop *l, const struct bn_config *cfg,
 	if (!off) {
 		struct bn_grammar_service_config gc = { .threads = cfg->grammar_threads,
 							.compile_ms = cfg->grammar_compile_ms,
-							.cache_bytes = (size_t)cfg->grammar_cache };
+							.cache_bytes = (size_t)cfg->grammar_cache,
+							.memory_bytes = (size_t)cfg->grammar_memory };
 		int rc = bn_grammar_service_open(&l->grammars, l->control.text.vocab, &gc);
 		if (rc < 0) {
 			errno = -rc;

@@ -98,6 +98,12 @@ void bn_segment_layout(const struct bn_session_limits *lim, uint32_t slots,
 	uint32_t tokens = lim->prompt_capacity > lim->output_capacity ? lim->prompt_capacity
 								     : lim->output_capacity;
 	uint32_t text = bn_text_capacity(lim->text, tokens);
+	/* A daemon that compiles grammars takes the longest grammar text in one op (§6.13): the
+	 * region sized for the context alone held about half of it with LLaMA-3's vocabulary. The
+	 * pages are the memfd's and cost nothing until a client writes them. */
+	uint32_t grammar_op = (uint32_t)sizeof(struct bn_grammar_head) + BN_GRAMMAR_TEXT_MAX;
+	if (text && lim->grammars && lim->grammars->vocab && text < grammar_op)
+		text = align64(grammar_op);
 	if (text) {
 		/* The text of any prompt or output the slot holds fits (textreq.c sizes it). */
 		h->slot_text_offset = h->slot_size;

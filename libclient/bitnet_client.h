@@ -447,10 +447,11 @@ struct bn_grammar_handle;
  * the same text again is cheap) and returns a handle to constrain requests with. On refusal
  * err (NUL-terminated, truncated to err_cap; may be NULL) gets the daemon's reason, which
  * names the keyword or construct and where it is. Returns 0, or -BN_E_GRAMMAR (not valid, or
- * not enforceable), -BN_E_GRAMMAR_LIMIT (over a limit: size, nesting, rules, states, a
- * repetition, compile time), -BN_E_BUSY (the session holds the daemon's --max-grammars),
- * -BN_E_UNSUPPORTED (no BN_FEAT_GRAMMAR: the loopback backend, a model without a text
- * vocabulary), -BN_E_TOO_LONG (larger than a slot's text region),
+ * not enforceable), -BN_E_GRAMMAR_LIMIT (over a limit: size — text over BN_GRAMMAR_TEXT_MAX,
+ * 256 KiB, refused here before a round trip —, nesting, rules, states, a repetition, compile
+ * work, the daemon's --grammar-memory), -BN_E_BUSY (the session holds the daemon's
+ * --max-grammars), -BN_E_UNSUPPORTED (no BN_FEAT_GRAMMAR: the loopback backend, a model
+ * without a text vocabulary), -BN_E_TOO_LONG (larger than an older daemon's text region),
  * -BN_E_INVALID (bad arguments), -BN_E_TIMEOUT (the compile was still running: it is
  * dropped), -ENOMEM, or as bn_submit. Release the handle with bn_grammar_release. */
 int bn_grammar_load(struct bn_client *c, const struct bn_grammar_spec *spec,

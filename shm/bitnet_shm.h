@@ -470,6 +470,10 @@ enum bn_grammar_text_kind {
 #define BN_GRAMMAR_JSON_OBJECT  (1U << 0) /* BN_GRAMMAR_KIND_JSON: an object at the top (OpenAI's
                                            * json_object) */
 #define BN_GRAMMAR_JSON_COMPACT (1U << 1) /* JSON forms: no whitespace between tokens at all */
+/* The longest grammar text a daemon compiles (the head not counted): a longer one is refused
+ * with 1018 GRAMMAR_LIMIT. A daemon with BN_FEAT_GRAMMAR makes every slot's text region hold
+ * the head and this much text (PROTOCOL.md §6.13). */
+#define BN_GRAMMAR_TEXT_MAX (256u * 1024)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Pinned layout                                                                               */

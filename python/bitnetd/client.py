@@ -438,6 +438,9 @@ class Client:
             raise errors.UnsupportedError("the daemon offers no structured output (no feature "
                                           "GRAMMAR: the loopback backend, a model without a "
                                           "text vocabulary, or a backend without masks)")
+        if len(body) > w.GRAMMAR_TEXT_MAX:
+            raise errors.GrammarLimitError("the grammar is %d bytes, over the limit of %d bytes "
+                                           "of grammar text" % (len(body), w.GRAMMAR_TEXT_MAX))
         text = w.grammar_head(kind, flags, max_ws) + body
         req = _Request(w.OP_GRAMMAR, lambda res: Grammar(self, res["tokens"][0], kind),
                        len(text), text=text, reason=True)
