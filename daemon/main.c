@@ -106,6 +106,7 @@ int main(int argc, char **argv)
 	struct bn_model_desc model;
 	if (open_backend(&cfg, &ops, &backend, &model) < 0)
 		return BN_EXIT_BACKEND;
+	bn_model_describe_embedding(&model, cfg.pooling);
 
 	int exit_code;
 	struct bn_loop *loop = bn_loop_new(&cfg, ops, backend, &model, &exit_code);
