@@ -85,8 +85,8 @@ void bn_req_publish_embedding(struct bn_req *r, const float *v, uint32_t dim, ui
 		memcpy(&bits, &v[i], sizeof(bits));
 		bn_write_once(out[i], bits);
 	}
-	uint32_t from_file = s->seg.model->file_pooling ? BN_EMBED_FROM_FILE : 0;
-	bn_write_once(bn_slot_at(&s->seg, r->slot)->embed_pooling, pooling | from_file);
+	uint32_t trained = s->seg.model->file_pooling ? BN_EMBED_TRAINED : 0;
+	bn_write_once(bn_slot_at(&s->seg, r->slot)->embed_pooling, pooling | trained);
 	r->n_out = dim; /* bn_req_finish stores it as n_tokens, before DONE */
 }
 

@@ -493,9 +493,10 @@ struct bn_embed_item {
 	uint32_t dim;             /* out: the vector's length, the model's hidden size */
 	uint32_t n_tokens;        /* out: the input's tokens (also when it was too long) */
 	uint32_t pooling;         /* out: enum bn_pooling */
-	uint32_t from_file;       /* out: 1 when the model file names its pooling (an embedding
-	                           * model: its vectors may be truncated and normalised again,
-	                           * Matryoshka-style); 0 for the daemon's --pooling */
+	uint32_t trained;         /* out: 1 when the model was trained to embed (its file names a
+	                           * pooling: an embedding model, whose vectors may be truncated
+	                           * and normalised again, Matryoshka-style); 0 for a generative
+	                           * model pooled by the daemon's --pooling */
 	int32_t error;            /* out: 0 or -BN_E_*: -BN_E_EMPTY (no input, or text that encodes
 	                           * to nothing), -BN_E_TOO_LONG (longer than the context),
 	                           * -BN_E_TOKEN (an id outside the vocabulary), -BN_E_UNSUPPORTED (a

@@ -30,7 +30,7 @@ static int embed_submission(void *ctx, size_t i, struct bn_submission *sub)
 {
 	struct embed_job *j = ctx;
 	struct bn_embed_item *it = &j->items[i];
-	it->dim = it->n_tokens = it->pooling = it->from_file = 0;
+	it->dim = it->n_tokens = it->pooling = it->trained = 0;
 	it->result = (struct bn_result){ 0 };
 	int rc = check_item(it);
 	if (rc < 0)
@@ -55,7 +55,7 @@ static int read_vector(struct bn_handle *h, struct bn_embed_item *it)
 	it->dim = dim;
 	it->n_tokens = bn_read_once(s->prompt_tokens);
 	it->pooling = info & 0xffu;
-	it->from_file = (info & BN_EMBED_FROM_FILE) != 0;
+	it->trained = (info & BN_EMBED_TRAINED) != 0;
 	const uint32_t *words = output_of(c, h->slot);
 	for (uint32_t i = 0; i < dim && i < it->cap; i++) {
 		uint32_t bits = bn_read_once(words[i]);

@@ -414,10 +414,10 @@ struct bn_slot {
 };
 
 /* bn_slot.embed_pooling, above its low byte (an enum bn_pooling) */
-#define BN_EMBED_FROM_FILE (1U << 8) /* the pooling is the model file's (an embedding model,
-                                      * trained to embed: its vectors may be truncated and
-                                      * normalised again, Matryoshka-style); without it the
-                                      * daemon's --pooling, over a generative model */
+#define BN_EMBED_TRAINED (1U << 8) /* the model was trained to embed: its file names a pooling
+                                    * (an embedding model; its vectors may be truncated and
+                                    * normalised again, Matryoshka-style); without it a
+                                    * generative model pooled by the daemon's --pooling */
 
 /* One log-probability record (BN_FEAT_LOGPROBS): 8 bytes. */
 struct bn_logprob {

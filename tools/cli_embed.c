@@ -28,8 +28,8 @@ static void print_item(size_t k, const struct bn_embed_item *it)
 		printf("input=%zu error=%s tokens=%u\n", k, bn_strerror(it->error), it->n_tokens);
 		return;
 	}
-	printf("input=%zu dim=%u tokens=%u pooling=%s from=%s\n", k, it->dim, it->n_tokens,
-	       pooling_name(it->pooling), it->from_file ? "file" : "--pooling");
+	printf("input=%zu dim=%u tokens=%u pooling=%s model=%s\n", k, it->dim, it->n_tokens,
+	       pooling_name(it->pooling), it->trained ? "embedding" : "generative");
 	for (uint32_t i = 0; i < it->dim && i < it->cap; i++)
 		printf(i ? " %.9g" : "%.9g", (double)it->vector[i]);
 	putchar('\n');
