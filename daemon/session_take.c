@@ -210,12 +210,11 @@ static uint32_t copy_reading_words(struct bn_session *s, struct bn_req *r, uint3
 	return 0;
 }
 
-/* A score request: its prompt as for generate (ids, or text with its flags), n_logprobs
- * alternatives per position with LOGPROBS, a deadline. Returns 0 or the bn_error that ends
- * it. */
-static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
+/* A request that reads one given sequence (score, embed): its words (flags within allowed),
+ * then the sequence as for generate (ids, or text with its flags), no longer than the
+ * context. Returns 0 or the bn_error that ends it. */
+static uint32_t copy_sequence_request(struct bn_session *s, struct bn_req *r, uint32_t allowed)
 {
-	const uint32_t allowed = BN_REQ_LOGPROBS | BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS;
 	uint32_t err = copy_reading_words(s, r, allowed);
 	if (!err)
 		err = take_prompt(s, r);
@@ -225,6 +224,13 @@ static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
 		err = copy_ids(s, r);
 	r->stop = r->prompt + r->n_prompt;
 	return err;
+}
+
+/* A score request: n_logprobs alternatives per position with LOGPROBS, a deadline. */
+static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
+{
+	return copy_sequence_request(s, r, BN_REQ_LOGPROBS | BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL |
+					   BN_REQ_NO_BOS);
 }
 
 /* Reverses w[0 .. n). */
@@ -307,19 +313,10 @@ static uint32_t copy_classify_request(struct bn_session *s, struct bn_req *r)
 	return err;
 }
 
-/* An embedding request (§6.14): its input as for score (ids, or text with its flags), a
- * deadline. Returns 0 or the bn_error that ends it. */
+/* An embedding request (§6.14): its input as for score, a deadline. */
 static uint32_t copy_embed_request(struct bn_session *s, struct bn_req *r)
 {
-	const uint32_t allowed = BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS;
-	uint32_t err = copy_reading_words(s, r, allowed);
-	if (!err)
-		err = take_prompt(s, r);
-	if (!err && r->n_prompt > s->seg.model->context_length)
-		err = BN_E_TOO_LONG;
-	if (!err && !(r->flags & BN_REQ_TEXT))
-		err = copy_ids(s, r);
-	r->stop = r->prompt + r->n_prompt;
+	uint32_t err = copy_sequence_request(s, r, BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS);
 	/* Every input says its token count, ids as well as text (usage figures). */
 	if (!(r->flags & BN_REQ_TEXT))
 		bn_write_once(bn_slot_at(&s->seg, r->slot)->prompt_tokens, r->n_prompt);

@@ -346,13 +346,8 @@ enum MHD_Result gw_handle_embeddings(struct MHD_Connection *c, struct gw_req *q)
 {
 	struct gw_server *srv = q->srv;
 	struct gw_error e = { 0 };
-	int err;
-	q->pool = q->key ? &srv->key_pools[q->key - srv->cfg->keys] : &srv->anonymous;
-	q->model = gw_ring_model(&srv->ring, q->pool, &err);
-	if (!q->model) {
-		gw_error_from_bn(&e, err ? err : -BN_E_DISCONNECTED, "reaching the daemon");
+	if (gw_handler_model(q, &e) < 0)
 		return gw_send_error(c, q, &e);
-	}
 	struct embed_job j = { 0 };
 	struct gw_buf out = { 0 };
 	struct gw_lease l = { 0 };

@@ -164,17 +164,24 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, struct gw_req *q)
 	return gw_send_json(c, q, 200, gw_render_response(&q->run));
 }
 
+int gw_handler_model(struct gw_req *q, struct gw_error *e)
+{
+	struct gw_server *srv = q->srv;
+	int err;
+	q->pool = q->key ? &srv->key_pools[q->key - srv->cfg->keys] : &srv->anonymous;
+	q->model = gw_ring_model(&srv->ring, q->pool, &err);
+	if (q->model)
+		return 0;
+	gw_error_from_bn(e, err ? err : -BN_E_DISCONNECTED, "reaching the daemon");
+	return -1;
+}
+
 enum MHD_Result gw_handle_completion(struct MHD_Connection *c, struct gw_req *q)
 {
 	struct gw_server *srv = q->srv;
 	struct gw_error e = { 0 };
-	int err;
-	q->pool = q->key ? &srv->key_pools[q->key - srv->cfg->keys] : &srv->anonymous;
-	q->model = gw_ring_model(&srv->ring, q->pool, &err);
-	if (!q->model) {
-		gw_error_from_bn(&e, err ? err : -BN_E_DISCONNECTED, "reaching the daemon");
+	if (gw_handler_model(q, &e) < 0)
 		return gw_send_error(c, q, &e);
-	}
 	if (q->model->features & BN_FEAT_EMBEDDING_MODEL) {
 		gw_error_set(&e, 400, "model",
 			     "The model `%s` is an embedding model: it answers /v1/embeddings, and "

@@ -308,7 +308,7 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 
 struct raw {
-	uint32_t flags, n;
+	uint32_t flags, n, max_tokens, n_logprobs;
 	const uint32_t *ids;
 };
 
@@ -318,27 +318,36 @@ static void fill_raw(struct bn_client *c, uint32_t slot, const void *arg)
 	struct bn_slot *s = slot_of(c, slot);
 	s->n_prompt = r->n;
 	s->flags = r->flags;
+	s->max_tokens = r->max_tokens;
+	s->n_logprobs = r->n_logprobs;
 	memcpy(prompt_of(c, slot), r->ids, r->n * sizeof(uint32_t));
 }
 
-/* op sent as is (past the library's feature check): its error, and its reason in buf. */
-static int32_t raw_op(struct bn_client *c, uint32_t op, char *buf, size_t cap)
+static const uint32_t raw_ids[] = { 1, 9, 17 };
+
+/* r sent as is (past the library's checks): its error, and its reason in buf. */
+static int32_t raw_request(struct bn_client *c, uint32_t op, const struct raw *r, char *buf,
+			   size_t cap)
 {
-	static const uint32_t ids[] = { 1, 9, 17 };
-	struct raw r = { .n = 3, .ids = ids };
 	struct bn_handle *h;
-	ck_assert_int_eq(bn_submit_op(c, op, fill_raw, &r, &h), 0);
+	ck_assert_int_eq(bn_submit_op(c, op, fill_raw, r, &h), 0);
 	ck_assert_int_eq(bn_wait(h, 10 * SEC), 0);
 	struct bn_result res;
 	ck_assert_int_eq(bn_result(h, &res), 0);
 	ck_assert_uint_eq(res.status, BN_STATUS_ERROR);
+	ck_assert_uint_eq(res.n_tokens, 0);
 	memset(buf, 0, cap);
-	if (bn_model_features(c) & BN_FEAT_TEXT) {
-		int n = bn_read_text(h, 0, buf, cap - 1, NULL);
-		ck_assert_int_ge(n, 0);
-	}
+	if (bn_model_features(c) & BN_FEAT_TEXT)
+		ck_assert_int_ge(bn_read_text(h, 0, buf, cap - 1, NULL), 0);
 	bn_release(h);
 	return res.error;
+}
+
+/* op sent as is with three ids: its error, and its reason in buf. */
+static int32_t raw_op(struct bn_client *c, uint32_t op, char *buf, size_t cap)
+{
+	struct raw r = { .n = 3, .ids = raw_ids };
+	return raw_request(c, op, &r, buf, cap);
 }
 
 START_TEST(generative_model_without_pooling)
@@ -409,6 +418,17 @@ START_TEST(embedding_model_embeds_only)
 	char why[512];
 	ck_assert_int_eq(raw_op(c, BN_OP_GENERATE, why, sizeof(why)), -BN_E_UNSUPPORTED);
 	ck_assert_msg(strstr(why, "embedding model"), "reason: %s", why);
+	/* hostile words: max_tokens, LOGPROBS, n_logprobs, an id past the vocabulary */
+	struct raw hostile[] = { { .n = 3, .ids = raw_ids, .max_tokens = 1 },
+				 { .n = 3, .ids = raw_ids, .flags = BN_REQ_LOGPROBS },
+				 { .n = 3, .ids = raw_ids, .n_logprobs = 1 },
+				 { .n = 3, .ids = (const uint32_t[]){ 1, 512, 2 } },
+				 { .n = 0, .ids = raw_ids } };
+	static const int32_t hostile_error[] = { -BN_E_INVALID, -BN_E_INVALID, -BN_E_INVALID,
+						 -BN_E_TOKEN, -BN_E_EMPTY };
+	for (size_t k = 0; k < sizeof(hostile) / sizeof(hostile[0]); k++)
+		ck_assert_int_eq(raw_request(c, BN_OP_EMBED, &hostile[k], why, sizeof(why)),
+				 hostile_error[k]);
 	uint32_t out[4];
 	struct bn_request req = { .prompt = ids, .n_prompt = 5, .max_tokens = 4 };
 	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 10 * SEC), -BN_E_UNSUPPORTED);
