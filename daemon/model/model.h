@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#define BN_MODEL_ERR_LEN 320
+#define BN_MODEL_ERR_LEN 640
 
 enum bn_arch { BN_ARCH_LLAMA, BN_ARCH_BITNET, BN_ARCH_BITNET_B158, BN_ARCH_BITNET_25 };
 enum bn_activation { BN_ACT_SILU, BN_ACT_RELU2 };
