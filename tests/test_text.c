@@ -548,7 +548,7 @@ START_TEST(cli_text_commands)
 							       "--message", "hi", NULL },
 				    NULL, 0, r), 0);
 	ck_assert_int_eq(r->status, 2);
-	ck_assert_msg(strstr(r->err, "bitnet, llama3, chatml or llama2"), "%s", r->err);
+	ck_assert_msg(strstr(r->err, "bitnet, llama3, chatml, llama2 or falcon3"), "%s", r->err);
 
 	/* A random model's tokens split characters: the streamed text must still be valid UTF-8,
 	 * and equal to the text of the ids it printed. */
