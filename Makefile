@@ -19,7 +19,8 @@
 #   make bench-ipc            transport benchmark (starts and stops its own daemon)
 #   make bench-wake           the kernel's wake-up cost by way of sleeping (io_uring, futex, ...)
 #   make bench-python         the Python package's round trip and batches, beside the C client
-#   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
+#   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file;
+#                             BENCH_PRESET=falcon3-7b etc.: another preset's shape)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
 #   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
@@ -178,7 +179,7 @@ CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
-MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
+MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
 	tools/model_pull.c tools/pull_progress.c
 # Models by name (hub/): the Hugging Face Hub client bitnetd and bitnet-model share.
 HUB_SRCS    := $(wildcard hub/*.c)
@@ -422,7 +423,11 @@ $(BUILD)/tests/fuzz-%-replay: $(BUILD)/tests/fuzz_%.o $(BUILD)/tests/fuzz_replay
 
 # The model benchmark (bench/bench_model.c); it links OpenBLAS to compare float kernels.
 BENCH_MODEL := $(BUILD)/bench-model
-BENCH_MODEL_FILE := $(BUILD)/models/2b4t-i2_s.gguf
+# The benchmarks' model: the 2B4T shape, or BENCH_PRESET=NAME, any preset of `bitnet-model
+# presets` at its real size (falcon3-7b, falcon3-10b, llama3-8b-1.58, bitnet-3b, ...), written
+# once with the preset's own types and keys: make bench-model BENCH_PRESET=falcon3-7b.
+BENCH_PRESET ?= 2b4t
+BENCH_MODEL_FILE := $(BUILD)/models/$(if $(filter 2b4t,$(BENCH_PRESET)),2b4t-i2_s,$(BENCH_PRESET)).gguf
 $(BUILD)/bench/%.o: bench/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
@@ -438,7 +443,7 @@ LLAMA3_VOCAB_ARGS = $(if $(wildcard $(LLAMA3_TOKENIZER)),--vocab-from $(LLAMA3_T
 
 $(BENCH_MODEL_FILE): | $(MODELTOOL)
 	@mkdir -p $(dir $@)
-	$(MODELTOOL) write --preset 2b4t --type i2_s $(LLAMA3_VOCAB_ARGS) --out $@
+	$(if $(filter 2b4t,$(BENCH_PRESET)),$(MODELTOOL) write --preset 2b4t --type i2_s $(LLAMA3_VOCAB_ARGS) --out $@,$(MODELTOOL) write --preset $(BENCH_PRESET) --out $@)
 
 bench-model: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
 	$(BENCH_MODEL) --model $(BENCH_MODEL_FILE)
@@ -632,7 +637,7 @@ FUZZ_CC := clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Il
 	$(PCRE_CFLAGS)
 fuzz:
 	@mkdir -p build-fuzz/corpus
-	$(FUZZ_CC) tests/fuzz_gguf.c daemon/model/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
+	$(FUZZ_CC) tests/fuzz_gguf.c daemon/model/gguf.c daemon/model/model_config.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
 	build-fuzz/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus tests/corpus/gguf
 
 # The request path (tests/fuzz_requests.c): ring and slot bytes through the daemon's own

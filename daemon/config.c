@@ -6,6 +6,7 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 #include "grammars.h"
+#include "model/model.h"
 #include "model/vocab.h"
 
 #include <errno.h>
@@ -51,6 +52,12 @@ static const char usage_text[] =
 	"                         weights at 1.6 bits each, read by one-row decode steps\n"
 	"                         (the same logits, ~1.1x faster there; needs AVX-512 VBMI;\n"
 	"                         adds 0.8x the 2-bit planes' memory)\n"
+	"  --activation NAME      cpu, cuda: the FFN activation, silu or relu2, instead of the\n"
+	"                         file's (default: its <arch>.hidden_activation; without\n"
+	"                         it llama and bitnet use silu, bitnet-25 relu2, and\n"
+	"                         bitnet-b1.58 silu for a SentencePiece vocabulary of\n"
+	"                         32000-32002 tokens (1bitLLM's models), else relu2;\n"
+	"                         bitnet-cli info says which and why)\n"
 	"  --cuda-kernels NAME    cuda: the kernel paths: base (default: the first kernels),\n"
 	"                         fast (graph,fused,gemv,mma: the same bits, fewer launches\n"
 	"                         and bytes), all (fast and split, whose attention over\n"
@@ -153,7 +160,7 @@ enum long_only {
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
 	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS,
 	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_HELP,
-	OPT_VERSION,
+	OPT_VERSION, OPT_ACTIVATION,
 };
 
 static const struct option long_options[] = {
@@ -191,6 +198,7 @@ static const struct option long_options[] = {
 	{ "max-logprobs", required_argument, NULL, OPT_MAX_LOGPROBS },
 	{ "pre-tokenizer", required_argument, NULL, OPT_PRE_TOKENIZER },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
+	{ "activation", required_argument, NULL, OPT_ACTIVATION },
 	{ "max-grammars", required_argument, NULL, OPT_MAX_GRAMMARS },
 	{ "grammar-threads", required_argument, NULL, OPT_GRAMMAR_THREADS },
 	{ "grammar-compile-ms", required_argument, NULL, OPT_GRAMMAR_COMPILE_MS },
@@ -449,6 +457,15 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 		fprintf(stderr, "bitnetd: --chat-template: '%s' is not one of " BN_CHAT_TEMPLATE_NAMES
 				"\n", arg);
 		return -1;
+	case OPT_ACTIVATION: {
+		enum bn_activation a;
+		if (bn_activation_from_name(arg, &a) == 0 && strcmp(arg, "relu_squared") != 0) {
+			cfg->activation = a == BN_ACT_RELU2 ? BN_ACTIVATION_RELU2 : BN_ACTIVATION_SILU;
+			return 0;
+		}
+		fprintf(stderr, "bitnetd: --activation: '%s' is not silu or relu2\n", arg);
+		return -1;
+	}
 	case OPT_LOG_LEVEL:
 		if (bn_log_parse_level(arg, &cfg->log_level) == 0)
 			return 0;

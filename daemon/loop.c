@@ -717,6 +717,20 @@ int bn_loop_run(struct bn_loop *l)
 }
 
 /* The vocabulary's end-of-generation ids for the scheduler (eos is its own field). */
+/* What the model runs, for STATS (bitnet-cli info): the activation and why, the packing of a
+ * float bitnet* file's matrices. */
+static void copy_graph(const struct bn_model_desc *model)
+{
+	snprintf(bn_stats.activation, sizeof(bn_stats.activation), "%s", model->activation);
+	snprintf(bn_stats.activation_why, sizeof(bn_stats.activation_why), "%s",
+		 model->activation_why);
+	memcpy(bn_stats.float_candidates, model->float_candidates,
+	       sizeof(bn_stats.float_candidates));
+	memcpy(bn_stats.ternary_from_float, model->ternary_from_float,
+	       sizeof(bn_stats.ternary_from_float));
+	snprintf(bn_stats.kept_float, sizeof(bn_stats.kept_float), "%s", model->kept_float);
+}
+
 static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc)
 {
 	for (uint32_t i = 0; i < c->n_eog && sc->n_eog < BN_SCHED_MAX_EOG; i++)
@@ -822,6 +836,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 								  : BN_SPECULATIVE_OFF];
 	bn_stats.spec_draft_tokens = cfg->draft_tokens;
 	snprintf(bn_stats.cuda_kernels, sizeof(bn_stats.cuda_kernels), "%s", model->kernels);
+	copy_graph(model);
 	if (!l->sched) {
 		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
 		*exit_code = BN_EXIT_BACKEND;

@@ -37,6 +37,7 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 		.device_index = cfg->device_index,
 		.cuda_kernels = cfg->cuda_kernels,
 		.probing = probing,
+		.activation = cfg->activation,
 	};
 	if ((*ops)->open(&opt, model, backend) < 0) {
 		if (!probing)

@@ -7,6 +7,7 @@
  * the end fails the test.
  */
 #include "../daemon/model/gguf.h"
+#include "../daemon/model/model.h"
 #include "../tools/gguf_write.h"
 #include "quant.h"
 
@@ -1200,10 +1201,81 @@ static TCase *malformed_tcase(void)
 	return tc;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The loader's reading of hostile model headers (tests/corpus/gguf/loader-*, make_corpus.c)   */
+/* ------------------------------------------------------------------------------------------ */
+
+struct header_case {
+	const char *file;
+	const char *error;        /* NULL: read; else in the one-line refusal */
+	enum bn_activation act;   /* when read */
+	uint32_t head_dim;
+	float rope_freq_scale;
+};
+
+static const struct header_case header_cases[] = {
+	{ "loader-llama-i2s", NULL, BN_ACT_SILU, 256, 0.5f },
+	{ "loader-llama-i2s-file-type-38",
+	  "in a llama file is I2_S only when general.file_type is 40 (bitnet.cpp's I2_S), and it "
+	  "is 38 here; upstream llama.cpp gave type 36 to IQ4_NL_4_4", 0, 0, 0 },
+	{ "loader-llama-i2s-no-file-type", "and it is missing here", 0, 0, 0 },
+	{ "loader-llama-i2s-trailing-bytes",
+	  "tensor 'blk.0.attn_q.weight' has type 36 and general.file_type is 40 (I2_S), but its "
+	  "data takes 16480 bytes where I2_S takes 16416", 0, 0, 0 },
+	{ "loader-llama-key-value-differ",
+	  "llama.attention.key_length 256 and value_length 128 differ", 0, 0, 0 },
+	{ "loader-llama-value-only",
+	  "llama.attention.value_length is 256 but there is no key_length", 0, 0, 0 },
+	{ "loader-llama-rope-yarn", "llama.rope.scaling.type 'yarn' is not supported", 0, 0, 0 },
+	{ "loader-llama-gelu",
+	  "llama.hidden_activation \"gelu\" is not an activation bitnetd knows", 0, 0, 0 },
+	{ "loader-bitnet-b158-spm-32002", NULL, BN_ACT_SILU, 256, 1.0f },
+};
+
+START_TEST(loader_reads_hostile_headers)
+{
+	const struct header_case *h = &header_cases[_i];
+	char path[256];
+	snprintf(path, sizeof(path), "tests/corpus/gguf/%s.gguf", h->file);
+	FILE *fp = fopen(path, "rb");
+	ck_assert_msg(fp != NULL, "%s (run from the repository's root)", path);
+	static uint8_t buf[1 << 20];
+	size_t n = fread(buf, 1, sizeof(buf), fp);
+	fclose(fp);
+	uint8_t *exact = malloc(n);
+	ck_assert_ptr_nonnull(exact);
+	memcpy(exact, buf, n);
+	struct bn_gguf g;
+	char err[BN_GGUF_ERR_LEN], merr[BN_MODEL_ERR_LEN];
+	ck_assert_msg(bn_gguf_parse(&g, exact, n, h->file, err) == 0, "%s", err);
+	struct bn_model_config c;
+	int rc = bn_model_read_config(&g, NULL, &c, merr);
+	if (rc == 0)
+		rc = bn_model_check_i2_s(&g, &c, merr);
+	if (h->error) {
+		ck_assert_int_eq(rc, -1);
+		ck_assert_msg(strstr(merr, h->error) && !strchr(merr, '\n'),
+			      "%s: \"%s\" does not say \"%s\"", h->file, merr, h->error);
+		ck_assert_msg(!strncmp(merr, h->file, strlen(h->file)), "%s", merr);
+	} else {
+		ck_assert_msg(rc == 0, "%s", merr);
+		ck_assert_int_eq(c.act, h->act);
+		ck_assert_uint_eq(c.head_dim, h->head_dim);
+		ck_assert(c.rope_freq_scale == h->rope_freq_scale);
+	}
+	bn_gguf_close(&g);
+	free(exact);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("gguf");
 	suite_add_tcase(s, round_trip_tcase());
 	suite_add_tcase(s, malformed_tcase());
+	TCase *loader = tcase_create("loader headers");
+	tcase_add_loop_test(loader, loader_reads_hostile_headers, 0,
+			    (int)(sizeof(header_cases) / sizeof(header_cases[0])));
+	suite_add_tcase(s, loader);
 	return tu_run_suite(s);
 }

@@ -446,6 +446,7 @@ static void set_dims(struct cuda_backend *cb)
 static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 {
 	bn_model_describe(&cb->model.cfg, BN_BACKEND_CUDA, CUDA_ATTN_MAC_COST, desc);
+	bn_model_describe_graph(&cb->model, desc);
 	desc->lm_head = BN_HEAD_FILE;
 	bn_cuda_kernels_name(&cb->kernels, desc->kernels, sizeof(desc->kernels));
 	desc->decode_layout = bn_model_is_ternary(&cb->model) ? BN_DECODE_LAYOUT_2BIT
@@ -469,7 +470,10 @@ static int open_model(struct cuda_backend *cb, const struct bn_backend_options *
 		return -EINVAL;
 	}
 	/* the device gets the file's float rows (cuda_wcache_upload); no host panels */
-	if (cuda_wcache_load(&cb->wcache, opt->model_path, opt->cache_dir, &cb->model, err) != 0) {
+	struct bn_activation_choice act;
+	bn_backend_activation(opt, &act);
+	if (cuda_wcache_load(&cb->wcache, opt->model_path, opt->cache_dir, &act, &cb->model,
+			     err) != 0) {
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
 		return -EINVAL;
 	}

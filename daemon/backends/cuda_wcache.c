@@ -130,7 +130,8 @@ static int list_float(struct cuda_wcache *w, const struct bn_model *m)
  * when the cache does not hold this model as the file has it (the model freed). */
 static int adopt(struct cuda_wcache *w, struct bn_model *m, char *err)
 {
-	const struct bn_model_source src = { .float_layout = BN_FLOAT_IN_PLACE, .cache = &w->cache };
+	const struct bn_model_source src = { .float_layout = BN_FLOAT_IN_PLACE, .cache = &w->cache,
+					     .activation = w->act };
 	if (bn_model_fill(m, &src, err) != 0)
 		return -1;
 	int rc = list_float(w, m);
@@ -157,7 +158,7 @@ static int adopt(struct cuda_wcache *w, struct bn_model *m, char *err)
  * to write. */
 static int build(struct cuda_wcache *w, struct bn_model *m, char *err)
 {
-	const struct bn_model_source src = { .float_layout = BN_FLOAT_IN_PLACE };
+	const struct bn_model_source src = { .float_layout = BN_FLOAT_IN_PLACE, .activation = w->act };
 	if (bn_model_fill(m, &src, err) != 0)
 		return -1;
 	if (!w->path[0])
@@ -187,9 +188,11 @@ static void find_path(struct cuda_wcache *w, const char *model_path, const char 
 }
 
 int cuda_wcache_load(struct cuda_wcache *w, const char *model_path, const char *cache_dir,
-		     struct bn_model *m, char err[BN_MODEL_ERR_LEN])
+		     const struct bn_activation_choice *act, struct bn_model *m,
+		     char err[BN_MODEL_ERR_LEN])
 {
 	memset(w, 0, sizeof(*w));
+	w->act = *act;
 	w->from = BN_WEIGHTS_CACHE_OFF;
 	if (bn_model_open(m, model_path, err) != 0)
 		return -1;

@@ -112,9 +112,11 @@ struct bn_batch_limits {
 /* 0 with *n_tok = the batch's new tokens, or -EINVAL. */
 int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, uint32_t *n_tok);
 
-/* RoPE: freq[p] = rope_base^(-2p / rope_dim), the angle per position of pair p < rope_dim / 2;
- * cs[2p], cs[2p + 1] = cos, sin of pos * freq[p]. Every backend rotates with these values. */
+/* RoPE: freq[p] = rope_base^(-2p / rope_dim) * rope_freq_scale / rope_factors[p] (where the
+ * file has them), the angle per position of pair p < rope_dim / 2; cs[2p], cs[2p + 1] = cos,
+ * sin of pos * freq[p]. Every backend and the reference rotate with these values. */
 void bn_rope_freqs(const struct bn_model_config *c, float *freq);
+float bn_rope_freq(const struct bn_model_config *c, uint32_t p);
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs);
 
 /* Index of the largest logit (the first one on ties). */

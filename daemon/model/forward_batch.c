@@ -54,7 +54,13 @@ uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *fir
 void bn_rope_freqs(const struct bn_model_config *c, float *freq)
 {
 	for (uint32_t p = 0; p < c->rope_dim / 2; p++)
-		freq[p] = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim);
+		freq[p] = bn_rope_freq(c, p);
+}
+
+float bn_rope_freq(const struct bn_model_config *c, uint32_t p)
+{
+	float f = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim) * c->rope_freq_scale;
+	return c->rope_factors ? f / c->rope_factors[p] : f;
 }
 
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs)

@@ -33,8 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bump when a layout the cache holds changes (bn_blocks.h, kernels.h, head_screen.h). */
-#define BN_WCACHE_VERSION 1u
+/* Bump when a layout the cache holds changes (bn_blocks.h, kernels.h, head_screen.h). 2: a
+ * float layer matrix of a bitnet* file has a BN_WCACHE_FROM_FLOAT word (packed to T2 or not). */
+#define BN_WCACHE_VERSION 2u
 #define BN_WCACHE_WHY_LEN 160
 
 /* What the daemon was asked to build (part of the key). */
@@ -63,6 +64,8 @@ enum bn_wcache_tag {
 	BN_WCACHE_I8_ROW_SUM = 8,
 	BN_WCACHE_T3_CODES = 9,
 	BN_WCACHE_CUDA_ROWS = 10,  /* a float matrix as the cuda backend's device holds it */
+	BN_WCACHE_FROM_FLOAT = 11, /* a uint32: 1 when the float matrix after it was packed to
+				    * T2 (its T2 blobs follow), 0 when it stays float */
 };
 
 struct bn_wcache_key {
