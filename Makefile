@@ -26,7 +26,8 @@
 #   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
 #   make bench-structured     structured output in the daemon: mask cost per token, its share
 #                             of a decode step, compile time, 64 constrained vs unconstrained
-#   make bench-start          time to ready with and without the packed-weight cache
+#   make bench-start          time to ready with and without the packed-weight cache, beside
+#                             this machine's first-touch, read and hash rates (BENCH_PRESET too)
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
 #   make bench-compare        bitnetd's kernel variants beside llama.cpp/bitnet.cpp (if named)
@@ -513,8 +514,8 @@ bench-score: $(BENCH_SCORE) $(BITNETD) $(BENCH_MODEL_FILE)
 
 # The start-up benchmark (bench/bench_start.c): time to ready with and without the packed-weight
 # cache, the first start that writes it, memory, socket activation, beside this machine's
-# floors (first touch, page-cache read, hash rates); the bench-model file, or
-# BENCH_START_MODEL=FILE (a bigger shape: docs/PERFORMANCE.md, "Start-up").
+# floors (first touch, page-cache read, hash rates); the bench-model file (BENCH_PRESET=
+# falcon3-7b etc. for another shape), or BENCH_START_MODEL=FILE.
 BENCH_START := $(BUILD)/bench/bench_start
 $(BENCH_START): $(BUILD)/bench/bench_start.o $(CORE_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
