@@ -26,7 +26,8 @@
  * What the bytes cost on this machine, measured first (the floors the figures are held to):
  *   first_touch_gbs_4k, first_touch_gbs_huge   fresh anonymous memory written once, by as
  *                                many threads as the daemon's pool (one per CPU), in 4 KiB
- *                                pages (MADV_NOHUGEPAGE) and in 2 MiB ones (MADV_HUGEPAGE): what
+ *                                pages (MADV_NOHUGEPAGE) and in 2 MiB ones (MADV_HUGEPAGE),
+ *                                medians of 3 rounds alternating the two: what
  *                                a start that repacks pays for the memory it fills; a VM
  *                                charges for the first touch of each page
  *   rewrite_gbs                  the same memory written again (the machine's write rate)
@@ -254,6 +255,7 @@ static double socket_activation(const struct setup *s, const char *cache_dir)
 /* ---- floors: what the bytes cost on this machine ------------------------------------------ */
 
 #define HUGE_BYTES ((size_t)2 << 20)
+#define FLOOR_ROUNDS 3
 
 struct fill_job {
 	uint8_t *p;
@@ -366,8 +368,16 @@ static int measure_floors(const char *model, struct floors *f)
 	struct bn_pool *pool = bn_pool_new(0);
 	if (!pool)
 		return -1;
-	f->touch_4k = first_touch(pool, bytes, MADV_NOHUGEPAGE, NULL);
-	f->touch_huge = first_touch(pool, bytes, MADV_HUGEPAGE, &f->rewrite);
+	/* Rounds alternate the page sizes: which of them gets memory the host already backs
+	 * (freed by the round before) would otherwise decide the comparison. */
+	double t4k[FLOOR_ROUNDS], thuge[FLOOR_ROUNDS], rewrite[FLOOR_ROUNDS];
+	for (int r = 0; r < FLOOR_ROUNDS; r++) {
+		t4k[r] = first_touch(pool, bytes, MADV_NOHUGEPAGE, NULL);
+		thuge[r] = first_touch(pool, bytes, MADV_HUGEPAGE, &rewrite[r]);
+	}
+	f->touch_4k = bench_median(t4k, FLOOR_ROUNDS);
+	f->touch_huge = bench_median(thuge, FLOOR_ROUNDS);
+	f->rewrite = bench_median(rewrite, FLOOR_ROUNDS);
 	f->read = page_cache_read(model);
 	f->hash = hash_rate(pool, bytes, &f->hash_pool);
 	bn_pool_free(pool);
@@ -432,7 +442,7 @@ int main(int argc, char **argv)
 	snprintf(cmd, sizeof(cmd), "cat '%s' > /dev/null", s.model); /* the page cache warm */
 	if (system(cmd) != 0)
 		return 1;
-	struct floors fl;
+	struct floors fl = { 0 };
 	if (measure_floors(s.model, &fl) < 0) {
 		fprintf(stderr, "bench-start: the floors could not be measured\n");
 		return 1;
