@@ -96,6 +96,8 @@ START_TEST(format_round_trip_and_checks)
 	char why[BN_WCACHE_WHY_LEN];
 	ck_assert_int_eq(bn_wcache_open(&c, path, &key0, NULL, NULL, why), 0);
 	ck_assert_uint_eq(c.contents, BN_WCACHE_HAS_T3);
+	/* Mapped 2 MiB-aligned, so the kernel can map the writer's 2 MiB folios as huge pages. */
+	ck_assert_uint_eq((uintptr_t)c.base % (2u << 20), 0);
 	for (uint32_t i = 0; i < 3; i++) {
 		uint8_t *want = blob_bytes(i, blob_sizes[i]);
 		ck_assert_ptr_null(bn_wcache_take(&c, (enum bn_wcache_tag)(i + 2), blob_sizes[i]));
