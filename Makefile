@@ -28,7 +28,8 @@
 #   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
 #   make bench-structured     structured output in the daemon: mask cost per token, its share
 #                             of a decode step, compile time, 64 constrained vs unconstrained
-#   make bench-start          time to ready with and without the packed-weight cache
+#   make bench-start          time to ready with and without the packed-weight cache, beside
+#                             this machine's first-touch, read and hash rates (BENCH_PRESET too)
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
 #   make bench-compare        bitnetd's kernel variants beside llama.cpp/bitnet.cpp (if named)
@@ -535,15 +536,18 @@ bench-embed: $(BENCH_EMBED) $(BITNETD) $(DEFAULT_MODEL) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) $(BENCH_EMBED) --model $(BENCH_MODEL_FILE) $(BENCH_EMBED_ARGS)
 
 # The start-up benchmark (bench/bench_start.c): time to ready with and without the packed-weight
-# cache, the first start that writes it, memory, socket activation; the bench-model file.
+# cache, the first start that writes it, memory, socket activation, beside this machine's
+# floors (first touch, page-cache read, hash rates); the bench-model file (BENCH_PRESET=
+# falcon3-7b etc. for another shape), or BENCH_START_MODEL=FILE.
 BENCH_START := $(BUILD)/bench/bench_start
-$(BENCH_START): $(BUILD)/bench/bench_start.o $(LIB_A)
+$(BENCH_START): $(BUILD)/bench/bench_start.o $(CORE_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
 
 BENCH_START_ARGS ?=
-bench-start: $(BENCH_START) $(BITNETD) $(CLI) $(BENCH_MODEL_FILE)
-	BITNETD=$(BITNETD) BITNET_CLI=$(CLI) $(BENCH_START) --model $(BENCH_MODEL_FILE) $(BENCH_START_ARGS)
+BENCH_START_MODEL ?= $(BENCH_MODEL_FILE)
+bench-start: $(BENCH_START) $(BITNETD) $(CLI) $(BENCH_START_MODEL)
+	BITNETD=$(BITNETD) BITNET_CLI=$(CLI) $(BENCH_START) --model $(BENCH_START_MODEL) $(BENCH_START_ARGS)
 
 # The gateway's benchmark (bench/bench_gateway.c): HTTP against the ring, latency on the
 # built-in model, 256 streams on the bench-model file.

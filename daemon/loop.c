@@ -763,7 +763,9 @@ static int open_grammars(struct bn_loop *l, const struct bn_config *cfg,
 							.compile_ms = cfg->grammar_compile_ms,
 							.cache_bytes = (size_t)cfg->grammar_cache,
 							.memory_bytes = (size_t)cfg->grammar_memory };
-		int rc = bn_grammar_service_open(&l->grammars, l->control.text.vocab, &gc);
+		int rc = bn_grammar_service_open(&l->grammars, l->control.text.vocab,
+						 l->control.grammar_vocab, &gc);
+		l->control.grammar_vocab = NULL; /* the service's now */
 		if (rc < 0) {
 			errno = -rc;
 			return -1;
@@ -793,7 +795,8 @@ static int open_ring(struct bn_loop *l)
 }
 
 struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend_ops *ops,
-			    void *backend, const struct bn_model_desc *model, int *exit_code)
+			    void *backend, const struct bn_model_desc *model,
+			    struct bn_text_prep *prep, int *exit_code)
 {
 	struct bn_loop *l = calloc(1, sizeof(*l));
 	*exit_code = BN_EXIT_SYSTEM;
@@ -833,7 +836,7 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		.pooling = model->pooling,
 		.embed_dim = model->embed_dim,
 	};
-	bn_control_open(&l->control, cfg, model);
+	bn_control_open(&l->control, cfg, model, prep);
 	copy_eog(&l->control.vocab.choice, &sc);
 	l->sched = bn_sched_new(ops, backend, model, &sc, &bn_session_reply);
 	bn_stats.spec_mode = bn_speculative_names[ops->seq_rewind ? cfg->speculative
