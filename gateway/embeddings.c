@@ -25,7 +25,8 @@
 
 /* OpenAI's limit on inputs in one request. */
 #define MAX_INPUTS 2048
-/* Daemon slots one request holds at once: its inputs run that many at a time. */
+/* Daemon slots one request holds at once (fewer when the daemon's sessions have fewer): its
+ * inputs run that many at a time. */
 #define EMBED_SLOTS 32
 
 struct embed_job {
@@ -360,7 +361,9 @@ enum MHD_Result gw_handle_embeddings(struct MHD_Connection *c, struct gw_req *q)
 			     "(an embedding model) or bitnetd --pooling mean, cls or last", q->model->id);
 		goto fail;
 	}
-	q->choices = (uint32_t)(j.n < EMBED_SLOTS ? j.n : EMBED_SLOTS);
+	/* at most what a session of this daemon holds (its --slots) */
+	uint32_t slots = q->model->info.slots < EMBED_SLOTS ? q->model->info.slots : EMBED_SLOTS;
+	q->choices = (uint32_t)(j.n < slots ? j.n : slots ? slots : 1);
 	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* as completions do */
 	if (gw_handler_admit(q, &e) < 0 || gw_handler_lease(q, &l, deadline, &e) < 0)
 		goto fail;
