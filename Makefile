@@ -5,6 +5,11 @@
 #   make SANITIZE=address,undefined check   the same under sanitizers (separate build dir)
 #   make check-kernel-variants  the kernel, forward and head-screen suites with each CPU kernel
 #                             variant forced through BITNET_KERNELS (SKIP where the CPU lacks it)
+#   make CC=aarch64-linux-gnu-gcc   the aarch64 cross build (build-aarch64; ARM64_SYSROOT)
+#   make check-arm64          the aarch64 cross build's in-process suites under qemu-aarch64,
+#                             on a Cortex-A72 and QEMU's max, each variant forced (make check)
+#   make check-arm64-vm       its daemon, client, gateway and transport suites in an emulated
+#                             arm64 machine (tools/arm64-vm.sh; not part of make check)
 #   make check-faults         the fault campaigns alone (tests/faults.c), with their table
 #   make check-install        install into a temporary prefix, build and run the README's C
 #                             example with pkg-config (tests/installed_client.sh)
@@ -66,10 +71,54 @@ SYSCONFDIR ?= /etc
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
 PKG_CONFIG ?= pkg-config
 
+# The target architecture is the compiler's: x86_64, or aarch64, natively or across
+# (CC=aarch64-linux-gnu-gcc). A cross build builds into build-aarch64, takes the libraries it
+# links from ARM64_SYSROOT (Debian's arm64 packages, unpacked by tools/arm64-sysroot.sh, which
+# tools/install-deps.sh runs) and runs the tools it has just built (the model writer, for the
+# built-in model) under TARGET_RUN, the emulator. The aarch64 build compiles floats with
+# -ffp-contract=off: its compiler would otherwise fuse a * b + c into one rounding wherever it
+# likes, and float results would depend on the compiler (x86-64's GCC fuses only in the files
+# built with -mfma, whose kernels keep products apart where the definitions say so).
+TARGET_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
+ARCH := $(firstword $(subst -, ,$(TARGET_MACHINE)))
+ifeq ($(TARGET_MACHINE),)
+$(error the C compiler "$(CC)" does not run (a cross build needs gcc-aarch64-linux-gnu: tools/install-deps.sh))
+endif
+ifeq ($(filter x86_64 aarch64,$(ARCH)),)
+$(error bitnetd builds for x86_64 and aarch64; $(CC) makes code for "$(TARGET_MACHINE)")
+endif
+CROSS := $(if $(filter $(ARCH),$(shell uname -m)),,1)
+ARM64_SYSROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bitnetd/arm64-sysroot
+QEMU_AARCH64 ?= qemu-aarch64
+ARCH_CFLAGS := $(if $(filter aarch64,$(ARCH)),-ffp-contract=off)
+SYSROOT :=
+TARGET_RUN :=
+ifeq ($(CROSS),1)
+ifneq ($(ARCH),aarch64)
+$(error a cross build is for aarch64 (CC=aarch64-linux-gnu-gcc); $(CC) makes code for $(ARCH))
+endif
+ifeq ($(wildcard $(ARM64_SYSROOT)/.bitnetd-sysroot),)
+$(error no arm64 sysroot in $(ARM64_SYSROOT): tools/arm64-sysroot.sh $(ARM64_SYSROOT) makes it (tools/install-deps.sh runs it))
+endif
+SYSROOT := $(ARM64_SYSROOT)
+CROSS_PREFIX := $(patsubst %gcc,%,$(notdir $(firstword $(CC))))
+ifeq ($(origin CXX),default)
+CXX := $(CROSS_PREFIX)g++
+endif
+ifeq ($(origin AR),default)
+AR := $(CROSS_PREFIX)ar
+endif
+override PKG_CONFIG := PKG_CONFIG_SYSROOT_DIR=$(SYSROOT) PKG_CONFIG_LIBDIR=$(SYSROOT)/usr/lib/$(ARCH)-linux-gnu/pkgconfig:$(SYSROOT)/usr/share/pkgconfig pkg-config
+ARCH_CFLAGS += --sysroot=$(SYSROOT)
+TARGET_RUN := $(QEMU_AARCH64) -L $(SYSROOT)
+endif
+# A built tool run during the build, under the emulator in a cross build.
+RUN_BUILT = $(if $(TARGET_RUN),$(TARGET_RUN) )
+
 SANITIZE ?=
 # ASan+UBSan builds go to build-san, ThreadSanitizer builds to build-tsan: the two runtimes
 # cannot share objects.
-BUILD    ?= build$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
+BUILD    ?= build$(if $(CROSS),-$(ARCH))$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
 LIB_VERSION := 1.7.0
 LIB_SONAME  := libbitnet-client.so.1
@@ -107,13 +156,16 @@ CHECK_LIBS   := $(shell $(PKG_CONFIG) --libs check 2>/dev/null || echo -lcheck)
 MULTIARCH    := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 BLAS_DIR     ?= /usr/lib/$(MULTIARCH)/openblas-serial
 BLAS_INC     ?= /usr/include/$(MULTIARCH)/openblas-serial
-BLAS_CFLAGS  := -I$(BLAS_INC)
-BLAS_LIBS    := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
+BLAS_CFLAGS  := -I$(SYSROOT)$(BLAS_INC)
+BLAS_LIBS    := -L$(SYSROOT)$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS   ?= -O2 -g
 BASE_CFLAGS := -std=gnu11 $(WARN) -pthread -Ishm -Ilibclient -Ikernels -Ikernels/cpu -Itools -Idaemon \
 	-Ihub $(PCRE_CFLAGS) $(CURL_CFLAGS)
+ifneq ($(ARCH_CFLAGS),)
+BASE_CFLAGS += $(ARCH_CFLAGS)
+endif
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
 # GCC warns that ThreadSanitizer does not model atomic_thread_fence. Our full fences order a
 # store before a load against another process (the lost-wakeup handshakes, shm/PROTOCOL.md
@@ -121,11 +173,17 @@ SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fn
 # mutexes and atomics, which it does model.
 SAN_FLAGS += $(if $(findstring thread,$(SANITIZE)),-Wno-tsan)
 ALL_CFLAGS = $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) $(CUDA_CFLAGS)
-ALL_LDFLAGS := -pthread $(LDFLAGS) $(SAN_FLAGS)
+ALL_LDFLAGS := -pthread $(if $(SYSROOT),--sysroot=$(SYSROOT) )$(LDFLAGS) $(SAN_FLAGS)
 # SIMD kernels: each ISA in its own file, compiled for that ISA only; the best one is picked
-# at start-up by cpuid (kernels/cpu/cpu_features.c), so the binary runs on any x86-64.
+# at start-up by cpuid (kernels/cpu/cpu_features_x86.c), so the binary runs on any x86-64, or
+# from the hardware capabilities the kernel reports (kernels/cpu/cpu_features_arm.c: NEON,
+# which every AArch64 CPU has, then dotprod from ARMv8.2 and i8mm from ARMv8.6), so the binary
+# runs on any aarch64.
 ISA_AVX2   := -O3 -mavx2 -mfma -mf16c
 ISA_AVX512 := -O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
+ISA_NEON    := -O3
+ISA_DOTPROD := -O3 -march=armv8.2-a+dotprod
+ISA_I8MM    := -O3 -march=armv8.2-a+dotprod+i8mm
 
 # CUDA: the cuda backend and kernels/cuda are built when nvcc is found (on PATH, else in
 # /usr/local/cuda/bin), for sm_90 machine code plus its PTX; without nvcc, or with CUDA=0, the
@@ -139,15 +197,19 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin
 # without them (cuda-nvcc without cuda-cudart-dev), and such a machine builds CPU-only.
 NVCC_REAL   := $(if $(NVCC),$(realpath $(shell command -v $(firstword $(NVCC)) 2>/dev/null)))
 CUDA_HOME   := $(if $(NVCC_REAL),$(patsubst %/bin/,%,$(dir $(NVCC_REAL))))
-CUDA_TARGET := $(CUDA_HOME)/targets/$(shell uname -m)-linux
+# The toolkit's target directory: x86_64-linux, or on aarch64 aarch64-linux (Jetson) or
+# sbsa-linux (server ARM: Grace).
+CUDA_TARGET := $(firstword $(wildcard $(CUDA_HOME)/targets/$(ARCH)-linux \
+	$(if $(filter aarch64,$(ARCH)),$(CUDA_HOME)/targets/sbsa-linux)) $(CUDA_HOME)/targets/$(ARCH)-linux)
 CUDA_INCDIR := $(patsubst %/cuda_runtime_api.h,%,$(firstword $(filter %/cuda_runtime_api.h,$(wildcard \
 	$(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_TARGET)/include/cuda_runtime_api.h))))
 CUDA_LIBDIR := $(patsubst %/libcudart_static.a,%,$(firstword $(filter %/libcudart_static.a,$(wildcard \
 	$(CUDA_HOME)/lib64/libcudart_static.a $(CUDA_HOME)/lib/libcudart_static.a \
 	$(CUDA_TARGET)/lib/libcudart_static.a))))
 CUDA_FOUND  := $(and $(NVCC_REAL),$(CUDA_INCDIR),$(CUDA_LIBDIR))
+# A cross build is CPU-only: this machine's nvcc makes host code for this machine.
 ifeq ($(origin CUDA),undefined)
-CUDA := $(if $(and $(CUDA_FOUND),$(if $(SANITIZE),,1)),1,0)
+CUDA := $(if $(and $(CUDA_FOUND),$(if $(SANITIZE),,1),$(if $(CROSS),,1)),1,0)
 ifneq ($(and $(NVCC),$(if $(CUDA_FOUND),,1)),)
 $(info note: $(NVCC) has no CUDA runtime headers or libcudart_static.a beside it; building CPU-only)
 endif
@@ -160,8 +222,16 @@ CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 CUDA_CFLAGS := -DBN_HAVE_CUDA -I$(CUDA_INCDIR) -Ikernels/cuda
 CUDA_LIBS  := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
-NVCC_FLAGS := -std=c++17 -O3 -lineinfo -gencode arch=compute_90,code=sm_90 \
-	-gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ikernels/cuda
+# Machine code for each compute capability of CUDA_ARCHS, and the PTX of the last: 9.0 (H100,
+# H200, GH200); on aarch64 also 8.7, Jetson Orin's (its CPU is ARM, its GPU beside it).
+CUDA_ARCHS ?= $(if $(filter aarch64,$(ARCH)),87 90,90)
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+	-gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+# The backend refuses a device below the lowest of them (daemon/backends/cuda.c).
+ifneq ($(firstword $(CUDA_ARCHS)),90)
+CUDA_CFLAGS += -DBN_CUDA_MIN_ARCH=$(firstword $(CUDA_ARCHS))
+endif
+NVCC_FLAGS := -std=c++17 -O3 -lineinfo $(CUDA_GENCODE) -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ikernels/cuda
 # The kernels a decode or prefill step spends its time in: a register spill there fails the
 # build (the element-wise kernels and CUB's sort are reported, not held to it).
 CUDA_HOT_KERNELS := gemv_dp4a_kernel gemm_tc_kernel f32_gemm_kernel f16_gemm_kernel attend_kernel \
@@ -171,7 +241,12 @@ endif
 
 # libbitnetd-core.a: everything of the daemon but main(), and the CPU kernels. The daemon, the
 # model tool, the benchmarks and the tests link it.
-KERNEL_SRCS := $(wildcard kernels/cpu/*.c)
+# Each architecture's SIMD files and CPU-feature probe; the other architecture's are left out.
+KERNEL_X86_SRCS := $(wildcard kernels/cpu/*_x86.c kernels/cpu/*avx*.c kernels/cpu/*_vbmi.c)
+KERNEL_ARM_SRCS := $(wildcard kernels/cpu/*_arm.c kernels/cpu/*_neon.c kernels/cpu/*_dotprod.c \
+	kernels/cpu/*_i8mm.c)
+KERNEL_SRCS := $(filter-out $(if $(filter aarch64,$(ARCH)),$(KERNEL_X86_SRCS),$(KERNEL_ARM_SRCS)),\
+	$(wildcard kernels/cpu/*.c))
 # The tokenizer is one implementation: the client library's, which the daemon builds too.
 TOKENIZER_SRCS := libclient/tokenizer.c libclient/vocab_map.c libclient/bpe.c libclient/detok.c libclient/chat.c
 # The cuda backend's files that call CUDA (backends/cuda*.c): built with nvcc's kernels, or on
@@ -236,7 +311,7 @@ HOST_CORE_OBJS := $(filter-out $(CUDA_BACKEND_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/da
 HOST_CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm -ldl
 HOST_CFLAGS    := -Itests/cuda_host $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -DBN_HAVE_CUDA -DBN_CUDA_HOST -Ikernels/cuda
 HOST_CXXFLAGS  := -Itests/cuda_host -std=gnu++17 $(filter-out -Wstrict-prototypes -Wmissing-prototypes,$(WARN)) \
-	-Wno-unknown-pragmas -pthread -fPIC -ftls-model=initial-exec -ffp-contract=off $(CFLAGS) $(SAN_FLAGS) \
+	$(if $(SYSROOT),--sysroot=$(SYSROOT) )-Wno-unknown-pragmas -pthread -fPIC -ftls-model=initial-exec -ffp-contract=off $(CFLAGS) $(SAN_FLAGS) \
 	-DBN_CUDA_HOST -Ikernels -Ikernels/cuda -include cuda_runtime.h
 # Under ThreadSanitizer the harness's runtime is built without instrumentation: its own
 # bookkeeping, which every fiber touches, would order the fibers behind the device code's back
@@ -249,7 +324,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-cuda-host check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-cuda-host check-kernel-variants check-arm64 check-arm64-vm check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-embed bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
@@ -274,6 +349,9 @@ $(BUILD)/kernels/cpu/%_avx2.o: ISA_FLAGS := $(ISA_AVX2)
 $(BUILD)/kernels/cpu/%_avxvnni.o: ISA_FLAGS := $(ISA_AVX2) -mavxvnni
 $(BUILD)/kernels/cpu/%_avx512.o: ISA_FLAGS := $(ISA_AVX512)
 $(BUILD)/kernels/cpu/%_vbmi.o: ISA_FLAGS := $(ISA_AVX512) -mavx512vbmi
+$(BUILD)/kernels/cpu/%_neon.o: ISA_FLAGS := $(ISA_NEON)
+$(BUILD)/kernels/cpu/%_dotprod.o: ISA_FLAGS := $(ISA_DOTPROD)
+$(BUILD)/kernels/cpu/%_i8mm.o: ISA_FLAGS := $(ISA_I8MM)
 
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -287,7 +365,7 @@ $(BUILD)/tests/%.o: tests/%.c
 
 $(CORE_A): $(CORE_OBJS)
 	@$(if $(Q),echo "  AR      $@")
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 $(BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
@@ -300,7 +378,7 @@ $(MODELTOOL): $(MODELTOOL_OBJS) $(HUB_OBJS) $(CORE_A)
 $(DEFAULT_MODEL): $(MODELTOOL)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  GEN     $@")
-	$(Q)$(MODELTOOL) write --preset tiny --type i2_s --out $@
+	$(Q)$(RUN_BUILT)$(MODELTOOL) write --preset tiny --type i2_s --out $@
 
 # libm for bn_classify's label probabilities (exp); bitnet-client.pc names the same libraries
 # for static links.
@@ -312,7 +390,7 @@ $(LIB_SO): $(CLIENT_PIC) libclient/libbitnet-client.map
 
 $(LIB_A): $(CLIENT_OBJS)
 	@$(if $(Q),echo "  AR      $@")
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 # The .pc file names the directories of the make run that writes it, so `install` writes its
 # own: after a plain `make`, `make install PREFIX=/opt/bitnet` must not install the build
@@ -393,7 +471,7 @@ $(HOST_SELFTEST_SO): $(HOST_CUDA)/tests/cuda_host/selftest_kernels.o
 
 $(HOST_CORE_A): $(HOST_CORE_OBJS)
 	@$(if $(Q),echo "  AR      $@")
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 # The runtime is linked as objects (not an archive): the kernels' shared object is what calls
 # most of it, and the program must define and export it.
@@ -441,7 +519,9 @@ $(BUILD)/bench/%.o: bench/%.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(BLAS_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BENCH_MODEL): $(BUILD)/bench/bench_model.o $(CORE_A)
+# Its machine probes (bench/probes.h) are each architecture's own file.
+BENCH_PROBES := $(BUILD)/bench/probe_$(if $(filter aarch64,$(ARCH)),arm,x86).o
+$(BENCH_MODEL): $(BUILD)/bench/bench_model.o $(BENCH_PROBES) $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(BLAS_LIBS)
 
@@ -451,10 +531,10 @@ LLAMA3_VOCAB_ARGS = $(if $(wildcard $(LLAMA3_TOKENIZER)),--vocab-from $(LLAMA3_T
 
 $(BENCH_MODEL_FILE): | $(MODELTOOL)
 	@mkdir -p $(dir $@)
-	$(if $(filter 2b4t,$(BENCH_PRESET)),$(MODELTOOL) write --preset 2b4t --type i2_s $(LLAMA3_VOCAB_ARGS) --out $@,$(MODELTOOL) write --preset $(BENCH_PRESET) --out $@)
+	$(if $(filter 2b4t,$(BENCH_PRESET)),$(RUN_BUILT)$(MODELTOOL) write --preset 2b4t --type i2_s $(LLAMA3_VOCAB_ARGS) --out $@,$(RUN_BUILT)$(MODELTOOL) write --preset $(BENCH_PRESET) --out $@)
 
 bench-model: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
-	$(BENCH_MODEL) --model $(BENCH_MODEL_FILE)
+	$(RUN_BUILT)$(BENCH_MODEL) --model $(BENCH_MODEL_FILE)
 
 # bench-model with another build's AVX2 kernels linked in beside this build's, for
 # --matrices-only (old and new in one process): OLD_KERNELS_OBJ names that build's
@@ -463,7 +543,7 @@ OLD_KERNELS_OBJ ?=
 $(BUILD)/bench/old_kernels.o: $(OLD_KERNELS_OBJ)
 	@test -n "$(OLD_KERNELS_OBJ)" || { echo "set OLD_KERNELS_OBJ=OTHER_BUILD/kernels/cpu/kernels_avx2.o"; exit 2; }
 	objcopy --redefine-sym bn_kernels_avx2=bn_kernels_old $< $@
-$(BUILD)/bench-model-old: $(BUILD)/bench/bench_model.o $(BUILD)/bench/old_kernels.o $(CORE_A)
+$(BUILD)/bench-model-old: $(BUILD)/bench/bench_model.o $(BENCH_PROBES) $(BUILD)/bench/old_kernels.o $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS) $(BLAS_LIBS)
 bench-model-old: $(BUILD)/bench-model-old $(BENCH_MODEL_FILE)
@@ -479,7 +559,7 @@ $(BENCH_TOKENIZER): $(BUILD)/bench/bench_tokenizer.o $(LIB_A)
 $(BENCH_TOKENIZER_FILE): | $(MODELTOOL)
 	@test -f $(LLAMA3_TOKENIZER) || { echo "bench-tokenizer needs $(LLAMA3_TOKENIZER) (set BITNET_TEST_MODELS)"; exit 1; }
 	@mkdir -p $(dir $@)
-	$(MODELTOOL) write --preset tiny --vocab-from $(LLAMA3_TOKENIZER) --metadata microsoft --out $@
+	$(RUN_BUILT)$(MODELTOOL) write --preset tiny --vocab-from $(LLAMA3_TOKENIZER) --metadata microsoft --out $@
 
 bench-tokenizer: $(BENCH_TOKENIZER) $(BITNETD) $(BENCH_TOKENIZER_FILE)
 	BITNETD=$(BITNETD) $(BENCH_TOKENIZER) --model $(BENCH_TOKENIZER_FILE)
@@ -575,7 +655,7 @@ $(BENCH_SPECULATIVE): $(BUILD)/bench/bench_speculative.o $(LIB_A)
 
 $(BENCH_RIGGED_FILE): | $(MODELTOOL)
 	@mkdir -p $(dir $@)
-	$(MODELTOOL) write --preset 2b4t --type i2_s --untied --embed-type f16 --rig-argmax 1000 \
+	$(RUN_BUILT)$(MODELTOOL) write --preset 2b4t --type i2_s --untied --embed-type f16 --rig-argmax 1000 \
 		$(LLAMA3_VOCAB_ARGS) --out $@
 
 bench-speculative: $(BENCH_SPECULATIVE) $(BITNETD) $(BENCH_MODEL_FILE) $(BENCH_RIGGED_FILE)
@@ -604,8 +684,13 @@ $(BENCH_LUT): $(BUILD)/bench/bench_lut.o $(CORE_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
 
+ifeq ($(ARCH),x86_64)
 bench-lut: $(BENCH_LUT)
 	$(BENCH_LUT)
+else
+bench-lut:
+	@echo "bench-lut: x86-64 only (it weighs a table-lookup kernel against the AVX2 kernels)"; exit 1
+endif
 
 # The daemon on a busy machine (bench/bench_busy.c): one-token requests on stories260K with the
 # default thread count and with --threads 1, idle and with a busy loop per CPU, and batch-1
@@ -684,7 +769,7 @@ fuzz-requests:
 # run fewer samples, and under ThreadSanitizer the suites that run on one thread print SKIP
 # (tests/testutil.h: TU_SANITIZED, TU_TSAN), which keeps CI's run under its 40 minutes.
 check: check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk check-deploy check-systemd check-man \
-	$(if $(SANITIZE),,check-install check-faults check-san check-tsan)
+	$(if $(SANITIZE),,check-install check-faults check-san check-tsan check-arm64)
 
 # The official OpenAI TypeScript SDK against bitnet-gateway (tests/gateway): the package, at the
 # version package-lock.json pins, is installed into tests/gateway/node_modules by npm ci.
@@ -745,7 +830,7 @@ check-cuda-host: $(HOST_TESTS:%=$(BUILD)/tests/%) $(HOST_BITNETD) $(BITNETD) $(D
 # head screen, the daemons they start) again with each variant forced through $$BITNET_KERNELS,
 # so a machine with AVX-512 also runs the AVX2 and scalar paths end to end; a variant this CPU
 # cannot run prints SKIP (exit 77).
-KERNEL_VARIANTS := scalar avx2 avxvnni avx512vnni
+KERNEL_VARIANTS := $(if $(filter aarch64,$(ARCH)),scalar neon dotprod i8mm,scalar avx2 avxvnni avx512vnni)
 KERNEL_VARIANT_TESTS := test_kernels test_forward test_head_screen
 check-kernel-variants: all
 	@set -e; for v in $(KERNEL_VARIANTS); do for t in $(KERNEL_VARIANT_TESTS); do \
@@ -753,6 +838,39 @@ check-kernel-variants: all
 		rc=0; BITNET_KERNELS=$$v $(TEST_ENV) $(BUILD)/tests/$$t || rc=$$?; \
 		if [ $$rc = 77 ]; then echo "SKIP: $$t with BITNET_KERNELS=$$v"; elif [ $$rc != 0 ]; then exit $$rc; fi; \
 	done; done
+
+# The aarch64 build on an x86-64 machine: the cross build of everything (build-aarch64, with
+# ARM64_CC and ARM64_SYSROOT), then its in-process suites under qemu-aarch64 on a Cortex-A72
+# and on QEMU's "max" CPU, each kernel variant forced (tools/check-arm64.sh says which, and
+# prints each run's time). On an aarch64 machine check-c and check-kernel-variants run the
+# same suites natively.
+ARM64_CC ?= aarch64-linux-gnu-gcc
+ARM64_BUILD := build-aarch64
+check-arm64:
+ifeq ($(ARCH)$(CROSS),x86_64)
+	@echo "== aarch64 cross build ($(ARM64_CC), sysroot $(ARM64_SYSROOT))"
+	$(Q)$(MAKE) --no-print-directory CC=$(ARM64_CC) BUILD=$(ARM64_BUILD) all
+	@echo "== aarch64 suites under $(QEMU_AARCH64) (tools/check-arm64.sh)"
+	$(Q)BUILD=$(ARM64_BUILD) SYSROOT=$(ARM64_SYSROOT) QEMU=$(QEMU_AARCH64) sh tools/check-arm64.sh
+else
+	@echo "check-arm64: this build is for $(ARCH)$(if $(CROSS), (a cross build)); on aarch64 check-c and check-kernel-variants run these suites natively"
+endif
+
+# The aarch64 build's daemon, client, gateway and transport suites (and the daemon cases of
+# the others) in an emulated arm64 machine: Debian's arm64 kernel and busybox (made once into
+# ARM64_VM_KIT by tools/arm64-sysroot.sh --vm), the sysroot and this checkout shared
+# read-only (tools/arm64-vm.sh). Not part of make check: emulated, it takes many minutes
+# (docs/PERFORMANCE.md, "ARM64"). Needs qemu-system-arm and cpio (tools/install-deps.sh
+# --arm64-vm).
+ARM64_VM_KIT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/bitnetd/arm64-vm
+check-arm64-vm:
+ifeq ($(ARCH)$(CROSS),x86_64)
+	$(Q)$(MAKE) --no-print-directory CC=$(ARM64_CC) BUILD=$(ARM64_BUILD) all
+	$(Q)sh tools/arm64-sysroot.sh --vm $(ARM64_VM_KIT)
+	$(Q)BUILD=$(ARM64_BUILD) SYSROOT=$(ARM64_SYSROOT) VM_KIT=$(ARM64_VM_KIT) sh tools/arm64-vm.sh
+else
+	@echo "check-arm64-vm: this build is for $(ARCH)$(if $(CROSS), (a cross build)); on aarch64 check-c runs these suites natively"
+endif
 
 # The fault campaigns (tests/faults.c): counts of crashes, lost requests, leaks and wrong
 # outputs under client kills, SIGTERM drains, daemon kills, a tight KV pool and a flood.
@@ -867,7 +985,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(INCDIR)/bitnet
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-aarch64
 
 help:
 	@sed -n '2,/^$$/p' Makefile | sed 's/^# \{0,1\}//'

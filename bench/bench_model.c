@@ -4,9 +4,13 @@
  * ratios compare like with like. `make bench-model` makes the model files it needs with the
  * model tool and runs it. Keys:
  *
- *   mem_bw_gbs, mem_bw_1t_gbs   read bandwidth, all threads / one thread (AVX-512 or AVX2 loads)
+ *   mem_bw_gbs, mem_bw_1t_gbs   read bandwidth, all threads / one thread (AVX-512 or AVX2 loads;
+ *                               NEON on aarch64: bench/probes.h)
  *   int8_peak_gmacs             int8 multiply-adds per second (register-only loop of the selected
- *                               kernels' instructions: vpdpbusd, or AVX2 maddubs/madd), all threads
+ *                               kernels' instructions: vpdpbusd, or AVX2 maddubs/madd; smlal,
+ *                               sdot or smmla on aarch64), all threads
+ *   int8_peak_gmacs_<variant>   aarch64: the same for each of neon (smlal), dotprod (sdot) and
+ *                               i8mm (smmla) this CPU has, whichever kernels are selected
  *   t2_gemv_gbs, t2_gemv_bw_share   ternary matrix x vector over 256 MB of weights
  *   decode_tps_bN               decode tokens/s with N sequences (2B4T shape)
  *   decode_b16_over_b1          the batching gain
@@ -24,7 +28,8 @@
  *   lmhead_ms_{ours,openblas}_bN    the F16 LM head: our kernel vs OpenBLAS sgemm (F32 copy)
  *   fma_peak_glanes             float multiply-adds per second (register-only loop), all threads
  *   int16_peak_gmacs_avx2       the AVX2 head screen's int16 step (vpmaddwd + vpaddd, 16
- *                               multiply-adds), all threads
+ *                               multiply-adds), all threads; int16_peak_gmacs_neon on aarch64
+ *                               (smlal of int16, 4 multiply-adds)
  *   screen_int16_pass_ms_b16, screen_int16_pass_gmacs_b16   the screen's int16 pass alone
  *                               over the whole head for 16 rows (screen side by side)
  *   rss_model_mb, rss_peak_mb, file_mb, rss_over_file   resident memory after loading
@@ -45,6 +50,7 @@
  */
 #define _GNU_SOURCE
 #include "bench_util.h"
+#include "probes.h"
 #include "../daemon/model/forward.h"
 #include "../daemon/model/model.h"
 #include "kernels.h"
@@ -54,7 +60,6 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
-#include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,45 +86,11 @@ struct bw_job {
 	uint64_t sink[64];
 };
 
-__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n)
-{
-	__m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-	for (size_t i = 0; i + 256 <= n; i += 256) {
-		a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
-		a1 = _mm512_xor_si512(a1, _mm512_load_si512(p + i + 64));
-		a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + i + 128));
-		a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + i + 192));
-	}
-	a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-	return (uint64_t)_mm512_reduce_add_epi64(a0);
-}
-
-__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n)
-{
-	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-	for (size_t i = 0; i + 128 <= n; i += 128) {
-		a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
-		a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-		a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-		a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-	}
-	a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-	return (uint64_t)_mm256_extract_epi64(a0, 0) ^ (uint64_t)_mm256_extract_epi64(a0, 3);
-}
-
-/* The probe loops use AVX-512 where the selected kernels do (main() sets this), else AVX2; the
- * int8 peak is that of the selected kernels' own instructions (peak_loop), so a run with
- * BITNET_KERNELS=avx2 on an AVX-512 machine measures the AVX2 kernels against AVX2's peak. */
-static int bench_avx512;
-enum peak_kind { PEAK_MADDUBS, PEAK_VNNI256, PEAK_VNNI512 };
-static enum peak_kind peak_loop;
-
 static void bw_task(void *ctx, uint32_t t)
 {
 	struct bw_job *j = ctx;
 	const uint8_t *p = j->buf + (size_t)t * j->bytes_per_task;
-	j->sink[t % 64] += bench_avx512 ? read_avx512(p, j->bytes_per_task)
-					: read_avx2(p, j->bytes_per_task);
+	j->sink[t % 64] += probe_read(p, j->bytes_per_task);
 }
 
 /* GB/s of the best of `passes` reads of buf's bytes, split in 64 tasks. */
@@ -167,113 +138,10 @@ struct peak_job {
 	int32_t sink[64];
 };
 
-/* Independent accumulator chains of the peak loops. Their inner loops must be unrolled so
- * the chains live in registers: at -O2 GCC kept the array in memory and the loops measured
- * 33 G float lanes/s and 169 G int8 multiply-adds/s on one core, against 117 and 249 unrolled
- * (side by side, 2026-11-22). */
-#define PEAK_CHAINS 16
-
-__attribute__((target("avx512f,avx512vnni"))) static int32_t vnni_loop(uint64_t iters)
-{
-	/* PEAK_CHAINS independent chains, more than the vpdpbusd latency times its throughput. */
-	__m512i a[PEAK_CHAINS], w = _mm512_set1_epi8(1), x = _mm512_set1_epi8(3);
-	for (int i = 0; i < PEAK_CHAINS; i++)
-		a[i] = _mm512_set1_epi32(i);
-	for (uint64_t it = 0; it < iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < PEAK_CHAINS; i++)
-			a[i] = _mm512_dpbusd_epi32(a[i], w, x);
-	__m512i s = a[0];
-	for (int i = 1; i < PEAK_CHAINS; i++)
-		s = _mm512_add_epi32(s, a[i]);
-	return _mm512_reduce_add_epi32(s);
-}
-
-/* The AVX2 kernels' int8 step: vpmaddubsw into int16 pairs, vpmaddwd by ones into int32, an
- * add; 32 multiply-adds per three instructions. */
-__attribute__((target("avx2"))) static int32_t madd_loop_avx2(uint64_t iters)
-{
-	__m256i a[PEAK_CHAINS], u = _mm256_set1_epi8(1), s8 = _mm256_set1_epi8(-1);
-	const __m256i ones = _mm256_set1_epi16(1);
-	for (int i = 0; i < PEAK_CHAINS; i++)
-		a[i] = _mm256_set1_epi32(i);
-	for (uint64_t it = 0; it < iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < PEAK_CHAINS; i++)
-			a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s8), ones));
-	__m256i s = a[0];
-	for (int i = 1; i < PEAK_CHAINS; i++)
-		s = _mm256_add_epi32(s, a[i]);
-	return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
-}
-
-/* The AVX2 head screen's int16 step (kernels_avx2.c: i8_dots): vpmaddwd, an add; 16
- * multiply-adds per two instructions. */
-__attribute__((target("avx2"))) static int32_t madd16_loop_avx2(uint64_t iters)
-{
-	__m256i a[PEAK_CHAINS], w = _mm256_set1_epi16(3), x = _mm256_set1_epi16(-5);
-	for (int i = 0; i < PEAK_CHAINS; i++)
-		a[i] = _mm256_set1_epi32(i);
-	for (uint64_t it = 0; it < iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < PEAK_CHAINS; i++)
-			a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(w, x));
-	__m256i s = a[0];
-	for (int i = 1; i < PEAK_CHAINS; i++)
-		s = _mm256_add_epi32(s, a[i]);
-	return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
-}
-
-/* AVX-VNNI: vpdpbusd on ymm registers, 32 multiply-adds per instruction. */
-__attribute__((target("avx2,avxvnni"))) static int32_t vnni256_loop(uint64_t iters)
-{
-	__m256i a[PEAK_CHAINS], w = _mm256_set1_epi8(1), x = _mm256_set1_epi8(3);
-	for (int i = 0; i < PEAK_CHAINS; i++)
-		a[i] = _mm256_set1_epi32(i);
-	for (uint64_t it = 0; it < iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < PEAK_CHAINS; i++)
-			a[i] = _mm256_dpbusd_avx_epi32(a[i], w, x);
-	__m256i s = a[0];
-	for (int i = 1; i < PEAK_CHAINS; i++)
-		s = _mm256_add_epi32(s, a[i]);
-	return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
-}
-
-__attribute__((target("avx2,fma"))) static float fma_loop_avx2(uint64_t iters)
-{
-	__m256 a[PEAK_CHAINS], w = _mm256_set1_ps(0.5f), x = _mm256_set1_ps(0.25f);
-	for (int i = 0; i < PEAK_CHAINS; i++)
-		a[i] = _mm256_set1_ps((float)i);
-	for (uint64_t it = 0; it < iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < PEAK_CHAINS; i++)
-			a[i] = _mm256_fmadd_ps(a[i], w, x);
-	__m256 s = a[0];
-	for (int i = 1; i < PEAK_CHAINS; i++)
-		s = _mm256_add_ps(s, a[i]);
-	return _mm256_cvtss_f32(s);
-}
-
-__attribute__((target("avx512f,fma"))) static float fma_loop(uint64_t iters)
-{
-	__m512 a[PEAK_CHAINS], w = _mm512_set1_ps(0.5f), x = _mm512_set1_ps(0.25f);
-	for (int i = 0; i < PEAK_CHAINS; i++)
-		a[i] = _mm512_set1_ps((float)i);
-	for (uint64_t it = 0; it < iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < PEAK_CHAINS; i++) /* a = a * 0.5 + 0.25 stays finite */
-			a[i] = _mm512_fmadd_ps(a[i], w, x);
-	__m512 s = a[0];
-	for (int i = 1; i < PEAK_CHAINS; i++)
-		s = _mm512_add_ps(s, a[i]);
-	return _mm512_reduce_add_ps(s);
-}
-
 static void fma_task(void *ctx, uint32_t t)
 {
 	struct peak_job *j = ctx;
-	j->sink[t % 64] += (int32_t)(bench_avx512 ? fma_loop(j->iters) : fma_loop_avx2(j->iters));
+	j->sink[t % 64] += (int32_t)probe_fma_loop(j->iters);
 }
 
 #define PEAK_ITERS 8000000
@@ -295,44 +163,58 @@ static double peak_seconds(struct bn_pool *pool, bn_pool_fn loop)
 
 static double measure_fma_peak(struct bn_pool *pool)
 {
-	double lanes = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS * (bench_avx512 ? 16 : 8);
+	double lanes = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS * probe_fma_lanes_per_step();
 	return lanes / peak_seconds(pool, fma_task) / 1e9;
 }
 
 static void int16_task(void *ctx, uint32_t t)
 {
 	struct peak_job *j = ctx;
-	j->sink[t % 64] += madd16_loop_avx2(j->iters);
+	j->sink[t % 64] += probe_int16_loop(j->iters);
 }
 
-/* int16 multiply-adds per second of the AVX2 screen's step, all threads. */
-static double measure_int16_peak_avx2(struct bn_pool *pool)
+/* int16 multiply-adds per second of the head screen's step, all threads. */
+static double measure_int16_peak(struct bn_pool *pool)
 {
-	double macs = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS * 16;
+	double macs = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS * probe_int16_macs_per_step();
 	return macs / peak_seconds(pool, int16_task) / 1e9;
 }
 
 static void peak_task(void *ctx, uint32_t t)
 {
 	struct peak_job *j = ctx;
-	j->sink[t % 64] += peak_loop == PEAK_VNNI512   ? vnni_loop(j->iters)
-			   : peak_loop == PEAK_VNNI256 ? vnni256_loop(j->iters)
-						       : madd_loop_avx2(j->iters);
+	j->sink[t % 64] += probe_int8_loop(j->iters);
 }
 
-/* int8 multiply-adds per second over all threads: each zmm vpdpbusd is 64, each ymm one or
- * AVX2 step 32. */
+/* int8 multiply-adds per second of the selected kernels' instruction, all threads. */
 static double measure_int8_peak(struct bn_pool *pool)
 {
 	double macs = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS *
-		      (peak_loop == PEAK_VNNI512 ? 64 : 32);
+		      probe_int8_macs_per_step();
 	return macs / peak_seconds(pool, peak_task) / 1e9;
 }
 
-static enum peak_kind peak_kind_of(const struct bn_kernels *k)
+static int32_t (*named_loop)(uint64_t iters);
+
+static void named_peak_task(void *ctx, uint32_t t)
 {
-	return !strcmp(k->name, "avx512vnni") ? PEAK_VNNI512
-	       : !strcmp(k->name, "avxvnni") ? PEAK_VNNI256 : PEAK_MADDUBS;
+	struct peak_job *j = ctx;
+	j->sink[t % 64] += named_loop(j->iters);
+}
+
+/* int8_peak_gmacs_<variant> for every variant whose instruction probes.h measures by name
+ * and this CPU has (aarch64: neon, dotprod, i8mm). */
+static void print_named_int8_peaks(struct bn_pool *pool)
+{
+	for (int i = 1; i < BN_KERNEL_VARIANTS; i++) {
+		double per_step;
+		named_loop = probe_int8_loop_of(bn_kernel_variant_names[i], &per_step);
+		if (!named_loop)
+			continue;
+		double macs = (double)bn_pool_threads(pool) * PEAK_ITERS * PEAK_CHAINS * per_step;
+		printf("int8_peak_gmacs_%s=%.0f\n", bn_kernel_variant_names[i],
+		       macs / peak_seconds(pool, named_peak_task) / 1e9);
+	}
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1153,9 +1035,8 @@ static void matrices_side_by_side(struct bn_pool *pool, const struct bn_kernels 
 	const struct bn_kernels *tables[MATRIX_TABLES] = { k };
 	const char *names[MATRIX_TABLES] = { k->name };
 	uint32_t n = 1;
-	static const char *const variants[] = { "avx2", "avxvnni", "avx512vnni" };
-	for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
-		const struct bn_kernels *v = bn_kernels_select(variants[i]);
+	for (int i = 1; i < BN_KERNEL_VARIANTS; i++) { /* the SIMD ones */
+		const struct bn_kernels *v = bn_kernels_select(bn_kernel_variant_names[i]);
 		if (v && v != k) {
 			tables[n] = v;
 			names[n++] = v->name;
@@ -1307,9 +1188,12 @@ int main(int argc, char **argv)
 	const char *model_path = NULL;
 	int quick = 0, screen_only = 0, int8_only = 0, base3_only = 0, configs_only = 0;
 	int serial_only = 0, matrices_only = 0;
+	uint32_t threads = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model_path = argv[++i];
+		else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+			threads = (uint32_t)strtoul(argv[++i], NULL, 10);
 		else if (strcmp(argv[i], "--quick") == 0)
 			quick = 1;
 		else if (strcmp(argv[i], "--screen-only") == 0)
@@ -1325,7 +1209,9 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--matrices-only") == 0)
 			matrices_only = 1;
 		else {
-			fprintf(stderr, "usage: bench-model --model FILE.gguf [--quick] [--screen-only | --int8-head-only | --base3-only | --configs-only | --serial-only]\n"
+			fprintf(stderr, "usage: bench-model --model FILE.gguf [--threads N] [--quick] [--screen-only | --int8-head-only | --base3-only | --configs-only | --serial-only]\n"
+					"  --threads N       the pool's threads, the probes' included (default: one per\n"
+					"                    online CPU): a machine's curve, as peers publish theirs\n"
 					"  --quick           skip the 1024-token step-by-step run and the LM-head comparison\n"
 					"  --screen-only     the LM-head screen against the full head, nothing else\n"
 					"  --int8-head-only  the int8 head (--lm-head int8) against the full head: its\n"
@@ -1347,16 +1233,11 @@ int main(int argc, char **argv)
 	}
 	openblas_set_num_threads(1); /* serial build anyway: its calls run in our pool */
 	const struct bn_kernels *k = bn_kernels_select(NULL);
-	struct bn_cpu_features cpu;
-	bn_cpu_detect(&cpu);
-	if (!k || !cpu.avx2_fma_f16c) {
-		fprintf(stderr, "bench-model: %s\n",
-			!k ? "BITNET_KERNELS names kernels this CPU cannot run"
-			   : "the bandwidth and peak loops need AVX2 or AVX-512, which this CPU lacks");
+	const char *why = "BITNET_KERNELS names kernels this CPU cannot run";
+	if (!k || probe_select(k, &why) != 0) {
+		fprintf(stderr, "bench-model: %s\n", why);
 		return 1;
 	}
-	bench_avx512 = !strcmp(k->name, "avx512vnni");
-	peak_loop = peak_kind_of(k);
 	struct stat st;
 	if (stat(model_path, &st) != 0) {
 		perror(model_path);
@@ -1366,13 +1247,14 @@ int main(int argc, char **argv)
 	/* first, while this process holds next to nothing that a child would share */
 	if (!matrices_only && (int8_only || configs_only || (!quick && !screen_only)))
 		int8_memory(model_path, file_mb);
-	struct bn_pool *pool = bn_pool_new(0), *one = bn_pool_new(1);
+	struct bn_pool *pool = bn_pool_new(threads), *one = bn_pool_new(1);
 	printf("kernels=%s\nthreads=%u\n", k->name, bn_pool_threads(pool));
 	double bw = measure_bw(pool);
 	printf("mem_bw_gbs=%.1f\nmem_bw_1t_gbs=%.1f\n", bw, measure_bw(one));
 	double peak = measure_int8_peak(pool);
-	printf("int8_peak_gmacs=%.0f\nfma_peak_glanes=%.0f\nint16_peak_gmacs_avx2=%.0f\n", peak,
-	       measure_fma_peak(pool), measure_int16_peak_avx2(pool));
+	printf("int8_peak_gmacs=%.0f\nfma_peak_glanes=%.0f\nint16_peak_gmacs_%s=%.0f\n", peak,
+	       measure_fma_peak(pool), probe_int16_name(), measure_int16_peak(pool));
+	print_named_int8_peaks(pool);
 	double gemv = measure_t2_gemv(pool, k);
 	printf("t2_gemv_gbs=%.1f\nt2_gemv_bw_share=%.2f\n", gemv, gemv / bw);
 	fflush(stdout);

@@ -23,6 +23,7 @@
 #include "bench_util.h"
 #include "bitnet_barrier.h"
 #include "bitnet_futex.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -155,7 +156,7 @@ static void daemon_loop(struct sleeper *s, struct shared *sh, int64_t spin_ns)
 	for (;;) {
 		int64_t until = bench_now_ns() + spin_ns;
 		while (bn_load_acquire(sh->doorbell) == seen && bench_now_ns() < until)
-			__builtin_ia32_pause();
+			bn_cpu_relax();
 		if (bn_load_acquire(sh->doorbell) == seen) {
 			bn_write_once(sh->need_wakeup, 1);
 			bn_smp_mb(); /* the flag before the re-check (the client's fence pairs) */
@@ -205,7 +206,7 @@ static void await(struct shared *sh, uint32_t before, int64_t spin_ns)
 {
 	int64_t until = bench_now_ns() + spin_ns;
 	while (bn_load_acquire(sh->answer) == before && bench_now_ns() < until)
-		__builtin_ia32_pause();
+		bn_cpu_relax();
 
 	while (bn_load_acquire(sh->answer) == before) {
 		bn_write_once(sh->waiting, 1);

@@ -3,8 +3,9 @@
 #
 # Builds nothing from outside: a peer runs only if its binaries are installed and named by an
 # environment variable. bitnetd's own kernel variants always run, side by side: every variant
-# this CPU can run (BITNET_KERNELS=avx2, avxvnni, avx512vnni), so the AVX2 path is measured on
-# every machine, AVX-512 ones included.
+# this CPU can run (BITNET_KERNELS=avx2, avxvnni, avx512vnni on x86-64; neon, dotprod, i8mm on
+# aarch64), so the AVX2 path is measured on every machine, AVX-512 ones included, and the NEON
+# and sdot paths on an i8mm one.
 #
 # The figures, each over THREADS threads (default: the online CPUs):
 #   decode_b1_tps      batch-1 decode, tokens/s
@@ -38,7 +39,7 @@ record() { sed -n "s/^\([a-z0-9_]*\)=\([0-9.]*\)$/$1_\1=\2/p" >> "$OUT/all"; }
 
 bitnetd_variant() { # $1: variant name; skipped when this CPU cannot run it
 	log="$OUT/bitnetd-$1.log"
-	if ! BITNET_KERNELS=$1 "$BUILD/bench-model" --model "$MODEL" --quick > "$log" 2>&1; then
+	if ! BITNET_KERNELS=$1 "$BUILD/bench-model" --model "$MODEL" --threads "$THREADS" --quick > "$log" 2>&1; then
 		if grep -q 'cannot run' "$log"; then echo "SKIP: bitnetd $1: this CPU cannot run it"; return 0; fi
 		echo "compare_peers: bench-model with BITNET_KERNELS=$1 failed:" >&2; tail -5 "$log" >&2; exit 1
 	fi
@@ -62,10 +63,17 @@ peer_batched() { # $1: name, $2: llama-batched-bench, $3: model
 	awk -F'|' '$4 + 0 == 16 { gsub(/ /, "", $9); print "decode_b16_tps=" $9 }' "$log" | record "$1"
 }
 
-echo "machine=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') threads=$THREADS"
-echo "cpu_flags=$(grep -m1 -o -w -e avx2 -e avx_vnni -e avx512_vnni -e avx512_vbmi -e amx_int8 /proc/cpuinfo | sort -u | tr '\n' ' ')"
+if [ "$(uname -m)" = aarch64 ]; then
+	VARIANTS="neon dotprod i8mm"
+	echo "machine=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1) threads=$THREADS"
+	echo "cpu_flags=$(grep -m1 -o -w -e asimd -e asimddp -e i8mm -e sve -e sve2 /proc/cpuinfo | sort -u | tr '\n' ' ')"
+else
+	VARIANTS="avx2 avxvnni avx512vnni"
+	echo "machine=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') threads=$THREADS"
+	echo "cpu_flags=$(grep -m1 -o -w -e avx2 -e avx_vnni -e avx512_vnni -e avx512_vbmi -e amx_int8 /proc/cpuinfo | sort -u | tr '\n' ' ')"
+fi
 for r in $(seq "$ROUNDS"); do
-	for v in avx2 avxvnni avx512vnni; do bitnetd_variant "$v"; done
+	for v in $VARIANTS; do bitnetd_variant "$v"; done
 	if [ -n "${LLAMA_BENCH:-}" ]; then peer_bench llama_cpp "$LLAMA_BENCH" "${LLAMA_MODEL:?LLAMA_MODEL: the TQ2_0 file}"
 	elif [ "$r" = 1 ]; then echo "SKIP: llama.cpp (set LLAMA_BENCH and LLAMA_MODEL)"; fi
 	if [ -n "${LLAMA_BATCHED:-}" ]; then peer_batched llama_cpp "$LLAMA_BATCHED" "${LLAMA_MODEL:?}"; fi
@@ -85,7 +93,8 @@ for k in sorted(vals):
     print(f"{k}={statistics.median(vals[k]):.2f}")
 figs = [("decode_b1_tps", "decode batch 1, tok/s"), ("decode_b1_screened_tps", "  (bitnetd's default screened head)"),
         ("decode_b16_tps", "decode batch 16, tok/s in all"), ("prefill_256_tps", "prefill 256, tok/s")]
-progs = [p for p in ("llama_cpp", "bitnet_cpp", "bitnetd_avx2", "bitnetd_avxvnni", "bitnetd_avx512vnni")
+progs = [p for p in ("llama_cpp", "bitnet_cpp", "bitnetd_avx2", "bitnetd_avxvnni", "bitnetd_avx512vnni",
+                     "bitnetd_neon", "bitnetd_dotprod", "bitnetd_i8mm")
          if any(k.startswith(p + "_") for k in vals)]
 def cell(p, f):
     v = vals.get(f"{p}_{f}")

@@ -71,6 +71,8 @@ static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("isb" ::: "memory"); /* as daemon/common/clock.h's bn_cpu_relax */
 #endif
 }
 

@@ -4,6 +4,8 @@
 #include "cuda_testutil.h"
 #include "bitnet_client.h"
 
+#include "cuda_kernels.h"
+
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,8 +122,10 @@ int ctu_require_device(char *name, size_t cap)
 		return 77;
 	}
 	struct cudaDeviceProp prop;
-	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
-		printf("SKIP: device 0 is not compute capability 9.0 or newer\n");
+	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess ||
+	    !bn_cuda_arch_ok(prop.major, prop.minor)) {
+		printf("SKIP: device 0 is below compute capability %d.%d, this build's lowest\n",
+		       BN_CUDA_MIN_ARCH / 10, BN_CUDA_MIN_ARCH % 10);
 		return 77;
 	}
 	snprintf(name, cap, "%s", prop.name);

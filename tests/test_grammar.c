@@ -145,7 +145,7 @@ START_TEST(masks_equal_brute_force)
 		if (warm)
 			ck_assert_int_eq(bn_grammar_bound_warm(b, UINT64_MAX / 2), 1);
 		tu_rng_seed(20 + (uint64_t)_i);
-		for (int w = 0; w < 6; w++)
+		for (int w = 0; w < (tu_emulated() ? 2 : 6); w++) /* testutil.h */
 			walk_checking(&t, b, 40, NULL, 0);
 		bn_grammar_bound_unref(b);
 	}
@@ -158,6 +158,8 @@ END_TEST
 START_TEST(llama3_masks_equal_brute_force)
 {
 	static struct tvocab t;
+	if (tu_emulated() && _i != 1) /* one grammar under an emulator: the vocabulary's load */
+		return;               /* dominates there (testutil.h) */
 	if (!t.v && tvocab_llama3(&t))
 		return;
 	static const char arith[] = "root ::= e\ne ::= t ([-+] t)*\nt ::= f ([*/] f)*\n"

@@ -1192,6 +1192,7 @@ int main(void)
 	suite_add_tcase(s, payload);
 
 	TCase *daemon = tcase_create("daemon");
+	tcase_set_tags(daemon, TU_TAG_DAEMON);
 	tcase_set_timeout(daemon, 60);
 	tcase_add_test(daemon, loopback_serves_no_vocabulary);
 	tcase_add_test(daemon, cli_refuses_bad_options);
@@ -1206,8 +1207,12 @@ int main(void)
 		TCase *real = tcase_create("test model");
 		tcase_set_timeout(real, 120);
 		tcase_add_test(real, stories_known_ids_round_trip);
-		tcase_add_test(real, stories_cli_prints_greedy_text);
 		suite_add_tcase(s, real);
+		TCase *served = tcase_create("test model in a daemon");
+		tcase_set_tags(served, TU_TAG_DAEMON);
+		tcase_set_timeout(served, 120);
+		tcase_add_test(served, stories_cli_prints_greedy_text);
+		suite_add_tcase(s, served);
 	} else {
 		printf("SKIP: test-model tests (BITNET_TEST_MODELS is not set; .ci/run sets it to ../shared/models)\n");
 	}

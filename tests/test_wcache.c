@@ -665,6 +665,7 @@ int main(void)
 	tcase_add_test(f, directory_and_name);
 	suite_add_tcase(s, f);
 	TCase *d = tcase_create("daemons");
+	tcase_set_tags(d, TU_TAG_DAEMON);
 	tcase_set_timeout(d, 300);
 	tcase_add_loop_test(d, outputs_equal_without_built_and_hit, 0, 25);
 	tcase_add_test(d, changed_model_file_is_a_miss);

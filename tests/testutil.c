@@ -280,6 +280,12 @@ void tu_remove_dir(const char *dir)
 		fprintf(stderr, "could not remove %s\n", dir);
 }
 
+int tu_emulated(void)
+{
+	const char *e = getenv("BITNET_TEST_EMULATED");
+	return e && *e && strcmp(e, "0") != 0;
+}
+
 int tu_forced_kernels_runnable(void)
 {
 	const char *forced = getenv("BITNET_KERNELS");

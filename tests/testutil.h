@@ -122,6 +122,17 @@ int tu_forced_kernels_runnable(void);
 #endif
 #define TU_TSAN_SKIP_MSG "SKIP under ThreadSanitizer: this suite runs on one thread (the plain and AddressSanitizer passes run it)"
 
+/* 1 when the suite runs under an emulator: make check-arm64 sets BITNET_TEST_EMULATED for its
+ * runs under qemu-user, where SIMD code runs 30-60x slower than natively. The oracle suites
+ * then check fewer shapes and batch sizes (each says which), as under the sanitizers: every
+ * code path once, not every sample; the aarch64 hardware they stand in for runs them all. */
+int tu_emulated(void);
+
+/* The tag (Check's tcase_set_tags) of the test cases that start a daemon or run a client
+ * against one: make check-arm64 runs the suites under qemu-user, which has no io_uring for the
+ * daemon's loop, with CK_EXCLUDE_TAGS=daemon (make check-arm64-vm runs them in a VM). */
+#define TU_TAG_DAEMON "daemon"
+
 struct Suite;
 /* Runs the suite with Check's normal output (its summary line included) and returns the
  * process exit status: EXIT_SUCCESS iff nothing failed. */

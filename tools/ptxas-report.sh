@@ -15,15 +15,19 @@ hot=" $* "
 # What is not ptxas's own report goes to the user unchanged.
 grep -v -e '^ptxas info' -e 'bytes stack frame' "$log" >&2 || true
 
-# One record per entry function: regs smem stack spill_stores spill_loads mangled-name, then
-# demangled, then shortened to the function's own name.
+# One record per entry function: regs smem stack spill_stores spill_loads arch mangled-name,
+# then demangled, then shortened to the function's own name. A build for several compute
+# capabilities (CUDA_ARCHS) reports each kernel once per capability.
 awk '
-	/Compiling entry function/ { name = $0; sub(/.*entry function \047/, "", name); sub(/\047.*/, "", name) }
+	/Compiling entry function/ {
+		name = $0; sub(/.*entry function \047/, "", name); sub(/\047.*/, "", name)
+		arch = "sm_90"; if (match($0, /for \047sm_[0-9a-z]+\047/)) arch = substr($0, RSTART + 5, RLENGTH - 6)
+	}
 	/bytes stack frame/ { stack = $1; st = $5; ld = $9 }
 	/ptxas info *: Used [0-9]+ registers/ {
 		regs = $5; smem = 0
 		if (match($0, /[0-9]+ bytes smem/)) { smem = substr($0, RSTART, RLENGTH); sub(/ .*/, "", smem) }
-		if (name != "") print regs, smem, stack, st, ld, name
+		if (name != "") print regs, smem, stack, st, ld, arch, name
 		name = ""
 	}' "$log" | c++filt | awk -v src="$src" -v hot="$hot" '
 	# The function name: text before the argument list, without return type, template
@@ -44,15 +48,16 @@ awk '
 	}
 	BEGIN { bad = 0 }
 	{
-		full = $0; for (f = 1; f <= 5; f++) sub(/^[^ ]+ /, "", full)
+		full = $0; for (f = 1; f <= 6; f++) sub(/^[^ ]+ /, "", full)
 		k = short(full); is_hot = index(hot, " " k " ") > 0
-		if (n++ == 0) {
-			printf "  ptxas %s (sm_90):\n", src
+		if ($6 != shown) {
+			shown = $6
+			printf "  ptxas %s (%s):\n", src, $6
 			printf "    %-32s %5s %7s %6s %9s %9s\n", "kernel", "regs", "smem_B", "stack", "spill_st", "spill_ld"
 		}
 		printf "    %-32s %5d %7d %6d %9d %9d%s\n", k, $1, $2, $3, $4, $5, is_hot ? "  hot" : ""
 		if (is_hot && ($4 > 0 || $5 > 0)) {
-			printf "ptxas-report: %s: hot kernel %s spills registers (%d bytes stored, %d loaded)\n", src, k, $4, $5 > "/dev/stderr"
+			printf "ptxas-report: %s: hot kernel %s spills registers on %s (%d bytes stored, %d loaded)\n", src, k, $6, $4, $5 > "/dev/stderr"
 			bad = 1
 		}
 	}

@@ -291,7 +291,7 @@ static enum bn_decode_layout_kind attach_decode_layout(struct cpu_backend *cb, u
 	if (!base3)
 		return BN_DECODE_LAYOUT_2BIT;
 	if (bn_forward_use_t3(cb->fwd, 1) == -ENOTSUP) {
-		*said = "2bit (base3 needs AVX-512 VBMI)";
+		*said = "2bit (base3 needs " BN_T3_NEEDS ")";
 		return BN_DECODE_LAYOUT_2BIT;
 	}
 	if (!(cb->built & BN_WCACHE_HAS_T3)) {

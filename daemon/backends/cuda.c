@@ -189,9 +189,10 @@ static int pick_device(int index, int probing)
 	struct cudaDeviceProp prop;
 	if ((e = cudaGetDeviceProperties(&prop, index)) != cudaSuccess)
 		return bn_cuda_failed("cudaGetDeviceProperties", e);
-	if (prop.major < 9) {
-		bn_log_error("msg=\"this build runs on compute capability 9.0 or newer (sm_90 and its PTX)\" device=cuda:%d name=\"%s\" capability=%d.%d",
-			     index, prop.name, prop.major, prop.minor);
+	if (!bn_cuda_arch_ok(prop.major, prop.minor)) {
+		bn_log_error("msg=\"this build runs on compute capability %d.%d or newer (sm_%d and up, Makefile: CUDA_ARCHS)\" device=cuda:%d name=\"%s\" capability=%d.%d",
+			     BN_CUDA_MIN_ARCH / 10, BN_CUDA_MIN_ARCH % 10, BN_CUDA_MIN_ARCH, index,
+			     prop.name, prop.major, prop.minor);
 		return -ENODEV;
 	}
 	if ((e = cudaSetDevice(index)) != cudaSuccess)

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels.h — the CPU kernels the forward pass calls, as a table of function pointers filled
- * once at start-up from cpuid (scalar, AVX2, AVX-512 VNNI). Every variant computes the same
+ * once at start-up from what the CPU reports: cpuid on x86-64 (scalar, AVX2, AVX-VNNI, AVX-512
+ * VNNI), the kernel's hardware capabilities on aarch64 (scalar, NEON, dotprod, i8mm; the
+ * variants of one architecture only are built). Every variant computes the same
  * thing; the integer parts are bit-exact across variants, the float parts differ only in
  * summation order. Within one variant a result never depends on how many rows are computed
  * together, which is what makes a sequence's logits independent of its batch.
@@ -99,9 +101,9 @@ struct bn_i8_matrix {
 };
 
 /* The largest |x| an i8_dots activation may hold for rows of row_bytes: each 32-bit lane of
- * the widest variant (AVX2: 8 lanes) then sums at most row_bytes / 8 products of |w| <= 127
- * and |x| <= this without overflow, so the sums are exact in every variant. 16383 for rows of
- * up to 8448 inputs. */
+ * the widest variant (AVX2: 8 lanes; NEON's sums are two registers of 4 lanes) then sums at
+ * most row_bytes / 8 products of |w| <= 127 and |x| <= this without overflow, so the sums are
+ * exact in every variant. 16383 for rows of up to 8448 inputs. */
 static inline int32_t bn_i8_dot_x_max(uint32_t row_bytes)
 {
 	int64_t per_lane = (row_bytes + 7) / 8;
@@ -110,7 +112,7 @@ static inline int32_t bn_i8_dot_x_max(uint32_t row_bytes)
 }
 
 struct bn_kernels {
-	const char *name;        /* "scalar", "avx2", "avxvnni", "avx512vnni" */
+	const char *name;        /* one of bn_kernel_variant_names */
 	/* y[b*ldy + o] for o in [o0, o1), b in [0, n_b):
 	 *     ((float)(sum_k code(o,k) * q[b][k] - sum[b]) * scale[o]) * inv_scale[b]
 	 * (code(o,k) - 1 is the weight: subtracting sum[b] once undoes the +1 offset). */
@@ -124,7 +126,8 @@ struct bn_kernels {
 		       uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy);
 	/* Attention of one query vector q[d] over the first L positions of kv:
 	 * s[t] = scale * q.K[t]; then out[d] = sum_t p[t] V[t] with p = softmax(s), t in order.
-	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks). */
+	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks);
+	 * on aarch64 every variant's is the scalar kernel's (common_neon.c says why). */
 	void (*attend)(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 		       float scale, float *s, float *out);
 	/* attend for n_heads query vectors that share one KV head (grouped-query attention):
@@ -166,17 +169,34 @@ struct bn_kernels {
  * the forward pass reads it in one-row decode steps (forward.c says what was measured). */
 typedef void (*bn_t3_gemm_fn)(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
 			      const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
-/* The T3 kernel for a kernel table on this CPU, or NULL: it needs AVX-512 VBMI, whose byte
+/* The T3 kernel for a kernel table on this CPU, or NULL. On x86-64 it needs AVX-512 VBMI, whose byte
  * permutes decode five base-3 digits at the speed of memory (kernels_vbmi.c). Without them
  * the decoding costs more than the bytes it saves: AVX2 has no byte permute across 256
  * entries, and digit arithmetic (per digit a byte multiply by 3 and a high part; about 48
  * instructions per 160 weights against 20 per 128 for the 2-bit planes, by our count) would
  * make a kernel compute-bound where the 2-bit AVX2 kernel already is: on the 2-core test VM
  * it read 42.7 GB/s at batch 1 with the bandwidth probe at 48, and 42.8 with it at 85,
- * where the AVX-512 kernel read 66 (bench-model's t2_gemv_gbs, 2026-11-26). */
+ * where the AVX-512 kernel read 66 (bench-model's t2_gemv_gbs, 2026-11-26). On aarch64 the
+ * dotprod and i8mm tables have one (below): a Raspberry Pi 5's four cores share about 9 GB/s,
+ * where the bytes saved may pay for the digits' arithmetic. */
 bn_t3_gemm_fn bn_t3_kernel(const struct bn_kernels *k);
+/* What a T3 kernel needs on this architecture, for messages. */
+#if defined(__aarch64__)
+#define BN_T3_NEEDS "dotprod"
+#else
+#define BN_T3_NEEDS "AVX-512 VBMI"
+#endif
+#if defined(__aarch64__)
+/* The T3 kernel of the dotprod and i8mm tables (kernels_neon.c): the digits taken apart by
+ * arithmetic (a multiply-high divides by 3; about 20 instructions per 80 weights against 7 per
+ * 64 for the 2-bit planes), then sdot. Whether the bytes saved pay for that depends on the
+ * machine's bandwidth per core: bench-model's t3 figures measure it (docs/PERFORMANCE.md). */
+void bn_t3_gemm_dotprod(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
+			const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
+#else
 void bn_t3_gemm_vbmi(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
 		     const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
+#endif
 /* The readable twin every T3 kernel is tested against (never picked by bn_t3_kernel: it
  * decodes digit by digit). */
 void bn_t3_gemm_scalar(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
@@ -184,24 +204,46 @@ void bn_t3_gemm_scalar(const struct bn_t3_matrix *w, uint32_t o0, uint32_t o1,
 
 /* What this CPU can run. */
 struct bn_cpu_features {
+#if defined(__aarch64__)
+	int neon;                /* Advanced SIMD (HWCAP_ASIMD): every AArch64 CPU Linux runs on */
+	int dotprod;             /* neon and sdot/udot (ARMv8.2 FEAT_DotProd, HWCAP_ASIMDDP) */
+	int i8mm;                /* dotprod and smmla/usmmla (ARMv8.6 FEAT_I8MM, HWCAP2_I8MM) */
+#else
 	int avx2_fma_f16c;
 	int avx512_vnni;         /* avx512f + bw + vl + dq + vnni */
 	int avx512_vbmi;         /* avx512_vnni and vbmi */
 	int avx_vnni;            /* avx2_fma_f16c and AVX-VNNI (vpdpbusd in VEX form) */
+#endif
 };
 void bn_cpu_detect(struct bn_cpu_features *f);
 
-/* The best table for this CPU; `force` = "scalar", "avx2", "avxvnni" or "avx512vnni" picks one
- * (NULL if this CPU cannot run it), NULL picks the best. $BITNET_KERNELS overrides when force
- * is NULL. */
+/* The variants bn_kernels_select knows on this architecture, the scalar one first, then each
+ * SIMD one in the order of the CPUs that have it ("scalar", "avx2", "avxvnni", "avx512vnni" on
+ * x86-64; "scalar", "neon", "dotprod", "i8mm" on aarch64). */
+#define BN_KERNEL_VARIANTS 4
+extern const char *const bn_kernel_variant_names[BN_KERNEL_VARIANTS];
+
+/* The best table for this CPU; `force` = one of bn_kernel_variant_names picks one (NULL if this
+ * CPU cannot run it), NULL picks the best. $BITNET_KERNELS overrides when force is NULL. */
 const struct bn_kernels *bn_kernels_select(const char *force);
 
 extern const struct bn_kernels bn_kernels_scalar;
+#if defined(__aarch64__)
+/* Advanced SIMD of ARMv8.0 (Raspberry Pi 4, Cortex-A72): products by smull/smlal. */
+extern const struct bn_kernels bn_kernels_neon;
+/* The same source with sdot for the int8 products (Raspberry Pi 5, Jetson Orin, Graviton 2,
+ * Ampere Altra): the same bits, fewer instructions. */
+extern const struct bn_kernels bn_kernels_dotprod;
+/* dotprod's, with smmla (2x2 blocks of 8-long products) for batches of two rows or more
+ * (Graviton 3 and 4, Grace, Cobalt 100). */
+extern const struct bn_kernels bn_kernels_i8mm;
+#else
 extern const struct bn_kernels bn_kernels_avx2;
 /* The AVX2 kernels with AVX-VNNI's vpdpbusd/vpdpwssd for their integer products (the same
  * source, kernels_avxvnni.c): the same bits, fewer instructions. */
 extern const struct bn_kernels bn_kernels_avxvnni;
 extern const struct bn_kernels bn_kernels_avx512;
+#endif
 
 /* Per-token int8 quantization of n rows of k floats (x row stride ldx): absmax scaling to
  * 127, round half to even, as BitNet b1.58 quantizes activations. NaN elements are left out of

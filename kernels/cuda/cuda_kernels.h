@@ -26,6 +26,17 @@
 extern "C" {
 #endif
 
+/* The lowest compute capability this build has machine code for, major * 10 + minor: the first
+ * of the Makefile's CUDA_ARCHS (9.0 unless the build says otherwise: 8.7 on aarch64, for Jetson
+ * Orin). A device below it has neither that code nor PTX it could run. */
+#ifndef BN_CUDA_MIN_ARCH
+#define BN_CUDA_MIN_ARCH 90
+#endif
+static inline int bn_cuda_arch_ok(int major, int minor)
+{
+	return major * 10 + minor >= BN_CUDA_MIN_ARCH;
+}
+
 #define BN_CUDA_MAX_HEAD_DIM 256 /* attention keeps a query in registers: 8 per lane */
 #define BN_CUDA_MAX_TOP 64       /* log-probability alternatives per token (--max-logprobs) */
 

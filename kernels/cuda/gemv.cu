@@ -33,8 +33,17 @@ constexpr uint32_t kMaxSlices = 32;
 // of rows l / 4 and 8 + l / 4: in P16 its two loads of a chunk are bytes 16 l and 512 + 16 l of
 // the group's chunk, so the warp's are 1024 contiguous bytes. T: tokens compiled for
 // (n_tok <= T; the others' activation rows are never read).
+// Jetson Orin's code (sm_87, nvcc 13.0): left to its own occupancy guess, ptxas held
+// gemv16_kernel<2> to 96 registers and spilled one; told the occupancy (4 blocks of kWarps
+// warps: a cap of 128 registers) it takes 98 and spills none. sm_90's code is as it was.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 870
+#define GEMV16_BOUNDS __launch_bounds__(kWarps * 32, 4)
+#else
+#define GEMV16_BOUNDS __launch_bounds__(kWarps * 32)
+#endif
+
 template <unsigned T>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void GEMV16_BOUNDS
 gemv16_kernel(bn_cuda_t2 w, bn_cuda_q8 x, uint32_t n_tok, float *y, uint32_t ldy, uint32_t slices,
 	      bn_cuda_splitk sk)
 {

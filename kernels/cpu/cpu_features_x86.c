@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cpu_features.c — cpuid at start-up picks the kernel table; activation quantization. */
+/* cpu_features_x86.c — cpuid at start-up picks the x86-64 kernel table. */
 #include "kernels.h"
 
 #include <cpuid.h>
@@ -41,6 +41,9 @@ void bn_cpu_detect(struct bn_cpu_features *f)
 	if (f->avx2_fma_f16c && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
 		f->avx_vnni = (a1 >> 4) & 1;
 }
+
+const char *const bn_kernel_variant_names[BN_KERNEL_VARIANTS] = { "scalar", "avx2", "avxvnni",
+								   "avx512vnni" };
 
 bn_t3_gemm_fn bn_t3_kernel(const struct bn_kernels *k)
 {
