@@ -114,7 +114,6 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 	}
 	if (s->cfg.prefix_cache != BN_SHARE_OFF && bn_kvpool_enable_cache(&s->kv) < 0)
 		return -ENOMEM;
-	s->max_blocks_per_seq = bn_kvpool_blocks_for(&s->kv, c->context_length);
 	int rc = s->ops->kv_init(s->backend, (uint32_t)blocks, c->kv_block_tokens);
 	if (rc < 0) {
 		bn_log_error("msg=\"cannot allocate the KV cache\" blocks=%llu bytes=%llu rc=%d",
@@ -202,22 +201,105 @@ static int alloc_buffers(struct bn_sched *s)
 	return alloc_forks(s);
 }
 
-struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
-			      const struct bn_model_desc *model, const struct bn_sched_config *cfg,
-			      const struct bn_reply *reply)
+struct bn_sched *bn_sched_create(const struct bn_backend_ops *ops,
+				 const struct bn_model_desc *model,
+				 const struct bn_sched_config *cfg, const struct bn_reply *reply)
 {
 	struct bn_sched *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
 	s->ops = ops;
-	s->backend = backend;
 	s->reply = reply;
 	s->cfg = *cfg;
+	s->admitting = 1;
 	if (s->cfg.draft_tokens == 0 || s->cfg.draft_tokens > BN_DRAFT_MAX_TOKENS)
 		s->cfg.draft_tokens = s->cfg.draft_tokens ? BN_DRAFT_MAX_TOKENS : 4;
+	s->model = *model;
 	s->attn_positions = model->attn_positions_per_token;
 	s->mask_words = bn_sample_mask_words(model->vocab_size);
-	if (size_kv_pool(s, model) < 0 || alloc_buffers(s) < 0) {
+	/* The block tables' width depends only on the context and the block size. */
+	s->kv.block_tokens = s->cfg.kv_block_tokens;
+	s->max_blocks_per_seq = bn_kvpool_blocks_for(&s->kv, s->cfg.context_length);
+	s->kv.block_tokens = 0;
+	if (alloc_buffers(s) < 0) {
+		bn_sched_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r);
+
+/* Waiting requests that can never fit the pool just sized end with BN_E_KV_SPACE (checked at
+ * enqueue while the scheduler had no pool). */
+static void end_unfitting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants)
+{
+	for (uint32_t k = 0; k < n_tenants; k++) {
+		struct bn_tenant *t = tenants[k];
+		struct bn_req **link = &t->wait_head, *prev = NULL;
+		while (*link) {
+			struct bn_req *r = *link;
+			if (kv_need_blocks(s, r) <= s->kv.n_blocks) {
+				prev = r;
+				link = &r->next;
+				continue;
+			}
+			*link = r->next;
+			if (t->wait_tail == r)
+				t->wait_tail = prev;
+			t->n_waiting--;
+			s->n_waiting--;
+			s->reply->finish(r, BN_STATUS_ERROR, BN_E_KV_SPACE);
+		}
+	}
+}
+
+int bn_sched_attach(struct bn_sched *s, void *backend, const struct bn_model_desc *model,
+		    struct bn_tenant **tenants, uint32_t n_tenants)
+{
+	s->backend = backend;
+	s->model = *model;
+	s->attn_positions = model->attn_positions_per_token;
+	int rc = size_kv_pool(s, model);
+	if (rc < 0) {
+		bn_kvpool_free(&s->kv);
+		memset(&s->kv, 0, sizeof(s->kv));
+		s->backend = NULL;
+		return rc;
+	}
+	end_unfitting(s, tenants, n_tenants);
+	return 0;
+}
+
+void bn_sched_detach(struct bn_sched *s)
+{
+	bn_kvpool_free(&s->kv);
+	memset(&s->kv, 0, sizeof(s->kv));
+	s->backend = NULL;
+}
+
+int bn_sched_attached(const struct bn_sched *s)
+{
+	return s->backend != NULL;
+}
+
+void bn_sched_set_admitting(struct bn_sched *s, int on)
+{
+	s->admitting = on != 0;
+}
+
+uint64_t bn_sched_kv_bytes(const struct bn_sched *s)
+{
+	uint64_t bpt = s->model.kv_bytes_per_token ? s->model.kv_bytes_per_token : 1;
+	return (uint64_t)s->kv.n_blocks * s->kv.block_tokens * bpt;
+}
+
+struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
+			      const struct bn_model_desc *model, const struct bn_sched_config *cfg,
+			      const struct bn_reply *reply)
+{
+	struct bn_sched *s = bn_sched_create(ops, model, cfg, reply);
+	if (s && bn_sched_attach(s, backend, model, NULL, 0) < 0) {
 		bn_sched_free(s);
 		return NULL;
 	}
@@ -273,7 +355,7 @@ static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r)
 
 void bn_sched_enqueue(struct bn_sched *s, struct bn_req *r)
 {
-	if (kv_need_blocks(s, r) > s->kv.n_blocks) {
+	if (s->backend && kv_need_blocks(s, r) > s->kv.n_blocks) {
 		s->reply->finish(r, BN_STATUS_ERROR, BN_E_KV_SPACE);
 		return;
 	}
@@ -494,7 +576,10 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t 
 	uint64_t now = bn_now_ns();
 	sweep_running(s, now);
 	sweep_waiting(s, tenants, n_tenants, now);
-	admit(s, tenants, n_tenants);
+	if (!s->backend)
+		return 0;
+	if (s->admitting)
+		admit(s, tenants, n_tenants);
 	if (s->n_running == 0)
 		return 0;
 	uint32_t n_rows = sched_plan(s);
@@ -541,15 +626,26 @@ void bn_sched_drop_tenant(struct bn_sched *s, struct bn_tenant *t, uint32_t stat
 void bn_sched_end_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants,
 			  uint32_t status)
 {
+	bn_sched_end_waiting_error(s, tenants, n_tenants, status, 0);
+}
+
+void bn_sched_end_waiting_error(struct bn_sched *s, struct bn_tenant **tenants,
+				uint32_t n_tenants, uint32_t status, uint32_t error)
+{
 	for (uint32_t k = 0; k < n_tenants; k++) {
 		struct bn_req *r;
 		while ((r = dequeue(s, tenants[k])) != NULL)
-			s->reply->finish(r, status, 0);
+			s->reply->finish(r, status, error);
 	}
 }
 
 void bn_sched_end_running(struct bn_sched *s, uint32_t status)
 {
+	bn_sched_end_running_error(s, status, 0);
+}
+
+void bn_sched_end_running_error(struct bn_sched *s, uint32_t status, uint32_t error)
+{
 	while (s->n_running)
-		sched_finish_running(s, 0, status, 0);
+		sched_finish_running(s, 0, status, error);
 }

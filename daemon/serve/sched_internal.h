@@ -35,7 +35,10 @@ struct uid_count {
 
 struct bn_sched {
 	const struct bn_backend_ops *ops;
-	void *backend;
+	void *backend;            /* NULL while detached: the model is not loaded */
+	struct bn_model_desc model; /* what it was created or last attached with */
+	uint8_t admitting;        /* 0: waiting requests stay waiting (a model yielding or
+				   * unloading) */
 	const struct bn_reply *reply; /* how tokens, scores and ends reach the clients */
 	struct bn_sched_config cfg;
 	struct bn_kvpool kv;
