@@ -27,7 +27,7 @@ static int reply(struct bn_session *s, uint32_t op, uint32_t error, const char *
 	return bn_control_send(s->sock_fd, &head, text, len) < 0 ? -1 : 0;
 }
 
-/* The lines of e (NULL: every model), and the error when one failed. */
+/* The lines of e (NULL: every model); a command's answer says 1021 when one failed. */
 static int reply_lines(struct bn_models *m, struct bn_session *s, uint32_t op,
 		       const struct bn_model_entry *e)
 {
@@ -41,7 +41,7 @@ static int reply_lines(struct bn_models *m, struct bn_session *s, uint32_t op,
 		error = e->state == BN_MODEL_FAILED ? BN_E_MODEL_LOAD : 0;
 	} else {
 		len = bn_models_text(m, &text);
-		for (uint32_t i = 0; i < bn_models_count(m); i++)
+		for (uint32_t i = 0; op != BN_CTL_MODELS && i < bn_models_count(m); i++)
 			if (bn_models_at(m, i)->state == BN_MODEL_FAILED)
 				error = BN_E_MODEL_LOAD;
 	}
