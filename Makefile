@@ -355,6 +355,11 @@ endif
 $(BUILD)/tests/test_pull: $(HUB_OBJS)
 $(BUILD)/tests/test_pull: TEST_EXTRA_LIBS := $(HUB_LIBS)
 
+# bn-faults' model-swap campaign is a file of its own (tests/faults_models.c).
+$(BUILD)/tests/bn-faults: $(BUILD)/tests/faults.o $(BUILD)/tests/faults_models.o $(TEST_LINK)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
+
 $(BUILD)/tests/bn-%: $(BUILD)/tests/%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
