@@ -188,9 +188,8 @@ static int new_facts(struct bn_models *m, struct bn_model_entry *e, const struct
 		models_view_put(v); /* the same to every client: the sessions stay */
 		return 0;
 	}
-	struct bn_sched_config sc = e->sched_cfg;
-	sc.eos_id = desc->eos_id;
-	sc.context_length = desc->context_length;
+	struct bn_sched_config sc;
+	models_sched_config(m, e, v, &sc);
 	struct bn_sched *s = bn_sched_create(m->ops, &v->desc, &sc, &bn_session_reply);
 	if (!s) {
 		models_view_put(v);
@@ -200,6 +199,7 @@ static int new_facts(struct bn_models *m, struct bn_model_entry *e, const struct
 				   BN_E_MODEL_UNLOADED);
 	bn_sched_free(e->sched);
 	e->sched = s;
+	e->sched_cfg = sc;
 	/* The old view keeps the registry's reference until the daemon ends: its grammar
 	 * service's eventfd may be read in the loop's io_uring until then. */
 	e->view->next_retired = m->retired;
@@ -383,8 +383,8 @@ static void schedule_load(struct bn_models *m, uint64_t now)
 	if (!h || m->loading)
 		return;
 	struct bn_file_id id;
-	if (!h->reload_pending && models_file_id(h->opt.path, &id) == 0 &&
-	    memcmp(&id, &h->file, sizeof(id)) != 0) {
+	if (!h->reload_pending && h->opt.source && m->ops != &bn_backend_loopback &&
+	    models_file_id(h->opt.path, &id) == 0 && memcmp(&id, &h->file, sizeof(id)) != 0) {
 		fail(h, "the model file changed since the daemon read it: reload it "
 			"(bitnet-cli models reload)");
 		return;
@@ -594,7 +594,7 @@ static void reload_one(struct bn_models *m, struct bn_model_entry *e, uint64_t n
 {
 	struct bn_file_id id;
 	e->reload_asked++;
-	if (!e->opt.source || (e->state != BN_MODEL_FAILED && models_file_id(e->opt.path, &id) == 0 &&
+	if (!e->opt.source || m->ops == &bn_backend_loopback || (e->state != BN_MODEL_FAILED && models_file_id(e->opt.path, &id) == 0 &&
 			       !memcmp(&id, &e->file, sizeof(id)))) {
 		e->reloads = e->reload_asked; /* unchanged: nothing to do */
 		return;

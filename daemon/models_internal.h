@@ -62,6 +62,10 @@ int models_open_first(struct bn_models *m, struct bn_model_entry *e, void **back
  * NULL without memory or threads. */
 struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry *e,
 				      const struct bn_model_desc *desc);
+/* The scheduler's options for e as view v describes it: its KV share, its speculative
+ * options, the vocabulary's end-of-generation ids. */
+void models_sched_config(const struct bn_models *m, const struct bn_model_entry *e,
+			 const struct bn_model_view *v, struct bn_sched_config *out);
 /* Drops a reference; the last one frees the view. */
 void models_view_put(struct bn_model_view *v);
 /* Whether two descriptions say the same to clients (a reload that keeps its sessions). */

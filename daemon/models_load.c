@@ -414,7 +414,8 @@ static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc
 /* e's KV pool: its own option; else an equal share of --kv-memory; else, under a budget with
  * several models (or --memory), its full-context size at most an n-th of what the budget
  * leaves beside its weights; else the scheduler's default (0). */
-static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry *e)
+static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry *e,
+			 const struct bn_model_desc *d)
 {
 	const struct bn_config *cfg = m->cfg;
 	if (e->opt.kv_memory)
@@ -423,7 +424,6 @@ static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry 
 		return cfg->kv_memory / m->n;
 	if (!m->budget || (m->n == 1 && !cfg->memory))
 		return 0;
-	const struct bn_model_desc *d = &e->view->desc;
 	uint64_t want = (uint64_t)cfg->max_batch * d->context_length * d->kv_bytes_per_token;
 	uint64_t room = m->budget > e->weight_bytes ? (m->budget - e->weight_bytes) / m->n : 0;
 	uint64_t block = d->kv_bytes_per_token * cfg->kv_block_tokens;
@@ -443,18 +443,19 @@ static uint64_t kv_estimate(const struct bn_models *m, const struct bn_model_ent
 	return (blocks < useful ? blocks : useful) * cfg->kv_block_tokens * bpt;
 }
 
-static int make_sched(struct bn_models *m, struct bn_model_entry *e)
+void models_sched_config(const struct bn_models *m, const struct bn_model_entry *e,
+			 const struct bn_model_view *v, struct bn_sched_config *out)
 {
 	const struct bn_config *cfg = m->cfg;
-	const struct bn_model_desc *d = &e->view->desc;
-	e->sched_cfg = (struct bn_sched_config){
+	const struct bn_model_desc *d = &v->desc;
+	*out = (struct bn_sched_config){
 		.max_batch = cfg->max_batch,
 		.token_budget = cfg->token_budget,
 		.max_running_per_session = cfg->max_running_per_session,
 		.max_running_per_user = cfg->max_running_per_user,
 		.eos_id = d->eos_id,
 		.context_length = d->context_length,
-		.kv_memory = kv_share(m, e),
+		.kv_memory = kv_share(m, e, d),
 		.kv_block_tokens = cfg->kv_block_tokens,
 		.logprob_capacity = cfg->max_logprobs,
 		.fork_seqs = d->can_classify ? cfg->max_batch : 0, /* opened with that many */
@@ -462,7 +463,14 @@ static int make_sched(struct bn_models *m, struct bn_model_entry *e)
 		.speculative = e->opt.speculative >= 0 ? (uint32_t)e->opt.speculative : cfg->speculative,
 		.draft_tokens = e->opt.draft_tokens ? e->opt.draft_tokens : cfg->draft_tokens,
 	};
-	copy_eog(&e->view->control.vocab.choice, &e->sched_cfg);
+	copy_eog(&v->control.vocab.choice, out);
+}
+
+static int make_sched(struct bn_models *m, struct bn_model_entry *e)
+{
+	const struct bn_config *cfg = m->cfg;
+	const struct bn_model_desc *d = &e->view->desc;
+	models_sched_config(m, e, e->view, &e->sched_cfg);
 	e->kv_bytes = kv_estimate(m, e, e->sched_cfg.kv_memory);
 	e->sched = bn_sched_create(m->ops, d, &e->sched_cfg, &bn_session_reply);
 	e->tenants = calloc(cfg->max_sessions, sizeof(*e->tenants));
