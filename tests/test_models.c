@@ -286,13 +286,20 @@ static int resident(struct bn_client *c, uint64_t budget)
 	return k;
 }
 
-START_TEST(budget_of_one_swaps)
+/* A budget that holds the largest model and never two: into memory, the bytes returned. */
+static uint64_t budget_of_one(char memory[32])
 {
 	uint64_t most = 0;
 	for (int m = 0; m < n_models; m++)
 		most = bytes_of[m] > most ? bytes_of[m] : most;
+	snprintf(memory, 32, "%llu", (unsigned long long)(most + 1024));
+	return most + 1024;
+}
+
+START_TEST(budget_of_one_swaps)
+{
 	char memory[32];
-	snprintf(memory, sizeof(memory), "%llu", (unsigned long long)(most + 1024));
+	uint64_t budget = budget_of_one(memory);
 	const char *extra[] = { "--kv-memory", "4M", "--memory", memory, NULL };
 	struct tu_daemon d;
 	start(&d, 0, n_models, extra);
@@ -304,14 +311,14 @@ START_TEST(budget_of_one_swaps)
 			struct outcome o;
 			run_one(c, m, k, &o);
 			check_same(&o, &alone[m][k], m, k);
-			ck_assert_int_ge(resident(admin, most + 1024), 1);
+			ck_assert_int_ge(resident(admin, budget), 1);
 			bn_disconnect(c);
 		}
 	ck_assert_int_ge(model_metric(admin, "model_loads_total", names[0], NULL), 2);
 	ck_assert_int_ge(model_metric(admin, "model_unloads_total", names[1], ",reason=\"memory\""), 1);
 	/* Every model's clients at once: turns, nothing fails, the same outputs. */
 	all_at_once(&d, n_models, 1, 1);
-	ck_assert_int_ge(resident(admin, most + 1024), 1);
+	ck_assert_int_ge(resident(admin, budget), 1);
 	bn_disconnect(admin);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }
@@ -667,11 +674,8 @@ END_TEST
 
 START_TEST(clients_killed_during_loads)
 {
-	uint64_t most = 0;
-	for (int m = 0; m < n_models; m++)
-		most = bytes_of[m] > most ? bytes_of[m] : most;
 	char memory[32];
-	snprintf(memory, sizeof(memory), "%llu", (unsigned long long)(most + 1024));
+	budget_of_one(memory);
 	/* Without the packed-weight cache every load repacks: loads last long enough to be hit. */
 	const char *extra[] = { "--kv-memory", "4M", "--memory", memory, "--cache-dir", "none",
 				NULL };

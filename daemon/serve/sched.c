@@ -230,16 +230,22 @@ struct bn_sched *bn_sched_create(const struct bn_backend_ops *ops,
 
 static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r);
 
-/* Waiting requests that can never fit the pool just sized end with BN_E_KV_SPACE (checked at
- * enqueue while the scheduler had no pool). */
-static void end_unfitting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants)
+/* What becomes of a waiting request: BN_STATUS_NONE, it waits on; else it ends with that
+ * status and *error. */
+typedef uint32_t (*waiting_verdict)(struct bn_sched *s, struct bn_req *r, uint64_t now,
+				    uint32_t *error);
+
+/* Ends the waiting requests of tenants[0..n) the verdict ends; the others keep their order. */
+static void end_waiting_where(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n,
+			      waiting_verdict verdict, uint64_t now)
 {
-	for (uint32_t k = 0; k < n_tenants; k++) {
+	for (uint32_t k = 0; k < n; k++) {
 		struct bn_tenant *t = tenants[k];
 		struct bn_req **link = &t->wait_head, *prev = NULL;
 		while (*link) {
 			struct bn_req *r = *link;
-			if (kv_need_blocks(s, r) <= s->kv.n_blocks) {
+			uint32_t error = 0, status = verdict(s, r, now, &error);
+			if (status == BN_STATUS_NONE) {
 				prev = r;
 				link = &r->next;
 				continue;
@@ -249,9 +255,22 @@ static void end_unfitting(struct bn_sched *s, struct bn_tenant **tenants, uint32
 				t->wait_tail = prev;
 			t->n_waiting--;
 			s->n_waiting--;
-			s->reply->finish(r, BN_STATUS_ERROR, BN_E_KV_SPACE);
+			s->reply->finish(r, status, error);
 		}
 	}
+}
+
+static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r);
+
+/* A request that can never fit the pool just sized (checked at enqueue while the scheduler
+ * had no pool) ends with BN_E_KV_SPACE. */
+static uint32_t unfitting(struct bn_sched *s, struct bn_req *r, uint64_t now, uint32_t *error)
+{
+	(void)now;
+	if (kv_need_blocks(s, r) <= s->kv.n_blocks)
+		return BN_STATUS_NONE;
+	*error = BN_E_KV_SPACE;
+	return BN_STATUS_ERROR;
 }
 
 int bn_sched_attach(struct bn_sched *s, void *backend, const struct bn_model_desc *model,
@@ -267,7 +286,7 @@ int bn_sched_attach(struct bn_sched *s, void *backend, const struct bn_model_des
 		s->backend = NULL;
 		return rc;
 	}
-	end_unfitting(s, tenants, n_tenants);
+	end_waiting_where(s, tenants, n_tenants, unfitting, 0);
 	return 0;
 }
 
@@ -511,6 +530,16 @@ static void sweep_running(struct bn_sched *s, uint64_t now)
 	}
 }
 
+/* A waiting request its client cancelled, or whose deadline passed. */
+static uint32_t cancelled_or_expired(struct bn_sched *s, struct bn_req *r, uint64_t now,
+				     uint32_t *error)
+{
+	(void)error;
+	return s->reply->cancel_requested(r) ? BN_STATUS_CANCELLED
+	       : expired(r, now)	      ? BN_STATUS_DEADLINE
+					      : BN_STATUS_NONE;
+}
+
 /* Waiting requests may wait long when the batch is full, and reading their cancel words costs
  * a cache miss each, so they are checked at most once a millisecond rather than every step. */
 static void sweep_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n,
@@ -519,27 +548,7 @@ static void sweep_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32
 	if (s->n_waiting == 0 || now - s->last_waiting_sweep < 1000000u)
 		return;
 	s->last_waiting_sweep = now;
-	for (uint32_t k = 0; k < n; k++) {
-		struct bn_tenant *t = tenants[k];
-		struct bn_req **link = &t->wait_head, *prev = NULL;
-		while (*link) {
-			struct bn_req *r = *link;
-			uint32_t status = s->reply->cancel_requested(r) ? BN_STATUS_CANCELLED
-				       : expired(r, now)	    ? BN_STATUS_DEADLINE
-								    : BN_STATUS_NONE;
-			if (status == BN_STATUS_NONE) {
-				prev = r;
-				link = &r->next;
-				continue;
-			}
-			*link = r->next;
-			if (t->wait_tail == r)
-				t->wait_tail = prev;
-			t->n_waiting--;
-			s->n_waiting--;
-			s->reply->finish(r, status, 0);
-		}
-	}
+	end_waiting_where(s, tenants, n, cancelled_or_expired, now);
 }
 
 /* ------------------------------------------------------------------------------------------ */
