@@ -549,6 +549,60 @@ START_TEST(unload_drains_then_ends)
 }
 END_TEST
 
+/* --models-config's per-model options: a pinned model is loaded at start and stays; one with
+ * keep_alive 0 is unloaded once idle (reason idle); a shorter context is what its header
+ * says. An option it does not know is a usage error that names it. */
+START_TEST(config_file_and_keep_alive)
+{
+	char conf[300];
+	snprintf(conf, sizeof(conf), "%s/models.json", dir);
+	FILE *f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("{\"models\": [{\"name\": \"c\", \"path\": \"/dev/null\", \"keep_alive\": \"0\", "
+	      "\"context\": 512},\n {\"name\": \"p\", \"path\": \"/dev/null\", \"pinned\": true, "
+	      "\"keep_alive\": 0}]}\n", f);
+	fclose(f);
+	const char *args[] = { "--model", "a=/dev/null", "--models-config", conf, NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *c = connect_model(&d, "c"), *p = connect_model(&d, "p");
+	struct bn_model_info info;
+	ck_assert_int_eq(bn_model_info(c, &info), 0);
+	ck_assert_uint_eq(info.context_length, 512);
+	struct bn_model_status st[3];
+	ck_assert_int_eq(bn_models_list(c, st, 3), 3);
+	ck_assert_uint_eq(st[1].state, BN_MODEL_STATE_UNLOADED);
+	ck_assert_uint_eq(st[2].state, BN_MODEL_STATE_LOADED); /* pinned: loaded at start */
+	ck_assert_uint_eq(st[2].pinned, 1);
+	ck_assert_int_eq(st[1].keep_alive_ms, 0);
+	uint32_t prompt[2] = { 5, 6 }, out[4];
+	struct bn_request req = { prompt, 2, 4, BN_REQ_IGNORE_EOS, NULL };
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 10 * SEC), 0);
+	ck_assert_int_eq(bn_generate(p, &req, out, 4, NULL, 10 * SEC), 0);
+	long long idle = 0;
+	for (int i = 0; i < 200 && idle < 1; i++) {
+		usleep(10000);
+		idle = model_metric(c, "model_unloads_total", "c", ",reason=\"idle\"");
+	}
+	ck_assert_int_eq(idle, 1);
+	ck_assert_int_eq(bn_models_list(c, st, 3), 3);
+	ck_assert_uint_eq(st[2].state, BN_MODEL_STATE_LOADED);
+	ck_assert_int_eq(model_metric(c, "model_unloads_total", "p", ",reason=\"idle\""), 0);
+	bn_disconnect(c);
+	bn_disconnect(p);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	f = fopen(conf, "w");
+	fputs("{\"models\": [{\"path\": \"/dev/null\", \"keepalive\": 1}]}", f);
+	fclose(f);
+	const char *bin = getenv("BITNETD") ? getenv("BITNETD") : "build/bitnetd";
+	const char *argv[] = { bin, "--models-config", conf, NULL };
+	static struct tu_run r;
+	ck_assert_int_eq(tu_run(argv, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 2);
+	ck_assert_msg(strstr(r.err, "models[0]") && strstr(r.err, "'keepalive'"), "%s", r.err);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Reload                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
@@ -818,6 +872,7 @@ int main(void)
 	tcase_add_test(life, waiting_for_room);
 	tcase_add_test(life, unload_drains_then_ends);
 	tcase_add_test(life, names_and_refusals);
+	tcase_add_test(life, config_file_and_keep_alive);
 	tcase_set_timeout(life, 60);
 	suite_add_tcase(s, life);
 	TCase *cuda = tcase_create("cuda_host");
