@@ -12,6 +12,9 @@
  *     SETUP_request_p99_ms_MODEL  submit to last token
  *     SETUP_tps_total          both models' tokens over the run's wall time
  *   tps_one_over_two           SETUP one's total over two's (issue 60: >= 1.2)
+ *   reload_s_b                 after the runs, model b unloaded and loaded again on the one
+ *                              daemon: bn_models_load's wall time (from its packed-weight
+ *                              cache; issue 60: <= 1 s for the 2B4T shape)
  *   itl_p99_one_over_two_MODEL one's p99 gap over two's (issue 60: <= 1)
  *
  * Every client is its own process (fork); each runs --requests sequential greedy requests of
@@ -268,6 +271,15 @@ int main(int argc, char **argv)
 	}
 	const char *both[2] = { sockets[0], sockets[0] };
 	run(&o, "one", both, res, &one, p99_one);
+	struct bn_client *admin;
+	if (bn_connect(sockets[0], 1, &admin) == 0) {
+		if (bn_models_unload(admin, "b", NULL) == 0) {
+			int64_t t0 = bench_now_ns();
+			if (bn_models_load(admin, "b", NULL) == 0)
+				printf("reload_s_b=%.3f\n", (double)(bench_now_ns() - t0) / 1e9);
+		}
+		bn_disconnect(admin);
+	}
 	stop_daemons();
 	if (start_daemon(&o, 0, 0, 1) < 0 || start_daemon(&o, 1, 1, 1) < 0) {
 		fprintf(stderr, "bench_models: the two daemons did not start\n");
