@@ -16,6 +16,7 @@
 #include "bitnet_shm.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -42,8 +43,8 @@ static int n_models = 3;  /* 4 with $BITNET_TEST_MODELS */
 static void start(struct tu_daemon *d, int first, int n, const char *const *extra)
 {
 	static char specs[N_MODELS][300];
-	const char *args[48] = { "--backend", "cpu", "--threads", "2" };
-	int k = 4;
+	const char *args[48] = { "--backend", "cpu", "--threads", "2", "--grammar-threads", "1" };
+	int k = 6;
 	for (int i = first; i < first + n; i++) {
 		snprintf(specs[i], sizeof(specs[i]), "%s=%s", names[i], paths[i]);
 		args[k++] = "--model";
@@ -53,6 +54,20 @@ static void start(struct tu_daemon *d, int first, int n, const char *const *extr
 		args[k++] = extra[i];
 	args[k] = NULL;
 	ck_assert_int_eq(tu_daemon_start(d, args), 0);
+}
+
+/* The threads of a process (its /proc tasks). */
+static int count_tasks(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *tasks = opendir(path);
+	ck_assert_ptr_nonnull(tasks);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(tasks)) != NULL;)
+		n += e->d_name[0] != '.';
+	closedir(tasks);
+	return n;
 }
 
 static struct bn_client *connect_model(const struct tu_daemon *d, const char *model)
@@ -239,6 +254,12 @@ START_TEST(together_equal_alone)
 	char served[64];
 	ck_assert_int_eq(bn_model_served_name(c, served, sizeof(served)), 0);
 	ck_assert_str_eq(served, names[0]); /* no name: the default, the first */
+	/* One thread pool for every model's steps: the loop and its one worker, the loader, a
+	 * grammar thread per model (--grammar-threads 1), and at most one cache writer still at
+	 * work; a pool per model would add a worker per model. */
+	int tasks = count_tasks(d.pid);
+	ck_assert_msg(tasks >= 3 + n_models && tasks <= 4 + n_models,
+		      "the daemon of %d models runs %d threads", n_models, tasks);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }

@@ -337,7 +337,10 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	const char *head_said;
 	bn_sampler_init(&cb->sampler);
 	cb->max_seqs = opt->max_seqs;
-	cb->pool = bn_pool_new(opt->n_threads); /* first: the repack runs on it */
+	/* First: the repack runs on it. With the daemon's pool, on one of its own, which the
+	 * loop's steps on the daemon's do not wait for. */
+	cb->pool = bn_pool_new(opt->pool ? opt->load_threads : opt->n_threads);
+	cb->own_pool = 1;
 	if (!cb->pool) {
 		cpu_close(cb);
 		return -ENOMEM;
@@ -346,6 +349,11 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
 		cpu_close(cb);
 		return -EINVAL;
+	}
+	if (opt->pool) {
+		bn_pool_free(cb->pool);
+		cb->pool = opt->pool;
+		cb->own_pool = 0;
 	}
 	cb->fwd = bn_forward_new(&cb->model, opt->max_seqs, cb->pool, kern);
 	if (!cb->fwd) {
