@@ -18,7 +18,8 @@ static const char usage_text[] =
 	"Usage: bitnet-cli [--socket PATH] [--model NAME] COMMAND [OPTIONS]\n"
 	"\n"
 	"Commands:\n"
-	"  info                       model and backend, as key=value lines\n"
+	"  info                       model and backend, as key=value lines (served_name:\n"
+	"                             the model's name in the daemon)\n"
 	"  generate --ids \"1 2 3\"     generate from token ids; prints the generated ids\n"
 	"                             on one line as they arrive\n"
 	"  generate --prompt TEXT     generate from text (the model's vocabulary must be\n"
@@ -302,6 +303,9 @@ static int cmd_info(struct bn_client *c)
 	       "max_prompt_tokens=%u\nmax_output_tokens=%u\nslots=%u\n",
 	       mi.name, mi.vocab_size, mi.context_length, mi.bos_id, mi.eos_id, mi.backend,
 	       mi.max_prompt_tokens, mi.max_output_tokens, mi.slots);
+	char served[64];
+	if (bn_model_served_name(c, served, sizeof(served)) == 0)
+		printf("served_name=%s\n", served);
 	print_compute_info(c);
 	print_vocab_info(c);
 	print_load_info(c);
