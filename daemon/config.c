@@ -6,6 +6,7 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 #include "grammars.h"
+#include "model/embed.h"
 #include "model/model.h"
 #include "model/vocab.h"
 
@@ -72,6 +73,13 @@ static const char usage_text[] =
 	"                         bitnet-b1.58 silu for a SentencePiece vocabulary of\n"
 	"                         32000-32002 tokens (1bitLLM's models), else relu2;\n"
 	"                         bitnet-cli info says which and why)\n"
+	"  --pooling NAME         embeddings (op EMBED, /v1/embeddings): how a sequence's\n"
+	"                         final hidden states become one vector: mean, cls (the\n"
+	"                         first position) or last (the last position; its prompt's\n"
+	"                         shared start comes from the prefix cache), then L2-\n"
+	"                         normalised (default: the file's <arch>.pooling_type, an\n"
+	"                         embedding model's; a generative model without it does not\n"
+	"                         embed). An embedding model refuses generation\n"
 	"  --cuda-kernels NAME    cuda: the kernel paths: base (default: the first kernels),\n"
 	"                         fast (graph,fused,gemv,mma: the same bits, fewer launches\n"
 	"                         and bytes), all (fast and split, whose attention over\n"
@@ -146,10 +154,13 @@ static const char usage_text[] =
 	"  --max-grammars N       grammars one session may hold compiled for structured\n"
 	"                         output, compiles in progress included (default 64)\n"
 	"  --grammar-threads N    threads that compile grammars, beside the loop (default 2)\n"
-	"  --grammar-compile-ms N a grammar's compile budget; one that needs longer is refused\n"
-	"                         (default 1000)\n"
+	"  --grammar-compile-ms N a grammar's compile budget in milliseconds of CPU time on its\n"
+	"                         compile thread, whatever the load; one that needs longer is\n"
+	"                         refused (default 1000)\n"
 	"  --grammar-cache SIZE   compiled grammars kept by content, suffix K, M or G (default\n"
 	"                         64M)\n"
+	"  --grammar-memory SIZE  what all compiled grammars may hold together, kept or in use\n"
+	"                         by sessions; a compile past it is refused (default 1G)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --vocab-size N         loopback: vocabulary size (default 32000)\n"
 	"  --step-delay-us N      loopback: busy time per step, to mimic compute (default 0)\n"
@@ -175,8 +186,9 @@ enum long_only {
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
 	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS,
-	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_HELP,
-	OPT_VERSION, OPT_ACTIVATION, OPT_MODELS_CONFIG, OPT_MODELS_DIR, OPT_MEMORY, OPT_KEEP_ALIVE,
+	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE,
+	OPT_GRAMMAR_MEMORY, OPT_HELP, OPT_VERSION, OPT_ACTIVATION, OPT_POOLING, OPT_MODELS_CONFIG,
+	OPT_MODELS_DIR, OPT_MEMORY, OPT_KEEP_ALIVE,
 };
 
 static const struct option long_options[] = {
@@ -219,10 +231,12 @@ static const struct option long_options[] = {
 	{ "pre-tokenizer", required_argument, NULL, OPT_PRE_TOKENIZER },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
 	{ "activation", required_argument, NULL, OPT_ACTIVATION },
+	{ "pooling", required_argument, NULL, OPT_POOLING },
 	{ "max-grammars", required_argument, NULL, OPT_MAX_GRAMMARS },
 	{ "grammar-threads", required_argument, NULL, OPT_GRAMMAR_THREADS },
 	{ "grammar-compile-ms", required_argument, NULL, OPT_GRAMMAR_COMPILE_MS },
 	{ "grammar-cache", required_argument, NULL, OPT_GRAMMAR_CACHE },
+	{ "grammar-memory", required_argument, NULL, OPT_GRAMMAR_MEMORY },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -374,6 +388,7 @@ static void set_defaults(struct bn_config *cfg)
 		.grammar_threads = 2,
 		.grammar_compile_ms = 1000,
 		.grammar_cache = 64ull << 20,
+		.grammar_memory = 1ull << 30,
 		.socket_mode = 0660,
 		.keep_alive_ms = -1,
 		.log_level = BN_LOG_INFO,
@@ -451,6 +466,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_GRAMMAR_COMPILE_MS:
 		return parse_u32("grammar-compile-ms", arg, 10, 600000, 10, &cfg->grammar_compile_ms);
 	case OPT_GRAMMAR_CACHE: return bn_parse_size("--grammar-cache", arg, &cfg->grammar_cache);
+	case OPT_GRAMMAR_MEMORY: return bn_parse_size("--grammar-memory", arg, &cfg->grammar_memory);
 	case OPT_PRE_TOKENIZER:
 		cfg->pre_tokenizer = arg;
 		if (bn_pre_tokenizer_from_name(arg) > 0)
@@ -472,6 +488,15 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 			return 0;
 		}
 		fprintf(stderr, "bitnetd: --activation: '%s' is not silu or relu2\n", arg);
+		return -1;
+	}
+	case OPT_POOLING: {
+		int p = bn_pooling_from_name(arg);
+		if (p > 0) {
+			cfg->pooling = (uint32_t)p;
+			return 0;
+		}
+		fprintf(stderr, "bitnetd: --pooling: '%s' is not mean, cls or last\n", arg);
 		return -1;
 	}
 	case OPT_LOG_LEVEL:

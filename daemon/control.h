@@ -17,7 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct bn_grammar_vocab;
 struct bn_model_desc;
+struct bn_text_prep;
 struct bn_session;
 struct bn_stats_view;
 struct bn_ctl_reply;
@@ -26,14 +28,18 @@ struct bn_ctl_reply;
 struct bn_control {
 	struct bn_vocab_served vocab; /* sealed memfds of the VOCAB and TOKENIZER payloads */
 	struct bn_text_service text;  /* the tokenizer of text requests, from that payload */
+	struct bn_grammar_vocab *grammar_vocab; /* the grammar engine's, when textprep made it:
+						 * the grammar service takes it */
 };
 
 /* Opens the vocabulary of the model file the backend loaded (path; the --pre-tokenizer and
- * --chat-template choices, NULL: the file's) and, when it can encode text, the text service.
- * A file without one, or with one refused, is served without (logged): the model itself
- * loaded, and token ids still work. */
+ * --chat-template choices, NULL: the file's) and, when it can encode text, the text service:
+ * what `prep` built while the backend loaded, when it ran (textprep.h; its results are
+ * taken), else built here. A file without one, or with one refused, is served without
+ * (logged): the model itself loaded, and token ids still work. */
 void bn_control_open(struct bn_control *c, const char *path, const char *pre_tokenizer,
-		     const char *chat_template, const struct bn_model_desc *model);
+		     const char *chat_template, const struct bn_model_desc *model,
+		     struct bn_text_prep *prep);
 void bn_control_close(struct bn_control *c);
 
 /* Whether two vocabularies serve the same bytes (a reload that keeps its sessions). */

@@ -181,7 +181,7 @@ static void begin_unload(struct bn_models *m, struct bn_model_entry *e, enum bn_
  * (1022) and are closed by the loop (a retired view). 0, or -ENOMEM. */
 static int new_facts(struct bn_models *m, struct bn_model_entry *e, const struct bn_model_desc *desc)
 {
-	struct bn_model_view *v = models_view_new(m, e, desc);
+	struct bn_model_view *v = models_view_new(m, e, desc, &m->loader.prep);
 	if (!v)
 		return -ENOMEM;
 	if (models_desc_same(&e->view->desc, desc) && bn_control_same(&e->view->control, &v->control)) {
@@ -373,7 +373,7 @@ static void start_load(struct bn_models *m, struct bn_model_entry *e)
 		    e->opt.name, bn_sched_waiting(e->sched),
 		    (unsigned long long)bn_models_loaded_bytes(m));
 	m->loading = e;
-	models_loader_begin(m, e, threads);
+	models_loader_begin(m, e, threads, e->reload_pending);
 }
 
 static void schedule_load(struct bn_models *m, uint64_t now)

@@ -11,6 +11,7 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 #include "grammars.h"
+#include "model/embed.h"
 #include "model/vocab.h"
 #include "serve/sched.h"
 
@@ -227,10 +228,14 @@ static int model_option(struct bn_config *cfg, struct bn_model_options *m, const
 	} else if (!strcmp(key, "chat_template")) {
 		bad = !json_is_string(v) || bn_chat_template_from_name(json_string_value(v)) <= 0;
 		m->chat_template = bad ? NULL : keep_string(cfg, v);
+	} else if (!strcmp(key, "pooling")) {
+		int pooling = json_is_string(v) ? bn_pooling_from_name(json_string_value(v)) : -1;
+		bad = pooling <= 0;
+		m->pooling = bad ? 0 : (uint32_t)pooling;
 	} else {
 		fprintf(stderr, "bitnetd: %s: unknown option '%s' (name, path, context, kv_memory, "
 				"pinned, keep_alive, speculative, draft_tokens, pre_tokenizer, "
-				"chat_template)\n", where, key);
+				"chat_template, pooling)\n", where, key);
 		return -1;
 	}
 	if (bad)

@@ -10,6 +10,7 @@
 #include "models.h"
 
 #include "pool.h"
+#include "textprep.h"
 
 #include <pthread.h>
 
@@ -29,6 +30,8 @@ struct bn_loader {
 	struct bn_model_desc desc;
 	char path[PATH_MAX];           /* what the job opens (copied: a reload may change it) */
 	uint32_t load_threads;
+	int text;                      /* the job builds the text side too (a reload) */
+	struct bn_text_prep prep;      /* what it built, for the job's new view to take */
 	int event_fd;
 	uint64_t event_value;          /* the loop's read target */
 };
@@ -58,10 +61,14 @@ int models_open(struct bn_models *m, struct bn_model_entry *e, const char *path,
 /* The --device auto choice for the first model: ops, pool and the open (as models_open). */
 int models_open_first(struct bn_models *m, struct bn_model_entry *e, void **backend,
 		      struct bn_model_desc *desc);
-/* A view of desc for e: the vocabulary, the text and grammar services, the session limits.
- * NULL without memory or threads. */
+/* Starts building e's text side from the file at path (textprep.h) with e's choices. */
+void models_text_prep_start(const struct bn_models *m, const struct bn_model_entry *e,
+			    const char *path, struct bn_text_prep *prep);
+/* A view of desc for e: the vocabulary, the text and grammar services, the session limits;
+ * the text side from prep when it was built (taken), else built here. NULL without memory
+ * or threads. */
 struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry *e,
-				      const struct bn_model_desc *desc);
+				      const struct bn_model_desc *desc, struct bn_text_prep *prep);
 /* The scheduler's options for e as view v describes it: its KV share, its speculative
  * options, the vocabulary's end-of-generation ids. */
 void models_sched_config(const struct bn_models *m, const struct bn_model_entry *e,
@@ -75,8 +82,10 @@ int models_file_id(const char *path, struct bn_file_id *out);
 
 int models_loader_start(struct bn_models *m);
 void models_loader_stop(struct bn_models *m);
-/* Hands e to the loader (idle): it opens `path` with load_threads threads. */
-void models_loader_begin(struct bn_models *m, struct bn_model_entry *e, uint32_t load_threads);
+/* Hands e to the loader (idle): it opens e's file with load_threads threads and, with
+ * `text` (a reload), builds its text side beside it (bn_loader.prep, for the new view). */
+void models_loader_begin(struct bn_models *m, struct bn_model_entry *e, uint32_t load_threads,
+			 int text);
 /* The load that ended, or NULL when none did (the result into rc, backend, desc). */
 struct bn_model_entry *models_loader_take(struct bn_models *m, int *rc, void **backend,
 					  struct bn_model_desc *desc);

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "model/embed.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -48,11 +49,14 @@ static void backend_options(const struct bn_models *m, struct bn_model_entry *e,
 	};
 }
 
-/* The model's own options on what the backend described: a shorter context. */
-static void apply_options(const struct bn_model_entry *e, struct bn_model_desc *desc)
+/* The model's own options on what the backend described: a shorter context, how its
+ * embeddings pool (its own choice, else --pooling, else the file's). */
+static void apply_options(const struct bn_models *m, const struct bn_model_entry *e,
+			  struct bn_model_desc *desc)
 {
 	if (e->opt.context && e->opt.context < desc->context_length)
 		desc->context_length = e->opt.context;
+	bn_model_describe_embedding(desc, e->opt.pooling ? e->opt.pooling : m->cfg->pooling);
 }
 
 static int open_with(struct bn_models *m, const struct bn_backend_ops *ops,
@@ -69,7 +73,7 @@ static int open_with(struct bn_models *m, const struct bn_backend_ops *ops,
 				     e->opt.name, ops->name, path);
 		return rc;
 	}
-	apply_options(e, desc);
+	apply_options(m, e, desc);
 	bn_log_info("msg=\"model loaded\" model=%s backend=%s name=\"%s\" vocab_size=%u "
 		    "context_length=%u weight_bytes=%llu load_ms=%.0f",
 		    e->opt.name, ops->name, desc->name, desc->vocab_size, desc->context_length,
@@ -148,7 +152,9 @@ int models_desc_same(const struct bn_model_desc *a, const struct bn_model_desc *
 	       a->context_length == b->context_length && a->bos_id == b->bos_id &&
 	       a->eos_id == b->eos_id && a->kind == b->kind && a->lm_head == b->lm_head &&
 	       a->decode_layout == b->decode_layout && a->can_score == b->can_score &&
-	       a->can_classify == b->can_classify && a->can_mask == b->can_mask;
+	       a->can_classify == b->can_classify && a->can_mask == b->can_mask &&
+	       a->pooling == b->pooling && a->file_pooling == b->file_pooling &&
+	       a->embed_dim == b->embed_dim;
 }
 
 int models_file_id(const char *path, struct bn_file_id *out)
@@ -192,8 +198,11 @@ static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg)
 	if (!off) {
 		struct bn_grammar_service_config gc = { .threads = cfg->grammar_threads,
 							.compile_ms = cfg->grammar_compile_ms,
-							.cache_bytes = (size_t)cfg->grammar_cache };
-		int rc = bn_grammar_service_open(&v->grammars, v->control.text.vocab, &gc);
+							.cache_bytes = (size_t)cfg->grammar_cache,
+							.memory_bytes = (size_t)cfg->grammar_memory };
+		int rc = bn_grammar_service_open(&v->grammars, v->control.text.vocab,
+						 v->control.grammar_vocab, &gc);
+		v->control.grammar_vocab = NULL; /* the service's now */
 		if (rc < 0) {
 			errno = -rc;
 			return -1;
@@ -208,8 +217,24 @@ static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg)
 	return 0;
 }
 
+/* The file whose text side e's view builds (textprep.h), or NULL: none (loopback). */
+static const char *text_path(const struct bn_models *m, const struct bn_model_entry *e,
+			     const char *path)
+{
+	return e->opt.source && strcmp(m->cfg->backend, "loopback") != 0 ? path : NULL;
+}
+
+void models_text_prep_start(const struct bn_models *m, const struct bn_model_entry *e,
+			    const char *path, struct bn_text_prep *prep)
+{
+	const struct bn_config *cfg = m->cfg;
+	bn_text_prep_start(prep, text_path(m, e, path),
+			   e->opt.pre_tokenizer ? e->opt.pre_tokenizer : cfg->pre_tokenizer,
+			   e->opt.chat_template ? e->opt.chat_template : cfg->chat_template);
+}
+
 struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry *e,
-				      const struct bn_model_desc *desc)
+				      const struct bn_model_desc *desc, struct bn_text_prep *prep)
 {
 	const struct bn_config *cfg = m->cfg;
 	struct bn_model_view *v = calloc(1, sizeof(*v));
@@ -220,10 +245,15 @@ struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry
 	v->desc = *desc;
 	bn_control_open(&v->control, e->opt.source ? e->opt.path : NULL,
 			e->opt.pre_tokenizer ? e->opt.pre_tokenizer : cfg->pre_tokenizer,
-			e->opt.chat_template ? e->opt.chat_template : cfg->chat_template, &v->desc);
+			e->opt.chat_template ? e->opt.chat_template : cfg->chat_template, &v->desc,
+			prep);
+	/* An embedding's vector goes to the output array too (§6.14). */
+	uint32_t vector = desc->pooling ? desc->embed_dim : 0;
 	v->limits = (struct bn_session_limits){ .slots = cfg->slots,
 						.prompt_capacity = desc->context_length,
-						.output_capacity = desc->context_length,
+						.output_capacity = desc->context_length > vector
+									   ? desc->context_length
+									   : vector,
 						.ring_start = cfg->ring_start,
 						.logprob_capacity = cfg->max_logprobs,
 						.max_weight = cfg->max_weight,
@@ -265,10 +295,16 @@ static void *loader_main(void *arg)
 			break;
 		struct bn_model_entry *e = l->job;
 		uint32_t threads = l->load_threads;
+		int text = l->text;
 		pthread_mutex_unlock(&l->lock);
 		void *backend = NULL;
 		struct bn_model_desc desc;
+		/* A reload's new vocabulary is built here too, beside the weights: the loop only
+		 * takes it (models_loader_prep). */
+		if (text)
+			models_text_prep_start(m, e, l->path, &l->prep);
 		int rc = models_open(m, e, l->path, threads, &backend, &desc);
+		bn_text_prep_finish(&l->prep);
 		pthread_mutex_lock(&l->lock);
 		l->rc = rc;
 		l->backend = backend;
@@ -317,15 +353,20 @@ void models_loader_stop(struct bn_models *m)
 		pthread_mutex_destroy(&l->lock);
 		pthread_cond_destroy(&l->work);
 	}
+	bn_text_prep_free(&l->prep);
 	if (l->event_fd >= 0)
 		close(l->event_fd);
 	l->event_fd = -1;
 }
 
-void models_loader_begin(struct bn_models *m, struct bn_model_entry *e, uint32_t load_threads)
+void models_loader_begin(struct bn_models *m, struct bn_model_entry *e, uint32_t load_threads,
+			 int text)
 {
 	struct bn_loader *l = &m->loader;
 	pthread_mutex_lock(&l->lock);
+	bn_text_prep_free(&l->prep); /* the last load's, whatever its view did not take */
+	bn_text_prep_start(&l->prep, NULL, NULL, NULL);
+	l->text = text;
 	l->job = e;
 	__atomic_store_n(&l->done, 0, __ATOMIC_RELAXED);
 	l->load_threads = load_threads;
@@ -372,13 +413,18 @@ static int probe(struct bn_models *m, struct bn_model_entry *e, int keep, int *e
 {
 	void *backend = NULL;
 	struct bn_model_desc desc;
+	/* The vocabulary and tokenizers are built while the backend loads the weights. */
+	struct bn_text_prep prep;
+	models_text_prep_start(m, e, e->opt.path, &prep);
 	int rc = m->ops ? models_open(m, e, e->opt.path, m->cfg->threads, &backend, &desc)
 			: models_open_first(m, e, &backend, &desc);
 	if (rc < 0) {
+		bn_text_prep_free(&prep);
 		*exit_code = rc == -ENOMEM && !m->ops ? BN_EXIT_SYSTEM : BN_EXIT_BACKEND;
 		return -1;
 	}
-	e->view = models_view_new(m, e, &desc);
+	e->view = models_view_new(m, e, &desc, &prep);
+	bn_text_prep_free(&prep); /* what the view did not take */
 	if (!e->view) {
 		m->ops->close(backend);
 		*exit_code = BN_EXIT_SYSTEM;
@@ -462,6 +508,8 @@ void models_sched_config(const struct bn_models *m, const struct bn_model_entry 
 		.prefix_cache = cfg->prefix_cache,
 		.speculative = e->opt.speculative >= 0 ? (uint32_t)e->opt.speculative : cfg->speculative,
 		.draft_tokens = e->opt.draft_tokens ? e->opt.draft_tokens : cfg->draft_tokens,
+		.pooling = d->pooling,
+		.embed_dim = d->embed_dim,
 	};
 	copy_eog(&v->control.vocab.choice, out);
 }
@@ -553,6 +601,7 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	m->n = cfg->n_models;
 	m->budget = cfg->memory;
 	m->loader.event_fd = -1;
+	bn_text_prep_start(&m->loader.prep, NULL, NULL, NULL);
 	m->entries = calloc(m->n, sizeof(*m->entries));
 	m->stats_rows = calloc(m->n, sizeof(*m->stats_rows));
 	if (!m->entries || !m->stats_rows || models_loader_start(m) < 0) {

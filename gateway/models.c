@@ -106,11 +106,12 @@ void gw_models_note(struct gw_ring *r, struct bn_client *c, const char *asked)
 	if (bn_model_info(c, &info) < 0)
 		return;
 	(void)bn_model_served_name(c, served, sizeof(served)); /* "" from a daemon without */
+	uint32_t features = bn_model_features(c);
 	pthread_mutex_lock(&r->lock);
 	if (!asked || !*asked)
 		snprintf(r->default_served, sizeof(r->default_served), "%s", served);
 	struct gw_model *cur = *slot_of(r, served);
-	int known = cur && same_model(&cur->info, &info);
+	int known = cur && same_model(&cur->info, &info) && cur->features == features;
 	pthread_mutex_unlock(&r->lock);
 	if (known)
 		return;
@@ -118,6 +119,7 @@ void gw_models_note(struct gw_ring *r, struct bn_client *c, const char *asked)
 	if (!m)
 		return;
 	m->info = info;
+	m->features = features;
 	m->refs = 1; /* the ring's */
 	snprintf(m->served, sizeof(m->served), "%s", served);
 	int rc = bn_vocab_fetch(c, &m->vocab);
@@ -193,6 +195,12 @@ static int resolve(struct gw_ring *r, struct gw_pool *probe, const char *name, c
 			rc = 0;
 		}
 	free(list);
+	if (rc < 0) { /* the default's other names: its file's (the catalog's session noted it) */
+		pthread_mutex_lock(&r->lock);
+		struct gw_model *d = find_locked(r, NULL);
+		rc = d && gw_model_named(r, d, name) ? 0 : rc;
+		pthread_mutex_unlock(&r->lock);
+	}
 	return rc;
 }
 

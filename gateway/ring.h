@@ -21,6 +21,7 @@
 struct gw_model {
 	struct bn_model_info info;
 	struct bn_vocab *vocab;   /* NULL: the daemon serves no vocabulary (ids only) */
+	uint32_t features;        /* the session header's BN_FEAT_* (BN_FEAT_EMBED, ...) */
 	char id[128];             /* what /v1/models reports and responses say */
 	char served[BN_MODEL_NAME_MAX]; /* the daemon's name for it; "" from a daemon without
 				   * names (its one model) */

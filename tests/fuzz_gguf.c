@@ -96,7 +96,7 @@ static void walk_kv(const struct bn_gguf *g, const struct bn_gguf_kv *kv)
 static void walk_tensor(const struct bn_gguf *g, const struct bn_gguf_tensor *t)
 {
 	touch_str(t->name);
-	CHECK(t->n_dims >= 1 && t->n_dims <= BN_GGUF_MAX_DIMS);
+	CHECK(t->n_dims <= BN_GGUF_MAX_DIMS); /* 0 is a scalar */
 	CHECK(t->size == bn_tensor_bytes(t->type, t->n_elements) && t->size > 0);
 	CHECK(t->offset % g->alignment == 0);
 	CHECK(t->data >= g->base && t->size <= g->size &&

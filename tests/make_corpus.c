@@ -5,7 +5,8 @@
  * defect away from a valid file, so the fuzzer starts next to both sides of every check; and
  * model headers (loader-*) for the configuration the loader reads from a parsed file
  * (model_config.c: bitnet.cpp's I2_S in a llama file, the head size, RoPE scaling, the
- * activation), valid ones and one defect away from them.
+ * activation), valid ones and one defect away from them; and bitnet.cpp's TL1/TL2 files
+ * (tl-*: the reader reads their whole table before refusing them), with a scalar tensor.
  * Run it again only to change the corpus:
  *
  *   cc -std=gnu11 -Ikernels -Ikernels/cpu tests/make_corpus.c tools/gguf_write.c \
@@ -183,6 +184,29 @@ static struct file model_like_v3(void)
 	return finish(w);
 }
 
+/* A TL2 file as bitnet.cpp's converter writes one (daemon/model/gguf.c refuses it): the
+ * tiled matrix of ggml type 39 with its float shape, its F32 scalar scale (0 dimensions)
+ * after it, general.file_type 39; `scale` 0 leaves the scale out. */
+static struct file tl2(int scale)
+{
+	struct bn_gguf_writer *w = bn_gguf_writer_new(3, 32);
+	static uint8_t tiles[256 * 256 / 4];
+	const float max_abs = 0.5f;
+	check(bn_gguf_add_str(w, "general.architecture", "llama"), "arch");
+	check(bn_gguf_add_u32(w, "general.file_type", scale ? 39 : 1), "file type");
+	add_tensor(w, "token_embd.weight", BN_TYPE_F16, 2, (const uint64_t[]){ 256, 2 });
+	check(bn_gguf_add_tensor_bytes(w, "blk.0.attn_q.weight", 39, 2,
+				       (const uint64_t[]){ 256, 256 }, tiles, sizeof(tiles)), "tl2");
+	if (scale)
+		check(bn_gguf_add_tensor(w, "blk.0.attn_q.weight_scale", BN_TYPE_F32, 0, NULL,
+					 &max_abs, sizeof(max_abs)), "scale");
+	add_tensor(w, "output_norm.weight", BN_TYPE_F32, 1, (const uint64_t[]){ 256 });
+	return finish(w);
+}
+
+static struct file tl2_marked(void) { return tl2(1); }
+static struct file tl2_unmarked(void) { return tl2(0); }
+
 /* The base of the broken files: every kind of field a corruption can reach. */
 static struct file base(void)
 {
@@ -347,6 +371,8 @@ static const struct valid valid_files[] = {
 	{ "valid-v2-align64", mixed_v2_align64 },
 	{ "valid-v3-model-like", model_like_v3 },
 	{ "valid-v3-base", base },
+	{ "tl-bitnet-cpp-tl2", tl2_marked },      /* refused, not valid: a seed all the same */
+	{ "tl-type-39-unmarked", tl2_unmarked },
 };
 
 static void save(const char *dir, const char *name, const struct file *f)

@@ -96,6 +96,8 @@ START_TEST(format_round_trip_and_checks)
 	char why[BN_WCACHE_WHY_LEN];
 	ck_assert_int_eq(bn_wcache_open(&c, path, &key0, NULL, NULL, why), 0);
 	ck_assert_uint_eq(c.contents, BN_WCACHE_HAS_T3);
+	/* Mapped 2 MiB-aligned, so the kernel can map the writer's 2 MiB folios as huge pages. */
+	ck_assert_uint_eq((uintptr_t)c.base % (2u << 20), 0);
 	for (uint32_t i = 0; i < 3; i++) {
 		uint8_t *want = blob_bytes(i, blob_sizes[i]);
 		ck_assert_ptr_null(bn_wcache_take(&c, (enum bn_wcache_tag)(i + 2), blob_sizes[i]));
@@ -491,25 +493,42 @@ START_TEST(mixed_float_file_from_the_cache)
 }
 END_TEST
 
-/* Two daemons on an empty directory at once: both serve, one valid cache is left. */
+/* The second daemon of two_daemons_start_together: exit 10 when it built the cache, 11 when
+ * it found the other's, 1 when it did not serve. */
+static int start_beside(const char *model, const char *const *args)
+{
+	struct tu_daemon d;
+	if (tu_daemon_start_cpu(&d, model, args) != 0)
+		return 1;
+	const char *state = cache_state(&d);
+	int code = strcmp(state, "built") == 0 ? 10 : strcmp(state, "hit") == 0 ? 11 : 1;
+	return tu_daemon_stop(&d, SIGTERM) == 0 ? code : 1;
+}
+
+/* Two daemons on an empty directory at once: both serve, one valid cache is left. Which one
+ * builds depends on the scheduler (on a loaded machine one can be ready, its cache written,
+ * before the other looks): each has built it or found the other's, and one of them built. */
 START_TEST(two_daemons_start_together)
 {
 	char model[256], dir[256];
 	model_path("i2s", model, sizeof(model));
 	cache_dir("together", dir, sizeof(dir));
 	const char *args[] = { "--cache-dir", dir, NULL };
-	struct tu_daemon d1, d2;
+	struct tu_daemon d1;
 	pid_t kid = fork();
 	if (kid == 0)
-		_exit(tu_daemon_start_cpu(&d2, model, args) == 0 && tu_daemon_stop(&d2, SIGTERM) == 0
-			      ? 0 : 1);
+		_exit(start_beside(model, args));
 	ck_assert_int_eq(tu_daemon_start_cpu(&d1, model, args), 0);
 	int st;
 	ck_assert_int_eq(waitpid(kid, &st, 0), kid);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert(WIFEXITED(st) && (WEXITSTATUS(st) == 10 || WEXITSTATUS(st) == 11));
 	struct answers a, b;
 	answers_of(&d1, &a);
-	ck_assert_str_eq(cache_state(&d1), "built");
+	const char *state = cache_state(&d1);
+	ck_assert_msg(strcmp(state, "built") == 0 ||
+			      (strcmp(state, "hit") == 0 && WEXITSTATUS(st) == 10),
+		      "the first daemon's cache was %s, the second's %s", state,
+		      WEXITSTATUS(st) == 10 ? "built" : "hit");
 	ck_assert_int_eq(tu_daemon_stop(&d1, SIGTERM), 0);
 	ck_assert_int_eq(files_in(dir, ".wcache"), 1);
 	ck_assert_int_eq(files_in(dir, ".tmp."), 0);

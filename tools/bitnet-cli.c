@@ -69,6 +69,12 @@ static const char usage_text[] =
 	"                             and mean log-probability, probability over the labels),\n"
 	"                             then best=I; the text is read once for all labels; each\n"
 	"                             label gets a leading space unless --no-space\n"
+	"  embed --text TEXT | --ids \"...\" ... [--special] [--no-bos]   one vector per input\n"
+	"                             (repeatable; embedded together): a line input=K dim=D\n"
+	"                             tokens=N pooling=P model=embedding|generative, then the\n"
+	"                             D values, or input=K error=NAME; the daemon embeds only\n"
+	"                             with a pooling (bitnetd --pooling, or an embedding\n"
+	"                             model's)\n"
 	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
 	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
@@ -307,6 +313,9 @@ static int cmd_info(struct bn_client *c)
 	if (bn_model_served_name(c, served, sizeof(served)) == 0)
 		printf("served_name=%s\n", served);
 	print_compute_info(c);
+	uint32_t features = bn_model_features(c);
+	printf("embeddings=%s\nembedding_model=%s\n", features & BN_FEAT_EMBED ? "yes" : "no",
+	       features & BN_FEAT_EMBEDDING_MODEL ? "yes (it does not generate)" : "no");
 	print_vocab_info(c);
 	print_load_info(c);
 	return 0;
@@ -684,7 +693,7 @@ int main(int argc, char **argv)
 		return cli_bench(socket_path, argc - i, argv + i);
 	static const char *const commands[] = { "info", "generate", "stats", "tokenize",
 						 "detokenize", "chat", "score", "perplexity",
-						 "classify", "models" };
+						 "classify", "embed", "models" };
 	size_t k = 0;
 	while (k < sizeof(commands) / sizeof(commands[0]) && strcmp(cmd, commands[k]))
 		k++;
@@ -713,6 +722,8 @@ int main(int argc, char **argv)
 		rc = cli_perplexity(c, argc - i, argv + i);
 	else if (strcmp(cmd, "classify") == 0)
 		rc = cli_classify(c, argc - i, argv + i);
+	else if (strcmp(cmd, "embed") == 0)
+		rc = cli_embed(c, argc - i, argv + i);
 	else if (strcmp(cmd, "models") == 0)
 		rc = cli_models(c, argc - i, argv + i);
 	else

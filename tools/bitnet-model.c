@@ -54,6 +54,9 @@ static const char usage_text[] =
 	"  --untied                                 write a separate output.weight (LM head)\n"
 	"  --activation silu|relu2                  <arch>.hidden_activation (default: the\n"
 	"                                           preset's; written for every architecture)\n"
+	"  --pooling mean|cls|last                  <arch>.pooling_type (1, 2, 3), as llama.cpp's\n"
+	"                                           converter writes it for an embedding model\n"
+	"                                           (bitnetd then embeds and does not generate)\n"
 	"  --no-activation-key                      no <arch>.hidden_activation, as bitnet.cpp's\n"
 	"                                           converter writes (the loader decides)\n"
 	"  --vocab N                                vocabulary size (>= 260)\n"
@@ -215,6 +218,7 @@ struct model_cfg {
 	int untied;
 	enum act act;
 	int act_key;                  /* write <arch>.hidden_activation */
+	uint32_t pooling;             /* <arch>.pooling_type when not 0 (--pooling) */
 	uint64_t seed;
 	uint32_t version;
 	const char *out;
@@ -480,6 +484,9 @@ static int add_hparams(struct bn_gguf_writer *w, const struct model_cfg *c)
 	snprintf(key, sizeof(key), "%s.hidden_activation", a);
 	if (!rc && c->act_key)
 		rc = bn_gguf_add_str(w, key, act_names[c->act]);
+	snprintf(key, sizeof(key), "%s.pooling_type", a);
+	if (!rc && c->pooling)
+		rc = bn_gguf_add_u32(w, key, c->pooling);
 	return rc;
 }
 
@@ -517,14 +524,15 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out)
 struct write_args {
 	const char *preset, *out, *type, *arch, *embed_type, *act;
 	const char *vocab, *layers, *seed, *version;
-	const char *vocab_from, *metadata, *rig;
+	const char *vocab_from, *metadata, *rig, *pooling;
 	int untied, no_act_key, help;
 };
 
 static int get_write_args(int argc, char **argv, struct write_args *a)
 {
 	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
-	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_HELP };
+	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_POOLING,
+	       O_HELP };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "out", required_argument, NULL, O_OUT },
@@ -541,6 +549,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		{ "metadata", required_argument, NULL, O_METADATA },
 		{ "rig-argmax", required_argument, NULL, O_RIG },
 		{ "no-activation-key", no_argument, NULL, O_NO_ACT_KEY },
+		{ "pooling", required_argument, NULL, O_POOLING },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -563,6 +572,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		case O_METADATA: a->metadata = optarg; break;
 		case O_RIG: a->rig = optarg; break;
 		case O_NO_ACT_KEY: a->no_act_key = 1; break;
+		case O_POOLING: a->pooling = optarg; break;
 		case O_HELP: a->help = 1; break;
 		case ':': return usage_error("option %s needs a value", argv[optind - 1]);
 		default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -704,6 +714,12 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 				   a->embed_type);
 	c->untied = c->p->untied || a->untied;
 	c->act_key = !a->no_act_key;
+	static const char *const poolings[] = { "mean", "cls", "last" }; /* 1, 2, 3 */
+	for (uint32_t i = 0; a->pooling && i < ARRAY_LEN(poolings); i++)
+		if (!strcmp(a->pooling, poolings[i]))
+			c->pooling = i + 1;
+	if (a->pooling && !c->pooling)
+		return usage_error("unknown pooling '%s' (mean, cls, last)", a->pooling);
 	if (a->no_act_key && a->act)
 		return usage_error("--activation writes the key --no-activation-key leaves out");
 	int rc = resolve_act(c, a->act);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* model.c — GGUF → struct bn_model: configuration, checks, weight repacking. */
 #include "model.h"
+#include "common/bigmem.h"
 #include "pool.h"
 #include "quant.h"
 #include "wcache.h"
@@ -54,20 +55,21 @@ static int fail(struct loader *ld, const char *fmt, ...)
 	return -1;
 }
 
-/* A 64-byte aligned buffer the model frees with itself. */
+/* A 64-byte aligned buffer the model frees with itself; a large one in huge pages
+ * (bigmem.h): the repacked weights are the bytes a start that repacks writes. */
 static void *model_own(struct bn_model *m, size_t size)
 {
 	if (m->n_owned == m->cap_owned) {
 		uint32_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
-		void **p = realloc(m->owned, cap * sizeof(void *));
+		struct bn_owned_buf *p = realloc(m->owned, cap * sizeof(*p));
 		if (!p)
 			return NULL;
 		m->owned = p;
 		m->cap_owned = cap;
 	}
-	void *buf = aligned_alloc(64, (size + 63) / 64 * 64);
+	void *buf = bn_big_alloc(size);
 	if (buf)
-		m->owned[m->n_owned++] = buf;
+		m->owned[m->n_owned++] = (struct bn_owned_buf){ buf, size };
 	return buf;
 }
 
@@ -80,8 +82,8 @@ static void *own(struct loader *ld, size_t size)
 static void model_disown(struct bn_model *m, void *buf)
 {
 	for (uint32_t i = 0; i < m->n_owned; i++)
-		if (m->owned[i] == buf) {
-			free(buf);
+		if (m->owned[i].p == buf) {
+			bn_big_free(buf, m->owned[i].size);
 			m->owned[i] = m->owned[--m->n_owned];
 			return;
 		}
@@ -682,7 +684,7 @@ int bn_model_t3_from_cache(struct bn_model *m, struct bn_wcache *c)
 void bn_model_free(struct bn_model *m)
 {
 	for (uint32_t i = 0; i < m->n_owned; i++)
-		free(m->owned[i]);
+		bn_big_free(m->owned[i].p, m->owned[i].size);
 	free(m->owned);
 	free(m->layers);
 	bn_gguf_close(&m->file);

@@ -35,7 +35,7 @@
 
 #include <stdint.h>
 
-#define BN_MODEL_ERR_LEN 320
+#define BN_MODEL_ERR_LEN 640
 
 enum bn_arch { BN_ARCH_LLAMA, BN_ARCH_BITNET, BN_ARCH_BITNET_B158, BN_ARCH_BITNET_25 };
 enum bn_activation { BN_ACT_SILU, BN_ACT_RELU2 };
@@ -64,6 +64,9 @@ struct bn_model_config {
 	int sub_norms;
 	uint32_t bos_id;
 	uint32_t eos_id;
+	/* <arch>.pooling_type as llama.cpp writes it for an embedding model: 1 mean, 2 cls,
+	 * 3 last (shm's enum bn_pooling); 0 when absent or 0 (a generative model). */
+	uint32_t pooling;
 };
 
 /* A weight matrix y = W x with W of n_out rows of n_in. */
@@ -97,6 +100,12 @@ struct bn_layer {
 	struct bn_linear w_down;          /* n_ff -> n_embd */
 };
 
+/* A buffer the model allocated (bigmem.h) and frees with itself. */
+struct bn_owned_buf {
+	void *p;
+	size_t size;
+};
+
 struct bn_model {
 	struct bn_model_config cfg;
 	struct bn_gguf file;
@@ -104,7 +113,7 @@ struct bn_model {
 	const float *output_norm;              /* [n_embd] */
 	struct bn_linear output;               /* LM head: output.weight, or token_embd if tied */
 	struct bn_layer *layers;               /* [n_layer] */
-	void **owned;                          /* buffers the model allocated */
+	struct bn_owned_buf *owned;            /* buffers the model allocated */
 	uint32_t n_owned, cap_owned;
 	uint64_t repacked_bytes;               /* T2 codes and scales, float panels */
 	uint64_t t3_bytes;                     /* the T3 decode copies (bn_model_add_t3) */

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BN_VOCAB_ERR_LEN 256
+#define BN_VOCAB_ERR_LEN BN_GGUF_ERR_LEN /* it holds bn_gguf_open's errors */
 /* The pre-tokenizers bitnetd has (bn_pre_tokenizer_from_name), for messages. */
 #define BN_PRE_TOKENIZER_NAMES "llama-bpe, gpt2, falcon3, falcon_e"
 /* The chat templates (bn_chat_template_from_name), for messages. */
