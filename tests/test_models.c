@@ -624,6 +624,79 @@ START_TEST(config_file_and_keep_alive)
 }
 END_TEST
 
+/* Embeddings per model (PROTOCOL.md §6.14 with §15): --models-config's "pooling" makes that
+ * model embed (feature EMBED) as --pooling does a daemon of it alone, bit for bit, and a
+ * model without it not (1016 UNSUPPORTED) while it generates what it gives alone. A pooling it
+ * does not know is a usage error naming it. */
+#define EMBED_CAP 4096
+
+static void embed_of(struct bn_client *c, float *vector, struct bn_embed_item *it)
+{
+	static const uint32_t ids[7] = { 1, 7, 19, 3, 88, 42, 5 };
+	*it = (struct bn_embed_item){ .ids = ids, .n_ids = 7, .vector = vector, .cap = EMBED_CAP };
+	(void)bn_embed(c, it, 30 * SEC);
+}
+
+START_TEST(embeddings_per_model)
+{
+	static float alone_vec[2][EMBED_CAP], got[EMBED_CAP];
+	struct bn_embed_item want[2], it;
+	const char *poolings[2][3] = { { "--pooling", "mean", NULL }, { "--pooling", "last", NULL } };
+	for (int k = 0; k < 2; k++) { /* the oracle: tiny, then falcon3-test, alone */
+		struct tu_daemon d;
+		start(&d, 2 * k, 1, poolings[k]);
+		struct bn_client *c = connect_model(&d, NULL);
+		embed_of(c, alone_vec[k], &want[k]);
+		ck_assert_int_eq(want[k].error, 0);
+		ck_assert_uint_le(want[k].dim, EMBED_CAP);
+		bn_disconnect(c);
+		ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	}
+	char conf[300];
+	snprintf(conf, sizeof(conf), "%s/embed.json", dir);
+	FILE *f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "{\"models\": [{\"name\": \"tiny\", \"path\": \"%s\", \"pooling\": \"mean\"}, "
+		   "{\"name\": \"l3\", \"path\": \"%s\"}, {\"name\": \"f3\", \"path\": \"%s\", "
+		   "\"pooling\": \"last\"}]}\n", paths[0], paths[1], paths[2]);
+	fclose(f);
+	const char *extra[] = { "--models-config", conf, NULL };
+	struct tu_daemon d;
+	start(&d, 0, 0, extra);
+	for (int k = 0; k < 2; k++) {
+		struct bn_client *c = connect_model(&d, names[2 * k]);
+		ck_assert(bn_model_features(c) & BN_FEAT_EMBED);
+		embed_of(c, got, &it);
+		ck_assert_int_eq(it.error, 0);
+		ck_assert_uint_eq(it.pooling, k ? BN_POOLING_LAST : BN_POOLING_MEAN);
+		ck_assert_uint_eq(it.dim, want[k].dim);
+		ck_assert_msg(!memcmp(got, alone_vec[k], it.dim * sizeof(float)),
+			      "%s: the vector differs from the model's alone", names[2 * k]);
+		bn_disconnect(c);
+	}
+	struct bn_client *l3 = connect_model(&d, "l3");
+	ck_assert(!(bn_model_features(l3) & BN_FEAT_EMBED));
+	embed_of(l3, got, &it);
+	ck_assert_int_eq(it.error, -BN_E_UNSUPPORTED);
+	for (int r = 0; r < N_REQ; r++) {
+		struct outcome o;
+		run_one(l3, 1, r, &o);
+		check_same(&o, &alone[1][r], 1, r);
+	}
+	bn_disconnect(l3);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	f = fopen(conf, "w");
+	fprintf(f, "{\"models\": [{\"path\": \"%s\", \"pooling\": \"max\"}]}", paths[0]);
+	fclose(f);
+	const char *bin = getenv("BITNETD") ? getenv("BITNETD") : "build/bitnetd";
+	const char *argv[] = { bin, "--models-config", conf, NULL };
+	static struct tu_run r;
+	ck_assert_int_eq(tu_run(argv, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 2);
+	ck_assert_msg(strstr(r.err, "models[0]") && strstr(r.err, "'pooling'"), "%s", r.err);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Reload                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
@@ -887,6 +960,7 @@ int main(void)
 	tcase_add_test(served, first_requests_load_once);
 	tcase_add_test(served, reload_picks_a_changed_file_up);
 	tcase_add_test(served, clients_killed_during_loads);
+	tcase_add_test(served, embeddings_per_model);
 	tcase_set_timeout(served, 300);
 	suite_add_tcase(s, served);
 	TCase *life = tcase_create("lifecycle");
