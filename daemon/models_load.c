@@ -187,9 +187,11 @@ static const char *grammars_off(const struct bn_model_view *v)
 	return NULL;
 }
 
-/* The grammar service, where the model and backend allow structured output. -1 with errno
- * when threads or memory fail. */
-static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg)
+/* The grammar service, where the model and backend allow structured output; its cache and
+ * its memory limit are the model's share of --grammar-cache and --grammar-memory (divided by
+ * the number of models, as --kv-memory is), so every model's grammars together stay inside
+ * them. -1 with errno when threads or memory fail. */
+static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg, uint32_t n_models)
 {
 	const char *off = grammars_off(v);
 	v->limits.max_grammars = cfg->max_grammars;
@@ -198,8 +200,8 @@ static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg)
 	if (!off) {
 		struct bn_grammar_service_config gc = { .threads = cfg->grammar_threads,
 							.compile_ms = cfg->grammar_compile_ms,
-							.cache_bytes = (size_t)cfg->grammar_cache,
-							.memory_bytes = (size_t)cfg->grammar_memory };
+							.cache_bytes = (size_t)(cfg->grammar_cache / n_models),
+							.memory_bytes = (size_t)(cfg->grammar_memory / n_models) };
 		int rc = bn_grammar_service_open(&v->grammars, v->control.text.vocab,
 						 v->control.grammar_vocab, &gc);
 		v->control.grammar_vocab = NULL; /* the service's now */
@@ -260,7 +262,7 @@ struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry
 						.model = &v->desc,
 						.text = &v->control.text,
 						.served_name = e->opt.name };
-	if (open_grammars(v, cfg) < 0) {
+	if (open_grammars(v, cfg, m->n) < 0) {
 		bn_log_error("msg=\"cannot start the grammar service\" model=%s error=\"%s\"",
 			     e->opt.name, strerror(errno));
 		bn_control_close(&v->control);

@@ -697,6 +697,42 @@ START_TEST(embeddings_per_model)
 }
 END_TEST
 
+/* --grammar-memory bounds the grammars of every model together: each model's are limited to
+ * its share (here 512 KiB over two models), and one model holding all its share leaves the
+ * other's whole. */
+START_TEST(grammar_memory_shared_by_models)
+{
+	const char *extra[] = { "--grammar-memory", "512K", "--grammar-cache", "1K", NULL };
+	struct tu_daemon d;
+	start(&d, 1, 2, extra);
+	struct bn_client *l3 = connect_model(&d, "l3"), *f3 = connect_model(&d, "f3");
+	struct bn_grammar_handle *held[256];
+	char re[64], err[512] = "";
+	uint32_t n = 0;
+	int rc = 0;
+	for (; n < 256 && rc == 0; n++) {
+		snprintf(re, sizeof(re), "[a-z]{1,%u}(x|y{2,%u})", 30 + n, 3 + n);
+		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
+						.len = strlen(re) };
+		rc = bn_grammar_load(l3, &spec, &held[n], err, sizeof(err), 60 * SEC);
+	}
+	n--;
+	ck_assert_msg(rc == -BN_E_GRAMMAR_LIMIT && n >= 1 &&
+			      strstr(err, "over its grammar memory limit of 262144"),
+		      "%u grammars, then %s: %s", n, bn_strerror(rc), err);
+	struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re, .len = strlen(re) };
+	struct bn_grammar_handle *g;
+	rc = bn_grammar_load(f3, &spec, &g, err, sizeof(err), 60 * SEC);
+	ck_assert_msg(rc == 0, "f3 beside l3's full share: %s: %s", bn_strerror(rc), err);
+	bn_grammar_release(g);
+	for (uint32_t i = 0; i < n; i++)
+		bn_grammar_release(held[i]);
+	bn_disconnect(l3);
+	bn_disconnect(f3);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Reload                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
@@ -961,6 +997,7 @@ int main(void)
 	tcase_add_test(served, reload_picks_a_changed_file_up);
 	tcase_add_test(served, clients_killed_during_loads);
 	tcase_add_test(served, embeddings_per_model);
+	tcase_add_test(served, grammar_memory_shared_by_models);
 	tcase_set_timeout(served, 300);
 	suite_add_tcase(s, served);
 	TCase *life = tcase_create("lifecycle");
