@@ -121,7 +121,7 @@ static const char usage_text[] =
 	"  --max-running-per-session N  running sequences of one session (default 0: the\n"
 	"                         max batch)\n"
 	"  --max-running-per-user N  running sequences of one peer uid over all its\n"
-	"                         sessions (default 0: the max batch)\n"
+	"                         sessions, of every model (default 0: the max batch)\n"
 	"  --max-weight N         cap on the admission weight a session asks for in its\n"
 	"                         hello (default 8)\n"
 	"  --max-logprobs N       log-probability alternatives a request may ask for per\n"

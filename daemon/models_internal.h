@@ -50,6 +50,8 @@ struct bn_models {
 	struct bn_model_entry *loading; /* the entry the loader has, NULL when it is idle */
 	struct bn_loader loader;
 	struct bn_stats_model *stats_rows; /* [n], for bn_models_stats_view */
+	struct bn_sched_users *users;  /* running sequences per uid over every model's scheduler:
+					* --max-running-per-user holds across models */
 };
 
 /* ---- models_load.c ------------------------------------------------------------------- */

@@ -512,6 +512,7 @@ void models_sched_config(const struct bn_models *m, const struct bn_model_entry 
 		.draft_tokens = e->opt.draft_tokens ? e->opt.draft_tokens : cfg->draft_tokens,
 		.pooling = d->pooling,
 		.embed_dim = d->embed_dim,
+		.users = m->users,
 	};
 	copy_eog(&v->control.vocab.choice, out);
 }
@@ -606,7 +607,8 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	bn_text_prep_start(&m->loader.prep, NULL, NULL, NULL);
 	m->entries = calloc(m->n, sizeof(*m->entries));
 	m->stats_rows = calloc(m->n, sizeof(*m->stats_rows));
-	if (!m->entries || !m->stats_rows || models_loader_start(m) < 0) {
+	m->users = bn_sched_users_new(m->n * (cfg->max_batch ? cfg->max_batch : 1));
+	if (!m->entries || !m->stats_rows || !m->users || models_loader_start(m) < 0) {
 		bn_log_error("msg=\"cannot set up the models\" error=\"%s\"", strerror(errno));
 		bn_models_close(m);
 		return NULL;
@@ -667,5 +669,6 @@ void bn_models_close(struct bn_models *m)
 		bn_pool_free(m->pool);
 	free(m->entries);
 	free(m->stats_rows);
+	bn_sched_users_free(m->users); /* after the schedulers that counted in it */
 	free(m);
 }

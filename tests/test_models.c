@@ -533,6 +533,42 @@ START_TEST(waiting_for_room)
 }
 END_TEST
 
+/* --max-running-per-user holds across models: with a cap of 1, a request of this uid for
+ * model b waits while its request for model a runs (b already loaded), then runs as the
+ * oracle says. */
+START_TEST(per_user_cap_across_models)
+{
+	const char *args[] = { "--model", "a=/dev/null", "--model", "b=/dev/null",
+			       "--step-delay-us", "2000", "--max-batch", "2",
+			       "--max-running-per-user", "1", NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *a = connect_model(&d, "a"), *b = connect_model(&d, "b");
+	uint32_t pa[3] = { 5, 6, 7 }, pb[3] = { 8, 9, 10 };
+	struct bn_result r;
+	struct bn_handle *hb = submit_long(b, pb, 3, 2, 0); /* loads b */
+	ck_assert_int_eq(bn_wait(hb, 10 * SEC), 0);
+	bn_release(hb);
+	struct bn_handle *ha = submit_long(a, pa, 3, 150, 0); /* about 0.3 s */
+	usleep(50000);
+	hb = submit_long(b, pb, 3, 8, 0);
+	ck_assert_int_eq(bn_wait(hb, 10 * SEC), 0);
+	ck_assert_int_eq(bn_result(hb, &r), 0);
+	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
+	ck_assert_msg(r.queue_ns >= 100000000ull, "b's request waited %.1f ms beside a's",
+		      r.queue_ns / 1e6);
+	check_loopback(hb, pb, 3);
+	ck_assert_int_eq(bn_wait(ha, 0), 0); /* a's ended before b's began */
+	ck_assert_int_eq(bn_result(ha, &r), 0);
+	ck_assert_uint_eq(r.n_tokens, 150);
+	bn_release(ha);
+	bn_release(hb);
+	bn_disconnect(a);
+	bn_disconnect(b);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 /* UNLOAD drains for the drain timeout, then ends the running request with
  * BN_E_MODEL_UNLOADED (its tokens kept); the request waiting behind it loads the model again. */
 START_TEST(unload_drains_then_ends)
@@ -1002,6 +1038,7 @@ int main(void)
 	suite_add_tcase(s, served);
 	TCase *life = tcase_create("lifecycle");
 	tcase_add_test(life, waiting_for_room);
+	tcase_add_test(life, per_user_cap_across_models);
 	tcase_add_test(life, unload_drains_then_ends);
 	tcase_add_test(life, names_and_refusals);
 	tcase_add_test(life, config_file_and_keep_alive);

@@ -185,7 +185,9 @@ static int alloc_buffers(struct bn_sched *s)
 	uint32_t n = s->max_rows = s->cfg.max_batch + s->cfg.fork_seqs;
 	s->running = calloc(s->cfg.max_batch, sizeof(*s->running));
 	s->free_seqs = calloc(s->cfg.max_batch, sizeof(*s->free_seqs));
-	s->uids = calloc(s->cfg.max_batch, sizeof(*s->uids));
+	if (!s->cfg.users)
+		s->own_users = bn_sched_users_new(s->cfg.max_batch);
+	s->users = s->cfg.users ? s->cfg.users : s->own_users;
 	s->rows = calloc(n, sizeof(*s->rows));
 	s->row_fork = calloc(n, sizeof(*s->row_fork));
 	s->lens = calloc(n, sizeof(*s->lens));
@@ -202,7 +204,7 @@ static int alloc_buffers(struct bn_sched *s)
 	s->verify = calloc(n, sizeof(*s->verify));
 	s->hidden = calloc(n, sizeof(*s->hidden));
 	s->hidden_rows = calloc(n, sizeof(*s->hidden_rows));
-	if (!s->running || !s->free_seqs || !s->uids || !s->rows || !s->row_fork || !s->lens ||
+	if (!s->running || !s->free_seqs || !s->users || !s->rows || !s->row_fork || !s->lens ||
 	    !s->pos || !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables ||
 	    !s->score || !s->score_rows || !s->verify || !s->hidden || !s->hidden_rows ||
 	    alloc_verify(s) < 0 || alloc_embed(s) < 0)
@@ -347,7 +349,7 @@ void bn_sched_free(struct bn_sched *s)
 	free(s->kv_tables);
 	free(s->running);
 	free(s->free_seqs);
-	free(s->uids);
+	bn_sched_users_free(s->own_users);
 	free(s->tokens);
 	free(s->rows);
 	free(s->row_fork);

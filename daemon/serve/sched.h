@@ -90,7 +90,16 @@ struct bn_sched_config {
 	 * backend's hidden rows of embed_dim floats (model/embed.h). */
 	uint32_t pooling;
 	uint32_t embed_dim;
+	/* The running sequences per peer uid that max_running_per_user counts: a table shared by
+	 * the schedulers of a daemon's models, so the cap holds across them (they all step on
+	 * the loop thread). NULL: the scheduler's own. */
+	struct bn_sched_users *users;
 };
+
+/* A table of running sequences per peer uid for `capacity` sequences at once (the sum of
+ * the max_batch of the schedulers that share it); it outlives them. NULL without memory. */
+struct bn_sched_users *bn_sched_users_new(uint32_t capacity);
+void bn_sched_users_free(struct bn_sched_users *u);
 
 enum bn_speculative {
 	BN_SPECULATIVE_REQUEST = 0, /* those that set BN_REQ_SPECULATE */

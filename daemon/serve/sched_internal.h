@@ -33,6 +33,12 @@ struct uid_count {
 	uint32_t n;
 };
 
+/* Those of every running uid (sched.h). */
+struct bn_sched_users {
+	struct uid_count *uids;   /* [capacity], dense */
+	uint32_t n, capacity;
+};
+
 struct bn_sched {
 	const struct bn_backend_ops *ops;
 	void *backend;            /* NULL while detached: the model is not loaded */
@@ -49,8 +55,8 @@ struct bn_sched {
 	uint32_t n_waiting;       /* over all tenants */
 	uint32_t *free_seqs;      /* stack of unused backend sequence ids */
 	uint32_t n_free_seqs;
-	struct uid_count *uids;   /* [max_batch], dense */
-	uint32_t n_uids;
+	struct bn_sched_users *users; /* cfg.users, or own_users */
+	struct bn_sched_users *own_users;
 	uint32_t attn_positions;  /* the model's attn_positions_per_token (backend.h) */
 	struct fork *forks;       /* [fork_seqs] */
 	uint32_t *free_forks;     /* stack of unused indices into forks */
