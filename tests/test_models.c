@@ -606,6 +606,21 @@ START_TEST(unload_drains_then_ends)
 }
 END_TEST
 
+/* bitnetd refuses a models file of this text with exit 2, naming models[0] and `key`. */
+static void config_refused(const char *conf, const char *text, const char *key)
+{
+	FILE *f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	const char *bin = getenv("BITNETD") ? getenv("BITNETD") : "build/bitnetd";
+	const char *argv[] = { bin, "--models-config", conf, NULL };
+	static struct tu_run r;
+	ck_assert_int_eq(tu_run(argv, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 2);
+	ck_assert_msg(strstr(r.err, "models[0]") && strstr(r.err, key), "%s", r.err);
+}
+
 /* --models-config's per-model options: a pinned model is loaded at start and stays; one with
  * keep_alive 0 is unloaded once idle (reason idle); a shorter context is what its header
  * says. An option it does not know is a usage error that names it. */
@@ -648,15 +663,8 @@ START_TEST(config_file_and_keep_alive)
 	bn_disconnect(c);
 	bn_disconnect(p);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
-	f = fopen(conf, "w");
-	fputs("{\"models\": [{\"path\": \"/dev/null\", \"keepalive\": 1}]}", f);
-	fclose(f);
-	const char *bin = getenv("BITNETD") ? getenv("BITNETD") : "build/bitnetd";
-	const char *argv[] = { bin, "--models-config", conf, NULL };
-	static struct tu_run r;
-	ck_assert_int_eq(tu_run(argv, NULL, 0, &r), 0);
-	ck_assert_int_eq(r.status, 2);
-	ck_assert_msg(strstr(r.err, "models[0]") && strstr(r.err, "'keepalive'"), "%s", r.err);
+	config_refused(conf, "{\"models\": [{\"path\": \"/dev/null\", \"keepalive\": 1}]}",
+		       "'keepalive'");
 }
 END_TEST
 
@@ -721,15 +729,10 @@ START_TEST(embeddings_per_model)
 	}
 	bn_disconnect(l3);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
-	f = fopen(conf, "w");
-	fprintf(f, "{\"models\": [{\"path\": \"%s\", \"pooling\": \"max\"}]}", paths[0]);
-	fclose(f);
-	const char *bin = getenv("BITNETD") ? getenv("BITNETD") : "build/bitnetd";
-	const char *argv[] = { bin, "--models-config", conf, NULL };
-	static struct tu_run r;
-	ck_assert_int_eq(tu_run(argv, NULL, 0, &r), 0);
-	ck_assert_int_eq(r.status, 2);
-	ck_assert_msg(strstr(r.err, "models[0]") && strstr(r.err, "'pooling'"), "%s", r.err);
+	char text[400];
+	snprintf(text, sizeof(text), "{\"models\": [{\"path\": \"%s\", \"pooling\": \"max\"}]}",
+		 paths[0]);
+	config_refused(conf, text, "'pooling'");
 }
 END_TEST
 
