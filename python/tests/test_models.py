@@ -73,3 +73,32 @@ def test_two_models_equal_alone_and_listed(second):
             bitnetd.Client(sock, model="nope")
     finally:
         stop(proc, sock)
+
+
+def test_pipeline_by_model_name(second, monkeypatch):
+    proc, sock = start(["--backend", "cpu", "--threads", "1", "--model", "tiny=" + MODEL,
+                        "--model", "l3=" + second])
+    try:
+        monkeypatch.setenv("BITNETD_SOCKET", sock)
+        with bitnetd.Client(sock, timeout=60, model="l3") as c:
+            want = "Hi" + c.generate("Hi", max_tokens=6, ignore_eos=True).text
+            gen = bitnetd.pipeline("text-generation", model="l3", max_new_tokens=6,
+                                   ignore_eos=True)
+            try:
+                assert gen.client.model == "l3"
+                assert gen("Hi") == [{"generated_text": want}]
+            finally:
+                gen.close()
+            same = bitnetd.pipeline("text-generation", client=c, model="l3")
+            assert same.client is c
+            with pytest.raises(ValueError):
+                bitnetd.pipeline("text-generation", client=c, model="tiny")
+        default = bitnetd.pipeline("text-generation")
+        try:
+            assert default.client.model == "tiny"
+        finally:
+            default.close()
+        with pytest.raises(bitnetd.ModelNotFoundError):
+            bitnetd.pipeline("text-generation", model="nope")
+    finally:
+        stop(proc, sock)
