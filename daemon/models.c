@@ -312,13 +312,32 @@ static uint64_t pinned_bytes(const struct bn_models *m, const struct bn_model_en
 	return sum;
 }
 
-/* Frees room for `need` bytes: idle models go at once, then busy ones are asked for their
+/* What every model's compiled grammars hold now (kept in its cache or used by sessions,
+ * current views and retired ones): inside --memory too. With `trim`, the caches first let go
+ * of what nobody uses. */
+static uint64_t grammar_bytes(struct bn_models *m, int trim)
+{
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i <= m->n; i++)
+		for (struct bn_model_view *v = i < m->n ? m->entries[i].view : m->retired; v;
+		     v = i < m->n ? NULL : v->next_retired) {
+			if (trim)
+				bn_grammar_service_trim(&v->grammars);
+			sum += bn_grammar_service_bytes(&v->grammars);
+		}
+	return sum;
+}
+
+/* Frees room for `need` bytes beside the loaded models and every model's grammars: grammars
+ * kept for a next time go first, then idle models at once, then busy ones are asked for their
  * turn (they admit nothing more and go once their running requests are done). Returns
  * whether the room is there now. */
 static int make_room(struct bn_models *m, const struct bn_model_entry *for_whom, uint64_t need,
 		     uint64_t now)
 {
-	uint64_t loaded = bn_models_loaded_bytes(m);
+	uint64_t loaded = bn_models_loaded_bytes(m) + grammar_bytes(m, 0);
+	if (loaded + need > m->budget)
+		loaded = bn_models_loaded_bytes(m) + grammar_bytes(m, 1);
 	struct bn_model_entry *e;
 	while (loaded + need > m->budget && (e = least_used(m, for_whom, idle, now))) {
 		loaded -= models_entry_bytes(e);

@@ -772,6 +772,69 @@ START_TEST(grammar_memory_shared_by_models)
 }
 END_TEST
 
+/* Grammars count inside --memory: a budget that holds l3 and f3 with 64 KiB to spare serves
+ * both while no grammar is held. Grammars l3's cache only keeps for a next time go before
+ * a model does (f3 loads, l3 stays); with l3's session holding more than the spare bytes in
+ * grammars, f3's load unloads the idle l3 for room (reason memory). f3 answers as alone. */
+static void hold_grammars(struct bn_client *c, struct bn_grammar_handle **held, uint32_t n,
+			  uint32_t first)
+{
+	char re[64], err[512];
+	for (uint32_t k = 0; k < n; k++) {
+		snprintf(re, sizeof(re), "[a-z]{1,%u}(x|y{2,%u})", first + k, 3 + k);
+		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
+						.len = strlen(re) };
+		int rc = bn_grammar_load(c, &spec, &held[k], err, sizeof(err), 60 * SEC);
+		ck_assert_msg(rc == 0, "%s: %s", bn_strerror(rc), err);
+	}
+}
+
+static void load_f3_again(struct bn_client *l3, struct bn_client *f3)
+{
+	ck_assert_int_eq(bn_models_unload(l3, "f3", NULL), 0);
+	struct outcome o;
+	run_one(f3, 2, 0, &o);
+	check_same(&o, &alone[2][0], 2, 0);
+}
+
+START_TEST(grammars_count_inside_memory)
+{
+	struct tu_daemon d;
+	const char *kv[] = { "--kv-memory", "2M", NULL }; /* the same KV share under --memory */
+	start(&d, 1, 2, kv);
+	struct bn_client *f3 = connect_model(&d, "f3");
+	struct outcome o;
+	run_one(f3, 2, 0, &o); /* loads f3 */
+	struct bn_model_status st[2];
+	ck_assert_int_eq(bn_models_list(f3, st, 2), 2);
+	uint64_t both = st[0].bytes + st[1].bytes;
+	bn_disconnect(f3);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	char memory[32];
+	snprintf(memory, sizeof(memory), "%llu", (unsigned long long)(both + 65536));
+	const char *extra[] = { "--kv-memory", "2M", "--memory", memory, "--grammar-memory", "8M",
+				"--grammar-cache", "8M", NULL };
+	start(&d, 1, 2, extra);
+	struct bn_client *l3 = connect_model(&d, "l3");
+	f3 = connect_model(&d, "f3");
+	run_one(f3, 2, 0, &o); /* both fit */
+	struct bn_grammar_handle *held[16];
+	hold_grammars(l3, held, 16, 30);
+	for (uint32_t k = 0; k < 16; k++)
+		bn_grammar_release(held[k]); /* kept by l3's cache only */
+	load_f3_again(l3, f3);
+	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 0);
+	hold_grammars(l3, held, 16, 60);
+	load_f3_again(l3, f3);
+	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 1);
+	for (uint32_t k = 0; k < 16; k++)
+		bn_grammar_release(held[k]);
+	bn_disconnect(l3);
+	bn_disconnect(f3);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Reload                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
@@ -1037,6 +1100,7 @@ int main(void)
 	tcase_add_test(served, clients_killed_during_loads);
 	tcase_add_test(served, embeddings_per_model);
 	tcase_add_test(served, grammar_memory_shared_by_models);
+	tcase_add_test(served, grammars_count_inside_memory);
 	tcase_set_timeout(served, 300);
 	suite_add_tcase(s, served);
 	TCase *life = tcase_create("lifecycle");
