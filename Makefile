@@ -50,6 +50,7 @@
 #                             fast), bench_cuda with base, fast and all side by side, and
 #                             bench-serve on a cuda daemon (tools/check-gpu.sh; within 560 s,
 #                             log in gpu-check.log)
+#   make bench-models         two models' clients on one daemon vs on two daemons (issue 60)
 #   make bench-serve          serving benchmark: client processes against a cpu daemon
 #                             (BENCH_SERVE_ARGS=--quick for a smoke run)
 #   make bench-cuda           GPU benchmark, the --cuda-kernels variants side by side (needs a
@@ -254,8 +255,8 @@ TOKENIZER_SRCS := libclient/tokenizer.c libclient/vocab_map.c libclient/bpe.c li
 CUDA_BACKEND_SRCS := $(filter-out daemon/backends/cuda_variant.c,$(wildcard daemon/backends/cuda*.c))
 DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,$(CUDA_BACKEND_SRCS)),$(wildcard daemon/*.c daemon/*/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
-CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c libclient/embed.c $(TOKENIZER_SRCS)
-CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c tools/cli_embed.c
+CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c libclient/embed.c libclient/models.c $(TOKENIZER_SRCS)
+CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c tools/cli_embed.c tools/cli_models.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
 MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
 	tools/model_pull.c tools/pull_progress.c
@@ -325,7 +326,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 .SECONDARY:
 
 .PHONY: all check check-c check-cuda-host check-kernel-variants check-arm64 check-arm64-vm check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-embed bench-grammar bench-structured fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-models bench-cuda bench-tokenizer bench-score bench-embed bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
 	$(HOST_BITNETD) $(BUILD)/bench/bench_cuda_host
@@ -440,6 +441,11 @@ $(BUILD)/tests/test_gateway_schema: TEST_EXTRA_LIBS := $(LIB_A)
 # test_pull calls hub/ itself, against a stand-in for the Hub (tests/hub_server.py).
 $(BUILD)/tests/test_pull: $(HUB_OBJS)
 $(BUILD)/tests/test_pull: TEST_EXTRA_LIBS := $(HUB_LIBS)
+
+# bn-faults' model-swap campaign is a file of its own (tests/faults_models.c).
+$(BUILD)/tests/bn-faults: $(BUILD)/tests/faults.o $(BUILD)/tests/faults_models.o $(TEST_LINK)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS)
 
 $(BUILD)/tests/bn-%: $(BUILD)/tests/%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
@@ -705,6 +711,24 @@ $(BENCH_BUSY): $(BUILD)/bench/bench_busy.o $(LIB_A)
 bench-busy: $(BENCH_BUSY) $(BITNETD) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) $(BENCH_BUSY) --model $(STORIES_FILE) --decode-model $(BENCH_MODEL_FILE) \
 		$(BENCH_BUSY_ARGS)
+
+# Several models on one daemon against one daemon each (bench/bench_models.c, issue 60): two
+# 2B4T-shape files (the bench-model file and one of other weights), each model's clients at
+# once. BENCH_MODELS_ARGS=--clients 1 --requests 1 --tokens 8 for a smoke run.
+BENCH_MODELS := $(BUILD)/bench/bench_models
+BENCH_MODELS_ARGS ?=
+BENCH_MODEL_B_FILE := $(BUILD)/models/2b4t-b-i2_s.gguf
+$(BENCH_MODELS): $(BUILD)/bench/bench_models.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
+
+$(BENCH_MODEL_B_FILE): | $(MODELTOOL)
+	@mkdir -p $(dir $@)
+	$(MODELTOOL) write --preset 2b4t --type i2_s --seed 2 $(LLAMA3_VOCAB_ARGS) --out $@
+
+bench-models: $(BENCH_MODELS) $(BITNETD) $(BENCH_MODEL_FILE) $(BENCH_MODEL_B_FILE)
+	BITNETD=$(BITNETD) $(BENCH_MODELS) --model-a $(BENCH_MODEL_FILE) --model-b $(BENCH_MODEL_B_FILE) \
+		$(BENCH_MODELS_ARGS)
 
 # The serving benchmark (bench/bench_serve.c): a client of the library only; it starts the
 # daemon itself, once per scenario, on the same model file as bench-model.

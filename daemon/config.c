@@ -30,13 +30,27 @@ static const char usage_text[] =
 	"  --backend NAME         loopback (no model; tokens are a documented function of\n"
 	"                         the prompt), cpu, or cuda where built (default: loopback\n"
 	"                         without --model, else what --device picks)\n"
-	"  --model FILE           GGUF model file for the cpu and cuda backends; or\n"
-	"                         hf:REPO[:FILE], a file of the Hugging Face Hub: taken\n"
-	"                         from huggingface_hub's cache ($HF_HUB_CACHE, else\n"
-	"                         ~/.cache/huggingface/hub) without asking the Hub, pulled\n"
-	"                         into it first when not there ($HF_ENDPOINT, $HF_TOKEN;\n"
-	"                         none with $HF_HUB_OFFLINE set); the file as\n"
-	"                         `bitnet-model pull` picks it\n"
+	"  --model [NAME=]FILE    a GGUF model file for the cpu and cuda backends, served\n"
+	"                         as NAME (default: the file's name without .gguf); or\n"
+	"                         hf:REPO[:FILE], a file of the Hugging Face Hub (named\n"
+	"                         REPO): taken from huggingface_hub's cache ($HF_HUB_CACHE,\n"
+	"                         else ~/.cache/huggingface/hub) without asking the Hub,\n"
+	"                         pulled into it first when not there ($HF_ENDPOINT,\n"
+	"                         $HF_TOKEN; none with $HF_HUB_OFFLINE set); the file as\n"
+	"                         `bitnet-model pull` picks it. Repeat it to serve several\n"
+	"                         models; the first is the default model (clients that name\n"
+	"                         none get it)\n"
+	"  --models-config FILE   more models, with options of their own, from a JSON file:\n"
+	"                         {\"models\": [{\"name\", \"path\", \"context\", \"kv_memory\",\n"
+	"                         \"pinned\", \"keep_alive\", \"speculative\", \"draft_tokens\",\n"
+	"                         \"pre_tokenizer\", \"chat_template\"}, ...]} (bitnetd(8))\n"
+	"  --models DIR           every *.gguf file of DIR as a model, named by its file\n"
+	"  --memory SIZE          bytes all loaded models may hold together, weights and KV\n"
+	"                         (default: on a GPU its free memory less the headroom, on\n"
+	"                         the CPU no limit); a model that does not fit waits for idle\n"
+	"                         ones to be unloaded, least recently used first\n"
+	"  --keep-alive TIME      how long an idle model stays loaded: 30s, 10m, 2h, 0 or\n"
+	"                         never (default never)\n"
 	"  --device DEV           where the model runs: auto (default: the first GPU when\n"
 	"                         this build has CUDA and one is usable, else the CPU),\n"
 	"                         cpu, or cuda:N (fails when that GPU cannot be used)\n"
@@ -88,10 +102,12 @@ static const char usage_text[] =
 	"                         oldest); smaller keeps inter-token\n"
 	"                         latency steady while prompts arrive, larger reads prompts\n"
 	"                         in fewer steps. Prompts always get a quarter of it\n"
-	"  --kv-memory SIZE       KV cache budget in bytes, suffix K, M or G (default: every\n"
-	"                         sequence at full context, at most a quarter of RAM or,\n"
-	"                         on a GPU, its free memory past a tenth of it); a\n"
-	"                         request is admitted when all the KV it can need is free\n"
+	"  --kv-memory SIZE       KV cache budget in bytes, suffix K, M or G, of all models\n"
+	"                         together, an equal share each (default: every sequence at\n"
+	"                         full context, at most a quarter of RAM or, on a GPU, its\n"
+	"                         free memory past a tenth of it; with several models,\n"
+	"                         at most their share of --memory); a request is admitted\n"
+	"                         when all the KV it can need is free\n"
 	"  --kv-block-tokens N    positions per KV cache block (default 16)\n"
 	"  --prefix-cache MODE    reuse the KV blocks of earlier prompts with the same start:\n"
 	"                         uid (default: among sessions of one Unix user), session,\n"
@@ -107,7 +123,7 @@ static const char usage_text[] =
 	"  --max-running-per-session N  running sequences of one session (default 0: the\n"
 	"                         max batch)\n"
 	"  --max-running-per-user N  running sequences of one peer uid over all its\n"
-	"                         sessions (default 0: the max batch)\n"
+	"                         sessions, of every model (default 0: the max batch)\n"
 	"  --max-weight N         cap on the admission weight a session asks for in its\n"
 	"                         hello (default 8)\n"
 	"  --max-logprobs N       log-probability alternatives a request may ask for per\n"
@@ -162,8 +178,8 @@ static const char usage_text[] =
 	"value of every ring counter, for tests of the 2^32 wrap; default 0);\n"
 	"HF_HUB_CACHE, HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_TOKEN_PATH, HF_HUB_OFFLINE\n"
 	"(--model hf:..., as huggingface_hub reads them).\n"
-	"Signals: TERM and INT drain and exit 0; HUP is logged and otherwise ignored\n"
-	"(there is no configuration to reload).\n";
+	"Signals: TERM and INT drain and exit 0; HUP reloads every model whose file\n"
+	"changed.\n";
 
 enum long_only {
 	OPT_SOCKET = 256, OPT_SOCKET_MODE, OPT_BACKEND, OPT_MODEL, OPT_MAX_BATCH, OPT_WINDOW,
@@ -172,8 +188,9 @@ enum long_only {
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
 	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS,
-	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_GRAMMAR_MEMORY, OPT_HELP,
-	OPT_VERSION, OPT_ACTIVATION, OPT_POOLING,
+	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE,
+	OPT_GRAMMAR_MEMORY, OPT_HELP, OPT_VERSION, OPT_ACTIVATION, OPT_POOLING, OPT_MODELS_CONFIG,
+	OPT_MODELS_DIR, OPT_MEMORY, OPT_KEEP_ALIVE,
 };
 
 static const struct option long_options[] = {
@@ -181,6 +198,10 @@ static const struct option long_options[] = {
 	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
 	{ "backend", required_argument, NULL, OPT_BACKEND },
 	{ "model", required_argument, NULL, OPT_MODEL },
+	{ "models-config", required_argument, NULL, OPT_MODELS_CONFIG },
+	{ "models", required_argument, NULL, OPT_MODELS_DIR },
+	{ "memory", required_argument, NULL, OPT_MEMORY },
+	{ "keep-alive", required_argument, NULL, OPT_KEEP_ALIVE },
 	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "max-batch", required_argument, NULL, OPT_MAX_BATCH },
 	{ "batch-window-us", required_argument, NULL, OPT_WINDOW },
@@ -342,30 +363,6 @@ static int resolve_backend(struct bn_config *cfg)
 	return -1;
 }
 
-/* A byte count with an optional K, M or G suffix (powers of 1024). */
-static int parse_size(const char *flag, const char *text, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(text, &end, 10);
-	unsigned shift = 0;
-	if (*end == 'K' || *end == 'k')
-		shift = 10;
-	else if (*end == 'M' || *end == 'm')
-		shift = 20;
-	else if (*end == 'G' || *end == 'g')
-		shift = 30;
-	if (shift)
-		end++;
-	if (errno || end == text || *end || text[0] == '-' || v == 0 || v > (UINT64_MAX >> shift)) {
-		fprintf(stderr, "bitnetd: --%s: '%s' is not a size such as 4096, 512M or 2G\n", flag,
-			text);
-		return -1;
-	}
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 static void set_defaults(struct bn_config *cfg)
 {
 	const char *env = getenv(BN_SOCKET_ENV);
@@ -395,6 +392,7 @@ static void set_defaults(struct bn_config *cfg)
 		.grammar_cache = 64ull << 20,
 		.grammar_memory = 1ull << 30,
 		.socket_mode = 0660,
+		.keep_alive_ms = -1,
 		.log_level = BN_LOG_INFO,
 		.ring_start = ring_start ? (uint32_t)strtoul(ring_start, NULL, 0) : 0,
 	};
@@ -406,7 +404,18 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_SOCKET: cfg->socket_path = arg; return 0;
 	case OPT_SOCKET_MODE: return parse_u32("socket-mode", arg, 0, 0777, 8, &cfg->socket_mode);
 	case OPT_BACKEND: cfg->backend = arg; return 0;
-	case OPT_MODEL: cfg->model_path = arg; return 0;
+	case OPT_MODEL: {
+		const char **args = realloc(cfg->model_args, (cfg->n_model_args + 1) * sizeof(*args));
+		if (!args)
+			return -1;
+		cfg->model_args = args;
+		args[cfg->n_model_args++] = arg;
+		return 0;
+	}
+	case OPT_MODELS_CONFIG: cfg->models_config = arg; return 0;
+	case OPT_MODELS_DIR: cfg->models_dir = arg; return 0;
+	case OPT_MEMORY: return bn_parse_size("--memory", arg, &cfg->memory);
+	case OPT_KEEP_ALIVE: return bn_parse_duration_ms("--keep-alive", arg, &cfg->keep_alive_ms);
 	case OPT_CACHE_DIR:
 		if (!*arg) {
 			fprintf(stderr, "bitnetd: --cache-dir: give a directory, or none\n");
@@ -419,7 +428,7 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_MAX_BATCH: return parse_u32("max-batch", arg, 1, 65536, 10, &cfg->max_batch);
 	case OPT_TOKEN_BUDGET:
 		return parse_u32("token-budget", arg, 1, 1u << 20, 10, &cfg->token_budget);
-	case OPT_KV_MEMORY: return parse_size("kv-memory", arg, &cfg->kv_memory);
+	case OPT_KV_MEMORY: return bn_parse_size("--kv-memory", arg, &cfg->kv_memory);
 	case OPT_KV_BLOCK: return parse_u32("kv-block-tokens", arg, 1, 4096, 10, &cfg->kv_block_tokens);
 	case OPT_PREFIX_CACHE: return parse_prefix_cache(arg, cfg);
 	case OPT_SPECULATIVE: return parse_speculative(arg, cfg);
@@ -458,8 +467,8 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 				 &cfg->grammar_threads);
 	case OPT_GRAMMAR_COMPILE_MS:
 		return parse_u32("grammar-compile-ms", arg, 10, 600000, 10, &cfg->grammar_compile_ms);
-	case OPT_GRAMMAR_CACHE: return parse_size("grammar-cache", arg, &cfg->grammar_cache);
-	case OPT_GRAMMAR_MEMORY: return parse_size("grammar-memory", arg, &cfg->grammar_memory);
+	case OPT_GRAMMAR_CACHE: return bn_parse_size("--grammar-cache", arg, &cfg->grammar_cache);
+	case OPT_GRAMMAR_MEMORY: return bn_parse_size("--grammar-memory", arg, &cfg->grammar_memory);
 	case OPT_PRE_TOKENIZER:
 		cfg->pre_tokenizer = arg;
 		if (bn_pre_tokenizer_from_name(arg) > 0)
@@ -510,20 +519,29 @@ int bn_config_parse(struct bn_config *cfg, int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
 		if (opt == OPT_HELP) {
 			fputs(usage_text, stdout);
+			bn_config_free(cfg);
 			return 1;
 		}
 		if (opt == OPT_VERSION) {
 			printf("bitnetd %s (ABI %u)\n", BITNETD_VERSION, BN_ABI_VERSION);
+			bn_config_free(cfg);
 			return 1;
 		}
 		if (opt == '?' || apply_option(cfg, opt, optarg) < 0) {
 			fprintf(stderr, "Try 'bitnetd --help'.\n");
+			bn_config_free(cfg);
 			return -1;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "bitnetd: unexpected argument '%s'\nTry 'bitnetd --help'.\n",
 			argv[optind]);
+		bn_config_free(cfg);
+		return -1;
+	}
+	if (bn_models_config_build(cfg) < 0) {
+		fprintf(stderr, "Try 'bitnetd --help'.\n");
+		bn_config_free(cfg);
 		return -1;
 	}
 	/* A fair share by default: one user never holds more than half the table, so another
@@ -532,6 +550,7 @@ int bn_config_parse(struct bn_config *cfg, int argc, char **argv)
 		cfg->max_sessions_per_user = cfg->max_sessions > 1 ? cfg->max_sessions / 2 : 1;
 	if (resolve_backend(cfg) < 0) {
 		fprintf(stderr, "Try 'bitnetd --help'.\n");
+		bn_config_free(cfg);
 		return -1;
 	}
 	return 0;

@@ -7,6 +7,7 @@
 #include "serve/prefix_cache.h"
 #include "serve/sched.h"
 
+#include <limits.h>
 #include <stdint.h>
 
 /* Documented exit codes (bitnetd(8)). Fatal errors happen only at start-up. */
@@ -20,13 +21,41 @@ enum bn_exit {
 
 enum bn_device { BN_DEVICE_AUTO, BN_DEVICE_CPU, BN_DEVICE_CUDA };
 
+/* One model the daemon serves (--model, --models-config, --models; models_config.c). */
+struct bn_model_options {
+	char name[64];           /* shm/bitnet_shm.h bn_model_name's rules */
+	const char *source;      /* as given: a path, hf:REPO[:FILE], or NULL (loopback) */
+	char path[PATH_MAX];     /* the file: the source, or hf: resolved at start-up */
+	uint32_t context;        /* context_length at most this (0: the file's) */
+	uint64_t kv_memory;      /* its KV pool's bytes (0: its share, config.h kv_memory) */
+	int pinned;              /* loaded at start-up, never unloaded for room or idleness */
+	int speculative;         /* enum bn_speculative, or -1: --speculative */
+	uint32_t draft_tokens;   /* 0: --draft-tokens */
+	int64_t keep_alive_ms;   /* idle time before it unloads; -1: --keep-alive */
+	const char *pre_tokenizer, *chat_template; /* NULL: --pre-tokenizer, --chat-template */
+	uint32_t pooling;        /* enum bn_pooling for embeddings; 0: --pooling */
+};
+
 struct bn_config {
 	const char *socket_path;
 	const char *backend;     /* loopback, cpu, cuda, or auto (try cuda, else cpu) */
 	enum bn_device device;
 	int device_index;        /* the N of cuda:N */
 	int device_set;          /* --device was given */
-	const char *model_path;
+	const char *model_path;  /* the default model's file (models[0].path), or NULL */
+	/* The models, the default first: --model flags in order, then --models-config's, then
+	 * --models's (models_config.c). At least one: loopback's has no file. */
+	struct bn_model_options *models;
+	uint32_t n_models;
+	const char **model_args; /* --model values as given, [n_model_args] */
+	uint32_t n_model_args;
+	const char *models_config; /* --models-config FILE */
+	const char *models_dir;  /* --models DIR */
+	char **owned;            /* strings the options above point into, freed with cfg */
+	uint32_t n_owned;
+	uint64_t memory;         /* --memory: bytes of all loaded models (0: none on the CPU, the
+				  * device's free memory less headroom on a GPU) */
+	int64_t keep_alive_ms;   /* --keep-alive: idle time before a model unloads; -1: never */
 	const char *cache_dir;   /* --cache-dir: a directory, "none", or NULL (the default) */
 	const char *pre_tokenizer; /* --pre-tokenizer: a name the tokenizer knows, or NULL */
 	const char *chat_template; /* --chat-template: a name the tokenizer knows, or NULL */
@@ -70,5 +99,16 @@ struct bn_config {
 /* Parses argv into cfg (defaults first, then $BITNETD_SOCKET, then flags). Returns -1 after
  * printing why on stderr, 1 when --help or --version was printed, 0 to run. */
 int bn_config_parse(struct bn_config *cfg, int argc, char **argv);
+void bn_config_free(struct bn_config *cfg);
+
+/* models_config.c: cfg->models from --model, --models-config and --models. Returns -1 after
+ * printing why on stderr. */
+int bn_models_config_build(struct bn_config *cfg);
+/* A served name by bn_model_name's rules (shm/bitnet_shm.h). */
+int bn_model_name_valid(const char *name);
+/* A byte count with an optional K, M or G suffix; a duration in ms (ms, s, m, h suffixes; -1
+ * for "never"). 0, or -1 after printing why (naming `what`). */
+int bn_parse_size(const char *what, const char *text, uint64_t *out);
+int bn_parse_duration_ms(const char *what, const char *text, int64_t *out);
 
 #endif /* BITNETD_CONFIG_H */

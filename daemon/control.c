@@ -7,9 +7,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/stats.h"
-#include "config.h"
 #include "grammar/grammar.h"
-#include "serve/sched.h"
 #include "session.h"
 #include "textprep.h"
 
@@ -108,17 +106,17 @@ static int adopt(struct bn_control *c, struct bn_text_prep *p, uint32_t n_vocab,
 	return 1;
 }
 
-void bn_control_open(struct bn_control *c, const struct bn_config *cfg,
-		     const struct bn_model_desc *model, struct bn_text_prep *prep)
+void bn_control_open(struct bn_control *c, const char *path, const char *pre_tokenizer,
+		     const char *chat_template, const struct bn_model_desc *model,
+		     struct bn_text_prep *prep)
 {
 	memset(c, 0, sizeof(*c));
 	c->vocab.vocab_fd = c->vocab.tokenizer_fd = -1;
-	const char *path = cfg->model_path;
 	if (!path || model->kind == BN_BACKEND_LOOPBACK)
 		return;
 	char err[BN_VOCAB_ERR_LEN];
-	struct bn_vocab_options o = { .pre_tokenizer = cfg->pre_tokenizer,
-				      .chat_template = cfg->chat_template };
+	struct bn_vocab_options o = { .pre_tokenizer = pre_tokenizer,
+				      .chat_template = chat_template };
 	int prepared = prep && prep->state != BN_TEXT_PREP_NONE;
 	int rc = prepared ? adopt(c, prep, model->vocab_size, err)
 			  : bn_vocab_serve_open(path, model->vocab_size, &o, &c->vocab, err);
@@ -143,9 +141,31 @@ void bn_control_close(struct bn_control *c)
 	bn_text_service_close(&c->text);
 	bn_grammar_vocab_unref(c->grammar_vocab);
 	c->grammar_vocab = NULL;
-	free(c->stats_buf);
-	c->stats_buf = NULL;
-	c->stats_cap = 0;
+}
+
+/* The payload behind fd (bytes long) equals the one behind other's. */
+static int same_payload(int fd, uint32_t bytes, int other, uint32_t other_bytes)
+{
+	if ((fd < 0) != (other < 0) || bytes != other_bytes)
+		return 0;
+	if (fd < 0 || bytes == 0)
+		return 1;
+	void *a = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+	void *b = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, other, 0);
+	int same = a != MAP_FAILED && b != MAP_FAILED && memcmp(a, b, bytes) == 0;
+	if (a != MAP_FAILED)
+		munmap(a, bytes);
+	if (b != MAP_FAILED)
+		munmap(b, bytes);
+	return same;
+}
+
+int bn_control_same(const struct bn_control *a, const struct bn_control *b)
+{
+	return same_payload(a->vocab.vocab_fd, a->vocab.vocab_bytes, b->vocab.vocab_fd,
+			    b->vocab.vocab_bytes) &&
+	       same_payload(a->vocab.tokenizer_fd, a->vocab.tokenizer_bytes, b->vocab.tokenizer_fd,
+			    b->vocab.tokenizer_bytes);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -157,7 +177,7 @@ void bn_control_close(struct bn_control *c)
  * part: so raise SO_SNDBUF to fit (best effort, the kernel caps it at net.core.wmem_max), then
  * give a client that is reading REPLY_SEND_TIMEOUT_NS in all to take the rest. One that is not
  * reading stalls the loop no longer than that. Returns 0, or -1 when the reply did not go. */
-static int send_reply(int fd, struct bn_ctl_reply *head, void *body, size_t len)
+int bn_control_send(int fd, struct bn_ctl_reply *head, const void *body, size_t len)
 {
 	size_t total = sizeof(*head) + len;
 	int sndbuf = 0;
@@ -167,7 +187,7 @@ static int send_reply(int fd, struct bn_ctl_reply *head, void *body, size_t len)
 		int want = (int)total;
 		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
 	}
-	struct iovec iov[2] = { { head, sizeof(*head) }, { body, len } };
+	struct iovec iov[2] = { { head, sizeof(*head) }, { (void *)body, len } };
 	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
 	uint64_t deadline = 0;
 	for (;;) {
@@ -195,17 +215,12 @@ static int send_reply(int fd, struct bn_ctl_reply *head, void *body, size_t len)
 	}
 }
 
-/* The STATS text: gauges from the scheduler, one row per session in the table. */
-static long render_stats(struct bn_control *c, struct bn_sched *sched,
+/* The STATS text: the gauges the caller filled in, one row per session in the table. */
+static long render_stats(struct bn_stats_text *t, struct bn_stats_view *v,
 			 struct bn_session *const *sessions, uint32_t n_sessions)
 {
-	struct bn_stats_view v = { .sessions_open = n_sessions,
-				   .queued = bn_sched_waiting(sched),
-				   .running = bn_sched_running(sched),
-				   .n_sessions = n_sessions };
-	bn_sched_kv_usage(sched, &v.kv_blocks_total, &v.kv_blocks_used, &v.kv_blocks_reserved,
-			  &v.kv_block_tokens);
-	bn_sched_cache_usage(sched, &v.kv_blocks_cached, &v.kv_evictions);
+	v->sessions_open = n_sessions;
+	v->n_sessions = n_sessions;
 	size_t n = n_sessions ? n_sessions : 1;
 	uint32_t *ids = malloc(2 * n * sizeof(*ids)); /* ids, then uids */
 	const struct bn_session_counters **counters = malloc(n * sizeof(*counters));
@@ -216,26 +231,22 @@ static long render_stats(struct bn_control *c, struct bn_sched *sched,
 			ids[n + i] = (uint32_t)sessions[i]->peer_uid;
 			counters[i] = &sessions[i]->counters;
 		}
-		v.session_ids = ids;
-		v.session_uids = ids + n;
-		v.session_counters = counters;
-		len = bn_stats_render(&c->stats_buf, &c->stats_cap, &v);
+		v->session_ids = ids;
+		v->session_uids = ids + n;
+		v->session_counters = counters;
+		len = bn_stats_render(&t->buf, &t->cap, v);
 	}
 	free(ids);
 	free(counters);
 	return len;
 }
 
-int bn_control_reply_stats(struct bn_control *c, int sock_fd, uint32_t session_id, uint32_t op,
-			   struct bn_sched *sched, struct bn_session *const *sessions,
+int bn_control_reply_stats(struct bn_stats_text *t, int sock_fd, uint32_t session_id,
+			   struct bn_stats_view *v, struct bn_session *const *sessions,
 			   uint32_t n_sessions)
 {
-	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = op };
-	long len = 0;
-	if (op == BN_CTL_STATS)
-		len = render_stats(c, sched, sessions, n_sessions);
-	else
-		head.error = BN_E_INVALID;
+	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = BN_CTL_STATS };
+	long len = render_stats(t, v, sessions, n_sessions);
 	if (len < 0) {
 		bn_log_warn("msg=\"stats not rendered: out of memory\" session=%u", session_id);
 		head.error = BN_E_AGAIN;
@@ -243,7 +254,7 @@ int bn_control_reply_stats(struct bn_control *c, int sock_fd, uint32_t session_i
 	}
 	head.length = (uint32_t)len;
 	/* A client that does not read its replies cannot stall the loop: it loses the session. */
-	return send_reply(sock_fd, &head, c->stats_buf, (size_t)len);
+	return bn_control_send(sock_fd, &head, t->buf, (size_t)len);
 }
 
 /* BN_CTL_VOCAB and BN_CTL_TOKENIZER: the reply head and the sealed memfd in one sendmsg; the

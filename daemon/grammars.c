@@ -243,6 +243,21 @@ int bn_grammar_service_open(struct bn_grammar_service *g, const struct bn_vocab 
 	return 0;
 }
 
+size_t bn_grammar_service_bytes(struct bn_grammar_service *g)
+{
+	if (!g->vocab)
+		return 0;
+	struct bn_grammar_cache_info info;
+	bn_grammar_cache_get_info(g->cache, &info);
+	return info.live_bytes;
+}
+
+void bn_grammar_service_trim(struct bn_grammar_service *g)
+{
+	if (g->vocab)
+		bn_grammar_cache_trim(g->cache);
+}
+
 void bn_grammar_service_close(struct bn_grammar_service *g)
 {
 	if (!g->vocab)

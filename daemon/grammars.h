@@ -72,6 +72,10 @@ int bn_grammar_service_open(struct bn_grammar_service *g, const struct bn_vocab 
 			    struct bn_grammar_vocab *built,
 			    const struct bn_grammar_service_config *cfg);
 void bn_grammar_service_close(struct bn_grammar_service *g);
+/* What its compiled grammars hold now, kept or in use (0 when it is closed). */
+size_t bn_grammar_service_bytes(struct bn_grammar_service *g);
+/* Lets go of the grammars it keeps for a next time and nobody uses (bn_grammar_cache_trim). */
+void bn_grammar_service_trim(struct bn_grammar_service *g);
 
 /* Queues a job (the service owns it until bn_grammar_service_take_done returns it). */
 void bn_grammar_service_submit(struct bn_grammar_service *g, struct bn_grammar_job *job);

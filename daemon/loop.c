@@ -9,6 +9,8 @@
 #include "control.h"
 #include "grammars.h"
 #include "listen.h"
+#include "model_ops.h"
+#include "models.h"
 #include "sdnotify.h"
 #include "serve/sched.h"
 #include "session.h"
@@ -26,7 +28,8 @@
 
 /* io_uring user_data: an owner pointer (8-byte aligned) with the operation kind in the low
  * bits. 0 marks completions nobody waits for (cancel requests). */
-enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4, IO_GRAMMAR = 5 };
+enum io_kind { IO_ACCEPT = 1, IO_SIGNAL = 2, IO_RECV = 3, IO_DOORBELL = 4, IO_GRAMMAR = 5,
+	       IO_MODELS = 6 };
 #define IO_KIND_MASK 7u
 
 #define URING_ENTRIES 256
@@ -37,8 +40,7 @@ struct bn_loop {
 	struct io_uring ring;
 	int deferred_completions;     /* the ring runs completions only when asked (open_ring) */
 	const struct bn_config *cfg;
-	struct bn_session_limits limits;
-	struct bn_sched *sched;
+	struct bn_models *models;     /* every model, its scheduler and views (models.h) */
 	int listen_fd;
 	int listen_owned;             /* bitnetd made the socket (systemd did not pass it) */
 	int accepting;                /* an accept is re-armed after each completion */
@@ -47,7 +49,6 @@ struct bn_loop {
 	int signal_fd;
 	struct signalfd_siginfo siginfo;
 	struct bn_session **sessions; /* [max_sessions], dense: open and handshaking */
-	struct bn_tenant **tenants;   /* [max_sessions]: sessions[i]'s tenant, for the scheduler */
 	uint32_t n_sessions;
 	uint32_t n_closing;           /* closed, waiting for their io to complete */
 	uint32_t next_session_id;
@@ -55,12 +56,12 @@ struct bn_loop {
 	uint64_t drain_deadline;
 	uint64_t watchdog_ns, next_watchdog;
 	uint64_t last_work;
-	uint64_t first_waiting;       /* when the current waiting run began (batch window) */
 	uint64_t next_housekeeping;
 	uint64_t handshake_timeout_ns;
 	uint64_t housekeeping_ns;     /* how often handshakes are checked for their timeout */
-	struct bn_control control;    /* the control ops and the vocabulary they serve */
-	struct bn_grammar_service grammars; /* structured output's compiles (grammars.h) */
+	struct bn_stats_text stats;   /* STATS replies' text */
+	uint32_t n_ctl_waits;         /* sessions whose model command waits for its answer */
+	uint64_t retired_seen;        /* bn_models_retired_gen when the loop last looked */
 };
 
 static uint64_t tag(void *owner, enum io_kind kind)
@@ -99,11 +100,24 @@ static void arm_signal(struct bn_loop *l)
 	io_uring_sqe_set_data64(sqe, tag(l, IO_SIGNAL));
 }
 
-/* Receives the rest of the current fixed-size message: the hello, then control requests. */
+/* The bytes of the message being received: the hello (with its model name when it says one
+ * follows), then control requests (with the model name a command carries). */
+static uint32_t message_size(const struct bn_session *s)
+{
+	if (s->phase == BN_SESSION_HANDSHAKE)
+		return s->rx_len < sizeof(struct bn_hello) ? (uint32_t)sizeof(struct bn_hello)
+							   : bn_session_hello_size(s);
+	if (s->rx_len < sizeof(struct bn_ctl_request))
+		return (uint32_t)sizeof(struct bn_ctl_request);
+	struct bn_ctl_request q;
+	memcpy(&q, s->rx, sizeof(q));
+	return (uint32_t)sizeof(q) + (q.magic == BN_CTL_MAGIC ? bn_model_op_extra(q.op) : 0);
+}
+
+/* Receives the rest of the current message: the hello, then control requests. */
 static void arm_recv(struct bn_loop *l, struct bn_session *s)
 {
-	uint32_t want = s->phase == BN_SESSION_HANDSHAKE ? (uint32_t)sizeof(struct bn_hello)
-							 : (uint32_t)sizeof(struct bn_ctl_request);
+	uint32_t want = message_size(s);
 	struct io_uring_sqe *sqe = get_sqe(l);
 	io_uring_prep_recv(sqe, s->sock_fd, s->rx + s->rx_len, want - s->rx_len, 0);
 	io_uring_sqe_set_data64(sqe, tag(s, IO_RECV));
@@ -124,15 +138,26 @@ static void arm_doorbell(struct bn_loop *l, struct bn_session *s)
 	s->io_pending++;
 }
 
-/* The grammar service's eventfd: a compile is back. Always armed while the service runs. */
-static void arm_grammars(struct bn_loop *l)
+/* A model's grammar service's eventfd: a compile is back. Always armed while the service
+ * runs (a view lives until the daemon ends once its read is armed: models.h). */
+static void arm_grammars(struct bn_loop *l, struct bn_model_view *v)
 {
-	if (!l->grammars.vocab)
+	if (!v->grammars.vocab || v->grammars_armed)
 		return;
 	struct io_uring_sqe *sqe = get_sqe(l);
-	io_uring_prep_read(sqe, l->grammars.event_fd, &l->grammars.event_value,
-			   sizeof(l->grammars.event_value), 0);
-	io_uring_sqe_set_data64(sqe, tag(l, IO_GRAMMAR));
+	io_uring_prep_read(sqe, v->grammars.event_fd, &v->grammars.event_value,
+			   sizeof(v->grammars.event_value), 0);
+	io_uring_sqe_set_data64(sqe, tag(v, IO_GRAMMAR));
+	v->grammars_armed = 1;
+}
+
+/* The loader's eventfd: a model's load ended. */
+static void arm_models(struct bn_loop *l)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+	io_uring_prep_read(sqe, bn_models_event_fd(l->models), bn_models_event_buf(l->models),
+			   sizeof(uint64_t), 0);
+	io_uring_sqe_set_data64(sqe, tag(l, IO_MODELS));
 }
 
 static void cancel_io(struct bn_loop *l, struct bn_session *s, enum io_kind kind)
@@ -150,8 +175,13 @@ static void table_remove(struct bn_loop *l, struct bn_session *s)
 {
 	uint32_t i = s->table_index;
 	l->sessions[i] = l->sessions[--l->n_sessions];
-	l->tenants[i] = l->tenants[l->n_sessions];
 	l->sessions[i]->table_index = i;
+}
+
+/* The scheduler of the session's model. */
+static struct bn_sched *sched_of(const struct bn_session *s)
+{
+	return s->view->entry->sched;
 }
 
 /* A closing session goes once the kernel holds no operation that references it. */
@@ -171,8 +201,12 @@ static void close_session(struct bn_loop *l, struct bn_session *s, uint32_t stat
 {
 	if (s->phase == BN_SESSION_CLOSING)
 		return;
-	if (s->phase == BN_SESSION_ACTIVE)
-		bn_session_end_requests(s, l->sched, status, error);
+	if (s->phase == BN_SESSION_ACTIVE) {
+		bn_session_end_requests(s, sched_of(s), status, error);
+		bn_model_unbind(l->models, s->view, &s->tenant);
+		l->n_ctl_waits -= s->ctl_wait_op != 0;
+		s->ctl_wait_op = 0;
+	}
 	table_remove(l, s);
 	s->phase = BN_SESSION_CLOSING;
 	l->n_closing++;
@@ -275,11 +309,15 @@ static void take_connection(struct bn_loop *l, int fd)
 		return;
 	}
 	s->table_index = l->n_sessions;
-	l->tenants[l->n_sessions] = &s->tenant;
 	l->sessions[l->n_sessions++] = s;
 	memcpy(s->rx, &hello, (size_t)n);
 	s->rx_len = (uint32_t)n;
-	if (s->rx_len == sizeof(hello))
+	if (s->rx_len == sizeof(hello) && message_size(s) > s->rx_len) {
+		/* The model name that follows the hello, when it is there already. */
+		n = recv(fd, s->rx + s->rx_len, message_size(s) - s->rx_len, MSG_DONTWAIT);
+		s->rx_len += n > 0 ? (uint32_t)n : 0;
+	}
+	if (s->rx_len == message_size(s))
 		handle_hello(l, s);
 	else
 		arm_recv(l, s);
@@ -333,15 +371,42 @@ static enum bn_refusal hello_refusal(int rc)
 
 static void handle_hello(struct bn_loop *l, struct bn_session *s)
 {
-	int rc = bn_session_handshake(s, &l->limits, l->shutting_down);
+	char name[BN_MODEL_NAME_MAX + 1];
+	uint32_t err = bn_session_check_hello(s, l->shutting_down, name);
+	struct bn_model_entry *e = err ? NULL : bn_models_find(l->models, name);
+	if (!err && !e)
+		err = BN_E_MODEL_NOT_FOUND;
+	int rc = err ? -(int)err : bn_session_handshake(s, &e->view->limits);
 	s->rx_len = 0;
+	if (err)
+		bn_session_refuse(s->sock_fd, err);
 	if (rc < 0) {
-		bn_stats.refusals[hello_refusal(rc)]++;
+		bn_stats.refusals[err == BN_E_MODEL_NOT_FOUND ? BN_REFUSED_MODEL : hello_refusal(rc)]++;
+		if (err == BN_E_MODEL_NOT_FOUND)
+			bn_log_info("msg=\"hello names no model this daemon serves\" session=%u model=\"%s\"",
+				    s->id, name);
 		close_session(l, s, 0, 0, "handshake refused");
 		return;
 	}
+	s->view = bn_model_bind(e, &s->tenant);
+	s->model_counters = &e->counters;
+	arm_grammars(l, s->view);
 	bn_stats.sessions_opened++;
 	arm_recv(l, s);
+}
+
+/* An op no version of the protocol defines: answered BN_E_INVALID, the session goes on. */
+static int reply_unknown(int sock_fd, uint32_t op)
+{
+	struct bn_ctl_reply head = { .magic = BN_CTL_REPLY_MAGIC, .op = op, .error = BN_E_INVALID };
+	return bn_control_send(sock_fd, &head, NULL, 0);
+}
+
+static int reply_stats(struct bn_loop *l, struct bn_session *s)
+{
+	struct bn_stats_view v = { 0 };
+	bn_models_stats_view(l->models, &v);
+	return bn_control_reply_stats(&l->stats, s->sock_fd, s->id, &v, l->sessions, l->n_sessions);
 }
 
 static void handle_control(struct bn_loop *l, struct bn_session *s)
@@ -353,16 +418,66 @@ static void handle_control(struct bn_loop *l, struct bn_session *s)
 		protocol_violation(l, s, "bad control message");
 		return;
 	}
-	int rc = q.op == BN_CTL_VOCAB || q.op == BN_CTL_TOKENIZER
-			 ? bn_control_reply_vocab(&l->control, s->sock_fd, q.op)
-			 : bn_control_reply_stats(&l->control, s->sock_fd, s->id, q.op, l->sched,
-						  l->sessions, l->n_sessions);
+	int rc;
+	switch (q.op) {
+	case BN_CTL_STATS: rc = reply_stats(l, s); break;
+	case BN_CTL_VOCAB:
+	case BN_CTL_TOKENIZER: rc = bn_control_reply_vocab(&s->view->control, s->sock_fd, q.op); break;
+	case BN_CTL_MODELS:
+	case BN_CTL_MODEL_LOAD:
+	case BN_CTL_MODEL_UNLOAD:
+	case BN_CTL_MODEL_RELOAD: rc = bn_model_op(l->models, s, &q, bn_now_ns()); break;
+	default: rc = reply_unknown(s->sock_fd, q.op); break;
+	}
+	if (rc == -2) {
+		protocol_violation(l, s, "bad model name");
+		return;
+	}
 	if (rc < 0) {
 		close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
 		return;
 	}
-	if (s->phase == BN_SESSION_ACTIVE)
+	if (rc == 1)
+		l->n_ctl_waits++; /* its answer waits: nothing more is read until it went */
+	else if (s->phase == BN_SESSION_ACTIVE)
 		arm_recv(l, s);
+}
+
+/* Commands whose models got there are answered, and their sessions read again. */
+static void answer_commands(struct bn_loop *l)
+{
+	for (uint32_t i = 0; l->n_ctl_waits && i < l->n_sessions;) {
+		struct bn_session *s = l->sessions[i];
+		int rc = s->phase == BN_SESSION_ACTIVE && s->ctl_wait_op
+				 ? bn_model_op_poll(l->models, s) : 0;
+		l->n_ctl_waits -= rc != 0;
+		if (rc < 0) {
+			close_session(l, s, BN_STATUS_ERROR, BN_E_PROTOCOL, "control reply not accepted");
+			continue; /* the table's last session moved into i */
+		}
+		if (rc > 0)
+			arm_recv(l, s);
+		i++;
+	}
+}
+
+/* Sessions bound to a model's view that a reload retired: their requests end with 1022 and
+ * they close; their clients connect again to the model as its file says it now. */
+static void close_retired(struct bn_loop *l)
+{
+	uint64_t gen = bn_models_retired_gen(l->models);
+	if (gen == l->retired_seen)
+		return;
+	l->retired_seen = gen;
+	for (uint32_t i = 0; i < l->n_sessions;) {
+		struct bn_session *s = l->sessions[i];
+		if (s->phase == BN_SESSION_ACTIVE && s->view->retired) {
+			close_session(l, s, BN_STATUS_ERROR, BN_E_MODEL_UNLOADED,
+				      "its model's file changed");
+			continue;
+		}
+		i++;
+	}
 }
 
 static void on_recv(struct bn_loop *l, struct bn_session *s, int res)
@@ -374,9 +489,7 @@ static void on_recv(struct bn_loop *l, struct bn_session *s, int res)
 		return;
 	}
 	s->rx_len += (uint32_t)res;
-	uint32_t want = s->phase == BN_SESSION_HANDSHAKE ? (uint32_t)sizeof(struct bn_hello)
-							 : (uint32_t)sizeof(struct bn_ctl_request);
-	if (s->rx_len < want)
+	if (s->rx_len < message_size(s))
 		arm_recv(l, s);
 	else if (s->phase == BN_SESSION_HANDSHAKE)
 		handle_hello(l, s);
@@ -397,9 +510,10 @@ static void on_doorbell(struct bn_loop *l, struct bn_session *s, int res)
 }
 
 /* Compiles that came back go to their sessions (a closed one may now be freed). */
-static void on_grammars(struct bn_loop *l, int res)
+static void on_grammars(struct bn_loop *l, struct bn_model_view *v, int res)
 {
-	struct bn_grammar_job *job = bn_grammar_service_take_done(&l->grammars), *next;
+	v->grammars_armed = 0;
+	struct bn_grammar_job *job = bn_grammar_service_take_done(&v->grammars), *next;
 	for (; job; job = next) {
 		next = job->next;
 		struct bn_session *s = job->owner;
@@ -408,7 +522,7 @@ static void on_grammars(struct bn_loop *l, int res)
 		free_if_idle(l, s);
 	}
 	if (res != -ECANCELED)
-		arm_grammars(l);
+		arm_grammars(l, v);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -423,22 +537,24 @@ static void begin_shutdown(struct bn_loop *l, const char *why)
 	l->drain_deadline = bn_now_ns() + (uint64_t)l->cfg->drain_timeout_ms * 1000000u;
 	bn_sd_notify("STOPPING=1");
 	bn_log_info("msg=\"shutting down\" signal=%s running=%u waiting=%u", why,
-		    bn_sched_running(l->sched), bn_sched_waiting(l->sched));
+		    bn_models_running(l->models), bn_models_waiting(l->models));
 	for (uint32_t i = 0; i < l->n_sessions; i++)
 		bn_session_set_daemon_flags(l->sessions[i], BN_DAEMON_SHUTTING_DOWN);
 	/* Queued work that has not started will not start. New connections are still accepted
 	 * during the drain, to be told 1005 rather than left in the backlog. */
-	bn_sched_end_waiting(l->sched, l->tenants, l->n_sessions, BN_STATUS_SHUTDOWN);
+	bn_models_end_waiting(l->models, BN_STATUS_SHUTDOWN);
 }
 
 static void on_signal(struct bn_loop *l, int res)
 {
 	if (res == (int)sizeof(l->siginfo)) {
 		uint32_t sig = l->siginfo.ssi_signo;
-		if (sig == SIGTERM || sig == SIGINT)
+		if (sig == SIGTERM || sig == SIGINT) {
 			begin_shutdown(l, sig == SIGTERM ? "TERM" : "INT");
-		else
-			bn_log_info("msg=\"SIGHUP ignored: there is no configuration to reload\"");
+		} else if (!l->shutting_down) {
+			bn_log_info("msg=\"SIGHUP: reloading the models whose files changed\"");
+			bn_model_command_reload(l->models, NULL, bn_now_ns());
+		}
 	}
 	arm_signal(l);
 }
@@ -461,7 +577,11 @@ static void dispatch(struct bn_loop *l, uint64_t data, int res)
 		on_doorbell(l, owner, res);
 		io_done(l, owner);
 		break;
-	case IO_GRAMMAR: on_grammars(l, res); break;
+	case IO_GRAMMAR: on_grammars(l, owner, res); break;
+	case IO_MODELS:
+		if (res != -ECANCELED)
+			arm_models(l); /* bn_models_tick takes the load that ended */
+		break;
 	}
 }
 
@@ -494,15 +614,18 @@ static void reap(struct bn_loop *l)
 /* Rings, sleeping, housekeeping                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-static void poll_rings(struct bn_loop *l)
+static void poll_rings(struct bn_loop *l, uint64_t now)
 {
 	for (uint32_t i = 0; i < l->n_sessions;) {
 		struct bn_session *s = l->sessions[i];
-		if (s->phase == BN_SESSION_ACTIVE &&
-		    bn_session_poll_ring(s, l->sched, l->shutting_down) < 0) {
+		int taken = s->phase == BN_SESSION_ACTIVE
+				    ? bn_session_poll_ring(s, sched_of(s), l->shutting_down) : 0;
+		if (taken < 0) {
 			protocol_violation(l, s, "ring");
 			continue; /* the table's last session moved into i */
 		}
+		if (taken > 0)
+			bn_model_request_taken(s->view->entry, now);
 		i++;
 	}
 }
@@ -541,6 +664,10 @@ static uint64_t sleep_budget(struct bn_loop *l, uint64_t now)
 	/* A handshake's timeout, or an accept to retry, is due at the next housekeeping. */
 	if ((l->accept_paused || any_handshake(l)) && l->next_housekeeping < until)
 		until = l->next_housekeeping;
+	/* Requests waiting on a model that is not loaded: their cancels and deadlines. */
+	uint64_t cap = bn_models_sleep_cap(l->models);
+	if (cap != UINT64_MAX && now + cap < until)
+		until = now + cap;
 	return until > now ? until - now : 0;
 }
 
@@ -594,30 +721,13 @@ static void housekeeping(struct bn_loop *l, uint64_t now)
 	}
 }
 
-/* Whether a step should run now: something is running, or waiting requests have filled a
- * batch or waited out the batch window. */
-static int step_due(struct bn_loop *l, uint64_t now)
-{
-	if (bn_sched_running(l->sched))
-		return 1;
-	uint32_t waiting = bn_sched_waiting(l->sched);
-	if (waiting == 0) {
-		l->first_waiting = 0;
-		return 0;
-	}
-	if (!l->first_waiting)
-		l->first_waiting = now;
-	return waiting >= bn_sched_max_batch(l->sched) ||
-	       now - l->first_waiting >= (uint64_t)l->cfg->batch_window_us * 1000u;
-}
-
 static int drained(struct bn_loop *l, uint64_t now)
 {
 	if (!l->shutting_down)
 		return 0;
-	if (bn_sched_running(l->sched) && now < l->drain_deadline)
+	if (bn_models_running(l->models) && now < l->drain_deadline)
 		return 0;
-	bn_sched_end_running(l->sched, BN_STATUS_SHUTDOWN);
+	bn_models_end_running(l->models, BN_STATUS_SHUTDOWN);
 	return 1;
 }
 
@@ -666,7 +776,7 @@ static void close_all_sessions(struct bn_loop *l)
 			continue;
 		}
 		bn_session_set_daemon_flags(s, BN_DAEMON_SHUTTING_DOWN | BN_DAEMON_CLOSED);
-		if (bn_session_poll_ring(s, l->sched, 1) < 0)
+		if (bn_session_poll_ring(s, sched_of(s), 1) < 0)
 			protocol_violation(l, s, "ring");
 		else
 			close_session(l, s, BN_STATUS_SHUTDOWN, 0, "daemon shutting down");
@@ -679,7 +789,7 @@ int bn_loop_run(struct bn_loop *l)
 	l->accepting = 1;
 	arm_accept(l);
 	arm_signal(l);
-	arm_grammars(l);
+	arm_models(l);
 	io_uring_submit(&l->ring);
 	bn_sd_notify("READY=1");
 	bn_log_info("msg=\"ready\" socket=%s uring_completions=%s", l->cfg->socket_path,
@@ -689,14 +799,16 @@ int bn_loop_run(struct bn_loop *l)
 		reap(l);
 		uint64_t now = bn_now_ns();
 		housekeeping(l, now);
-		poll_rings(l);
+		poll_rings(l, now);
+		bn_models_tick(l->models, now);
+		if (l->n_ctl_waits)
+			answer_commands(l);
+		close_retired(l);
 		if (drained(l, now))
 			break;
-		if (step_due(l, now)) {
-			bn_sched_step(l->sched, l->tenants, l->n_sessions);
-			l->first_waiting = 0;
+		if (bn_models_step(l->models, now)) {
 			l->last_work = bn_now_ns();
-		} else if (bn_sched_waiting(l->sched) || now - l->last_work < idle_spin_ns) {
+		} else if (bn_models_admissible(l->models) || now - l->last_work < idle_spin_ns) {
 			bn_cpu_relax();
 		} else {
 			sleep_until_event(l, now);
@@ -716,69 +828,6 @@ int bn_loop_run(struct bn_loop *l)
 	return 0;
 }
 
-/* The vocabulary's end-of-generation ids for the scheduler (eos is its own field). */
-/* What the model runs, for STATS (bitnet-cli info): the activation and why, the packing of a
- * float bitnet* file's matrices. */
-static void copy_graph(const struct bn_model_desc *model)
-{
-	snprintf(bn_stats.activation, sizeof(bn_stats.activation), "%s", model->activation);
-	snprintf(bn_stats.activation_why, sizeof(bn_stats.activation_why), "%s",
-		 model->activation_why);
-	memcpy(bn_stats.float_candidates, model->float_candidates,
-	       sizeof(bn_stats.float_candidates));
-	memcpy(bn_stats.ternary_from_float, model->ternary_from_float,
-	       sizeof(bn_stats.ternary_from_float));
-	snprintf(bn_stats.kept_float, sizeof(bn_stats.kept_float), "%s", model->kept_float);
-}
-
-static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc)
-{
-	for (uint32_t i = 0; i < c->n_eog && sc->n_eog < BN_SCHED_MAX_EOG; i++)
-		sc->eog[sc->n_eog++] = c->eog[i];
-}
-
-/* Why this daemon constrains no outputs, or NULL when it can (given a vocabulary the grammar
- * engine takes). */
-static const char *grammars_off(const struct bn_loop *l, const struct bn_model_desc *model)
-{
-	if (!l->control.text.vocab)
-		return model->kind == BN_BACKEND_LOOPBACK
-			       ? "the loopback backend has no vocabulary"
-			       : "the model has no vocabulary that encodes text";
-	if (!model->can_mask)
-		return "the backend applies no grammar masks";
-	return NULL;
-}
-
-/* The grammar service, where the model and backend allow structured output. -1 with errno
- * when threads or memory fail. */
-static int open_grammars(struct bn_loop *l, const struct bn_config *cfg,
-			 const struct bn_model_desc *model)
-{
-	const char *off = grammars_off(l, model);
-	l->limits.max_grammars = cfg->max_grammars;
-	l->limits.grammars = &l->grammars;
-	if (!off) {
-		struct bn_grammar_service_config gc = { .threads = cfg->grammar_threads,
-							.compile_ms = cfg->grammar_compile_ms,
-							.cache_bytes = (size_t)cfg->grammar_cache,
-							.memory_bytes = (size_t)cfg->grammar_memory };
-		int rc = bn_grammar_service_open(&l->grammars, l->control.text.vocab,
-						 l->control.grammar_vocab, &gc);
-		l->control.grammar_vocab = NULL; /* the service's now */
-		if (rc < 0) {
-			errno = -rc;
-			return -1;
-		}
-		if (!l->grammars.vocab)
-			off = "the vocabulary could not be given to the grammar engine";
-	}
-	if (off)
-		bn_log_info("msg=\"no structured output\" reason=\"%s\"", off);
-	l->limits.grammars_off = off;
-	return 0;
-}
-
 /* The loop is the ring's only user, so completions can wait until it asks for them (in its
  * wait, or through io_uring_get_events when the kernel flags pending work) instead of
  * interrupting it as task work: SINGLE_ISSUER | DEFER_TASKRUN. Kernels before 6.1 refuse
@@ -794,83 +843,28 @@ static int open_ring(struct bn_loop *l)
 	return rc;
 }
 
-struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend_ops *ops,
-			    void *backend, const struct bn_model_desc *model,
-			    struct bn_text_prep *prep, int *exit_code)
+struct bn_loop *bn_loop_new(const struct bn_config *cfg, struct bn_models *models,
+			    int *exit_code)
 {
 	struct bn_loop *l = calloc(1, sizeof(*l));
 	*exit_code = BN_EXIT_SYSTEM;
 	if (!l)
 		return NULL;
 	l->cfg = cfg;
+	l->models = models;
 	l->listen_fd = l->signal_fd = -1;
 	l->next_session_id = 1;
-	/* An embedding's vector goes to the output array too (§6.14). */
-	uint32_t vector = model->pooling ? model->embed_dim : 0;
-	l->limits = (struct bn_session_limits){ .slots = cfg->slots,
-						.prompt_capacity = model->context_length,
-						.output_capacity = model->context_length > vector
-									   ? model->context_length
-									   : vector,
-						.ring_start = cfg->ring_start,
-						.logprob_capacity = cfg->max_logprobs,
-						.max_weight = cfg->max_weight,
-						.model = model,
-						.text = &l->control.text };
 	l->sessions = calloc(cfg->max_sessions, sizeof(*l->sessions));
-	l->tenants = calloc(cfg->max_sessions, sizeof(*l->tenants));
-	struct bn_sched_config sc = {
-		.max_batch = cfg->max_batch,
-		.token_budget = cfg->token_budget,
-		.max_running_per_session = cfg->max_running_per_session,
-		.max_running_per_user = cfg->max_running_per_user,
-		.eos_id = model->eos_id,
-		.context_length = model->context_length,
-		.kv_memory = cfg->kv_memory,
-		.kv_block_tokens = cfg->kv_block_tokens,
-		.logprob_capacity = cfg->max_logprobs,
-		.fork_seqs = model->can_classify ? cfg->max_batch : 0, /* main.c opened that many */
-		.prefix_cache = cfg->prefix_cache,
-		.speculative = cfg->speculative,
-		.draft_tokens = cfg->draft_tokens,
-		.pooling = model->pooling,
-		.embed_dim = model->embed_dim,
-	};
-	bn_control_open(&l->control, cfg, model, prep);
-	copy_eog(&l->control.vocab.choice, &sc);
-	l->sched = bn_sched_new(ops, backend, model, &sc, &bn_session_reply);
-	bn_stats.spec_mode = bn_speculative_names[ops->seq_rewind ? cfg->speculative
-								  : BN_SPECULATIVE_OFF];
-	bn_stats.spec_draft_tokens = cfg->draft_tokens;
-	snprintf(bn_stats.cuda_kernels, sizeof(bn_stats.cuda_kernels), "%s", model->kernels);
-	copy_graph(model);
-	if (!l->sched) {
-		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
-		*exit_code = BN_EXIT_BACKEND;
-		bn_control_close(&l->control);
-		free(l->sessions);
-		free(l->tenants);
-		free(l);
-		return NULL;
-	}
 	int rc = open_ring(l);
 	if (rc < 0) {
 		bn_log_error("msg=\"io_uring_queue_init failed\" error=\"%s\"", strerror(-rc));
 		free(l->sessions);
-		free(l->tenants);
-		bn_sched_free(l->sched);
-		bn_control_close(&l->control);
 		free(l);
 		return NULL;
 	}
 	l->signal_fd = bn_signals_open();
-	if (!l->sessions || !l->tenants || !l->sched || l->signal_fd < 0) {
+	if (!l->sessions || l->signal_fd < 0) {
 		bn_log_error("msg=\"cannot set up the loop\" error=\"%s\"", strerror(errno));
-		bn_loop_free(l);
-		return NULL;
-	}
-	if (open_grammars(l, cfg, model) < 0) {
-		bn_log_error("msg=\"cannot start the grammar service\" error=\"%s\"", strerror(errno));
 		bn_loop_free(l);
 		return NULL;
 	}
@@ -893,15 +887,12 @@ void bn_loop_free(struct bn_loop *l)
 {
 	if (!l)
 		return;
-	io_uring_queue_exit(&l->ring);
-	bn_grammar_service_close(&l->grammars); /* its eventfd's read went with the ring */
+	io_uring_queue_exit(&l->ring); /* before the views: their grammar reads went with it */
 	if (l->listen_fd >= 0)
 		close(l->listen_fd);
 	if (l->signal_fd >= 0)
 		close(l->signal_fd);
-	bn_control_close(&l->control);
-	bn_sched_free(l->sched);
+	free(l->stats.buf);
 	free(l->sessions);
-	free(l->tenants);
 	free(l);
 }

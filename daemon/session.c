@@ -147,6 +147,11 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	h->lm_head = m->lm_head;
 	h->decode_layout = m->decode_layout;
 	memcpy(h->model_name, m->name, sizeof(h->model_name));
+	if (lim->served_name) {
+		h->features |= BN_FEAT_MODELS;
+		memcpy(h->served_name, lim->served_name,
+		       strnlen(lim->served_name, sizeof(h->served_name)));
+	}
 	s->hdr = h;
 	s->ring = (struct bn_sq_ring *)(s->mem + h->sq_offset);
 	s->sqes = (struct bn_sqe *)(s->mem + h->sqes_offset);
@@ -264,17 +269,44 @@ void bn_session_refuse(int sock_fd, uint32_t error)
 	(void)send_welcome(sock_fd, &w, NULL, 0);
 }
 
-static uint32_t check_hello(const struct bn_hello *h)
+uint32_t bn_session_hello_size(const struct bn_session *s)
 {
-	if (h->magic != BN_HELLO_MAGIC)
+	struct bn_hello h;
+	memcpy(&h, s->rx, sizeof(h));
+	return (uint32_t)sizeof(h) +
+	       (h.flags & BN_HELLO_MODEL ? (uint32_t)sizeof(struct bn_model_name) : 0);
+}
+
+int bn_model_name_read(const uint8_t *record, char name[BN_MODEL_NAME_MAX + 1])
+{
+	size_t n = strnlen((const char *)record, BN_MODEL_NAME_MAX);
+	for (size_t i = n; i < BN_MODEL_NAME_MAX; i++)
+		if (record[i])
+			return -1;
+	memcpy(name, record, n);
+	name[n] = 0;
+	return 0;
+}
+
+uint32_t bn_session_check_hello(const struct bn_session *s, int shutting_down,
+				char name[BN_MODEL_NAME_MAX + 1])
+{
+	struct bn_hello h;
+	memcpy(&h, s->rx, sizeof(h)); /* s->rx is private: the socket copied it in */
+	name[0] = 0;
+	if (shutting_down)
+		return BN_E_SHUTDOWN;
+	if (h.magic != BN_HELLO_MAGIC)
 		return BN_E_PROTOCOL;
-	if (h->abi_version != BN_ABI_VERSION)
+	if (h.abi_version != BN_ABI_VERSION)
 		return BN_E_VERSION;
-	if (h->flags != 0)
+	if (h.flags & ~BN_HELLO_MODEL)
 		return BN_E_PROTOCOL;
-	for (size_t i = 0; i < sizeof(h->reserved) / sizeof(h->reserved[0]); i++)
-		if (h->reserved[i] != 0)
+	for (size_t i = 0; i < sizeof(h.reserved) / sizeof(h.reserved[0]); i++)
+		if (h.reserved[i] != 0)
 			return BN_E_PROTOCOL;
+	if ((h.flags & BN_HELLO_MODEL) && bn_model_name_read(s->rx + sizeof(h), name) < 0)
+		return BN_E_PROTOCOL;
 	return 0;
 }
 
@@ -285,16 +317,10 @@ static uint32_t session_weight(const struct bn_hello *h, const struct bn_session
 	return h->weight < lim->max_weight ? h->weight : lim->max_weight;
 }
 
-int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *lim,
-			 int shutting_down)
+int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *lim)
 {
 	struct bn_hello hello;
-	memcpy(&hello, s->rx, sizeof(hello)); /* s->rx is private: the socket copied it in */
-	uint32_t err = shutting_down ? BN_E_SHUTDOWN : check_hello(&hello);
-	if (err) {
-		bn_session_refuse(s->sock_fd, err);
-		return -(int)err;
-	}
+	memcpy(&hello, s->rx, sizeof(hello)); /* checked by bn_session_check_hello */
 	uint32_t slots = lim->slots;
 	if (hello.requested_slots && hello.requested_slots < slots)
 		slots = hello.requested_slots;
@@ -315,8 +341,8 @@ int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *l
 	}
 	s->phase = BN_SESSION_ACTIVE;
 	s->tenant.admitting = 1;
-	bn_log_info("msg=\"session open\" session=%u pid=%d uid=%u gid=%u slots=%u weight=%u segment_bytes=%zu",
+	bn_log_info("msg=\"session open\" session=%u pid=%d uid=%u gid=%u slots=%u weight=%u segment_bytes=%zu model=%s",
 		    s->id, (int)s->peer_pid, (unsigned)s->peer_uid, (unsigned)s->peer_gid, slots,
-		    s->tenant.weight, s->mem_size);
+		    s->tenant.weight, s->mem_size, lim->served_name ? lim->served_name : "");
 	return 0;
 }

@@ -24,6 +24,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct bn_model_view;
+struct bn_model_entry;
+
 enum bn_session_phase {
 	BN_SESSION_HANDSHAKE = 0, /* waiting for bn_hello */
 	BN_SESSION_ACTIVE = 1,    /* segment passed, ring live */
@@ -43,6 +46,7 @@ struct bn_session_limits {
 	struct bn_grammar_service *grammars; /* its vocab NULL: no structured output */
 	const char *grammars_off;  /* why there is none, for the clients that ask */
 	uint32_t max_grammars;     /* compiled grammars a session may hold (--max-grammars) */
+	const char *served_name;   /* the name the model is served under (BN_FEAT_MODELS) */
 };
 
 /* One grammar a session compiled (grammar_ops.c). */
@@ -90,9 +94,18 @@ struct bn_session {
 	uint32_t grammar_jobs;     /* compiles the service has not given back: the session is
 				    * freed only once they are back (loop.c) */
 	struct bn_session_counters counters;
+	/* Its model (daemon/models.h): the view its header was written from, that model's
+	 * counters, and a control command that waits for the model (its reply is sent then;
+	 * nothing more is read from the socket until). */
+	struct bn_model_view *view;
+	struct bn_model_counters *model_counters;
+	uint32_t ctl_wait_op;      /* BN_CTL_MODEL_*, 0: none */
+	struct bn_model_entry *ctl_wait_entry; /* NULL with RELOAD: every model */
+	uint64_t ctl_wait_mark;    /* UNLOAD: the model's unloads when asked */
 
-	/* Control-socket receive state (hello, then control requests). */
-	uint8_t rx[32];
+	/* Control-socket receive state (hello, then control requests), each with the model name
+	 * that may follow it. */
+	uint8_t rx[sizeof(struct bn_hello) + sizeof(struct bn_model_name)];
 	uint32_t rx_len;
 	uint32_t io_pending;       /* io_uring operations still referencing this session */
 	uint64_t doorbell_value;   /* eventfd read target */
@@ -121,11 +134,21 @@ void bn_session_free(struct bn_session *s);
 void bn_segment_layout(const struct bn_session_limits *lim, uint32_t slots,
 		       struct bn_shm_header *h);
 
-/* Handles a complete bn_hello from s->rx: on success creates the segment and sends the welcome
- * with the fds. On failure sends a welcome carrying the error (where possible) and returns the
- * negative bn_error; the caller closes the session. */
-int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *lim,
-			 int shutting_down);
+/* The bytes of the hello s->rx holds (at least its first 32): 32, or 96 when its flags say a
+ * model name follows. */
+uint32_t bn_session_hello_size(const struct bn_session *s);
+/* Checks the whole hello in s->rx in the documented order (shutting down, magic, version,
+ * flags, reserved words, the name's padding). Returns 0 with the model's name in `name` (""
+ * for the default model), or the bn_error to refuse it with. */
+uint32_t bn_session_check_hello(const struct bn_session *s, int shutting_down,
+				char name[BN_MODEL_NAME_MAX + 1]);
+/* A checked hello (s->rx): creates the segment for the model lim describes and sends the
+ * welcome with the fds. On failure sends a welcome carrying the error (where possible) and
+ * returns the negative bn_error; the caller closes the session. */
+int bn_session_handshake(struct bn_session *s, const struct bn_session_limits *lim);
+/* A model name record (bn_model_name) from bytes the peer sent: its text into `name`, or -1
+ * when it breaks the rules (bytes after the first NUL not zero). "" is the default model. */
+int bn_model_name_read(const uint8_t *record, char name[BN_MODEL_NAME_MAX + 1]);
 
 /* Sends a welcome that refuses the connection (busy, shutting down). */
 void bn_session_refuse(int sock_fd, uint32_t error);

@@ -50,6 +50,8 @@ int bn_req_publish_token(struct bn_req *r, uint32_t token)
 	r->n_out++;
 	r->sample_ctx.n_output = r->n_out;
 	s->counters.tokens++;
+	if (s->model_counters)
+		s->model_counters->tokens++;
 	/* Release: the token store above is visible before the count that covers it. */
 	bn_store_release(bn_slot_at(&s->seg, r->slot)->n_tokens, r->n_out);
 	/* Release: the count is visible before the event that announces it. */
@@ -148,9 +150,13 @@ void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error)
 	r->in_flight = 0;
 	s->n_in_flight--;
 	s->counters.finished++;
+	if (s->model_counters)
+		s->model_counters->finished++;
 	bn_stats.requests_finished[status < BN_STATS_STATUSES ? status : 0]++;
 	if (status == BN_STATUS_ERROR) {
 		s->counters.errors++;
+		if (s->model_counters)
+			s->model_counters->errors++;
 		bn_stats_count_error(error);
 	}
 }

@@ -426,6 +426,8 @@ static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct b
 	r->op = e->op;
 	bn_stats.requests_submitted++;
 	s->counters.submitted++;
+	if (s->model_counters)
+		s->model_counters->submitted++;
 	reset_response(s, r);
 	if (e->op == BN_OP_GRAMMAR || e->op == BN_OP_GRAMMAR_FREE) {
 		take_grammar_op(s, r, shutting_down);

@@ -3,7 +3,6 @@
 #include "textprep.h"
 
 #include "common/clock.h"
-#include "config.h"
 #include "grammar/grammar.h"
 #include "grammars.h"
 
@@ -30,15 +29,16 @@ static void *prepare(void *arg)
 	return NULL;
 }
 
-void bn_text_prep_start(struct bn_text_prep *p, const struct bn_config *cfg)
+void bn_text_prep_start(struct bn_text_prep *p, const char *path, const char *pre_tokenizer,
+			const char *chat_template)
 {
 	memset(p, 0, sizeof(*p));
 	p->vocab.vocab_fd = p->vocab.tokenizer_fd = -1;
-	if (!cfg->model_path || strcmp(cfg->backend, "loopback") == 0)
+	if (!path)
 		return;
-	p->path = cfg->model_path;
-	p->opt = (struct bn_vocab_options){ .pre_tokenizer = cfg->pre_tokenizer,
-					    .chat_template = cfg->chat_template };
+	p->path = path;
+	p->opt = (struct bn_vocab_options){ .pre_tokenizer = pre_tokenizer,
+					    .chat_template = chat_template };
 	if (pthread_create(&p->thread, NULL, prepare, p) == 0)
 		p->state = BN_TEXT_PREP_RUNNING;
 }

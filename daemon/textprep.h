@@ -19,7 +19,6 @@
 #include <pthread.h>
 #include <stdint.h>
 
-struct bn_config;
 struct bn_grammar_vocab;
 
 struct bn_text_prep {
@@ -37,10 +36,12 @@ struct bn_text_prep {
 	uint64_t ns;                      /* the thread's time, for the log */
 };
 
-/* Starts the thread for a model file a model backend will load (nothing for the loopback
- * backend or without a file, or when the thread cannot start: the text side is then built
- * where it is adopted, as before). */
-void bn_text_prep_start(struct bn_text_prep *p, const struct bn_config *cfg);
+/* Starts the thread for the model file at path a model backend will load, with the
+ * --pre-tokenizer and --chat-template choices (NULL: the file's). Nothing for a NULL path (the
+ * loopback backend, no file), or when the thread cannot start: the text side is then built
+ * where it is adopted, as before. Either way p is ready for bn_text_prep_free. */
+void bn_text_prep_start(struct bn_text_prep *p, const char *path, const char *pre_tokenizer,
+			const char *chat_template);
 /* Waits for the thread; p's results are then the adopter's to take. */
 void bn_text_prep_finish(struct bn_text_prep *p);
 /* Waits for the thread and frees whatever nobody took. */

@@ -168,8 +168,8 @@ static int parse_options(struct embed_job *j, struct gw_error *err)
 	return 0;
 }
 
-static int parse(struct embed_job *j, const char *body, size_t len, const struct gw_model *m,
-		 struct gw_error *err)
+static int parse(struct embed_job *j, const char *body, size_t len, const struct gw_ring *r,
+		 const struct gw_model *m, struct gw_error *err)
 {
 	json_error_t je;
 	j->root = json_loadb(body, len, 0, &je);
@@ -183,7 +183,7 @@ static int parse(struct embed_job *j, const char *body, size_t len, const struct
 		gw_error_set(err, 400, "model", "model must be a string");
 		return -1;
 	}
-	if (name && json_is_string(name) && strcmp(json_string_value(name), m->id)) {
+	if (name && json_is_string(name) && !gw_model_named(r, m, json_string_value(name))) {
 		gw_error_set(err, 404, "model", "The model `%.128s` does not exist; this server has `%s`",
 			     json_string_value(name), m->id);
 		return -1;
@@ -353,7 +353,7 @@ enum MHD_Result gw_handle_embeddings(struct MHD_Connection *c, struct gw_req *q)
 	struct gw_buf out = { 0 };
 	struct gw_lease l = { 0 };
 	int64_t deadline = q->t0 + (int64_t)srv->cfg->request_timeout_s * 1000000000;
-	if (parse(&j, q->body.data ? q->body.data : "", q->body.len, q->model, &e) < 0)
+	if (parse(&j, q->body.data ? q->body.data : "", q->body.len, &srv->ring, q->model, &e) < 0)
 		goto fail;
 	if (!(q->model->features & BN_FEAT_EMBED)) {
 		gw_error_set(&e, 400, "model",

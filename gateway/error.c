@@ -61,6 +61,16 @@ void gw_error_from_bn(struct gw_error *e, int bn_error, const char *what)
 		gw_error_set(e, 504, NULL, "%s: it did not finish within the gateway's time (%s)",
 			     what, why);
 		return;
+	case BN_E_MODEL_NOT_FOUND:
+		gw_error_set(e, 404, "model", "%s: the daemon serves no such model (GET /v1/models "
+			     "lists them)", what);
+		return;
+	case BN_E_MODEL_LOAD:
+	case BN_E_MODEL_UNLOADED:
+		/* the model is not there now (unloaded, or it could not load: the daemon's log and
+		 * GET /v1/models say why); another try may find it */
+		gw_error_set(e, 503, "model", "%s: the model is not available now (%s)", what, why);
+		return;
 	}
 	gw_error_set(e, 500, NULL, "%s: %s", what, why);
 }

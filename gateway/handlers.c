@@ -50,7 +50,10 @@ int gw_handler_admit(struct gw_req *q, struct gw_error *e)
 
 int gw_handler_lease(struct gw_req *q, struct gw_lease *l, int64_t deadline, struct gw_error *e)
 {
-	int rc = gw_pool_acquire(q->pool, q->choices, deadline, l);
+	const char *model = q->model->is_default ? "" : q->model->served;
+	int rc = gw_pool_acquire(q->pool, model, q->choices, deadline, l);
+	if (rc == 0 && l->fresh)
+		gw_models_note(&q->srv->ring, l->client, model); /* a daemon restarted on another */
 	if (rc == -BN_E_TOO_LONG)
 		gw_error_set(e, 400, q->job.n > 1 ? "n" : "prompt",
 			     "%u choices (prompts times n) are more than one daemon session holds",
@@ -169,10 +172,16 @@ int gw_handler_model(struct gw_req *q, struct gw_error *e)
 	struct gw_server *srv = q->srv;
 	int err;
 	q->pool = q->key ? &srv->key_pools[q->key - srv->cfg->keys] : &srv->anonymous;
-	q->model = gw_ring_model(&srv->ring, q->pool, &err);
+	char name[BN_MODEL_NAME_MAX + 64];
+	gw_job_model_name(q->body.data ? q->body.data : "", q->body.len, name, sizeof(name));
+	q->model = gw_ring_model(&srv->ring, q->pool, name, &err);
 	if (q->model)
 		return 0;
-	gw_error_from_bn(e, err ? err : -BN_E_DISCONNECTED, "reaching the daemon");
+	if (err == -BN_E_MODEL_NOT_FOUND)
+		gw_error_set(e, 404, "model", "The model `%.128s` does not exist (GET /v1/models "
+			     "lists the models)", name);
+	else
+		gw_error_from_bn(e, err ? err : -BN_E_DISCONNECTED, "reaching the daemon");
 	return -1;
 }
 
@@ -189,8 +198,8 @@ enum MHD_Result gw_handle_completion(struct MHD_Connection *c, struct gw_req *q)
 		return gw_send_error(c, q, &e);
 	}
 	enum gw_endpoint kind = q->route == GW_ROUTE_CHAT ? GW_CHAT : GW_COMPLETIONS;
-	if (gw_job_parse(&q->job, kind, q->body.data ? q->body.data : "", q->body.len, q->model,
-			 MAX_TOP_LOGPROBS, &e) < 0)
+	if (gw_job_parse(&q->job, kind, q->body.data ? q->body.data : "", q->body.len, &srv->ring,
+			 q->model, MAX_TOP_LOGPROBS, &e) < 0)
 		return gw_send_error(c, q, &e);
 	q->choices = (uint32_t)(q->job.n_prompts * q->job.n);
 	/* The connection's idle timeout is for clients, not for the daemon's queue: a request

@@ -5,7 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "job.h"
-#include "ring.h"
+#include "models.h"
 
 #include <errno.h>
 #include <math.h>
@@ -304,8 +304,17 @@ void gw_job_free(struct gw_job *job)
 	memset(job, 0, sizeof(*job));
 }
 
+void gw_job_model_name(const char *body, size_t len, char *out, size_t cap)
+{
+	json_t *root = json_loadb(body, len, 0, NULL);
+	json_t *name = root ? json_object_get(root, "model") : NULL;
+	snprintf(out, cap, "%s", json_is_string(name) ? json_string_value(name) : "");
+	json_decref(root);
+}
+
 int gw_job_parse(struct gw_job *job, enum gw_endpoint kind, const char *body, size_t len,
-		 const struct gw_model *model, uint32_t max_logprobs, struct gw_error *err)
+		 const struct gw_ring *ring, const struct gw_model *model, uint32_t max_logprobs,
+		 struct gw_error *err)
 {
 	memset(job, 0, sizeof(*job));
 	job->kind = kind;
@@ -321,7 +330,7 @@ int gw_job_parse(struct gw_job *job, enum gw_endpoint kind, const char *body, si
 	int rc = -1;
 	if (name && !json_is_null(name) && !json_is_string(name))
 		gw_error_set(err, 400, "model", "model must be a string");
-	else if (name && json_is_string(name) && strcmp(json_string_value(name), model->id) != 0)
+	else if (name && json_is_string(name) && !gw_model_named(ring, model, json_string_value(name)))
 		gw_error_set(err, 404, "model", "The model `%.128s` does not exist; this server has `%s`",
 			     json_string_value(name), model->id);
 	else if (refuse_unsupported(root, kind, err) == 0 && parse_shape(job, root, err) == 0 &&

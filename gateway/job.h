@@ -68,9 +68,15 @@ struct gw_job {
 	struct gw_structured structured;
 };
 
-/* Parses body as a request of kind for the model. 0, or -1 with *err set (a 400 or 404). */
+/* The body's `model` (a string) into out, "" when it has none; the body is parsed in full by
+ * gw_job_parse afterwards, which reports what is wrong with it. */
+void gw_job_model_name(const char *body, size_t len, char *out, size_t cap);
+/* Parses body as a request of kind for the model (which its `model` must name, models.h).
+ * 0, or -1 with *err set (a 400 or 404). */
+struct gw_ring;
 int gw_job_parse(struct gw_job *job, enum gw_endpoint kind, const char *body, size_t len,
-		 const struct gw_model *model, uint32_t max_logprobs, struct gw_error *err);
+		 const struct gw_ring *ring, const struct gw_model *model, uint32_t max_logprobs,
+		 struct gw_error *err);
 void gw_job_free(struct gw_job *job);
 /* prompts.c: job->prompts from `prompt` (completions) or `messages` (chat). 0 or -1. */
 int gw_prompts_parse(struct gw_job *job, json_t *root, const struct gw_model *m,

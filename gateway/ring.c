@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ring.c — daemon sessions by key, and the model they serve.
+ * ring.c — daemon sessions by key, each bound to one of the daemon's models, and the
+ * grammars compiled on them.
  */
 #define _GNU_SOURCE
 #include "ring.h"
@@ -17,6 +18,7 @@
 
 struct gw_session {
 	struct bn_client *client;
+	char model[BN_MODEL_NAME_MAX]; /* the name it was opened with ("": the default model) */
 	uint32_t slots, used;
 	uint32_t holders;         /* leases on it, slots or not (a health check holds none) */
 	int gone;                 /* takes no new requests; closed when its last lease ends */
@@ -34,110 +36,12 @@ int64_t gw_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* ---- the model --------------------------------------------------------------------------- */
-
-void gw_ring_init(struct gw_ring *r, const char *socket_path, const char *model_name)
-{
-	*r = (struct gw_ring){ .socket_path = socket_path, .model_name = model_name };
-	pthread_mutex_init(&r->lock, NULL);
-}
-
-static void model_free(struct gw_model *m)
-{
-	if (m && m->vocab)
-		bn_vocab_free(m->vocab);
-	free(m);
-}
-
-void gw_ring_free(struct gw_ring *r)
-{
-	model_free(r->model);
-	r->model = NULL;
-	pthread_mutex_destroy(&r->lock);
-}
-
-void gw_model_put(struct gw_ring *r, struct gw_model *m)
-{
-	if (!m)
-		return;
-	pthread_mutex_lock(&r->lock);
-	int last = --m->refs == 0;
-	pthread_mutex_unlock(&r->lock);
-	if (last)
-		model_free(m);
-}
-
-static int same_model(const struct bn_model_info *a, const struct bn_model_info *b)
-{
-	return strcmp(a->name, b->name) == 0 && a->vocab_size == b->vocab_size &&
-	       a->context_length == b->context_length && a->eos_id == b->eos_id &&
-	       a->bos_id == b->bos_id;
-}
-
-/* A new session's model: kept when it is the one the gateway knows, else fetched (the daemon
- * was restarted on another file) and made current. */
-static void note_model(struct gw_ring *r, struct bn_client *c)
-{
-	struct bn_model_info info;
-	if (bn_model_info(c, &info) < 0)
-		return;
-	uint32_t features = bn_model_features(c);
-	pthread_mutex_lock(&r->lock);
-	int known = r->model && same_model(&r->model->info, &info) &&
-		    r->model->features == features;
-	pthread_mutex_unlock(&r->lock);
-	if (known)
-		return;
-	struct gw_model *m = calloc(1, sizeof(*m));
-	if (!m)
-		return;
-	m->info = info;
-	m->features = features;
-	m->refs = 1; /* the ring's */
-	snprintf(m->id, sizeof(m->id), "%s", r->model_name ? r->model_name : info.name);
-	int rc = bn_vocab_fetch(c, &m->vocab);
-	if (rc < 0) {
-		m->vocab = NULL;
-		gw_log_warn("msg=\"the daemon serves no vocabulary: text prompts and chat are refused\" error=\"%s\"",
-			    bn_strerror(rc));
-	}
-	gw_log_info("msg=\"model\" id=\"%s\" daemon_name=\"%s\" vocab_size=%u context_length=%u",
-		    m->id, info.name, info.vocab_size, info.context_length);
-	pthread_mutex_lock(&r->lock);
-	struct gw_model *old = r->model;
-	r->model = m;
-	int free_old = old && --old->refs == 0;
-	pthread_mutex_unlock(&r->lock);
-	if (free_old)
-		model_free(old);
-}
-
-struct gw_model *gw_ring_model(struct gw_ring *r, struct gw_pool *probe, int *err)
-{
-	*err = 0;
-	for (int attempt = 0; attempt < 2; attempt++) {
-		pthread_mutex_lock(&r->lock);
-		struct gw_model *m = r->model;
-		if (m)
-			m->refs++;
-		pthread_mutex_unlock(&r->lock);
-		if (m || attempt == 1 || !probe)
-			return m;
-		struct gw_lease l;
-		*err = gw_pool_acquire(probe, 0, gw_now_ns() + 5000000000LL, &l);
-		if (*err < 0)
-			return NULL;
-		gw_pool_release(probe, &l, 0);
-	}
-	return NULL;
-}
-
 /* ---- sessions ---------------------------------------------------------------------------- */
 
-void gw_pool_init(struct gw_pool *p, struct gw_ring *r, uint32_t weight)
+void gw_pool_init(struct gw_pool *p, const char *socket_path, uint32_t weight)
 {
-	*p = (struct gw_pool){ .socket_path = r->socket_path, .weight = weight,
-			       .max_sessions = MAX_SESSIONS, .ring = r };
+	*p = (struct gw_pool){ .socket_path = socket_path, .weight = weight,
+			       .max_sessions = MAX_SESSIONS };
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -194,21 +98,22 @@ static uint32_t prune(struct gw_pool *p)
 	return live;
 }
 
-static struct gw_session *with_room(struct gw_pool *p, uint32_t n)
+static struct gw_session *with_room(struct gw_pool *p, const char *model, uint32_t n)
 {
 	for (struct gw_session *s = p->sessions; s; s = s->next)
-		if (!s->gone && s->slots - s->used >= n)
+		if (!s->gone && s->slots - s->used >= n && !strcmp(s->model, model))
 			return s;
 	return NULL;
 }
 
-/* A new session, outside the lock (a connect is a round trip). 0 or its error. */
-static int open_session(struct gw_pool *p, struct gw_session **out)
+/* A new session of `model`, outside the lock (a connect is a round trip). 0 or its error. */
+static int open_session(struct gw_pool *p, const char *model, struct gw_session **out)
 {
 	struct gw_session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	int rc = bn_connect_weighted(p->socket_path, 0, p->weight, &s->client);
+	snprintf(s->model, sizeof(s->model), "%s", model);
+	int rc = bn_connect_model(p->socket_path, model, 0, p->weight, &s->client);
 	struct bn_model_info info;
 	if (rc == 0 && (rc = bn_model_info(s->client, &info)) < 0)
 		bn_disconnect(s->client);
@@ -218,7 +123,6 @@ static int open_session(struct gw_pool *p, struct gw_session **out)
 	}
 	s->slots = info.slots;
 	pthread_mutex_init(&s->glock, NULL);
-	note_model(p->ring, s->client);
 	*out = s;
 	return 0;
 }
@@ -229,17 +133,20 @@ static int wait_freed(struct gw_pool *p, int64_t deadline_ns)
 	return pthread_cond_timedwait(&p->freed, &p->lock, &ts) == ETIMEDOUT ? -BN_E_TIMEOUT : 0;
 }
 
-int gw_pool_acquire(struct gw_pool *p, uint32_t n, int64_t deadline_ns, struct gw_lease *out)
+int gw_pool_acquire(struct gw_pool *p, const char *model, uint32_t n, int64_t deadline_ns,
+		    struct gw_lease *out)
 {
+	model = model ? model : "";
 	pthread_mutex_lock(&p->lock);
-	int rc = 0;
+	int rc = 0, fresh = 0;
 	for (;;) {
 		uint32_t live = prune(p);
-		struct gw_session *s = with_room(p, n);
+		struct gw_session *s = with_room(p, model, n);
 		if (s) {
 			s->used += n;
 			s->holders++;
-			*out = (struct gw_lease){ .session = s, .client = s->client, .n = n };
+			*out = (struct gw_lease){ .session = s, .client = s->client, .n = n,
+						  .fresh = fresh };
 			break;
 		}
 		/* One connect at a time: requests that arrive together wait for its slots rather
@@ -247,12 +154,13 @@ int gw_pool_acquire(struct gw_pool *p, uint32_t n, int64_t deadline_ns, struct g
 		if (live < p->max_sessions && !p->opening) {
 			p->opening = 1;
 			pthread_mutex_unlock(&p->lock);
-			rc = open_session(p, &s);
+			rc = open_session(p, model, &s);
 			pthread_mutex_lock(&p->lock);
 			p->opening = 0;
 			pthread_cond_broadcast(&p->freed);
 			if (rc < 0)
 				break;
+			fresh = 1;
 			s->next = p->sessions;
 			p->sessions = s;
 			if (n > s->slots) { /* no session will ever have room */

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ring.h — the gateway's sessions with bitnetd. Each API key (or the one anonymous user) has a
- * pool of daemon sessions, opened on demand with the key's admission weight; a request holds
- * slots on one of them while it runs. A session the daemon dropped (a restart) is closed once
- * its last request lets go, and the next request opens a new one. The model the daemon serves
- * (its info and vocabulary) is fetched with the first session and again whenever a new session
- * reports another model.
+ * pool of daemon sessions, opened on demand with the key's admission weight, each bound to one
+ * of the daemon's models (shm/PROTOCOL.md §15); a request holds slots on a session of its
+ * model while it runs. A session the daemon dropped (a restart, a model reloaded) is closed
+ * once its last request lets go, and the next request opens a new one. The models the daemon
+ * serves (their info and vocabularies) are models.c's: each is fetched with its first session
+ * and again whenever a new session reports it changed.
  */
 #ifndef BITNET_GATEWAY_RING_H
 #define BITNET_GATEWAY_RING_H
@@ -15,14 +16,18 @@
 #include <pthread.h>
 #include <stdint.h>
 
-/* The daemon's model as the gateway serves it; shared by the requests that took it
+/* One of the daemon's models as the gateway serves it; shared by the requests that took it
  * (gw_model_put). */
 struct gw_model {
 	struct bn_model_info info;
 	struct bn_vocab *vocab;   /* NULL: the daemon serves no vocabulary (ids only) */
 	uint32_t features;        /* the session header's BN_FEAT_* (BN_FEAT_EMBED, ...) */
-	char id[128];             /* what /v1/models reports and requests name */
+	char id[128];             /* what /v1/models reports and responses say */
+	char served[BN_MODEL_NAME_MAX]; /* the daemon's name for it; "" from a daemon without
+				   * names (its one model) */
+	int is_default;           /* the model a request without `model` gets */
 	int refs;
+	struct gw_model *next;    /* the ring's list of current models */
 };
 
 struct gw_session;
@@ -32,6 +37,7 @@ struct gw_lease {
 	struct gw_session *session;
 	struct bn_client *client;
 	uint32_t n;               /* slots */
+	int fresh;                /* its session was opened for it (its model is worth a look) */
 };
 
 struct gw_pool {
@@ -42,30 +48,28 @@ struct gw_pool {
 	uint32_t max_sessions;
 	int opening;              /* a thread is connecting a new session */
 	struct gw_session *sessions;
-	struct gw_ring *ring;
 };
 
-/* Everything the gateway holds of the daemon. */
+/* Everything the gateway holds of the daemon (models.c). */
 struct gw_ring {
-	pthread_mutex_t lock;     /* model */
+	pthread_mutex_t lock;     /* models */
 	const char *socket_path;
-	const char *model_name;   /* --served-model-name, or NULL */
-	struct gw_model *model;
+	const char *model_name;   /* --served-model-name (the default model's id), or NULL */
+	struct gw_model *models;  /* current, one per served name */
+	char default_served[BN_MODEL_NAME_MAX]; /* the default model's name, once known */
+	uint32_t n_served;        /* the daemon's models at the last MODELS */
+	int listed;               /* MODELS was asked once (before the first model is made) */
 };
 
-void gw_ring_init(struct gw_ring *r, const char *socket_path, const char *model_name);
-void gw_ring_free(struct gw_ring *r);
-/* The current model with a reference (gw_model_put), or NULL when no session has told it yet:
- * then, with connect, a session is opened to ask (0, or its -BN_E_* / -errno in *err). */
-struct gw_model *gw_ring_model(struct gw_ring *r, struct gw_pool *probe, int *err);
-void gw_model_put(struct gw_ring *r, struct gw_model *m);
-
-void gw_pool_init(struct gw_pool *p, struct gw_ring *r, uint32_t weight);
+void gw_pool_init(struct gw_pool *p, const char *socket_path, uint32_t weight);
 void gw_pool_free(struct gw_pool *p);
-/* n slots on one session, opened when none has them free (up to max_sessions), waiting
+/* n slots on one session of the model the daemon serves as `model` (NULL or "": its
+ * default), opened when none has them free (up to max_sessions over all models), waiting
  * until deadline_ns (CLOCK_MONOTONIC) for one to come back otherwise. 0, -BN_E_TIMEOUT, or
- * the connect error (-BN_E_BUSY, -BN_E_SHUTDOWN, -errno of connect(2), ...). */
-int gw_pool_acquire(struct gw_pool *p, uint32_t n, int64_t deadline_ns, struct gw_lease *out);
+ * the connect error (-BN_E_BUSY, -BN_E_SHUTDOWN, -BN_E_MODEL_NOT_FOUND, -errno of
+ * connect(2), ...). */
+int gw_pool_acquire(struct gw_pool *p, const char *model, uint32_t n, int64_t deadline_ns,
+		    struct gw_lease *out);
 /* Gives the slots back; gone: a call on the session returned -BN_E_DISCONNECTED (or the
  * daemon is shutting down), so it takes no new requests and closes with its last one. */
 void gw_pool_release(struct gw_pool *p, struct gw_lease *l, int gone);

@@ -147,44 +147,23 @@ static int authorize(struct gw_server *srv, struct MHD_Connection *c, struct gw_
 	return q->authorized;
 }
 
-static char *model_object(const struct gw_model *m)
-{
-	json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", m->id, "object", "model",
-			      "created", (json_int_t)0, "owned_by", "bitnetd", "max_model_len",
-			      (json_int_t)m->info.context_length);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	return text;
-}
-
+/* /v1/models: every model the daemon serves, with its state (models.c); /v1/models/ID one. */
 static enum MHD_Result get_models(struct MHD_Connection *c, struct gw_req *q, const char *url)
 {
 	int err;
-	struct gw_model *m = gw_ring_model(&q->srv->ring, &q->srv->anonymous, &err);
-	if (!m) {
+	const char *one = strncmp(url, "/v1/models/", 11) == 0 ? url + 11 : NULL;
+	json_t *o = gw_models_json(&q->srv->ring, &q->srv->anonymous, one, &err);
+	if (!o) {
 		struct gw_error e = { 0 };
-		gw_error_from_bn(&e, err ? err : -BN_E_DISCONNECTED, "listing the models");
+		if (err == -BN_E_MODEL_NOT_FOUND)
+			gw_error_set(&e, 404, "model", "The model `%.128s` does not exist", one);
+		else
+			gw_error_from_bn(&e, err ? err : -ENOMEM, "listing the models");
 		return gw_send_error(c, q, &e);
 	}
-	enum MHD_Result rc;
-	if (strncmp(url, "/v1/models/", 11) == 0) {
-		if (strcmp(url + 11, m->id) == 0) {
-			rc = gw_send_json(c, q, 200, model_object(m));
-		} else {
-			struct gw_error e = { 0 };
-			gw_error_set(&e, 404, "model", "The model `%.128s` does not exist", url + 11);
-			rc = gw_send_error(c, q, &e);
-		}
-	} else {
-		char *one = model_object(m);
-		char *list = NULL;
-		if (one && asprintf(&list, "{\"object\":\"list\",\"data\":[%s]}", one) < 0)
-			list = NULL;
-		free(one);
-		rc = gw_send_json(c, q, 200, list);
-	}
-	gw_model_put(&q->srv->ring, m);
-	return rc;
+	char *text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return gw_send_json(c, q, 200, text);
 }
 
 /* 200 once the daemon answers a control round trip on a session, 503 otherwise. */
@@ -193,7 +172,7 @@ static enum MHD_Result get_health(struct MHD_Connection *c, struct gw_req *q)
 	struct gw_lease l;
 	char small[64];
 	int rc = __atomic_load_n(&q->srv->stopping, __ATOMIC_RELAXED) ? -BN_E_SHUTDOWN
-				  : gw_pool_acquire(&q->srv->anonymous, 0, gw_now_ns() + 2000000000LL, &l);
+				  : gw_pool_acquire(&q->srv->anonymous, NULL, 0, gw_now_ns() + 2000000000LL, &l);
 	if (rc == 0) {
 		rc = bn_daemon_stats(l.client, small, sizeof(small));
 		gw_pool_release(&q->srv->anonymous, &l, rc == -BN_E_DISCONNECTED);
@@ -367,13 +346,13 @@ int gw_server_start(struct gw_server *srv, const struct gw_config *cfg)
 	*srv = (struct gw_server){ .cfg = cfg };
 	pthread_mutex_init(&srv->conns_lock, NULL);
 	gw_ring_init(&srv->ring, cfg->socket_path, cfg->model_name);
-	gw_pool_init(&srv->anonymous, &srv->ring, 1);
+	gw_pool_init(&srv->anonymous, cfg->socket_path, 1);
 	srv->key_pools = calloc(cfg->n_keys ? cfg->n_keys : 1, sizeof(*srv->key_pools));
 	srv->key_running = calloc(cfg->n_keys ? cfg->n_keys : 1, sizeof(*srv->key_running));
 	if (!srv->key_pools || !srv->key_running)
 		return -1;
 	for (size_t i = 0; i < cfg->n_keys; i++)
-		gw_pool_init(&srv->key_pools[i], &srv->ring, cfg->keys[i].weight);
+		gw_pool_init(&srv->key_pools[i], cfg->socket_path, cfg->keys[i].weight);
 	struct sockaddr_storage sa;
 	socklen_t sa_len;
 	if (listen_address(cfg, &sa, &sa_len) < 0)

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "job.h"
 #include "metrics.h"
+#include "models.h"
 #include "render.h"
 #include "ring.h"
 #include "run.h"

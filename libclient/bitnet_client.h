@@ -517,6 +517,72 @@ int bn_embed_batch(struct bn_client *c, struct bn_embed_item *items, size_t n,
 uint32_t bn_model_features(const struct bn_client *c);
 
 /* Names of error codes (negative or positive) and statuses. Never NULL. */
+/* ------------------------------------------------------------------------------------------ */
+/* Models by name (BITNET_CLIENT_1.8, shm/PROTOCOL.md §15): a session is bound to one model.   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* bn_connect_weighted to the model the daemon serves as `model` (NULL or "": its default
+ * model, which is what every other connect gets). Besides bn_connect's errors:
+ * -BN_E_MODEL_NOT_FOUND (the daemon serves no such model), -BN_E_INVALID (not a model name:
+ * 1-63 bytes of letters, digits and ._:@+/-, starting with a letter or digit). */
+int bn_connect_model(const char *socket_path, const char *model, uint32_t slots, uint32_t weight,
+		     struct bn_client **out);
+/* The name the session's model is served under, NUL-terminated into out (cap >= 64 holds any
+ * name). 0, or -BN_E_UNSUPPORTED from a daemon that serves no models by name (out then "").
+ * bn_model_info's name is what the model's file calls it. */
+int bn_model_served_name(struct bn_client *c, char *out, size_t cap);
+
+/* A model's state in the daemon. */
+enum bn_model_state_kind {
+	BN_MODEL_STATE_UNLOADED = 0,
+	BN_MODEL_STATE_LOADING = 1,
+	BN_MODEL_STATE_LOADED = 2,
+	BN_MODEL_STATE_UNLOADING = 3,  /* draining its running requests */
+	BN_MODEL_STATE_FAILED = 4,     /* its last load failed; error says why */
+	BN_MODEL_STATE_UNKNOWN = 5,    /* a state this library does not know */
+};
+
+/* One model as the daemon reports it (a line of the MODELS reply). */
+struct bn_model_status {
+	char name[64];            /* NUL-terminated */
+	uint32_t state;           /* enum bn_model_state_kind */
+	uint32_t is_default;      /* 1: clients that name no model get it */
+	uint32_t pinned;          /* 1: never unloaded for room or idleness */
+	uint64_t bytes;           /* weight_bytes + kv_bytes: what the memory budget counts */
+	uint64_t weight_bytes;    /* its weights, as last loaded */
+	uint64_t kv_bytes;        /* its KV pool */
+	int64_t idle_since_ms;    /* loaded and idle: since when (ms since the epoch); else 0 */
+	uint32_t waiting;         /* its requests waiting (for a batch, or for its load) */
+	uint32_t running;         /* its requests running */
+	uint32_t context_length;
+	uint32_t vocab_size;
+	uint64_t loads;           /* loads since the daemon started */
+	int64_t keep_alive_ms;    /* idle time before it unloads; -1: never */
+	char error[256];          /* FAILED: why (NUL-terminated, cut to fit); else "" */
+};
+
+/* The daemon's models, the default first: up to cap entries into out (out may be NULL when cap
+ * is 0). Returns how many the daemon serves (which may exceed cap), or -BN_E_UNSUPPORTED
+ * from a daemon without models by name, or a connection error. */
+int bn_models_list(struct bn_client *c, struct bn_model_status *out, size_t cap);
+/* Loads the model named `name` and waits for it (a load can take seconds: the file is read,
+ * and the least recently used idle models are unloaded to make room). *out (may be NULL)
+ * gets its state then. 0; -BN_E_MODEL_LOAD when it could not be loaded (out->error says
+ * why); -BN_E_MODEL_NOT_FOUND; -BN_E_DENIED unless the caller is root or the daemon's user;
+ * -BN_E_UNSUPPORTED, or a connection error. */
+int bn_models_load(struct bn_client *c, const char *name, struct bn_model_status *out);
+/* Unloads the model named `name` once its running requests end (they end with
+ * BN_E_MODEL_UNLOADED after the daemon's drain timeout; its waiting ones load it again). The
+ * errors of bn_models_load. */
+int bn_models_unload(struct bn_client *c, const char *name, struct bn_model_status *out);
+/* Reads the model's file again if it changed on disk (NULL or "": every model's), and waits
+ * until it did: a model loaded then is unloaded as bn_models_unload does and loaded from the
+ * new file; sessions whose model now says something else (vocabulary, context, ...) are
+ * closed (their clients connect again). The errors of bn_models_load. */
+int bn_models_reload(struct bn_client *c, const char *name);
+/* "unloaded", "loading", "loaded", "unloading", "failed", or "unknown". */
+const char *bn_model_state_name(uint32_t state);
+
 const char *bn_strerror(int code);
 const char *bn_status_name(uint32_t status);
 

@@ -37,6 +37,7 @@ struct bn_handle {
 
 struct bn_client {
 	int sock;
+	char served_name[BN_MODEL_NAME_MAX + 1]; /* the session's model (BN_FEAT_MODELS), or "" */
 	int doorbell;
 	uint8_t *mem;
 	size_t mem_size;
@@ -124,6 +125,8 @@ static inline uint8_t *text_of(const struct bn_client *c, uint32_t slot)
 /* The whole buffer over a stream socket (connect.c), retrying EINTR: 0, -BN_E_DISCONNECTED
  * when the peer closed, or -errno. */
 int bn_sock_send_all(int fd, const void *buf, size_t len);
+/* A model name by the protocol's rules (shm/bitnet_shm.h bn_model_name). */
+int bn_client_model_name_ok(const char *name);
 int bn_sock_recv_all(int fd, void *buf, size_t len);
 
 /* ---- the rest of the library ------------------------------------------------------------- */
@@ -134,6 +137,11 @@ int bn_sock_recv_all(int fd, void *buf, size_t len);
  * every use of the control socket does. 0, or -BN_E_PROTOCOL for a reply that is not this
  * op's, -BN_E_DISCONNECTED, -errno. The reply's own error is left in r->error. */
 int bn_client_ctl(struct bn_client *c, uint32_t op, struct bn_ctl_reply *r, int *fd);
+/* One control round trip whose reply is text on the socket: the request and extra_len bytes
+ * of extra after it (a model name), the reply's payload malloc'd and NUL-terminated into
+ * *text (len bytes) and its error into *error. 0, or as bn_client_ctl. */
+int bn_client_ctl_text(struct bn_client *c, uint32_t op, const void *extra, size_t extra_len,
+		       char **text, uint32_t *len, uint32_t *error);
 
 /* One submission: a request, its prompt as text (text non-NULL) or as req's ids, its op. */
 struct bn_submission {

@@ -9,6 +9,7 @@
 
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -177,13 +178,30 @@ static int init_handles(struct bn_client *c)
 	return 0;
 }
 
-static int handshake(struct bn_client *c, uint32_t slots, uint32_t weight)
+/* The hello, with the model's name record after it when one is named (§2.2, §15.1). */
+static int send_hello(struct bn_client *c, uint32_t slots, uint32_t weight, const char *model)
 {
-	struct bn_hello hello = { .magic = BN_HELLO_MAGIC, .abi_version = BN_ABI_VERSION,
-				  .requested_slots = slots, .weight = weight };
+	struct {
+		struct bn_hello hello;
+		struct bn_model_name name;
+	} msg = { .hello = { .magic = BN_HELLO_MAGIC, .abi_version = BN_ABI_VERSION,
+			     .requested_slots = slots, .weight = weight } };
+	size_t len = sizeof(msg.hello);
+	if (model && *model) {
+		msg.hello.flags = BN_HELLO_MODEL;
+		memcpy(msg.name.name, model, strlen(model));
+		len = sizeof(msg);
+	}
+	_Static_assert(sizeof(msg) == sizeof(struct bn_hello) + sizeof(struct bn_model_name),
+		       "the name follows the hello at once");
+	return bn_sock_send_all(c->sock, &msg, len);
+}
+
+static int handshake(struct bn_client *c, uint32_t slots, uint32_t weight, const char *model)
+{
 	/* A daemon that refuses at accept (busy, shutting down) may close before our hello
 	 * lands; its welcome still waits in our receive buffer and says why. */
-	int sent = bn_sock_send_all(c->sock, &hello, sizeof(hello));
+	int sent = send_hello(c, slots, weight, model);
 	struct bn_welcome w;
 	int fds[2] = { -1, -1 };
 	int rc = recv_welcome(c->sock, &w, fds);
@@ -199,7 +217,25 @@ static int handshake(struct bn_client *c, uint32_t slots, uint32_t weight)
 	c->doorbell = fds[1];
 	rc = map_segment(c, fds[0], w.segment_size);
 	close(fds[0]); /* the mapping keeps the memory */
+	if (rc == 0 && (c->layout.features & BN_FEAT_MODELS))
+		memcpy(c->served_name, c->layout.served_name, sizeof(c->layout.served_name));
 	return rc;
+}
+
+/* A model name as the protocol takes it (shm/bitnet_shm.h bn_model_name). */
+int bn_client_model_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n >= BN_MODEL_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char ch = name[i];
+		int alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			    (ch >= '0' && ch <= '9');
+		if (!alnum && (i == 0 || !strchr("._:@+/-", ch)))
+			return 0;
+	}
+	return 1;
 }
 
 int bn_connect(const char *socket_path, uint32_t slots, struct bn_client **out)
@@ -210,6 +246,14 @@ int bn_connect(const char *socket_path, uint32_t slots, struct bn_client **out)
 int bn_connect_weighted(const char *socket_path, uint32_t slots, uint32_t weight,
 			struct bn_client **out)
 {
+	return bn_connect_model(socket_path, NULL, slots, weight, out);
+}
+
+int bn_connect_model(const char *socket_path, const char *model, uint32_t slots, uint32_t weight,
+		     struct bn_client **out)
+{
+	if (model && *model && !bn_client_model_name_ok(model))
+		return -BN_E_INVALID;
 	struct bn_client *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -224,7 +268,7 @@ int bn_connect_weighted(const char *socket_path, uint32_t slots, uint32_t weight
 	pthread_condattr_destroy(&ca);
 	int rc = open_socket(socket_path, &c->sock);
 	if (rc == 0)
-		rc = handshake(c, slots, weight);
+		rc = handshake(c, slots, weight, model);
 	if (rc == 0)
 		rc = init_handles(c);
 	if (rc < 0) {
@@ -284,6 +328,14 @@ int bn_model_info(struct bn_client *c, struct bn_model_info *out)
 	out->max_output_tokens = h->slot_output_capacity;
 	out->slots = h->slot_count;
 	return 0;
+}
+
+int bn_model_served_name(struct bn_client *c, char *out, size_t cap)
+{
+	if (!out || cap == 0)
+		return -BN_E_INVALID;
+	snprintf(out, cap, "%s", c->served_name);
+	return c->served_name[0] ? 0 : -BN_E_UNSUPPORTED;
 }
 
 int bn_model_compute(struct bn_client *c, uint32_t *lm_head, uint32_t *decode_layout)

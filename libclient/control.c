@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -56,7 +57,8 @@ static int take_fd(struct msghdr *msg)
 /* One control request and its reply head (§10), with the descriptor that may come with the
  * head's first byte (BN_CTL_VOCAB); payload bytes that follow on the socket are the caller's
  * to read. c->lock held: the socket carries one exchange at a time. */
-static int ctl_request(struct bn_client *c, uint32_t op, struct bn_ctl_reply *r, int *fd)
+static int ctl_request(struct bn_client *c, uint32_t op, const void *extra, size_t extra_len,
+		       struct bn_ctl_reply *r, int *fd)
 {
 	struct bn_ctl_request q = { .magic = BN_CTL_MAGIC, .op = op };
 	union {
@@ -68,6 +70,8 @@ static int ctl_request(struct bn_client *c, uint32_t op, struct bn_ctl_reply *r,
 			      .msg_controllen = sizeof(ctl.buf) };
 	*fd = -1;
 	int rc = bn_sock_send_all(c->sock, &q, sizeof(q));
+	if (rc == 0 && extra_len)
+		rc = bn_sock_send_all(c->sock, extra, extra_len);
 	if (rc < 0)
 		return rc;
 	ssize_t n;
@@ -90,7 +94,7 @@ static int ctl_request(struct bn_client *c, uint32_t op, struct bn_ctl_reply *r,
 int bn_client_ctl(struct bn_client *c, uint32_t op, struct bn_ctl_reply *r, int *fd)
 {
 	pthread_mutex_lock(&c->lock);
-	int rc = ctl_request(c, op, r, fd);
+	int rc = ctl_request(c, op, NULL, 0, r, fd);
 	pthread_mutex_unlock(&c->lock);
 	if (rc == -BN_E_DISCONNECTED)
 		__atomic_store_n(&c->dead, 1, __ATOMIC_RELAXED);
@@ -101,7 +105,7 @@ static int stats_exchange(struct bn_client *c, char *buf, size_t cap)
 {
 	struct bn_ctl_reply r;
 	int fd;
-	int rc = ctl_request(c, BN_CTL_STATS, &r, &fd);
+	int rc = ctl_request(c, BN_CTL_STATS, NULL, 0, &r, &fd);
 	if (rc < 0)
 		return rc;
 	if (fd >= 0)
@@ -115,6 +119,33 @@ static int stats_exchange(struct bn_client *c, char *buf, size_t cap)
 	if (cap)
 		buf[keep] = '\0';
 	return r.error ? -(int)r.error : (int)r.length;
+}
+
+int bn_client_ctl_text(struct bn_client *c, uint32_t op, const void *extra, size_t extra_len,
+		       char **text, uint32_t *len, uint32_t *error)
+{
+	struct bn_ctl_reply r;
+	int fd;
+	*text = NULL;
+	pthread_mutex_lock(&c->lock);
+	int rc = ctl_request(c, op, extra, extra_len, &r, &fd);
+	if (rc == 0 && fd >= 0)
+		close(fd); /* none belongs to a text reply */
+	if (rc == 0 && !(*text = malloc((size_t)r.length + 1)))
+		rc = skip_bytes(c->sock, r.length) ? -BN_E_DISCONNECTED : -ENOMEM;
+	if (rc == 0 && (rc = bn_sock_recv_all(c->sock, *text, r.length)) == 0) {
+		(*text)[r.length] = 0;
+		*len = r.length;
+		*error = r.error;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		free(*text);
+		*text = NULL;
+	}
+	if (rc == -BN_E_DISCONNECTED)
+		__atomic_store_n(&c->dead, 1, __ATOMIC_RELAXED);
+	return rc;
 }
 
 int bn_daemon_stats(struct bn_client *c, char *buf, size_t cap)
@@ -174,6 +205,15 @@ const char *bn_strerror(int code)
 	case BN_E_GRAMMAR_STUCK:
 		return "BN_E_GRAMMAR_STUCK: no token of the vocabulary continues the output inside "
 		       "the grammar";
+	case BN_E_MODEL_NOT_FOUND:
+		return "BN_E_MODEL_NOT_FOUND: the daemon serves no model of that name";
+	case BN_E_MODEL_LOAD:
+		return "BN_E_MODEL_LOAD: the model could not be loaded (its file failed, or it does "
+		       "not fit the daemon's memory budget)";
+	case BN_E_MODEL_UNLOADED:
+		return "BN_E_MODEL_UNLOADED: the request's model was unloaded before it ended";
+	case BN_E_DENIED:
+		return "BN_E_DENIED: only root or the daemon's user may load, unload or reload models";
 	default: return strerrordesc_np(code < 0 ? -code : code) ?: "unknown error";
 	}
 }

@@ -33,16 +33,29 @@
 #define BN_CTL_MAGIC     0x51434e42U /* "BNCQ": control request, client -> daemon */
 #define BN_CTL_REPLY_MAGIC 0x52434e42U /* "BNCR": control reply, daemon -> client */
 
-/* First message on a new connection, client -> daemon, exactly 32 bytes. */
+/* First message on a new connection, client -> daemon, exactly 32 bytes (96 with
+ * BN_HELLO_MODEL: a struct bn_model_name follows at once). */
 struct bn_hello {
 	uint32_t magic;           /* BN_HELLO_MAGIC */
 	uint32_t abi_version;     /* BN_ABI_VERSION the client speaks */
-	uint32_t flags;           /* none defined: must be 0 */
+	uint32_t flags;           /* BN_HELLO_*; other bits must be 0 */
 	uint32_t requested_slots; /* 0 = daemon default; else capped to the daemon's limit */
 	uint32_t weight;          /* admission weight: 0 = 1; else capped to the daemon's
 	                           * --max-weight (a session with weight w is admitted up to w
 	                           * requests per round-robin turn) */
 	uint32_t reserved[3];     /* must be 0 */
+};
+
+/* bn_hello.flags */
+#define BN_HELLO_MODEL (1U << 0) /* a model name follows the hello: the session's model
+                                  * (PROTOCOL.md §15); without it the daemon's default model */
+
+/* A model's name as the daemon serves it: UTF-8 of [A-Za-z0-9._:@+/-], starting with a letter
+ * or digit, NUL-padded; all zero: the default model. After a hello with BN_HELLO_MODEL, and
+ * after the control requests BN_CTL_MODEL_LOAD, _UNLOAD and _RELOAD. */
+#define BN_MODEL_NAME_MAX 64
+struct bn_model_name {
+	uint8_t name[BN_MODEL_NAME_MAX]; /* bytes after the first NUL must be 0 too */
 };
 
 /* Reply, daemon -> client, exactly 32 bytes. When error == 0 the same sendmsg carries two fds
@@ -79,6 +92,13 @@ enum bn_ctl_op {
 	                       * BN_VOCAB_BPE, followed by a struct bn_vocab_ext and its arrays:
 	                       * all a client needs to encode text as the daemon does; error
 	                       * BN_E_INVALID as for BN_CTL_VOCAB (and from daemons older than it) */
+	/* BN_FEAT_MODELS (PROTOCOL.md §15): */
+	BN_CTL_MODELS = 4,       /* payload: a line of text per model the daemon serves */
+	BN_CTL_MODEL_LOAD = 5,   /* a struct bn_model_name follows the request; answered once
+	                          * the model is loaded (or could not be): its MODELS line */
+	BN_CTL_MODEL_UNLOAD = 6, /* the same; answered once it is unloaded */
+	BN_CTL_MODEL_RELOAD = 7, /* the same (all zero: every model); answered once each named
+	                          * model has read its file again (or kept it: unchanged) */
 };
 
 /* BN_CTL_VOCAB payload: this head, then n_tokens entries in id order, each a
@@ -177,6 +197,14 @@ enum bn_error {
 	                            * names it */
 	BN_E_GRAMMAR_STUCK = 1019, /* BN_REQ_GRAMMAR: no token of the vocabulary continues the
 	                            * output inside the grammar (tokens so far are kept) */
+	BN_E_MODEL_NOT_FOUND = 1020, /* the hello or a control request names a model the daemon
+	                              * does not serve */
+	BN_E_MODEL_LOAD = 1021,    /* the request's model could not be loaded (the file failed, or
+	                            * it does not fit the daemon's memory budget even alone) */
+	BN_E_MODEL_UNLOADED = 1022, /* the request's model was unloaded (a command, a reload)
+	                            * before the request ended (tokens so far are kept) */
+	BN_E_DENIED = 1023,        /* a control request only root or the daemon's own user may
+	                            * make (load, unload, reload) */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -200,6 +228,9 @@ enum bn_error {
 #define BN_FEAT_SPECULATE (1U << 7) /* generate requests may set BN_REQ_SPECULATE */
 #define BN_FEAT_GRAMMAR   (1U << 8) /* the ops BN_OP_GRAMMAR and BN_OP_GRAMMAR_FREE, and generate
                                      * requests with BN_REQ_GRAMMAR (PROTOCOL.md §6.13) */
+#define BN_FEAT_MODELS    (1U << 9) /* models by name (PROTOCOL.md §15): served_name says the
+                                     * session's; the hello may name one; the control requests
+                                     * BN_CTL_MODELS and BN_CTL_MODEL_* */
 #define BN_FEAT_EMBED     (1U << 10) /* the op BN_OP_EMBED: one pooled, L2-normalised vector per
                                       * input (PROTOCOL.md §6.14) */
 #define BN_FEAT_EMBEDDING_MODEL (1U << 11) /* the model is an embedding model (its file names a
@@ -279,7 +310,10 @@ struct bn_shm_header {
 	 * as far as the model and this CPU allowed them). */
 	uint32_t lm_head;         /* enum bn_lm_head_kind */
 	uint32_t decode_layout;   /* enum bn_decode_layout_kind */
-	uint32_t reserved[17];    /* 0 */
+	uint32_t reserved;        /* 0 */
+	/* BN_FEAT_MODELS: the name the session's model is served under (bn_model_name's rules;
+	 * model_name is what its file calls it). */
+	uint8_t served_name[BN_MODEL_NAME_MAX];
 };
 
 /* bn_sq_ring.flags */
@@ -549,6 +583,8 @@ _Static_assert(offsetof(struct bn_shm_header, slot_piece_offset) == 176, "header
 _Static_assert(offsetof(struct bn_shm_header, lm_head) == 180, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, decode_layout) == 184, "header layout");
 _Static_assert(offsetof(struct bn_shm_header, reserved) == 188, "header layout");
+_Static_assert(offsetof(struct bn_shm_header, served_name) == 192, "header layout");
+_Static_assert(sizeof(struct bn_model_name) == 64, "bn_model_name is 64 bytes");
 
 _Static_assert(sizeof(struct bn_sq_ring) == 192, "bn_sq_ring is three cache lines");
 _Static_assert(offsetof(struct bn_sq_ring, tail) == 64, "tail on its own cache line");

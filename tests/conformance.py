@@ -367,6 +367,8 @@ def test_header(sess, ring_start, want_slots):
     C.check("COMPUTE feature bit", h["features"] & wire.FEAT_COMPUTE, "features 0x%x" % h["features"])
     C.check("SPECULATE feature bit", h["features"] & wire.FEAT_SPECULATE, "features 0x%x" % h["features"])
     C.eq("loopback lm_head / decode_layout: none / none", (h["lm_head"], h["decode_layout"]), (0, 0))
+    C.check("MODELS feature bit", h["features"] & wire.FEAT_MODELS, "features 0x%x" % h["features"])
+    C.eq("served_name: the default model's (section 15.1)", sess.served_name, "default")
     C.check("memfd sealed (F_SEAL_SHRINK|GROW|SEAL)",
             sess.seals & (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL) ==
             (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL), "seals 0x%x" % sess.seals)
@@ -539,9 +541,16 @@ def test_handshake_errors(daemon):
         ("bad magic -> PROTOCOL", hello_bytes(magic=0x12345678), E_PROTOCOL),
         ("abi_version 2 -> VERSION", hello_bytes(abi=2), E_VERSION),
         ("bad magic and version -> PROTOCOL (magic first)", hello_bytes(magic=0, abi=7), E_PROTOCOL),
-        ("non-zero flags -> PROTOCOL", hello_bytes(flags=1), E_PROTOCOL),
+        ("a flag no version defines -> PROTOCOL", hello_bytes(flags=2), E_PROTOCOL),
         ("non-zero reserved -> PROTOCOL", hello_bytes(reserved=(0, 0, 1)), E_PROTOCOL),
         ("version 2 and flags -> VERSION (version before flags)", hello_bytes(abi=2, flags=4), E_VERSION),
+        # section 15.1: the name record after a hello with flag MODEL
+        ("MODEL, a name no model has -> MODEL_NOT_FOUND",
+         hello_bytes(flags=1) + wire.model_name_record("no-such-model"), 1020),
+        ("MODEL, a byte after the name's NUL -> PROTOCOL",
+         hello_bytes(flags=1) + b"default\0x" + bytes(55), E_PROTOCOL),
+        ("MODEL and reserved -> PROTOCOL (reserved before the name)",
+         hello_bytes(flags=1, reserved=(1, 0, 0)) + wire.model_name_record("zz"), E_PROTOCOL),
     ]
     for name, hello, code in cases:
         w, fds, eof = raw_handshake(daemon, hello)

@@ -4,7 +4,7 @@
  *
  *   bn-faults [--only CAMPAIGN] [--rounds-scale PERCENT]
  *
- * Six campaigns, each against a daemon of its own (the cpu backend on the built-in tiny
+ * Seven campaigns, each against a daemon of its own (the cpu backend on the built-in tiny
  * model, so every token comes from a real forward pass and a real sampler):
  *
  *   client-kill    clients SIGKILLed mid-stream, 100 times: the daemon's descriptors, resident
@@ -21,6 +21,11 @@
  *   flood          one uid connects and drops 500 times and holds 200 silent connections while
  *                  a client of another uid is served, each time within 50 ms (needs root to be
  *                  a second uid; skipped with a message otherwise);
+ *   model-swap     two models under a memory budget that holds one (faults_models.c), 6 rounds
+ *                  of 8 clients of both at once, 2 clients SIGKILLed while they stream (often
+ *                  while a model loads) and one unload command under running requests: every
+ *                  request ends with its tokens alone (a prefix, with BN_E_MODEL_UNLOADED,
+ *                  when the unload caught it running), nothing leaks, the daemon exits 0;
  *   cache-kill     the daemon SIGKILLed (SIGTERMed every other round) while it writes its
  *                  packed-weight cache (the moment its temporary file appears), 10 times: a
  *                  stopped daemon leaves no temporary file, the next start comes up, rebuilds
@@ -35,8 +40,7 @@
  * build/models/tiny.gguf).
  */
 #define _GNU_SOURCE
-#include "bitnet_client.h"
-#include "testutil.h"
+#include "faults.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -51,11 +55,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MS 1000000LL
-#define SEC 1000000000LL
 #define ALARM_S 300          /* the whole run; each campaign takes seconds */
-#define N_JOBS 24
-#define MAX_OUT 1024
 #define LONG_TOKENS 900      /* requests that are still running when the fault comes */
 /* Sanitizers slow the daemon several times over and keep freed memory in quarantine: under
  * them the latency bounds are scaled and the resident size is not judged (LeakSanitizer
@@ -78,17 +78,7 @@
 /* Requests and their outcomes alone                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
-struct job {
-	uint32_t prompt[16], n_prompt, max_tokens, flags;
-	struct bn_sampling_params sp;
-	int sampled;
-};
 
-struct outcome {
-	int rc;
-	struct bn_result res;
-	uint32_t out[MAX_OUT];
-};
 
 /* Prompts over the tiny vocabulary (512), odd jobs sampled with seeds (greedy on random
  * weights repeats one token; sampling makes every id count). n_prompt + max_tokens <= 64:
@@ -115,21 +105,21 @@ static void make_jobs(struct job *jobs, uint32_t n, uint32_t max_tokens_or_0)
 	}
 }
 
-static struct bn_request request_of(const struct job *j)
+struct bn_request request_of(const struct job *j)
 {
 	return (struct bn_request){ .prompt = j->prompt, .n_prompt = j->n_prompt,
 				    .max_tokens = j->max_tokens, .flags = j->flags,
 				    .sampling = j->sampled ? &j->sp : NULL };
 }
 
-static void run_job(struct bn_client *c, const struct job *j, struct outcome *o)
+void run_job(struct bn_client *c, const struct job *j, struct outcome *o)
 {
 	struct bn_request req = request_of(j);
 	o->rc = bn_generate(c, &req, o->out, MAX_OUT, &o->res, 60 * SEC);
 }
 
 /* Whether got's tokens are alone's (all of them, or a prefix when `prefix_ok`). */
-static int same_tokens(const struct outcome *alone, const struct bn_result *res,
+int same_tokens(const struct outcome *alone, const struct bn_result *res,
 		       const uint32_t *out, int prefix_ok)
 {
 	if (res->n_tokens > alone->res.n_tokens || (!prefix_ok && res->n_tokens != alone->res.n_tokens))
@@ -191,7 +181,7 @@ static long rss_kib(pid_t pid)
 	return kib;
 }
 
-static long long metric(struct bn_client *c, const char *name)
+long long tu_metric_of(struct bn_client *c, const char *name)
 {
 	static char buf[256 * 1024];
 	if (bn_daemon_stats(c, buf, sizeof(buf)) < 0)
@@ -199,24 +189,19 @@ static long long metric(struct bn_client *c, const char *name)
 	return tu_metric(buf, name);
 }
 
-/* What the daemon holds when idle, measured while the asking session is its only one. */
-struct usage {
-	long long kv_blocks; /* used or reserved */
-	long fds, rss_kib;
-};
 
 /* Waits (up to 5 s) until only the asking session is left and nothing runs or waits, then
  * measures. 0, or -1 without a daemon. */
-static int wait_idle(const struct tu_daemon *d, struct usage *u)
+int wait_idle(const struct tu_daemon *d, struct usage *u)
 {
 	struct bn_client *c;
 	if (bn_connect(d->socket_path, 1, &c) < 0)
 		return -1;
 	for (int i = 0; i < 500; i++) {
-		u->kv_blocks = metric(c, "bitnetd_kv_blocks_used") +
-			       metric(c, "bitnetd_kv_blocks_reserved");
-		if (metric(c, "bitnetd_sessions") == 1 && metric(c, "bitnetd_running_sequences") == 0 &&
-		    metric(c, "bitnetd_queue_depth") == 0 && u->kv_blocks == 0)
+		u->kv_blocks = tu_metric_of(c, "bitnetd_kv_blocks_used") +
+			       tu_metric_of(c, "bitnetd_kv_blocks_reserved");
+		if (tu_metric_of(c, "bitnetd_sessions") == 1 && tu_metric_of(c, "bitnetd_running_sequences") == 0 &&
+		    tu_metric_of(c, "bitnetd_queue_depth") == 0 && u->kv_blocks == 0)
 			break;
 		usleep(10000);
 	}
@@ -246,17 +231,6 @@ static int run_alone(const struct tu_daemon *d, const struct job *jobs, uint32_t
 /* Results                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-struct result {
-	const char *name;
-	long attempts;
-	long crashes;        /* daemon exits that were not a clean 0 (or died on its own) */
-	long lost;           /* requests or calls without their terminal answer */
-	long leaked_fds, leaked_kib, leaked_blocks;
-	long leaked_files;   /* temporary files a killed writer left that nothing removed */
-	long wrong;          /* tokens not equal to alone */
-	long long worst_ms;  /* the campaign's latency figure, where it has one; -1 otherwise */
-	const char *skipped; /* why it did not run, or NULL */
-};
 
 static int bad(const struct result *r)
 {
@@ -278,7 +252,7 @@ static void print_result(const struct result *r)
 	fflush(stdout);
 }
 
-static void stop_daemon(struct tu_daemon *d, struct result *r)
+void stop_daemon(struct tu_daemon *d, struct result *r)
 {
 	int rc = tu_daemon_stop(d, SIGTERM);
 	if (rc != 0) {
@@ -833,9 +807,9 @@ static void campaign_flood(struct result *r, const struct job *jobs)
 	if (bn_connect(d.socket_path, 1, &c) == 0) {
 		printf("note: flood: refused user_sessions=%lld user_handshakes=%lld "
 		       "hello_timeout=%lld\n",
-		       metric(c, "bitnetd_connections_refused_total{reason=\"user_sessions\"}"),
-		       metric(c, "bitnetd_connections_refused_total{reason=\"user_handshakes\"}"),
-		       metric(c, "bitnetd_connections_refused_total{reason=\"hello_timeout\"}"));
+		       tu_metric_of(c, "bitnetd_connections_refused_total{reason=\"user_sessions\"}"),
+		       tu_metric_of(c, "bitnetd_connections_refused_total{reason=\"user_handshakes\"}"),
+		       tu_metric_of(c, "bitnetd_connections_refused_total{reason=\"hello_timeout\"}"));
 		bn_disconnect(c);
 	}
 	stop_daemon(&d, r);
@@ -1054,6 +1028,7 @@ int main(int argc, char **argv)
 		{ .name = "client-kill", .worst_ms = -1 },  { .name = "sigterm-drain", .worst_ms = -1 },
 		{ .name = "daemon-kill", .worst_ms = -1 },  { .name = "kv-budget", .worst_ms = -1 },
 		{ .name = "flood", .worst_ms = -1 },      { .name = "cache-kill", .worst_ms = -1 },
+		{ .name = "model-swap", .worst_ms = -1 },
 	};
 	int n = (int)(sizeof(r) / sizeof(r[0])), failed = 0;
 	int64_t t0 = tu_now_ns();
@@ -1069,6 +1044,7 @@ int main(int argc, char **argv)
 		case 3: campaign_kv_budget(&r[i], jobs); break;
 		case 4: campaign_flood(&r[i], jobs); break;
 		case 5: campaign_cache_kill(&r[i], jobs, 10 * scale / 100); break;
+		case 6: campaign_model_swap(&r[i], jobs, 6 * scale / 100); break;
 		}
 		print_result(&r[i]);
 		failed |= !r[i].skipped && bad(&r[i]);

@@ -98,7 +98,7 @@ static struct bn_session *open_session(struct daemon_side *d, struct script *in,
 				  .requested_slots = 1 + take(in, 1) % FUZZ_SLOTS,
 				  .weight = take(in, 1) };
 	memcpy(s->rx, &hello, sizeof(hello));
-	CHECK(bn_session_handshake(s, &d->lim, 0) == 0);
+	CHECK(bn_session_handshake(s, &d->lim) == 0);
 	*peer = sv[1];
 	return s;
 }

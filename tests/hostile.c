@@ -902,7 +902,7 @@ static int mode_bad_hello(const struct options *o)
 	struct bn_hello flags = honest_hello(), reserved = honest_hello();
 	magic.magic = 0xdeadbeefu;
 	version.abi_version = 99;
-	flags.flags = 1;
+	flags.flags = 1u << 1; /* bit 0 is BN_HELLO_MODEL; bit 1 is no flag */
 	reserved.reserved[2] = 1;
 	int closed = 1;
 	if (bad_hello_once(o, &magic, "welcome_error", &closed) < 0 ||

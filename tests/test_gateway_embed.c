@@ -7,8 +7,8 @@
  * an embedding model's vector and normalises it again (checked against this file's own
  * arithmetic), and is refused for a generative model pooled by --pooling; bad requests are
  * 400s naming their parameter; a daemon that does not embed, and completions asked of an
- * embedding model, are refused by name.
- * Cost: 3 daemons and gateways on the tiny model; about 2 s plain.
+ * embedding model, are refused by name; a daemon of two models picks its model by name.
+ * Cost: 4 daemons and gateways on the tiny model; about 2.5 s plain.
  */
 #define _GNU_SOURCE
 #include "gateway_testutil.h"
@@ -271,6 +271,56 @@ START_TEST(bad_requests_name_their_parameter)
 }
 END_TEST
 
+/* A daemon of two models (issue 60) behind the gateway: the `model` field picks the one that
+ * embeds, its vectors are what a ring session bound to it gives; no field is the default
+ * model; a model that does not embed, completions of the embedding model, and a name the
+ * daemon does not serve are refused by name. */
+START_TEST(models_by_name)
+{
+	char emb[300], gen[300];
+	snprintf(emb, sizeof(emb), "emb=%s", embedding_model);
+	snprintf(gen, sizeof(gen), "gen=%s", tu_default_model());
+	const char *args[] = { "--backend", "cpu", "--threads", "2", "--slots", "16",
+			       "--model", emb, "--model", gen, NULL };
+	struct stack s;
+	ck_assert_int_eq(tu_daemon_start(&s.d, args), 0);
+	gateway_start(&s.g, s.d.socket_path, NULL);
+	ck_assert_int_eq(bn_connect_model(s.d.socket_path, "emb", 0, 0, &s.c), 0);
+	static float want[DIM], got[DIM];
+	uint32_t t;
+	ring_vector(s.c, "Once upon a time", NULL, 0, want, &t);
+	static const char *bodies[] = { "{\"model\":\"emb\",\"input\":\"Once upon a time\"}",
+					"{\"input\":\"Once upon a time\"}" };
+	for (int i = 0; i < 2; i++) {
+		struct reply r = post(&s, bodies[i]);
+		ck_assert_msg(r.status == 200, "%s", r.body);
+		json_t *j = json_of(&r);
+		ck_assert_str_eq(json_string_value(json_object_get(j, "model")), "emb");
+		float_vector(j, 0, got, DIM);
+		ck_assert_mem_eq(got, want, sizeof(got));
+		json_decref(j);
+		reply_free(&r);
+	}
+	struct reply r = post(&s, "{\"model\":\"gen\",\"input\":\"a\"}");
+	assert_error(&r, 400, "model");
+	ck_assert_ptr_nonnull(strstr(r.body, "--pooling"));
+	reply_free(&r);
+	r = post(&s, "{\"model\":\"nope\",\"input\":\"a\"}");
+	assert_error(&r, 404, "model");
+	ck_assert_ptr_nonnull(strstr(r.body, "model_not_found"));
+	reply_free(&r);
+	r = http(s.g.port, "POST", "/v1/completions", NULL,
+		 "{\"model\":\"emb\",\"prompt\":\"a\",\"max_tokens\":2}");
+	assert_error(&r, 400, "model");
+	reply_free(&r);
+	r = http(s.g.port, "POST", "/v1/completions", NULL,
+		 "{\"model\":\"gen\",\"prompt\":\"a\",\"max_tokens\":2}");
+	ck_assert_msg(r.status == 200, "%s", r.body);
+	reply_free(&r);
+	down(&s);
+}
+END_TEST
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -285,6 +335,7 @@ int main(void)
 	tcase_add_test(tc, more_inputs_than_one_lease);
 	tcase_add_test(tc, dimensions_cut_an_embedding_model);
 	tcase_add_test(tc, bad_requests_name_their_parameter);
+	tcase_add_test(tc, models_by_name);
 	suite_add_tcase(s, tc);
 	int rc = tu_run_suite(s);
 	tu_remove_dir(models_dir);

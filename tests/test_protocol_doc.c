@@ -30,7 +30,7 @@
 
 #define MAX_LINES 4096
 #define MAX_CELLS 8
-#define MAX_FAMILIES 64
+#define MAX_FAMILIES 96
 #define MAX_VALUES 32
 
 /* ------------------------------------------------------------------------------------------ */
@@ -156,11 +156,18 @@ struct doc_family {
 	char fixed[MAX_VALUES][32];       /* its values, in order */
 	int n_fixed;
 	int per_session;                  /* labels session and uid, a line per session */
+	int per_model;                    /* label model first: a line per model (and value) */
 	char free_label[32];              /* one label of any value, one line, or "" */
 };
 
 static void parse_labels(struct doc_family *f, const char *cell)
 {
+	if (strncmp(cell, "`model`", 7) == 0) { /* `model`: ..., or `model`, `x` = values */
+		f->per_model = 1;
+		cell += 7;
+		if (!strstr(cell, "` = "))
+			return;
+	}
 	const char *eq = strstr(cell, "` = ");
 	if (eq) {
 		ck_assert_int_eq(backticked(cell, 0, f->label, sizeof(f->label)), 0);
@@ -255,13 +262,20 @@ static void label_value(const char *labels, const char *key, char *out, size_t c
 	snprintf(out, cap, "%.*s", (int)(q - p), p);
 }
 
+/* Two models, each with a line in the per-model families. */
+#define SAMPLE_MODELS 2
+static const char *const sample_models[SAMPLE_MODELS] = { "chat", "org/draft:2b" };
+
 /* Checks one family's samples (lines[0..n)) against what the document says of it. */
 static void check_samples(const struct doc_family *f, struct sample_line *lines, int n,
 			  uint32_t n_sessions)
 {
 	const char *short_name = f->name + strlen("bitnetd_");
 	int hist = strcmp(f->type, "histogram") == 0;
-	int want = f->per_session ? (int)n_sessions : f->n_fixed ? f->n_fixed : 1;
+	int per_model_values = f->n_fixed ? f->n_fixed : 1;
+	int want = f->per_session ? (int)n_sessions
+		   : f->per_model ? SAMPLE_MODELS * per_model_values
+		   : f->n_fixed ? f->n_fixed : 1;
 	ck_assert_msg(n == want + (hist ? 2 : 0), "%s: %d sample lines, the document says %d",
 		      f->name, n, want + (hist ? 2 : 0));
 	for (int k = 0; k < n; k++) {
@@ -277,7 +291,17 @@ static void check_samples(const struct doc_family *f, struct sample_line *lines,
 			      want_float ? " float" : "n unsigned integer");
 		if (k >= want)
 			continue;
-		if (f->n_fixed) {
+		if (f->per_model) {
+			char v[48];
+			label_value(s->labels, "model", v, sizeof(v));
+			ck_assert_str_eq(v, sample_models[k / per_model_values]);
+			if (f->n_fixed) {
+				label_value(s->labels, f->label, v, sizeof(v));
+				ck_assert_msg(strcmp(v, f->fixed[k % per_model_values]) == 0,
+					      "%s: label %s is '%s', document '%s'", f->name, f->label,
+					      v, f->fixed[k % per_model_values]);
+			}
+		} else if (f->n_fixed) {
 			char v[48];
 			label_value(s->labels, f->label, v, sizeof(v));
 			ck_assert_msg(strcmp(v, f->fixed[k]) == 0, "%s: label %s is '%s', document '%s'",
@@ -295,7 +319,7 @@ static void check_samples(const struct doc_family *f, struct sample_line *lines,
 }
 
 /* A rendering where floats are not whole numbers, every histogram has samples, and there are
- * two sessions. */
+ * two sessions and two models. */
 static char *render_sample_stats(uint32_t *n_sessions)
 {
 	bn_stats_reset();
@@ -315,9 +339,22 @@ static char *render_sample_stats(uint32_t *n_sessions)
 	static const uint32_t ids[2] = { 7, 8 }, uids[2] = { 1000, 65534 };
 	static const struct bn_session_counters c[2] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 } };
 	static const struct bn_session_counters *pc[2] = { &c[0], &c[1] };
+	static const char *const states[] = { "unloaded", "loading", "loaded", "unloading",
+					      "failed" };
+	static const char *const reasons[BN_STATS_UNLOAD_REASONS] = { "memory", "idle", "command",
+								      "reload" };
+	static const struct bn_model_counters mc = { 1, 2, 3, 4, 5, 6, 7, { 1, 2, 3, 4 } };
+	static const struct bn_load_report load = { .seconds = 0.25, .path = "/x" };
+	static struct bn_stats_model models[SAMPLE_MODELS];
+	for (int i = 0; i < SAMPLE_MODELS; i++)
+		models[i] = (struct bn_stats_model){ .name = sample_models[i], .state = states[2 * i],
+						     .bytes = 10, .counters = &mc, .load = &load };
 	struct bn_stats_view v = { .sessions_open = 2, .n_sessions = 2, .session_ids = ids,
 				   .session_uids = uids, .session_counters = pc,
-				   .kv_blocks_total = 10, .kv_block_tokens = 16 };
+				   .kv_blocks_total = 10, .kv_block_tokens = 16,
+				   .models = models, .n_models = SAMPLE_MODELS,
+				   .model_states = states, .n_model_states = 5,
+				   .unload_reasons = reasons, .memory_budget = 100 };
 	char *buf = NULL;
 	size_t cap = 0;
 	ck_assert_int_gt(bn_stats_render(&buf, &cap, &v), 0);

@@ -532,7 +532,7 @@ START_TEST(valid_exposition)
 	ck_assert_int_eq(count_prefix(t, "bitnetd_requests_finished_total{"), 8);
 	ck_assert_double_eq(sample(t, "bitnetd_request_errors_total{reason=\"kv_space\"}"), 1);
 	ck_assert_double_eq(sample(t, "bitnetd_request_errors_total{reason=\"protocol\"}"), 1);
-	ck_assert_int_eq(count_prefix(t, "bitnetd_request_errors_total{"), 19); /* 1001 .. 1019 */
+	ck_assert_int_eq(count_prefix(t, "bitnetd_request_errors_total{"), 23); /* 1001 .. 1023 */
 	/* Gauges from the view and from the counters. */
 	ck_assert_double_eq(sample(t, "bitnetd_queue_depth"), 3);
 	ck_assert_double_eq(sample(t, "bitnetd_kv_blocks_total"), 100);

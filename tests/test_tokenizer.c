@@ -769,14 +769,14 @@ static void *map_fd(int fd, size_t size)
  * check against the model's vocabulary size. */
 START_TEST(prepared_text_side_is_the_one_built_in_place)
 {
-	struct bn_config cfg = { .backend = "cpu", .model_path = tu_default_model() };
+	const char *path = tu_default_model();
 	struct bn_model_desc model = { .kind = BN_BACKEND_CPU, .vocab_size = 512 };
 	struct bn_control alone, adopted;
-	bn_control_open(&alone, &cfg, &model, NULL);
+	bn_control_open(&alone, path, NULL, NULL, &model, NULL);
 	struct bn_text_prep prep;
-	bn_text_prep_start(&prep, &cfg);
+	bn_text_prep_start(&prep, path, NULL, NULL);
 	ck_assert_int_eq(prep.state, BN_TEXT_PREP_RUNNING);
-	bn_control_open(&adopted, &cfg, &model, &prep);
+	bn_control_open(&adopted, path, NULL, NULL, &model, &prep);
 	ck_assert_int_eq(prep.state, BN_TEXT_PREP_DONE);
 	ck_assert_int_eq(prep.vocab.tokenizer_fd, -1); /* taken */
 	ck_assert_ptr_null(prep.text.vocab);
@@ -797,16 +797,15 @@ START_TEST(prepared_text_side_is_the_one_built_in_place)
 	bn_control_close(&adopted);
 	/* A model of another vocabulary size: served without one, as bn_vocab_serve_open says. */
 	model.vocab_size = 511;
-	bn_text_prep_start(&prep, &cfg);
-	bn_control_open(&adopted, &cfg, &model, &prep);
+	bn_text_prep_start(&prep, path, NULL, NULL);
+	bn_control_open(&adopted, path, NULL, NULL, &model, &prep);
 	ck_assert_int_eq(adopted.vocab.tokenizer_fd, -1);
 	ck_assert_ptr_null(adopted.text.vocab);
 	ck_assert_ptr_null(adopted.grammar_vocab);
 	bn_control_close(&adopted);
 	bn_text_prep_free(&prep);
-	/* Nothing to prepare for the loopback backend or without a file. */
-	cfg.backend = "loopback";
-	bn_text_prep_start(&prep, &cfg);
+	/* Nothing to prepare without a file (the registry gives none for the loopback backend). */
+	bn_text_prep_start(&prep, NULL, NULL, NULL);
 	ck_assert_int_eq(prep.state, BN_TEXT_PREP_NONE);
 	bn_text_prep_free(&prep);
 }

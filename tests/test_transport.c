@@ -783,7 +783,7 @@ static void *one_session_daemon(void *arg)
 	bn_peer_cred(fd, &cred);
 	struct bn_session *s = bn_session_new(1, fd, &cred);
 	if (!s || recv(fd, s->rx, sizeof(struct bn_hello), MSG_WAITALL) != sizeof(struct bn_hello) ||
-	    bn_session_handshake(s, &lim, 0) < 0)
+	    bn_session_handshake(s, &lim) < 0)
 		return NULL;
 	char b;
 	if (read(o->go[0], &b, 1) == 1) {

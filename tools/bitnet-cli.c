@@ -15,10 +15,11 @@
 #include <string.h>
 
 static const char usage_text[] =
-	"Usage: bitnet-cli [--socket PATH] COMMAND [OPTIONS]\n"
+	"Usage: bitnet-cli [--socket PATH] [--model NAME] COMMAND [OPTIONS]\n"
 	"\n"
 	"Commands:\n"
-	"  info                       model and backend, as key=value lines\n"
+	"  info                       model and backend, as key=value lines (served_name:\n"
+	"                             the model's name in the daemon)\n"
 	"  generate --ids \"1 2 3\"     generate from token ids; prints the generated ids\n"
 	"                             on one line as they arrive\n"
 	"  generate --prompt TEXT     generate from text (the model's vocabulary must be\n"
@@ -77,9 +78,18 @@ static const char usage_text[] =
 	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
 	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
+	"  models [list]              the daemon's models: name, state (unloaded, loading,\n"
+	"                             loaded, unloading, failed), bytes (weights, KV),\n"
+	"                             requests waiting and running, idle since\n"
+	"  models load NAME | unload NAME | reload [NAME]   load a model and wait until it\n"
+	"                             is; unload one once its running requests end; read a\n"
+	"                             model's file again if it changed (every model's\n"
+	"                             without NAME); root or the daemon's user only\n"
 	"  bench [OPTIONS]            transport benchmark; see 'bitnet-cli bench --help'\n"
 	"\n"
 	"The socket is --socket, else $BITNETD_SOCKET, else " BN_DEFAULT_SOCKET_PATH ".\n"
+	"--model NAME: the model the commands use, by the name the daemon serves it under\n"
+	"(default: the daemon's default model; bitnet-cli models lists them).\n"
 	"generate writes status=NAME tokens=N to stderr when the request ends (NAME: length,\n"
 	"eos, stop, deadline, cancelled, error, shutdown).\n"
 	"On failure the error name goes to stderr and the exit status is 1 (2: bad usage).\n";
@@ -299,6 +309,9 @@ static int cmd_info(struct bn_client *c)
 	       "max_prompt_tokens=%u\nmax_output_tokens=%u\nslots=%u\n",
 	       mi.name, mi.vocab_size, mi.context_length, mi.bos_id, mi.eos_id, mi.backend,
 	       mi.max_prompt_tokens, mi.max_output_tokens, mi.slots);
+	char served[64];
+	if (bn_model_served_name(c, served, sizeof(served)) == 0)
+		printf("served_name=%s\n", served);
 	print_compute_info(c);
 	uint32_t features = bn_model_features(c);
 	printf("embeddings=%s\nembedding_model=%s\n", features & BN_FEAT_EMBED ? "yes" : "no",
@@ -661,11 +674,13 @@ static int cmd_stats(struct bn_client *c)
 
 int main(int argc, char **argv)
 {
-	const char *socket_path = NULL;
+	const char *socket_path = NULL, *model = NULL;
 	int i = 1;
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
 			socket_path = argv[++i];
+		else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+			model = argv[++i];
 		else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
 			return fputs(usage_text, stdout), 0;
 		else
@@ -678,14 +693,17 @@ int main(int argc, char **argv)
 		return cli_bench(socket_path, argc - i, argv + i);
 	static const char *const commands[] = { "info", "generate", "stats", "tokenize",
 						 "detokenize", "chat", "score", "perplexity",
-						 "classify", "embed" };
+						 "classify", "embed", "models" };
 	size_t k = 0;
 	while (k < sizeof(commands) / sizeof(commands[0]) && strcmp(cmd, commands[k]))
 		k++;
 	if (k == sizeof(commands) / sizeof(commands[0]))
 		return fprintf(stderr, "bitnet-cli: unknown command '%s'\n", cmd), 2;
 	struct bn_client *c;
-	int rc = bn_connect(socket_path, 0, &c);
+	int rc = bn_connect_model(socket_path, model, 0, 0, &c);
+	if (rc == -BN_E_MODEL_NOT_FOUND || rc == -BN_E_INVALID)
+		return fprintf(stderr, "bitnet-cli: --model %s: %s (bitnet-cli models lists the "
+				       "daemon's models)\n", model, bn_strerror(rc)), 1;
 	if (rc < 0)
 		return cli_connect_failed(socket_path, rc);
 	if (strcmp(cmd, "info") == 0)
@@ -706,6 +724,8 @@ int main(int argc, char **argv)
 		rc = cli_classify(c, argc - i, argv + i);
 	else if (strcmp(cmd, "embed") == 0)
 		rc = cli_embed(c, argc - i, argv + i);
+	else if (strcmp(cmd, "models") == 0)
+		rc = cli_models(c, argc - i, argv + i);
 	else
 		rc = cmd_stats(c);
 	bn_disconnect(c);

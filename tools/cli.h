@@ -57,5 +57,7 @@ int cli_score(struct bn_client *c, int argc, char **argv);
 int cli_perplexity(struct bn_client *c, int argc, char **argv);
 int cli_classify(struct bn_client *c, int argc, char **argv);
 int cli_embed(struct bn_client *c, int argc, char **argv);
+/* `models [list | load NAME | unload NAME | reload [NAME]]` (cli_models.c). */
+int cli_models(struct bn_client *c, int argc, char **argv);
 
 #endif /* BITNET_CLI_H */

@@ -48,6 +48,9 @@ struct bn_model_desc {
 	uint32_t bos_id;
 	uint32_t eos_id;
 	uint32_t kind; /* enum bn_backend_kind from shm/bitnet_shm.h */
+	/* Memory the loaded weights hold (host memory for cpu, device memory for cuda; mapped
+	 * cache pages included): what the daemon's --memory budget counts besides the KV. */
+	uint64_t weight_bytes;
 	uint64_t kv_bytes_per_token; /* KV memory one position of one sequence takes; 0: none */
 	/* A backend whose KV cache is device memory (cuda) sets kv_on_device, and what the
 	 * device had free once the weights were loaded; of that, device_headroom stays free of
@@ -99,8 +102,19 @@ enum bn_lm_head_mode {
 			      * batches, not the file's logits (opt-in; forward.h) */
 };
 
+struct bn_pool;
+struct bn_load_report;
+
 struct bn_backend_options {
 	const char *model_path;  /* NULL for backends without a model file */
+	/* cpu: the daemon's one thread pool, which the steps of every model run on (its caller
+	 * is the loop thread), or NULL: the backend makes its own of n_threads. With one, the
+	 * load repacks on a pool of load_threads made for it, on the thread that opens. */
+	struct bn_pool *pool;
+	uint32_t load_threads;
+	/* cpu, cuda: where the load's seconds and the packed-weight cache's state go, also
+	 * later from the cache writer's thread (common/stats.h); NULL: the daemon-wide one. */
+	struct bn_load_report *report;
 	const char *cache_dir;   /* cpu, cuda: the weights cache's directory, "none", or NULL:
 				  * the default (model/wcache.h: bn_wcache_dir) */
 	uint32_t max_seqs;       /* sequences open at once (the scheduler's max batch) */

@@ -33,6 +33,7 @@ struct bn_cache_writer {
 	uint32_t n_blobs;
 	void **owned;                /* freed once written (by the thread) or at stop */
 	uint32_t n_owned;
+	struct bn_load_report *report; /* where the outcome goes; NULL: the daemon-wide state */
 };
 
 static void free_owned(struct bn_cache_writer *w)
@@ -64,7 +65,8 @@ static void *write_cache(void *arg)
 		bn_log_warn("msg=\"weights cache not written; the next start builds the weights again\" cache=\"%s\" why=\"%s\"",
 			    w->path, why);
 	if (rc != -ECANCELED)
-		bn_stats_set_weights_cache(rc == 0 ? BN_WEIGHTS_CACHE_BUILT : BN_WEIGHTS_CACHE_FAILED);
+		bn_load_report_set_cache(w->report, rc == 0 ? BN_WEIGHTS_CACHE_BUILT
+							       : BN_WEIGHTS_CACHE_FAILED);
 	return NULL;
 }
 
@@ -83,6 +85,11 @@ struct bn_cache_writer *bn_cache_writer_new(const char *path, const struct bn_wc
 	w->owned = owned;
 	w->n_owned = n_owned;
 	return w;
+}
+
+void bn_cache_writer_report_to(struct bn_cache_writer *w, struct bn_load_report *report)
+{
+	w->report = report;
 }
 
 void bn_cache_writer_stop(struct bn_cache_writer *w)

@@ -5,7 +5,7 @@
  * for the repack, not for a disk write of the same size too. The thread runs at nice 10, below
  * the forward pass, with every signal blocked (a SIGTERM is the loop's, through its signalfd,
  * never a default action in the writer). It says what came of the write in STATS
- * (bn_stats_set_weights_cache: built or failed) and in the log.
+ * (bn_load_report_set_cache: built or failed) and in the log.
  */
 #ifndef BITNETD_CACHE_WRITER_H
 #define BITNETD_CACHE_WRITER_H
@@ -24,6 +24,8 @@ struct bn_cache_writer;
 struct bn_cache_writer *bn_cache_writer_new(const char *path, const struct bn_wcache_key *k,
 					    uint32_t contents, struct bn_wcache_blob *blobs,
 					    uint32_t n_blobs, void **owned, uint32_t n_owned);
+/* Where the write's outcome goes (NULL, the default: the daemon-wide state). */
+void bn_cache_writer_report_to(struct bn_cache_writer *w, struct bn_load_report *report);
 
 /* Starts the writer's thread once the weights are final. The state it ends in: writing (the
  * thread runs), or failed (no thread, logged; the caller stops the writer, freeing it). */

@@ -29,7 +29,8 @@
 
 struct cpu_backend {
 	struct bn_model model;
-	struct bn_pool *pool;
+	struct bn_pool *pool;  /* the steps' pool: the daemon's (borrowed) or its own */
+	int own_pool;
 	struct bn_forward *fwd;
 	float *logits;        /* [logits_rows][n_vocab] */
 	uint32_t logits_rows;
@@ -39,6 +40,7 @@ struct cpu_backend {
 	uint32_t built;       /* BN_WCACHE_HAS_*: what the weights hold besides the matrices */
 	struct bn_wcache cache; /* the mapped weights cache the weights lie in, or unmapped */
 	struct bn_cache_writer *writer; /* writing the weights built at this start, or NULL */
+	struct bn_head_screen_stats screen_seen; /* what the daemon's counters have of them */
 };
 
 static void free_weights(struct cpu_backend *cb)
@@ -58,7 +60,8 @@ static void cpu_close(void *self)
 		return;
 	bn_forward_free(cb->fwd);
 	free_weights(cb);
-	bn_pool_free(cb->pool);
+	if (cb->own_pool)
+		bn_pool_free(cb->pool);
 	bn_sampler_free(&cb->sampler);
 	free(cb->logits);
 	free(cb);
@@ -303,6 +306,16 @@ static enum bn_decode_layout_kind attach_decode_layout(struct cpu_backend *cb, u
 	return BN_DECODE_LAYOUT_BASE3;
 }
 
+/* What the weights hold in memory: the repacked matrices (or their cache pages), the T3 and
+ * int8 copies, and the token embedding where it is read from the file rather than from the
+ * LM head's panels. */
+static uint64_t weight_bytes(const struct cpu_backend *cb)
+{
+	const struct bn_model *m = &cb->model;
+	return m->repacked_bytes + m->t3_bytes + bn_head_screen_bytes(&cb->screen) +
+	       (m->embed_from_output || !m->tok_embd ? 0 : m->tok_embd->size);
+}
+
 static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *desc, void **self)
 {
 	if (!opt->model_path) {
@@ -324,7 +337,10 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	const char *head_said;
 	bn_sampler_init(&cb->sampler);
 	cb->max_seqs = opt->max_seqs;
-	cb->pool = bn_pool_new(opt->n_threads); /* first: the repack runs on it */
+	/* First: the repack runs on it. With the daemon's pool, on one of its own, which the
+	 * loop's steps on the daemon's do not wait for. */
+	cb->pool = bn_pool_new(opt->pool ? opt->load_threads : opt->n_threads);
+	cb->own_pool = 1;
 	if (!cb->pool) {
 		cpu_close(cb);
 		return -ENOMEM;
@@ -333,6 +349,11 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
 		cpu_close(cb);
 		return -EINVAL;
+	}
+	if (opt->pool) {
+		bn_pool_free(cb->pool);
+		cb->pool = opt->pool;
+		cb->own_pool = 0;
 	}
 	cb->fwd = bn_forward_new(&cb->model, opt->max_seqs, cb->pool, kern);
 	if (!cb->fwd) {
@@ -344,14 +365,16 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	enum bn_decode_layout_kind layout_kind =
 		attach_decode_layout(cb, opt->base3_decode, &decode_layout);
 	double load_ms = (double)(bn_now_ns() - t0) / 1e6;
-	bn_stats_set_load(load_ms * 1e-3, from, cache_path);
+	bn_load_report_set(opt->report, load_ms * 1e-3, from, cache_path);
 	/* The weights are final (attach_* changed no byte); STATS says writing before the
 	 * writer can say what came of it. */
+	if (cb->writer)
+		bn_cache_writer_report_to(cb->writer, opt->report);
 	if (from == BN_WEIGHTS_CACHE_WRITING &&
 	    (from = bn_cache_writer_start(cb->writer)) != BN_WEIGHTS_CACHE_WRITING) {
 		bn_cache_writer_stop(cb->writer);
 		cb->writer = NULL;
-		bn_stats_set_weights_cache(from);
+		bn_load_report_set_cache(opt->report, from);
 	}
 	const struct bn_model_config *c = &cb->model.cfg;
 	bn_log_info("msg=\"cpu backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u kernels=%s threads=%u repacked_mb=%.1f lm_head=\"%s\" screen_mb=%.1f decode_layout=\"%s\" base3_mb=%.1f load_ms=%.0f weights_cache=%s cache=\"%s\"",
@@ -369,6 +392,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	desc->can_embed = 1; /* the forward pass writes hidden rows */
 	desc->lm_head = head_kind;
 	desc->decode_layout = layout_kind;
+	desc->weight_bytes = weight_bytes(cb);
 	*self = cb;
 	return 0;
 }
@@ -475,11 +499,14 @@ static int cpu_step(void *self, const struct bn_batch *batch, struct bn_sample_o
 	int rc = bn_forward_run(cb->fwd, batch, cb->logits, 0);
 	if (rc)
 		return rc;
+	/* Totals since open, into the daemon's counters as what they add since the last step:
+	 * every loaded model's backend counts there. */
 	struct bn_head_screen_stats st;
-	bn_forward_screen_stats(cb->fwd, &st); /* totals since open: the daemon has one backend */
-	bn_stats.lm_head_screened_rows = st.rows;
-	bn_stats.lm_head_screen_groups = st.groups;
-	bn_stats.lm_head_full_rows = st.full_rows;
+	bn_forward_screen_stats(cb->fwd, &st);
+	bn_stats.lm_head_screened_rows += st.rows - cb->screen_seen.rows;
+	bn_stats.lm_head_screen_groups += st.groups - cb->screen_seen.groups;
+	bn_stats.lm_head_full_rows += st.full_rows - cb->screen_seen.full_rows;
+	cb->screen_seen = st;
 	/* Logits rows are packed in batch order: one per row that wants a token, n_targets per
 	 * scored row, lens per verify row. */
 	uint32_t i = 0; /* the logits row */

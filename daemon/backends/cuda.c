@@ -543,7 +543,8 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 	}
 	const struct bn_model_config *c = &cb->model.cfg;
 	double load_ms = (double)(bn_now_ns() - t0) / 1e6;
-	enum bn_weights_cache from = cuda_wcache_ready(&cb->wcache, &cb->model, load_ms * 1e-3);
+	enum bn_weights_cache from = cuda_wcache_ready(&cb->wcache, &cb->model, load_ms * 1e-3,
+						       opt->report);
 	/* --lm-head and --decode-layout are the cpu backend's: the line says what runs here */
 	bn_log_info("msg=\"cuda backend ready\" arch=%s layers=%u embd=%u heads=%u kv_heads=%u ffn=%u vocab=%u context=%u weights_mib=%.1f lm_head=\"full\" decode_layout=\"%s\" load_ms=%.0f weights_cache=%s cache=\"%s\"",
 		    c->arch_name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab,
@@ -551,6 +552,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 		    bn_model_is_ternary(&cb->model) ? "2bit" : "none", load_ms,
 		    bn_weights_cache_names[from], cb->wcache.path);
 	describe(cb, desc);
+	desc->weight_bytes = cb->weights.bytes + (cb->fwd ? bn_cuda_fwd_weight_bytes(cb->fwd) : 0);
 	*self = cb;
 	return 0;
 }

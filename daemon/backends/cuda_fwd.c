@@ -221,6 +221,11 @@ int bn_cuda_fwd_open(struct bn_cuda_fwd **out, const struct bn_model *m,
 	return 0;
 }
 
+uint64_t bn_cuda_fwd_weight_bytes(const struct bn_cuda_fwd *f)
+{
+	return f->weights.bytes;
+}
+
 void bn_cuda_fwd_close(struct bn_cuda_fwd *f)
 {
 	if (!f)

@@ -67,6 +67,8 @@ int bn_cuda_fwd_open(struct bn_cuda_fwd **out, const struct bn_model *m,
 		     const struct bn_cuda_kernels *k, const struct bn_cuda_fwd_head *head,
 		     struct cuda_wcache *wcache, uint32_t ld_x, cudaStream_t stream);
 void bn_cuda_fwd_close(struct bn_cuda_fwd *f);
+/* Device bytes of the layouts it uploaded (the daemon's memory budget counts them). */
+uint64_t bn_cuda_fwd_weight_bytes(const struct bn_cuda_fwd *f);
 /* The KV cache: [n_layer][n_blocks][block_tokens][kv_dim] keys and values. */
 void bn_cuda_fwd_kv(struct bn_cuda_fwd *f, float *K, float *V, uint32_t n_blocks,
 		    uint32_t block_tokens);

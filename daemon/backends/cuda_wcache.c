@@ -297,7 +297,7 @@ static struct bn_cache_writer *new_writer(struct cuda_wcache *w, const struct bn
 }
 
 enum bn_weights_cache cuda_wcache_ready(struct cuda_wcache *w, const struct bn_model *m,
-					double load_s)
+					double load_s, struct bn_load_report *report)
 {
 	if (w->from == BN_WEIGHTS_CACHE_WRITING && !(w->writer = new_writer(w, m))) {
 		bn_log_warn("msg=\"weights cache not written: no memory to list the weights\" cache=\"%s\"",
@@ -305,12 +305,14 @@ enum bn_weights_cache cuda_wcache_ready(struct cuda_wcache *w, const struct bn_m
 		w->from = BN_WEIGHTS_CACHE_FAILED;
 	}
 	free_images(w); /* what is not the writer's now is of no more use */
-	bn_stats_set_load(load_s, w->from, w->path);
+	if (w->writer)
+		bn_cache_writer_report_to(w->writer, report);
+	bn_load_report_set(report, load_s, w->from, w->path);
 	if (w->from == BN_WEIGHTS_CACHE_WRITING &&
 	    (w->from = bn_cache_writer_start(w->writer)) != BN_WEIGHTS_CACHE_WRITING) {
 		bn_cache_writer_stop(w->writer);
 		w->writer = NULL;
-		bn_stats_set_weights_cache(w->from);
+		bn_load_report_set_cache(report, w->from);
 	}
 	return w->from;
 }

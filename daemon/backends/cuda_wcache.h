@@ -64,11 +64,11 @@ void cuda_wcache_layout(const struct bn_linear *l, struct bn_cuda_fmat *f, size_
 int cuda_wcache_upload(struct cuda_wcache *w, const struct bn_linear *l,
 		       const struct bn_cuda_fmat *f, void *dev, size_t bytes);
 
-/* Every matrix is on the device: STATS learn how the weights were loaded (bn_stats_set_load,
+/* Every matrix is on the device: STATS learn how the weights were loaded (bn_load_report_set,
  * load_s seconds), and a start that built them starts writing the cache. Returns the state
  * (hit, writing, failed or off). */
 enum bn_weights_cache cuda_wcache_ready(struct cuda_wcache *w, const struct bn_model *m,
-					double load_s);
+					double load_s, struct bn_load_report *report);
 
 /* Stops a write in progress and unmaps the cache: before the model is freed (the writer reads
  * its T2 planes). */

@@ -27,12 +27,14 @@ static const char *const error_names[] = {
 	"invalid", "token", "too_long", "again", "shutdown", "disconnected", "timeout",
 	"protocol", "version", "busy", "backend", "cancelled", "not_done", "empty",
 	"kv_space", "unsupported", "grammar", "grammar_limit", "grammar_stuck",
+	"model_not_found", "model_load", "model_unloaded", "denied",
 };
 _Static_assert(ARRAY_LEN(error_names) == BN_STATS_ERRORS, "a name per enum bn_error");
 
 static const char *const refusal_names[] = {
 	"max_sessions", "user_sessions", "user_handshakes", "shutdown", "hello_timeout",
 	"protocol",     "version",       "backend",         "welcome_failed",
+	"model_not_found",
 };
 _Static_assert(ARRAY_LEN(refusal_names) == BN_REFUSALS, "a name per enum bn_refusal");
 
@@ -338,6 +340,26 @@ void bn_stats_set_weights_cache(enum bn_weights_cache state)
 	__atomic_store_n(&bn_stats.weights_cache, (int)state, __ATOMIC_RELEASE);
 }
 
+void bn_load_report_set(struct bn_load_report *r, double seconds, enum bn_weights_cache state,
+			const char *cache_path)
+{
+	if (!r) {
+		bn_stats_set_load(seconds, state, cache_path);
+		return;
+	}
+	r->seconds = seconds;
+	snprintf(r->path, sizeof(r->path), "%s", cache_path);
+	bn_load_report_set_cache(r, state);
+}
+
+void bn_load_report_set_cache(struct bn_load_report *r, enum bn_weights_cache state)
+{
+	if (r)
+		__atomic_store_n(&r->weights_cache, (int)state, __ATOMIC_RELEASE);
+	else
+		bn_stats_set_weights_cache(state);
+}
+
 /* The model's load: its time, the weights cache's state (a sample per state, 1 for the
  * current one, 0 for the others) and its file (one sample, as an info metric). */
 static double ratio(uint64_t num, uint64_t den)
@@ -371,13 +393,14 @@ static void render_speculative(struct text *t)
 		   ratio(bn_stats.spec_tokens, bn_stats.spec_rows));
 }
 
-static void render_load(struct text *t)
+static void render_load(struct text *t, const struct bn_stats_view *v)
 {
 	static char path[2 * sizeof(bn_stats.weights_cache_path)];
-	int now = __atomic_load_n(&bn_stats.weights_cache, __ATOMIC_ACQUIRE);
+	const struct bn_load_report *r = v->load;
+	int now = __atomic_load_n(r ? &r->weights_cache : &bn_stats.weights_cache, __ATOMIC_ACQUIRE);
 	gauge_real(t, "model_load_seconds",
 		   "Seconds the backend took to load the model, the weights cache included.",
-		   bn_stats.load_seconds);
+		   r ? r->seconds : bn_stats.load_seconds);
 	family(t, "weights_cache", "gauge",
 	       "The packed-weight cache, 1 for its state: hit (mapped), writing (built at this "
 	       "start, being written after ready), built (written), failed (not written), off "
@@ -388,7 +411,7 @@ static void render_load(struct text *t)
 	put(t, "bitnetd_weights_cache{state=\"off\"} %d\n", now == BN_WEIGHTS_CACHE_OFF);
 	family(t, "weights_cache_path", "gauge", "The packed-weight cache's file (value 1).");
 	put(t, "bitnetd_weights_cache_path{path=\"%s\"} 1\n",
-	    label_escape(path, sizeof(path), bn_stats.weights_cache_path));
+	    label_escape(path, sizeof(path), r ? r->path : bn_stats.weights_cache_path));
 }
 
 /* The cuda backend's kernel paths (--cuda-kernels), as an info metric; nothing elsewhere. */
@@ -480,7 +503,7 @@ static void render_gauges(struct text *t, const struct bn_stats_view *v)
 		"Rows the screen left to the full float head (a non-finite input).",
 		bn_stats.lm_head_full_rows);
 	render_speculative(t);
-	render_load(t);
+	render_load(t, v);
 	render_kernels(t);
 	render_graph(t);
 }
@@ -537,6 +560,111 @@ static void render_sessions(struct text *t, const struct bn_stats_view *v)
 	}
 }
 
+/* ---- per model ------------------------------------------------------------------------ */
+
+#define MODEL_U64(field) offsetof(struct bn_model_counters, field)
+static const struct {
+	const char *name;
+	const char *help;
+	size_t offset; /* in struct bn_model_counters */
+} model_counter_families[] = {
+	{ "model_requests_submitted_total", "Requests of this model taken from the rings.",
+	  MODEL_U64(submitted) },
+	{ "model_requests_finished_total", "Requests of this model ended (any status).",
+	  MODEL_U64(finished) },
+	{ "model_request_errors_total", "Requests of this model ended in error.", MODEL_U64(errors) },
+	{ "model_tokens_generated_total", "Tokens of this model written to slots.", MODEL_U64(tokens) },
+	{ "model_steps_total", "Batched forward steps of this model.", MODEL_U64(steps) },
+	{ "model_loads_total", "Loads of this model that succeeded.", MODEL_U64(loads) },
+	{ "model_load_failures_total", "Loads of this model that failed.", MODEL_U64(load_failures) },
+};
+
+static uint64_t model_counter(const struct bn_stats_model *m, size_t offset)
+{
+	uint64_t value;
+	memcpy(&value, (const char *)m->counters + offset, sizeof(value));
+	return value;
+}
+
+enum model_gauge { MG_BYTES, MG_QUEUED, MG_RUNNING, MG_KV_TOTAL, MG_KV_USED };
+
+static uint64_t model_gauge_of(const struct bn_stats_model *m, enum model_gauge g)
+{
+	switch (g) {
+	case MG_BYTES: return m->bytes;
+	case MG_QUEUED: return m->queued;
+	case MG_RUNNING: return m->running;
+	case MG_KV_TOTAL: return m->kv_blocks_total;
+	default: return m->kv_blocks_used;
+	}
+}
+
+/* A gauge family with a line per model. */
+static void model_gauges(struct text *t, const struct bn_stats_view *v, const char *name,
+			 const char *help, enum model_gauge g)
+{
+	family(t, name, "gauge", help);
+	for (uint32_t i = 0; i < v->n_models; i++)
+		put(t, "bitnetd_%s{model=\"%s\"} %" PRIu64 "\n", name, v->models[i].name,
+		    model_gauge_of(&v->models[i], g));
+}
+
+static void render_model_states(struct text *t, const struct bn_stats_view *v)
+{
+	char num[32];
+	family(t, "model_state", "gauge", "A model's state, 1 on its line.");
+	for (uint32_t i = 0; i < v->n_models; i++)
+		for (uint32_t k = 0; k < v->n_model_states; k++)
+			put(t, "bitnetd_model_state{model=\"%s\",state=\"%s\"} %d\n",
+			    v->models[i].name, v->model_states[k],
+			    !strcmp(v->models[i].state, v->model_states[k]));
+	family(t, "model_unloads_total", "counter", "Unloads of a model, by reason.");
+	for (uint32_t i = 0; i < v->n_models; i++)
+		for (uint32_t k = 0; v->unload_reasons && k < BN_STATS_UNLOAD_REASONS; k++)
+			put(t, "bitnetd_model_unloads_total{model=\"%s\",reason=\"%s\"} %" PRIu64 "\n",
+			    v->models[i].name, v->unload_reasons[k], v->models[i].counters->unloads[k]);
+	family(t, "model_last_load_seconds", "gauge",
+	       "Seconds a model's last load took, the weights cache included.");
+	for (uint32_t i = 0; i < v->n_models; i++)
+		put(t, "bitnetd_model_last_load_seconds{model=\"%s\"} %s\n", v->models[i].name,
+		    fmt_double(num, v->models[i].load ? v->models[i].load->seconds : 0));
+	family(t, "model_weights_cache", "gauge",
+	       "A model's packed-weight cache at its last load, 1 for its state.");
+	for (uint32_t i = 0; i < v->n_models; i++) {
+		const struct bn_load_report *r = v->models[i].load;
+		int now = r ? __atomic_load_n(&r->weights_cache, __ATOMIC_ACQUIRE) : 0;
+		for (int k = BN_WEIGHTS_CACHE_OFF; k <= BN_WEIGHTS_CACHE_FAILED; k++)
+			put(t, "bitnetd_model_weights_cache{model=\"%s\",state=\"%s\"} %d\n",
+			    v->models[i].name, bn_weights_cache_names[k], now == k);
+	}
+}
+
+static void render_models(struct text *t, const struct bn_stats_view *v)
+{
+	gauge(t, "memory_budget_bytes", "Bytes all loaded models may hold (--memory); 0: none.",
+	      v->memory_budget);
+	gauge(t, "memory_loaded_bytes", "Bytes the loaded models hold, weights and KV.",
+	      v->memory_loaded);
+	render_model_states(t, v);
+	model_gauges(t, v, "model_bytes", "A model's weights and KV as last loaded.",
+		     MG_BYTES);
+	model_gauges(t, v, "model_queue_depth", "A model's requests waiting to join a batch.",
+		     MG_QUEUED);
+	model_gauges(t, v, "model_running_sequences", "A model's sequences in its running batch.",
+		     MG_RUNNING);
+	model_gauges(t, v, "model_kv_blocks_total", "Blocks of a model's KV pool (0 unloaded).",
+		     MG_KV_TOTAL);
+	model_gauges(t, v, "model_kv_blocks_used", "A model's KV blocks holding positions.",
+		     MG_KV_USED);
+	for (size_t f = 0; f < ARRAY_LEN(model_counter_families); f++) {
+		family(t, model_counter_families[f].name, "counter", model_counter_families[f].help);
+		for (uint32_t i = 0; i < v->n_models; i++)
+			put(t, "bitnetd_%s{model=\"%s\"} %" PRIu64 "\n", model_counter_families[f].name,
+			    v->models[i].name,
+			    model_counter(&v->models[i], model_counter_families[f].offset));
+	}
+}
+
 long bn_stats_render(char **buf, size_t *cap, const struct bn_stats_view *v)
 {
 	struct text t = { buf, cap, 0, 0 };
@@ -551,5 +679,7 @@ long bn_stats_render(char **buf, size_t *cap, const struct bn_stats_view *v)
 	for (int h = 0; h < BN_HIST_COUNT; h++)
 		render_hist(&t, (enum bn_hist)h);
 	render_sessions(&t, v);
+	if (v->n_models)
+		render_models(&t, v);
 	return t.failed ? -ENOMEM : (long)t.len;
 }

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define BN_STATS_STATUSES 9 /* enum bn_status values 0..8 */
-#define BN_STATS_ERRORS 19  /* enum bn_error values 1001..1019 */
+#define BN_STATS_ERRORS 23  /* enum bn_error values 1001..1023 */
 
 /* Histograms (Prometheus cumulative buckets, fixed bounds chosen in stats.c). */
 enum bn_hist {
@@ -34,6 +34,7 @@ enum bn_refusal {
 	BN_REFUSED_VERSION,         /* 1009 */
 	BN_REFUSED_BACKEND,         /* 1011: the segment could not be made */
 	BN_REFUSED_WELCOME,         /* the welcome with the descriptors could not be sent */
+	BN_REFUSED_MODEL,           /* 1020: the hello names a model the daemon does not serve */
 	BN_REFUSALS
 };
 
@@ -104,6 +105,19 @@ double bn_stats_tokens_per_second(uint64_t now_ns);
 /* How the model was loaded: seconds, the weights cache's state and file (model/wcache.h). */
 void bn_stats_set_load(double seconds, enum bn_weights_cache state, const char *cache_path);
 void bn_stats_set_weights_cache(enum bn_weights_cache state);
+
+/* How one model was loaded: written by the backend that loads it (on the thread that opens
+ * it) and later once more by its cache writer's thread; the cache's state is read and
+ * written atomically, the rest is read once the load is over. */
+struct bn_load_report {
+	double seconds;
+	int weights_cache;             /* enum bn_weights_cache */
+	char path[4096];               /* the cache file, "" without one */
+};
+/* Into r, or into the daemon-wide fields above (bn_stats_set_load) when r is NULL. */
+void bn_load_report_set(struct bn_load_report *r, double seconds, enum bn_weights_cache state,
+			const char *cache_path);
+void bn_load_report_set_cache(struct bn_load_report *r, enum bn_weights_cache state);
 /* Zeroes every counter, histogram and the token window (for tests; the daemon never does). */
 void bn_stats_reset(void);
 
@@ -113,6 +127,25 @@ struct bn_session_counters {
 	uint64_t finished;
 	uint64_t errors;
 	uint64_t tokens;
+};
+
+/* One model's counters (daemon/models.h), rendered with its name as the `model` label. */
+#define BN_STATS_UNLOAD_REASONS 4 /* memory, idle, command, reload */
+struct bn_model_counters {
+	uint64_t submitted, finished, errors, tokens, steps;
+	uint64_t loads, load_failures;
+	uint64_t unloads[BN_STATS_UNLOAD_REASONS];
+};
+
+/* One model's line in the per-model families. */
+struct bn_stats_model {
+	const char *name;
+	const char *state;           /* one of the view's model_states */
+	uint64_t bytes;              /* weights and KV as last loaded */
+	uint32_t queued, running;
+	uint32_t kv_blocks_total, kv_blocks_used;
+	const struct bn_model_counters *counters;
+	const struct bn_load_report *load;
 };
 
 /* Gauges and per-session rows the loop hands to the renderer. */
@@ -130,6 +163,15 @@ struct bn_stats_view {
 	const uint32_t *session_ids;                     /* [n_sessions] */
 	const uint32_t *session_uids;                    /* [n_sessions] */
 	const struct bn_session_counters *const *session_counters; /* [n_sessions] */
+	/* The models (daemon/models.h): the default model's load for the daemon-wide families
+	 * (NULL: bn_stats'), and a line per model in the per-model ones. */
+	const struct bn_load_report *load;
+	const struct bn_stats_model *models;         /* [n_models] */
+	uint32_t n_models;
+	const char *const *model_states;             /* [n_model_states] names */
+	uint32_t n_model_states;
+	const char *const *unload_reasons;           /* [BN_STATS_UNLOAD_REASONS] names */
+	uint64_t memory_budget, memory_loaded;
 };
 
 /* Renders the exposition text into a buffer it grows (*buf, *cap; realloc'd). Returns the

@@ -165,16 +165,28 @@ static size_t live_bytes(const struct bn_grammar_cache *c)
 	return atomic_load_explicit(&c->live->bytes, memory_order_relaxed);
 }
 
-/* Under the lock: past the memory limit, the oldest entries nobody else holds (their memory
- * goes with them) are dropped until it holds. 1 when it holds. */
-static int make_room(struct bn_grammar_cache *c)
+/* Under the lock: past `limit`, the oldest entries nobody else holds (their memory goes with
+ * them) are dropped until it holds. 1 when it holds. */
+static int make_room_below(struct bn_grammar_cache *c, size_t limit)
 {
-	for (struct entry *e = c->oldest, *newer; e && live_bytes(c) > c->max_live; e = newer) {
+	for (struct entry *e = c->oldest, *newer; e && live_bytes(c) > limit; e = newer) {
 		newer = e->newer;
 		if (!e->bound || atomic_load(&e->bound->refs) == 1)
 			drop(c, e);
 	}
-	return live_bytes(c) <= c->max_live;
+	return live_bytes(c) <= limit;
+}
+
+static int make_room(struct bn_grammar_cache *c)
+{
+	return make_room_below(c, c->max_live);
+}
+
+void bn_grammar_cache_trim(struct bn_grammar_cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	(void)make_room_below(c, 0);
+	pthread_mutex_unlock(&c->lock);
 }
 
 /* The answer an entry gives: a new reference, or its refusal. */

@@ -181,6 +181,9 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
  * the least recently used entries nobody else holds go first, then the compile is refused
  * with -E2BIG, "over its grammar memory limit". */
 void bn_grammar_cache_limit_memory(struct bn_grammar_cache *c, size_t max_live_bytes);
+/* Drops every entry nobody else holds (what the cache keeps for a next time, not what
+ * sessions use): the daemon's memory budget wants the room. */
+void bn_grammar_cache_trim(struct bn_grammar_cache *c);
 struct bn_grammar_cache_info {
 	uint64_t hits, misses, refusals_cached;
 	uint32_t entries;

@@ -114,7 +114,6 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 	}
 	if (s->cfg.prefix_cache != BN_SHARE_OFF && bn_kvpool_enable_cache(&s->kv) < 0)
 		return -ENOMEM;
-	s->max_blocks_per_seq = bn_kvpool_blocks_for(&s->kv, c->context_length);
 	int rc = s->ops->kv_init(s->backend, (uint32_t)blocks, c->kv_block_tokens);
 	if (rc < 0) {
 		bn_log_error("msg=\"cannot allocate the KV cache\" blocks=%llu bytes=%llu rc=%d",
@@ -186,7 +185,9 @@ static int alloc_buffers(struct bn_sched *s)
 	uint32_t n = s->max_rows = s->cfg.max_batch + s->cfg.fork_seqs;
 	s->running = calloc(s->cfg.max_batch, sizeof(*s->running));
 	s->free_seqs = calloc(s->cfg.max_batch, sizeof(*s->free_seqs));
-	s->uids = calloc(s->cfg.max_batch, sizeof(*s->uids));
+	if (!s->cfg.users)
+		s->own_users = bn_sched_users_new(s->cfg.max_batch);
+	s->users = s->cfg.users ? s->cfg.users : s->own_users;
 	s->rows = calloc(n, sizeof(*s->rows));
 	s->row_fork = calloc(n, sizeof(*s->row_fork));
 	s->lens = calloc(n, sizeof(*s->lens));
@@ -203,7 +204,7 @@ static int alloc_buffers(struct bn_sched *s)
 	s->verify = calloc(n, sizeof(*s->verify));
 	s->hidden = calloc(n, sizeof(*s->hidden));
 	s->hidden_rows = calloc(n, sizeof(*s->hidden_rows));
-	if (!s->running || !s->free_seqs || !s->uids || !s->rows || !s->row_fork || !s->lens ||
+	if (!s->running || !s->free_seqs || !s->users || !s->rows || !s->row_fork || !s->lens ||
 	    !s->pos || !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables ||
 	    !s->score || !s->score_rows || !s->verify || !s->hidden || !s->hidden_rows ||
 	    alloc_verify(s) < 0 || alloc_embed(s) < 0)
@@ -216,22 +217,124 @@ static int alloc_buffers(struct bn_sched *s)
 	return alloc_forks(s);
 }
 
-struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
-			      const struct bn_model_desc *model, const struct bn_sched_config *cfg,
-			      const struct bn_reply *reply)
+struct bn_sched *bn_sched_create(const struct bn_backend_ops *ops,
+				 const struct bn_model_desc *model,
+				 const struct bn_sched_config *cfg, const struct bn_reply *reply)
 {
 	struct bn_sched *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
 	s->ops = ops;
-	s->backend = backend;
 	s->reply = reply;
 	s->cfg = *cfg;
+	s->admitting = 1;
 	if (s->cfg.draft_tokens == 0 || s->cfg.draft_tokens > BN_DRAFT_MAX_TOKENS)
 		s->cfg.draft_tokens = s->cfg.draft_tokens ? BN_DRAFT_MAX_TOKENS : 4;
+	s->model = *model;
 	s->attn_positions = model->attn_positions_per_token;
 	s->mask_words = bn_sample_mask_words(model->vocab_size);
-	if (size_kv_pool(s, model) < 0 || alloc_buffers(s) < 0) {
+	/* The block tables' width depends only on the context and the block size. */
+	s->kv.block_tokens = s->cfg.kv_block_tokens;
+	s->max_blocks_per_seq = bn_kvpool_blocks_for(&s->kv, s->cfg.context_length);
+	s->kv.block_tokens = 0;
+	if (alloc_buffers(s) < 0) {
+		bn_sched_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r);
+
+/* What becomes of a waiting request: BN_STATUS_NONE, it waits on; else it ends with that
+ * status and *error. */
+typedef uint32_t (*waiting_verdict)(struct bn_sched *s, struct bn_req *r, uint64_t now,
+				    uint32_t *error);
+
+/* Ends the waiting requests of tenants[0..n) the verdict ends; the others keep their order. */
+static void end_waiting_where(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n,
+			      waiting_verdict verdict, uint64_t now)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		struct bn_tenant *t = tenants[k];
+		struct bn_req **link = &t->wait_head, *prev = NULL;
+		while (*link) {
+			struct bn_req *r = *link;
+			uint32_t error = 0, status = verdict(s, r, now, &error);
+			if (status == BN_STATUS_NONE) {
+				prev = r;
+				link = &r->next;
+				continue;
+			}
+			*link = r->next;
+			if (t->wait_tail == r)
+				t->wait_tail = prev;
+			t->n_waiting--;
+			s->n_waiting--;
+			s->reply->finish(r, status, error);
+		}
+	}
+}
+
+static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r);
+
+/* A request that can never fit the pool just sized (checked at enqueue while the scheduler
+ * had no pool) ends with BN_E_KV_SPACE. */
+static uint32_t unfitting(struct bn_sched *s, struct bn_req *r, uint64_t now, uint32_t *error)
+{
+	(void)now;
+	if (kv_need_blocks(s, r) <= s->kv.n_blocks)
+		return BN_STATUS_NONE;
+	*error = BN_E_KV_SPACE;
+	return BN_STATUS_ERROR;
+}
+
+int bn_sched_attach(struct bn_sched *s, void *backend, const struct bn_model_desc *model,
+		    struct bn_tenant **tenants, uint32_t n_tenants)
+{
+	s->backend = backend;
+	s->model = *model;
+	s->attn_positions = model->attn_positions_per_token;
+	int rc = size_kv_pool(s, model);
+	if (rc < 0) {
+		bn_kvpool_free(&s->kv);
+		memset(&s->kv, 0, sizeof(s->kv));
+		s->backend = NULL;
+		return rc;
+	}
+	end_waiting_where(s, tenants, n_tenants, unfitting, 0);
+	return 0;
+}
+
+void bn_sched_detach(struct bn_sched *s)
+{
+	bn_kvpool_free(&s->kv);
+	memset(&s->kv, 0, sizeof(s->kv));
+	s->backend = NULL;
+}
+
+int bn_sched_attached(const struct bn_sched *s)
+{
+	return s->backend != NULL;
+}
+
+void bn_sched_set_admitting(struct bn_sched *s, int on)
+{
+	s->admitting = on != 0;
+}
+
+uint64_t bn_sched_kv_bytes(const struct bn_sched *s)
+{
+	uint64_t bpt = s->model.kv_bytes_per_token ? s->model.kv_bytes_per_token : 1;
+	return (uint64_t)s->kv.n_blocks * s->kv.block_tokens * bpt;
+}
+
+struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
+			      const struct bn_model_desc *model, const struct bn_sched_config *cfg,
+			      const struct bn_reply *reply)
+{
+	struct bn_sched *s = bn_sched_create(ops, model, cfg, reply);
+	if (s && bn_sched_attach(s, backend, model, NULL, 0) < 0) {
 		bn_sched_free(s);
 		return NULL;
 	}
@@ -246,7 +349,7 @@ void bn_sched_free(struct bn_sched *s)
 	free(s->kv_tables);
 	free(s->running);
 	free(s->free_seqs);
-	free(s->uids);
+	bn_sched_users_free(s->own_users);
 	free(s->tokens);
 	free(s->rows);
 	free(s->row_fork);
@@ -292,7 +395,7 @@ static uint64_t kv_need_blocks(const struct bn_sched *s, struct bn_req *r)
 
 void bn_sched_enqueue(struct bn_sched *s, struct bn_req *r)
 {
-	if (kv_need_blocks(s, r) > s->kv.n_blocks) {
+	if (s->backend && kv_need_blocks(s, r) > s->kv.n_blocks) {
 		s->reply->finish(r, BN_STATUS_ERROR, BN_E_KV_SPACE);
 		return;
 	}
@@ -449,6 +552,16 @@ static void sweep_running(struct bn_sched *s, uint64_t now)
 	}
 }
 
+/* A waiting request its client cancelled, or whose deadline passed. */
+static uint32_t cancelled_or_expired(struct bn_sched *s, struct bn_req *r, uint64_t now,
+				     uint32_t *error)
+{
+	(void)error;
+	return s->reply->cancel_requested(r) ? BN_STATUS_CANCELLED
+	       : expired(r, now)	      ? BN_STATUS_DEADLINE
+					      : BN_STATUS_NONE;
+}
+
 /* Waiting requests may wait long when the batch is full, and reading their cancel words costs
  * a cache miss each, so they are checked at most once a millisecond rather than every step. */
 static void sweep_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n,
@@ -457,27 +570,7 @@ static void sweep_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32
 	if (s->n_waiting == 0 || now - s->last_waiting_sweep < 1000000u)
 		return;
 	s->last_waiting_sweep = now;
-	for (uint32_t k = 0; k < n; k++) {
-		struct bn_tenant *t = tenants[k];
-		struct bn_req **link = &t->wait_head, *prev = NULL;
-		while (*link) {
-			struct bn_req *r = *link;
-			uint32_t status = s->reply->cancel_requested(r) ? BN_STATUS_CANCELLED
-				       : expired(r, now)	    ? BN_STATUS_DEADLINE
-								    : BN_STATUS_NONE;
-			if (status == BN_STATUS_NONE) {
-				prev = r;
-				link = &r->next;
-				continue;
-			}
-			*link = r->next;
-			if (t->wait_tail == r)
-				t->wait_tail = prev;
-			t->n_waiting--;
-			s->n_waiting--;
-			s->reply->finish(r, status, 0);
-		}
-	}
+	end_waiting_where(s, tenants, n, cancelled_or_expired, now);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -514,7 +607,10 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t 
 	uint64_t now = bn_now_ns();
 	sweep_running(s, now);
 	sweep_waiting(s, tenants, n_tenants, now);
-	admit(s, tenants, n_tenants);
+	if (!s->backend)
+		return 0;
+	if (s->admitting)
+		admit(s, tenants, n_tenants);
 	if (s->n_running == 0)
 		return 0;
 	uint32_t n_rows = sched_plan(s);
@@ -561,15 +657,26 @@ void bn_sched_drop_tenant(struct bn_sched *s, struct bn_tenant *t, uint32_t stat
 void bn_sched_end_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants,
 			  uint32_t status)
 {
+	bn_sched_end_waiting_error(s, tenants, n_tenants, status, 0);
+}
+
+void bn_sched_end_waiting_error(struct bn_sched *s, struct bn_tenant **tenants,
+				uint32_t n_tenants, uint32_t status, uint32_t error)
+{
 	for (uint32_t k = 0; k < n_tenants; k++) {
 		struct bn_req *r;
 		while ((r = dequeue(s, tenants[k])) != NULL)
-			s->reply->finish(r, status, 0);
+			s->reply->finish(r, status, error);
 	}
 }
 
 void bn_sched_end_running(struct bn_sched *s, uint32_t status)
 {
+	bn_sched_end_running_error(s, status, 0);
+}
+
+void bn_sched_end_running_error(struct bn_sched *s, uint32_t status, uint32_t error)
+{
 	while (s->n_running)
-		sched_finish_running(s, 0, status, 0);
+		sched_finish_running(s, 0, status, error);
 }

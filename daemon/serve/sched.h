@@ -90,7 +90,16 @@ struct bn_sched_config {
 	 * backend's hidden rows of embed_dim floats (model/embed.h). */
 	uint32_t pooling;
 	uint32_t embed_dim;
+	/* The running sequences per peer uid that max_running_per_user counts: a table shared by
+	 * the schedulers of a daemon's models, so the cap holds across them (they all step on
+	 * the loop thread). NULL: the scheduler's own. */
+	struct bn_sched_users *users;
 };
+
+/* A table of running sequences per peer uid for `capacity` sequences at once (the sum of
+ * the max_batch of the schedulers that share it); it outlives them. NULL without memory. */
+struct bn_sched_users *bn_sched_users_new(uint32_t capacity);
+void bn_sched_users_free(struct bn_sched_users *u);
 
 enum bn_speculative {
 	BN_SPECULATIVE_REQUEST = 0, /* those that set BN_REQ_SPECULATE */
@@ -101,8 +110,30 @@ enum bn_speculative {
 /* Their names, as --speculative takes them and STATS says them, by enum bn_speculative. */
 extern const char *const bn_speculative_names[BN_SPECULATIVE_MODES];
 
-/* Sizes the KV pool, calls the backend's kv_init, logs the outcome. NULL on failure (logged).
- * Tokens, scores and terminal statuses reach the clients through `reply` (request.h). */
+/* A scheduler for a model that is not loaded yet (detached): its queues take requests (no
+ * KV check until it has a pool), and its steps only end cancelled and expired waiting ones.
+ * `model` is the model's description as its sessions' headers say it (its vocabulary and
+ * context). Tokens, scores and terminal statuses reach the clients through `reply`
+ * (request.h). NULL without memory. */
+struct bn_sched *bn_sched_create(const struct bn_backend_ops *ops,
+				 const struct bn_model_desc *model,
+				 const struct bn_sched_config *cfg, const struct bn_reply *reply);
+/* The model is loaded: its backend joins, the KV pool is sized (backend kv_init, logged), and
+ * the waiting requests of tenants[0..n) that could never fit it end with BN_E_KV_SPACE.
+ * 0, or < 0 (logged) when the pool does not fit or cannot be allocated (still detached). */
+int bn_sched_attach(struct bn_sched *s, void *backend, const struct bn_model_desc *model,
+		    struct bn_tenant **tenants, uint32_t n_tenants);
+/* The model is unloaded: the KV pool (and the prefix cache) go; nothing may be running. The
+ * waiting requests stay for the next attach. */
+void bn_sched_detach(struct bn_sched *s);
+int bn_sched_attached(const struct bn_sched *s);
+/* 0: waiting requests are not admitted (those running go on); 1 again: they are. */
+void bn_sched_set_admitting(struct bn_sched *s, int on);
+/* Bytes of the KV pool while attached (0 detached). */
+uint64_t bn_sched_kv_bytes(const struct bn_sched *s);
+
+/* bn_sched_create then bn_sched_attach: a scheduler of a loaded model. NULL on failure
+ * (logged). */
 struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,
 			      const struct bn_model_desc *model, const struct bn_sched_config *cfg,
 			      const struct bn_reply *reply);
@@ -128,6 +159,10 @@ void bn_sched_end_waiting(struct bn_sched *s, struct bn_tenant **tenants, uint32
 			  uint32_t status);
 /* Ends all running requests with `status`. */
 void bn_sched_end_running(struct bn_sched *s, uint32_t status);
+/* The same two with an error code (a model that could not load, or was unloaded). */
+void bn_sched_end_waiting_error(struct bn_sched *s, struct bn_tenant **tenants,
+				uint32_t n_tenants, uint32_t status, uint32_t error);
+void bn_sched_end_running_error(struct bn_sched *s, uint32_t status, uint32_t error);
 
 /* The most tokens of a prompt, from position `pos` and at most `max_tokens`, that fit in
  * `units` of a step's budget when a token at position p costs attn_positions + p units (or 1

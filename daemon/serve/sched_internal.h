@@ -33,9 +33,18 @@ struct uid_count {
 	uint32_t n;
 };
 
+/* Those of every running uid (sched.h). */
+struct bn_sched_users {
+	struct uid_count *uids;   /* [capacity], dense */
+	uint32_t n, capacity;
+};
+
 struct bn_sched {
 	const struct bn_backend_ops *ops;
-	void *backend;
+	void *backend;            /* NULL while detached: the model is not loaded */
+	struct bn_model_desc model; /* what it was created or last attached with */
+	uint8_t admitting;        /* 0: waiting requests stay waiting (a model yielding or
+				   * unloading) */
 	const struct bn_reply *reply; /* how tokens, scores and ends reach the clients */
 	struct bn_sched_config cfg;
 	struct bn_kvpool kv;
@@ -46,8 +55,8 @@ struct bn_sched {
 	uint32_t n_waiting;       /* over all tenants */
 	uint32_t *free_seqs;      /* stack of unused backend sequence ids */
 	uint32_t n_free_seqs;
-	struct uid_count *uids;   /* [max_batch], dense */
-	uint32_t n_uids;
+	struct bn_sched_users *users; /* cfg.users, or own_users */
+	struct bn_sched_users *own_users;
 	uint32_t attn_positions;  /* the model's attn_positions_per_token (backend.h) */
 	struct fork *forks;       /* [fork_seqs] */
 	uint32_t *free_forks;     /* stack of unused indices into forks */

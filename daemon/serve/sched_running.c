@@ -11,29 +11,65 @@
 #include "common/stats.h"
 #include "model/embed.h"
 
+#include <errno.h>
+#include <stdlib.h>
+
+struct bn_sched_users *bn_sched_users_new(uint32_t capacity)
+{
+	struct bn_sched_users *u = calloc(1, sizeof(*u));
+	if (u)
+		u->uids = calloc(capacity ? capacity : 1, sizeof(*u->uids));
+	if (!u || !u->uids) {
+		free(u);
+		return NULL;
+	}
+	u->capacity = capacity;
+	return u;
+}
+
+void bn_sched_users_free(struct bn_sched_users *u)
+{
+	if (u)
+		free(u->uids);
+	free(u);
+}
+
 static struct uid_count *uid_entry(struct bn_sched *s, uint32_t uid)
 {
-	for (uint32_t i = 0; i < s->n_uids; i++)
-		if (s->uids[i].uid == uid)
-			return &s->uids[i];
+	struct bn_sched_users *users = s->users;
+	for (uint32_t i = 0; i < users->n; i++)
+		if (users->uids[i].uid == uid)
+			return &users->uids[i];
 	return NULL;
 }
 
-static void uid_add(struct bn_sched *s, uint32_t uid)
+/* Counts a sequence of uid. 0, or -ENOMEM: a table shared by schedulers that a reload
+ * replaced can hold more uids than its capacity (the old scheduler's still run), and grows. */
+static int uid_add(struct bn_sched *s, uint32_t uid)
 {
+	struct bn_sched_users *users = s->users;
 	struct uid_count *u = uid_entry(s, uid);
+	if (!u && users->n == users->capacity) {
+		uint32_t cap = users->capacity ? 2 * users->capacity : 8;
+		struct uid_count *more = realloc(users->uids, cap * sizeof(*more));
+		if (!more)
+			return -ENOMEM;
+		users->uids = more;
+		users->capacity = cap;
+	}
 	if (!u) {
-		u = &s->uids[s->n_uids++]; /* at most max_batch distinct running uids */
+		u = &users->uids[users->n++];
 		*u = (struct uid_count){ .uid = uid };
 	}
 	u->n++;
+	return 0;
 }
 
 static void uid_remove(struct bn_sched *s, uint32_t uid)
 {
 	struct uid_count *u = uid_entry(s, uid);
 	if (u && --u->n == 0)
-		*u = s->uids[--s->n_uids];
+		*u = s->users->uids[--s->users->n];
 }
 
 /* A fork ends: its own blocks back to its request's reservation, its id reused. */
@@ -89,8 +125,13 @@ void sched_finish_running(struct bn_sched *s, uint32_t index, uint32_t status, u
 void sched_start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 {
 	uint32_t seq = s->free_seqs[--s->n_free_seqs];
-	int rc = start ? s->ops->seq_fork(s->backend, seq, start, 0, 0, 0)
-		       : s->ops->seq_open(s->backend, seq);
+	int rc = uid_add(s, r->tenant->uid);
+	if (rc == 0) {
+		rc = start ? s->ops->seq_fork(s->backend, seq, start, 0, 0, 0)
+			   : s->ops->seq_open(s->backend, seq);
+		if (rc < 0)
+			uid_remove(s, r->tenant->uid);
+	}
 	if (rc < 0) {
 		s->free_seqs[s->n_free_seqs++] = seq;
 		bn_kvpool_release(&s->kv, &r->kv);
@@ -108,7 +149,6 @@ void sched_start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 	r->speculate = s->verify_out && r->op == BN_OP_GENERATE &&
 		       (s->cfg.speculative == BN_SPECULATIVE_NGRAM || (r->flags & BN_REQ_SPECULATE));
 	r->tenant->n_running++;
-	uid_add(s, r->tenant->uid);
 	s->running[s->n_running++] = r;
 	uint32_t err = sched_grammar_start(s, r);
 	if (err)

@@ -32,6 +32,9 @@ SEG_MAGIC = 0x47534E42         # "BNSG" (section 4.1)
 CTL_MAGIC = 0x51434E42         # "BNCQ" (section 10.1)
 CTL_REPLY_MAGIC = 0x52434E42   # "BNCR" (section 10.2)
 CTL_STATS = 1
+CTL_MODELS, CTL_MODEL_LOAD, CTL_MODEL_UNLOAD, CTL_MODEL_RELOAD = 4, 5, 6, 7  # section 15
+HELLO_MODEL = 1              # the hello's flag: a 64-byte model name record follows
+MODEL_NAME_MAX = 64
 
 HEADER_SIZE, RING_SIZE, SQE_SIZE, SLOT_FIXED = 256, 192, 16, 128
 RING_HEAD, RING_TAIL, RING_FLAGS = 0, 64, 128   # from sq_offset (section 4.2)
@@ -41,12 +44,14 @@ DAEMON_SHUTTING_DOWN, DAEMON_CLOSED = 1, 2
 
 FEAT_STREAMING, FEAT_PARAMS, FEAT_LOGPROBS, FEAT_TEXT, FEAT_SCORE, FEAT_CLASSIFY, \
     FEAT_COMPUTE, FEAT_SPECULATE, FEAT_GRAMMAR = 1, 2, 4, 8, 16, 32, 64, 128, 256
+FEAT_MODELS = 512                              # section 15
 FEAT_EMBED, FEAT_EMBEDDING_MODEL = 1024, 2048  # section 6.14
 FEATURE_NAMES = (("streaming", FEAT_STREAMING), ("params", FEAT_PARAMS),
                  ("logprobs", FEAT_LOGPROBS), ("text", FEAT_TEXT), ("score", FEAT_SCORE),
                  ("classify", FEAT_CLASSIFY), ("compute", FEAT_COMPUTE),
                  ("speculate", FEAT_SPECULATE), ("grammar", FEAT_GRAMMAR),
-                 ("embed", FEAT_EMBED), ("embedding_model", FEAT_EMBEDDING_MODEL))
+                 ("models", FEAT_MODELS), ("embed", FEAT_EMBED),
+                 ("embedding_model", FEAT_EMBEDDING_MODEL))
 # The header's lm_head and decode_layout words (feature COMPUTE, section 4.1).
 HEAD_NONE, HEAD_FILE, HEAD_SCREENED, HEAD_INT8 = 0, 1, 2, 3
 LM_HEADS = {HEAD_NONE: "none", HEAD_FILE: "file", HEAD_SCREENED: "screened", HEAD_INT8: "int8"}
@@ -135,6 +140,15 @@ def futex_wait(addr, expected, timeout_s, stats=None):
 def hello_bytes(slots=0, weight=0, magic=HELLO_MAGIC, abi=ABI_VERSION, flags=0, reserved=(0, 0, 0)):
     """The 32-byte hello (section 2.2); any field may be given, wrong ones included."""
     return struct.pack("<IIIII3I", magic, abi, flags, slots, weight, *reserved)
+
+
+def model_name_record(name):
+    """A model's 64-byte name record (section 15.1): the name, NUL-padded; b"" or None: the
+    default model."""
+    raw = (name or "").encode() if not isinstance(name, bytes) else name
+    if len(raw) >= MODEL_NAME_MAX:
+        raise errors.InvalidError("a model name is 1-63 bytes")
+    return raw + b"\0" * (MODEL_NAME_MAX - len(raw))
 
 
 def recv_welcome(sock):
@@ -279,7 +293,7 @@ class Segment:
     """One session: the socket, the mapped segment, the doorbell. Not thread-safe by itself:
     the Client serializes submissions."""
 
-    def __init__(self, path, slots=0, timeout=10.0, weight=0):
+    def __init__(self, path, slots=0, timeout=10.0, weight=0, model=None):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.mm = None
@@ -290,14 +304,15 @@ class Segment:
                 self.sock.connect(path)
             except (FileNotFoundError, ConnectionRefusedError, PermissionError) as e:
                 raise type(e)(e.errno, connect_hint(path, e)) from e
-            self._handshake(slots, weight)
+            self._handshake(slots, weight, model)
         except BaseException:
             self.close()
             raise
 
-    def _handshake(self, slots, weight):
+    def _handshake(self, slots, weight, model=None):
+        hello = hello_bytes(slots, weight, flags=HELLO_MODEL if model else 0)
         try:
-            self.sock.sendall(hello_bytes(slots, weight))
+            self.sock.sendall(hello + (model_name_record(model) if model else b""))
         except (BrokenPipeError, ConnectionResetError):
             pass  # refused at accept: the welcome still says why (section 2.3)
         w, fds, ctrunc, _ = recv_welcome(self.sock)
@@ -314,6 +329,7 @@ class Segment:
             os.close(memfd)  # the mapping keeps the memory
         self.h = {n: struct.unpack_from("<" + c, self.mm, o)[0] for n, o, c in HEADER}
         self.model_name = bytes(self.mm[96:160]).split(b"\0", 1)[0].decode("utf-8", "replace")
+        self.served_name = bytes(self.mm[192:256]).split(b"\0", 1)[0].decode("utf-8", "replace")
         problems = header_problems(self.h, self.segment_size)
         if problems:
             raise errors.ProtocolError("the segment's header fails section 3: " +
@@ -497,9 +513,10 @@ class Segment:
                  for a in range(k)] for j in range(n)]
 
     # --- control messages (section 10)
-    def control_raw(self, op, magic=CTL_MAGIC, reserved=(0, 0)):
-        """Sends a ctl_request; returns the reply's (magic, op, error, payload)."""
-        self.sock.sendall(struct.pack("<IIII", magic, op, *reserved))
+    def control_raw(self, op, magic=CTL_MAGIC, reserved=(0, 0), extra=b""):
+        """Sends a ctl_request (and `extra` after it: a model name record, section 15.4);
+        returns the reply's (magic, op, error, payload)."""
+        self.sock.sendall(struct.pack("<IIII", magic, op, *reserved) + extra)
         rmagic, rop, err, length = struct.unpack("<IIII", recv_exact(self.sock, 16))
         return rmagic, rop, err, recv_exact(self.sock, length) if length else b""
 

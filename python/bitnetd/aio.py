@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import errors
 from .client import Classification, Client, Embedding, Generation, Grammar, Label, Message, \
-    Prompt, Score
+    ModelStatus, Prompt, Score
 
 __all__ = ["AsyncClient"]
 
@@ -19,10 +19,10 @@ class AsyncClient:
     """
 
     def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None,
-                 slots: int = 0):
+                 slots: int = 0, model: Optional[str] = None):
         import concurrent.futures
 
-        self._client = Client(socket, timeout, slots)
+        self._client = Client(socket, timeout, slots, model)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self._client.info()["slots"], thread_name_prefix="bitnetd")
 
@@ -93,6 +93,9 @@ class AsyncClient:
 
     async def stats(self) -> str:
         return await self._call(self._client.stats)
+
+    async def models(self) -> List[ModelStatus]:
+        return await self._call(self._client.models)
 
     async def stream(self, prompt: Prompt, **kwargs):
         """Yields Pieces as they arrive. Closing the iterator cancels the request: leave a loop

@@ -17,11 +17,13 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 from . import _wire as w
 from . import embed as _embed
 from . import errors
+from . import models as _models
+from .models import ModelStatus
 from ._wire import TokenLogprob
 from .embed import Embedding
 
 __all__ = ["Classification", "Client", "Embedding", "Generation", "Grammar", "LabelScore",
-           "Piece", "Score", "TokenLogprob"]
+           "ModelStatus", "Piece", "Score", "TokenLogprob"]
 
 Prompt = Union[str, bytes, Sequence[int]]
 Label = Union[str, bytes, Sequence[int]]
@@ -222,15 +224,17 @@ class Client:
 
     ``socket``: the daemon's socket path (default ``$BITNETD_SOCKET``, else
     /run/bitnetd/bitnetd.sock). ``timeout``: seconds any call may wait (None: no limit).
-    ``slots``: requests in flight at once (0: the daemon's default). Use as a context manager
-    or call ``close()``.
+    ``slots``: requests in flight at once (0: the daemon's default). ``model``: the name of
+    the model the session uses, of those the daemon serves (None: its default model;
+    ``models()`` lists them; an unknown name raises ModelNotFoundError). Use as a context
+    manager or call ``close()``.
     """
 
     def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None,
-                 slots: int = 0):
+                 slots: int = 0, model: Optional[str] = None):
         path = socket or os.environ.get("BITNETD_SOCKET") or w.DEFAULT_SOCKET
         self.timeout = timeout
-        self._seg = w.Segment(path, slots)
+        self._seg = w.Segment(path, slots, model=model)
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
         self._free = list(range(self._seg.h["slot_count"] - 1, -1, -1))
@@ -802,6 +806,32 @@ class Client:
         """The daemon's metrics, Prometheus text (section 10.2)."""
         with self._lock:
             return self._seg.control(w.CTL_STATS).decode()
+
+    # --- models (section 15)
+    @property
+    def model(self) -> str:
+        """The name the session's model is served under ("" from a daemon without names)."""
+        return self._seg.served_name
+
+    def models(self) -> List[ModelStatus]:
+        """The daemon's models and their state, the default first."""
+        with self._lock:
+            return _models.models(self._seg)
+
+    def load_model(self, name: str) -> ModelStatus:
+        """Loads the model and returns once it is (root or the daemon's user only)."""
+        with self._lock:
+            return _models.command(self._seg, w.CTL_MODEL_LOAD, name)[0]
+
+    def unload_model(self, name: str) -> ModelStatus:
+        """Unloads the model once its running requests end (within the drain timeout)."""
+        with self._lock:
+            return _models.command(self._seg, w.CTL_MODEL_UNLOAD, name)[0]
+
+    def reload_models(self, name: Optional[str] = None) -> List[ModelStatus]:
+        """Reads the model's file again if it changed (None: every model's)."""
+        with self._lock:
+            return _models.command(self._seg, w.CTL_MODEL_RELOAD, name)
 
 
 def _score(res):

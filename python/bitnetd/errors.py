@@ -9,12 +9,14 @@ E_INVALID, E_TOKEN, E_TOO_LONG, E_AGAIN, E_SHUTDOWN, E_DISCONNECTED = range(1001
 E_TIMEOUT, E_PROTOCOL, E_VERSION, E_BUSY, E_BACKEND, E_CANCELLED = range(1007, 1013)
 E_NOT_DONE, E_EMPTY, E_KV_SPACE, E_UNSUPPORTED = range(1013, 1017)
 E_GRAMMAR, E_GRAMMAR_LIMIT, E_GRAMMAR_STUCK = range(1017, 1020)
+E_MODEL_NOT_FOUND, E_MODEL_LOAD, E_MODEL_UNLOADED, E_DENIED = range(1020, 1024)
 
 __all__ = [
     "Error", "InvalidError", "TokenError", "TooLongError", "AgainError", "ShutdownError",
     "DisconnectedError", "TimeoutError", "ProtocolError", "VersionError", "BusyError",
     "BackendError", "CancelledError", "EmptyError", "KVSpaceError", "UnsupportedError",
-    "GrammarError", "GrammarLimitError", "GrammarStuckError", "DeadlineError", "error_for",
+    "GrammarError", "GrammarLimitError", "GrammarStuckError", "ModelNotFoundError",
+    "ModelLoadError", "ModelUnloadedError", "DeniedError", "DeadlineError", "error_for",
 ]
 
 
@@ -61,13 +63,26 @@ GrammarLimitError = _make("GrammarLimitError", E_GRAMMAR_LIMIT,
 GrammarStuckError = _make("GrammarStuckError", E_GRAMMAR_STUCK,
                           "No token of the vocabulary continues the output inside the grammar.",
                           "GRAMMAR_STUCK")
+ModelNotFoundError = _make("ModelNotFoundError", E_MODEL_NOT_FOUND,
+                           "The daemon serves no model of that name (section 15).",
+                           "MODEL_NOT_FOUND")
+ModelLoadError = _make("ModelLoadError", E_MODEL_LOAD,
+                       "The request's model could not be loaded: its file failed, it changed "
+                       "without a reload, or it does not fit the daemon's memory budget.",
+                       "MODEL_LOAD")
+ModelUnloadedError = _make("ModelUnloadedError", E_MODEL_UNLOADED,
+                           "The request's model was unloaded before the request ended.",
+                           "MODEL_UNLOADED")
+DeniedError = _make("DeniedError", E_DENIED,
+                    "Only root or the daemon's user may load, unload or reload models.")
 DeadlineError = _make("DeadlineError", 0, "The request's deadline passed (status DEADLINE).")
 
 _BY_CODE = {c.code: c for c in (InvalidError, TokenError, TooLongError, AgainError, ShutdownError,
                                  DisconnectedError, TimeoutError, ProtocolError, VersionError,
                                  BusyError, BackendError, CancelledError, EmptyError, KVSpaceError,
                                  UnsupportedError, GrammarError, GrammarLimitError,
-                                 GrammarStuckError)}
+                                 GrammarStuckError, ModelNotFoundError, ModelLoadError,
+                                 ModelUnloadedError, DeniedError)}
 
 
 def error_for(code, message=None):

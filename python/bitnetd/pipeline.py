@@ -43,7 +43,8 @@ class Pipeline:
     def _check(self, kw):
         unknown = sorted(set(kw) - self._KEYS)
         if unknown:
-            raise TypeError("%s: unexpected keyword %s (the model is the one the daemon serves)"
+            raise TypeError("%s: unexpected keyword %s (model= names one of the daemon's "
+                            "models: pipeline(task, model=NAME))"
                             % (self.task, ", ".join(repr(k) for k in unknown)))
 
     def _kw(self, kw):
@@ -502,20 +503,27 @@ _TASKS = {"text-generation": TextGenerationPipeline,
           "fill-mask": FillMaskPipeline}
 
 
-def pipeline(task: str, client: Optional[Client] = None, **defaults) -> Pipeline:
+def pipeline(task: str, client: Optional[Client] = None, model: Optional[str] = None,
+             **defaults) -> Pipeline:
     """A transformers-style pipeline for ``task``: "text-generation",
     "zero-shot-classification", "sentiment-analysis" (also "text-classification", its
-    transformers alias), "feature-extraction" or "fill-mask". ``client``: the Client to use (None: a Client on the default socket,
-    closed by the pipeline's close()). ``defaults``: keywords for every predict call, e.g.
-    ``max_new_tokens=32`` or ``candidate_labels=[...]``; what the task does not take is a
-    TypeError (``model=``, ``device=``: the model is the one the daemon serves).
+    transformers alias), "feature-extraction" or "fill-mask". ``client``: the Client to use
+    (None: a Client on the default socket, closed by the pipeline's close()). ``model``: the
+    name of one of the daemon's models (section 15; None: the client's, or the daemon's
+    default); an unknown name raises ModelNotFoundError, and a client bound to another model
+    ValueError. ``defaults``: keywords for every predict call, e.g. ``max_new_tokens=32`` or
+    ``candidate_labels=[...]``; what the task does not take (``device=``) is a TypeError.
     """
     cls = _TASKS.get(task)
     if cls is None:
         raise KeyError("unknown task %r; bitnetd has %s" % (task, ", ".join(sorted(_TASKS))))
+    if client is not None and model and model != client.model:
+        raise ValueError("%s: the client is bound to the model %r, not %r: pass model= "
+                         "without client= for a session of that model"
+                         % (task, client.model, model))
     owned = client is None
     if owned:
-        client = Client()
+        client = Client(model=model)
     try:
         return cls(client, owned, defaults)
     except BaseException:

@@ -345,8 +345,10 @@ def test_text_generation_pipeline(client):
     reply = client.chat(chat, max_tokens=6, chat_template=4, ignore_eos=True).text
     assert gen(chat, chat_template=4) == \
         [{"generated_text": chat + [{"role": "assistant", "content": reply}]}]
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError):  # a model this client's session is not bound to
         bitnetd.pipeline("text-generation", client=client, model="gpt2")
+    with pytest.raises(TypeError):
+        bitnetd.pipeline("text-generation", client=client, device="cuda")
 
 
 def test_zero_shot_pipeline(client):

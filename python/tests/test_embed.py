@@ -160,7 +160,7 @@ def test_feature_extraction_pipeline(mean_daemon):
         out = fe.predict_batch(["a", "", [1, 2, 3]])
         assert out[0] == [[c.embed("a").vector]] and isinstance(out[1], bitnetd.EmptyError)
         assert out[2] == [[c.embed([1, 2, 3]).vector]]
-        with pytest.raises(TypeError):
+        with pytest.raises(ValueError):
             bitnetd.pipeline("feature-extraction", client=c, model="bert")
 
 
