@@ -14,10 +14,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A ternary matrix in the T2-plane layout (bn_blocks.h): n_out rows of n_in weights. */
+/* A ternary matrix in the T2-plane layout (bn_blocks.h): n_out rows of n_in weights, with
+ * one scale per row (BitNet's one scale per tensor, repeated), or one per group of `group`
+ * consecutive weights of a row (Ternary-Bonsai's 128, a TQ1_0/TQ2_0 block's 256): then
+ * gscale holds n_out rows of n_in / group scales, t2g_gemm computes it, and scale is NULL.
+ * A group is whole 128-weight blocks (BN_T2_GROUP_BLOCK): plane pair 0-1 or 2-3 of a chunk. */
 struct bn_t2_matrix {
 	const uint8_t *codes;    /* [n_out][row_bytes] */
-	const float *scale;      /* [n_out] weight scale of each row */
+	const float *scale;      /* [n_out] weight scale of each row, or NULL (grouped) */
+	const float *gscale;     /* [n_out][n_in / group] scale of each group, or NULL */
+	uint32_t group;          /* weights per group (a multiple of 128), 0: one scale a row */
 	uint32_t n_in, n_out;
 	uint32_t row_bytes;      /* bn_t2_row_bytes(n_in) */
 };
@@ -35,8 +41,21 @@ struct bn_q8_rows {
 	int8_t *q;               /* [n][k_pad], zero past k; 64-byte aligned rows */
 	float *inv_scale;        /* [n] absmax / 127 (0 for an all-zero row) */
 	int32_t *sum;            /* [n] sum of q over the row */
+	int32_t *bsum;           /* [n][bn_q8_blocks(k_pad)] sum of q over each 128-weight
+				  * block (bn_q8_block_sums), for t2g_gemm; NULL where no
+				  * grouped matrix reads these rows */
 	uint32_t k, k_pad;       /* k_pad: bn_q8_k_pad(k), whole T2 and T3 chunks */
 };
+
+/* Weights per block of the grouped ternary product: half a T2 chunk, planes 0-1 or 2-3. */
+#define BN_T2_GROUP_BLOCK 128
+/* Blocks of a row of k_pad activations: x->bsum's row stride. */
+static inline uint32_t bn_q8_blocks(uint32_t k_pad)
+{
+	return (k_pad + BN_T2_GROUP_BLOCK - 1) / BN_T2_GROUP_BLOCK;
+}
+/* x->bsum of rows [0, n) from their q (exact integer sums: any variant may call it). */
+void bn_q8_block_sums(struct bn_q8_rows *x, uint32_t n);
 
 /* Where attention finds the cached keys and values of one KV head: position t is row
  * t % block_tokens of block blocks[t / block_tokens], and a block starts block_stride floats
@@ -116,6 +135,16 @@ struct bn_kernels {
 	 * (code(o,k) - 1 is the weight: subtracting sum[b] once undoes the +1 offset). */
 	void (*t2_gemm)(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
+	/* The grouped ternary product (w->gscale, w->group G; x->bsum filled): for each output,
+	 * with n_groups = n_in / G and group g the weights [gG, gG + G),
+	 *     a_g = sum_{k in g} code(o,k) * q[b][k] - sum of x->bsum[b] over g's blocks
+	 *     s = 0.0f; for g = 0, 1, ... n_groups - 1: s = fmaf((float)a_g, gscale[o][g], s)
+	 *     y[b*ldy + o] = s * inv_scale[b]
+	 * Each a_g is an exact integer (|a_g| <= 128 G, exact as a float), the chain of fused
+	 * multiply-adds runs in g order and the last product is one rounding, so every variant
+	 * gives the same bits, whatever the batch or the row range. */
+	void (*t2g_gemm)(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
+			 const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
 	/* y[b*ldy + o] = sum_k w[o][k] * x[b*ldx + k], for o in [o0, o1), b in [0, n_b). In the
 	 * panel layout every variant computes each sum as one chain of fused multiply-adds over
 	 * k = 0, 1, ... n_in - 1 from 0 (fmaf in the scalar variant), so all variants give the

@@ -9,6 +9,7 @@
 #include "kernels.h"
 #include "quant.h"
 #include "t2_blocking.h"
+#include "t2g.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -773,6 +774,11 @@ const struct bn_kernels bn_kernels_avx2 = {
 	.name = "avx2",
 #endif
 	.t2_gemm = t2_gemm_avx2,
+#ifdef BN_AVXVNNI
+	.t2g_gemm = bn_t2g_gemm_avxvnni,
+#else
+	.t2g_gemm = bn_t2g_gemm_avx2,
+#endif
 	.f_gemm = f_gemm_avx2,
 	.attend = attend_avx2,
 	.attend_heads = attend_heads_avx2,
