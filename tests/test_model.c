@@ -568,13 +568,6 @@ static void sub_norm_tq2_0(struct desc *d)
 	t_get(d, "blk.0.ffn_sub_norm.weight")->type = BN_TYPE_TQ2_0;
 }
 static void embd_tq2_0(struct desc *d) { t_get(d, "token_embd.weight")->type = BN_TYPE_TQ2_0; }
-static void mixed_scales(struct desc *d)
-{
-	struct shape s = base_shape;
-	s.n_ff = 512; /* ffn_down rows: two TQ2_0 blocks */
-	desc_init(d, &s);
-	t_get(d, "blk.0.ffn_down.weight")->mixed_scales = 1;
-}
 static void code_3(struct desc *d) { t_get(d, "blk.0.attn_k.weight")->code3 = 1; }
 static void llama_i2_s(struct desc *d)
 {
@@ -715,9 +708,7 @@ static const struct defect defects[] = {
 	{ "sub_norm_tq2_0", sub_norm_tq2_0,
 	  "tensor 'blk.0.ffn_sub_norm.weight' has type TQ2_0; norm weights must be" },
 	{ "embd_tq2_0", embd_tq2_0,
-	  "tensor 'token_embd.weight' has type TQ2_0; embeddings must be F32, F16, BF16, Q8_0 or Q6_K" },
-	{ "mixed_scales", mixed_scales,
-	  "tensor 'blk.0.ffn_down.weight' row 0: its blocks have different scales" },
+	  "tensor 'token_embd.weight' has type TQ2_0; embeddings must be F32, F16, BF16, Q4_0, Q8_0 or Q6_K" },
 	{ "code_3", code_3, "tensor 'blk.0.attn_k.weight' row 0 cannot be decoded" },
 	{ "llama_i2_s", llama_i2_s,
 	  "has type 36, which in a llama file is I2_S only when general.file_type is 40 "
@@ -815,8 +806,22 @@ static void check_t2(struct desc *d, const char *name, const struct bn_linear *l
 				      "%s row %u weight %u: code %u, want %d", name, r, k,
 				      bn_t2_code(row, k), want);
 		}
-		ck_assert_msg(l->t2.scale[r] == scale_of(t, r), "%s row %u: scale %g, want %g",
-			      name, r, l->t2.scale[r], scale_of(t, r));
+		if (!t->mixed_scales) {
+			ck_assert_ptr_null(l->t2.gscale);
+			ck_assert_uint_eq(l->t2.group, 0);
+			ck_assert_msg(l->t2.scale[r] == scale_of(t, r), "%s row %u: scale %g, want %g",
+				      name, r, l->t2.scale[r], scale_of(t, r));
+			continue;
+		}
+		/* one scale per 256-weight block, as written (encode_tq_row) */
+		ck_assert_ptr_null(l->t2.scale);
+		ck_assert_uint_eq(l->t2.group, BN_QK_K);
+		for (uint32_t b = 0; b < l->n_in / BN_QK_K; b++) {
+			float want = scale_of(t, r) * (float)(b + 1);
+			float got = l->t2.gscale[(size_t)r * (l->n_in / BN_QK_K) + b];
+			ck_assert_msg(got == want, "%s row %u block %u: scale %g, want %g", name, r, b,
+				      got, want);
+		}
 	}
 }
 
@@ -1053,6 +1058,49 @@ START_TEST(zero_block_scale_ignored)
 	char path[256];
 	load_ok(&d, "zero_block", &m, path, sizeof(path));
 	check_all_t2(&d, &m);
+	bn_model_free(&m);
+	unlink(path);
+}
+END_TEST
+
+/* A TQ2_0 matrix whose 256-weight blocks carry different scales (Ternary-Bonsai's repacks):
+ * one scale per block, the others one per row as before; and the forward pass (t2g_gemm)
+ * against the reference, which reads the blocks' scales from the file. */
+START_TEST(mixed_scales_group)
+{
+	struct desc d;
+	struct shape s = base_shape;
+	s.n_ff = 512; /* ffn_down rows: two TQ2_0 blocks */
+	desc_init(&d, &s);
+	t_get(&d, "blk.0.ffn_down.weight")->mixed_scales = 1;
+	struct bn_model m;
+	char path[256];
+	load_ok(&d, "mixed_scales", &m, path, sizeof(path));
+	check_all_t2(&d, &m);
+	ck_assert_uint_eq(m.n_grouped, 1);
+	struct bn_pool *pool = bn_pool_new(2);
+	struct bn_forward *f = bn_forward_new(&m, 1, pool, bn_kernels_select(NULL));
+	struct bn_ref *ref = bn_ref_new(&m, 8);
+	ck_assert(pool && f && ref);
+	ck_assert_int_eq(bn_forward_kv_init_simple(f, 8), 0);
+	uint32_t V = m.cfg.n_vocab, seq = 0, len = 1;
+	float *want = malloc(V * sizeof(float)), *got = malloc(V * sizeof(float));
+	ck_assert(want && got);
+	for (uint32_t pos = 0; pos < 4; pos++) {
+		uint32_t tok = 3 + pos * 7;
+		struct bn_batch b = { .n_rows = 1, .width = 1, .tokens = &tok, .lens = &len,
+				      .pos = &pos, .seq = &seq };
+		ck_assert_int_eq(bn_forward_run(f, &b, got, 0), 0);
+		ck_assert_int_eq(bn_ref_step(ref, tok, want), 0);
+		for (uint32_t k = 0; k < V; k++)
+			ck_assert_msg(fabsf(got[k] - want[k]) <= 1e-3f * (1.0f + fabsf(want[k])),
+				      "pos %u logit %u: %g, reference %g", pos, k, got[k], want[k]);
+	}
+	free(want);
+	free(got);
+	bn_ref_free(ref);
+	bn_forward_free(f);
+	bn_pool_free(pool);
 	bn_model_free(&m);
 	unlink(path);
 }
@@ -1394,6 +1442,7 @@ int main(void)
 	tcase_add_loop_test(good, ternary_repack, 0,
 			    (int)(sizeof(type_cases) / sizeof(type_cases[0])));
 	tcase_add_test(good, zero_block_scale_ignored);
+	tcase_add_test(good, mixed_scales_group);
 	tcase_add_test(good, float_linears);
 	tcase_add_test(good, untied_head);
 	tcase_add_test(good, tied_quantized_head);

@@ -130,8 +130,11 @@ static void gemm_task(void *ctx, uint32_t task)
 		xs.q += (size_t)b0 * xs.k_pad;
 		xs.inv_scale += b0;
 		xs.sum += b0;
+		xs.bsum += (size_t)b0 * bn_q8_blocks(xs.k_pad);
 		if (reads_t3(w, j->t3_gemm, n_b))
 			j->t3_gemm(&w->t3, o0, o1, &xs, n_b, y, j->ldy[m]);
+		else if (w->kind == BN_LINEAR_T2 && w->t2.gscale)
+			j->kern->t2g_gemm(&w->t2, o0, o1, &xs, n_b, y, j->ldy[m]);
 		else if (w->kind == BN_LINEAR_T2)
 			j->kern->t2_gemm(&w->t2, o0, o1, &xs, n_b, y, j->ldy[m]);
 		else
@@ -148,6 +151,7 @@ struct quant_job {
 	const float *x;
 	uint32_t ldx, n;
 	struct bn_q8_rows *out;
+	int block_sums;            /* a grouped matrix reads them (kernels.h: t2g_gemm) */
 };
 
 static void quant_task(void *ctx, uint32_t task)
@@ -158,7 +162,10 @@ static void quant_task(void *ctx, uint32_t task)
 	part.q += (size_t)r0 * part.k_pad;
 	part.inv_scale += r0;
 	part.sum += r0;
+	part.bsum += (size_t)r0 * bn_q8_blocks(part.k_pad);
 	j->kern->quantize_rows(j->x + (size_t)r0 * j->ldx, j->ldx, n, &part);
+	if (j->block_sums)
+		bn_q8_block_sums(&part, n);
 }
 
 static uint32_t div_up(uint32_t a, uint32_t b)
@@ -203,7 +210,7 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 	struct gemm_job j = { .kern = f->kern, .n_mats = n_mats, .x = x, .ldx = ldx,
 			      .xq = &f->xq, .n_tok = n_tok, .n_blocks = div_up(n_tok, TOKEN_BLOCK),
 			      .decode_rows = f->decode_rows, .t3_gemm = f->t3_gemm };
-	int int8_input = 0;
+	int int8_input = 0, block_sums = 0;
 	uint32_t n_tasks = 0, threads = bn_pool_threads(f->pool);
 	for (uint32_t i = 0; i < n_mats; i++) {
 		j.w[i] = w[i];
@@ -215,11 +222,13 @@ static void linear_multi(struct bn_forward *f, uint32_t n_mats, const struct bn_
 		j.n_chunks[i] = div_up(w[i]->n_out, chunk);
 		n_tasks += j.n_chunks[i] * j.n_blocks;
 		int8_input |= w[i]->kind == BN_LINEAR_T2 || w[i]->kind == BN_LINEAR_I8;
+		block_sums |= w[i]->kind == BN_LINEAR_T2 && w[i]->t2.gscale;
 	}
 	if (int8_input) {
 		f->xq.k = w[0]->n_in;
 		f->xq.k_pad = bn_q8_k_pad(w[0]->n_in);
-		struct quant_job qj = { .kern = f->kern, .x = x, .ldx = ldx, .n = n_tok, .out = &f->xq };
+		struct quant_job qj = { .kern = f->kern, .x = x, .ldx = ldx, .n = n_tok, .out = &f->xq,
+					.block_sums = block_sums };
 		bn_pool_run(f->pool, div_up(n_tok, ELEM_BLOCK), quant_task, &qj);
 	}
 	bn_pool_run(f->pool, n_tasks, gemm_task, &j);
@@ -520,6 +529,7 @@ static void free_scratch(struct bn_forward *f)
 	free(f->xq.q);
 	free(f->xq.inv_scale);
 	free(f->xq.sum);
+	free(f->xq.bsum);
 	free(f->tok_row);
 	free(f->tok_pos);
 	memset(&f->xq, 0, sizeof(f->xq));
@@ -547,10 +557,12 @@ static int scratch_reserve(struct bn_forward *f, uint32_t n)
 	f->xq.q = scratch(n, k_pad);
 	f->xq.inv_scale = scratch(n, sizeof(float));
 	f->xq.sum = scratch(n, sizeof(int32_t));
+	f->xq.bsum = scratch(n, bn_q8_blocks(k_pad) * sizeof(int32_t));
 	f->tok_row = scratch(n, sizeof(uint32_t));
 	f->tok_pos = scratch(n, sizeof(uint32_t));
 	if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
-	    !f->rope_cs || !f->xq.q || !f->xq.inv_scale || !f->xq.sum || !f->tok_row || !f->tok_pos) {
+	    !f->rope_cs || !f->xq.q || !f->xq.inv_scale || !f->xq.sum || !f->xq.bsum || !f->tok_row ||
+	    !f->tok_pos) {
 		free_scratch(f);
 		return -ENOMEM;
 	}

@@ -26,7 +26,32 @@ struct bn_ref {
 	float *w_row;       /* [max(n_in)] one decoded weight row */
 	uint8_t *codes;     /* [max(n_in)] one ternary row */
 	int8_t *xq;         /* [max(n_in)] quantized input */
+	float *block_scale; /* [max(n_in) / 128] a grouped row's block scales */
 };
+
+/* BitLinear with one scale per group of G weights (kernels.h: t2g_gemm): each group's exact
+ * integer dot, times the scale of its blocks as the file gives them (read per 128-weight
+ * block: the blocks of a group agree, or the loader would not have grouped them so), chained
+ * by fused multiply-adds in group order. r->xq holds the quantized input. */
+static void linear_grouped(struct bn_ref *r, const struct bn_linear *l, float inv_s, float *y)
+{
+	const struct bn_gguf_tensor *t = l->src;
+	uint32_t per = l->t2.group / 128;
+	for (uint32_t o = 0; o < l->n_out; o++) {
+		bn_ternary_row_blocks(t->type, t->data, t->size, o, l->n_in, r->codes, r->block_scale);
+		float s = 0.0f;
+		for (uint32_t g = 0; g < l->n_in / l->t2.group; g++) {
+			int32_t acc = 0;
+			float scale = 0.0f;
+			for (uint32_t k = g * l->t2.group; k < (g + 1) * l->t2.group; k++)
+				acc += ((int32_t)r->codes[k] - 1) * r->xq[k];
+			for (uint32_t b = g * per; b < (g + 1) * per; b++)
+				scale = scale != 0.0f ? scale : r->block_scale[b];
+			s = fmaf((float)acc, scale, s);
+		}
+		y[o] = s * inv_s;
+	}
+}
 
 /* BitLinear: x quantized to int8 per token, exact integer dot with the ternary codes. */
 static void linear_ternary(struct bn_ref *r, const struct bn_linear *l, const float *x, float *y)
@@ -41,6 +66,10 @@ static void linear_ternary(struct bn_ref *r, const struct bn_linear *l, const fl
 	}
 	float inv_s = amax / 127.0f;
 	const struct bn_gguf_tensor *t = l->src;
+	if (l->t2.gscale) {
+		linear_grouped(r, l, inv_s, y);
+		return;
+	}
 	for (uint32_t o = 0; o < l->n_out; o++) {
 		float w_scale;
 		if (bn_type_is_ternary(t->type))
@@ -210,8 +239,10 @@ struct bn_ref *bn_ref_new(const struct bn_model *m, uint32_t max_len)
 	r->w_row = calloc(widest, sizeof(float));
 	r->codes = calloc(widest, 1);
 	r->xq = calloc(widest, 1);
+	r->block_scale = calloc(widest / 128 + 1, sizeof(float));
 	if (!r->key_cache || !r->value_cache || !r->x || !r->xb || !r->q || !r->att_out ||
-	    !r->gate || !r->up || !r->scores || !r->w_row || !r->codes || !r->xq) {
+	    !r->gate || !r->up || !r->scores || !r->w_row || !r->codes || !r->xq ||
+	    !r->block_scale) {
 		bn_ref_free(r);
 		return NULL;
 	}
@@ -234,5 +265,6 @@ void bn_ref_free(struct bn_ref *r)
 	free(r->w_row);
 	free(r->codes);
 	free(r->xq);
+	free(r->block_scale);
 	free(r);
 }

@@ -116,6 +116,7 @@ struct bn_model {
 	uint64_t t3_bytes;                     /* the T3 decode copies (bn_model_add_t3) */
 	int embed_from_output;                 /* tied embedding read from output's panels */
 	uint32_t n_from_float;                 /* ternary candidates packed to T2 */
+	uint32_t n_grouped;                    /* T2 matrices with one scale per group */
 	uint32_t n_candidates;                 /* float layer matrices of a bitnet* file */
 };
 
