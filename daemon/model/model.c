@@ -187,6 +187,14 @@ static int pack_float_panels(struct loader *ld, const struct bn_gguf_tensor *t,
 	return 0;
 }
 
+/* A graph whose linears are BitLinear (weights ternary, activations int8): the bitnet*
+ * architectures, and BitNet-embedding's qwen3/gemma3 (the per-projection input norms are
+ * BitLinear's, bitnet.cpp's embedding guide). Their float matrices are ternary candidates. */
+static int bitlinear(const struct bn_model_config *c)
+{
+	return c->sub_norms || c->proj_norms;
+}
+
 /* `decodable`: Q4_0, Q8_0 and Q6_K are accepted (embedding / LM head only). */
 static int load_linear(struct loader *ld, const char *name, uint32_t n_in, uint32_t n_out,
 		       int decodable, struct bn_linear *l)
@@ -201,7 +209,7 @@ static int load_linear(struct loader *ld, const char *name, uint32_t n_in, uint3
 	if (bn_type_is_ternary(t->type))
 		return bn_ld_repack_ternary(ld, t, l);
 	if (t->type == BN_TYPE_F32 || t->type == BN_TYPE_F16 || t->type == BN_TYPE_BF16) {
-		int rc = !decodable && ld->m->cfg.arch != BN_ARCH_LLAMA ? bn_ld_pack_from_float(ld, t, l) : 0;
+		int rc = !decodable && bitlinear(&ld->m->cfg) ? bn_ld_pack_from_float(ld, t, l) : 0;
 		if (rc)
 			return rc < 0 ? -1 : 0;
 		l->kind = BN_LINEAR_FLOAT;
@@ -218,6 +226,50 @@ static int load_linear(struct loader *ld, const char *name, uint32_t n_in, uint3
 	}
 	return bn_ld_fail(ld, "tensor '%s' has type %s, which bitnetd does not accept there", name,
 		    bn_type_name(t->type) ? bn_type_name(t->type) : "?");
+}
+
+/* The per-projection input norms' tensors, in bn_layer_linears' order. */
+static const char *const norm_in_names[BN_LAYER_LINEARS] = {
+	"attn_q_norm_in.weight", "attn_k_norm_in.weight", "attn_v_norm_in.weight",
+	"attn_output_norm_in.weight", "ffn_gate_norm_in.weight", "ffn_up_norm_in.weight",
+	"ffn_down_norm_in.weight",
+};
+
+/* BitNet-embedding's seven input norms of a layer, all or none: in every layer when the first
+ * has them (cfg proj_norms), else in none, so that no layer's norm goes unread. */
+static int load_norm_in(struct loader *ld, uint32_t i, struct bn_layer *L)
+{
+	const struct bn_model_config *c = &ld->m->cfg;
+	uint32_t n_in[BN_LAYER_LINEARS] = { c->n_embd, c->n_embd, c->n_embd, c->n_head * c->head_dim,
+					     c->n_embd, c->n_embd, c->n_ff };
+	char name[96];
+	for (uint32_t k = 0; k < BN_LAYER_LINEARS; k++) {
+		snprintf(name, sizeof(name), "blk.%u.%s", i, norm_in_names[k]);
+		if (c->proj_norms && load_vector(ld, name, n_in[k], &L->norm_in[k]))
+			return -1;
+		if (!c->proj_norms && bn_gguf_find_tensor(&ld->m->file, name))
+			return bn_ld_fail(ld, "tensor '%s' is a per-projection input norm, but "
+					      "blk.0.%s is missing", name, norm_in_names[0]);
+	}
+	return 0;
+}
+
+/* What qwen3 and gemma3 add: per-head q/k norms, gemma3's post-norms. */
+static int load_arch_norms(struct loader *ld, uint32_t i, struct bn_layer *L)
+{
+	const struct bn_model_config *c = &ld->m->cfg;
+	char name[96];
+#define TENSOR(suffix) (snprintf(name, sizeof(name), "blk.%u.%s", i, suffix), name)
+	if (c->qk_norm &&
+	    (load_vector(ld, TENSOR("attn_q_norm.weight"), c->head_dim, &L->attn_q_norm) ||
+	     load_vector(ld, TENSOR("attn_k_norm.weight"), c->head_dim, &L->attn_k_norm)))
+		return -1;
+	if (c->post_norms &&
+	    (load_vector(ld, TENSOR("post_attention_norm.weight"), c->n_embd, &L->post_attn_norm) ||
+	     load_vector(ld, TENSOR("post_ffw_norm.weight"), c->n_embd, &L->post_ffw_norm)))
+		return -1;
+#undef TENSOR
+	return load_norm_in(ld, i, L);
 }
 
 static int load_layer(struct loader *ld, uint32_t i, struct bn_layer *L)
@@ -241,7 +293,7 @@ static int load_layer(struct loader *ld, uint32_t i, struct bn_layer *L)
 	     load_vector(ld, TENSOR("ffn_sub_norm.weight"), c->n_ff, &L->ffn_sub_norm)))
 		return -1;
 #undef TENSOR
-	return 0;
+	return load_arch_norms(ld, i, L);
 }
 
 static int load_embedding(struct loader *ld)
@@ -315,8 +367,11 @@ int bn_model_fill(struct bn_model *m, const struct bn_model_source *src,
 	struct loader ld = { .m = m, .err = err, .path = m->file.path,
 			     .float_layout = src->float_layout, .pool = src->pool,
 			     .cache = src->cache, .head_in_place = src->head_in_place };
-	if (bn_model_read_config(&m->file, &src->activation, &m->cfg, err) ||
-	    bn_model_check_i2_s(&m->file, &m->cfg, err) || load_embedding(&ld) ||
+	if (bn_model_read_config(&m->file, &src->activation, &m->cfg, err))
+		goto fail;
+	m->cfg.proj_norms = (m->cfg.arch == BN_ARCH_QWEN3 || m->cfg.arch == BN_ARCH_GEMMA3) &&
+			    bn_gguf_find_tensor(&m->file, "blk.0.attn_q_norm_in.weight");
+	if (bn_model_check_i2_s(&m->file, &m->cfg, err) || load_embedding(&ld) ||
 	    load_vector(&ld, "output_norm.weight", m->cfg.n_embd, &m->output_norm) ||
 	    load_rope_factors(&ld))
 		goto fail;

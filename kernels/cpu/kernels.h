@@ -60,13 +60,15 @@ void bn_q8_block_sums(struct bn_q8_rows *x, uint32_t n);
 /* Where attention finds the cached keys and values of one KV head: position t is row
  * t % block_tokens of block blocks[t / block_tokens], and a block starts block_stride floats
  * after the previous id's. Without a table (blocks NULL) the blocks are consecutive:
- * position t is at t * ld. K and V point at this head's first row of block id 0. */
+ * position t is at t * ld. K and V point at this head's first row of block id 0. Attention
+ * over L positions reads positions first .. first + L - 1 (first > 0: a sliding window). */
 struct bn_kv_view {
 	const float *K, *V;
 	const uint32_t *blocks;  /* NULL: contiguous */
 	uint32_t block_tokens;
 	uint32_t ld;             /* floats between consecutive positions within a block */
 	size_t block_stride;     /* floats between block ids */
+	uint32_t first;          /* the first position attended */
 };
 
 /* First row of the view's b-th block (of K or V: base says which). */
@@ -75,6 +77,17 @@ static inline const float *bn_kv_block(const struct bn_kv_view *v, const float *
 	if (!v->blocks)
 		return base + (size_t)b * v->block_tokens * v->ld;
 	return base + (size_t)v->blocks[b] * v->block_stride;
+}
+
+/* The view's positions from index t of an attention over L (position first + t): the address
+ * of the first (of K or V: base says which) and, in *n, how many follow it in the same
+ * block, at most L - t. Kernels walk a view so, whatever its first position. */
+static inline const float *bn_kv_rows(const struct bn_kv_view *v, const float *base, uint32_t t,
+				      uint32_t L, uint32_t *n)
+{
+	uint32_t p = v->first + t, r = p % v->block_tokens;
+	*n = v->block_tokens - r < L - t ? v->block_tokens - r : L - t;
+	return bn_kv_block(v, base, p / v->block_tokens) + (size_t)r * v->ld;
 }
 
 /* A float-typed matrix (F32, F16 or BF16 values) in one of two layouts:
@@ -151,9 +164,10 @@ struct bn_kernels {
 	 * same bits, whatever the batch or the row range. */
 	void (*f_gemm)(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const float *x,
 		       uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy);
-	/* Attention of one query vector q[d] over the first L positions of kv:
+	/* Attention of one query vector q[d] over L positions of kv from kv->first:
 	 * s[t] = scale * q.K[t]; then out[d] = sum_t p[t] V[t] with p = softmax(s), t in order.
-	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks). */
+	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks
+	 * or the first position). */
 	void (*attend)(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 		       float scale, float *s, float *out);
 	/* attend for n_heads query vectors that share one KV head (grouped-query attention):

@@ -126,10 +126,10 @@ static void f_gemm_scalar(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 static void attend_scalar(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 			  float scale, float *s, float *out)
 {
-	uint32_t bt = kv->block_tokens;
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
-		const float *K = bn_kv_block(kv, kv->K, b);
-		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+	uint32_t n;
+	for (uint32_t t0 = 0; t0 < L; t0 += n) {
+		const float *K = bn_kv_rows(kv, kv->K, t0, L, &n);
+		for (uint32_t i = 0; i < n; i++) {
 			float dot = 0.0f;
 			for (uint32_t j = 0; j < d; j++)
 				dot += q[j] * K[(size_t)i * kv->ld + j];
@@ -139,9 +139,9 @@ static void attend_scalar(const float *q, const struct bn_kv_view *kv, uint32_t 
 	bn_softmax(s, L);
 	for (uint32_t j = 0; j < d; j++)
 		out[j] = 0.0f;
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
-		const float *V = bn_kv_block(kv, kv->V, b);
-		for (uint32_t i = 0; i < bt && t0 + i < L; i++)
+	for (uint32_t t0 = 0; t0 < L; t0 += n) {
+		const float *V = bn_kv_rows(kv, kv->V, t0, L, &n);
+		for (uint32_t i = 0; i < n; i++)
 			for (uint32_t j = 0; j < d; j++)
 				out[j] += s[t0 + i] * V[(size_t)i * kv->ld + j];
 	}
