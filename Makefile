@@ -24,6 +24,8 @@
 #                             BENCH_PRESET=falcon3-7b etc.: another preset's shape)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
+#   make bench-embed          embeddings per second, 1/16/256 inputs of 128 tokens (tiny, 2B4T
+#                             shape)
 #   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
 #   make bench-structured     structured output in the daemon: mask cost per token, its share
 #                             of a decode step, compile time, 64 constrained vs unconstrained
@@ -70,7 +72,7 @@ SANITIZE ?=
 # cannot share objects.
 BUILD    ?= build$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
-LIB_VERSION := 1.6.0
+LIB_VERSION := 1.7.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)
@@ -178,8 +180,8 @@ TOKENIZER_SRCS := libclient/tokenizer.c libclient/vocab_map.c libclient/bpe.c li
 CUDA_BACKEND_SRCS := $(filter-out daemon/backends/cuda_variant.c,$(wildcard daemon/backends/cuda*.c))
 DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,$(CUDA_BACKEND_SRCS)),$(wildcard daemon/*.c daemon/*/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
-CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c $(TOKENIZER_SRCS)
-CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
+CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c libclient/embed.c $(TOKENIZER_SRCS)
+CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c tools/cli_embed.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
 MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
 	tools/model_pull.c tools/pull_progress.c
@@ -249,7 +251,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 .SECONDARY:
 
 .PHONY: all check check-c check-cuda-host check-kernel-variants check-deploy check-gpu check-gateway-sdk check-tokenizers check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar bench-structured fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-embed bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
 	$(HOST_BITNETD) $(BUILD)/bench/bench_cuda_host
@@ -517,6 +519,22 @@ $(BENCH_SCORE): $(BUILD)/bench/bench_score.o $(LIB_A)
 
 bench-score: $(BENCH_SCORE) $(BITNETD) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) $(BENCH_SCORE) --model $(BENCH_MODEL_FILE)
+
+# The embeddings benchmark (bench/bench_embed.c): bn_embed_batch of 1, 16 and 256 inputs of 128
+# tokens through a cpu daemon, on the built-in tiny model, then on the 2B4T-shape model
+# (bench-model's file). BENCH_EMBED_ARGS="--pooling last --shared 96" for last-token pooling
+# over a shared prefix (the prefix cache's gain).
+BENCH_EMBED := $(BUILD)/bench/bench_embed
+BENCH_EMBED_ARGS ?=
+$(BENCH_EMBED): $(BUILD)/bench/bench_embed.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
+
+bench-embed: $(BENCH_EMBED) $(BITNETD) $(DEFAULT_MODEL) $(BENCH_MODEL_FILE)
+	@echo "== tiny ($(DEFAULT_MODEL))"
+	BITNETD=$(BITNETD) $(BENCH_EMBED) --model $(DEFAULT_MODEL) $(BENCH_EMBED_ARGS)
+	@echo "== 2B4T shape ($(BENCH_MODEL_FILE))"
+	BITNETD=$(BITNETD) $(BENCH_EMBED) --model $(BENCH_MODEL_FILE) $(BENCH_EMBED_ARGS)
 
 # The start-up benchmark (bench/bench_start.c): time to ready with and without the packed-weight
 # cache, the first start that writes it, memory, socket activation, beside this machine's

@@ -6,6 +6,7 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 #include "grammars.h"
+#include "model/embed.h"
 #include "model/model.h"
 #include "model/vocab.h"
 
@@ -59,6 +60,13 @@ static const char usage_text[] =
 	"                         bitnet-b1.58 silu for a SentencePiece vocabulary of\n"
 	"                         32000-32002 tokens (1bitLLM's models), else relu2;\n"
 	"                         bitnet-cli info says which and why)\n"
+	"  --pooling NAME         embeddings (op EMBED, /v1/embeddings): how a sequence's\n"
+	"                         final hidden states become one vector: mean, cls (the\n"
+	"                         first position) or last (the last position; its prompt's\n"
+	"                         shared start comes from the prefix cache), then L2-\n"
+	"                         normalised (default: the file's <arch>.pooling_type, an\n"
+	"                         embedding model's; a generative model without it does not\n"
+	"                         embed). An embedding model refuses generation\n"
 	"  --cuda-kernels NAME    cuda: the kernel paths: base (default: the first kernels),\n"
 	"                         fast (graph,fused,gemv,mma: the same bits, fewer launches\n"
 	"                         and bytes), all (fast and split, whose attention over\n"
@@ -164,7 +172,7 @@ enum long_only {
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
 	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS,
 	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_GRAMMAR_MEMORY, OPT_HELP,
-	OPT_VERSION, OPT_ACTIVATION,
+	OPT_VERSION, OPT_ACTIVATION, OPT_POOLING,
 };
 
 static const struct option long_options[] = {
@@ -203,6 +211,7 @@ static const struct option long_options[] = {
 	{ "pre-tokenizer", required_argument, NULL, OPT_PRE_TOKENIZER },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
 	{ "activation", required_argument, NULL, OPT_ACTIVATION },
+	{ "pooling", required_argument, NULL, OPT_POOLING },
 	{ "max-grammars", required_argument, NULL, OPT_MAX_GRAMMARS },
 	{ "grammar-threads", required_argument, NULL, OPT_GRAMMAR_THREADS },
 	{ "grammar-compile-ms", required_argument, NULL, OPT_GRAMMAR_COMPILE_MS },
@@ -473,6 +482,15 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 			return 0;
 		}
 		fprintf(stderr, "bitnetd: --activation: '%s' is not silu, relu2 or gelu\n", arg);
+		return -1;
+	}
+	case OPT_POOLING: {
+		int p = bn_pooling_from_name(arg);
+		if (p > 0) {
+			cfg->pooling = (uint32_t)p;
+			return 0;
+		}
+		fprintf(stderr, "bitnetd: --pooling: '%s' is not mean, cls or last\n", arg);
 		return -1;
 	}
 	case OPT_LOG_LEVEL:

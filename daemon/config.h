@@ -55,6 +55,7 @@ struct bn_config {
 	uint32_t base3_decode;   /* cpu backend: --decode-layout base3 */
 	const char *cuda_kernels; /* cuda backend: --cuda-kernels (NULL: its default) */
 	uint32_t activation;     /* --activation: enum bn_activation_opt (backend.h), 0: the file's */
+	uint32_t pooling;        /* --pooling: enum bn_pooling, 0: the file's (none: no embeddings) */
 	uint32_t drain_timeout_ms;
 	uint32_t max_grammars;   /* compiled grammars one session may hold */
 	uint32_t grammar_threads; /* threads that compile grammars */

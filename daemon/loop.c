@@ -805,9 +805,13 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	l->cfg = cfg;
 	l->listen_fd = l->signal_fd = -1;
 	l->next_session_id = 1;
+	/* An embedding's vector goes to the output array too (§6.14). */
+	uint32_t vector = model->pooling ? model->embed_dim : 0;
 	l->limits = (struct bn_session_limits){ .slots = cfg->slots,
 						.prompt_capacity = model->context_length,
-						.output_capacity = model->context_length,
+						.output_capacity = model->context_length > vector
+									   ? model->context_length
+									   : vector,
 						.ring_start = cfg->ring_start,
 						.logprob_capacity = cfg->max_logprobs,
 						.max_weight = cfg->max_weight,
@@ -829,6 +833,8 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		.prefix_cache = cfg->prefix_cache,
 		.speculative = cfg->speculative,
 		.draft_tokens = cfg->draft_tokens,
+		.pooling = model->pooling,
+		.embed_dim = model->embed_dim,
 	};
 	bn_control_open(&l->control, cfg, model, prep);
 	copy_eog(&l->control.vocab.choice, &sc);

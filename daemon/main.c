@@ -112,6 +112,7 @@ int main(int argc, char **argv)
 		bn_text_prep_free(&prep);
 		return BN_EXIT_BACKEND;
 	}
+	bn_model_describe_embedding(&model, cfg.pooling);
 
 	int exit_code;
 	struct bn_loop *loop = bn_loop_new(&cfg, ops, backend, &model, &prep, &exit_code);

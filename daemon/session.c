@@ -128,11 +128,16 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	h->magic = BN_SHM_MAGIC;
 	h->abi_version = BN_ABI_VERSION;
 	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS |
-		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) |
-		      (m->can_score ? BN_FEAT_SCORE : 0) | (m->can_classify ? BN_FEAT_CLASSIFY : 0) |
-		      BN_FEAT_COMPUTE | BN_FEAT_SPECULATE |
-		      (layout->slot_text_capacity && lim->grammars && lim->grammars->vocab
-			       ? BN_FEAT_GRAMMAR : 0);
+		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) | BN_FEAT_COMPUTE;
+	/* An embedding model embeds and nothing else (bn_session_generates). */
+	if (!m->file_pooling)
+		h->features |= (m->can_score ? BN_FEAT_SCORE : 0) |
+			       (m->can_classify ? BN_FEAT_CLASSIFY : 0) | BN_FEAT_SPECULATE |
+			       (layout->slot_text_capacity && lim->grammars && lim->grammars->vocab
+					? BN_FEAT_GRAMMAR : 0);
+	else
+		h->features |= BN_FEAT_EMBEDDING_MODEL;
+	h->features |= m->pooling ? BN_FEAT_EMBED : 0;
 	h->session_id = s->id;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;

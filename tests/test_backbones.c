@@ -20,7 +20,9 @@
  *  - what the loader made of each file (head size, norms, groups, the Q4_0 head);
  *  - the daemon serves each: a text prompt's greedy continuation equals the in-process one,
  *    and a chat through the family's template (ChatML for qwen3, Gemma's) equals the
- *    in-process continuation of the ids the client's tokenizer makes of it.
+ *    in-process continuation of the ids the client's tokenizer makes of it; the embedding
+ *    models (their files name last-token pooling) embed instead, the vector of a text the
+ *    float reference's last final-norm output over its L2 norm, and refuse to generate.
  * Costs (2-vCPU VM, other builds running): about 25 s plain, 90 s under AddressSanitizer.
  */
 #include "testutil.h"
@@ -374,8 +376,9 @@ static void ref_layer(struct fref *r, uint32_t li, uint32_t pos, double *x)
 	free(h), free(buf), free(q), free(att), free(g), free(u), free(o);
 }
 
-/* The next token's logits after `token` at the next position. */
-static void ref_step(struct fref *r, uint32_t token, double *logits)
+/* The next token's logits after `token` at the next position; hidden (if not NULL) gets the
+ * final norm's output, the LM head's input and what an embedding pools. */
+static void ref_step(struct fref *r, uint32_t token, double *logits, double *hidden)
 {
 	const struct bn_model_config *c = r->c;
 	uint32_t pos = r->len++;
@@ -389,6 +392,8 @@ static void ref_step(struct fref *r, uint32_t token, double *logits)
 	for (uint32_t li = 0; li < c->n_layer; li++)
 		ref_layer(r, li, pos, x);
 	ref_rmsnorm(h, x, r->m->output_norm, c->n_embd, c->rms_eps);
+	if (hidden)
+		memcpy(hidden, h, c->n_embd * sizeof(double));
 	const struct bn_linear *head = &r->m->output;
 	float *w = malloc(head->n_in * sizeof(float));
 	ck_assert_ptr_nonnull(w);
@@ -426,7 +431,7 @@ START_TEST(forward_matches_float_reference)
 	for (uint32_t p = 0; p < n; p++) {
 		ck_assert_int_eq(step(&r, &prompt[p], 1, p, got, 0), 0); /* and stepwise */
 		ref.near = 0;
-		ref_step(&ref, prompt[p], want);
+		ref_step(&ref, prompt[p], want, NULL);
 		double tol = ref.near ? BOUNDARY_TOLERANCE : REL_TOLERANCE, top = 0.0;
 		boundary += ref.near != 0;
 		for (uint32_t k = 0; k < V; k++)
@@ -528,8 +533,62 @@ static uint32_t reply_text(const struct bn_vocab *v, const char *path, const uin
 	return k;
 }
 
+/* An embedding model's vector of ids (last-token pooling, then the L2 norm: the model card's
+ * and bitnet.cpp's) from the float reference: want [n_embd]; returns whether one of the
+ * reference's quantizer inputs lay at a rounding boundary. */
+static int reference_embedding(const char *path, const uint32_t *ids, uint32_t n, double *want)
+{
+	struct run r;
+	run_open(&r, path);
+	const struct bn_model_config *c = &r.m.cfg;
+	struct fref ref = { .m = &r.m, .c = c, .max_len = n };
+	size_t kv = (size_t)c->n_layer * n * c->n_head_kv * c->head_dim;
+	ref.kc = calloc(kv, sizeof(double));
+	ref.vc = calloc(kv, sizeof(double));
+	double *logits = malloc(c->n_vocab * sizeof(double)), norm = 0.0;
+	ck_assert(ref.kc && ref.vc && logits);
+	for (uint32_t p = 0; p < n; p++)
+		ref_step(&ref, ids[p], logits, want);
+	for (uint32_t i = 0; i < c->n_embd; i++)
+		norm += want[i] * want[i];
+	for (uint32_t i = 0; i < c->n_embd; i++)
+		want[i] /= sqrt(norm);
+	free(ref.kc), free(ref.vc), free(logits);
+	run_close(&r);
+	return ref.near != 0;
+}
+
+/* The embedding models (their files name last-token pooling): the daemon's vector of a text
+ * is the float reference's of the client's ids, and generation is refused. */
+static void daemon_embeds(struct bn_client *c, const struct bn_vocab *v, const char *path,
+			  const char *text)
+{
+	uint32_t ids[64];
+	int n = bn_tokenize(v, text, strlen(text), bn_vocab_add_bos(v), ids, 64);
+	ck_assert_int_gt(n, 2);
+	float vec[1024];
+	struct bn_embed_item it = { .text = text, .text_len = strlen(text), .vector = vec,
+				    .cap = 1024 };
+	ck_assert_int_eq(bn_embed(c, &it, 60 * SECOND), 0);
+	ck_assert_uint_eq(it.n_tokens, (uint32_t)n);
+	ck_assert_uint_eq(it.pooling, BN_POOLING_LAST);
+	ck_assert_uint_eq(it.trained, 1);
+	ck_assert_uint_le(it.dim, 1024);
+	double want[1024], worst = 0.0;
+	int near = reference_embedding(path, ids, (uint32_t)n, want);
+	for (uint32_t i = 0; i < it.dim; i++)
+		worst = fmax(worst, fabs((double)vec[i] - want[i]));
+	ck_assert_msg(worst <= (near ? BOUNDARY_TOLERANCE : REL_TOLERANCE),
+		      "%s: embedding %.3g from the reference's", path, worst);
+	struct bn_request req = { .prompt = ids, .n_prompt = (uint32_t)n, .max_tokens = 1 };
+	uint32_t out[1];
+	struct bn_result res;
+	ck_assert_int_eq(bn_generate(c, &req, out, 1, &res, 60 * SECOND), -BN_E_UNSUPPORTED);
+}
+
 /* A text prompt, and a chat through the family's template (its markers special, the message's
- * marker text plain), each the in-process greedy continuation of the client's ids. */
+ * marker text plain), each the in-process greedy continuation of the client's ids; an
+ * embedding model's vector instead, its chat tokenized by the client alone. */
 START_TEST(daemon_serves_the_family)
 {
 	const struct family *f = &families[_i];
@@ -546,18 +605,23 @@ START_TEST(daemon_serves_the_family)
 									       : BN_PRE_QWEN2);
 	/* generate from text: the daemon's ids are the client's */
 	static const char text[] = "bake a cake 123";
+	int embedding = !strncmp(f->preset, "bitnet-emb", 10);
+	if (embedding)
+		daemon_embeds(c, v, path, text);
 	uint32_t prompt[64], out[STEPS], want[STEPS];
 	int n = bn_tokenize(v, text, sizeof(text) - 1, bn_vocab_add_bos(v), prompt, 64);
 	ck_assert_int_gt(n, 2);
 	struct bn_request req = { .prompt = prompt, .n_prompt = (uint32_t)n, .max_tokens = STEPS,
 				  .flags = BN_REQ_IGNORE_EOS };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, 60 * SECOND), 0);
-	float *logits = malloc((size_t)(n + STEPS) * 1024 * sizeof(float));
-	ck_assert_ptr_nonnull(logits);
-	greedy(path, prompt, (uint32_t)n, STEPS, logits, want);
-	free(logits);
-	ck_assert_mem_eq(out, want, sizeof(out));
+	if (!embedding) {
+		ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, 60 * SECOND), 0);
+		float *logits = malloc((size_t)(n + STEPS) * 1024 * sizeof(float));
+		ck_assert_ptr_nonnull(logits);
+		greedy(path, prompt, (uint32_t)n, STEPS, logits, want);
+		free(logits);
+		ck_assert_mem_eq(out, want, sizeof(out));
+	}
 	/* chat: one conversation, the marker of the family in the user's text stays text */
 	const char *marker = f->chat == BN_CHAT_GEMMA ? "<end_of_turn>" : "<|im_end|>";
 	char content[64];
@@ -579,6 +643,11 @@ START_TEST(daemon_serves_the_family)
 		specials += ids[i] == marker_id;
 	/* the template's turns: ChatML's system and user, Gemma's user (the system folded in) */
 	ck_assert_uint_eq(specials, f->chat == BN_CHAT_GEMMA ? 1 : 2);
+	if (embedding) {
+		bn_disconnect(c);
+		ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+		return;
+	}
 	uint32_t n_reply = reply_text(v, path, ids, (uint32_t)k, want_text, sizeof(want_text));
 	struct bn_chat_item it = { .messages = msgs, .n_messages = 2, .max_tokens = STEPS,
 				   .reply = reply, .reply_cap = sizeof(reply) };

@@ -692,6 +692,65 @@ START_TEST(daemon_serves_as_the_cpu_daemon)
 }
 END_TEST
 
+/* Embeddings on the cuda backend (base, and fast's fused final norm, which must leave every
+ * token's residual stream whole): each vector within 1e-4 of the cpu daemon's (the device
+ * sums attention in another order, and an activation's int8 rounding can flip: 1.8e-5 seen on
+ * components of 0.06), and a batch's vectors the bits each gets alone (prompts of 40 and 120
+ * tokens: several chunks). */
+#define EMBED_ITEMS 4
+#define EMBED_DIM 256 /* the tiny preset's */
+
+static void embed_all(struct bn_client *c, uint32_t ids[][120], const uint32_t *lens,
+		      float vec[][EMBED_DIM])
+{
+	struct bn_embed_item items[EMBED_ITEMS];
+	for (uint32_t k = 0; k < EMBED_ITEMS; k++)
+		items[k] = (struct bn_embed_item){ .ids = ids[k], .n_ids = lens[k], .vector = vec[k],
+						   .cap = EMBED_DIM };
+	struct bn_batch_result br;
+	ck_assert_int_eq(bn_embed_batch(c, items, EMBED_ITEMS, &br, 60000000000ll), 0);
+	ck_assert_uint_eq(br.n_ok, EMBED_ITEMS);
+}
+
+START_TEST(daemon_embeds_as_the_cpu_daemon)
+{
+	if (!ctu_have_cuda_daemon())
+		return;
+	static const char *const variants[] = { "base", "fast" }, *const poolings[] = { "mean", "last" };
+	static uint32_t ids[EMBED_ITEMS][120];
+	static const uint32_t lens[EMBED_ITEMS] = { 1, 9, 40, 120 };
+	static float gv[EMBED_ITEMS][EMBED_DIM], cv[EMBED_ITEMS][EMBED_DIM], one[EMBED_DIM];
+	for (uint32_t k = 0; k < EMBED_ITEMS; k++)
+		ctu_make_ids(ids[k], lens[k], 40 + k, 512);
+	const char *gargs[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
+				"--pooling", poolings[_i], "--cuda-kernels", variants[_i], NULL };
+	const char *cargs[] = { "--pooling", poolings[_i], NULL };
+	struct tu_daemon gd, cd;
+	ck_assert_msg(ctu_start_cuda_daemon(&gd, gargs, 0) == 0, "the cuda daemon did not start");
+	ck_assert_int_eq(tu_daemon_start_cpu(&cd, tu_default_model(), cargs), 0);
+	struct bn_client *g, *c;
+	ck_assert_int_eq(bn_connect(gd.socket_path, 8, &g), 0);
+	ck_assert_int_eq(bn_connect(cd.socket_path, 8, &c), 0);
+	ck_assert(bn_model_features(g) & BN_FEAT_EMBED);
+	embed_all(g, ids, lens, gv);
+	embed_all(c, ids, lens, cv);
+	for (uint32_t k = 0; k < EMBED_ITEMS; k++) {
+		for (uint32_t i = 0; i < EMBED_DIM; i++)
+			ck_assert_msg(fabsf(gv[k][i] - cv[k][i]) <= 1e-4f,
+				      "%s %s, %u tokens, [%u]: cuda %.9g, cpu %.9g", variants[_i],
+				      poolings[_i], lens[k], i, (double)gv[k][i], (double)cv[k][i]);
+		struct bn_embed_item it = { .ids = ids[k], .n_ids = lens[k], .vector = one,
+					    .cap = EMBED_DIM };
+		ck_assert_int_eq(bn_embed(g, &it, 60000000000ll), 0);
+		ck_assert_mem_eq(one, gv[k], sizeof(one));
+	}
+	bn_disconnect(g);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&gd, SIGTERM), 0);
+	ck_assert_int_eq(tu_daemon_stop(&cd, SIGTERM), 0);
+}
+END_TEST
+
 /* Structured output on the cuda backend: a constrained request's greedy tokens are the cpu
  * daemon's, with a budget long enough to end on its own and one so short that draws are closed
  * in time (a second draw on the device); a seeded one is the same alone and batched. */
@@ -914,6 +973,7 @@ static Suite *cuda_suite(void)
 	(void)batch_invariance_32;
 	(void)daemon_serves_as_the_cpu_daemon;
 	(void)daemon_constrains_as_the_cpu_daemon;
+	(void)daemon_embeds_as_the_cpu_daemon;
 	(void)daemon_on_a_small_device;
 #else
 	tcase_add_test(b, tiny_matches_cpu_backend);
@@ -922,6 +982,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(b, batch_invariance_32);
 	tcase_add_test(b, daemon_serves_as_the_cpu_daemon);
 	tcase_add_test(b, daemon_constrains_as_the_cpu_daemon);
+	tcase_add_loop_test(b, daemon_embeds_as_the_cpu_daemon, 0, 2);
 #ifdef BN_CUDA_HOST
 	tcase_add_test(b, daemon_on_a_small_device);
 #endif

@@ -68,6 +68,12 @@ static const char usage_text[] =
 	"                             and mean log-probability, probability over the labels),\n"
 	"                             then best=I; the text is read once for all labels; each\n"
 	"                             label gets a leading space unless --no-space\n"
+	"  embed --text TEXT | --ids \"...\" ... [--special] [--no-bos]   one vector per input\n"
+	"                             (repeatable; embedded together): a line input=K dim=D\n"
+	"                             tokens=N pooling=P model=embedding|generative, then the\n"
+	"                             D values, or input=K error=NAME; the daemon embeds only\n"
+	"                             with a pooling (bitnetd --pooling, or an embedding\n"
+	"                             model's)\n"
 	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
 	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
@@ -294,6 +300,9 @@ static int cmd_info(struct bn_client *c)
 	       mi.name, mi.vocab_size, mi.context_length, mi.bos_id, mi.eos_id, mi.backend,
 	       mi.max_prompt_tokens, mi.max_output_tokens, mi.slots);
 	print_compute_info(c);
+	uint32_t features = bn_model_features(c);
+	printf("embeddings=%s\nembedding_model=%s\n", features & BN_FEAT_EMBED ? "yes" : "no",
+	       features & BN_FEAT_EMBEDDING_MODEL ? "yes (it does not generate)" : "no");
 	print_vocab_info(c);
 	print_load_info(c);
 	return 0;
@@ -669,7 +678,7 @@ int main(int argc, char **argv)
 		return cli_bench(socket_path, argc - i, argv + i);
 	static const char *const commands[] = { "info", "generate", "stats", "tokenize",
 						 "detokenize", "chat", "score", "perplexity",
-						 "classify" };
+						 "classify", "embed" };
 	size_t k = 0;
 	while (k < sizeof(commands) / sizeof(commands[0]) && strcmp(cmd, commands[k]))
 		k++;
@@ -695,6 +704,8 @@ int main(int argc, char **argv)
 		rc = cli_perplexity(c, argc - i, argv + i);
 	else if (strcmp(cmd, "classify") == 0)
 		rc = cli_classify(c, argc - i, argv + i);
+	else if (strcmp(cmd, "embed") == 0)
+		rc = cli_embed(c, argc - i, argv + i);
 	else
 		rc = cmd_stats(c);
 	bn_disconnect(c);

@@ -59,6 +59,10 @@ static const char usage_text[] =
 	"  --untied                                 write a separate output.weight (LM head)\n"
 	"  --activation silu|relu2|gelu             <arch>.hidden_activation (default: the\n"
 	"                                           preset's; written for every architecture)\n"
+	"  --pooling mean|cls|last                  <arch>.pooling_type (1, 2, 3), as llama.cpp's\n"
+	"                                           converter writes it for an embedding model\n"
+	"                                           (bitnetd then embeds and does not generate;\n"
+	"                                           default: the preset's)\n"
 	"  --no-activation-key                      no <arch>.hidden_activation, as bitnet.cpp's\n"
 	"                                           converter writes (the loader decides)\n"
 	"  --vocab N                                vocabulary size (>= 260)\n"
@@ -223,6 +227,7 @@ struct model_cfg {
 	enum act act;
 	int act_key;                  /* write <arch>.hidden_activation */
 	uint32_t group;               /* ternary weights per scale (0: one scale a tensor) */
+	uint32_t pooling;             /* <arch>.pooling_type when not 0 (--pooling, the preset) */
 	uint64_t seed;
 	uint32_t version;
 	const char *out;
@@ -532,7 +537,7 @@ struct u32_key {
 
 /* The keys the newer families' converters write: the head size (both converters of qwen3 and
  * gemma3 write key_length and value_length; a head size that is not n_embd / n_head needs
- * them), the pooling and the sliding window. */
+ * them) and the sliding window. */
 static int add_shape_keys(struct bn_gguf_writer *w, const struct model_cfg *c)
 {
 	const struct preset *p = c->p;
@@ -541,7 +546,6 @@ static int add_shape_keys(struct bn_gguf_writer *w, const struct model_cfg *c)
 	const struct u32_key keys[] = {
 		{ "attention.key_length", explicit_head ? p->head_dim : 0 },
 		{ "attention.value_length", explicit_head ? p->head_dim : 0 },
-		{ "pooling_type", p->pooling },
 		{ "attention.sliding_window", p->n_swa },
 	};
 	char key[128];
@@ -587,6 +591,9 @@ static int add_hparams(struct bn_gguf_writer *w, const struct model_cfg *c)
 	snprintf(key, sizeof(key), "%s.hidden_activation", a);
 	if (!rc && c->act_key)
 		rc = bn_gguf_add_str(w, key, act_name(c->act));
+	snprintf(key, sizeof(key), "%s.pooling_type", a);
+	if (!rc && c->pooling)
+		rc = bn_gguf_add_u32(w, key, c->pooling);
 	return rc ? rc : add_shape_keys(w, c);
 }
 
@@ -624,15 +631,15 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out)
 struct write_args {
 	const char *preset, *out, *type, *arch, *embed_type, *act;
 	const char *vocab, *layers, *seed, *version;
-	const char *vocab_from, *metadata, *rig, *group;
+	const char *vocab_from, *metadata, *rig, *group, *pooling;
 	int untied, no_act_key, help;
 };
 
 static int get_write_args(int argc, char **argv, struct write_args *a)
 {
 	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
-	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_HELP,
-	       O_GROUP };
+	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_POOLING,
+	       O_HELP, O_GROUP };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "out", required_argument, NULL, O_OUT },
@@ -650,6 +657,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		{ "rig-argmax", required_argument, NULL, O_RIG },
 		{ "no-activation-key", no_argument, NULL, O_NO_ACT_KEY },
 		{ "group", required_argument, NULL, O_GROUP },
+		{ "pooling", required_argument, NULL, O_POOLING },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -673,6 +681,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		case O_RIG: a->rig = optarg; break;
 		case O_NO_ACT_KEY: a->no_act_key = 1; break;
 		case O_GROUP: a->group = optarg; break;
+		case O_POOLING: a->pooling = optarg; break;
 		case O_HELP: a->help = 1; break;
 		case ':': return usage_error("option %s needs a value", argv[optind - 1]);
 		default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -834,6 +843,13 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 				   a->embed_type);
 	c->untied = c->p->untied || a->untied;
 	c->act_key = !a->no_act_key;
+	static const char *const poolings[] = { "mean", "cls", "last" }; /* 1, 2, 3 */
+	c->pooling = a->pooling ? 0 : c->p->pooling; /* the option, else the preset's */
+	for (uint32_t i = 0; a->pooling && i < ARRAY_LEN(poolings); i++)
+		if (!strcmp(a->pooling, poolings[i]))
+			c->pooling = i + 1;
+	if (a->pooling && !c->pooling)
+		return usage_error("unknown pooling '%s' (mean, cls, last)", a->pooling);
 	if (a->no_act_key && a->act)
 		return usage_error("--activation writes the key --no-activation-key leaves out");
 	int rc = resolve_act(c, a->act);

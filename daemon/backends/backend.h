@@ -65,6 +65,13 @@ struct bn_model_desc {
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
 	uint32_t can_mask;       /* 1: sample contexts may carry masks (structured output,
 				  * model/sample.h); the scheduler also needs seq_rewind for them */
+	uint32_t can_embed;      /* 1: batches may carry hidden rows (model/batch.h) */
+	uint32_t embed_dim;      /* the hidden state's width (n_embd); 0: no model */
+	uint32_t file_pooling;   /* the file's <arch>.pooling_type (enum bn_pooling): an embedding
+				  * model when not 0 */
+	uint32_t pooling;        /* what embeddings pool by (bn_model_describe_embedding): the
+				  * file's or --pooling; 0: the model does not embed */
+	char embed_off[160];     /* pooling 0 or !can_embed: why there are no embeddings */
 	enum bn_lm_head_kind lm_head;             /* what the header tells clients */
 	enum bn_decode_layout_kind decode_layout; /* (shm/bitnet_shm.h, feature COMPUTE) */
 	char kernels[64];        /* cuda: the --cuda-kernels variant it runs; "" elsewhere */
@@ -151,6 +158,12 @@ void bn_model_describe_graph(const struct bn_model *m, struct bn_model_desc *des
 /* The --activation a backend hands the loader (model.h). */
 struct bn_activation_choice;
 void bn_backend_activation(const struct bn_backend_options *opt, struct bn_activation_choice *out);
+
+/* What embeddings pool by (desc->pooling): --pooling (`flag`, an enum bn_pooling, 0: not
+ * given) over the file's <arch>.pooling_type, else the file's; none for a generative model
+ * without --pooling, or a backend that cannot give hidden states (desc->embed_off says why).
+ * Logged in one line. */
+void bn_model_describe_embedding(struct bn_model_desc *desc, uint32_t flag);
 
 /* The KV memory a device-memory backend's default pool may take: its free memory past the
  * headroom, 0 when there is none (or less than block_bytes, one KV block). */

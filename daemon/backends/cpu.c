@@ -366,6 +366,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	desc->can_score = 1;
 	desc->can_classify = 1;
 	desc->can_mask = 1; /* bn_sample takes them */
+	desc->can_embed = 1; /* the forward pass writes hidden rows */
 	desc->lm_head = head_kind;
 	desc->decode_layout = layout_kind;
 	*self = cb;

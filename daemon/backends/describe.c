@@ -7,6 +7,7 @@
 #include "backend.h"
 
 #include "common/log.h"
+#include "model/embed.h"
 #include "model/model.h"
 
 #include <stdio.h>
@@ -37,6 +38,33 @@ void bn_model_describe(const struct bn_model_config *c, uint32_t kind, double at
 	/* Keys and values of every layer, F32. */
 	desc->kv_bytes_per_token = (uint64_t)c->n_layer * 2 * c->n_head_kv * c->head_dim * sizeof(float);
 	desc->attn_positions_per_token = attention_positions_per_token(c, attn_mac_cost);
+	desc->embed_dim = c->n_embd;
+	desc->file_pooling = c->pooling;
+}
+
+void bn_model_describe_embedding(struct bn_model_desc *desc, uint32_t flag)
+{
+	uint32_t file = desc->file_pooling;
+	desc->pooling = flag ? flag : file;
+	desc->embed_off[0] = 0;
+	if (!desc->embed_dim)
+		snprintf(desc->embed_off, sizeof(desc->embed_off), "no model (the loopback backend)");
+	else if (!desc->pooling)
+		snprintf(desc->embed_off, sizeof(desc->embed_off),
+			 "a generative model (its file names no pooling_type) embeds only with "
+			 "bitnetd --pooling mean, cls or last");
+	else if (!desc->can_embed)
+		snprintf(desc->embed_off, sizeof(desc->embed_off),
+			 "the %s backend does not give hidden states",
+			 desc->kind == BN_BACKEND_CUDA ? "cuda" : "loopback");
+	if (desc->embed_off[0]) {
+		desc->pooling = 0;
+		bn_log_info("msg=\"no embeddings\" reason=\"%s\"", desc->embed_off);
+		return;
+	}
+	bn_log_info("msg=\"embeddings\" pooling=%s from=%s file_pooling=%s dim=%u embedding_model=%s",
+		    bn_pooling_name(desc->pooling), flag ? "--pooling" : "file",
+		    bn_pooling_name(file), desc->embed_dim, file ? "yes (generation refused)" : "no");
 }
 
 uint64_t bn_model_device_kv_room(const struct bn_model_desc *desc, uint64_t block_bytes)

@@ -23,6 +23,9 @@ int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, 
 		for (uint32_t i = 0; i < b->lens[r]; i++)
 			if (b->tokens[(size_t)r * b->width + i] >= lim->n_vocab)
 				return -EINVAL;
+		const struct bn_hidden_row *h = b->hidden ? b->hidden[r] : NULL;
+		if (h && ((uint64_t)h->first + h->count > b->lens[r] || (h->count && !h->out)))
+			return -EINVAL;
 		n += b->lens[r];
 	}
 	if (n == 0 || n > UINT32_MAX / 2)

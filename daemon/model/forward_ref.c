@@ -230,7 +230,7 @@ static void layer_forward(struct bn_ref *r, uint32_t li, uint32_t pos)
 		r->x[i] += r->xb[i];
 }
 
-int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits)
+int bn_ref_step_hidden(struct bn_ref *r, uint32_t token, float *hidden, float *logits)
 {
 	const struct bn_model_config *c = &r->m->cfg;
 	if (token >= c->n_vocab || r->len >= r->max_len)
@@ -242,8 +242,16 @@ int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits)
 	for (uint32_t li = 0; li < c->n_layer; li++)
 		layer_forward(r, li, pos);
 	bn_rmsnorm(r->xb, r->x, r->m->output_norm, c->n_embd, c->rms_eps);
-	linear(r, &r->m->output, r->xb, logits);
+	if (hidden)
+		memcpy(hidden, r->xb, c->n_embd * sizeof(float));
+	if (logits)
+		linear(r, &r->m->output, r->xb, logits);
 	return 0;
+}
+
+int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits)
+{
+	return bn_ref_step_hidden(r, token, NULL, logits);
 }
 
 struct bn_ref *bn_ref_new(const struct bn_model *m, uint32_t max_len)

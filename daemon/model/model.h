@@ -80,6 +80,9 @@ struct bn_model_config {
 	float rope_base_swa;      /* the local layers' RoPE base (their scaling is none) */
 	uint32_t bos_id;
 	uint32_t eos_id;
+	/* <arch>.pooling_type as llama.cpp writes it for an embedding model: 1 mean, 2 cls,
+	 * 3 last (shm's enum bn_pooling); 0 when absent or 0 (a generative model). */
+	uint32_t pooling;
 };
 
 /* A weight matrix y = W x with W of n_out rows of n_in. */

@@ -344,6 +344,22 @@ static int parse_activation(struct reader *r, const struct bn_activation_choice 
 	return 0;
 }
 
+/* <arch>.pooling_type: llama.cpp's enum llama_pooling_type, written by its converter for
+ * embedding models (sentence-transformers' Pooling module: mean, cls, last token). 4 is a
+ * reranker's (a classification head on the pooled state), which bitnetd does not compute. */
+static int parse_pooling(struct reader *r)
+{
+	char key[128];
+	int rc = get_u32(r, "pooling_type", &r->c->pooling, 0, 0);
+	if (rc == 0 && r->c->pooling > 3)
+		return fail(r, "%s is %u: %s", arch_key(r, "pooling_type", key, sizeof(key)),
+			    r->c->pooling,
+			    r->c->pooling == 4 ? "rank (a reranker's classification head), which "
+						 "bitnetd does not compute"
+					       : "not a pooling bitnetd knows (0 none, 1 mean, 2 cls, 3 last)");
+	return rc;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Qwen 3 and Gemma 3                                                                          */
 /* ------------------------------------------------------------------------------------------ */
@@ -411,7 +427,8 @@ int bn_model_read_config(const struct bn_gguf *g, const struct bn_activation_cho
 	    get_u32(&r, "context_length", &c->n_ctx, 0, DEFAULT_CONTEXT) ||
 	    get_f32(&r, "attention.layer_norm_rms_epsilon", &c->rms_eps, DEFAULT_RMS_EPS, NULL) ||
 	    get_f32(&r, "rope.freq_base", &c->rope_base, DEFAULT_ROPE_BASE, NULL) ||
-	    parse_rope_scaling(&r) || parse_activation(&r, act) || parse_tokens(&r))
+	    parse_rope_scaling(&r) || parse_activation(&r, act) || parse_tokens(&r) ||
+	    parse_pooling(&r))
 		return -1;
 	if (!c->n_head)
 		return check_config(&r);
