@@ -22,7 +22,8 @@
  *    and a chat through the family's template (ChatML for qwen3, Gemma's) equals the
  *    in-process continuation of the ids the client's tokenizer makes of it; the embedding
  *    models (their files name last-token pooling) embed instead, the vector of a text the
- *    float reference's last final-norm output over its L2 norm, and refuse to generate.
+ *    float reference's last final-norm output over its L2 norm, and refuse to generate;
+ *  - the cuda backend (the host harness's daemon) refuses each at start, naming what it lacks.
  * Costs (2-vCPU VM, other builds running): about 25 s plain, 90 s under AddressSanitizer.
  */
 #include "testutil.h"
@@ -57,22 +58,24 @@ struct family {
 	int float_graph;           /* layer matrices float (no BitLinear) */
 	uint32_t chat;             /* the template the daemon must recognise */
 	uint32_t head_dim;
+	const char *cuda_missing; /* what the cuda backend's refusal names first */
 };
 
 static const struct family families[] = {
 	{ "emb06", "bitnet-embedding-0.6b-test", { NULL },
 	  { { "--type", "tq2_0", NULL }, { "--type", "f16", NULL }, { "--type", "bf16", NULL },
 	    { "--type", "f32", NULL } },
-	  0, 0, BN_CHAT_CHATML, 128 },
+	  0, 0, BN_CHAT_CHATML, 128, "q/k, per-projection input or post norms" },
 	{ "emb06-g128", "bitnet-embedding-0.6b-test", { "--type", "f16", "--group", "128", NULL },
 	  { { "--type", "f32", "--group", "128", NULL }, { "--type", "bf16", "--group", "128", NULL } },
-	  128, 0, BN_CHAT_CHATML, 128 },
+	  128, 0, BN_CHAT_CHATML, 128, "one scale per group" },
 	{ "emb270", "bitnet-embedding-270m-test", { NULL },
-	  { { "--type", "tq2_0", NULL }, { "--type", "f16", NULL } }, 0, 0, BN_CHAT_GEMMA, 256 },
+	  { { "--type", "tq2_0", NULL }, { "--type", "f16", NULL } }, 0, 0, BN_CHAT_GEMMA, 256,
+	  "q/k, per-projection input or post norms" },
 	{ "bonsai", "bonsai-test", { NULL }, { { "--type", "tq1_0", NULL } }, 256, 0,
-	  BN_CHAT_CHATML, 128 },
+	  BN_CHAT_CHATML, 128, "one scale per group" },
 	{ "gemma-swa", "gemma3-swa-test", { NULL }, { { "--type", "f32", NULL } }, 0, 1,
-	  BN_CHAT_GEMMA, 64 },
+	  BN_CHAT_GEMMA, 64, "q/k, per-projection input or post norms" },
 };
 #define N_FAMILIES ((int)(sizeof(families) / sizeof(families[0])))
 
@@ -659,6 +662,33 @@ START_TEST(daemon_serves_the_family)
 }
 END_TEST
 
+/* The cuda backend (on the host harness, $BITNETD_CUDA_HOST) does not compute these graphs:
+ * it refuses each file at start, naming what it lacks, instead of serving another graph's
+ * tokens. timeout(1) ends a daemon that would serve (status 124). */
+START_TEST(cuda_backend_refuses_the_family)
+{
+	const char *bin = getenv("BITNETD_CUDA_HOST");
+	if (!bin || !*bin) {
+		printf("SKIP: no cuda daemon on the host harness (BITNETD_CUDA_HOST is not set)\n");
+		return;
+	}
+	char path[512], sock[512];
+	family_path(&families[_i], -1, path, sizeof(path));
+	snprintf(sock, sizeof(sock), "%s/cuda.sock", work);
+	const char *argv[] = { "/usr/bin/timeout", "60", bin, "--backend", "cuda", "--model", path,
+			       "--socket", sock, "--cache-dir", "none", NULL };
+	struct tu_run *r = malloc(sizeof(*r));
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(tu_run(argv, NULL, 0, r), 0);
+	ck_assert_msg(r->status == 3, "%s: status %d, log: %s", families[_i].name, r->status, r->err);
+	ck_assert_msg(strstr(r->err, "the cuda backend does not run this model's graph") &&
+			      strstr(r->err, families[_i].cuda_missing),
+		      "%s: no reason, or not \"%s\": %s", families[_i].name,
+		      families[_i].cuda_missing, r->err);
+	free(r);
+}
+END_TEST
+
 int main(void)
 {
 	setup();
@@ -672,6 +702,7 @@ int main(void)
 	TCase *dt = tcase_create("daemon");
 	tcase_set_timeout(dt, 300);
 	tcase_add_loop_test(dt, daemon_serves_the_family, 0, N_FAMILIES);
+	tcase_add_loop_test(dt, cuda_backend_refuses_the_family, 0, N_FAMILIES);
 	suite_add_tcase(s, dt);
 	int rc = tu_run_suite(s);
 	tu_remove_dir(work);
