@@ -345,6 +345,12 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS) $(JANSSON_LIBS) $(TEST_EXTRA_LIBS)
 
+# The graph suites share tests/forward_testutil.c (after the archives in the link line, so they
+# are named again after it).
+FORWARD_SUITES := $(BUILD)/tests/test_families $(BUILD)/tests/test_backbones
+$(FORWARD_SUITES): $(BUILD)/tests/forward_testutil.o
+$(FORWARD_SUITES): TEST_EXTRA_LIBS := $(LIB_A) $(CORE_A)
+
 # The cuda suites share tests/cuda_testutil.c: on a GPU (CUDA=1) linked here, on the harness in
 # the _host rule below; a build without CUDA compiles them to a SKIP and needs none of it.
 # It comes after the archives in the link line, so they are named again after it.

@@ -27,6 +27,7 @@
  * Costs (2-vCPU VM, other builds running): about 25 s plain, 90 s under AddressSanitizer.
  */
 #include "testutil.h"
+#include "forward_testutil.h"
 #include "../daemon/model/forward.h"
 #include "../daemon/model/model.h"
 #include "bitnet_client.h"
@@ -87,20 +88,6 @@ static void family_path(const struct family *f, int twin, char *out, size_t cap)
 		snprintf(out, cap, "%s/%s-twin%d.gguf", work, f->name, twin);
 }
 
-static void write_model(const char *preset, const char *path, const char *const *extra)
-{
-	char cmd[1024];
-	int at = snprintf(cmd, sizeof(cmd), "%s write --preset %s --out %s",
-			  getenv("BITNET_MODEL_TOOL"), preset, path);
-	for (int i = 0; extra && extra[i]; i++)
-		at += snprintf(cmd + at, sizeof(cmd) - (size_t)at, " %s", extra[i]);
-	snprintf(cmd + at, sizeof(cmd) - (size_t)at, " >/dev/null");
-	if (system(cmd) != 0) {
-		fprintf(stderr, "failed: %s\n", cmd);
-		exit(EXIT_FAILURE);
-	}
-}
-
 static void setup(void)
 {
 	tu_models_dir(work);
@@ -108,10 +95,10 @@ static void setup(void)
 		const struct family *f = &families[i];
 		char path[512];
 		family_path(f, -1, path, sizeof(path));
-		write_model(f->preset, path, f->args);
+		ftu_write_model(f->preset, path, f->args);
 		for (int t = 0; t < 4 && f->twins[t][0]; t++) {
 			family_path(f, t, path, sizeof(path));
-			write_model(f->preset, path, f->twins[t]);
+			ftu_write_model(f->preset, path, f->twins[t]);
 		}
 	}
 }
@@ -120,55 +107,22 @@ static void setup(void)
 /* In process                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-struct run {
-	struct bn_model m;
-	struct bn_pool *pool;
-	struct bn_forward *fwd;
-};
-
-static void run_open(struct run *r, const char *path)
-{
-	char err[BN_MODEL_ERR_LEN];
-	ck_assert_msg(bn_model_load(&r->m, path, err) == 0, "%s", err);
-	r->pool = bn_pool_new(2);
-	ck_assert_ptr_nonnull(r->pool);
-	r->fwd = bn_forward_new(&r->m, 1, r->pool, bn_kernels_select(NULL));
-	ck_assert_ptr_nonnull(r->fwd);
-	ck_assert_int_eq(bn_forward_kv_init_simple(r->fwd, 64), 0);
-}
-
-static void run_close(struct run *r)
-{
-	bn_forward_free(r->fwd);
-	bn_pool_free(r->pool);
-	bn_model_free(&r->m);
-}
-
-static int step(struct run *r, const uint32_t *tokens, uint32_t n, uint32_t pos, float *logits,
-		int all)
-{
-	uint32_t seq = 0;
-	struct bn_batch b = { .n_rows = 1, .width = n, .tokens = tokens, .lens = &n, .pos = &pos,
-			      .seq = &seq };
-	return bn_forward_run(r->fwd, &b, logits, all);
-}
-
 /* The prompt's logits at every position, then greedy decoding. logits: [(n + steps) x V]. */
 static void greedy(const char *path, const uint32_t *prompt, uint32_t n, uint32_t steps,
 		   float *logits, uint32_t *ids)
 {
-	struct run r;
-	run_open(&r, path);
+	struct ftu_run r;
+	ftu_open(&r, path);
 	uint32_t V = r.m.cfg.n_vocab;
-	ck_assert_int_eq(step(&r, prompt, n, 0, logits, 1), 0);
+	ck_assert_int_eq(ftu_step(&r, prompt, n, 0, logits, 1), 0);
 	uint32_t tok = bn_argmax(logits + (size_t)(n - 1) * V, V);
 	for (uint32_t i = 0; i < steps; i++) {
 		ids[i] = tok;
 		float *row = logits + (size_t)(n + i) * V;
-		ck_assert_int_eq(step(&r, &tok, 1, n + i, row, 0), 0);
+		ck_assert_int_eq(ftu_step(&r, &tok, 1, n + i, row, 0), 0);
 		tok = bn_argmax(row, V);
 	}
-	run_close(&r);
+	ftu_close(&r);
 }
 
 static void prompt_ids(uint32_t *out)
@@ -415,8 +369,8 @@ START_TEST(forward_matches_float_reference)
 	const struct family *f = &families[_i];
 	char path[512];
 	family_path(f, -1, path, sizeof(path));
-	struct run r;
-	run_open(&r, path);
+	struct ftu_run r;
+	ftu_open(&r, path);
 	const struct bn_model_config *c = &r.m.cfg;
 	uint32_t V = c->n_vocab, n = TU_SANITIZED ? 6 : PROMPT, prompt[PROMPT];
 	prompt_ids(prompt);
@@ -427,12 +381,12 @@ START_TEST(forward_matches_float_reference)
 	double *want = malloc(V * sizeof(double));
 	float *whole = malloc((size_t)n * V * sizeof(float)), *got = malloc(V * sizeof(float));
 	ck_assert(ref.kc && ref.vc && want && whole && got);
-	ck_assert_int_eq(step(&r, prompt, n, 0, whole, 1), 0); /* the prompt whole */
+	ck_assert_int_eq(ftu_step(&r, prompt, n, 0, whole, 1), 0); /* the prompt whole */
 	ck_assert_int_eq(bn_forward_seq_reset(r.fwd, 0), 0);
 	double worst = 0.0;
 	uint32_t boundary = 0;
 	for (uint32_t p = 0; p < n; p++) {
-		ck_assert_int_eq(step(&r, &prompt[p], 1, p, got, 0), 0); /* and stepwise */
+		ck_assert_int_eq(ftu_step(&r, &prompt[p], 1, p, got, 0), 0); /* and stepwise */
 		ref.near = 0;
 		ref_step(&ref, prompt[p], want, NULL);
 		double tol = ref.near ? BOUNDARY_TOLERANCE : REL_TOLERANCE, top = 0.0;
@@ -454,7 +408,7 @@ START_TEST(forward_matches_float_reference)
 	       "boundary\n", f->name, worst, boundary, n);
 	ck_assert_uint_le(boundary, n / 3);
 	free(ref.kc), free(ref.vc), free(want), free(whole), free(got);
-	run_close(&r);
+	ftu_close(&r);
 }
 END_TEST
 
@@ -467,8 +421,8 @@ START_TEST(loaded_as_published)
 	const struct family *f = &families[_i];
 	char path[512];
 	family_path(f, -1, path, sizeof(path));
-	struct run r;
-	run_open(&r, path);
+	struct ftu_run r;
+	ftu_open(&r, path);
 	const struct bn_model *m = &r.m;
 	const struct bn_model_config *c = &m->cfg;
 	int gemma = c->arch == BN_ARCH_GEMMA3, embedding = !strncmp(f->preset, "bitnet-emb", 10);
@@ -499,7 +453,7 @@ START_TEST(loaded_as_published)
 		ck_assert_int_eq(m->output.kind, BN_LINEAR_DECODE);
 		ck_assert_uint_eq(m->output.src->type, BN_TYPE_Q4_0);
 	}
-	run_close(&r);
+	ftu_close(&r);
 }
 END_TEST
 
@@ -541,8 +495,8 @@ static uint32_t reply_text(const struct bn_vocab *v, const char *path, const uin
  * reference's quantizer inputs lay at a rounding boundary. */
 static int reference_embedding(const char *path, const uint32_t *ids, uint32_t n, double *want)
 {
-	struct run r;
-	run_open(&r, path);
+	struct ftu_run r;
+	ftu_open(&r, path);
 	const struct bn_model_config *c = &r.m.cfg;
 	struct fref ref = { .m = &r.m, .c = c, .max_len = n };
 	size_t kv = (size_t)c->n_layer * n * c->n_head_kv * c->head_dim;
@@ -557,7 +511,7 @@ static int reference_embedding(const char *path, const uint32_t *ids, uint32_t n
 	for (uint32_t i = 0; i < c->n_embd; i++)
 		want[i] /= sqrt(norm);
 	free(ref.kc), free(ref.vc), free(logits);
-	run_close(&r);
+	ftu_close(&r);
 	return ref.near != 0;
 }
 

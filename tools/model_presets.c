@@ -28,6 +28,7 @@
 
 #include "gguf_write.h"
 #include "hf_vocab.h"
+#include "model_vocab.h"
 #include "quant.h"
 
 #include <errno.h>
@@ -623,28 +624,10 @@ int spm_family_add_keys(struct bn_gguf_writer *w, const struct spm_family *f, ui
 		tok[i] = s;
 		score[i] = i < f->byte_at + 256 ? 0.0f : -(float)i;
 	}
+	const struct spm_ids ids = { .bos = f->bos, .eos = f->eos, .unk = f->unk, .pad = f->pad,
+				     .eot = f->eot };
 	if (!rc)
-		rc = bn_gguf_add_str(w, "tokenizer.ggml.model", "llama");
-	if (!rc)
-		rc = bn_gguf_add_str(w, "tokenizer.ggml.pre", "default");
-	if (!rc)
-		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", tok, n);
-	if (!rc)
-		rc = bn_gguf_add_arr_f32(w, "tokenizer.ggml.scores", score, n);
-	if (!rc)
-		rc = bn_gguf_add_arr_i32(w, "tokenizer.ggml.token_type", type, n);
-	if (!rc)
-		rc = bn_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix", 0);
-	const struct { const char *key; uint32_t id; } ids[] = {
-		{ "tokenizer.ggml.bos_token_id", f->bos }, { "tokenizer.ggml.eos_token_id", f->eos },
-		{ "tokenizer.ggml.unknown_token_id", f->unk },
-		{ "tokenizer.ggml.padding_token_id", f->pad },
-		{ "tokenizer.ggml.eot_token_id", f->eot },
-	};
-	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]) && !rc; i++)
-		rc = bn_gguf_add_u32(w, ids[i].key, ids[i].id);
-	if (!rc && f->chat_template)
-		rc = bn_gguf_add_str(w, "tokenizer.chat_template", f->chat_template);
+		rc = model_add_spm_keys(w, tok, score, type, n, &ids, f->chat_template);
 	free(arena);
 	free(tok);
 	free(score);

@@ -204,6 +204,34 @@ static int byte_token(const char *t)
 	return strlen(t) == 6 && !strncmp(t, "<0x", 3) && t[5] == '>';
 }
 
+int model_add_spm_keys(struct bn_gguf_writer *w, const char *const *tokens, const float *score,
+		       const int32_t *type, uint32_t n, const struct spm_ids *ids,
+		       const char *chat_template)
+{
+	int rc = bn_gguf_add_str(w, "tokenizer.ggml.model", "llama");
+	if (!rc)
+		rc = bn_gguf_add_str(w, "tokenizer.ggml.pre", "default");
+	if (!rc)
+		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", tokens, n);
+	if (!rc)
+		rc = bn_gguf_add_arr_f32(w, "tokenizer.ggml.scores", score, n);
+	if (!rc)
+		rc = bn_gguf_add_arr_i32(w, "tokenizer.ggml.token_type", type, n);
+	if (!rc)
+		rc = bn_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+	const struct { const char *key; uint32_t id; } keys[] = {
+		{ "tokenizer.ggml.bos_token_id", ids->bos }, { "tokenizer.ggml.eos_token_id", ids->eos },
+		{ "tokenizer.ggml.unknown_token_id", ids->unk },
+		{ "tokenizer.ggml.padding_token_id", ids->pad },
+		{ "tokenizer.ggml.eot_token_id", ids->eot },
+	};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !rc; i++)
+		rc = bn_gguf_add_u32(w, keys[i].key, keys[i].id);
+	if (!rc && chat_template)
+		rc = bn_gguf_add_str(w, "tokenizer.chat_template", chat_template);
+	return rc;
+}
+
 int model_add_spm_from_hf(struct bn_gguf_writer *w, const struct hf_vocab *hf,
 			  const struct spm_ids *ids, const char *chat_template)
 {
@@ -242,27 +270,9 @@ int model_add_spm_from_hf(struct bn_gguf_writer *w, const struct hf_vocab *hf,
 			score[id] = -(float)r;
 		}
 	}
-	rc = seen ? bn_gguf_add_str(w, "tokenizer.ggml.model", "llama") : -ENOMEM;
-	if (!rc)
-		rc = bn_gguf_add_str(w, "tokenizer.ggml.pre", "default");
-	if (!rc)
-		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)hf->tokens, n);
-	if (!rc)
-		rc = bn_gguf_add_arr_f32(w, "tokenizer.ggml.scores", score, n);
-	if (!rc)
-		rc = bn_gguf_add_arr_i32(w, "tokenizer.ggml.token_type", type, n);
-	if (!rc)
-		rc = bn_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix", 0);
-	const struct { const char *key; uint32_t id; } keys[] = {
-		{ "tokenizer.ggml.bos_token_id", ids->bos }, { "tokenizer.ggml.eos_token_id", ids->eos },
-		{ "tokenizer.ggml.unknown_token_id", ids->unk },
-		{ "tokenizer.ggml.padding_token_id", ids->pad },
-		{ "tokenizer.ggml.eot_token_id", ids->eot },
-	};
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !rc; i++)
-		rc = bn_gguf_add_u32(w, keys[i].key, keys[i].id);
-	if (!rc && chat_template)
-		rc = bn_gguf_add_str(w, "tokenizer.chat_template", chat_template);
+	rc = seen ? model_add_spm_keys(w, (const char *const *)hf->tokens, score, type, n, ids,
+				       chat_template)
+		  : -ENOMEM;
 	free(seen);
 	free(m.slot);
 	free(score);
