@@ -183,7 +183,7 @@ CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c libclient/embed.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c tools/cli_embed.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
-MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
+MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/model_rng.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
 	tools/model_pull.c tools/pull_progress.c
 # Models by name (hub/): the Hugging Face Hub client bitnetd and bitnet-model share.
 HUB_SRCS    := $(wildcard hub/*.c)

@@ -19,6 +19,7 @@
 #include "hf_vocab.h"
 #include "model_presets.h"
 #include "model_pull.h"
+#include "model_rng.h"
 #include "model_vocab.h"
 #include "quant.h"
 
@@ -154,55 +155,6 @@ static int find_type(const struct type_opt *t, size_t n, const char *name, uint3
 			return 0;
 		}
 	return -1;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Deterministic values: one splitmix64 stream per tensor, seeded by (seed, name)             */
-/* ------------------------------------------------------------------------------------------ */
-
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* FNV-1a of the name, mixed with the seed: the stream depends on the tensor, not the order. */
-static struct rng rng_for(uint64_t seed, const char *name)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-		h = (h ^ *p) * 0x100000001b3ull;
-	struct rng r = { seed ^ h };
-	r.s = rng_next(&r);
-	return r;
-}
-
-/* Weights in {-1, 0, +1}, uniform. Each 64-bit draw is read as a fraction in [0, 1) and
- * multiplied by 3 eight times, the integer part giving one trit each time: 8 trits use 13 of
- * the 64 bits, so the bias is below 2^-50, and 2 G weights take a few seconds. */
-static void rng_trits(struct rng *r, int8_t *w, uint64_t n)
-{
-	uint64_t i = 0;
-	while (i < n) {
-		uint64_t x = rng_next(r);
-		for (int k = 0; k < 8 && i < n; k++, i++) {
-			unsigned __int128 p = (unsigned __int128)x * 3;
-			w[i] = (int8_t)((int)(p >> 64) - 1);
-			x = (uint64_t)p;
-		}
-	}
-}
-
-/* Uniform in [-1, 1): a multiple of 2^-23, so exact in float. */
-static float rng_sym(struct rng *r)
-{
-	return (float)(rng_next(r) >> 40) * 0x1p-23f - 1.0f;
 }
 
 /* ------------------------------------------------------------------------------------------ */

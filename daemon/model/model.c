@@ -466,13 +466,6 @@ int bn_model_is_ternary(const struct bn_model *m)
 	return 0;
 }
 
-void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS])
-{
-	const struct bn_linear *all[BN_LAYER_LINEARS] = { &L->wq, &L->wk, &L->wv, &L->wo,
-							  &L->w_gate, &L->w_up, &L->w_down };
-	memcpy(out, all, sizeof(all));
-}
-
 /* Embedding rows up to this size are read into the stack; longer ones into the heap. */
 #define EMBED_STACK_ROW 16384
 

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -82,4 +83,13 @@ void bn_ld_drop_pages(const struct bn_gguf_tensor *t)
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	bn_ld_drop_range(((uintptr_t)t->data + page - 1) & ~(page - 1),
 			 ((uintptr_t)t->data + t->size) & ~(page - 1));
+}
+
+/* Here, not in model.c: model.c and model_repack.c both walk a layer's matrices, and model.c
+ * calls model_repack.c (no circle between them). */
+void bn_layer_linears(const struct bn_layer *L, const struct bn_linear *out[BN_LAYER_LINEARS])
+{
+	const struct bn_linear *all[BN_LAYER_LINEARS] = { &L->wq, &L->wk, &L->wv, &L->wo,
+							  &L->w_gate, &L->w_up, &L->w_down };
+	memcpy(out, all, sizeof(all));
 }
