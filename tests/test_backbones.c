@@ -24,7 +24,7 @@
  *    models (their files name last-token pooling) embed instead, the vector of a text the
  *    float reference's last final-norm output over its L2 norm, and refuse to generate;
  *  - the cuda backend (the host harness's daemon) refuses each at start, naming what it lacks.
- * Costs (2-vCPU VM, other builds running): about 25 s plain, 90 s under AddressSanitizer.
+ * Costs (2-vCPU VM, other builds running): about 12 s plain, 15 s under AddressSanitizer.
  */
 #include "testutil.h"
 #include "forward_testutil.h"
