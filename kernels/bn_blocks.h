@@ -23,6 +23,7 @@
 enum bn_tensor_type {
 	BN_TYPE_F32 = 0,
 	BN_TYPE_F16 = 1,
+	BN_TYPE_Q4_0 = 2,
 	BN_TYPE_Q8_0 = 8,
 	BN_TYPE_Q6_K = 14,
 	BN_TYPE_BF16 = 30,
@@ -33,6 +34,7 @@ enum bn_tensor_type {
 
 #define BN_QK_K 256 /* weights per super-block: Q6_K, TQ1_0, TQ2_0 */
 #define BN_QK8_0 32 /* weights per Q8_0 block */
+#define BN_QK4_0 32 /* weights per Q4_0 block */
 #define BN_QK_I2_S 128 /* weights per I2_S block */
 
 /* Q8_0: 32 int8 weights times one half scale. */
@@ -41,6 +43,15 @@ struct bn_block_q8_0 {
 	int8_t qs[BN_QK8_0];
 };
 BN_STATIC_ASSERT(sizeof(struct bn_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+
+/* Q4_0: 32 weights of 4 bits times one half scale; byte j holds weight j in its low nibble and
+ * weight j + 16 in its high nibble, each as q + 8 (weight q * d, q in [-8, 7]). Ternary-Bonsai's
+ * community TQ1_0/TQ2_0 repacks store their embedding and LM head so. */
+struct bn_block_q4_0 {
+	uint16_t d;        /* half: scale */
+	uint8_t qs[BN_QK4_0 / 2];
+};
+BN_STATIC_ASSERT(sizeof(struct bn_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 
 /* Q6_K: 256 weights of 6 bits (4 low bits in ql, 2 high in qh) minus 32, 16 int8 sub-scales
  * of 16 weights each, one half super-scale. Decoding order: see bn_dequant_q6_k. */

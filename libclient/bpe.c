@@ -27,6 +27,11 @@
 static const char llama3_pattern[] =
 	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
 	" ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen2's and Qwen3's (their tokenizer.json's Split, llama.cpp's "qwen2"): LLaMA-3's with each
+ * digit a word of its own. */
+static const char qwen2_pattern[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+	" ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char gpt2_pattern[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 /* Falcon3's and Falcon-E's, which bitnet.cpp's llama.cpp splits in three passes, as Hugging
@@ -283,6 +288,7 @@ static const char *split_pattern(uint32_t pre)
 {
 	switch (pre) {
 	case BN_PRE_GPT2: return gpt2_pattern;
+	case BN_PRE_QWEN2: return qwen2_pattern;
 	case BN_PRE_FALCON3:
 	case BN_PRE_FALCON_E: return falcon_pattern;
 	default: return llama3_pattern;

@@ -24,6 +24,10 @@
  *          '<|system|>\n' or '<|user|>\n' + m.content + '\n', assistant turns
  *          '<|assistant|>\n' + m.content + eos_token, then '\n' unless it is the last
  *          message; other roles give nothing; then '<|assistant|>\n'
+ *  gemma   Gemma 3: bos_token; a first system message kept aside; the others must alternate
+ *          user, assistant, ... starting with a user; each gives '<start_of_turn>' + role
+ *          ('model' for the assistant) + '\n', the system content + '\n\n' before the
+ *          first one's, trim(content), '<end_of_turn>\n'; then '<start_of_turn>model\n'
  *
  * The render is tokenized as one text (so BPE sees the same runs a whole-text encoding sees),
  * with special tokens matched only outside the spans that came from the caller: a message
@@ -43,7 +47,7 @@
 static const char *const template_names[] = {
 	[BN_CHAT_NONE] = "none",     [BN_CHAT_UNKNOWN] = "unknown", [BN_CHAT_BITNET] = "bitnet",
 	[BN_CHAT_LLAMA3] = "llama3", [BN_CHAT_CHATML] = "chatml",   [BN_CHAT_LLAMA2] = "llama2",
-	[BN_CHAT_FALCON3] = "falcon3",
+	[BN_CHAT_FALCON3] = "falcon3", [BN_CHAT_GEMMA] = "gemma",
 };
 
 const char *bn_chat_template_name(uint32_t tmpl)
@@ -54,7 +58,7 @@ const char *bn_chat_template_name(uint32_t tmpl)
 
 int bn_chat_template_from_name(const char *name)
 {
-	for (uint32_t t = BN_CHAT_BITNET; name && t <= BN_CHAT_FALCON3; t++)
+	for (uint32_t t = BN_CHAT_BITNET; name && t <= BN_CHAT_GEMMA; t++)
 		if (strcmp(name, template_names[t]) == 0)
 			return (int)t;
 	return -1;
@@ -322,6 +326,37 @@ static int render_falcon3(struct render *r, const struct bn_vocab *v,
 	return 0;
 }
 
+static int render_gemma(struct render *r, const struct bn_vocab *v,
+			const struct bn_chat_message *m, size_t n)
+{
+	const char *system = NULL;
+	if (strcmp(m[0].role, "system") == 0) {
+		system = m[0].content;
+		m++;
+		n--;
+	}
+	put_token_text(r, v, v->bos_id);
+	for (size_t i = 0; i < n; i++) {
+		int user = strcmp(m[i].role, "user") == 0;
+		if (user != (i % 2 == 0))
+			return -BN_E_INVALID; /* the template's raise_exception: roles must alternate */
+		put_template(r, "<start_of_turn>");
+		if (strcmp(m[i].role, "assistant") == 0)
+			put_template(r, "model");
+		else
+			put(r, m[i].role, strlen(m[i].role), 1);
+		put_template(r, "\n");
+		if (i == 0 && system) {
+			put(r, system, strlen(system), 1);
+			put_template(r, "\n\n");
+		}
+		put_trimmed(r, m[i].content);
+		put_template(r, "<end_of_turn>\n");
+	}
+	put_template(r, "<start_of_turn>model\n");
+	return 0;
+}
+
 static int role_ok(const char *role)
 {
 	size_t n = role ? strlen(role) : 0;
@@ -354,6 +389,7 @@ static int render(const struct bn_vocab *v, uint32_t tmpl, const struct bn_chat_
 	case BN_CHAT_CHATML: rc = render_chatml(r, v, m, n); break;
 	case BN_CHAT_LLAMA2: rc = render_llama2(r, v, m, n); break;
 	case BN_CHAT_FALCON3: rc = render_falcon3(r, v, m, n); break;
+	case BN_CHAT_GEMMA: rc = render_gemma(r, v, m, n); break;
 	default: return -BN_E_INVALID; /* none, or one bitnetd does not know: the caller picks */
 	}
 	if (rc == 0 && r->failed)

@@ -117,8 +117,10 @@ int bn_detokenize_ex(const struct bn_vocab *v, const uint32_t *ids, uint32_t n, 
 			return -BN_E_TOKEN;
 		}
 	/* Room for the NUL is kept out of what put() may fill. */
+	/* a vocabulary without the dummy prefix has no space of its own to drop */
 	struct writer w = { .buf = buf, .cap = cap ? cap - 1 : 0,
-			    .strip = !!(flags & BN_DETOK_STRIP_SPACE) };
+			    .strip = (flags & BN_DETOK_STRIP_SPACE) &&
+				     v->pre_tokenizer != BN_PRE_NO_PREFIX };
 	for (uint32_t i = 0; i < n; i++)
 		put_token(&w, v, ids[i], flags);
 	if (cap)

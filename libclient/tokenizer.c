@@ -104,7 +104,8 @@ const char *bn_vocab_token_text(const struct bn_vocab *v, uint32_t id, size_t *l
 
 static const char *const pre_names[] = {
 	[BN_PRE_NONE] = "none",		[BN_PRE_LLAMA3] = "llama-bpe", [BN_PRE_GPT2] = "gpt2",
-	[BN_PRE_FALCON3] = "falcon3", [BN_PRE_FALCON_E] = "falcon_e",
+	[BN_PRE_FALCON3] = "falcon3", [BN_PRE_FALCON_E] = "falcon_e", [BN_PRE_QWEN2] = "qwen2",
+	[BN_PRE_NO_PREFIX] = "no-prefix",
 };
 
 const char *bn_pre_tokenizer_name(uint32_t pre)
@@ -119,7 +120,7 @@ int bn_pre_tokenizer_from_name(const char *name)
 		{ "llama-bpe", BN_PRE_LLAMA3 }, { "llama3", BN_PRE_LLAMA3 },
 		{ "llama-v3", BN_PRE_LLAMA3 },  { "gpt2", BN_PRE_GPT2 },
 		{ "gpt-2", BN_PRE_GPT2 },	{ "falcon3", BN_PRE_FALCON3 },
-		{ "falcon_e", BN_PRE_FALCON_E },
+		{ "falcon_e", BN_PRE_FALCON_E }, { "qwen2", BN_PRE_QWEN2 },
 	};
 	for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcmp(name, names[i].name) == 0)
@@ -302,9 +303,10 @@ static int parse_ext(struct bn_vocab *v, const uint8_t *p, size_t left)
 	int bpe = v->kind == BN_VOCAB_BPE;
 	uint64_t want = (uint64_t)x.n_merges * sizeof(struct bn_vocab_merge) + 4 * (uint64_t)x.n_eog;
 	if (x.magic != BN_VOCAB_EXT_MAGIC || want != left ||
-	    (bpe ? x.pre_tokenizer < BN_PRE_LLAMA3 || x.pre_tokenizer > BN_PRE_FALCON_E
-		 : x.pre_tokenizer != BN_PRE_NONE || x.n_merges != 0) ||
-	    x.chat_template > BN_CHAT_FALCON3)
+	    (bpe ? x.pre_tokenizer < BN_PRE_LLAMA3 || x.pre_tokenizer > BN_PRE_QWEN2
+		 : (x.pre_tokenizer != BN_PRE_NONE && x.pre_tokenizer != BN_PRE_NO_PREFIX) ||
+			   x.n_merges != 0) ||
+	    x.chat_template > BN_CHAT_GEMMA)
 		return -BN_E_PROTOCOL;
 	v->pre_tokenizer = x.pre_tokenizer;
 	v->chat_template = x.chat_template;
@@ -449,8 +451,10 @@ static uint32_t char_len(const uint8_t *p, size_t n)
 }
 
 /* "▁" + text with every ' ' replaced by "▁" (SentencePiece's add_dummy_prefix and
- * whitespace escaping; llama.cpp does the same, without SentencePiece's whitespace folding). */
-static char *normalize(const char *text, size_t len, size_t *out_len)
+ * whitespace escaping; llama.cpp does the same, without SentencePiece's whitespace folding).
+ * Without the first "▁" for a vocabulary without the dummy prefix (BN_PRE_NO_PREFIX: Gemma
+ * 3's add_space_prefix false). */
+static char *normalize(const char *text, size_t len, int prefix, size_t *out_len)
 {
 	if (len > (SIZE_MAX - SPACE_MARK_LEN) / SPACE_MARK_LEN)
 		return NULL;
@@ -458,8 +462,10 @@ static char *normalize(const char *text, size_t len, size_t *out_len)
 	if (!buf)
 		return NULL;
 	size_t n = 0;
-	memcpy(buf, SPACE_MARK, SPACE_MARK_LEN);
-	n += SPACE_MARK_LEN;
+	if (prefix) {
+		memcpy(buf, SPACE_MARK, SPACE_MARK_LEN);
+		n += SPACE_MARK_LEN;
+	}
 	for (size_t i = 0; i < len; i++) {
 		if (text[i] == ' ') {
 			memcpy(buf + n, SPACE_MARK, SPACE_MARK_LEN);
@@ -543,7 +549,7 @@ int spm_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t 
 {
 	struct encoder e = { .v = v };
 	size_t norm_len;
-	char *norm = normalize(text, len, &norm_len);
+	char *norm = normalize(text, len, v->pre_tokenizer != BN_PRE_NO_PREFIX, &norm_len);
 	int rc = norm ? 0 : -ENOMEM;
 	e.text = norm;
 	if (rc == 0)

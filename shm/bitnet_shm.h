@@ -134,6 +134,9 @@ enum bn_pre_tokenizer {
 	BN_PRE_GPT2 = 2,     /* "gpt2": GPT-2's split pattern */
 	BN_PRE_FALCON3 = 3,  /* "falcon3": punctuation runs, GPT-2's pattern, digits alone */
 	BN_PRE_FALCON_E = 4, /* "falcon_e": Falcon-E's, the same split as falcon3 */
+	BN_PRE_QWEN2 = 5,    /* "qwen2": Qwen2's and Qwen3's, LLaMA-3's with digits alone */
+	BN_PRE_NO_PREFIX = 6, /* an SPM vocabulary without SentencePiece's dummy space prefix
+			       * (tokenizer.ggml.add_space_prefix false: Gemma 3's) */
 };
 enum bn_chat_template {
 	BN_CHAT_NONE = 0,    /* the file has no tokenizer.chat_template and none was chosen */
@@ -143,6 +146,7 @@ enum bn_chat_template {
 	BN_CHAT_CHATML = 4,  /* <|im_start|>role\ntext<|im_end|>\n */
 	BN_CHAT_LLAMA2 = 5,  /* <s>[INST] <<SYS>>...<</SYS>> text [/INST] */
 	BN_CHAT_FALCON3 = 6, /* <|user|>\ntext\n ... <|assistant|>\ntext<|endoftext|>\n */
+	BN_CHAT_GEMMA = 7,   /* <start_of_turn>user\ntext<end_of_turn>\n<start_of_turn>model\n */
 };
 /* bn_vocab_ext.flags: how the daemon chose (for reports such as bitnet-cli info). */
 #define BN_VOCAB_PRE_DETECTED   (1U << 0) /* tokenizer.ggml.pre absent: known by content */

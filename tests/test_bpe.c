@@ -811,7 +811,7 @@ static const struct {
 	  "t.gguf: tokenizer.ggml.merges[0] \"b \" is not two tokens" },
 	{ { .pre = "falcon", .eot = NONE, .eom = NONE, .byte = -1 },
 	  "t.gguf: tokenizer.ggml.pre \"falcon\" is not a pre-tokenizer bitnetd knows "
-	  "(llama-bpe, gpt2, falcon3, falcon_e); choose one with --pre-tokenizer" },
+	  "(llama-bpe, gpt2, falcon3, falcon_e, qwen2); choose one with --pre-tokenizer" },
 	{ { .pre = "llama-bpe", .eot = NONE, .eom = NONE, .byte = 'A', .byte_text = "AA" },
 	  "t.gguf: the gpt2 vocabulary has no token for byte 0x41 (a normal, user-defined or undefined token whose text is its character)" },
 	{ { .pre = "llama-bpe", .eot = NONE, .eom = NONE, .byte = 0x0a, .byte_text = "\n" },
@@ -819,7 +819,7 @@ static const struct {
 	{ { .pre = NULL, .eot = NONE, .eom = NONE, .byte = -1 },
 	  "t.gguf: tokenizer.ggml.pre is missing and the gpt2 vocabulary is not one bitnetd "
 	  "recognises; name its pre-tokenizer with --pre-tokenizer (llama-bpe, gpt2, falcon3, "
-	  "falcon_e)" },
+	  "falcon_e, qwen2)" },
 };
 
 START_TEST(builder_refuses)
@@ -925,7 +925,10 @@ START_TEST(names)
 	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_GPT2), "gpt2");
 	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_FALCON3), "falcon3");
 	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_FALCON_E), "falcon_e");
-	ck_assert_str_eq(bn_pre_tokenizer_name(5), "unknown");
+	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_QWEN2), "qwen2");
+	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_NO_PREFIX), "no-prefix");
+	ck_assert_str_eq(bn_pre_tokenizer_name(7), "unknown");
+	ck_assert_int_eq(bn_pre_tokenizer_from_name("qwen2"), BN_PRE_QWEN2);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("llama-bpe"), BN_PRE_LLAMA3);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("llama3"), BN_PRE_LLAMA3);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("llama-v3"), BN_PRE_LLAMA3);
@@ -937,12 +940,12 @@ START_TEST(names)
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("GPT2"), -1);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name(NULL), -1);
 	static const char *const tmpl[] = { "none", "unknown", "bitnet", "llama3", "chatml",
-					    "llama2", "falcon3" };
-	for (uint32_t t = 0; t < 7; t++) {
+					    "llama2", "falcon3", "gemma" };
+	for (uint32_t t = 0; t < 8; t++) {
 		ck_assert_str_eq(bn_chat_template_name(t), tmpl[t]);
 		ck_assert_int_eq(bn_chat_template_from_name(tmpl[t]), t >= 2 ? (int)t : -1);
 	}
-	ck_assert_str_eq(bn_chat_template_name(7), "unknown");
+	ck_assert_str_eq(bn_chat_template_name(8), "unknown");
 	ck_assert_int_eq(bn_chat_template_from_name("zephyr"), -1);
 	ck_assert_int_eq(bn_chat_template_from_name(NULL), -1);
 }
@@ -1146,7 +1149,7 @@ START_TEST(chat_template_detection)
 	} cases[] = {
 		{ tmpl_placeholder, BN_CHAT_BITNET, 1 }, { tmpl_llama3, BN_CHAT_LLAMA3, 0 },
 		{ tmpl_chatml, BN_CHAT_CHATML, 0 },      { tmpl_bitnet, BN_CHAT_BITNET, 0 },
-		{ tmpl_llama2, BN_CHAT_LLAMA2, 0 },      { tmpl_gemma, BN_CHAT_UNKNOWN, 0 },
+		{ tmpl_llama2, BN_CHAT_LLAMA2, 0 },      { tmpl_gemma, BN_CHAT_GEMMA, 0 },
 		{ tmpl_falcon3, BN_CHAT_FALCON3, 0 },    { tmpl_tulu3, BN_CHAT_FALCON3, 0 },
 		{ tmpl_zephyr, BN_CHAT_UNKNOWN, 0 },     { tmpl_phi3, BN_CHAT_UNKNOWN, 0 },
 		{ "", BN_CHAT_NONE, 0 },
@@ -1188,7 +1191,7 @@ START_TEST(chat_template_in_payload)
 
 	f.chat_template = tmpl_gemma;
 	v = vocab_from(&f, NULL);
-	ck_assert_uint_eq(bn_vocab_chat_template(v), BN_CHAT_UNKNOWN);
+	ck_assert_uint_eq(bn_vocab_chat_template(v), BN_CHAT_GEMMA);
 	bn_vocab_free(v);
 
 	struct bn_vocab_options o = { .chat_template = "chatml" };
@@ -1283,16 +1286,19 @@ START_TEST(payload_extension_corruptions)
 		{ EOG(2), S_EOT },                  /* 275 276 275 */
 		{ EOG(2), N_TOKENS },               /* out of range */
 		{ X_PRE, BN_PRE_NONE },             /* a BPE vocabulary needs a split */
-		{ X_PRE, 5 },
-		{ X_CHAT, 7 },
+		{ X_PRE, BN_PRE_NO_PREFIX },        /* an SPM vocabulary's */
+		{ X_PRE, 7 },
+		{ X_CHAT, 8 },
 		{ X_CHAT, NONE },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ck_assert_msg(parse_patched(&b, bad[i].at, bad[i].value) == -BN_E_PROTOCOL,
 			      "case %zu (ext + %zu = %u) was accepted", i, bad[i].at, bad[i].value);
-	/* What may change: the template (up to 6), unknown flags, the reserved words, the
+	/* What may change: the template (up to 7), unknown flags, the reserved words, the
 	 * split. */
 	ck_assert_int_eq(parse_patched(&b, X_CHAT, BN_CHAT_FALCON3), 0);
+	ck_assert_int_eq(parse_patched(&b, X_CHAT, BN_CHAT_GEMMA), 0);
+	ck_assert_int_eq(parse_patched(&b, X_PRE, BN_PRE_QWEN2), 0);
 	ck_assert_int_eq(parse_patched(&b, X_FLAGS, 0xffffffe0u), 0);
 	ck_assert_int_eq(parse_patched(&b, X_RESERVED, 7), 0);
 	ck_assert_int_eq(parse_patched(&b, X_PRE, BN_PRE_GPT2), 0);
@@ -1561,6 +1567,13 @@ static const struct {
 	{ BN_CHAT_FALCON3,
 	  "<|system|>\n  Be brief.\n\n<|user|>\n\tHi there!  \n<|assistant|>\n Hello. "
 	  "<|end_of_text|>\n<|user|>\nWhat is 2+2?\n\n<|assistant|>\n" },
+	/* Gemma 3's tokenizer_config.json template rendered by Jinja2 so (bos_token
+	 * "<|begin_of_text|>"): the system content untrimmed before the first user turn's trimmed
+	 * one. (Qwen3's, likewise, renders this conversation as ChatML's above.) */
+	{ BN_CHAT_GEMMA,
+	  "<|begin_of_text|><start_of_turn>user\n  Be brief.\n\n\nHi there!<end_of_turn>\n"
+	  "<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nWhat is 2+2?"
+	  "<end_of_turn>\n<start_of_turn>model\n" },
 };
 
 START_TEST(chat_render_templates)
@@ -1612,7 +1625,7 @@ START_TEST(chat_render_default_template)
 			 -BN_E_INVALID);
 	ck_assert_int_eq(bn_chat_render(l, BN_CHAT_UNKNOWN, convo, N_CONVO, buf, sizeof(buf)),
 			 -BN_E_INVALID);
-	ck_assert_int_eq(bn_chat_render(l, 7, convo, N_CONVO, buf, sizeof(buf)), -BN_E_INVALID);
+	ck_assert_int_eq(bn_chat_render(l, 8, convo, N_CONVO, buf, sizeof(buf)), -BN_E_INVALID);
 	ck_assert_int_eq(bn_chat_render(l, BN_CHAT_CHATML, convo, 0, buf, sizeof(buf)),
 			 -BN_E_INVALID);
 	uint32_t ids[8];
@@ -1666,7 +1679,7 @@ END_TEST
 
 /* The ids of the conversation are those of its render with the template's special tokens
  * parsed, and exactly one BOS first: the tokenizer's (bitnet, chatml) or the template's own
- * (llama3; llama2 has one per user turn by design, two here), never both. */
+ * (llama3, gemma; llama2 has one per user turn by design, two here), never both. */
 START_TEST(chat_tokenize_one_bos)
 {
 	struct bn_vocab *l = llama_vocab();
@@ -1676,7 +1689,7 @@ START_TEST(chat_tokenize_one_bos)
 	int n = bn_chat_tokenize(l, tmpl, convo, N_CONVO, ids, 512);
 	ck_assert_int_gt(n, 2);
 	ck_assert_int_le(n, 512);
-	int template_bos = tmpl == BN_CHAT_LLAMA3 || tmpl == BN_CHAT_LLAMA2;
+	int template_bos = tmpl == BN_CHAT_LLAMA3 || tmpl == BN_CHAT_LLAMA2 || tmpl == BN_CHAT_GEMMA;
 	int m = bn_tokenize_ex(l, render, strlen(render),
 			       BN_TOK_PARSE_SPECIAL | (template_bos ? 0 : BN_TOK_ADD_BOS), want, 512);
 	assert_same_ids(bn_chat_template_name(tmpl), ids, n, want, m);

@@ -145,7 +145,8 @@ START_TEST(ternary_kernels_match_scalar)
 		bn_t2_pack(row, n_in, codes + (size_t)o * row_bytes);
 		scale[o] = 0.5f + (float)(rnd() % 1000) / 1000.0f;
 	}
-	struct bn_t2_matrix cw = { codes, scale, n_in, n_out, row_bytes };
+	struct bn_t2_matrix cw = { .codes = codes, .scale = scale, .n_in = n_in, .n_out = n_out,
+				   .row_bytes = row_bytes };
 	struct bn_cuda_t2 gw = { ctu_dev_copy(codes, (size_t)n_out * row_bytes),
 				 ctu_dev_copy(scale, n_out * 4), n_in, n_out, row_bytes };
 	const uint32_t toks[] = { 1, 5, 33, 100 };

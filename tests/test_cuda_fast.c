@@ -159,7 +159,8 @@ static void check_t2(uint32_t n_in, uint32_t n_out, int which, const uint32_t *t
 	static const uint32_t slices[] = { 1, 3, 0 };
 	struct t2_case c;
 	t2_case_make(&c, n_in, n_out);
-	struct bn_t2_matrix cw = { c.codes, c.scale, n_in, n_out, c.row_bytes };
+	struct bn_t2_matrix cw = { .codes = c.codes, .scale = c.scale, .n_in = n_in, .n_out = n_out,
+				   .row_bytes = c.row_bytes };
 	for (unsigned i = 0; i < n_toks; i++) {
 		uint32_t n = toks[i];
 		struct acts a;

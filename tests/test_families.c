@@ -24,6 +24,7 @@
  */
 #define _GNU_SOURCE /* memmem */
 #include "testutil.h"
+#include "forward_testutil.h"
 #include "../daemon/model/forward.h"
 #include "../daemon/model/model.h"
 #include "bitnet_client.h"
@@ -68,20 +69,6 @@ static void family_path(const struct family *f, const char *type, char *out, siz
 	snprintf(out, cap, "%s/%s-%s.gguf", work, f->preset, type ? type : "base");
 }
 
-static void write_model(const char *preset, const char *path, const char *const *extra)
-{
-	char cmd[1024];
-	int at = snprintf(cmd, sizeof(cmd), "%s write --preset %s --out %s",
-			  getenv("BITNET_MODEL_TOOL"), preset, path);
-	for (int i = 0; extra && extra[i]; i++)
-		at += snprintf(cmd + at, sizeof(cmd) - (size_t)at, " %s", extra[i]);
-	snprintf(cmd + at, sizeof(cmd) - (size_t)at, " >/dev/null");
-	if (system(cmd) != 0) {
-		fprintf(stderr, "failed: %s\n", cmd);
-		exit(EXIT_FAILURE);
-	}
-}
-
 static void setup(void)
 {
 	tu_models_dir(work);
@@ -89,14 +76,14 @@ static void setup(void)
 		const struct family *f = &families[i];
 		char path[512];
 		family_path(f, NULL, path, sizeof(path));
-		write_model(f->preset, path, NULL);
+		ftu_write_model(f->preset, path, NULL);
 		for (int t = 0; t < 4 && f->twins[t]; t++) {
 			family_path(f, f->twins[t], path, sizeof(path));
-			write_model(f->preset, path, (const char *const[]){ "--type", f->twins[t], NULL });
+			ftu_write_model(f->preset, path, (const char *const[]){ "--type", f->twins[t], NULL });
 		}
 		if (f->float_twin) {
 			family_path(f, f->float_twin, path, sizeof(path));
-			write_model(f->preset, path,
+			ftu_write_model(f->preset, path,
 				    (const char *const[]){ "--type", f->float_twin, NULL });
 		}
 	}
@@ -106,57 +93,24 @@ static void setup(void)
 /* In process                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-struct run {
-	struct bn_model m;
-	struct bn_pool *pool;
-	struct bn_forward *fwd;
-};
-
-static void run_open(struct run *r, const char *path)
-{
-	char err[BN_MODEL_ERR_LEN];
-	ck_assert_msg(bn_model_load(&r->m, path, err) == 0, "%s", err);
-	r->pool = bn_pool_new(2);
-	ck_assert_ptr_nonnull(r->pool);
-	r->fwd = bn_forward_new(&r->m, 1, r->pool, bn_kernels_select(NULL));
-	ck_assert_ptr_nonnull(r->fwd);
-	ck_assert_int_eq(bn_forward_kv_init_simple(r->fwd, 64), 0);
-}
-
-static void run_close(struct run *r)
-{
-	bn_forward_free(r->fwd);
-	bn_pool_free(r->pool);
-	bn_model_free(&r->m);
-}
-
-static int step(struct run *r, const uint32_t *tokens, uint32_t n, uint32_t pos, float *logits,
-		int all)
-{
-	uint32_t seq = 0;
-	struct bn_batch b = { .n_rows = 1, .width = n, .tokens = tokens, .lens = &n, .pos = &pos,
-			      .seq = &seq };
-	return bn_forward_run(r->fwd, &b, logits, all);
-}
-
 /* The prompt's logits at every position, then greedy decoding: the logits of each step and
  * the ids chosen. logits: [(PROMPT + STEPS) x V]. */
 static void greedy(const char *path, const uint32_t *prompt, uint32_t n_prompt, uint32_t steps,
 		   float *logits, uint32_t *ids)
 {
-	struct run r;
-	run_open(&r, path);
+	struct ftu_run r;
+	ftu_open(&r, path);
 	uint32_t V = r.m.cfg.n_vocab;
 	ck_assert_int_eq(bn_forward_seq_reset(r.fwd, 0), 0);
-	ck_assert_int_eq(step(&r, prompt, n_prompt, 0, logits, 1), 0);
+	ck_assert_int_eq(ftu_step(&r, prompt, n_prompt, 0, logits, 1), 0);
 	uint32_t tok = bn_argmax(logits + (size_t)(n_prompt - 1) * V, V);
 	for (uint32_t i = 0; i < steps; i++) {
 		ids[i] = tok;
 		float *row = logits + (size_t)(n_prompt + i) * V;
-		ck_assert_int_eq(step(&r, &tok, 1, n_prompt + i, row, 0), 0);
+		ck_assert_int_eq(ftu_step(&r, &tok, 1, n_prompt + i, row, 0), 0);
 		tok = bn_argmax(row, V);
 	}
-	run_close(&r);
+	ftu_close(&r);
 }
 
 static uint32_t vocab_of(const char *path)
@@ -209,8 +163,8 @@ START_TEST(packing_follows_the_architecture)
 	const struct family *f = &families[_i];
 	char path[512];
 	family_path(f, f->float_twin, path, sizeof(path));
-	struct run r;
-	run_open(&r, path);
+	struct ftu_run r;
+	ftu_open(&r, path);
 	int is_float = f->float_twin || f->from_float;
 	int packs = r.m.cfg.arch != BN_ARCH_LLAMA;
 	for (uint32_t li = 0; li < r.m.cfg.n_layer; li++) {
@@ -223,7 +177,7 @@ START_TEST(packing_follows_the_architecture)
 		}
 	}
 	ck_assert_uint_eq(r.m.n_from_float, is_float && packs ? 7 * r.m.cfg.n_layer : 0);
-	run_close(&r);
+	ftu_close(&r);
 }
 END_TEST
 
@@ -232,8 +186,8 @@ START_TEST(forward_matches_reference)
 	const struct family *f = &families[_i];
 	char path[512];
 	family_path(f, NULL, path, sizeof(path));
-	struct run r;
-	run_open(&r, path);
+	struct ftu_run r;
+	ftu_open(&r, path);
 	uint32_t V = r.m.cfg.n_vocab, tokens[16];
 	struct bn_ref *ref = bn_ref_new(&r.m, 16);
 	float *want = malloc(V * sizeof(float)), *got = malloc(V * sizeof(float));
@@ -243,7 +197,7 @@ START_TEST(forward_matches_reference)
 	ck_assert_int_eq(bn_forward_seq_reset(r.fwd, 0), 0);
 	for (uint32_t i = 0; i < 16; i++) {
 		ck_assert_int_eq(bn_ref_step(ref, tokens[i], want), 0);
-		ck_assert_int_eq(step(&r, &tokens[i], 1, i, got, 0), 0);
+		ck_assert_int_eq(ftu_step(&r, &tokens[i], 1, i, got, 0), 0);
 		float bound = 0.0f;
 		for (uint32_t k = 0; k < V; k++)
 			bound = fmaxf(bound, fabsf(want[k]));
@@ -256,7 +210,7 @@ START_TEST(forward_matches_reference)
 	free(want);
 	free(got);
 	bn_ref_free(ref);
-	run_close(&r);
+	ftu_close(&r);
 }
 END_TEST
 
@@ -419,7 +373,7 @@ START_TEST(activation_without_a_key)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/large-nokey.gguf", work);
-	write_model("bitnet-large-test", path, (const char *const[]){ "--no-activation-key", NULL });
+	ftu_write_model("bitnet-large-test", path, (const char *const[]){ "--no-activation-key", NULL });
 	uint32_t V = vocab_of(path);
 	struct tu_daemon d;
 	start(&d, path, NULL);
@@ -470,7 +424,7 @@ START_TEST(daemon_refuses_upstream_type_36)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/upstream36.gguf", work);
-	write_model("falcon3-test", path, NULL);
+	ftu_write_model("falcon3-test", path, NULL);
 	/* general.file_type 40 -> 38: the same bytes otherwise */
 	FILE *fp = fopen(path, "r+b");
 	ck_assert_ptr_nonnull(fp);
@@ -498,10 +452,10 @@ START_TEST(daemon_refuses_upstream_type_36)
 		      "%s", r.err);
 	unlink(path);
 	/* an activation bitnetd does not know: a usage error */
-	const char *bad[] = { getenv("BITNETD"), "--activation", "gelu", NULL };
+	const char *bad[] = { getenv("BITNETD"), "--activation", "tanh", NULL };
 	ck_assert_int_eq(tu_run(bad, NULL, 0, &r), 0);
 	ck_assert_int_eq(r.status, 2);
-	ck_assert_msg(strstr(r.err, "--activation: 'gelu' is not silu or relu2"), "%s", r.err);
+	ck_assert_msg(strstr(r.err, "--activation: 'tanh' is not silu, relu2 or gelu"), "%s", r.err);
 }
 END_TEST
 

@@ -153,6 +153,7 @@ static void q8_alloc(struct bn_q8_rows *x, uint32_t n, uint32_t k)
 	x->q = aligned_alloc(64, (size_t)n * x->k_pad);
 	x->inv_scale = xmalloc(n * sizeof(float));
 	x->sum = xmalloc(n * sizeof(int32_t));
+	x->bsum = NULL;
 	ck_assert_ptr_nonnull(x->q);
 	memset(x->q, 0x5a, (size_t)n * x->k_pad); /* the quantizer must zero the padding */
 }
@@ -355,6 +356,124 @@ START_TEST(t2_gemm_full_int8_range)
 		t2_check_all(kern, &c, &x, isum, "raw int8");
 		free(isum);
 		q8_free(&x);
+		t2_case_free(&c);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* t2g_gemm: one scale per group of weights                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The t2_case's matrix with group scales instead of row scales: negative, zero and tiny ones
+ * among them, and in row 2 every other group all zero weights. */
+static float *t2g_case_group(struct t2_case *c, uint32_t group)
+{
+	uint32_t n_groups = c->n_in / group;
+	float *gs = xmalloc((size_t)c->n_out * n_groups * sizeof(float));
+	for (uint32_t o = 0; o < c->n_out; o++)
+		for (uint32_t g = 0; g < n_groups; g++) {
+			uint32_t r = tu_rng_next() % 8;
+			float v = tu_rng_float(0.001f, 3.0f);
+			gs[(size_t)o * n_groups + g] = r == 0 ? -v : r == 1 ? 0.0f : r == 2 ? 1e-30f : v;
+			if (o == 2 && g % 2)
+				memset(c->w + (size_t)o * c->n_in + g * group, 0, group);
+		}
+	uint8_t *codes = xmalloc(c->n_in);
+	for (uint32_t k = 0; c->n_out > 2 && k < c->n_in; k++)
+		codes[k] = (uint8_t)(c->w[2 * (size_t)c->n_in + k] + 1);
+	if (c->n_out > 2)
+		bn_t2_pack(codes, c->n_in, c->codes + 2 * (size_t)c->m.row_bytes);
+	free(codes);
+	c->m.scale = NULL;
+	c->m.gscale = gs;
+	c->m.group = group;
+	return gs;
+}
+
+/* The contract from the oracle's integer sums of each group (not from codes and block sums). */
+static float t2g_want(const struct t2_case *c, const struct bn_q8_rows *x, uint32_t o, uint32_t b)
+{
+	uint32_t group = c->m.group, n_groups = c->n_in / group;
+	const int8_t *w = c->w + (size_t)o * c->n_in, *q = x->q + (size_t)b * x->k_pad;
+	float s = 0.0f;
+	for (uint32_t g = 0; g < n_groups; g++) {
+		int32_t a = 0;
+		for (uint32_t k = g * group; k < (g + 1) * group; k++)
+			a += (int32_t)w[k] * q[k];
+		s = fmaf((float)a, c->m.gscale[(size_t)o * n_groups + g], s);
+	}
+	return s * x->inv_scale[b];
+}
+
+static void t2g_check_call(const struct bn_kernels *kern, const struct t2_case *c,
+			   const struct bn_q8_rows *x, uint32_t n_b, uint32_t o0, uint32_t o1)
+{
+	uint32_t ldy = c->n_out + 3;
+	float *y = xmalloc((size_t)(n_b + 1) * ldy * sizeof(float));
+	fill_sentinel(y, (size_t)(n_b + 1) * ldy);
+	kern->t2g_gemm(&c->m, o0, o1, x, n_b, y, ldy);
+	for (uint32_t b = 0; b < n_b + 1; b++)
+		for (uint32_t o = 0; o < ldy; o++) {
+			float got = y[(size_t)b * ldy + o];
+			if (b >= n_b || o < o0 || o >= o1) {
+				ck_assert_msg(is_sentinel(got), "%s t2g n_in %u group %u n_b %u: y[%u][%u] written",
+					      kern->name, c->n_in, c->m.group, n_b, b, o);
+				continue;
+			}
+			float want = t2g_want(c, x, o, b);
+			ck_assert_msg(float_bits(got) == float_bits(want),
+				      "%s t2g n_in %u group %u n_b %u [%u,%u): y[%u][%u] = %.9g, want %.9g",
+				      kern->name, c->n_in, c->m.group, n_b, o0, o1, b, o, got, want);
+		}
+	free(y);
+}
+
+/* 384 and 1000 + 24: rows that end inside a chunk (the last group is half a chunk); 6912 x 157
+ * crosses the cache blocks as for t2_gemm. */
+static const uint32_t t2g_shapes[][3] = {
+	{ 128, 5, 128 }, { 384, 13, 128 }, { 1024, 9, 256 }, { 1024, 9, 512 },
+	{ 2560, 37, 128 }, { 6912, 157, 256 },
+};
+
+/* Every variant to the bit of the contract, for activations from floats and raw int8 rows
+ * over the whole range (-128 included), every batch size and a few output ranges. */
+START_TEST(t2g_gemm_exact)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	for (size_t si = 0; si < sizeof(t2g_shapes) / sizeof(t2g_shapes[0]); si++) {
+		uint32_t n_in = t2g_shapes[si][0], n_out = t2g_shapes[si][1];
+		tu_rng_seed(300 + si);
+		struct t2_case c;
+		t2_case_new(&c, n_in, n_out);
+		float *gs = t2g_case_group(&c, t2g_shapes[si][2]);
+		struct bn_q8_rows x;
+		q8_alloc(&x, MAX_B, n_in);
+		x.bsum = xmalloc((size_t)MAX_B * bn_q8_blocks(x.k_pad) * sizeof(int32_t));
+		for (int raw = 0; raw < 2; raw++) {
+			if (raw) {
+				fill_raw_int8(&x, MAX_B);
+			} else {
+				float *xf = xmalloc((size_t)MAX_B * n_in * sizeof(float));
+				for (size_t i = 0; i < (size_t)MAX_B * n_in; i++)
+					xf[i] = tu_rng_float(-4.0f, 4.0f);
+				bn_quantize_rows(xf, n_in, MAX_B, &x);
+				free(xf);
+			}
+			bn_q8_block_sums(&x, MAX_B);
+			uint32_t ranges[][2] = { { 0, n_out }, { 1, n_out }, { n_out / 2, n_out / 2 + 1 },
+						 { 3, n_out < 10 ? n_out : 10 } };
+			for (size_t bi = 0; bi < N_BATCH_SIZES; bi++)
+				for (size_t ri = 0; ri < 4; ri++)
+					if (ranges[ri][0] < ranges[ri][1])
+						t2g_check_call(kern, &c, &x, batch_sizes[bi], ranges[ri][0],
+							       ranges[ri][1]);
+		}
+		free(x.bsum);
+		q8_free(&x);
+		free(gs);
 		t2_case_free(&c);
 	}
 }
@@ -1783,6 +1902,7 @@ static void add_kernel_cases(Suite *s)
 	tcase_set_timeout(k, 300);
 	tcase_add_loop_test(k, t2_gemm_exact, 0, N_VARIANTS);
 	tcase_add_loop_test(k, t2_gemm_full_int8_range, 0, N_VARIANTS);
+	tcase_add_loop_test(k, t2g_gemm_exact, 0, N_VARIANTS);
 	tcase_add_loop_test(k, i8_gemm_exact, 0, N_VARIANTS);
 	tcase_add_loop_test(k, t3_gemm_exact, 0, 2);
 	tcase_add_test(k, t3_kernel_per_table);

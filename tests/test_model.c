@@ -223,7 +223,9 @@ static void desc_init(struct desc *d, const struct shape *s)
 	add_tensor(d, "output_norm.weight", BN_TYPE_F32, s->n_embd, 0);
 	if (s->untied)
 		add_tensor(d, "output.weight", s->head_type, s->n_embd, s->vocab);
-	int sub_norms = strcmp(s->arch, "llama") != 0;
+	int sub_norms = strncmp(s->arch, "bitnet", 6) == 0;
+	int qk_norm = !strcmp(s->arch, "qwen3") || !strcmp(s->arch, "gemma3");
+	int post_norms = !strcmp(s->arch, "gemma3");
 	for (uint32_t i = 0; i < s->n_layer; i++) {
 		char n[64];
 #define NAME(suffix) (snprintf(n, sizeof(n), "blk.%u.%s", i, suffix), n)
@@ -239,6 +241,14 @@ static void desc_init(struct desc *d, const struct shape *s)
 		if (sub_norms) {
 			add_tensor(d, NAME("attn_sub_norm.weight"), BN_TYPE_F32, q, 0);
 			add_tensor(d, NAME("ffn_sub_norm.weight"), BN_TYPE_F32, s->n_ff, 0);
+		}
+		if (qk_norm) {
+			add_tensor(d, NAME("attn_q_norm.weight"), BN_TYPE_F32, hd, 0);
+			add_tensor(d, NAME("attn_k_norm.weight"), BN_TYPE_F32, hd, 0);
+		}
+		if (post_norms) {
+			add_tensor(d, NAME("post_attention_norm.weight"), BN_TYPE_F32, s->n_embd, 0);
+			add_tensor(d, NAME("post_ffw_norm.weight"), BN_TYPE_F32, s->n_embd, 0);
 		}
 #undef NAME
 	}
@@ -568,14 +578,85 @@ static void sub_norm_tq2_0(struct desc *d)
 	t_get(d, "blk.0.ffn_sub_norm.weight")->type = BN_TYPE_TQ2_0;
 }
 static void embd_tq2_0(struct desc *d) { t_get(d, "token_embd.weight")->type = BN_TYPE_TQ2_0; }
-static void mixed_scales(struct desc *d)
+static void code_3(struct desc *d) { t_get(d, "blk.0.attn_k.weight")->code3 = 1; }
+/* Qwen 3 and Gemma 3 files (one layer, unless said). */
+static void arch_desc(struct desc *d, const char *arch, uint32_t n_layer)
 {
 	struct shape s = base_shape;
-	s.n_ff = 512; /* ffn_down rows: two TQ2_0 blocks */
+	s.arch = arch;
+	s.n_layer = n_layer;
 	desc_init(d, &s);
-	t_get(d, "blk.0.ffn_down.weight")->mixed_scales = 1;
 }
-static void code_3(struct desc *d) { t_get(d, "blk.0.attn_k.weight")->code3 = 1; }
+/* BitNet-embedding's seven input norms in layer i. */
+static void add_norms_in(struct desc *d, uint32_t i)
+{
+	static const char *const names[] = { "attn_q", "attn_k", "attn_v", "attn_output",
+					     "ffn_gate", "ffn_up", "ffn_down" };
+	const uint32_t len[] = { 256, 256, 256, 256, 256, 256, 256 };
+	for (int k = 0; k < 7; k++) {
+		char n[64];
+		snprintf(n, sizeof(n), "blk.%u.%s_norm_in.weight", i, names[k]);
+		add_tensor(d, n, BN_TYPE_F32, len[k], 0);
+	}
+}
+static void qwen3_no_q_norm(struct desc *d)
+{
+	arch_desc(d, "qwen3", 1);
+	del_tensor(d, "blk.0.attn_q_norm.weight");
+}
+static void qwen3_k_norm_long(struct desc *d)
+{
+	arch_desc(d, "qwen3", 1);
+	del_tensor(d, "blk.0.attn_k_norm.weight");
+	add_tensor(d, "blk.0.attn_k_norm.weight", BN_TYPE_F32, 256, 0);
+}
+static void gemma3_no_post_ffw(struct desc *d)
+{
+	arch_desc(d, "gemma3", 1);
+	del_tensor(d, "blk.0.post_ffw_norm.weight");
+}
+static void gemma3_softcap(struct desc *d)
+{
+	arch_desc(d, "gemma3", 1);
+	set_f32(d, "gemma3.final_logit_softcapping", 30.0f);
+}
+static void gemma3_swa_string(struct desc *d)
+{
+	arch_desc(d, "gemma3", 1);
+	set_str(d, "gemma3.attention.sliding_window", "512");
+}
+static void gemma3_swa_base_negative(struct desc *d)
+{
+	arch_desc(d, "gemma3", 1);
+	set_u32(d, "gemma3.attention.sliding_window", 512);
+	set_f32(d, "gemma3.rope.freq_base_swa", -10000.0f);
+}
+static void norms_in_layer1_only(struct desc *d)
+{
+	arch_desc(d, "qwen3", 2);
+	add_norms_in(d, 1);
+}
+static void norms_in_partial(struct desc *d)
+{
+	arch_desc(d, "qwen3", 1);
+	add_norms_in(d, 0);
+	del_tensor(d, "blk.0.ffn_down_norm_in.weight");
+}
+static void norms_in_o_long(struct desc *d)
+{
+	arch_desc(d, "gemma3", 1);
+	add_norms_in(d, 0);
+	del_tensor(d, "blk.0.attn_output_norm_in.weight");
+	add_tensor(d, "blk.0.attn_output_norm_in.weight", BN_TYPE_F32, 512, 0);
+}
+static void qwen3_i2_s_no_file_type(struct desc *d)
+{
+	struct shape s = base_shape;
+	s.arch = "qwen3";
+	s.lin_type = BN_TYPE_I2_S;
+	desc_init(d, &s);
+	del_kv(d, "general.file_type");
+}
 static void llama_i2_s(struct desc *d)
 {
 	struct shape s = base_shape;
@@ -640,7 +721,7 @@ static void llama_gelu(struct desc *d)
 	struct shape s = base_shape;
 	s.arch = "llama";
 	desc_init(d, &s);
-	set_str(d, "llama.hidden_activation", "gelu");
+	set_str(d, "llama.hidden_activation", "gelu_new");
 }
 static void b158_act_empty(struct desc *d) { set_str(d, akey(d, "hidden_activation"), ""); }
 static void bitnet_gelu(struct desc *d)
@@ -648,7 +729,7 @@ static void bitnet_gelu(struct desc *d)
 	struct shape s = base_shape;
 	s.arch = "bitnet";
 	desc_init(d, &s);
-	set_str(d, "bitnet.hidden_activation", "gelu");
+	set_str(d, "bitnet.hidden_activation", "swish");
 }
 static void bitnet_act_u32(struct desc *d)
 {
@@ -715,10 +796,26 @@ static const struct defect defects[] = {
 	{ "sub_norm_tq2_0", sub_norm_tq2_0,
 	  "tensor 'blk.0.ffn_sub_norm.weight' has type TQ2_0; norm weights must be" },
 	{ "embd_tq2_0", embd_tq2_0,
-	  "tensor 'token_embd.weight' has type TQ2_0; embeddings must be F32, F16, BF16, Q8_0 or Q6_K" },
-	{ "mixed_scales", mixed_scales,
-	  "tensor 'blk.0.ffn_down.weight' row 0: its blocks have different scales" },
+	  "tensor 'token_embd.weight' has type TQ2_0; embeddings must be F32, F16, BF16, Q4_0, Q8_0 or Q6_K" },
 	{ "code_3", code_3, "tensor 'blk.0.attn_k.weight' row 0 cannot be decoded" },
+	{ "qwen3_no_q_norm", qwen3_no_q_norm, "tensor 'blk.0.attn_q_norm.weight' is missing" },
+	{ "qwen3_k_norm_long", qwen3_k_norm_long,
+	  "tensor 'blk.0.attn_k_norm.weight' has shape [256, 1], the metadata says [64, 1]" },
+	{ "gemma3_no_post_ffw", gemma3_no_post_ffw, "tensor 'blk.0.post_ffw_norm.weight' is missing" },
+	{ "gemma3_softcap", gemma3_softcap,
+	  "gemma3.final_logit_softcapping is 30; bitnetd does not soft-cap logits" },
+	{ "gemma3_swa_string", gemma3_swa_string,
+	  "metadata key gemma3.attention.sliding_window is not an unsigned 32-bit integer" },
+	{ "gemma3_swa_base_negative", gemma3_swa_base_negative,
+	  "gemma3.rope.freq_base_swa must be positive" },
+	{ "norms_in_layer1_only", norms_in_layer1_only,
+	  "tensor 'blk.1.attn_q_norm_in.weight' is a per-projection input norm, but "
+	  "blk.0.attn_q_norm_in.weight is missing" },
+	{ "norms_in_partial", norms_in_partial, "tensor 'blk.0.ffn_down_norm_in.weight' is missing" },
+	{ "norms_in_o_long", norms_in_o_long,
+	  "tensor 'blk.0.attn_output_norm_in.weight' has shape [512, 1], the metadata says [256, 1]" },
+	{ "qwen3_i2_s_no_file_type", qwen3_i2_s_no_file_type,
+	  "has type 36, which in a qwen3 file is I2_S only when general.file_type is 40" },
 	{ "llama_i2_s", llama_i2_s,
 	  "has type 36, which in a llama file is I2_S only when general.file_type is 40 "
 	  "(bitnet.cpp's I2_S), and it is missing here; upstream llama.cpp gave type 36 to "
@@ -750,10 +847,10 @@ static const struct defect defects[] = {
 	{ "rope_freqs_short", rope_freqs_short,
 	  "tensor 'rope_freqs.weight' has shape [15, 1], the metadata says [16, 1]" },
 	{ "bitnet_gelu", bitnet_gelu,
-	  "bitnet.hidden_activation \"gelu\" is not an activation bitnetd knows (silu, relu2)" },
-	{ "bitnet_act_u32", bitnet_act_u32, "bitnet.hidden_activation is not a string (silu, relu2)" },
+	  "bitnet.hidden_activation \"swish\" is not an activation bitnetd knows (silu, relu2, gelu)" },
+	{ "bitnet_act_u32", bitnet_act_u32, "bitnet.hidden_activation is not a string (silu, relu2, gelu)" },
 	{ "llama_gelu", llama_gelu,
-	  "llama.hidden_activation \"gelu\" is not an activation bitnetd knows (silu, relu2)" },
+	  "llama.hidden_activation \"gelu_new\" is not an activation bitnetd knows (silu, relu2, gelu)" },
 	{ "b158_act_empty", b158_act_empty,
 	  "bitnet-b1.58.hidden_activation \"\" is not an activation bitnetd knows" },
 };
@@ -815,8 +912,22 @@ static void check_t2(struct desc *d, const char *name, const struct bn_linear *l
 				      "%s row %u weight %u: code %u, want %d", name, r, k,
 				      bn_t2_code(row, k), want);
 		}
-		ck_assert_msg(l->t2.scale[r] == scale_of(t, r), "%s row %u: scale %g, want %g",
-			      name, r, l->t2.scale[r], scale_of(t, r));
+		if (!t->mixed_scales) {
+			ck_assert_ptr_null(l->t2.gscale);
+			ck_assert_uint_eq(l->t2.group, 0);
+			ck_assert_msg(l->t2.scale[r] == scale_of(t, r), "%s row %u: scale %g, want %g",
+				      name, r, l->t2.scale[r], scale_of(t, r));
+			continue;
+		}
+		/* one scale per 256-weight block, as written (encode_tq_row) */
+		ck_assert_ptr_null(l->t2.scale);
+		ck_assert_uint_eq(l->t2.group, BN_QK_K);
+		for (uint32_t b = 0; b < l->n_in / BN_QK_K; b++) {
+			float want = scale_of(t, r) * (float)(b + 1);
+			float got = l->t2.gscale[(size_t)r * (l->n_in / BN_QK_K) + b];
+			ck_assert_msg(got == want, "%s row %u block %u: scale %g, want %g", name, r, b,
+				      got, want);
+		}
 	}
 }
 
@@ -961,6 +1072,8 @@ static const struct arch_case arch_cases[] = {
 	{ "bitnet", "relu2", BN_ARCH_BITNET, 1, 1, BN_ACT_RELU2 },
 	{ "bitnet", "relu_squared", BN_ARCH_BITNET, 1, 1, BN_ACT_RELU2 },
 	{ "bitnet", "silu", BN_ARCH_BITNET, 1, 1, BN_ACT_SILU },
+	{ "qwen3", NULL, BN_ARCH_QWEN3, 1, 0, BN_ACT_SILU },
+	{ "gemma3", NULL, BN_ARCH_GEMMA3, 1, 0, BN_ACT_GELU },
 };
 
 START_TEST(architecture_fields)
@@ -986,6 +1099,21 @@ START_TEST(architecture_fields)
 	} else {
 		ck_assert_ptr_null(m.layers[0].attn_sub_norm);
 		ck_assert_ptr_null(m.layers[0].ffn_sub_norm);
+	}
+	int qwen_gemma = a->want_arch == BN_ARCH_QWEN3 || a->want_arch == BN_ARCH_GEMMA3;
+	int gemma = a->want_arch == BN_ARCH_GEMMA3;
+	ck_assert_int_eq(m.cfg.qk_norm, qwen_gemma);
+	ck_assert_int_eq(m.cfg.post_norms, gemma);
+	ck_assert_int_eq(m.cfg.proj_norms, 0);
+	ck_assert(m.cfg.embd_scale == (gemma ? sqrtf(256.0f) : 1.0f));
+	ck_assert(m.cfg.attn_scale == 1.0f / sqrtf(64.0f));
+	if (qwen_gemma) {
+		check_norm(&d, "blk.0.attn_q_norm.weight", m.layers[0].attn_q_norm);
+		check_norm(&d, "blk.0.attn_k_norm.weight", m.layers[0].attn_k_norm);
+	}
+	if (gemma) {
+		check_norm(&d, "blk.0.post_attention_norm.weight", m.layers[0].post_attn_norm);
+		check_norm(&d, "blk.0.post_ffw_norm.weight", m.layers[0].post_ffw_norm);
 	}
 	check_all_t2(&d, &m);
 	bn_model_free(&m);
@@ -1053,6 +1181,49 @@ START_TEST(zero_block_scale_ignored)
 	char path[256];
 	load_ok(&d, "zero_block", &m, path, sizeof(path));
 	check_all_t2(&d, &m);
+	bn_model_free(&m);
+	unlink(path);
+}
+END_TEST
+
+/* A TQ2_0 matrix whose 256-weight blocks carry different scales (Ternary-Bonsai's repacks):
+ * one scale per block, the others one per row as before; and the forward pass (t2g_gemm)
+ * against the reference, which reads the blocks' scales from the file. */
+START_TEST(mixed_scales_group)
+{
+	struct desc d;
+	struct shape s = base_shape;
+	s.n_ff = 512; /* ffn_down rows: two TQ2_0 blocks */
+	desc_init(&d, &s);
+	t_get(&d, "blk.0.ffn_down.weight")->mixed_scales = 1;
+	struct bn_model m;
+	char path[256];
+	load_ok(&d, "mixed_scales", &m, path, sizeof(path));
+	check_all_t2(&d, &m);
+	ck_assert_uint_eq(m.n_grouped, 1);
+	struct bn_pool *pool = bn_pool_new(2);
+	struct bn_forward *f = bn_forward_new(&m, 1, pool, bn_kernels_select(NULL));
+	struct bn_ref *ref = bn_ref_new(&m, 8);
+	ck_assert(pool && f && ref);
+	ck_assert_int_eq(bn_forward_kv_init_simple(f, 8), 0);
+	uint32_t V = m.cfg.n_vocab, seq = 0, len = 1;
+	float *want = malloc(V * sizeof(float)), *got = malloc(V * sizeof(float));
+	ck_assert(want && got);
+	for (uint32_t pos = 0; pos < 4; pos++) {
+		uint32_t tok = 3 + pos * 7;
+		struct bn_batch b = { .n_rows = 1, .width = 1, .tokens = &tok, .lens = &len,
+				      .pos = &pos, .seq = &seq };
+		ck_assert_int_eq(bn_forward_run(f, &b, got, 0), 0);
+		ck_assert_int_eq(bn_ref_step(ref, tok, want), 0);
+		for (uint32_t k = 0; k < V; k++)
+			ck_assert_msg(fabsf(got[k] - want[k]) <= 1e-3f * (1.0f + fabsf(want[k])),
+				      "pos %u logit %u: %g, reference %g", pos, k, got[k], want[k]);
+	}
+	free(want);
+	free(got);
+	bn_ref_free(ref);
+	bn_forward_free(f);
+	bn_pool_free(pool);
 	bn_model_free(&m);
 	unlink(path);
 }
@@ -1394,6 +1565,7 @@ int main(void)
 	tcase_add_loop_test(good, ternary_repack, 0,
 			    (int)(sizeof(type_cases) / sizeof(type_cases[0])));
 	tcase_add_test(good, zero_block_scale_ignored);
+	tcase_add_test(good, mixed_scales_group);
 	tcase_add_test(good, float_linears);
 	tcase_add_test(good, untied_head);
 	tcase_add_test(good, tied_quantized_head);

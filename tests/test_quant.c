@@ -195,6 +195,54 @@ START_TEST(q8_0_hand_block)
 }
 END_TEST
 
+/* Q4_0 as ggml lays it out: byte j's low nibble is weight j, its high nibble weight j + 16,
+ * each q + 8. */
+START_TEST(q4_0_hand_block)
+{
+	uint8_t t[2 * 18];
+	float y[32];
+	put_half(t, 0x3c00);
+	memset(t + 2, 0x88, 16); /* row 0: all zero */
+	put_half(t + 18, 0x3800); /* row 1: d = 0.5; low nibble j, high nibble 15 - j */
+	for (int j = 0; j < 16; j++)
+		t[20 + j] = (uint8_t)(j | ((15 - j) << 4));
+	ck_assert_int_eq(bn_dequant_row(BN_TYPE_Q4_0, t, sizeof(t), 1, 32, y), 0);
+	for (int j = 0; j < 16; j++) {
+		ck_assert(y[j] == 0.5f * (float)(j - 8));
+		ck_assert(y[j + 16] == 0.5f * (float)(7 - j));
+	}
+	ck_assert_int_eq(bn_dequant_row(BN_TYPE_Q4_0, t, sizeof(t), 0, 32, y), 0);
+	ck_assert(y[0] == 0.0f && y[31] == 0.0f);
+	ck_assert_uint_eq(bn_tensor_bytes(BN_TYPE_Q4_0, 64), 36);
+	ck_assert_str_eq(bn_type_name(BN_TYPE_Q4_0), "Q4_0");
+}
+END_TEST
+
+/* The encoder: the largest magnitude exactly (as -8 d), every weight within d / 2, but those
+ * past 7.5 d, clamped to 7 d (the code has one step more below zero than above), within d. */
+START_TEST(q4_0_quant_error)
+{
+	float x[4 * 32], y[4 * 32];
+	uint8_t t[4 * 18];
+	tu_rng_seed(41);
+	for (int i = 0; i < 4 * 32; i++)
+		x[i] = tu_rng_float(-3.0f, 3.0f);
+	x[5] = -4.0f; /* block 0's extreme, negative */
+	x[32 + 7] = 5.0f; /* block 1's, positive */
+	ck_assert_uint_eq(bn_quant_row(BN_TYPE_Q4_0, x, 4 * 32, t), sizeof(t));
+	ck_assert_int_eq(bn_dequant_row(BN_TYPE_Q4_0, t, sizeof(t), 0, 4 * 32, y), 0);
+	ck_assert(y[5] == -4.0f && y[32 + 7] == 5.0f);
+	for (int b = 0; b < 4; b++) {
+		float ds = bn_half_to_float(get_half(t + 18 * b)), d = fabsf(ds);
+		for (int j = 0; j < 32; j++)
+			ck_assert_msg(fabsf(y[32 * b + j] - x[32 * b + j]) <=
+					      (x[32 * b + j] / ds > 7.5f ? d : d / 2) + 1e-6f,
+				      "block %d weight %d: %g for %g (d %g)", b, j, y[32 * b + j],
+				      x[32 * b + j], d);
+	}
+}
+END_TEST
+
 START_TEST(q6_k_hand_block)
 {
 	uint8_t t[2 * 210];
@@ -376,6 +424,59 @@ START_TEST(ternary_row_scales)
 	bn_encode_ternary_row(BN_TYPE_TQ1_0, w, 512, 0.5f, t1);
 	put_half(t1 + 54 + 52, 0x3c00);
 	ck_assert_int_eq(bn_ternary_row(BN_TYPE_TQ1_0, t1, sizeof(t1), 0, 512, codes, &scale), -2);
+}
+END_TEST
+
+/* Scales per 128-weight block (bn_ternary_row_blocks): a TQ block's d for both its halves,
+ * 0 for a half of zero weights; F16 rows per block on their own magnitudes. */
+START_TEST(ternary_row_block_scales)
+{
+	int8_t w[3 * 256];
+	uint8_t t[3 * 66], codes[3 * 256];
+	float bs[6];
+	tu_rng_seed(7);
+	random_ternary(w, sizeof(w));
+	memset(w + 256 + 128, 0, 128); /* block 1's second half: zeros */
+	ck_assert_uint_eq(bn_encode_ternary_row(BN_TYPE_TQ2_0, w, 768, 0.5f, t), sizeof(t));
+	put_half(t + 66 + 64, 0x3c00);     /* block 1 at 1.0 */
+	put_half(t + 2 * 66 + 64, 0xb400); /* block 2 at -0.25 */
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_TQ2_0, t, sizeof(t), 0, 768, codes, bs), 0);
+	const float want[6] = { 0.5f, 0.5f, 1.0f, 0.0f, -0.25f, -0.25f };
+	for (int b = 0; b < 6; b++)
+		ck_assert_msg(bs[b] == want[b], "block %d: %g, want %g", b, bs[b], want[b]);
+	for (int k = 0; k < 768; k++)
+		ck_assert_int_eq(codes[k], w[k] + 1);
+	uint8_t t1[2 * 54];
+	bn_encode_ternary_row(BN_TYPE_TQ1_0, w, 512, 0.5f, t1);
+	put_half(t1 + 54 + 52, 0x3c00);
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_TQ1_0, t1, sizeof(t1), 0, 512, codes, bs), 0);
+	ck_assert(bs[0] == 0.5f && bs[1] == 0.5f && bs[2] == 1.0f && bs[3] == 0.0f);
+	/* F16: block 0 at 0.75, block 1 zeros, block 2 at 2, then a block of two magnitudes */
+	uint16_t h[4 * 128];
+	for (int k = 0; k < 4 * 128; k++) {
+		float v = k < 128 ? 0.75f : k < 256 ? 0.0f : 2.0f;
+		h[k] = bn_float_to_half(w[k] == 0 ? -0.0f : w[k] * v);
+	}
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_F16, h, 3 * 256, 0, 3 * 128, codes, bs), 0);
+	ck_assert(bs[0] == 0.75f && bs[1] == 0.0f && bs[2] == 2.0f);
+	for (int k = 0; k < 3 * 128; k++)
+		ck_assert_int_eq(codes[k], k >= 128 && k < 256 ? 1 : w[k] + 1);
+	h[3 * 128 + 5] = bn_float_to_half(3.0f);
+	h[3 * 128 + 6] = bn_float_to_half(-2.0f);
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_F16, h, sizeof(h), 0, 4 * 128, codes, bs), 1);
+	h[3 * 128 + 5] = 0x7c00; /* an infinity is no scale */
+	h[3 * 128 + 6] = 0x7c00;
+	for (int k = 3 * 128; k < 4 * 128; k++)
+		h[k] = k % 2 ? 0x7c00 : 0xfc00;
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_F16, h, sizeof(h), 0, 4 * 128, codes, bs), 1);
+	/* not whole blocks, I2_S (one scale a tensor) and other types: -1 */
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_F16, h, sizeof(h), 0, 200, codes, bs), -1);
+	uint8_t i2[32 + 32] = { 0 };
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_I2_S, i2, sizeof(i2), 0, 128, codes, bs), -1);
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_Q8_0, t, sizeof(t), 0, 128, codes, bs), -1);
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_TQ2_0, t, sizeof(t), 3, 256, codes, bs), -1);
+	t[9] = 0x57; /* a code 3 */
+	ck_assert_int_eq(bn_ternary_row_blocks(BN_TYPE_TQ2_0, t, sizeof(t), 0, 768, codes, bs), -1);
 }
 END_TEST
 
@@ -683,6 +784,7 @@ int main(void)
 	tcase_add_test(hand, tq1_0_every_byte);
 	tcase_add_test(hand, i2_s_hand_block);
 	tcase_add_test(hand, q8_0_hand_block);
+	tcase_add_test(hand, q4_0_hand_block);
 	tcase_add_test(hand, q6_k_hand_block);
 	tcase_add_test(hand, float_hand_values);
 	suite_add_tcase(s, hand);
@@ -692,6 +794,7 @@ int main(void)
 	tcase_add_test(tern, i2_s_round_trip);
 	tcase_add_test(tern, tq_from_floats);
 	tcase_add_test(tern, ternary_row_scales);
+	tcase_add_test(tern, ternary_row_block_scales);
 	tcase_add_test(tern, ternary_row_refuses_code_3);
 	tcase_add_test(tern, i2_s_rows_to_t2_as_the_general_path);
 	tcase_add_test(tern, rows_out_of_range);
@@ -705,6 +808,7 @@ int main(void)
 	TCase *fq = tcase_create("float quantizers");
 	tcase_add_test(fq, f32_f16_bf16_quant);
 	tcase_add_test(fq, q8_0_quant_error);
+	tcase_add_test(fq, q4_0_quant_error);
 	tcase_add_test(fq, q6_k_quant_error);
 	suite_add_tcase(s, fq);
 	return tu_run_suite(s);

@@ -145,7 +145,7 @@ static void print_vocab_info(struct bn_client *c)
 	}
 	uint32_t kind = bn_vocab_kind(v), flags = bn_vocab_flags(v);
 	printf("vocab=%s\n", kind == BN_VOCAB_SPM ? "spm" : kind == BN_VOCAB_BPE ? "gpt2" : "other");
-	if (kind == BN_VOCAB_BPE)
+	if (kind == BN_VOCAB_BPE || bn_vocab_pre_tokenizer(v) == BN_PRE_NO_PREFIX)
 		printf("pre_tokenizer=%s%s\n", bn_pre_tokenizer_name(bn_vocab_pre_tokenizer(v)),
 		       flags & BN_VOCAB_PRE_DETECTED   ? " (detected)"
 		       : flags & BN_VOCAB_PRE_OVERRIDE ? " (override)"
@@ -231,7 +231,7 @@ static void print_graph_info(const char *text)
 	static const char *const roles[] = { "attn_q", "attn_k", "attn_v", "attn_output",
 					     "ffn_gate", "ffn_up", "ffn_down" };
 	static char value[2048];
-	static const char *const acts[] = { "silu", "relu2" };
+	static const char *const acts[] = { "silu", "relu2", "gelu" };
 	const char *act = NULL;
 	for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) {
 		char line[64];

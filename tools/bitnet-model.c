@@ -19,6 +19,7 @@
 #include "hf_vocab.h"
 #include "model_presets.h"
 #include "model_pull.h"
+#include "model_rng.h"
 #include "model_vocab.h"
 #include "quant.h"
 
@@ -49,14 +50,20 @@ static const char usage_text[] =
 	"       (deterministic in --seed: the I2_S, TQ2_0, TQ1_0, F16, BF16 and F32 files of\n"
 	"       one seed hold the same weights, each scale exact in half and bfloat16)\n"
 	"  --type i2_s|tq2_0|tq1_0|f16|f32|bf16     linear weights (default: the preset's)\n"
-	"  --arch bitnet-b1.58|bitnet-25|bitnet|llama  general.architecture (default: the preset's)\n"
-	"  --embed-type f16|f32|bf16|q8_0|q6_k       token embedding and LM head (default f16)\n"
+	"  --arch bitnet-b1.58|bitnet-25|bitnet|llama|qwen3|gemma3\n"
+	"                                           general.architecture (default: the preset's)\n"
+	"  --embed-type f16|f32|bf16|q8_0|q6_k|q4_0  token embedding and LM head (default: the\n"
+	"                                           preset's)\n"
+	"  --group 0|128|256                        ternary weights per scale (default: the\n"
+	"                                           preset's; 0: one scale a tensor): each group\n"
+	"                                           its own power-of-two multiple of it\n"
 	"  --untied                                 write a separate output.weight (LM head)\n"
-	"  --activation silu|relu2                  <arch>.hidden_activation (default: the\n"
+	"  --activation silu|relu2|gelu             <arch>.hidden_activation (default: the\n"
 	"                                           preset's; written for every architecture)\n"
 	"  --pooling mean|cls|last                  <arch>.pooling_type (1, 2, 3), as llama.cpp's\n"
 	"                                           converter writes it for an embedding model\n"
-	"                                           (bitnetd then embeds and does not generate)\n"
+	"                                           (bitnetd then embeds and does not generate;\n"
+	"                                           default: the preset's)\n"
 	"  --no-activation-key                      no <arch>.hidden_activation, as bitnet.cpp's\n"
 	"                                           converter writes (the loader decides)\n"
 	"  --vocab N                                vocabulary size (>= 260)\n"
@@ -96,21 +103,23 @@ static void print_usage(void)
 /* Presets, architectures, type names                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
-static const char *const act_names[] = { [ACT_SILU] = "silu", [ACT_RELU2] = "relu2" };
-
 /* What the loader reads differently per architecture (DESIGN.md, Model). */
 struct arch_info {
 	const char *name;
 	int sub_norms;       /* attn_sub_norm and ffn_sub_norm tensors */
 	int act_key;         /* the preset's activation carries over to it (bitnet) */
 	enum act act;        /* the activation it gets from a preset of another architecture */
+	int qk_norm;         /* attn_q_norm, attn_k_norm [head_dim] (qwen3, gemma3) */
+	int post_norms;      /* post_attention_norm, post_ffw_norm (gemma3) */
 };
 
 static const struct arch_info archs[] = {
-	{ "bitnet-b1.58", 1, 0, ACT_RELU2 },
-	{ "bitnet-25", 1, 0, ACT_RELU2 },
-	{ "bitnet", 1, 1, ACT_SILU },
-	{ "llama", 0, 0, ACT_SILU },
+	{ "bitnet-b1.58", 1, 0, ACT_RELU2, 0, 0 },
+	{ "bitnet-25", 1, 0, ACT_RELU2, 0, 0 },
+	{ "bitnet", 1, 1, ACT_SILU, 0, 0 },
+	{ "llama", 0, 0, ACT_SILU, 0, 0 },
+	{ "qwen3", 0, 0, ACT_SILU, 1, 0 },
+	{ "gemma3", 0, 0, ACT_GELU, 1, 1 },
 };
 
 struct type_opt {
@@ -125,7 +134,7 @@ static const struct type_opt weight_types[] = {
 
 static const struct type_opt embed_types[] = {
 	{ "f16", BN_TYPE_F16 }, { "f32", BN_TYPE_F32 }, { "bf16", BN_TYPE_BF16 },
-	{ "q8_0", BN_TYPE_Q8_0 }, { "q6_k", BN_TYPE_Q6_K },
+	{ "q8_0", BN_TYPE_Q8_0 }, { "q6_k", BN_TYPE_Q6_K }, { "q4_0", BN_TYPE_Q4_0 },
 };
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -149,55 +158,6 @@ static int find_type(const struct type_opt *t, size_t n, const char *name, uint3
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Deterministic values: one splitmix64 stream per tensor, seeded by (seed, name)             */
-/* ------------------------------------------------------------------------------------------ */
-
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* FNV-1a of the name, mixed with the seed: the stream depends on the tensor, not the order. */
-static struct rng rng_for(uint64_t seed, const char *name)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-		h = (h ^ *p) * 0x100000001b3ull;
-	struct rng r = { seed ^ h };
-	r.s = rng_next(&r);
-	return r;
-}
-
-/* Weights in {-1, 0, +1}, uniform. Each 64-bit draw is read as a fraction in [0, 1) and
- * multiplied by 3 eight times, the integer part giving one trit each time: 8 trits use 13 of
- * the 64 bits, so the bias is below 2^-50, and 2 G weights take a few seconds. */
-static void rng_trits(struct rng *r, int8_t *w, uint64_t n)
-{
-	uint64_t i = 0;
-	while (i < n) {
-		uint64_t x = rng_next(r);
-		for (int k = 0; k < 8 && i < n; k++, i++) {
-			unsigned __int128 p = (unsigned __int128)x * 3;
-			w[i] = (int8_t)((int)(p >> 64) - 1);
-			x = (uint64_t)p;
-		}
-	}
-}
-
-/* Uniform in [-1, 1): a multiple of 2^-23, so exact in float. */
-static float rng_sym(struct rng *r)
-{
-	return (float)(rng_next(r) >> 40) * 0x1p-23f - 1.0f;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* The model: options resolved against the preset, and the list of tensors                    */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -218,7 +178,8 @@ struct model_cfg {
 	int untied;
 	enum act act;
 	int act_key;                  /* write <arch>.hidden_activation */
-	uint32_t pooling;             /* <arch>.pooling_type when not 0 (--pooling) */
+	uint32_t group;               /* ternary weights per scale (0: one scale a tensor) */
+	uint32_t pooling;             /* <arch>.pooling_type when not 0 (--pooling, the preset) */
 	uint64_t seed;
 	uint32_t version;
 	const char *out;
@@ -262,8 +223,40 @@ static void spec_add(struct tensor_spec *t, size_t *n, enum tensor_kind kind, ui
 	(*n)++;
 }
 
+#define TENSORS_PER_LAYER 22 /* 9 matrices and norms, sub-norms, q/k norms, post-norms, 7 in */
+
+/* The per-projection input norms (BitNet-embedding), in the loader's order. */
+static const char *const norm_in_fmt[7] = {
+	"blk.%d.attn_q_norm_in.weight", "blk.%d.attn_k_norm_in.weight",
+	"blk.%d.attn_v_norm_in.weight", "blk.%d.attn_output_norm_in.weight",
+	"blk.%d.ffn_gate_norm_in.weight", "blk.%d.ffn_up_norm_in.weight",
+	"blk.%d.ffn_down_norm_in.weight",
+};
+
+/* What an architecture and a preset add to a layer: norms. */
+static void layer_extras(const struct model_cfg *c, struct tensor_spec *t, size_t *n, int i)
+{
+	const struct preset *p = c->p;
+	uint64_t e = p->n_embd, q = (uint64_t)p->n_head * p->head_dim, ff = p->n_ff;
+	if (c->arch->sub_norms) {
+		spec_add(t, n, T_NORM, q, 1, "blk.%d.attn_sub_norm.weight", i);
+		spec_add(t, n, T_NORM, ff, 1, "blk.%d.ffn_sub_norm.weight", i);
+	}
+	if (c->arch->qk_norm) {
+		spec_add(t, n, T_NORM, p->head_dim, 1, "blk.%d.attn_q_norm.weight", i);
+		spec_add(t, n, T_NORM, p->head_dim, 1, "blk.%d.attn_k_norm.weight", i);
+	}
+	if (c->arch->post_norms) {
+		spec_add(t, n, T_NORM, e, 1, "blk.%d.post_attention_norm.weight", i);
+		spec_add(t, n, T_NORM, e, 1, "blk.%d.post_ffw_norm.weight", i);
+	}
+	const uint64_t in[7] = { e, e, e, q, e, e, ff };
+	for (int k = 0; p->proj_norms && k < 7; k++)
+		spec_add(t, n, T_NORM, in[k], 1, norm_in_fmt[k], i);
+}
+
 /* The tensors in file order, llama.cpp's names and shapes. Returns the count; t must hold
- * 3 + 11 per layer. */
+ * 3 + TENSORS_PER_LAYER per layer. */
 static size_t model_tensors(const struct model_cfg *c, struct tensor_spec *t)
 {
 	const struct preset *p = c->p;
@@ -284,10 +277,7 @@ static size_t model_tensors(const struct model_cfg *c, struct tensor_spec *t)
 		spec_add(t, &n, T_LINEAR, e, ff, "blk.%d.ffn_gate.weight", i);
 		spec_add(t, &n, T_LINEAR, e, ff, "blk.%d.ffn_up.weight", i);
 		spec_add(t, &n, T_LINEAR, ff, e, "blk.%d.ffn_down.weight", i);
-		if (c->arch->sub_norms) {
-			spec_add(t, &n, T_NORM, q, 1, "blk.%d.attn_sub_norm.weight", i);
-			spec_add(t, &n, T_NORM, ff, 1, "blk.%d.ffn_sub_norm.weight", i);
-		}
+		layer_extras(c, t, &n, i);
 	}
 	return n;
 }
@@ -324,16 +314,44 @@ static float ternary_scale(uint64_t n_in)
 	return bn_bf16_to_float(bn_float_to_bf16((float)(1.0 / sqrt((double)n_in * 2.0 / 3.0))));
 }
 
-/* Float weight types get the ternary values times the scale, row by row. */
-static int encode_float_rows(uint32_t type, const int8_t *w, uint64_t n_in, uint64_t n_out,
-			     float scale, uint8_t *out)
+/* With --group G: each group of G weights of a row gets the tensor's scale times 1/2, 1 or 2
+ * (a draw of its own stream): a power of two, so every type holding the scale holds each
+ * group's exactly, and the files of one seed stay twins. NULL (no groups): the one scale. */
+static float *group_scales(const struct model_cfg *c, const struct tensor_spec *t, float scale)
 {
+	if (!c->group)
+		return NULL;
+	char name[80];
+	snprintf(name, sizeof(name), "%s/scales", t->name);
+	struct rng r = rng_for(c->seed, name);
+	uint64_t n = t->n_out * (t->n_in / c->group);
+	float *s = malloc(n * sizeof(*s));
+	for (uint64_t i = 0; s && i < n; i++) {
+		uint64_t d = rng_next(&r) % 4;
+		s[i] = scale * (d == 0 ? 0.5f : d == 1 ? 2.0f : 1.0f);
+	}
+	return s;
+}
+
+/* The scale of weight k of row r: its group's, or the tensor's. */
+static float scale_at(const struct model_cfg *c, const struct tensor_spec *t, const float *gs,
+		      float scale, uint64_t r, uint64_t k)
+{
+	return gs ? gs[r * (t->n_in / c->group) + k / c->group] : scale;
+}
+
+/* Float weight types get the ternary values times their scale, row by row. */
+static int encode_float_rows(const struct model_cfg *c, const struct tensor_spec *t,
+			     uint32_t type, const int8_t *w, float scale, const float *gs,
+			     uint8_t *out)
+{
+	uint64_t n_in = t->n_in, n_out = t->n_out;
 	float *row = malloc(n_in * sizeof(*row));
 	if (!row)
 		return -ENOMEM;
 	for (uint64_t r = 0; r < n_out; r++) {
 		for (uint64_t k = 0; k < n_in; k++)
-			row[k] = (float)w[r * n_in + k] * scale;
+			row[k] = (float)w[r * n_in + k] * scale_at(c, t, gs, scale, r, k);
 		uint64_t b = bn_quant_row(type, row, n_in, out);
 		if (!b) {
 			free(row);
@@ -349,25 +367,32 @@ static int encode_linear(const struct model_cfg *c, const struct tensor_spec *t,
 			 struct rng *r, uint8_t *out)
 {
 	uint64_t n = t->n_in * t->n_out, rb = bn_row_bytes(type, t->n_in);
-	float scale = ternary_scale(t->n_in);
+	float scale = ternary_scale(t->n_in), *gs = group_scales(c, t, scale);
 	int8_t *w = malloc(n);
 	int rc = 0;
-	if (!w)
+	if (!w || (c->group && !gs)) {
+		free(w);
+		free(gs);
 		return -ENOMEM;
+	}
 	rng_trits(r, w, n);
 	if (rigged(c) && (strstr(t->name, "attn_output") || strstr(t->name, "ffn_down")))
 		memset(w, 0, t->n_in); /* see rig_argmax_note */
 	if (type == BN_TYPE_I2_S) {
 		rc = bn_encode_i2_s(w, n, scale, out) ? 0 : -EINVAL;
-	} else if (bn_type_is_ternary(type)) {
+	} else if (bn_type_is_ternary(type)) { /* a TQ block per group (resolve_group) */
+		uint64_t blk = bn_row_bytes(type, BN_QK_K);
 		for (uint64_t row = 0; row < t->n_out && !rc; row++)
-			if (!bn_encode_ternary_row(type, w + row * t->n_in, t->n_in, scale,
-						   out + row * rb))
-				rc = -EINVAL;
+			for (uint64_t k = 0; k < t->n_in && !rc; k += BN_QK_K)
+				if (!bn_encode_ternary_row(type, w + row * t->n_in + k, BN_QK_K,
+							   scale_at(c, t, gs, scale, row, k),
+							   out + row * rb + k / BN_QK_K * blk))
+					rc = -EINVAL;
 	} else {
-		rc = encode_float_rows(type, w, t->n_in, t->n_out, scale, out);
+		rc = encode_float_rows(c, t, type, w, scale, gs, out);
 	}
 	free(w);
+	free(gs);
 	return rc;
 }
 
@@ -440,10 +465,20 @@ static int add_tensor(struct bn_gguf_writer *w, const struct model_cfg *c,
 
 static int add_tokenizer(struct bn_gguf_writer *w, const struct model_cfg *c)
 {
+	int rc = c->p->add_eos ? bn_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", 1) : 0;
+	if (rc)
+		return rc;
 	if (c->bpe)
-		return bpe_family_add_keys(w, c->bpe, c->hf);
+		return bpe_family_add_keys(w, c->bpe, c->hf, c->p->eos);
+	const struct spm_family *f = c->p->spm;
+	if (c->hf && f) { /* Gemma 3's tokenizer.json, as bitnet.cpp's converter writes it */
+		const struct spm_ids ids = { f->bos, f->eos, f->unk, f->pad, f->eot };
+		return model_add_spm_from_hf(w, c->hf, &ids, f->chat_template);
+	}
 	if (c->hf)
 		return model_add_bpe_tokenizer(w, c->hf, c->metadata == META_LLAMA_CPP);
+	if (f)
+		return spm_family_add_keys(w, f, c->vocab);
 	return model_add_spm_tokenizer(w, c->vocab);
 }
 
@@ -451,6 +486,30 @@ struct u32_key {
 	const char *suffix;
 	uint32_t value;
 };
+
+/* The keys the newer families' converters write: the head size (both converters of qwen3 and
+ * gemma3 write key_length and value_length; a head size that is not n_embd / n_head needs
+ * them) and the sliding window. */
+static int add_shape_keys(struct bn_gguf_writer *w, const struct model_cfg *c)
+{
+	const struct preset *p = c->p;
+	const char *a = c->arch->name;
+	int explicit_head = c->arch->qk_norm || p->head_dim * p->n_head != p->n_embd;
+	const struct u32_key keys[] = {
+		{ "attention.key_length", explicit_head ? p->head_dim : 0 },
+		{ "attention.value_length", explicit_head ? p->head_dim : 0 },
+		{ "attention.sliding_window", p->n_swa },
+	};
+	char key[128];
+	int rc = 0;
+	for (size_t i = 0; i < ARRAY_LEN(keys) && !rc; i++) {
+		if (!keys[i].value)
+			continue;
+		snprintf(key, sizeof(key), "%s.%s", a, keys[i].suffix);
+		rc = bn_gguf_add_u32(w, key, keys[i].value);
+	}
+	return rc;
+}
 
 static int add_hparams(struct bn_gguf_writer *w, const struct model_cfg *c)
 {
@@ -483,11 +542,11 @@ static int add_hparams(struct bn_gguf_writer *w, const struct model_cfg *c)
 		rc = bn_gguf_add_f32(w, key, p->rope_base);
 	snprintf(key, sizeof(key), "%s.hidden_activation", a);
 	if (!rc && c->act_key)
-		rc = bn_gguf_add_str(w, key, act_names[c->act]);
+		rc = bn_gguf_add_str(w, key, act_name(c->act));
 	snprintf(key, sizeof(key), "%s.pooling_type", a);
 	if (!rc && c->pooling)
 		rc = bn_gguf_add_u32(w, key, c->pooling);
-	return rc;
+	return rc ? rc : add_shape_keys(w, c);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -524,7 +583,7 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out)
 struct write_args {
 	const char *preset, *out, *type, *arch, *embed_type, *act;
 	const char *vocab, *layers, *seed, *version;
-	const char *vocab_from, *metadata, *rig, *pooling;
+	const char *vocab_from, *metadata, *rig, *group, *pooling;
 	int untied, no_act_key, help;
 };
 
@@ -532,7 +591,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 {
 	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
 	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_POOLING,
-	       O_HELP };
+	       O_HELP, O_GROUP };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "out", required_argument, NULL, O_OUT },
@@ -549,6 +608,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		{ "metadata", required_argument, NULL, O_METADATA },
 		{ "rig-argmax", required_argument, NULL, O_RIG },
 		{ "no-activation-key", no_argument, NULL, O_NO_ACT_KEY },
+		{ "group", required_argument, NULL, O_GROUP },
 		{ "pooling", required_argument, NULL, O_POOLING },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
@@ -572,6 +632,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		case O_METADATA: a->metadata = optarg; break;
 		case O_RIG: a->rig = optarg; break;
 		case O_NO_ACT_KEY: a->no_act_key = 1; break;
+		case O_GROUP: a->group = optarg; break;
 		case O_POOLING: a->pooling = optarg; break;
 		case O_HELP: a->help = 1; break;
 		case ':': return usage_error("option %s needs a value", argv[optind - 1]);
@@ -596,8 +657,10 @@ static int resolve_act(struct model_cfg *c, const char *opt)
 		c->act = ACT_SILU;
 	else if (!strcmp(opt, "relu2"))
 		c->act = ACT_RELU2;
+	else if (!strcmp(opt, "gelu"))
+		c->act = ACT_GELU;
 	else
-		return usage_error("unknown activation '%s' (silu, relu2)", opt);
+		return usage_error("unknown activation '%s' (silu, relu2, gelu)", opt);
 	return 0;
 }
 
@@ -686,6 +749,24 @@ static int resolve_vocab(struct model_cfg *c, const struct write_args *a, struct
 	}
 	c->hf = hf;
 	c->vocab = hf->n_tokens;
+	c->bpe = c->p->bpe; /* a family's file: its keys over the vocabulary read */
+	return 0;
+}
+
+/* --group, else the preset's: 0, 128 or 256, and a file type that holds it (I2_S has one
+ * scale a tensor, a TQ block one per 256 weights). */
+static int resolve_group(struct model_cfg *c, const char *opt)
+{
+	uint64_t v = c->p->group;
+	if (opt && (parse_u64(opt, 256, &v) || (v != 0 && v != 128 && v != 256)))
+		return usage_error("--group must be 0, 128 or 256, not '%s'", opt);
+	c->group = (uint32_t)v;
+	if (c->group && c->type == BN_TYPE_I2_S)
+		return usage_error("I2_S holds one scale per tensor: --group %u needs another --type",
+				   c->group);
+	if (c->group == 128 && bn_type_is_ternary(c->type))
+		return usage_error("%s holds one scale per 256 weights: --group 128 needs a float "
+				   "--type", bn_type_name(c->type));
 	return 0;
 }
 
@@ -702,7 +783,7 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 	c->arch = find_arch(a->arch ? a->arch : c->p->arch);
 	if (!c->arch)
 		return usage_error("unknown architecture '%s' (bitnet-b1.58, bitnet-25, bitnet, "
-				   "llama)", a->arch);
+				   "llama, qwen3, gemma3)", a->arch);
 	c->type = c->p->type;
 	if (a->type && find_type(weight_types, ARRAY_LEN(weight_types), a->type, &c->type))
 		return usage_error("unknown --type '%s' (i2_s, tq2_0, tq1_0, f16, f32, bf16)",
@@ -710,11 +791,12 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 	c->embed_type = c->p->embed_type;
 	if (a->embed_type &&
 	    find_type(embed_types, ARRAY_LEN(embed_types), a->embed_type, &c->embed_type))
-		return usage_error("unknown --embed-type '%s' (f16, f32, bf16, q8_0, q6_k)",
+		return usage_error("unknown --embed-type '%s' (f16, f32, bf16, q8_0, q6_k, q4_0)",
 				   a->embed_type);
 	c->untied = c->p->untied || a->untied;
 	c->act_key = !a->no_act_key;
 	static const char *const poolings[] = { "mean", "cls", "last" }; /* 1, 2, 3 */
+	c->pooling = a->pooling ? 0 : c->p->pooling; /* the option, else the preset's */
 	for (uint32_t i = 0; a->pooling && i < ARRAY_LEN(poolings); i++)
 		if (!strcmp(a->pooling, poolings[i]))
 			c->pooling = i + 1;
@@ -723,7 +805,9 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 	if (a->no_act_key && a->act)
 		return usage_error("--activation writes the key --no-activation-key leaves out");
 	int rc = resolve_act(c, a->act);
-	return rc ? rc : resolve_numbers(c, a);
+	if (!rc)
+		rc = resolve_numbers(c, a);
+	return rc ? rc : resolve_group(c, a->group);
 }
 
 static int write_tensors(struct bn_gguf_writer *w, const struct model_cfg *c,
@@ -783,7 +867,7 @@ static int cmd_write(int argc, char **argv)
 		hf_vocab_free(&hf);
 		return rc;
 	}
-	struct tensor_spec *t = calloc(3 + 11 * (size_t)c.n_layer, sizeof(*t));
+	struct tensor_spec *t = calloc(3 + TENSORS_PER_LAYER * (size_t)c.n_layer, sizeof(*t));
 	if (!t) {
 		fprintf(stderr, "bitnet-model: out of memory\n");
 		return EXIT_IO;

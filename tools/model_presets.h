@@ -15,7 +15,7 @@
 struct bn_gguf_writer;
 struct hf_vocab;
 
-enum act { ACT_SILU, ACT_RELU2 };
+enum act { ACT_SILU, ACT_RELU2, ACT_GELU };
 
 /* A family's byte-level BPE tokenizer keys (NULL in a preset: a synthetic SentencePiece
  * vocabulary, model_vocab.h). */
@@ -26,6 +26,19 @@ struct bpe_family {
 	uint32_t n_tail;          /* the tail's length (names past the list: reserved tokens) */
 	const char *bos, *eos;    /* which specials are BOS and EOS */
 	const char *chat_template; /* tokenizer.chat_template, or NULL */
+	const char *pad;          /* tail tokens past the named ones: this format with their id
+				   * (type unused), as converters pad to config.json's vocab_size;
+				   * NULL: reserved special tokens */
+	int no_bos;               /* tokenizer.ggml.add_bos_token false (Qwen's) */
+};
+
+/* A SentencePiece family's tokenizer (Gemma 3): its specials at their ids, the byte tokens
+ * from byte_at, no space prefix; the rest synthetic word pieces. */
+struct spm_family {
+	const char *const *specials; /* ids 0, 1, ... (NULL-terminated); type control */
+	uint32_t byte_at;            /* the id of <0x00> */
+	uint32_t bos, eos, unk, pad, eot; /* ids */
+	const char *chat_template;
 };
 
 struct preset {
@@ -40,9 +53,18 @@ struct preset {
 	int untied;                /* a separate output.weight */
 	const struct bpe_family *bpe;
 	const char *about;         /* --help */
+	uint32_t group;            /* ternary weights per scale: 0 one a tensor, 128 or 256 */
+	int proj_norms;            /* BitNet-embedding's seven per-projection input norms */
+	uint32_t pooling;          /* <arch>.pooling_type (llama.cpp's: 3 last), 0: not written */
+	int add_eos;               /* tokenizer.ggml.add_eos_token (BitNet-embedding 0.6B) */
+	const char *eos;           /* the EOS token's text instead of the family's, or NULL */
+	const struct spm_family *spm; /* a SentencePiece family (Gemma 3), or NULL */
+	uint32_t n_swa;            /* <arch>.attention.sliding_window (0: not written) */
 };
 
 const struct preset *preset_find(const char *name);
+/* "silu", "relu2", "gelu". */
+const char *act_name(enum act a);
 /* Every preset's name and line for --help, into out. */
 void preset_list(char *out, size_t cap);
 /* Every preset as one line of key=value pairs (bitnet-model presets). */
@@ -59,6 +81,9 @@ int bpe_vocab_make(const struct bpe_family *f, uint32_t n, struct hf_vocab *v);
 /* The family's tokenizer keys for v (made by bpe_vocab_make): model gpt2, pre, tokens, types,
  * merges, BOS, EOS. 0 or the writer's error. */
 int bpe_family_add_keys(struct bn_gguf_writer *w, const struct bpe_family *f,
-			const struct hf_vocab *v);
+			const struct hf_vocab *v, const char *eos_text);
+/* The SentencePiece family's tokenizer keys for a vocabulary of n tokens. 0 or -ENOMEM / the
+ * writer's error. */
+int spm_family_add_keys(struct bn_gguf_writer *w, const struct spm_family *f, uint32_t n);
 
 #endif /* BITNET_MODEL_PRESETS_H */

@@ -148,3 +148,134 @@ int model_add_spm_tokenizer(struct bn_gguf_writer *w, uint32_t n)
 	vocab_free(&v);
 	return rc;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* A Hugging Face BPE tokenizer.json of SentencePiece pieces (Gemma 3's) as an SPM vocabulary   */
+/* ------------------------------------------------------------------------------------------ */
+
+struct text_map {
+	uint32_t *slot;      /* token id + 1, 0 empty */
+	uint32_t cap;
+	const struct hf_vocab *hf;
+};
+
+static uint64_t text_hash(const char *s, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static int map_build(struct text_map *m, const struct hf_vocab *hf)
+{
+	m->hf = hf;
+	m->cap = 1;
+	while (m->cap < 2 * hf->n_tokens)
+		m->cap *= 2;
+	m->slot = calloc(m->cap, sizeof(*m->slot));
+	if (!m->slot)
+		return -ENOMEM;
+	for (uint32_t id = 0; id < hf->n_tokens; id++) {
+		const char *t = hf->tokens[id];
+		uint32_t i = (uint32_t)text_hash(t, strlen(t)) & (m->cap - 1);
+		while (m->slot[i] && strcmp(hf->tokens[m->slot[i] - 1], t) != 0)
+			i = (i + 1) & (m->cap - 1);
+		if (!m->slot[i]) /* the lowest id of a text */
+			m->slot[i] = id + 1;
+	}
+	return 0;
+}
+
+static uint32_t map_find(const struct text_map *m, const char *t, size_t n)
+{
+	uint32_t i = (uint32_t)text_hash(t, n) & (m->cap - 1);
+	for (; m->slot[i]; i = (i + 1) & (m->cap - 1)) {
+		const char *s = m->hf->tokens[m->slot[i] - 1];
+		if (strlen(s) == n && memcmp(s, t, n) == 0)
+			return m->slot[i] - 1;
+	}
+	return UINT32_MAX;
+}
+
+/* A byte token's text: <0xXX>, two upper-case hex digits. */
+static int byte_token(const char *t)
+{
+	return strlen(t) == 6 && !strncmp(t, "<0x", 3) && t[5] == '>';
+}
+
+int model_add_spm_keys(struct bn_gguf_writer *w, const char *const *tokens, const float *score,
+		       const int32_t *type, uint32_t n, const struct spm_ids *ids,
+		       const char *chat_template)
+{
+	int rc = bn_gguf_add_str(w, "tokenizer.ggml.model", "llama");
+	if (!rc)
+		rc = bn_gguf_add_str(w, "tokenizer.ggml.pre", "default");
+	if (!rc)
+		rc = bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", tokens, n);
+	if (!rc)
+		rc = bn_gguf_add_arr_f32(w, "tokenizer.ggml.scores", score, n);
+	if (!rc)
+		rc = bn_gguf_add_arr_i32(w, "tokenizer.ggml.token_type", type, n);
+	if (!rc)
+		rc = bn_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+	const struct { const char *key; uint32_t id; } keys[] = {
+		{ "tokenizer.ggml.bos_token_id", ids->bos }, { "tokenizer.ggml.eos_token_id", ids->eos },
+		{ "tokenizer.ggml.unknown_token_id", ids->unk },
+		{ "tokenizer.ggml.padding_token_id", ids->pad },
+		{ "tokenizer.ggml.eot_token_id", ids->eot },
+	};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !rc; i++)
+		rc = bn_gguf_add_u32(w, keys[i].key, keys[i].id);
+	if (!rc && chat_template)
+		rc = bn_gguf_add_str(w, "tokenizer.chat_template", chat_template);
+	return rc;
+}
+
+int model_add_spm_from_hf(struct bn_gguf_writer *w, const struct hf_vocab *hf,
+			  const struct spm_ids *ids, const char *chat_template)
+{
+	struct text_map m;
+	uint32_t n = hf->n_tokens;
+	float *score = malloc(n * sizeof(*score));
+	int32_t *type = malloc(n * sizeof(*type));
+	int rc = score && type ? map_build(&m, hf) : -ENOMEM;
+	if (rc) {
+		free(score);
+		free(type);
+		return rc;
+	}
+	/* bitnet.cpp's embedding converter's scores and types: a merge's result scores minus its
+	 * first rank, other pieces 0, added tokens -1000 (control when special), byte tokens
+	 * byte, <unk> unknown */
+	for (uint32_t id = 0; id < n; id++) {
+		const char *t = hf->tokens[id];
+		int added = hf->types[id] == 3 || hf->types[id] == 4;
+		score[id] = added ? -1000.0f : 0.0f;
+		type[id] = id == ids->unk ? 2 : added ? hf->types[id] : byte_token(t) ? 6
+			   : hf->types[id] == 5 ? 5 : 1;
+	}
+	int *seen = calloc(n, sizeof(*seen));
+	for (uint32_t r = 0; seen && r < hf->n_merges; r++) {
+		const char *mg = hf->merges[r], *sp = strchr(mg, ' ');
+		char joined[512];
+		size_t a = (size_t)(sp - mg), b = strlen(sp + 1);
+		if (a + b >= sizeof(joined))
+			continue;
+		memcpy(joined, mg, a);
+		memcpy(joined + a, sp + 1, b);
+		uint32_t id = map_find(&m, joined, a + b);
+		if (id != UINT32_MAX && !seen[id] && type[id] == 1) {
+			seen[id] = 1;
+			score[id] = -(float)r;
+		}
+	}
+	rc = seen ? model_add_spm_keys(w, (const char *const *)hf->tokens, score, type, n, ids,
+				       chat_template)
+		  : -ENOMEM;
+	free(seen);
+	free(m.slot);
+	free(score);
+	free(type);
+	return rc;
+}

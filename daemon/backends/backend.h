@@ -89,7 +89,8 @@ struct bn_model_desc {
 };
 
 /* --activation: the file's FFN activation, or one the operator chose (model.h). */
-enum bn_activation_opt { BN_ACTIVATION_FILE, BN_ACTIVATION_SILU, BN_ACTIVATION_RELU2 };
+enum bn_activation_opt { BN_ACTIVATION_FILE, BN_ACTIVATION_SILU, BN_ACTIVATION_RELU2,
+			 BN_ACTIVATION_GELU };
 
 /* Options every backend may read; a backend ignores what does not apply to it. */
 /* How the cpu backend computes the LM head (--lm-head). */

@@ -84,7 +84,7 @@ static const char *int8_copy_refused(const struct bn_linear *head, int int8)
 		return NULL;
 	if (int8 && head->kind == BN_LINEAR_DECODE)
 		return NULL;
-	return int8 ? "full (int8 needs a float, Q8_0 or Q6_K head)"
+	return int8 ? "full (int8 needs a float, Q4_0, Q8_0 or Q6_K head)"
 		    : "full (screened needs a float head)";
 }
 

@@ -488,6 +488,24 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 	}
 }
 
+/* What of the model's graph the GPU path does not compute (issue 61's qwen3 and gemma3
+ * families), or NULL: such a model is refused, never run as another graph. */
+static const char *graph_missing(const struct bn_model *m)
+{
+	const struct bn_model_config *c = &m->cfg;
+	if (m->n_grouped)
+		return "ternary matrices with one scale per group";
+	if (c->qk_norm || c->proj_norms || c->post_norms)
+		return "q/k, per-projection input or post norms";
+	if (c->act == BN_ACT_GELU)
+		return "the GELU activation";
+	if (c->n_swa)
+		return "sliding-window layers";
+	if (c->embd_scale != 1.0f || c->attn_scale != 1.0f / sqrtf((float)c->head_dim))
+		return "a scaled embedding or attention";
+	return NULL;
+}
+
 static int open_model(struct cuda_backend *cb, const struct bn_backend_options *opt)
 {
 	char err[BN_MODEL_ERR_LEN];
@@ -504,6 +522,12 @@ static int open_model(struct cuda_backend *cb, const struct bn_backend_options *
 		return -EINVAL;
 	}
 	const struct bn_model_config *c = &cb->model.cfg;
+	const char *missing = graph_missing(&cb->model);
+	if (missing) {
+		bn_log_error("msg=\"the cuda backend does not run this model's graph; --backend cpu does\" arch=%s missing=\"%s\"",
+			     c->arch_name, missing);
+		return -EINVAL;
+	}
 	if (c->head_dim > BN_CUDA_MAX_HEAD_DIM) {
 		bn_log_error("msg=\"the cuda backend handles heads of at most %d dimensions\" head_dim=%u",
 			     BN_CUDA_MAX_HEAD_DIM, c->head_dim);

@@ -80,7 +80,9 @@ uint64_t bn_model_device_kv_room(const struct bn_model_desc *desc, uint64_t bloc
 void bn_backend_activation(const struct bn_backend_options *opt, struct bn_activation_choice *out)
 {
 	out->forced = opt->activation != BN_ACTIVATION_FILE;
-	out->act = opt->activation == BN_ACTIVATION_RELU2 ? BN_ACT_RELU2 : BN_ACT_SILU;
+	out->act = opt->activation == BN_ACTIVATION_RELU2   ? BN_ACT_RELU2
+		   : opt->activation == BN_ACTIVATION_GELU ? BN_ACT_GELU
+							   : BN_ACT_SILU;
 }
 
 _Static_assert(BN_LAYER_LINEARS == sizeof(((struct bn_model_desc *)0)->float_candidates) /

@@ -438,6 +438,7 @@ static void render_graph(struct text *t)
 	family(t, "model_activation", "gauge", "The FFN activation the model runs: 1 on its line.");
 	put(t, "bitnetd_model_activation{name=\"silu\"} %d\n", !strcmp(bn_stats.activation, "silu"));
 	put(t, "bitnetd_model_activation{name=\"relu2\"} %d\n", !strcmp(bn_stats.activation, "relu2"));
+	put(t, "bitnetd_model_activation{name=\"gelu\"} %d\n", !strcmp(bn_stats.activation, "gelu"));
 	family(t, "model_activation_why", "gauge",
 	       "What chose the activation: the key, the rule or --activation (value 1).");
 	put(t, "bitnetd_model_activation_why{why=\"%s\"} 1\n",

@@ -119,6 +119,8 @@ int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, 
  * file has them), the angle per position of pair p < rope_dim / 2; cs[2p], cs[2p + 1] = cos,
  * sin of pos * freq[p]. Every backend and the reference rotate with these values. */
 void bn_rope_freqs(const struct bn_model_config *c, float *freq);
+/* The local (sliding-window) layers' angles: base rope_base_swa, no scaling, no factors. */
+void bn_rope_freqs_swa(const struct bn_model_config *c, float *freq);
 float bn_rope_freq(const struct bn_model_config *c, uint32_t p);
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs);
 

@@ -66,6 +66,17 @@ float bn_rope_freq(const struct bn_model_config *c, uint32_t p)
 	return c->rope_factors ? f / c->rope_factors[p] : f;
 }
 
+void bn_rope_freqs_swa(const struct bn_model_config *c, float *freq)
+{
+	for (uint32_t p = 0; p < c->rope_dim / 2; p++)
+		freq[p] = powf(c->rope_base_swa, -(float)(2 * p) / (float)c->rope_dim);
+}
+
+int bn_layer_is_swa(const struct bn_model_config *c, uint32_t il)
+{
+	return c->n_swa && il % c->swa_pattern < c->swa_pattern - 1;
+}
+
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs)
 {
 	for (uint32_t p = 0; p < n_pairs; p++) {

@@ -26,7 +26,33 @@ struct bn_ref {
 	float *w_row;       /* [max(n_in)] one decoded weight row */
 	uint8_t *codes;     /* [max(n_in)] one ternary row */
 	int8_t *xq;         /* [max(n_in)] quantized input */
+	float *block_scale; /* [max(n_in) / 128] a grouped row's block scales */
+	float *xn;          /* [max(n_in)] a projection's normed input (proj_norms) */
 };
+
+/* BitLinear with one scale per group of G weights (kernels.h: t2g_gemm): each group's exact
+ * integer dot, times the scale of its blocks as the file gives them (read per 128-weight
+ * block: the blocks of a group agree, or the loader would not have grouped them so), chained
+ * by fused multiply-adds in group order. r->xq holds the quantized input. */
+static void linear_grouped(struct bn_ref *r, const struct bn_linear *l, float inv_s, float *y)
+{
+	const struct bn_gguf_tensor *t = l->src;
+	uint32_t per = l->t2.group / 128;
+	for (uint32_t o = 0; o < l->n_out; o++) {
+		bn_ternary_row_blocks(t->type, t->data, t->size, o, l->n_in, r->codes, r->block_scale);
+		float s = 0.0f;
+		for (uint32_t g = 0; g < l->n_in / l->t2.group; g++) {
+			int32_t acc = 0;
+			float scale = 0.0f;
+			for (uint32_t k = g * l->t2.group; k < (g + 1) * l->t2.group; k++)
+				acc += ((int32_t)r->codes[k] - 1) * r->xq[k];
+			for (uint32_t b = g * per; b < (g + 1) * per; b++)
+				scale = scale != 0.0f ? scale : r->block_scale[b];
+			s = fmaf((float)acc, scale, s);
+		}
+		y[o] = s * inv_s;
+	}
+}
 
 /* BitLinear: x quantized to int8 per token, exact integer dot with the ternary codes. */
 static void linear_ternary(struct bn_ref *r, const struct bn_linear *l, const float *x, float *y)
@@ -41,6 +67,10 @@ static void linear_ternary(struct bn_ref *r, const struct bn_linear *l, const fl
 	}
 	float inv_s = amax / 127.0f;
 	const struct bn_gguf_tensor *t = l->src;
+	if (l->t2.gscale) {
+		linear_grouped(r, l, inv_s, y);
+		return;
+	}
 	for (uint32_t o = 0; o < l->n_out; o++) {
 		float w_scale;
 		if (bn_type_is_ternary(t->type))
@@ -75,12 +105,14 @@ static void linear(struct bn_ref *r, const struct bn_linear *l, const float *x, 
 		linear_float(r, l, x, y);
 }
 
-/* Rotates the pairs of one head vector by position-dependent angles. */
-static void rope(const struct bn_model_config *c, float *v, uint32_t pos)
+/* Rotates the pairs of one head vector by position-dependent angles (a local layer's: base
+ * rope_base_swa, unscaled). */
+static void rope(const struct bn_model_config *c, float *v, uint32_t pos, int swa)
 {
 	uint32_t half = c->rope_dim / 2;
 	for (uint32_t i = 0; i < half; i++) {
-		float freq = bn_rope_freq(c, i);
+		float freq = swa ? powf(c->rope_base_swa, -(float)(2 * i) / (float)c->rope_dim)
+				 : bn_rope_freq(c, i);
 		float angle = (float)pos * freq;
 		float cs = cosf(angle), sn = sinf(angle);
 		uint32_t a = c->rope_neox ? i : 2 * i;
@@ -97,27 +129,28 @@ static void attention(struct bn_ref *r, uint32_t layer, uint32_t pos)
 	uint32_t kv_dim = c->n_head_kv * c->head_dim, group = c->n_head / c->n_head_kv;
 	const float *keys = r->key_cache + (size_t)layer * r->max_len * kv_dim;
 	const float *values = r->value_cache + (size_t)layer * r->max_len * kv_dim;
-	float scale = 1.0f / sqrtf((float)c->head_dim);
+	/* a local layer sees the last n_swa positions, this one included */
+	uint32_t t0 = bn_layer_is_swa(c, layer) && pos >= c->n_swa ? pos + 1 - c->n_swa : 0;
 	for (uint32_t h = 0; h < c->n_head; h++) {
 		const float *q = r->q + (size_t)h * c->head_dim;
 		uint32_t kv_off = (h / group) * c->head_dim;
 		float max = -INFINITY;
-		for (uint32_t t = 0; t <= pos; t++) {
+		for (uint32_t t = t0; t <= pos; t++) {
 			const float *k = keys + (size_t)t * kv_dim + kv_off;
 			float dot = 0.0f;
 			for (uint32_t i = 0; i < c->head_dim; i++)
 				dot += q[i] * k[i];
-			r->scores[t] = dot * scale;
+			r->scores[t] = dot * c->attn_scale;
 			max = fmaxf(max, r->scores[t]);
 		}
 		float sum = 0.0f;
-		for (uint32_t t = 0; t <= pos; t++) {
+		for (uint32_t t = t0; t <= pos; t++) {
 			r->scores[t] = expf(r->scores[t] - max);
 			sum += r->scores[t];
 		}
 		float *out = r->att_out + (size_t)h * c->head_dim;
 		memset(out, 0, c->head_dim * sizeof(float));
-		for (uint32_t t = 0; t <= pos; t++) {
+		for (uint32_t t = t0; t <= pos; t++) {
 			const float *v = values + (size_t)t * kv_dim + kv_off;
 			float p = r->scores[t] / sum;
 			for (uint32_t i = 0; i < c->head_dim; i++)
@@ -130,7 +163,27 @@ static float activation(enum bn_activation act, float g)
 {
 	if (act == BN_ACT_RELU2)
 		return g > 0.0f ? g * g : 0.0f;
+	if (act == BN_ACT_GELU) /* the tanh approximation */
+		return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
 	return g / (1.0f + expf(-g));
+}
+
+/* A projection's input: x, or x RMS-normed by the projection's own weight (proj_norms). */
+static const float *proj_input(struct bn_ref *r, const float *norm, const float *x, uint32_t n)
+{
+	if (!norm)
+		return x;
+	bn_rmsnorm(r->xn, x, norm, n, r->m->cfg.rms_eps);
+	return r->xn;
+}
+
+/* RMS norm of each head_dim slice (qk_norm). */
+static void head_norms(const struct bn_model_config *c, float *v, uint32_t n_heads,
+		       const float *w)
+{
+	for (uint32_t h = 0; w && h < n_heads; h++)
+		bn_rmsnorm(v + (size_t)h * c->head_dim, v + (size_t)h * c->head_dim, w, c->head_dim,
+			   c->rms_eps);
 }
 
 static void layer_forward(struct bn_ref *r, uint32_t li, uint32_t pos)
@@ -142,30 +195,37 @@ static void layer_forward(struct bn_ref *r, uint32_t li, uint32_t pos)
 	float *v = r->value_cache + ((size_t)li * r->max_len + pos) * kv_dim;
 
 	/* attention block */
+	int swa = bn_layer_is_swa(c, li);
 	bn_rmsnorm(r->xb, r->x, L->attn_norm, c->n_embd, c->rms_eps);
-	linear(r, &L->wq, r->xb, r->q);
-	linear(r, &L->wk, r->xb, k);
-	linear(r, &L->wv, r->xb, v);
+	linear(r, &L->wq, proj_input(r, L->norm_in[0], r->xb, c->n_embd), r->q);
+	linear(r, &L->wk, proj_input(r, L->norm_in[1], r->xb, c->n_embd), k);
+	linear(r, &L->wv, proj_input(r, L->norm_in[2], r->xb, c->n_embd), v);
+	head_norms(c, r->q, c->n_head, L->attn_q_norm);
+	head_norms(c, k, c->n_head_kv, L->attn_k_norm);
 	for (uint32_t h = 0; h < c->n_head; h++)
-		rope(c, r->q + (size_t)h * c->head_dim, pos);
+		rope(c, r->q + (size_t)h * c->head_dim, pos, swa);
 	for (uint32_t h = 0; h < c->n_head_kv; h++)
-		rope(c, k + (size_t)h * c->head_dim, pos);
+		rope(c, k + (size_t)h * c->head_dim, pos, swa);
 	attention(r, li, pos);
 	if (L->attn_sub_norm)
 		bn_rmsnorm(r->att_out, r->att_out, L->attn_sub_norm, q_dim, c->rms_eps);
-	linear(r, &L->wo, r->att_out, r->xb);
+	linear(r, &L->wo, proj_input(r, L->norm_in[3], r->att_out, q_dim), r->xb);
+	if (L->post_attn_norm)
+		bn_rmsnorm(r->xb, r->xb, L->post_attn_norm, c->n_embd, c->rms_eps);
 	for (uint32_t i = 0; i < c->n_embd; i++)
 		r->x[i] += r->xb[i];
 
 	/* feed-forward block */
 	bn_rmsnorm(r->xb, r->x, L->ffn_norm, c->n_embd, c->rms_eps);
-	linear(r, &L->w_gate, r->xb, r->gate);
-	linear(r, &L->w_up, r->xb, r->up);
+	linear(r, &L->w_gate, proj_input(r, L->norm_in[4], r->xb, c->n_embd), r->gate);
+	linear(r, &L->w_up, proj_input(r, L->norm_in[5], r->xb, c->n_embd), r->up);
 	for (uint32_t i = 0; i < c->n_ff; i++)
 		r->gate[i] = activation(c->act, r->gate[i]) * r->up[i];
 	if (L->ffn_sub_norm)
 		bn_rmsnorm(r->gate, r->gate, L->ffn_sub_norm, c->n_ff, c->rms_eps);
-	linear(r, &L->w_down, r->gate, r->xb);
+	linear(r, &L->w_down, proj_input(r, L->norm_in[6], r->gate, c->n_ff), r->xb);
+	if (L->post_ffw_norm)
+		bn_rmsnorm(r->xb, r->xb, L->post_ffw_norm, c->n_embd, c->rms_eps);
 	for (uint32_t i = 0; i < c->n_embd; i++)
 		r->x[i] += r->xb[i];
 }
@@ -177,6 +237,8 @@ int bn_ref_step_hidden(struct bn_ref *r, uint32_t token, float *hidden, float *l
 		return -EINVAL;
 	uint32_t pos = r->len++;
 	bn_model_embed(r->m, token, r->x);
+	for (uint32_t i = 0; c->embd_scale != 1.0f && i < c->n_embd; i++)
+		r->x[i] *= c->embd_scale;
 	for (uint32_t li = 0; li < c->n_layer; li++)
 		layer_forward(r, li, pos);
 	bn_rmsnorm(r->xb, r->x, r->m->output_norm, c->n_embd, c->rms_eps);
@@ -218,8 +280,11 @@ struct bn_ref *bn_ref_new(const struct bn_model *m, uint32_t max_len)
 	r->w_row = calloc(widest, sizeof(float));
 	r->codes = calloc(widest, 1);
 	r->xq = calloc(widest, 1);
+	r->block_scale = calloc(widest / 128 + 1, sizeof(float));
+	r->xn = calloc(widest, sizeof(float));
 	if (!r->key_cache || !r->value_cache || !r->x || !r->xb || !r->q || !r->att_out ||
-	    !r->gate || !r->up || !r->scores || !r->w_row || !r->codes || !r->xq) {
+	    !r->gate || !r->up || !r->scores || !r->w_row || !r->codes || !r->xq ||
+	    !r->block_scale || !r->xn) {
 		bn_ref_free(r);
 		return NULL;
 	}
@@ -242,5 +307,7 @@ void bn_ref_free(struct bn_ref *r)
 	free(r->w_row);
 	free(r->codes);
 	free(r->xq);
+	free(r->block_scale);
+	free(r->xn);
 	free(r);
 }

@@ -37,8 +37,10 @@
 
 #define BN_MODEL_ERR_LEN 640
 
-enum bn_arch { BN_ARCH_LLAMA, BN_ARCH_BITNET, BN_ARCH_BITNET_B158, BN_ARCH_BITNET_25 };
-enum bn_activation { BN_ACT_SILU, BN_ACT_RELU2 };
+enum bn_arch { BN_ARCH_LLAMA, BN_ARCH_BITNET, BN_ARCH_BITNET_B158, BN_ARCH_BITNET_25,
+	       BN_ARCH_QWEN3, BN_ARCH_GEMMA3 };
+/* GELU is the tanh approximation (gelu_pytorch_tanh, ggml's gelu): Gemma 3's. */
+enum bn_activation { BN_ACT_SILU, BN_ACT_RELU2, BN_ACT_GELU };
 
 struct bn_model_config {
 	enum bn_arch arch;
@@ -62,6 +64,20 @@ struct bn_model_config {
 	enum bn_activation act;
 	char act_why[256];        /* the key, the rule or the override that chose act */
 	int sub_norms;
+	int qk_norm;              /* q and k RMS-normed per head (attn_q_norm, attn_k_norm [head
+				   * dim]) before RoPE: qwen3, gemma3 */
+	int post_norms;           /* the attention's and the FFN's outputs RMS-normed before the
+				   * residual (post_attention_norm, post_ffw_norm): gemma3 */
+	int proj_norms;           /* each projection's input RMS-normed by its own weight
+				   * (attn_q_norm_in ... ffn_down_norm_in: BitNet-embedding's
+				   * BitLinear); set by the loader from the tensors */
+	float embd_scale;         /* embedding rows times this: sqrtf(n_embd) for gemma3, else 1 */
+	float attn_scale;         /* scores q.k times this: 1 / sqrt(head_dim) (gemma3 27B:
+				   * 1 / sqrt(n_embd / n_head), as llama.cpp) */
+	uint32_t n_swa;           /* sliding window of the local layers (0: none) */
+	uint32_t swa_pattern;     /* with n_swa: layer il is local unless il % pattern is
+				   * pattern - 1 (gemma3: 6) */
+	float rope_base_swa;      /* the local layers' RoPE base (their scaling is none) */
 	uint32_t bos_id;
 	uint32_t eos_id;
 	/* <arch>.pooling_type as llama.cpp writes it for an embedding model: 1 mean, 2 cls,
@@ -92,6 +108,12 @@ struct bn_linear {
 
 struct bn_layer {
 	const float *attn_norm;           /* [n_embd] */
+	const float *attn_q_norm, *attn_k_norm; /* [head_dim], NULL without qk_norm */
+	const float *post_attn_norm;      /* [n_embd], NULL without post_norms */
+	const float *post_ffw_norm;       /* [n_embd], NULL without post_norms */
+	/* proj_norms: the input norm of each of the seven projections, in bn_layer_linears'
+	 * order ([n_embd], o: [n_head * head_dim], down: [n_ff]); NULLs without */
+	const float *norm_in[7];
 	const float *attn_sub_norm;       /* [n_head * head_dim], NULL without sub-norms */
 	const float *ffn_norm;            /* [n_embd] */
 	const float *ffn_sub_norm;        /* [n_ff], NULL without sub-norms */
@@ -119,6 +141,7 @@ struct bn_model {
 	uint64_t t3_bytes;                     /* the T3 decode copies (bn_model_add_t3) */
 	int embed_from_output;                 /* tied embedding read from output's panels */
 	uint32_t n_from_float;                 /* ternary candidates packed to T2 */
+	uint32_t n_grouped;                    /* T2 matrices with one scale per group */
 	uint32_t n_candidates;                 /* float layer matrices of a bitnet* file */
 };
 
@@ -198,6 +221,9 @@ uint64_t bn_model_release_head_panels(struct bn_model *m);
 
 /* 1 when the layers hold ternary matrices (the 2-bit planes), 0 for a float model. */
 int bn_model_is_ternary(const struct bn_model *m);
+
+/* Whether layer il is a local one, attending over a sliding window (cfg n_swa). */
+int bn_layer_is_swa(const struct bn_model_config *c, uint32_t il);
 
 /* The seven matrices of a layer, in file order: q, k, v, output, gate, up, down. */
 #define BN_LAYER_LINEARS 7

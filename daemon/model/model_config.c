@@ -62,6 +62,8 @@ static const struct {
 	{ "bitnet", BN_ARCH_BITNET },
 	{ "bitnet-b1.58", BN_ARCH_BITNET_B158 },
 	{ "bitnet-25", BN_ARCH_BITNET_25 },
+	{ "qwen3", BN_ARCH_QWEN3 },
+	{ "gemma3", BN_ARCH_GEMMA3 },
 };
 
 static int parse_arch(struct reader *r)
@@ -76,7 +78,8 @@ static int parse_arch(struct reader *r)
 			snprintf(r->c->arch_name, sizeof(r->c->arch_name), "%s", arch_table[i].name);
 			return 0;
 		}
-	return fail(r, "architecture '%s' is not supported (llama, bitnet, bitnet-b1.58, bitnet-25)",
+	return fail(r, "architecture '%s' is not supported (llama, bitnet, bitnet-b1.58, bitnet-25, "
+		       "qwen3, gemma3)",
 		    show(s, name, 65));
 }
 
@@ -229,13 +232,15 @@ static void default_name(struct reader *r)
 /* The FFN activation                                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
-static const char *const act_names[] = { [BN_ACT_SILU] = "silu", [BN_ACT_RELU2] = "relu2" };
+static const char *const act_names[] = { [BN_ACT_SILU] = "silu", [BN_ACT_RELU2] = "relu2",
+					 [BN_ACT_GELU] = "gelu" };
 
 const char *bn_activation_name(enum bn_activation a)
 {
-	return a == BN_ACT_RELU2 ? act_names[BN_ACT_RELU2] : act_names[BN_ACT_SILU];
+	return a == BN_ACT_RELU2 || a == BN_ACT_GELU ? act_names[a] : act_names[BN_ACT_SILU];
 }
 
+/* The names and the spellings of config.json's hidden_act for the same function. */
 int bn_activation_from_name(const char *name, enum bn_activation *out)
 {
 	if (!strcmp(name, "silu")) {
@@ -244,6 +249,10 @@ int bn_activation_from_name(const char *name, enum bn_activation *out)
 	}
 	if (!strcmp(name, "relu2") || !strcmp(name, "relu_squared")) {
 		*out = BN_ACT_RELU2;
+		return 0;
+	}
+	if (!strcmp(name, "gelu") || !strcmp(name, "gelu_pytorch_tanh")) {
+		*out = BN_ACT_GELU;
 		return 0;
 	}
 	return -1;
@@ -271,6 +280,15 @@ static void decide_activation(struct reader *r)
 		c->act = BN_ACT_RELU2;
 		snprintf(c->act_why, sizeof(c->act_why),
 			 "the bitnet-25 architecture (BitNet b1.58 2B4T's ReLU squared)");
+		return;
+	case BN_ARCH_QWEN3:
+		c->act = BN_ACT_SILU;
+		snprintf(c->act_why, sizeof(c->act_why), "the qwen3 architecture (SwiGLU)");
+		return;
+	case BN_ARCH_GEMMA3:
+		c->act = BN_ACT_GELU;
+		snprintf(c->act_why, sizeof(c->act_why),
+			 "the gemma3 architecture (GELU, tanh approximation)");
 		return;
 	case BN_ARCH_BITNET_B158:
 		break;
@@ -306,11 +324,11 @@ static int parse_activation(struct reader *r, const struct bn_activation_choice 
 	struct bn_gguf_str s;
 	int rc = bn_gguf_get_str(r->g, arch_key(r, "hidden_activation", key, sizeof(key)), &s);
 	if (rc == -EINVAL)
-		return fail(r, "%s is not a string (silu, relu2)", key);
+		return fail(r, "%s is not a string (silu, relu2, gelu)", key);
 	if (rc == 0) {
 		show(s, val, 33);
 		if (s.len > 32 || bn_activation_from_name(val, &c->act))
-			return fail(r, "%s \"%s\" is not an activation bitnetd knows (silu, relu2)",
+			return fail(r, "%s \"%s\" is not an activation bitnetd knows (silu, relu2, gelu)",
 				    key, val);
 		snprintf(c->act_why, sizeof(c->act_why), "%s", key);
 	} else {
@@ -343,6 +361,56 @@ static int parse_pooling(struct reader *r)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Qwen 3 and Gemma 3                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+/* llama.cpp's Gemma 3 attention scale: 1 / sqrt(head_dim), but for the 27B (62 layers), whose
+ * query_pre_attn_scalar is n_embd / n_head. */
+#define GEMMA3_27B_LAYERS 62u
+/* llama.cpp's Gemma 3 local layers: all but every sixth, RoPE base 10000 unscaled. */
+#define GEMMA3_SWA_PATTERN 6u
+#define GEMMA3_ROPE_BASE_SWA 10000.0f
+
+/* Gemma 3's sliding window, as llama.cpp reads it: attention.sliding_window when the file has
+ * it and it is not 0 (BitNet-embedding-270M's converter writes none: every layer global, as
+ * bitnet.cpp runs it), rope.freq_base_swa for the local layers' base when present. */
+static int parse_swa(struct reader *r)
+{
+	struct bn_model_config *c = r->c;
+	if (get_u32(r, "attention.sliding_window", &c->n_swa, 0, 0) ||
+	    get_f32(r, "rope.freq_base_swa", &c->rope_base_swa, GEMMA3_ROPE_BASE_SWA, NULL))
+		return -1;
+	if (!(c->rope_base_swa > 0.0f))
+		return fail(r, "%s.rope.freq_base_swa must be positive", c->arch_name);
+	c->swa_pattern = c->n_swa ? GEMMA3_SWA_PATTERN : 0;
+	return 0;
+}
+
+/* What the architecture adds to the LLaMA graph: per-head q/k norms (qwen3, gemma3), and for
+ * gemma3 the post-norms, the embedding scale, its attention scale and sliding window; a
+ * final-logit softcap, which Gemma 2 had and Gemma 3 dropped, is refused by name rather than
+ * ignored. (The per-projection input norms are the tensors' to say: model.c.) */
+static int parse_graph(struct reader *r)
+{
+	struct bn_model_config *c = r->c;
+	c->qk_norm = c->arch == BN_ARCH_QWEN3 || c->arch == BN_ARCH_GEMMA3;
+	c->post_norms = c->arch == BN_ARCH_GEMMA3;
+	c->embd_scale = c->arch == BN_ARCH_GEMMA3 ? sqrtf((float)c->n_embd) : 1.0f;
+	c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+	if (c->arch != BN_ARCH_GEMMA3)
+		return 0;
+	if (c->n_layer == GEMMA3_27B_LAYERS)
+		c->attn_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
+	float cap;
+	if (get_f32(r, "final_logit_softcapping", &cap, 0.0f, NULL))
+		return -1;
+	if (cap != 0.0f)
+		return fail(r, "%s.final_logit_softcapping is %g; bitnetd does not soft-cap logits "
+			       "(Gemma 3 has no cap)", c->arch_name, (double)cap);
+	return parse_swa(r);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* The configuration                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -367,9 +435,10 @@ int bn_model_read_config(const struct bn_gguf *g, const struct bn_activation_cho
 	if (parse_head_dim(&r) || get_u32(&r, "rope.dimension_count", &c->rope_dim, 0, c->head_dim))
 		return -1;
 	c->rope_neox = c->arch != BN_ARCH_LLAMA;
-	c->sub_norms = c->arch != BN_ARCH_LLAMA;
+	c->sub_norms = c->arch == BN_ARCH_BITNET || c->arch == BN_ARCH_BITNET_B158 ||
+		       c->arch == BN_ARCH_BITNET_25;
 	default_name(&r);
-	return check_config(&r);
+	return parse_graph(&r) || check_config(&r) ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -427,7 +496,7 @@ int bn_model_check_i2_s(const struct bn_gguf *g, const struct bn_model_config *c
 	for (uint64_t i = 0; i < g->n_tensors && !first; i++)
 		if (g->tensors[i].type == BN_TYPE_I2_S)
 			first = &g->tensors[i];
-	if (!first || c->arch != BN_ARCH_LLAMA)
+	if (!first || c->sub_norms)
 		return 0; /* in the bitnet* architectures type 36 is always bitnet.cpp's I2_S */
 	uint32_t file_type;
 	int rc = bn_gguf_get_u32(g, "general.file_type", &file_type);
@@ -438,8 +507,8 @@ int bn_model_check_i2_s(const struct bn_gguf *g, const struct bn_model_config *c
 		snprintf(says, sizeof(says), "%u", file_type);
 	else
 		snprintf(says, sizeof(says), "%s", rc == -ENOENT ? "missing" : "not an integer");
-	return fail(&r, "tensor '%s' has type 36, which in a llama file is I2_S only when "
+	return fail(&r, "tensor '%s' has type 36, which in a %s file is I2_S only when "
 			"general.file_type is %u (bitnet.cpp's I2_S), and it is %s here; upstream "
 			"llama.cpp gave type 36 to IQ4_NL_4_4, which bitnetd does not support",
-		    show(first->name, name, 65), FILE_TYPE_I2_S, says);
+		    show(first->name, name, 65), c->arch_name, FILE_TYPE_I2_S, says);
 }

@@ -385,10 +385,22 @@ static void default_add_bos(struct builder *b)
 		b->head.add_bos = 0;
 }
 
+/* A SentencePiece vocabulary without the dummy space prefix: tokenizer.ggml.add_space_prefix
+ * false, as Gemma 3's converters write (llama.cpp's reading of the key). */
+static int resolve_spm_prefix(struct builder *b)
+{
+	int prefix = 1;
+	int rc = bn_gguf_get_bool(b->g, "tokenizer.ggml.add_space_prefix", &prefix);
+	if (rc != 0 && rc != -ENOENT)
+		return fail(b, "tokenizer.ggml.add_space_prefix is not a bool");
+	b->ext.pre_tokenizer = prefix ? BN_PRE_NONE : BN_PRE_NO_PREFIX;
+	return 0;
+}
+
 static int resolve_pre(struct builder *b)
 {
 	if (b->head.kind != BN_VOCAB_BPE)
-		return 0;
+		return b->head.kind == BN_VOCAB_SPM ? resolve_spm_prefix(b) : 0;
 	if (b->opt && b->opt->pre_tokenizer) {
 		b->ext.pre_tokenizer = (uint32_t)bn_pre_tokenizer_from_name(b->opt->pre_tokenizer);
 		b->ext.flags |= BN_VOCAB_PRE_OVERRIDE;

@@ -30,9 +30,9 @@
 
 #define BN_VOCAB_ERR_LEN BN_GGUF_ERR_LEN /* it holds bn_gguf_open's errors */
 /* The pre-tokenizers bitnetd has (bn_pre_tokenizer_from_name), for messages. */
-#define BN_PRE_TOKENIZER_NAMES "llama-bpe, gpt2, falcon3, falcon_e"
+#define BN_PRE_TOKENIZER_NAMES "llama-bpe, gpt2, falcon3, falcon_e, qwen2"
 /* The chat templates (bn_chat_template_from_name), for messages. */
-#define BN_CHAT_TEMPLATE_NAMES "bitnet, llama3, chatml, llama2, falcon3"
+#define BN_CHAT_TEMPLATE_NAMES "bitnet, llama3, chatml, llama2, falcon3, gemma"
 #define BN_VOCAB_MAX_EOG 16
 
 /* The daemon's overrides (--pre-tokenizer, --chat-template); NULL: decide from the file. */

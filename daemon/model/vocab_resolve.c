@@ -83,6 +83,9 @@ uint32_t bn_chat_template_detect(const char *text, size_t len, int *placeholder)
 		return BN_CHAT_LLAMA3;
 	if (contains(text, len, "<|im_start|>"))
 		return BN_CHAT_CHATML;
+	/* Gemma 2's and 3's: turns of '<start_of_turn>' role ... '<end_of_turn>' */
+	if (contains(text, len, "<start_of_turn>") && contains(text, len, "<end_of_turn>"))
+		return BN_CHAT_GEMMA;
 	/* The trained 2B4T format: role | capitalize + ': ' ... '<|eot_id|>' ... 'Assistant: '. */
 	if (contains(text, len, "<|eot_id|>") && contains(text, len, "Assistant: ") &&
 	    contains(text, len, "capitalize"))

@@ -34,8 +34,10 @@
 #include <stdint.h>
 
 /* Bump when a layout the cache holds changes (bn_blocks.h, kernels.h, head_screen.h). 2: a
- * float layer matrix of a bitnet* file has a BN_WCACHE_FROM_FLOAT word (packed to T2 or not). */
-#define BN_WCACHE_VERSION 2u
+ * float layer matrix of a bitnet* file has a BN_WCACHE_FROM_FLOAT word (packed to T2 or not).
+ * 3: a T2 matrix's codes are followed by its BN_WCACHE_T2_GROUP word, then its row scales
+ * (group 0) or its group scales. */
+#define BN_WCACHE_VERSION 3u
 #define BN_WCACHE_WHY_LEN 160
 
 /* What the daemon was asked to build (part of the key). */
@@ -66,6 +68,8 @@ enum bn_wcache_tag {
 	BN_WCACHE_CUDA_ROWS = 10,  /* a float matrix as the cuda backend's device holds it */
 	BN_WCACHE_FROM_FLOAT = 11, /* a uint32: 1 when the float matrix after it was packed to
 				    * T2 (its T2 blobs follow), 0 when it stays float */
+	BN_WCACHE_T2_GROUP = 12,   /* a uint32: the T2 matrix's weights per scale (0: one a row) */
+	BN_WCACHE_T2_GSCALE = 13,  /* its scales per group, [n_out][n_in / group] floats */
 };
 
 struct bn_wcache_key {

@@ -297,9 +297,10 @@ static void row_score(const float *q, uint32_t n_h, uint32_t d, const float *k, 
 static ALWAYS_INLINE void heads_scores(const float *q, const uint32_t n_h, const uint32_t n_vec,
 				       const struct bn_kv_view *kv, uint32_t L, float scale, float *s)
 {
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
-		const float *K = bn_kv_block(kv, kv->K, b);
-		uint32_t rows = L - t0 < kv->block_tokens ? L - t0 : kv->block_tokens, i = 0;
+	uint32_t rows;
+	for (uint32_t t0 = 0; t0 < L; t0 += rows) {
+		const float *K = bn_kv_rows(kv, kv->K, t0, L, &rows);
+		uint32_t i = 0;
 		for (; i + 4 * ATTEND_GROUPS <= rows; i += 4 * ATTEND_GROUPS)
 			rows_scores(q, n_h, n_vec, K + (size_t)i * kv->ld, kv->ld, ATTEND_GROUPS,
 				    scale, s + t0 + i, L);
@@ -319,9 +320,10 @@ static ALWAYS_INLINE void heads_values(const uint32_t n_h, const uint32_t n_vec,
 	float32x4_t o[ATTEND_SUMS];
 	for (uint32_t a = 0; a < n_h * n_cv; a++)
 		o[a] = vdupq_n_f32(0.0f);
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
-		const float *V = bn_kv_block(kv, kv->V, b);
-		for (uint32_t i = 0; i < kv->block_tokens && t0 + i < L; i++) {
+	uint32_t rows;
+	for (uint32_t t0 = 0; t0 < L; t0 += rows) {
+		const float *V = bn_kv_rows(kv, kv->V, t0, L, &rows);
+		for (uint32_t i = 0; i < rows; i++) {
 			const float *vt = V + (size_t)i * kv->ld + 4 * v0;
 			for (uint32_t h = 0; h < n_h; h++) {
 				float p = s[(size_t)h * L + t0 + i];

@@ -344,7 +344,7 @@ void f_gemm_avx512(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const 
 void attend_avx512(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 		   float scale, float *s, float *out)
 {
-	uint32_t n_vec = (d + 15) / 16, bt = kv->block_tokens;
+	uint32_t n_vec = (d + 15) / 16, rows;
 	if (n_vec > ATTEND_MAX_VECS) {
 		bn_kernels_scalar.attend(q, kv, L, d, scale, s, out);
 		return;
@@ -353,9 +353,9 @@ void attend_avx512(const float *q, const struct bn_kv_view *kv, uint32_t L, uint
 	__m512 qv[ATTEND_MAX_VECS];
 	for (uint32_t v = 0; v < n_vec; v++)
 		qv[v] = _mm512_maskz_loadu_ps(v + 1 == n_vec ? tail : 0xffff, q + 16 * v);
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
-		const float *K = bn_kv_block(kv, kv->K, b);
-		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+	for (uint32_t t0 = 0; t0 < L; t0 += rows) {
+		const float *K = bn_kv_rows(kv, kv->K, t0, L, &rows);
+		for (uint32_t i = 0; i < rows; i++) {
 			const float *k = K + (size_t)i * kv->ld;
 			__m512 acc = _mm512_setzero_ps();
 			for (uint32_t v = 0; v < n_vec; v++)
@@ -370,9 +370,9 @@ void attend_avx512(const float *q, const struct bn_kv_view *kv, uint32_t L, uint
 	__m512 o[ATTEND_MAX_VECS];
 	for (uint32_t v = 0; v < n_vec; v++)
 		o[v] = _mm512_setzero_ps();
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
-		const float *V = bn_kv_block(kv, kv->V, b);
-		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+	for (uint32_t t0 = 0; t0 < L; t0 += rows) {
+		const float *V = bn_kv_rows(kv, kv->V, t0, L, &rows);
+		for (uint32_t i = 0; i < rows; i++) {
 			const float *vt = V + (size_t)i * kv->ld;
 			__m512 p = _mm512_set1_ps(s[t0 + i]);
 			for (uint32_t v = 0; v < n_vec; v++)
@@ -394,9 +394,10 @@ void attend_avx512(const float *q, const struct bn_kv_view *kv, uint32_t L, uint
 static ALWAYS_INLINE void heads_scores(const float *q, const uint32_t n_h, const uint32_t n_vec,
 				       const struct bn_kv_view *kv, uint32_t L, float scale, float *s)
 {
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
-		const float *K = bn_kv_block(kv, kv->K, b);
-		for (uint32_t i = 0; i < kv->block_tokens && t0 + i < L; i++) {
+	uint32_t rows;
+	for (uint32_t t0 = 0; t0 < L; t0 += rows) {
+		const float *K = bn_kv_rows(kv, kv->K, t0, L, &rows);
+		for (uint32_t i = 0; i < rows; i++) {
 			const float *k = K + (size_t)i * kv->ld;
 			__m512 kr[ATTEND_MAX_VECS];
 			for (uint32_t v = 0; v < n_vec; v++)
@@ -420,9 +421,10 @@ static ALWAYS_INLINE void heads_values(const uint32_t n_h, const uint32_t n_vec,
 	__m512 o[ATTEND_MAX_VECS];
 	for (uint32_t a = 0; a < n_h * n_cv; a++)
 		o[a] = _mm512_setzero_ps();
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
-		const float *V = bn_kv_block(kv, kv->V, b);
-		for (uint32_t i = 0; i < kv->block_tokens && t0 + i < L; i++) {
+	uint32_t rows;
+	for (uint32_t t0 = 0; t0 < L; t0 += rows) {
+		const float *V = bn_kv_rows(kv, kv->V, t0, L, &rows);
+		for (uint32_t i = 0; i < rows; i++) {
 			const float *vt = V + (size_t)i * kv->ld;
 			for (uint32_t h = 0; h < n_h; h++) {
 				__m512 p = _mm512_set1_ps(s[(size_t)h * L + t0 + i]);

@@ -16,10 +16,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A ternary matrix in the T2-plane layout (bn_blocks.h): n_out rows of n_in weights. */
+/* A ternary matrix in the T2-plane layout (bn_blocks.h): n_out rows of n_in weights, with
+ * one scale per row (BitNet's one scale per tensor, repeated), or one per group of `group`
+ * consecutive weights of a row (Ternary-Bonsai's 128, a TQ1_0/TQ2_0 block's 256): then
+ * gscale holds n_out rows of n_in / group scales, t2g_gemm computes it, and scale is NULL.
+ * A group is whole 128-weight blocks (BN_T2_GROUP_BLOCK): plane pair 0-1 or 2-3 of a chunk. */
 struct bn_t2_matrix {
 	const uint8_t *codes;    /* [n_out][row_bytes] */
-	const float *scale;      /* [n_out] weight scale of each row */
+	const float *scale;      /* [n_out] weight scale of each row, or NULL (grouped) */
+	const float *gscale;     /* [n_out][n_in / group] scale of each group, or NULL */
+	uint32_t group;          /* weights per group (a multiple of 128), 0: one scale a row */
 	uint32_t n_in, n_out;
 	uint32_t row_bytes;      /* bn_t2_row_bytes(n_in) */
 };
@@ -37,19 +43,34 @@ struct bn_q8_rows {
 	int8_t *q;               /* [n][k_pad], zero past k; 64-byte aligned rows */
 	float *inv_scale;        /* [n] absmax / 127 (0 for an all-zero row) */
 	int32_t *sum;            /* [n] sum of q over the row */
+	int32_t *bsum;           /* [n][bn_q8_blocks(k_pad)] sum of q over each 128-weight
+				  * block (bn_q8_block_sums), for t2g_gemm; NULL where no
+				  * grouped matrix reads these rows */
 	uint32_t k, k_pad;       /* k_pad: bn_q8_k_pad(k), whole T2 and T3 chunks */
 };
+
+/* Weights per block of the grouped ternary product: half a T2 chunk, planes 0-1 or 2-3. */
+#define BN_T2_GROUP_BLOCK 128
+/* Blocks of a row of k_pad activations: x->bsum's row stride. */
+static inline uint32_t bn_q8_blocks(uint32_t k_pad)
+{
+	return (k_pad + BN_T2_GROUP_BLOCK - 1) / BN_T2_GROUP_BLOCK;
+}
+/* x->bsum of rows [0, n) from their q (exact integer sums: any variant may call it). */
+void bn_q8_block_sums(struct bn_q8_rows *x, uint32_t n);
 
 /* Where attention finds the cached keys and values of one KV head: position t is row
  * t % block_tokens of block blocks[t / block_tokens], and a block starts block_stride floats
  * after the previous id's. Without a table (blocks NULL) the blocks are consecutive:
- * position t is at t * ld. K and V point at this head's first row of block id 0. */
+ * position t is at t * ld. K and V point at this head's first row of block id 0. Attention
+ * over L positions reads positions first .. first + L - 1 (first > 0: a sliding window). */
 struct bn_kv_view {
 	const float *K, *V;
 	const uint32_t *blocks;  /* NULL: contiguous */
 	uint32_t block_tokens;
 	uint32_t ld;             /* floats between consecutive positions within a block */
 	size_t block_stride;     /* floats between block ids */
+	uint32_t first;          /* the first position attended */
 };
 
 /* First row of the view's b-th block (of K or V: base says which). */
@@ -58,6 +79,17 @@ static inline const float *bn_kv_block(const struct bn_kv_view *v, const float *
 	if (!v->blocks)
 		return base + (size_t)b * v->block_tokens * v->ld;
 	return base + (size_t)v->blocks[b] * v->block_stride;
+}
+
+/* The view's positions from index t of an attention over L (position first + t): the address
+ * of the first (of K or V: base says which) and, in *n, how many follow it in the same
+ * block, at most L - t. Kernels walk a view so, whatever its first position. */
+static inline const float *bn_kv_rows(const struct bn_kv_view *v, const float *base, uint32_t t,
+				      uint32_t L, uint32_t *n)
+{
+	uint32_t p = v->first + t, r = p % v->block_tokens;
+	*n = v->block_tokens - r < L - t ? v->block_tokens - r : L - t;
+	return bn_kv_block(v, base, p / v->block_tokens) + (size_t)r * v->ld;
 }
 
 /* A float-typed matrix (F32, F16 or BF16 values) in one of two layouts:
@@ -118,16 +150,27 @@ struct bn_kernels {
 	 * (code(o,k) - 1 is the weight: subtracting sum[b] once undoes the +1 offset). */
 	void (*t2_gemm)(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 			const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
+	/* The grouped ternary product (w->gscale, w->group G; x->bsum filled): for each output,
+	 * with n_groups = n_in / G and group g the weights [gG, gG + G),
+	 *     a_g = sum_{k in g} code(o,k) * q[b][k] - sum of x->bsum[b] over g's blocks
+	 *     s = 0.0f; for g = 0, 1, ... n_groups - 1: s = fmaf((float)a_g, gscale[o][g], s)
+	 *     y[b*ldy + o] = s * inv_scale[b]
+	 * Each a_g is an exact integer (|a_g| <= 128 G, exact as a float), the chain of fused
+	 * multiply-adds runs in g order and the last product is one rounding, so every variant
+	 * gives the same bits, whatever the batch or the row range. */
+	void (*t2g_gemm)(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
+			 const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy);
 	/* y[b*ldy + o] = sum_k w[o][k] * x[b*ldx + k], for o in [o0, o1), b in [0, n_b). In the
 	 * panel layout every variant computes each sum as one chain of fused multiply-adds over
 	 * k = 0, 1, ... n_in - 1 from 0 (fmaf in the scalar variant), so all variants give the
 	 * same bits, whatever the batch or the row range. */
 	void (*f_gemm)(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1, const float *x,
 		       uint32_t ldx, uint32_t n_b, float *y, uint32_t ldy);
-	/* Attention of one query vector q[d] over the first L positions of kv:
+	/* Attention of one query vector q[d] over L positions of kv from kv->first:
 	 * s[t] = scale * q.K[t]; then out[d] = sum_t p[t] V[t] with p = softmax(s), t in order.
-	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks);
-	 * on aarch64 every variant's is the scalar kernel's (common_neon.c says why). */
+	 * s is scratch of L floats. Summation order depends on d and L only (not on the blocks
+	 * or the first position); on aarch64 every variant's is the scalar kernel's (common_neon.c
+	 * says why). */
 	void (*attend)(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 		       float scale, float *s, float *out);
 	/* attend for n_heads query vectors that share one KV head (grouped-query attention):

@@ -9,6 +9,7 @@
 #include "kernels.h"
 #include "quant.h"
 #include "t2_blocking.h"
+#include "t2g.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -421,9 +422,10 @@ static ALWAYS_INLINE void rows_scores(const float *q, const uint32_t n_h, const 
 static ALWAYS_INLINE void heads_scores(const float *q, const uint32_t n_h, const uint32_t n_vec,
 				       const struct bn_kv_view *kv, uint32_t L, float scale, float *s)
 {
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
-		const float *K = bn_kv_block(kv, kv->K, b);
-		uint32_t rows = L - t0 < kv->block_tokens ? L - t0 : kv->block_tokens, i = 0;
+	uint32_t rows;
+	for (uint32_t t0 = 0; t0 < L; t0 += rows) {
+		const float *K = bn_kv_rows(kv, kv->K, t0, L, &rows);
+		uint32_t i = 0;
 		for (; i + ATTEND_KEYS <= rows; i += ATTEND_KEYS)
 			rows_scores(q, n_h, n_vec, K + (size_t)i * kv->ld, kv->ld, ATTEND_KEYS, scale,
 				    s + t0 + i, L);
@@ -441,9 +443,10 @@ static ALWAYS_INLINE void heads_values(const uint32_t n_h, const uint32_t n_vec,
 	__m256 o[ATTEND_SUMS];
 	for (uint32_t a = 0; a < n_h * n_cv; a++)
 		o[a] = _mm256_setzero_ps();
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += kv->block_tokens, b++) {
-		const float *V = bn_kv_block(kv, kv->V, b);
-		for (uint32_t i = 0; i < kv->block_tokens && t0 + i < L; i++) {
+	uint32_t rows;
+	for (uint32_t t0 = 0; t0 < L; t0 += rows) {
+		const float *V = bn_kv_rows(kv, kv->V, t0, L, &rows);
+		for (uint32_t i = 0; i < rows; i++) {
 			const float *vt = V + (size_t)i * kv->ld + 8 * v0;
 			for (uint32_t h = 0; h < n_h; h++) {
 				__m256 p = _mm256_set1_ps(s[(size_t)h * L + t0 + i]);
@@ -773,6 +776,11 @@ const struct bn_kernels bn_kernels_avx2 = {
 	.name = "avx2",
 #endif
 	.t2_gemm = t2_gemm_avx2,
+#ifdef BN_AVXVNNI
+	.t2g_gemm = bn_t2g_gemm_avxvnni,
+#else
+	.t2g_gemm = bn_t2g_gemm_avx2,
+#endif
 	.f_gemm = f_gemm_avx2,
 	.attend = attend_avx2,
 	.attend_heads = attend_heads_avx2,

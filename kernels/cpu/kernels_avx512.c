@@ -12,6 +12,7 @@
 #include "kernels_avx512.h"
 
 #include "t2_blocking.h"
+#include "t2g.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -29,25 +30,6 @@
  * chunks, far below 2^31 / 98304.) At batch 1 this is 9 instructions per chunk against 16
  * with shifts, which is what decides whether the row loop keeps up with memory. */
 #define T2_PLANE(v, p) _mm512_and_si512((v), _mm512_set1_epi8((char)(3 << (2 * (p)))))
-
-/* acc += the dot products of 4-byte groups, u8 unsigned times the 64 signed bytes at s8.
- * Written out because GCC 12 compiles _mm512_dpbusd_epi32 with a register copy of the
- * accumulator around every instruction: the batch-4 chunk loop had ~30 vmovdqa for 16
- * vpdpbusd and spilled, and ran at 75-85 % of the speed it has with this (one core, 2B4T
- * shapes, side by side: 6912 x 2560 at batch 16, 164-232 against 210-261 G multiply-adds/s;
- * at batch 1 from cache, 140-151 against 155-169). */
-static ALWAYS_INLINE __m512i dpbusd(__m512i acc, __m512i u8, const int8_t *s8)
-{
-	__asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "m"(*(const __m512i *)s8));
-	return acc;
-}
-
-/* The same with both operands in registers, for an activation vector shared by several rows. */
-static ALWAYS_INLINE __m512i dpbusd_reg(__m512i acc, __m512i u8, __m512i s8)
-{
-	__asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
-	return acc;
-}
 
 /* Chunk cc of one weight row into one set of accumulators, against n_cols batch rows. */
 static ALWAYS_INLINE void t2_chunk(const uint8_t *row, const uint8_t *end,
@@ -106,13 +88,6 @@ static ALWAYS_INLINE void t2_row(const struct bn_t2_matrix *w, uint32_t o,
 	}
 }
 
-/* The codes of plane p of a chunk (0, 1 or 2 in each byte), shifted down to their place. */
-static ALWAYS_INLINE __m512i t2_plane_codes(__m512i wv, uint32_t p)
-{
-	const __m512i three = _mm512_set1_epi8(3);
-	return _mm512_and_si512(p ? _mm512_srli_epi16(wv, 2 * p) : wv, three);
-}
-
 /* T2_TILE_ROWS weight rows against COLS batch rows, for batches of more than COLS rows: one
  * accumulator per (weight row, batch row) pair, the planes shifted down to their codes so
  * that all four can add into it. Each activation vector is then loaded once and used by four
@@ -131,25 +106,6 @@ static ALWAYS_INLINE __m512i t2_plane_codes(__m512i wv, uint32_t p)
  * bound) only 1.05-1.07 x. */
 #define T2_TILE_ROWS 4
 _Static_assert(T2_TILE_ROWS * COLS == 16, "t2_quad_store sums sixteen accumulators");
-
-/* Sixteen accumulators to one vector whose lane i holds the sum of acc[i]'s lanes: a
- * transposing tree of 45 instructions, against ~8 for each of sixteen separate reductions
- * and the scalar moves after them. Integer sums: any order gives the same sum. */
-static ALWAYS_INLINE __m512i sum_sixteen(const __m512i acc[16])
-{
-	__m512i pairs[8], quads[4], halves[2];
-	for (int i = 0; i < 8; i++) /* per 128-bit lane: a0+a2, b0+b2, a1+a3, b1+b3 */
-		pairs[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2 * i], acc[2 * i + 1]),
-					    _mm512_unpackhi_epi32(acc[2 * i], acc[2 * i + 1]));
-	for (int i = 0; i < 4; i++) /* per 128-bit lane: a, b, c, d of that lane */
-		quads[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(pairs[2 * i], pairs[2 * i + 1]),
-					    _mm512_unpackhi_epi64(pairs[2 * i], pairs[2 * i + 1]));
-	for (int i = 0; i < 2; i++) /* 128-bit lanes 0+1 and 2+3 of two quads */
-		halves[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1], 0x88),
-					     _mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1], 0xdd));
-	return _mm512_add_epi32(_mm512_shuffle_i32x4(halves[0], halves[1], 0x88),
-				_mm512_shuffle_i32x4(halves[0], halves[1], 0xdd));
-}
 
 /* A whole tile's outputs from its accumulators acc[b * T2_TILE_ROWS + r]: lane 4b + r is
  * ((float)(sum - x sum) * row scale) * column inverse scale, t2_row's operations in its
@@ -500,6 +456,7 @@ static uint64_t hash64_avx512(const void *p, size_t n)
 const struct bn_kernels bn_kernels_avx512 = {
 	.name = "avx512vnni",
 	.t2_gemm = t2_gemm_avx512,
+	.t2g_gemm = bn_t2g_gemm_avx512,
 	.f_gemm = f_gemm_avx512,
 	.attend = attend_avx512,
 	.attend_heads = attend_heads_avx512,

@@ -23,6 +23,7 @@
 #include "t2_blocking.h"
 
 #include <arm_neon.h>
+#include <math.h>
 
 /* The four code planes of 16 code bytes (weights m, m + 64, m + 128, m + 192 of byte m), each
  * as 16 codes 0..2 in signed bytes. */
@@ -363,6 +364,89 @@ static void t2_gemm_neon(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* The grouped product (kernels.h: t2g_gemm): one scale per group of whole 128-weight blocks    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Batch rows a weight row is read once for. */
+#define T2G_COLS 4
+
+/* 16 codes against 16 activations, added into 32-bit lanes: sdot, or smull and sadalp (a
+ * product is at most 2 * 128 in magnitude, a pair of them fits a 16-bit lane). */
+static ALWAYS_INLINE int32x4_t t2g_dot(int32x4_t acc, int8x16_t codes, int8x16_t x)
+{
+#ifdef BN_DOTPROD
+	return vdotq_s32(acc, codes, x);
+#else
+	acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(codes), vget_low_s8(x)));
+	return vpadalq_s16(acc, vmull_high_s8(codes, x));
+#endif
+}
+
+/* The activations' offset for group g of batch row b: the sum of its blocks' sums. */
+static ALWAYS_INLINE int32_t t2g_xsum(const struct bn_q8_rows *x, uint32_t b, uint32_t g,
+				      uint32_t blocks)
+{
+	const int32_t *bs = x->bsum + (size_t)b * bn_q8_blocks(x->k_pad) + (size_t)g * blocks;
+	int32_t s = 0;
+	for (uint32_t j = 0; j < blocks; j++)
+		s += bs[j];
+	return s;
+}
+
+/* Weight row o against batch rows b0 .. b0 + n_cols: per group the exact integer sum of its
+ * blocks (block j is planes 2(j%2), 2(j%2)+1 of chunk j/2) less the activations' block sums,
+ * then one fused multiply-add per group in group order, as the scalar definition. */
+static ALWAYS_INLINE void t2g_row(const struct bn_t2_matrix *w, uint32_t o,
+				  const struct bn_q8_rows *x, uint32_t b0, const uint32_t n_cols,
+				  float *y, uint32_t ldy)
+{
+	const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
+	const uint32_t n_groups = w->n_in / w->group, blocks = w->group / BN_T2_GROUP_BLOCK;
+	const float *gs = w->gscale + (size_t)o * n_groups;
+	float s[T2G_COLS] = { 0.0f };
+	for (uint32_t g = 0; g < n_groups; g++) {
+		int32x4_t acc[T2G_COLS];
+		for (uint32_t b = 0; b < n_cols; b++)
+			acc[b] = vdupq_n_s32(0);
+		for (uint32_t j = g * blocks; j < (g + 1) * blocks; j++) {
+			const uint8_t *chunk = row + (size_t)(j / 2) * BN_T2_CHUNK_BYTES;
+			size_t xoff = (size_t)(j / 2) * BN_T2_CHUNK;
+			for (uint32_t h = 0; h < 4; h++) {
+				uint8x16_t v = vld1q_u8(chunk + 16 * h);
+				int8x16_t lo = j % 2 ? t2_plane(v, 2) : t2_plane(v, 0);
+				int8x16_t hi = j % 2 ? t2_plane(v, 3) : t2_plane(v, 1);
+				uint32_t p = 2 * (j % 2);
+				for (uint32_t b = 0; b < n_cols; b++) {
+					const int8_t *xq = x->q + (size_t)(b0 + b) * x->k_pad + xoff;
+					acc[b] = t2g_dot(acc[b], lo, vld1q_s8(xq + 64 * p + 16 * h));
+					acc[b] = t2g_dot(acc[b], hi,
+							 vld1q_s8(xq + 64 * (p + 1) + 16 * h));
+				}
+			}
+		}
+		for (uint32_t b = 0; b < n_cols; b++) {
+			int32_t a = vaddvq_s32(acc[b]) - t2g_xsum(x, b0 + b, g, blocks);
+			s[b] = fmaf((float)a, gs[g], s[b]);
+		}
+	}
+	for (uint32_t b = 0; b < n_cols; b++)
+		y[(size_t)(b0 + b) * ldy + o] = s[b] * x->inv_scale[b0 + b];
+}
+
+static void t2g_gemm_neon(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
+			  const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	for (uint32_t o = o0; o < o1; o++)
+		for (uint32_t b = 0; b < n_b; b += T2G_COLS)
+			switch (n_b - b < T2G_COLS ? n_b - b : T2G_COLS) { /* constant widths */
+			case 4: t2g_row(w, o, x, b, 4, y, ldy); break;
+			case 3: t2g_row(w, o, x, b, 3, y, ldy); break;
+			case 2: t2g_row(w, o, x, b, 2, y, ldy); break;
+			default: t2g_row(w, o, x, b, 1, y, ldy); break;
+			}
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* The int8 head: int8 rows x int8 activations                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -504,6 +588,7 @@ const struct bn_kernels bn_kernels_neon = {
 	.name = "neon",
 #endif
 	.t2_gemm = t2_gemm_neon,
+	.t2g_gemm = t2g_gemm_neon,
 	.f_gemm = bn_neon_f_gemm,
 	.attend = bn_neon_attend,
 	.attend_heads = bn_neon_attend_heads,

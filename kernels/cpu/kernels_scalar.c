@@ -7,11 +7,12 @@
 #include <string.h>
 #include <xxhash.h>
 
-/* Over the row's whole chunks (padding included: code 1 against zero activations). */
-static int32_t t2_dot(const uint8_t *row, const int8_t *q, uint32_t n)
+/* Weights [k0, k0 + n) of a row against q (t2_gemm: over the row's whole chunks, padding
+ * included: code 1 against zero activations). */
+static int32_t t2_dot_from(const uint8_t *row, const int8_t *q, uint32_t k0, uint32_t n)
 {
 	int32_t acc = 0;
-	for (uint32_t k = 0; k < n; k++)
+	for (uint32_t k = k0; k < k0 + n; k++)
 		acc += (int32_t)bn_t2_code(row, k) * q[k];
 	return acc;
 }
@@ -22,9 +23,52 @@ static void t2_gemm_scalar(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o
 	for (uint32_t o = o0; o < o1; o++) {
 		const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
 		for (uint32_t b = 0; b < n_b; b++) {
-			int32_t acc = t2_dot(row, x->q + (size_t)b * x->k_pad,
-					     w->row_bytes / BN_T2_CHUNK_BYTES * BN_T2_CHUNK) - x->sum[b];
+			int32_t acc = t2_dot_from(row, x->q + (size_t)b * x->k_pad, 0,
+						  w->row_bytes / BN_T2_CHUNK_BYTES * BN_T2_CHUNK) -
+				      x->sum[b];
 			y[(size_t)b * ldy + o] = ((float)acc * w->scale[o]) * x->inv_scale[b];
+		}
+	}
+}
+
+/* The grouped product (kernels.h): per group the exact integer sum of its 128-weight blocks,
+ * less the activations' block sums for the +1 offset, then one fused multiply-add per group,
+ * groups in order. */
+static void t2g_gemm_scalar(const struct bn_t2_matrix *w, uint32_t o0, uint32_t o1,
+			    const struct bn_q8_rows *x, uint32_t n_b, float *y, uint32_t ldy)
+{
+	uint32_t n_groups = w->n_in / w->group, blocks = w->group / BN_T2_GROUP_BLOCK;
+	for (uint32_t o = o0; o < o1; o++) {
+		const uint8_t *row = w->codes + (size_t)o * w->row_bytes;
+		const float *gs = w->gscale + (size_t)o * n_groups;
+		for (uint32_t b = 0; b < n_b; b++) {
+			const int8_t *q = x->q + (size_t)b * x->k_pad;
+			const int32_t *bsum = x->bsum + (size_t)b * bn_q8_blocks(x->k_pad);
+			float s = 0.0f;
+			for (uint32_t g = 0; g < n_groups; g++) {
+				uint32_t k0 = g * w->group;
+				int32_t acc = t2_dot_from(row, q, k0, w->group);
+				for (uint32_t j = 0; j < blocks; j++)
+					acc -= bsum[g * blocks + j];
+				s = fmaf((float)acc, gs[g], s);
+			}
+			y[(size_t)b * ldy + o] = s * x->inv_scale[b];
+		}
+	}
+}
+
+void bn_q8_block_sums(struct bn_q8_rows *x, uint32_t n)
+{
+	uint32_t blocks = bn_q8_blocks(x->k_pad);
+	for (uint32_t r = 0; r < n; r++) {
+		const int8_t *q = x->q + (size_t)r * x->k_pad;
+		int32_t *bsum = x->bsum + (size_t)r * blocks;
+		for (uint32_t j = 0; j < blocks; j++) {
+			int32_t s = 0;
+			for (uint32_t k = j * BN_T2_GROUP_BLOCK;
+			     k < (j + 1) * BN_T2_GROUP_BLOCK && k < x->k_pad; k++)
+				s += q[k];
+			bsum[j] = s;
 		}
 	}
 }
@@ -82,10 +126,10 @@ static void f_gemm_scalar(const struct bn_f_matrix *w, uint32_t o0, uint32_t o1,
 static void attend_scalar(const float *q, const struct bn_kv_view *kv, uint32_t L, uint32_t d,
 			  float scale, float *s, float *out)
 {
-	uint32_t bt = kv->block_tokens;
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
-		const float *K = bn_kv_block(kv, kv->K, b);
-		for (uint32_t i = 0; i < bt && t0 + i < L; i++) {
+	uint32_t n;
+	for (uint32_t t0 = 0; t0 < L; t0 += n) {
+		const float *K = bn_kv_rows(kv, kv->K, t0, L, &n);
+		for (uint32_t i = 0; i < n; i++) {
 			float dot = 0.0f;
 			for (uint32_t j = 0; j < d; j++)
 				dot += q[j] * K[(size_t)i * kv->ld + j];
@@ -95,9 +139,9 @@ static void attend_scalar(const float *q, const struct bn_kv_view *kv, uint32_t 
 	bn_softmax(s, L);
 	for (uint32_t j = 0; j < d; j++)
 		out[j] = 0.0f;
-	for (uint32_t t0 = 0, b = 0; t0 < L; t0 += bt, b++) {
-		const float *V = bn_kv_block(kv, kv->V, b);
-		for (uint32_t i = 0; i < bt && t0 + i < L; i++)
+	for (uint32_t t0 = 0; t0 < L; t0 += n) {
+		const float *V = bn_kv_rows(kv, kv->V, t0, L, &n);
+		for (uint32_t i = 0; i < n; i++)
 			for (uint32_t j = 0; j < d; j++)
 				out[j] += s[t0 + i] * V[(size_t)i * kv->ld + j];
 	}
@@ -148,6 +192,7 @@ static uint64_t hash64_scalar(const void *p, size_t n)
 const struct bn_kernels bn_kernels_scalar = {
 	.name = "scalar",
 	.t2_gemm = t2_gemm_scalar,
+	.t2g_gemm = t2g_gemm_scalar,
 	.f_gemm = f_gemm_scalar,
 	.attend = attend_scalar,
 	.attend_heads = attend_heads_scalar,

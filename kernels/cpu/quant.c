@@ -136,6 +136,19 @@ static void dequant_bf16(const uint8_t *src, uint64_t n, float *out)
 	}
 }
 
+static void dequant_q4_0(const uint8_t *src, uint64_t n, float *out)
+{
+	for (uint64_t blk = 0; blk < n / BN_QK4_0; blk++) {
+		struct bn_block_q4_0 b;
+		memcpy(&b, src + blk * sizeof(b), sizeof(b));
+		float d = bn_half_to_float(b.d);
+		for (int j = 0; j < BN_QK4_0 / 2; j++) {
+			out[blk * BN_QK4_0 + j] = (float)((b.qs[j] & 0xF) - 8) * d;
+			out[blk * BN_QK4_0 + j + BN_QK4_0 / 2] = (float)((b.qs[j] >> 4) - 8) * d;
+		}
+	}
+}
+
 static void dequant_q8_0(const uint8_t *src, uint64_t n, float *out)
 {
 	for (uint64_t blk = 0; blk < n / BN_QK8_0; blk++) {
@@ -217,6 +230,7 @@ int bn_dequant_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uin
 	case BN_TYPE_F32: memcpy(out, t + off, n * sizeof(float)); return 0;
 	case BN_TYPE_F16: dequant_f16(t + off, n, out); return 0;
 	case BN_TYPE_BF16: dequant_bf16(t + off, n, out); return 0;
+	case BN_TYPE_Q4_0: dequant_q4_0(t + off, n, out); return 0;
 	case BN_TYPE_Q8_0: dequant_q8_0(t + off, n, out); return 0;
 	case BN_TYPE_Q6_K: dequant_q6_k(t + off, n, out); return 0;
 	case BN_TYPE_TQ1_0:
@@ -281,6 +295,41 @@ int bn_ternary_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uin
 	return rc;
 }
 
+/* Per 128-weight block (the grouped kernels' unit, kernels.h): the scale of each block of a
+ * TQ row, its block's d; 0 for a block whose weights are all zero (its d says nothing). */
+static void tq_block_scales(uint32_t type, const uint8_t *src, uint64_t n, uint8_t *codes,
+			    float *scale)
+{
+	for (uint64_t blk = 0; blk < n / BN_QK_K; blk++) {
+		uint8_t *c = codes + blk * BN_QK_K;
+		float d = bn_half_to_float(tq_block_codes(type, src + blk * tq_block_bytes(type), c));
+		for (int h = 0; h < BN_QK_K / BN_T2_GROUP_BLOCK; h++)
+			scale[blk * 2 + h] = all_code(c + h * BN_T2_GROUP_BLOCK, BN_T2_GROUP_BLOCK, 1) ? 0.0f
+												      : d;
+	}
+}
+
+static int float_block_scales(uint32_t type, const uint8_t *p, uint64_t n, uint8_t *codes,
+			      float *scale);
+
+int bn_ternary_row_blocks(uint32_t type, const void *tensor, uint64_t tensor_bytes, uint64_t row,
+			  uint64_t n, uint8_t *codes, float *scale)
+{
+	const uint8_t *t = tensor;
+	uint64_t off;
+	if (n % BN_T2_GROUP_BLOCK != 0 || row_offset(type, tensor_bytes, row, n, &off) != 0)
+		return -1;
+	if (type == BN_TYPE_F32 || type == BN_TYPE_F16 || type == BN_TYPE_BF16)
+		return float_block_scales(type, t + off, n, codes, scale);
+	if (type != BN_TYPE_TQ1_0 && type != BN_TYPE_TQ2_0)
+		return -1;
+	tq_block_scales(type, t + off, n, codes, scale);
+	for (uint64_t i = 0; i < n; i++) /* as bn_ternary_row: code 3 is no ternary weight */
+		if (codes[i] > 2)
+			return -1;
+	return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Float rows that are ternary                                                                */
 /* ------------------------------------------------------------------------------------------ */
@@ -321,6 +370,18 @@ ternary_bits(const uint8_t *p, uint64_t n, unsigned width, uint8_t *codes, uint3
 	return 0;
 }
 
+/* A float type's value from its bits (F32, F16 or BF16). */
+static float float_of_bits(uint32_t type, uint32_t bits)
+{
+	float f;
+	if (type == BN_TYPE_F32) {
+		memcpy(&f, &bits, sizeof(f));
+		return f;
+	}
+	return type == BN_TYPE_F16 ? bn_half_to_float((uint16_t)bits)
+				   : bn_bf16_to_float((uint16_t)bits);
+}
+
 int bn_ternary_from_float_row(uint32_t type, const void *tensor, uint64_t tensor_bytes,
 			      uint64_t row, uint64_t n, uint8_t *codes, float *scale)
 {
@@ -338,11 +399,28 @@ int bn_ternary_from_float_row(uint32_t type, const void *tensor, uint64_t tensor
 										   : 0x7f80u;
 	if ((mag & exp_all) == exp_all) /* an infinity or a NaN is no scale */
 		return 1;
-	if (type == BN_TYPE_F32)
-		memcpy(scale, &mag, sizeof(*scale));
-	else
-		*scale = type == BN_TYPE_F16 ? bn_half_to_float((uint16_t)mag)
-					     : bn_bf16_to_float((uint16_t)mag);
+	*scale = float_of_bits(type, mag);
+	return 0;
+}
+
+/* Each 128-weight block of a float row on its own magnitude (ternary_bits), as the block's
+ * scale: 0 for a block of zeros. */
+static int float_block_scales(uint32_t type, const uint8_t *p, uint64_t n, uint8_t *codes,
+			      float *scale)
+{
+	uint32_t exp_all = type == BN_TYPE_F32 ? 0x7f800000u : type == BN_TYPE_F16 ? 0x7c00u
+										   : 0x7f80u;
+	unsigned width = type == BN_TYPE_F32 ? 4 : 2;
+	for (uint64_t blk = 0; blk < n / BN_T2_GROUP_BLOCK; blk++) {
+		const uint8_t *b = p + blk * BN_T2_GROUP_BLOCK * width;
+		uint8_t *c = codes + blk * BN_T2_GROUP_BLOCK;
+		uint32_t mag = 0;
+		int rc = width == 4 ? ternary_bits(b, BN_T2_GROUP_BLOCK, 4, c, &mag)
+				    : ternary_bits(b, BN_T2_GROUP_BLOCK, 2, c, &mag);
+		if (rc || (mag & exp_all) == exp_all) /* another magnitude; an infinity or NaN */
+			return 1;
+		scale[blk] = float_of_bits(type, mag);
+	}
 	return 0;
 }
 
@@ -519,6 +597,29 @@ static void quant_q8_0(const float *x, uint64_t n, uint8_t *out)
 	}
 }
 
+/* Q4_0: d = the block's value of largest magnitude / -8 (as ggml: that value becomes q = -8
+ * exactly), the weights rounded against d as stored (half), clamped to [-8, 7]. */
+static void quant_q4_0(const float *x, uint64_t n, uint8_t *out)
+{
+	for (uint64_t blk = 0; blk < n / BN_QK4_0; blk++, x += BN_QK4_0) {
+		float amax = 0.0f, max = 0.0f;
+		for (int j = 0; j < BN_QK4_0; j++)
+			if (fabsf(x[j]) > amax) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		struct bn_block_q4_0 b;
+		b.d = bn_float_to_half(max / -8.0f);
+		float d = bn_half_to_float(b.d);
+		for (int j = 0; j < BN_QK4_0 / 2; j++) {
+			long lo = d != 0.0f ? clampl(lroundf(x[j] / d), -8, 7) : 0;
+			long hi = d != 0.0f ? clampl(lroundf(x[j + BN_QK4_0 / 2] / d), -8, 7) : 0;
+			b.qs[j] = (uint8_t)((lo + 8) | ((hi + 8) << 4));
+		}
+		memcpy(out + blk * sizeof(b), &b, sizeof(b));
+	}
+}
+
 /* Stores 256 values q in [-32, 31] the way bn_dequant_q6_k reads them back. */
 static void q6_k_pack(const int8_t q[BN_QK_K], struct bn_block_q6_k *b)
 {
@@ -657,6 +758,7 @@ uint64_t bn_quant_row(uint32_t type, const float *in, uint64_t n, void *out)
 			memcpy(o + 2 * i, &h, sizeof(h));
 		}
 		break;
+	case BN_TYPE_Q4_0: quant_q4_0(in, n, o); break;
 	case BN_TYPE_Q8_0: quant_q8_0(in, n, o); break;
 	case BN_TYPE_Q6_K: quant_q6_k(in, n, o); break;
 	case BN_TYPE_TQ1_0:

@@ -43,6 +43,15 @@ int bn_dequant_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uin
 int bn_ternary_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uint64_t row,
 		   uint64_t n, uint8_t *codes, float *scale);
 
+/* A ternary row with one scale per 128-weight block (n a multiple of 128), for matrices whose
+ * scales are per group (kernels.h: bn_t2_matrix): TQ1_0 and TQ2_0 rows (each block takes its
+ * 256-weight block's d) and float rows (F32, F16, BF16) whose every block is -s, 0 or +s for
+ * its own s, read as bn_ternary_from_float_row reads a row. A block of zero weights has scale
+ * 0. Returns 0; 1 when a float row is not such a row; -1 for another type, a bad n, a row out
+ * of range or a code 3. (I2_S has one scale per tensor: bn_ternary_row.) */
+int bn_ternary_row_blocks(uint32_t type, const void *tensor, uint64_t tensor_bytes, uint64_t row,
+			  uint64_t n, uint8_t *codes, float *scale);
+
 /* A float row (F32, F16 or BF16) that holds a ternary row exactly: every value is -s, 0 or +s
  * for one finite s > 0 (zeros of either sign are 0; a row of zeros has s = 0). Writes its
  * codes (0, 1, 2) and s, decoded from the row's own bits, so s * (code - 1) is each value as

@@ -14,6 +14,7 @@ struct type_info {
 static const struct type_info type_table[] = {
 	{ BN_TYPE_F32, "F32", 1, 4 },
 	{ BN_TYPE_F16, "F16", 1, 2 },
+	{ BN_TYPE_Q4_0, "Q4_0", BN_QK4_0, sizeof(struct bn_block_q4_0) },
 	{ BN_TYPE_Q8_0, "Q8_0", BN_QK8_0, sizeof(struct bn_block_q8_0) },
 	{ BN_TYPE_Q6_K, "Q6_K", BN_QK_K, sizeof(struct bn_block_q6_k) },
 	{ BN_TYPE_BF16, "BF16", 1, 2 },

@@ -636,7 +636,7 @@ class Client:
              timeout: Optional[float] = None, **sampling) -> Generation:
         """Answers a conversation: ``messages`` is a list of {"role", "content"} dicts (or
         (role, content) pairs), rendered by the model's template (or ``chat_template``: 2
-        bitnet, 3 llama3, 4 chatml, 5 llama2, 6 falcon3) in the daemon, message text never
+        bitnet, 3 llama3, 4 chatml, 5 llama2, 6 falcon3, 7 gemma) in the daemon, message text never
         special.
         Returns a Generation whose text is the reply."""
         return self._run(self._generate_request(None, max_tokens, chat=messages,
