@@ -1504,6 +1504,57 @@ START_TEST(attend_heads_equal_each_head)
 }
 END_TEST
 
+/* A sliding window (kv->first > 0) over a paged cache: the same bits as attention over a
+ * contiguous cache holding the window's positions alone (kernels.h: the order depends on d
+ * and L only), for attend and for attend_heads of 2 and 8 heads. */
+START_TEST(attend_window_equals_its_rows)
+{
+	const struct bn_kernels *kern = variant(_i);
+	if (!kern)
+		return;
+	static const uint32_t ds[] = { 64, 100, 128 }, ls[] = { 1, 17, 40 }, firsts[] = { 3, 13 };
+	for (size_t di = 0; di < 3; di++)
+		for (size_t li = 0; li < 3; li++)
+			for (size_t fi = 0; fi < 2; fi++) {
+				uint32_t d = ds[di], L = ls[li], f = firsts[fi], nh = 8;
+				tu_rng_seed(1700 + 100 * di + 10 * li + fi);
+				struct attend_case c;
+				attend_case_new(&c, d, f + L);
+				struct paged_kv p;
+				paged_kv_new(&p, &c, 5);
+				p.view.first = f;
+				struct bn_kv_view rows = { .K = c.K + (size_t)f * c.ld,
+							   .V = c.V + (size_t)f * c.ld,
+							   .block_tokens = 16, .ld = c.ld };
+				float *q = xmalloc((size_t)nh * d * sizeof(float));
+				for (size_t i = 0; i < (size_t)nh * d; i++)
+					q[i] = tu_rng_float(-4.0f, 4.0f);
+				float *s = xmalloc((size_t)nh * L * sizeof(float));
+				float *want = xmalloc((size_t)nh * d * sizeof(float));
+				float *got = xmalloc((size_t)nh * d * sizeof(float));
+				for (uint32_t h = 0; h < nh; h++)
+					kern->attend(q + (size_t)h * d, &rows, L, d, c.scale, s,
+						     want + (size_t)h * d);
+				kern->attend(q, &p.view, L, d, c.scale, s, got);
+				ck_assert_msg(memcmp(want, got, d * sizeof(float)) == 0,
+					      "%s d %u window %u from %u: not its rows' bits",
+					      kern->name, d, L, f);
+				for (uint32_t g = 2; g <= nh; g *= 4) {
+					kern->attend_heads(q, g, &p.view, L, d, c.scale, s, got);
+					ck_assert_msg(memcmp(want, got, (size_t)g * d * sizeof(float)) == 0,
+						      "%s d %u window %u from %u, %u heads: not their rows' bits",
+						      kern->name, d, L, f, g);
+				}
+				free(got);
+				free(want);
+				free(s);
+				free(q);
+				paged_kv_free(&p);
+				attend_case_free(&c);
+			}
+}
+END_TEST
+
 #if defined(__aarch64__)
 /* On aarch64 every variant's attention gives the scalar kernel's bits (common_neon.c says
  * why): attend over a contiguous and a paged cache, and attend_heads for groups of 2 and 8
@@ -1921,6 +1972,7 @@ static void add_kernel_cases(Suite *s)
 	tcase_add_loop_test(k, attend_deterministic, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_paged_equals_contiguous, 0, N_VARIANTS);
 	tcase_add_loop_test(k, attend_heads_equal_each_head, 0, N_VARIANTS);
+	tcase_add_loop_test(k, attend_window_equals_its_rows, 0, N_VARIANTS);
 #if defined(__aarch64__)
 	tcase_add_loop_test(k, attend_equals_scalar, 1, N_VARIANTS);
 #endif
