@@ -1175,7 +1175,7 @@ START_TEST(a_memory_limit_bounds_what_grammars_hold)
 }
 END_TEST
 
-#define N_HOGS 6
+#define MAX_HOGS 24
 
 struct hog {
 	atomic_int stop;
@@ -1191,10 +1191,37 @@ static void *spin(void *arg)
 	return NULL;
 }
 
+/* One compile of text with n_hogs threads spinning on this thread's CPU (the caller pinned
+ * to it): its answer, and its wall time in *wall_ms. */
+static int compile_beside_hogs(const char *text, struct bn_grammar_limits *lim,
+			       int n_hogs, int64_t *wall_ms, char *err)
+{
+	struct hog h = { 0 };
+	CPU_ZERO(&h.cpu);
+	CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &h.cpu);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof(h.cpu), &h.cpu), 0);
+	pthread_t hogs[MAX_HOGS];
+	for (int i = 0; i < n_hogs; i++)
+		ck_assert_int_eq(pthread_create(&hogs[i], NULL, spin, &h), 0);
+	int rc;
+	int64_t t0 = tu_now_ns();
+	int64_t cpu = compile_ms(BN_GRAMMAR_JSON_SCHEMA, text, lim, &rc, err);
+	*wall_ms = (tu_now_ns() - t0) / 1000000;
+	atomic_store(&h.stop, 1);
+	for (int i = 0; i < n_hogs; i++)
+		pthread_join(hogs[i], NULL);
+	printf("cpu budget: %d busy threads, %lld ms of CPU in %lld ms, budget %u ms\n", n_hogs,
+	       (long long)cpu, (long long)*wall_ms, lim->compile_ms);
+	return rc;
+}
+
 /* The compile budget is the compiling thread's CPU time: a schema that compiles within it
- * alone still does with six busy threads on its CPU, though its wall time is then past the
+ * alone still does with busy threads on its CPU, though its wall time is then past the
  * budget. Before (a wall-clock budget), the same schema was refused under load (issue 58: one
- * compiled in 1.1-1.7 s and was refused at 1,000 ms on a busy machine). */
+ * compiled in 1.1-1.7 s and was refused at 1,000 ms on a busy machine). The load must be
+ * real for the case to show anything: where the compile's wall time stayed within the budget
+ * (a machine busy elsewhere inflates the time alone: seen under AddressSanitizer), it runs
+ * again beside twice the threads. */
 START_TEST(the_budget_is_cpu_time_whatever_the_load)
 {
 	char *big = malloc(1 << 16);
@@ -1206,35 +1233,27 @@ START_TEST(the_budget_is_cpu_time_whatever_the_load)
 	struct bn_grammar_limits lim = { .compile_ms = 60000 };
 	char err[BN_GRAMMAR_ERR_LEN];
 	int rc;
-	/* The second of two (the first pays for first-touched memory, several times over under
-	 * AddressSanitizer's shadow). */
-	int64_t alone = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
-	ck_assert_msg(rc == 0, "%s", err);
-	alone = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
-	ck_assert_msg(rc == 0, "%s", err);
+	/* The least of three after a first (which pays for first-touched memory, several times
+	 * over under AddressSanitizer's shadow). */
+	int64_t alone = INT64_MAX;
+	for (int i = 0; i < 4; i++) {
+		int64_t ms = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
+		ck_assert_msg(rc == 0, "%s", err);
+		if (i > 0 && ms < alone)
+			alone = ms;
+	}
 	lim.compile_ms = (uint32_t)(3 * alone + 20);
-	struct hog h = { 0 };
-	CPU_ZERO(&h.cpu);
-	CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &h.cpu);
 	cpu_set_t mine;
 	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine), 0);
-	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof(h.cpu), &h.cpu), 0);
-	pthread_t hogs[N_HOGS];
-	for (int i = 0; i < N_HOGS; i++)
-		ck_assert_int_eq(pthread_create(&hogs[i], NULL, spin, &h), 0);
-	int64_t t0 = tu_now_ns();
-	int64_t cpu = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
-	int64_t wall = (tu_now_ns() - t0) / 1000000;
-	atomic_store(&h.stop, 1);
-	for (int i = 0; i < N_HOGS; i++)
-		pthread_join(hogs[i], NULL);
+	int64_t wall = 0;
+	for (int n_hogs = 6; n_hogs <= MAX_HOGS && wall <= lim.compile_ms; n_hogs *= 2) {
+		rc = compile_beside_hogs(big, &lim, n_hogs, &wall, err);
+		ck_assert_msg(rc == 0, "refused beside %d busy threads: %s", n_hogs, err);
+	}
 	pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine);
-	printf("cpu budget: alone %lld ms, under load %lld ms of CPU in %lld ms, budget %u ms\n",
-	       (long long)alone, (long long)cpu, (long long)wall, lim.compile_ms);
-	ck_assert_msg(rc == 0, "refused under load: %s", err);
 	/* The load was real: a wall-clock budget would have been spent. */
-	ck_assert_msg(wall > lim.compile_ms, "wall %lld ms, within the budget: no load to speak of",
-		      (long long)wall);
+	ck_assert_msg(wall > lim.compile_ms, "wall %lld ms, within the budget of %u ms beside %d "
+		      "busy threads: no load to speak of", (long long)wall, lim.compile_ms, MAX_HOGS);
 	free(big);
 }
 END_TEST
