@@ -14,10 +14,16 @@ int gr_gbnf(struct gr_ctx *c, const char *text, size_t len);
 /* regex.c: a regular expression the whole output matches (README.md: the dialect). */
 int gr_regex(struct gr_ctx *c, const char *text, size_t len);
 /* The expression of a regular expression, each character spelled as mode says; `where`
- * prefixes its errors (a schema location). With search set, JSON Schema's semantics: the
- * pattern may match anywhere (a side without ^ or $ is open); otherwise the whole text. */
+ * prefixes its errors (a schema location). Flags: GR_RE_SEARCH, JSON Schema's semantics: the
+ * pattern may match anywhere (a side without ^ or $ is open), and what ECMAScript refuses
+ * or reads differently from Python is refused; otherwise the whole text. GR_RE_WIDE: the
+ * widest reading of any engine (Unicode classes, `.` all but a line feed, `$` before a final
+ * line feed), where the default is the narrowest every engine agrees on: a string outside the
+ * wide language matches under no engine. */
+#define GR_RE_SEARCH 1
+#define GR_RE_WIDE 2
 struct ir_node *gr_regex_expr(struct gr_ctx *c, const char *re, size_t len,
-			      enum gr_text_mode mode, int search, const char *where);
+			      enum gr_text_mode mode, int flags, const char *where);
 
 /* json.c: any JSON value (c->json_top says whether only an object), and the pieces schemas
  * are made of. */

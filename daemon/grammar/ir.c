@@ -293,6 +293,33 @@ struct ir_node *ir_members(struct gr_ctx *c, uint32_t n, struct ir_node *const *
 	return x;
 }
 
+struct ir_node *ir_members_counted(struct gr_ctx *c, uint32_t n, struct ir_node *const *kids,
+				   const uint8_t *required, const uint8_t *repeat,
+				   struct ir_node *sep, uint32_t min, uint32_t max)
+{
+	if (!sep)
+		return NULL;
+	for (uint32_t i = 0; i < n; i++)
+		if (!kids[i])
+			return NULL;
+	struct ir_node *x = node(c, IR_MEMBERS);
+	struct ir_node **k = gr_alloc(c, (n ? n : 1) * sizeof(*k));
+	uint8_t *req = gr_alloc(c, n + 1), *rep = gr_alloc(c, n + 1);
+	if (!x || !k || !req || !rep)
+		return NULL;
+	memcpy(k, kids, n * sizeof(*k));
+	memcpy(req, required, n);
+	memcpy(rep, repeat, n);
+	x->kids = k;
+	x->n_kids = n;
+	x->required = req;
+	x->repeat = rep;
+	x->sep = sep;
+	x->min = min;
+	x->max = max;
+	return x;
+}
+
 int ir_list_push(struct gr_ctx *c, struct ir_list *l, struct ir_node *x)
 {
 	if (!x)

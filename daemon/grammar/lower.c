@@ -12,6 +12,7 @@
  * would cost too many states.
  */
 #include "automaton.h"
+#include "regular.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -63,6 +64,45 @@ static int too_deep(struct gr_ctx *c, uint32_t depth)
 /* Shortest sentences                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
+static uint32_t minlen(struct gr_ctx *c, struct ir_node *x, uint32_t gen, uint32_t depth);
+
+/* The required members, and for a count's minimum the shortest optional ones (a repeated kid
+ * once), with a separator between each two. */
+static uint32_t members_minlen(struct gr_ctx *c, struct ir_node *x, uint32_t gen,
+			       uint32_t depth)
+{
+	uint32_t sep = minlen(c, x->sep, gen, depth + 1), present = 0, m = 0, n_opt = 0;
+	uint32_t *opt = x->repeat ? malloc(x->n_kids * sizeof(uint32_t)) : NULL;
+	if (x->repeat && !opt) {
+		gr_fail(c, -ENOMEM, "out of memory compiling the grammar");
+		return GR_INF;
+	}
+	for (uint32_t i = 0; i < x->n_kids; i++) {
+		uint32_t k = minlen(c, x->kids[i], gen, depth + 1);
+		if (x->required[i])
+			m = add_len(m, present++ ? add_len(k, sep) : k);
+		else if (opt && k != GR_INF)
+			opt[n_opt++] = k;
+	}
+	if (x->repeat) {
+		if (x->max != GR_INF && present > x->max)
+			m = GR_INF;
+		for (uint32_t need = present; need < x->min && m != GR_INF; need++) {
+			uint32_t best = 0;
+			for (uint32_t i = 1; i < n_opt; i++)
+				best = opt[i] < opt[best] ? i : best;
+			if (best >= n_opt) {
+				m = GR_INF; /* not enough members for the minimum */
+				break;
+			}
+			m = add_len(m, present++ ? add_len(opt[best], sep) : opt[best]);
+			opt[best] = opt[--n_opt];
+		}
+	}
+	free(opt);
+	return m;
+}
+
 static uint32_t minlen(struct gr_ctx *c, struct ir_node *x, uint32_t gen, uint32_t depth)
 {
 	if (x->gen == gen || c->rc || too_deep(c, depth))
@@ -91,16 +131,12 @@ static uint32_t minlen(struct gr_ctx *c, struct ir_node *x, uint32_t gen, uint32
 	case IR_CALL:
 		m = c->rules[x->rule].minlen;
 		break;
-	case IR_MEMBERS: {
-		uint32_t sep = minlen(c, x->sep, gen, depth + 1), present = 0;
-		for (uint32_t i = 0; i < x->n_kids; i++) {
-			uint32_t k = minlen(c, x->kids[i], gen, depth + 1);
-			if (x->required[i]) {
-				m = add_len(m, present++ ? add_len(k, sep) : k);
-			}
-		}
+	case IR_FRAG:
+		m = x->frag->minlen;
 		break;
-	}
+	case IR_MEMBERS:
+		m = members_minlen(c, x, gen, depth);
+		break;
 	}
 	x->minlen = m;
 	x->gen = gen;
@@ -292,6 +328,9 @@ static uint32_t expanded_size(struct gr_ctx *c, struct ir_node *x, uint32_t mark
 	case IR_EMPTY:
 	case IR_BYTES:
 		break;
+	case IR_FRAG:
+		s = add_size(1, x->frag->n);
+		break;
 	case IR_SEQ:
 	case IR_ALT:
 		for (uint32_t i = 0; i < x->n_kids; i++)
@@ -302,6 +341,8 @@ static uint32_t expanded_size(struct gr_ctx *c, struct ir_node *x, uint32_t mark
 		for (uint32_t i = 0; i < x->n_kids; i++)
 			s = add_size(s, add_size(2 + sep,
 					 expanded_size(c, x->kids[i], mark, of, depth + 1)));
+		if (x->repeat) /* each kid at each count, twice for a repeated one */
+			s = mul_size(s, 2 * (uint64_t)(x->min + 1) * (x->max == GR_INF ? 2 : x->max + 1));
 		break;
 	}
 	case IR_REPEAT: {
