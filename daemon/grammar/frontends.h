@@ -22,6 +22,12 @@ int gr_regex(struct gr_ctx *c, const char *text, size_t len);
  * wide language matches under no engine. */
 #define GR_RE_SEARCH 1
 #define GR_RE_WIDE 2
+/* With GR_RE_SEARCH: anchors anywhere (inside groups, alternatives), as zero-width marks of
+ * the text's ends: the expression is of the text with GR_RE_START before it and GR_RE_END
+ * after it (bytes no UTF-8 text has), which gr_frag_between (regular.h) takes off. */
+#define GR_RE_MARKERS 4
+#define GR_RE_START 0xFE
+#define GR_RE_END 0xFF
 struct ir_node *gr_regex_expr(struct gr_ctx *c, const char *re, size_t len,
 			      enum gr_text_mode mode, int flags, const char *where);
 

@@ -63,7 +63,8 @@ struct bn_grammar_limits {
 	uint32_t max_depth;      /* nesting of the text (schemas, groups, brackets); default 64 */
 	uint32_t max_rules;      /* rules, named and made (GBNF, $refs, repetitions); default 4096 */
 	uint32_t max_states;     /* automaton states, all rules together; default 250000 */
-	uint32_t max_repeat;     /* a repetition's bound ({m,n}, lengths, item counts); default 10000 */
+	uint32_t max_repeat;     /* a repetition's bound ({m,n}, lengths, item counts); default
+	                          * 100000 */
 	uint32_t compile_ms;     /* wall-clock budget for bn_grammar_compile; default 1000 */
 };
 

@@ -27,6 +27,7 @@ struct rx {
 	enum gr_text_mode mode;
 	int search;            /* JSON Schema semantics: unanchored sides are open, ECMAScript */
 	int wide;              /* the widest reading (frontends.h) */
+	int markers;           /* anchors as the marker bytes (frontends.h) */
 	uint32_t depth;
 	const char *where;
 };
@@ -630,6 +631,27 @@ static struct ir_node *parse_concat(struct rx *r, int top, int *anchors)
 		size_t at = r->pos;
 		int anchor;
 		struct ir_node *x = parse_atom(r, &anchor);
+		if (anchor && r->markers) {
+			/* ^ reads the start marker and $ the end one: anywhere, since the marked text
+			 * has each once, at its ends (Python's $ also before a final line feed). */
+			x = ir_byte_range(r->c, anchor == 1 ? GR_RE_START : GR_RE_END,
+					  anchor == 1 ? GR_RE_START : GR_RE_END);
+			if (anchor == 2 && r->wide)
+				x = ir_seq2(r->c, ir_opt(r->c, ir_codepoint(r->c, '\n', r->mode)), x);
+			int ch = peek(r, 0);
+			if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
+				uint32_t min, max;
+				size_t back = r->pos;
+				if (parse_quantifier(r, &min, &max) != 0) {
+					if (!r->c->rc)
+						fail_rx(r, back, "a quantified anchor is not supported");
+					return NULL;
+				}
+			}
+			if (ir_list_push(r->c, &seq, x))
+				return NULL;
+			continue;
+		}
 		if (anchor) {
 			int at_edge = anchor == 1 ? seq.n == 0 && !(*anchors & 1)
 					: peek(r, 0) < 0 || peek(r, 0) == '|' || peek(r, 0) == ')';
@@ -669,6 +691,14 @@ static struct ir_node *any_text(struct rx *r)
 	return ir_repeat(r->c, ir_any_char_except(r->c, NULL, 0, r->mode), 0, GR_INF);
 }
 
+/* Any text with the markers, for the open sides of a marked pattern. */
+static struct ir_node *any_marked_text(struct rx *r)
+{
+	struct ir_node *markers = ir_byte_range(r->c, GR_RE_START, GR_RE_END);
+	return ir_repeat(r->c, ir_alt2(r->c, ir_any_char_except(r->c, NULL, 0, r->mode), markers), 0,
+			 GR_INF);
+}
+
 static struct ir_node *parse_alternation(struct rx *r, int top)
 {
 	struct ir_list alts = { 0 };
@@ -677,6 +707,15 @@ static struct ir_node *parse_alternation(struct rx *r, int top)
 		struct ir_node *x = parse_concat(r, top, &anchors);
 		if (!x)
 			return NULL;
+		if (top && r->markers) {
+			x = ir_seq3(r->c, any_marked_text(r), x, any_marked_text(r));
+			if (ir_list_push(r->c, &alts, x))
+				return NULL;
+			if (peek(r, 0) != '|')
+				break;
+			r->pos++;
+			continue;
+		}
 		/* JSON Schema's pattern matches anywhere unless anchored. */
 		if (top && r->search && !(anchors & 1))
 			x = ir_seq2(r->c, any_text(r), x);
@@ -698,6 +737,8 @@ struct ir_node *gr_regex_expr(struct gr_ctx *c, const char *re, size_t len,
 {
 	struct rx r = { .c = c, .s = re, .len = len, .mode = mode,
 			.search = !!(flags & GR_RE_SEARCH), .wide = !!(flags & GR_RE_WIDE),
+			.markers = (flags & (GR_RE_SEARCH | GR_RE_MARKERS)) ==
+				   (GR_RE_SEARCH | GR_RE_MARKERS),
 			.where = where };
 	struct ir_node *x = parse_alternation(&r, 1);
 	if (x && r.pos < r.len) {

@@ -192,6 +192,42 @@ const struct gr_frag *gr_frag_minus(struct gr_ctx *c, const struct gr_frag *a,
 	return a && b ? product(c, a, b, 1) : NULL;
 }
 
+/* From the state after `open`, f's states and transitions but those on open and close, a
+ * state accepting where `close` leads to an accepting one. */
+const struct gr_frag *gr_frag_between(struct gr_ctx *c, const struct gr_frag *f, uint8_t open,
+				      uint8_t close)
+{
+	uint32_t start = f->n ? f->delta[f->cls[open]] : GR_DEAD;
+	struct gr_nfa *n = gr_nfa_new(c);
+	if (!n)
+		return NULL;
+	uint32_t base = n->n_states, s;
+	for (uint32_t i = 0; i < f->n; i++)
+		if (gr_nfa_state(c, n, &s))
+			goto fail;
+	if (start != GR_DEAD && gr_nfa_empty_edge(c, n, n->start, base + start))
+		goto fail;
+	for (uint32_t i = 0; i < f->n && start != GR_DEAD; i++) {
+		uint32_t after = f->delta[(size_t)i * f->n_classes + f->cls[close]];
+		if (after != GR_DEAD && f->accepting[after] &&
+		    gr_nfa_empty_edge(c, n, base + i, n->final))
+			goto fail;
+		for (uint32_t k = 0; k < f->n_classes; k++) {
+			uint32_t t = f->delta[(size_t)i * f->n_classes + k];
+			struct ir_byteset set = f->class_set[k];
+			set.w[open >> 6] &= ~(1ull << (open & 63));
+			set.w[close >> 6] &= ~(1ull << (close & 63));
+			if (t != GR_DEAD && (set.w[0] | set.w[1] | set.w[2] | set.w[3]) &&
+			    gr_nfa_bytes(c, n, base + i, base + t, &set))
+				goto fail;
+		}
+	}
+	return gr_frag_of_nfa(c, n);
+fail:
+	gr_nfa_free(n);
+	return NULL;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Questions                                                                                  */
 /* ------------------------------------------------------------------------------------------ */

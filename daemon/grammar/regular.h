@@ -35,6 +35,9 @@ const struct gr_frag *gr_frag_and(struct gr_ctx *c, const struct gr_frag *a,
 				  const struct gr_frag *b);
 const struct gr_frag *gr_frag_minus(struct gr_ctx *c, const struct gr_frag *a,
 				    const struct gr_frag *b);
+/* The texts w with open w close in f (open and close bytes no member has elsewhere). */
+const struct gr_frag *gr_frag_between(struct gr_ctx *c, const struct gr_frag *f, uint8_t open,
+				      uint8_t close);
 /* 1 when bytes[0..n) is a member. */
 int gr_frag_matches(const struct gr_frag *f, const void *bytes, size_t n);
 /* The fewest and most code points of a member (*max GR_INF: unbounded); both GR_INF when

@@ -7,6 +7,7 @@
  *   schema_norm.c   each schema object as a node (struct sn) of what it asserts, per its
  *                   draft: annotations and unknown keywords dropped, siblings of $ref dropped
  *                   where the draft says so, what cannot be enforced refused by name;
+ *                   conditions (not, if/then/else, dependencies) by schema_cond.c;
  *   schema.c        nodes to expressions: the nodes that must hold together are merged
  *                   (allOf, $ref beside other keywords, anyOf/oneOf beside them), anyOf and
  *                   oneOf become alternatives (oneOf only where its branches are disjoint,
@@ -232,6 +233,17 @@ int sc_starts_resource(const struct schema *s, const struct jv *node);
 /* The node for schema `node` (an object or a boolean) read at the current path and resource;
  * the same node each time for the same JSON. NULL with the error recorded. */
 struct sn *sc_norm(struct schema *s, const struct jv *node);
+/* The member if the draft reads it as an asserting keyword, else NULL. */
+const struct jv *sc_kw(const struct schema *s, const struct jv *obj, const char *name);
+/* "type" (a name or a list of names) as T_* bits. */
+int sc_read_types(struct schema *s, const struct jv *type, uint32_t *out);
+/* A string rule (SN_PATTERN, SN_FORMAT, SN_NOT_PATTERN) of v's text added to p. */
+int sc_add_text(struct schema *s, struct sn *p, int kind, const struct jv *v);
+int sc_add_clause(struct schema *s, struct sn *p, const struct sn_clause *cl);
+/* A $ref node, resolved (its target read on first use). */
+struct sn *sc_ref_node(struct schema *s, const struct jv *ref);
+/* schema_cond.c: not, if/then/else and dependencies of obj, as nodes added to kids. */
+int sc_read_conditions(struct schema *s, const struct jv *obj, struct sn_list *kids);
 /* A REF's target node, made on first use. */
 struct sn *sc_ref_target(struct schema *s, struct sn *ref);
 /* Number constants (int32/int64 bounds). */

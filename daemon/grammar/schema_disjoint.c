@@ -129,7 +129,9 @@ static uint32_t overlap(struct schema *s, const struct sn *a, const struct sn *b
 {
 	if (a->kind == SN_FALSE || b->kind == SN_FALSE)
 		return 0;
-	uint32_t t = a->types & b->types, o = 0;
+	/* What one writes against what the other accepts: a branch without "type" writes only
+	 * the kinds its keywords describe (schema.c), though it accepts every value. */
+	uint32_t t = (sc_written_types(a) & b->types) | (sc_written_types(b) & a->types), o = 0;
 	if (!t)
 		return 0;
 	if (a->has_lits || b->has_lits) {

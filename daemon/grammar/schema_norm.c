@@ -4,11 +4,8 @@
  * the keywords that assert become the node's fields; applicators become kids of an SN_ALL
  * (allOf, $ref where the draft applies its siblings), an SN_ANY (anyOf) or an SN_ONE (oneOf);
  * in drafts 4 to 7 a $ref's siblings are ignored, as the specification says. Conditions
- * become disjunctions that are disjoint by construction: dependentRequired and
- * dependentSchemas (draft 4-7 dependencies) are "the key is absent, or it is present and
- * ...", and `not` around type, enum, const, required or pattern is the complement of each.
- * What asserts and cannot be enforced (if/then/else, not around anything else,
- * unevaluatedItems, $dynamicRef, $recursiveRef, standard formats without an expression here)
+ * (dependencies, not, if/then/else) are schema_cond.c's. What asserts and cannot be enforced
+ * (unevaluatedItems, $dynamicRef, $recursiveRef, standard formats without an expression here)
  * is refused with its name and location, never ignored.
  */
 #include "schema.h"
@@ -19,13 +16,8 @@
 
 static struct sn *norm_object(struct schema *s, const struct jv *node);
 
-static int key_is(const struct jv *obj, uint32_t i, const char *name)
-{
-	return strlen(name) == obj->klen[i] && !memcmp(obj->k[i], name, obj->klen[i]);
-}
-
 /* The member if the draft reads it as an asserting keyword, else NULL. */
-static const struct jv *kw(const struct schema *s, const struct jv *obj, const char *name)
+const struct jv *sc_kw(const struct schema *s, const struct jv *obj, const char *name)
 {
 	if (sc_keyword_role(s, name, (uint32_t)strlen(name)) != SC_KW_ASSERTS)
 		return NULL;
@@ -78,7 +70,7 @@ static int type_bits(struct schema *s, const struct jv *t, uint32_t *out)
 	return sc_fail(s, "\"type\" \"%.40s\" is not a JSON Schema type", t->s);
 }
 
-static int read_types(struct schema *s, const struct jv *type, uint32_t *out)
+int sc_read_types(struct schema *s, const struct jv *type, uint32_t *out)
 {
 	*out = 0;
 	if (type->kind == JV_STRING)
@@ -94,7 +86,7 @@ static int read_types(struct schema *s, const struct jv *type, uint32_t *out)
 /* enum and const: the values both allow. */
 static int read_literals(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *e = kw(s, obj, "enum"), *k = kw(s, obj, "const");
+	const struct jv *e = sc_kw(s, obj, "enum"), *k = sc_kw(s, obj, "const");
 	if (!e && !k)
 		return 0;
 	if (e && e->kind != JV_ARRAY)
@@ -121,7 +113,7 @@ static int read_bound(struct schema *s, const struct jv *obj, struct sn *p, int 
 {
 	const char *name = upper ? "maximum" : "minimum";
 	const char *ex_name = upper ? "exclusiveMaximum" : "exclusiveMinimum";
-	const struct jv *v = kw(s, obj, name), *ex = kw(s, obj, ex_name);
+	const struct jv *v = sc_kw(s, obj, name), *ex = sc_kw(s, obj, ex_name);
 	struct sn_bound *b = upper ? &p->hi : &p->lo;
 	if (v && v->kind != JV_NUMBER)
 		return sc_fail(s, "\"%s\" must be a number", name);
@@ -142,7 +134,7 @@ static int read_numbers(struct schema *s, const struct jv *obj, struct sn *p)
 {
 	if (read_bound(s, obj, p, 0) || read_bound(s, obj, p, 1))
 		return -1;
-	const struct jv *m = kw(s, obj, "multipleOf");
+	const struct jv *m = sc_kw(s, obj, "multipleOf");
 	if (!m)
 		return 0;
 	if (m->kind != JV_NUMBER || m->dec.neg || m->dec.digits[0] == '0')
@@ -159,7 +151,7 @@ static int read_numbers(struct schema *s, const struct jv *obj, struct sn *p)
 /* Strings and formats                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-static int add_text(struct schema *s, struct sn *p, int kind, const struct jv *v)
+int sc_add_text(struct schema *s, struct sn *p, int kind, const struct jv *v)
 {
 	struct sn_text *t = gr_alloc(s->c, ((size_t)p->n_texts + 1) * sizeof(*t));
 	if (!t)
@@ -183,7 +175,7 @@ static int standard_unsupported(const struct jv *f)
 
 static int read_format(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *f = kw(s, obj, "format");
+	const struct jv *f = sc_kw(s, obj, "format");
 	if (!f)
 		return 0;
 	if (f->kind != JV_STRING)
@@ -202,7 +194,7 @@ static int read_format(struct schema *s, const struct jv *obj, struct sn *p)
 	}
 	if (sc_format_known(f->s, f->n)) {
 		p->families |= T_STR;
-		return add_text(s, p, SN_FORMAT, f);
+		return sc_add_text(s, p, SN_FORMAT, f);
 	}
 	if (standard_unsupported(f))
 		return sc_fail(s, "\"format\": \"%.40s\" is not supported", f->s);
@@ -211,8 +203,8 @@ static int read_format(struct schema *s, const struct jv *obj, struct sn *p)
 
 static int read_strings(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *lo = kw(s, obj, "minLength"), *hi = kw(s, obj, "maxLength");
-	const struct jv *pat = kw(s, obj, "pattern");
+	const struct jv *lo = sc_kw(s, obj, "minLength"), *hi = sc_kw(s, obj, "maxLength");
+	const struct jv *pat = sc_kw(s, obj, "pattern");
 	if ((lo && sc_count(s, lo, "minLength", &p->min_len)) ||
 	    (hi && sc_count(s, hi, "maxLength", &p->max_len)))
 		return -1;
@@ -220,7 +212,7 @@ static int read_strings(struct schema *s, const struct jv *obj, struct sn *p)
 		return sc_fail(s, "\"pattern\" must be a string");
 	if (lo || hi || pat)
 		p->families |= T_STR;
-	if (pat && add_text(s, p, SN_PATTERN, pat))
+	if (pat && sc_add_text(s, p, SN_PATTERN, pat))
 		return -1;
 	return read_format(s, obj, p);
 }
@@ -243,10 +235,10 @@ static int read_prefix(struct schema *s, const struct jv *list, const char *name
 
 static int read_contains(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *c = kw(s, obj, "contains");
+	const struct jv *c = sc_kw(s, obj, "contains");
 	if (!c)
 		return 0;
-	const struct jv *lo = kw(s, obj, "minContains"), *hi = kw(s, obj, "maxContains");
+	const struct jv *lo = sc_kw(s, obj, "minContains"), *hi = sc_kw(s, obj, "maxContains");
 	struct sn_contains *x = gr_alloc(s->c, sizeof(*x));
 	if (!x || one(s, &x->v, child(s, c, "contains", NULL)))
 		return -1;
@@ -262,9 +254,9 @@ static int read_contains(struct schema *s, const struct jv *obj, struct sn *p)
 
 static int read_arrays(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *items = kw(s, obj, "items"), *prefix = kw(s, obj, "prefixItems");
-	const struct jv *extra = jv_get(obj, "additionalItems"), *u = kw(s, obj, "uniqueItems");
-	const struct jv *lo = kw(s, obj, "minItems"), *hi = kw(s, obj, "maxItems");
+	const struct jv *items = sc_kw(s, obj, "items"), *prefix = sc_kw(s, obj, "prefixItems");
+	const struct jv *extra = jv_get(obj, "additionalItems"), *u = sc_kw(s, obj, "uniqueItems");
+	const struct jv *lo = sc_kw(s, obj, "minItems"), *hi = sc_kw(s, obj, "maxItems");
 	if ((lo && sc_count(s, lo, "minItems", &p->min_items)) ||
 	    (hi && sc_count(s, hi, "maxItems", &p->max_items)))
 		return -1;
@@ -285,7 +277,7 @@ static int read_arrays(struct schema *s, const struct jv *obj, struct sn *p)
 		if (items && one(s, &p->items, child(s, items, "items", NULL)))
 			return -1;
 	}
-	if (kw(s, obj, "unevaluatedItems"))
+	if (sc_kw(s, obj, "unevaluatedItems"))
 		return sc_fail(s, "\"unevaluatedItems\" is not supported");
 	if (u && u->kind != JV_TRUE && u->kind != JV_FALSE)
 		return sc_fail(s, "\"uniqueItems\" must be a boolean");
@@ -342,7 +334,7 @@ static int read_patterns(struct schema *s, const struct jv *pats, struct sn_clau
 	return 0;
 }
 
-static int add_clause(struct schema *s, struct sn *p, const struct sn_clause *cl)
+int sc_add_clause(struct schema *s, struct sn *p, const struct sn_clause *cl)
 {
 	struct sn_clause *v = gr_alloc(s->c, ((size_t)p->n_clauses + 1) * sizeof(*v));
 	if (!v)
@@ -356,8 +348,8 @@ static int add_clause(struct schema *s, struct sn *p, const struct sn_clause *cl
 
 static int read_clause(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *props = kw(s, obj, "properties"), *pats = kw(s, obj, "patternProperties");
-	const struct jv *ap = kw(s, obj, "additionalProperties");
+	const struct jv *props = sc_kw(s, obj, "properties"), *pats = sc_kw(s, obj, "patternProperties");
+	const struct jv *ap = sc_kw(s, obj, "additionalProperties");
 	struct sn_clause cl = { 0 };
 	if (!props && !pats && !ap)
 		return 0;
@@ -372,7 +364,7 @@ static int read_clause(struct schema *s, const struct jv *obj, struct sn *p)
 			return -1;
 	}
 	p->families |= T_OBJ;
-	return add_clause(s, p, &cl);
+	return sc_add_clause(s, p, &cl);
 }
 
 static int read_names(struct schema *s, const struct jv *arr, const char *keyword,
@@ -436,7 +428,7 @@ static int evaluated(struct schema *s, const struct jv *obj, struct sn_clause *c
 
 static int read_unevaluated(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *u = kw(s, obj, "unevaluatedProperties");
+	const struct jv *u = sc_kw(s, obj, "unevaluatedProperties");
 	if (!u)
 		return 0;
 	if (u->kind != JV_TRUE && u->kind != JV_FALSE && u->kind != JV_OBJECT)
@@ -447,13 +439,13 @@ static int read_unevaluated(struct schema *s, const struct jv *obj, struct sn *p
 	if (evaluated(s, obj, &cl, 0) || one(s, &cl.ap, child(s, u, "unevaluatedProperties", NULL)))
 		return -1;
 	p->families |= T_OBJ;
-	return add_clause(s, p, &cl);
+	return sc_add_clause(s, p, &cl);
 }
 
 static int read_objects(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *req = kw(s, obj, "required"), *names = kw(s, obj, "propertyNames");
-	const struct jv *lo = kw(s, obj, "minProperties"), *hi = kw(s, obj, "maxProperties");
+	const struct jv *req = sc_kw(s, obj, "required"), *names = sc_kw(s, obj, "propertyNames");
+	const struct jv *lo = sc_kw(s, obj, "minProperties"), *hi = sc_kw(s, obj, "maxProperties");
 	if (read_clause(s, obj, p) || read_unevaluated(s, obj, p))
 		return -1;
 	if (req && read_names(s, req, "required", &p->required, &p->required_len, &p->n_required))
@@ -469,195 +461,14 @@ static int read_objects(struct schema *s, const struct jv *obj, struct sn *p)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Conditions as disjunctions                                                                 */
-/* ------------------------------------------------------------------------------------------ */
-
-static struct sn *plain(struct schema *s)
-{
-	return sc_node(s, SN_PLAIN);
-}
-
-/* An object without key (every other value passes). */
-static struct sn *absent(struct schema *s, const char *key, uint32_t len)
-{
-	struct sn *x = plain(s);
-	if (!x || sc_names_add(s, &x->forbidden, &x->forbidden_len, &x->n_forbidden, &key, &len, 1))
-		return NULL;
-	return x;
-}
-
-/* An object with the keys (every other value passes). */
-static struct sn *present(struct schema *s, const char *key, uint32_t len,
-			  const struct jv *others)
-{
-	struct sn *x = plain(s);
-	uint32_t n = 1 + (others ? others->n : 0);
-	if (!x || !(x->required = gr_alloc(s->c, n * sizeof(*x->required))) ||
-	    !(x->required_len = gr_alloc(s->c, n * sizeof(*x->required_len))))
-		return NULL;
-	x->required[0] = key;
-	x->required_len[0] = len;
-	x->n_required = 1;
-	for (uint32_t i = 0; others && i < others->n; i++) {
-		if (others->v[i]->kind != JV_STRING) {
-			sc_fail(s, "a dependency must name properties");
-			return NULL;
-		}
-		x->required[x->n_required] = others->v[i]->s;
-		x->required_len[x->n_required++] = others->v[i]->n;
-	}
-	return x;
-}
-
-static struct sn *either(struct schema *s, struct sn *a, struct sn *b)
-{
-	struct sn *x = sc_node(s, SN_ANY);
-	if (!x || !a || !b || !(x->kids = gr_alloc(s->c, 2 * sizeof(*x->kids))))
-		return NULL;
-	x->kids[0] = a;
-	x->kids[1] = b;
-	x->n_kids = 2;
-	return x;
-}
-
-static struct sn *both(struct schema *s, struct sn *a, struct sn *b)
-{
-	struct sn *x = sc_node(s, SN_ALL);
-	if (!x || !a || !b || !(x->kids = gr_alloc(s->c, 2 * sizeof(*x->kids))))
-		return NULL;
-	x->kids[0] = a;
-	x->kids[1] = b;
-	x->n_kids = 2;
-	return x;
-}
-
-/* dependencies (draft 4-7), dependentRequired and dependentSchemas: per key, "absent, or
- * present with the others / with the schema". */
-static int read_dependencies(struct schema *s, const struct jv *deps, const char *keyword,
-			     int want, struct sn_list *out)
-{
-	if (deps->kind != JV_OBJECT)
-		return sc_fail(s, "\"%s\" must be an object", keyword);
-	for (uint32_t i = 0; i < deps->n; i++) {
-		const struct jv *d = deps->v[i];
-		size_t old = sc_push(s, keyword, deps->k[i]);
-		struct sn *x;
-		if (d->kind == JV_ARRAY && want != 2) {
-			x = either(s, absent(s, deps->k[i], deps->klen[i]),
-				   present(s, deps->k[i], deps->klen[i], d));
-		} else if (want != 1 && (d->kind == JV_OBJECT || d->kind == JV_TRUE ||
-					 d->kind == JV_FALSE)) {
-			x = either(s, absent(s, deps->k[i], deps->klen[i]),
-				   both(s, present(s, deps->k[i], deps->klen[i], NULL),
-					sc_norm(s, d)));
-		} else {
-			sc_fail(s, "\"%s\" must map names to %s", keyword,
-				want == 1 ? "arrays of names" : want == 2 ? "schemas"
-				: "arrays of names or schemas");
-			x = NULL;
-		}
-		sc_pop(s, old);
-		if (sc_list_push(s, out, x))
-			return -1;
-	}
-	return 0;
-}
-
-/* `not` of one keyword: its complement. */
-static struct sn *not_keyword(struct schema *s, const struct jv *obj, uint32_t i)
-{
-	const struct jv *v = obj->v[i];
-	struct sn *x = plain(s);
-	if (!x)
-		return NULL;
-	if (key_is(obj, i, "type")) {
-		uint32_t t;
-		if (read_types(s, v, &t))
-			return NULL;
-		x->types = T_ALL & ~t;
-		x->typed = 1;
-		return x;
-	}
-	if (key_is(obj, i, "enum") || key_is(obj, i, "const")) {
-		/* Every value but these. */
-		int is_enum = key_is(obj, i, "enum");
-		if (is_enum && v->kind != JV_ARRAY) {
-			sc_fail(s, "\"enum\" must be an array");
-			return NULL;
-		}
-		uint32_t n = is_enum ? v->n : 1;
-		if (!(x->nots = gr_alloc(s->c, (n ? n : 1) * sizeof(*x->nots))))
-			return NULL;
-		for (uint32_t k = 0; k < n; k++)
-			x->nots[x->n_nots++] = is_enum ? v->v[k] : v;
-		return x;
-	}
-	if (key_is(obj, i, "required")) {
-		struct sn_list alts = { 0 };
-		if (v->kind != JV_ARRAY || v->n == 0) {
-			sc_fail(s, "\"required\" must be an array of property names");
-			return NULL;
-		}
-		for (uint32_t k = 0; k < v->n; k++)
-			if (v->v[k]->kind != JV_STRING ||
-			    sc_list_push(s, &alts, absent(s, v->v[k]->s, v->v[k]->n)))
-				return NULL;
-		struct sn *any = sc_node(s, SN_ANY);
-		if (!any)
-			return NULL;
-		any->kids = alts.v;
-		any->n_kids = alts.n;
-		x->types = T_OBJ;
-		x->typed = 1;
-		return both(s, x, any);
-	}
-	if (key_is(obj, i, "pattern") && v->kind == JV_STRING) {
-		x->types = T_STR;
-		x->typed = 1;
-		if (add_text(s, x, SN_NOT_PATTERN, v))
-			return NULL;
-		return x;
-	}
-	sc_fail(s, "\"not\" is supported only around \"type\", \"enum\", \"const\", "
-		"\"required\" and \"pattern\", not \"%.40s\"", obj->k[i]);
-	return NULL;
-}
-
-static struct sn *read_not(struct schema *s, const struct jv *n)
-{
-	if (n->kind == JV_TRUE || n->kind == JV_FALSE)
-		return sc_node(s, n->kind == JV_TRUE ? SN_FALSE : SN_TRUE);
-	if (n->kind != JV_OBJECT) {
-		sc_fail(s, "\"not\" must be a schema");
-		return NULL;
-	}
-	/* not (a and b) = (not a) or (not b) */
-	struct sn_list alts = { 0 };
-	for (uint32_t i = 0; i < n->n; i++)
-		if (sc_keyword_role(s, n->k[i], n->klen[i]) == SC_KW_ASSERTS &&
-		    sc_list_push(s, &alts, not_keyword(s, n, i)))
-			return NULL;
-	if (alts.n == 0)
-		return sc_node(s, SN_FALSE); /* not of a schema that accepts everything */
-	if (alts.n == 1)
-		return alts.v[0];
-	struct sn *any = sc_node(s, SN_ANY);
-	if (any) {
-		any->kids = alts.v;
-		any->n_kids = alts.n;
-	}
-	return any;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* Schemas                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
 static int read_plain(struct schema *s, const struct jv *obj, struct sn *p)
 {
-	const struct jv *type = kw(s, obj, "type");
+	const struct jv *type = sc_kw(s, obj, "type");
 	if (type) {
-		if (read_types(s, type, &p->types))
+		if (sc_read_types(s, type, &p->types))
 			return -1;
 		p->typed = 1;
 	}
@@ -684,7 +495,7 @@ static int kids_of(struct schema *s, const struct jv *arr, const char *name, uin
 	return sc_list_push(s, out, x);
 }
 
-static struct sn *ref_node(struct schema *s, const struct jv *ref)
+struct sn *sc_ref_node(struct schema *s, const struct jv *ref)
 {
 	struct sn *x = sc_node(s, SN_REF);
 	if (!x)
@@ -700,39 +511,27 @@ static struct sn *ref_node(struct schema *s, const struct jv *ref)
 
 static int read_applicators(struct schema *s, const struct jv *obj, struct sn_list *kids)
 {
-	const struct jv *all = kw(s, obj, "allOf"), *any = kw(s, obj, "anyOf");
-	const struct jv *one_of = kw(s, obj, "oneOf"), *not = kw(s, obj, "not");
-	const struct jv *ref = kw(s, obj, "$ref"), *deps = kw(s, obj, "dependencies");
-	const struct jv *dreq = kw(s, obj, "dependentRequired");
-	const struct jv *dsch = kw(s, obj, "dependentSchemas");
-	static const char *const refused[] = { "if", "$dynamicRef", "$recursiveRef" };
+	const struct jv *all = sc_kw(s, obj, "allOf"), *any = sc_kw(s, obj, "anyOf");
+	const struct jv *one_of = sc_kw(s, obj, "oneOf"), *ref = sc_kw(s, obj, "$ref");
+	static const char *const refused[] = { "$dynamicRef", "$recursiveRef" };
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
-		if (kw(s, obj, refused[i]))
+		if (sc_kw(s, obj, refused[i]))
 			return sc_fail(s, "\"%s\" is not supported", refused[i]);
-	if (ref && sc_list_push(s, kids, ref_node(s, ref)))
+	if (ref && sc_list_push(s, kids, sc_ref_node(s, ref)))
 		return -1;
 	if ((all && kids_of(s, all, "allOf", SN_ALL, kids)) ||
 	    (any && kids_of(s, any, "anyOf", SN_ANY, kids)) ||
 	    (one_of && kids_of(s, one_of, "oneOf", SN_ONE, kids)))
 		return -1;
-	if (not) {
-		size_t old = sc_push(s, "not", NULL);
-		struct sn *x = read_not(s, not);
-		sc_pop(s, old);
-		if (sc_list_push(s, kids, x))
-			return -1;
-	}
-	return (deps && read_dependencies(s, deps, "dependencies", 0, kids)) ||
-	       (dreq && read_dependencies(s, dreq, "dependentRequired", 1, kids)) ||
-	       (dsch && read_dependencies(s, dsch, "dependentSchemas", 2, kids));
+	return sc_read_conditions(s, obj, kids);
 }
 
 static struct sn *norm_object(struct schema *s, const struct jv *obj)
 {
-	const struct jv *ref = kw(s, obj, "$ref");
+	const struct jv *ref = sc_kw(s, obj, "$ref");
 	if (ref && (s->draft & (SC_DRAFT4 | SC_DRAFT6 | SC_DRAFT7)))
-		return ref_node(s, ref); /* drafts 4 to 7 ignore a $ref's siblings */
-	struct sn *p = plain(s);
+		return sc_ref_node(s, ref); /* drafts 4 to 7 ignore a $ref's siblings */
+	struct sn *p = sc_node(s, SN_PLAIN);
 	struct sn_list kids = { 0 };
 	if (!p || read_plain(s, obj, p) || sc_list_push(s, &kids, p) ||
 	    read_applicators(s, obj, &kids))

@@ -125,10 +125,12 @@ static const struct gr_frag *text_frag(struct schema *s, const struct sn_text *t
 		if (!where)
 			return NULL;
 		sprintf(where, "\"pattern\" at %s", t->where);
-		x = gr_regex_expr(s->c, t->text, t->len, mode, GR_RE_SEARCH | (wide ? GR_RE_WIDE : 0),
-				  where);
+		x = gr_regex_expr(s->c, t->text, t->len, mode,
+				  GR_RE_SEARCH | GR_RE_MARKERS | (wide ? GR_RE_WIDE : 0), where);
 	}
 	const struct gr_frag *f = gr_frag_of(s->c, x);
+	if (f && t->kind != SN_FORMAT)
+		f = gr_frag_between(s->c, f, GR_RE_START, GR_RE_END);
 	if (f && sc_memo_put(s, &s->frags, key, 3, (int64_t)(uintptr_t)f))
 		return NULL;
 	return f;
@@ -241,6 +243,9 @@ struct ir_node *sc_string(struct schema *s, const struct sn *n)
 		const struct gr_frag *f = sc_string_frag(s, n, GR_TEXT_JSON, 0);
 		if (f && excludes_strings(n))
 			f = without_excluded(s, n, f);
+		if (f && !f->n)
+			sc_note_why(s, "no string meets its pattern, format and lengths together (at "
+				    "%s)", n->where);
 		body = ir_frag(c, f);
 	}
 	return ir_seq3(c, ir_lit(c, "\""), body, ir_lit(c, "\""));
