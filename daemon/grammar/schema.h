@@ -8,12 +8,17 @@
  *                   draft: annotations and unknown keywords dropped, siblings of $ref dropped
  *                   where the draft says so, what cannot be enforced refused by name;
  *                   conditions (not, if/then/else, dependencies) by schema_cond.c;
- *   schema.c        nodes to expressions: the nodes that must hold together are merged
- *                   (allOf, $ref beside other keywords, anyOf/oneOf beside them), anyOf and
- *                   oneOf become alternatives (oneOf only where its branches are disjoint,
- *                   schema_disjoint.c), and each type is built by schema_object.c,
- *                   schema_array.c, schema_string.c or schema_number.c. Literals (enum,
- *                   const) are checked against everything beside them (schema_valid.c).
+ *   schema.c        nodes to expressions: the nodes that must hold together are opened and
+ *                   merged (schema_merge.c: allOf, $ref beside other keywords, anyOf/oneOf
+ *                   beside them), anyOf and oneOf become alternatives (oneOf only where its
+ *                   branches are disjoint, schema_disjoint.c), and each type is built by
+ *                   schema_object.c, schema_array.c, schema_string.c or schema_number.c.
+ *                   Literals (enum, const) are checked against everything beside them
+ *                   (schema_valid.c).
+ *
+ * Files call downward only (tests/rooms.py: no circles): the two recursive steps of the walk,
+ * reading a schema (sc_norm) and writing a list of nodes (sc_gen), are reached by the files
+ * below them through the context (s->norm, s->gen).
  */
 #ifndef BITNETD_GRAMMAR_SCHEMA_H
 #define BITNETD_GRAMMAR_SCHEMA_H
@@ -163,11 +168,15 @@ struct schema {
 	uint32_t n_res, cap_res;
 	const struct jv *resource; /* the resource being read */
 	/* schema_norm.c: nodes by the JSON object they were read from */
-	struct sc_memo *norm;
+	struct sc_memo *nodes;
 	/* schema.c: rules for conjunctions of nodes */
 	struct sc_memo *rules;
 	struct sc_memo *frags;   /* schema_string.c: patterns' and formats' fragments */
 	uint32_t valid_depth;    /* schema_valid.c's recursion */
+	/* The walk's two recursive steps, called back through the context by the files below
+	 * them (conditions read their schemas, types write what they contain): sc_norm, sc_gen. */
+	struct sn *(*norm)(struct schema *s, const struct jv *node);
+	struct ir_node *(*gen)(struct schema *s, const struct sn_list *l);
 	char why[160];           /* the first reason a part allows no value, for the refusal */
 };
 
@@ -198,6 +207,16 @@ struct sn *sc_node(struct schema *s, uint8_t kind);
 void sc_tighten(struct sn_bound *b, const struct jv *v, int excl, int upper);
 /* 1 when a plain node asserts nothing at all. */
 int sc_plain_is_empty(const struct sn *p);
+/* 1 when key[0..len) is among names. */
+int sc_name_in(const char *const *names, const uint32_t *lens, uint32_t n, const char *key,
+	       uint32_t len);
+/* "type" (a name or a list of names) as T_* bits. */
+int sc_read_types(struct schema *s, const struct jv *type, uint32_t *out);
+/* A string rule (SN_PATTERN, SN_FORMAT, SN_NOT_PATTERN) of v's text added to p. */
+int sc_add_text(struct schema *s, struct sn *p, int kind, const struct jv *v);
+int sc_add_clause(struct schema *s, struct sn *p, const struct sn_clause *cl);
+/* A literal value's expression (compact JSON, as written). */
+struct ir_node *sc_literal(struct schema *s, const struct jv *v);
 /* Appends n names to a name array (required, forbidden). */
 int sc_names_add(struct schema *s, const char ***names, uint32_t **lens, uint32_t *n,
 		 const char *const *add, const uint32_t *add_lens, uint32_t n_add);
@@ -223,6 +242,10 @@ int sc_keyword_role(const struct schema *s, const char *key, uint32_t len);
 /* Resolves a $ref from the current resource: the target, and the resource it lies in; NULL
  * with the error recorded. */
 const struct jv *sc_resolve(struct schema *s, const struct jv *ref, const struct jv **resource);
+/* The member if the draft reads it as an asserting keyword, else NULL. */
+const struct jv *sc_kw(const struct schema *s, const struct jv *obj, const char *name);
+/* A $ref node, resolved (its target read on first use). */
+struct sn *sc_ref_node(struct schema *s, const struct jv *ref);
 /* The resource a node starts (its $id/id sets a base URI), or NULL. */
 int sc_starts_resource(const struct schema *s, const struct jv *node);
 
@@ -233,15 +256,6 @@ int sc_starts_resource(const struct schema *s, const struct jv *node);
 /* The node for schema `node` (an object or a boolean) read at the current path and resource;
  * the same node each time for the same JSON. NULL with the error recorded. */
 struct sn *sc_norm(struct schema *s, const struct jv *node);
-/* The member if the draft reads it as an asserting keyword, else NULL. */
-const struct jv *sc_kw(const struct schema *s, const struct jv *obj, const char *name);
-/* "type" (a name or a list of names) as T_* bits. */
-int sc_read_types(struct schema *s, const struct jv *type, uint32_t *out);
-/* A string rule (SN_PATTERN, SN_FORMAT, SN_NOT_PATTERN) of v's text added to p. */
-int sc_add_text(struct schema *s, struct sn *p, int kind, const struct jv *v);
-int sc_add_clause(struct schema *s, struct sn *p, const struct sn_clause *cl);
-/* A $ref node, resolved (its target read on first use). */
-struct sn *sc_ref_node(struct schema *s, const struct jv *ref);
 /* schema_cond.c: not, if/then/else and dependencies of obj, as nodes added to kids. */
 int sc_read_conditions(struct schema *s, const struct jv *obj, struct sn_list *kids);
 /* A REF's target node, made on first use. */
@@ -250,7 +264,7 @@ struct sn *sc_ref_target(struct schema *s, struct sn *ref);
 const struct jv *sc_number_constant(struct schema *s, const char *text);
 
 /* ------------------------------------------------------------------------------------------ */
-/* schema.c                                                                                   */
+/* schema_merge.c                                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
 /* Atoms: what holds together once conjunctions and references are opened (plain nodes, and
@@ -264,18 +278,25 @@ struct sc_atoms {
 	uint32_t n_seen, cap_seen;
 };
 int sc_atoms_add(struct schema *s, struct sc_atoms *a, struct sn *x);
+/* By pointer: the key of their memo. */
+void sc_atoms_sort(struct sc_atoms *a);
 /* x's atoms added to a ($refs and allOf opened). */
 int sc_collect(struct schema *s, struct sc_atoms *a, struct sn *x);
 /* The plain atoms merged into one fresh plain node. */
 struct sn *sc_atoms_merge(struct schema *s, const struct sc_atoms *a);
-/* The expression of values that meet every node of l. */
-struct ir_node *sc_gen(struct schema *s, const struct sn_list *l);
 /* l opened and its plain atoms merged (*out; a FALSE node when nothing holds); its
  * disjunctions are ignored, so *out holds wherever l does (a wider language). 0 or -1. */
 int sc_flatten(struct schema *s, const struct sn_list *l, struct sn **out);
 /* The types a merged node is written as: those it allows, narrowed without `type` to the
  * kinds its keywords describe. */
 uint32_t sc_written_types(const struct sn *f);
+
+/* ------------------------------------------------------------------------------------------ */
+/* schema.c                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The expression of values that meet every node of l. */
+struct ir_node *sc_gen(struct schema *s, const struct sn_list *l);
 
 /* ------------------------------------------------------------------------------------------ */
 /* schema_disjoint.c                                                                          */
@@ -287,13 +308,6 @@ uint32_t sc_written_types(const struct sn *f);
  * branches dropped, a property another branch requires left out); -1 with the reason when
  * neither does. */
 int sc_one_of(struct schema *s, const struct sn *d, struct sc_atoms *b);
-/* The values of key key[0..len) in a merged object node: the lists every clause asks of it,
- * appended to out; 1 when the key is forbidden; -1 when whether a pattern matches the key
- * depends on the regular-expression engine (then nothing is known). */
-int sc_key_values(struct schema *s, const struct sn *f, const char *key, uint32_t len,
-		  struct sn_list *out);
-/* A literal value's expression (compact JSON, as written). */
-struct ir_node *sc_literal(struct schema *s, const struct jv *v);
 
 /* ------------------------------------------------------------------------------------------ */
 /* schema_valid.c                                                                             */
@@ -303,8 +317,11 @@ struct ir_node *sc_literal(struct schema *s, const struct jv *v);
  * compile). */
 int sc_valid_list(struct schema *s, const struct sn_list *l, const struct jv *v);
 int sc_valid(struct schema *s, const struct sn *n, const struct jv *v);
-/* 1 when the string str[0..len) meets the node's string rules (patterns, formats, lengths). */
-int sc_valid_string(struct schema *s, const struct sn *n, const char *str, uint32_t len);
+/* The values of key key[0..len) in a merged object node: the lists every clause asks of it,
+ * appended to out; 1 when the key is forbidden; -1 when whether a pattern matches the key
+ * depends on the regular-expression engine (then nothing is known). */
+int sc_key_values(struct schema *s, const struct sn *f, const char *key, uint32_t len,
+		  struct sn_list *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* schema_range.c                                                                             */
@@ -352,6 +369,8 @@ const struct gr_frag *sc_string_frag(struct schema *s, const struct sn *n, enum 
 /* A pattern's fragment (search semantics), read narrowly or widely. */
 const struct gr_frag *sc_pattern_frag(struct schema *s, const struct jv *re, const char *where,
 				      enum gr_text_mode mode, int wide);
+/* 1 when the string str[0..len) meets the node's string rules (patterns, formats, lengths). */
+int sc_valid_string(struct schema *s, const struct sn *n, const char *str, uint32_t len);
 /* 1 when the format's name is one this engine knows (enforced). */
 int sc_format_known(const char *name, uint32_t len);
 /* Whether a format applies to a type: int32 and int64 on numbers, the rest on strings. */

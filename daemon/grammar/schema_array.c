@@ -148,7 +148,7 @@ struct ir_node *sc_array(struct schema *s, const struct sn *f)
 			if (f->contains[k].min > j && sc_list_cat(s, &l, &f->contains[k].v))
 				return NULL;
 		size_t old = sc_push_index(s, "items", j);
-		prefix[j] = sc_gen(s, &l);
+		prefix[j] = s->gen(s, &l);
 		sc_pop(s, old);
 		if (!prefix[j])
 			return NULL;
@@ -160,7 +160,7 @@ struct ir_node *sc_array(struct schema *s, const struct sn *f)
 		return ir_nothing(c);
 	}
 	size_t old = sc_push(s, "items", NULL);
-	struct ir_node *rest = sc_gen(s, &f->items);
+	struct ir_node *rest = s->gen(s, &f->items);
 	sc_pop(s, old);
 	if (!rest)
 		return NULL;

@@ -231,3 +231,76 @@ int sc_memo_put(struct schema *s, struct sc_memo **mp, void *const *key, uint32_
 	struct sc_memo_entry x = { k, n, hash_key(key, n), v };
 	return memo_insert(m, &x);
 }
+
+struct ir_node *sc_literal(struct schema *s, const struct jv *v)
+{
+	size_t n;
+	char *text = jv_write(s->c, v, &n);
+	return text ? ir_literal(s->c, text, n) : NULL;
+}
+
+static int type_bits(struct schema *s, const struct jv *t, uint32_t *out)
+{
+	static const struct {
+		const char *name;
+		uint32_t bits;
+	} names[] = {
+		{ "null", T_NULL }, { "boolean", T_BOOL }, { "integer", T_INT },
+		{ "number", T_INT | T_FRAC }, { "string", T_STR }, { "array", T_ARR },
+		{ "object", T_OBJ },
+	};
+	if (t->kind != JV_STRING)
+		return sc_fail(s, "\"type\" must name types");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strlen(names[i].name) == t->n && !memcmp(names[i].name, t->s, t->n)) {
+			*out |= names[i].bits;
+			return 0;
+		}
+	return sc_fail(s, "\"type\" \"%.40s\" is not a JSON Schema type", t->s);
+}
+
+int sc_read_types(struct schema *s, const struct jv *type, uint32_t *out)
+{
+	*out = 0;
+	if (type->kind == JV_STRING)
+		return type_bits(s, type, out);
+	if (type->kind != JV_ARRAY || type->n == 0)
+		return sc_fail(s, "\"type\" must be a type or a non-empty array of types");
+	for (uint32_t i = 0; i < type->n; i++)
+		if (type_bits(s, type->v[i], out))
+			return -1;
+	return 0;
+}
+
+int sc_add_text(struct schema *s, struct sn *p, int kind, const struct jv *v)
+{
+	struct sn_text *t = gr_alloc(s->c, ((size_t)p->n_texts + 1) * sizeof(*t));
+	if (!t)
+		return -1;
+	if (p->n_texts)
+		memcpy(t, p->texts, p->n_texts * sizeof(*t));
+	t[p->n_texts++] = (struct sn_text){ (uint8_t)kind, v->s, v->n, sc_where(s) };
+	p->texts = t;
+	return 0;
+}
+
+int sc_add_clause(struct schema *s, struct sn *p, const struct sn_clause *cl)
+{
+	struct sn_clause *v = gr_alloc(s->c, ((size_t)p->n_clauses + 1) * sizeof(*v));
+	if (!v)
+		return -1;
+	if (p->n_clauses)
+		memcpy(v, p->clauses, p->n_clauses * sizeof(*v));
+	v[p->n_clauses++] = *cl;
+	p->clauses = v;
+	return 0;
+}
+
+int sc_name_in(const char *const *names, const uint32_t *lens, uint32_t n, const char *key,
+	       uint32_t len)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (lens[i] == len && !memcmp(names[i], key, len))
+			return 1;
+	return 0;
+}

@@ -91,7 +91,7 @@ static int read_dependencies(struct schema *s, const struct jv *deps, const char
 					 d->kind == JV_FALSE)) {
 			x = pair(s, SN_ANY, absent(s, deps->k[i], deps->klen[i]),
 				 pair(s, SN_ALL, present(s, deps->k[i], deps->klen[i], NULL),
-				      sc_norm(s, d)));
+				      s->norm(s, d)));
 		} else {
 			sc_fail(s, "\"%s\" must map names to %s", keyword,
 				want == 1 ? "arrays of names" : want == 2 ? "schemas"
@@ -278,7 +278,7 @@ static struct sn *keyword_outside(struct schema *s, const struct jv *obj, uint32
 	if (key_is(obj, i, "anyOf"))
 		return each_outside(s, v, SN_ALL, depth);
 	if (key_is(obj, i, "not"))
-		return sc_norm(s, v);
+		return s->norm(s, v);
 	if (key_is(obj, i, "$ref")) {
 		const struct jv *res, *t = sc_resolve(s, v, &res);
 		return t ? negate(s, t, depth + 1) : NULL;
@@ -328,10 +328,10 @@ static struct sn *if_then_else(struct schema *s, const struct jv *cond, const st
 			       const struct jv *otherwise)
 {
 	size_t old = sc_push(s, "if", NULL);
-	struct sn *yes = sc_norm(s, cond), *no = yes ? negate(s, cond, 0) : NULL;
+	struct sn *yes = s->norm(s, cond), *no = yes ? negate(s, cond, 0) : NULL;
 	sc_pop(s, old);
-	struct sn *a = then ? sc_norm(s, then) : sc_node(s, SN_TRUE);
-	struct sn *b = otherwise ? sc_norm(s, otherwise) : sc_node(s, SN_TRUE);
+	struct sn *a = then ? s->norm(s, then) : sc_node(s, SN_TRUE);
+	struct sn *b = otherwise ? s->norm(s, otherwise) : sc_node(s, SN_TRUE);
 	return pair(s, SN_ANY, pair(s, SN_ALL, yes, a), pair(s, SN_ALL, no, b));
 }
 

@@ -73,6 +73,14 @@ int sc_keyword_role(const struct schema *s, const char *key, uint32_t len)
 	return SC_KW_IGNORED;
 }
 
+/* The member if the draft reads it as an asserting keyword, else NULL. */
+const struct jv *sc_kw(const struct schema *s, const struct jv *obj, const char *name)
+{
+	if (sc_keyword_role(s, name, (uint32_t)strlen(name)) != SC_KW_ASSERTS)
+		return NULL;
+	return jv_get(obj, name);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Drafts                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
@@ -384,4 +392,18 @@ const struct jv *sc_resolve(struct schema *s, const struct jv *ref, const struct
 	if (!target)
 		sc_fail(s, "\"$ref\" \"%.80s\" does not resolve", ref->s);
 	return target;
+}
+
+struct sn *sc_ref_node(struct schema *s, const struct jv *ref)
+{
+	struct sn *x = sc_node(s, SN_REF);
+	if (!x)
+		return NULL;
+	const struct jv *res;
+	x->target = sc_resolve(s, ref, &res);
+	if (!x->target)
+		return NULL;
+	x->target_resource = res;
+	x->ref = gr_strndup(s->c, ref->s, ref->n);
+	return x->ref ? x : NULL;
 }

@@ -16,14 +16,6 @@
 
 static struct sn *norm_object(struct schema *s, const struct jv *node);
 
-/* The member if the draft reads it as an asserting keyword, else NULL. */
-const struct jv *sc_kw(const struct schema *s, const struct jv *obj, const char *name)
-{
-	if (sc_keyword_role(s, name, (uint32_t)strlen(name)) != SC_KW_ASSERTS)
-		return NULL;
-	return jv_get(obj, name);
-}
-
 static struct sn *child(struct schema *s, const struct jv *v, const char *a, const char *b)
 {
 	size_t old = sc_push(s, a, b);
@@ -49,39 +41,6 @@ static int one(struct schema *s, struct sn_list *l, struct sn *x)
 /* ------------------------------------------------------------------------------------------ */
 /* Types, literals, numbers                                                                   */
 /* ------------------------------------------------------------------------------------------ */
-
-static int type_bits(struct schema *s, const struct jv *t, uint32_t *out)
-{
-	static const struct {
-		const char *name;
-		uint32_t bits;
-	} names[] = {
-		{ "null", T_NULL }, { "boolean", T_BOOL }, { "integer", T_INT },
-		{ "number", T_INT | T_FRAC }, { "string", T_STR }, { "array", T_ARR },
-		{ "object", T_OBJ },
-	};
-	if (t->kind != JV_STRING)
-		return sc_fail(s, "\"type\" must name types");
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (strlen(names[i].name) == t->n && !memcmp(names[i].name, t->s, t->n)) {
-			*out |= names[i].bits;
-			return 0;
-		}
-	return sc_fail(s, "\"type\" \"%.40s\" is not a JSON Schema type", t->s);
-}
-
-int sc_read_types(struct schema *s, const struct jv *type, uint32_t *out)
-{
-	*out = 0;
-	if (type->kind == JV_STRING)
-		return type_bits(s, type, out);
-	if (type->kind != JV_ARRAY || type->n == 0)
-		return sc_fail(s, "\"type\" must be a type or a non-empty array of types");
-	for (uint32_t i = 0; i < type->n; i++)
-		if (type_bits(s, type->v[i], out))
-			return -1;
-	return 0;
-}
 
 /* enum and const: the values both allow. */
 static int read_literals(struct schema *s, const struct jv *obj, struct sn *p)
@@ -150,18 +109,6 @@ static int read_numbers(struct schema *s, const struct jv *obj, struct sn *p)
 /* ------------------------------------------------------------------------------------------ */
 /* Strings and formats                                                                        */
 /* ------------------------------------------------------------------------------------------ */
-
-int sc_add_text(struct schema *s, struct sn *p, int kind, const struct jv *v)
-{
-	struct sn_text *t = gr_alloc(s->c, ((size_t)p->n_texts + 1) * sizeof(*t));
-	if (!t)
-		return -1;
-	if (p->n_texts)
-		memcpy(t, p->texts, p->n_texts * sizeof(*t));
-	t[p->n_texts++] = (struct sn_text){ (uint8_t)kind, v->s, v->n, sc_where(s) };
-	p->texts = t;
-	return 0;
-}
 
 /* The formats JSON Schema defines that no expression here enforces. */
 static int standard_unsupported(const struct jv *f)
@@ -334,18 +281,6 @@ static int read_patterns(struct schema *s, const struct jv *pats, struct sn_clau
 	return 0;
 }
 
-int sc_add_clause(struct schema *s, struct sn *p, const struct sn_clause *cl)
-{
-	struct sn_clause *v = gr_alloc(s->c, ((size_t)p->n_clauses + 1) * sizeof(*v));
-	if (!v)
-		return -1;
-	if (p->n_clauses)
-		memcpy(v, p->clauses, p->n_clauses * sizeof(*v));
-	v[p->n_clauses++] = *cl;
-	p->clauses = v;
-	return 0;
-}
-
 static int read_clause(struct schema *s, const struct jv *obj, struct sn *p)
 {
 	const struct jv *props = sc_kw(s, obj, "properties"), *pats = sc_kw(s, obj, "patternProperties");
@@ -495,20 +430,6 @@ static int kids_of(struct schema *s, const struct jv *arr, const char *name, uin
 	return sc_list_push(s, out, x);
 }
 
-struct sn *sc_ref_node(struct schema *s, const struct jv *ref)
-{
-	struct sn *x = sc_node(s, SN_REF);
-	if (!x)
-		return NULL;
-	const struct jv *res;
-	x->target = sc_resolve(s, ref, &res);
-	if (!x->target)
-		return NULL;
-	x->target_resource = res;
-	x->ref = gr_strndup(s->c, ref->s, ref->n);
-	return x->ref ? x : NULL;
-}
-
 static int read_applicators(struct schema *s, const struct jv *obj, struct sn_list *kids)
 {
 	const struct jv *all = sc_kw(s, obj, "allOf"), *any = sc_kw(s, obj, "anyOf");
@@ -555,7 +476,7 @@ static struct sn *norm_object(struct schema *s, const struct jv *obj)
 struct sn *sc_norm(struct schema *s, const struct jv *node)
 {
 	void *key = (void *)node;
-	int64_t had = sc_memo_get(s->norm, &key, 1);
+	int64_t had = sc_memo_get(s->nodes, &key, 1);
 	if (had >= 0)
 		return (struct sn *)(uintptr_t)had;
 	if (gr_tick(s->c))
@@ -577,7 +498,7 @@ struct sn *sc_norm(struct schema *s, const struct jv *node)
 		x = norm_object(s, node);
 	s->resource = saved;
 	s->depth--;
-	if (x && sc_memo_put(s, &s->norm, &key, 1, (int64_t)(uintptr_t)x))
+	if (x && sc_memo_put(s, &s->nodes, &key, 1, (int64_t)(uintptr_t)x))
 		return NULL;
 	return x;
 }

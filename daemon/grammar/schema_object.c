@@ -25,67 +25,6 @@
 #define MAX_PATTERNS 16 /* patterns of one object whose key languages are told apart */
 
 /* ------------------------------------------------------------------------------------------ */
-/* Keys and their values                                                                      */
-/* ------------------------------------------------------------------------------------------ */
-
-/* 1 when every engine's pattern matches the key, 0 when none does, -1 when they disagree. */
-static int key_matches(struct schema *s, const struct sn_pattern *p, const char *key,
-		       uint32_t len)
-{
-	const struct gr_frag *narrow = sc_pattern_frag(s, p->re, p->where, GR_TEXT_RAW, 0);
-	const struct gr_frag *wide = narrow ? sc_pattern_frag(s, p->re, p->where, GR_TEXT_RAW, 1)
-				     : NULL;
-	if (!wide)
-		return -1;
-	if (gr_frag_matches(narrow, key, len))
-		return 1;
-	return gr_frag_matches(wide, key, len) ? -1 : 0;
-}
-
-static int name_in(const char *const *names, const uint32_t *lens, uint32_t n, const char *key,
-		   uint32_t len)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (lens[i] == len && !memcmp(names[i], key, len))
-			return 1;
-	return 0;
-}
-
-int sc_key_values(struct schema *s, const struct sn *f, const char *key, uint32_t len,
-		  struct sn_list *out)
-{
-	if (name_in(f->forbidden, f->forbidden_len, f->n_forbidden, key, len))
-		return 1;
-	for (uint32_t i = 0; i < f->n_clauses; i++) {
-		const struct sn_clause *cl = &f->clauses[i];
-		const struct sn_prop *prop = NULL;
-		for (uint32_t k = 0; k < cl->n_props && !prop; k++)
-			if (cl->props[k].len == len && !memcmp(cl->props[k].name, key, len))
-				prop = &cl->props[k];
-		if (prop) {
-			if (sc_list_cat(s, out, &prop->v))
-				return -1;
-			continue;
-		}
-		int matched = 0;
-		for (uint32_t k = 0; k < cl->n_pats; k++) {
-			int m = key_matches(s, &cl->pats[k], key, len);
-			if (m < 0)
-				return -1;
-			if (m && sc_list_cat(s, out, &cl->pats[k].v))
-				return -1;
-			matched |= m;
-		}
-		if (!matched && cl->has_ap && sc_list_cat(s, out, &cl->ap))
-			return -1;
-	}
-	for (uint32_t i = 0; i < out->n; i++)
-		if (out->v[i]->kind == SN_FALSE)
-			return 1;
-	return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* Declared members                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -128,12 +67,12 @@ static int declared_names(struct schema *s, const struct sn *f, struct members *
 	for (uint32_t i = 0; i < f->n_clauses; i++)
 		for (uint32_t k = 0; k < f->clauses[i].n_props; k++) {
 			const struct sn_prop *p = &f->clauses[i].props[k];
-			if (!name_in(m->names, m->lens, m->n_names, p->name, p->len) &&
+			if (!sc_name_in(m->names, m->lens, m->n_names, p->name, p->len) &&
 			    sc_names_add(s, &m->names, &m->lens, &m->n_names, &p->name, &p->len, 1))
 				return -1;
 		}
 	for (uint32_t i = 0; i < f->n_required; i++)
-		if (!name_in(m->names, m->lens, m->n_names, f->required[i], f->required_len[i]) &&
+		if (!sc_name_in(m->names, m->lens, m->n_names, f->required[i], f->required_len[i]) &&
 		    sc_names_add(s, &m->names, &m->lens, &m->n_names, &f->required[i],
 				 &f->required_len[i], 1))
 			return -1;
@@ -160,7 +99,7 @@ static struct ir_node *declared(struct schema *s, const struct sn *f, const char
 	if (f->names.n && (r = sc_valid_list(s, &f->names, &key)) <= 0)
 		return NULL;
 	size_t old = sc_push(s, "properties", name);
-	struct ir_node *val = sc_gen(s, &vals);
+	struct ir_node *val = s->gen(s, &vals);
 	sc_pop(s, old);
 	if (!val || val->kind == IR_NOTHING)
 		return NULL;
@@ -309,7 +248,7 @@ static int additional(struct schema *s, const struct sn *f, struct members *m,
 			continue;
 		size_t old = only ? sc_push(s, "patternProperties", only->p->re->s)
 			     : sc_push(s, "additionalProperties", NULL);
-		struct ir_node *val = sc_gen(s, &vals);
+		struct ir_node *val = s->gen(s, &vals);
 		sc_pop(s, old);
 		if (!val)
 			return -1;
@@ -352,7 +291,7 @@ struct ir_node *sc_object(struct schema *s, const struct sn *f)
 		return NULL;
 	uint32_t max_present = 0;
 	for (uint32_t i = 0; i < m.n_names; i++) {
-		int req = name_in(f->required, f->required_len, f->n_required, m.names[i], m.lens[i]);
+		int req = sc_name_in(f->required, f->required_len, f->n_required, m.names[i], m.lens[i]);
 		int absent;
 		struct ir_node *x = declared(s, f, m.names[i], m.lens[i], &absent);
 		if (c->rc)

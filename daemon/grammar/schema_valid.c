@@ -90,6 +90,58 @@ static int valid_number(struct schema *s, const struct sn *p, const struct jv *v
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Keys and their values                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* 1 when every engine's pattern matches the key, 0 when none does, -1 when they disagree. */
+static int key_matches(struct schema *s, const struct sn_pattern *p, const char *key,
+		       uint32_t len)
+{
+	const struct gr_frag *narrow = sc_pattern_frag(s, p->re, p->where, GR_TEXT_RAW, 0);
+	const struct gr_frag *wide = narrow ? sc_pattern_frag(s, p->re, p->where, GR_TEXT_RAW, 1)
+				     : NULL;
+	if (!wide)
+		return -1;
+	if (gr_frag_matches(narrow, key, len))
+		return 1;
+	return gr_frag_matches(wide, key, len) ? -1 : 0;
+}
+
+int sc_key_values(struct schema *s, const struct sn *f, const char *key, uint32_t len,
+		  struct sn_list *out)
+{
+	if (sc_name_in(f->forbidden, f->forbidden_len, f->n_forbidden, key, len))
+		return 1;
+	for (uint32_t i = 0; i < f->n_clauses; i++) {
+		const struct sn_clause *cl = &f->clauses[i];
+		const struct sn_prop *prop = NULL;
+		for (uint32_t k = 0; k < cl->n_props && !prop; k++)
+			if (cl->props[k].len == len && !memcmp(cl->props[k].name, key, len))
+				prop = &cl->props[k];
+		if (prop) {
+			if (sc_list_cat(s, out, &prop->v))
+				return -1;
+			continue;
+		}
+		int matched = 0;
+		for (uint32_t k = 0; k < cl->n_pats; k++) {
+			int m = key_matches(s, &cl->pats[k], key, len);
+			if (m < 0)
+				return -1;
+			if (m && sc_list_cat(s, out, &cl->pats[k].v))
+				return -1;
+			matched |= m;
+		}
+		if (!matched && cl->has_ap && sc_list_cat(s, out, &cl->ap))
+			return -1;
+	}
+	for (uint32_t i = 0; i < out->n; i++)
+		if (out->v[i]->kind == SN_FALSE)
+			return 1;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Arrays and objects                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
