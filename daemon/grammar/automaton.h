@@ -121,6 +121,11 @@ int gr_dfa_add_rule(struct gr_ctx *c, struct gr_dfa_builder *b, uint32_t index,
 /* A call-free automaton made deterministic and minimal, as a fragment in the arena
  * (regular.h). 0, or -1 with the error in c. */
 int gr_dfa_fragment(struct gr_ctx *c, struct gr_nfa *n, struct gr_frag *out);
+/* The same for an automaton already deterministic, as a table: state 0 the start,
+ * delta[n][n_classes] (GR_DEAD for none), cls mapping bytes to classes. */
+int gr_dfa_fragment_of_table(struct gr_ctx *c, uint32_t n, uint32_t n_classes,
+			     const uint8_t cls[256], const uint32_t *delta,
+			     const uint8_t *accepting, struct gr_frag *out);
 /* The finished automaton: call targets resolved, distances, follow sets and the push order
  * computed. topo[index] is each rule's rank in the left-call order. b is freed. */
 struct gr_automaton *gr_dfa_finish(struct gr_ctx *c, struct gr_dfa_builder *b, uint32_t bottom,

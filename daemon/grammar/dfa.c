@@ -732,32 +732,54 @@ static uint32_t shortest(struct gr_ctx *c, const struct gr_frag *f)
 	return best;
 }
 
+/* d minimized, as a fragment in the arena. */
+static int to_fragment(struct gr_ctx *c, struct dfa *d, struct gr_frag *out)
+{
+	if (minimize(c, d))
+		return -1;
+	if (d->n_callees)
+		return gr_fail(c, -EINVAL, "internal: a regular language with calls");
+	*out = (struct gr_frag){ .n = d->n, .n_classes = d->n_classes, .minlen = GR_INF };
+	memcpy(out->cls, d->cls, sizeof(out->cls));
+	out->class_set = gr_alloc(c, (d->n_classes ? d->n_classes : 1) * sizeof(*out->class_set));
+	out->delta = gr_alloc(c, ((size_t)d->n * d->n_classes + 1) * sizeof(uint32_t));
+	out->accepting = gr_alloc(c, (size_t)d->n + 1);
+	if (!out->class_set || !out->delta || !out->accepting)
+		return -1;
+	for (unsigned b = 0; b < 256; b++)
+		ir_set_add(&out->class_set[d->cls[b]], b);
+	if (d->n) {
+		memcpy(out->delta, d->delta, (size_t)d->n * d->n_classes * sizeof(uint32_t));
+		memcpy(out->accepting, d->accepting, d->n);
+		out->minlen = shortest(c, out);
+	}
+	return c->rc ? -1 : 0;
+}
+
 int gr_dfa_fragment(struct gr_ctx *c, struct gr_nfa *n, struct gr_frag *out)
 {
 	struct dfa d = { 0 };
+	int rc = determinize(c, n, &d) || to_fragment(c, &d, out);
+	dfa_free(&d);
+	return rc ? -1 : 0;
+}
+
+int gr_dfa_fragment_of_table(struct gr_ctx *c, uint32_t n, uint32_t n_classes,
+			     const uint8_t cls[256], const uint32_t *delta,
+			     const uint8_t *accepting, struct gr_frag *out)
+{
+	struct dfa d = { .n = n, .cap = n, .n_classes = n_classes, .n_sym = n_classes };
+	memcpy(d.cls, cls, sizeof(d.cls));
+	d.delta = malloc(((size_t)n * n_classes + 1) * sizeof(uint32_t));
+	d.accepting = malloc((size_t)n + 1);
 	int rc = -1;
-	if (determinize(c, n, &d) || minimize(c, &d))
-		goto done;
-	if (d.n_callees) {
-		gr_fail(c, -EINVAL, "internal: a regular language with calls");
-		goto done;
+	if (!d.delta || !d.accepting) {
+		oom(c);
+	} else {
+		memcpy(d.delta, delta, (size_t)n * n_classes * sizeof(uint32_t));
+		memcpy(d.accepting, accepting, n);
+		rc = to_fragment(c, &d, out);
 	}
-	*out = (struct gr_frag){ .n = d.n, .n_classes = d.n_classes, .minlen = GR_INF };
-	memcpy(out->cls, d.cls, sizeof(out->cls));
-	out->class_set = gr_alloc(c, (d.n_classes ? d.n_classes : 1) * sizeof(*out->class_set));
-	out->delta = gr_alloc(c, ((size_t)d.n * d.n_classes + 1) * sizeof(uint32_t));
-	out->accepting = gr_alloc(c, (size_t)d.n + 1);
-	if (!out->class_set || !out->delta || !out->accepting)
-		goto done;
-	for (unsigned b = 0; b < 256; b++)
-		ir_set_add(&out->class_set[d.cls[b]], b);
-	if (d.n) {
-		memcpy(out->delta, d.delta, (size_t)d.n * d.n_classes * sizeof(uint32_t));
-		memcpy(out->accepting, d.accepting, d.n);
-		out->minlen = shortest(c, out);
-	}
-	rc = c->rc ? -1 : 0;
-done:
 	dfa_free(&d);
 	return rc;
 }

@@ -204,19 +204,20 @@ static int build_members(struct gr_ctx *c, struct gr_nfa *n, const struct ir_nod
 static int build_frag(struct gr_ctx *c, struct gr_nfa *n, const struct gr_frag *f, uint32_t in,
 		      uint32_t out)
 {
-	uint32_t base = n->n_states, s;
+	uint32_t base = n->n_states, s, label[256];
 	for (uint32_t i = 0; i < f->n; i++)
 		if (new_state(c, n, &s))
 			return -1;
 	if (f->n && add_edge(c, n, in, base, NFA_EPS))
 		return -1;
+	/* One set per class: the sets' count is what determinizing the rule costs per byte. */
+	for (uint32_t k = 0; k < f->n_classes; k++)
+		if (add_set(c, n, &f->class_set[k], &label[k]))
+			return -1;
 	for (uint32_t i = 0; i < f->n; i++) {
 		for (uint32_t k = 0; k < f->n_classes; k++) {
-			uint32_t t = f->delta[(size_t)i * f->n_classes + k], label;
-			if (t == GR_DEAD)
-				continue;
-			if (add_set(c, n, &f->class_set[k], &label) ||
-			    add_edge(c, n, base + i, base + t, label))
+			uint32_t t = f->delta[(size_t)i * f->n_classes + k];
+			if (t != GR_DEAD && add_edge(c, n, base + i, base + t, label[k]))
 				return -1;
 		}
 		if (f->accepting[i] && add_edge(c, n, base + i, out, NFA_EPS))

@@ -25,9 +25,8 @@ struct rx {
 	const char *s;
 	size_t pos, len;
 	enum gr_text_mode mode;
-	int search;            /* JSON Schema semantics: unanchored sides are open, ECMAScript */
+	int search;            /* JSON Schema semantics: anywhere, anchors as marks, ECMAScript */
 	int wide;              /* the widest reading (frontends.h) */
-	int markers;           /* anchors as the marker bytes (frontends.h) */
 	uint32_t depth;
 	const char *where;
 };
@@ -631,7 +630,7 @@ static struct ir_node *parse_concat(struct rx *r, int top, int *anchors)
 		size_t at = r->pos;
 		int anchor;
 		struct ir_node *x = parse_atom(r, &anchor);
-		if (anchor && r->markers) {
+		if (anchor && r->search) {
 			/* ^ reads the start marker and $ the end one: anywhere, since the marked text
 			 * has each once, at its ends (Python's $ also before a final line feed). */
 			x = ir_byte_range(r->c, anchor == 1 ? GR_RE_START : GR_RE_END,
@@ -686,17 +685,16 @@ static struct ir_node *parse_concat(struct rx *r, int top, int *anchors)
 	return ir_seq(r->c, seq.n, seq.v);
 }
 
-static struct ir_node *any_text(struct rx *r)
+/* The open sides of a marked pattern: nothing (an anchor reads the mark), or the mark and
+ * any text up to the match (after it, for the end). Only these, so that the automaton knows
+ * the marks come once each, at the ends: a side that read marks anywhere would make the
+ * determinization follow every attempt started at a mark, exponentially many. */
+static struct ir_node *open_side(struct rx *r, int end)
 {
-	return ir_repeat(r->c, ir_any_char_except(r->c, NULL, 0, r->mode), 0, GR_INF);
-}
-
-/* Any text with the markers, for the open sides of a marked pattern. */
-static struct ir_node *any_marked_text(struct rx *r)
-{
-	struct ir_node *markers = ir_byte_range(r->c, GR_RE_START, GR_RE_END);
-	return ir_repeat(r->c, ir_alt2(r->c, ir_any_char_except(r->c, NULL, 0, r->mode), markers), 0,
-			 GR_INF);
+	struct ir_node *text = ir_repeat(r->c, ir_any_char_except(r->c, NULL, 0, r->mode), 0, GR_INF);
+	struct ir_node *mark = ir_byte_range(r->c, end ? GR_RE_END : GR_RE_START,
+					     end ? GR_RE_END : GR_RE_START);
+	return ir_opt(r->c, end ? ir_seq2(r->c, text, mark) : ir_seq2(r->c, mark, text));
 }
 
 static struct ir_node *parse_alternation(struct rx *r, int top)
@@ -707,29 +705,16 @@ static struct ir_node *parse_alternation(struct rx *r, int top)
 		struct ir_node *x = parse_concat(r, top, &anchors);
 		if (!x)
 			return NULL;
-		if (top && r->markers) {
-			x = ir_seq3(r->c, any_marked_text(r), x, any_marked_text(r));
-			if (ir_list_push(r->c, &alts, x))
-				return NULL;
-			if (peek(r, 0) != '|')
-				break;
-			r->pos++;
-			continue;
-		}
-		/* JSON Schema's pattern matches anywhere unless anchored. */
-		if (top && r->search && !(anchors & 1))
-			x = ir_seq2(r->c, any_text(r), x);
-		if (top && r->search && !(anchors & 2))
-			x = ir_seq2(r->c, x, any_text(r));
-		else if (top && r->search && r->wide) /* Python's $ also matches before a final \n */
-			x = ir_seq2(r->c, x, ir_opt(r->c, ir_codepoint(r->c, '\n', r->mode)));
 		if (ir_list_push(r->c, &alts, x))
 			return NULL;
 		if (peek(r, 0) != '|')
 			break;
 		r->pos++;
 	}
-	return ir_alt(r->c, alts.n, alts.v);
+	struct ir_node *x = ir_alt(r->c, alts.n, alts.v);
+	/* JSON Schema's pattern matches anywhere: any text around the whole alternation (around
+	 * each alternative, a determinization would track which ones were seen). */
+	return top && r->search ? ir_seq3(r->c, open_side(r, 0), x, open_side(r, 1)) : x;
 }
 
 struct ir_node *gr_regex_expr(struct gr_ctx *c, const char *re, size_t len,
@@ -737,8 +722,6 @@ struct ir_node *gr_regex_expr(struct gr_ctx *c, const char *re, size_t len,
 {
 	struct rx r = { .c = c, .s = re, .len = len, .mode = mode,
 			.search = !!(flags & GR_RE_SEARCH), .wide = !!(flags & GR_RE_WIDE),
-			.markers = (flags & (GR_RE_SEARCH | GR_RE_MARKERS)) ==
-				   (GR_RE_SEARCH | GR_RE_MARKERS),
 			.where = where };
 	struct ir_node *x = parse_alternation(&r, 1);
 	if (x && r.pos < r.len) {

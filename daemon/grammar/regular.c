@@ -44,7 +44,52 @@ const struct gr_frag *gr_frag_of(struct gr_ctx *c, const struct ir_node *x)
 /* Products                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Pairs of states to the product's states: open addressing on (i << 32 | j) + 1. */
+/* An automaton being made as a table (regular.h's form before minimizing). */
+struct table {
+	uint32_t n, cap, k;          /* states, room, classes */
+	uint32_t *delta;             /* [cap][k] */
+	uint8_t *acc;
+	uint64_t *pair;              /* what each state stands for (a product's pair) */
+};
+
+static void table_free(struct table *t)
+{
+	free(t->delta), free(t->acc), free(t->pair);
+}
+
+/* A new state for pair p, every transition GR_DEAD. */
+static int table_state(struct gr_ctx *c, struct table *t, uint64_t p, uint32_t *id)
+{
+	/* The product's reachable pairs bound its minimal automaton's states from above, but a
+	 * product past the state limit would take long to minimize: refused as the limit. */
+	if (t->n >= c->lim.max_states)
+		return gr_fail(c, -E2BIG, "the grammar needs more than %u automaton states (the "
+			       "limit): an intersection of languages (a pattern with lengths) is too "
+			       "large", c->lim.max_states);
+	if (t->n == t->cap) {
+		uint32_t cap = t->cap ? t->cap * 2 : 256;
+		uint32_t *d = realloc(t->delta, (size_t)cap * t->k * sizeof(uint32_t));
+		if (d)
+			t->delta = d;
+		uint8_t *a = realloc(t->acc, cap);
+		if (a)
+			t->acc = a;
+		uint64_t *q = realloc(t->pair, cap * sizeof(uint64_t));
+		if (q)
+			t->pair = q;
+		if (!d || !a || !q)
+			return oom(c);
+		t->cap = cap;
+	}
+	for (uint32_t k = 0; k < t->k; k++)
+		t->delta[(size_t)t->n * t->k + k] = GR_DEAD;
+	t->acc[t->n] = 0;
+	t->pair[t->n] = p;
+	*id = t->n++;
+	return 0;
+}
+
+/* Pairs of states to the table's states: open addressing on (i << 32 | j) + 1. */
 struct pair_map {
 	uint64_t *key;
 	uint32_t *val;
@@ -74,8 +119,8 @@ static int map_grow(struct gr_ctx *c, struct pair_map *m)
 	return 0;
 }
 
-/* The state of pair key in *state, made (and queued) when new: 1 new, 0 found, -1 error. */
-static int map_get(struct gr_ctx *c, struct pair_map *m, struct gr_nfa *n, uint64_t key,
+/* The table state of pair key, made when new. */
+static int map_get(struct gr_ctx *c, struct pair_map *m, struct table *t, uint64_t key,
 		   uint32_t *state)
 {
 	if ((m->n + 1) * 2 > m->mask && map_grow(c, m))
@@ -86,76 +131,58 @@ static int map_get(struct gr_ctx *c, struct pair_map *m, struct gr_nfa *n, uint6
 			*state = m->val[at];
 			return 0;
 		}
-	if (gr_nfa_state(c, n, state))
+	if (table_state(c, t, key, state))
 		return -1;
 	m->key[at] = key + 1;
 	m->val[at] = *state;
 	m->n++;
-	return 1;
+	return 0;
 }
 
 /* Classes of the product: the bytes neither a nor b tells apart. */
 static uint32_t product_classes(const struct gr_frag *a, const struct gr_frag *b, uint8_t *ca,
-				uint8_t *cb, struct ir_byteset *sets)
+				uint8_t *cb, uint8_t *cls)
 {
 	uint32_t n = 0;
 	for (unsigned byte = 0; byte < 256; byte++) {
 		uint32_t k = 0;
 		while (k < n && !(ca[k] == a->cls[byte] && cb[k] == b->cls[byte]))
 			k++;
-		if (k == n) {
-			ca[n] = a->cls[byte], cb[n] = b->cls[byte];
-			memset(&sets[n], 0, sizeof(sets[n]));
-			n++;
-		}
-		ir_set_add(&sets[k], byte);
+		if (k == n)
+			ca[n] = a->cls[byte], cb[n] = b->cls[byte], n++;
+		cls[byte] = (uint8_t)k;
 	}
 	return n;
 }
 
-static int queue_push(struct gr_ctx *c, uint64_t **q, size_t *tail, size_t *cap, uint64_t x)
+static const struct gr_frag *table_frag(struct gr_ctx *c, struct table *t, const uint8_t *cls)
 {
-	if (*tail == *cap) {
-		size_t n = *cap ? *cap * 2 : 1024;
-		uint64_t *p = realloc(*q, n * sizeof(uint64_t));
-		if (!p)
-			return oom(c);
-		*q = p;
-		*cap = n;
-	}
-	(*q)[(*tail)++] = x;
-	return 0;
+	struct gr_frag *f = gr_alloc(c, sizeof(*f));
+	int rc = !f || gr_dfa_fragment_of_table(c, t->n, t->k, cls, t->delta, t->acc, f);
+	table_free(t);
+	return rc ? NULL : f;
 }
 
-/* a ∩ b, or a minus b: pairs (i, j), j == b->n the sink of a difference. */
+/* a ∩ b, or a minus b: the reachable pairs (i, j), j == b->n the sink of a difference, made
+ * and filled in the order they are found (a breadth-first walk of the table itself). */
 static const struct gr_frag *product(struct gr_ctx *c, const struct gr_frag *a,
 				     const struct gr_frag *b, int minus)
 {
 	if (!a->n || (!minus && !b->n))
 		return a->n ? b : a;
-	uint8_t ca[256], cb[256];
-	struct ir_byteset *sets = malloc(256 * sizeof(*sets));
-	uint64_t *queue = NULL;
+	uint8_t ca[256], cb[256], cls[256];
+	struct table t = { 0 };
 	struct pair_map m = { 0 };
-	struct gr_nfa *n = gr_nfa_new(c);
-	size_t head = 0, tail = 0, cap = 0;
 	uint32_t sink = b->n, first;
-	if (!sets || !n)
+	t.k = product_classes(a, b, ca, cb, cls);
+	if (map_get(c, &m, &t, b->n ? 0 : sink, &first))
 		goto fail;
-	uint32_t k_n = product_classes(a, b, ca, cb, sets);
-	uint64_t start = b->n ? 0 : sink;
-	if (map_get(c, &m, n, start, &first) < 0 || gr_nfa_empty_edge(c, n, n->start, first) ||
-	    queue_push(c, &queue, &tail, &cap, start))
-		goto fail;
-	while (head < tail) {
-		uint64_t pair = queue[head++];
-		uint32_t i = (uint32_t)(pair >> 32), j = (uint32_t)pair, from;
-		if (map_get(c, &m, n, pair, &from) < 0 || gr_tick(c))
+	for (uint32_t s = 0; s < t.n; s++) {
+		uint32_t i = (uint32_t)(t.pair[s] >> 32), j = (uint32_t)t.pair[s];
+		if (gr_tick(c))
 			goto fail;
-		int acc = a->accepting[i] && (j == sink ? minus : minus != b->accepting[j]);
-		if (acc && gr_nfa_empty_edge(c, n, from, n->final))
-			goto fail;
-		for (uint32_t k = 0; k < k_n; k++) {
+		t.acc[s] = a->accepting[i] && (j == sink ? minus : minus != b->accepting[j]);
+		for (uint32_t k = 0; k < t.k; k++) {
 			uint32_t ti = a->delta[(size_t)i * a->n_classes + ca[k]], tj = sink, to;
 			if (ti == GR_DEAD)
 				continue;
@@ -165,18 +192,16 @@ static const struct gr_frag *product(struct gr_ctx *c, const struct gr_frag *a,
 				continue;
 			if (tj == GR_DEAD)
 				tj = sink;
-			uint64_t next = (uint64_t)ti << 32 | tj;
-			int made = map_get(c, &m, n, next, &to);
-			if (made < 0 || gr_nfa_bytes(c, n, from, to, &sets[k]) ||
-			    (made && queue_push(c, &queue, &tail, &cap, next)))
+			if (map_get(c, &m, &t, (uint64_t)ti << 32 | tj, &to))
 				goto fail;
+			t.delta[(size_t)s * t.k + k] = to;
 		}
 	}
-	free(queue), free(sets), free(m.key), free(m.val);
-	return gr_frag_of_nfa(c, n);
+	free(m.key), free(m.val);
+	return table_frag(c, &t, cls);
 fail:
-	free(queue), free(sets), free(m.key), free(m.val);
-	gr_nfa_free(n);
+	free(m.key), free(m.val);
+	table_free(&t);
 	return NULL;
 }
 
@@ -192,39 +217,44 @@ const struct gr_frag *gr_frag_minus(struct gr_ctx *c, const struct gr_frag *a,
 	return a && b ? product(c, a, b, 1) : NULL;
 }
 
-/* From the state after `open`, f's states and transitions but those on open and close, a
- * state accepting where `close` leads to an accepting one. */
+/* From the state after `open`, f's states and transitions but those on open and close (their
+ * bytes get a class of their own, dead), a state accepting where `close` leads to an
+ * accepting one. */
 const struct gr_frag *gr_frag_between(struct gr_ctx *c, const struct gr_frag *f, uint8_t open,
 				      uint8_t close)
 {
 	uint32_t start = f->n ? f->delta[f->cls[open]] : GR_DEAD;
-	struct gr_nfa *n = gr_nfa_new(c);
-	if (!n)
-		return NULL;
-	uint32_t base = n->n_states, s;
-	for (uint32_t i = 0; i < f->n; i++)
-		if (gr_nfa_state(c, n, &s))
-			goto fail;
-	if (start != GR_DEAD && gr_nfa_empty_edge(c, n, n->start, base + start))
+	uint8_t cls[256];
+	/* With 256 classes every byte is its own: open's and close's columns are just skipped. */
+	int singletons = f->n_classes == 256;
+	struct table t = { .k = f->n_classes + !singletons };
+	struct pair_map m = { 0 };
+	uint32_t first;
+	memcpy(cls, f->cls, sizeof(cls));
+	if (!singletons)
+		cls[open] = cls[close] = (uint8_t)f->n_classes;
+	if (start == GR_DEAD)
+		return gr_frag_of(c, ir_nothing(c));
+	if (map_get(c, &m, &t, start, &first))
 		goto fail;
-	for (uint32_t i = 0; i < f->n && start != GR_DEAD; i++) {
-		uint32_t after = f->delta[(size_t)i * f->n_classes + f->cls[close]];
-		if (after != GR_DEAD && f->accepting[after] &&
-		    gr_nfa_empty_edge(c, n, base + i, n->final))
-			goto fail;
+	for (uint32_t s = 0; s < t.n; s++) {
+		uint32_t i = (uint32_t)t.pair[s], after;
+		after = f->delta[(size_t)i * f->n_classes + f->cls[close]];
+		t.acc[s] = after != GR_DEAD && f->accepting[after];
 		for (uint32_t k = 0; k < f->n_classes; k++) {
-			uint32_t t = f->delta[(size_t)i * f->n_classes + k];
-			struct ir_byteset set = f->class_set[k];
-			set.w[open >> 6] &= ~(1ull << (open & 63));
-			set.w[close >> 6] &= ~(1ull << (close & 63));
-			if (t != GR_DEAD && (set.w[0] | set.w[1] | set.w[2] | set.w[3]) &&
-			    gr_nfa_bytes(c, n, base + i, base + t, &set))
+			uint32_t to, next = f->delta[(size_t)i * f->n_classes + k];
+			if (next == GR_DEAD || (singletons && (k == f->cls[open] || k == f->cls[close])))
+				continue;
+			if (map_get(c, &m, &t, next, &to))
 				goto fail;
+			t.delta[(size_t)s * t.k + k] = to;
 		}
 	}
-	return gr_frag_of_nfa(c, n);
+	free(m.key), free(m.val);
+	return table_frag(c, &t, cls);
 fail:
-	gr_nfa_free(n);
+	free(m.key), free(m.val);
+	table_free(&t);
 	return NULL;
 }
 

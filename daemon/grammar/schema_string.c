@@ -126,7 +126,7 @@ static const struct gr_frag *text_frag(struct schema *s, const struct sn_text *t
 			return NULL;
 		sprintf(where, "\"pattern\" at %s", t->where);
 		x = gr_regex_expr(s->c, t->text, t->len, mode,
-				  GR_RE_SEARCH | GR_RE_MARKERS | (wide ? GR_RE_WIDE : 0), where);
+				  GR_RE_SEARCH | (wide ? GR_RE_WIDE : 0), where);
 	}
 	const struct gr_frag *f = gr_frag_of(s->c, x);
 	if (f && t->kind != SN_FORMAT)
