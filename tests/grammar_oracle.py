@@ -4,7 +4,7 @@
 constrained walk, checked by code that shares nothing with daemon/grammar/.
 
 Input (stdin): JSON lines {"kind": "json" | "json_object" | "schema", "schema": ..., "output":
-"..."}. A JSON output must parse with json.loads (an object for json_object); a schema output
+"...", "name": "..." (optional: which case, for the failure's line)}. A JSON output must parse with json.loads (an object for json_object); a schema output
 must parse and validate under python3-jsonschema, twice: with floats (how most validators
 compare numbers) and with exact decimals for both the schema and the output (JSON Schema's
 mathematical values).
@@ -242,7 +242,8 @@ def main():
         def fail(msg):
             nonlocal failures
             failures += 1
-            print("FAIL %s: %s" % (case["kind"], msg))
+            name = " (%s)" % case["name"] if "name" in case else ""
+            print("FAIL %s%s: %s" % (case["kind"], name, msg))
 
         if case["kind"] in ("json", "json_object"):
             try:
