@@ -552,8 +552,9 @@ static const struct {
 	  "\"oneOf\" branches 0 and 1 may both match one value, and nothing tells them apart "
 	  "(at #)" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"not\":{\"items\":{}}}}",
-	  -EINVAL, "\"not\" of \"items\" is not supported (only of type, enum, const, required, "
-	  "pattern, lengths, counts, bounds, properties, $ref, allOf, anyOf, not) (at #/items/not)" },
+	  -EINVAL, "\"not\" (or if/then/else) of \"items\" is not supported (only of type, enum, "
+	  "const, required, pattern, lengths, counts, bounds, properties, $ref, allOf, anyOf, not) "
+	  "(at #/items/not)" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri-template\"}", -EINVAL,
 	  "\"format\": \"uri-template\" is not supported (at #)" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"multipleOf\":0.01}", -EINVAL,
@@ -585,6 +586,9 @@ static const struct {
 	  "octal escapes" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a**\"}", -EINVAL,
 	  "column 3: a quantifier follows another" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"propertyNames\":{\"anyOf\":[{\"pattern\":"
+	  "\"^a\"},{\"pattern\":\"^b\"}]}}", -EINVAL,
+	  "\"propertyNames\" with anyOf or oneOf is not supported" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"unevaluatedItems\":false}", -EINVAL,
 	  "\"unevaluatedItems\" is not supported (at #)" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"idn-hostname\"}", -EINVAL,
@@ -595,6 +599,18 @@ static const struct {
 	  "\"required\":[\"a\"]}", -EINVAL, "required property \"a\" allows no value" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":", -EINVAL, "not valid JSON" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"a\":1,\"a\":2}", -EINVAL, "not valid JSON" },
+	/* the schema's own JSON reader (schema_json.c) on what JSON forbids */
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"properties\":{\"a\":{},\"a\":{}}}", -EINVAL,
+	  "the key \"a\" is written twice in one object" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"\\ud800\"]}", -EINVAL,
+	  "a high surrogate without its low half (line 1, column 17)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"\xff\"]}", -EINVAL, "invalid UTF-8 in a string" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"a\x01\"]}", -EINVAL,
+	  "a control character inside a string" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[01]}", -EINVAL, "not valid JSON" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[1.]}", -EINVAL, "a number's fraction needs a digit" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"maximum\":1e400}", -E2BIG,
+	  "the bound 1e400 needs more than 400 decimal digits" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":"
 	  "\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", -EINVAL, "matches no output at all" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"},"
@@ -706,6 +722,15 @@ START_TEST(limits_hold_within_the_budget)
 	struct bn_grammar_limits none = { 0 };
 	compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &none, &rc, err);
 	ck_assert_msg(rc == -E2BIG && strstr(err, "nests deeper than 64"), "%s", err);
+	/* JSON nested past four levels a schema level, even as data (an enum's value) */
+	at = (size_t)sprintf(big, "{\"enum\":[");
+	for (int i = 0; i < 300; i++)
+		big[at++] = '[';
+	for (int i = 0; i < 300; i++)
+		big[at++] = ']';
+	at += (size_t)sprintf(big + at, "]}");
+	compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &none, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "nests deeper than 256 JSON levels"), "%s", err);
 	/* Groups nested past the depth limit are a limit in every front end. */
 	at = 0;
 	for (int i = 0; i < 100; i++)

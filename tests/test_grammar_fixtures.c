@@ -32,6 +32,15 @@ static char *read_file(const char *path, size_t *len)
 	return text;
 }
 
+/* The fixture of a manifest entry: its file (*file) and text. */
+static char *fixture(json_t *e, const char **file, size_t *len)
+{
+	char path[512];
+	*file = json_string_value(json_object_get(e, "file"));
+	snprintf(path, sizeof(path), FIXTURES "/%s", *file);
+	return read_file(path, len);
+}
+
 static json_t *manifest(void)
 {
 	json_error_t err;
@@ -59,11 +68,10 @@ START_TEST(fixtures_outputs_validate)
 	json_array_foreach(m, i, e) {
 		if (json_object_get(e, "refused"))
 			continue;
-		const char *file = json_string_value(json_object_get(e, "file"));
-		char path[512], err[BN_GRAMMAR_ERR_LEN];
+		const char *file;
+		char err[BN_GRAMMAR_ERR_LEN];
 		size_t len;
-		snprintf(path, sizeof(path), FIXTURES "/%s", file);
-		char *text = read_file(path, &len);
+		char *text = fixture(e, &file, &len);
 		struct bn_grammar *g;
 		int rc = compile(text, len, &g, err);
 		ck_assert_msg(rc == 0, "%s is refused: %s", file, err);
@@ -103,11 +111,10 @@ START_TEST(fixtures_refusals_name_the_keyword)
 		const char *says = json_string_value(json_object_get(e, "refused"));
 		if (!says)
 			continue;
-		const char *file = json_string_value(json_object_get(e, "file"));
-		char path[512], err[BN_GRAMMAR_ERR_LEN];
+		const char *file;
+		char err[BN_GRAMMAR_ERR_LEN];
 		size_t len;
-		snprintf(path, sizeof(path), FIXTURES "/%s", file);
-		char *text = read_file(path, &len);
+		char *text = fixture(e, &file, &len);
 		struct bn_grammar *g = NULL;
 		int rc = compile(text, len, &g, err);
 		ck_assert_msg(rc == -EINVAL && strstr(err, says), "%s: %d \"%s\", not \"%s\"", file,

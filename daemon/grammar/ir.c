@@ -323,9 +323,11 @@ struct ir_node *ir_members_counted(struct gr_ctx *c, uint32_t n, struct ir_node 
 	uint8_t *req = gr_alloc(c, n + 1), *rep = gr_alloc(c, n + 1);
 	if (!x || !k || !req || !rep)
 		return NULL;
-	memcpy(k, kids, n * sizeof(*k));
-	memcpy(req, required, n);
-	memcpy(rep, repeat, n);
+	if (n) {
+		memcpy(k, kids, n * sizeof(*k));
+		memcpy(req, required, n);
+		memcpy(rep, repeat, n);
+	}
 	x->kids = k;
 	x->n_kids = n;
 	x->required = req;

@@ -155,10 +155,13 @@ static uint32_t product_classes(const struct gr_frag *a, const struct gr_frag *b
 	return n;
 }
 
-static const struct gr_frag *table_frag(struct gr_ctx *c, struct table *t, const uint8_t *cls)
+/* The table, once done (ok), minimized into a fragment; in any case it and the map freed. */
+static const struct gr_frag *table_end(struct gr_ctx *c, struct table *t, struct pair_map *m,
+				       const uint8_t *cls, int ok)
 {
-	struct gr_frag *f = gr_alloc(c, sizeof(*f));
+	struct gr_frag *f = ok ? gr_alloc(c, sizeof(*f)) : NULL;
 	int rc = !f || gr_dfa_fragment_of_table(c, t->n, t->k, cls, t->delta, t->acc, f);
+	free(m->key), free(m->val);
 	table_free(t);
 	return rc ? NULL : f;
 }
@@ -197,12 +200,9 @@ static const struct gr_frag *product(struct gr_ctx *c, const struct gr_frag *a,
 			t.delta[(size_t)s * t.k + k] = to;
 		}
 	}
-	free(m.key), free(m.val);
-	return table_frag(c, &t, cls);
+	return table_end(c, &t, &m, cls, 1);
 fail:
-	free(m.key), free(m.val);
-	table_free(&t);
-	return NULL;
+	return table_end(c, &t, &m, cls, 0);
 }
 
 const struct gr_frag *gr_frag_and(struct gr_ctx *c, const struct gr_frag *a,
@@ -250,12 +250,9 @@ const struct gr_frag *gr_frag_between(struct gr_ctx *c, const struct gr_frag *f,
 			t.delta[(size_t)s * t.k + k] = to;
 		}
 	}
-	free(m.key), free(m.val);
-	return table_frag(c, &t, cls);
+	return table_end(c, &t, &m, cls, 1);
 fail:
-	free(m.key), free(m.val);
-	table_free(&t);
-	return NULL;
+	return table_end(c, &t, &m, cls, 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -283,9 +283,9 @@ static struct sn *keyword_outside(struct schema *s, const struct jv *obj, uint32
 		const struct jv *res, *t = sc_resolve(s, v, &res);
 		return t ? negate(s, t, depth + 1) : NULL;
 	}
-	sc_fail(s, "\"not\" of \"%.40s\" is not supported (only of type, enum, const, required, "
-		"pattern, lengths, counts, bounds, properties, $ref, allOf, anyOf, not)",
-		obj->k[i]);
+	sc_fail(s, "\"not\" (or if/then/else) of \"%.40s\" is not supported (only of type, enum, "
+		"const, required, pattern, lengths, counts, bounds, properties, $ref, allOf, anyOf, "
+		"not)", obj->k[i]);
 	return NULL;
 }
 

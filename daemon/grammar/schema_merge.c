@@ -130,7 +130,8 @@ static int append_array(struct schema *s, void **dst, const void *a, uint32_t na
 	char *v = gr_alloc(s->c, (na + nb) * size);
 	if (!v)
 		return -1;
-	memcpy(v, a, na * size);
+	if (na)
+		memcpy(v, a, na * size);
 	memcpy(v + na * size, b, nb * size);
 	*dst = v;
 	return 0;

@@ -133,8 +133,18 @@ static const struct gr_frag *allowed_names(struct schema *s, const struct sn *f,
 					   const struct gr_frag *base)
 {
 	struct sn *n;
+	struct sc_atoms a = { 0 };
 	if (!f->names.n)
 		return base;
+	for (uint32_t i = 0; i < f->names.n; i++)
+		if (sc_collect(s, &a, f->names.v[i]))
+			return NULL;
+	for (uint32_t i = 0; i < a.n; i++)
+		if (a.v[i]->kind != SN_PLAIN) {
+			/* the merge leaves them out, which would let keys through they refuse */
+			sc_fail(s, "\"propertyNames\" with anyOf or oneOf is not supported");
+			return NULL;
+		}
 	if (sc_flatten(s, &f->names, &n))
 		return NULL;
 	if (n->kind == SN_FALSE || !(n->types & T_STR))
@@ -155,7 +165,6 @@ static const struct gr_frag *allowed_names(struct schema *s, const struct sn *f,
 		if (n->nots[i]->kind == JV_STRING)
 			g = gr_frag_minus(s->c, g, gr_frag_of(s->c, ir_literal(s->c, n->nots[i]->s,
 									       n->nots[i]->n)));
-	/* anyOf/oneOf under propertyNames would only narrow further: checked per key below */
 	return g ? gr_frag_and(s->c, base, g) : NULL;
 }
 
