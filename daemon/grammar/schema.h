@@ -327,7 +327,7 @@ int sc_key_values(struct schema *s, const struct sn *f, const char *key, uint32_
 /* schema_range.c                                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
-#define SC_MAX_DIGITS 400  /* a bound needing more decimal digits is refused */
+#define SC_MAX_DIGITS 1000 /* a bound needing more decimal digits is refused */
 
 /* A decimal: sign, integer digits without leading zeros ("0" for none), fraction digits
  * without trailing zeros (maybe ""); never a negative zero. */
