@@ -642,7 +642,7 @@ static const struct {
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":"
 	  "{\"$dynamicRef\":\"#n\"}}}", -EINVAL,
 	  "\"$dynamicRef\" is not supported (at #/properties/a)" },
-	{ BN_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", -EINVAL,
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"maximum\":2},{\"maximum\":5}]}", -EINVAL,
 	  "\"oneOf\" branches 0 and 1 may both match one value, and nothing tells them apart "
 	  "(at #)" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"not\":{\"items\":{}}}}",
@@ -680,9 +680,9 @@ static const struct {
 	  "octal escapes" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a**\"}", -EINVAL,
 	  "column 3: a quantifier follows another" },
-	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"propertyNames\":{\"anyOf\":[{\"pattern\":"
-	  "\"^a\"},{\"pattern\":\"^b\"}]}}", -EINVAL,
-	  "\"propertyNames\" with anyOf or oneOf is not supported" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"$defs\":{\"k\":{\"anyOf\":[{\"maxLength\":"
+	  "1},{\"$ref\":\"#/$defs/k\"}]}},\"propertyNames\":{\"$ref\":\"#/$defs/k\"}}", -EINVAL,
+	  "\"propertyNames\" nests anyOf/oneOf deeper than 8" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"unevaluatedItems\":false}", -EINVAL,
 	  "\"unevaluatedItems\" is not supported (at #)" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"idn-hostname\"}", -EINVAL,
@@ -1112,6 +1112,26 @@ static const struct {
 	/* oneOf: "a" would match both branches, so neither writes it */
 	{ "{\"oneOf\":[{\"type\":\"string\"},{\"enum\":[\"a\",1]}]}", { "1", "\"b\"" },
 	  { "\"a\"", "2" } },
+	/* oneOf where only strings overlap: each branch leaves out the other's strings ("abc"
+	 * meets both; "0000" both patterns; "abc" is a-f and of length 1 or more) */
+	{ "{\"oneOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", { "\"abcd\"", "\"a b c\"" },
+	  { "\"abc\"", "\"\"", "1" } },
+	{ "{\"oneOf\":[{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{4}$\"},{\"type\":"
+	  "\"string\",\"pattern\":\"^[0-9A-F]{4}$\"}]}", { "\"00ab\"", "\"00AB\"" },
+	  { "\"0000\"", "\"00aB\"", "\"00abc\"" } },
+	{ "{\"type\":\"string\",\"oneOf\":[{\"pattern\":\"^[a-f]+$\"},{\"minLength\":1}]}",
+	  { "\"g\"", "\"ag\"" }, { "\"abc\"", "\"\"", "\"a\"" } },
+	/* propertyNames of anyOf and oneOf: keys of either branch ("ab" meets both of oneOf's) */
+	{ "{\"type\":\"object\",\"propertyNames\":{\"oneOf\":[{\"enum\":[\"ab\",\"x1\"]},"
+	  "{\"pattern\":\"^[a-z]+$\"}]},\"additionalProperties\":{\"type\":\"integer\"}}",
+	  { "{\"x1\":1}", "{\"abc\":2,\"x1\":3}", "{}" }, { "{\"ab\":1}", "{\"A\":1}", "{\"x2\":1}" } },
+	{ "{\"type\":\"object\",\"propertyNames\":{\"anyOf\":[{\"maxLength\":1},{\"pattern\":"
+	  "\"^x-\"}]},\"additionalProperties\":{\"type\":\"null\"}}",
+	  { "{\"a\":null}", "{\"x-yz\":null}" }, { "{\"ab\":null}", "{\"\":null,\"yx\":null}" } },
+	/* format regex: a subset ECMAScript (u flag) and Python's re read alike */
+	{ "{\"type\":\"string\",\"format\":\"regex\"}",
+	  { "\"^[a-z0-9_]+\\\\.x?$\"", "\"(ab|c\\\\d)x*\"", "\"\"" },
+	  { "\"(a\"", "\"a**\"", "\"a{2}\"", "\"[z-a]\"", "\"a\\\\1\"" } },
 	/* oneOf of objects: the key the other requires is left out (a narrowing: {"a":1,"c":2}
 	 * is valid but not written) */
 	{ "{\"oneOf\":[{\"type\":\"object\",\"required\":[\"a\"]},{\"type\":\"object\","

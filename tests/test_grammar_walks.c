@@ -126,6 +126,23 @@ static const char *const schemas[] = {
 	"[\"a\"]},\"n\":{\"type\":\"integer\"}}},{\"properties\":{\"t\":{\"enum\":[\"b\",\"c\"]}}}]},"
 	"\"w\":{\"oneOf\":[{\"type\":\"object\",\"required\":[\"a\"]},{\"type\":\"object\","
 	"\"required\":[\"b\"]}]}},\"required\":[\"v\",\"w\"]}",
+	/* oneOf where only strings overlap, each branch without the other's strings: a pattern
+	 * and any string, lower and upper case, a format and a pattern, typeless branches */
+	"{\"type\":\"object\",\"properties\":{\"id\":{\"oneOf\":[{\"type\":\"string\","
+	"\"pattern\":\"^[A-Fa-f0-9]{6}$\"},{\"type\":\"string\",\"maxLength\":8}]},\"u\":"
+	"{\"oneOf\":[{\"pattern\":\"^[0-9a-f]{3}$\"},{\"pattern\":\"^[0-9A-F]{3}$\"}]},\"h\":"
+	"{\"oneOf\":[{\"type\":\"string\",\"format\":\"uri\",\"maxLength\":20},{\"type\":"
+	"\"string\",\"pattern\":\"^\\\\./.{1,6}$\"}]},\"r\":{\"oneOf\":[{\"type\":\"string\","
+	"\"pattern\":\"APP\",\"maxLength\":6},{\"type\":\"string\",\"pattern\":\"SIG\","
+	"\"maxLength\":6}]}},\"required\":[\"id\",\"u\",\"h\",\"r\"]}",
+	/* propertyNames of oneOf (an enum and a pattern both take "ab") and anyOf; format regex */
+	"{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"object\",\"propertyNames\":"
+	"{\"oneOf\":[{\"enum\":[\"ab\",\"x1\",\"y[2]\"]},{\"pattern\":\"^[a-z]{1,3}$\"}]},"
+	"\"additionalProperties\":{\"type\":\"integer\"},\"maxProperties\":3},\"n\":{\"type\":"
+	"\"object\",\"propertyNames\":{\"anyOf\":[{\"maxLength\":1},{\"pattern\":\"^x-\","
+	"\"maxLength\":5}]},\"additionalProperties\":{\"type\":\"null\"},\"maxProperties\":2},"
+	"\"re\":{\"type\":\"string\",\"format\":\"regex\",\"maxLength\":16}},\"required\":"
+	"[\"m\",\"n\",\"re\"]}",
 	/* allOf merged, $ref beside keywords (2020-12 applies them), anyOf beside keywords */
 	"{\"$defs\":{\"base\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\","
 	"\"minimum\":1,\"maximum\":1000}},\"required\":[\"id\"]},\"short\":{\"type\":\"string\","

@@ -95,14 +95,16 @@ struct sn_clause {
 	uint8_t has_ap;
 };
 
-/* A string rule: a language the string must be in (a pattern, a format) or not be in. */
-enum { SN_PATTERN = 0, SN_FORMAT = 1, SN_NOT_PATTERN = 2 };
+/* A string rule: a language the string must be in (a pattern, a format) or not be in (a
+ * pattern's, or the strings another node accepts: oneOf's narrowing, schema_disjoint.c). */
+enum { SN_PATTERN = 0, SN_FORMAT = 1, SN_NOT_PATTERN = 2, SN_NOT_STRINGS_OF = 3 };
 
 struct sn_text {
-	uint8_t kind;            /* SN_PATTERN, SN_FORMAT, SN_NOT_PATTERN */
+	uint8_t kind;            /* SN_PATTERN, SN_FORMAT, SN_NOT_PATTERN, SN_NOT_STRINGS_OF */
 	const char *text;        /* the pattern, or the format's name */
 	uint32_t len;
 	const char *where;
+	const struct sn *other;  /* SN_NOT_STRINGS_OF: the node whose strings are excluded */
 };
 
 struct sn_contains {

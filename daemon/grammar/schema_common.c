@@ -279,7 +279,7 @@ int sc_add_text(struct schema *s, struct sn *p, int kind, const struct jv *v)
 		return -1;
 	if (p->n_texts)
 		memcpy(t, p->texts, p->n_texts * sizeof(*t));
-	t[p->n_texts++] = (struct sn_text){ (uint8_t)kind, v->s, v->n, sc_where(s) };
+	t[p->n_texts++] = (struct sn_text){ (uint8_t)kind, v->s, v->n, sc_where(s), NULL };
 	p->texts = t;
 	return 0;
 }

@@ -14,8 +14,8 @@
  *     values (a discriminator: "type": {"const": "a"}), or counts that do not overlap.
  * Where no proof is found, a branch is narrowed so that one holds, each narrowing keeping its
  * outputs valid: literals valid in both branches are dropped from the one and excluded from
- * the other, and when only objects overlap, a property the other branch requires is left
- * out of each. Otherwise the oneOf is refused, naming the two branches.
+ * the other; when only strings overlap, each leaves out the strings the other accepts; when
+ * only objects overlap, a property the other branch requires is left out of each. Otherwise the oneOf is refused, naming the two branches.
  */
 #include "schema.h"
 
@@ -236,6 +236,23 @@ static int require_discriminator(struct schema *s, struct sc_atoms *bi, const st
 	return 0;
 }
 
+/* Where only strings overlap: each branch leaves out the strings the other accepts (their
+ * languages read widely, so that what is left out covers what any validator finds in the other;
+ * formats count as any string). Each output then meets its own branch and not the other. A
+ * branch without "type" still writes only what it wrote before: the rule adds no kind. */
+static int split_strings(struct schema *s, struct sc_atoms *bi, const struct sn *fi,
+			 struct sc_atoms *bj, const struct sn *fj)
+{
+	struct sn *x = synthetic(s, fi->where), *y = synthetic(s, fj->where);
+	if (!x || !y || !(x->texts = gr_alloc(s->c, sizeof(*x->texts))) ||
+	    !(y->texts = gr_alloc(s->c, sizeof(*y->texts))))
+		return -1;
+	x->texts[0] = (struct sn_text){ SN_NOT_STRINGS_OF, "", 0, fi->where, fj };
+	y->texts[0] = (struct sn_text){ SN_NOT_STRINGS_OF, "", 0, fj->where, fi };
+	x->n_texts = y->n_texts = 1;
+	return sc_atoms_add(s, bi, x) || sc_atoms_add(s, bj, y) ? -1 : 1;
+}
+
 /* Branches bi (merged: fi) and bj made disjoint: 1 done, 0 not possible, -1 error. */
 static int narrow(struct schema *s, struct sc_atoms *bi, struct sn *fi, struct sc_atoms *bj,
 		  struct sn *fj, uint32_t o)
@@ -244,6 +261,8 @@ static int narrow(struct schema *s, struct sc_atoms *bi, struct sn *fi, struct s
 		return split_literals(s, bi, fi, bj, fj) ? -1 : 1;
 	if (fj->has_lits)
 		return split_literals(s, bj, fj, bi, fi) ? -1 : 1;
+	if (o == T_STR)
+		return split_strings(s, bi, fi, bj, fj);
 	if (o != T_OBJ)
 		return 0;
 	int r = require_discriminator(s, bi, fi, bj, fj);

@@ -113,7 +113,7 @@ static int read_numbers(struct schema *s, const struct jv *obj, struct sn *p)
 /* The formats JSON Schema defines that no expression here enforces. */
 static int standard_unsupported(const struct jv *f)
 {
-	static const char *const names[] = { "idn-hostname", "uri-template", "regex" };
+	static const char *const names[] = { "idn-hostname", "uri-template" };
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strlen(names[i]) == f->n && !memcmp(names[i], f->s, f->n))
 			return 1;

@@ -128,31 +128,17 @@ static const struct gr_frag *plain_keys(struct schema *s)
 					  GR_INF));
 }
 
-/* The keys propertyNames allows (narrowly), within base. */
-static const struct gr_frag *allowed_names(struct schema *s, const struct sn *f,
-					   const struct gr_frag *base)
+/* The keys a merged plain node of propertyNames allows (narrowly), within base; literals
+ * are checked against the whole of propertyNames (names). */
+static const struct gr_frag *plain_names(struct schema *s, const struct sn_list *names,
+					 const struct sn *n, const struct gr_frag *base)
 {
-	struct sn *n;
-	struct sc_atoms a = { 0 };
-	if (!f->names.n)
-		return base;
-	for (uint32_t i = 0; i < f->names.n; i++)
-		if (sc_collect(s, &a, f->names.v[i]))
-			return NULL;
-	for (uint32_t i = 0; i < a.n; i++)
-		if (a.v[i]->kind != SN_PLAIN) {
-			/* the merge leaves them out, which would let keys through they refuse */
-			sc_fail(s, "\"propertyNames\" with anyOf or oneOf is not supported");
-			return NULL;
-		}
-	if (sc_flatten(s, &f->names, &n))
-		return NULL;
 	if (n->kind == SN_FALSE || !(n->types & T_STR))
 		return gr_frag_of(s->c, ir_nothing(s->c));
 	if (n->has_lits) {
 		struct ir_list alts = { 0 };
 		for (uint32_t i = 0; i < n->n_lits; i++) {
-			int ok = n->lits[i]->kind == JV_STRING ? sc_valid_list(s, &f->names, n->lits[i])
+			int ok = n->lits[i]->kind == JV_STRING ? sc_valid_list(s, names, n->lits[i])
 				 : 0;
 			if (ok < 0 || (ok && ir_list_push(s->c, &alts, ir_literal(s->c, n->lits[i]->s,
 										   n->lits[i]->n))))
@@ -166,6 +152,63 @@ static const struct gr_frag *allowed_names(struct schema *s, const struct sn *f,
 			g = gr_frag_minus(s->c, g, gr_frag_of(s->c, ir_literal(s->c, n->nots[i]->s,
 									       n->nots[i]->n)));
 	return g ? gr_frag_and(s->c, base, g) : NULL;
+}
+
+#define NAMES_CHOICES 8 /* anyOf/oneOf nested in propertyNames */
+
+/* The keys the atoms allow: their first anyOf/oneOf opened into branches, each with the rest
+ * (oneOf's branches made disjoint as for values, schema_disjoint.c), the union of what each
+ * allows; plain atoms merged. */
+static const struct gr_frag *atoms_names(struct schema *s, const struct sn_list *names,
+					 const struct sc_atoms *a, const struct gr_frag *base,
+					 uint32_t depth)
+{
+	struct sn *d = NULL;
+	for (uint32_t i = 0; i < a->n && !d; i++)
+		if (a->v[i]->kind == SN_ANY || a->v[i]->kind == SN_ONE)
+			d = a->v[i];
+	if (a->is_false)
+		return gr_frag_of(s->c, ir_nothing(s->c));
+	if (!d) {
+		struct sn *n = sc_atoms_merge(s, a);
+		return n ? plain_names(s, names, n, base) : NULL;
+	}
+	if (depth >= NAMES_CHOICES) {
+		sc_fail(s, "\"propertyNames\" nests anyOf/oneOf deeper than %u", NAMES_CHOICES);
+		return NULL;
+	}
+	struct sc_atoms *b = gr_alloc(s->c, d->n_kids * sizeof(*b));
+	struct ir_list alts = { 0 };
+	if (!b)
+		return NULL;
+	for (uint32_t i = 0; i < d->n_kids; i++) {
+		for (uint32_t k = 0; k < a->n; k++)
+			if (a->v[k] != d && sc_atoms_add(s, &b[i], a->v[k]))
+				return NULL;
+		if (sc_collect(s, &b[i], d->kids[i]))
+			return NULL;
+	}
+	if (d->kind == SN_ONE && sc_one_of(s, d, b))
+		return NULL;
+	for (uint32_t i = 0; i < d->n_kids; i++) {
+		const struct gr_frag *g = atoms_names(s, names, &b[i], base, depth + 1);
+		if (!g || ir_list_push(s->c, &alts, ir_frag(s->c, g)))
+			return NULL;
+	}
+	return gr_frag_of(s->c, ir_alt(s->c, alts.n, alts.v));
+}
+
+/* The keys propertyNames allows (narrowly), within base. */
+static const struct gr_frag *allowed_names(struct schema *s, const struct sn *f,
+					   const struct gr_frag *base)
+{
+	struct sc_atoms a = { 0 };
+	if (!f->names.n)
+		return base;
+	for (uint32_t i = 0; i < f->names.n; i++)
+		if (sc_collect(s, &a, f->names.v[i]))
+			return NULL;
+	return atoms_names(s, &f->names, &a, base, 0);
 }
 
 /* The values of a key that matches pattern `only` (or none, when only is NULL). */

@@ -10,8 +10,9 @@
  * Formats: date, time, date-time (RFC 3339), duration (ISO 8601 as JSON Schema's appendix
  * gives it), email and idn-email (RFC 5321 dot-atoms), hostname (RFC 1123), ipv4, ipv6
  * (RFC 4291), uuid (RFC 4122), uri and iri (RFC 3986's URI, which every IRI grammar takes),
- * uri-reference and iri-reference, json-pointer (RFC 6901), relative-json-pointer. Some are
- * narrower than their RFC (named below). int32 and int64 bound numbers (schema_norm.c).
+ * uri-reference and iri-reference, json-pointer (RFC 6901), relative-json-pointer, regex
+ * (ECMA-262, a subset Python's re reads alike). Some are narrower than their RFC (named
+ * below). int32 and int64 bound numbers (schema_norm.c).
  */
 #include "schema.h"
 
@@ -51,6 +52,15 @@
 #define RELATIVE "(?://" AUTHORITY PATH_ABEMPTY "|" PATH_ABSOLUTE "|" PCHAR_NC "+(?:/" PCHAR \
 	"*)*)?" TAIL
 #define POINTER "(?:/(?:[^/~]|~[01])*)*"
+/* ECMAScript regular expressions (with the u flag, as ajv reads them) that Python's re reads
+ * too: literals, ., \d \w \s and their negations, escaped syntax characters, classes of
+ * letters, digits, _, space, a-z, A-Z, 0-9 and \d \w \s, each optionally followed by * + or
+ * ?; groups of alternatives of those, unquantified; ^ first and $ last. */
+#define RE_LIT "[^\\\\^$.|?*+()\\[\\]{}\\x00-\\x1f]"
+#define RE_ESC "\\\\[dwsDWS\\\\^$.|?*+()\\[\\]{}/]"
+#define RE_CLASS "\\[\\^?(?:[A-Za-z0-9_ ]|a-z|A-Z|0-9|\\\\[dws])+\\]"
+#define RE_PIECE "(?:" RE_LIT "|\\.|" RE_ESC "|" RE_CLASS ")[*+?]?"
+#define RE_GROUP "\\((?:" RE_PIECE ")+(?:\\|(?:" RE_PIECE ")+)*\\)"
 
 /* Each format's expression. Where it is narrower than its RFC, the comment says how. */
 static const struct {
@@ -81,6 +91,8 @@ static const struct {
 	{ "iri-reference", "(?:" URI "|" RELATIVE ")" },
 	{ "json-pointer", POINTER },
 	{ "relative-json-pointer", "(?:0|[1-9][0-9]*)(?:#|" POINTER ")" },
+	/* the subset above (RE_*) */
+	{ "regex", "\\^?(?:" RE_PIECE "|" RE_GROUP ")*\\$?" },
 };
 
 static int name_is(const char *name, uint32_t len, const char *want)
@@ -139,7 +151,7 @@ static const struct gr_frag *text_frag(struct schema *s, const struct sn_text *t
 const struct gr_frag *sc_pattern_frag(struct schema *s, const struct jv *re, const char *where,
 				      enum gr_text_mode mode, int wide)
 {
-	struct sn_text t = { SN_PATTERN, re->s, re->n, where };
+	struct sn_text t = { SN_PATTERN, re->s, re->n, where, NULL };
 	return text_frag(s, &t, mode, wide);
 }
 
@@ -157,11 +169,15 @@ const struct gr_frag *sc_string_frag(struct schema *s, const struct sn *n, enum 
 		const struct sn_text *t = &n->texts[i];
 		if (t->kind == SN_FORMAT && wide)
 			continue; /* a format some validators do not check: any string, widely */
-		const struct gr_frag *g = text_frag(s, t, mode, t->kind == SN_NOT_PATTERN ? !wide
-										       : wide);
+		int negated = t->kind == SN_NOT_PATTERN || t->kind == SN_NOT_STRINGS_OF;
+		/* What is excluded is read the other way: the narrowest reading of a language
+		 * excludes the least, the widest the most. */
+		const struct gr_frag *g = t->kind == SN_NOT_STRINGS_OF
+			? sc_string_frag(s, t->other, mode, !wide)
+			: text_frag(s, t, mode, negated ? !wide : wide);
 		if (!g)
 			return NULL;
-		if (t->kind == SN_NOT_PATTERN) {
+		if (negated) {
 			if (!f && !(f = gr_frag_of(s->c, any_chars(s, mode, 0, GR_INF))))
 				return NULL;
 			f = gr_frag_minus(s->c, f, g);
