@@ -115,21 +115,9 @@ static struct ir_node *gen_atoms(struct schema *s, struct sc_atoms *a);
 /* The alternatives of the first disjunction among the atoms, each branch with the rest. */
 static struct ir_node *choose(struct schema *s, const struct sc_atoms *a, struct sn *d)
 {
-	struct sc_atoms *b = gr_alloc(s->c, d->n_kids * sizeof(*b));
+	struct sc_atoms *b = sc_branches(s, a, d);
 	struct ir_list alts = { 0 };
 	if (!b)
-		return NULL;
-	for (uint32_t i = 0; i < d->n_kids; i++) {
-		b[i] = (struct sc_atoms){ .via_ref = a->via_ref };
-		for (uint32_t k = 0; k < a->n; k++)
-			if (a->v[k] != d && sc_atoms_add(s, &b[i], a->v[k]))
-				return NULL;
-		/* No $ref target counts as opened here: d, which one of them held, is gone, so a
-		 * $ref back to it must bring it again (its memo turns the recursion into a call). */
-		if (sc_collect(s, &b[i], d->kids[i]))
-			return NULL;
-	}
-	if (d->kind == SN_ONE && sc_one_of(s, d, b))
 		return NULL;
 	for (uint32_t i = 0; i < d->n_kids; i++)
 		if (!b[i].is_false && ir_list_push(s->c, &alts, gen_atoms(s, &b[i])))

@@ -304,12 +304,14 @@ struct ir_node *sc_gen(struct schema *s, const struct sn_list *l);
 /* schema_disjoint.c                                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
-/* oneOf: the branches b[0..d->n_kids) made pairwise disjoint, by proof (types, literals,
- * number ranges, string languages, item counts, a required property whose values are
- * disjoint or that the other forbids) or by narrowing a branch (literals valid in two
- * branches dropped, a property another branch requires left out); -1 with the reason when
- * neither does. */
-int sc_one_of(struct schema *s, const struct sn *d, struct sc_atoms *b);
+/* The branches of the disjunction d (anyOf, oneOf) among the atoms a: each of d's kids with
+ * the rest of a (d->n_kids atom lists in the arena). A oneOf's are made pairwise disjoint, by
+ * proof (types, literals, number ranges, string languages, item counts, a required property
+ * whose values are disjoint or that the other forbids) or by narrowing branches (literals
+ * valid in two dropped from one, strings the other accepts left out where only strings
+ * overlap, a property another branch requires left out). NULL with the reason when neither
+ * does, or on error. */
+struct sc_atoms *sc_branches(struct schema *s, const struct sc_atoms *a, const struct sn *d);
 
 /* ------------------------------------------------------------------------------------------ */
 /* schema_valid.c                                                                             */

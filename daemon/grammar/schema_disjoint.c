@@ -333,7 +333,7 @@ static int forms_of(struct schema *s, const struct sc_atoms *b, struct forms *f)
 	return expand(s, b, f, 0);
 }
 
-int sc_one_of(struct schema *s, const struct sn *d, struct sc_atoms *b)
+static int one_of(struct schema *s, const struct sn *d, struct sc_atoms *b)
 {
 	uint32_t n = d->n_kids;
 	struct forms *f = gr_alloc(s->c, n * sizeof(*f));
@@ -368,4 +368,22 @@ int sc_one_of(struct schema *s, const struct sn *d, struct sc_atoms *b)
 				return -1;
 		}
 	return 0;
+}
+
+struct sc_atoms *sc_branches(struct schema *s, const struct sc_atoms *a, const struct sn *d)
+{
+	struct sc_atoms *b = gr_alloc(s->c, d->n_kids * sizeof(*b));
+	if (!b)
+		return NULL;
+	for (uint32_t i = 0; i < d->n_kids; i++) {
+		b[i] = (struct sc_atoms){ .via_ref = a->via_ref };
+		for (uint32_t k = 0; k < a->n; k++)
+			if (a->v[k] != d && sc_atoms_add(s, &b[i], a->v[k]))
+				return NULL;
+		/* No $ref target counts as opened here: d, which one of them held, is gone, so a
+		 * $ref back to it must bring it again (its memo turns the recursion into a call). */
+		if (sc_collect(s, &b[i], d->kids[i]))
+			return NULL;
+	}
+	return d->kind == SN_ONE && one_of(s, d, b) ? NULL : b;
 }

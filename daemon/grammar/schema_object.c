@@ -177,18 +177,9 @@ static const struct gr_frag *atoms_names(struct schema *s, const struct sn_list 
 		sc_fail(s, "\"propertyNames\" nests anyOf/oneOf deeper than %u", NAMES_CHOICES);
 		return NULL;
 	}
-	struct sc_atoms *b = gr_alloc(s->c, d->n_kids * sizeof(*b));
+	struct sc_atoms *b = sc_branches(s, a, d);
 	struct ir_list alts = { 0 };
 	if (!b)
-		return NULL;
-	for (uint32_t i = 0; i < d->n_kids; i++) {
-		for (uint32_t k = 0; k < a->n; k++)
-			if (a->v[k] != d && sc_atoms_add(s, &b[i], a->v[k]))
-				return NULL;
-		if (sc_collect(s, &b[i], d->kids[i]))
-			return NULL;
-	}
-	if (d->kind == SN_ONE && sc_one_of(s, d, b))
 		return NULL;
 	for (uint32_t i = 0; i < d->n_kids; i++) {
 		const struct gr_frag *g = atoms_names(s, names, &b[i], base, depth + 1);
