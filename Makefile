@@ -418,7 +418,7 @@ $(GATEWAY): $(GATEWAY_OBJS) $(LIB_A)
 TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
 # The grammar engine's tests, and structured output's, read LLaMA-3's tokenizer.json the way the
 # model tool does.
-$(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks $(BUILD)/tests/test_structured $(BUILD)/tests/test_structured_oracle: $(BUILD)/tools/hf_vocab.o
+$(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks $(BUILD)/tests/test_grammar_fixtures $(BUILD)/tests/test_structured $(BUILD)/tests/test_structured_oracle: $(BUILD)/tools/hf_vocab.o
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_LINK)
 	@$(if $(Q),echo "  LD      $@")

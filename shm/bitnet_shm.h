@@ -524,7 +524,7 @@ struct bn_grammar_head {
 	uint32_t reserved; /* must be 0 */
 };
 enum bn_grammar_text_kind {
-	BN_GRAMMAR_KIND_JSON_SCHEMA = 1, /* a JSON Schema (OpenAI's strict subset and a little more) */
+	BN_GRAMMAR_KIND_JSON_SCHEMA = 1, /* a JSON Schema, drafts 4 to 2020-12 (PROTOCOL.md 6.13) */
 	BN_GRAMMAR_KIND_JSON = 2,        /* any JSON value (JSON mode); the text must be empty */
 	BN_GRAMMAR_KIND_REGEX = 3,       /* a regular expression the whole output matches */
 	BN_GRAMMAR_KIND_GBNF = 4,        /* llama.cpp's GBNF, from the rule `root` */

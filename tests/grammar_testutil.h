@@ -174,8 +174,19 @@ struct walk {
  * engine's: a drawn token after which the output could not end within the tokens left is
  * redrawn from bn_grammar_matcher_fill_mask_within (every byte has a one-byte token here, so
  * a completion of n bytes needs at most n tokens). */
+static inline void random_walk_budget(const struct tvocab *t, struct bn_grammar_bound *b,
+				      uint32_t max_tokens, int may_cut, struct walk *w);
+
 static inline void random_walk(const struct tvocab *t, struct bn_grammar_bound *b,
 			       uint32_t max_tokens, struct walk *w)
+{
+	random_walk_budget(t, b, max_tokens, 0, w);
+}
+
+/* random_walk where the shortest output may not fit in max_tokens (may_cut): then the draw
+ * stands and the walk ends cut (w->ended 0) rather than failing. */
+static inline void random_walk_budget(const struct tvocab *t, struct bn_grammar_bound *b,
+				      uint32_t max_tokens, int may_cut, struct walk *w)
 {
 	uint32_t words = (t->n + 63) / 64;
 	uint64_t *mask = malloc(words * sizeof(uint64_t));
@@ -193,8 +204,10 @@ static inline void random_walk(const struct tvocab *t, struct bn_grammar_bound *
 		    (left == 0 || bn_grammar_matcher_tokens_to_accept(m) > left - 1)) {
 			ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
 			n = bn_grammar_matcher_fill_mask_within(m, mask, left);
-			ck_assert_msg(n > 0, "no token closes in time after %zu bytes", w->len);
-			id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)n);
+			ck_assert_msg(n > 0 || may_cut, "no token closes in time after %zu bytes",
+				      w->len);
+			if (n > 0)
+				id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)n);
 			ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
 		}
 		w->n_tokens++;
@@ -219,11 +232,14 @@ struct oracle {
 	uint32_t cases;
 };
 
-static inline void oracle_add(struct oracle *o, const char *kind, const char *schema,
-			      const char *out, size_t len)
+/* name (may be NULL) says which case a failure is of (a fixture's file). */
+static inline void oracle_add_named(struct oracle *o, const char *name, const char *kind,
+				    const char *schema, const char *out, size_t len)
 {
 	json_t *line = json_pack("{s:s, s:s%}", "kind", kind, "output", out, len);
 	ck_assert_msg(line, "output is not UTF-8: %.*s", (int)len, out);
+	if (name)
+		json_object_set_new(line, "name", json_string(name));
 	if (schema)
 		json_object_set_new(line, "schema", json_string(schema));
 	char *s = json_dumps(line, JSON_COMPACT);
@@ -235,6 +251,12 @@ static inline void oracle_add(struct oracle *o, const char *kind, const char *sc
 	o->cases++;
 	free(s);
 	json_decref(line);
+}
+
+static inline void oracle_add(struct oracle *o, const char *kind, const char *schema,
+			      const char *out, size_t len)
+{
+	oracle_add_named(o, NULL, kind, schema, out, len);
 }
 
 /* A python3 that has jsonschema: Debian's (tools/install-deps.sh), else the one on PATH. */

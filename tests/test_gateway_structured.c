@@ -202,14 +202,14 @@ END_TEST
 START_TEST(an_unsupported_keyword_is_named)
 {
 	refused("/v1/chat/completions",
-		"{" USER ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"patternProperties\":{\"^a\":{}}}}}}",
-		"response_format", "patternProperties");
+		"{" USER ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"$dynamicRef\":\"#a\"}}}}",
+		"response_format", "$dynamicRef");
 	refused("/v1/completions",
-		"{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"not\":{\"const\":\"a\"}}}}}",
+		"{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"not\":{\"format\":\"date\"}}}}}",
 		"response_format", "\\\"not\\\"");
 	refused("/v1/chat/completions",
-		"{" USER ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{\"^a\":{}}}}}],\"tool_choice\":\"required\"}",
-		"tools", "patternProperties");
+		"{" USER ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"$dynamicRef\":\"#a\"}}}],\"tool_choice\":\"required\"}",
+		"tools", "$dynamicRef");
 	refused("/v1/completions", "{\"prompt\":\"x\",\"response_format\":{\"type\":\"yaml\"}}",
 		"response_format", "yaml");
 	refused("/v1/completions",

@@ -131,7 +131,26 @@ static const struct {
 	  "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
 	  "\"maximum\":59},\"b\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":2},"
 	  "\"c\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"a\"]}" },
+	/* counted members, key languages and string languages as fragments (issue 58) */
+	{ BN_GRAMMAR_JSON_SCHEMA,
+	  "{\"type\":\"object\",\"patternProperties\":{\"^[a-c]+$\":{\"type\":\"integer\"}},"
+	  "\"additionalProperties\":{\"type\":\"string\",\"pattern\":\"^[x-z]\",\"maxLength\":3},"
+	  "\"minProperties\":1,\"maxProperties\":3}" },
 };
+
+/* A repetition cut into blocks (a rule called every 174 copies): masks across the blocks'
+ * ends are checked at run time, and must still equal brute force. */
+START_TEST(blocked_repetitions_mask_like_brute_force)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 200, 7);
+	struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_REGEX, "(ab|cd|é){0,30000}x", 0);
+	tu_rng_seed(8);
+	walk_checking(&t, b, 220, NULL, 0);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
 
 /* Token sets filled on first use (one walk per state) and all ahead of time (bottom rules
  * without calls walk 64 states at once) give the same masks. */
@@ -623,32 +642,71 @@ static const struct {
 	const char *says;
 } refusals[] = {
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":"
-	  "{\"patternProperties\":{}}}}", -EINVAL,
-	  "\"patternProperties\" is not supported (at #/properties/a)" },
-	{ BN_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{}]}", -EINVAL, "\"oneOf\" is not supported" },
-	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"not\":{}}}", -EINVAL,
-	  "\"not\" is not supported (at #/items)" },
-	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}", -EINVAL,
-	  "\"format\": \"uri\" is not supported (at #)" },
-	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"multipleOf\":0.5}", -EINVAL,
-	  "\"multipleOf\" is not supported (at #)" },
+	  "{\"$dynamicRef\":\"#n\"}}}", -EINVAL,
+	  "\"$dynamicRef\" is not supported (at #/properties/a)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"maximum\":2},{\"maximum\":5}]}", -EINVAL,
+	  "\"oneOf\" branches 0 and 1 may both match one value, and nothing tells them apart "
+	  "(at #)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"not\":{\"items\":{}}}}",
+	  -EINVAL, "\"not\" (or if/then/else) of \"items\" is not supported (only of type, enum, "
+	  "const, required, pattern, lengths, counts, bounds, properties, $ref, allOf, anyOf, not) "
+	  "(at #/items/not)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri-template\"}", -EINVAL,
+	  "\"format\": \"uri-template\" is not supported (at #)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"multipleOf\":0.01}", -EINVAL,
+	  "\"multipleOf\" 0.01 is not supported: only integers and binary fractions" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", -EINVAL,
-	  "\"uniqueItems\": true is not supported (at #)" },
+	  "\"uniqueItems\" is supported only where the items come from a finite set" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"http://x/y.json\"}", -EINVAL,
-	  "only local JSON pointers" },
+	  "\"$ref\" \"http://x/y.json\" names another document" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"#/$defs/missing\"}", -EINVAL, "does not resolve" },
-	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"z\"],\"properties\":{}}",
-	  -EINVAL, "\"required\" names \"z\", which is not in \"properties\" (at #)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"z\"],"
+	  "\"additionalProperties\":false}", -EINVAL,
+	  "the schema allows no value: required property \"z\" allows no value" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", -EINVAL,
 	  "backreferences are not supported" },
-	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}",
-	  -EINVAL, "\"pattern\" together with \"minLength/maxLength\" is not supported" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a{1000}{1000}\"}",
+	  -EINVAL, "\"pattern\" at #, column 8: a quantifier follows another (ECMAScript: "
+	  "nothing to repeat)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a{,5}\"}", -EINVAL,
+	  "{,m} is a repetition in Python and PCRE but text in ECMAScript" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"\\\\Aab\"}", -EINVAL,
+	  "\\A, \\z and \\Z are anchors in PCRE and Python but letters in ECMAScript" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"[]a]\"}", -EINVAL,
+	  "an empty class [] or [^]" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(?P<n>a)\"}", -EINVAL,
+	  "(?P<name> (?'name' and (?| are not ECMAScript" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"\\\\x{41}\"}", -EINVAL,
+	  "\\x{...} is not ECMAScript" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a\\\\012\"}", -EINVAL,
+	  "octal escapes" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a**\"}", -EINVAL,
+	  "column 3: a quantifier follows another" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"$defs\":{\"k\":{\"anyOf\":[{\"maxLength\":"
+	  "1},{\"$ref\":\"#/$defs/k\"}]}},\"propertyNames\":{\"$ref\":\"#/$defs/k\"}}", -EINVAL,
+	  "\"propertyNames\" nests anyOf/oneOf deeper than 8" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"unevaluatedItems\":false}", -EINVAL,
+	  "\"unevaluatedItems\" is not supported (at #)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"idn-hostname\"}", -EINVAL,
+	  "\"format\": \"idn-hostname\" is not supported" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", -EINVAL,
 	  "the bounds leave no number between them" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":false},"
 	  "\"required\":[\"a\"]}", -EINVAL, "required property \"a\" allows no value" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":", -EINVAL, "not valid JSON" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"a\":1,\"a\":2}", -EINVAL, "not valid JSON" },
+	/* the schema's own JSON reader (schema_json.c) on what JSON forbids */
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"properties\":{\"a\":{},\"a\":{}}}", -EINVAL,
+	  "the key \"a\" is written twice in one object" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"\\ud800\"]}", -EINVAL,
+	  "a high surrogate without its low half (line 1, column 17)" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"\xff\"]}", -EINVAL, "invalid UTF-8 in a string" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"a\x01\"]}", -EINVAL,
+	  "a control character inside a string" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[01]}", -EINVAL, "not valid JSON" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"enum\":[1.]}", -EINVAL, "a number's fraction needs a digit" },
+	{ BN_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"maximum\":1e1000}", -E2BIG,
+	  "the bound 1e1000 needs more than 1000 decimal digits" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":"
 	  "\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", -EINVAL, "matches no output at all" },
 	{ BN_GRAMMAR_JSON_SCHEMA, "{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"},"
@@ -760,6 +818,15 @@ START_TEST(limits_hold_within_the_budget)
 	struct bn_grammar_limits none = { 0 };
 	compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &none, &rc, err);
 	ck_assert_msg(rc == -E2BIG && strstr(err, "nests deeper than 64"), "%s", err);
+	/* JSON nested past four levels a schema level, even as data (an enum's value) */
+	at = (size_t)sprintf(big, "{\"enum\":[");
+	for (int i = 0; i < 300; i++)
+		big[at++] = '[';
+	for (int i = 0; i < 300; i++)
+		big[at++] = ']';
+	at += (size_t)sprintf(big + at, "]}");
+	compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &none, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "nests deeper than 256 JSON levels"), "%s", err);
 	/* Groups nested past the depth limit are a limit in every front end. */
 	at = 0;
 	for (int i = 0; i < 100; i++)
@@ -779,8 +846,8 @@ START_TEST(limits_hold_within_the_budget)
 	big[at] = 0;
 	compile_ms(BN_GRAMMAR_GBNF, big, &none, &rc, err);
 	ck_assert_msg(rc == -E2BIG && strstr(err, "nest deeper"), "%d %s", rc, err);
-	compile_ms(BN_GRAMMAR_REGEX, "a{20000}", &none, &rc, err);
-	ck_assert_msg(rc == -E2BIG && strstr(err, "limit of 10000"), "%s", err);
+	compile_ms(BN_GRAMMAR_REGEX, "a{200000}", &none, &rc, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "limit of 100000"), "%s", err);
 	at = 0;
 	for (int i = 0; i < 300; i++)
 		at += (size_t)sprintf(big + at, "r%d ::= \"x\" r%d\n", i, i + 1);
@@ -990,6 +1057,204 @@ START_TEST(strings_at_their_edges_validate)
 		bn_grammar_bound_unref(b);
 	}
 	oracle_run(&o);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* JSON Schema keywords, exactly (issue 58)                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Each schema with outputs it must accept and outputs it must refuse (invalid ones, or
+ * valid ones a narrowing leaves out, said so beside them). */
+static const struct {
+	const char *schema;
+	const char *yes[5], *no[5];
+} keyword_cases[] = {
+	/* integer bounds past 2^53 and at -2^63 are exact (they were compared as doubles) */
+	{ "{\"type\":\"integer\",\"minimum\":100000000000000001,\"maximum\":100000000000000003}",
+	  { "100000000000000001", "100000000000000002", "100000000000000003" },
+	  { "100000000000000000", "100000000000000004", "1e17" } },
+	{ "{\"type\":\"integer\",\"minimum\":-9223372036854775808,\"maximum\":"
+	  "-9223372036854775807}", { "-9223372036854775808", "-9223372036854775807" },
+	  { "-9223372036854776000", "-9223372036854775809", "-9223372036854775806" } },
+	/* integers past int64 inside the schema, \u0000 inside its strings */
+	{ "{\"type\":\"integer\",\"minimum\":18446744073709551616,\"maximum\":18446744073709551618}",
+	  { "18446744073709551617" }, { "18446744073709551615", "18446744073709551619" } },
+	{ "{\"enum\":[\"a\\u0000b\",\"c\"]}", { "\"a\\u0000b\"", "\"c\"" }, { "\"ab\"", "\"a\"" } },
+	/* a bound past doubles' range (1e400 is infinite as a double: no bound to them; an
+	 * exact one here) */
+	{ "{\"type\":\"integer\",\"maximum\":1e400}", { "1", "-5",
+	  "1000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	  "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	  "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	  "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	  "0000000000000000000000000000000000000000000000000" },
+	  { "1000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	  "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	  "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	  "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	  "0000000000000000000000000000000000000000000000001" } },
+	/* a decimal bound finer than doubles: 0.1 is below it, though not as a double */
+	{ "{\"type\":\"number\",\"minimum\":0.1000000000000000000001,\"maximum\":1}",
+	  { "0.2", "1", "0.10000000000000001" }, { "0.1", "0.1000000000000000000000" } },
+	/* $ref's siblings: ignored in draft 7, applied in 2020-12 */
+	{ "{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"definitions\":{\"s\":{\"type\":"
+	  "\"string\"}},\"$ref\":\"#/definitions/s\",\"maxLength\":2}", { "\"abcdef\"", "\"\"" },
+	  { "1" } },
+	{ "{\"$defs\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/s\",\"maxLength\":2}",
+	  { "\"ab\"" }, { "\"abc\"", "1" } },
+	/* annotations and keywords the draft does not define assert nothing */
+	{ "{\"type\":\"string\",\"x-foo\":{\"a\":1},\"_format\":\"date\",\"readonly\":true,\"id\":"
+	  "\"a\",\"self\":{},\"links\":[],\"markdownDescription\":\"m\",\"examples\":[\"q\"],"
+	  "\"deprecated\":true,\"$comment\":\"c\",\"_uniqueItems\":true,\"format\":\"topic\"}",
+	  { "\"zzz\"", "\"\"" }, { "1" } },
+	{ "{\"$schema\":\"http://json-schema.org/draft-04/schema#\",\"type\":\"string\","
+	  "\"const\":\"a\",\"contains\":{}}", { "\"b\"", "\"a\"" }, { "null" } },
+	/* oneOf: "a" would match both branches, so neither writes it */
+	{ "{\"oneOf\":[{\"type\":\"string\"},{\"enum\":[\"a\",1]}]}", { "1", "\"b\"" },
+	  { "\"a\"", "2" } },
+	/* oneOf where only strings overlap: each branch leaves out the other's strings ("abc"
+	 * meets both; "0000" both patterns; "abc" is a-f and of length 1 or more) */
+	{ "{\"oneOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", { "\"abcd\"", "\"a b c\"" },
+	  { "\"abc\"", "\"\"", "1" } },
+	{ "{\"oneOf\":[{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{4}$\"},{\"type\":"
+	  "\"string\",\"pattern\":\"^[0-9A-F]{4}$\"}]}", { "\"00ab\"", "\"00AB\"" },
+	  { "\"0000\"", "\"00aB\"", "\"00abc\"" } },
+	{ "{\"type\":\"string\",\"oneOf\":[{\"pattern\":\"^[a-f]+$\"},{\"minLength\":1}]}",
+	  { "\"g\"", "\"ag\"" }, { "\"abc\"", "\"\"", "\"a\"" } },
+	/* propertyNames of anyOf and oneOf: keys of either branch ("ab" meets both of oneOf's) */
+	{ "{\"type\":\"object\",\"propertyNames\":{\"oneOf\":[{\"enum\":[\"ab\",\"x1\"]},"
+	  "{\"pattern\":\"^[a-z]+$\"}]},\"additionalProperties\":{\"type\":\"integer\"}}",
+	  { "{\"x1\":1}", "{\"abc\":2,\"x1\":3}", "{}" }, { "{\"ab\":1}", "{\"A\":1}", "{\"x2\":1}" } },
+	{ "{\"type\":\"object\",\"propertyNames\":{\"anyOf\":[{\"maxLength\":1},{\"pattern\":"
+	  "\"^x-\"}]},\"additionalProperties\":{\"type\":\"null\"}}",
+	  { "{\"a\":null}", "{\"x-yz\":null}" }, { "{\"ab\":null}", "{\"\":null,\"yx\":null}" } },
+	/* format regex: a subset ECMAScript (u flag) and Python's re read alike */
+	{ "{\"type\":\"string\",\"format\":\"regex\"}",
+	  { "\"^[a-z0-9_]+\\\\.x?$\"", "\"(ab|c\\\\d)x*\"", "\"\"" },
+	  { "\"(a\"", "\"a**\"", "\"a{2}\"", "\"[z-a]\"", "\"a\\\\1\"" } },
+	/* oneOf of objects: the key the other requires is left out (a narrowing: {"a":1,"c":2}
+	 * is valid but not written) */
+	{ "{\"oneOf\":[{\"type\":\"object\",\"required\":[\"a\"]},{\"type\":\"object\","
+	  "\"required\":[\"b\"]}]}", { "{\"a\":1}", "{\"b\":true,\"c\":2}" },
+	  { "{\"a\":1,\"b\":2}", "{}" } },
+	/* patternProperties beside additionalProperties */
+	{ "{\"type\":\"object\",\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},"
+	  "\"additionalProperties\":{\"type\":\"string\"}}",
+	  { "{\"x-a\":1}", "{\"y\":\"s\"}", "{\"x-a\":1,\"y\":\"s\"}", "{}" },
+	  { "{\"x-a\":\"s\"}", "{\"y\":1}" } },
+	{ "{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\"},"
+	  "\"additionalProperties\":{\"type\":\"integer\"}}", { "{\"ab\":1}", "{}" },
+	  { "{\"Ab\":1}", "{\"a1\":2}" } },
+	/* counts, dependencies, allOf merged, anyOf beside keywords */
+	{ "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
+	  "\"integer\"}},\"minProperties\":1,\"maxProperties\":1}", { "{\"a\":1}", "{\"b\":2}" },
+	  { "{}", "{\"a\":1,\"b\":2}" } },
+	{ "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
+	  "\"integer\"}},\"dependentRequired\":{\"a\":[\"b\"]}}",
+	  { "{\"b\":1}", "{\"a\":1,\"b\":2}", "{}" }, { "{\"a\":1}" } },
+	{ "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+	  "\"required\":[\"a\"]},{\"properties\":{\"a\":{\"minimum\":5}}}]}", { "{\"a\":5}" },
+	  { "{\"a\":4}", "{}", "{\"a\":\"x\"}" } },
+	{ "{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^a\"},{\"pattern\":"
+	  "\"^b\"}]}", { "\"ab\"", "\"b\"" }, { "\"abc\"", "\"ca\"" } },
+	/* arrays */
+	{ "{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"y\"]},\"uniqueItems\":true}",
+	  { "[\"x\",\"y\"]", "[\"y\"]", "[]" }, { "[\"x\",\"x\"]", "[\"z\"]" } },
+	{ "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"const\":5}}",
+	  { "[5]", "[5,1]" }, { "[]", "[1]" } },
+	/* strings: formats, pattern with lengths, an integer format */
+	{ "{\"type\":\"string\",\"format\":\"uri\"}", { "\"https://example.com/a?b=1#c\"" },
+	  { "\"not a uri\"", "\"/relative\"" } },
+	{ "{\"type\":\"string\",\"format\":\"uri-reference\"}", { "\"../a/b?q\"", "\"\"" },
+	  { "\"a b\"" } },
+	{ "{\"type\":\"string\",\"pattern\":\"^a+$\",\"minLength\":2,\"maxLength\":3}",
+	  { "\"aa\"", "\"aaa\"" }, { "\"a\"", "\"aaaa\"", "\"ab\"" } },
+	{ "{\"type\":\"string\",\"pattern\":\"(^x[0-9]+$)|(^y$)\"}", { "\"x12\"", "\"y\"" },
+	  { "\"ay\"", "\"x1a\"" } },
+	{ "{\"type\":\"integer\",\"format\":\"int32\"}", { "2147483647", "-2147483648" },
+	  { "2147483648", "-2147483649" } },
+	/* multipleOf: integers and binary fractions */
+	{ "{\"type\":\"integer\",\"multipleOf\":16}", { "32", "-48", "0" }, { "33", "8" } },
+	{ "{\"type\":\"number\",\"multipleOf\":0.25,\"maximum\":2}", { "1.75", "2", "0.5" },
+	  { "1.3", "2.25", "0.125" } },
+	/* if/then/else and not */
+	{ "{\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+	  "\"integer\"}},\"required\":[\"kind\"],\"if\":{\"properties\":{\"kind\":{\"const\":"
+	  "\"a\"}}},\"then\":{\"required\":[\"x\"]},\"else\":{\"not\":{\"required\":[\"x\"]}}}",
+	  { "{\"kind\":\"a\",\"x\":1}", "{\"kind\":\"b\"}" },
+	  { "{\"kind\":\"a\"}", "{\"kind\":\"b\",\"x\":1}" } },
+	{ "{\"type\":\"integer\",\"not\":{\"enum\":[1,2]},\"minimum\":0,\"maximum\":3}",
+	  { "0", "3" }, { "1", "2" } },
+};
+
+static int accepts(struct bn_grammar_bound *b, const char *text)
+{
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	int ok = bn_grammar_matcher_accept_bytes(m, text, strlen(text)) == 0 &&
+		 bn_grammar_matcher_is_accepting(m);
+	bn_grammar_matcher_free(m);
+	return ok;
+}
+
+START_TEST(schema_keywords_hold_exactly)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 0, 1);
+	const char *schema = keyword_cases[_i].schema;
+	struct bn_grammar_bound *b = bind_text(&t, BN_GRAMMAR_JSON_SCHEMA, schema, 0);
+	for (int k = 0; k < 5 && keyword_cases[_i].yes[k]; k++)
+		ck_assert_msg(accepts(b, keyword_cases[_i].yes[k]), "%s refuses %s", schema,
+			      keyword_cases[_i].yes[k]);
+	for (int k = 0; k < 5 && keyword_cases[_i].no[k]; k++)
+		ck_assert_msg(!accepts(b, keyword_cases[_i].no[k]), "%s accepts %s", schema,
+			      keyword_cases[_i].no[k]);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* Lengths and counts up to 100,000: exact at their ends, in few states (blocks). */
+#define GR_INF_TEST UINT32_MAX
+START_TEST(long_repetitions_are_exact_and_small)
+{
+	static const struct {
+		const char *re;
+		uint32_t lo, hi;
+	} reps[] = { { "a{0,50000}", 0, 50000 }, { "a{30000,45000}", 30000, 45000 },
+		     { "a{70000}", 70000, 70000 }, { "a{99999}", 99999, 99999 },
+		     { "a{33000,}", 33000, GR_INF_TEST } };
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 0, 1);
+	char *text = malloc(100003);
+	for (size_t i = 0; i < sizeof(reps) / sizeof(reps[0]); i++) {
+		struct bn_grammar_options o = { .kind = BN_GRAMMAR_REGEX,
+						.limits = { .compile_ms = 30000 } };
+		char err[BN_GRAMMAR_ERR_LEN];
+		struct bn_grammar *g;
+		ck_assert_msg(bn_grammar_compile(reps[i].re, strlen(reps[i].re), &o, &g, err) == 0,
+			      "%s: %s", reps[i].re, err);
+		struct bn_grammar_info info;
+		bn_grammar_get_info(g, &info);
+		ck_assert_msg(info.n_states < 3000, "%s: %u states", reps[i].re, info.n_states);
+		struct bn_grammar_bound *b;
+		ck_assert_int_eq(bn_grammar_bind(g, t.v, &b), 0);
+		bn_grammar_unref(g);
+		uint32_t top = reps[i].hi == GR_INF_TEST ? 100000 : reps[i].hi;
+		uint32_t lens[] = { reps[i].lo, top, top + 1, reps[i].lo - 1 };
+		for (int k = 0; k < 4; k++) {
+			if ((k == 3 && reps[i].lo == 0) || (k == 2 && reps[i].hi == GR_INF_TEST))
+				continue;
+			memset(text, 'a', lens[k]);
+			text[lens[k]] = 0;
+			ck_assert_msg(accepts(b, text) == (k < 2), "%s with %u: %d", reps[i].re,
+				      lens[k], k < 2);
+		}
+		bn_grammar_bound_unref(b);
+	}
+	free(text);
 	tvocab_free(&t);
 }
 END_TEST
@@ -1336,6 +1601,10 @@ int main(void)
 	tcase_add_loop_test(tc, llama3_masks_equal_brute_force, 0, 3);
 	tcase_add_test(tc, rollback_and_fork_equal_recomputation);
 	tcase_add_test(tc, accept_tokens_stops_at_the_first_refused);
+	tcase_add_test(tc, blocked_repetitions_mask_like_brute_force);
+	tcase_add_loop_test(tc, schema_keywords_hold_exactly, 0,
+			    sizeof(keyword_cases) / sizeof(keyword_cases[0]));
+	tcase_add_test(tc, long_repetitions_are_exact_and_small);
 	tcase_add_loop_test(tc, shortest_completion_is_the_known_one, 0,
 			    sizeof(completions) / sizeof(completions[0]));
 	tcase_add_loop_test(tc, completion_and_closing_mask_hold_everywhere, 0,

@@ -109,6 +109,97 @@ static const char *const schemas[] = {
 	/* tuples */
 	"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\",\"maxLength\":4},{\"type\":"
 	"\"integer\"}],\"items\":false,\"minItems\":1}",
+	/* issue 58: patternProperties beside properties and additionalProperties, propertyNames */
+	"{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},\"patternProperties\":"
+	"{\"^x-[a-z]+$\":{\"type\":\"string\",\"maxLength\":4},\"^n[0-9]$\":{\"type\":\"number\"}},"
+	"\"additionalProperties\":{\"type\":\"boolean\"},\"propertyNames\":{\"maxLength\":6},"
+	"\"required\":[\"id\"]}",
+	/* oneOf told apart by const, type and item counts; literals valid in two branches */
+	"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"circle\"},\"r\":"
+	"{\"type\":\"number\",\"minimum\":0}},\"required\":[\"kind\",\"r\"]},{\"type\":\"object\","
+	"\"properties\":{\"kind\":{\"const\":\"square\"},\"side\":{\"type\":\"integer\"}},"
+	"\"required\":[\"kind\",\"side\"]},{\"type\":\"string\",\"maxLength\":3},{\"enum\":[\"ab\","
+	"\"wxyz\",7]},{\"type\":\"array\",\"maxItems\":2,\"items\":{\"type\":\"integer\"}}]}",
+	/* oneOf of objects told apart only by narrowing: a discriminator made required, a key
+	 * the other requires left out */
+	"{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{\"properties\":{\"t\":{\"enum\":"
+	"[\"a\"]},\"n\":{\"type\":\"integer\"}}},{\"properties\":{\"t\":{\"enum\":[\"b\",\"c\"]}}}]},"
+	"\"w\":{\"oneOf\":[{\"type\":\"object\",\"required\":[\"a\"]},{\"type\":\"object\","
+	"\"required\":[\"b\"]}]}},\"required\":[\"v\",\"w\"]}",
+	/* oneOf where only strings overlap, each branch without the other's strings: a pattern
+	 * and any string, lower and upper case, a format and a pattern, typeless branches */
+	"{\"type\":\"object\",\"properties\":{\"id\":{\"oneOf\":[{\"type\":\"string\","
+	"\"pattern\":\"^[A-Fa-f0-9]{6}$\"},{\"type\":\"string\",\"maxLength\":8}]},\"u\":"
+	"{\"oneOf\":[{\"pattern\":\"^[0-9a-f]{3}$\"},{\"pattern\":\"^[0-9A-F]{3}$\"}]},\"h\":"
+	"{\"oneOf\":[{\"type\":\"string\",\"format\":\"uri\",\"maxLength\":20},{\"type\":"
+	"\"string\",\"pattern\":\"^\\\\./.{1,6}$\"}]},\"r\":{\"oneOf\":[{\"type\":\"string\","
+	"\"pattern\":\"APP\",\"maxLength\":6},{\"type\":\"string\",\"pattern\":\"SIG\","
+	"\"maxLength\":6}]}},\"required\":[\"id\",\"u\",\"h\",\"r\"]}",
+	/* propertyNames of oneOf (an enum and a pattern both take "ab") and anyOf; format regex */
+	"{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"object\",\"propertyNames\":"
+	"{\"oneOf\":[{\"enum\":[\"ab\",\"x1\",\"y[2]\"]},{\"pattern\":\"^[a-z]{1,3}$\"}]},"
+	"\"additionalProperties\":{\"type\":\"integer\"},\"maxProperties\":3},\"n\":{\"type\":"
+	"\"object\",\"propertyNames\":{\"anyOf\":[{\"maxLength\":1},{\"pattern\":\"^x-\","
+	"\"maxLength\":5}]},\"additionalProperties\":{\"type\":\"null\"},\"maxProperties\":2},"
+	"\"re\":{\"type\":\"string\",\"format\":\"regex\",\"maxLength\":16}},\"required\":"
+	"[\"m\",\"n\",\"re\"]}",
+	/* allOf merged, $ref beside keywords (2020-12 applies them), anyOf beside keywords */
+	"{\"$defs\":{\"base\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\","
+	"\"minimum\":1,\"maximum\":1000}},\"required\":[\"id\"]},\"short\":{\"type\":\"string\","
+	"\"maxLength\":6}},\"allOf\":[{\"$ref\":\"#/$defs/base\"},{\"properties\":{\"name\":"
+	"{\"$ref\":\"#/$defs/short\",\"minLength\":2},\"v\":{\"anyOf\":[{\"type\":\"integer\"},"
+	"{\"type\":\"string\"}],\"minimum\":5,\"maxLength\":2}},\"required\":[\"name\",\"v\"]}]}",
+	/* draft 7: $ref's siblings ignored; draft 4: its own keywords only, boolean exclusives */
+	"{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"definitions\":{\"s\":{\"type\":"
+	"\"string\",\"maxLength\":3}},\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":"
+	"\"#/definitions/s\",\"minLength\":100}},\"required\":[\"a\"]}",
+	"{\"$schema\":\"http://json-schema.org/draft-04/schema#\",\"id\":\"http://example.com/s.json\","
+	"\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"minimum\":0,"
+	"\"exclusiveMinimum\":true,\"maximum\":5,\"_format\":\"x\",\"readonly\":true},\"t\":{\"type\":"
+	"\"string\",\"examples\":[\"x\"],\"links\":[],\"const\":\"draft 4 has no const\","
+	"\"maxLength\":3}},\"required\":[\"n\",\"t\"],\"additionalProperties\":false}",
+	/* counts and dependencies */
+	"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\","
+	"\"maxLength\":3},\"c\":{\"type\":\"boolean\"}},\"minProperties\":2,\"maxProperties\":2,"
+	"\"dependentRequired\":{\"a\":[\"c\"]},\"additionalProperties\":false}",
+	"{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"type\":\"object\",\"properties\":"
+	"{\"card\":{\"type\":\"string\",\"maxLength\":4},\"billing\":{\"type\":\"string\","
+	"\"maxLength\":4}},\"dependencies\":{\"card\":[\"billing\"],\"billing\":{\"properties\":"
+	"{\"zip\":{\"type\":\"integer\"}},\"required\":[\"zip\"]}}}",
+	/* arrays: uniqueItems over finite items, contains with minContains */
+	"{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\","
+	"\"b\",\"c\",1,1.0,true]},\"uniqueItems\":true,\"minItems\":1},\"nums\":{\"type\":\"array\","
+	"\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":10},\"minContains\":2,"
+	"\"maxItems\":4},\"flags\":{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},"
+	"\"uniqueItems\":true}},\"required\":[\"tags\",\"nums\",\"flags\"]}",
+	/* strings: pattern with lengths, uri formats, json-pointer, not a pattern, an enum
+	 * filtered by its pattern (\u0000 in it), anchors inside groups */
+	"{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"^[a-z]+$\","
+	"\"minLength\":2,\"maxLength\":5},\"site\":{\"type\":\"string\",\"format\":\"uri\"},\"ref\":"
+	"{\"type\":\"string\",\"format\":\"uri-reference\"},\"ptr\":{\"type\":\"string\",\"format\":"
+	"\"json-pointer\"},\"free\":{\"type\":\"string\",\"not\":{\"pattern\":\"^a\"},\"maxLength\":4},"
+	"\"pick\":{\"type\":\"string\",\"enum\":[\"ab\",\"a\\u0000b\",\"zzz\"],\"pattern\":\"b$\"},"
+	"\"wrapped\":{\"type\":\"string\",\"pattern\":\"(^x[0-9]+$)|(^y$)\"}},\"required\":[\"code\","
+	"\"site\",\"ref\",\"ptr\",\"free\",\"pick\",\"wrapped\"]}",
+	/* numbers: bounds past 2^53 and past doubles, exactly; multipleOf; int32; not an enum */
+	"{\"type\":\"object\",\"properties\":{\"big\":{\"type\":\"integer\",\"minimum\":"
+	"100000000000000001,\"maximum\":100000000000000003},\"low\":{\"type\":\"integer\",\"minimum\":"
+	"-9223372036854775808,\"maximum\":-9223372036854775800},\"huge\":{\"type\":\"number\","
+	"\"minimum\":123456789012345678901234567890,\"maximum\":123456789012345678901234567899},"
+	"\"tiny\":{\"type\":\"number\",\"exclusiveMinimum\":0.1000000000000000055511151231257828,"
+	"\"maximum\":0.2},\"m16\":{\"type\":\"integer\",\"multipleOf\":16,\"minimum\":-100,"
+	"\"maximum\":100},\"half\":{\"type\":\"number\",\"multipleOf\":0.25,\"minimum\":-2,"
+	"\"maximum\":3},\"i32\":{\"type\":\"integer\",\"format\":\"int32\"},\"neq\":{\"type\":"
+	"\"integer\",\"not\":{\"enum\":[0,1]},\"minimum\":0,\"maximum\":3}},\"required\":[\"big\","
+	"\"low\",\"huge\",\"tiny\",\"m16\",\"half\",\"i32\",\"neq\"]}",
+	/* if/then/else, not required */
+	"{\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+	"\"integer\"},\"y\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"kind\"],"
+	"\"additionalProperties\":false,\"if\":{\"properties\":{\"kind\":{\"const\":\"a\"}}},"
+	"\"then\":{\"required\":[\"x\"]},\"else\":{\"required\":[\"y\"],\"not\":{\"required\":"
+	"[\"x\"]}}}",
+	/* a length past the old limit of 10,000 (cut into blocks) */
+	"{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":100000},\"maxItems\":3}",
 	/* anything, annotations, allOf of one, a pydantic-like optional field */
 	"{\"title\":\"T\",\"description\":\"d\",\"$defs\":{\"Item\":{\"type\":\"object\","
 	"\"properties\":{\"q\":{\"type\":\"integer\",\"default\":1}},\"required\":[\"q\"]}},"

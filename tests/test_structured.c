@@ -120,8 +120,8 @@ START_TEST(refusals_name_the_problem)
 {
 	struct bn_client *c = st_connect(&daemon_, 8);
 	expect_refusal(c, BN_GRAMMAR_KIND_JSON_SCHEMA, 0, 0,
-		       "{\"type\":\"object\",\"patternProperties\":{\"a\":{}}}", -BN_E_GRAMMAR,
-		       "\"patternProperties\" is not supported");
+		       "{\"type\":\"object\",\"not\":{\"format\":\"date\"}}", -BN_E_GRAMMAR,
+		       "\"not\" (or if/then/else) of \"format\" is not supported");
 	expect_refusal(c, BN_GRAMMAR_KIND_REGEX, 0, 0, "(a)\\1", -BN_E_GRAMMAR, "backreferences");
 	expect_refusal(c, BN_GRAMMAR_KIND_GBNF, 0, 0, "root ::= \"a\nx ::= \"b\"", -BN_E_GRAMMAR,
 		       "GBNF line 1");
@@ -129,7 +129,7 @@ START_TEST(refusals_name_the_problem)
 		       -BN_E_GRAMMAR, "left recursion");
 	expect_refusal(c, BN_GRAMMAR_KIND_JSON, 0, 0, "{}", -BN_E_GRAMMAR, "");
 	expect_refusal(c, BN_GRAMMAR_KIND_JSON_SCHEMA, 0, 0,
-		       "{\"type\":\"array\",\"minItems\":100000}", -BN_E_GRAMMAR_LIMIT, "\"minItems\"");
+		       "{\"type\":\"array\",\"minItems\":100001}", -BN_E_GRAMMAR_LIMIT, "\"minItems\"");
 	/* The head, checked by the daemon. */
 	expect_refusal(c, BN_GRAMMAR_KIND_REGEX, 4, 0, "a", -BN_E_INVALID, "flags");
 	expect_refusal(c, BN_GRAMMAR_KIND_JSON_SCHEMA, BN_GRAMMAR_JSON_OBJECT, 0, "{}",

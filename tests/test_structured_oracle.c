@@ -4,7 +4,8 @@
  * share nothing with daemon/grammar/: a random-weight model with LLaMA-3's 128,256 tokens
  * (tiny preset) answers constrained requests, and
  *  - for JSON Schemas (nested objects, arrays of objects, enums and consts, recursion through
- *    $ref, number bounds) and JSON mode, the greedy output and 200 seeded samples of each all
+ *    $ref, number bounds, oneOf, patternProperties, allOf, bounds past 2^53, a uri) and JSON
+ *    mode, the greedy output and 200 seeded samples of each all
  *    parse and validate under python3-jsonschema (tests/grammar_oracle.py); an output cut by
  *    max_tokens (BN_STATUS_LENGTH) is the one exception, counted, reported and required rare;
  *  - regular expressions: every output matches the whole expression under PCRE2;
@@ -110,6 +111,20 @@ static const struct {
 	  "\"temp\":{\"type\":\"number\",\"minimum\":-40.5,\"maximum\":50.25},\"n\":{\"type\":"
 	  "\"integer\",\"exclusiveMaximum\":-7}},\"required\":[\"age\",\"score\",\"temp\",\"n\"],"
 	  "\"additionalProperties\":false}", 56 },
+	{ "oneOf and patternProperties (issue 58)",
+	  "{\"type\":\"object\",\"properties\":{\"shape\":{\"oneOf\":[{\"type\":\"object\","
+	  "\"properties\":{\"kind\":{\"const\":\"circle\"},\"r\":{\"type\":\"integer\","
+	  "\"minimum\":1,\"maximum\":9}},\"required\":[\"kind\",\"r\"],\"additionalProperties\":"
+	  "false},{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"dot\"}},"
+	  "\"required\":[\"kind\"],\"additionalProperties\":false}]},\"tags\":{\"type\":"
+	  "\"object\",\"patternProperties\":{\"^t[0-9]$\":{\"type\":\"boolean\"}},"
+	  "\"additionalProperties\":false,\"maxProperties\":2}},\"required\":[\"shape\","
+	  "\"tags\"],\"additionalProperties\":false}", 56 },
+	{ "allOf, bounds past 2^53, a uri (issue 58)",
+	  "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\","
+	  "\"minimum\":100000000000000001,\"maximum\":100000000000000009}},\"required\":"
+	  "[\"id\"]},{\"properties\":{\"site\":{\"type\":\"string\",\"format\":\"uri\","
+	  "\"maxLength\":24}},\"required\":[\"site\"]}]}", 64 },
 };
 #define N_SCHEMAS (sizeof(schemas) / sizeof(schemas[0]))
 

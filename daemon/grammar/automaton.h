@@ -91,10 +91,22 @@ struct gr_nfa {
 	struct ir_byteset *sets;
 	uint32_t n_sets, cap_sets;
 	uint32_t max_states;
+	uint8_t no_calls;          /* regular.c's: a call is an error */
 };
 
 struct gr_nfa *gr_nfa_build(struct gr_ctx *c, uint32_t rule);
 void gr_nfa_free(struct gr_nfa *n);
+/* Pieces for regular.c, which builds automata of its own (start and final made by new; seal
+ * indexes the edges once every edge is in). An expression built with gr_nfa_expr may not call
+ * a rule (one that does is refused). */
+struct gr_nfa *gr_nfa_new(struct gr_ctx *c);
+int gr_nfa_state(struct gr_ctx *c, struct gr_nfa *n, uint32_t *s);
+int gr_nfa_bytes(struct gr_ctx *c, struct gr_nfa *n, uint32_t from, uint32_t to,
+		 const struct ir_byteset *set);
+int gr_nfa_empty_edge(struct gr_ctx *c, struct gr_nfa *n, uint32_t from, uint32_t to);
+int gr_nfa_expr(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node *x, uint32_t in,
+		uint32_t out);
+int gr_nfa_seal(struct gr_ctx *c, struct gr_nfa *n);
 /* The distinct rules n may call before reading a byte (left calls), into out (cap: the number
  * of rules); returns how many, or UINT32_MAX when memory ran out. */
 uint32_t gr_nfa_left_calls(struct gr_nfa *n, uint32_t *out, uint32_t cap);
@@ -106,6 +118,14 @@ struct gr_dfa_builder *gr_dfa_builder_new(struct gr_ctx *c, uint32_t n_rules);
 void gr_dfa_builder_free(struct gr_dfa_builder *b);
 int gr_dfa_add_rule(struct gr_ctx *c, struct gr_dfa_builder *b, uint32_t index,
 		    const char *name, struct gr_nfa *n);
+/* A call-free automaton made deterministic and minimal, as a fragment in the arena
+ * (regular.h). 0, or -1 with the error in c. */
+int gr_dfa_fragment(struct gr_ctx *c, struct gr_nfa *n, struct gr_frag *out);
+/* The same for an automaton already deterministic, as a table: state 0 the start,
+ * delta[n][n_classes] (GR_DEAD for none), cls mapping bytes to classes. */
+int gr_dfa_fragment_of_table(struct gr_ctx *c, uint32_t n, uint32_t n_classes,
+			     const uint8_t cls[256], const uint32_t *delta,
+			     const uint8_t *accepting, struct gr_frag *out);
 /* The finished automaton: call targets resolved, distances, follow sets and the push order
  * computed. topo[index] is each rule's rank in the left-call order. b is freed. */
 struct gr_automaton *gr_dfa_finish(struct gr_ctx *c, struct gr_dfa_builder *b, uint32_t bottom,

@@ -25,7 +25,7 @@ static void limits_or_defaults(const struct bn_grammar_limits *in, struct bn_gra
 	if (!out->max_states)
 		out->max_states = 250000;
 	if (!out->max_repeat)
-		out->max_repeat = 10000;
+		out->max_repeat = 100000;
 	if (!out->compile_ms)
 		out->compile_ms = 1000;
 }

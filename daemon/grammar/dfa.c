@@ -6,6 +6,7 @@
  * completes it.
  */
 #include "dfa_internal.h"
+#include "regular.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -695,4 +696,90 @@ int gr_dfa_add_rule(struct gr_ctx *c, struct gr_dfa_builder *b, uint32_t index,
 	int rc = determinize(c, n, &d) || minimize(c, &d) || append(c, b, index, name, &d);
 	dfa_free(&d);
 	return rc ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fragments                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The fewest bytes from the start to an accepting state (breadth first). */
+static uint32_t shortest(struct gr_ctx *c, const struct gr_frag *f)
+{
+	uint32_t *dist = malloc(f->n * sizeof(uint32_t)), *queue = malloc(f->n * sizeof(uint32_t));
+	uint32_t head = 0, tail = 0, best = GR_INF;
+	if (!dist || !queue) {
+		free(dist), free(queue);
+		oom(c);
+		return GR_INF;
+	}
+	for (uint32_t s = 0; s < f->n; s++)
+		dist[s] = GR_INF;
+	dist[0] = 0;
+	queue[tail++] = 0;
+	while (head < tail && best == GR_INF) {
+		uint32_t s = queue[head++];
+		if (f->accepting[s])
+			best = dist[s];
+		for (uint32_t k = 0; k < f->n_classes; k++) {
+			uint32_t t = f->delta[(size_t)s * f->n_classes + k];
+			if (t != GR_DEAD && dist[t] == GR_INF) {
+				dist[t] = dist[s] + 1;
+				queue[tail++] = t;
+			}
+		}
+	}
+	free(dist), free(queue);
+	return best;
+}
+
+/* d minimized, as a fragment in the arena. */
+static int to_fragment(struct gr_ctx *c, struct dfa *d, struct gr_frag *out)
+{
+	if (minimize(c, d))
+		return -1;
+	if (d->n_callees)
+		return gr_fail(c, -EINVAL, "internal: a regular language with calls");
+	*out = (struct gr_frag){ .n = d->n, .n_classes = d->n_classes, .minlen = GR_INF };
+	memcpy(out->cls, d->cls, sizeof(out->cls));
+	out->class_set = gr_alloc(c, (d->n_classes ? d->n_classes : 1) * sizeof(*out->class_set));
+	out->delta = gr_alloc(c, ((size_t)d->n * d->n_classes + 1) * sizeof(uint32_t));
+	out->accepting = gr_alloc(c, (size_t)d->n + 1);
+	if (!out->class_set || !out->delta || !out->accepting)
+		return -1;
+	for (unsigned b = 0; b < 256; b++)
+		ir_set_add(&out->class_set[d->cls[b]], b);
+	if (d->n) {
+		memcpy(out->delta, d->delta, (size_t)d->n * d->n_classes * sizeof(uint32_t));
+		memcpy(out->accepting, d->accepting, d->n);
+		out->minlen = shortest(c, out);
+	}
+	return c->rc ? -1 : 0;
+}
+
+int gr_dfa_fragment(struct gr_ctx *c, struct gr_nfa *n, struct gr_frag *out)
+{
+	struct dfa d = { 0 };
+	int rc = determinize(c, n, &d) || to_fragment(c, &d, out);
+	dfa_free(&d);
+	return rc ? -1 : 0;
+}
+
+int gr_dfa_fragment_of_table(struct gr_ctx *c, uint32_t n, uint32_t n_classes,
+			     const uint8_t cls[256], const uint32_t *delta,
+			     const uint8_t *accepting, struct gr_frag *out)
+{
+	struct dfa d = { .n = n, .cap = n, .n_classes = n_classes, .n_sym = n_classes };
+	memcpy(d.cls, cls, sizeof(d.cls));
+	d.delta = malloc(((size_t)n * n_classes + 1) * sizeof(uint32_t));
+	d.accepting = malloc((size_t)n + 1);
+	int rc = -1;
+	if (!d.delta || !d.accepting) {
+		oom(c);
+	} else {
+		memcpy(d.delta, delta, (size_t)n * n_classes * sizeof(uint32_t));
+		memcpy(d.accepting, accepting, n);
+		rc = to_fragment(c, &d, out);
+	}
+	dfa_free(&d);
+	return rc;
 }

@@ -4,10 +4,12 @@
  * vocabulary, and a matcher per sequence that says which tokens keep the output inside the
  * grammar (issue 46; daemon/grammar/README.md has the design and the dialects).
  *
- * Four forms compile to the same representation: a JSON Schema (OpenAI's strict subset and a
- * little more), any JSON value (JSON mode), a regular expression (the whole output matches) and
- * llama.cpp's GBNF. What cannot be enforced is refused with an error that names the keyword or
- * construct and where it is; nothing is ignored but annotations.
+ * Four forms compile to the same representation: a JSON Schema (drafts 4 to 2020-12 by its
+ * $schema; README.md lists what each asserts), any JSON value (JSON mode), a regular expression
+ * (the whole output matches) and llama.cpp's GBNF. What asserts and cannot be enforced is
+ * refused with an error that names the keyword or construct and where it is; what asserts
+ * nothing (annotations, keywords the draft does not define) is ignored, as the specification
+ * says.
  *
  * Life of a request (phase 2):
  *   once per model     bn_grammar_vocab_new: every token's bytes, which are special, which end
@@ -63,7 +65,8 @@ struct bn_grammar_limits {
 	uint32_t max_depth;      /* nesting of the text (schemas, groups, brackets); default 64 */
 	uint32_t max_rules;      /* rules, named and made (GBNF, $refs, repetitions); default 4096 */
 	uint32_t max_states;     /* automaton states, all rules together; default 250000 */
-	uint32_t max_repeat;     /* a repetition's bound ({m,n}, lengths, item counts); default 10000 */
+	uint32_t max_repeat;     /* a repetition's bound ({m,n}, lengths, item counts); default
+	                          * 100000 */
 	uint32_t compile_ms;     /* budget for bn_grammar_compile in CPU time of the calling
 	                          * thread (the same grammar passes or not whatever the machine's
 	                          * load); default 1000 */
@@ -85,7 +88,7 @@ struct bn_grammar_options {
 struct bn_grammar;
 
 /* Compiles text[0..len) (no NUL needed) as o says. 0 with *out (one reference), or -EINVAL
- * with the reason in err (what and where: `"patternProperties" is not supported (at
+ * with the reason in err (what and where: `"unevaluatedItems" is not supported (at
  * #/properties/a)`, `GBNF line 3, column 7: expected "::="`), -E2BIG for a limit (named in err),
  * -ETIME past the time budget (CPU time), -ENOMEM. */
 int bn_grammar_compile(const void *text, size_t len, const struct bn_grammar_options *o,

@@ -181,9 +181,25 @@ struct ir_node *ir_lit(struct gr_ctx *c, const char *s)
 static struct ir_node *list_node(struct gr_ctx *c, enum ir_kind kind, uint32_t n,
 				 struct ir_node *const *kids)
 {
-	for (uint32_t i = 0; i < n; i++)
+	uint32_t live = 0;
+	for (uint32_t i = 0; i < n; i++) {
 		if (!kids[i])
 			return NULL;
+		live += kids[i]->kind != IR_NOTHING;
+	}
+	/* A sequence with a part that matches nothing matches nothing; an alternative that
+	 * matches nothing adds nothing. Saying so early lets front ends see what is empty. */
+	if (kind == IR_SEQ && live < n)
+		return ir_nothing(c);
+	if (kind == IR_ALT && live < n) {
+		struct ir_node **v = gr_alloc(c, (live ? live : 1) * sizeof(*v));
+		if (!v)
+			return NULL;
+		for (uint32_t i = 0, w = 0; i < n; i++)
+			if (kids[i]->kind != IR_NOTHING)
+				v[w++] = kids[i];
+		return list_node(c, kind, live, v);
+	}
 	if (n == 1)
 		return kids[0];
 	if (n == 0)
@@ -241,9 +257,9 @@ struct ir_node *ir_repeat(struct gr_ctx *c, struct ir_node *x, uint32_t min, uin
 			c->lim.max_repeat);
 		return NULL;
 	}
-	if (max == 0)
+	if (max == 0 || (x->kind == IR_NOTHING && min == 0))
 		return ir_empty(c);
-	if (min == 1 && max == 1)
+	if (x->kind == IR_NOTHING || (min == 1 && max == 1))
 		return x;
 	struct ir_node *r = node(c, IR_REPEAT);
 	struct ir_node **kids = r ? gr_alloc(c, sizeof(*kids)) : NULL;
@@ -290,6 +306,35 @@ struct ir_node *ir_members(struct gr_ctx *c, uint32_t n, struct ir_node *const *
 	memcpy(req, required, n);
 	x->required = req;
 	x->sep = sep;
+	return x;
+}
+
+struct ir_node *ir_members_counted(struct gr_ctx *c, uint32_t n, struct ir_node *const *kids,
+				   const uint8_t *required, const uint8_t *repeat,
+				   struct ir_node *sep, uint32_t min, uint32_t max)
+{
+	if (!sep)
+		return NULL;
+	for (uint32_t i = 0; i < n; i++)
+		if (!kids[i])
+			return NULL;
+	struct ir_node *x = node(c, IR_MEMBERS);
+	struct ir_node **k = gr_alloc(c, (n ? n : 1) * sizeof(*k));
+	uint8_t *req = gr_alloc(c, n + 1), *rep = gr_alloc(c, n + 1);
+	if (!x || !k || !req || !rep)
+		return NULL;
+	if (n) {
+		memcpy(k, kids, n * sizeof(*k));
+		memcpy(req, required, n);
+		memcpy(rep, repeat, n);
+	}
+	x->kids = k;
+	x->n_kids = n;
+	x->required = req;
+	x->repeat = rep;
+	x->sep = sep;
+	x->min = min;
+	x->max = max;
 	return x;
 }
 

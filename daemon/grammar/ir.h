@@ -88,8 +88,14 @@ enum ir_kind {
 	IR_REPEAT,      /* kid[0] min..max times (max GR_INF: unbounded) */
 	IR_CALL,        /* rule */
 	IR_MEMBERS,     /* kids in order, each present or (if !required[i]) absent, sep between two
-	                 * present ones: an object's properties without listing every subset */
+	                 * present ones: an object's properties without listing every subset;
+	                 * counted (repeat set): between min and max present, a repeated kid's
+	                 * later occurrences counting toward max only */
+	IR_FRAG,        /* a regular language already made deterministic (regular.h): what
+	                 * intersections and differences of languages become */
 };
+
+struct gr_frag;
 
 struct ir_byteset {
 	uint64_t w[4];
@@ -103,7 +109,10 @@ struct ir_node {
 	uint32_t min, max;             /* IR_REPEAT */
 	uint32_t rule;                 /* IR_CALL */
 	const uint8_t *required;       /* IR_MEMBERS: [n_kids] */
+	const uint8_t *repeat;         /* IR_MEMBERS counted: [n_kids], a kid that may occur many
+	                                * times in a row; NULL when not counted */
 	struct ir_node *sep;           /* IR_MEMBERS */
+	const struct gr_frag *frag;    /* IR_FRAG */
 	/* lower.c's analysis, per node (nodes are shared): */
 	uint32_t minlen;               /* shortest match, GR_INF for none */
 	uint32_t size;                 /* automaton states its expansion costs, saturated */
@@ -140,6 +149,9 @@ struct ir_node *ir_opt(struct gr_ctx *c, struct ir_node *x);
 struct ir_node *ir_call(struct gr_ctx *c, uint32_t rule);
 struct ir_node *ir_members(struct gr_ctx *c, uint32_t n, struct ir_node *const *kids,
 			   const uint8_t *required, struct ir_node *sep);
+struct ir_node *ir_members_counted(struct gr_ctx *c, uint32_t n, struct ir_node *const *kids,
+				   const uint8_t *required, const uint8_t *repeat,
+				   struct ir_node *sep, uint32_t min, uint32_t max);
 
 /* A growing list of expressions, in the arena. */
 struct ir_list {

@@ -12,6 +12,7 @@
  * would cost too many states.
  */
 #include "automaton.h"
+#include "regular.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +22,8 @@
 #define INLINE_MAX 512           /* a rule called from several places stays a rule past this */
 #define REPEAT_INLINE_MAX 65536  /* a part repeated into more states than this becomes a rule */
 #define OUTLINE_MIN 48           /* ... when the part itself is at least this large */
+#define BLOCK_MIN 256            /* a repetition of more copies than this is cut in blocks ... */
+#define BLOCK_STATES REPEAT_INLINE_MAX /* ... when it would expand into more states than this */
 #define SIZE_CAP (1u << 30)
 #define WALK_MAX_DEPTH 2048
 
@@ -63,6 +66,45 @@ static int too_deep(struct gr_ctx *c, uint32_t depth)
 /* Shortest sentences                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
+static uint32_t minlen(struct gr_ctx *c, struct ir_node *x, uint32_t gen, uint32_t depth);
+
+/* The required members, and for a count's minimum the shortest optional ones (a repeated kid
+ * once), with a separator between each two. */
+static uint32_t members_minlen(struct gr_ctx *c, struct ir_node *x, uint32_t gen,
+			       uint32_t depth)
+{
+	uint32_t sep = minlen(c, x->sep, gen, depth + 1), present = 0, m = 0, n_opt = 0;
+	uint32_t *opt = x->repeat ? malloc(x->n_kids * sizeof(uint32_t)) : NULL;
+	if (x->repeat && !opt) {
+		gr_fail(c, -ENOMEM, "out of memory compiling the grammar");
+		return GR_INF;
+	}
+	for (uint32_t i = 0; i < x->n_kids; i++) {
+		uint32_t k = minlen(c, x->kids[i], gen, depth + 1);
+		if (x->required[i])
+			m = add_len(m, present++ ? add_len(k, sep) : k);
+		else if (opt && k != GR_INF)
+			opt[n_opt++] = k;
+	}
+	if (x->repeat) {
+		if (x->max != GR_INF && present > x->max)
+			m = GR_INF;
+		for (uint32_t need = present; need < x->min && m != GR_INF; need++) {
+			uint32_t best = 0;
+			for (uint32_t i = 1; i < n_opt; i++)
+				best = opt[i] < opt[best] ? i : best;
+			if (best >= n_opt) {
+				m = GR_INF; /* not enough members for the minimum */
+				break;
+			}
+			m = add_len(m, present++ ? add_len(opt[best], sep) : opt[best]);
+			opt[best] = opt[--n_opt];
+		}
+	}
+	free(opt);
+	return m;
+}
+
 static uint32_t minlen(struct gr_ctx *c, struct ir_node *x, uint32_t gen, uint32_t depth)
 {
 	if (x->gen == gen || c->rc || too_deep(c, depth))
@@ -91,16 +133,12 @@ static uint32_t minlen(struct gr_ctx *c, struct ir_node *x, uint32_t gen, uint32
 	case IR_CALL:
 		m = c->rules[x->rule].minlen;
 		break;
-	case IR_MEMBERS: {
-		uint32_t sep = minlen(c, x->sep, gen, depth + 1), present = 0;
-		for (uint32_t i = 0; i < x->n_kids; i++) {
-			uint32_t k = minlen(c, x->kids[i], gen, depth + 1);
-			if (x->required[i]) {
-				m = add_len(m, present++ ? add_len(k, sep) : k);
-			}
-		}
+	case IR_FRAG:
+		m = x->frag->minlen;
 		break;
-	}
+	case IR_MEMBERS:
+		m = members_minlen(c, x, gen, depth);
+		break;
 	}
 	x->minlen = m;
 	x->gen = gen;
@@ -280,6 +318,69 @@ static struct ir_node *outline(struct gr_ctx *c, struct ir_node *part, const cha
 	return call;
 }
 
+static uint32_t isqrt_up(uint64_t n)
+{
+	uint32_t b = 1;
+	while ((uint64_t)b * b < n)
+		b++;
+	return b;
+}
+
+/* part repeated exactly n times, blk being part{b} */
+static struct ir_node *exactly(struct gr_ctx *c, struct ir_node *part, struct ir_node *blk,
+			       uint32_t b, uint32_t n)
+{
+	return ir_seq2(c, ir_repeat(c, blk, n / b, n / b), ir_repeat(c, part, n % b, n % b));
+}
+
+/* part repeated 0..n times: fewer than q blocks and any tail, or q blocks and a short one */
+static struct ir_node *up_to(struct gr_ctx *c, struct ir_node *part, struct ir_node *blk,
+			     uint32_t b, uint32_t n)
+{
+	uint32_t q = n / b, r = n % b;
+	if (q == 0)
+		return ir_repeat(c, part, 0, n);
+	struct ir_node *fewer = ir_seq2(c, ir_repeat(c, blk, 0, q - 1), ir_repeat(c, part, 0, b - 1));
+	struct ir_node *full = ir_seq2(c, ir_repeat(c, blk, q, q), ir_repeat(c, part, 0, r));
+	return ir_alt2(c, fewer, full);
+}
+
+/* A repetition of many copies (a string of up to 100,000 characters) as blocks of b copies
+ * in a rule of their own, b about the square root of the count, so that its states go from
+ * n times the part's to about 4 sqrt(n) plus b times the part's:
+ *   X{lo,hi} = X{lo} X{0,hi-lo}          X{n} = (X{b}){n/b} X{n%b}
+ *   X{0,n}   = (X{b}){0,q-1} X{0,b-1} | (X{b}){q} X{0,r}      (n = qb + r, r < b)
+ * the two alternatives of the last covering counts below qb and from qb on, exactly. */
+static int block_repeat(struct gr_ctx *c, struct ir_node *x, const char *of)
+{
+	struct ir_node *part = x->kids[0];
+	uint32_t lo = x->min, hi = x->max;
+	uint32_t b = isqrt_up(hi == GR_INF ? lo : hi);
+	char name[96];
+	snprintf(name, sizeof(name), "%s (%u repetitions)", of, b);
+	int64_t r = gr_rule_new(c, name);
+	if (r < 0)
+		return -1;
+	struct ir_node *body = ir_repeat(c, part, b, b), *blk = ir_call(c, (uint32_t)r);
+	if (!body || !blk)
+		return -1;
+	c->rules[r].body = body;
+	c->rules[r].minlen = body->minlen = blk->minlen = mul_len(part->minlen, b);
+	c->rules[r].automaton = 1;
+	c->rules[r].reachable = 1;
+	struct ir_node *more = hi == GR_INF ? ir_repeat(c, part, 0, GR_INF)
+			       : up_to(c, part, blk, b, hi - lo);
+	struct ir_node *rep = ir_seq2(c, exactly(c, part, blk, b, lo), more);
+	if (!rep)
+		return -1;
+	uint32_t minlen = x->minlen, gen = x->gen;
+	*x = *rep; /* the same language: every use of x takes the blocks */
+	x->minlen = minlen;
+	x->gen = gen;
+	x->mark = 0;
+	return 0;
+}
+
 /* States x expands to (saturated), outlining large repeated parts on the way. */
 static uint32_t expanded_size(struct gr_ctx *c, struct ir_node *x, uint32_t mark,
 			      const char *of, uint32_t depth)
@@ -292,6 +393,9 @@ static uint32_t expanded_size(struct gr_ctx *c, struct ir_node *x, uint32_t mark
 	case IR_EMPTY:
 	case IR_BYTES:
 		break;
+	case IR_FRAG:
+		s = add_size(1, x->frag->n);
+		break;
 	case IR_SEQ:
 	case IR_ALT:
 		for (uint32_t i = 0; i < x->n_kids; i++)
@@ -302,18 +406,30 @@ static uint32_t expanded_size(struct gr_ctx *c, struct ir_node *x, uint32_t mark
 		for (uint32_t i = 0; i < x->n_kids; i++)
 			s = add_size(s, add_size(2 + sep,
 					 expanded_size(c, x->kids[i], mark, of, depth + 1)));
+		if (x->repeat) /* each kid at each count, twice for a repeated one */
+			s = mul_size(s, 2 * (uint64_t)(x->min + 1) * (x->max == GR_INF ? 2 : x->max + 1));
 		break;
 	}
 	case IR_REPEAT: {
 		uint32_t k = expanded_size(c, x->kids[0], mark, of, depth + 1);
 		uint64_t copies = x->max == GR_INF ? (uint64_t)x->min + 1 : x->max;
-		if (k >= OUTLINE_MIN && (uint64_t)k * copies > REPEAT_INLINE_MAX &&
-		    x->kids[0]->minlen != GR_INF) {
+		int productive = x->kids[0]->minlen != GR_INF;
+		int block = productive && copies > BLOCK_MIN &&
+			    (uint64_t)(k + 1) * copies > BLOCK_STATES;
+		/* A large part is a rule of its own; a small one stays inside the blocks, so
+		 * that a token spanning its copies is classified ahead of time there. */
+		if (productive && k >= OUTLINE_MIN &&
+		    (uint64_t)k * (block ? isqrt_up(copies) : copies) > REPEAT_INLINE_MAX) {
 			struct ir_node *call = outline(c, x->kids[0], of);
 			if (!call)
 				return SIZE_CAP;
 			x->kids[0] = call;
 			k = 1;
+		}
+		if (block) {
+			if (block_repeat(c, x, of))
+				return SIZE_CAP;
+			return expanded_size(c, x, mark, of, depth);
 		}
 		s = mul_size(k + 1, copies + 1);
 		break;

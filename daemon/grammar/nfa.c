@@ -7,6 +7,7 @@
  * (a loop gets a state of its own), so alternatives can share those two states.
  */
 #include "automaton.h"
+#include "regular.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -98,9 +99,88 @@ static int build_repeat(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node
  * gap: `none` (nothing written yet; one state serves every gap up to the first required
  * member, since all members before it may be skipped) and `some`; each member is built once,
  * after an entry both reach. */
+/* Counted members: a state per gap and counts (l present for the minimum, saturating at it;
+ * u present for the maximum, or only whether any is when there is none), each kid built at
+ * each. A repeated kid's later occurrences add to u alone. */
+struct counted {
+	uint32_t nl, nu;
+	uint32_t *gap, *rep;     /* [kid][l][u]: the state before kid (gap), inside its repeats */
+};
+
+static uint32_t *at(const struct counted *k, uint32_t *v, uint32_t g, uint32_t l, uint32_t u)
+{
+	return &v[((size_t)g * k->nl + l) * k->nu + u];
+}
+
+static int member_step(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node *x,
+		       uint32_t kid, uint32_t from, uint32_t sep_needed, uint32_t to,
+		       uint32_t depth)
+{
+	uint32_t entry = 0;
+	return new_state(c, n, &entry) ||
+	       (sep_needed ? build(c, n, x->sep, from, entry, depth)
+			   : add_edge(c, n, from, entry, NFA_EPS)) ||
+	       build(c, n, x->kids[kid], entry, to, depth);
+}
+
+static int build_members_counted(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node *x,
+				 uint32_t in, uint32_t out, uint32_t depth)
+{
+	uint32_t lo = x->min, hi = x->max, g_n = x->n_kids;
+	struct counted k = { lo + 1, hi == GR_INF ? 2 : hi + 1, NULL, NULL };
+	size_t cells = (size_t)(g_n + 1) * k.nl * k.nu;
+	int rc = -1;
+	k.gap = malloc(cells * sizeof(uint32_t));
+	k.rep = malloc(cells * sizeof(uint32_t));
+	if (!k.gap || !k.rep) {
+		gr_fail(c, -ENOMEM, "out of memory compiling the grammar");
+		goto out;
+	}
+	for (size_t i = 0; i < cells; i++)
+		if (new_state(c, n, &k.gap[i]) || new_state(c, n, &k.rep[i]))
+			goto out;
+	if (add_edge(c, n, in, *at(&k, k.gap, 0, 0, 0), NFA_EPS))
+		goto out;
+	for (uint32_t g = 0; g < g_n; g++) {
+		if (x->kids[g]->minlen == GR_INF && x->required[g])
+			break; /* nothing gets past it */
+		for (uint32_t l = 0; l < k.nl; l++)
+			for (uint32_t u = 0; u < k.nu; u++) {
+				uint32_t from = *at(&k, k.gap, g, l, u), l2 = l + 1 < lo ? l + 1 : lo;
+				uint32_t u2 = hi == GR_INF ? 1 : u + 1;
+				int room = hi == GR_INF || u + 1 <= hi, live = x->kids[g]->minlen != GR_INF;
+				uint32_t *next = x->repeat[g] ? k.rep : k.gap;
+				if (!x->required[g] &&
+				    add_edge(c, n, from, *at(&k, k.gap, g + 1, l, u), NFA_EPS))
+					goto out;
+				if (room && live && member_step(c, n, x, g, from, u > 0,
+								*at(&k, next, x->repeat[g] ? g : g + 1,
+								    l2, u2), depth))
+					goto out;
+				if (!x->repeat[g])
+					continue;
+				uint32_t r = *at(&k, k.rep, g, l, u);
+				if (add_edge(c, n, r, *at(&k, k.gap, g + 1, l, u), NFA_EPS) ||
+				    (room && live &&
+				     member_step(c, n, x, g, r, 1, *at(&k, k.rep, g, l, u2), depth)))
+					goto out;
+			}
+	}
+	for (uint32_t u = 0; u < k.nu; u++)
+		if (add_edge(c, n, *at(&k, k.gap, g_n, lo, u), out, NFA_EPS))
+			goto out;
+	rc = 0;
+out:
+	free(k.gap);
+	free(k.rep);
+	return rc;
+}
+
 static int build_members(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node *x,
 			 uint32_t in, uint32_t out, uint32_t depth)
 {
+	if (x->repeat)
+		return build_members_counted(c, n, x, in, out, depth);
 	uint32_t none = in, some = GR_DEAD;
 	for (uint32_t i = 0; i < x->n_kids; i++) {
 		uint32_t entry = 0, after = 0;
@@ -118,6 +198,32 @@ static int build_members(struct gr_ctx *c, struct gr_nfa *n, const struct ir_nod
 	}
 	return (none != GR_DEAD && add_edge(c, n, none, out, NFA_EPS)) ||
 	       (some != GR_DEAD && add_edge(c, n, some, out, NFA_EPS));
+}
+
+/* A fragment's states copied in: its start after in, its accepting states before out. */
+static int build_frag(struct gr_ctx *c, struct gr_nfa *n, const struct gr_frag *f, uint32_t in,
+		      uint32_t out)
+{
+	uint32_t base = n->n_states, s, label[256];
+	for (uint32_t i = 0; i < f->n; i++)
+		if (new_state(c, n, &s))
+			return -1;
+	if (f->n && add_edge(c, n, in, base, NFA_EPS))
+		return -1;
+	/* One set per class: the sets' count is what determinizing the rule costs per byte. */
+	for (uint32_t k = 0; k < f->n_classes; k++)
+		if (add_set(c, n, &f->class_set[k], &label[k]))
+			return -1;
+	for (uint32_t i = 0; i < f->n; i++) {
+		for (uint32_t k = 0; k < f->n_classes; k++) {
+			uint32_t t = f->delta[(size_t)i * f->n_classes + k];
+			if (t != GR_DEAD && add_edge(c, n, base + i, base + t, label[k]))
+				return -1;
+		}
+		if (f->accepting[i] && add_edge(c, n, base + i, out, NFA_EPS))
+			return -1;
+	}
+	return 0;
 }
 
 static int build(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node *x, uint32_t in,
@@ -157,8 +263,13 @@ static int build(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node *x, ui
 		return build_repeat(c, n, x, in, out, depth);
 	case IR_MEMBERS:
 		return build_members(c, n, x, in, out, depth);
+	case IR_FRAG:
+		return build_frag(c, n, x->frag, in, out);
 	case IR_CALL: {
 		const struct ir_rule *r = &c->rules[x->rule];
+		if (n->no_calls)
+			return gr_fail(c, -EINVAL, "internal: rule \"%s\" called inside a regular "
+				       "language", r->name);
 		if (!r->automaton)
 			return build(c, n, r->body, in, out, depth);
 		if (r->minlen == 0 && add_edge(c, n, in, out, NFA_EPS))
@@ -193,7 +304,7 @@ static int index_edges(struct gr_ctx *c, struct gr_nfa *n)
 	return 0;
 }
 
-struct gr_nfa *gr_nfa_build(struct gr_ctx *c, uint32_t rule)
+struct gr_nfa *gr_nfa_new(struct gr_ctx *c)
 {
 	struct gr_nfa *n = calloc(1, sizeof(*n));
 	if (!n) {
@@ -201,15 +312,52 @@ struct gr_nfa *gr_nfa_build(struct gr_ctx *c, uint32_t rule)
 		return NULL;
 	}
 	n->max_states = c->lim.max_states > UINT32_MAX / 8 ? UINT32_MAX : c->lim.max_states * 8;
-	if (new_state(c, n, &n->start) || new_state(c, n, &n->final) ||
-	    build(c, n, c->rules[rule].body, n->start, n->final, 0))
-		goto fail;
-	if (index_edges(c, n))
-		goto fail;
+	if (new_state(c, n, &n->start) || new_state(c, n, &n->final)) {
+		gr_nfa_free(n);
+		return NULL;
+	}
 	return n;
-fail:
-	gr_nfa_free(n);
-	return NULL;
+}
+
+int gr_nfa_state(struct gr_ctx *c, struct gr_nfa *n, uint32_t *s)
+{
+	return new_state(c, n, s);
+}
+
+int gr_nfa_bytes(struct gr_ctx *c, struct gr_nfa *n, uint32_t from, uint32_t to,
+		 const struct ir_byteset *set)
+{
+	uint32_t label;
+	return add_set(c, n, set, &label) || add_edge(c, n, from, to, label);
+}
+
+int gr_nfa_empty_edge(struct gr_ctx *c, struct gr_nfa *n, uint32_t from, uint32_t to)
+{
+	return add_edge(c, n, from, to, NFA_EPS);
+}
+
+int gr_nfa_expr(struct gr_ctx *c, struct gr_nfa *n, const struct ir_node *x, uint32_t in,
+		uint32_t out)
+{
+	n->no_calls = 1;
+	return build(c, n, x, in, out, 0);
+}
+
+int gr_nfa_seal(struct gr_ctx *c, struct gr_nfa *n)
+{
+	return index_edges(c, n);
+}
+
+struct gr_nfa *gr_nfa_build(struct gr_ctx *c, uint32_t rule)
+{
+	struct gr_nfa *n = gr_nfa_new(c);
+	if (!n)
+		return NULL;
+	if (build(c, n, c->rules[rule].body, n->start, n->final, 0) || index_edges(c, n)) {
+		gr_nfa_free(n);
+		return NULL;
+	}
+	return n;
 }
 
 void gr_nfa_free(struct gr_nfa *n)

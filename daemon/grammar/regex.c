@@ -25,7 +25,8 @@ struct rx {
 	const char *s;
 	size_t pos, len;
 	enum gr_text_mode mode;
-	int search;            /* JSON Schema semantics: unanchored sides are open */
+	int search;            /* JSON Schema semantics: anywhere, anchors as marks, ECMAScript */
+	int wide;              /* the widest reading (frontends.h) */
 	uint32_t depth;
 	const char *where;
 };
@@ -201,7 +202,12 @@ static int escape_char(struct rx *r, int e, size_t at, uint32_t *cp)
 	case 'f': *cp = '\f'; return 0;
 	case 'a': *cp = 0x07; return 0;
 	case 'e': *cp = 0x1B; return 0;
-	case '0': *cp = 0; return 0;
+	case '0':
+		/* \012 is an octal escape in PCRE, ECMAScript and Python alike */
+		if (peek(r, 0) >= '0' && peek(r, 0) <= '9')
+			return fail_rx(r, at, "octal escapes (\\0 and digits) are not supported");
+		*cp = 0;
+		return 0;
 	case 'c': {
 		int ch = peek(r, 0);
 		if (ch < 0x40 || ch > 0x7E)
@@ -246,6 +252,29 @@ static const char *refused_escape(int e)
 	return NULL;
 }
 
+/* In a JSON Schema pattern (ECMAScript's dialect): escapes that are other dialects' and read
+ * differently there or by Python's re (which validators use), refused rather than guessed. */
+static const char *not_ecmascript(int e, int next)
+{
+	switch (e) {
+	case 'A': case 'z': case 'Z':
+		return "\\A, \\z and \\Z are anchors in PCRE and Python but letters in ECMAScript: "
+		       "not supported in a JSON Schema pattern (use ^ and $)";
+	case 'h': case 'H': case 'e': case 'a':
+		return "\\h, \\e and \\a are not ECMAScript escapes: not supported in a JSON Schema "
+		       "pattern";
+	case 'x':
+		return next == '{' ? "\\x{...} is not ECMAScript: not supported in a JSON Schema "
+				     "pattern (use \\uHHHH)" : NULL;
+	case 'u':
+		return next == '{' ? "\\u{...} needs ECMAScript's u flag and is not Python's: not "
+				     "supported in a JSON Schema pattern (use \\uHHHH)" : NULL;
+	case 'p': case 'P':
+		return next == '{' ? NULL : "\\p needs braces in ECMAScript (\\p{L})";
+	}
+	return NULL;
+}
+
 /* An escape after the backslash at r->pos - 1: a character, a class, or an anchor. */
 static int parse_escape(struct rx *r, enum escape_kind *kind, uint32_t *cp, struct two_sets *t)
 {
@@ -255,6 +284,8 @@ static int parse_escape(struct rx *r, enum escape_kind *kind, uint32_t *cp, stru
 		return fail_rx(r, at, "the pattern ends with a backslash");
 	r->pos++;
 	const char *refused = refused_escape(e);
+	if (!refused && r->search)
+		refused = not_ecmascript(e, peek(r, 0));
 	if (refused)
 		return fail_rx(r, at, refused);
 	int rc = escape_char(r, e, at, cp);
@@ -358,6 +389,11 @@ static struct ir_node *parse_class(struct rx *r)
 	int negated = peek(r, 0) == '^';
 	if (negated)
 		r->pos++;
+	if (r->search && peek(r, 0) == ']') {
+		fail_rx(r, at, "an empty class [] or [^] (ECMAScript: nothing or anything; PCRE and "
+			"Python: ']' is a member) is not supported in a JSON Schema pattern");
+		return NULL;
+	}
 	struct gr_cpset set = { 0 };
 	for (int first = 1; first || peek(r, 0) != ']'; first = 0) {
 		if (peek(r, 0) < 0) {
@@ -370,7 +406,9 @@ static struct ir_node *parse_class(struct rx *r)
 		if (class_item(r, &is_char, &lo, &t))
 			return NULL;
 		if (!is_char) {
-			if (gr_cpset_add_set(r->c, &set, negated ? &t.max : &t.min))
+			/* Inside a negated class a set takes characters away: the narrow reading
+			 * takes the most, the wide one the fewest. */
+			if (gr_cpset_add_set(r->c, &set, negated != r->wide ? &t.max : &t.min))
 				return NULL;
 			continue;
 		}
@@ -405,8 +443,9 @@ static struct ir_node *parse_class(struct rx *r)
 
 static struct ir_node *dot(struct rx *r)
 {
+	/* ECMAScript's dot leaves out four line ends, Python's only the line feed. */
 	static const uint32_t line_ends[] = { '\n', '\r', 0x2028, 0x2029 };
-	return ir_any_char_except(r->c, line_ends, 4, r->mode);
+	return ir_any_char_except(r->c, line_ends, r->wide ? 1 : 4, r->mode);
 }
 
 static struct ir_node *parse_alternation(struct rx *r, int top);
@@ -438,6 +477,12 @@ static struct ir_node *parse_group(struct rx *r)
 	if (peek(r, 0) == '?') {
 		const char *p = r->s + r->pos + 1;
 		size_t n = r->len - r->pos - 1;
+		if (r->search && ((n >= 1 && (p[0] == '|' || p[0] == '\'')) ||
+				  (n >= 2 && p[0] == 'P' && p[1] == '<'))) {
+			fail_rx(r, at, "(?P<name> (?'name' and (?| are not ECMAScript: not supported in "
+				"a JSON Schema pattern");
+			return NULL;
+		}
 		if (n >= 1 && (p[0] == ':' || p[0] == '|')) {
 			r->pos += 2;
 		} else if ((n >= 2 && p[0] == '<' && p[1] != '=' && p[1] != '!') ||
@@ -494,6 +539,9 @@ static int parse_quantifier(struct rx *r, uint32_t *min, uint32_t *max)
 		}
 		if (p >= r->len || r->s[p] != '}' || (!have_a && !(comma && have_b)))
 			return 0; /* a literal '{' */
+		if (!have_a && r->search)
+			return fail_rx(r, at, "{,m} is a repetition in Python and PCRE but text in "
+				       "ECMAScript: not supported in a JSON Schema pattern (write {0,m})");
 		r->pos = p + 1;
 		*min = (uint32_t)a;
 		*max = (uint32_t)b;
@@ -549,11 +597,22 @@ static struct ir_node *parse_atom(struct rx *r, int *anchor)
 			return NULL;
 		}
 		if (kind == ESC_CLASS) {
-			gr_cpset_normalize(&t.min);
-			return ir_cpset(r->c, &t.min, r->mode);
+			struct gr_cpset *set = r->wide ? &t.max : &t.min;
+			gr_cpset_normalize(set);
+			return ir_cpset(r->c, set, r->mode);
 		}
 		return ir_codepoint(r->c, cp, r->mode);
 	}
+	}
+	if (ch == '{' && r->search) {
+		uint32_t min, max;
+		int q = parse_quantifier(r, &min, &max);
+		r->pos = at;
+		if (q != 0) {
+			if (q > 0)
+				fail_rx(r, at, "a quantifier with nothing to repeat");
+			return NULL;
+		}
 	}
 	uint32_t cp;
 	if (next_char(r, &cp))
@@ -571,6 +630,27 @@ static struct ir_node *parse_concat(struct rx *r, int top, int *anchors)
 		size_t at = r->pos;
 		int anchor;
 		struct ir_node *x = parse_atom(r, &anchor);
+		if (anchor && r->search) {
+			/* ^ reads the start marker and $ the end one: anywhere, since the marked text
+			 * has each once, at its ends (Python's $ also before a final line feed). */
+			x = ir_byte_range(r->c, anchor == 1 ? GR_RE_START : GR_RE_END,
+					  anchor == 1 ? GR_RE_START : GR_RE_END);
+			if (anchor == 2 && r->wide)
+				x = ir_seq2(r->c, ir_opt(r->c, ir_codepoint(r->c, '\n', r->mode)), x);
+			int ch = peek(r, 0);
+			if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
+				uint32_t min, max;
+				size_t back = r->pos;
+				if (parse_quantifier(r, &min, &max) != 0) {
+					if (!r->c->rc)
+						fail_rx(r, back, "a quantified anchor is not supported");
+					return NULL;
+				}
+			}
+			if (ir_list_push(r->c, &seq, x))
+				return NULL;
+			continue;
+		}
 		if (anchor) {
 			int at_edge = anchor == 1 ? seq.n == 0 && !(*anchors & 1)
 					: peek(r, 0) < 0 || peek(r, 0) == '|' || peek(r, 0) == ')';
@@ -585,10 +665,18 @@ static struct ir_node *parse_concat(struct rx *r, int top, int *anchors)
 		if (!x)
 			return NULL;
 		uint32_t min, max;
-		int q;
-		while ((q = parse_quantifier(r, &min, &max)) == 1)
+		int q, n_q = 0;
+		size_t q_at = r->pos;
+		while ((q = parse_quantifier(r, &min, &max)) == 1) {
+			if (r->search && n_q++) {
+				fail_rx(r, q_at, "a quantifier follows another (ECMAScript: nothing to "
+					"repeat): not supported in a JSON Schema pattern");
+				return NULL;
+			}
 			if (!(x = ir_repeat(r->c, x, min, max)))
 				return NULL;
+			q_at = r->pos;
+		}
 		if (q < 0 || ir_list_push(r->c, &seq, x))
 			return NULL;
 		if (gr_tick(r->c))
@@ -597,9 +685,16 @@ static struct ir_node *parse_concat(struct rx *r, int top, int *anchors)
 	return ir_seq(r->c, seq.n, seq.v);
 }
 
-static struct ir_node *any_text(struct rx *r)
+/* The open sides of a marked pattern: nothing (an anchor reads the mark), or the mark and
+ * any text up to the match (after it, for the end). Only these, so that the automaton knows
+ * the marks come once each, at the ends: a side that read marks anywhere would make the
+ * determinization follow every attempt started at a mark, exponentially many. */
+static struct ir_node *open_side(struct rx *r, int end)
 {
-	return ir_repeat(r->c, ir_any_char_except(r->c, NULL, 0, r->mode), 0, GR_INF);
+	struct ir_node *text = ir_repeat(r->c, ir_any_char_except(r->c, NULL, 0, r->mode), 0, GR_INF);
+	struct ir_node *mark = ir_byte_range(r->c, end ? GR_RE_END : GR_RE_START,
+					     end ? GR_RE_END : GR_RE_START);
+	return ir_opt(r->c, end ? ir_seq2(r->c, text, mark) : ir_seq2(r->c, mark, text));
 }
 
 static struct ir_node *parse_alternation(struct rx *r, int top)
@@ -610,24 +705,23 @@ static struct ir_node *parse_alternation(struct rx *r, int top)
 		struct ir_node *x = parse_concat(r, top, &anchors);
 		if (!x)
 			return NULL;
-		/* JSON Schema's pattern matches anywhere unless anchored. */
-		if (top && r->search && !(anchors & 1))
-			x = ir_seq2(r->c, any_text(r), x);
-		if (top && r->search && !(anchors & 2))
-			x = ir_seq2(r->c, x, any_text(r));
 		if (ir_list_push(r->c, &alts, x))
 			return NULL;
 		if (peek(r, 0) != '|')
 			break;
 		r->pos++;
 	}
-	return ir_alt(r->c, alts.n, alts.v);
+	struct ir_node *x = ir_alt(r->c, alts.n, alts.v);
+	/* JSON Schema's pattern matches anywhere: any text around the whole alternation (around
+	 * each alternative, a determinization would track which ones were seen). */
+	return top && r->search ? ir_seq3(r->c, open_side(r, 0), x, open_side(r, 1)) : x;
 }
 
 struct ir_node *gr_regex_expr(struct gr_ctx *c, const char *re, size_t len,
-			      enum gr_text_mode mode, int search, const char *where)
+			      enum gr_text_mode mode, int flags, const char *where)
 {
-	struct rx r = { .c = c, .s = re, .len = len, .mode = mode, .search = search,
+	struct rx r = { .c = c, .s = re, .len = len, .mode = mode,
+			.search = !!(flags & GR_RE_SEARCH), .wide = !!(flags & GR_RE_WIDE),
 			.where = where };
 	struct ir_node *x = parse_alternation(&r, 1);
 	if (x && r.pos < r.len) {

@@ -1,20 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * schema_number.c — integers and numbers with bounds (schema.h), exactly: the decimal strings
- * whose values lie in the bounds, built digit by digit (the classic integer-range expression,
- * extended to fractions by comparing digits left to right).
+ * schema_number.c — integers and numbers (schema.h): bounds, multipleOf, excluded values; the
+ * ranges themselves are schema_range.c's.
  *
- * A bound is a double (what Jansson reads). Validators compare either the decimal text of the
- * output with the schema's text (JSON Schema's mathematical values) or doubles (Python and
- * most others), so a bound is made safe for both. It is taken as the shortest decimal that
- * reads back as the double (what the schema says, when written as people and serializers
- * write numbers): x >= S(m) is then right in decimals, and gives double(x) >= m since
- * rounding is monotonic. An exclusive bound becomes the inclusive S(nextafter(m, +inf)),
- * which lies above S(m) and whose double lies above m. Upper bounds mirror that. Bounded
- * numbers are written without exponents, and negative zero is never written. multipleOf is
- * refused (but 1 on an integer).
+ * A bound is the schema's decimal text, read exactly (schema_json.c). Validators compare an
+ * output with it in three ways: exactly in decimal (JSON Schema's mathematical values), as two
+ * doubles (JavaScript; Python when both are floats), or Python's integer against a float,
+ * exactly. Every output is valid under all three:
+ *   - an output written without a fraction is an integer: x >= b, and x >= double(b) when
+ *     the schema wrote b as a float (with a point or an exponent), each exactly;
+ *   - one written with a fraction is a double to most validators: x >= S(D), the shortest
+ *     decimal that reads as D, and x >= b, where D is double(b) (so double(x) >= double(b)),
+ *     or for a bound written as an integer the least double >= b (Python compares that bound
+ *     with a float exactly); past 2^53 D's own digits instead of S(D) (an integer text is
+ *     compared exactly by Python). An exclusive bound takes the least double above double(b).
+ * Upper bounds mirror these. A number is the union of both; a bound of 100000000000000001
+ * on an integer is exact. Bounded numbers are written without exponents, never as -0.
+ *
+ * multipleOf: an integer m, or a binary fraction (0.5, 0.25, 0.125...), whose multiples
+ * divide exactly in floating point too; a multiple is an automaton over the digits that
+ * keeps the remainder. Other steps (0.01) are refused: a floating-point validator judges
+ * 0.07 / 0.01 = 7.000000000000001 not a multiple. Outputs of multipleOf stay within 2^53,
+ * where doubles are exact.
  */
 #include "schema.h"
+#include "automaton.h"
 
 #include <errno.h>
 #include <float.h>
@@ -23,533 +33,413 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DIGITS 400 /* a bound needing more decimal digits is refused */
-
-/* A decimal: sign, integer digits without leading zeros ("0" for none), fraction digits
- * without trailing zeros (maybe ""). */
-struct dec {
-	int neg;
-	const char *ip, *fp;
+struct bounds {
+	int has_lo, has_hi;
+	struct sc_dec lo, hi;    /* inclusive */
+	int empty;               /* the bounds leave nothing */
 };
+
+static const struct sc_dec zero = { 0, "0", "" };
 
 /* ------------------------------------------------------------------------------------------ */
 /* Decimals                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
-/* digits[0..n) with the decimal point after `point` digits (may be <= 0 or > n), normalized
- * into the arena. */
-static int make_dec(struct gr_ctx *c, int neg, const char *digits, long n, long point,
-		    struct dec *out)
+/* The schema's number exactly. */
+static int exact_dec(struct schema *s, const struct jv *v, struct sc_dec *out)
 {
-	long ip_len = point > 0 ? point : 0, fp_len = n - point > 0 ? n - point : 0;
-	char *ip = gr_alloc(c, (size_t)ip_len + 2), *fp = gr_alloc(c, (size_t)fp_len - (point < 0 ? point : 0) + 2);
-	if (!ip || !fp)
+	const struct jv_decimal *d = &v->dec;
+	int64_t point = (int64_t)d->n + d->exp;
+	int64_t digits = d->exp >= 0 ? point : point > 0 ? d->n : d->n - point;
+	if (digits > SC_MAX_DIGITS)
+		return gr_fail(s->c, -E2BIG, "the bound %.40s needs more than %d decimal digits (at "
+			       "%s)", v->s, SC_MAX_DIGITS, s->path);
+	return sc_dec_make(s->c, d->neg, d->digits, d->n, (long)point, out);
+}
+
+/* A double's exact decimal expansion (glibc prints every digit). */
+static int exact_double(struct gr_ctx *c, double d, struct sc_dec *out)
+{
+	char buf[1200];
+	snprintf(buf, sizeof(buf), "%.1080f", d);
+	return sc_dec_printed(c, buf, out);
+}
+
+/* v + 1 or v - 1 for an integer decimal. */
+static int add_one(struct gr_ctx *c, const struct sc_dec *v, int delta, struct sc_dec *out)
+{
+	int up = v->neg ? -delta : delta; /* on the magnitude */
+	if (!strcmp(v->ip, "0") && up < 0) {
+		*out = (struct sc_dec){ 1, "1", "" };
+		return 0;
+	}
+	const char *ip = sc_digits_add(c, v->ip, up);
+	if (!ip)
 		return -1;
-	long w = 0;
-	for (long i = 0; i < ip_len; i++) {
-		char d = i < n ? digits[i] : '0';
-		if (w > 0 || d != '0')
-			ip[w++] = d;
-	}
-	if (w == 0)
-		ip[w++] = '0';
-	ip[w] = 0;
-	w = 0;
-	for (long i = point < 0 ? point : 0; i < 0; i++)
-		fp[w++] = '0';
-	for (long i = point > 0 ? point : 0; i < n; i++)
-		fp[w++] = digits[i];
-	while (w > 0 && fp[w - 1] == '0')
-		w--;
-	fp[w] = 0;
-	*out = (struct dec){ neg && !(ip[0] == '0' && !ip[1] && w == 0), ip, fp };
+	*out = (struct sc_dec){ v->neg && strcmp(ip, "0"), ip, "" };
 	return 0;
 }
 
-/* The decimal printf wrote: "-ddd.ddd" or "-d.ddde+XX". */
-static int parse_printed(struct gr_ctx *c, const char *s, struct dec *out)
+/* The integer just inside v: up (ceil) for a lower bound, down (floor) for an upper one;
+ * strictly inside when exclusive. */
+static int integer_inside(struct gr_ctx *c, const struct sc_dec *v, int upper, int excl,
+			  struct sc_dec *out)
 {
-	int neg = *s == '-';
-	s += neg;
-	char digits[64];
-	long n = 0, point = -1, exp = 0;
-	for (; *s && *s != 'e'; s++) {
-		if (*s == '.')
-			point = n;
-		else if (n < (long)sizeof(digits))
-			digits[n++] = *s;
+	struct sc_dec t = { v->neg, v->ip, "" }; /* toward zero */
+	if (*v->fp) {
+		/* A fraction: toward zero was already inside for one side, else one step. */
+		int toward_zero_inside = upper ? !v->neg : v->neg;
+		return toward_zero_inside ? (*out = t, 0) : add_one(c, &t, upper ? -1 : 1, out);
 	}
-	if (*s == 'e')
-		exp = strtol(s + 1, NULL, 10);
-	if (point < 0)
-		point = n;
-	return make_dec(c, neg, digits, n, point + exp, out);
+	return excl ? add_one(c, v, upper ? -1 : 1, out) : (*out = *v, 0);
 }
 
-/* The shortest decimal that reads back as d. */
-static int shortest_dec(struct gr_ctx *c, double d, struct dec *out)
+static int written_as_float(const struct jv *v)
 {
-	char buf[64];
-	for (int p = 1; p <= 17; p++) {
-		snprintf(buf, sizeof(buf), "%.*e", p - 1, d);
-		if (strtod(buf, NULL) == d)
-			break;
-	}
-	return parse_printed(c, buf, out);
-}
-
-static int cmp_digits(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	if (la != lb)
-		return la < lb ? -1 : 1;
-	int r = strcmp(a, b);
-	return r < 0 ? -1 : r > 0;
-}
-
-/* Fractions compare as digit strings padded with zeros. */
-static int cmp_frac(const char *a, const char *b)
-{
-	for (; *a || *b; a += !!*a, b += !!*b) {
-		char x = *a ? *a : '0', y = *b ? *b : '0';
-		if (x != y)
-			return x < y ? -1 : 1;
-	}
-	return 0;
-}
-
-static int cmp_dec(const struct dec *a, const struct dec *b)
-{
-	if (a->neg != b->neg)
-		return a->neg ? -1 : 1;
-	int r = cmp_digits(a->ip, b->ip);
-	if (!r)
-		r = cmp_frac(a->fp, b->fp);
-	return a->neg ? -r : r;
-}
-
-/* Non-negative integer digit strings plus or minus one. */
-static char *digits_add(struct gr_ctx *c, const char *a, int delta)
-{
-	size_t n = strlen(a);
-	char *r = gr_alloc(c, n + 2);
-	if (!r)
-		return NULL;
-	memcpy(r + 1, a, n + 1);
-	r[0] = '0';
-	for (size_t i = n; i > 0; i--) {
-		if (delta > 0 && r[i] < '9') {
-			r[i]++;
-			break;
-		}
-		if (delta < 0 && r[i] > '0') {
-			r[i]--;
-			break;
-		}
-		r[i] = delta > 0 ? '0' : '9';
-		if (i == 1 && delta > 0)
-			r[0] = '1';
-	}
-	char *p = r;
-	while (p[0] == '0' && p[1])
-		p++;
-	return p;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Integer ranges                                                                             */
-/* ------------------------------------------------------------------------------------------ */
-
-static struct ir_node *digit(struct gr_ctx *c, char lo, char hi)
-{
-	return ir_byte_range(c, (uint8_t)lo, (uint8_t)hi);
-}
-
-static struct ir_node *any_digits(struct gr_ctx *c, uint32_t n)
-{
-	return ir_repeat(c, digit(c, '0', '9'), n, n);
-}
-
-/* "999..." and "000..." as long as any bound (one copy per compile). */
-struct fill {
-	const char *nines, *zeros;
-};
-
-static int fills(struct gr_ctx *c, struct fill *f)
-{
-	char *n = gr_alloc(c, MAX_DIGITS + 2), *z = gr_alloc(c, MAX_DIGITS + 2);
-	if (!n || !z)
-		return -1;
-	memset(n, '9', MAX_DIGITS + 1);
-	memset(z, '0', MAX_DIGITS + 1);
-	*f = (struct fill){ n, z };
-	return 0;
-}
-
-/* Digit strings of length n between a and b (a <= b). */
-static struct ir_node *same_length(struct gr_ctx *c, const struct fill *f, const char *a,
-				   const char *b, size_t n)
-{
-	if (n == 0)
-		return ir_empty(c);
-	if (a[0] == b[0])
-		return ir_seq2(c, digit(c, a[0], a[0]), same_length(c, f, a + 1, b + 1, n - 1));
-	int low_all0 = 1, high_all9 = 1;
-	for (size_t i = 1; i < n; i++) {
-		low_all0 &= a[i] == '0';
-		high_all9 &= b[i] == '9';
-	}
-	if (low_all0 && high_all9)
-		return ir_seq2(c, digit(c, a[0], b[0]), any_digits(c, (uint32_t)n - 1));
-	struct ir_list alts = { 0 };
-	ir_list_push(c, &alts, ir_seq2(c, digit(c, a[0], a[0]),
-				       same_length(c, f, a + 1, f->nines, n - 1)));
-	if (a[0] + 1 <= b[0] - 1)
-		ir_list_push(c, &alts, ir_seq2(c, digit(c, (char)(a[0] + 1), (char)(b[0] - 1)),
-					       any_digits(c, (uint32_t)n - 1)));
-	ir_list_push(c, &alts, ir_seq2(c, digit(c, b[0], b[0]),
-				       same_length(c, f, f->zeros, b + 1, n - 1)));
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
-}
-
-/* Integers a..b without leading zeros (b NULL: no upper end); a <= b. */
-static struct ir_node *int_range(struct gr_ctx *c, const char *a, const char *b)
-{
-	struct fill f;
-	if (fills(c, &f))
-		return NULL;
-	size_t la = strlen(a), lb = b ? strlen(b) : 0;
-	if (b && la == lb)
-		return same_length(c, &f, a, b, la);
-	struct ir_list alts = { 0 };
-	ir_list_push(c, &alts, same_length(c, &f, a, f.nines, la));
-	if (!b) {
-		ir_list_push(c, &alts, ir_seq3(c, digit(c, '1', '9'), any_digits(c, (uint32_t)la),
-					       ir_repeat(c, digit(c, '0', '9'), 0, GR_INF)));
-	} else {
-		for (size_t len = la + 1; len < lb; len++)
-			ir_list_push(c, &alts, ir_seq2(c, digit(c, '1', '9'),
-						       any_digits(c, (uint32_t)len - 1)));
-		char *low = gr_alloc(c, lb + 1);
-		if (!low)
-			return NULL;
-		memset(low, '0', lb);
-		low[0] = '1';
-		ir_list_push(c, &alts, same_length(c, &f, low, b, lb));
-	}
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Fractions                                                                                  */
-/* ------------------------------------------------------------------------------------------ */
-
-static struct ir_node *digits_star(struct gr_ctx *c)
-{
-	return ir_repeat(c, digit(c, '0', '9'), 0, GR_INF);
-}
-
-/* A fraction's digits that are >= f from position i on (f padded with zeros). */
-static struct ir_node *frac_ge(struct gr_ctx *c, const char *f, size_t i)
-{
-	if (!f[i])
-		return digits_star(c);
-	struct ir_node *eq = ir_seq2(c, digit(c, f[i], f[i]), frac_ge(c, f, i + 1));
-	if (f[i] == '9')
-		return eq;
-	return ir_alt2(c, ir_seq2(c, digit(c, (char)(f[i] + 1), '9'), digits_star(c)), eq);
-}
-
-/* ... that are <= f: beyond f only zeros; a prefix of f may end early (after a digit). */
-static struct ir_node *frac_le(struct gr_ctx *c, const char *f, size_t i)
-{
-	if (!f[i])
-		return ir_repeat(c, digit(c, '0', '0'), 0, GR_INF);
-	struct ir_list alts = { 0 };
-	if (i > 0)
-		ir_list_push(c, &alts, ir_empty(c));
-	if (f[i] != '0')
-		ir_list_push(c, &alts, ir_seq2(c, digit(c, '0', (char)(f[i] - 1)), digits_star(c)));
-	ir_list_push(c, &alts, ir_seq2(c, digit(c, f[i], f[i]), frac_le(c, f, i + 1)));
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
-}
-
-/* ... that are <= f and not all zeros. */
-static struct ir_node *frac_le_nonzero(struct gr_ctx *c, const char *f, size_t i)
-{
-	if (!f[i])
-		return ir_nothing(c);
-	if (f[i] == '0')
-		return ir_seq2(c, digit(c, '0', '0'), frac_le_nonzero(c, f, i + 1));
-	struct ir_node *nonzero_after = ir_seq3(c, digits_star(c), digit(c, '1', '9'), digits_star(c));
-	struct ir_list alts = { 0 };
-	if (f[i] > '1')
-		ir_list_push(c, &alts, ir_seq2(c, digit(c, '1', (char)(f[i] - 1)), digits_star(c)));
-	ir_list_push(c, &alts, ir_seq2(c, digit(c, '0', '0'), nonzero_after));
-	ir_list_push(c, &alts, ir_seq2(c, digit(c, f[i], f[i]), frac_le(c, f, i + 1)));
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
-}
-
-/* ... between a and b (a <= b as fractions). */
-static struct ir_node *frac_between(struct gr_ctx *c, const char *a, const char *b, size_t i)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	if (i >= la && i >= lb)
-		return ir_repeat(c, digit(c, '0', '0'), 0, GR_INF);
-	char x = i < la ? a[i] : '0', y = i < lb ? b[i] : '0';
-	if (x == y) {
-		/* Past a's digits, a prefix of b may end (after a digit). */
-		struct ir_node *eq = ir_seq2(c, digit(c, x, x), frac_between(c, a, b, i + 1));
-		return i > 0 && i >= la ? ir_alt2(c, ir_empty(c), eq) : eq;
-	}
-	struct ir_list alts = { 0 };
-	ir_list_push(c, &alts, ir_seq2(c, digit(c, x, x), i + 1 < la ? frac_ge(c, a, i + 1)
-							      : digits_star(c)));
-	if (x + 1 <= y - 1)
-		ir_list_push(c, &alts, ir_seq2(c, digit(c, (char)(x + 1), (char)(y - 1)), digits_star(c)));
-	ir_list_push(c, &alts, ir_seq2(c, digit(c, y, y), i + 1 < lb ? frac_le(c, b, i + 1)
-							      : ir_repeat(c, digit(c, '0', '0'), 0, GR_INF)));
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
-}
-
-/* The three comparisons as whole fractions: at least one digit after the point. */
-static struct ir_node *fraction_ge(struct gr_ctx *c, const char *f)
-{
-	return *f ? frac_ge(c, f, 0) : ir_repeat(c, digit(c, '0', '9'), 1, GR_INF);
-}
-
-static struct ir_node *fraction_le(struct gr_ctx *c, const char *f)
-{
-	return *f ? frac_le(c, f, 0) : ir_repeat(c, digit(c, '0', '0'), 1, GR_INF);
-}
-
-static struct ir_node *fraction_between(struct gr_ctx *c, const char *a, const char *b)
-{
-	return *a || *b ? frac_between(c, a, b, 0) : ir_repeat(c, digit(c, '0', '0'), 1, GR_INF);
-}
-
-static struct ir_node *dot_then(struct gr_ctx *c, struct ir_node *digits)
-{
-	return ir_seq2(c, ir_lit(c, "."), digits);
-}
-
-static struct ir_node *any_fraction(struct gr_ctx *c)
-{
-	return ir_opt(c, dot_then(c, ir_repeat(c, digit(c, '0', '9'), 1, GR_INF)));
-}
-
-/* An integer part lit, then a fraction: optional (when the bound allows none) or required. */
-static struct ir_node *with_fraction(struct gr_ctx *c, const char *ip, struct ir_node *frac,
-				     int bare_ok)
-{
-	struct ir_node *f = dot_then(c, frac);
-	return ir_seq2(c, ir_lit(c, ip), bare_ok ? ir_opt(c, f) : f);
-}
-
-/* Non-negative decimals a <= x <= b (b NULL: unbounded). */
-static struct ir_node *nonneg(struct gr_ctx *c, const struct dec *a, const struct dec *b)
-{
-	struct ir_list alts = { 0 };
-	if (b && !strcmp(a->ip, b->ip))
-		return with_fraction(c, a->ip, fraction_between(c, a->fp, b->fp), !*a->fp);
-	ir_list_push(c, &alts, with_fraction(c, a->ip, fraction_ge(c, a->fp), !*a->fp));
-	const char *next = digits_add(c, a->ip, +1);
-	if (!next)
-		return NULL;
-	if (!b) {
-		ir_list_push(c, &alts, ir_seq2(c, int_range(c, next, NULL), any_fraction(c)));
-	} else {
-		const char *before = digits_add(c, b->ip, -1);
-		if (!before)
-			return NULL;
-		if (cmp_digits(next, before) <= 0)
-			ir_list_push(c, &alts, ir_seq2(c, int_range(c, next, before), any_fraction(c)));
-		ir_list_push(c, &alts, with_fraction(c, b->ip, fraction_le(c, b->fp), 1));
-	}
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
-}
-
-/* Decimals 0 < y <= b (b NULL: unbounded): what follows a minus sign. */
-static struct ir_node *positive(struct gr_ctx *c, const struct dec *b)
-{
-	struct ir_node *nonzero_frac = ir_seq3(c, digits_star(c), digit(c, '1', '9'), digits_star(c));
-	struct ir_list alts = { 0 };
-	if (!b) {
-		ir_list_push(c, &alts, ir_seq2(c, int_range(c, "1", NULL), any_fraction(c)));
-		ir_list_push(c, &alts, ir_seq2(c, ir_lit(c, "0."), nonzero_frac));
-		return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
-	}
-	if (strcmp(b->ip, "0")) {
-		const char *before = digits_add(c, b->ip, -1);
-		if (!before)
-			return NULL;
-		if (strcmp(before, "0"))
-			ir_list_push(c, &alts, ir_seq2(c, int_range(c, "1", before), any_fraction(c)));
-		ir_list_push(c, &alts, with_fraction(c, b->ip, fraction_le(c, b->fp), 1));
-		ir_list_push(c, &alts, ir_seq2(c, ir_lit(c, "0."), nonzero_frac));
-	} else {
-		ir_list_push(c, &alts, ir_seq2(c, ir_lit(c, "0."), frac_le_nonzero(c, b->fp, 0)));
-	}
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
+	return memchr(v->s, '.', v->n) || memchr(v->s, 'e', v->n) || memchr(v->s, 'E', v->n);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Bounds                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-struct bounds {
-	int has_lo, has_hi;
-	struct dec lo, hi;        /* inclusive */
-};
-
-static int too_long(const struct dec *d)
+static void tighter(struct sc_dec *cur, int *has, const struct sc_dec *cand, int upper)
 {
-	return strlen(d->ip) + strlen(d->fp) > MAX_DIGITS;
-}
-
-/* A bound keyword's number; *present 0 when absent. */
-static int bound_value(struct schema *s, json_t *node, const char *key, double *v, int *present)
-{
-	json_t *x = sc_get(node, key);
-	*present = 0;
-	if (!x || json_is_boolean(x))
-		return 0;
-	if (!json_is_number(x))
-		return sc_fail(s, "\"%s\" must be a number", key);
-	*v = json_number_value(x);
-	if (!isfinite(*v))
-		return sc_fail(s, "\"%s\" is not finite", key);
-	*present = 1;
-	return 0;
-}
-
-/* The safe inclusive decimal for one bound (see the top of the file). */
-static int safe_bound(struct gr_ctx *c, double v, int exclusive, int upper, struct dec *out)
-{
-	if (exclusive)
-		v = nextafter(v, upper ? -INFINITY : INFINITY);
-	return shortest_dec(c, v, out);
-}
-
-static void tighten(struct dec *cur, int *has, const struct dec *cand, int upper)
-{
-	if (!*has || (upper ? cmp_dec(cand, cur) < 0 : cmp_dec(cand, cur) > 0))
+	if (!*has || (upper ? sc_dec_cmp(cand, cur) < 0 : sc_dec_cmp(cand, cur) > 0))
 		*cur = *cand;
 	*has = 1;
 }
 
-/* minimum/maximum, exclusive forms (numbers, or draft 4's booleans on minimum/maximum). */
-static int read_bounds(struct schema *s, json_t *node, struct bounds *b)
+/* The integer bounds (for outputs without a fraction). */
+static int integer_bounds(struct schema *s, const struct sn *p, struct bounds *b)
 {
-	static const char *const keys[2][2] = { { "minimum", "exclusiveMinimum" },
-						{ "maximum", "exclusiveMaximum" } };
 	*b = (struct bounds){ 0 };
 	for (int upper = 0; upper < 2; upper++) {
-		double v;
-		int present;
-		json_t *old_style = sc_get(node, keys[upper][1]);
-		int draft4 = json_is_boolean(old_style) && json_is_true(old_style);
-		for (int excl = 0; excl < 2; excl++) {
-			if (bound_value(s, node, keys[upper][excl], &v, &present))
-				return -1;
-			if (!present)
-				continue;
-			struct dec d;
-			if (safe_bound(s->c, v, excl || draft4, upper, &d))
-				return -1;
-			if (too_long(&d))
-				return sc_fail(s, "\"%s\" needs more than %d decimal digits",
-					       keys[upper][excl], MAX_DIGITS);
-			tighten(upper ? &b->hi : &b->lo, upper ? &b->has_hi : &b->has_lo, &d, upper);
+		const struct sn_bound *sb = upper ? &p->hi : &p->lo;
+		struct sc_dec x, r;
+		if (!sb->v)
+			continue;
+		if (exact_dec(s, sb->v, &x) || integer_inside(s->c, &x, upper, sb->excl, &r))
+			return -1;
+		tighter(upper ? &b->hi : &b->lo, upper ? &b->has_hi : &b->has_lo, &r, upper);
+		double d = strtod(sb->v->s, NULL);
+		if (!written_as_float(sb->v))
+			continue;
+		if (isinf(d)) {
+			if ((d > 0) != upper)
+				b->empty = 1; /* at least +inf, or at most -inf, to a double */
+			continue;
 		}
+		if (exact_double(s->c, upper ? floor(d) : ceil(d), &x) ||
+		    integer_inside(s->c, &x, upper, sb->excl && (upper ? floor(d) : ceil(d)) == d, &r))
+			return -1;
+		tighter(upper ? &b->hi : &b->lo, upper ? &b->has_hi : &b->has_lo, &r, upper);
 	}
-	if (b->has_lo && b->has_hi && cmp_dec(&b->lo, &b->hi) > 0)
-		return sc_fail(s, "the bounds leave no number between them");
+	if (b->has_lo && b->has_hi && sc_dec_cmp(&b->lo, &b->hi) > 0)
+		b->empty = 1;
 	return 0;
 }
 
-static int check_multiple_of(struct schema *s, json_t *node, int integer)
+/* The bounds for outputs with a fraction, safe for doubles (the top of the file). */
+static int double_bounds(struct schema *s, const struct sn *p, struct bounds *b)
 {
-	json_t *m = sc_get(node, "multipleOf");
-	if (!m)
-		return 0;
-	if (integer && json_is_number(m) && json_number_value(m) == 1)
-		return 0; /* every integer is */
-	return sc_fail(s, "\"multipleOf\" is not supported");
+	*b = (struct bounds){ 0 };
+	for (int upper = 0; upper < 2; upper++) {
+		const struct sn_bound *sb = upper ? &p->hi : &p->lo;
+		struct sc_dec x, dx, r;
+		if (!sb->v)
+			continue;
+		double d = strtod(sb->v->s, NULL), toward = upper ? -INFINITY : INFINITY;
+		if (exact_dec(s, sb->v, &x))
+			return -1;
+		if (isinf(d)) {
+			if ((d > 0) != upper)
+				b->empty = 1;
+			tighter(upper ? &b->hi : &b->lo, upper ? &b->has_hi : &b->has_lo, &x, upper);
+			continue;
+		}
+		if (exact_double(s->c, d, &dx))
+			return -1;
+		/* Python compares a float output with a bound written as an integer exactly: then
+		 * the double must lie inside the bound itself, not only inside its double. */
+		int outside = upper ? sc_dec_cmp(&dx, &x) > 0 : sc_dec_cmp(&dx, &x) < 0;
+		double D = sb->excl || (outside && !written_as_float(sb->v)) ? nextafter(d, toward)
+										: d;
+		if (isinf(D)) {
+			b->empty = 1;
+			continue;
+		}
+		if ((fabs(D) >= 9007199254740992.0 ? exact_double(s->c, D, &r)
+						   : sc_dec_shortest(s->c, D, &r)))
+			return -1;
+		tighter(upper ? &b->hi : &b->lo, upper ? &b->has_hi : &b->has_lo, &r, upper);
+		if (!sb->excl)
+			tighter(upper ? &b->hi : &b->lo, upper ? &b->has_hi : &b->has_lo, &x, upper);
+	}
+	if (b->has_lo && b->has_hi && sc_dec_cmp(&b->lo, &b->hi) > 0)
+		b->empty = 1;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ranges                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Integers within b (integer decimals). */
+static struct ir_node *integers(struct gr_ctx *c, const struct bounds *b)
+{
+	if (b->empty)
+		return ir_nothing(c);
+	struct ir_list alts = { 0 };
+	/* x >= 0 */
+	if (!b->has_hi || !b->hi.neg)
+		ir_list_push(c, &alts, sc_int_range(c, b->has_lo && !b->lo.neg ? b->lo.ip : "0",
+						    b->has_hi ? b->hi.ip : NULL));
+	/* x < 0: a minus sign, then the magnitude */
+	if (!b->has_lo || b->lo.neg) {
+		const char *from = b->has_hi && b->hi.neg ? b->hi.ip : "1";
+		ir_list_push(c, &alts, ir_seq2(c, ir_lit(c, "-"),
+					       sc_int_range(c, from, b->has_lo ? b->lo.ip : NULL)));
+	}
+	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
+}
+
+/* Decimals within b, with or without a fraction. */
+static struct ir_node *decimals(struct gr_ctx *c, const struct bounds *b)
+{
+	if (b->empty)
+		return ir_nothing(c);
+	struct ir_list alts = { 0 };
+	if (!b->has_hi || !b->hi.neg)
+		ir_list_push(c, &alts, sc_dec_nonneg(c, b->has_lo && !b->lo.neg ? &b->lo : &zero,
+						     b->has_hi ? &b->hi : NULL));
+	if (!b->has_lo || b->lo.neg) {
+		struct sc_dec mag_lo = b->has_lo ? (struct sc_dec){ 0, b->lo.ip, b->lo.fp } : zero;
+		struct ir_node *mag;
+		if (b->has_hi && b->hi.neg) {
+			struct sc_dec mag_hi = { 0, b->hi.ip, b->hi.fp };
+			mag = sc_dec_nonneg(c, &mag_hi, b->has_lo ? &mag_lo : NULL);
+		} else {
+			mag = sc_dec_positive(c, b->has_lo ? &mag_lo : NULL);
+		}
+		ir_list_push(c, &alts, ir_seq2(c, ir_lit(c, "-"), mag));
+	}
+	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* multipleOf                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Decimal texts (no exponent; a minus only before a non-zero digit) with at most q fraction
+ * digits whose value times 10^q is a multiple of m: an automaton over the digits that keeps
+ * the remainder. States: start, after the minus, "0", the integer part's remainders, after the
+ * point's remainders, the fraction's (remainder, digits) pairs. */
+static const struct gr_frag *multiples(struct schema *s, uint64_t m, uint32_t q)
+{
+	struct gr_ctx *c = s->c;
+	uint64_t n_states = 3 + m * (2 + (uint64_t)q);
+	if (n_states > c->lim.max_states)
+		return gr_fail(c, -E2BIG, "\"multipleOf\" needs %llu automaton states to check, over "
+			       "the limit of %u (at %s)", (unsigned long long)n_states,
+			       c->lim.max_states, s->path), NULL;
+	struct gr_nfa *n = gr_nfa_new(c);
+	if (!n)
+		return NULL;
+	uint32_t base = n->n_states, st;
+	for (uint64_t i = 0; i < n_states; i++)
+		if (gr_nfa_state(c, n, &st))
+			goto fail;
+	uint32_t start = base, minus = base + 1, zero_st = base + 2, ints = base + 3,
+		 points = ints + (uint32_t)m, fracs = points + (uint32_t)m;
+	struct ir_byteset one = { { 0 } }, point = { { 0 } }, digits_set[10];
+	ir_set_add(&one, '-');
+	ir_set_add(&point, '.');
+	for (int d = 0; d < 10; d++) {
+		memset(&digits_set[d], 0, sizeof(digits_set[d]));
+		ir_set_add(&digits_set[d], (unsigned)('0' + d));
+	}
+	uint64_t pow_q = 1 % m; /* 10^q mod m, then 10^(q-k) as fractions end early */
+	for (uint32_t k = 0; k < q; k++)
+		pow_q = pow_q * 10 % m;
+	if (gr_nfa_empty_edge(c, n, n->start, start) || gr_nfa_bytes(c, n, start, minus, &one) ||
+	    gr_nfa_bytes(c, n, start, zero_st, &digits_set[0]) ||
+	    gr_nfa_empty_edge(c, n, zero_st, n->final))
+		goto fail;
+	if (q && gr_nfa_bytes(c, n, zero_st, points, &point))
+		goto fail;
+	for (int d = 1; d < 10; d++)
+		if (gr_nfa_bytes(c, n, start, ints + (uint32_t)(d % m), &digits_set[d]) ||
+		    gr_nfa_bytes(c, n, minus, ints + (uint32_t)(d % m), &digits_set[d]))
+			goto fail;
+	for (uint64_t r = 0; r < m; r++) {
+		if (gr_tick(c))
+			goto fail;
+		for (int d = 0; d < 10; d++) {
+			uint32_t next = (uint32_t)((r * 10 + (uint64_t)d) % m);
+			if (gr_nfa_bytes(c, n, ints + (uint32_t)r, ints + next, &digits_set[d]) ||
+			    (q && gr_nfa_bytes(c, n, points + (uint32_t)r, fracs + next * q,
+					       &digits_set[d])))
+				goto fail;
+			for (uint32_t k = 1; k < q; k++)
+				if (gr_nfa_bytes(c, n, fracs + (uint32_t)r * q + k - 1,
+						 fracs + next * q + k, &digits_set[d]))
+					goto fail;
+		}
+		if ((r * pow_q) % m == 0 && gr_nfa_empty_edge(c, n, ints + (uint32_t)r, n->final))
+			goto fail;
+		if (q && gr_nfa_bytes(c, n, ints + (uint32_t)r, points + (uint32_t)r, &point))
+			goto fail;
+		uint64_t scale = 1 % m; /* 10^(q-k) for k = q..1 */
+		for (uint32_t k = q; k >= 1; k--) {
+			if ((r * scale) % m == 0 &&
+			    gr_nfa_empty_edge(c, n, fracs + (uint32_t)r * q + k - 1, n->final))
+				goto fail;
+			scale = scale * 10 % m;
+		}
+	}
+	return gr_frag_of_nfa(c, n);
+fail:
+	gr_nfa_free(n);
+	return NULL;
+}
+
+/* The multiples' fragment for every multipleOf, or NULL with *none set when there is none. */
+static const struct gr_frag *all_multiples(struct schema *s, const struct sn *p, int *none)
+{
+	const struct gr_frag *f = NULL;
+	*none = !p->n_mult;
+	for (uint32_t i = 0; i < p->n_mult; i++) {
+		const struct jv *m = p->mult[i];
+		const struct jv_decimal *d = &m->dec;
+		uint64_t a = 0, q = d->exp < 0 ? (uint64_t)-d->exp : 0, five = 1;
+		int64_t total = (int64_t)d->n + (d->exp > 0 ? d->exp : 0);
+		if (total > 15)
+			return gr_fail(s->c, -E2BIG, "\"multipleOf\" %.40s is too large to enforce (at "
+				       "%s)", m->s, s->path), NULL;
+		for (uint32_t k = 0; k < d->n; k++)
+			a = a * 10 + (uint64_t)(d->digits[k] - '0');
+		for (int64_t e = 0; e < d->exp; e++)
+			a *= 10;
+		for (uint64_t k = 0; k < q && five <= a; k++)
+			five *= 5;
+		if (q && (q > 22 || a % five)) {
+			sc_fail(s, "\"multipleOf\" %.40s is not supported: only integers and binary "
+				"fractions (0.5, 0.25...) divide exactly for floating-point validators "
+				"too (0.07 / 0.01 is 7.000000000000001 in doubles)", m->s);
+			return NULL;
+		}
+		const struct gr_frag *g = multiples(s, a, (uint32_t)q);
+		if (!g || !(f = f ? gr_frag_and(s->c, f, g) : g))
+			return NULL;
+	}
+	return f;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Excluded values                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Every spelling of the excluded numbers without an exponent (trailing zeros, -0). */
+static struct ir_node *excluded_spellings(struct schema *s, const struct sn *p)
+{
+	struct gr_ctx *c = s->c;
+	struct ir_list alts = { 0 };
+	for (uint32_t i = 0; i < p->n_nots; i++) {
+		const struct jv *v = p->nots[i];
+		struct sc_dec x;
+		if (v->kind != JV_NUMBER)
+			continue;
+		if (exact_dec(s, v, &x))
+			return NULL;
+		struct ir_node *zeros = ir_repeat(c, ir_lit(c, "0"), 0, GR_INF);
+		struct ir_node *tail = *x.fp ? ir_seq3(c, ir_lit(c, "."), ir_lit(c, x.fp), zeros)
+				       : ir_opt(c, ir_seq2(c, ir_lit(c, "."), ir_repeat(c, ir_lit(c, "0"),
+										 1, GR_INF)));
+		int is_zero = !strcmp(x.ip, "0") && !*x.fp;
+		struct ir_node *sign = x.neg ? ir_lit(c, "-") : is_zero ? ir_opt(c, ir_lit(c, "-"))
+				       : ir_empty(c);
+		if (ir_list_push(c, &alts, ir_seq3(c, sign, ir_lit(c, x.ip), tail)))
+			return NULL;
+	}
+	return alts.n ? ir_alt(c, alts.n, alts.v) : NULL;
+}
+
+static int excludes_numbers(const struct sn *p)
+{
+	for (uint32_t i = 0; i < p->n_nots; i++)
+		if (p->nots[i]->kind == JV_NUMBER)
+			return 1;
+	return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Integers and numbers                                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
-/* The integer part of a bound, rounded inward (up for lower, down for upper). */
-static int round_inward(struct gr_ctx *c, const struct dec *in, int upper, struct dec *out)
+/* 2^53: where multiples stay exact in doubles. */
+static void clamp_exact(struct bounds *b)
 {
-	struct dec d = *in; /* out may be in */
-	*out = (struct dec){ d.neg, d.ip, "" };
-	if (!*d.fp)
-		return 0;
-	/* Toward +inf for a lower bound: a positive grows, a negative's magnitude shrinks. */
-	int grow = upper ? d.neg : !d.neg;
-	if (grow && !(out->ip = digits_add(c, d.ip, +1)))
-		return -1;
-	if (!strcmp(out->ip, "0"))
-		out->neg = 0;
-	return 0;
+	static const struct sc_dec lo = { 1, "9007199254740992", "" };
+	static const struct sc_dec hi = { 0, "9007199254740992", "" };
+	tighter(&b->lo, &b->has_lo, &lo, 0);
+	tighter(&b->hi, &b->has_hi, &hi, 1);
+	if (sc_dec_cmp(&b->lo, &b->hi) > 0)
+		b->empty = 1;
 }
 
-struct ir_node *sc_integer(struct schema *s, json_t *node)
+/* The expression x, narrowed to the multiples and without the excluded values. */
+static struct ir_node *finish(struct schema *s, const struct sn *p, struct ir_node *x,
+			      const struct gr_frag *mult)
 {
-	struct gr_ctx *c = s->c;
-	struct bounds b;
-	if (check_multiple_of(s, node, 1) || read_bounds(s, node, &b))
-		return NULL;
-	if ((b.has_lo && round_inward(c, &b.lo, 0, &b.lo)) ||
-	    (b.has_hi && round_inward(c, &b.hi, 1, &b.hi)))
-		return NULL;
-	if (!b.has_lo && !b.has_hi)
-		return gr_json_integer(c);
-	if (b.has_lo && b.has_hi && cmp_dec(&b.lo, &b.hi) > 0) {
-		sc_fail(s, "no integer lies within the bounds");
-		return NULL;
-	}
-	struct ir_list alts = { 0 };
-	/* x >= 0 */
-	if (!b.has_hi || !b.hi.neg)
-		ir_list_push(c, &alts, int_range(c, b.has_lo && !b.lo.neg ? b.lo.ip : "0",
-						 b.has_hi ? b.hi.ip : NULL));
-	/* x < 0: a minus sign, then the magnitude */
-	if (!b.has_lo || b.lo.neg) {
-		const char *from = b.has_hi && b.hi.neg ? b.hi.ip : "1";
-		ir_list_push(c, &alts, ir_seq2(c, ir_lit(c, "-"),
-					       int_range(c, from, b.has_lo ? b.lo.ip : NULL)));
-	}
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
+	if (!x || (!mult && !excludes_numbers(p)))
+		return x;
+	const struct gr_frag *f = gr_frag_of(s->c, x);
+	if (f && mult)
+		f = gr_frag_and(s->c, f, mult);
+	struct ir_node *out = excludes_numbers(p) ? excluded_spellings(s, p) : NULL;
+	if (f && out)
+		f = gr_frag_minus(s->c, f, gr_frag_of(s->c, out));
+	return ir_frag(s->c, f);
 }
 
-struct ir_node *sc_number(struct schema *s, json_t *node)
+static void note_empty(struct schema *s, const struct bounds *b)
+{
+	if (b->empty)
+		sc_note_why(s, "the bounds leave no number between them (at %s)", s->path);
+}
+
+struct ir_node *sc_integer(struct schema *s, const struct sn *p)
+{
+	struct bounds b;
+	int no_mult;
+	const struct gr_frag *mult = all_multiples(s, p, &no_mult);
+	if ((!mult && !no_mult) || integer_bounds(s, p, &b))
+		return NULL;
+	if (mult)
+		clamp_exact(&b);
+	note_empty(s, &b);
+	if (!b.has_lo && !b.has_hi && !mult && !excludes_numbers(p))
+		return gr_json_integer(s->c);
+	return finish(s, p, integers(s->c, &b), mult);
+}
+
+struct ir_node *sc_number(struct schema *s, const struct sn *p)
 {
 	struct gr_ctx *c = s->c;
-	struct bounds b;
-	if (check_multiple_of(s, node, 0) || read_bounds(s, node, &b))
+	struct bounds bi, bd;
+	int no_mult;
+	const struct gr_frag *mult = all_multiples(s, p, &no_mult);
+	if ((!mult && !no_mult) || integer_bounds(s, p, &bi) || double_bounds(s, p, &bd))
 		return NULL;
-	if (!b.has_lo && !b.has_hi)
+	if (mult) {
+		clamp_exact(&bi);
+		clamp_exact(&bd);
+	}
+	if (bi.empty && bd.empty)
+		note_empty(s, &bi);
+	if (!p->lo.v && !p->hi.v && !mult && !excludes_numbers(p))
 		return gr_json_number(c);
-	struct ir_list alts = { 0 };
-	struct dec zero = { 0, "0", "" };
-	if (!b.has_hi || !b.hi.neg)
-		ir_list_push(c, &alts, nonneg(c, b.has_lo && !b.lo.neg ? &b.lo : &zero,
-					      b.has_hi ? &b.hi : NULL));
-	if (!b.has_lo || b.lo.neg) {
-		struct dec mag_lo = b.has_lo ? (struct dec){ 0, b.lo.ip, b.lo.fp } : zero;
-		struct ir_node *mag;
-		if (b.has_hi && b.hi.neg) {
-			struct dec mag_hi = { 0, b.hi.ip, b.hi.fp };
-			mag = nonneg(c, &mag_hi, b.has_lo ? &mag_lo : NULL);
-		} else {
-			mag = positive(c, b.has_lo ? &mag_lo : NULL);
-		}
-		ir_list_push(c, &alts, ir_seq2(c, ir_lit(c, "-"), mag));
-	}
-	return c->rc ? NULL : ir_alt(c, alts.n, alts.v);
+	/* Integer texts by the exact bounds, texts with a fraction by the doubles' bounds. */
+	return finish(s, p, ir_alt2(c, integers(c, &bi), decimals(c, &bd)), mult);
 }
