@@ -5,6 +5,7 @@
 #include "../daemon/model/vocab.h"
 #include "kernels.h"
 #include "bitnet_client.h"
+#include "../libclient/client_internal.h" /* a handle's client, for tu_wait */
 
 #include <check.h>
 #include <dirent.h>
@@ -27,6 +28,64 @@ int64_t tu_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t tu_thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Tokens of h published so far: `have`, and those after it. */
+static uint32_t tokens_now(struct bn_handle *h, uint32_t have)
+{
+	uint32_t buf[256];
+	int k;
+	while ((k = bn_read_tokens(h, have, buf, 256)) > 0)
+		have += (uint32_t)k;
+	return have;
+}
+
+/* The daemon's forward steps so far, or -1. */
+static long long daemon_steps(struct bn_client *c)
+{
+	enum { CAP = 1 << 17 };
+	char *text = malloc(CAP);
+	long long steps = text && bn_daemon_stats(c, text, CAP) >= 0 ?
+				  tu_metric(text, "bitnetd_steps_total") :
+				  -1;
+	free(text);
+	return steps;
+}
+
+int tu_wait(struct bn_handle *h, int64_t quiet_ns)
+{
+	if (quiet_ns < 0)
+		return bn_wait(h, -1);
+	const int64_t quiet = tu_scaled_ns(quiet_ns);
+	const int64_t slice = quiet < 1000000000 ? quiet : 1000000000;
+	uint32_t have = 0;
+	long long steps = -1;
+	int64_t moved = tu_now_ns();
+	for (;;) {
+		int rc = bn_wait_tokens(h, have, slice);
+		if (rc == 0 && bn_wait(h, 0) == 0)
+			return 0;
+		if (rc < 0 && rc != -BN_E_TIMEOUT)
+			return rc;
+		/* A slice without a token of its own: the daemon may be reading the prompt or
+		 * serving the requests queued before it; its step count says whether it works. */
+		uint32_t n = tokens_now(h, have);
+		long long s = n == have ? daemon_steps(h->c) : steps;
+		if (n != have || s != steps) {
+			have = n;
+			steps = s;
+			moved = tu_now_ns();
+		} else if (tu_now_ns() - moved >= quiet) {
+			return -BN_E_TIMEOUT;
+		}
+	}
 }
 
 int tu_dial(const char *path)
@@ -140,9 +199,10 @@ int tu_daemon_restart(struct tu_daemon *d, const char *const *extra_args)
 		fprintf(stderr, "cannot run %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
-	/* Up to 60 s: a daemon that dies is noticed at once, so only a slow start waits. One with
-	 * the LLaMA-3 vocabulary under ThreadSanitizer took over 10 s on a loaded 2-core machine. */
-	for (int i = 0; i < 6000; i++) {
+	/* Up to 60 s, scaled: a daemon that dies is noticed at once, so only a slow start waits.
+	 * One with the LLaMA-3 vocabulary under ThreadSanitizer took over 10 s on a loaded 2-core
+	 * machine. */
+	for (int i = 0, end = tu_scaled(6000); i < end; i++) {
 		struct bn_client *c;
 		if (bn_connect(d->socket_path, 1, &c) == 0) {
 			bn_disconnect(c);
@@ -176,7 +236,7 @@ static int count_sockets(pid_t pid)
 
 int tu_daemon_wait_no_sessions(const struct tu_daemon *d)
 {
-	for (int i = 0; i < 500; i++) { /* up to 5 s */
+	for (int i = 0, end = tu_scaled(500); i < end; i++) { /* up to 5 s, scaled */
 		int n = count_sockets(d->pid);
 		if (n == 1)
 			return 0;
