@@ -52,11 +52,13 @@ int64_t tu_thread_cpu_ns(void);
 struct bn_handle;
 /* Waits for h's terminal status, as bn_wait, but on progress rather than on a total: it gives
  * up (-BN_E_TIMEOUT) only once tu_scaled_ns(quiet_ns) has passed with neither a new token of
- * h nor a new step of the daemon (bitnetd_steps_total), so a request that a sanitizer or a
- * loaded machine slows down, its prompt being read or its turn in the queue coming, is waited
- * for as long as the daemon works, and a stall still fails. Not for a request whose test is
- * that others do not hold it back (fairness): the others' steps count as progress here.
- * quiet_ns < 0 waits without limit. 0, -BN_E_TIMEOUT or -BN_E_DISCONNECTED. */
+ * h nor more CPU time used by the daemon (checked once a second, from /proc, asking the daemon
+ * nothing), so a request that a sanitizer or a loaded machine slows down, its prompt being
+ * read or its turn in the queue coming, is waited for as long as the daemon works, and a
+ * stalled daemon (stopped, deadlocked, asleep on a lost wake-up) still fails it. Not for a
+ * request whose test is that others do not hold it back (fairness): the daemon's work for
+ * them counts as progress here. quiet_ns < 0 waits without limit. 0, -BN_E_TIMEOUT or
+ * -BN_E_DISCONNECTED. */
 int tu_wait(struct bn_handle *h, int64_t quiet_ns);
 
 /* A Unix stream socket connected to path (close-on-exec), or -1. */
