@@ -19,13 +19,17 @@
 #   make bench-ipc            transport benchmark (starts and stops its own daemon)
 #   make bench-wake           the kernel's wake-up cost by way of sleeping (io_uring, futex, ...)
 #   make bench-python         the Python package's round trip and batches, beside the C client
-#   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file)
+#   make bench-model          CPU forward-pass benchmark (makes the 2B4T-shape model file;
+#                             BENCH_PRESET=falcon3-7b etc.: another preset's shape)
 #   make bench-tokenizer      LLaMA-3 vocabulary: encode/decode speed, vocabulary fetch time
 #   make bench-score          score requests against prefill on the 2B4T-shape model
+#   make bench-embed          embeddings per second, 1/16/256 inputs of 128 tokens (tiny, 2B4T
+#                             shape)
 #   make bench-grammar        structured output: compile, token sets, mask per token (LLaMA-3)
 #   make bench-structured     structured output in the daemon: mask cost per token, its share
 #                             of a decode step, compile time, 64 constrained vs unconstrained
-#   make bench-start          time to ready with and without the packed-weight cache
+#   make bench-start          time to ready with and without the packed-weight cache, beside
+#                             this machine's first-touch, read and hash rates (BENCH_PRESET too)
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
 #   make bench-compare        bitnetd's kernel variants beside llama.cpp/bitnet.cpp (if named)
@@ -67,7 +71,7 @@ SANITIZE ?=
 # cannot share objects.
 BUILD    ?= build$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
-LIB_VERSION := 1.6.0
+LIB_VERSION := 1.7.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)
@@ -175,10 +179,10 @@ TOKENIZER_SRCS := libclient/tokenizer.c libclient/vocab_map.c libclient/bpe.c li
 CUDA_BACKEND_SRCS := $(filter-out daemon/backends/cuda_variant.c,$(wildcard daemon/backends/cuda*.c))
 DAEMON_SRCS := $(filter-out daemon/main.c $(if $(CUDA_OBJS),,$(CUDA_BACKEND_SRCS)),$(wildcard daemon/*.c daemon/*/*.c))
 CORE_SRCS   := $(DAEMON_SRCS) $(KERNEL_SRCS) $(TOKENIZER_SRCS)
-CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c $(TOKENIZER_SRCS)
-CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c
+CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient/calls.c libclient/control.c libclient/chat_run.c libclient/score.c libclient/classify.c libclient/grammar.c libclient/embed.c $(TOKENIZER_SRCS)
+CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c tools/cli_embed.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
-MODELTOOL_SRCS := tools/bitnet-model.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
+MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
 	tools/model_pull.c tools/pull_progress.c
 # Models by name (hub/): the Hugging Face Hub client bitnetd and bitnet-model share.
 HUB_SRCS    := $(wildcard hub/*.c)
@@ -246,7 +250,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 .SECONDARY:
 
 .PHONY: all check check-c check-cuda-host check-kernel-variants check-deploy check-gpu check-gateway-sdk check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-grammar bench-structured fuzz fuzz-requests \
+	check-install check-man bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-cuda bench-tokenizer bench-score bench-embed bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
 	$(HOST_BITNETD) $(BUILD)/bench/bench_cuda_host
@@ -351,6 +355,11 @@ $(CUDA_SUITES): $(BUILD)/tests/cuda_testutil.o
 $(CUDA_SUITES): TEST_EXTRA_LIBS := $(LIB_A) $(CORE_A)
 endif
 
+# test_gateway_schema calls the gateway's schema handling itself, in process.
+$(BUILD)/tests/test_gateway_schema: $(BUILD)/gateway/structured.o $(BUILD)/gateway/json_text.o \
+	$(BUILD)/gateway/error.o
+$(BUILD)/tests/test_gateway_schema: TEST_EXTRA_LIBS := $(LIB_A)
+
 # test_pull calls hub/ itself, against a stand-in for the Hub (tests/hub_server.py).
 $(BUILD)/tests/test_pull: $(HUB_OBJS)
 $(BUILD)/tests/test_pull: TEST_EXTRA_LIBS := $(HUB_LIBS)
@@ -425,7 +434,11 @@ $(BUILD)/tests/fuzz-%-replay: $(BUILD)/tests/fuzz_%.o $(BUILD)/tests/fuzz_replay
 
 # The model benchmark (bench/bench_model.c); it links OpenBLAS to compare float kernels.
 BENCH_MODEL := $(BUILD)/bench-model
-BENCH_MODEL_FILE := $(BUILD)/models/2b4t-i2_s.gguf
+# The benchmarks' model: the 2B4T shape, or BENCH_PRESET=NAME, any preset of `bitnet-model
+# presets` at its real size (falcon3-7b, falcon3-10b, llama3-8b-1.58, bitnet-3b, ...), written
+# once with the preset's own types and keys: make bench-model BENCH_PRESET=falcon3-7b.
+BENCH_PRESET ?= 2b4t
+BENCH_MODEL_FILE := $(BUILD)/models/$(if $(filter 2b4t,$(BENCH_PRESET)),2b4t-i2_s,$(BENCH_PRESET)).gguf
 $(BUILD)/bench/%.o: bench/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
@@ -441,7 +454,7 @@ LLAMA3_VOCAB_ARGS = $(if $(wildcard $(LLAMA3_TOKENIZER)),--vocab-from $(LLAMA3_T
 
 $(BENCH_MODEL_FILE): | $(MODELTOOL)
 	@mkdir -p $(dir $@)
-	$(MODELTOOL) write --preset 2b4t --type i2_s $(LLAMA3_VOCAB_ARGS) --out $@
+	$(if $(filter 2b4t,$(BENCH_PRESET)),$(MODELTOOL) write --preset 2b4t --type i2_s $(LLAMA3_VOCAB_ARGS) --out $@,$(MODELTOOL) write --preset $(BENCH_PRESET) --out $@)
 
 bench-model: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
 	$(BENCH_MODEL) --model $(BENCH_MODEL_FILE)
@@ -509,16 +522,35 @@ $(BENCH_SCORE): $(BUILD)/bench/bench_score.o $(LIB_A)
 bench-score: $(BENCH_SCORE) $(BITNETD) $(BENCH_MODEL_FILE)
 	BITNETD=$(BITNETD) $(BENCH_SCORE) --model $(BENCH_MODEL_FILE)
 
-# The start-up benchmark (bench/bench_start.c): time to ready with and without the packed-weight
-# cache, the first start that writes it, memory, socket activation; the bench-model file.
-BENCH_START := $(BUILD)/bench/bench_start
-$(BENCH_START): $(BUILD)/bench/bench_start.o $(LIB_A)
+# The embeddings benchmark (bench/bench_embed.c): bn_embed_batch of 1, 16 and 256 inputs of 128
+# tokens through a cpu daemon, on the built-in tiny model, then on the 2B4T-shape model
+# (bench-model's file). BENCH_EMBED_ARGS="--pooling last --shared 96" for last-token pooling
+# over a shared prefix (the prefix cache's gain).
+BENCH_EMBED := $(BUILD)/bench/bench_embed
+BENCH_EMBED_ARGS ?=
+$(BENCH_EMBED): $(BUILD)/bench/bench_embed.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(PCRE_LIBS) -lm
 
+bench-embed: $(BENCH_EMBED) $(BITNETD) $(DEFAULT_MODEL) $(BENCH_MODEL_FILE)
+	@echo "== tiny ($(DEFAULT_MODEL))"
+	BITNETD=$(BITNETD) $(BENCH_EMBED) --model $(DEFAULT_MODEL) $(BENCH_EMBED_ARGS)
+	@echo "== 2B4T shape ($(BENCH_MODEL_FILE))"
+	BITNETD=$(BITNETD) $(BENCH_EMBED) --model $(BENCH_MODEL_FILE) $(BENCH_EMBED_ARGS)
+
+# The start-up benchmark (bench/bench_start.c): time to ready with and without the packed-weight
+# cache, the first start that writes it, memory, socket activation, beside this machine's
+# floors (first touch, page-cache read, hash rates); the bench-model file (BENCH_PRESET=
+# falcon3-7b etc. for another shape), or BENCH_START_MODEL=FILE.
+BENCH_START := $(BUILD)/bench/bench_start
+$(BENCH_START): $(BUILD)/bench/bench_start.o $(CORE_A) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
 BENCH_START_ARGS ?=
-bench-start: $(BENCH_START) $(BITNETD) $(CLI) $(BENCH_MODEL_FILE)
-	BITNETD=$(BITNETD) BITNET_CLI=$(CLI) $(BENCH_START) --model $(BENCH_MODEL_FILE) $(BENCH_START_ARGS)
+BENCH_START_MODEL ?= $(BENCH_MODEL_FILE)
+bench-start: $(BENCH_START) $(BITNETD) $(CLI) $(BENCH_START_MODEL)
+	BITNETD=$(BITNETD) BITNET_CLI=$(CLI) $(BENCH_START) --model $(BENCH_START_MODEL) $(BENCH_START_ARGS)
 
 # The gateway's benchmark (bench/bench_gateway.c): HTTP against the ring, latency on the
 # built-in model, 256 streams on the bench-model file.
@@ -632,7 +664,7 @@ FUZZ_CC := clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Ishm -Il
 	$(PCRE_CFLAGS)
 fuzz:
 	@mkdir -p build-fuzz/corpus
-	$(FUZZ_CC) tests/fuzz_gguf.c daemon/model/gguf.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
+	$(FUZZ_CC) tests/fuzz_gguf.c daemon/model/gguf.c daemon/model/model_config.c kernels/cpu/quant.c kernels/cpu/types.c -o build-fuzz/fuzz-gguf -lm
 	build-fuzz/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus tests/corpus/gguf
 
 # The request path (tests/fuzz_requests.c): ring and slot bytes through the daemon's own

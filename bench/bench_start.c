@@ -23,10 +23,30 @@
  *                                connected and its 1-token request submitted; then the daemon
  *                                started on that socket (LISTEN_FDS), cache warm: the request's
  *                                first token, from the daemon's start
+ * What the bytes cost on this machine, measured first (the floors the figures are held to):
+ *   first_touch_gbs_4k, first_touch_gbs_huge   fresh anonymous memory written once, by as
+ *                                many threads as the daemon's pool (one per CPU), in 4 KiB
+ *                                pages (MADV_NOHUGEPAGE) and in 2 MiB ones (MADV_HUGEPAGE),
+ *                                medians of 3 rounds alternating the two: what
+ *                                a start that repacks pays for the memory it fills; a VM
+ *                                charges for the first touch of each page
+ *   rewrite_gbs                  the same memory written again (the machine's write rate)
+ *   page_cache_read_gbs          the model file read (read(2)) from the page cache
+ *   hash_gbs, hash_gbs_pool      the kernel variant's XXH3 (kernels.h hash64) on memory, on
+ *                                one thread and on the pool: the weights cache's check
+ *   cache_mb                     the weights cache the first start wrote
+ *   ready_s_cached_target        0.3 s plus cache_mb at page_cache_read_gbs (issue 57's target)
+ *   ready_s_cached_floor         cache_mb at hash_gbs_pool: the check alone
+ *   ready_s_first_target         1.5 s per GB of the model file (issue 57's target)
+ *   ready_s_first_floor          cache_mb at first_touch_gbs_huge: the repacked bytes' first
+ *                                touch alone
+ * BENCH_START_TOUCH_MB (default 512) sizes the first-touch and hash buffers.
  */
 #define _GNU_SOURCE
 #include "bench_util.h"
 #include "bitnet_client.h"
+#include "kernels.h"
+#include "pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,10 +54,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -230,6 +252,159 @@ static double socket_activation(const struct setup *s, const char *cache_dir)
 	return secs;
 }
 
+/* ---- floors: what the bytes cost on this machine ------------------------------------------ */
+
+#define HUGE_BYTES ((size_t)2 << 20)
+#define FLOOR_ROUNDS 3
+
+struct fill_job {
+	uint8_t *p;
+	size_t bytes;
+	uint32_t n_tasks;
+	uint8_t value;
+};
+
+static void fill_task(void *ctx, uint32_t task)
+{
+	const struct fill_job *j = ctx;
+	size_t per = (j->bytes / j->n_tasks + 4095) & ~(size_t)4095;
+	size_t lo = (size_t)task * per, hi = lo + per < j->bytes ? lo + per : j->bytes;
+	if (lo < hi)
+		memset(j->p + lo, j->value, hi - lo);
+}
+
+/* Fresh anonymous memory, 2 MiB-aligned, advised as asked (MADV_HUGEPAGE or MADV_NOHUGEPAGE):
+ * GB/s of its first write on the pool (*rewrite: of the second). */
+static double first_touch(struct bn_pool *pool, size_t bytes, int advice, double *rewrite)
+{
+	uint8_t *area = mmap(NULL, bytes + HUGE_BYTES, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (area == MAP_FAILED)
+		return -1;
+	uint8_t *p = (uint8_t *)(((uintptr_t)area + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
+	madvise(p, bytes, advice);
+	struct fill_job j = { .p = p, .bytes = bytes, .n_tasks = 4 * bn_pool_threads(pool),
+			      .value = 1 };
+	int64_t t0 = bench_now_ns();
+	bn_pool_run(pool, j.n_tasks, fill_task, &j);
+	int64_t t1 = bench_now_ns();
+	j.value = 2;
+	bn_pool_run(pool, j.n_tasks, fill_task, &j);
+	int64_t t2 = bench_now_ns();
+	munmap(area, bytes + HUGE_BYTES);
+	if (rewrite)
+		*rewrite = (double)bytes / (double)(t2 - t1);
+	return (double)bytes / (double)(t1 - t0);
+}
+
+/* GB/s of read(2) of a file that is in the page cache (read once before). */
+static double page_cache_read(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	uint8_t *buf = malloc(HUGE_BYTES);
+	double gbs = -1;
+	if (fd >= 0 && buf) {
+		uint64_t total = 0;
+		ssize_t n;
+		int64_t t0 = bench_now_ns();
+		while ((n = read(fd, buf, HUGE_BYTES)) > 0)
+			total += (uint64_t)n;
+		gbs = n == 0 ? (double)total / (double)(bench_now_ns() - t0) : -1;
+	}
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	return gbs;
+}
+
+struct hash_job {
+	uint64_t (*hash64)(const void *p, size_t n);
+	const uint8_t *p;
+	size_t bytes;
+	uint64_t sink;
+};
+
+static void hash_task(void *ctx, uint32_t task)
+{
+	struct hash_job *j = ctx;
+	size_t at = (size_t)task << 20; /* the cache's chunks are 1 MiB */
+	uint64_t h = j->hash64(j->p + at, j->bytes - at < (1u << 20) ? j->bytes - at : 1u << 20);
+	__atomic_fetch_xor(&j->sink, h, __ATOMIC_RELAXED);
+}
+
+/* GB/s of the kernel variant's XXH3 over memory written before, on one thread (*pooled: on
+ * the pool, in 1 MiB chunks as the weights cache checks its data). */
+static double hash_rate(struct bn_pool *pool, size_t bytes, double *pooled)
+{
+	const struct bn_kernels *k = bn_kernels_select(NULL);
+	uint8_t *p = malloc(bytes);
+	if (!k || !p) {
+		free(p);
+		return -1;
+	}
+	for (size_t i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(i * 2654435761u >> 24);
+	struct hash_job j = { .hash64 = k->hash64, .p = p, .bytes = bytes };
+	uint32_t n_tasks = (uint32_t)((bytes + (1u << 20) - 1) >> 20);
+	int64_t t0 = bench_now_ns();
+	for (uint32_t t = 0; t < n_tasks; t++)
+		hash_task(&j, t);
+	int64_t t1 = bench_now_ns();
+	bn_pool_run(pool, n_tasks, hash_task, &j);
+	int64_t t2 = bench_now_ns();
+	free(p);
+	*pooled = (double)bytes / (double)(t2 - t1);
+	return (double)bytes / (double)(t1 - t0);
+}
+
+struct floors {
+	double touch_4k, touch_huge, rewrite, read, hash, hash_pool;
+};
+
+static int measure_floors(const char *model, struct floors *f)
+{
+	const char *mb = getenv("BENCH_START_TOUCH_MB");
+	size_t bytes = (size_t)(mb && atoi(mb) > 0 ? atoi(mb) : 512) << 20;
+	struct bn_pool *pool = bn_pool_new(0);
+	if (!pool)
+		return -1;
+	/* Rounds alternate the page sizes: which of them gets memory the host already backs
+	 * (freed by the round before) would otherwise decide the comparison. */
+	double t4k[FLOOR_ROUNDS], thuge[FLOOR_ROUNDS], rewrite[FLOOR_ROUNDS];
+	for (int r = 0; r < FLOOR_ROUNDS; r++) {
+		t4k[r] = first_touch(pool, bytes, MADV_NOHUGEPAGE, NULL);
+		thuge[r] = first_touch(pool, bytes, MADV_HUGEPAGE, &rewrite[r]);
+	}
+	f->touch_4k = bench_median(t4k, FLOOR_ROUNDS);
+	f->touch_huge = bench_median(thuge, FLOOR_ROUNDS);
+	f->rewrite = bench_median(rewrite, FLOOR_ROUNDS);
+	f->read = page_cache_read(model);
+	f->hash = hash_rate(pool, bytes, &f->hash_pool);
+	bn_pool_free(pool);
+	return f->touch_4k > 0 && f->touch_huge > 0 && f->read > 0 && f->hash > 0 ? 0 : -1;
+}
+
+/* The size of the weights cache file in dir (the one file a start wrote there), or 0. */
+static uint64_t cache_bytes(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	uint64_t size = 0;
+	while (d && (e = readdir(d)) != NULL) {
+		size_t n = strlen(e->d_name);
+		char path[512];
+		struct stat st;
+		if (n < 7 || strcmp(e->d_name + n - 7, ".wcache") != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (stat(path, &st) == 0)
+			size = (uint64_t)st.st_size;
+	}
+	if (d)
+		closedir(d);
+	return size;
+}
+
 static int parse(int argc, char **argv, struct setup *s)
 {
 	s->bitnetd = getenv("BITNETD");
@@ -267,6 +442,11 @@ int main(int argc, char **argv)
 	snprintf(cmd, sizeof(cmd), "cat '%s' > /dev/null", s.model); /* the page cache warm */
 	if (system(cmd) != 0)
 		return 1;
+	struct floors fl = { 0 };
+	if (measure_floors(s.model, &fl) < 0) {
+		fprintf(stderr, "bench-start: the floors could not be measured\n");
+		return 1;
+	}
 	snprintf(cache, sizeof(cache), "%s/cache", s.dir);
 	double none[MAX_RUNS], first[MAX_RUNS], written[MAX_RUNS], cached[MAX_RUNS], old[MAX_RUNS];
 	double a, anon_none = 0, anon_cached = 0;
@@ -284,6 +464,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	double cache_gb = (double)cache_bytes(cache) / 1e9;
 	pid_t one, two;
 	double anon_two;
 	one_start(&s, cache, &a, &one, "one.sock", NULL);
@@ -304,6 +485,13 @@ int main(int argc, char **argv)
 	       anon_none / (double)st.st_size, anon_cached / (double)st.st_size);
 	printf("rss_anon_mb_second_daemon=%.1f\n", anon_two / 1e6);
 	printf("socket_activation_ttft_s=%.3f\n", ttft);
+	printf("first_touch_gbs_4k=%.2f\nfirst_touch_gbs_huge=%.2f\nrewrite_gbs=%.2f\n"
+	       "page_cache_read_gbs=%.2f\nhash_gbs=%.2f\nhash_gbs_pool=%.2f\n", fl.touch_4k,
+	       fl.touch_huge, fl.rewrite, fl.read, fl.hash, fl.hash_pool);
+	printf("cache_mb=%.1f\nready_s_cached_target=%.3f\nready_s_cached_floor=%.3f\n",
+	       cache_gb * 1e3, 0.3 + cache_gb / fl.read, cache_gb / fl.hash_pool);
+	printf("ready_s_first_target=%.3f\nready_s_first_floor=%.3f\n", 1.5 * file_mb / 1e3,
+	       cache_gb / fl.touch_huge);
 	rm_cache(s.dir);
 	return 0;
 }

@@ -196,7 +196,7 @@ static int walk_step(struct bn_grammar_matcher *m, struct bn_sampler *smp,
 	uint32_t id = nth_bit(mask, bn_sample_mask_words(n_vocab), (uint32_t)(*rng >> 33) % (uint32_t)n);
 	int64_t t6 = bench_now_ns();
 	bn_grammar_matcher_accept(m, id); /* the check: accept, look, roll back */
-	volatile uint64_t cost = bn_grammar_matcher_min_bytes_to_accept(m);
+	volatile uint64_t cost = bn_grammar_matcher_tokens_to_accept(m);
 	(void)cost;
 	bn_grammar_matcher_rollback(m, 1);
 	bn_grammar_matcher_accept(m, id); /* delivery's */

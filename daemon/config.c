@@ -6,6 +6,9 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 #include "grammars.h"
+#include "model/embed.h"
+#include "model/model.h"
+#include "model/vocab.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -50,6 +53,19 @@ static const char usage_text[] =
 	"                         weights at 1.6 bits each, read by one-row decode steps\n"
 	"                         (the same logits, ~1.1x faster there; needs AVX-512 VBMI;\n"
 	"                         adds 0.8x the 2-bit planes' memory)\n"
+	"  --activation NAME      cpu, cuda: the FFN activation, silu or relu2, instead of the\n"
+	"                         file's (default: its <arch>.hidden_activation; without\n"
+	"                         it llama and bitnet use silu, bitnet-25 relu2, and\n"
+	"                         bitnet-b1.58 silu for a SentencePiece vocabulary of\n"
+	"                         32000-32002 tokens (1bitLLM's models), else relu2;\n"
+	"                         bitnet-cli info says which and why)\n"
+	"  --pooling NAME         embeddings (op EMBED, /v1/embeddings): how a sequence's\n"
+	"                         final hidden states become one vector: mean, cls (the\n"
+	"                         first position) or last (the last position; its prompt's\n"
+	"                         shared start comes from the prefix cache), then L2-\n"
+	"                         normalised (default: the file's <arch>.pooling_type, an\n"
+	"                         embedding model's; a generative model without it does not\n"
+	"                         embed). An embedding model refuses generation\n"
 	"  --cuda-kernels NAME    cuda: the kernel paths: base (default: the first kernels),\n"
 	"                         fast (graph,fused,gemv,mma: the same bits, fewer launches\n"
 	"                         and bytes), all (fast and split, whose attention over\n"
@@ -110,20 +126,25 @@ static const char usage_text[] =
 	"  --idle-spin-us N       how long the loop keeps polling the rings after the last\n"
 	"                         work before it sleeps (default 50); 0 sleeps at once\n"
 	"  --pre-tokenizer NAME   how a gpt2 (byte-level BPE) vocabulary splits text:\n"
-	"                         llama-bpe or gpt2 (default: the file's tokenizer.ggml.pre,\n"
+	"                         " BN_PRE_TOKENIZER_NAMES "\n"
+	"                         (default: the file's tokenizer.ggml.pre,\n"
 	"                         else llama-bpe for the LLaMA-3 vocabulary, recognised by\n"
 	"                         its tokens and merges; other vocabularies without the key\n"
 	"                         are served without text until this is given)\n"
-	"  --chat-template NAME   bitnet, llama3, chatml or llama2 (default: recognised from\n"
-	"                         the file's tokenizer.chat_template; the BitNet 2B4T\n"
-	"                         converter's placeholder becomes bitnet)\n"
+	"  --chat-template NAME   " BN_CHAT_TEMPLATE_NAMES "\n"
+	"                         (default: recognised from the file's\n"
+	"                         tokenizer.chat_template; the BitNet 2B4T converter's\n"
+	"                         placeholder becomes bitnet)\n"
 	"  --max-grammars N       grammars one session may hold compiled for structured\n"
 	"                         output, compiles in progress included (default 64)\n"
 	"  --grammar-threads N    threads that compile grammars, beside the loop (default 2)\n"
-	"  --grammar-compile-ms N a grammar's compile budget; one that needs longer is refused\n"
-	"                         (default 1000)\n"
+	"  --grammar-compile-ms N a grammar's compile budget in milliseconds of CPU time on its\n"
+	"                         compile thread, whatever the load; one that needs longer is\n"
+	"                         refused (default 1000)\n"
 	"  --grammar-cache SIZE   compiled grammars kept by content, suffix K, M or G (default\n"
 	"                         64M)\n"
+	"  --grammar-memory SIZE  what all compiled grammars may hold together, kept or in use\n"
+	"                         by sessions; a compile past it is refused (default 1G)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --vocab-size N         loopback: vocabulary size (default 32000)\n"
 	"  --step-delay-us N      loopback: busy time per step, to mimic compute (default 0)\n"
@@ -149,8 +170,8 @@ enum long_only {
 	OPT_PER_USER, OPT_MAX_WEIGHT, OPT_MAX_LOGPROBS, OPT_DEVICE, OPT_SESSIONS_PER_USER,
 	OPT_HANDSHAKES_PER_USER, OPT_HANDSHAKE_TIMEOUT, OPT_PRE_TOKENIZER, OPT_CHAT_TEMPLATE,
 	OPT_PREFIX_CACHE, OPT_SPECULATIVE, OPT_DRAFT_TOKENS, OPT_LM_HEAD, OPT_DECODE_LAYOUT, OPT_CUDA_KERNELS,
-	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_HELP,
-	OPT_VERSION,
+	OPT_CACHE_DIR, OPT_MAX_GRAMMARS, OPT_GRAMMAR_THREADS, OPT_GRAMMAR_COMPILE_MS, OPT_GRAMMAR_CACHE, OPT_GRAMMAR_MEMORY, OPT_HELP,
+	OPT_VERSION, OPT_ACTIVATION, OPT_POOLING,
 };
 
 static const struct option long_options[] = {
@@ -188,10 +209,13 @@ static const struct option long_options[] = {
 	{ "max-logprobs", required_argument, NULL, OPT_MAX_LOGPROBS },
 	{ "pre-tokenizer", required_argument, NULL, OPT_PRE_TOKENIZER },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
+	{ "activation", required_argument, NULL, OPT_ACTIVATION },
+	{ "pooling", required_argument, NULL, OPT_POOLING },
 	{ "max-grammars", required_argument, NULL, OPT_MAX_GRAMMARS },
 	{ "grammar-threads", required_argument, NULL, OPT_GRAMMAR_THREADS },
 	{ "grammar-compile-ms", required_argument, NULL, OPT_GRAMMAR_COMPILE_MS },
 	{ "grammar-cache", required_argument, NULL, OPT_GRAMMAR_CACHE },
+	{ "grammar-memory", required_argument, NULL, OPT_GRAMMAR_MEMORY },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -367,6 +391,7 @@ static void set_defaults(struct bn_config *cfg)
 		.grammar_threads = 2,
 		.grammar_compile_ms = 1000,
 		.grammar_cache = 64ull << 20,
+		.grammar_memory = 1ull << 30,
 		.socket_mode = 0660,
 		.log_level = BN_LOG_INFO,
 		.ring_start = ring_start ? (uint32_t)strtoul(ring_start, NULL, 0) : 0,
@@ -432,19 +457,39 @@ static int apply_option(struct bn_config *cfg, int opt, const char *arg)
 	case OPT_GRAMMAR_COMPILE_MS:
 		return parse_u32("grammar-compile-ms", arg, 10, 600000, 10, &cfg->grammar_compile_ms);
 	case OPT_GRAMMAR_CACHE: return parse_size("grammar-cache", arg, &cfg->grammar_cache);
+	case OPT_GRAMMAR_MEMORY: return parse_size("grammar-memory", arg, &cfg->grammar_memory);
 	case OPT_PRE_TOKENIZER:
 		cfg->pre_tokenizer = arg;
 		if (bn_pre_tokenizer_from_name(arg) > 0)
 			return 0;
-		fprintf(stderr, "bitnetd: --pre-tokenizer: '%s' is not llama-bpe or gpt2\n", arg);
+		fprintf(stderr, "bitnetd: --pre-tokenizer: '%s' is not one of " BN_PRE_TOKENIZER_NAMES
+				"\n", arg);
 		return -1;
 	case OPT_CHAT_TEMPLATE:
 		cfg->chat_template = arg;
 		if (bn_chat_template_from_name(arg) > 0)
 			return 0;
-		fprintf(stderr, "bitnetd: --chat-template: '%s' is not bitnet, llama3, chatml or "
-				"llama2\n", arg);
+		fprintf(stderr, "bitnetd: --chat-template: '%s' is not one of " BN_CHAT_TEMPLATE_NAMES
+				"\n", arg);
 		return -1;
+	case OPT_ACTIVATION: {
+		enum bn_activation a;
+		if (bn_activation_from_name(arg, &a) == 0 && strcmp(arg, "relu_squared") != 0) {
+			cfg->activation = a == BN_ACT_RELU2 ? BN_ACTIVATION_RELU2 : BN_ACTIVATION_SILU;
+			return 0;
+		}
+		fprintf(stderr, "bitnetd: --activation: '%s' is not silu or relu2\n", arg);
+		return -1;
+	}
+	case OPT_POOLING: {
+		int p = bn_pooling_from_name(arg);
+		if (p > 0) {
+			cfg->pooling = (uint32_t)p;
+			return 0;
+		}
+		fprintf(stderr, "bitnetd: --pooling: '%s' is not mean, cls or last\n", arg);
+		return -1;
+	}
 	case OPT_LOG_LEVEL:
 		if (bn_log_parse_level(arg, &cfg->log_level) == 0)
 			return 0;

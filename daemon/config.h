@@ -54,11 +54,14 @@ struct bn_config {
 	uint32_t lm_head_mode;   /* cpu backend: enum bn_lm_head_mode (backend.h) */
 	uint32_t base3_decode;   /* cpu backend: --decode-layout base3 */
 	const char *cuda_kernels; /* cuda backend: --cuda-kernels (NULL: its default) */
+	uint32_t activation;     /* --activation: enum bn_activation_opt (backend.h), 0: the file's */
+	uint32_t pooling;        /* --pooling: enum bn_pooling, 0: the file's (none: no embeddings) */
 	uint32_t drain_timeout_ms;
 	uint32_t max_grammars;   /* compiled grammars one session may hold */
 	uint32_t grammar_threads; /* threads that compile grammars */
-	uint32_t grammar_compile_ms; /* a grammar's compile budget */
+	uint32_t grammar_compile_ms; /* a grammar's compile budget, CPU time */
 	uint64_t grammar_cache;  /* bytes of compiled grammars kept by content */
+	uint64_t grammar_memory; /* bytes all compiled grammars may hold, kept or in use */
 	uint32_t socket_mode;
 	uint32_t ring_start;     /* $BITNETD_RING_START: first ring counter (tests reach the wrap) */
 	enum bn_log_level log_level;

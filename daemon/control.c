@@ -8,8 +8,10 @@
 #include "common/log.h"
 #include "common/stats.h"
 #include "config.h"
+#include "grammar/grammar.h"
 #include "serve/sched.h"
 #include "session.h"
+#include "textprep.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -51,15 +53,8 @@ static void log_choice(const struct bn_vocab_choice *c)
 		    eog);
 }
 
-/* Text requests get their tokenizer from the payload BN_CTL_TOKENIZER serves: the bytes every
- * client gets, so the daemon's ids are theirs. */
-static void open_text(struct bn_control *c)
+static void log_text(const struct bn_control *c, int rc)
 {
-	size_t size = c->vocab.tokenizer_bytes;
-	void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, c->vocab.tokenizer_fd, 0);
-	int rc = p == MAP_FAILED ? -errno : bn_text_service_open(&c->text, p, size);
-	if (p != MAP_FAILED)
-		munmap(p, size);
 	if (rc < 0)
 		bn_log_error("msg=\"serving without text requests\" error=%d", rc);
 	else if (!c->text.vocab)
@@ -68,8 +63,53 @@ static void open_text(struct bn_control *c)
 		bn_log_info("msg=\"text requests on\" max_piece_bytes=%u", c->text.piece_bound);
 }
 
+/* Text requests get their tokenizer from the payload BN_CTL_TOKENIZER serves: the bytes every
+ * client gets, so the daemon's ids are theirs (textprep.c builds it so too). */
+static void open_text(struct bn_control *c)
+{
+	size_t size = c->vocab.tokenizer_bytes;
+	void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, c->vocab.tokenizer_fd, 0);
+	int rc = p == MAP_FAILED ? -errno : bn_text_service_open(&c->text, p, size);
+	if (p != MAP_FAILED)
+		munmap(p, size);
+	log_text(c, rc);
+}
+
+/* What textprep built, taken: the vocabulary checked against the model's size as
+ * bn_vocab_serve_open would have, the text service and the grammar engine's vocabulary. */
+static int adopt(struct bn_control *c, struct bn_text_prep *p, uint32_t n_vocab, char *err)
+{
+	bn_text_prep_finish(p);
+	int rc = p->vocab_rc;
+	snprintf(err, BN_VOCAB_ERR_LEN, "%s", p->err);
+	if (rc == 1 && n_vocab) {
+		struct bn_vocab_head head;
+		void *m = mmap(NULL, sizeof(head), PROT_READ, MAP_SHARED, p->vocab.tokenizer_fd, 0);
+		if (m != MAP_FAILED) {
+			memcpy(&head, m, sizeof(head));
+			munmap(m, sizeof(head));
+		}
+		if (m == MAP_FAILED || head.n_tokens != n_vocab) {
+			snprintf(err, BN_VOCAB_ERR_LEN, "%s: the vocabulary has %u tokens, the model %u",
+				 p->path, m == MAP_FAILED ? 0 : head.n_tokens, n_vocab);
+			rc = -1;
+		}
+	}
+	if (rc != 1)
+		return rc;
+	c->vocab = p->vocab;
+	p->vocab.vocab_fd = p->vocab.tokenizer_fd = -1;
+	if (p->text_rc == 0) {
+		c->text = p->text;
+		memset(&p->text, 0, sizeof(p->text));
+		c->grammar_vocab = p->grammar;
+		p->grammar = NULL;
+	}
+	return 1;
+}
+
 void bn_control_open(struct bn_control *c, const struct bn_config *cfg,
-		     const struct bn_model_desc *model)
+		     const struct bn_model_desc *model, struct bn_text_prep *prep)
 {
 	memset(c, 0, sizeof(*c));
 	c->vocab.vocab_fd = c->vocab.tokenizer_fd = -1;
@@ -79,21 +119,30 @@ void bn_control_open(struct bn_control *c, const struct bn_config *cfg,
 	char err[BN_VOCAB_ERR_LEN];
 	struct bn_vocab_options o = { .pre_tokenizer = cfg->pre_tokenizer,
 				      .chat_template = cfg->chat_template };
-	int rc = bn_vocab_serve_open(path, model->vocab_size, &o, &c->vocab, err);
+	int prepared = prep && prep->state != BN_TEXT_PREP_NONE;
+	int rc = prepared ? adopt(c, prep, model->vocab_size, err)
+			  : bn_vocab_serve_open(path, model->vocab_size, &o, &c->vocab, err);
 	if (rc < 0)
 		bn_log_error("msg=\"serving without a vocabulary\" error=\"%s\"", err);
 	else if (rc == 0)
 		bn_log_info("msg=\"the model file has no vocabulary\" model=\"%s\"", path);
 	else
 		log_choice(&c->vocab.choice);
-	if (rc == 1)
+	if (rc == 1 && prepared) {
+		bn_log_debug("msg=\"text side built beside the backend\" ms=%.1f",
+			     (double)prep->ns / 1e6);
+		log_text(c, prep->text_rc);
+	} else if (rc == 1) {
 		open_text(c);
+	}
 }
 
 void bn_control_close(struct bn_control *c)
 {
 	bn_vocab_served_close(&c->vocab);
 	bn_text_service_close(&c->text);
+	bn_grammar_vocab_unref(c->grammar_vocab);
+	c->grammar_vocab = NULL;
 	free(c->stats_buf);
 	c->stats_buf = NULL;
 	c->stats_cap = 0;

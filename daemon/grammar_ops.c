@@ -27,26 +27,6 @@ int bn_session_has_grammars(const struct bn_session *s)
 	return s->grammar_svc && s->grammar_svc->vocab && s->seg.text_capacity;
 }
 
-/* The reason a request ends, as text in its slot's text region (cut to fit), published by the
- * DONE that follows. A daemon without text regions has nowhere to write it. */
-__attribute__((format(printf, 3, 4)))
-static void write_reason(struct bn_session *s, struct bn_req *r, const char *fmt, ...)
-{
-	if (!s->seg.text_capacity)
-		return;
-	char msg[BN_GRAMMAR_ERR_LEN + 128];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	size_t len = n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1;
-	if (len > s->seg.text_capacity)
-		len = s->seg.text_capacity;
-	memcpy(bn_slot_text(&s->seg, r->slot), msg, len);
-	r->n_text = (uint32_t)len;
-	bn_write_once(bn_slot_at(&s->seg, r->slot)->n_text, r->n_text);
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* The table                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
@@ -132,7 +112,7 @@ static uint32_t read_head(struct bn_session *s, struct bn_req *r, const uint8_t 
 			  : reserved		  ? "the head's reserved word is not 0"
 						  : NULL;
 	if (why) {
-		write_reason(s, r, "grammar head: %s", why);
+		bn_req_write_reason(s, r, "grammar head: %s", why);
 		return BN_E_INVALID;
 	}
 	*o = (struct bn_grammar_options){
@@ -140,7 +120,8 @@ static uint32_t read_head(struct bn_session *s, struct bn_req *r, const uint8_t 
 		.json_top = flags & BN_GRAMMAR_JSON_OBJECT ? BN_GRAMMAR_TOP_OBJECT : BN_GRAMMAR_TOP_ANY,
 		.flags = flags & BN_GRAMMAR_JSON_COMPACT ? BN_GRAMMAR_F_COMPACT_JSON : 0,
 		.max_ws = max_ws,
-		.limits = { .compile_ms = s->grammar_svc->cfg.compile_ms },
+		.limits = { .max_text_bytes = BN_GRAMMAR_TEXT_MAX,
+			    .compile_ms = s->grammar_svc->cfg.compile_ms },
 	};
 	return 0;
 }
@@ -151,11 +132,13 @@ static uint32_t make_job(struct bn_session *s, struct bn_req *r, uint32_t n,
 			 struct bn_grammar_job **out)
 {
 	if (n < sizeof(struct bn_grammar_head)) {
-		write_reason(s, r, "n_prompt %u is shorter than the 16-byte grammar head", n);
+		bn_req_write_reason(s, r, "n_prompt %u is shorter than the 16-byte grammar head", n);
 		return BN_E_INVALID;
 	}
 	if (n > s->seg.text_capacity) {
-		write_reason(s, r, "n_prompt %u is over the text region's %u bytes", n,
+		bn_req_write_reason(s, r, "the grammar is %u bytes, over the limit of %u bytes of grammar "
+			     "text (n_prompt %u is over the text region's %u bytes)",
+			     n - (uint32_t)sizeof(struct bn_grammar_head), BN_GRAMMAR_TEXT_MAX, n,
 			     s->seg.text_capacity);
 		return BN_E_TOO_LONG;
 	}
@@ -164,7 +147,7 @@ static uint32_t make_job(struct bn_session *s, struct bn_req *r, uint32_t n,
 	if (!job || !copy) {
 		free(job);
 		free(copy);
-		write_reason(s, r, "no memory for the grammar's text");
+		bn_req_write_reason(s, r, "no memory for the grammar's text");
 		return BN_E_BACKEND;
 	}
 	memcpy(copy, bn_slot_text(&s->seg, r->slot), n);
@@ -192,7 +175,7 @@ static uint32_t take_compile(struct bn_session *s, struct bn_req *r, int shuttin
 		return err;
 	if (s->n_grammars + s->grammar_jobs >= s->max_grammars) {
 		bn_grammar_job_free(job);
-		write_reason(s, r, "the session holds %u grammars and compiles %u (bitnetd "
+		bn_req_write_reason(s, r, "the session holds %u grammars and compiles %u (bitnetd "
 			     "--max-grammars %u): free one first (BN_OP_GRAMMAR_FREE)",
 			     s->n_grammars, s->grammar_jobs, s->max_grammars);
 		return BN_E_BUSY;
@@ -213,13 +196,13 @@ static uint32_t take_free(struct bn_session *s, struct bn_req *r, int shutting_d
 			  uint32_t *status)
 {
 	if (r->n_prompt != 1) {
-		write_reason(s, r, "GRAMMAR_FREE takes one id (n_prompt 1), not %u", r->n_prompt);
+		bn_req_write_reason(s, r, "GRAMMAR_FREE takes one id (n_prompt 1), not %u", r->n_prompt);
 		return BN_E_INVALID;
 	}
 	uint32_t id = bn_read_once(bn_slot_prompt(&s->seg, r->slot)[0]);
 	struct bn_session_grammar *e = find(s, id);
 	if (!e) {
-		write_reason(s, r, "grammar id %u is not one of this session's", id);
+		bn_req_write_reason(s, r, "grammar id %u is not one of this session's", id);
 		return BN_E_INVALID;
 	}
 	if (shutting_down) {
@@ -240,11 +223,11 @@ uint32_t bn_grammar_op_take(struct bn_session *s, struct bn_req *r, int shutting
 	r->n_prompt = bn_read_once(sl->n_prompt);
 	r->flags = bn_read_once(sl->flags);
 	if (!bn_session_has_grammars(s)) {
-		write_reason(s, r, "this daemon constrains no outputs: %s", s->grammars_off);
+		bn_req_write_reason(s, r, "this daemon constrains no outputs: %s", s->grammars_off);
 		return BN_E_UNSUPPORTED;
 	}
 	if (r->flags || unused_words(sl)) {
-		write_reason(s, r, "grammar ops take no flags, and max_tokens and the words from "
+		bn_req_write_reason(s, r, "grammar ops take no flags, and max_tokens and the words from "
 			     "temperature to grammar_id must be 0");
 		return BN_E_INVALID;
 	}
@@ -287,9 +270,9 @@ void bn_session_grammar_done(struct bn_session *s, struct bn_grammar_job *job)
 		bn_req_finish(r, BN_STATUS_COMPLETE, 0);
 	} else {
 		if (job->rc == 0 || job->rc == -ENOMEM)
-			write_reason(s, r, "no memory for the grammar");
+			bn_req_write_reason(s, r, "no memory for the grammar");
 		else
-			write_reason(s, r, "%s", job->err);
+			bn_req_write_reason(s, r, "%s", job->err);
 		bn_req_finish(r, BN_STATUS_ERROR, job->rc == 0 ? BN_E_BACKEND : compile_error(job->rc));
 	}
 	bn_grammar_job_free(job);
@@ -315,7 +298,7 @@ uint32_t bn_grammar_attach(struct bn_session *s, struct bn_req *r, uint32_t id)
 {
 	struct bn_session_grammar *e = find(s, id);
 	if (!e) {
-		write_reason(s, r, "grammar id %u is not one of this session's (compiled by "
+		bn_req_write_reason(s, r, "grammar id %u is not one of this session's (compiled by "
 			     "BN_OP_GRAMMAR and not freed)", id);
 		return BN_E_INVALID;
 	}

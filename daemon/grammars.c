@@ -45,7 +45,7 @@ static uint8_t token_kind(const struct bn_vocab *v, uint32_t id)
 /* Every token's bytes as the daemon's text out gives them (bn_detokenize_ex without flags:
  * SentencePiece's U+2581 a space, byte tokens their byte, byte-level pieces their bytes), so
  * what the grammar reads is what a client reads. */
-static int make_vocab(const struct bn_vocab *v, struct bn_grammar_vocab **out)
+int bn_grammar_service_vocab(const struct bn_vocab *v, struct bn_grammar_vocab **out)
 {
 	uint32_t n = bn_vocab_n_tokens(v);
 	uint8_t **bytes = calloc(n, sizeof(*bytes));
@@ -204,15 +204,21 @@ static int start_workers(struct bn_grammar_service *g)
 /* ------------------------------------------------------------------------------------------ */
 
 int bn_grammar_service_open(struct bn_grammar_service *g, const struct bn_vocab *v,
-			    const struct bn_grammar_service_config *cfg)
+			    struct bn_grammar_vocab *built, const struct bn_grammar_service_config *cfg)
 {
 	memset(g, 0, sizeof(*g));
 	g->event_fd = -1;
 	g->cfg = *cfg;
-	if (!v)
+	if (!v) {
+		bn_grammar_vocab_unref(built);
 		return 0;
+	}
 	uint64_t t0 = bn_now_ns();
-	int rc = make_vocab(v, &g->vocab);
+	int rc = 0;
+	if (built)
+		g->vocab = built;
+	else
+		rc = bn_grammar_service_vocab(v, &g->vocab);
 	if (rc < 0) {
 		bn_log_warn("msg=\"no structured output: the vocabulary cannot be given to the grammar engine\" error=%d",
 			    rc);
@@ -223,14 +229,17 @@ int bn_grammar_service_open(struct bn_grammar_service *g, const struct bn_vocab 
 	pthread_cond_init(&g->work, NULL);
 	g->event_fd = eventfd(0, EFD_CLOEXEC);
 	rc = g->event_fd < 0 ? -errno : bn_grammar_cache_new(g->vocab, cfg->cache_bytes, &g->cache);
-	if (rc == 0)
+	if (rc == 0) {
+		bn_grammar_cache_limit_memory(g->cache, cfg->memory_bytes);
 		rc = start_workers(g);
+	}
 	if (rc < 0) {
 		bn_grammar_service_close(g);
 		return rc;
 	}
-	bn_log_info("msg=\"structured output on\" grammar_threads=%u compile_ms=%u cache_bytes=%zu vocab_ms=%.1f",
-		    cfg->threads, cfg->compile_ms, cfg->cache_bytes, (double)(bn_now_ns() - t0) / 1e6);
+	bn_log_info("msg=\"structured output on\" grammar_threads=%u compile_ms=%u cache_bytes=%zu memory_bytes=%zu vocab_ms=%.1f",
+		    cfg->threads, cfg->compile_ms, cfg->cache_bytes, cfg->memory_bytes,
+		    (double)(bn_now_ns() - t0) / 1e6);
 	return 0;
 }
 

@@ -38,8 +38,9 @@ struct bn_grammar_job {
 
 struct bn_grammar_service_config {
 	uint32_t threads;            /* workers, 1 .. BN_GRAMMAR_MAX_THREADS */
-	uint32_t compile_ms;         /* a compile's wall-clock budget */
+	uint32_t compile_ms;         /* a compile's budget: CPU time on its thread */
 	size_t cache_bytes;          /* compiled grammars kept by content, least used out first */
+	size_t memory_bytes;         /* what all compiled grammars may hold, kept or in use */
 };
 
 struct bn_grammar_service {
@@ -58,11 +59,17 @@ struct bn_grammar_service {
 	uint64_t event_value;        /* the loop's read target */
 };
 
-/* Opens the service over the daemon's vocabulary: every token's bytes as the daemon decodes
- * them, control, unknown and unused tokens special, the end-of-generation ids ending. A NULL
- * vocabulary (no text), or one that cannot be turned into the engine's, leaves it closed
- * (vocab NULL; logged) and returns 0; -errno when threads or memory fail. */
+/* The engine's vocabulary of the daemon's: every token's bytes as the daemon decodes them,
+ * control, unknown and unused tokens special, the end-of-generation ids ending. 0, -EINVAL
+ * when a text token is longer than the engine takes, -ENOMEM. */
+int bn_grammar_service_vocab(const struct bn_vocab *v, struct bn_grammar_vocab **out);
+
+/* Opens the service over the daemon's vocabulary, with the engine's vocabulary `built` from
+ * it by bn_grammar_service_vocab (taken over; NULL: built here). A NULL vocabulary (no text),
+ * or one that cannot be turned into the engine's, leaves it closed (vocab NULL; logged) and
+ * returns 0; -errno when threads or memory fail. */
 int bn_grammar_service_open(struct bn_grammar_service *g, const struct bn_vocab *v,
+			    struct bn_grammar_vocab *built,
 			    const struct bn_grammar_service_config *cfg);
 void bn_grammar_service_close(struct bn_grammar_service *g);
 

@@ -717,6 +717,20 @@ int bn_loop_run(struct bn_loop *l)
 }
 
 /* The vocabulary's end-of-generation ids for the scheduler (eos is its own field). */
+/* What the model runs, for STATS (bitnet-cli info): the activation and why, the packing of a
+ * float bitnet* file's matrices. */
+static void copy_graph(const struct bn_model_desc *model)
+{
+	snprintf(bn_stats.activation, sizeof(bn_stats.activation), "%s", model->activation);
+	snprintf(bn_stats.activation_why, sizeof(bn_stats.activation_why), "%s",
+		 model->activation_why);
+	memcpy(bn_stats.float_candidates, model->float_candidates,
+	       sizeof(bn_stats.float_candidates));
+	memcpy(bn_stats.ternary_from_float, model->ternary_from_float,
+	       sizeof(bn_stats.ternary_from_float));
+	snprintf(bn_stats.kept_float, sizeof(bn_stats.kept_float), "%s", model->kept_float);
+}
+
 static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc)
 {
 	for (uint32_t i = 0; i < c->n_eog && sc->n_eog < BN_SCHED_MAX_EOG; i++)
@@ -747,8 +761,11 @@ static int open_grammars(struct bn_loop *l, const struct bn_config *cfg,
 	if (!off) {
 		struct bn_grammar_service_config gc = { .threads = cfg->grammar_threads,
 							.compile_ms = cfg->grammar_compile_ms,
-							.cache_bytes = (size_t)cfg->grammar_cache };
-		int rc = bn_grammar_service_open(&l->grammars, l->control.text.vocab, &gc);
+							.cache_bytes = (size_t)cfg->grammar_cache,
+							.memory_bytes = (size_t)cfg->grammar_memory };
+		int rc = bn_grammar_service_open(&l->grammars, l->control.text.vocab,
+						 l->control.grammar_vocab, &gc);
+		l->control.grammar_vocab = NULL; /* the service's now */
 		if (rc < 0) {
 			errno = -rc;
 			return -1;
@@ -778,7 +795,8 @@ static int open_ring(struct bn_loop *l)
 }
 
 struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend_ops *ops,
-			    void *backend, const struct bn_model_desc *model, int *exit_code)
+			    void *backend, const struct bn_model_desc *model,
+			    struct bn_text_prep *prep, int *exit_code)
 {
 	struct bn_loop *l = calloc(1, sizeof(*l));
 	*exit_code = BN_EXIT_SYSTEM;
@@ -787,9 +805,13 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 	l->cfg = cfg;
 	l->listen_fd = l->signal_fd = -1;
 	l->next_session_id = 1;
+	/* An embedding's vector goes to the output array too (§6.14). */
+	uint32_t vector = model->pooling ? model->embed_dim : 0;
 	l->limits = (struct bn_session_limits){ .slots = cfg->slots,
 						.prompt_capacity = model->context_length,
-						.output_capacity = model->context_length,
+						.output_capacity = model->context_length > vector
+									   ? model->context_length
+									   : vector,
 						.ring_start = cfg->ring_start,
 						.logprob_capacity = cfg->max_logprobs,
 						.max_weight = cfg->max_weight,
@@ -811,14 +833,17 @@ struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend
 		.prefix_cache = cfg->prefix_cache,
 		.speculative = cfg->speculative,
 		.draft_tokens = cfg->draft_tokens,
+		.pooling = model->pooling,
+		.embed_dim = model->embed_dim,
 	};
-	bn_control_open(&l->control, cfg, model);
+	bn_control_open(&l->control, cfg, model, prep);
 	copy_eog(&l->control.vocab.choice, &sc);
 	l->sched = bn_sched_new(ops, backend, model, &sc, &bn_session_reply);
 	bn_stats.spec_mode = bn_speculative_names[ops->seq_rewind ? cfg->speculative
 								  : BN_SPECULATIVE_OFF];
 	bn_stats.spec_draft_tokens = cfg->draft_tokens;
 	snprintf(bn_stats.cuda_kernels, sizeof(bn_stats.cuda_kernels), "%s", model->kernels);
+	copy_graph(model);
 	if (!l->sched) {
 		/* Logged by the scheduler (the KV cache does not fit or cannot be allocated). */
 		*exit_code = BN_EXIT_BACKEND;

@@ -11,11 +11,14 @@
 #include "config.h"
 
 struct bn_loop;
+struct bn_text_prep;
 
 /* Sets up io_uring, signals and the listening socket (inherited from systemd or created at
- * cfg->socket_path). Returns NULL after logging why; *exit_code says which failure. */
+ * cfg->socket_path), with the text side `prep` built beside the backend (textprep.h; NULL:
+ * built here). Returns NULL after logging why; *exit_code says which failure. */
 struct bn_loop *bn_loop_new(const struct bn_config *cfg, const struct bn_backend_ops *ops,
-			    void *backend, const struct bn_model_desc *model, int *exit_code);
+			    void *backend, const struct bn_model_desc *model,
+			    struct bn_text_prep *prep, int *exit_code);
 
 /* Serves until SIGTERM/SIGINT, then drains. Returns 0. */
 int bn_loop_run(struct bn_loop *l);

@@ -10,6 +10,7 @@
 #include "hf_model.h"
 #include "listen.h"
 #include "loop.h"
+#include "textprep.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ static int open_named(const char *name, const struct bn_config *cfg, int probing
 		.device_index = cfg->device_index,
 		.cuda_kernels = cfg->cuda_kernels,
 		.probing = probing,
+		.activation = cfg->activation,
 	};
 	if ((*ops)->open(&opt, model, backend) < 0) {
 		if (!probing)
@@ -100,14 +102,21 @@ int main(int argc, char **argv)
 	if (bn_signals_block() < 0)
 		return BN_EXIT_SYSTEM;
 
+	/* The vocabulary and tokenizers are built while the backend loads the weights. */
+	static struct bn_text_prep prep;
+	bn_text_prep_start(&prep, &cfg);
 	const struct bn_backend_ops *ops;
 	void *backend = NULL;
 	struct bn_model_desc model;
-	if (open_backend(&cfg, &ops, &backend, &model) < 0)
+	if (open_backend(&cfg, &ops, &backend, &model) < 0) {
+		bn_text_prep_free(&prep);
 		return BN_EXIT_BACKEND;
+	}
+	bn_model_describe_embedding(&model, cfg.pooling);
 
 	int exit_code;
-	struct bn_loop *loop = bn_loop_new(&cfg, ops, backend, &model, &exit_code);
+	struct bn_loop *loop = bn_loop_new(&cfg, ops, backend, &model, &prep, &exit_code);
+	bn_text_prep_free(&prep); /* what the loop did not take */
 	if (!loop) {
 		ops->close(backend);
 		return exit_code;

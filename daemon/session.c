@@ -98,6 +98,12 @@ void bn_segment_layout(const struct bn_session_limits *lim, uint32_t slots,
 	uint32_t tokens = lim->prompt_capacity > lim->output_capacity ? lim->prompt_capacity
 								     : lim->output_capacity;
 	uint32_t text = bn_text_capacity(lim->text, tokens);
+	/* A daemon that compiles grammars takes the longest grammar text in one op (§6.13): the
+	 * region sized for the context alone held about half of it with LLaMA-3's vocabulary. The
+	 * pages are the memfd's and cost nothing until a client writes them. */
+	uint32_t grammar_op = (uint32_t)sizeof(struct bn_grammar_head) + BN_GRAMMAR_TEXT_MAX;
+	if (text && lim->grammars && lim->grammars->vocab && text < grammar_op)
+		text = align64(grammar_op);
 	if (text) {
 		/* The text of any prompt or output the slot holds fits (textreq.c sizes it). */
 		h->slot_text_offset = h->slot_size;
@@ -122,11 +128,16 @@ static void write_header(struct bn_session *s, const struct bn_shm_header *layou
 	h->magic = BN_SHM_MAGIC;
 	h->abi_version = BN_ABI_VERSION;
 	h->features = BN_FEAT_STREAMING | BN_FEAT_PARAMS | BN_FEAT_LOGPROBS |
-		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) |
-		      (m->can_score ? BN_FEAT_SCORE : 0) | (m->can_classify ? BN_FEAT_CLASSIFY : 0) |
-		      BN_FEAT_COMPUTE | BN_FEAT_SPECULATE |
-		      (layout->slot_text_capacity && lim->grammars && lim->grammars->vocab
-			       ? BN_FEAT_GRAMMAR : 0);
+		      (layout->slot_text_capacity ? BN_FEAT_TEXT : 0) | BN_FEAT_COMPUTE;
+	/* An embedding model embeds and nothing else (bn_session_generates). */
+	if (!m->file_pooling)
+		h->features |= (m->can_score ? BN_FEAT_SCORE : 0) |
+			       (m->can_classify ? BN_FEAT_CLASSIFY : 0) | BN_FEAT_SPECULATE |
+			       (layout->slot_text_capacity && lim->grammars && lim->grammars->vocab
+					? BN_FEAT_GRAMMAR : 0);
+	else
+		h->features |= BN_FEAT_EMBEDDING_MODEL;
+	h->features |= m->pooling ? BN_FEAT_EMBED : 0;
 	h->session_id = s->id;
 	h->vocab_size = m->vocab_size;
 	h->context_length = m->context_length;

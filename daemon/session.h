@@ -172,6 +172,9 @@ void bn_req_write_record(struct bn_req *r, uint32_t index, const struct bn_sampl
 /* Publishes a score request's position index + 1: its token (o->token) to the output array,
  * its log-probability records, and n_tokens = index + 1. */
 void bn_req_publish_score(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
+/* An embedding request's vector (§6.14): v[0 .. dim) as binary32 words in the output array
+ * and embed_pooling, published by the DONE that follows (n_tokens = dim). */
+void bn_req_publish_embedding(struct bn_req *r, const float *v, uint32_t dim, uint32_t pooling);
 /* Wakes a thread waiting for streamed tokens, if one declared itself. Call after a full fence
  * that follows the n_tokens stores. */
 void bn_req_wake_stream_waiter(struct bn_req *r);
@@ -179,6 +182,11 @@ void bn_req_wake_stream_waiter(struct bn_req *r);
 void bn_req_finish(struct bn_req *r, uint32_t status, uint32_t error);
 /* The client asked to cancel (reads the shared cancel word once). */
 int bn_req_cancel_requested(const struct bn_req *r);
+/* The reason a request ends, as text in its slot's text region (cut to fit), published by
+ * the DONE that follows: n_text bytes. A daemon without text regions has nowhere to write
+ * it. */
+void bn_req_write_reason(struct bn_session *s, struct bn_req *r, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 /* Drops r->grammar's reference (BN_REQ_GRAMMAR; a request at its end). */
 void bn_grammar_detach(struct bn_req *r);
 

@@ -12,6 +12,8 @@
 #include "common/clock.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Shared words are stored with integer atomics (which do not take floats): as their bits,
@@ -72,6 +74,37 @@ void bn_req_publish_score(struct bn_req *r, uint32_t index, const struct bn_samp
 	bn_store_release(bn_slot_at(&s->seg, r->slot)->n_tokens, r->n_out);
 	/* Release: the count is visible before the event that announces it. */
 	bn_store_release(bn_slot_at(&s->seg, r->slot)->events, ++r->events);
+}
+
+void bn_req_publish_embedding(struct bn_req *r, const float *v, uint32_t dim, uint32_t pooling)
+{
+	struct bn_session *s = bn_session_of(r);
+	uint32_t *out = bn_slot_output(&s->seg, r->slot);
+	for (uint32_t i = 0; i < dim; i++) {
+		uint32_t bits;
+		memcpy(&bits, &v[i], sizeof(bits));
+		bn_write_once(out[i], bits);
+	}
+	uint32_t trained = s->seg.model->file_pooling ? BN_EMBED_TRAINED : 0;
+	bn_write_once(bn_slot_at(&s->seg, r->slot)->embed_pooling, pooling | trained);
+	r->n_out = dim; /* bn_req_finish stores it as n_tokens, before DONE */
+}
+
+void bn_req_write_reason(struct bn_session *s, struct bn_req *r, const char *fmt, ...)
+{
+	if (!s->seg.text_capacity)
+		return;
+	char msg[BN_GRAMMAR_ERR_LEN + 128];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	size_t len = n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1;
+	if (len > s->seg.text_capacity)
+		len = s->seg.text_capacity;
+	memcpy(bn_slot_text(&s->seg, r->slot), msg, len);
+	r->n_text = (uint32_t)len;
+	bn_write_once(bn_slot_at(&s->seg, r->slot)->n_text, r->n_text);
 }
 
 static void wake(uint32_t *word)
@@ -139,6 +172,7 @@ const struct bn_reply bn_session_reply = {
 	.write_logprobs = bn_req_write_logprobs,
 	.write_record = bn_req_write_record,
 	.publish_score = bn_req_publish_score,
+	.publish_embedding = bn_req_publish_embedding,
 	.wake_stream_waiter = bn_req_wake_stream_waiter,
 	.finish = bn_req_finish,
 };

@@ -10,6 +10,7 @@
 #include "bitnet_barrier.h"
 #include "bitnet_ring.h"
 #include "common/clock.h"
+#include "model/embed.h"
 #include "serve/sched.h"
 
 #include <string.h>
@@ -209,12 +210,11 @@ static uint32_t copy_reading_words(struct bn_session *s, struct bn_req *r, uint3
 	return 0;
 }
 
-/* A score request: its prompt as for generate (ids, or text with its flags), n_logprobs
- * alternatives per position with LOGPROBS, a deadline. Returns 0 or the bn_error that ends
- * it. */
-static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
+/* A request that reads one given sequence (score, embed): its words (flags within allowed),
+ * then the sequence as for generate (ids, or text with its flags), no longer than the
+ * context. Returns 0 or the bn_error that ends it. */
+static uint32_t copy_sequence_request(struct bn_session *s, struct bn_req *r, uint32_t allowed)
 {
-	const uint32_t allowed = BN_REQ_LOGPROBS | BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS;
 	uint32_t err = copy_reading_words(s, r, allowed);
 	if (!err)
 		err = take_prompt(s, r);
@@ -224,6 +224,13 @@ static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
 		err = copy_ids(s, r);
 	r->stop = r->prompt + r->n_prompt;
 	return err;
+}
+
+/* A score request: n_logprobs alternatives per position with LOGPROBS, a deadline. */
+static uint32_t copy_score_request(struct bn_session *s, struct bn_req *r)
+{
+	return copy_sequence_request(s, r, BN_REQ_LOGPROBS | BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL |
+					   BN_REQ_NO_BOS);
 }
 
 /* Reverses w[0 .. n). */
@@ -306,12 +313,40 @@ static uint32_t copy_classify_request(struct bn_session *s, struct bn_req *r)
 	return err;
 }
 
+/* An embedding request (§6.14): its input as for score, a deadline. */
+static uint32_t copy_embed_request(struct bn_session *s, struct bn_req *r)
+{
+	uint32_t err = copy_sequence_request(s, r, BN_REQ_TEXT | BN_REQ_PARSE_SPECIAL | BN_REQ_NO_BOS);
+	/* Every input says its token count, ids as well as text (usage figures). */
+	if (!(r->flags & BN_REQ_TEXT))
+		bn_write_once(bn_slot_at(&s->seg, r->slot)->prompt_tokens, r->n_prompt);
+	return err;
+}
+
+/* An embedding model (its file names a pooling) embeds and nothing else: the ops that need
+ * the LM head are not offered. */
 static int op_offered(const struct bn_session *s, uint32_t op)
 {
-	return op == BN_OP_GENERATE ||
+	const struct bn_model_desc *m = s->seg.model;
+	int head = !m->file_pooling;
+	return (op == BN_OP_GENERATE && head) ||
 	       ((op == BN_OP_TOKENIZE || op == BN_OP_DETOKENIZE) && s->seg.text_capacity) ||
-	       (op == BN_OP_SCORE && s->seg.model->can_score) ||
-	       (op == BN_OP_CLASSIFY && s->seg.model->can_classify);
+	       (op == BN_OP_SCORE && m->can_score && head) ||
+	       (op == BN_OP_CLASSIFY && m->can_classify && head) ||
+	       (op == BN_OP_EMBED && m->pooling);
+}
+
+/* Why an op a request named is not offered, in its text region where the daemon has one. */
+static void explain_unsupported(struct bn_session *s, struct bn_req *r, uint32_t op)
+{
+	const struct bn_model_desc *m = s->seg.model;
+	if (op == BN_OP_EMBED)
+		bn_req_write_reason(s, r, "this daemon does not embed: %s", m->embed_off);
+	else if (m->file_pooling && (op == BN_OP_GENERATE || op == BN_OP_SCORE ||
+				     op == BN_OP_CLASSIFY))
+		bn_req_write_reason(s, r, "%s is an embedding model (its file's pooling_type is "
+				    "%s): it embeds (op EMBED) and does not generate, score or "
+				    "classify", m->name, bn_pooling_name(m->file_pooling));
 }
 
 static void reset_response(struct bn_session *s, struct bn_req *r)
@@ -319,10 +354,10 @@ static void reset_response(struct bn_session *s, struct bn_req *r)
 	struct bn_slot *sl = bn_slot_at(&s->seg, r->slot);
 	bn_write_once(sl->status, BN_STATUS_NONE);
 	bn_write_once(sl->error, 0);
-	if (s->seg.text_capacity) {
+	if (s->seg.text_capacity)
 		bn_write_once(sl->n_text, 0);
-		bn_write_once(sl->prompt_tokens, 0);
-	}
+	bn_write_once(sl->prompt_tokens, 0);
+	bn_write_once(sl->embed_pooling, 0);
 	bn_store_release(sl->n_tokens, 0);
 	r->n_out = 0;
 	r->n_text = 0;
@@ -397,12 +432,15 @@ static int take_sqe(struct bn_session *s, struct bn_sched *sched, const struct b
 		return 0;
 	}
 	int scheduled = e->op == BN_OP_GENERATE || e->op == BN_OP_SCORE ||
-			e->op == BN_OP_CLASSIFY;
+			e->op == BN_OP_CLASSIFY || e->op == BN_OP_EMBED;
 	uint32_t err = !op_offered(s, e->op)	     ? BN_E_UNSUPPORTED
 		       : e->op == BN_OP_GENERATE ? copy_request(s, r)
 		       : e->op == BN_OP_SCORE	 ? copy_score_request(s, r)
 		       : e->op == BN_OP_CLASSIFY ? copy_classify_request(s, r)
+		       : e->op == BN_OP_EMBED	 ? copy_embed_request(s, r)
 						 : copy_op_request(s, r);
+	if (err == BN_E_UNSUPPORTED && !op_offered(s, e->op))
+		explain_unsupported(s, r, e->op);
 	if (err)
 		end_after_snapshot(s, r, BN_STATUS_ERROR, err);
 	else if (shutting_down)

@@ -30,8 +30,7 @@ static void refine_invalid(const struct gw_req *q, struct gw_error *e)
 			     "more alternatives per token than the daemon gives (its --max-logprobs)");
 }
 
-/* The key's count of running choices, and the gateway's; 429 beyond the key's limit. */
-static int admit(struct gw_req *q, struct gw_error *e)
+int gw_handler_admit(struct gw_req *q, struct gw_error *e)
 {
 	struct gw_server *srv = q->srv;
 	size_t k = q->key ? (size_t)(q->key - srv->cfg->keys) : 0;
@@ -49,7 +48,7 @@ static int admit(struct gw_req *q, struct gw_error *e)
 	return -1;
 }
 
-static int lease(struct gw_req *q, struct gw_lease *l, int64_t deadline, struct gw_error *e)
+int gw_handler_lease(struct gw_req *q, struct gw_lease *l, int64_t deadline, struct gw_error *e)
 {
 	int rc = gw_pool_acquire(q->pool, q->choices, deadline, l);
 	if (rc == -BN_E_TOO_LONG)
@@ -165,15 +164,28 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, struct gw_req *q)
 	return gw_send_json(c, q, 200, gw_render_response(&q->run));
 }
 
+int gw_handler_model(struct gw_req *q, struct gw_error *e)
+{
+	struct gw_server *srv = q->srv;
+	int err;
+	q->pool = q->key ? &srv->key_pools[q->key - srv->cfg->keys] : &srv->anonymous;
+	q->model = gw_ring_model(&srv->ring, q->pool, &err);
+	if (q->model)
+		return 0;
+	gw_error_from_bn(e, err ? err : -BN_E_DISCONNECTED, "reaching the daemon");
+	return -1;
+}
+
 enum MHD_Result gw_handle_completion(struct MHD_Connection *c, struct gw_req *q)
 {
 	struct gw_server *srv = q->srv;
 	struct gw_error e = { 0 };
-	int err;
-	q->pool = q->key ? &srv->key_pools[q->key - srv->cfg->keys] : &srv->anonymous;
-	q->model = gw_ring_model(&srv->ring, q->pool, &err);
-	if (!q->model) {
-		gw_error_from_bn(&e, err ? err : -BN_E_DISCONNECTED, "reaching the daemon");
+	if (gw_handler_model(q, &e) < 0)
+		return gw_send_error(c, q, &e);
+	if (q->model->features & BN_FEAT_EMBEDDING_MODEL) {
+		gw_error_set(&e, 400, "model",
+			     "The model `%s` is an embedding model: it answers /v1/embeddings, and "
+			     "does not generate", q->model->id);
 		return gw_send_error(c, q, &e);
 	}
 	enum gw_endpoint kind = q->route == GW_ROUTE_CHAT ? GW_CHAT : GW_COMPLETIONS;
@@ -187,7 +199,7 @@ enum MHD_Result gw_handle_completion(struct MHD_Connection *c, struct gw_req *q)
 	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
 	int64_t deadline = q->t0 + (int64_t)srv->cfg->request_timeout_s * 1000000000;
 	struct gw_lease l;
-	if (admit(q, &e) < 0 || lease(q, &l, deadline, &e) < 0)
+	if (gw_handler_admit(q, &e) < 0 || gw_handler_lease(q, &l, deadline, &e) < 0)
 		return gw_send_error(c, q, &e);
 	q->run_started = 1; /* the run holds the lease from here: gw_run_free gives it back */
 	if (gw_run_start(&q->run, &q->job, q->model, &l, deadline, &e) < 0) {

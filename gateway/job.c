@@ -277,11 +277,11 @@ static int parse_logprobs(struct gw_job *job, json_t *root, uint32_t max_logprob
 }
 
 /* response_format, tools, tool_choice; a tool call is not cut by stop strings. */
-static int parse_structured(struct gw_job *job, json_t *root, const struct gw_model *model,
-			    struct gw_error *err)
+static int parse_structured(struct gw_job *job, json_t *root, const char *body, size_t len,
+			    const struct gw_model *model, struct gw_error *err)
 {
 	uint32_t tmpl = model->vocab ? bn_vocab_chat_template(model->vocab) : BN_CHAT_NONE;
-	if (gw_structured_parse(&job->structured, root, job->kind == GW_CHAT,
+	if (gw_structured_parse(&job->structured, root, body, len, job->kind == GW_CHAT,
 				bn_chat_template_name(tmpl), err) < 0)
 		return -1;
 	if (job->structured.tools && job->n_stop) {
@@ -309,12 +309,11 @@ int gw_job_parse(struct gw_job *job, enum gw_endpoint kind, const char *body, si
 {
 	memset(job, 0, sizeof(*job));
 	job->kind = kind;
-	json_error_t jerr;
-	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root || !json_is_object(root)) {
-		gw_error_set(err, 400, NULL, root ? "the body must be a JSON object"
-						  : "the body is not valid JSON: %s (line %d, column %d)",
-			     jerr.text, jerr.line, jerr.column);
+	json_t *root = gw_structured_load(body, len, err);
+	if (!root)
+		return -1;
+	if (!json_is_object(root)) {
+		gw_error_set(err, 400, NULL, "the body must be a JSON object");
 		json_decref(root);
 		return -1;
 	}
@@ -327,7 +326,7 @@ int gw_job_parse(struct gw_job *job, enum gw_endpoint kind, const char *body, si
 			     json_string_value(name), model->id);
 	else if (refuse_unsupported(root, kind, err) == 0 && parse_shape(job, root, err) == 0 &&
 		 parse_sampling(job, root, err) == 0 && parse_stop(job, root, err) == 0 &&
-		 parse_structured(job, root, model, err) == 0 &&
+		 parse_structured(job, root, body, len, model, err) == 0 &&
 		 parse_logprobs(job, root, max_logprobs, err) == 0 &&
 		 (kind == GW_CHAT || get_bool(root, "echo", &job->echo, err) == 0))
 		rc = gw_prompts_parse(job, root, model, err);

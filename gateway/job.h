@@ -10,6 +10,7 @@
 
 #include "bitnet_client.h"
 #include "error.h"
+#include "json_text.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -29,6 +30,7 @@ struct gw_prompt {
 };
 
 #define GW_MAX_STOP 16
+#define GW_MAX_TOOLS 128
 #define GW_MAX_N 128
 
 /* What constrains the output (structured.c): response_format, or a tool call. */
@@ -37,7 +39,8 @@ enum gw_tool_mode { GW_TOOLS_OFF, GW_TOOLS_NAMED, GW_TOOLS_REQUIRED };
 struct gw_structured {
 	uint32_t kind;            /* 0: not constrained; else BN_GRAMMAR_KIND_JSON_SCHEMA or _JSON */
 	uint32_t flags;           /* BN_GRAMMAR_JSON_* */
-	char *text;               /* the schema (compact JSON), malloc'd; NULL for kind JSON */
+	char *text;               /* the schema: the user's text less whitespace between tokens,
+				   * malloc'd; NULL for kind JSON */
 	size_t len;
 	const char *param;        /* what a refusal of the grammar names: response_format, tools */
 	enum gw_tool_mode tools;
@@ -74,9 +77,17 @@ int gw_prompts_parse(struct gw_job *job, json_t *root, const struct gw_model *m,
 		     struct gw_error *err);
 
 /* structured.c: response_format, and on chat tools, tool_choice and parallel_tool_calls, into
- * s (template_name: the chat template's, for the refusal of tool_choice "auto"). 0 or -1. */
-int gw_structured_parse(struct gw_structured *s, json_t *root, int chat,
-			const char *template_name, struct gw_error *err);
+ * s (template_name: the chat template's, for the refusal of tool_choice "auto"); root is
+ * Jansson's parse of body[0..len), whose text the schemas are taken from. 0 or -1. */
+int gw_structured_parse(struct gw_structured *s, json_t *root, const char *body, size_t len,
+			int chat, const char *template_name, struct gw_error *err);
+/* The body parsed by Jansson, the schemas' numbers as Jansson can hold them (json_text.h: the
+ * schemas go to the daemon as their text), U+0000 taken in their strings only. NULL with err
+ * set (a 400). */
+json_t *gw_structured_load(const char *body, size_t len, struct gw_error *err);
+/* Where the schemas are in a body (response_format's, then each tool's parameters, len 0 where
+ * absent), at most cap of them: the values json_text.h's masked copy writes over. */
+size_t gw_structured_spans(const char *body, size_t len, struct gw_span *out, size_t cap);
 void gw_structured_free(struct gw_structured *s);
 
 /* A tool call in an output so far: 1 with the function's name and where its arguments are in

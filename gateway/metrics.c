@@ -8,7 +8,8 @@
 #include <string.h>
 
 static const char *const route_names[GW_N_ROUTES] = { "chat_completions", "completions",
-						      "models", "health", "metrics", "other" };
+						      "models", "health", "metrics", "embeddings",
+						      "other" };
 /* The statuses the gateway answers with; any other is counted as "other". */
 static const int statuses[] = { 200, 400, 401, 404, 405, 413, 429, 500, 503, 504 };
 #define N_STATUSES (sizeof(statuses) / sizeof(statuses[0]))

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 enum gw_route { GW_ROUTE_CHAT, GW_ROUTE_COMPLETIONS, GW_ROUTE_MODELS, GW_ROUTE_HEALTH,
-		GW_ROUTE_METRICS, GW_ROUTE_OTHER, GW_N_ROUTES };
+		GW_ROUTE_METRICS, GW_ROUTE_EMBEDDINGS, GW_ROUTE_OTHER, GW_N_ROUTES };
 
 void gw_metrics_request(enum gw_route route, int status, double seconds);
 void gw_metrics_first_token(double seconds);

@@ -81,8 +81,10 @@ static void note_model(struct gw_ring *r, struct bn_client *c)
 	struct bn_model_info info;
 	if (bn_model_info(c, &info) < 0)
 		return;
+	uint32_t features = bn_model_features(c);
 	pthread_mutex_lock(&r->lock);
-	int known = r->model && same_model(&r->model->info, &info);
+	int known = r->model && same_model(&r->model->info, &info) &&
+		    r->model->features == features;
 	pthread_mutex_unlock(&r->lock);
 	if (known)
 		return;
@@ -90,6 +92,7 @@ static void note_model(struct gw_ring *r, struct bn_client *c)
 	if (!m)
 		return;
 	m->info = info;
+	m->features = features;
 	m->refs = 1; /* the ring's */
 	snprintf(m->id, sizeof(m->id), "%s", r->model_name ? r->model_name : info.name);
 	int rc = bn_vocab_fetch(c, &m->vocab);

@@ -20,6 +20,7 @@
 struct gw_model {
 	struct bn_model_info info;
 	struct bn_vocab *vocab;   /* NULL: the daemon serves no vocabulary (ids only) */
+	uint32_t features;        /* the session header's BN_FEAT_* (BN_FEAT_EMBED, ...) */
 	char id[128];             /* what /v1/models reports and requests name */
 	int refs;
 };

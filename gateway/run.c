@@ -280,18 +280,24 @@ static int grammar_of(struct gw_run *r, struct gw_grammar **g, struct gw_error *
 		return 0;
 	const struct bn_grammar_spec spec = { .kind = st->kind, .flags = st->flags,
 					      .text = st->text, .len = st->len };
+	const char *what = st->tools ? "the tool's parameters" : "the schema";
+	if (st->len > BN_GRAMMAR_TEXT_MAX) {
+		gw_error_set(err, 400, st->param, "%s is %zu bytes without whitespace between tokens, "
+			     "larger than the daemon takes: at most %u bytes", what, st->len,
+			     BN_GRAMMAR_TEXT_MAX);
+		return -1;
+	}
 	char why[300];
 	int rc = gw_lease_grammar(&r->lease, &spec, r->deadline_ns, g, why, sizeof(why));
 	if (rc == 0)
 		return 0;
-	const char *what = st->tools ? "the tool's parameters" : "the schema";
 	if (rc == -BN_E_GRAMMAR || rc == -BN_E_GRAMMAR_LIMIT)
 		gw_error_set(err, 400, st->param, "%s cannot be enforced: %s", what, why);
 	else if (rc == -BN_E_UNSUPPORTED)
 		gw_error_set(err, 400, st->param, "the daemon cannot constrain outputs: %s",
 			     why[0] ? why : bn_strerror(rc));
 	else if (rc == -BN_E_TOO_LONG)
-		gw_error_set(err, 400, st->param, "%s is larger than the daemon takes", what);
+		gw_error_set(err, 400, st->param, "%s is larger than the daemon takes: %s", what, why);
 	else if (rc == -BN_E_BUSY)
 		gw_error_set(err, 503, NULL, "the daemon's --max-grammars are all in use by running requests");
 	else

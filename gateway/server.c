@@ -112,6 +112,8 @@ static enum gw_route route_of(const char *url)
 		return GW_ROUTE_CHAT;
 	if (strcmp(url, "/v1/completions") == 0)
 		return GW_ROUTE_COMPLETIONS;
+	if (strcmp(url, "/v1/embeddings") == 0)
+		return GW_ROUTE_EMBEDDINGS;
 	if (strcmp(url, "/v1/models") == 0 || strncmp(url, "/v1/models/", 11) == 0)
 		return GW_ROUTE_MODELS;
 	if (strcmp(url, "/health") == 0)
@@ -123,7 +125,7 @@ static enum gw_route route_of(const char *url)
 
 static int route_method_ok(enum gw_route r, const char *method)
 {
-	int post = r == GW_ROUTE_CHAT || r == GW_ROUTE_COMPLETIONS;
+	int post = r == GW_ROUTE_CHAT || r == GW_ROUTE_COMPLETIONS || r == GW_ROUTE_EMBEDDINGS;
 	return strcmp(method, post ? "POST" : "GET") == 0 ||
 	       (!post && strcmp(method, "HEAD") == 0);
 }
@@ -245,7 +247,8 @@ static enum MHD_Result begin(struct gw_server *srv, struct MHD_Connection *c, co
 		if (r) {
 			MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
 			MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
-						q->route == GW_ROUTE_CHAT || q->route == GW_ROUTE_COMPLETIONS
+						q->route == GW_ROUTE_CHAT || q->route == GW_ROUTE_COMPLETIONS ||
+								q->route == GW_ROUTE_EMBEDDINGS
 							? "POST" : "GET, HEAD");
 		} else {
 			free(text);
@@ -300,6 +303,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 		gw_error_set(&e, 503, NULL, "The gateway is stopping");
 		return gw_send_error(c, q, &e);
 	}
+	if (q->route == GW_ROUTE_EMBEDDINGS)
+		return gw_handle_embeddings(c, q);
 	return gw_handle_completion(c, q);
 }
 

@@ -79,6 +79,16 @@ enum MHD_Result gw_send_error(struct MHD_Connection *c, struct gw_req *q,
 /* The HTTP client of q closed its connection (or reset it). */
 int gw_client_gone(struct gw_req *q);
 
+/* handlers.c: the key's count of running choices (q->choices) and the gateway's, 429 beyond
+ * the key's limit (gw_completion_free gives them back); q->choices slots on one of the key's
+ * sessions. 0, or -1 with e set. */
+int gw_handler_admit(struct gw_req *q, struct gw_error *e);
+/* The key's pool (q->pool) and the daemon's model (q->model, a reference gw_completion_free
+ * puts back). 0, or -1 with e set. */
+int gw_handler_model(struct gw_req *q, struct gw_error *e);
+int gw_handler_lease(struct gw_req *q, struct gw_lease *l, int64_t deadline, struct gw_error *e);
+/* embeddings.c: POST /v1/embeddings, once the body is in. */
+enum MHD_Result gw_handle_embeddings(struct MHD_Connection *c, struct gw_req *q);
 /* handlers.c: POST /v1/completions and /v1/chat/completions, once the body is in. */
 enum MHD_Result gw_handle_completion(struct MHD_Connection *c, struct gw_req *q);
 /* Frees what a completion held (the run, its lease, the key's count). */

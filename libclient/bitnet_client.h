@@ -447,10 +447,11 @@ struct bn_grammar_handle;
  * the same text again is cheap) and returns a handle to constrain requests with. On refusal
  * err (NUL-terminated, truncated to err_cap; may be NULL) gets the daemon's reason, which
  * names the keyword or construct and where it is. Returns 0, or -BN_E_GRAMMAR (not valid, or
- * not enforceable), -BN_E_GRAMMAR_LIMIT (over a limit: size, nesting, rules, states, a
- * repetition, compile time), -BN_E_BUSY (the session holds the daemon's --max-grammars),
- * -BN_E_UNSUPPORTED (no BN_FEAT_GRAMMAR: the loopback backend, a model without a text
- * vocabulary), -BN_E_TOO_LONG (larger than a slot's text region),
+ * not enforceable), -BN_E_GRAMMAR_LIMIT (over a limit: size — text over BN_GRAMMAR_TEXT_MAX,
+ * 256 KiB, refused here before a round trip —, nesting, rules, states, a repetition, compile
+ * work, the daemon's --grammar-memory), -BN_E_BUSY (the session holds the daemon's
+ * --max-grammars), -BN_E_UNSUPPORTED (no BN_FEAT_GRAMMAR: the loopback backend, a model
+ * without a text vocabulary), -BN_E_TOO_LONG (larger than an older daemon's text region),
  * -BN_E_INVALID (bad arguments), -BN_E_TIMEOUT (the compile was still running: it is
  * dropped), -ENOMEM, or as bn_submit. Release the handle with bn_grammar_release. */
 int bn_grammar_load(struct bn_client *c, const struct bn_grammar_spec *spec,
@@ -471,6 +472,49 @@ int bn_grammar_release(struct bn_grammar_handle *g);
  * request the grammar cannot continue ends with BN_STATUS_ERROR / -BN_E_GRAMMAR_STUCK. */
 int bn_submit_grammar(struct bn_client *c, const struct bn_request *req, const char *text,
 		      size_t len, const struct bn_grammar_handle *g, struct bn_handle **out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Embeddings (BITNET_CLIENT_1.7; shm/PROTOCOL.md §6.14): one vector per input                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One input to embed: its ids (BOS first if wanted: nothing is added), or text the daemon
+ * encodes (BOS as the model says; flags BN_REQ_PARSE_SPECIAL, BN_REQ_NO_BOS), never both. Its
+ * vector is the final norm's output at its positions (what the LM head reads, as llama.cpp's
+ * embeddings), pooled as the model says (mean, first position, last position) and divided by
+ * its L2 norm; dim floats, of which the first cap are copied to vector. */
+struct bn_embed_item {
+	const uint32_t *ids;
+	uint32_t n_ids;
+	const char *text;
+	size_t text_len;
+	uint32_t flags;           /* with text: BN_REQ_PARSE_SPECIAL, BN_REQ_NO_BOS; else 0 */
+	float *vector;            /* [cap] out */
+	uint32_t cap;
+	uint32_t dim;             /* out: the vector's length, the model's hidden size */
+	uint32_t n_tokens;        /* out: the input's tokens (also when it was too long) */
+	uint32_t pooling;         /* out: enum bn_pooling */
+	uint32_t trained;         /* out: 1 when the model was trained to embed (its file names a
+	                           * pooling: an embedding model, whose vectors may be truncated
+	                           * and normalised again, Matryoshka-style); 0 for a generative
+	                           * model pooled by the daemon's --pooling */
+	int32_t error;            /* out: 0 or -BN_E_*: -BN_E_EMPTY (no input, or text that encodes
+	                           * to nothing), -BN_E_TOO_LONG (longer than the context),
+	                           * -BN_E_TOKEN (an id outside the vocabulary), -BN_E_UNSUPPORTED (a
+	                           * daemon that does not embed: a generative model without
+	                           * bitnetd --pooling, the loopback backend, an older daemon) ... */
+	struct bn_result result;  /* out: status BN_STATUS_COMPLETE when embedded */
+};
+
+/* Embeds one item; returns item->error. */
+int bn_embed(struct bn_client *c, struct bn_embed_item *item, int64_t timeout_ns);
+/* Every item as bn_embed, as many in flight as the slots allow and batched together in the
+ * daemon; each fails or succeeds alone and equals the same item embedded alone, bit for bit.
+ * Returns as bn_generate_batch. */
+int bn_embed_batch(struct bn_client *c, struct bn_embed_item *items, size_t n,
+		   struct bn_batch_result *result, int64_t timeout_ns);
+/* The session header's BN_FEAT_* bits: BN_FEAT_EMBED (the daemon embeds),
+ * BN_FEAT_EMBEDDING_MODEL (an embedding model: it does not generate), ... (0 for NULL). */
+uint32_t bn_model_features(const struct bn_client *c);
 
 /* Names of error codes (negative or positive) and statuses. Never NULL. */
 const char *bn_strerror(int code);

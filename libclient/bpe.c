@@ -3,9 +3,9 @@
  * libbitnet-client: byte-level BPE (GGUF tokenizer.ggml.model = "gpt2"), as GPT-2, LLaMA-3
  * and Hugging Face tokenizers do it.
  *
- * 1. Split: the pre-tokenizer's pattern cuts the text into words (LLaMA-3's or GPT-2's; PCRE2
- *    with Unicode properties and its JIT; bytes that are not valid UTF-8 match nothing and
- *    form words of their own).
+ * 1. Split: the pre-tokenizer's pattern cuts the text into words (LLaMA-3's, GPT-2's or
+ *    Falcon's; PCRE2 with Unicode properties and its JIT; bytes that are not valid UTF-8
+ *    match nothing and form words of their own).
  * 2. Bytes to symbols: GPT-2's byte alphabet gives every byte a character, and so a token.
  * 3. Merges by rank: the adjacent pair with the lowest merge rank is joined, the leftmost of
  *    equal pairs first, until no pair has a merge. A heap of candidates with stale ones
@@ -18,6 +18,7 @@
 #include "tokenizer_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pcre2.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,18 @@ static const char llama3_pattern[] =
 	" ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char gpt2_pattern[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+/* Falcon3's and Falcon-E's, which bitnet.cpp's llama.cpp splits in three passes, as Hugging
+ * Face's pre-tokenizer Sequence [Punctuation (contiguous), ByteLevel (GPT-2's pattern), Digits
+ * (each digit alone)] does: runs of punctuation (Unicode P, and the ASCII punctuation that
+ * Unicode calls symbols: $ + < = > ^ ` | ~) are pieces of their own; GPT-2's pattern splits
+ * each other piece; every digit is a word. One pass here: the runs come first; the other
+ * classes leave the punctuation out; GPT-2's (?!\S) also holds where punctuation ends the
+ * piece; GPT-2's contractions cannot match (the apostrophe is a piece of its own); " ?\p{N}+"
+ * becomes \p{N} (the space before a number is then a word of its own, as Digits leaves it). */
+#define FALCON_PUNCT "\\p{P}$+<=>^`|~"
+static const char falcon_pattern[] =
+	"[" FALCON_PUNCT "]+| ?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}" FALCON_PUNCT "]+|"
+	"\\s+(?![^\\s" FALCON_PUNCT "])|\\s+";
 
 /* ------------------------------------------------------------------------------------------ */
 /* GPT-2's byte alphabet                                                                       */
@@ -78,6 +91,14 @@ size_t bpe_byte_utf8(uint32_t byte, char out[2])
 	return put_char(out, byte_char(byte));
 }
 
+size_t bpe_alphabet_text(const char *raw, size_t n, char *out)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += put_char(out + k, byte_char((uint8_t)raw[i]));
+	return k;
+}
+
 /* Decodes one UTF-8 character of at most n bytes: its code point and length, or 0. */
 static size_t utf8_char(const uint8_t *p, size_t n, uint32_t *cp)
 {
@@ -120,16 +141,16 @@ static const struct bpe_merge_slot *merge_find(const struct bn_vocab *v, uint32_
 	}
 }
 
-/* A merge is a pair of tokens whose texts joined are the result's; a pair named twice keeps
- * its first (lowest) rank. */
+/* A merge is a pair of tokens whose (encoding) texts joined are the result's; a pair named
+ * twice keeps its first (lowest) rank. */
 static int merge_ok(const struct bn_vocab *v, const struct bn_vocab_merge *m)
 {
 	if (m->left >= v->n_tokens || m->right >= v->n_tokens || m->result >= v->n_tokens)
 		return 0;
-	uint32_t l = vocab_token_len(v, m->left), r = vocab_token_len(v, m->right);
-	return vocab_token_len(v, m->result) == l + r &&
-	       memcmp(v->text + v->offset[m->result], v->text + v->offset[m->left], l) == 0 &&
-	       memcmp(v->text + v->offset[m->result] + l, v->text + v->offset[m->right], r) == 0;
+	uint32_t l, r, n;
+	const char *left = vocab_enc_text(v, m->left, &l), *right = vocab_enc_text(v, m->right, &r);
+	const char *result = vocab_enc_text(v, m->result, &n);
+	return n == l + r && memcmp(result, left, l) == 0 && memcmp(result + l, right, r) == 0;
 }
 
 #define MERGE_PREFETCH_AHEAD 16
@@ -220,9 +241,57 @@ static int bytes_build(struct bn_vocab *v)
 	return 0;
 }
 
+int bpe_encoding_texts(struct bn_vocab *v)
+{
+	uint64_t size = 0;
+	int needed = 0;
+	for (uint32_t id = 0; id < v->n_tokens; id++) {
+		uint32_t n = vocab_token_len(v, id);
+		uint64_t k = n;
+		for (uint32_t i = 0; bpe_raw_text_type(v->type[id]) && i < n; i++) {
+			uint8_t b = (uint8_t)v->text[v->offset[id] + i];
+			k += b >= 0x80 || !byte_printable(b); /* two bytes of UTF-8 in the alphabet */
+		}
+		needed |= k != n;
+		size += k;
+	}
+	if (!needed)
+		return 0;
+	if (size > UINT32_MAX)
+		return -BN_E_PROTOCOL;
+	v->enc_text = malloc(size ? size : 1);
+	v->enc_offset = malloc(((size_t)v->n_tokens + 1) * sizeof(*v->enc_offset));
+	if (!v->enc_text || !v->enc_offset)
+		return -ENOMEM;
+	uint32_t at = 0;
+	for (uint32_t id = 0; id < v->n_tokens; id++) {
+		const char *t = v->text + v->offset[id];
+		uint32_t n = vocab_token_len(v, id);
+		v->enc_offset[id] = at;
+		if (bpe_raw_text_type(v->type[id])) {
+			at += (uint32_t)bpe_alphabet_text(t, n, v->enc_text + at);
+		} else {
+			memcpy(v->enc_text + at, t, n);
+			at += n;
+		}
+	}
+	v->enc_offset[v->n_tokens] = at;
+	return 0;
+}
+
+static const char *split_pattern(uint32_t pre)
+{
+	switch (pre) {
+	case BN_PRE_GPT2: return gpt2_pattern;
+	case BN_PRE_FALCON3:
+	case BN_PRE_FALCON_E: return falcon_pattern;
+	default: return llama3_pattern;
+	}
+}
+
 static int split_build(struct bn_vocab *v)
 {
-	const char *pattern = v->pre_tokenizer == BN_PRE_GPT2 ? gpt2_pattern : llama3_pattern;
+	const char *pattern = split_pattern(v->pre_tokenizer);
 	int err;
 	PCRE2_SIZE where;
 	pcre2_code *code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
@@ -469,14 +538,16 @@ static void prefetch_words(const struct bn_vocab *v, const uint8_t *t, struct wo
 		slot[i] = w[i].hash & v->map_mask;
 		__builtin_prefetch(&v->map[slot[i]]);
 	}
+	const uint32_t *offset = v->enc_text ? v->enc_offset : v->offset;
+	const char *text = v->enc_text ? v->enc_text : v->text;
 	for (uint32_t i = 0; i < n; i++) {
 		slot[i] = v->map[slot[i]]; /* id + 1, or 0 */
 		if (slot[i])
-			__builtin_prefetch(&v->offset[slot[i] - 1]);
+			__builtin_prefetch(&offset[slot[i] - 1]);
 	}
 	for (uint32_t i = 0; i < n; i++)
 		if (slot[i])
-			__builtin_prefetch(v->text + v->offset[slot[i] - 1]);
+			__builtin_prefetch(text + offset[slot[i] - 1]);
 }
 
 /* Splits words off t[*at..len) until fewer than 2 places of max are left (at least one
@@ -528,4 +599,22 @@ int bpe_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t 
 	pcre2_match_data_free(md);
 	state_free(&w);
 	return rc;
+}
+
+int bpe_split(const struct bn_vocab *v, const char *text, size_t len, size_t *ends, size_t cap)
+{
+	struct word_span words[2];
+	pcre2_match_data *md = pcre2_match_data_create_from_pattern(v->split, NULL);
+	if (!md)
+		return -ENOMEM;
+	size_t n = 0;
+	int rc = 0;
+	for (size_t at = 0; rc >= 0 && at < len;) {
+		rc = split_words(v, md, (const uint8_t *)text, len, &at, words, 2);
+		for (int i = 0; rc > 0 && i < rc; i++, n++)
+			if (n < cap)
+				ends[n] = words[i].start + words[i].len;
+	}
+	pcre2_match_data_free(md);
+	return rc < 0 ? rc : n > INT_MAX ? -BN_E_TOO_LONG : (int)n;
 }

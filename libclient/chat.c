@@ -20,6 +20,10 @@
  *          '<<SYS>>\n' + system + '\n<</SYS>>\n\n' + content; user turns are bos_token +
  *          '[INST] ' + content.strip() + ' [/INST]', assistant turns ' ' + content.strip() +
  *          ' ' + eos_token; users and assistants must alternate, starting with a user
+ *  falcon3 Falcon3-Instruct (its template without tools, Tulu 3's): system and user turns are
+ *          '<|system|>\n' or '<|user|>\n' + m.content + '\n', assistant turns
+ *          '<|assistant|>\n' + m.content + eos_token, then '\n' unless it is the last
+ *          message; other roles give nothing; then '<|assistant|>\n'
  *
  * The render is tokenized as one text (so BPE sees the same runs a whole-text encoding sees),
  * with special tokens matched only outside the spans that came from the caller: a message
@@ -39,6 +43,7 @@
 static const char *const template_names[] = {
 	[BN_CHAT_NONE] = "none",     [BN_CHAT_UNKNOWN] = "unknown", [BN_CHAT_BITNET] = "bitnet",
 	[BN_CHAT_LLAMA3] = "llama3", [BN_CHAT_CHATML] = "chatml",   [BN_CHAT_LLAMA2] = "llama2",
+	[BN_CHAT_FALCON3] = "falcon3",
 };
 
 const char *bn_chat_template_name(uint32_t tmpl)
@@ -49,7 +54,7 @@ const char *bn_chat_template_name(uint32_t tmpl)
 
 int bn_chat_template_from_name(const char *name)
 {
-	for (uint32_t t = BN_CHAT_BITNET; name && t <= BN_CHAT_LLAMA2; t++)
+	for (uint32_t t = BN_CHAT_BITNET; name && t <= BN_CHAT_FALCON3; t++)
 		if (strcmp(name, template_names[t]) == 0)
 			return (int)t;
 	return -1;
@@ -296,6 +301,27 @@ static int render_llama2(struct render *r, const struct bn_vocab *v,
 	return 0;
 }
 
+static int render_falcon3(struct render *r, const struct bn_vocab *v,
+			  const struct bn_chat_message *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *role = m[i].role;
+		int assistant = strcmp(role, "assistant") == 0;
+		if (!assistant && strcmp(role, "system") != 0 && strcmp(role, "user") != 0)
+			continue; /* the template has no branch for other roles */
+		put_template(r, "<|"); /* the role is one of the template's three names */
+		put_template(r, role);
+		put_template(r, "|>\n");
+		put(r, m[i].content, strlen(m[i].content), 1);
+		if (assistant)
+			put_token_text(r, v, v->eos_id);
+		if (!assistant || i + 1 < n)
+			put_template(r, "\n");
+	}
+	put_template(r, "<|assistant|>\n");
+	return 0;
+}
+
 static int role_ok(const char *role)
 {
 	size_t n = role ? strlen(role) : 0;
@@ -327,6 +353,7 @@ static int render(const struct bn_vocab *v, uint32_t tmpl, const struct bn_chat_
 	case BN_CHAT_LLAMA3: rc = render_llama3(r, v, m, n); break;
 	case BN_CHAT_CHATML: rc = render_chatml(r, v, m, n); break;
 	case BN_CHAT_LLAMA2: rc = render_llama2(r, v, m, n); break;
+	case BN_CHAT_FALCON3: rc = render_falcon3(r, v, m, n); break;
 	default: return -BN_E_INVALID; /* none, or one bitnetd does not know: the caller picks */
 	}
 	if (rc == 0 && r->failed)

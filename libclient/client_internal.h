@@ -138,7 +138,7 @@ struct bn_submission {
 	const struct bn_request *req;
 	const char *text;
 	size_t len;
-	uint32_t op; /* enum bn_sq_op: BN_OP_GENERATE, BN_OP_SCORE or BN_OP_CLASSIFY */
+	uint32_t op; /* enum bn_sq_op: BN_OP_GENERATE, BN_OP_SCORE, BN_OP_CLASSIFY or BN_OP_EMBED */
 	uint32_t grammar_id; /* BN_OP_GENERATE: non-zero, constrained by that grammar */
 };
 /* bn_submit and bn_submit_text, for any op this library sends. */

@@ -8,6 +8,7 @@
 #include "client_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,16 +72,31 @@ static int run_op(struct bn_client *c, uint32_t op, const struct grammar_op *arg
 	return rc;
 }
 
-static int check_spec(const struct bn_client *c, const struct bn_grammar_spec *spec)
+/* The spec checked before a round trip; a size refused says the grammar's and the limit, as
+ * the daemon's own refusal would. */
+static int check_spec(const struct bn_client *c, const struct bn_grammar_spec *spec, char *err,
+		      size_t err_cap)
 {
 	if (!spec || (!spec->text && spec->len) || spec->kind < BN_GRAMMAR_KIND_JSON_SCHEMA ||
 	    spec->kind > BN_GRAMMAR_KIND_GBNF)
 		return -BN_E_INVALID;
 	if (!(c->layout.features & BN_FEAT_GRAMMAR))
 		return -BN_E_UNSUPPORTED;
-	if (spec->len > c->layout.slot_text_capacity - sizeof(struct bn_grammar_head) ||
-	    c->layout.slot_text_capacity < sizeof(struct bn_grammar_head))
+	if (spec->len > BN_GRAMMAR_TEXT_MAX) {
+		if (err && err_cap)
+			snprintf(err, err_cap, "the grammar is %zu bytes, over the limit of %u bytes "
+				 "of grammar text", spec->len, BN_GRAMMAR_TEXT_MAX);
+		return -BN_E_GRAMMAR_LIMIT;
+	}
+	/* A daemon before the limit's region takes less (its regions hold the context's text). */
+	uint32_t room = c->layout.slot_text_capacity;
+	room = room > sizeof(struct bn_grammar_head) ? room - sizeof(struct bn_grammar_head) : 0;
+	if (spec->len > room) {
+		if (err && err_cap)
+			snprintf(err, err_cap, "the grammar is %zu bytes, over the %u bytes of grammar "
+				 "text this daemon's slots hold", spec->len, room);
 		return -BN_E_TOO_LONG;
+	}
 	return 0;
 }
 
@@ -91,7 +107,7 @@ int bn_grammar_load(struct bn_client *c, const struct bn_grammar_spec *spec,
 		err[0] = '\0';
 	if (!c || !out)
 		return -BN_E_INVALID;
-	int rc = check_spec(c, spec);
+	int rc = check_spec(c, spec, err, err_cap);
 	if (rc < 0)
 		return rc;
 	struct bn_grammar_handle *g = malloc(sizeof(*g));

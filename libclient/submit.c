@@ -86,6 +86,7 @@ static void reset_response(struct bn_client *c, struct bn_slot *s)
 {
 	if (c->layout.features & BN_FEAT_TEXT)
 		s->n_text = s->prompt_tokens = 0;
+	s->embed_pooling = 0;
 	s->cancel = 0;
 	s->waiters = 0;
 	s->status = BN_STATUS_NONE;
@@ -183,7 +184,8 @@ static int check_prompt_form(const struct bn_client *c, const struct bn_request 
 	return 0;
 }
 
-/* The op's feature: a score request needs a daemon whose backend scores. */
+/* The op's feature: a score request needs a daemon whose backend scores, an embedding one
+ * that embeds. */
 static int check_op(const struct bn_client *c, uint32_t op)
 {
 	if (op == BN_OP_GENERATE)
@@ -192,6 +194,8 @@ static int check_op(const struct bn_client *c, uint32_t op)
 		return c->layout.features & BN_FEAT_SCORE ? 0 : -BN_E_UNSUPPORTED;
 	if (op == BN_OP_CLASSIFY)
 		return c->layout.features & BN_FEAT_CLASSIFY ? 0 : -BN_E_UNSUPPORTED;
+	if (op == BN_OP_EMBED)
+		return c->layout.features & BN_FEAT_EMBED ? 0 : -BN_E_UNSUPPORTED;
 	return -BN_E_INVALID;
 }
 

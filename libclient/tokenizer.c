@@ -103,7 +103,8 @@ const char *bn_vocab_token_text(const struct bn_vocab *v, uint32_t id, size_t *l
 }
 
 static const char *const pre_names[] = {
-	[BN_PRE_NONE] = "none", [BN_PRE_LLAMA3] = "llama-bpe", [BN_PRE_GPT2] = "gpt2",
+	[BN_PRE_NONE] = "none",		[BN_PRE_LLAMA3] = "llama-bpe", [BN_PRE_GPT2] = "gpt2",
+	[BN_PRE_FALCON3] = "falcon3", [BN_PRE_FALCON_E] = "falcon_e",
 };
 
 const char *bn_pre_tokenizer_name(uint32_t pre)
@@ -117,7 +118,8 @@ int bn_pre_tokenizer_from_name(const char *name)
 	static const struct { const char *name; int pre; } names[] = {
 		{ "llama-bpe", BN_PRE_LLAMA3 }, { "llama3", BN_PRE_LLAMA3 },
 		{ "llama-v3", BN_PRE_LLAMA3 },  { "gpt2", BN_PRE_GPT2 },
-		{ "gpt-2", BN_PRE_GPT2 },
+		{ "gpt-2", BN_PRE_GPT2 },	{ "falcon3", BN_PRE_FALCON3 },
+		{ "falcon_e", BN_PRE_FALCON_E },
 	};
 	for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcmp(name, names[i].name) == 0)
@@ -137,6 +139,8 @@ void bn_vocab_free(struct bn_vocab *v)
 	free(v->map);
 	free(v->special);
 	free(v->eog);
+	free(v->enc_text);
+	free(v->enc_offset);
 	free(v);
 }
 
@@ -144,10 +148,17 @@ void bn_vocab_free(struct bn_vocab *v)
 /* Special tokens: bucketed by first byte, longest first                                       */
 /* ------------------------------------------------------------------------------------------ */
 
+/* A BPE user-defined token whose text differs from its byte-alphabet spelling is a decoded
+ * added token (bpe_encoding_texts): the encoder produces it, and Hugging Face matches its own
+ * text (the alphabet's), never the decoded one, in text. */
 static int is_special(const struct bn_vocab *v, uint32_t id)
 {
-	return (v->type[id] == TYPE_CONTROL || v->type[id] == TYPE_USER_DEFINED) &&
-	       vocab_token_len(v, id) > 0;
+	uint32_t n = vocab_token_len(v, id), enc_len;
+	if (n == 0 || (v->type[id] != TYPE_CONTROL && v->type[id] != TYPE_USER_DEFINED))
+		return 0;
+	const char *enc = vocab_enc_text(v, id, &enc_len);
+	return v->type[id] == TYPE_CONTROL ||
+	       (enc_len == n && memcmp(enc, v->text + v->offset[id], n) == 0);
 }
 
 /* Sort keys copied out of the vocabulary: qsort's comparator gets no context. */
@@ -291,9 +302,9 @@ static int parse_ext(struct bn_vocab *v, const uint8_t *p, size_t left)
 	int bpe = v->kind == BN_VOCAB_BPE;
 	uint64_t want = (uint64_t)x.n_merges * sizeof(struct bn_vocab_merge) + 4 * (uint64_t)x.n_eog;
 	if (x.magic != BN_VOCAB_EXT_MAGIC || want != left ||
-	    (bpe ? x.pre_tokenizer != BN_PRE_LLAMA3 && x.pre_tokenizer != BN_PRE_GPT2
+	    (bpe ? x.pre_tokenizer < BN_PRE_LLAMA3 || x.pre_tokenizer > BN_PRE_FALCON_E
 		 : x.pre_tokenizer != BN_PRE_NONE || x.n_merges != 0) ||
-	    x.chat_template > BN_CHAT_LLAMA2)
+	    x.chat_template > BN_CHAT_FALCON3)
 		return -BN_E_PROTOCOL;
 	v->pre_tokenizer = x.pre_tokenizer;
 	v->chat_template = x.chat_template;
@@ -333,6 +344,8 @@ int bn_vocab_from_payload(const void *payload, size_t size, struct bn_vocab **ou
 	int rc = parse_head(v, payload, size);
 	if (rc == 0)
 		rc = parse_entries(v, payload, size, &pos);
+	if (rc == 0 && v->kind == BN_VOCAB_BPE)
+		rc = bpe_encoding_texts(v);
 	if (rc == 0)
 		rc = vocab_map_build(v);
 	if (rc == 0)

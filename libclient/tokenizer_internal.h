@@ -58,6 +58,12 @@ struct bn_vocab {
 	uint32_t merge_mask;
 	uint8_t alphabet[256][3]; /* each byte's character in GPT-2's alphabet: length, UTF-8 */
 	char *bytes;           /* every token's decoded bytes (the byte alphabet undone) */
+	/* Each token's text as the encoder looks it up, when it is not the token's text: a
+	 * converter stores a user-defined (added) token decoded ("\n"), while merges and
+	 * pre-tokenized words spell it in the byte alphabet ("Ċ"). NULL when every token's is
+	 * its text. */
+	char *enc_text;
+	uint32_t *enc_offset;  /* [n_tokens + 1], like offset */
 	uint32_t *bytes_offset; /* [n_tokens + 1] */
 	void *split;           /* the pre-tokenizer's compiled pattern (pcre2_code_8 *) */
 };
@@ -65,6 +71,17 @@ struct bn_vocab {
 static inline uint32_t vocab_token_len(const struct bn_vocab *v, uint32_t id)
 {
 	return v->offset[id + 1] - v->offset[id];
+}
+
+/* The text the encoders match token id by (see enc_text); its length in *len. */
+static inline const char *vocab_enc_text(const struct bn_vocab *v, uint32_t id, uint32_t *len)
+{
+	if (!v->enc_text) {
+		*len = vocab_token_len(v, id);
+		return v->text + v->offset[id];
+	}
+	*len = v->enc_offset[id + 1] - v->enc_offset[id];
+	return v->enc_text + v->enc_offset[id];
 }
 
 /* The id whose text is exactly p[0..n), among normal, user-defined and undefined tokens (the
@@ -133,11 +150,25 @@ int vocab_tokenize(const struct bn_vocab *v, const char *text, size_t len, uint3
 /* The character GPT-2's byte alphabet gives byte (0..255), UTF-8 encoded: its length, 1 or 2.
  * The daemon's vocabulary builder checks the same alphabet with it. */
 size_t bpe_byte_utf8(uint32_t byte, char out[2]);
+/* raw[0..n) in the byte alphabet, written to out (room for 2n bytes): its length. */
+size_t bpe_alphabet_text(const char *raw, size_t n, char *out);
+/* A user-defined token of a byte-level BPE vocabulary is stored as its raw text; the encoder
+ * knows it by that text in the byte alphabet. 1 for such a token type, else 0. */
+static inline int bpe_raw_text_type(uint32_t type)
+{
+	return type == TYPE_USER_DEFINED;
+}
+/* The encoding texts (enc_text) of a BPE vocabulary, before its text map is built: 0, or
+ * -ENOMEM. Leaves enc_text NULL when no token needs one. */
+int bpe_encoding_texts(struct bn_vocab *v);
 /* Sets up what byte-level BPE needs from a parsed payload: the byte alphabet's tokens, the
  * merge table (merges: n triples in rank order, checked against the tokens), each token's
  * bytes, the split pattern. 0, -BN_E_PROTOCOL for merges or tokens that do not fit, -ENOMEM. */
 int bpe_prepare(struct bn_vocab *v, const struct bn_vocab_merge *merges, uint32_t n);
 void bpe_release(struct bn_vocab *v);
+/* The pre-tokenizer's words of text[0..len): the end of each in ends[0..cap); returns how
+ * many (which may exceed cap) or -error. The tests compare them with reference splits. */
+int bpe_split(const struct bn_vocab *v, const char *text, size_t len, size_t *ends, size_t cap);
 /* Encodes text without special tokens; appends to out like vocab_emit. 0 or -errno. */
 int bpe_encode(const struct bn_vocab *v, const char *text, size_t len, uint32_t *out,
 	       uint32_t cap, size_t *n);

@@ -37,13 +37,15 @@ uint32_t vocab_map_find_hashed(const struct bn_vocab *v, const char *p, size_t n
 		uint32_t e = v->map[i];
 		if (e == 0)
 			return NO_TOKEN;
-		uint32_t id = e - 1;
-		if (vocab_token_len(v, id) == n && memcmp(v->text + v->offset[id], p, n) == 0)
+		uint32_t id = e - 1, len;
+		const char *t = vocab_enc_text(v, id, &len);
+		if (len == n && memcmp(t, p, n) == 0)
 			return id;
 	}
 }
 
-/* Texts that occur twice map to the first id (SentencePiece refuses such models). */
+/* Texts that occur twice map to the first id (SentencePiece refuses such models). A BPE
+ * vocabulary's tokens are keyed by their encoding texts (bpe_encoding_texts). */
 int vocab_map_build(struct bn_vocab *v)
 {
 	uint64_t cap = 16;
@@ -56,14 +58,15 @@ int vocab_map_build(struct bn_vocab *v)
 		return -ENOMEM;
 	v->map_mask = (uint32_t)(cap - 1);
 	for (uint32_t id = 0; id < v->n_tokens; id++) {
-		uint32_t n = vocab_token_len(v, id);
+		uint32_t n;
+		const char *t = vocab_enc_text(v, id, &n);
 		if (!mergeable(v->type[id]) || n == 0)
 			continue;
 		if (n > v->max_len)
 			v->max_len = n;
-		if (vocab_map_find(v, v->text + v->offset[id], n) != NO_TOKEN)
+		if (vocab_map_find(v, t, n) != NO_TOKEN)
 			continue;
-		uint32_t i = hash_bytes(v->text + v->offset[id], n) & v->map_mask;
+		uint32_t i = hash_bytes(t, n) & v->map_mask;
 		while (v->map[i])
 			i = (i + 1) & v->map_mask;
 		v->map[i] = id + 1;

@@ -109,9 +109,11 @@ struct bn_vocab_entry {
  * n_merges struct bn_vocab_merge in rank order (rank 0 first), then n_eog u32 token ids. */
 #define BN_VOCAB_EXT_MAGIC 0x58564e42U /* "BNVX" */
 enum bn_pre_tokenizer {
-	BN_PRE_NONE = 0,   /* not a BPE vocabulary */
-	BN_PRE_LLAMA3 = 1, /* "llama-bpe": LLaMA-3's split pattern */
-	BN_PRE_GPT2 = 2,   /* "gpt2": GPT-2's split pattern */
+	BN_PRE_NONE = 0,     /* not a BPE vocabulary */
+	BN_PRE_LLAMA3 = 1,   /* "llama-bpe": LLaMA-3's split pattern */
+	BN_PRE_GPT2 = 2,     /* "gpt2": GPT-2's split pattern */
+	BN_PRE_FALCON3 = 3,  /* "falcon3": punctuation runs, GPT-2's pattern, digits alone */
+	BN_PRE_FALCON_E = 4, /* "falcon_e": Falcon-E's, the same split as falcon3 */
 };
 enum bn_chat_template {
 	BN_CHAT_NONE = 0,    /* the file has no tokenizer.chat_template and none was chosen */
@@ -120,6 +122,7 @@ enum bn_chat_template {
 	BN_CHAT_LLAMA3 = 3,  /* <|start_header_id|>role<|end_header_id|>\n\ntext<|eot_id|> */
 	BN_CHAT_CHATML = 4,  /* <|im_start|>role\ntext<|im_end|>\n */
 	BN_CHAT_LLAMA2 = 5,  /* <s>[INST] <<SYS>>...<</SYS>> text [/INST] */
+	BN_CHAT_FALCON3 = 6, /* <|user|>\ntext\n ... <|assistant|>\ntext<|endoftext|>\n */
 };
 /* bn_vocab_ext.flags: how the daemon chose (for reports such as bitnet-cli info). */
 #define BN_VOCAB_PRE_DETECTED   (1U << 0) /* tokenizer.ggml.pre absent: known by content */
@@ -197,6 +200,11 @@ enum bn_error {
 #define BN_FEAT_SPECULATE (1U << 7) /* generate requests may set BN_REQ_SPECULATE */
 #define BN_FEAT_GRAMMAR   (1U << 8) /* the ops BN_OP_GRAMMAR and BN_OP_GRAMMAR_FREE, and generate
                                      * requests with BN_REQ_GRAMMAR (PROTOCOL.md §6.13) */
+#define BN_FEAT_EMBED     (1U << 10) /* the op BN_OP_EMBED: one pooled, L2-normalised vector per
+                                      * input (PROTOCOL.md §6.14) */
+#define BN_FEAT_EMBEDDING_MODEL (1U << 11) /* the model is an embedding model (its file names a
+                                      * pooling): it embeds and does not generate (GENERATE ends
+                                      * 1016; SCORE, CLASSIFY, GRAMMAR, SPECULATE not offered) */
 
 /* bn_shm_header.lm_head (BN_FEAT_COMPUTE): where logits and tokens come from. */
 enum bn_lm_head_kind {
@@ -308,6 +316,18 @@ enum bn_sq_op {
 	                       * id in output[0], or BN_STATUS_ERROR with the reason as text */
 	BN_OP_GRAMMAR_FREE = 7, /* BN_FEAT_GRAMMAR: forget the grammar whose id is prompt[0]; ends
 	                       * BN_STATUS_COMPLETE (requests already using it are not affected) */
+	BN_OP_EMBED = 8,      /* BN_FEAT_EMBED: the input's vector (PROTOCOL.md §6.14): n_tokens
+	                       * binary32 words in the output array, pooled as embed_pooling says,
+	                       * L2-normalised; ends BN_STATUS_COMPLETE */
+};
+
+/* How an embedding pools the final norm's output over the input's positions (the values of
+ * llama.cpp's <arch>.pooling_type; PROTOCOL.md §6.14). */
+enum bn_pooling {
+	BN_POOLING_NONE = 0,  /* none: the model does not embed */
+	BN_POOLING_MEAN = 1,  /* the mean over every position */
+	BN_POOLING_CLS = 2,   /* the first position's */
+	BN_POOLING_LAST = 3,  /* the last position's */
 };
 
 /* One submission: 16 bytes. */
@@ -365,8 +385,10 @@ struct bn_slot {
 	uint64_t first_token_ns; /* daemon: time from seeing the request to the first token */
 	uint64_t total_ns;    /* daemon: time from seeing the request to its terminal status */
 	uint32_t prompt_tokens; /* daemon (BN_FEAT_TEXT): the token count of a text or conversation
-	                         * prompt (also when too long) and of a tokenize request */
-	uint32_t reserved1;
+	                         * prompt (also when too long) and of a tokenize request; of every
+	                         * BN_OP_EMBED input */
+	uint32_t embed_pooling; /* daemon (BN_OP_EMBED, at completion): enum bn_pooling and
+	                         * BN_EMBED_* bits; else 0 */
 	/* cache line 1: request (client-written) */
 	uint32_t n_prompt;    /* prompt tokens in the prompt array, 1..slot_prompt_capacity */
 	uint32_t max_tokens;  /* tokens to generate, 1..slot_output_capacity */
@@ -390,6 +412,12 @@ struct bn_slot {
 	uint32_t grammar_id;  /* with BN_REQ_GRAMMAR (BN_FEAT_GRAMMAR): the id a BN_OP_GRAMMAR of
 	                       * this session returned; else must be 0 (a reserved word before) */
 };
+
+/* bn_slot.embed_pooling, above its low byte (an enum bn_pooling) */
+#define BN_EMBED_TRAINED (1U << 8) /* the model was trained to embed: its file names a pooling
+                                    * (an embedding model; its vectors may be truncated and
+                                    * normalised again, Matryoshka-style); without it a
+                                    * generative model pooled by the daemon's --pooling */
 
 /* One log-probability record (BN_FEAT_LOGPROBS): 8 bytes. */
 struct bn_logprob {
@@ -467,6 +495,10 @@ enum bn_grammar_text_kind {
 #define BN_GRAMMAR_JSON_OBJECT  (1U << 0) /* BN_GRAMMAR_KIND_JSON: an object at the top (OpenAI's
                                            * json_object) */
 #define BN_GRAMMAR_JSON_COMPACT (1U << 1) /* JSON forms: no whitespace between tokens at all */
+/* The longest grammar text a daemon compiles (the head not counted): a longer one is refused
+ * with 1018 GRAMMAR_LIMIT. A daemon with BN_FEAT_GRAMMAR makes every slot's text region hold
+ * the head and this much text (PROTOCOL.md §6.13). */
+#define BN_GRAMMAR_TEXT_MAX (256u * 1024)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Pinned layout                                                                               */
@@ -533,6 +565,7 @@ _Static_assert(offsetof(struct bn_slot, waiters) == 20, "slot layout");
 _Static_assert(offsetof(struct bn_slot, events) == 24, "slot layout");
 _Static_assert(offsetof(struct bn_slot, n_text) == 28, "slot layout");
 _Static_assert(offsetof(struct bn_slot, prompt_tokens) == 56, "slot layout");
+_Static_assert(offsetof(struct bn_slot, embed_pooling) == 60, "slot layout");
 _Static_assert(offsetof(struct bn_slot, queue_ns) == 32, "slot layout");
 _Static_assert(offsetof(struct bn_slot, first_token_ns) == 40, "slot layout");
 _Static_assert(offsetof(struct bn_slot, total_ns) == 48, "slot layout");

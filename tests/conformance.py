@@ -38,8 +38,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bitnetd import _wire as wire  # noqa: E402
 from bitnetd._wire import (  # noqa: E402
     ABI_VERSION, CTL_MAGIC, CTL_REPLY_MAGIC, CTL_STATS, DAEMON_CLOSED, DAEMON_SHUTTING_DOWN,
-    FEAT_CLASSIFY, FEAT_SCORE, FEAT_STREAMING, FEAT_TEXT, OP_CLASSIFY, OP_DETOKENIZE,
-    OP_GENERATE, OP_GRAMMAR, OP_GRAMMAR_FREE, OP_SCORE, OP_TOKENIZE, REQ_CHAT, REQ_GRAMMAR,
+    FEAT_CLASSIFY, FEAT_EMBED, FEAT_EMBEDDING_MODEL, FEAT_SCORE, FEAT_STREAMING, FEAT_TEXT,
+    OP_CLASSIFY, OP_DETOKENIZE, OP_EMBED, OP_GENERATE, OP_GRAMMAR, OP_GRAMMAR_FREE, OP_SCORE,
+    OP_TOKENIZE, REQ_CHAT, REQ_GRAMMAR,
     REQ_IGNORE_EOS, REQ_LOGPROBS, REQ_NO_BOS,
     REQ_PARSE_SPECIAL, REQ_SPECIAL_TEXT, REQ_SPECULATE, REQ_STRIP_SPACE, REQ_TEXT, REQ_TEXT_OUT,
     S_COMPLETE, S_CANCELLED, S_EOS, S_ERROR, S_LENGTH, S_SHUTDOWN, SL_CANCEL, SL_NTOK,
@@ -1089,6 +1090,48 @@ def test_score(sess, rng):
     C.eq("score of one token: COMPLETE, nothing scored", (one["status"], one["n_tokens"]), (S_COMPLETE, 0))
 
 
+def test_embed(exe, tmpdir, model, text_sess, rng, sessions, daemons):
+    """Section 6.14: a daemon that embeds (--pooling mean on a generative model), its vectors of
+    unit length, text == its ids, the request words' errors; one that does not, and says why."""
+    r = text_sess.run_one(dict(op=OP_EMBED, prompt=[1, 5, 9]))
+    C.check("no --pooling: no EMBED feature, EMBED -> UNSUPPORTED with the reason",
+            not (text_sess.h["features"] & FEAT_EMBED) and (r["status"], r["error"]) ==
+            (S_ERROR, E_UNSUPPORTED) and b"--pooling" in (r["text"] or b""), repr(r["text"]))
+    d = Daemon(exe, tmpdir, "embed", backend=("--backend", "cpu", "--model", model, "--threads",
+                                              "1", "--pooling", "mean"))
+    daemons.append(d)
+    d.start()
+    e = Session(d, requested_slots=8, label="M")
+    sessions.append(e)
+    C.check("EMBED feature bit, not an embedding model",
+            e.h["features"] & FEAT_EMBED and not e.h["features"] & FEAT_EMBEDDING_MODEL,
+            "features 0x%x" % e.h["features"])
+    ids = tokenize(e, b"Once upon a time", REQ_TEXT)
+    a = e.run_one(dict(op=OP_EMBED, prompt=ids), slot=1)
+    b = e.run_one(dict(op=OP_EMBED, text=b"Once upon a time", flags=REQ_TEXT), slot=2)
+    v = struct.unpack("<%df" % len(a["tokens"]), struct.pack("<%dI" % len(a["tokens"]), *a["tokens"]))
+    C.eq("embed: COMPLETE, pooling mean, its token count", (a["status"], a["embed_pooling"],
+         a["prompt_tokens"], a["n_tokens"] <= e.ocap), (S_COMPLETE, 1, len(ids), True))
+    C.check("embed: a unit vector", abs(sum(x * x for x in v) - 1) < 1e-5, repr(v[:4]))
+    C.eq("embed of a text == embed of its ids (bit for bit)",
+         (b["status"], b["prompt_tokens"], b["tokens"]), (S_COMPLETE, len(ids), a["tokens"]))
+    errors = [
+        ("embed with max_tokens -> INVALID", dict(op=OP_EMBED, prompt=[1, 2], max_tokens=1), E_INVALID),
+        ("embed with LOGPROBS -> INVALID", dict(op=OP_EMBED, prompt=[1, 2], flags=REQ_LOGPROBS), E_INVALID),
+        ("embed of nothing -> EMPTY", dict(op=OP_EMBED, prompt=[]), E_EMPTY),
+        ("embed longer than the context -> TOO_LONG",
+         dict(op=OP_EMBED, prompt=[], n_prompt=e.ctx + 1), E_TOO_LONG),
+        ("embed of an id >= vocab -> TOKEN", dict(op=OP_EMBED, prompt=[1, e.vocab]), E_TOKEN),
+    ]
+    res, _, _ = run_requests(e, [c[1] for c in errors], rng)
+    for (name, _, code), r in zip(errors, res):
+        C.eq("embed error: " + name, (r["state"], r["status"], r["error"], r["n_tokens"],
+                                      r["embed_pooling"]), (ST_DONE, S_ERROR, code, 0, 0))
+    e.close()
+    sessions.remove(e)
+    C.eq("embed daemon: exit status 0 after SIGTERM", d.stop(), 0)
+
+
 def label_sums(recs, lengths):
     """Each label's records added in order, as section 6.12 says."""
     sums, at = [], 0
@@ -1217,6 +1260,7 @@ def run_text_tests(exe, tmpdir, rng, sessions, daemons):
     test_grammar(t, rng)
     test_score(t, rng)
     test_classify(t, rng)
+    test_embed(exe, tmpdir, model, t, rng, sessions, daemons)
     t.close()
     sessions.remove(t)
     C.eq("text daemon: exit status 0 after SIGTERM", d.stop(), 0)

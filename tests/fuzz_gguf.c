@@ -3,10 +3,16 @@
  * fuzz_gguf.c — the libFuzzer target for the GGUF reader. Every input is parsed; one that
  * parses is then walked whole (every getter on every key, every array element, the first and
  * last byte of every tensor), so a bound the parser failed to check shows up as a read outside
- * the input, which ASan reports. Invariants the reader promises are checked with a trap.
+ * the input, which ASan reports. Invariants the reader promises are checked with a trap. A
+ * parsed file then goes through what the loader reads from the metadata alone (model_config.c:
+ * the configuration, and whether type 36 in a llama file is bitnet.cpp's I2_S): one line of
+ * error, or a configuration that keeps the promises forward.c relies on.
  */
 #include "../daemon/model/gguf.h"
+#include "../daemon/model/model.h"
 #include "quant.h"
+
+#include <math.h>
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -90,7 +96,7 @@ static void walk_kv(const struct bn_gguf *g, const struct bn_gguf_kv *kv)
 static void walk_tensor(const struct bn_gguf *g, const struct bn_gguf_tensor *t)
 {
 	touch_str(t->name);
-	CHECK(t->n_dims >= 1 && t->n_dims <= BN_GGUF_MAX_DIMS);
+	CHECK(t->n_dims <= BN_GGUF_MAX_DIMS); /* 0 is a scalar */
 	CHECK(t->size == bn_tensor_bytes(t->type, t->n_elements) && t->size > 0);
 	CHECK(t->offset % g->alignment == 0);
 	CHECK(t->data >= g->base && t->size <= g->size &&
@@ -101,6 +107,23 @@ static void walk_tensor(const struct bn_gguf *g, const struct bn_gguf_tensor *t)
 		CHECK(bn_gguf_find_tensor(g, name) == t);  /* names are unique */
 		free(name);
 	}
+}
+
+/* The loader's configuration of a parsed file: refused in one line, or usable. */
+static void read_config(const struct bn_gguf *g)
+{
+	struct bn_model_config c;
+	char err[BN_MODEL_ERR_LEN];
+	if (bn_model_read_config(g, NULL, &c, err) < 0 || bn_model_check_i2_s(g, &c, err) < 0) {
+		CHECK(err[0] != '\0' && strchr(err, '\n') == NULL);
+		return;
+	}
+	CHECK(c.n_embd && c.n_layer && c.n_head && c.n_ff && c.head_dim && c.n_head_kv);
+	CHECK(c.n_head % c.n_head_kv == 0);
+	CHECK(c.rope_dim && c.rope_dim <= c.head_dim && c.rope_dim % 2 == 0);
+	CHECK(c.rope_freq_scale > 0.0f && isfinite(c.rope_freq_scale));
+	CHECK(c.act == BN_ACT_SILU || c.act == BN_ACT_RELU2);
+	CHECK(c.act_why[0] != '\0');
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -117,6 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		walk_kv(&g, &g.kv[i]);
 	for (uint64_t i = 0; i < g.n_tensors; i++)
 		walk_tensor(&g, &g.tensors[i]);
+	read_config(&g);
 	bn_gguf_close(&g);
 	return 0;
 }

@@ -190,7 +190,7 @@ static inline void random_walk(const struct tvocab *t, struct bn_grammar_bound *
 		uint32_t id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)n);
 		ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
 		if (t->kind[id] != BN_GRAMMAR_TOKEN_EOG &&
-		    (left == 0 || bn_grammar_matcher_min_bytes_to_accept(m) > left - 1)) {
+		    (left == 0 || bn_grammar_matcher_tokens_to_accept(m) > left - 1)) {
 			ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
 			n = bn_grammar_matcher_fill_mask_within(m, mask, left);
 			ck_assert_msg(n > 0, "no token closes in time after %zu bytes", w->len);
@@ -278,6 +278,28 @@ static inline int oracle_run(struct oracle *o)
 	free(o->text);
 	*o = (struct oracle){ 0 };
 	return 0;
+}
+
+/* A 50-property object schema of the kinds real ones have (bounded strings, integers with
+ * bounds, enums, dates, e-mail addresses, booleans), into out (cap bytes). */
+static inline void schema50(char *out, size_t cap)
+{
+	size_t at = (size_t)snprintf(out, cap, "{\"type\":\"object\",\"properties\":{");
+	for (int i = 0; i < 50 && at < cap; i++) {
+		static const char *const kinds[] = {
+			"{\"type\":\"string\",\"maxLength\":%d}",
+			"{\"type\":\"integer\",\"minimum\":0,\"maximum\":%d}",
+			"{\"enum\":[\"red%d\",\"green\",\"blue\"]}",
+			"{\"type\":\"string\",\"format\":\"date\",\"$comment\":\"%d\"}",
+			"{\"type\":\"boolean\",\"$comment\":\"%d\"}",
+		};
+		at += (size_t)snprintf(out + at, cap - at, "%s\"p%d\":", i ? "," : "", i);
+		at += (size_t)snprintf(out + at, cap - at, kinds[i % 5], 20 + 40 * (i % 7));
+	}
+	at += (size_t)snprintf(out + at, cap - at, "},\"required\":[");
+	for (int i = 0; i < 50 && at < cap; i++)
+		at += (size_t)snprintf(out + at, cap - at, "%s\"p%d\"", i ? "," : "", i);
+	snprintf(out + at, cap - at, "],\"additionalProperties\":false}");
 }
 
 #endif /* BITNET_GRAMMAR_TESTUTIL_H */

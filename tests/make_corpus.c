@@ -2,11 +2,16 @@
 /*
  * make_corpus.c — writes the GGUF fuzzing seed corpus (tests/corpus/gguf/): small valid files
  * of v2 and v3 with every metadata type and every tensor type, and broken ones, each one
- * defect away from a valid file, so the fuzzer starts next to both sides of every check.
+ * defect away from a valid file, so the fuzzer starts next to both sides of every check; and
+ * model headers (loader-*) for the configuration the loader reads from a parsed file
+ * (model_config.c: bitnet.cpp's I2_S in a llama file, the head size, RoPE scaling, the
+ * activation), valid ones and one defect away from them; and bitnet.cpp's TL1/TL2 files
+ * (tl-*: the reader reads their whole table before refusing them), with a scalar tensor.
  * Run it again only to change the corpus:
  *
  *   cc -std=gnu11 -Ikernels -Ikernels/cpu tests/make_corpus.c tools/gguf_write.c \
- *       kernels/cpu/types.c -o /tmp/make_corpus && /tmp/make_corpus tests/corpus/gguf
+ *       daemon/model/gguf.c kernels/cpu/types.c -o /tmp/make_corpus -lm && \
+ *       /tmp/make_corpus tests/corpus/gguf
  */
 #include "../daemon/model/gguf.h"
 #include "../tools/gguf_write.h"
@@ -179,6 +184,29 @@ static struct file model_like_v3(void)
 	return finish(w);
 }
 
+/* A TL2 file as bitnet.cpp's converter writes one (daemon/model/gguf.c refuses it): the
+ * tiled matrix of ggml type 39 with its float shape, its F32 scalar scale (0 dimensions)
+ * after it, general.file_type 39; `scale` 0 leaves the scale out. */
+static struct file tl2(int scale)
+{
+	struct bn_gguf_writer *w = bn_gguf_writer_new(3, 32);
+	static uint8_t tiles[256 * 256 / 4];
+	const float max_abs = 0.5f;
+	check(bn_gguf_add_str(w, "general.architecture", "llama"), "arch");
+	check(bn_gguf_add_u32(w, "general.file_type", scale ? 39 : 1), "file type");
+	add_tensor(w, "token_embd.weight", BN_TYPE_F16, 2, (const uint64_t[]){ 256, 2 });
+	check(bn_gguf_add_tensor_bytes(w, "blk.0.attn_q.weight", 39, 2,
+				       (const uint64_t[]){ 256, 256 }, tiles, sizeof(tiles)), "tl2");
+	if (scale)
+		check(bn_gguf_add_tensor(w, "blk.0.attn_q.weight_scale", BN_TYPE_F32, 0, NULL,
+					 &max_abs, sizeof(max_abs)), "scale");
+	add_tensor(w, "output_norm.weight", BN_TYPE_F32, 1, (const uint64_t[]){ 256 });
+	return finish(w);
+}
+
+static struct file tl2_marked(void) { return tl2(1); }
+static struct file tl2_unmarked(void) { return tl2(0); }
+
 /* The base of the broken files: every kind of field a corruption can reach. */
 static struct file base(void)
 {
@@ -225,6 +253,91 @@ static void overlap(struct file *f) { put64(f, type_at(f, "t.aaab") + 4, 64); }
 static void duplicate_key(struct file *f) { f->data[find(f, "key.aaab") + 7] = 'a'; }
 static void duplicate_tensor(struct file *f) { f->data[find(f, "t.aaab") + 5] = 'a'; }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Model headers: what the loader reads from a parsed file                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A llama header as bitnet.cpp's Falcon3 files have it (scaled down): one layer's query in
+ * I2_S with general.file_type 40, the head size from key_length, linear RoPE scaling, the
+ * activation key; each variant changes one thing. */
+struct header {
+	const char *name;
+	const char *arch;
+	uint32_t file_type;      /* 0: no key */
+	uint32_t key_length, value_length;
+	const char *rope_type;   /* NULL: no key */
+	const char *act;         /* NULL: no key */
+	uint32_t spm_tokens;     /* a SentencePiece vocabulary of this many tokens; 0: none */
+	uint32_t trailing;       /* bytes appended after the last tensor's padding */
+};
+
+static const struct header headers[] = {
+	{ "loader-llama-i2s", "llama", 40, 256, 256, "linear", "silu", 0, 0 },
+	{ "loader-llama-i2s-file-type-38", "llama", 38, 256, 256, "linear", "silu", 0, 0 },
+	{ "loader-llama-i2s-no-file-type", "llama", 0, 256, 256, "linear", "silu", 0, 0 },
+	{ "loader-llama-i2s-trailing-bytes", "llama", 40, 256, 256, "linear", "silu", 0, 64 },
+	{ "loader-llama-key-value-differ", "llama", 40, 256, 128, "linear", "silu", 0, 0 },
+	{ "loader-llama-value-only", "llama", 40, 0, 256, "linear", "silu", 0, 0 },
+	{ "loader-llama-rope-yarn", "llama", 40, 256, 256, "yarn", "silu", 0, 0 },
+	{ "loader-llama-gelu", "llama", 40, 256, 256, "linear", "gelu", 0, 0 },
+	{ "loader-bitnet-b158-spm-32002", "bitnet-b1.58", 40, 0, 0, NULL, NULL, 32002, 0 },
+};
+
+static void add_spm(struct bn_gguf_writer *w, uint32_t n)
+{
+	char (*text)[8] = malloc((size_t)n * sizeof(*text));
+	const char **ptrs = malloc((size_t)n * sizeof(*ptrs));
+	if (!text || !ptrs)
+		die("out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		snprintf(text[i], sizeof(text[i]), "%x", i);
+		ptrs[i] = text[i];
+	}
+	check(bn_gguf_add_str(w, "tokenizer.ggml.model", "llama"), "tok model");
+	check(bn_gguf_add_arr_str(w, "tokenizer.ggml.tokens", ptrs, n), "tokens");
+	free(ptrs);
+	free(text);
+}
+
+static struct file model_header(const struct header *h)
+{
+	struct bn_gguf_writer *w = bn_gguf_writer_new(3, 32);
+	char key[96];
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", h->arch, suffix), key)
+	check(bn_gguf_add_str(w, "general.architecture", h->arch), "arch");
+	check(bn_gguf_add_u32(w, KEY("embedding_length"), 256), "embd");
+	check(bn_gguf_add_u32(w, KEY("block_count"), 1), "blocks");
+	check(bn_gguf_add_u32(w, KEY("feed_forward_length"), 256), "ffn");
+	check(bn_gguf_add_u32(w, KEY("attention.head_count"), 1), "heads");
+	if (h->file_type)
+		check(bn_gguf_add_u32(w, "general.file_type", h->file_type), "file_type");
+	if (h->key_length)
+		check(bn_gguf_add_u32(w, KEY("attention.key_length"), h->key_length), "k");
+	if (h->value_length)
+		check(bn_gguf_add_u32(w, KEY("attention.value_length"), h->value_length), "v");
+	if (h->rope_type) {
+		check(bn_gguf_add_str(w, KEY("rope.scaling.type"), h->rope_type), "rope type");
+		check(bn_gguf_add_f32(w, KEY("rope.scaling.factor"), 2.0f), "rope factor");
+	}
+	if (h->act)
+		check(bn_gguf_add_str(w, KEY("hidden_activation"), h->act), "act");
+	if (h->spm_tokens)
+		add_spm(w, h->spm_tokens);
+#undef KEY
+	add_tensor(w, "token_embd.weight", BN_TYPE_F16, 2, (const uint64_t[]){ 256, 4 });
+	add_tensor(w, "blk.0.attn_q.weight", BN_TYPE_I2_S, 2, (const uint64_t[]){ 256, 256 });
+	struct file f = finish(w);
+	if (h->trailing) {
+		uint8_t *more = realloc(f.data, f.size + h->trailing);
+		if (!more)
+			die("out of memory");
+		memset(more + f.size, 0, h->trailing);
+		f.data = more;
+		f.size += h->trailing;
+	}
+	return f;
+}
+
 struct broken {
 	const char *name;
 	void (*corrupt)(struct file *f);
@@ -258,6 +371,8 @@ static const struct valid valid_files[] = {
 	{ "valid-v2-align64", mixed_v2_align64 },
 	{ "valid-v3-model-like", model_like_v3 },
 	{ "valid-v3-base", base },
+	{ "tl-bitnet-cpp-tl2", tl2_marked },      /* refused, not valid: a seed all the same */
+	{ "tl-type-39-unmarked", tl2_unmarked },
 };
 
 static void save(const char *dir, const char *name, const struct file *f)
@@ -284,6 +399,11 @@ int main(int argc, char **argv)
 		struct file f = base();
 		broken_files[i].corrupt(&f);
 		save(argv[1], broken_files[i].name, &f);
+		free(f.data);
+	}
+	for (size_t i = 0; i < sizeof(headers) / sizeof(headers[0]); i++) {
+		struct file f = model_header(&headers[i]);
+		save(argv[1], headers[i].name, &f);
 		free(f.data);
 	}
 	return 0;

@@ -15,7 +15,7 @@
 #include "bitnet_shm.h"
 
 #define SEC 1000000000LL
-#define ST_MAX_OUT 256
+#define ST_MAX_OUT 768
 #define ST_N_ALT 4
 
 static char st_work[] = "/tmp/bn-structured-XXXXXX";

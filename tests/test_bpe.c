@@ -18,6 +18,7 @@
 #include "../tools/gguf_write.h"
 #include "bitnet_client.h"
 #include "testutil.h"
+#include "tokenizer_internal.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@ enum {
 	T_BC = 256, T_AB, T_AA, T_AAAA, T_12, T_123, T_1234, T_12345, T_45, T_GG, T_NLNL, T_GB,
 	T_QM, T_QS, T_FA, T_EMOJI1, T_EMOJI2, T_XYZ,
 	S_BOS, S_EOT, S_EOS, S_SH, S_EH, S_IMS, S_IME, S_TAG, S_TAGX, S_TAGXYZ,
+	S_USER, S_ASSISTANT, S_SYSTEM,
 	N_TOKENS,
 	N_EXTRA = N_TOKENS - 256,
 };
@@ -84,6 +86,9 @@ static const struct tok extra[N_EXTRA] = {
 	[S_TAG - 256] = { "<tag>", 4, NULL },
 	[S_TAGX - 256] = { "<tag>x", 3, NULL },
 	[S_TAGXYZ - 256] = { "tag>xyz", 3, NULL },
+	[S_USER - 256] = { "<|user|>", 3, NULL },
+	[S_ASSISTANT - 256] = { "<|assistant|>", 3, NULL },
+	[S_SYSTEM - 256] = { "<|system|>", 3, NULL },
 };
 #define N_MERGES 17
 
@@ -119,7 +124,9 @@ struct bpe_file {
 	uint32_t eot, eom;           /* NONE: absent */
 	int byte;                    /* a byte whose token gets byte_text instead, or -1 */
 	const char *byte_text;
+	int32_t byte_type;           /* and this type (0: normal) */
 	int no_add_bos;              /* tokenizer.ggml.add_bos_token = false */
+	int add_bos;                 /* tokenizer.ggml.add_bos_token = true */
 };
 
 static struct bpe_file file_with_pre(const char *pre)
@@ -144,8 +151,10 @@ static struct bn_gguf_writer *bpe_writer(const struct bpe_file *f)
 			merges[n_merges++] = extra[i].merge;
 	}
 	ck_assert_uint_eq(n_merges, N_MERGES);
-	if (f->byte >= 0)
+	if (f->byte >= 0) {
 		texts[f->byte] = f->byte_text;
+		types[f->byte] = f->byte_type ? f->byte_type : 1;
+	}
 	struct bn_gguf_writer *w = bn_gguf_writer_new(3, 32);
 	ck_assert_ptr_nonnull(w);
 	ck_assert_int_eq(bn_gguf_add_str(w, "general.name", "t"), 0);
@@ -166,8 +175,8 @@ static struct bn_gguf_writer *bpe_writer(const struct bpe_file *f)
 		ck_assert_int_eq(bn_gguf_add_u32(w, "tokenizer.ggml.eom_token_id", f->eom), 0);
 	if (f->chat_template)
 		ck_assert_int_eq(bn_gguf_add_str(w, "tokenizer.chat_template", f->chat_template), 0);
-	if (f->no_add_bos)
-		ck_assert_int_eq(bn_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", 0), 0);
+	if (f->no_add_bos || f->add_bos)
+		ck_assert_int_eq(bn_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", f->add_bos), 0);
 	return w;
 }
 
@@ -803,14 +812,15 @@ static const struct {
 	  "t.gguf: tokenizer.ggml.merges[0] \"b \" is not two tokens" },
 	{ { .pre = "falcon", .eot = NONE, .eom = NONE, .byte = -1 },
 	  "t.gguf: tokenizer.ggml.pre \"falcon\" is not a pre-tokenizer bitnetd knows "
-	  "(llama-bpe, gpt2); choose one with --pre-tokenizer" },
+	  "(llama-bpe, gpt2, falcon3, falcon_e); choose one with --pre-tokenizer" },
 	{ { .pre = "llama-bpe", .eot = NONE, .eom = NONE, .byte = 'A', .byte_text = "AA" },
 	  "t.gguf: the gpt2 vocabulary has no token for byte 0x41 (a normal, user-defined or undefined token whose text is its character)" },
 	{ { .pre = "llama-bpe", .eot = NONE, .eom = NONE, .byte = 0x0a, .byte_text = "\n" },
 	  "t.gguf: the gpt2 vocabulary has no token for byte 0x0a (a normal, user-defined or undefined token whose text is its character)" },
 	{ { .pre = NULL, .eot = NONE, .eom = NONE, .byte = -1 },
 	  "t.gguf: tokenizer.ggml.pre is missing and the gpt2 vocabulary is not one bitnetd "
-	  "recognises; name its pre-tokenizer with --pre-tokenizer (llama-bpe, gpt2)" },
+	  "recognises; name its pre-tokenizer with --pre-tokenizer (llama-bpe, gpt2, falcon3, "
+	  "falcon_e)" },
 };
 
 START_TEST(builder_refuses)
@@ -914,22 +924,26 @@ START_TEST(names)
 	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_NONE), "none");
 	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_LLAMA3), "llama-bpe");
 	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_GPT2), "gpt2");
-	ck_assert_str_eq(bn_pre_tokenizer_name(3), "unknown");
+	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_FALCON3), "falcon3");
+	ck_assert_str_eq(bn_pre_tokenizer_name(BN_PRE_FALCON_E), "falcon_e");
+	ck_assert_str_eq(bn_pre_tokenizer_name(5), "unknown");
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("llama-bpe"), BN_PRE_LLAMA3);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("llama3"), BN_PRE_LLAMA3);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("llama-v3"), BN_PRE_LLAMA3);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("gpt2"), BN_PRE_GPT2);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("gpt-2"), BN_PRE_GPT2);
-	ck_assert_int_eq(bn_pre_tokenizer_from_name("falcon"), -1);
+	ck_assert_int_eq(bn_pre_tokenizer_from_name("falcon3"), BN_PRE_FALCON3);
+	ck_assert_int_eq(bn_pre_tokenizer_from_name("falcon_e"), BN_PRE_FALCON_E);
+	ck_assert_int_eq(bn_pre_tokenizer_from_name("falcon"), -1); /* Falcon-7B's: not this */
 	ck_assert_int_eq(bn_pre_tokenizer_from_name("GPT2"), -1);
 	ck_assert_int_eq(bn_pre_tokenizer_from_name(NULL), -1);
 	static const char *const tmpl[] = { "none", "unknown", "bitnet", "llama3", "chatml",
-					    "llama2" };
-	for (uint32_t t = 0; t < 6; t++) {
+					    "llama2", "falcon3" };
+	for (uint32_t t = 0; t < 7; t++) {
 		ck_assert_str_eq(bn_chat_template_name(t), tmpl[t]);
 		ck_assert_int_eq(bn_chat_template_from_name(tmpl[t]), t >= 2 ? (int)t : -1);
 	}
-	ck_assert_str_eq(bn_chat_template_name(6), "unknown");
+	ck_assert_str_eq(bn_chat_template_name(7), "unknown");
 	ck_assert_int_eq(bn_chat_template_from_name("zephyr"), -1);
 	ck_assert_int_eq(bn_chat_template_from_name(NULL), -1);
 }
@@ -1038,6 +1052,87 @@ static const char tmpl_llama2[] =
 	"{% for message in loop_messages %}{% if message['role'] == 'user' %}{{ bos_token + "
 	"'[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
 	"{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+/* Falcon3-Instruct's tokenizer_config.json chat_template: its tools branch and the first
+ * lines of the other as published pages show them; the rest of that branch is Tulu 3's (the
+ * format Falcon3 was post-trained on; its published text follows), which those lines match.
+ * The model file itself could not be read here: see shm/PROTOCOL.md §10.7. */
+static const char tmpl_falcon3[] =
+	"{%- if tools %}\n"
+	"{{- '<|system|>\\n' }}\n"
+	"{%- if messages[0]['role'] == 'system' %}\n"
+	"{{- messages[0]['content'] }}\n"
+	"{%- set remaining_messages = messages[1:] %}\n"
+	"{%- else %}\n"
+	"{%- set remaining_messages = messages %}\n"
+	"{%- endif %}\n"
+	"{{- 'You are a Falcon assistant skilled in function calling. You are helpful, "
+	"respectful, and concise.\\n\\n# Tools\\n\\nYou have access to the following functions. "
+	"You MUST use them to answer questions when needed. For each function call, you MUST "
+	"return a JSON object inside <tool_call></tool_call> tags.\\n\\n<tools>' + "
+	"tools|tojson(indent=2) + '</tools>\\n\\n# Output Format\\n\\nYour response MUST follow "
+	"this format when making function calls:\\n<tool_call>\\n[\\n  {\"name\": "
+	"\"function_name\", \"arguments\": {\"arg1\": \"value1\", \"arg2\": \"value2\"}},\\n  "
+	"{\"name\": \"another_function\", \"arguments\": {\"arg\": "
+	"\"value\"}}\\n]\\n</tool_call>\\nIf no function calls are needed, respond normally "
+	"without the tool_call tags.\\n' }}\n"
+	"{%- for message in remaining_messages %}\n"
+	"{%- if message['role'] == 'user' %}\n"
+	"{{- '<|user|>\\n' + message['content'] + '\\n' }}\n"
+	"{%- elif message['role'] == 'assistant' %}\n"
+	"{%- if message.content %}\n"
+	"{{- '<|assistant|>\\n' + message['content'] }}\n"
+	"{%- endif %}\n"
+	"{%- if message.tool_calls %}\n"
+	"{{- '\\n<tool_call>\\n' }}\n"
+	"{{- message.tool_calls|tojson(indent=2) }}\n"
+	"{{- '\\n</tool_call>' }}\n"
+	"{%- endif %}\n"
+	"{{- eos_token + '\\n' }}\n"
+	"{%- elif message['role'] == 'tool' %}\n"
+	"{{- '<|assistant|>\\n<tool_response>\\n' + message['content'] + "
+	"'\\n</tool_response>\\n' }}\n"
+	"{%- endif %}\n"
+	"{%- endfor %}\n"
+	"{{- '<|assistant|>\\n' if add_generation_prompt }}\n"
+	"{%- else %}\n"
+	"{%- for message in messages %}\n"
+	"{%- if message['role'] == 'system' %}\n"
+	"{{- '<|system|>\\n' + message['content'] + '\\n' }}\n"
+	"{%- elif message['role'] == 'user' %}\n"
+	"{{- '<|user|>\\n' + message['content'] + '\\n' }}\n"
+	"{%- elif message['role'] == 'assistant' %}\n"
+	"{%- if not loop.last %}\n"
+	"{{- '<|assistant|>\\n' + message['content'] + eos_token + '\\n' }}\n"
+	"{%- else %}\n"
+	"{{- '<|assistant|>\\n' + message['content'] + eos_token }}\n"
+	"{%- endif %}\n"
+	"{%- endif %}\n"
+	"{%- if loop.last and add_generation_prompt %}\n"
+	"{{- '<|assistant|>\\n' }}\n"
+	"{%- endif %}\n"
+	"{%- endfor %}\n"
+	"{%- endif %}\n";
+/* allenai/Llama-3.1-Tulu-3-8B's (two spaces before the assistant's '+'). */
+static const char tmpl_tulu3[] =
+	"{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\\n' + "
+	"message['content'] + '\\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\\n' + "
+	"message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{% if not "
+	"loop.last %}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}{% else "
+	"%}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if "
+	"loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}";
+/* Zephyr's (every turn ends with eos_token; no "not loop.last") and Phi-3's (<|end|>): not
+ * Falcon3's, although they have its markers. */
+static const char tmpl_zephyr[] =
+	"{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + "
+	"message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ "
+	"'<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last "
+	"and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+static const char tmpl_phi3[] =
+	"{% for message in messages %}{% if not loop.last %}{{'<|' + message['role'] + '|>' + "
+	"'\n' + message['content'] + '<|end|>\n' }}{% endif %}{% endfor %}{% if "
+	"add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
+	"<|user|>";
+
 /* Gemma's: none of the above. */
 static const char tmpl_gemma[] =
 	"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + "
@@ -1053,6 +1148,8 @@ START_TEST(chat_template_detection)
 		{ tmpl_placeholder, BN_CHAT_BITNET, 1 }, { tmpl_llama3, BN_CHAT_LLAMA3, 0 },
 		{ tmpl_chatml, BN_CHAT_CHATML, 0 },      { tmpl_bitnet, BN_CHAT_BITNET, 0 },
 		{ tmpl_llama2, BN_CHAT_LLAMA2, 0 },      { tmpl_gemma, BN_CHAT_UNKNOWN, 0 },
+		{ tmpl_falcon3, BN_CHAT_FALCON3, 0 },    { tmpl_tulu3, BN_CHAT_FALCON3, 0 },
+		{ tmpl_zephyr, BN_CHAT_UNKNOWN, 0 },     { tmpl_phi3, BN_CHAT_UNKNOWN, 0 },
 		{ "", BN_CHAT_NONE, 0 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1187,19 +1284,20 @@ START_TEST(payload_extension_corruptions)
 		{ EOG(2), S_EOT },                  /* 275 276 275 */
 		{ EOG(2), N_TOKENS },               /* out of range */
 		{ X_PRE, BN_PRE_NONE },             /* a BPE vocabulary needs a split */
-		{ X_PRE, 3 },
-		{ X_CHAT, 6 },
+		{ X_PRE, 5 },
+		{ X_CHAT, 7 },
 		{ X_CHAT, NONE },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ck_assert_msg(parse_patched(&b, bad[i].at, bad[i].value) == -BN_E_PROTOCOL,
 			      "case %zu (ext + %zu = %u) was accepted", i, bad[i].at, bad[i].value);
-	/* What may change: the template (up to 5), unknown flags, the reserved words, the
+	/* What may change: the template (up to 6), unknown flags, the reserved words, the
 	 * split. */
-	ck_assert_int_eq(parse_patched(&b, X_CHAT, BN_CHAT_LLAMA2), 0);
+	ck_assert_int_eq(parse_patched(&b, X_CHAT, BN_CHAT_FALCON3), 0);
 	ck_assert_int_eq(parse_patched(&b, X_FLAGS, 0xffffffe0u), 0);
 	ck_assert_int_eq(parse_patched(&b, X_RESERVED, 7), 0);
 	ck_assert_int_eq(parse_patched(&b, X_PRE, BN_PRE_GPT2), 0);
+	ck_assert_int_eq(parse_patched(&b, X_PRE, BN_PRE_FALCON_E), 0);
 	free(b.payload);
 
 	/* A SentencePiece payload's extension: no split, no merges. */
@@ -1263,6 +1361,166 @@ START_TEST(payload_fields)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* Falcon3's and Falcon-E's split                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+static struct bn_vocab *falcon_vocab(const char *pre)
+{
+	struct bpe_file f = file_with_pre(pre);
+	struct bn_vocab *v = vocab_from(&f, NULL);
+	ck_assert_uint_eq(bn_vocab_pre_tokenizer(v), bn_pre_tokenizer_from_name(pre));
+	return v;
+}
+
+/* No published vectors exist for this split (llama.cpp ships none for falcon3): these were
+ * made by applying Hugging Face's pre-tokenizer Sequence stage by stage, as its definitions
+ * and bitnet.cpp's three regexes (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_FALCON_3) say: cut the
+ * text into runs of punctuation (Unicode P and $+<=>^`|~) and runs of the rest; split each
+ * run with GPT-2's pattern, keeping what it skips; then put every \p{N} character alone. The
+ * same stages, scripted, agree with bpe.c's one pattern on 200,000 random strings of these
+ * characters and on llama.cpp's 46 LLaMA-3 test texts. */
+static const struct {
+	const char *text;
+	const char *words[40];
+} falcon_splits[] = {
+	{ "Hello, world!",
+	  { "Hello", ",", " world", "!", NULL } },
+	{ "I've been 'told he's there, 'RE you sure?",
+	  { "I", "'", "ve", " been", " ", "'", "told", " he", "'", "s", " there", ",", " ", "'", "RE", " you", " sure", "?", NULL } },
+	{ "a (b) [c] {d}",
+	  { "a", " ", "(", "b", ")", " ", "[", "c", "]", " ", "{", "d", "}", NULL } },
+	{ "x  (y",
+	  { "x", "  ", "(", "y", NULL } },
+	{ "3 33 333 3333",
+	  { "3", " ", "3", "3", " ", "3", "3", "3", " ", "3", "3", "3", "3", NULL } },
+	{ "3.3 3..3 3...3",
+	  { "3", ".", "3", " ", "3", "..", "3", " ", "3", "...", "3", NULL } },
+	{ "price: $12.50+tax <=> ~5% ^up^ `code` a|b",
+	  { "price", ":", " ", "$", "1", "2", ".", "5", "0", "+", "tax", " ", "<=>", " ", "~", "5", "%", " ", "^", "up", "^", " ", "`", "code", "`", " a", "|", "b", NULL } },
+	{ "a   b",
+	  { "a", "  ", " b", NULL } },
+	{ "a\x0a\x0a" "b",
+	  { "a", "\x0a", "\x0a", "b", NULL } },
+	{ "end  \x0a\x0a",
+	  { "end", "  \x0a\x0a", NULL } },
+	{ "\x09 tab\x0a  \x0a   x",
+	  { "\x09", " tab", "\x0a  \x0a  ", " x", NULL } },
+	{ "\xf0\x9f\x9a\x80 (normal) \xf0\x9f\x98\xb6\xe2\x80\x8d\xf0\x9f\x8c\xab\xef\xb8\x8f \xe2\x9c\x85 \xf0\x9f\xa6\x99\xf0\x9f\xa6\x99",
+	  { "\xf0\x9f\x9a\x80", " ", "(", "normal", ")", " \xf0\x9f\x98\xb6\xe2\x80\x8d\xf0\x9f\x8c\xab\xef\xb8\x8f", " \xe2\x9c\x85", " \xf0\x9f\xa6\x99\xf0\x9f\xa6\x99", NULL } },
+	{ "e\xcc\x81t\xc3\xa9 caf\xc3\xa9",
+	  { "e", "\xcc\x81", "t\xc3\xa9", " caf\xc3\xa9", NULL } },
+	{ "\xc2\xbd \xc2\xb2" "3 \xd9\xa3\xd9\xa4",
+	  { "\xc2\xbd", " ", "\xc2\xb2", "3", " ", "\xd9\xa3", "\xd9\xa4", NULL } },
+	{ "------======= \xd0\xbd\xd0\xb5\xd1\x89\xd0\xbe",
+	  { "------=======", " \xd0\xbd\xd0\xb5\xd1\x89\xd0\xbe", NULL } },
+	{ "''''''```````\"\"\"\"......!!!!!!??????",
+	  { "''''''```````\"\"\"\"......!!!!!!??????", NULL } },
+	{ "snake_case-word@host#tag",
+	  { "snake", "_", "case", "-", "word", "@", "host", "#", "tag", NULL } },
+	{ "\xc2\xbfQu\xc3\xa9? \xc2\xa1S\xc3\xad! \xe2\x80\x9cquoted\xe2\x80\x9d \xe2\x80\x94 dash",
+	  { "\xc2\xbf", "Qu\xc3\xa9", "?", " ", "\xc2\xa1", "S\xc3\xad", "!", " ", "\xe2\x80\x9c", "quoted", "\xe2\x80\x9d", " ", "\xe2\x80\x94", " dash", NULL } },
+	{ " leading and trailing ",
+	  { " leading", " and", " trailing", " ", NULL } },
+};
+
+START_TEST(falcon_split_vectors)
+{
+	const char *pre = _i % 2 ? "falcon_e" : "falcon3";
+	struct bn_vocab *v = falcon_vocab(pre);
+	const char *text = falcon_splits[_i / 2].text;
+	const char *const *want = falcon_splits[_i / 2].words;
+	size_t ends[64];
+	int n = bpe_split(v, text, strlen(text), ends, 64);
+	int n_want = 0;
+	while (want[n_want])
+		n_want++;
+	ck_assert_msg(n == n_want, "%s '%s': %d words, want %d", pre, text, n, n_want);
+	size_t at = 0;
+	for (int i = 0; i < n; i++) {
+		size_t len = ends[i] - at;
+		ck_assert_msg(len == strlen(want[i]) && memcmp(text + at, want[i], len) == 0,
+			      "%s '%s' word %d: '%.*s', want '%s'", pre, text, i, (int)len,
+			      text + at, want[i]);
+		at = ends[i];
+	}
+	bn_vocab_free(v);
+}
+END_TEST
+
+/* Ids: digits are words alone ("12345": no 1+2 merge can apply, unlike gpt2's [12345] and
+ * llama-bpe's [123, 45]); the apostrophe is punctuation, alone ("it's": [i, t, ', s], not
+ * gpt2's 's token); no whole-word rule ("xyz" is a token no merge builds: bytes); spaces as
+ * GPT-2's ("a   b": [a, ĠĠ, Ġb]); a space before punctuation is a word ("a (b": [a, Ġ, (, b]). */
+START_TEST(falcon_split_ids)
+{
+	struct bn_vocab *f = falcon_vocab("falcon3");
+	EXPECT(f, 0, "12345", '1', '2', '3', '4', '5');
+	EXPECT(f, 0, "it's", 'i', 't', '\'', 's');
+	EXPECT(f, 0, "xyz", 'x', 'y', 'z');
+	EXPECT(f, 0, "a   b", 'a', T_GG, T_GB);
+	EXPECT(f, 0, "a (b", 'a', ' ', '(', 'b');
+	EXPECT(f, 0, "ab\n\n", T_AB, T_NLNL);
+	bn_vocab_free(f);
+}
+END_TEST
+
+/* add_bos: the file's key when it has one; without it, none for falcon3 and falcon_e (their
+ * tokenizers add none, nor does bitnet.cpp) and one for the others; --pre-tokenizer chooses the
+ * default with the split. */
+START_TEST(falcon_bos_default)
+{
+	struct bpe_file f = file_with_pre("falcon3");
+	struct bn_vocab *v = vocab_from(&f, NULL);
+	ck_assert_int_eq(bn_vocab_add_bos(v), 0);
+	bn_vocab_free(v);
+	f.add_bos = 1;
+	v = vocab_from(&f, NULL);
+	ck_assert_int_eq(bn_vocab_add_bos(v), 1);
+	bn_vocab_free(v);
+	f = file_with_pre("falcon_e");
+	v = vocab_from(&f, NULL);
+	ck_assert_int_eq(bn_vocab_add_bos(v), 0);
+	bn_vocab_free(v);
+	struct bn_vocab_options llama = { .pre_tokenizer = "llama-bpe" };
+	v = vocab_from(&f, &llama);
+	ck_assert_int_eq(bn_vocab_add_bos(v), 1);
+	bn_vocab_free(v);
+	f = file_with_pre("llama-bpe");
+	struct bn_vocab_options falcon = { .pre_tokenizer = "falcon3" };
+	v = vocab_from(&f, &falcon);
+	ck_assert_int_eq(bn_vocab_add_bos(v), 0);
+	ck_assert_uint_eq(bn_vocab_pre_tokenizer(v), BN_PRE_FALCON3);
+	bn_vocab_free(v);
+}
+END_TEST
+
+/* bitnet.cpp's converter writes an added token decoded: Falcon3's newline token is "\n",
+ * user-defined, where its merges and the byte alphabet say "Ċ". The builder and the client
+ * know it by "Ċ": the file loads, "\n" encodes to it, the merge Ċ+Ċ still applies; it decodes
+ * to "\n"; it is not matched as a special token in text (Hugging Face matches the added
+ * token's own text, "Ċ", which no text spells). A normal token with the raw text is still
+ * refused (builder_refuses). */
+START_TEST(user_defined_tokens_by_alphabet_text)
+{
+	struct bpe_file f = file_with_pre("falcon3");
+	f.byte = '\n';
+	f.byte_text = "\n";
+	f.byte_type = 4;
+	struct bn_vocab *v = vocab_from(&f, NULL);
+	EXPECT(v, 0, "a\nb", 'a', '\n', 'b');
+	EXPECT(v, 0, "ab\n\n", T_AB, T_NLNL);
+	EXPECT(v, BN_TOK_PARSE_SPECIAL, "ab\n\n", T_AB, T_NLNL);
+	static const uint32_t nl[] = { '\n', T_NLNL };
+	expect_text(v, nl, 2, 0, "\n\n\n", 3);
+	bn_vocab_free(v);
+	/* A user-defined token whose text is the same in the alphabet stays a special token. */
+	v = falcon_vocab("falcon3");
+	EXPECT(v, BN_TOK_PARSE_SPECIAL, "a<tag>b", 'a', S_TAG, 'b');
+	bn_vocab_free(v);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* Chat                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -1299,6 +1557,11 @@ static const struct {
 	{ BN_CHAT_LLAMA2,
 	  "<|begin_of_text|>[INST] <<SYS>>\n  Be brief.\n\n<</SYS>>\n\n\tHi there! [/INST] Hello. "
 	  "<|end_of_text|><|begin_of_text|>[INST] What is 2+2? [/INST]" },
+	/* tmpl_falcon3 rendered by Jinja2 as Hugging Face sets it up (trim_blocks, lstrip_blocks),
+	 * eos_token "<|end_of_text|>": contents untrimmed. */
+	{ BN_CHAT_FALCON3,
+	  "<|system|>\n  Be brief.\n\n<|user|>\n\tHi there!  \n<|assistant|>\n Hello. "
+	  "<|end_of_text|>\n<|user|>\nWhat is 2+2?\n\n<|assistant|>\n" },
 };
 
 START_TEST(chat_render_templates)
@@ -1350,7 +1613,7 @@ START_TEST(chat_render_default_template)
 			 -BN_E_INVALID);
 	ck_assert_int_eq(bn_chat_render(l, BN_CHAT_UNKNOWN, convo, N_CONVO, buf, sizeof(buf)),
 			 -BN_E_INVALID);
-	ck_assert_int_eq(bn_chat_render(l, 6, convo, N_CONVO, buf, sizeof(buf)), -BN_E_INVALID);
+	ck_assert_int_eq(bn_chat_render(l, 7, convo, N_CONVO, buf, sizeof(buf)), -BN_E_INVALID);
 	ck_assert_int_eq(bn_chat_render(l, BN_CHAT_CHATML, convo, 0, buf, sizeof(buf)),
 			 -BN_E_INVALID);
 	uint32_t ids[8];
@@ -1424,10 +1687,11 @@ START_TEST(chat_tokenize_one_bos)
 	/* The template's markers are special tokens: one <|eot_id|> per message for bitnet and
 	 * llama3, one <|im_end|> for chatml, one EOS for llama2's one assistant turn. */
 	int eot = count_id(ids, n, S_EOT), ime = count_id(ids, n, S_IME);
-	int eos = count_id(ids, n, S_EOS);
+	int eos = count_id(ids, n, S_EOS), user = count_id(ids, n, S_USER);
 	ck_assert_int_eq(eot, tmpl == BN_CHAT_BITNET || tmpl == BN_CHAT_LLAMA3 ? N_CONVO : 0);
 	ck_assert_int_eq(ime, tmpl == BN_CHAT_CHATML ? N_CONVO : 0);
-	ck_assert_int_eq(eos, tmpl == BN_CHAT_LLAMA2 ? 1 : 0);
+	ck_assert_int_eq(eos, tmpl == BN_CHAT_LLAMA2 || tmpl == BN_CHAT_FALCON3 ? 1 : 0);
+	ck_assert_int_eq(user, tmpl == BN_CHAT_FALCON3 ? 2 : 0);
 	/* The count whatever the capacity. */
 	ck_assert_int_eq(bn_chat_tokenize(l, tmpl, convo, N_CONVO, NULL, 0), n);
 	bn_vocab_free(l);
@@ -1536,6 +1800,39 @@ START_TEST(chat_message_specials_are_text_chatml_llama2)
 }
 END_TEST
 
+/* Falcon3, by Jinja2 on tmpl_falcon3: a conversation that ends with the assistant gets its
+ * EOS without the '\n' (not loop.last), then the generation prompt; roles the template has no
+ * branch for give nothing. A falcon3 vocabulary adds no BOS; a message's "<|user|>" and EOS
+ * texts are plain text: [<|user|>, "\na<|user|>b<|end_of_text|>\n" as text, <|assistant|>,
+ * "\n"]. */
+START_TEST(chat_falcon3_turns)
+{
+	struct bn_vocab *v = falcon_vocab("falcon3");
+	const struct bn_chat_message last[] = { { "user", "Hi" }, { "assistant", "  Hey  " } };
+	const struct bn_chat_message other[] = { { "tool", "ignored" }, { "user", "x" },
+						 { "critic", "y" } };
+	char buf[256];
+	ck_assert_int_gt(bn_chat_render(v, BN_CHAT_FALCON3, last, 2, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "<|user|>\nHi\n<|assistant|>\n  Hey  <|end_of_text|><|assistant|>\n");
+	ck_assert_int_gt(bn_chat_render(v, BN_CHAT_FALCON3, other, 3, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "<|user|>\nx\n<|assistant|>\n");
+
+	const struct bn_chat_message m[] = { { "user", "a<|user|>b<|end_of_text|>" } };
+	uint32_t ids[256], want[256];
+	int n_want = 0;
+	want[n_want++] = S_USER;
+	append_plain(v, "\na<|user|>b<|end_of_text|>\n", want, &n_want);
+	want[n_want++] = S_ASSISTANT;
+	append_plain(v, "\n", want, &n_want);
+	int n = bn_chat_tokenize(v, BN_CHAT_FALCON3, m, 1, ids, 256);
+	assert_same_ids("falcon3", ids, n, want, n_want);
+	ck_assert_int_eq(count_id(ids, n, S_BOS), 0);
+	ck_assert_int_eq(count_id(ids, n, S_EOS), 0);
+	ck_assert_int_eq(count_id(ids, n, S_USER), 1);
+	bn_vocab_free(v);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bpe");
@@ -1552,6 +1849,11 @@ int main(void)
 	tcase_add_test(enc, long_word_is_fast);
 	tcase_add_test(enc, special_tokens);
 	tcase_add_test(enc, bos_added_once);
+	tcase_add_loop_test(enc, falcon_split_vectors, 0,
+			    2 * sizeof(falcon_splits) / sizeof(falcon_splits[0]));
+	tcase_add_test(enc, falcon_split_ids);
+	tcase_add_test(enc, falcon_bos_default);
+	tcase_add_test(enc, user_defined_tokens_by_alphabet_text);
 	suite_add_tcase(s, enc);
 
 	TCase *dec = tcase_create("decode");
@@ -1588,6 +1890,7 @@ int main(void)
 	tcase_add_test(chat, chat_message_specials_are_text_llama3);
 	tcase_add_test(chat, chat_message_specials_are_text_bitnet);
 	tcase_add_test(chat, chat_message_specials_are_text_chatml_llama2);
+	tcase_add_test(chat, chat_falcon3_turns);
 	suite_add_tcase(s, chat);
 	return tu_run_suite(s);
 }

@@ -500,11 +500,14 @@ static void start_and_answer(const char *model, const char *kernels, const char 
 
 START_TEST(cache_hit_gives_base_bits)
 {
-	static const char *const preset[][2] = { { "i2s", "i2_s" }, { "f16", "f16" } };
+	/* the F16 one a llama file: float linears (a bitnet* file's would be packed ternary) */
+	static const char *const preset[][3] = { { "i2s", "i2_s", "bitnet-b1.58" },
+						 { "f16", "f16", "llama" } };
 	char model[512], dir[128];
 	snprintf(model, sizeof(model), "%s/%s.gguf", work, preset[_i][0]);
 	snprintf(dir, sizeof(dir), "%s/cache-%s", work, preset[_i][0]);
-	tu_write_tiny_model(model, (const char *const[]){ "--type", preset[_i][1], NULL });
+	tu_write_tiny_model(model, (const char *const[]){ "--type", preset[_i][1], "--arch",
+							  preset[_i][2], NULL });
 	static struct rec written, hit, base_hit, base_none;
 	start_and_answer(model, "fast", dir, BN_WEIGHTS_CACHE_WRITING, &written);
 	start_and_answer(model, "fast", dir, BN_WEIGHTS_CACHE_HIT, &hit);

@@ -118,6 +118,8 @@ static char stories_path[512];
 
 enum weights { TERNARY, F16_LINEARS, F32_LINEARS };
 
+/* The float ones are llama files: in a bitnet* file ternary-valued float linears are packed
+ * to the ternary kernels (model.h), and these are here for the device's float matrices. */
 static const struct preset {
 	const char *name, *type, *embed;
 	enum weights weights;
@@ -126,6 +128,11 @@ static const struct preset {
 	{ "tq1", "tq1_0", "bf16", TERNARY },     { "q8head", "i2_s", "q8_0", TERNARY },
 	{ "f16", "f16", "f32", F16_LINEARS },    { "f32", "f32", "f16", F32_LINEARS },
 };
+
+static const char *preset_arch(const struct preset *p)
+{
+	return p->weights == TERNARY ? "bitnet-b1.58" : "llama";
+}
 #define N_PRESETS (sizeof(presets) / sizeof(presets[0]))
 
 static void preset_path(size_t i, char *out, size_t cap)
@@ -915,6 +922,7 @@ static void setup(void)
 		preset_path(i, path, sizeof(path));
 		tu_write_tiny_model(path, (const char *const[]){ "--type", presets[i].type,
 								 "--embed-type", presets[i].embed,
+								 "--arch", preset_arch(&presets[i]),
 								 NULL });
 	}
 	const char *dir = getenv("BITNET_TEST_MODELS");

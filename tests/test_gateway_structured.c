@@ -241,6 +241,94 @@ START_TEST(schemas_past_the_daemons_max_grammars)
 }
 END_TEST
 
+/* 1 when text has no whitespace between JSON tokens (strings may hold some). */
+static int compact(const char *text)
+{
+	int in_string = 0;
+	for (const char *p = text; *p; p++) {
+		if (in_string && *p == '\\' && p[1])
+			p++;
+		else if (*p == '"')
+			in_string = !in_string;
+		else if (!in_string && strchr(" \t\r\n", *p))
+			return 0;
+	}
+	return 1;
+}
+
+/* response_format's answers are compact JSON unless its "whitespace" says flexible. Before,
+ * the gateway asked for runs of up to 20 between tokens, and the random-weight model's
+ * answers were mostly tabs, CRs and newlines. */
+START_TEST(answers_are_compact_unless_asked)
+{
+	static const char *const formats[] = {
+		"{\"type\":\"json_object\"}",
+		"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":" PERSON "}}",
+	};
+	char body[2048];
+	for (size_t f = 0; f < 2; f++) {
+		snprintf(body, sizeof(body),
+			 "{\"prompt\":\"x\",\"max_tokens\":80,\"temperature\":1,\"seed\":7,\"n\":4,"
+			 "\"response_format\":%s}", formats[f]);
+		json_t *j = post("/v1/completions", body);
+		for (size_t i = 0; i < 4; i++) {
+			const char *text = str(choice(j, i), "text");
+			ck_assert_msg(compact(text), "not compact: %s", text);
+			ck_assert_msg(f == 0 || validates(PERSON, text), "invalid: %s", text);
+		}
+		json_decref(j);
+	}
+	/* Flexible: the daemon's runs of whitespace, still valid; the random model takes them. */
+	int spaced = 0;
+	snprintf(body, sizeof(body),
+		 "{\"prompt\":\"x\",\"max_tokens\":120,\"temperature\":1,\"seed\":7,\"n\":4,"
+		 "\"response_format\":{\"type\":\"json_schema\",\"whitespace\":\"flexible\","
+		 "\"json_schema\":{\"name\":\"p\",\"schema\":" PERSON "}}}");
+	json_t *j = post("/v1/completions", body);
+	for (size_t i = 0; i < 4; i++) {
+		const char *text = str(choice(j, i), "text");
+		spaced += !compact(text);
+		if (!strcmp(str(choice(j, i), "finish_reason"), "stop"))
+			ck_assert_msg(validates(PERSON, text), "invalid: %s", text);
+	}
+	ck_assert_msg(spaced > 0, "flexible answers had no whitespace at all");
+	json_decref(j);
+}
+END_TEST
+
+/* The documented 256 KiB of schema text reach the daemon (the text region held about 131 KiB
+ * with this vocabulary, so a larger schema was "larger than the daemon takes"), and one over
+ * it is refused with both sizes. */
+START_TEST(schemas_up_to_the_documented_limit)
+{
+	size_t pad = 200 * 1024;
+	char *body = malloc(pad + 512);
+	ck_assert_ptr_nonnull(body);
+	int n = snprintf(body, 512, "{\"prompt\":\"x\",\"max_tokens\":8,\"response_format\":"
+			 "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":"
+			 "{\"type\":\"boolean\",\"description\":\"");
+	memset(body + n, 'd', pad);
+	strcpy(body + n + pad, "\"}}}}");
+	json_t *j = post("/v1/completions", body);
+	const char *text = str(choice(j, 0), "text");
+	ck_assert_msg(!strcmp(text, "true") || !strcmp(text, "false"), "%s", text);
+	json_decref(j);
+	free(body);
+	pad = BN_GRAMMAR_TEXT_MAX;
+	body = malloc(pad + 512);
+	n = snprintf(body, 512, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+		     "\"json_schema\":{\"name\":\"p\",\"schema\":{\"description\":\"");
+	memset(body + n, 'd', pad);
+	strcpy(body + n + pad, "\"}}}}");
+	char says[128];
+	snprintf(says, sizeof(says), "the schema is %u bytes without whitespace between tokens, "
+		 "larger than the daemon takes: at most %u bytes", BN_GRAMMAR_TEXT_MAX + 18,
+		 BN_GRAMMAR_TEXT_MAX);
+	refused("/v1/completions", body, "response_format", says);
+	free(body);
+}
+END_TEST
+
 /* ---- tool calls -------------------------------------------------------------------------- */
 
 /* A named function: its arguments, valid for its parameters; content null, finish_reason
@@ -346,6 +434,9 @@ START_TEST(what_tool_calls_refuse)
 		"tools", "function");
 	refused(chat, "{" USER ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}],\"tool_choice\":\"required\"}",
 		"tools", NULL);
+	/* A call's arguments are an object (before, this answered a string) */
+	refused(chat, "{" USER ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"s\",\"parameters\":{\"type\":\"string\"}}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"s\"}}}",
+		"tools", "must describe an object");
 	/* "none": no tool, and the tools are not in the prompt */
 	json_t *a = post(chat, "{" USER "," TOOLS ",\"tool_choice\":\"none\",\"max_tokens\":3}");
 	json_t *b = post(chat, "{" USER ",\"max_tokens\":3}");
@@ -420,6 +511,8 @@ int main(void)
 	tcase_add_test(tc, json_schema_answers_validate);
 	tcase_add_test(tc, an_unsupported_keyword_is_named);
 	tcase_add_test(tc, schemas_past_the_daemons_max_grammars);
+	tcase_add_test(tc, answers_are_compact_unless_asked);
+	tcase_add_test(tc, schemas_up_to_the_documented_limit);
 	tcase_add_test(tc, a_named_tool_call);
 	tcase_add_test(tc, required_calls_one_of_the_tools);
 	tcase_add_test(tc, tool_calls_stream);

@@ -7,6 +7,7 @@
  * the end fails the test.
  */
 #include "../daemon/model/gguf.h"
+#include "../daemon/model/model.h"
 #include "../tools/gguf_write.h"
 #include "quant.h"
 
@@ -585,6 +586,7 @@ START_TEST(writer_refuses_bad_arguments)
 	ck_assert_int_eq(bn_gguf_add_tensor(w, "t", BN_TYPE_F32, 1, ne8, data, 32), -EEXIST);
 	ck_assert_int_eq(bn_gguf_add_tensor(w, "u", BN_TYPE_F32, 1, ne8, data, 31), -EINVAL);
 	ck_assert_int_eq(bn_gguf_add_tensor(w, "u", 99, 1, ne8, data, 32), -EINVAL);
+	/* 0 dimensions is a scalar: one F32, 4 bytes. */
 	ck_assert_int_eq(bn_gguf_add_tensor(w, "u", BN_TYPE_F32, 0, ne8, data, 32), -EINVAL);
 	ck_assert_int_eq(bn_gguf_add_tensor(w, "u", BN_TYPE_F32, 5, ne8, data, 32), -EINVAL);
 	ck_assert_int_eq(bn_gguf_add_tensor(w, "u", BN_TYPE_F32, 1, ne0, data, 0), -EINVAL);
@@ -845,10 +847,184 @@ START_TEST(bad_dimension_counts)
 {
 	struct file f = corruptible();
 	size_t at = tensor_info_at(&f, "t.aaaa").n_dims;
-	put32(&f, at, 0);
-	expect_refused(&f, "tensor 't.aaaa' has 0 dimensions (1 to 4 allowed)");
 	put32(&f, at, 5);
-	expect_refused(&f, "tensor 't.aaaa' has 5 dimensions (1 to 4 allowed)");
+	expect_refused(&f, "tensor 't.aaaa' has 5 dimensions (0 to 4 allowed)");
+	put32(&f, at, UINT32_MAX);
+	expect_refused(&f, "tensor 't.aaaa' has 4294967295 dimensions (0 to 4 allowed)");
+	free(f.data);
+}
+END_TEST
+
+/* A tensor of 0 dimensions is a scalar, as ggml reads it (bitnet.cpp's converter writes the
+ * scale of each TL tensor so). */
+START_TEST(scalar_tensor)
+{
+	struct bn_gguf_writer *w = bn_gguf_writer_new(3, 32);
+	const float v = 0.25f;
+	ck_assert_int_eq(bn_gguf_add_tensor(w, "s", BN_TYPE_F32, 0, NULL, &v, sizeof(v)), 0);
+	add_tensor(w, "t.aaaa", BN_TYPE_F32, 1, (const uint64_t[]){ 8 }, 1);
+	struct file f = finish(w);
+	struct bn_gguf g;
+	char err[BN_GGUF_ERR_LEN];
+	uint8_t *copy;
+	ck_assert_msg(parse_exact(&f, f.size, &g, err, &copy) == 0, "%s", err);
+	const struct bn_gguf_tensor *t = bn_gguf_find_tensor(&g, "s");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_uint_eq(t->n_dims, 0);
+	ck_assert_uint_eq(t->n_elements, 1);
+	ck_assert_uint_eq(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3], 1);
+	ck_assert_uint_eq(t->size, 4);
+	float got;
+	memcpy(&got, t->data, sizeof(got));
+	ck_assert(got == v);
+	bn_gguf_close(&g);
+	free(copy);
+	free(f.data);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* bitnet.cpp's TL1 and TL2 files: refused with what they are and what to do                  */
+/* ------------------------------------------------------------------------------------------ */
+
+#define TL1 38u
+#define TL2 39u
+
+/* The bytes bitnet.cpp's converter writes for a K x M ternary matrix in TL1 (4 bits per 2
+ * weights) or TL2 (5 bits per 3 weights, the last 256 columns of a row 4 bits per 2, the
+ * whole rounded up to 32 bytes): preprocess_weights_tl1/tl2 in utils/convert-hf-to-gguf-
+ * bitnet.py. */
+static uint64_t tl_bytes(uint32_t type, uint64_t k, uint64_t m)
+{
+	if (type == TL1)
+		return k * m / 4;
+	uint64_t n = (k - 256) * m / 3 * 5 / 8 + 256 * m / 2 * 4 / 8;
+	return (n + 31) / 32 * 32;
+}
+
+/* A model file as `convert-hf-to-gguf-bitnet.py --outtype tl1|tl2 --quant-embd` writes it:
+ * general.file_type the TL type's own id, the embedding F16, norms F32, each ternary matrix
+ * of the TL type with its float shape [K, M] and the tiled bytes, followed by
+ * "<name>_scale", the F32 scalar max|w|. `marks` says which of the two marks to write
+ * (1 the scales, 2 the file type). The tiles' contents are a pattern: no program can read
+ * them without the tile sizes the converter used, which is the point. */
+static struct file tl_model(uint32_t type, int marks)
+{
+	enum { K = 256, M = 256, VOCAB = 8 };
+	struct bn_gguf_writer *w = bn_gguf_writer_new(3, 32);
+	ck_assert_int_eq(bn_gguf_add_str(w, "general.architecture", "llama"), 0);
+	if (marks & 2)
+		ck_assert_int_eq(bn_gguf_add_u32(w, "general.file_type", type), 0);
+	add_tensor(w, "token_embd.weight", BN_TYPE_F16, 2, (const uint64_t[]){ K, VOCAB }, 1);
+	add_tensor(w, "blk.0.attn_norm.weight", BN_TYPE_F32, 1, (const uint64_t[]){ K }, 2);
+	static const char *const names[] = { "blk.0.attn_q.weight", "blk.0.ffn_up.weight" };
+	for (size_t i = 0; i < 2; i++) {
+		uint64_t n = tl_bytes(type, K, M);
+		uint8_t *tiles = malloc(n);
+		fill_pattern(tiles, n, (unsigned)i + 3);
+		ck_assert_int_eq(bn_gguf_add_tensor_bytes(w, names[i], type, 2,
+							  (const uint64_t[]){ K, M }, tiles, n), 0);
+		free(tiles);
+		if (marks & 1) {
+			char scale[64];
+			const float max_abs = 0.75f;
+			snprintf(scale, sizeof(scale), "%s_scale", names[i]);
+			ck_assert_int_eq(bn_gguf_add_tensor(w, scale, BN_TYPE_F32, 0, NULL, &max_abs,
+							    sizeof(max_abs)), 0);
+		}
+	}
+	return finish(w);
+}
+
+static const char *const convert_hint =
+	"Use an I2_S file: bitnet.cpp writes one from the Hugging Face checkpoint with: python "
+	"utils/convert-hf-to-gguf-bitnet.py MODEL_DIR --outtype i2_s";
+
+START_TEST(tl_files_are_refused_with_the_way_out)
+{
+	for (int marks = 1; marks <= 3; marks++) {
+		struct file f = tl_model(TL2, marks);
+		expect_refused(&f, "tensor 'blk.0.attn_q.weight' is bitnet.cpp's TL2 (type 39), tiled "
+				   "for the kernels bitnet.cpp was built with; the tile sizes are not "
+				   "in the file");
+		expect_refused(&f, convert_hint);
+		free(f.data);
+		f = tl_model(TL1, marks);
+		expect_refused(&f, "tensor 'blk.0.attn_q.weight' is bitnet.cpp's TL1 (type 38)");
+		expect_refused(&f, convert_hint);
+		free(f.data);
+	}
+}
+END_TEST
+
+/* Without either mark, 39 is upstream llama.cpp's MXFP4 and 38 a type it removed. */
+START_TEST(types_38_and_39_without_bitnet_cpp_marks)
+{
+	struct file f = tl_model(TL2, 0);
+	expect_refused(&f, "tensor 'blk.0.attn_q.weight' has unknown type 39 (upstream llama.cpp's "
+			   "MXFP4, which bitnetd does not support)");
+	free(f.data);
+	f = tl_model(TL1, 0);
+	expect_refused(&f, "tensor 'blk.0.attn_q.weight' has unknown type 38");
+	struct bn_gguf g;
+	char err[BN_GGUF_ERR_LEN];
+	uint8_t *copy;
+	ck_assert_int_eq(parse_exact(&f, f.size, &g, err, &copy), -1);
+	ck_assert_ptr_null(strstr(err, "MXFP4"));
+	ck_assert_ptr_null(strstr(err, "TL1"));
+	free(copy);
+	free(f.data);
+}
+END_TEST
+
+/* bitnet-model info and bitnetd say the same: the tool exits 1, the daemon 3 (a model it
+ * cannot serve). */
+START_TEST(tl_file_refused_by_the_tools)
+{
+	const char *tool = getenv("BITNET_MODEL_TOOL"), *bitnetd = getenv("BITNETD");
+	if (!tool || !bitnetd) {
+		printf("SKIP tl_file_refused_by_the_tools: BITNET_MODEL_TOOL and BITNETD are unset "
+		       "(make check sets them)\n");
+		return;
+	}
+	char path[] = "/tmp/bn-gguf-tl-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	struct file f = tl_model(TL2, 3);
+	ck_assert_int_eq(write(fd, f.data, f.size), (ssize_t)f.size);
+	close(fd);
+	free(f.data);
+	struct tu_run *r = malloc(sizeof(*r));
+	ck_assert_int_eq(tu_run((const char *[]){ tool, "info", path, NULL }, NULL, 0, r), 0);
+	ck_assert_int_eq(r->status, 1);
+	ck_assert_msg(strstr(r->err, "is bitnet.cpp's TL2 (type 39)") && strstr(r->err, convert_hint),
+		      "%s", r->err);
+	char sock[64];
+	snprintf(sock, sizeof(sock), "%s.sock", path);
+	ck_assert_int_eq(tu_run((const char *[]){ bitnetd, "--socket", sock, "--backend", "cpu",
+						  "--cache-dir", "none", "--model", path, NULL },
+				NULL, 0, r), 0);
+	ck_assert_int_eq(r->status, 3);
+	ck_assert_msg(strstr(r->err, "is bitnet.cpp's TL2 (type 39)") && strstr(r->err, convert_hint),
+		      "%s", r->err);
+	free(r);
+	unlink(path);
+}
+END_TEST
+
+/* A TL file cut short, or with a malformed entry after the TL tensor: the table is read to
+ * its end before the TL refusal, so these are refused for what is wrong with them. */
+START_TEST(malformed_tl_files)
+{
+	struct file f = tl_model(TL2, 3);
+	size_t scale = find(&f, "blk.0.ffn_up.weight_scale");
+	expect_refused_at(&f, scale + 4, "tensor info 5: string length 25 runs past the end");
+	put32(&f, tensor_info_at(&f, "blk.0.ffn_up.weight_scale").type, 99);
+	expect_refused(&f, "tensor 'blk.0.ffn_up.weight_scale' has unknown type 99");
+	free(f.data);
+	f = tl_model(TL1, 1);
+	put32(&f, tensor_info_at(&f, "blk.0.ffn_up.weight_scale").n_dims, 9);
+	expect_refused(&f, "has 9 dimensions (0 to 4 allowed)");
 	free(f.data);
 }
 END_TEST
@@ -1006,6 +1182,11 @@ static TCase *malformed_tcase(void)
 	tcase_add_test(tc, unknown_value_types);
 	tcase_add_test(tc, unknown_tensor_type);
 	tcase_add_test(tc, bad_dimension_counts);
+	tcase_add_test(tc, scalar_tensor);
+	tcase_add_test(tc, tl_files_are_refused_with_the_way_out);
+	tcase_add_test(tc, types_38_and_39_without_bitnet_cpp_marks);
+	tcase_add_test(tc, malformed_tl_files);
+	tcase_add_test(tc, tl_file_refused_by_the_tools);
 	tcase_add_test(tc, zero_dimension);
 	tcase_add_test(tc, element_count_overflow);
 	tcase_add_test(tc, ne0_not_whole_blocks);
@@ -1020,10 +1201,81 @@ static TCase *malformed_tcase(void)
 	return tc;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The loader's reading of hostile model headers (tests/corpus/gguf/loader-*, make_corpus.c)   */
+/* ------------------------------------------------------------------------------------------ */
+
+struct header_case {
+	const char *file;
+	const char *error;        /* NULL: read; else in the one-line refusal */
+	enum bn_activation act;   /* when read */
+	uint32_t head_dim;
+	float rope_freq_scale;
+};
+
+static const struct header_case header_cases[] = {
+	{ "loader-llama-i2s", NULL, BN_ACT_SILU, 256, 0.5f },
+	{ "loader-llama-i2s-file-type-38",
+	  "in a llama file is I2_S only when general.file_type is 40 (bitnet.cpp's I2_S), and it "
+	  "is 38 here; upstream llama.cpp gave type 36 to IQ4_NL_4_4", 0, 0, 0 },
+	{ "loader-llama-i2s-no-file-type", "and it is missing here", 0, 0, 0 },
+	{ "loader-llama-i2s-trailing-bytes",
+	  "tensor 'blk.0.attn_q.weight' has type 36 and general.file_type is 40 (I2_S), but its "
+	  "data takes 16480 bytes where I2_S takes 16416", 0, 0, 0 },
+	{ "loader-llama-key-value-differ",
+	  "llama.attention.key_length 256 and value_length 128 differ", 0, 0, 0 },
+	{ "loader-llama-value-only",
+	  "llama.attention.value_length is 256 but there is no key_length", 0, 0, 0 },
+	{ "loader-llama-rope-yarn", "llama.rope.scaling.type 'yarn' is not supported", 0, 0, 0 },
+	{ "loader-llama-gelu",
+	  "llama.hidden_activation \"gelu\" is not an activation bitnetd knows", 0, 0, 0 },
+	{ "loader-bitnet-b158-spm-32002", NULL, BN_ACT_SILU, 256, 1.0f },
+};
+
+START_TEST(loader_reads_hostile_headers)
+{
+	const struct header_case *h = &header_cases[_i];
+	char path[256];
+	snprintf(path, sizeof(path), "tests/corpus/gguf/%s.gguf", h->file);
+	FILE *fp = fopen(path, "rb");
+	ck_assert_msg(fp != NULL, "%s (run from the repository's root)", path);
+	static uint8_t buf[1 << 20];
+	size_t n = fread(buf, 1, sizeof(buf), fp);
+	fclose(fp);
+	uint8_t *exact = malloc(n);
+	ck_assert_ptr_nonnull(exact);
+	memcpy(exact, buf, n);
+	struct bn_gguf g;
+	char err[BN_GGUF_ERR_LEN], merr[BN_MODEL_ERR_LEN];
+	ck_assert_msg(bn_gguf_parse(&g, exact, n, h->file, err) == 0, "%s", err);
+	struct bn_model_config c;
+	int rc = bn_model_read_config(&g, NULL, &c, merr);
+	if (rc == 0)
+		rc = bn_model_check_i2_s(&g, &c, merr);
+	if (h->error) {
+		ck_assert_int_eq(rc, -1);
+		ck_assert_msg(strstr(merr, h->error) && !strchr(merr, '\n'),
+			      "%s: \"%s\" does not say \"%s\"", h->file, merr, h->error);
+		ck_assert_msg(!strncmp(merr, h->file, strlen(h->file)), "%s", merr);
+	} else {
+		ck_assert_msg(rc == 0, "%s", merr);
+		ck_assert_int_eq(c.act, h->act);
+		ck_assert_uint_eq(c.head_dim, h->head_dim);
+		ck_assert(c.rope_freq_scale == h->rope_freq_scale);
+	}
+	bn_gguf_close(&g);
+	free(exact);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("gguf");
 	suite_add_tcase(s, round_trip_tcase());
 	suite_add_tcase(s, malformed_tcase());
+	TCase *loader = tcase_create("loader headers");
+	tcase_add_loop_test(loader, loader_reads_hostile_headers, 0,
+			    (int)(sizeof(header_cases) / sizeof(header_cases[0])));
+	suite_add_tcase(s, loader);
 	return tu_run_suite(s);
 }

@@ -9,13 +9,17 @@
  *   - rollback and fork equal recomputation from the same tokens (across compaction);
  *   - the shortest completion is as long as min_bytes_to_accept, ends the output, and is the
  *     known answer on hand-made cases; the closing mask equals its definition;
- *   - refusals name the keyword or construct and where; limits hold within the time budget;
+ *   - refusals name the keyword or construct and where; limits hold within the time budget,
+ *     which is CPU time (the same under load); a cache's memory limit;
  *   - pieces to bytes (GPT-2's alphabet, SentencePiece), special and end-of-generation
  *     tokens, the cache (hits, options, refusals kept, eviction), threads sharing a grammar.
  */
+#define _GNU_SOURCE /* pthread_setaffinity_np, sched_getcpu */
 #include "grammar_testutil.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 
 /* ------------------------------------------------------------------------------------------ */
@@ -353,7 +357,7 @@ static void check_within(struct bn_grammar_matcher *m, const struct tvocab *t,
 			want = 0;
 		else if (want) {
 			ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
-			want = bn_grammar_matcher_min_bytes_to_accept(m) + 1 <= left;
+			want = bn_grammar_matcher_tokens_to_accept(m) + 1 <= left;
 			ck_assert_int_eq(bn_grammar_matcher_rollback(m, 1), 0);
 		}
 		ck_assert_msg(mask_has(within, id) == want, "token %u left %u", id, left);
@@ -387,10 +391,12 @@ START_TEST(completion_and_closing_mask_hold_everywhere)
 		ck_assert(bn_grammar_matcher_is_accepting(f));
 		bn_grammar_matcher_free(f);
 		int c = bn_grammar_matcher_fill_mask(m, mask);
-		/* a random budget, and those around the one below which no token can fit
-		 * (matcher.c's none_fits: the fewest bytes to an end less the longest token) */
-		int64_t edge = (int64_t)min + 1 - max_len;
-		int64_t lefts[] = { tu_rng_next() % 8, edge - 1, edge, edge + 1 };
+		/* a random budget, those around the tokens to an end, and those around the one
+		 * below which no token can fit (matcher.c's none_fits: bytes a token each could
+		 * not cover) */
+		int64_t tok = (int64_t)bn_grammar_matcher_tokens_to_accept(m);
+		int64_t edge = min ? ((int64_t)min - 1) / max_len : -1;
+		int64_t lefts[] = { tu_rng_next() % 8, tok - 1, tok, tok + 1, edge, edge + 1 };
 		for (size_t k = 0; k < sizeof(lefts) / sizeof(lefts[0]); k++)
 			if (lefts[k] >= 0)
 				check_within(m, &t, mask, within, (uint32_t)lefts[k]);
@@ -407,9 +413,96 @@ START_TEST(completion_and_closing_mask_hold_everywhere)
 }
 END_TEST
 
-/* A grammar whose shortest output is longer than the longest token, so the budgets below
- * which no token can fit (matcher.c's none_fits) are reached: the closing mask is still
- * exactly the definition's, at and around that edge, as the output goes on. */
+/* The fewest tokens of the vocabulary that spell s[0..n) (the test's own reading: every token's
+ * bytes compared), or UINT32_MAX. */
+static uint32_t fewest_tokens(const struct tvocab *t, const uint8_t *s, uint32_t n)
+{
+	uint32_t *best = malloc((n + 1) * sizeof(uint32_t));
+	best[n] = 0;
+	for (uint32_t i = n; i-- > 0;) {
+		best[i] = UINT32_MAX;
+		for (uint32_t id = 0; id < t->n; id++) {
+			uint32_t len = t->len[id];
+			if (t->kind[id] != BN_GRAMMAR_TOKEN_TEXT || !len || len > n - i ||
+			    memcmp(t->bytes[id], s + i, len) || best[i + len] == UINT32_MAX)
+				continue;
+			if (best[i + len] + 1 < best[i])
+				best[i] = best[i + len] + 1;
+		}
+	}
+	uint32_t r = best[0];
+	free(best);
+	return r;
+}
+
+/* The count that closes outputs in time is what it says: in the bottom rule (grammars without
+ * calls), the fewest tokens that spell the shortest completion, read here token by token; with
+ * calls at least that (each rule's way spelled apart), and never more than its bytes. Tokens
+ * that spell it, fed one by one, end the output, and each one lowers the count by one. */
+START_TEST(tokens_to_accept_spell_the_shortest_way)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 1500, 23 + (uint64_t)_i);
+	struct bn_grammar_bound *b = bind_text(&t, exhaustive[_i].kind, exhaustive[_i].text, 0);
+	uint32_t words = (t.n + 63) / 64;
+	uint64_t *mask = malloc(words * 8);
+	tu_rng_seed(90 + (uint64_t)_i);
+	struct bn_grammar_matcher *m;
+	ck_assert_int_eq(bn_grammar_matcher_new(b, 0, &m), 0);
+	int exact = 0;
+	for (int step = 0; step < 30; step++) {
+		uint8_t buf[256];
+		int n = bn_grammar_matcher_shortest_completion(m, buf, sizeof(buf));
+		ck_assert_int_ge(n, 0);
+		uint64_t tok = bn_grammar_matcher_tokens_to_accept(m);
+		uint32_t spelled = fewest_tokens(&t, buf, (uint32_t)n);
+		ck_assert_uint_le(tok, (uint64_t)n);
+		ck_assert_uint_ge(tok, spelled);
+		exact += tok == spelled;
+		if (exhaustive[_i].kind == BN_GRAMMAR_REGEX) /* no calls: exactly that */
+			ck_assert_uint_eq(tok, spelled);
+		/* Those tokens exist: each step, an allowed token after which the count is lower;
+		 * at most tok of them end the output. */
+		struct bn_grammar_matcher *f;
+		ck_assert_int_eq(bn_grammar_matcher_clone(m, &f), 0);
+		uint64_t used = 0;
+		for (uint64_t cur = tok; cur > 0; used++) {
+			int c = bn_grammar_matcher_fill_mask(f, mask);
+			ck_assert_int_gt(c, 0);
+			uint32_t id = 0;
+			for (; id < t.n; id++) {
+				if (!mask_has(mask, id) || t.kind[id] != BN_GRAMMAR_TOKEN_TEXT)
+					continue;
+				ck_assert_int_eq(bn_grammar_matcher_accept(f, id), 0);
+				if (bn_grammar_matcher_tokens_to_accept(f) < cur)
+					break;
+				ck_assert_int_eq(bn_grammar_matcher_rollback(f, 1), 0);
+			}
+			ck_assert_msg(id < t.n, "no token lowers the count from %llu",
+				      (unsigned long long)cur);
+			cur = bn_grammar_matcher_tokens_to_accept(f);
+		}
+		ck_assert_uint_le(used, tok);
+		ck_assert(bn_grammar_matcher_is_accepting(f));
+		bn_grammar_matcher_free(f);
+		int c = bn_grammar_matcher_fill_mask(m, mask);
+		uint32_t id = nth_set_bit(mask, words, tu_rng_next() % (uint32_t)c);
+		if (t.kind[id] == BN_GRAMMAR_TOKEN_EOG)
+			break;
+		ck_assert_int_eq(bn_grammar_matcher_accept(m, id), 0);
+	}
+	ck_assert_int_gt(exact, 0);
+	bn_grammar_matcher_free(m);
+	bn_grammar_bound_unref(b);
+	free(mask);
+	tvocab_free(&t);
+}
+END_TEST
+
+/* A grammar whose shortest output is longer than a few of the longest tokens, so the budgets
+ * below which no token can fit (matcher.c's none_fits) are reached: the closing mask is still
+ * exactly the definition's, at and around that edge and the count of tokens, as the output
+ * goes on. */
 START_TEST(closing_mask_where_nothing_can_fit)
 {
 	struct tvocab t = { 0 };
@@ -427,11 +520,12 @@ START_TEST(closing_mask_where_nothing_can_fit)
 	int edges = 0;
 	for (int step = 0; step < 40; step++) {
 		int64_t min = (int64_t)bn_grammar_matcher_min_bytes_to_accept(m);
-		int64_t edge = min + 1 - max_len;
+		int64_t edge = min ? (min - 1) / max_len : -1;
+		int64_t tok = (int64_t)bn_grammar_matcher_tokens_to_accept(m);
 		edges += edge > 1;
 		int c = bn_grammar_matcher_fill_mask(m, mask);
 		ck_assert_int_gt(c, 0);
-		int64_t lefts[] = { edge - 1, edge, edge + 1, min + 1 };
+		int64_t lefts[] = { edge - 1, edge, edge + 1, tok, tok + 1, min + 1 };
 		for (size_t k = 0; k < sizeof(lefts) / sizeof(lefts[0]); k++)
 			if (lefts[k] >= 0)
 				check_within(m, &t, mask, within, (uint32_t)lefts[k]);
@@ -1019,6 +1113,123 @@ START_TEST(cache_keys_on_content_and_keeps_refusals)
 }
 END_TEST
 
+/* A cache's memory limit counts every bound grammar it made while alive, as their sets fill
+ * (the totals are bn_grammar_bound_bytes'); past it, grammars nobody else holds are dropped
+ * first, then a compile is refused with -E2BIG, named, and not kept. Before, nothing bounded
+ * what sessions held (the cache's budget only dropped its own references). */
+START_TEST(a_memory_limit_bounds_what_grammars_hold)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 2000, 6);
+	struct bn_grammar_cache *c;
+	ck_assert_int_eq(bn_grammar_cache_new(t.v, 64 << 20, &c), 0);
+	struct bn_grammar_options o = { .kind = BN_GRAMMAR_REGEX };
+	char err[BN_GRAMMAR_ERR_LEN], re[32];
+	struct bn_grammar_bound *held[64];
+	struct bn_grammar_cache_info info;
+	/* What one grammar holds, filled. */
+	ck_assert_int_eq(bn_grammar_cache_get(c, "[a-z]{1,40}", 11, &o, &held[0], err), 0);
+	ck_assert_int_eq(bn_grammar_bound_warm(held[0], UINT64_MAX / 2), 1);
+	bn_grammar_cache_get_info(c, &info);
+	ck_assert_uint_eq(info.live_bytes, bn_grammar_bound_bytes(held[0]));
+	size_t one = info.live_bytes;
+	bn_grammar_cache_limit_memory(c, 4 * one + one / 2);
+	/* Held grammars count: the fifth distinct one is refused, and not kept. */
+	uint32_t n = 1;
+	int rc = 0;
+	for (; n < 64 && rc == 0; n++) {
+		snprintf(re, sizeof(re), "[a-z]{1,%u}", 40 + n);
+		rc = bn_grammar_cache_get(c, re, strlen(re), &o, &held[n], err);
+		if (rc == 0)
+			ck_assert_int_eq(bn_grammar_bound_warm(held[n], UINT64_MAX / 2), 1);
+	}
+	n--;
+	ck_assert_msg(rc == -E2BIG && strstr(err, "over its grammar memory limit of") &&
+			      strstr(err, "--grammar-memory"), "%d %s", rc, err);
+	/* Counted at compile: the sets filled afterwards may take it past by what they add. */
+	ck_assert_msg(n >= 3 && n <= 5, "%u held", n);
+	bn_grammar_cache_get_info(c, &info);
+	ck_assert_uint_le(info.live_bytes, (size_t)(n + 1) * one);
+	ck_assert_uint_eq(info.refusals_cached, 0);
+	/* Released, they are the cache's alone: the next compile drops the oldest instead. */
+	for (uint32_t i = 0; i < n; i++)
+		bn_grammar_bound_unref(held[i]);
+	struct bn_grammar_bound *b;
+	ck_assert_int_eq(bn_grammar_cache_get(c, re, strlen(re), &o, &b, err), 0);
+	bn_grammar_cache_get_info(c, &info);
+	ck_assert_uint_le(info.live_bytes, 4 * one + one / 2);
+	ck_assert_uint_lt(info.entries, n + 1);
+	/* What is freed is taken back: after the cache goes, the one reference left. */
+	bn_grammar_cache_free(c);
+	bn_grammar_bound_unref(b);
+	tvocab_free(&t);
+}
+END_TEST
+
+#define N_HOGS 6
+
+struct hog {
+	atomic_int stop;
+	cpu_set_t cpu;
+};
+
+static void *spin(void *arg)
+{
+	struct hog *h = arg;
+	pthread_setaffinity_np(pthread_self(), sizeof(h->cpu), &h->cpu);
+	while (!atomic_load_explicit(&h->stop, memory_order_relaxed))
+		;
+	return NULL;
+}
+
+/* The compile budget is the compiling thread's CPU time: a schema that compiles within it
+ * alone still does with six busy threads on its CPU, though its wall time is then past the
+ * budget. Before (a wall-clock budget), the same schema was refused under load (issue 58: one
+ * compiled in 1.1-1.7 s and was refused at 1,000 ms on a busy machine). */
+START_TEST(the_budget_is_cpu_time_whatever_the_load)
+{
+	char *big = malloc(1 << 16);
+	size_t at = (size_t)sprintf(big, "{\"type\":\"object\",\"properties\":{");
+	for (int i = 0; i < 24; i++)
+		at += (size_t)sprintf(big + at, "%s\"p%d\":{\"type\":\"string\",\"format\":\"ipv6\"}",
+				      i ? "," : "", i);
+	sprintf(big + at, "}}");
+	struct bn_grammar_limits lim = { .compile_ms = 60000 };
+	char err[BN_GRAMMAR_ERR_LEN];
+	int rc;
+	/* The second of two (the first pays for first-touched memory, several times over under
+	 * AddressSanitizer's shadow). */
+	int64_t alone = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
+	ck_assert_msg(rc == 0, "%s", err);
+	alone = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
+	ck_assert_msg(rc == 0, "%s", err);
+	lim.compile_ms = (uint32_t)(3 * alone + 20);
+	struct hog h = { 0 };
+	CPU_ZERO(&h.cpu);
+	CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &h.cpu);
+	cpu_set_t mine;
+	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine), 0);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof(h.cpu), &h.cpu), 0);
+	pthread_t hogs[N_HOGS];
+	for (int i = 0; i < N_HOGS; i++)
+		ck_assert_int_eq(pthread_create(&hogs[i], NULL, spin, &h), 0);
+	int64_t t0 = tu_now_ns();
+	int64_t cpu = compile_ms(BN_GRAMMAR_JSON_SCHEMA, big, &lim, &rc, err);
+	int64_t wall = (tu_now_ns() - t0) / 1000000;
+	atomic_store(&h.stop, 1);
+	for (int i = 0; i < N_HOGS; i++)
+		pthread_join(hogs[i], NULL);
+	pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine);
+	printf("cpu budget: alone %lld ms, under load %lld ms of CPU in %lld ms, budget %u ms\n",
+	       (long long)alone, (long long)cpu, (long long)wall, lim.compile_ms);
+	ck_assert_msg(rc == 0, "refused under load: %s", err);
+	/* The load was real: a wall-clock budget would have been spent. */
+	ck_assert_msg(wall > lim.compile_ms, "wall %lld ms, within the budget: no load to speak of",
+		      (long long)wall);
+	free(big);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Threads                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
@@ -1113,6 +1324,10 @@ int main(void)
 	tcase_add_test(tc, mutated_grammars_compile_or_refuse_cleanly);
 	tcase_add_test(tc, cache_keys_on_content_and_keeps_refusals);
 	tcase_add_test(tc, threads_share_a_bound_grammar);
+	tcase_add_test(tc, a_memory_limit_bounds_what_grammars_hold);
+	tcase_add_loop_test(tc, tokens_to_accept_spell_the_shortest_way, 0,
+			    sizeof(exhaustive) / sizeof(exhaustive[0]));
+	tcase_add_test(tc, the_budget_is_cpu_time_whatever_the_load);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

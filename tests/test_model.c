@@ -10,6 +10,7 @@
  *  - the repacked T2 codes and row scales equal the ternary weights written (the oracle is
  *    the generator of those weights, not a decoder).
  */
+#include "../daemon/model/forward.h"
 #include "../daemon/model/model.h"
 #include "../tools/gguf_write.h"
 #include "quant.h"
@@ -30,12 +31,12 @@ static char tmp_dir[] = "/tmp/bn-model-XXXXXX";
 /* A model as data: metadata and tensor list, edited by each test, then written               */
 /* ------------------------------------------------------------------------------------------ */
 
-enum kv_kind { KV_U32, KV_I32, KV_F32, KV_STR };
+enum kv_kind { KV_U32, KV_I32, KV_F32, KV_STR, KV_STRS };
 
 struct kv {
 	char key[96];
 	enum kv_kind kind;
-	uint32_t u;
+	uint32_t u;         /* KV_STRS: how many strings ("t0", "t1", ...) */
 	int32_t i;
 	float f;
 	char s[48];
@@ -49,6 +50,11 @@ struct tensor {
 	int mixed_scales;  /* TQ rows: block b has scale (b + 1) * the row's */
 	int zero_block0;   /* TQ rows: block 0 all zero weights, with a scale of its own */
 	int code3;         /* TQ2_0: weight 0 of row 0 gets code 3 */
+	int ternary_float; /* F32 / F16 / BF16: weight_of * scale_of, a ternary float tensor;
+			    * 2: but the last weight of the last row is 1.5 * scale_of */
+	int nan_scale;     /* I2_S: the scale is a NaN */
+	uint32_t disk_type; /* when set: written as `type`, then its type id on disk patched to
+			     * this one (how a file of another writer's type 36 looks) */
 };
 
 #define MAX_KV 40
@@ -68,10 +74,12 @@ struct shape {
 	uint32_t lin_type, embed_type;
 	int untied;             /* an output.weight of head_type */
 	uint32_t head_type;
+	uint32_t head_dim;      /* written as attention.key_length and value_length; 0: none
+				 * (n_embd / n_head) */
 };
 
 static const struct shape base_shape = {
-	"bitnet-b1.58", 256, 1, 4, 2, 256, 300, BN_TYPE_TQ2_0, BN_TYPE_F16, 0, 0,
+	"bitnet-b1.58", 256, 1, 4, 2, 256, 300, BN_TYPE_TQ2_0, BN_TYPE_F16, 0, 0, 0,
 };
 
 static struct kv *kv_find(struct desc *d, const char *key)
@@ -131,6 +139,14 @@ static void set_str(struct desc *d, const char *key, const char *v)
 	snprintf(kv->s, sizeof(kv->s), "%s", v);
 }
 
+/* A string array of n elements "t0", "t1", ... (a vocabulary's size, for the activation). */
+static void set_strs(struct desc *d, const char *key, uint32_t n)
+{
+	struct kv *kv = kv_slot(d, key);
+	kv->kind = KV_STRS;
+	kv->u = n;
+}
+
 static void del_kv(struct desc *d, const char *key)
 {
 	struct kv *kv = kv_find(d, key);
@@ -181,7 +197,8 @@ static void desc_init(struct desc *d, const struct shape *s)
 {
 	memset(d, 0, sizeof(*d));
 	snprintf(d->arch, sizeof(d->arch), "%s", s->arch);
-	uint32_t hd = s->n_embd / s->n_head, q = s->n_head * hd, kv = s->n_head_kv * hd;
+	uint32_t hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
+	uint32_t q = s->n_head * hd, kv = s->n_head_kv * hd;
 	set_str(d, "general.architecture", s->arch);
 	set_str(d, "general.name", "test-model");
 	set_u32(d, akey(d, "context_length"), 512);
@@ -196,6 +213,12 @@ static void desc_init(struct desc *d, const struct shape *s)
 	set_f32(d, akey(d, "rope.freq_base"), 500000.0f);
 	set_u32(d, "tokenizer.ggml.bos_token_id", 5);
 	set_u32(d, "tokenizer.ggml.eos_token_id", 7);
+	if (s->head_dim) {
+		set_u32(d, akey(d, "attention.key_length"), s->head_dim);
+		set_u32(d, akey(d, "attention.value_length"), s->head_dim);
+	}
+	if (s->lin_type == BN_TYPE_I2_S) /* bitnet.cpp's I2_S files say so */
+		set_u32(d, "general.file_type", 40);
 	add_tensor(d, "token_embd.weight", s->embed_type, s->n_embd, s->vocab);
 	add_tensor(d, "output_norm.weight", BN_TYPE_F32, s->n_embd, 0);
 	if (s->untied)
@@ -299,7 +322,8 @@ static uint8_t *tensor_data(const struct tensor *t, uint64_t *size)
 		ck_assert_ptr_nonnull(w);
 		for (uint64_t i = 0; i < n; i++)
 			w[i] = weight_of(t, i / n_in, i % n_in);
-		ck_assert_uint_eq(bn_encode_i2_s(w, n, scale_of(t, 0), data), *size);
+		ck_assert_uint_eq(bn_encode_i2_s(w, n, t->nan_scale ? NAN : scale_of(t, 0), data),
+				  *size);
 		free(w);
 		return data;
 	}
@@ -312,7 +336,10 @@ static uint8_t *tensor_data(const struct tensor *t, uint64_t *size)
 			continue;
 		}
 		for (uint64_t k = 0; k < n_in; k++)
-			f[k] = float_of(t, r, k);
+			f[k] = t->ternary_float ? (float)weight_of(t, r, k) * scale_of(t, r)
+						: float_of(t, r, k);
+		if (t->ternary_float == 2 && r == rows - 1)
+			f[n_in - 1] = 1.5f * scale_of(t, r);
 		ck_assert_uint_eq(bn_quant_row(t->type, f, n_in, data + r * row_bytes), row_bytes);
 	}
 	free(f);
@@ -321,16 +348,55 @@ static uint8_t *tensor_data(const struct tensor *t, uint64_t *size)
 	return data;
 }
 
+static int add_strs(struct bn_gguf_writer *w, const char *key, uint32_t n)
+{
+	char (*text)[12] = malloc((size_t)n * sizeof(*text) + 1);
+	const char **ptrs = malloc((size_t)n * sizeof(*ptrs) + 1);
+	ck_assert(text && ptrs);
+	for (uint32_t i = 0; i < n; i++) {
+		snprintf(text[i], sizeof(text[i]), "t%u", i);
+		ptrs[i] = text[i];
+	}
+	int rc = bn_gguf_add_arr_str(w, key, ptrs, n);
+	free(ptrs);
+	free(text);
+	return rc;
+}
+
+/* The tensor's type id in the file's tensor table, rewritten: the table holds its name (a u64
+ * length, the bytes), n_dims (u32), the dims (u64 each), then the type (u32). */
+static void patch_type(const char *path, const struct tensor *t)
+{
+	FILE *f = fopen(path, "r+b");
+	ck_assert_ptr_nonnull(f);
+	static uint8_t head[1 << 16];
+	size_t n = fread(head, 1, sizeof(head), f);
+	size_t len = strlen(t->name);
+	for (size_t at = 8; at + len + 4 + 8 * t->n_dims + 4 <= n; at++) {
+		uint64_t l;
+		memcpy(&l, head + at - 8, 8);
+		if (l != len || memcmp(head + at, t->name, len))
+			continue;
+		long type_at = (long)(at + len + 4 + 8 * t->n_dims);
+		ck_assert_int_eq(fseek(f, type_at, SEEK_SET), 0);
+		ck_assert_uint_eq(fwrite(&t->disk_type, 4, 1, f), 1);
+		fclose(f);
+		return;
+	}
+	ck_abort_msg("tensor %s not found in %s's table", t->name, path);
+}
+
 static void write_desc(const struct desc *d, const char *path)
 {
 	struct bn_gguf_writer *w = bn_gguf_writer_new(3, 32);
 	ck_assert_ptr_nonnull(w);
 	for (uint32_t i = 0; i < d->n_kv; i++) {
 		const struct kv *kv = &d->kv[i];
-		int rc = kv->kind == KV_U32   ? bn_gguf_add_u32(w, kv->key, kv->u)
-			 : kv->kind == KV_I32 ? bn_gguf_add_i32(w, kv->key, kv->i)
-			 : kv->kind == KV_F32 ? bn_gguf_add_f32(w, kv->key, kv->f)
-					      : bn_gguf_add_str(w, kv->key, kv->s);
+		int rc = kv->kind == KV_U32    ? bn_gguf_add_u32(w, kv->key, kv->u)
+			 : kv->kind == KV_I32  ? bn_gguf_add_i32(w, kv->key, kv->i)
+			 : kv->kind == KV_F32  ? bn_gguf_add_f32(w, kv->key, kv->f)
+			 : kv->kind == KV_STRS ? add_strs(w, kv->key, kv->u)
+					       : bn_gguf_add_str(w, kv->key, kv->s);
 		ck_assert_msg(rc == 0, "key %s: %d", kv->key, rc);
 	}
 	for (uint32_t i = 0; i < d->n_t; i++) {
@@ -343,6 +409,9 @@ static void write_desc(const struct desc *d, const char *path)
 	}
 	ck_assert_int_eq(bn_gguf_write_file(w, path), 0);
 	bn_gguf_writer_free(w);
+	for (uint32_t i = 0; i < d->n_t; i++)
+		if (d->t[i].disk_type)
+			patch_type(path, &d->t[i]);
 }
 
 static void temp_path(char *path, size_t cap, const char *name)
@@ -513,6 +582,7 @@ static void llama_i2_s(struct desc *d)
 	s.arch = "llama";
 	s.lin_type = BN_TYPE_I2_S;
 	desc_init(d, &s);
+	del_kv(d, "general.file_type");
 }
 static void llama_one_i2_s(struct desc *d)
 {
@@ -521,6 +591,58 @@ static void llama_one_i2_s(struct desc *d)
 	desc_init(d, &s);
 	t_get(d, "blk.0.ffn_gate.weight")->type = BN_TYPE_I2_S;
 }
+static void llama_i2_s_file_type_2(struct desc *d)
+{
+	llama_i2_s(d);
+	set_u32(d, "general.file_type", 2);
+}
+/* Upstream's type 36 (IQ4_NL_4_4) takes more bytes than I2_S: file_type 40 is not enough. */
+static void llama_i2_s_wrong_span(struct desc *d)
+{
+	struct shape s = base_shape;
+	s.arch = "llama";
+	s.lin_type = BN_TYPE_I2_S;
+	desc_init(d, &s);
+	struct tensor *t = t_get(d, "blk.0.ffn_gate.weight");
+	t->type = BN_TYPE_Q8_0;
+	t->disk_type = BN_TYPE_I2_S;
+}
+static void i2_s_nan_scale(struct desc *d)
+{
+	struct shape s = base_shape;
+	s.lin_type = BN_TYPE_I2_S;
+	desc_init(d, &s);
+	t_get(d, "blk.0.attn_v.weight")->nan_scale = 1;
+}
+static void key_value_differ(struct desc *d)
+{
+	set_u32(d, akey(d, "attention.key_length"), 64);
+	set_u32(d, akey(d, "attention.value_length"), 32);
+}
+static void value_without_key(struct desc *d) { set_u32(d, akey(d, "attention.value_length"), 64); }
+static void key_length_huge(struct desc *d)
+{
+	set_u32(d, akey(d, "attention.key_length"), 4096);
+	set_u32(d, akey(d, "attention.value_length"), 4096);
+}
+static void key_length_string(struct desc *d) { set_str(d, akey(d, "attention.key_length"), "64"); }
+static void rope_yarn(struct desc *d) { set_str(d, akey(d, "rope.scaling.type"), "yarn"); }
+static void rope_type_u32(struct desc *d) { set_u32(d, akey(d, "rope.scaling.type"), 1); }
+static void rope_factor_negative(struct desc *d)
+{
+	set_str(d, akey(d, "rope.scaling.type"), "linear");
+	set_f32(d, akey(d, "rope.scaling.factor"), -2.0f);
+}
+static void rope_factor_inf(struct desc *d) { set_f32(d, akey(d, "rope.scale_linear"), INFINITY); }
+static void rope_freqs_short(struct desc *d) { add_tensor(d, "rope_freqs.weight", BN_TYPE_F32, 15, 0); }
+static void llama_gelu(struct desc *d)
+{
+	struct shape s = base_shape;
+	s.arch = "llama";
+	desc_init(d, &s);
+	set_str(d, "llama.hidden_activation", "gelu");
+}
+static void b158_act_empty(struct desc *d) { set_str(d, akey(d, "hidden_activation"), ""); }
 static void bitnet_gelu(struct desc *d)
 {
 	struct shape s = base_shape;
@@ -597,11 +719,43 @@ static const struct defect defects[] = {
 	{ "mixed_scales", mixed_scales,
 	  "tensor 'blk.0.ffn_down.weight' row 0: its blocks have different scales" },
 	{ "code_3", code_3, "tensor 'blk.0.attn_k.weight' row 0 cannot be decoded" },
-	{ "llama_i2_s", llama_i2_s, "has type 36, which is I2_S only in bitnet.cpp files" },
+	{ "llama_i2_s", llama_i2_s,
+	  "has type 36, which in a llama file is I2_S only when general.file_type is 40 "
+	  "(bitnet.cpp's I2_S), and it is missing here; upstream llama.cpp gave type 36 to "
+	  "IQ4_NL_4_4, which bitnetd does not support" },
 	{ "llama_one_i2_s", llama_one_i2_s,
-	  "tensor 'blk.0.ffn_gate.weight' has type 36, which is I2_S only in bitnet.cpp files" },
-	{ "bitnet_gelu", bitnet_gelu, "bitnet.hidden_activation must be \"silu\" or \"relu2\"" },
-	{ "bitnet_act_u32", bitnet_act_u32, "bitnet.hidden_activation must be" },
+	  "tensor 'blk.0.ffn_gate.weight' has type 36, which in a llama file is I2_S only when" },
+	{ "llama_i2_s_file_type_2", llama_i2_s_file_type_2,
+	  "general.file_type is 40 (bitnet.cpp's I2_S), and it is 2 here" },
+	{ "llama_i2_s_wrong_span", llama_i2_s_wrong_span,
+	  "tensor 'blk.0.ffn_gate.weight' has type 36 and general.file_type is 40 (I2_S), but its "
+	  "data takes 69632 bytes where I2_S takes 16416 (n/4 + 32): this is not bitnet.cpp's "
+	  "I2_S" },
+	{ "i2_s_nan_scale", i2_s_nan_scale,
+	  "tensor 'blk.0.attn_v.weight' row 0 has a scale that is not finite" },
+	{ "key_value_differ", key_value_differ,
+	  "bitnet-b1.58.attention.key_length 64 and value_length 32 differ" },
+	{ "value_without_key", value_without_key,
+	  "bitnet-b1.58.attention.value_length is 64 but there is no key_length" },
+	{ "key_length_huge", key_length_huge, "bitnet-b1.58.attention.key_length 4096 is over 2048" },
+	{ "key_length_string", key_length_string,
+	  "metadata key bitnet-b1.58.attention.key_length is not an unsigned 32-bit integer" },
+	{ "rope_yarn", rope_yarn,
+	  "bitnet-b1.58.rope.scaling.type 'yarn' is not supported (none, linear)" },
+	{ "rope_type_u32", rope_type_u32,
+	  "metadata key bitnet-b1.58.rope.scaling.type is not a string" },
+	{ "rope_factor_negative", rope_factor_negative, "the RoPE scaling factor -2 is not positive" },
+	{ "rope_factor_inf", rope_factor_inf,
+	  "metadata key bitnet-b1.58.rope.scale_linear is not a finite float" },
+	{ "rope_freqs_short", rope_freqs_short,
+	  "tensor 'rope_freqs.weight' has shape [15, 1], the metadata says [16, 1]" },
+	{ "bitnet_gelu", bitnet_gelu,
+	  "bitnet.hidden_activation \"gelu\" is not an activation bitnetd knows (silu, relu2)" },
+	{ "bitnet_act_u32", bitnet_act_u32, "bitnet.hidden_activation is not a string (silu, relu2)" },
+	{ "llama_gelu", llama_gelu,
+	  "llama.hidden_activation \"gelu\" is not an activation bitnetd knows (silu, relu2)" },
+	{ "b158_act_empty", b158_act_empty,
+	  "bitnet-b1.58.hidden_activation \"\" is not an activation bitnetd knows" },
 };
 #define N_DEFECTS ((int)(sizeof(defects) / sizeof(defects[0])))
 
@@ -988,6 +1142,215 @@ START_TEST(tied_quantized_head)
 }
 END_TEST
 
+/* bitnet.cpp's llama files (Falcon3, Falcon-E, Llama3-8B-1.58): type 36 with general.file_type
+ * 40 is I2_S, run with the llama graph (SiLU, no sub-norms, adjacent RoPE pairs). */
+START_TEST(llama_i2_s_loads)
+{
+	struct shape s = base_shape;
+	s.arch = "llama";
+	s.lin_type = BN_TYPE_I2_S;
+	s.n_ff = 384; /* ffn_down rows padded to whole T2 chunks */
+	s.untied = 1;
+	s.head_type = BN_TYPE_F16;
+	struct desc d;
+	desc_init(&d, &s);
+	struct bn_model m;
+	char path[256];
+	load_ok(&d, "llama_i2_s", &m, path, sizeof(path));
+	ck_assert_int_eq(m.cfg.arch, BN_ARCH_LLAMA);
+	ck_assert_int_eq(m.cfg.act, BN_ACT_SILU);
+	ck_assert_int_eq(m.cfg.rope_neox, 0);
+	ck_assert_ptr_null(m.layers[0].attn_sub_norm);
+	ck_assert_msg(strstr(m.cfg.act_why, "llama") != NULL, "why: %s", m.cfg.act_why);
+	check_all_t2(&d, &m);
+	ck_assert(bn_gguf_str_eq(m.output.src->name, "output.weight"));
+	ck_assert_int_eq(m.output.kind, BN_LINEAR_FLOAT);
+	ck_assert_uint_eq(m.n_candidates, 0);
+	bn_model_free(&m);
+	unlink(path);
+}
+END_TEST
+
+/* attention.key_length sets the head size, which need not be n_embd / n_head (Falcon3's 256
+ * is; others' is not): q is n_head * 128 = 512 wide here, the embedding 256. */
+START_TEST(head_dim_from_key_length)
+{
+	struct shape s = base_shape;
+	s.head_dim = 128;
+	struct desc d;
+	desc_init(&d, &s);
+	del_kv(&d, akey(&d, "rope.dimension_count"));
+	struct bn_model m;
+	char path[256];
+	load_ok(&d, "key_length", &m, path, sizeof(path));
+	ck_assert_uint_eq(m.cfg.head_dim, 128);
+	ck_assert_uint_eq(m.cfg.rope_dim, 128);
+	ck_assert_uint_eq(m.layers[0].wq.n_out, 512);
+	ck_assert_uint_eq(m.layers[0].wk.n_out, 256);
+	ck_assert_uint_eq(m.layers[0].wo.n_in, 512);
+	check_all_t2(&d, &m);
+	bn_model_free(&m);
+	unlink(path);
+	/* without the key, 256 / 3 heads does not divide: refused, naming the key */
+	set_u32(&d, akey(&d, "attention.head_count"), 3);
+	set_u32(&d, akey(&d, "attention.head_count_kv"), 3);
+	del_kv(&d, akey(&d, "attention.key_length"));
+	del_kv(&d, akey(&d, "attention.value_length"));
+	expect_desc_refused(&d, "no_key_length",
+			    "embedding length 256 is not a multiple of the head count 3, and there is no "
+			    "bitnet-b1.58.attention.key_length");
+}
+END_TEST
+
+/* RoPE's scaling: the factor (or scale_linear) divides every angle, rope_freqs.weight each
+ * pair's; absent, the angles are rope_base's alone. */
+START_TEST(rope_scaling_read)
+{
+	struct desc d;
+	desc_init(&d, &base_shape);
+	struct bn_model m;
+	char path[256];
+	load_ok(&d, "rope_plain", &m, path, sizeof(path));
+	ck_assert(m.cfg.rope_freq_scale == 1.0f);
+	ck_assert_ptr_null(m.cfg.rope_factors);
+	float plain = bn_rope_freq(&m.cfg, 3);
+	ck_assert(plain == powf(500000.0f, -6.0f / 32.0f));
+	bn_model_free(&m);
+	set_str(&d, akey(&d, "rope.scaling.type"), "linear");
+	set_f32(&d, akey(&d, "rope.scaling.factor"), 4.0f);
+	add_tensor(&d, "rope_freqs.weight", BN_TYPE_F32, 16, 0);
+	load_ok(&d, "rope_scaled", &m, path, sizeof(path));
+	ck_assert(m.cfg.rope_freq_scale == 0.25f);
+	check_norm(&d, "rope_freqs.weight", m.cfg.rope_factors);
+	float f3 = float_of(t_get(&d, "rope_freqs.weight"), 0, 3);
+	ck_assert(bn_rope_freq(&m.cfg, 3) == plain * 0.25f / f3);
+	bn_model_free(&m);
+	del_kv(&d, akey(&d, "rope.scaling.factor"));
+	del_kv(&d, akey(&d, "rope.scaling.type"));
+	set_f32(&d, akey(&d, "rope.scale_linear"), 2.0f);
+	load_ok(&d, "rope_linear", &m, path, sizeof(path));
+	ck_assert(m.cfg.rope_freq_scale == 0.5f);
+	bn_model_free(&m);
+	unlink(path);
+}
+END_TEST
+
+/* The activation on each kind of file: the key where there is one (any architecture), else
+ * the architecture's, and for bitnet-b1.58 the vocabulary rule; --activation over all. */
+struct act_case {
+	const char *arch;
+	const char *key;       /* <arch>.hidden_activation, or NULL */
+	const char *tok_model; /* tokenizer.ggml.model, or NULL */
+	uint32_t n_tokens;     /* tokenizer.ggml.tokens' length (0: no array) */
+	int forced;            /* --activation: -1 none, else an enum bn_activation */
+	enum bn_activation want;
+	const char *why;       /* in cfg.act_why */
+};
+
+static const struct act_case act_cases[] = {
+	{ "bitnet-b1.58", NULL, "llama", 32002, -1, BN_ACT_SILU, "SentencePiece vocabulary of 32002" },
+	{ "bitnet-b1.58", NULL, "llama", 32000, -1, BN_ACT_SILU, "1bitLLM's LLaMA-2 tokenizer" },
+	{ "bitnet-b1.58", NULL, "llama", 32003, -1, BN_ACT_RELU2, "SentencePiece vocabulary of 32003" },
+	{ "bitnet-b1.58", NULL, "llama", 31999, -1, BN_ACT_RELU2, "ReLU squared, as 2B4T" },
+	{ "bitnet-b1.58", NULL, "gpt2", 32002, -1, BN_ACT_RELU2, "byte-level BPE vocabulary of 32002" },
+	{ "bitnet-b1.58", NULL, "gpt2", 2000, -1, BN_ACT_RELU2, "byte-level BPE vocabulary of 2000" },
+	{ "bitnet-b1.58", NULL, NULL, 0, -1, BN_ACT_RELU2, "and no vocabulary" },
+	{ "bitnet-b1.58", "silu", "gpt2", 0, -1, BN_ACT_SILU, "bitnet-b1.58.hidden_activation" },
+	{ "bitnet-b1.58", "relu2", "llama", 32002, -1, BN_ACT_RELU2, "bitnet-b1.58.hidden_activation" },
+	{ "bitnet-25", NULL, "llama", 32002, -1, BN_ACT_RELU2, "bitnet-25 architecture" },
+	{ "bitnet-25", "silu", NULL, 0, -1, BN_ACT_SILU, "bitnet-25.hidden_activation" },
+	{ "bitnet", NULL, "llama", 32002, -1, BN_ACT_SILU, "bitnet architecture" },
+	{ "llama", NULL, "llama", 32002, -1, BN_ACT_SILU, "llama architecture" },
+	{ "llama", "relu2", NULL, 0, -1, BN_ACT_RELU2, "llama.hidden_activation" },
+	{ "bitnet-b1.58", NULL, "llama", 32002, BN_ACT_RELU2, BN_ACT_RELU2,
+	  "--activation relu2 (the file's: silu by bitnet-b1.58 without" },
+	{ "llama", "relu2", NULL, 0, BN_ACT_SILU, BN_ACT_SILU,
+	  "--activation silu (the file's: relu2 by llama.hidden_activation)" },
+};
+
+START_TEST(activation_decided)
+{
+	const struct act_case *a = &act_cases[_i];
+	struct shape s = base_shape;
+	s.arch = a->arch;
+	s.vocab = a->n_tokens > 300 ? 300 : a->n_tokens ? a->n_tokens : 300;
+	struct desc d;
+	desc_init(&d, &s);
+	char key[96];
+	snprintf(key, sizeof(key), "%s.hidden_activation", a->arch);
+	if (a->key)
+		set_str(&d, key, a->key);
+	if (a->tok_model)
+		set_str(&d, "tokenizer.ggml.model", a->tok_model);
+	if (a->n_tokens)
+		set_strs(&d, "tokenizer.ggml.tokens", a->n_tokens);
+	del_kv(&d, akey(&d, "vocab_size")); /* the embedding's rows; the rule reads the tokens */
+	char path[256];
+	temp_path(path, sizeof(path), "act");
+	write_desc(&d, path);
+	struct bn_model m;
+	char err[BN_MODEL_ERR_LEN];
+	struct bn_model_source src = { .activation = { a->forced >= 0, a->forced >= 0 ? (enum bn_activation)a->forced : BN_ACT_SILU } };
+	ck_assert_int_eq(bn_model_open(&m, path, err), 0);
+	ck_assert_msg(bn_model_fill(&m, &src, err) == 0, "%s", err);
+	ck_assert_int_eq(m.cfg.act, a->want);
+	ck_assert_msg(strstr(m.cfg.act_why, a->why) != NULL, "why \"%s\" does not say \"%s\"",
+		      m.cfg.act_why, a->why);
+	bn_model_free(&m);
+	unlink(path);
+}
+END_TEST
+
+/* A float file of a bitnet* architecture whose linears are ternary-valued: packed to T2 with
+ * the codes and row scales written, in every float type; in a llama file, or with one value
+ * off, the matrix stays float. */
+START_TEST(ternary_from_float)
+{
+	const uint32_t types[] = { BN_TYPE_F32, BN_TYPE_F16, BN_TYPE_BF16 };
+	for (size_t i = 0; i < 3; i++) {
+		struct shape s = base_shape;
+		s.lin_type = types[i];
+		s.n_ff = 320; /* not a multiple of the 256-weight T2 chunk */
+		struct desc d;
+		desc_init(&d, &s);
+		for (uint32_t t = 0; t < d.n_t; t++)
+			d.t[t].ternary_float = d.t[t].n_dims == 2 && strncmp(d.t[t].name, "blk.", 4) == 0;
+		struct bn_model m;
+		char path[256];
+		load_ok(&d, "tern_float", &m, path, sizeof(path));
+		check_all_t2(&d, &m);
+		ck_assert_uint_eq(m.n_candidates, 7);
+		ck_assert_uint_eq(m.n_from_float, 7);
+		ck_assert_int_eq(m.layers[0].wq.ternary_candidate, 1);
+		ck_assert_int_eq(m.output.ternary_candidate, 0);
+		bn_model_free(&m);
+		/* the last weight of ffn_up's last row 1.5 s: that matrix stays float, as stored */
+		t_get(&d, "blk.0.ffn_up.weight")->ternary_float = 2;
+		load_ok(&d, "tern_float_off", &m, path, sizeof(path));
+		const struct bn_linear *up = &m.layers[0].w_up;
+		ck_assert_int_eq(up->kind, BN_LINEAR_FLOAT);
+		ck_assert_int_eq(up->ternary_candidate, 1);
+		ck_assert_uint_eq(m.n_from_float, 6);
+		const struct tensor *tu = t_get(&d, "blk.0.ffn_up.weight");
+		ck_assert(bn_f_weight(&up->f, 319, 255) == 1.5f * scale_of(tu, 319));
+		ck_assert(bn_f_weight(&up->f, 0, 7) == (float)weight_of(tu, 0, 7) * scale_of(tu, 0));
+		bn_model_free(&m);
+		/* llama keeps its float graph */
+		struct shape ls = s;
+		ls.arch = "llama";
+		struct desc dl;
+		desc_init(&dl, &ls);
+		for (uint32_t t = 0; t < dl.n_t; t++)
+			dl.t[t].ternary_float = dl.t[t].n_dims == 2 && !strncmp(dl.t[t].name, "blk.", 4);
+		load_ok(&dl, "tern_float_llama", &m, path, sizeof(path));
+		ck_assert_int_eq(m.layers[0].wq.kind, BN_LINEAR_FLOAT);
+		ck_assert_uint_eq(m.n_candidates, 0);
+		bn_model_free(&m);
+		unlink(path);
+	}
+}
+END_TEST
+
 /* Files a failed test left behind, then the directory. */
 static void remove_tmp_dir(void)
 {
@@ -1034,6 +1397,12 @@ int main(void)
 	tcase_add_test(good, float_linears);
 	tcase_add_test(good, untied_head);
 	tcase_add_test(good, tied_quantized_head);
+	tcase_add_test(good, llama_i2_s_loads);
+	tcase_add_test(good, head_dim_from_key_length);
+	tcase_add_test(good, rope_scaling_read);
+	tcase_add_loop_test(good, activation_decided, 0,
+			    (int)(sizeof(act_cases) / sizeof(act_cases[0])));
+	tcase_add_test(good, ternary_from_float);
 	suite_add_tcase(s, good);
 	int rc = tu_run_suite(s);
 	remove_tmp_dir();

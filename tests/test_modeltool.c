@@ -202,9 +202,10 @@ static int is_linear(const struct bn_gguf_tensor *t)
 	return 0;
 }
 
+/* 1 / sqrt(n_in * 2/3), rounded to bfloat16 so that half and bfloat16 hold it exactly. */
 static float expected_scale(uint64_t n_in)
 {
-	return (float)(1.0 / sqrt((double)n_in * 2.0 / 3.0));
+	return bn_bf16_to_float(bn_float_to_bf16((float)(1.0 / sqrt((double)n_in * 2.0 / 3.0))));
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -391,8 +392,16 @@ START_TEST(metadata_is_the_preset)
 	open_model(&g, path);
 	check_hparams(&g, "bitnet-b1.58", N_LAYER, VOCAB);
 	check_tokenizer(&g, VOCAB);
-	/* relu2 is fixed for bitnet-b1.58: no key for it. */
+	/* the activation is always written (the preset's relu2), and the converters' marks */
+	check_str(&g, "bitnet-b1.58.hidden_activation", "relu2");
+	ck_assert_uint_eq(get_u32(&g, "general.file_type"), 40);
+	ck_assert_uint_eq(get_u32(&g, "general.quantization_version"), 2);
+	bn_gguf_close(&g);
+	make_model(path, sizeof(path), "meta.gguf", "--no-activation-key", "--type", "f16", NULL);
+	open_model(&g, path);
 	ck_assert_ptr_null(bn_gguf_find_kv(&g, "bitnet-b1.58.hidden_activation"));
+	ck_assert_uint_eq(get_u32(&g, "general.file_type"), 1);
+	ck_assert_ptr_null(bn_gguf_find_kv(&g, "general.quantization_version"));
 	bn_gguf_close(&g);
 	unlink(path);
 }
@@ -472,9 +481,7 @@ static uint8_t *ternary_codes(const struct bn_gguf_tensor *t, uint64_t counts[3]
 {
 	uint64_t n_in = t->ne[0], n_out = t->ne[1];
 	uint8_t *codes = malloc(n_in * n_out);
-	float want = expected_scale(n_in), scale;
-	if (t->type != BN_TYPE_I2_S) /* TQ scales are halves */
-		want = bn_half_to_float(bn_float_to_half(want));
+	float want = expected_scale(n_in), scale; /* the same in every type: exact in half */
 	ck_assert_ptr_nonnull(codes);
 	for (uint64_t r = 0; r < n_out; r++) {
 		uint8_t *row = codes + r * n_in;
@@ -530,17 +537,8 @@ START_TEST(ternary_rows_decode)
 }
 END_TEST
 
-/* w as the float type stores it. */
-static float rounded(uint32_t type, float w)
-{
-	if (type == BN_TYPE_F16)
-		return bn_half_to_float(bn_float_to_half(w));
-	if (type == BN_TYPE_BF16)
-		return bn_bf16_to_float(bn_float_to_bf16(w));
-	return w;
-}
-
-/* A float file holds the ternary file's weights times the scale (the same seed). */
+/* A float file holds the ternary file's weights times the scale (the same seed), exactly in
+ * every float type: the files of one seed are twins. */
 START_TEST(float_weights_are_ternary_times_scale)
 {
 	static const char *const types[] = { "f32", "f16", "bf16" };
@@ -570,7 +568,7 @@ START_TEST(float_weights_are_ternary_times_scale)
 								row), 0);
 				uint64_t bad = 0;
 				for (uint64_t k = 0; k < n_in; k++)
-					bad += row[k] != rounded(f->type, ((int)codes[k] - 1) * scale);
+					bad += row[k] != ((int)codes[k] - 1) * scale;
 				ck_assert_msg(bad == 0, "%s %.*s row %llu: %llu weights differ",
 					      types[i], (int)t->name.len, t->name.ptr,
 					      (unsigned long long)r, (unsigned long long)bad);
@@ -665,6 +663,145 @@ START_TEST(info_prints_the_model)
 }
 END_TEST
 
+/* The published models' shapes and keys, written down again here from their config.json and
+ * their converter (tools/model_presets.c says where each number comes from). */
+START_TEST(presets_as_published)
+{
+	static const char *const want[] = {
+		"preset=falcon3-1b general.name=Falcon3-1B-Instruct-1.58bit arch=llama "
+		"embedding_length=2048 block_count=18 head_count=8 head_count_kv=4 head_dim=256 "
+		"feed_forward_length=8192 vocab_size=131072 context_length=8192 "
+		"rope.freq_base=1000042 rms_epsilon=9.99999997e-07 activation=silu type=I2_S "
+		"embed_type=F16 untied=1 file_type=40 pre=falcon3\n",
+		"preset=falcon3-3b general.name=Falcon3-3B-Instruct-1.58bit arch=llama "
+		"embedding_length=3072 block_count=22 head_count=12 head_count_kv=4 head_dim=256 "
+		"feed_forward_length=9216 vocab_size=131072 context_length=4096 ",
+		"preset=falcon3-7b general.name=Falcon3-7B-Instruct-1.58bit arch=llama "
+		"embedding_length=3072 block_count=28 head_count=12 head_count_kv=4 head_dim=256 "
+		"feed_forward_length=23040 vocab_size=131072 context_length=8192 ",
+		"preset=falcon3-10b general.name=Falcon3-10B-Instruct-1.58bit arch=llama "
+		"embedding_length=3072 block_count=40 head_count=12 head_count_kv=4 head_dim=256 "
+		"feed_forward_length=23040 vocab_size=131072 context_length=32768 ",
+		"preset=llama3-8b-1.58 general.name=Llama3-8B-1.58-100B-tokens arch=llama "
+		"embedding_length=4096 block_count=32 head_count=32 head_count_kv=8 head_dim=128 "
+		"feed_forward_length=14336 vocab_size=128256 context_length=8192 "
+		"rope.freq_base=500000 rms_epsilon=9.99999975e-06 activation=silu type=I2_S "
+		"embed_type=F16 untied=1 file_type=40 pre=llama-bpe\n",
+		"preset=bitnet-large general.name=bitnet_b1_58-large arch=bitnet-b1.58 "
+		"embedding_length=1536 block_count=24 head_count=16 head_count_kv=16 head_dim=96 "
+		"feed_forward_length=4096 vocab_size=32002 context_length=2048 rope.freq_base=10000 "
+		"rms_epsilon=9.99999975e-06 activation=silu type=I2_S embed_type=F16 untied=0 "
+		"file_type=40 pre=none\n",
+		"preset=bitnet-3b general.name=bitnet_b1_58-3B arch=bitnet-b1.58 "
+		"embedding_length=3200 block_count=26 head_count=32 head_count_kv=32 head_dim=100 "
+		"feed_forward_length=8640 vocab_size=32002 context_length=2048 rope.freq_base=10000 "
+		"rms_epsilon=9.99999975e-06 activation=silu type=F16 embed_type=F16 untied=0 "
+		"file_type=1 pre=none\n",
+		"preset=2b4t general.name=bitnet-2b4t arch=bitnet-b1.58 embedding_length=2560 "
+		"block_count=30 head_count=20 head_count_kv=5 head_dim=128 feed_forward_length=6912 "
+		"vocab_size=128256 context_length=4096 rope.freq_base=500000 ",
+	};
+	struct run *r = malloc(sizeof(*r));
+	run_argv(r, (const char *const[]){ "presets", NULL });
+	ck_assert_msg(r->status == 0, "%s", r->err);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		ck_assert_msg(strstr(r->out, want[i]) != NULL, "no line with \"%s\" in:\n%s",
+			      want[i], r->out);
+	free(r);
+}
+END_TEST
+
+/* Every merge joins two tokens of the vocabulary into a third: what a BPE tokenizer needs. */
+static void check_merges(const struct bn_gguf *g)
+{
+	const struct bn_gguf_kv *tok = bn_gguf_find_kv(g, "tokenizer.ggml.tokens");
+	const struct bn_gguf_kv *mer = bn_gguf_find_kv(g, "tokenizer.ggml.merges");
+	ck_assert(tok && mer && mer->v.arr.n > 0);
+	uint64_t n = tok->v.arr.n;
+	struct bn_gguf_str *all = calloc(n, sizeof(*all));
+	ck_assert_ptr_nonnull(all);
+	for (uint64_t i = 0; i < n; i++)
+		ck_assert_int_eq(bn_gguf_arr_str(tok, i, &all[i]), 0);
+	qsort(all, n, sizeof(*all), str_cmp);
+	for (uint64_t i = 1; i < n; i++)
+		ck_assert_msg(str_cmp(&all[i - 1], &all[i]) != 0, "duplicate token");
+	for (uint64_t m = 0; m < mer->v.arr.n; m++) {
+		struct bn_gguf_str s, parts[3];
+		char joined[64];
+		ck_assert_int_eq(bn_gguf_arr_str(mer, m, &s), 0);
+		const char *sp = memchr(s.ptr, ' ', s.len);
+		ck_assert_msg(sp && s.len < sizeof(joined), "merge %llu", (unsigned long long)m);
+		parts[0] = (struct bn_gguf_str){ s.ptr, (uint64_t)(sp - s.ptr) };
+		parts[1] = (struct bn_gguf_str){ sp + 1, s.len - parts[0].len - 1 };
+		memcpy(joined, parts[0].ptr, parts[0].len);
+		memcpy(joined + parts[0].len, parts[1].ptr, parts[1].len);
+		parts[2] = (struct bn_gguf_str){ joined, s.len - 1 };
+		for (int k = 0; k < 3; k++)
+			ck_assert_msg(bsearch(&parts[k], all, n, sizeof(*all), str_cmp),
+				      "merge %llu: part %d not a token", (unsigned long long)m, k);
+	}
+	free(all);
+}
+
+/* The token text of id `key`'s value. */
+static void check_special(const struct bn_gguf *g, const char *key, const char *text)
+{
+	const struct bn_gguf_kv *tok = bn_gguf_find_kv(g, "tokenizer.ggml.tokens");
+	const struct bn_gguf_kv *ty = bn_gguf_find_kv(g, "tokenizer.ggml.token_type");
+	struct bn_gguf_str s;
+	double type;
+	uint32_t id = get_u32(g, key);
+	ck_assert_int_eq(bn_gguf_arr_str(tok, id, &s), 0);
+	ck_assert_msg(bn_gguf_str_eq(s, text), "%s is %u, '%.*s', want '%s'", key, id, (int)s.len,
+		      s.ptr, text);
+	ck_assert_int_eq(bn_gguf_arr_num(ty, id, &type), 0);
+	ck_assert_int_eq((int)type, 3);
+}
+
+/* The families' test presets write the keys their published files carry: llama, I2_S linears
+ * with general.file_type 40, F16 token_embd and output.weight, the family's pre-tokenizer and
+ * specials, and a byte-level BPE vocabulary whose merges hold together. */
+START_TEST(family_presets_write_their_keys)
+{
+	static const struct {
+		const char *preset, *pre, *bos, *eos;
+		uint32_t head_dim, heads, kv_heads;
+	} fam[] = {
+		{ "falcon3-test", "falcon3", "<|endoftext|>", "<|endoftext|>", 256, 2, 1 },
+		{ "falcon-e-test", "falcon_e", "<|begin_of_text|>", "<|end_of_text|>", 128, 4, 2 },
+		{ "llama3-test", "llama-bpe", "<|begin_of_text|>", "<|eot_id|>", 128, 4, 1 },
+	};
+	for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++) {
+		char path[256];
+		struct bn_gguf g;
+		make_model(path, sizeof(path), "family.gguf", "--preset", fam[i].preset, NULL);
+		open_model(&g, path);
+		check_str(&g, "general.architecture", "llama");
+		ck_assert_uint_eq(get_u32(&g, "general.file_type"), 40);
+		check_str(&g, "llama.hidden_activation", "silu");
+		ck_assert_uint_eq(get_u32(&g, "llama.rope.dimension_count"), fam[i].head_dim);
+		ck_assert_uint_eq(get_u32(&g, "llama.attention.head_count"), fam[i].heads);
+		ck_assert_uint_eq(get_u32(&g, "llama.attention.head_count_kv"), fam[i].kv_heads);
+		ck_assert_uint_eq(get_u32(&g, "llama.embedding_length"), 512);
+		check_str(&g, "tokenizer.ggml.model", "gpt2");
+		check_str(&g, "tokenizer.ggml.pre", fam[i].pre);
+		check_special(&g, "tokenizer.ggml.bos_token_id", fam[i].bos);
+		check_special(&g, "tokenizer.ggml.eos_token_id", fam[i].eos);
+		check_merges(&g);
+		ck_assert_uint_eq(need_tensor(&g, "token_embd.weight")->type, BN_TYPE_F16);
+		ck_assert_uint_eq(need_tensor(&g, "output.weight")->type, BN_TYPE_F16);
+		ck_assert_uint_eq(need_tensor(&g, "blk.1.attn_q.weight")->ne[1],
+				  fam[i].heads * fam[i].head_dim);
+		ck_assert_uint_eq(need_tensor(&g, "blk.1.attn_k.weight")->ne[1],
+				  fam[i].kv_heads * fam[i].head_dim);
+		ck_assert_uint_eq(need_tensor(&g, "blk.1.ffn_down.weight")->type, BN_TYPE_I2_S);
+		ck_assert_ptr_null(bn_gguf_find_tensor(&g, "blk.0.attn_sub_norm.weight"));
+		bn_gguf_close(&g);
+		unlink(path);
+	}
+}
+END_TEST
+
 /* Bad usage: exit 2 and one line on stderr; I/O problems: exit 1. */
 START_TEST(bad_arguments)
 {
@@ -690,7 +827,11 @@ START_TEST(bad_arguments)
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--seed", "-1", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--gguf-version", "1", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--activation", "gelu", NULL } },
-		{ 2, { "write", "--preset", "tiny", "--out", out, "--activation", "silu", NULL } },
+		{ 2, { "write", "--preset", "tiny", "--out", out, "--activation", "silu",
+		       "--no-activation-key", NULL } },
+		{ 2, { "write", "--preset", "falcon3-test", "--out", out, "--vocab", "260", NULL } },
+		{ 2, { "write", "--preset", "bitnet-3b-test", "--out", out, "--type", "i2_s", NULL } },
+		{ 2, { "presets", "extra", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--frobnicate", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", out, "extra", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", NULL } },
@@ -760,6 +901,8 @@ int main(void)
 	tcase_add_test(tc, seed_determines_the_file);
 	tcase_add_test(tc, info_prints_the_model);
 	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, presets_as_published);
+	tcase_add_test(tc, family_presets_write_their_keys);
 	suite_add_tcase(s, tc);
 	int rc = tu_run_suite(s);
 	remove_scratch();

@@ -299,6 +299,14 @@ static void check_samples(const struct doc_family *f, struct sample_line *lines,
 static char *render_sample_stats(uint32_t *n_sessions)
 {
 	bn_stats_reset();
+	/* the families a model or a backend adds (cuda's kernels, the graph of a bitnet* float
+	 * file with a packed matrix and one kept float) */
+	snprintf(bn_stats.cuda_kernels, sizeof(bn_stats.cuda_kernels), "fast");
+	snprintf(bn_stats.activation, sizeof(bn_stats.activation), "silu");
+	snprintf(bn_stats.activation_why, sizeof(bn_stats.activation_why), "a rule");
+	bn_stats.float_candidates[0] = 2;
+	bn_stats.ternary_from_float[0] = 1;
+	snprintf(bn_stats.kept_float, sizeof(bn_stats.kept_float), "blk.1.attn_q.weight");
 	bn_stats.batch_padding = 1;
 	bn_stats.batch_cells = 3;
 	bn_stats_count_tokens(5, bn_now_ns()); /* 0.5 per second over the window */

@@ -33,6 +33,19 @@
 #define DROP_AT 400000u
 
 static char work[] = "/tmp/bn-pull-XXXXXX";
+
+/* The repositories of the ternary models bitnetd runs or will run, as their publishers name
+ * them (README.md's table): each holds one GGUF file, ggml-model-i2_s.gguf. */
+static const char *const published[] = {
+	"microsoft/bitnet-b1.58-2B-4T-gguf",
+	"tiiuae/Falcon3-1B-Instruct-1.58bit-GGUF",
+	"tiiuae/Falcon3-3B-Instruct-1.58bit-GGUF",
+	"tiiuae/Falcon3-7B-Instruct-1.58bit-GGUF",
+	"tiiuae/Falcon3-10B-Instruct-1.58bit-GGUF",
+	"tiiuae/Falcon-E-1B-Instruct-GGUF",
+	"tiiuae/Falcon-E-3B-Instruct-GGUF",
+};
+#define N_PUBLISHED (sizeof(published) / sizeof(published[0]))
 static char endpoint[64];
 static pid_t server_pid;
 
@@ -138,6 +151,21 @@ static void write_config(const char *path)
 	add_repo(repos, "t/locked", 15, NULL, json_pack("[o]", file_entry("model.gguf", "small.bin", NULL)));
 	add_repo(repos, "t/plain", 16, NULL, json_pack("[o]", file_entry("model.gguf", "small.bin",
 		 "lfs", json_false(), NULL)));
+	/* The published repositories' names and layouts (README.md and .gitattributes in git,
+	 * the GGUF file in LFS), with the tiny model as their GGUF file. */
+	for (unsigned i = 0; i < N_PUBLISHED; i++)
+		add_repo(repos, published[i], 17 + i, NULL, json_pack("[o, o, o]",
+			 file_entry(".gitattributes", "readme.bin", "lfs", json_false(), NULL),
+			 file_entry("README.md", "readme.bin", "lfs", json_false(), NULL),
+			 file_entry("ggml-model-i2_s.gguf", "tiny.gguf", NULL)));
+	/* bitnet.cpp's conversions as its setup_env.py names them: F16, TL1 and TL2. */
+	add_repo(repos, "t/tiled", 17 + N_PUBLISHED, NULL, json_pack("[o, o, o]",
+		 file_entry("ggml-model-f16.gguf", "small.bin", NULL),
+		 file_entry("ggml-model-tl1.gguf", "small.bin", NULL),
+		 file_entry("ggml-model-tl2.gguf", "small.bin", NULL)));
+	add_repo(repos, "t/tiledonly", 18 + N_PUBLISHED, NULL, json_pack("[o, o]",
+		 file_entry("ggml-model-tl2.gguf", "small.bin", NULL),
+		 file_entry("README.md", "readme.bin", "lfs", json_false(), NULL)));
 	add_repo(repos, "t/revs", 17, json_pack("{s:{s:s, s:s}}", "revisions", "main", commit_of(17),
 		 "refs/pr/1", commit_of(18)), json_pack("[o]", file_entry("model.gguf", "small.bin", NULL)));
 	json_t *config = json_pack("{s:s, s:o}", "token", TOKEN, "repos", repos);
@@ -864,6 +892,47 @@ END_TEST
 /* The programs: bitnet-model pull and bitnetd --model hf:                                    */
 /* ------------------------------------------------------------------------------------------ */
 
+/* A published repository's name alone means its GGUF file (README.md and .gitattributes
+ * beside it), with or without hf:. */
+START_TEST(published_names_mean_their_gguf_file)
+{
+	char cache[256], err[2048], name[128];
+	new_cache(cache, sizeof(cache));
+	struct bn_hub_options o = options(cache);
+	struct bn_hub_result r;
+	o.dry_run = 1;
+	for (unsigned i = 0; i < N_PUBLISHED; i++) {
+		ck_assert_msg(pull(&o, published[i], &r, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_str_eq(r.file, "ggml-model-i2_s.gguf");
+		snprintf(name, sizeof(name), "hf:%s", published[i]);
+		ck_assert_msg(pull(&o, name, &r, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_str_eq(r.file, "ggml-model-i2_s.gguf");
+	}
+}
+END_TEST
+
+/* bitnet.cpp's TL1/TL2 files are never chosen (no program but the build that wrote one reads
+ * it): beside them the F16 file is the one; alone, the error says what to do. A TL file named
+ * explicitly is still fetched (the daemon then says why it cannot serve it). */
+START_TEST(tiled_files_are_not_chosen)
+{
+	char cache[256], err[2048];
+	new_cache(cache, sizeof(cache));
+	struct bn_hub_options o = options(cache);
+	struct bn_hub_result r;
+	o.dry_run = 1;
+	ck_assert_msg(pull(&o, "t/tiled", &r, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(r.file, "ggml-model-f16.gguf");
+	ck_assert_int_eq(pull(&o, "t/tiledonly", &r, err, sizeof(err)), -ENOENT);
+	ck_assert_msg(strstr(err, "t/tiledonly has only bitnet.cpp TL1/TL2 GGUF files") &&
+		      strstr(err, "(ggml-model-tl2.gguf)") &&
+		      strstr(err, "convert-hf-to-gguf-bitnet.py MODEL_DIR --outtype i2_s"), "%s", err);
+	ck_assert_msg(pull(&o, "t/tiledonly:ggml-model-tl2.gguf", &r, err, sizeof(err)) == 0,
+		      "%s", err);
+	ck_assert_str_eq(r.file, "ggml-model-tl2.gguf");
+}
+END_TEST
+
 START_TEST(bitnet_model_pull_prints_the_path_last)
 {
 	char cache[256];
@@ -906,6 +975,11 @@ START_TEST(bitnetd_serves_a_model_by_name)
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start_cpu(&d, "hf:t/model", NULL), 0);
 	struct tu_run r;
+	ck_assert_int_eq(tu_run_cli(&d, (const char *[]){ "info", NULL }, NULL, 0, &r), 0);
+	ck_assert_msg(r.status == 0 && strstr(r.out, "model=bitnet-tiny\n"), "%s%s", r.out, r.err);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	/* A published repository by its name: the Falcon3 7B repository's layout. */
+	ck_assert_int_eq(tu_daemon_start_cpu(&d, "hf:tiiuae/Falcon3-7B-Instruct-1.58bit-GGUF", NULL), 0);
 	ck_assert_int_eq(tu_run_cli(&d, (const char *[]){ "info", NULL }, NULL, 0, &r), 0);
 	ck_assert_msg(r.status == 0 && strstr(r.out, "model=bitnet-tiny\n"), "%s%s", r.out, r.err);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
@@ -955,6 +1029,8 @@ int main(void)
 	tcase_add_test(tc, a_gated_repository_needs_a_token_that_never_leaves_the_hub);
 	tcase_add_test(tc, missing_things_are_named);
 	tcase_add_test(tc, the_file_is_the_one_the_daemon_runs_best);
+	tcase_add_test(tc, published_names_mean_their_gguf_file);
+	tcase_add_test(tc, tiled_files_are_not_chosen);
 	tcase_add_test(tc, a_cached_file_is_found_without_the_network);
 	tcase_add_test(tc, a_file_placed_by_huggingface_hub_is_found);
 	tcase_add_test(tc, a_server_that_ignores_ranges_starts_over);

@@ -438,6 +438,65 @@ END_TEST
 /* Refusals                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Float rows that are ternary, by hand: every value -s, 0 (either sign) or +s in F32, F16 and
+ * BF16; another magnitude, an infinity or a NaN is not; a row of zeros is (s = 0). */
+static uint64_t float_row(uint32_t type, const float *v, uint32_t n, uint8_t *out)
+{
+	return bn_quant_row(type, v, n, out);
+}
+
+START_TEST(ternary_from_float_rows)
+{
+	static const uint32_t types[] = { BN_TYPE_F32, BN_TYPE_F16, BN_TYPE_BF16 };
+	const float s = 0.046875f; /* 3/64: exact in all three */
+	float row[8] = { s, -s, 0.0f, -0.0f, s, 0.0f, -s, s };
+	const uint8_t want[8] = { 2, 0, 1, 1, 2, 1, 0, 2 };
+	uint8_t buf[64], codes[8];
+	float scale;
+	for (int i = 0; i < 3; i++) {
+		uint32_t t = types[i];
+		ck_assert_uint_gt(float_row(t, row, 8, buf), 0);
+		ck_assert_int_eq(bn_ternary_from_float_row(t, buf, 64, 0, 8, codes,
+							   &scale), 0);
+		ck_assert_mem_eq(codes, want, 8);
+		ck_assert(scale == s);
+		float off[8], zeros[8] = { 0 };
+		memcpy(off, row, sizeof(off));
+		off[7] = 2 * s; /* another magnitude, last */
+		float_row(t, off, 8, buf);
+		ck_assert_int_eq(bn_ternary_from_float_row(t, buf, 64, 0, 8, codes, &scale), 1);
+		off[7] = INFINITY;
+		float_row(t, off, 8, buf);
+		ck_assert_int_eq(bn_ternary_from_float_row(t, buf, 64, 0, 8, codes, &scale), 1);
+		for (int k = 0; k < 8; k++) /* every non-zero an infinity: one magnitude, no scale */
+			off[k] = row[k] == 0.0f ? 0.0f : copysignf(INFINITY, row[k]);
+		float_row(t, off, 8, buf);
+		ck_assert_int_eq(bn_ternary_from_float_row(t, buf, 64, 0, 8, codes, &scale), 1);
+		off[0] = NAN;
+		for (int k = 1; k < 8; k++)
+			off[k] = 0.0f;
+		float_row(t, off, 8, buf);
+		ck_assert_int_eq(bn_ternary_from_float_row(t, buf, 64, 0, 8, codes, &scale), 1);
+		float_row(t, zeros, 8, buf);
+		ck_assert_int_eq(bn_ternary_from_float_row(t, buf, 64, 0, 8, codes, &scale), 0);
+		ck_assert(scale == 0.0f);
+		for (int k = 0; k < 8; k++)
+			ck_assert_uint_eq(codes[k], 1);
+		/* row 1 of a two-row tensor: its own scale; row 2 is out of range */
+		float two[16];
+		for (int k = 0; k < 16; k++)
+			two[k] = k < 8 ? row[k] : 2 * row[k - 8];
+		float_row(t, two, 16, buf);
+		uint64_t bytes = bn_row_bytes(t, 8) * 2;
+		ck_assert_int_eq(bn_ternary_from_float_row(t, buf, bytes, 1, 8, codes, &scale), 0);
+		ck_assert(scale == 2 * s);
+		ck_assert_mem_eq(codes, want, 8);
+		ck_assert_int_eq(bn_ternary_from_float_row(t, buf, bytes, 2, 8, codes, &scale), -1);
+	}
+	ck_assert_int_eq(bn_ternary_from_float_row(BN_TYPE_TQ2_0, buf, 64, 0, 8, codes, &scale), -1);
+}
+END_TEST
+
 START_TEST(rows_out_of_range)
 {
 	static const uint32_t types[] = { BN_TYPE_F32, BN_TYPE_F16, BN_TYPE_BF16, BN_TYPE_Q8_0,
@@ -636,6 +695,7 @@ int main(void)
 	tcase_add_test(tern, ternary_row_refuses_code_3);
 	tcase_add_test(tern, i2_s_rows_to_t2_as_the_general_path);
 	tcase_add_test(tern, rows_out_of_range);
+	tcase_add_test(tern, ternary_from_float_rows);
 	tcase_add_test(tern, encoders_refuse);
 	suite_add_tcase(s, tern);
 	TCase *t2 = tcase_create("t2 planes");

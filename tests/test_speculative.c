@@ -185,11 +185,14 @@ static void model_path(const char *name, char *out, size_t cap)
 	snprintf(out, cap, "%s/%s.gguf", work, name);
 }
 
+/* The float one is a llama file: in a bitnet* file ternary-valued F16 linears are packed to
+ * the ternary kernels (model.h), and this one is here for the float kernels. */
 static const struct {
-	const char *name, *type, *embed;
+	const char *name, *type, *embed, *arch;
 } presets[] = {
-	{ "i2s", "i2_s", "f16" },  { "tq2", "tq2_0", "f16" },    { "tq1", "tq1_0", "bf16" },
-	{ "f16", "f16", "f32" },   { "q8head", "i2_s", "q8_0" },
+	{ "i2s", "i2_s", "f16", "bitnet-b1.58" },  { "tq2", "tq2_0", "f16", "bitnet-b1.58" },
+	{ "tq1", "tq1_0", "bf16", "bitnet-b1.58" }, { "f16", "f16", "f32", "llama" },
+	{ "q8head", "i2_s", "q8_0", "bitnet-b1.58" },
 };
 #define N_PRESETS (sizeof(presets) / sizeof(presets[0]))
 
@@ -412,7 +415,7 @@ static void setup(void)
 	for (size_t i = 0; i < N_PRESETS; i++)
 		make_model(presets[i].name, (const char *const[]){ "--type", presets[i].type,
 								   "--embed-type", presets[i].embed,
-								   NULL });
+								   "--arch", presets[i].arch, NULL });
 	make_model("rigged", (const char *const[]){ "--untied", "--embed-type", "f32",
 						    "--rig-argmax", "77", NULL });
 	const char *dir = getenv("BITNET_TEST_MODELS");

@@ -415,6 +415,12 @@ START_TEST(info_says_what_was_chosen)
 		    (const char *const[]){ "chat_template=chatml (override)\n", NULL });
 	expect_info(ms_path, "--pre-tokenizer", "gpt2",
 		    (const char *const[]){ "pre_tokenizer=gpt2 (override)\n", NULL });
+	/* The file declares add_bos_token: it stands with the falcon3 split too. */
+	expect_info(ms_path, "--pre-tokenizer", "falcon3",
+		    (const char *const[]){ "pre_tokenizer=falcon3 (override)\n", "add_bos=1\n",
+					   NULL });
+	expect_info(ms_path, "--chat-template", "falcon3",
+		    (const char *const[]){ "chat_template=falcon3 (override)\n", NULL });
 }
 END_TEST
 
@@ -542,7 +548,7 @@ START_TEST(cli_text_commands)
 							       "--message", "hi", NULL },
 				    NULL, 0, r), 0);
 	ck_assert_int_eq(r->status, 2);
-	ck_assert_msg(strstr(r->err, "bitnet, llama3, chatml or llama2"), "%s", r->err);
+	ck_assert_msg(strstr(r->err, "bitnet, llama3, chatml, llama2 or falcon3"), "%s", r->err);
 
 	/* A random model's tokens split characters: the streamed text must still be valid UTF-8,
 	 * and equal to the text of the ids it printed. */

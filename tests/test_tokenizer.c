@@ -18,6 +18,10 @@
 #define _GNU_SOURCE
 #include "../daemon/model/gguf.h"
 #include "../daemon/model/vocab.h"
+#include "../daemon/config.h"
+#include "../daemon/control.h"
+#include "../daemon/backends/backend.h"
+#include "../daemon/textprep.h"
 #include "../tools/gguf_write.h"
 #include "bitnet_client.h"
 #include "client_internal.h"
@@ -753,6 +757,61 @@ START_TEST(daemon_payload_open_checks_the_model_size)
 }
 END_TEST
 
+static void *map_fd(int fd, size_t size)
+{
+	void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	return p;
+}
+
+/* The text side built beside the backend (textprep.h) is what bn_control_open builds alone:
+ * the same payload bytes, a text service and the grammar engine's vocabulary, and the same
+ * check against the model's vocabulary size. */
+START_TEST(prepared_text_side_is_the_one_built_in_place)
+{
+	struct bn_config cfg = { .backend = "cpu", .model_path = tu_default_model() };
+	struct bn_model_desc model = { .kind = BN_BACKEND_CPU, .vocab_size = 512 };
+	struct bn_control alone, adopted;
+	bn_control_open(&alone, &cfg, &model, NULL);
+	struct bn_text_prep prep;
+	bn_text_prep_start(&prep, &cfg);
+	ck_assert_int_eq(prep.state, BN_TEXT_PREP_RUNNING);
+	bn_control_open(&adopted, &cfg, &model, &prep);
+	ck_assert_int_eq(prep.state, BN_TEXT_PREP_DONE);
+	ck_assert_int_eq(prep.vocab.tokenizer_fd, -1); /* taken */
+	ck_assert_ptr_null(prep.text.vocab);
+	ck_assert_ptr_null(prep.grammar);
+	bn_text_prep_free(&prep);
+	ck_assert_uint_eq(adopted.vocab.tokenizer_bytes, alone.vocab.tokenizer_bytes);
+	ck_assert_uint_eq(adopted.vocab.vocab_bytes, alone.vocab.vocab_bytes);
+	void *a = map_fd(alone.vocab.tokenizer_fd, alone.vocab.tokenizer_bytes);
+	void *b = map_fd(adopted.vocab.tokenizer_fd, adopted.vocab.tokenizer_bytes);
+	ck_assert_int_eq(memcmp(a, b, alone.vocab.tokenizer_bytes), 0);
+	munmap(a, alone.vocab.tokenizer_bytes);
+	munmap(b, adopted.vocab.tokenizer_bytes);
+	ck_assert_ptr_nonnull(adopted.text.vocab);
+	ck_assert_uint_eq(adopted.text.piece_bound, alone.text.piece_bound);
+	ck_assert_ptr_nonnull(adopted.grammar_vocab);
+	ck_assert_ptr_null(alone.grammar_vocab); /* built by the grammar service itself */
+	bn_control_close(&alone);
+	bn_control_close(&adopted);
+	/* A model of another vocabulary size: served without one, as bn_vocab_serve_open says. */
+	model.vocab_size = 511;
+	bn_text_prep_start(&prep, &cfg);
+	bn_control_open(&adopted, &cfg, &model, &prep);
+	ck_assert_int_eq(adopted.vocab.tokenizer_fd, -1);
+	ck_assert_ptr_null(adopted.text.vocab);
+	ck_assert_ptr_null(adopted.grammar_vocab);
+	bn_control_close(&adopted);
+	bn_text_prep_free(&prep);
+	/* Nothing to prepare for the loopback backend or without a file. */
+	cfg.backend = "loopback";
+	bn_text_prep_start(&prep, &cfg);
+	ck_assert_int_eq(prep.state, BN_TEXT_PREP_NONE);
+	bn_text_prep_free(&prep);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Through a daemon                                                                            */
 /* ------------------------------------------------------------------------------------------ */
@@ -1129,6 +1188,7 @@ int main(void)
 	tcase_add_test(payload, daemon_payload_tokens_not_strings);
 	tcase_add_test(payload, daemon_payload_memfd_is_sealed);
 	tcase_add_test(payload, daemon_payload_open_checks_the_model_size);
+	tcase_add_test(payload, prepared_text_side_is_the_one_built_in_place);
 	suite_add_tcase(s, payload);
 
 	TCase *daemon = tcase_create("daemon");

@@ -68,6 +68,12 @@ static const char usage_text[] =
 	"                             and mean log-probability, probability over the labels),\n"
 	"                             then best=I; the text is read once for all labels; each\n"
 	"                             label gets a leading space unless --no-space\n"
+	"  embed --text TEXT | --ids \"...\" ... [--special] [--no-bos]   one vector per input\n"
+	"                             (repeatable; embedded together): a line input=K dim=D\n"
+	"                             tokens=N pooling=P model=embedding|generative, then the\n"
+	"                             D values, or input=K error=NAME; the daemon embeds only\n"
+	"                             with a pooling (bitnetd --pooling, or an embedding\n"
+	"                             model's)\n"
 	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
 	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
@@ -185,6 +191,69 @@ static void print_speculative(const char *text)
 		printf("draft_tokens=%ld\n", strtol(k + sizeof(key) - 1, NULL, 10));
 }
 
+/* A label's value from a STATS line, its escapes undone, into out. */
+static void label_value(const char *at, char *out, size_t cap)
+{
+	size_t n = 0;
+	for (; *at && *at != '"' && n + 1 < cap; at++) {
+		char ch = *at;
+		if (ch == '\\' && at[1])
+			ch = *++at == 'n' ? '\n' : *at;
+		out[n++] = ch;
+	}
+	out[n] = 0;
+}
+
+/* The value of bitnetd_<name>{role="<role>"} in STATS, 0 when absent. */
+static long role_metric(const char *text, const char *name, const char *role)
+{
+	char key[128];
+	snprintf(key, sizeof(key), "\nbitnetd_%s{role=\"%s\"} ", name, role);
+	const char *at = strstr(text, key);
+	return at ? strtol(at + strlen(key), NULL, 10) : 0;
+}
+
+/* The graph the daemon runs (STATS): the FFN activation and why, and for a float bitnet* file
+ * the matrices packed to the ternary kernels by role, and those kept float. Nothing from a
+ * daemon that predates them. */
+static void print_graph_info(const char *text)
+{
+	static const char *const roles[] = { "attn_q", "attn_k", "attn_v", "attn_output",
+					     "ffn_gate", "ffn_up", "ffn_down" };
+	static char value[2048];
+	static const char *const acts[] = { "silu", "relu2" };
+	const char *act = NULL;
+	for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) {
+		char line[64];
+		snprintf(line, sizeof(line), "\nbitnetd_model_activation{name=\"%s\"} 1", acts[i]);
+		if (strstr(text, line))
+			act = acts[i];
+	}
+	if (!act)
+		return;
+	printf("activation=%s", act);
+	const char *why = strstr(text, "\nbitnetd_model_activation_why{why=\"");
+	if (why) {
+		label_value(why + strlen("\nbitnetd_model_activation_why{why=\""), value,
+			    sizeof(value));
+		printf(" (%s)", value);
+	}
+	putchar('\n');
+	if (!strstr(text, "\nbitnetd_float_matrices{"))
+		return;
+	fputs("ternary_from_float=", stdout);
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+		printf("%s%s %ld/%ld", i ? "," : "", roles[i],
+		       role_metric(text, "ternary_from_float_matrices", roles[i]),
+		       role_metric(text, "float_matrices", roles[i]));
+	putchar('\n');
+	const char *kept = strstr(text, "\nbitnetd_kept_float{tensors=\"");
+	if (kept) {
+		label_value(kept + strlen("\nbitnetd_kept_float{tensors=\""), value, sizeof(value));
+		printf("kept_float=%s\n", value[0] ? value : "none");
+	}
+}
+
 /* How the daemon loaded its model (STATS: bitnetd_model_load_seconds and the weights cache's
  * state and file); nothing from a daemon that predates them. */
 static void print_load_info(struct bn_client *c)
@@ -203,6 +272,7 @@ static void print_load_info(struct bn_client *c)
 			printf("weights_cache=%s\n", states[i]);
 	}
 	print_speculative(text);
+	print_graph_info(text);
 	/* the cuda backend's kernel paths (--cuda-kernels) */
 	static const char kernels[] = "\nbitnetd_cuda_kernels{variant=\"";
 	const char *k = strstr(text, kernels);
@@ -214,14 +284,9 @@ static void print_load_info(struct bn_client *c)
 	if (!path)
 		return;
 	path += strlen("\nbitnetd_weights_cache_path{path=\"");
-	fputs("weights_cache_path=", stdout);
-	for (; *path && *path != '"'; path++) { /* the label's escapes undone */
-		char ch = *path;
-		if (ch == '\\' && path[1])
-			ch = *++path == 'n' ? '\n' : *path;
-		putchar(ch);
-	}
-	putchar('\n');
+	static char value[4096 * 2];
+	label_value(path, value, sizeof(value));
+	printf("weights_cache_path=%s\n", value);
 }
 
 static int cmd_info(struct bn_client *c)
@@ -235,6 +300,9 @@ static int cmd_info(struct bn_client *c)
 	       mi.name, mi.vocab_size, mi.context_length, mi.bos_id, mi.eos_id, mi.backend,
 	       mi.max_prompt_tokens, mi.max_output_tokens, mi.slots);
 	print_compute_info(c);
+	uint32_t features = bn_model_features(c);
+	printf("embeddings=%s\nembedding_model=%s\n", features & BN_FEAT_EMBED ? "yes" : "no",
+	       features & BN_FEAT_EMBEDDING_MODEL ? "yes (it does not generate)" : "no");
 	print_vocab_info(c);
 	print_load_info(c);
 	return 0;
@@ -610,7 +678,7 @@ int main(int argc, char **argv)
 		return cli_bench(socket_path, argc - i, argv + i);
 	static const char *const commands[] = { "info", "generate", "stats", "tokenize",
 						 "detokenize", "chat", "score", "perplexity",
-						 "classify" };
+						 "classify", "embed" };
 	size_t k = 0;
 	while (k < sizeof(commands) / sizeof(commands[0]) && strcmp(cmd, commands[k]))
 		k++;
@@ -636,6 +704,8 @@ int main(int argc, char **argv)
 		rc = cli_perplexity(c, argc - i, argv + i);
 	else if (strcmp(cmd, "classify") == 0)
 		rc = cli_classify(c, argc - i, argv + i);
+	else if (strcmp(cmd, "embed") == 0)
+		rc = cli_embed(c, argc - i, argv + i);
 	else
 		rc = cmd_stats(c);
 	bn_disconnect(c);

@@ -17,6 +17,7 @@
 #include "gguf_info.h"
 #include "gguf_write.h"
 #include "hf_vocab.h"
+#include "model_presets.h"
 #include "model_pull.h"
 #include "model_vocab.h"
 #include "quant.h"
@@ -38,17 +39,26 @@
 #define GGUF_ALIGNMENT 32u
 
 static const char usage_text[] =
-	"Usage: bitnet-model write --preset tiny|large|2b4t --out FILE [OPTIONS]\n"
+	"Usage: bitnet-model write --preset NAME --out FILE [OPTIONS]\n"
 	"       bitnet-model info FILE\n"
+	"       bitnet-model presets\n"
 	"       bitnet-model pull REPO[:FILE] [--revision REV] [--cache-dir DIR] [--dry-run]\n"
 	"       bitnet-model --help\n"
 	"\n"
-	"write: a model of the preset's shape with random ternary weights (deterministic)\n"
+	"write: a model of the preset's shape and metadata with random ternary weights\n"
+	"       (deterministic in --seed: the I2_S, TQ2_0, TQ1_0, F16, BF16 and F32 files of\n"
+	"       one seed hold the same weights, each scale exact in half and bfloat16)\n"
 	"  --type i2_s|tq2_0|tq1_0|f16|f32|bf16     linear weights (default: the preset's)\n"
 	"  --arch bitnet-b1.58|bitnet-25|bitnet|llama  general.architecture (default: the preset's)\n"
 	"  --embed-type f16|f32|bf16|q8_0|q6_k       token embedding and LM head (default f16)\n"
 	"  --untied                                 write a separate output.weight (LM head)\n"
-	"  --activation silu|relu2                  FFN activation (only arch bitnet can choose)\n"
+	"  --activation silu|relu2                  <arch>.hidden_activation (default: the\n"
+	"                                           preset's; written for every architecture)\n"
+	"  --pooling mean|cls|last                  <arch>.pooling_type (1, 2, 3), as llama.cpp's\n"
+	"                                           converter writes it for an embedding model\n"
+	"                                           (bitnetd then embeds and does not generate)\n"
+	"  --no-activation-key                      no <arch>.hidden_activation, as bitnet.cpp's\n"
+	"                                           converter writes (the loader decides)\n"
 	"  --vocab N                                vocabulary size (>= 260)\n"
 	"  --layers N                               number of blocks\n"
 	"  --seed N                                 weights seed (default 1)\n"
@@ -64,47 +74,36 @@ static const char usage_text[] =
 	"                                           token is ID; needs --untied and a float\n"
 	"                                           --embed-type\n"
 	"\n"
+	"Presets (the published model each mirrors; -test ones scaled down for tests):\n"
+	"%s"
+	"\n"
 	"info: the architecture, every metadata value and every tensor (name type dims bytes),\n"
 	"      as key=value lines.\n"
 	"\n"
+	"presets: every preset's shape and keys, one line of key=value pairs each.\n"
+	"\n"
 	"pull: a GGUF file from the Hugging Face Hub into huggingface_hub's cache; prints its\n"
 	"      path (bitnet-model pull --help).\n";
+
+static void print_usage(void)
+{
+	static char list[4096];
+	preset_list(list, sizeof(list));
+	printf(usage_text, list);
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Presets, architectures, type names                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
-enum act { ACT_SILU, ACT_RELU2 };
 static const char *const act_names[] = { [ACT_SILU] = "silu", [ACT_RELU2] = "relu2" };
-
-struct preset {
-	const char *name;
-	const char *arch;
-	uint32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, vocab, n_ctx;
-	float rope_base, rms_eps;
-	enum act act;
-	uint32_t type;       /* linear weights */
-	uint32_t embed_type; /* token embedding and the LM head */
-	int untied;          /* a separate output.weight */
-};
-
-static const struct preset presets[] = {
-	{ "tiny", "bitnet-b1.58", 256, 2, 4, 2, 64, 768, 512, 1024, 10000.0f, 1e-5f, ACT_RELU2,
-	  BN_TYPE_I2_S, BN_TYPE_F16, 0 },
-	/* 1bitLLM/bitnet_b1_58-large */
-	{ "large", "bitnet", 1536, 24, 16, 16, 96, 4096, 32002, 2048, 10000.0f, 1e-5f, ACT_SILU,
-	  BN_TYPE_TQ2_0, BN_TYPE_F16, 1 },
-	/* microsoft/bitnet-b1.58-2B-4T */
-	{ "2b4t", "bitnet-b1.58", 2560, 30, 20, 5, 128, 6912, 128256, 4096, 500000.0f, 1e-5f,
-	  ACT_RELU2, BN_TYPE_I2_S, BN_TYPE_F16, 0 },
-};
 
 /* What the loader reads differently per architecture (DESIGN.md, Model). */
 struct arch_info {
 	const char *name;
 	int sub_norms;       /* attn_sub_norm and ffn_sub_norm tensors */
-	int act_key;         /* the activation is chosen by bitnet.hidden_activation */
-	enum act act;        /* the activation when there is no key */
+	int act_key;         /* the preset's activation carries over to it (bitnet) */
+	enum act act;        /* the activation it gets from a preset of another architecture */
 };
 
 static const struct arch_info archs[] = {
@@ -130,14 +129,6 @@ static const struct type_opt embed_types[] = {
 };
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
-static const struct preset *find_preset(const char *name)
-{
-	for (size_t i = 0; i < ARRAY_LEN(presets); i++)
-		if (!strcmp(presets[i].name, name))
-			return &presets[i];
-	return NULL;
-}
 
 static const struct arch_info *find_arch(const char *name)
 {
@@ -218,12 +209,16 @@ struct model_cfg {
 	const struct preset *p;
 	const struct arch_info *arch;
 	uint32_t n_layer, vocab;
-	const struct hf_vocab *hf;    /* --vocab-from, else the synthetic vocabulary */
+	const struct hf_vocab *hf;    /* --vocab-from, or the family's synthetic BPE vocabulary;
+				       * NULL: a synthetic SentencePiece one */
+	const struct bpe_family *bpe; /* hf is the family's (its keys), not --vocab-from's */
 	enum metadata metadata;
 	uint32_t rig;                 /* --rig-argmax, or NO_RIG */
 	uint32_t type, embed_type;
 	int untied;
 	enum act act;
+	int act_key;                  /* write <arch>.hidden_activation */
+	uint32_t pooling;             /* <arch>.pooling_type when not 0 (--pooling) */
 	uint64_t seed;
 	uint32_t version;
 	const char *out;
@@ -320,10 +315,13 @@ static int check_shapes(const struct model_cfg *c, const struct tensor_spec *t, 
 /* ------------------------------------------------------------------------------------------ */
 
 /* One scale per tensor that keeps a layer's outputs at the scale of its inputs: a ternary
- * weight has variance 2/3, so the sum over n_in products has variance n_in * 2/3. */
+ * weight has variance 2/3, so the sum over n_in products has variance n_in * 2/3. Rounded to
+ * bfloat16 (8 significant bits), and within half's normal range, so that half, bfloat16 and
+ * float hold it exactly: the TQ files' half scale, I2_S's float one and every float file's
+ * +-s are the same number, and each file type of one seed computes the same logits. */
 static float ternary_scale(uint64_t n_in)
 {
-	return (float)(1.0 / sqrt((double)n_in * 2.0 / 3.0));
+	return bn_bf16_to_float(bn_float_to_bf16((float)(1.0 / sqrt((double)n_in * 2.0 / 3.0))));
 }
 
 /* Float weight types get the ternary values times the scale, row by row. */
@@ -442,6 +440,8 @@ static int add_tensor(struct bn_gguf_writer *w, const struct model_cfg *c,
 
 static int add_tokenizer(struct bn_gguf_writer *w, const struct model_cfg *c)
 {
+	if (c->bpe)
+		return bpe_family_add_keys(w, c->bpe, c->hf);
 	if (c->hf)
 		return model_add_bpe_tokenizer(w, c->hf, c->metadata == META_LLAMA_CPP);
 	return model_add_spm_tokenizer(w, c->vocab);
@@ -462,12 +462,15 @@ static int add_hparams(struct bn_gguf_writer *w, const struct model_cfg *c)
 		{ "attention.head_count", p->n_head }, { "attention.head_count_kv", p->n_head_kv },
 		{ "rope.dimension_count", p->head_dim }, { "vocab_size", c->vocab },
 	};
-	char key[128], name[64];
+	char key[128];
 	int rc;
-	snprintf(name, sizeof(name), "bitnet-%s", p->name);
 	rc = bn_gguf_add_str(w, "general.architecture", a);
 	if (!rc)
-		rc = bn_gguf_add_str(w, "general.name", name);
+		rc = bn_gguf_add_str(w, "general.name", p->model_name);
+	if (!rc)
+		rc = bn_gguf_add_u32(w, "general.file_type", preset_file_type(c->type));
+	if (!rc && bn_type_is_ternary(c->type)) /* llama-quantize's mark */
+		rc = bn_gguf_add_u32(w, "general.quantization_version", 2);
 	for (size_t i = 0; i < ARRAY_LEN(keys) && !rc; i++) {
 		snprintf(key, sizeof(key), "%s.%s", a, keys[i].suffix);
 		rc = bn_gguf_add_u32(w, key, keys[i].value);
@@ -479,8 +482,11 @@ static int add_hparams(struct bn_gguf_writer *w, const struct model_cfg *c)
 	if (!rc)
 		rc = bn_gguf_add_f32(w, key, p->rope_base);
 	snprintf(key, sizeof(key), "%s.hidden_activation", a);
-	if (!rc && c->arch->act_key)
+	if (!rc && c->act_key)
 		rc = bn_gguf_add_str(w, key, act_names[c->act]);
+	snprintf(key, sizeof(key), "%s.pooling_type", a);
+	if (!rc && c->pooling)
+		rc = bn_gguf_add_u32(w, key, c->pooling);
 	return rc;
 }
 
@@ -518,14 +524,15 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out)
 struct write_args {
 	const char *preset, *out, *type, *arch, *embed_type, *act;
 	const char *vocab, *layers, *seed, *version;
-	const char *vocab_from, *metadata, *rig;
-	int untied, help;
+	const char *vocab_from, *metadata, *rig, *pooling;
+	int untied, no_act_key, help;
 };
 
 static int get_write_args(int argc, char **argv, struct write_args *a)
 {
 	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
-	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_HELP };
+	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_POOLING,
+	       O_HELP };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "out", required_argument, NULL, O_OUT },
@@ -541,6 +548,8 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		{ "vocab-from", required_argument, NULL, O_VOCAB_FROM },
 		{ "metadata", required_argument, NULL, O_METADATA },
 		{ "rig-argmax", required_argument, NULL, O_RIG },
+		{ "no-activation-key", no_argument, NULL, O_NO_ACT_KEY },
+		{ "pooling", required_argument, NULL, O_POOLING },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -562,6 +571,8 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		case O_VOCAB_FROM: a->vocab_from = optarg; break;
 		case O_METADATA: a->metadata = optarg; break;
 		case O_RIG: a->rig = optarg; break;
+		case O_NO_ACT_KEY: a->no_act_key = 1; break;
+		case O_POOLING: a->pooling = optarg; break;
 		case O_HELP: a->help = 1; break;
 		case ':': return usage_error("option %s needs a value", argv[optind - 1]);
 		default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -572,12 +583,13 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 	return 0;
 }
 
-/* The activation: the option if the architecture lets the file choose it (or it agrees with
- * the architecture's fixed one), else the architecture's, else the preset's. */
+/* The activation: the option, else the preset's (what the model was trained with) when the
+ * architecture is the preset's or carries it over (bitnet), else the architecture's own. */
 static int resolve_act(struct model_cfg *c, const char *opt)
 {
+	int own = c->arch->act_key || !strcmp(c->arch->name, c->p->arch);
 	if (!opt) {
-		c->act = c->arch->act_key ? c->p->act : c->arch->act;
+		c->act = own ? c->p->act : c->arch->act;
 		return 0;
 	}
 	if (!strcmp(opt, "silu"))
@@ -586,9 +598,6 @@ static int resolve_act(struct model_cfg *c, const char *opt)
 		c->act = ACT_RELU2;
 	else
 		return usage_error("unknown activation '%s' (silu, relu2)", opt);
-	if (!c->arch->act_key && c->act != c->arch->act)
-		return usage_error("architecture %s always uses its own activation; --activation "
-				   "is for arch bitnet", c->arch->name);
 	return 0;
 }
 
@@ -638,13 +647,30 @@ static int resolve_rig(struct model_cfg *c, const char *rig)
 	return 0;
 }
 
+/* A preset of a byte-level BPE family without --vocab-from: the family's synthetic
+ * vocabulary of the model's size, and the family's keys. */
+static int family_vocab(struct model_cfg *c, struct hf_vocab *hf)
+{
+	int rc = bpe_vocab_make(c->p->bpe, c->vocab, hf);
+	if (rc == -EINVAL)
+		return usage_error("--vocab %u is too small for the %s vocabulary's specials and "
+				   "byte tokens", c->vocab, c->p->bpe->pre);
+	if (rc) {
+		fprintf(stderr, "bitnet-model: out of memory for the vocabulary\n");
+		return EXIT_IO;
+	}
+	c->hf = hf;
+	c->bpe = c->p->bpe;
+	return 0;
+}
+
 /* --vocab-from and --metadata: the vocabulary's size becomes the model's. */
 static int resolve_vocab(struct model_cfg *c, const struct write_args *a, struct hf_vocab *hf)
 {
 	if (a->metadata && !a->vocab_from)
 		return usage_error("--metadata needs --vocab-from");
 	if (!a->vocab_from)
-		return 0;
+		return c->p->bpe ? family_vocab(c, hf) : 0;
 	if (!a->metadata || !strcmp(a->metadata, "llama.cpp"))
 		c->metadata = META_LLAMA_CPP;
 	else if (!strcmp(a->metadata, "microsoft"))
@@ -666,13 +692,13 @@ static int resolve_vocab(struct model_cfg *c, const struct write_args *a, struct
 static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 {
 	if (!a->preset)
-		return usage_error("write needs --preset (tiny, large, 2b4t)");
+		return usage_error("write needs --preset (bitnet-model --help lists them)");
 	if (!a->out)
 		return usage_error("write needs --out FILE");
 	c->out = a->out;
-	c->p = find_preset(a->preset);
+	c->p = preset_find(a->preset);
 	if (!c->p)
-		return usage_error("unknown preset '%s' (tiny, large, 2b4t)", a->preset);
+		return usage_error("unknown preset '%s' (bitnet-model --help lists them)", a->preset);
 	c->arch = find_arch(a->arch ? a->arch : c->p->arch);
 	if (!c->arch)
 		return usage_error("unknown architecture '%s' (bitnet-b1.58, bitnet-25, bitnet, "
@@ -687,6 +713,15 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 		return usage_error("unknown --embed-type '%s' (f16, f32, bf16, q8_0, q6_k)",
 				   a->embed_type);
 	c->untied = c->p->untied || a->untied;
+	c->act_key = !a->no_act_key;
+	static const char *const poolings[] = { "mean", "cls", "last" }; /* 1, 2, 3 */
+	for (uint32_t i = 0; a->pooling && i < ARRAY_LEN(poolings); i++)
+		if (!strcmp(a->pooling, poolings[i]))
+			c->pooling = i + 1;
+	if (a->pooling && !c->pooling)
+		return usage_error("unknown pooling '%s' (mean, cls, last)", a->pooling);
+	if (a->no_act_key && a->act)
+		return usage_error("--activation writes the key --no-activation-key leaves out");
 	int rc = resolve_act(c, a->act);
 	return rc ? rc : resolve_numbers(c, a);
 }
@@ -735,7 +770,7 @@ static int cmd_write(int argc, char **argv)
 	int rc = get_write_args(argc, argv, &a);
 	if (rc || a.help) {
 		if (a.help)
-			fputs(usage_text, stdout);
+			print_usage();
 		return rc;
 	}
 	struct hf_vocab hf = { 0 };
@@ -768,7 +803,7 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		return usage_error("no command (write, info, pull)");
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-		fputs(usage_text, stdout);
+		print_usage();
 		return 0;
 	}
 	if (!strcmp(argv[1], "write"))
@@ -777,5 +812,11 @@ int main(int argc, char **argv)
 		return argc == 3 ? gguf_info_print(argv[2]) : usage_error("info needs exactly one FILE");
 	if (!strcmp(argv[1], "pull"))
 		return model_pull_main(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "presets")) {
+		if (argc != 2)
+			return usage_error("presets takes no arguments");
+		preset_print_all(stdout);
+		return 0;
+	}
 	return usage_error("unknown command '%s' (write, info, pull)", argv[1]);
 }

@@ -56,5 +56,6 @@ int cli_chat(struct bn_client *c, int argc, char **argv);
 int cli_score(struct bn_client *c, int argc, char **argv);
 int cli_perplexity(struct bn_client *c, int argc, char **argv);
 int cli_classify(struct bn_client *c, int argc, char **argv);
+int cli_embed(struct bn_client *c, int argc, char **argv);
 
 #endif /* BITNET_CLI_H */

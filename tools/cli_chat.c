@@ -29,7 +29,8 @@ static const char chat_usage[] =
 	"                             makes, generate nothing\n"
 	"  --render-ids               with --messages: print its token ids on one line\n"
 	"  --system TEXT              a system message first (with --message or on the terminal)\n"
-	"  --chat-template NAME       bitnet, llama3, chatml or llama2 (default: the model's)\n"
+	"  --chat-template NAME       bitnet, llama3, chatml, llama2 or falcon3 (default: the\n"
+	"                             model's)\n"
 	"  --max-tokens N             longest reply (default 512)\n"
 	"  --temperature F --top-k N --top-p F --seed N   sampling (default greedy)\n";
 
@@ -140,7 +141,7 @@ static int parse_chat(struct chat_opts *o, int argc, char **argv)
 			int t = bn_chat_template_from_name(optarg);
 			if (t < 0)
 				return cli_usage("chat", "--chat-template: '%s' is not bitnet, llama3, "
-							"chatml or llama2", optarg);
+							"chatml, llama2 or falcon3", optarg);
 			o->tmpl = (uint32_t)t;
 			break;
 		}
@@ -213,7 +214,7 @@ static int render_failed(const struct bn_vocab *v, uint32_t tmpl, int rc)
 {
 	if (rc == -BN_E_INVALID && tmpl == BN_CHAT_NONE && bn_vocab_chat_template(v) < BN_CHAT_BITNET) {
 		fprintf(stderr, "bitnet-cli chat: the model has %s chat template; choose one with "
-				"--chat-template (bitnet, llama3, chatml, llama2)\n",
+				"--chat-template (bitnet, llama3, chatml, llama2, falcon3)\n",
 			bn_vocab_chat_template(v) == BN_CHAT_NONE ? "no" : "an unrecognised");
 		return 1;
 	}

@@ -303,23 +303,23 @@ static uint64_t shape_elements(uint32_t n_dims, const uint64_t *ne)
 	return n;
 }
 
+/* 0 dimensions is a scalar, as in ggml. */
 static int tensor_args_valid(uint32_t type, uint32_t n_dims, const uint64_t *ne,
 			     const void *data, uint64_t size)
 {
-	if (!ne || !data || n_dims == 0 || n_dims > BN_GGUF_MAX_DIMS)
+	if ((!ne && n_dims) || !data || n_dims > BN_GGUF_MAX_DIMS)
 		return 0;
 	uint64_t n = shape_elements(n_dims, ne);
 	uint32_t block = bn_type_block_weights(type);
 	/* The reader refuses rows that are not whole blocks, so the writer does too. */
-	return n != 0 && block != 0 && ne[0] % block == 0 && bn_tensor_bytes(type, n) == size &&
+	uint64_t row = n_dims ? ne[0] : 1;
+	return n != 0 && block != 0 && row % block == 0 && bn_tensor_bytes(type, n) == size &&
 	       size <= SIZE_MAX;
 }
 
-int bn_gguf_add_tensor(struct bn_gguf_writer *w, const char *name, uint32_t type,
-		       uint32_t n_dims, const uint64_t *ne, const void *data, uint64_t size)
+static int add_tensor(struct bn_gguf_writer *w, const char *name, uint32_t type,
+		      uint32_t n_dims, const uint64_t *ne, const void *data, uint64_t size)
 {
-	if (!w || !name || !tensor_args_valid(type, n_dims, ne, data, size))
-		return -EINVAL;
 	if (has_tensor(w, name))
 		return -EEXIST;
 	if (w->n_tensors == w->tensors_cap) {
@@ -332,7 +332,7 @@ int bn_gguf_add_tensor(struct bn_gguf_writer *w, const char *name, uint32_t type
 	}
 	struct pending_tensor t = { .type = type, .n_dims = n_dims, .size = size };
 	for (uint32_t d = 0; d < BN_GGUF_MAX_DIMS; d++)
-		t.ne[d] = d < n_dims ? ne[d] : 1;
+		t.ne[d] = d < n_dims ? ne[d] : 1; /* ne is NULL for a scalar */
 	t.name = strdup(name);
 	t.data = malloc((size_t)size);
 	if (!t.name || !t.data) {
@@ -343,6 +343,23 @@ int bn_gguf_add_tensor(struct bn_gguf_writer *w, const char *name, uint32_t type
 	memcpy(t.data, data, (size_t)size);
 	w->tensors[w->n_tensors++] = t;
 	return 0;
+}
+
+int bn_gguf_add_tensor(struct bn_gguf_writer *w, const char *name, uint32_t type,
+		       uint32_t n_dims, const uint64_t *ne, const void *data, uint64_t size)
+{
+	if (!w || !name || !tensor_args_valid(type, n_dims, ne, data, size))
+		return -EINVAL;
+	return add_tensor(w, name, type, n_dims, ne, data, size);
+}
+
+int bn_gguf_add_tensor_bytes(struct bn_gguf_writer *w, const char *name, uint32_t type,
+			     uint32_t n_dims, const uint64_t *ne, const void *data, uint64_t size)
+{
+	if (!w || !name || (!ne && n_dims) || n_dims > BN_GGUF_MAX_DIMS || (!data && size) ||
+	    shape_elements(n_dims, ne) == 0 || size > SIZE_MAX)
+		return -EINVAL;
+	return add_tensor(w, name, type, n_dims, ne, data ? data : "", size);
 }
 
 /* ------------------------------------------------------------------------------------------ */

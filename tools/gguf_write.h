@@ -35,9 +35,15 @@ int bn_gguf_add_scalar(struct bn_gguf_writer *w, const char *key, uint32_t type,
 /* An array of n values of a fixed-size element type, packed as in C. */
 int bn_gguf_add_arr(struct bn_gguf_writer *w, const char *key, uint32_t elem_type,
 		    const void *v, uint64_t n);
-/* Copies `size` bytes of data (size must match the type's size rule for ne). */
+/* Copies `size` bytes of data (size must match the type's size rule for ne). n_dims 0 is a
+ * scalar (ne may then be NULL), as in ggml. */
 int bn_gguf_add_tensor(struct bn_gguf_writer *w, const char *name, uint32_t type,
 		       uint32_t n_dims, const uint64_t *ne, const void *data, uint64_t size);
+/* Any type id and any number of bytes, as another program's converter writes them (the
+ * tests' files of types bitnetd refuses, such as bitnet.cpp's TL1 and TL2). */
+int bn_gguf_add_tensor_bytes(struct bn_gguf_writer *w, const char *name, uint32_t type,
+			     uint32_t n_dims, const uint64_t *ne, const void *data,
+			     uint64_t size);
 
 /* The whole file in a malloc'd buffer (caller frees), or written to path (atomically: a
  * temporary file renamed into place). */

@@ -65,10 +65,28 @@ struct bn_model_desc {
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
 	uint32_t can_mask;       /* 1: sample contexts may carry masks (structured output,
 				  * model/sample.h); the scheduler also needs seq_rewind for them */
+	uint32_t can_embed;      /* 1: batches may carry hidden rows (model/batch.h) */
+	uint32_t embed_dim;      /* the hidden state's width (n_embd); 0: no model */
+	uint32_t file_pooling;   /* the file's <arch>.pooling_type (enum bn_pooling): an embedding
+				  * model when not 0 */
+	uint32_t pooling;        /* what embeddings pool by (bn_model_describe_embedding): the
+				  * file's or --pooling; 0: the model does not embed */
+	char embed_off[160];     /* pooling 0 or !can_embed: why there are no embeddings */
 	enum bn_lm_head_kind lm_head;             /* what the header tells clients */
 	enum bn_decode_layout_kind decode_layout; /* (shm/bitnet_shm.h, feature COMPUTE) */
 	char kernels[64];        /* cuda: the --cuda-kernels variant it runs; "" elsewhere */
+	/* The graph the weights run (bn_model_describe_graph): the FFN activation and what
+	 * chose it (the key, the rule or --activation), and the float layer matrices of a
+	 * bitnet* file by role (q, k, v, output, gate, up, down): how many there are and how
+	 * many were packed to the ternary kernels; the names of those kept float. */
+	char activation[8];
+	char activation_why[256];
+	uint32_t float_candidates[7], ternary_from_float[7];
+	char kept_float[512];    /* comma-separated, "...and N more" when they do not fit */
 };
+
+/* --activation: the file's FFN activation, or one the operator chose (model.h). */
+enum bn_activation_opt { BN_ACTIVATION_FILE, BN_ACTIVATION_SILU, BN_ACTIVATION_RELU2 };
 
 /* Options every backend may read; a backend ignores what does not apply to it. */
 /* How the cpu backend computes the LM head (--lm-head). */
@@ -94,6 +112,7 @@ struct bn_backend_options {
 	int device_index;        /* cuda: the N of --device cuda:N */
 	const char *cuda_kernels; /* cuda: --cuda-kernels (cuda_variant.h); NULL: the default */
 	int probing;             /* --device auto: a missing GPU is not an error (log it as info) */
+	uint32_t activation;     /* cpu, cuda: --activation, enum bn_activation_opt (0: the file's) */
 };
 
 struct bn_backend_ops {
@@ -130,6 +149,20 @@ struct bn_backend_ops {
  * Other fields zero. */
 void bn_model_describe(const struct bn_model_config *c, uint32_t kind, double attn_mac_cost,
 		       struct bn_model_desc *desc);
+
+/* The activation and the ternary packing of a loaded model into desc (after
+ * bn_model_describe), logged in one line. */
+struct bn_model;
+void bn_model_describe_graph(const struct bn_model *m, struct bn_model_desc *desc);
+/* The --activation a backend hands the loader (model.h). */
+struct bn_activation_choice;
+void bn_backend_activation(const struct bn_backend_options *opt, struct bn_activation_choice *out);
+
+/* What embeddings pool by (desc->pooling): --pooling (`flag`, an enum bn_pooling, 0: not
+ * given) over the file's <arch>.pooling_type, else the file's; none for a generative model
+ * without --pooling, or a backend that cannot give hidden states (desc->embed_off says why).
+ * Logged in one line. */
+void bn_model_describe_embedding(struct bn_model_desc *desc, uint32_t flag);
 
 /* The KV memory a device-memory backend's default pool may take: its free memory past the
  * headroom, 0 when there is none (or less than block_bytes, one KV block). */

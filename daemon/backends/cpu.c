@@ -115,7 +115,8 @@ static const char *build_int8_copy(struct cpu_backend *cb, int int8)
 static int build_weights(struct cpu_backend *cb, const struct bn_backend_options *opt,
 			 const struct bn_kernels *kern, const char **head_said, char *err)
 {
-	const struct bn_model_source src = { .float_layout = BN_FLOAT_PANELS, .pool = cb->pool };
+	struct bn_model_source src = { .float_layout = BN_FLOAT_PANELS, .pool = cb->pool };
+	bn_backend_activation(opt, &src.activation);
 	uint64_t t0 = bn_now_ns();
 	if (bn_model_fill(&cb->model, &src, err) != 0)
 		return -1;
@@ -135,12 +136,13 @@ static int build_weights(struct cpu_backend *cb, const struct bn_backend_options
 
 /* The weights out of an open cache, in the order build_weights made them. 0, or -1 when the
  * cache does not hold this model as the file has it (err says which tensor; nothing kept). */
-static int adopt_weights(struct cpu_backend *cb, char *err)
+static int adopt_weights(struct cpu_backend *cb, const struct bn_backend_options *opt, char *err)
 {
 	uint32_t has = cb->cache.contents;
-	const struct bn_model_source src = { .float_layout = BN_FLOAT_PANELS, .pool = cb->pool,
-					     .cache = &cb->cache,
-					     .head_in_place = (has & BN_WCACHE_HAS_INT8_HEAD) != 0 };
+	struct bn_model_source src = { .float_layout = BN_FLOAT_PANELS, .pool = cb->pool,
+				       .cache = &cb->cache,
+				       .head_in_place = (has & BN_WCACHE_HAS_INT8_HEAD) != 0 };
+	bn_backend_activation(opt, &src.activation);
 	if (bn_model_fill(&cb->model, &src, err) != 0)
 		return -1;
 	const struct bn_linear *head = &cb->model.output;
@@ -220,7 +222,7 @@ static int load_weights(struct cpu_backend *cb, const struct bn_backend_options 
 		return build_weights(cb, opt, kern, head_said, err);
 	}
 	rc = bn_wcache_open(&cb->cache, cache_path, &key, cb->pool, kern->hash64, why);
-	if (rc == 0 && adopt_weights(cb, err) == 0) {
+	if (rc == 0 && adopt_weights(cb, opt, err) == 0) {
 		*from = BN_WEIGHTS_CACHE_HIT;
 		return 0;
 	}
@@ -360,9 +362,11 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 		    decode_layout, (double)cb->model.t3_bytes / 1e6, load_ms,
 		    bn_weights_cache_names[from], cache_path);
 	bn_model_describe(c, BN_BACKEND_CPU, CPU_ATTN_MAC_COST, desc);
+	bn_model_describe_graph(&cb->model, desc);
 	desc->can_score = 1;
 	desc->can_classify = 1;
 	desc->can_mask = 1; /* bn_sample takes them */
+	desc->can_embed = 1; /* the forward pass writes hidden rows */
 	desc->lm_head = head_kind;
 	desc->decode_layout = layout_kind;
 	*self = cb;

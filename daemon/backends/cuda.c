@@ -33,6 +33,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "cuda_fwd.h"
+#include "cuda_hidden.h"
 #include "cuda_kernels.h"
 #include "cuda_mem.h"
 #include "cuda_rows.h"
@@ -78,6 +79,7 @@ struct step_inputs {
 	uint32_t *table_off;          /* [n_tok] where its row's block table starts */
 	uint32_t *tables;             /* [n_rows][max blocks] */
 	uint32_t *out_rows;           /* [n_out] token index of each logits row (cuda_rows.h) */
+	uint32_t *hidden_rows;        /* [n_hidden] token index of each hidden row (cuda_hidden.h) */
 	struct bn_cuda_penalty *pen;  /* [n_pen] */
 	struct bn_cuda_sample_row *rank; /* [n_rank] */
 	struct bn_cuda_score_row *score; /* [n_score] */
@@ -89,6 +91,7 @@ struct step_inputs {
 struct step_shape {
 	uint32_t n_tok, n_rows, max_blocks;
 	uint32_t n_logits;            /* rows the LM head makes: out.n_out, or a graph's bucket */
+	uint32_t n_hidden;            /* final hidden states embedding rows ask (batch.h) */
 	struct cuda_rows_shape out;   /* the logits rows asked for (sampled, scored) */
 };
 
@@ -125,6 +128,8 @@ struct cuda_backend {
 	size_t sample_scratch_bytes;
 	void *res_dev, *res_host;     /* struct cuda_answers of res_rows rows */
 	uint32_t res_rows;
+	float *hidden_dev, *hidden_host; /* [hidden_cap][ld_x] hidden rows (pinned on the host) */
+	uint32_t hidden_cap;
 	struct cuda_rows rows;        /* host scratch for the penalty lists */
 };
 
@@ -332,6 +337,7 @@ static void carve_inputs(const struct cuda_backend *cb, struct carver *c, const 
 	in->table_off = carve(c, (size_t)s->n_tok * 4);
 	in->tables = carve(c, (size_t)s->n_rows * s->max_blocks * 4);
 	in->out_rows = carve(c, (size_t)s->n_logits * 4);
+	in->hidden_rows = carve(c, (size_t)s->n_hidden * 4);
 	in->pen = carve(c, (size_t)s->out.n_pen * sizeof(struct bn_cuda_penalty));
 	in->rank = carve(c, (size_t)s->out.n_rank * sizeof(struct bn_cuda_sample_row));
 	in->score = carve(c, (size_t)s->out.n_score * sizeof(struct bn_cuda_score_row));
@@ -397,6 +403,22 @@ static int reserve_outputs(struct cuda_backend *cb, uint32_t rows, uint32_t rank
 	return 0;
 }
 
+/* Room for n hidden rows on the device and, pinned, on the host. */
+static int reserve_hidden(struct cuda_backend *cb, uint32_t n)
+{
+	if (n <= cb->hidden_cap)
+		return 0;
+	cudaFree(cb->hidden_dev);
+	cudaFreeHost(cb->hidden_host);
+	cb->hidden_dev = cb->hidden_host = NULL;
+	cb->hidden_cap = 0;
+	size_t bytes = (size_t)n * cb->ld_x * sizeof(float);
+	CUDA_TRY(cudaMalloc((void **)&cb->hidden_dev, bytes));
+	CUDA_TRY(cudaMallocHost((void **)&cb->hidden_host, bytes));
+	cb->hidden_cap = n;
+	return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Open, close, KV                                                                             */
 /* ------------------------------------------------------------------------------------------ */
@@ -419,6 +441,8 @@ static void cuda_close(void *self)
 	cudaFree(cb->sample_scratch);
 	cudaFree(cb->res_dev);
 	cudaFreeHost(cb->res_host);
+	cudaFree(cb->hidden_dev);
+	cudaFreeHost(cb->hidden_host);
 	if (cb->stream)
 		cudaStreamDestroy(cb->stream);
 	free(cb->layers);
@@ -446,6 +470,7 @@ static void set_dims(struct cuda_backend *cb)
 static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 {
 	bn_model_describe(&cb->model.cfg, BN_BACKEND_CUDA, CUDA_ATTN_MAC_COST, desc);
+	bn_model_describe_graph(&cb->model, desc);
 	desc->lm_head = BN_HEAD_FILE;
 	bn_cuda_kernels_name(&cb->kernels, desc->kernels, sizeof(desc->kernels));
 	desc->decode_layout = bn_model_is_ternary(&cb->model) ? BN_DECODE_LAYOUT_2BIT
@@ -453,6 +478,7 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 	desc->can_score = 1;
 	desc->can_classify = 1; /* score rows and seq_fork */
 	desc->can_mask = 1;     /* masks on the device, the closing check's second draw */
+	desc->can_embed = 1;    /* hidden rows: the final norm on the device, copied back */
 	size_t free_b = 0, total = 0;
 	if (cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
 		desc->kv_on_device = 1;
@@ -469,7 +495,10 @@ static int open_model(struct cuda_backend *cb, const struct bn_backend_options *
 		return -EINVAL;
 	}
 	/* the device gets the file's float rows (cuda_wcache_upload); no host panels */
-	if (cuda_wcache_load(&cb->wcache, opt->model_path, opt->cache_dir, &cb->model, err) != 0) {
+	struct bn_activation_choice act;
+	bn_backend_activation(opt, &act);
+	if (cuda_wcache_load(&cb->wcache, opt->model_path, opt->cache_dir, &act, &cb->model,
+			     err) != 0) {
 		bn_log_error("msg=\"cannot load model\" error=\"%s\"", err);
 		return -EINVAL;
 	}
@@ -616,6 +645,7 @@ static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, 
 	}
 	cuda_rows_count(b, &s->out);
 	s->n_logits = s->out.n_out;
+	s->n_hidden = cuda_hidden_count(b);
 }
 
 static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
@@ -637,6 +667,7 @@ static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const
 		}
 	}
 	cuda_rows_tokens(b, in->out_rows);
+	cuda_hidden_tokens(b, in->hidden_rows);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -754,6 +785,22 @@ static int output_and_sample(struct cuda_backend *cb, const struct step_inputs *
 	return rc ? bn_cuda_failed("output kernels", rc) : 0;
 }
 
+/* The final norm of the tokens hidden rows ask for (as the LM head's input is made), copied
+ * back to the host (read once the stream is synchronized). */
+static int hidden_states(struct cuda_backend *cb, const struct step_inputs *in,
+			 const struct step_shape *s)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	int rc = bn_cuda_rmsnorm(cb->hidden_dev, cb->ld_x, cb->x, cb->ld_x, in->hidden_rows,
+				 cb->output_norm, c->n_embd, s->n_hidden, c->rms_eps, cb->stream);
+	if (rc)
+		return bn_cuda_failed("hidden rows", rc);
+	CUDA_TRY(cudaMemcpyAsync(cb->hidden_host, cb->hidden_dev,
+				 (size_t)s->n_hidden * cb->ld_x * sizeof(float), cudaMemcpyDeviceToHost,
+				 cb->stream));
+	return 0;
+}
+
 static struct bn_cuda_fwd_in fwd_view(const struct step_inputs *in)
 {
 	return (struct bn_cuda_fwd_in){ in->x, in->cs, in->slot, in->len, in->table_off, in->tables,
@@ -767,7 +814,8 @@ static int run_layers(struct cuda_backend *cb, const struct step_inputs *dev,
 {
 	if (cb->fwd) {
 		struct bn_cuda_fwd_in in = fwd_view(dev);
-		struct bn_cuda_fwd_step fs = { s->n_tok, s->n_logits, s->max_blocks, (uint32_t)graph };
+		struct bn_cuda_fwd_step fs = { s->n_tok, s->n_logits, s->max_blocks, (uint32_t)graph,
+					       s->n_hidden > 0 };
 		return bn_cuda_fwd_run(cb->fwd, &in, &fs, cb->logits);
 	}
 	int rc = 0;
@@ -791,6 +839,7 @@ static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct st
 	/* a second draw ranks at most the constrained rows */
 	uint32_t ranked = s->out.n_rank > s->out.n_masks ? s->out.n_rank : s->out.n_masks;
 	rc = rc ? rc : reserve_outputs(cb, s->n_logits, ranked);
+	rc = rc ? rc : reserve_hidden(cb, s->n_hidden);
 	rc = rc ? rc : reserve_inputs(cb, s, &host, &dev);
 	if (rc)
 		return rc;
@@ -807,6 +856,8 @@ static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct st
 				 cb->stream));
 	cb->x = dev.x;
 	rc = run_layers(cb, &dev, s, graph);
+	if (rc == 0 && s->n_hidden)
+		rc = hidden_states(cb, &dev, s);
 	if (rc == 0 && s->out.n_out)
 		rc = output_and_sample(cb, &dev, s);
 	if (rc)
@@ -816,6 +867,8 @@ static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct st
 		CUDA_TRY(cudaMemcpyAsync(cb->res_host, cb->res_dev, back, cudaMemcpyDeviceToHost,
 					 cb->stream));
 	CUDA_TRY(cudaStreamSynchronize(cb->stream));
+	if (s->n_hidden)
+		cuda_hidden_scatter(b, cb->hidden_host, cb->ld_x, cb->model.cfg.n_embd);
 	struct cuda_answers answers = cuda_answers_at(cb->res_host, cb->res_rows);
 	cuda_rows_collect(b, &answers, out);
 	struct cuda_rows_device d = rows_device(cb, &dev);

@@ -487,18 +487,21 @@ static int forward(void *ctx)
 		rc = attention_block(f, li, r, n, &pending);
 		rc = rc ? rc : ffn_block(f, li, r, n, &pending);
 	}
+	int fused = (f->k.flags & BN_CUDA_K_FUSED) != 0;
+	if (rc == 0 && pending && (r->s->settle || (!fused && r->s->n_out))) {
+		/* x += the last product: every token's (add then norm: the fused kernel's bits) */
+		rc = bn_cuda_add(r->in->x, f->ld_x, pending, f->ld_x, c->n_embd, n, f->stream);
+		pending = NULL;
+	}
 	if (rc || r->s->n_out == 0)
 		return rc ? bn_cuda_failed("layer kernels", rc) : 0;
-	if (f->k.flags & BN_CUDA_K_FUSED) {
+	if (fused)
 		rc = bn_cuda_add_rmsnorm(f->xb, f->ld_wide, r->in->x, f->ld_x, pending, f->ld_x,
 					 r->in->out_rows, f->head.norm, c->n_embd, r->s->n_out,
 					 c->rms_eps, f->stream);
-	} else {
-		rc = bn_cuda_add(r->in->x, f->ld_x, pending, f->ld_x, c->n_embd, n, f->stream);
-		rc = rc ? rc : bn_cuda_rmsnorm(f->xb, f->ld_wide, r->in->x, f->ld_x, r->in->out_rows,
-					       f->head.norm, c->n_embd, r->s->n_out, c->rms_eps,
-					       f->stream);
-	}
+	else
+		rc = bn_cuda_rmsnorm(f->xb, f->ld_wide, r->in->x, f->ld_x, r->in->out_rows,
+				     f->head.norm, c->n_embd, r->s->n_out, c->rms_eps, f->stream);
 	/* cuda.c's LM head: T2 rows when ternary */
 	struct fwd_linear head = { .ternary = f->head.ternary, .t2 = f->head.t2, .f = f->head.f };
 	rc = rc ? rc : product(f, &head, f->xb, f->ld_wide, r->s->n_out, r->logits, c->n_vocab, 0);

@@ -52,9 +52,11 @@ struct bn_cuda_fwd_head {
 
 /* One step: n_tok tokens, n_out of them (out_rows) want logits; max_blocks bounds every
  * row's block count (the table stride); graph: run as the bucket's CUDA graph (the inputs
- * were padded by bn_cuda_fwd_pad). */
+ * were padded by bn_cuda_fwd_pad); settle: x must hold every token's final residual stream
+ * at the end (cuda.c reads hidden rows from it: the last product's output added in, which a
+ * fused final norm otherwise adds only for the logits rows). */
 struct bn_cuda_fwd_step {
-	uint32_t n_tok, n_out, max_blocks, graph;
+	uint32_t n_tok, n_out, max_blocks, graph, settle;
 };
 
 /* Uploads the layers of m for the variant k (flags not 0); ld_x is cuda.c's embedding row

@@ -7,6 +7,8 @@
 #include "cuda_mem.h"
 #include "cache_writer.h"
 #include "common/log.h"
+#include "kernels.h"
+#include "pool.h"
 #include "quant.h"
 
 #include <cuda_runtime_api.h>
@@ -128,9 +130,10 @@ static int list_float(struct cuda_wcache *w, const struct bn_model *m)
 
 /* The model's T2 matrices and every float image out of the open cache. 0, or -1 with err set
  * when the cache does not hold this model as the file has it (the model freed). */
-static int adopt(struct cuda_wcache *w, struct bn_model *m, char *err)
+static int adopt(struct cuda_wcache *w, struct bn_model *m, struct bn_pool *pool, char *err)
 {
-	const struct bn_model_source src = { .float_layout = BN_FLOAT_IN_PLACE, .cache = &w->cache };
+	const struct bn_model_source src = { .float_layout = BN_FLOAT_IN_PLACE, .cache = &w->cache,
+					     .activation = w->act, .pool = pool };
 	if (bn_model_fill(m, &src, err) != 0)
 		return -1;
 	int rc = list_float(w, m);
@@ -155,9 +158,10 @@ static int adopt(struct cuda_wcache *w, struct bn_model *m, char *err)
 
 /* Without the cache: repacked, and images to be built for the writer when there is a file
  * to write. */
-static int build(struct cuda_wcache *w, struct bn_model *m, char *err)
+static int build(struct cuda_wcache *w, struct bn_model *m, struct bn_pool *pool, char *err)
 {
-	const struct bn_model_source src = { .float_layout = BN_FLOAT_IN_PLACE };
+	const struct bn_model_source src = { .float_layout = BN_FLOAT_IN_PLACE, .activation = w->act,
+					     .pool = pool };
 	if (bn_model_fill(m, &src, err) != 0)
 		return -1;
 	if (!w->path[0])
@@ -186,19 +190,20 @@ static void find_path(struct cuda_wcache *w, const char *model_path, const char 
 		w->path[0] = 0;
 }
 
-int cuda_wcache_load(struct cuda_wcache *w, const char *model_path, const char *cache_dir,
-		     struct bn_model *m, char err[BN_MODEL_ERR_LEN])
+static int load(struct cuda_wcache *w, const char *model_path, const char *cache_dir,
+		struct bn_model *m, struct bn_pool *pool, char *err)
 {
-	memset(w, 0, sizeof(*w));
-	w->from = BN_WEIGHTS_CACHE_OFF;
 	if (bn_model_open(m, model_path, err) != 0)
 		return -1;
 	find_path(w, model_path, cache_dir, m);
 	if (!w->path[0])
-		return build(w, m, err);
+		return build(w, m, pool, err);
 	char why[BN_WCACHE_WHY_LEN];
-	int rc = bn_wcache_open(&w->cache, w->path, &w->key, NULL, NULL, why);
-	if (rc == 0 && adopt(w, m, err) == 0) {
+	/* Checked with the CPU kernel variant's XXH3 (compiled for the ISA), not libxxhash's
+	 * generic build, on every CPU. */
+	const struct bn_kernels *k = bn_kernels_select(NULL);
+	int rc = bn_wcache_open(&w->cache, w->path, &w->key, pool, k ? k->hash64 : NULL, why);
+	if (rc == 0 && adopt(w, m, pool, err) == 0) {
 		w->from = BN_WEIGHTS_CACHE_HIT;
 		return 0;
 	}
@@ -212,7 +217,22 @@ int cuda_wcache_load(struct cuda_wcache *w, const char *model_path, const char *
 		bn_log_warn("msg=\"weights cache not used; rebuilding it\" cache=\"%s\" why=\"%s\"",
 			    w->path, why);
 	}
-	return build(w, m, err);
+	return build(w, m, pool, err);
+}
+
+int cuda_wcache_load(struct cuda_wcache *w, const char *model_path, const char *cache_dir,
+		     const struct bn_activation_choice *act, struct bn_model *m,
+		     char err[BN_MODEL_ERR_LEN])
+{
+	memset(w, 0, sizeof(*w));
+	w->act = *act;
+	w->from = BN_WEIGHTS_CACHE_OFF;
+	/* The repack and the cache's check run on a pool of every CPU for the load only (NULL:
+	 * on this thread): the device computes, the host's threads are free until then. */
+	struct bn_pool *pool = bn_pool_new(0);
+	int rc = load(w, model_path, cache_dir, m, pool, err);
+	bn_pool_free(pool);
+	return rc;
 }
 
 /* ---- uploading ------------------------------------------------------------------------------ */

@@ -42,15 +42,17 @@ struct cuda_wcache {
 	const void **image;           /* [n_float]: each one's device image, in the mapping (hit)
 				       * or built on the host (writing), else NULL */
 	int own_images;               /* the images are built ones, freed with the list */
+	struct bn_activation_choice act; /* --activation, for the loader */
 	struct bn_cache_writer *writer;
 };
 
 /* Opens model_path into m with the float matrices in place (the file's rows, bn_model_load_as)
  * and the ternary ones from the cache of cache_dir (--cache-dir: a directory, "none", or
- * NULL for the default) when it holds this model, else repacked. 0, or -1 with err set (m
- * freed). */
+ * NULL for the default) when it holds this model, else repacked; act is --activation (model.h).
+ * 0, or -1 with err set (m freed). */
 int cuda_wcache_load(struct cuda_wcache *w, const char *model_path, const char *cache_dir,
-		     struct bn_model *m, char err[BN_MODEL_ERR_LEN]);
+		     const struct bn_activation_choice *act, struct bn_model *m,
+		     char err[BN_MODEL_ERR_LEN]);
 
 /* The device layout of a matrix that is not ternary: f's type, sizes and row stride (f->data
  * NULL), and the bytes of its image. */

@@ -402,6 +402,44 @@ static void render_kernels(struct text *t)
 	    label_escape(name, sizeof(name), bn_stats.cuda_kernels));
 }
 
+/* The graph the weights run: the activation with what chose it, and the float matrices of a
+ * bitnet* file packed to the ternary kernels, by role (info metrics; nothing without a
+ * model). */
+static void render_graph(struct text *t)
+{
+	static const char *const roles[] = { "attn_q", "attn_k", "attn_v", "attn_output",
+					     "ffn_gate", "ffn_up", "ffn_down" };
+	static char why[2 * sizeof(bn_stats.activation_why)], kept[2 * sizeof(bn_stats.kept_float)];
+	if (!bn_stats.activation[0])
+		return;
+	family(t, "model_activation", "gauge", "The FFN activation the model runs: 1 on its line.");
+	put(t, "bitnetd_model_activation{name=\"silu\"} %d\n", !strcmp(bn_stats.activation, "silu"));
+	put(t, "bitnetd_model_activation{name=\"relu2\"} %d\n", !strcmp(bn_stats.activation, "relu2"));
+	family(t, "model_activation_why", "gauge",
+	       "What chose the activation: the key, the rule or --activation (value 1).");
+	put(t, "bitnetd_model_activation_why{why=\"%s\"} 1\n",
+	    label_escape(why, sizeof(why), bn_stats.activation_why));
+	uint32_t any = 0;
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+		any += bn_stats.float_candidates[i];
+	if (!any)
+		return;
+	family(t, "float_matrices", "gauge",
+	       "Float layer matrices of a bitnet* file, by role: candidates for the ternary kernels.");
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+		put(t, "bitnetd_float_matrices{role=\"%s\"} %u\n", roles[i],
+		    bn_stats.float_candidates[i]);
+	family(t, "ternary_from_float_matrices", "gauge",
+	       "Of those, the matrices whose rows are exactly {-s, 0, +s}, packed to the ternary "
+	       "kernels at load.");
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+		put(t, "bitnetd_ternary_from_float_matrices{role=\"%s\"} %u\n", roles[i],
+		    bn_stats.ternary_from_float[i]);
+	family(t, "kept_float", "gauge", "The float matrices that stayed float (value 1).");
+	put(t, "bitnetd_kept_float{tensors=\"%s\"} 1\n",
+	    label_escape(kept, sizeof(kept), bn_stats.kept_float));
+}
+
 static void render_gauges(struct text *t, const struct bn_stats_view *v)
 {
 	double waste = bn_stats.batch_cells
@@ -444,6 +482,7 @@ static void render_gauges(struct text *t, const struct bn_stats_view *v)
 	render_speculative(t);
 	render_load(t);
 	render_kernels(t);
+	render_graph(t);
 }
 
 static void render_hist(struct text *t, enum bn_hist h)

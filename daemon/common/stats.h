@@ -70,6 +70,13 @@ struct bn_stats {
 	int weights_cache;              /* enum bn_weights_cache, read and written atomically */
 	char weights_cache_path[4096];  /* the cache file, "" without one */
 	char cuda_kernels[64];          /* the cuda backend's --cuda-kernels variant, "" elsewhere */
+	/* The graph the weights run (the backend's model description): the FFN activation and
+	 * what chose it, the float layer matrices of a bitnet* file by role and how many of them
+	 * were packed to the ternary kernels, and those kept float. "" / 0 without a model. */
+	char activation[8];
+	char activation_why[256];
+	uint32_t float_candidates[7], ternary_from_float[7];
+	char kept_float[512];
 };
 
 extern struct bn_stats bn_stats;

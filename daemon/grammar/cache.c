@@ -6,6 +6,10 @@
  * grow). A refusal is kept like a success, so the same hostile grammar sent again costs a
  * look-up, not another compile up to the time budget. Compiles run outside the lock: two
  * threads missing on the same text both compile, and the second keeps the first's entry.
+ *
+ * Every bound grammar made here is counted while it lives (the cache's or a session's), as its
+ * token sets fill too; past the memory limit a new one first pushes out entries nobody else
+ * holds, then is refused (-E2BIG, not kept: it depends on what else is held).
  */
 #include "tokens.h"
 
@@ -30,6 +34,8 @@ struct bn_grammar_cache {
 	pthread_mutex_t lock;
 	struct bn_grammar_vocab *v;
 	size_t max_bytes, bytes;
+	struct gr_account *live;         /* every bound grammar made here, in use or kept */
+	size_t max_live;                 /* 0: no limit */
 	struct entry **buckets;
 	uint32_t mask, n;
 	struct entry *newest, *oldest;
@@ -49,6 +55,13 @@ int bn_grammar_cache_new(struct bn_grammar_vocab *v, size_t max_bytes,
 		free(c);
 		return -ENOMEM;
 	}
+	c->live = calloc(1, sizeof(*c->live));
+	if (!c->live) {
+		free(c->buckets);
+		free(c);
+		return -ENOMEM;
+	}
+	atomic_init(&c->live->refs, 1);
 	pthread_mutex_init(&c->lock, NULL);
 	bn_grammar_vocab_ref(v);
 	c->v = v;
@@ -74,7 +87,15 @@ void bn_grammar_cache_free(struct bn_grammar_cache *c)
 	pthread_mutex_destroy(&c->lock);
 	free(c->buckets);
 	bn_grammar_vocab_unref(c->v);
+	gr_account_unref(c->live);
 	free(c);
+}
+
+void bn_grammar_cache_limit_memory(struct bn_grammar_cache *c, size_t max_live_bytes)
+{
+	pthread_mutex_lock(&c->lock);
+	c->max_live = max_live_bytes;
+	pthread_mutex_unlock(&c->lock);
 }
 
 static XXH128_hash_t key_of(const void *text, size_t len, const struct bn_grammar_options *o)
@@ -88,12 +109,7 @@ static XXH128_hash_t key_of(const void *text, size_t len, const struct bn_gramma
 
 static size_t entry_bytes(const struct entry *e)
 {
-	if (!e->bound)
-		return sizeof(*e);
-	struct bn_grammar_bound_info bi;
-	bn_grammar_bound_get_info(e->bound, &bi);
-	return sizeof(*e) + e->bound->g->a->bytes + bi.set_bytes +
-	       (size_t)e->bound->a->n_states * sizeof(void *);
+	return sizeof(*e) + (e->bound ? bn_grammar_bound_bytes(e->bound) : 0);
 }
 
 static void unlink_recency(struct bn_grammar_cache *c, struct entry *e)
@@ -128,17 +144,37 @@ static struct entry **slot_of(struct bn_grammar_cache *c, XXH128_hash_t key)
 	return at;
 }
 
+static void drop(struct bn_grammar_cache *c, struct entry *e)
+{
+	*slot_of(c, e->key) = e->chain;
+	unlink_recency(c, e);
+	c->bytes -= e->bytes;
+	c->n--;
+	entry_free(e);
+}
+
 /* Under the lock: drops the oldest entries (never `keep`) until the budget holds. */
 static void evict(struct bn_grammar_cache *c, const struct entry *keep)
 {
-	while (c->bytes > c->max_bytes && c->oldest && c->oldest != keep) {
-		struct entry *e = c->oldest;
-		*slot_of(c, e->key) = e->chain;
-		unlink_recency(c, e);
-		c->bytes -= e->bytes;
-		c->n--;
-		entry_free(e);
+	while (c->bytes > c->max_bytes && c->oldest && c->oldest != keep)
+		drop(c, c->oldest);
+}
+
+static size_t live_bytes(const struct bn_grammar_cache *c)
+{
+	return atomic_load_explicit(&c->live->bytes, memory_order_relaxed);
+}
+
+/* Under the lock: past the memory limit, the oldest entries nobody else holds (their memory
+ * goes with them) are dropped until it holds. 1 when it holds. */
+static int make_room(struct bn_grammar_cache *c)
+{
+	for (struct entry *e = c->oldest, *newer; e && live_bytes(c) > c->max_live; e = newer) {
+		newer = e->newer;
+		if (!e->bound || atomic_load(&e->bound->refs) == 1)
+			drop(c, e);
 	}
+	return live_bytes(c) <= c->max_live;
 }
 
 /* The answer an entry gives: a new reference, or its refusal. */
@@ -205,7 +241,19 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
 		snprintf(err, BN_GRAMMAR_ERR_LEN, "out of memory compiling the grammar");
 		return -ENOMEM;
 	}
+	if (made->bound)
+		gr_bound_count_in(made->bound, c->live);
 	pthread_mutex_lock(&c->lock);
+	if (made->bound && c->max_live && !make_room(c)) {
+		/* Not kept: the refusal depends on what else is held now. */
+		size_t held = live_bytes(c), limit = c->max_live;
+		pthread_mutex_unlock(&c->lock);
+		entry_free(made);
+		snprintf(err, BN_GRAMMAR_ERR_LEN, "the daemon's grammars would hold %zu bytes with "
+			 "this one, over its grammar memory limit of %zu (bitnetd --grammar-memory): "
+			 "free grammars or raise it", held, limit);
+		return -E2BIG;
+	}
 	struct entry **slot = slot_of(c, key);
 	if (*slot) { /* another thread compiled it meanwhile */
 		entry_free(made);
@@ -228,6 +276,6 @@ void bn_grammar_cache_get_info(struct bn_grammar_cache *c, struct bn_grammar_cac
 	pthread_mutex_lock(&c->lock);
 	*info = (struct bn_grammar_cache_info){ .hits = c->hits, .misses = c->misses,
 						.refusals_cached = c->refusals, .entries = c->n,
-						.bytes = c->bytes };
+						.bytes = c->bytes, .live_bytes = live_bytes(c) };
 	pthread_mutex_unlock(&c->lock);
 }

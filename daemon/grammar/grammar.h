@@ -20,10 +20,10 @@
  *                      only where the grammar accepts; accepting one finishes the matcher.
  *   speculation        fill_mask / accept per draft position, then rollback(n) for the drafts
  *                      the model did not confirm; bn_grammar_matcher_accept_tokens checks a run.
- *   budget running out draw t from the mask and accept it; when min_bytes_to_accept + 1 is
+ *   budget running out draw t from the mask and accept it; when tokens_to_accept + 1 is
  *                      then over the tokens left after t, roll t back and draw again from
  *                      bn_grammar_matcher_fill_mask_within(tokens left): every draw that fits
- *                      stands (outputs that fit are unchanged), and the output ends in time.
+ *                      stands, and the output ends in time wherever the count says it can.
  *   fork               bn_grammar_matcher_clone: the same state, independent afterwards.
  *
  * Thread safety: compiled grammars, vocabularies, bound grammars and the cache may be shared by
@@ -64,7 +64,9 @@ struct bn_grammar_limits {
 	uint32_t max_rules;      /* rules, named and made (GBNF, $refs, repetitions); default 4096 */
 	uint32_t max_states;     /* automaton states, all rules together; default 250000 */
 	uint32_t max_repeat;     /* a repetition's bound ({m,n}, lengths, item counts); default 10000 */
-	uint32_t compile_ms;     /* wall-clock budget for bn_grammar_compile; default 1000 */
+	uint32_t compile_ms;     /* budget for bn_grammar_compile in CPU time of the calling
+	                          * thread (the same grammar passes or not whatever the machine's
+	                          * load); default 1000 */
 };
 
 #define BN_GRAMMAR_WS_DEFAULT 20 /* the longest whitespace run between JSON tokens */
@@ -85,7 +87,7 @@ struct bn_grammar;
 /* Compiles text[0..len) (no NUL needed) as o says. 0 with *out (one reference), or -EINVAL
  * with the reason in err (what and where: `"patternProperties" is not supported (at
  * #/properties/a)`, `GBNF line 3, column 7: expected "::="`), -E2BIG for a limit (named in err),
- * -ETIME past the time budget, -ENOMEM. */
+ * -ETIME past the time budget (CPU time), -ENOMEM. */
 int bn_grammar_compile(const void *text, size_t len, const struct bn_grammar_options *o,
 		       struct bn_grammar **out, char err[BN_GRAMMAR_ERR_LEN]);
 void bn_grammar_ref(struct bn_grammar *g);
@@ -157,6 +159,9 @@ struct bn_grammar_bound_info {
 };
 void bn_grammar_bound_get_info(const struct bn_grammar_bound *b,
 			       struct bn_grammar_bound_info *info);
+/* Memory the bound grammar holds now: its automaton, its token sets (which grow as they are
+ * filled) and their table. */
+size_t bn_grammar_bound_bytes(const struct bn_grammar_bound *b);
 
 /* Compiled grammars bound to one vocabulary, by content (kind, options and text, XXH3-128),
  * least recently used out first past max_bytes; refusals are kept too, so a hostile grammar
@@ -170,10 +175,17 @@ void bn_grammar_cache_free(struct bn_grammar_cache *c);
 int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t len,
 			 const struct bn_grammar_options *o, struct bn_grammar_bound **out,
 			 char err[BN_GRAMMAR_ERR_LEN]);
+/* A limit on what every bound grammar this cache made holds while alive, kept or in use
+ * (bn_grammar_bound_bytes, summed; 0: none, the default). Checked when a miss compiles: the
+ * new grammar with the others as they are then (token sets filled later add to it); past it
+ * the least recently used entries nobody else holds go first, then the compile is refused
+ * with -E2BIG, "over its grammar memory limit". */
+void bn_grammar_cache_limit_memory(struct bn_grammar_cache *c, size_t max_live_bytes);
 struct bn_grammar_cache_info {
 	uint64_t hits, misses, refusals_cached;
 	uint32_t entries;
 	size_t bytes;
+	size_t live_bytes;       /* what every bound grammar made here holds, in use or kept */
 };
 void bn_grammar_cache_get_info(struct bn_grammar_cache *c, struct bn_grammar_cache_info *info);
 
@@ -200,11 +212,10 @@ int bn_grammar_matcher_clone(const struct bn_grammar_matcher *m,
 int bn_grammar_matcher_fill_mask(struct bn_grammar_matcher *m, uint64_t *mask);
 /* fill_mask, less the tokens that would leave the output unable to end in time: tokens_left
  * tokens may follow this one (max_tokens minus those generated minus one), so a text token is
- * kept when the output after it can reach an accepting end in at most tokens_left - 1 bytes
- * (one token a byte, then an end-of-generation token); with tokens_left 0 only an
- * end-of-generation id is left, where the grammar accepts. Every output that fits in the budget
- * keeps its tokens. The bound is in bytes, so it holds for vocabularies where every byte has a
- * token of its own (byte-level BPE; SentencePiece with byte fallback). */
+ * kept when, after it, bn_grammar_matcher_tokens_to_accept is at most tokens_left - 1 (those
+ * tokens, then an end-of-generation token); with tokens_left 0 only an end-of-generation id is
+ * left, where the grammar accepts. A kept token always leaves such a way open, so the output
+ * ends in time from then on. */
 int bn_grammar_matcher_fill_mask_within(struct bn_grammar_matcher *m, uint64_t *mask,
 					uint32_t tokens_left);
 /* Advances by one token: 0, or -EPERM when the grammar does not allow it (nothing changes),
@@ -229,6 +240,12 @@ int bn_grammar_matcher_is_finished(const struct bn_grammar_matcher *m);
 uint32_t bn_grammar_matcher_history(const struct bn_grammar_matcher *m);
 /* The fewest bytes that bring the output to an accepting end (0 when accepting). */
 uint64_t bn_grammar_matcher_min_bytes_to_accept(const struct bn_grammar_matcher *m);
+/* Tokens that bring the output to an accepting end, allowed one after another (0 when
+ * accepting; UINT64_MAX when the vocabulary cannot spell the way): the fewest that spell the
+ * shortest way of each rule on the stack to its end (daemon/grammar/tokendist.c). In the
+ * bottom rule of a grammar without calls whose shortest ways tokenize best (JSON's), the
+ * fewest tokens of any way; elsewhere an upper bound, since a token may span a rule's end. */
+uint64_t bn_grammar_matcher_tokens_to_accept(const struct bn_grammar_matcher *m);
 /* Those bytes, into out (cap bytes): returns their count, or -ENOSPC (the count does not fit;
  * bn_grammar_matcher_min_bytes_to_accept says how many are needed). */
 int bn_grammar_matcher_shortest_completion(const struct bn_grammar_matcher *m, uint8_t *out,

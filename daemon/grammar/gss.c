@@ -18,6 +18,11 @@ void gss_init(struct gss *g)
 	*g = (struct gss){ 0 };
 }
 
+struct gss_cfg gss_dead(const struct gss *g)
+{
+	return (struct gss_cfg){ .tops = g->n_tops, .cost = GR_INF, .tcost = GR_INF };
+}
+
 void gss_free(struct gss *g)
 {
 	free(g->nodes);
@@ -53,18 +58,19 @@ static uint32_t sat_add(uint32_t a, uint32_t b)
 	return s >= GR_INF ? GR_INF - 1 : (uint32_t)s;
 }
 
-/* The fewest bytes to the end through any of a list of parents (0: none, or the unknown). */
-static uint32_t parents_cost(const struct gss *g, uint32_t parents, uint32_t n)
+/* The fewest bytes (tokens: tcost) to the end through any of a list of parents (0: none, or
+ * the unknown). */
+static void parents_cost(const struct gss *g, uint32_t parents, uint32_t n, uint32_t *cost,
+			 uint32_t *tcost)
 {
-	if (n == 0)
-		return 0;
-	uint32_t best = GR_INF;
+	*cost = *tcost = n ? GR_INF : 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t p = g->plist[parents + i];
 		uint32_t c = p == GSS_UNKNOWN ? 0 : g->nodes[p].cost;
-		best = c < best ? c : best;
+		uint32_t t = p == GSS_UNKNOWN ? 0 : g->nodes[p].tcost;
+		*cost = c < *cost ? c : *cost;
+		*tcost = t < *tcost ? t : *tcost;
 	}
-	return best;
 }
 
 static int64_t new_node(struct gss *g, const struct gr_automaton *a, uint32_t state,
@@ -72,9 +78,12 @@ static int64_t new_node(struct gss *g, const struct gr_automaton *a, uint32_t st
 {
 	if (grow((void **)&g->nodes, &g->cap_nodes, (uint64_t)g->n_nodes + 1, sizeof(*g->nodes)))
 		return -ENOMEM;
+	uint32_t cost, tcost;
+	parents_cost(g, parents, n, &cost, &tcost);
 	g->nodes[g->n_nodes] = (struct gss_node){
 		.state = state, .parents = parents, .n_parents = n,
-		.cost = sat_add(a->states[state].dist, parents_cost(g, parents, n)),
+		.cost = sat_add(a->states[state].dist, cost),
+		.tcost = g->tdist ? sat_add(g->tdist[state], tcost) : 0,
 	};
 	return g->n_nodes++;
 }
@@ -314,7 +323,8 @@ static int finish(struct gss *g, const struct gr_automaton *a, uint32_t flags,
 		 sizeof(uint32_t)))
 		return -ENOMEM;
 	*to = (struct gss_cfg){ .tops = g->n_tops, .flags = flags,
-				.cost = flags & GSS_ACCEPT ? 0 : GR_INF };
+				.cost = flags & GSS_ACCEPT ? 0 : GR_INF,
+				.tcost = flags & GSS_ACCEPT ? 0 : GR_INF };
 	for (uint32_t i = 0; i < g->n_emit; i++) {
 		const struct gss_node *n = &g->nodes[g->emit[i]];
 		if (!a->states[n->state].has_bytes)
@@ -323,6 +333,8 @@ static int finish(struct gss *g, const struct gr_automaton *a, uint32_t flags,
 		to->n_tops++;
 		if (n->cost < to->cost)
 			to->cost = n->cost;
+		if (n->tcost < to->tcost)
+			to->tcost = n->tcost;
 	}
 	return 0;
 }
@@ -371,7 +383,8 @@ int gss_start_node(struct gss *g, uint32_t node, struct gss_cfg *out)
 {
 	if (grow((void **)&g->tops, &g->cap_tops, (uint64_t)g->n_tops + 1, sizeof(uint32_t)))
 		return -ENOMEM;
-	*out = (struct gss_cfg){ .tops = g->n_tops, .n_tops = 1, .cost = g->nodes[node].cost };
+	*out = (struct gss_cfg){ .tops = g->n_tops, .n_tops = 1, .cost = g->nodes[node].cost,
+				 .tcost = g->nodes[node].tcost };
 	g->tops[g->n_tops++] = node;
 	return 0;
 }
@@ -384,7 +397,7 @@ int gss_step(struct gss *g, const struct gr_automaton *a, const struct gss_cfg *
 		const struct gss_node *n = &g->nodes[g->tops[from->tops]];
 		uint32_t s = gr_next(a, n->state, byte);
 		if (s == GR_DEAD) {
-			*to = (struct gss_cfg){ .tops = g->n_tops, .cost = GR_INF };
+			*to = gss_dead(g);
 			return 0;
 		}
 		const struct gr_state *st = &a->states[s];
@@ -411,7 +424,7 @@ int gss_step_bytes(struct gss *g, const struct gr_automaton *a, const struct gss
 	struct gss_cfg cur = *from;
 	for (size_t i = 0; i < n; i++) {
 		if (!cur.n_tops) {
-			*to = (struct gss_cfg){ .tops = g->n_tops, .cost = GR_INF };
+			*to = gss_dead(g);
 			return 0;
 		}
 		int rc = gss_step(g, a, &cur, bytes[i], &cur);

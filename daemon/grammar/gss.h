@@ -28,6 +28,7 @@ struct gss_node {
 	uint32_t parents;   /* plist[parents .. parents + n_parents); none: the bottom rule */
 	uint32_t n_parents;
 	uint32_t cost;      /* fewest bytes from here to the output's end (saturated) */
+	uint32_t tcost;     /* tokens that bring it there (gss.tdist; 0 without) */
 };
 
 struct gss_cfg {
@@ -35,6 +36,8 @@ struct gss_cfg {
 	uint32_t n_tops;
 	uint32_t flags;     /* GSS_ACCEPT, GSS_CTX */
 	uint32_t cost;      /* fewest bytes to the output's end: 0 with GSS_ACCEPT */
+	uint32_t tcost;     /* tokens that bring it there (the tops' least tcost): 0 with
+	                     * GSS_ACCEPT */
 };
 
 struct gss_mark {
@@ -47,6 +50,7 @@ struct gss_cand {
 };
 
 struct gss {
+	const uint32_t *tdist; /* per state, tokens to its rule's end (tokenset.c), or NULL */
 	struct gss_node *nodes;
 	uint32_t n_nodes, cap_nodes;
 	uint32_t *plist;
@@ -65,6 +69,8 @@ struct gss {
 };
 
 void gss_init(struct gss *g);
+/* A configuration with no parse (a dead end). */
+struct gss_cfg gss_dead(const struct gss *g);
 void gss_free(struct gss *g);
 
 static inline struct gss_mark gss_mark(const struct gss *g)

@@ -40,9 +40,9 @@ int gr_tick(struct gr_ctx *c)
 	if (++c->ticks < 256)
 		return 0;
 	c->ticks = 0;
-	if (bn_now_ns() > c->deadline_ns)
-		return gr_fail(c, -ETIME, "the grammar did not compile within %u ms (the compile "
-			       "budget)", c->lim.compile_ms);
+	if (bn_thread_cpu_ns() > c->deadline_ns)
+		return gr_fail(c, -ETIME, "the grammar did not compile within %u ms of CPU time (the "
+			       "compile budget)", c->lim.compile_ms);
 	return 0;
 }
 

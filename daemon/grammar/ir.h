@@ -45,7 +45,7 @@ struct gr_ctx {
 	struct bn_grammar_limits lim;
 	uint32_t max_ws;           /* JSON forms: whitespace run, or 0 for none */
 	uint32_t json_top;
-	uint64_t deadline_ns;
+	uint64_t deadline_ns;      /* the compiling thread's CPU time (bn_thread_cpu_ns) */
 	uint32_t ticks;            /* calls of gr_tick since the clock was read */
 	int rc;                    /* the first error's code, 0 while none */
 	char *err;                 /* BN_GRAMMAR_ERR_LEN bytes */
@@ -64,7 +64,8 @@ struct gr_ctx {
 /* Records the first error (a message and its -errno code) and returns -1. */
 int gr_fail(struct gr_ctx *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* -1 with -ETIME once the compile budget is spent (reads the clock every 256 calls), else 0. */
+/* -1 with -ETIME once the compile budget (the thread's CPU time) is spent (reads the clock
+ * every 256 calls), else 0. */
 int gr_tick(struct gr_ctx *c);
 /* Zeroed memory from the context's arena, or NULL with -ENOMEM recorded. */
 void *gr_alloc(struct gr_ctx *c, size_t size);

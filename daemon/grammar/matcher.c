@@ -55,6 +55,7 @@ int bn_grammar_matcher_new(struct bn_grammar_bound *b, uint32_t max_rollback,
 	m->max_rollback = max_rollback ? max_rollback : BN_GRAMMAR_ROLLBACK_DEFAULT;
 	m->compact_at = COMPACT_MIN_NODES;
 	gss_init(&m->g);
+	m->g.tdist = b->tdist;
 	struct gss_cfg start;
 	if (scratch_init(m) || gss_start(&m->g, m->a, &start) || push_position(m, &start, 0)) {
 		bn_grammar_matcher_free(m);
@@ -69,6 +70,7 @@ void bn_grammar_matcher_free(struct bn_grammar_matcher *m)
 	if (!m)
 		return;
 	gss_free(&m->g);
+	free(m->scratch);
 	free(m->hist);
 	free(m->run.cfg);
 	free(m->run.mark);
@@ -102,6 +104,7 @@ int bn_grammar_matcher_clone(const struct bn_grammar_matcher *m,
 	c->max_rollback = m->max_rollback;
 	c->compact_at = m->compact_at;
 	gss_init(&c->g);
+	c->g.tdist = m->g.tdist;
 	const struct gss *g = &m->g;
 	if (scratch_init(c) ||
 	    copy_array((void **)&c->g.nodes, g->nodes, g->n_nodes, sizeof(*g->nodes)) ||
@@ -215,7 +218,8 @@ size_t bn_grammar_matcher_bytes(const struct bn_grammar_matcher *m)
 	       ((size_t)g->cap_plist + g->cap_tops + g->cap_tmp + g->cap_emit +
 		(g->seen ? g->seen_mask + 1 : 0)) * sizeof(uint32_t) +
 	       (size_t)g->cap_cands * sizeof(*g->cands) + (size_t)m->cap_hist * sizeof(*m->hist) +
-	       ((size_t)m->v->max_len + 2) * (sizeof(*m->run.cfg) + sizeof(*m->run.mark));
+	       ((size_t)m->v->max_len + 2) * (sizeof(*m->run.cfg) + sizeof(*m->run.mark)) +
+	       (m->scratch ? (size_t)m->v->words * sizeof(uint64_t) : 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -287,8 +291,20 @@ static int check_uncertain(struct bn_grammar_matcher *m, uint32_t node, const st
 	return rc;
 }
 
-static void add_set(const struct gr_tset *t, uint64_t *mask, uint32_t words)
+/* mask |= t's accepted set. A delta set is its base with some bits the other way: written
+ * straight into a mask that is still empty (first), else made in scratch and or-ed in. */
+static void add_set(const struct gr_tset *t, uint64_t *mask, uint32_t words, int first,
+		    uint64_t *scratch)
 {
+	if (t->bits && t->delta) {
+		uint64_t *to = first ? mask : scratch;
+		memcpy(to, t->bits, words * sizeof(uint64_t));
+		for (uint32_t k = 0; k < t->n_delta; k++)
+			to[t->delta[k] / 64] ^= 1ull << (t->delta[k] % 64);
+		for (uint32_t i = 0; !first && i < words; i++)
+			mask[i] |= scratch[i];
+		return;
+	}
 	if (t->bits) {
 		for (uint32_t i = 0; i < words; i++)
 			mask[i] |= t->bits[i];
@@ -318,7 +334,10 @@ int bn_grammar_matcher_fill_mask(struct bn_grammar_matcher *m, uint64_t *mask)
 		const struct gr_tset *t = gr_tset_get(m->b, m->g.nodes[m->g.tops[cfg.tops + i]].state);
 		if (!t)
 			return -ENOMEM;
-		add_set(t, mask, v->words);
+		if (t->delta && i && !m->scratch &&
+		    !(m->scratch = malloc((size_t)v->words * sizeof(uint64_t))))
+			return -ENOMEM;
+		add_set(t, mask, v->words, i == 0, m->scratch);
 	}
 	for (uint32_t i = 0; i < cfg.n_tops; i++) {
 		uint32_t node = m->g.tops[cfg.tops + i];
@@ -345,18 +364,17 @@ static int only_end(struct bn_grammar_matcher *m, uint64_t *mask)
 	return count_bits(mask, v->words);
 }
 
-/* No token can fit: the output needs more bytes to an end than any token brings plus what may
- * follow it. A token of len bytes leaves at least cost - len to go (its bytes then the
- * fewest after them are a way to the end from here, so cost <= len + cost after), and
- * len <= max_len. Such a position (not accepting: its cost is above 0) keeps no text token
- * and no end-of-generation id, so the mask is empty without running every allowed token to
- * its end: that run cost ~1 ms a row in a string of a 128k vocabulary, and a request whose
- * budget is far below its schema's shortest output asked for it at every token (64 rows of
- * bench-structured: 14 % of a step, issue 46). */
+/* No token can fit, counted in bytes: after a token of at most max_len bytes, at least cost -
+ * max_len bytes are left (cost <= len + the cost after), and tokens_left - 1 tokens spell at
+ * most that many times max_len. Such a position keeps no text token and no end-of-generation
+ * id, so the mask is empty without running every allowed token to its end: that run costs ~1
+ * ms a row in a string of a 128k vocabulary (issue 46 saw a request whose budget was far below
+ * its schema's shortest output ask for it at every token). */
 static int none_fits(const struct bn_grammar_matcher *m, uint32_t tokens_left)
 {
 	const struct gr_position *at = last(m);
-	return !at->finished && (uint64_t)at->cfg.cost > (uint64_t)tokens_left - 1 + m->v->max_len;
+	uint64_t len = m->v->max_len;
+	return !at->finished && (uint64_t)at->cfg.cost > (uint64_t)tokens_left * len;
 }
 
 int bn_grammar_matcher_fill_mask_within(struct bn_grammar_matcher *m, uint64_t *mask,
@@ -372,11 +390,11 @@ int bn_grammar_matcher_fill_mask_within(struct bn_grammar_matcher *m, uint64_t *
 	if (rc <= 0)
 		return rc;
 	const struct bn_grammar_vocab *v = m->v;
-	uint64_t max_bytes = tokens_left - 1;
+	uint64_t max_tokens = tokens_left - 1;
 	struct gss_mark base = gss_mark(&m->g);
 	m->run.cfg[0] = last(m)->cfg;
 	run_begin(m);
-	/* Allowed text tokens in trie order, each followed to its end: its cost there. */
+	/* Allowed text tokens in trie order, each followed to its end: the tokens from there. */
 	for (uint32_t k = 0; k < v->node_tok[v->n_nodes] && rc >= 0; k++) {
 		uint32_t id = v->trie_tok[k], len;
 		if (!(mask[id / 64] >> (id % 64) & 1))
@@ -386,7 +404,7 @@ int bn_grammar_matcher_fill_mask_within(struct bn_grammar_matcher *m, uint64_t *
 		int alive = gr_run_token(m, bytes, len, &end);
 		if (alive < 0)
 			rc = alive;
-		else if (!alive || end.cost > max_bytes)
+		else if (!alive || end.tcost > max_tokens)
 			mask[id / 64] &= ~(1ull << (id % 64));
 	}
 	gss_reset(&m->g, base);

@@ -37,6 +37,7 @@ struct bn_grammar_matcher {
 	uint32_t max_rollback;
 	uint32_t compact_at;      /* nodes past which the stack is compacted */
 	struct gr_prefix_run run;
+	uint64_t *scratch;        /* [words]: a delta set's bits, made on first need */
 };
 
 int gr_run_token(struct bn_grammar_matcher *m, const uint8_t *bytes, uint32_t len,

@@ -167,6 +167,13 @@ uint64_t bn_grammar_matcher_min_bytes_to_accept(const struct bn_grammar_matcher 
 	return at->finished ? 0 : at->cfg.cost;
 }
 
+uint64_t bn_grammar_matcher_tokens_to_accept(const struct bn_grammar_matcher *m)
+{
+	const struct gr_position *at = &m->hist[m->n_hist - 1];
+	/* Counts saturate below GR_INF: one that did is a way the vocabulary cannot spell. */
+	return at->finished ? 0 : at->cfg.tcost >= GR_INF - 1 ? UINT64_MAX : at->cfg.tcost;
+}
+
 struct writer {
 	uint8_t *out;
 	size_t n, cap;

@@ -49,19 +49,36 @@ static inline const uint8_t *vocab_bytes(const struct bn_grammar_vocab *v, uint3
 	return v->bytes + v->off[id];
 }
 
-/* One state's tokens: accepted whatever the stack beneath (a bitset when many, shared between
- * states with equal sets, else a sorted list), and those to check against the stack at run
- * time (trie order, so checks share prefixes). The rest are rejected. */
+/* One state's tokens: accepted whatever the stack beneath, and those to check against the
+ * stack at run time (trie order, so checks share prefixes). The rest are rejected. The
+ * accepted set is a bitset when large, else a sorted list; both are shared by every state with
+ * the same one, and a bitset close to one made before is that one and the few tokens whose bit
+ * differs (delta): counted repetitions (a string's maxLength, a format's digits) make long runs
+ * of states whose large sets differ by a token length or two, and each was a 16 KiB bitset at
+ * LLaMA-3's vocabulary (a 20-property schema's sets held 11 MB; 2.7 MB so). */
 struct gr_tset {
 	uint32_t n_accepted;
-	const uint64_t *bits;      /* [words] or NULL */
-	uint32_t *list;            /* [n_accepted] when bits is NULL */
+	const uint64_t *bits;      /* [words]: the set, or with delta the set it differs from */
+	const uint32_t *delta;     /* [n_delta] tokens whose bit is the other way, or NULL */
+	uint32_t n_delta;
+	const uint32_t *list;      /* [n_accepted] when bits is NULL */
 	uint32_t n_uncertain;
 	uint32_t *uncertain;
-	size_t bytes;              /* held by this set alone */
+	size_t bytes;              /* held by this set, and by shared ones it made */
 };
 
-struct shared_bits;
+#define GR_SHARED_BUCKETS 1024
+#define GR_RECENT_BASES 16 /* the last whole bitsets made: where a new one looks for a base */
+
+struct gr_shared;
+
+/* What the bound grammars of one cache hold together (its memory limit): each adds its bytes
+ * when made and as its sets fill, and takes them back when freed. Reference-counted, since
+ * bound grammars may outlive the cache. */
+struct gr_account {
+	atomic_uint refs;
+	atomic_size_t bytes;
+};
 
 struct bn_grammar_bound {
 	atomic_uint refs;
@@ -72,9 +89,21 @@ struct bn_grammar_bound {
 	atomic_uint filled;
 	atomic_size_t set_bytes;
 	atomic_uint_fast64_t fill_ns;
-	pthread_mutex_t lock;      /* the shared bitsets */
-	struct shared_bits *shared;
+	pthread_mutex_t lock;      /* the shared sets */
+	struct gr_shared **shared; /* [GR_SHARED_BUCKETS] by hash, allocated on first use */
+	const uint64_t *recent[GR_RECENT_BASES];
+	uint32_t n_recent;
+	struct gr_account *account; /* NULL, or where its bytes are counted (a reference) */
+	uint32_t *tdist;           /* [n_states]: tokens to the state's rule's end (tokendist.c) */
 };
+
+/* tokendist.c: per state, the fewest tokens of v that spell its shortest way to its rule's end
+ * (GR_INF where v cannot spell it). malloc'd, or NULL without memory. */
+uint32_t *gr_token_distances(const struct gr_automaton *a, const struct bn_grammar_vocab *v);
+
+/* Counts b (unshared yet: just bound) in account from now on; takes a reference. */
+void gr_bound_count_in(struct bn_grammar_bound *b, struct gr_account *account);
+void gr_account_unref(struct gr_account *account);
 
 /* State s's token set, computed on first use. NULL when memory ran out. */
 const struct gr_tset *gr_tset_get(struct bn_grammar_bound *b, uint32_t s);

@@ -10,8 +10,9 @@
  * their tokens are settled here; shared prefixes are walked once.
  *
  * Sets are computed on first use and published with one compare-and-swap, so any number of
- * threads may share a bound grammar; a large accepted set is a bitset shared by every state
- * with the same one (long runs of string or repetition states have equal sets).
+ * threads may share a bound grammar. Accepted sets are shared by every state with the same one
+ * (long runs of string or repetition states have equal sets), and a large one close to a
+ * bitset made before is stored as that bitset and the tokens that differ (tokens.h).
  */
 #include "tokens.h"
 
@@ -21,10 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct shared_bits {
-	struct shared_bits *next;
+/* A set shared by the states that have it: a bitset ([words]) or a list of ids. */
+struct gr_shared {
+	struct gr_shared *next;   /* same bucket */
 	uint64_t hash;
-	uint64_t bits[];
+	size_t bytes;             /* of data */
+	uint8_t is_list;
+	uint64_t data[];
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -192,41 +196,129 @@ static int walk(struct walk *w, uint32_t state)
 /* Storing a set                                                                              */
 /* ------------------------------------------------------------------------------------------ */
 
-static uint64_t hash_bits(const uint64_t *bits, uint32_t words)
+static uint64_t hash_bytes(const void *data, size_t bytes, int is_list)
 {
-	uint64_t h = 0x9E3779B97F4A7C15ull;
-	for (uint32_t i = 0; i < words; i++) {
-		h ^= bits[i];
-		h *= 0xff51afd7ed558ccdull;
-		h ^= h >> 31;
+	const uint8_t *p = data;
+	uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)is_list;
+	for (size_t i = 0; i < bytes; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
 	}
-	return h;
+	return h ^ (h >> 29);
 }
 
-/* The shared copy of bits (made when new). NULL when memory ran out. */
-static const uint64_t *share_bits(struct bn_grammar_bound *b, const uint64_t *bits,
-				  size_t *added)
+/* The shared copy of data (made when new: its size into *added). Lock held. NULL without
+ * memory. */
+/* The shared copy equal to data, or NULL. Lock held. */
+static const void *find_locked(const struct bn_grammar_bound *b, const void *data, size_t bytes,
+			       int is_list, uint64_t h)
 {
-	uint32_t words = b->v->words;
-	uint64_t h = hash_bits(bits, words);
-	const uint64_t *found = NULL;
-	pthread_mutex_lock(&b->lock);
-	for (struct shared_bits *s = b->shared; s && !found; s = s->next)
-		if (s->hash == h && !memcmp(s->bits, bits, words * sizeof(uint64_t)))
-			found = s->bits;
-	if (!found) {
-		struct shared_bits *s = malloc(sizeof(*s) + words * sizeof(uint64_t));
-		if (s) {
-			s->hash = h;
-			memcpy(s->bits, bits, words * sizeof(uint64_t));
-			s->next = b->shared;
-			b->shared = s;
-			found = s->bits;
-			*added = sizeof(*s) + words * sizeof(uint64_t);
+	for (const struct gr_shared *s = b->shared[h % GR_SHARED_BUCKETS]; s; s = s->next)
+		if (s->hash == h && s->bytes == bytes && s->is_list == is_list &&
+		    !memcmp(s->data, data, bytes))
+			return s->data;
+	return NULL;
+}
+
+static const void *share_locked(struct bn_grammar_bound *b, const void *data, size_t bytes,
+				int is_list, size_t *added)
+{
+	if (!b->shared) {
+		if (!(b->shared = calloc(GR_SHARED_BUCKETS, sizeof(*b->shared))))
+			return NULL;
+		*added += GR_SHARED_BUCKETS * sizeof(*b->shared);
+	}
+	uint64_t h = hash_bytes(data, bytes, is_list);
+	const void *found = find_locked(b, data, bytes, is_list, h);
+	if (found)
+		return found;
+	struct gr_shared **bucket = &b->shared[h % GR_SHARED_BUCKETS];
+	struct gr_shared *s = malloc(sizeof(*s) + (bytes ? bytes : 1));
+	if (!s)
+		return NULL;
+	*s = (struct gr_shared){ .next = *bucket, .hash = h, .bytes = bytes,
+				 .is_list = (uint8_t)is_list };
+	memcpy(s->data, data, bytes);
+	*bucket = s;
+	*added += sizeof(*s) + bytes;
+	return s->data;
+}
+
+/* How many bits differ between x and y, counting no further than limit. */
+static uint32_t bits_apart(const uint64_t *x, const uint64_t *y, uint32_t words, uint32_t limit)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < words && n <= limit; i++)
+		n += (uint32_t)__builtin_popcountll(x[i] ^ y[i]);
+	return n;
+}
+
+/* A recent whole bitset that bits differs from in fewer than words bits (the delta's ids then
+ * take under half a bitset), or NULL. Lock held. */
+static const uint64_t *near_base(const struct bn_grammar_bound *b, const uint64_t *bits,
+				 uint32_t *apart)
+{
+	uint32_t words = b->v->words, best = words;
+	const uint64_t *base = NULL;
+	for (uint32_t i = 0; i < b->n_recent && i < GR_RECENT_BASES; i++) {
+		uint32_t n = bits_apart(b->recent[i], bits, words, best);
+		if (n < best) {
+			best = n;
+			base = b->recent[i];
 		}
 	}
+	*apart = best;
+	return base;
+}
+
+/* t's accepted set from bits: a shared bitset, or a near one and its delta. 0 or -ENOMEM. */
+static int share_bits(struct bn_grammar_bound *b, const uint64_t *bits, struct gr_tset *t,
+		      size_t *added)
+{
+	uint32_t words = b->v->words, apart;
+	size_t bytes = words * sizeof(uint64_t);
+	int rc = 0;
+	pthread_mutex_lock(&b->lock);
+	const uint64_t *same = b->shared ? find_locked(b, bits, bytes, 0,
+						       hash_bytes(bits, bytes, 0)) : NULL;
+	const uint64_t *base = same ? NULL : near_base(b, bits, &apart);
+	if (same) {
+		t->bits = same;
+	} else if (base && apart) {
+		uint32_t *delta = malloc(apart * sizeof(uint32_t)), n = 0;
+		for (uint32_t i = 0; delta && i < words; i++)
+			for (uint64_t x = bits[i] ^ base[i]; x; x &= x - 1)
+				delta[n++] = i * 64 + (uint32_t)__builtin_ctzll(x);
+		t->delta = delta ? share_locked(b, delta, n * sizeof(uint32_t), 1, added) : NULL;
+		t->n_delta = n;
+		t->bits = base;
+		free(delta);
+		rc = t->delta ? 0 : -ENOMEM;
+	} else {
+		t->bits = share_locked(b, bits, bytes, 0, added);
+		if (!t->bits)
+			rc = -ENOMEM;
+		else if (!base) /* new (or equal to an older one): a base for those after it */
+			b->recent[b->n_recent++ % GR_RECENT_BASES] = t->bits;
+	}
 	pthread_mutex_unlock(&b->lock);
-	return found;
+	return rc;
+}
+
+static int share_list(struct bn_grammar_bound *b, const uint64_t *accepted, uint32_t n_accepted,
+		      struct gr_tset *t, size_t *added)
+{
+	uint32_t *list = malloc((n_accepted + 1) * sizeof(uint32_t)), n = 0;
+	if (!list)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < b->v->words; i++)
+		for (uint64_t x = accepted[i]; x; x &= x - 1)
+			list[n++] = i * 64 + (uint32_t)__builtin_ctzll(x);
+	pthread_mutex_lock(&b->lock);
+	t->list = share_locked(b, list, n * sizeof(uint32_t), 1, added);
+	pthread_mutex_unlock(&b->lock);
+	free(list);
+	return t->list ? 0 : -ENOMEM;
 }
 
 /* A set from a walk's accepted bitset and uncertain list (taken over). */
@@ -238,38 +330,26 @@ static struct gr_tset *make_set(struct bn_grammar_bound *b, const uint64_t *acce
 	if (!t)
 		return NULL;
 	t->n_accepted = n_accepted;
-	t->bytes = sizeof(*t);
 	size_t shared = 0;
 	/* A list costs 4 bytes a token, a bitset n/8 bytes: the smaller, roughly. */
-	if ((uint64_t)n_accepted * 32 >= b->v->n_tokens) {
-		t->bits = share_bits(b, accepted, &shared);
-		if (!t->bits)
-			goto fail;
-	} else {
-		t->list = malloc((n_accepted + 1) * sizeof(uint32_t));
-		if (!t->list)
-			goto fail;
-		uint32_t n = 0;
-		for (uint32_t i = 0; i < b->v->words; i++)
-			for (uint64_t x = accepted[i]; x; x &= x - 1)
-				t->list[n++] = i * 64 + (uint32_t)__builtin_ctzll(x);
-		t->bytes += (size_t)n * sizeof(uint32_t);
+	int rc = (uint64_t)n_accepted * 32 >= b->v->n_tokens
+			 ? share_bits(b, accepted, t, &shared)
+			 : share_list(b, accepted, n_accepted, t, &shared);
+	if (rc) {
+		free(t);
+		return NULL;
 	}
 	t->n_uncertain = n_uncertain;
 	t->uncertain = *uncertain;
-	t->bytes += (size_t)cap_uncertain * sizeof(uint32_t) + shared;
+	t->bytes = sizeof(*t) + (size_t)cap_uncertain * sizeof(uint32_t) + shared;
 	*uncertain = NULL;
 	return t;
-fail:
-	free(t);
-	return NULL;
 }
 
 static void tset_free(struct gr_tset *t)
 {
 	if (!t)
 		return;
-	free(t->list);
 	free(t->uncertain);
 	free(t);
 }
@@ -305,6 +385,8 @@ static struct gr_tset *publish(struct bn_grammar_bound *b, uint32_t s, struct gr
 	}
 	atomic_fetch_add_explicit(&b->filled, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&b->set_bytes, mine->bytes, memory_order_relaxed);
+	if (b->account)
+		atomic_fetch_add_explicit(&b->account->bytes, mine->bytes, memory_order_relaxed);
 	atomic_fetch_add_explicit(&b->fill_ns, ns, memory_order_relaxed);
 	return mine;
 }
@@ -437,7 +519,10 @@ int bn_grammar_bind(struct bn_grammar *g, struct bn_grammar_vocab *v,
 	if (!b)
 		return -ENOMEM;
 	b->sets = calloc(g->a->n_states, sizeof(*b->sets));
-	if (!b->sets) {
+	b->tdist = gr_token_distances(g->a, v);
+	if (!b->sets || !b->tdist) {
+		free(b->sets);
+		free(b->tdist);
 		free(b);
 		return -ENOMEM;
 	}
@@ -461,15 +546,22 @@ void bn_grammar_bound_unref(struct bn_grammar_bound *b)
 {
 	if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
 		return;
+	if (b->account) {
+		atomic_fetch_sub_explicit(&b->account->bytes, bn_grammar_bound_bytes(b),
+					  memory_order_relaxed);
+		gr_account_unref(b->account);
+	}
 	for (uint32_t s = 0; s < b->a->n_states; s++)
 		tset_free(atomic_load_explicit(&b->sets[s], memory_order_relaxed));
-	while (b->shared) {
-		struct shared_bits *next = b->shared->next;
-		free(b->shared);
-		b->shared = next;
-	}
+	for (uint32_t i = 0; b->shared && i < GR_SHARED_BUCKETS; i++)
+		for (struct gr_shared *x = b->shared[i], *next; x; x = next) {
+			next = x->next;
+			free(x);
+		}
+	free(b->shared);
 	pthread_mutex_destroy(&b->lock);
 	free(b->sets);
+	free(b->tdist);
 	bn_grammar_unref(b->g);
 	bn_grammar_vocab_unref(b->v);
 	free(b);
@@ -560,4 +652,24 @@ void bn_grammar_bound_get_info(const struct bn_grammar_bound *b,
 		.states_filled = atomic_load(&b->filled), .n_states = b->a->n_states,
 		.set_bytes = atomic_load(&b->set_bytes), .fill_ns = atomic_load(&b->fill_ns),
 	};
+}
+
+size_t bn_grammar_bound_bytes(const struct bn_grammar_bound *b)
+{
+	return sizeof(*b) + b->a->bytes + atomic_load(&b->set_bytes) +
+	       (size_t)b->a->n_states * (sizeof(*b->sets) + sizeof(*b->tdist));
+}
+
+void gr_bound_count_in(struct bn_grammar_bound *b, struct gr_account *account)
+{
+	atomic_fetch_add_explicit(&account->refs, 1, memory_order_relaxed);
+	b->account = account;
+	atomic_fetch_add_explicit(&account->bytes, bn_grammar_bound_bytes(b),
+				  memory_order_relaxed);
+}
+
+void gr_account_unref(struct gr_account *account)
+{
+	if (account && atomic_fetch_sub_explicit(&account->refs, 1, memory_order_acq_rel) == 1)
+		free(account);
 }

@@ -20,6 +20,10 @@
  * the log-probability of targets[j] there (as bn_score_token computes it), with n_top
  * alternatives.
  *
+ * Embedding: hidden[r] (when the batch has a hidden array and the entry is not NULL; sample[r]
+ * and score[r] are then NULL) asks for the final norm's output (the LM head's input, embed.h)
+ * of the row's new tokens first .. first + count - 1, into out[count][n_embd].
+ *
  * Verifying (speculative decoding): verify[r] (when the batch has a verify array and the entry
  * is not NULL; sample[r] is then set) makes every new token of row r sampled, not only its
  * last. The row is its request's last token followed by drafted tokens, which its sample
@@ -45,6 +49,12 @@ struct bn_score_row {
 	struct bn_sample_out *out; /* [n_targets], each with room for n_top in its top */
 };
 
+/* What an embedding row asks: the final hidden states of its new tokens [first, first + count). */
+struct bn_hidden_row {
+	uint32_t first, count;    /* first + count <= the row's lens */
+	float *out;               /* [count][n_embd] */
+};
+
 struct bn_batch {
 	uint32_t n_rows;
 	uint32_t width;          /* padded row width: max over rows of lens[r] */
@@ -57,6 +67,7 @@ struct bn_batch {
 	const struct bn_score_row *const *score;    /* NULL, or [n_rows] NULL: not scored */
 	struct bn_sample_out *const *verify;        /* NULL, or [n_rows] NULL: not verified;
 						     * else [lens[r]] answers */
+	const struct bn_hidden_row *const *hidden;  /* NULL, or [n_rows] NULL: no hidden states */
 };
 
 /* Row r samples every new token (a verify row, above). */

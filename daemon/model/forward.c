@@ -723,6 +723,20 @@ static void output_logits(struct bn_forward *f, const struct bn_batch *b, const 
 		linear1(f, &f->m->output, logits, c->n_vocab, f->xb, f->widest, n_out);
 }
 
+/* The final norm of the tokens the batch's hidden rows ask for, into their out (batch.h): the
+ * rmsnorm output_logits gives the LM head, so an embedding reads what the head reads. */
+static void output_hidden(struct bn_forward *f, const struct bn_batch *b, const uint32_t *first_tok)
+{
+	const struct bn_model_config *c = &f->m->cfg;
+	for (uint32_t r = 0; b->hidden && r < b->n_rows; r++) {
+		const struct bn_hidden_row *h = b->hidden[r];
+		for (uint32_t j = 0; h && j < h->count; j++)
+			f->kern->rmsnorm(h->out + (size_t)j * c->n_embd,
+					 f->x + (size_t)(first_tok[r] + h->first + j) * c->n_embd,
+					 f->m->output_norm, c->n_embd, c->rms_eps);
+	}
+}
+
 int bn_forward_use_screen(struct bn_forward *f, const struct bn_head_screen *s)
 {
 	if (s && !s->head)
@@ -793,6 +807,7 @@ int bn_forward_run(struct bn_forward *f, const struct bn_batch *b, float *logits
 	for (uint32_t li = 0; li < f->m->cfg.n_layer; li++)
 		layer_forward(f, b, li, n_tok);
 	output_logits(f, b, first_tok, n_tok, logits, all_positions);
+	output_hidden(f, b, first_tok);
 	read_ahead(f, &f->m->layers[0].wq, n_tok); /* the next step's first matrix, if alike */
 	for (uint32_t r = 0; r < b->n_rows; r++)
 		f->seq_len[b->seq[r]] += b->lens[r];

@@ -31,6 +31,9 @@ void bn_ref_free(struct bn_ref *r);
 /* Feeds `token` at the next position and writes the next-token logits [n_vocab].
  * Returns 0, or -EINVAL for a token out of range or a full sequence. */
 int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits);
+/* bn_ref_step that also writes the position's final hidden state (the final norm's output,
+ * the LM head's input: embed.h) to hidden [n_embd]; either output may be NULL. */
+int bn_ref_step_hidden(struct bn_ref *r, uint32_t token, float *hidden, float *logits);
 
 /* ---- batched ----------------------------------------------------------------------------- */
 
@@ -54,7 +57,7 @@ int bn_forward_seq_rewind(struct bn_forward *f, uint32_t seq, uint32_t length);
  * src_block are copied to block dst_block (backends/backend.h, seq_fork). 0 or -EINVAL. */
 int bn_forward_seq_fork(struct bn_forward *f, uint32_t seq, uint32_t start, uint32_t dst_block,
 			uint32_t src_block, uint32_t n_copy);
-/* Runs a batch. logits: with all_positions, one row of n_vocab per new token, rows in batch
+/* Runs a batch; a row's hidden states go where its hidden row says (batch.h). logits: with all_positions, one row of n_vocab per new token, rows in batch
  * order; otherwise the rows bn_batch_logit_rows selects, in batch order: one for each batch
  * row that wants a token (b->sample NULL: every row; else the rows with b->sample[r] !=
  * NULL), for its last token, n_targets for each scored row (b->score[r]) and one per new
@@ -112,9 +115,11 @@ struct bn_batch_limits {
 /* 0 with *n_tok = the batch's new tokens, or -EINVAL. */
 int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, uint32_t *n_tok);
 
-/* RoPE: freq[p] = rope_base^(-2p / rope_dim), the angle per position of pair p < rope_dim / 2;
- * cs[2p], cs[2p + 1] = cos, sin of pos * freq[p]. Every backend rotates with these values. */
+/* RoPE: freq[p] = rope_base^(-2p / rope_dim) * rope_freq_scale / rope_factors[p] (where the
+ * file has them), the angle per position of pair p < rope_dim / 2; cs[2p], cs[2p + 1] = cos,
+ * sin of pos * freq[p]. Every backend and the reference rotate with these values. */
 void bn_rope_freqs(const struct bn_model_config *c, float *freq);
+float bn_rope_freq(const struct bn_model_config *c, uint32_t p);
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs);
 
 /* Index of the largest logit (the first one on ties). */

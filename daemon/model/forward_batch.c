@@ -23,6 +23,9 @@ int bn_batch_check(const struct bn_batch_limits *lim, const struct bn_batch *b, 
 		for (uint32_t i = 0; i < b->lens[r]; i++)
 			if (b->tokens[(size_t)r * b->width + i] >= lim->n_vocab)
 				return -EINVAL;
+		const struct bn_hidden_row *h = b->hidden ? b->hidden[r] : NULL;
+		if (h && ((uint64_t)h->first + h->count > b->lens[r] || (h->count && !h->out)))
+			return -EINVAL;
 		n += b->lens[r];
 	}
 	if (n == 0 || n > UINT32_MAX / 2)
@@ -54,7 +57,13 @@ uint32_t bn_batch_logit_rows(const struct bn_batch *b, uint32_t r, uint32_t *fir
 void bn_rope_freqs(const struct bn_model_config *c, float *freq)
 {
 	for (uint32_t p = 0; p < c->rope_dim / 2; p++)
-		freq[p] = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim);
+		freq[p] = bn_rope_freq(c, p);
+}
+
+float bn_rope_freq(const struct bn_model_config *c, uint32_t p)
+{
+	float f = powf(c->rope_base, -(float)(2 * p) / (float)c->rope_dim) * c->rope_freq_scale;
+	return c->rope_factors ? f / c->rope_factors[p] : f;
 }
 
 void bn_rope_cos_sin(const float *freq, uint32_t n_pairs, uint32_t pos, float *cs)

@@ -43,7 +43,11 @@ static void linear_ternary(struct bn_ref *r, const struct bn_linear *l, const fl
 	const struct bn_gguf_tensor *t = l->src;
 	for (uint32_t o = 0; o < l->n_out; o++) {
 		float w_scale;
-		bn_ternary_row(t->type, t->data, t->size, o, l->n_in, r->codes, &w_scale);
+		if (bn_type_is_ternary(t->type))
+			bn_ternary_row(t->type, t->data, t->size, o, l->n_in, r->codes, &w_scale);
+		else /* a float file's ternary rows (model.h), read from the file too */
+			bn_ternary_from_float_row(t->type, t->data, t->size, o, l->n_in, r->codes,
+						  &w_scale);
 		int32_t acc = 0;
 		for (uint32_t k = 0; k < l->n_in; k++)
 			acc += ((int32_t)r->codes[k] - 1) * r->xq[k];
@@ -76,7 +80,7 @@ static void rope(const struct bn_model_config *c, float *v, uint32_t pos)
 {
 	uint32_t half = c->rope_dim / 2;
 	for (uint32_t i = 0; i < half; i++) {
-		float freq = powf(c->rope_base, -(float)(2 * i) / (float)c->rope_dim);
+		float freq = bn_rope_freq(c, i);
 		float angle = (float)pos * freq;
 		float cs = cosf(angle), sn = sinf(angle);
 		uint32_t a = c->rope_neox ? i : 2 * i;
@@ -166,7 +170,7 @@ static void layer_forward(struct bn_ref *r, uint32_t li, uint32_t pos)
 		r->x[i] += r->xb[i];
 }
 
-int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits)
+int bn_ref_step_hidden(struct bn_ref *r, uint32_t token, float *hidden, float *logits)
 {
 	const struct bn_model_config *c = &r->m->cfg;
 	if (token >= c->n_vocab || r->len >= r->max_len)
@@ -176,8 +180,16 @@ int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits)
 	for (uint32_t li = 0; li < c->n_layer; li++)
 		layer_forward(r, li, pos);
 	bn_rmsnorm(r->xb, r->x, r->m->output_norm, c->n_embd, c->rms_eps);
-	linear(r, &r->m->output, r->xb, logits);
+	if (hidden)
+		memcpy(hidden, r->xb, c->n_embd * sizeof(float));
+	if (logits)
+		linear(r, &r->m->output, r->xb, logits);
 	return 0;
+}
+
+int bn_ref_step(struct bn_ref *r, uint32_t token, float *logits)
+{
+	return bn_ref_step_hidden(r, token, NULL, logits);
 }
 
 struct bn_ref *bn_ref_new(const struct bn_model *m, uint32_t max_len)

@@ -40,7 +40,18 @@ struct parser {
 	size_t pos;
 	char *err;          /* BN_GGUF_ERR_LEN bytes, or NULL */
 	char where[128];    /* what is being read, for "truncated in ..." */
+	const struct bn_gguf_tensor *tiled; /* the first tensor of type 38 or 39 (TL_TYPE_*) */
 };
+
+/* bitnet.cpp's TL1 and TL2 (ggml types 38 and 39 in its files): ternary weights cut into tiles
+ * whose sizes (BM, BK, bm per matrix shape) are chosen when bitnet.cpp is built
+ * (utils/codegen_tl1.py, codegen_tl2.py, include/kernel_config.ini) and used by its converter
+ * to lay the tiles out, but are written nowhere in the file; its own kernels read a file right
+ * only when built with the same choice. The same bytes decode to different matrices under
+ * different tiles, so bitnetd refuses these files and says how to get one it reads. Upstream
+ * llama.cpp gave 38 to a repacking type it later removed and 39 to MXFP4. */
+#define TL_TYPE_TL1 38u
+#define TL_TYPE_TL2 39u
 
 /* ------------------------------------------------------------------------------------------ */
 /* Errors: one line, "label: problem"                                                         */
@@ -521,6 +532,12 @@ static int check_tensor_shape(struct parser *p, struct bn_gguf_tensor *t)
 	}
 	t->n_elements = n;
 	const char *type_name = bn_type_name(t->type);
+	if (!type_name && (t->type == TL_TYPE_TL1 || t->type == TL_TYPE_TL2)) {
+		/* Refused once the whole table is read: its other tensors say whose it is. */
+		if (!p->tiled)
+			p->tiled = t;
+		return 0;
+	}
 	if (!type_name)
 		return fail(p, "tensor '%s' has unknown type %" PRIu32, name, t->type);
 	uint32_t block = bn_type_block_weights(t->type);
@@ -542,8 +559,10 @@ static int parse_tensor_info(struct parser *p, uint64_t index, struct bn_gguf_te
 	set_where_name(p, "tensor", t->name);
 	if (take_u32(p, &t->n_dims) < 0)
 		return -1;
-	if (t->n_dims == 0 || t->n_dims > BN_GGUF_MAX_DIMS)
-		return fail(p, "tensor '%s' has %" PRIu32 " dimensions (1 to %u allowed)",
+	/* 0 dimensions is a scalar, as in ggml (bitnet.cpp's converter writes each TL tensor's
+	 * scale so). */
+	if (t->n_dims > BN_GGUF_MAX_DIMS)
+		return fail(p, "tensor '%s' has %" PRIu32 " dimensions (0 to %u allowed)",
 			    show(t->name).s, t->n_dims, BN_GGUF_MAX_DIMS);
 	for (uint32_t d = 0; d < BN_GGUF_MAX_DIMS; d++)
 		t->ne[d] = 1;  /* the dimensions a tensor lacks count as 1, as in ggml */
@@ -574,6 +593,30 @@ static int place_tensor(struct parser *p, struct bn_gguf_tensor *t)
 	return 0;
 }
 
+/* A tensor of type 38 or 39, refused with what it is. bitnet.cpp's converter writes each TL
+ * tensor's scale as the F32 scalar "<name>_scale" after it, and the file's general.file_type
+ * as the TL type itself; either mark makes the file bitnet.cpp's. */
+static int refuse_tiled(struct parser *p, const struct bn_gguf_tensor *t)
+{
+	struct shown_name name = show(t->name);
+	char scale[SHOWN_NAME_MAX + 16];
+	snprintf(scale, sizeof(scale), "%.*s_scale", (int)t->name.len, t->name.ptr);
+	uint32_t file_type = 0;
+	int marked = (t->name.len <= SHOWN_NAME_MAX && bn_gguf_find_tensor(p->g, scale)) ||
+		     (bn_gguf_get_u32(p->g, "general.file_type", &file_type) == 0 &&
+		      file_type == t->type);
+	if (!marked)
+		return fail(p, "tensor '%s' has unknown type %" PRIu32 "%s", name.s, t->type,
+			    t->type == TL_TYPE_TL2 ? " (upstream llama.cpp's MXFP4, which bitnetd does "
+						     "not support)" : "");
+	const char *tl = t->type == TL_TYPE_TL1 ? "TL1" : "TL2";
+	return fail(p, "tensor '%s' is bitnet.cpp's %s (type %" PRIu32 "), tiled for the kernels "
+		       "bitnet.cpp was built with; the tile sizes are not in the file, so it cannot "
+		       "be read exactly. Use an I2_S file: bitnet.cpp writes one from the Hugging "
+		       "Face checkpoint with: python utils/convert-hf-to-gguf-bitnet.py MODEL_DIR "
+		       "--outtype i2_s", name.s, tl, t->type);
+}
+
 static int parse_tensors(struct parser *p, uint64_t n_tensors)
 {
 	struct bn_gguf *g = p->g;
@@ -588,6 +631,8 @@ static int parse_tensors(struct parser *p, uint64_t n_tensors)
 			return -1;
 	if (check_unique_tensor_names(p) < 0)
 		return -1;
+	if (p->tiled)
+		return refuse_tiled(p, p->tiled);
 	/* pos is at most the buffer size and alignment at most 2^31: no overflow. */
 	g->data_offset = ((uint64_t)p->pos + g->alignment - 1) & ~((uint64_t)g->alignment - 1);
 	for (uint64_t i = 0; i < n_tensors; i++)

@@ -17,7 +17,7 @@
 #define BN_GGUF_MAGIC 0x46554747u /* "GGUF" read as little-endian u32 */
 #define BN_GGUF_DEFAULT_ALIGNMENT 32u
 #define BN_GGUF_MAX_DIMS 4u
-#define BN_GGUF_ERR_LEN 256
+#define BN_GGUF_ERR_LEN 512
 
 enum bn_gguf_vtype {
 	BN_GGUF_UINT8 = 0,

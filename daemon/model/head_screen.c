@@ -6,6 +6,7 @@
  * whole groups, which the float kernel computes at the cost of one.
  */
 #include "head_screen.h"
+#include "common/bigmem.h"
 
 #include "wcache.h"
 #include "quant.h"
@@ -208,7 +209,7 @@ static void build_task(void *ctx, uint32_t g)
 void bn_head_screen_free(struct bn_head_screen *s)
 {
 	if (!s->borrowed) {
-		free(s->q_mem);
+		bn_big_free(s->q_mem, (size_t)s->w.n_out * s->w.row_bytes);
 		free(s->scale);
 		free(s->err);
 		free(s->l1);
@@ -222,7 +223,7 @@ static int build(struct bn_head_screen *s, const struct head_source *head, struc
 	uint32_t row_bytes = div_up(head->n_in, BN_I8_ROW_ALIGN) * BN_I8_ROW_ALIGN;
 	s->w = (struct bn_i8_matrix){ .n_in = head->n_in, .n_out = head->n_out,
 				      .row_bytes = row_bytes };
-	s->q_mem = aligned_alloc(64, (size_t)head->n_out * row_bytes);
+	s->q_mem = bn_big_alloc((size_t)head->n_out * row_bytes);
 	s->scale = malloc(head->n_out * sizeof(float));
 	s->err = malloc(head->n_out * sizeof(float));
 	s->l1 = malloc(head->n_out * sizeof(float));

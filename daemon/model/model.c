@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* model.c — GGUF → struct bn_model: configuration, checks, weight repacking. */
 #include "model.h"
+#include "common/bigmem.h"
 #include "pool.h"
 #include "quant.h"
 #include "wcache.h"
@@ -13,12 +14,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#define DEFAULT_RMS_EPS 1e-5f
-#define DEFAULT_ROPE_BASE 10000.0f
-#define DEFAULT_CONTEXT 2048u
-#define DEFAULT_BOS 1u
-#define DEFAULT_EOS 2u
 
 struct loader {
 	struct bn_model *m;
@@ -60,20 +55,21 @@ static int fail(struct loader *ld, const char *fmt, ...)
 	return -1;
 }
 
-/* A 64-byte aligned buffer the model frees with itself. */
+/* A 64-byte aligned buffer the model frees with itself; a large one in huge pages
+ * (bigmem.h): the repacked weights are the bytes a start that repacks writes. */
 static void *model_own(struct bn_model *m, size_t size)
 {
 	if (m->n_owned == m->cap_owned) {
 		uint32_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
-		void **p = realloc(m->owned, cap * sizeof(void *));
+		struct bn_owned_buf *p = realloc(m->owned, cap * sizeof(*p));
 		if (!p)
 			return NULL;
 		m->owned = p;
 		m->cap_owned = cap;
 	}
-	void *buf = aligned_alloc(64, (size + 63) / 64 * 64);
+	void *buf = bn_big_alloc(size);
 	if (buf)
-		m->owned[m->n_owned++] = buf;
+		m->owned[m->n_owned++] = (struct bn_owned_buf){ buf, size };
 	return buf;
 }
 
@@ -86,167 +82,11 @@ static void *own(struct loader *ld, size_t size)
 static void model_disown(struct bn_model *m, void *buf)
 {
 	for (uint32_t i = 0; i < m->n_owned; i++)
-		if (m->owned[i] == buf) {
-			free(buf);
+		if (m->owned[i].p == buf) {
+			bn_big_free(buf, m->owned[i].size);
 			m->owned[i] = m->owned[--m->n_owned];
 			return;
 		}
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Configuration                                                                               */
-/* ------------------------------------------------------------------------------------------ */
-
-static const struct {
-	const char *name;
-	enum bn_arch arch;
-} arch_table[] = {
-	{ "llama", BN_ARCH_LLAMA },
-	{ "bitnet", BN_ARCH_BITNET },
-	{ "bitnet-b1.58", BN_ARCH_BITNET_B158 },
-	{ "bitnet-25", BN_ARCH_BITNET_25 },
-};
-
-static int parse_arch(struct loader *ld, struct bn_model_config *c)
-{
-	struct bn_gguf_str s;
-	if (bn_gguf_get_str(&ld->m->file, "general.architecture", &s) != 0)
-		return fail(ld, "no general.architecture string in the metadata");
-	for (size_t i = 0; i < sizeof(arch_table) / sizeof(arch_table[0]); i++)
-		if (bn_gguf_str_eq(s, arch_table[i].name)) {
-			c->arch = arch_table[i].arch;
-			snprintf(c->arch_name, sizeof(c->arch_name), "%s", arch_table[i].name);
-			return 0;
-		}
-	return fail(ld, "architecture '%.*s' is not supported (llama, bitnet, bitnet-b1.58, bitnet-25)",
-		    (int)(s.len > 64 ? 64 : s.len), s.ptr);
-}
-
-/* "<arch>.<suffix>" */
-static const char *arch_key(const struct bn_model_config *c, const char *suffix, char *buf,
-			    size_t cap)
-{
-	snprintf(buf, cap, "%s.%s", c->arch_name, suffix);
-	return buf;
-}
-
-static int get_u32(struct loader *ld, const char *suffix, uint32_t *out, int required,
-		   uint32_t def)
-{
-	char key[128];
-	arch_key(&ld->m->cfg, suffix, key, sizeof(key));
-	int rc = bn_gguf_get_u32(&ld->m->file, key, out);
-	if (rc == -ENOENT && !required) {
-		*out = def;
-		return 0;
-	}
-	if (rc == -ENOENT)
-		return fail(ld, "metadata key %s is missing", key);
-	if (rc != 0)
-		return fail(ld, "metadata key %s is not an unsigned 32-bit integer", key);
-	return 0;
-}
-
-static int get_f32(struct loader *ld, const char *suffix, float *out, float def)
-{
-	char key[128];
-	arch_key(&ld->m->cfg, suffix, key, sizeof(key));
-	int rc = bn_gguf_get_f32(&ld->m->file, key, out);
-	if (rc == -ENOENT) {
-		*out = def;
-		return 0;
-	}
-	if (rc != 0 || !isfinite(*out))
-		return fail(ld, "metadata key %s is not a finite float", key);
-	return 0;
-}
-
-static int parse_activation(struct loader *ld, struct bn_model_config *c)
-{
-	c->act = c->arch == BN_ARCH_BITNET_B158 || c->arch == BN_ARCH_BITNET_25 ? BN_ACT_RELU2
-										 : BN_ACT_SILU;
-	if (c->arch != BN_ARCH_BITNET)
-		return 0;
-	struct bn_gguf_str s;
-	int rc = bn_gguf_get_str(&ld->m->file, "bitnet.hidden_activation", &s);
-	if (rc == -ENOENT)
-		return 0;
-	if (rc == 0 && (bn_gguf_str_eq(s, "relu2") || bn_gguf_str_eq(s, "relu_squared")))
-		c->act = BN_ACT_RELU2;
-	else if (rc != 0 || !bn_gguf_str_eq(s, "silu"))
-		return fail(ld, "bitnet.hidden_activation must be \"silu\" or \"relu2\"");
-	return 0;
-}
-
-static int parse_tokens(struct loader *ld, struct bn_model_config *c)
-{
-	const struct bn_gguf *g = &ld->m->file;
-	int rc = bn_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &c->bos_id);
-	if (rc == -ENOENT)
-		c->bos_id = DEFAULT_BOS;
-	else if (rc != 0)
-		return fail(ld, "tokenizer.ggml.bos_token_id is not an unsigned integer");
-	rc = bn_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &c->eos_id);
-	if (rc == -ENOENT)
-		c->eos_id = DEFAULT_EOS;
-	else if (rc != 0)
-		return fail(ld, "tokenizer.ggml.eos_token_id is not an unsigned integer");
-	return 0;
-}
-
-static int check_config(struct loader *ld, const struct bn_model_config *c)
-{
-	if (!c->n_embd || !c->n_layer || !c->n_head || !c->n_ff || !c->n_ctx)
-		return fail(ld, "a hyper-parameter is zero (embedding %u, layers %u, heads %u, ffn %u, context %u)",
-			    c->n_embd, c->n_layer, c->n_head, c->n_ff, c->n_ctx);
-	if (c->n_embd % c->n_head)
-		return fail(ld, "embedding length %u is not a multiple of the head count %u", c->n_embd,
-			    c->n_head);
-	if (!c->n_head_kv || c->n_head % c->n_head_kv)
-		return fail(ld, "head count %u is not a multiple of the KV head count %u", c->n_head,
-			    c->n_head_kv);
-	if (c->rope_dim == 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
-		return fail(ld, "rope.dimension_count %u must be even and at most the head dim %u",
-			    c->rope_dim, c->head_dim);
-	if (!(c->rms_eps > 0.0f) || !(c->rope_base > 0.0f))
-		return fail(ld, "rms epsilon and rope.freq_base must be positive");
-	if (c->n_layer > 4096 || c->n_embd > 65536 || c->n_ff > 1u << 20 || c->n_head > 4096)
-		return fail(ld, "hyper-parameters out of range (layers %u, embedding %u, ffn %u, heads %u)",
-			    c->n_layer, c->n_embd, c->n_ff, c->n_head);
-	return 0;
-}
-
-static void default_name(struct loader *ld, struct bn_model_config *c)
-{
-	struct bn_gguf_str s;
-	if (bn_gguf_get_str(&ld->m->file, "general.name", &s) == 0 && s.len > 0) {
-		snprintf(c->name, sizeof(c->name), "%.*s", (int)(s.len > 63 ? 63 : s.len), s.ptr);
-		return;
-	}
-	const char *base = strrchr(ld->path, '/');
-	snprintf(c->name, sizeof(c->name), "%.63s", base ? base + 1 : ld->path);
-}
-
-static int parse_config(struct loader *ld)
-{
-	struct bn_model_config *c = &ld->m->cfg;
-	if (parse_arch(ld, c) || get_u32(ld, "embedding_length", &c->n_embd, 1, 0) ||
-	    get_u32(ld, "block_count", &c->n_layer, 1, 0) ||
-	    get_u32(ld, "feed_forward_length", &c->n_ff, 1, 0) ||
-	    get_u32(ld, "attention.head_count", &c->n_head, 1, 0) ||
-	    get_u32(ld, "attention.head_count_kv", &c->n_head_kv, 0, c->n_head) ||
-	    get_u32(ld, "context_length", &c->n_ctx, 0, DEFAULT_CONTEXT) ||
-	    get_f32(ld, "attention.layer_norm_rms_epsilon", &c->rms_eps, DEFAULT_RMS_EPS) ||
-	    get_f32(ld, "rope.freq_base", &c->rope_base, DEFAULT_ROPE_BASE) ||
-	    parse_activation(ld, c) || parse_tokens(ld, c))
-		return -1;
-	c->head_dim = c->n_head ? c->n_embd / c->n_head : 0;
-	if (get_u32(ld, "rope.dimension_count", &c->rope_dim, 0, c->head_dim))
-		return -1;
-	c->rope_neox = c->arch != BN_ARCH_LLAMA;
-	c->sub_norms = c->arch != BN_ARCH_LLAMA;
-	default_name(ld, c);
-	return check_config(ld, c);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -286,6 +126,24 @@ static int load_vector(struct loader *ld, const char *name, uint64_t n, const fl
 		return fail(ld, "out of memory");
 	bn_dequant_row(t->type, t->data, t->size, 0, n, v);
 	*out = v;
+	return 0;
+}
+
+/* rope_freqs.weight, where the file has one (llama.cpp's per-pair divisors of the angle, made
+ * by converters for LLaMA-3.1-style RoPE scaling): [rope_dim / 2] positive finite values. */
+static int load_rope_factors(struct loader *ld)
+{
+	struct bn_model_config *c = &ld->m->cfg;
+	if (!bn_gguf_find_tensor(&ld->m->file, "rope_freqs.weight"))
+		return 0;
+	const float *f;
+	if (load_vector(ld, "rope_freqs.weight", c->rope_dim / 2, &f))
+		return -1;
+	for (uint32_t p = 0; p < c->rope_dim / 2; p++)
+		if (!(f[p] > 0.0f) || !isfinite(f[p]))
+			return fail(ld, "tensor 'rope_freqs.weight' value %u is %g; it must be positive "
+					"and finite", p, (double)f[p]);
+	c->rope_factors = f;
 	return 0;
 }
 
@@ -357,7 +215,8 @@ static void drop_pages(const struct bn_gguf_tensor *t)
 }
 
 /* Rows are decoded and packed by tasks; the lowest row that does not decode is reported, as
- * a row-by-row loop would. */
+ * a row-by-row loop would. From a float tensor (from_float) the first row found not ternary
+ * stops every task: the tensor stays float. */
 struct ternary_job {
 	const struct bn_gguf_tensor *t;
 	const struct bn_linear *l;
@@ -365,9 +224,35 @@ struct ternary_job {
 	float *scale;             /* [n_out] */
 	uint64_t row_bytes;
 	uint8_t *scratch;         /* [threads][n_in]: one row's codes */
+	int from_float;           /* t is F32, F16 or BF16 */
+	int not_ternary;          /* from_float: a row is not {-s, 0, +s} */
 	uint32_t bad_row;         /* UINT32_MAX: none */
 	int bad_rc;
 };
+
+static void note_bad_row(struct ternary_job *j, uint32_t r, int rc)
+{
+	uint32_t seen = __atomic_load_n(&j->bad_row, __ATOMIC_RELAXED);
+	while (r < seen && !__atomic_compare_exchange_n(&j->bad_row, &seen, r, 0, __ATOMIC_RELAXED,
+							__ATOMIC_RELAXED))
+		;
+	if (r <= seen)
+		__atomic_store_n(&j->bad_rc, rc, __ATOMIC_RELAXED);
+}
+
+/* One row's codes and scale into row_codes: 0, or the decoder's failure. */
+static int row_codes_of(struct ternary_job *j, uint32_t r, uint8_t *row_codes)
+{
+	const struct bn_gguf_tensor *t = j->t;
+	if (!j->from_float)
+		return bn_ternary_row(t->type, t->data, t->size, r, j->l->n_in, row_codes,
+				      &j->scale[r]);
+	int rc = bn_ternary_from_float_row(t->type, t->data, t->size, r, j->l->n_in, row_codes,
+					   &j->scale[r]);
+	if (rc == 1)
+		__atomic_store_n(&j->not_ternary, 1, __ATOMIC_RELAXED);
+	return rc;
+}
 
 static void ternary_task(void *ctx, uint32_t task)
 {
@@ -377,22 +262,20 @@ static void ternary_task(void *ctx, uint32_t task)
 	uint32_t r1 = (task + 1) * REPACK_TASK_ROWS < l->n_out ? (task + 1) * REPACK_TASK_ROWS
 							     : l->n_out;
 	for (uint32_t r = task * REPACK_TASK_ROWS; r < r1; r++) {
+		if (__atomic_load_n(&j->not_ternary, __ATOMIC_RELAXED))
+			return;
 		uint8_t *out = j->codes + (size_t)r * j->row_bytes;
-		int rc = bn_ternary_row_t2(j->t->type, j->t->data, j->t->size, r, l->n_in, out,
-					   &j->scale[r]);
+		int rc = j->from_float ? 1
+				       : bn_ternary_row_t2(j->t->type, j->t->data, j->t->size, r,
+							   l->n_in, out, &j->scale[r]);
 		if (rc == 0)
 			continue; /* moved as it lies */
 		if (rc == 1)
-			rc = bn_ternary_row(j->t->type, j->t->data, j->t->size, r, l->n_in,
-					    row_codes, &j->scale[r]);
+			rc = row_codes_of(j, r, row_codes);
+		if (rc == 1)
+			return;
 		if (rc != 0) {
-			uint32_t seen = __atomic_load_n(&j->bad_row, __ATOMIC_RELAXED);
-			while (r < seen && !__atomic_compare_exchange_n(&j->bad_row, &seen, r, 0,
-									__ATOMIC_RELAXED,
-									__ATOMIC_RELAXED))
-				;
-			if (r <= seen)
-				__atomic_store_n(&j->bad_rc, rc, __ATOMIC_RELAXED);
+			note_bad_row(j, r, rc);
 			return;
 		}
 		bn_t2_pack(row_codes, l->n_in, out);
@@ -410,39 +293,97 @@ static int cache_mismatch(struct loader *ld, const struct bn_gguf_tensor *t)
 		    (int)t->name.len, t->name.ptr);
 }
 
+/* The T2 codes and scales of a matrix the cache holds. */
+static int t2_from_cache(struct loader *ld, const struct bn_gguf_tensor *t, struct ternary_job *j)
+{
+	const struct bn_linear *l = j->l;
+	j->codes = (uint8_t *)bn_wcache_take(ld->cache, BN_WCACHE_T2_CODES, j->row_bytes * l->n_out);
+	j->scale = j->codes ? (float *)bn_wcache_take(ld->cache, BN_WCACHE_T2_SCALE,
+						      (uint64_t)l->n_out * sizeof(float))
+			    : NULL;
+	return j->scale ? 0 : cache_mismatch(ld, t);
+}
+
+/* Repacks every row on the pool. 0; 1 when a float tensor is not ternary (nothing kept); -1
+ * with the reason set. */
+static int t2_build(struct loader *ld, const struct bn_gguf_tensor *t, struct ternary_job *j)
+{
+	const struct bn_linear *l = j->l;
+	j->codes = own(ld, j->row_bytes * l->n_out);
+	j->scale = own(ld, (size_t)l->n_out * sizeof(float));
+	j->scratch = malloc((size_t)run_threads(ld->pool) * l->n_in);
+	if (!j->codes || !j->scale || !j->scratch) {
+		free(j->scratch);
+		return oom(ld, t);
+	}
+	run_tasks(ld->pool, (l->n_out + REPACK_TASK_ROWS - 1) / REPACK_TASK_ROWS, ternary_task, j);
+	free(j->scratch);
+	if (j->not_ternary) {
+		model_disown(ld->m, j->codes);
+		model_disown(ld->m, j->scale);
+		return 1;
+	}
+	if (j->bad_row != UINT32_MAX)
+		return fail(ld, j->bad_rc == -2 ? "tensor '%.*s' row %u: its blocks have different scales; bitnetd needs one scale per row"
+						: "tensor '%.*s' row %u cannot be decoded",
+			    (int)t->name.len, t->name.ptr, j->bad_row);
+	for (uint32_t r = 0; r < l->n_out; r++)
+		if (!isfinite(j->scale[r]))
+			return fail(ld, "tensor '%.*s' row %u has a scale that is not finite (%g)",
+				    (int)t->name.len, t->name.ptr, r, (double)j->scale[r]);
+	drop_pages(t);
+	return 0;
+}
+
+static void t2_adopt(struct loader *ld, struct bn_linear *l, const struct ternary_job *j)
+{
+	l->kind = BN_LINEAR_T2;
+	l->t2 = (struct bn_t2_matrix){ .codes = j->codes, .scale = j->scale, .n_in = l->n_in,
+				       .n_out = l->n_out, .row_bytes = (uint32_t)j->row_bytes };
+	ld->m->repacked_bytes += j->row_bytes * l->n_out + (uint64_t)l->n_out * sizeof(float);
+}
+
 static int repack_ternary(struct loader *ld, const struct bn_gguf_tensor *t, struct bn_linear *l)
 {
-	uint64_t row_bytes = bn_t2_row_bytes(l->n_in);
-	struct ternary_job j = { .t = t, .l = l, .row_bytes = row_bytes, .bad_row = UINT32_MAX };
-	if (ld->cache) {
-		j.codes = (uint8_t *)bn_wcache_take(ld->cache, BN_WCACHE_T2_CODES, row_bytes * l->n_out);
-		j.scale = j.codes ? (float *)bn_wcache_take(ld->cache, BN_WCACHE_T2_SCALE,
-							    (uint64_t)l->n_out * sizeof(float))
-				  : NULL;
-		if (!j.scale)
-			return cache_mismatch(ld, t);
-	} else {
-		j.codes = own(ld, row_bytes * l->n_out);
-		j.scale = own(ld, (size_t)l->n_out * sizeof(float));
-		j.scratch = malloc((size_t)run_threads(ld->pool) * l->n_in);
-		if (!j.codes || !j.scale || !j.scratch) {
-			free(j.scratch);
-			return oom(ld, t);
-		}
-		run_tasks(ld->pool, (l->n_out + REPACK_TASK_ROWS - 1) / REPACK_TASK_ROWS,
-			  ternary_task, &j);
-		free(j.scratch);
-		if (j.bad_row != UINT32_MAX)
-			return fail(ld, j.bad_rc == -2 ? "tensor '%.*s' row %u: its blocks have different scales; bitnetd needs one scale per row"
-						       : "tensor '%.*s' row %u cannot be decoded",
-				    (int)t->name.len, t->name.ptr, j.bad_row);
-		drop_pages(t);
-	}
-	l->kind = BN_LINEAR_T2;
-	l->t2 = (struct bn_t2_matrix){ .codes = j.codes, .scale = j.scale, .n_in = l->n_in,
-				       .n_out = l->n_out, .row_bytes = (uint32_t)row_bytes };
-	ld->m->repacked_bytes += row_bytes * l->n_out + (uint64_t)l->n_out * sizeof(float);
+	struct ternary_job j = { .t = t, .l = l, .row_bytes = bn_t2_row_bytes(l->n_in),
+				 .bad_row = UINT32_MAX };
+	int rc = ld->cache ? t2_from_cache(ld, t, &j) : t2_build(ld, t, &j);
+	if (rc)
+		return -1;
+	t2_adopt(ld, l, &j);
 	return 0;
+}
+
+/* The cache's word before a ternary candidate's blobs: whether the loader packed it. */
+static const uint32_t packed_flag[2] = { 0, 1 };
+
+/* A float layer matrix of a bitnet* file, packed to T2 when every row is ternary, so that
+ * BitLinear runs on the ternary kernels (lossless: each weight is code * s as stored). 1:
+ * packed; 0: not ternary, the caller keeps it float; -1 with the reason set. The cache
+ * records the decision in a word of its own, so a start from it reads no weight. */
+static int pack_from_float(struct loader *ld, const struct bn_gguf_tensor *t, struct bn_linear *l)
+{
+	struct ternary_job j = { .t = t, .l = l, .row_bytes = bn_t2_row_bytes(l->n_in),
+				 .bad_row = UINT32_MAX, .from_float = 1 };
+	l->ternary_candidate = 1;
+	ld->m->n_candidates++;
+	int rc;
+	if (ld->cache) {
+		const uint32_t *flag = bn_wcache_take(ld->cache, BN_WCACHE_FROM_FLOAT,
+						      sizeof(packed_flag[0]));
+		if (!flag || *flag > 1)
+			return cache_mismatch(ld, t);
+		if (!*flag)
+			return 0;
+		rc = t2_from_cache(ld, t, &j);
+	} else {
+		rc = t2_build(ld, t, &j);
+	}
+	if (rc)
+		return rc < 0 ? -1 : 0;
+	t2_adopt(ld, l, &j);
+	ld->m->n_from_float++;
+	return 1;
 }
 
 /* A float matrix into the panel layout (kernels.h), groups of rows by tasks, each task's file
@@ -518,6 +459,9 @@ static int load_linear(struct loader *ld, const char *name, uint32_t n_in, uint3
 	if (bn_type_is_ternary(t->type))
 		return repack_ternary(ld, t, l);
 	if (t->type == BN_TYPE_F32 || t->type == BN_TYPE_F16 || t->type == BN_TYPE_BF16) {
+		int rc = !decodable && ld->m->cfg.arch != BN_ARCH_LLAMA ? pack_from_float(ld, t, l) : 0;
+		if (rc)
+			return rc < 0 ? -1 : 0;
 		l->kind = BN_LINEAR_FLOAT;
 		if (ld->float_layout == BN_FLOAT_PANELS && !(decodable && ld->head_in_place))
 			return pack_float_panels(ld, t, l);
@@ -557,20 +501,6 @@ static int load_layer(struct loader *ld, uint32_t i, struct bn_layer *L)
 	return 0;
 }
 
-/* Type 36 is I2_S only in bitnet.cpp's files; upstream llama.cpp gave it to another type. */
-static int check_type_36(struct loader *ld)
-{
-	if (ld->m->cfg.arch != BN_ARCH_LLAMA)
-		return 0;
-	for (uint64_t i = 0; i < ld->m->file.n_tensors; i++) {
-		const struct bn_gguf_tensor *t = &ld->m->file.tensors[i];
-		if (t->type == BN_TYPE_I2_S)
-			return fail(ld, "tensor '%.*s' has type 36, which is I2_S only in bitnet.cpp files (architectures bitnet*); in a llama file it is upstream llama.cpp's Q4_0_4_4, which bitnetd does not support",
-				    (int)t->name.len, t->name.ptr);
-	}
-	return 0;
-}
-
 static int load_embedding(struct loader *ld)
 {
 	struct bn_model *m = ld->m;
@@ -586,8 +516,13 @@ static int load_embedding(struct loader *ld)
 	if (t->ne[0] != c->n_embd || rows > UINT32_MAX || rows < 1)
 		return fail(ld, "tensor 'token_embd.weight' has shape [%llu, %llu], the metadata says [%u, vocab]",
 			    (unsigned long long)t->ne[0], (unsigned long long)rows, c->n_embd);
-	if (get_u32(ld, "vocab_size", &c->n_vocab, 0, (uint32_t)rows))
-		return -1;
+	char key[64];
+	snprintf(key, sizeof(key), "%s.vocab_size", c->arch_name);
+	int rc = bn_gguf_get_u32(&m->file, key, &c->n_vocab);
+	if (rc == -ENOENT)
+		c->n_vocab = (uint32_t)rows;
+	else if (rc != 0)
+		return fail(ld, "metadata key %s is not an unsigned 32-bit integer", key);
 	if (c->n_vocab != rows)
 		return fail(ld, "%s.vocab_size is %u but token_embd.weight has %llu rows", c->arch_name,
 			    c->n_vocab, (unsigned long long)rows);
@@ -637,8 +572,10 @@ int bn_model_fill(struct bn_model *m, const struct bn_model_source *src,
 	struct loader ld = { .m = m, .err = err, .path = m->file.path,
 			     .float_layout = src->float_layout, .pool = src->pool,
 			     .cache = src->cache, .head_in_place = src->head_in_place };
-	if (parse_config(&ld) || check_type_36(&ld) || load_embedding(&ld) ||
-	    load_vector(&ld, "output_norm.weight", m->cfg.n_embd, &m->output_norm))
+	if (bn_model_read_config(&m->file, &src->activation, &m->cfg, err) ||
+	    bn_model_check_i2_s(&m->file, &m->cfg, err) || load_embedding(&ld) ||
+	    load_vector(&ld, "output_norm.weight", m->cfg.n_embd, &m->output_norm) ||
+	    load_rope_factors(&ld))
 		goto fail;
 	m->layers = calloc(m->cfg.n_layer, sizeof(*m->layers));
 	if (!m->layers) {
@@ -658,9 +595,19 @@ fail:
 
 /* ---- the weights cache ------------------------------------------------------------------- */
 
-/* One matrix's blobs, as fill takes them: T2 codes and scales, or float panels. */
+/* One matrix's blobs, as fill takes them: a ternary candidate's word saying whether it was
+ * packed, then T2 codes and scales, or float panels. */
 static uint32_t linear_blobs(const struct bn_linear *l, struct bn_wcache_blob *out)
 {
+	if (l->ternary_candidate) {
+		if (out)
+			out[0] = (struct bn_wcache_blob){ BN_WCACHE_FROM_FLOAT,
+							  &packed_flag[l->kind == BN_LINEAR_T2],
+							  sizeof(packed_flag[0]) };
+		struct bn_linear rest = *l;
+		rest.ternary_candidate = 0;
+		return 1 + linear_blobs(&rest, out ? out + 1 : NULL);
+	}
 	if (l->kind == BN_LINEAR_T2) {
 		if (out) {
 			out[0] = (struct bn_wcache_blob){ BN_WCACHE_T2_CODES, l->t2.codes,
@@ -737,7 +684,7 @@ int bn_model_t3_from_cache(struct bn_model *m, struct bn_wcache *c)
 void bn_model_free(struct bn_model *m)
 {
 	for (uint32_t i = 0; i < m->n_owned; i++)
-		free(m->owned[i]);
+		bn_big_free(m->owned[i].p, m->owned[i].size);
 	free(m->owned);
 	free(m->layers);
 	bn_gguf_close(&m->file);

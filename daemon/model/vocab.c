@@ -31,9 +31,16 @@ struct builder {
 	struct bn_vocab_head head;
 	struct bn_vocab_ext ext;
 	struct bn_vocab_merge *merge_ids; /* [ext.n_merges] */
-	uint32_t *map;                    /* text -> id + 1 (0: empty), for the merges */
+	uint64_t *map;                    /* text -> hash << 32 | (id + 1) (0: empty), for the merges */
 	uint32_t map_mask;
+	/* gpt2: every token's text as the merges spell it, user-defined tokens in the byte
+	 * alphabet (libclient's enc_text): enc_offset[id]..[id + 1] in enc. One copy, in id
+	 * order, that the 3 lookups of each of 280,000 merges read instead of the file's
+	 * scattered strings and their offsets (which cost several cache misses a lookup). */
+	char *enc;
+	uint32_t *enc_offset;
 	struct bn_vocab_choice *choice;
+	int add_bos_declared;             /* the file has tokenizer.ggml.add_bos_token */
 };
 
 static int fail(struct builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -122,6 +129,7 @@ static int read_head(struct builder *b)
 	if (rc != 0 && rc != -ENOENT)
 		return fail(b, "tokenizer.ggml.add_bos_token is not a bool");
 	b->head.add_bos = add_bos ? 1 : 0;
+	b->add_bos_declared = rc == 0;
 	if (read_kind(b) || token_id(b, "tokenizer.ggml.bos_token_id", &b->head.bos_id) ||
 	    token_id(b, "tokenizer.ggml.eos_token_id", &b->head.eos_id) ||
 	    token_id(b, "tokenizer.ggml.unknown_token_id", &b->head.unk_id) ||
@@ -150,16 +158,73 @@ static struct bn_gguf_str token_text(const struct builder *b, uint32_t id)
 	return s;
 }
 
-static uint32_t map_find(const struct builder *b, const char *p, uint64_t n)
+static uint32_t token_type(const struct builder *b, uint32_t id)
 {
-	for (uint32_t i = hash_text(p, n) & b->map_mask;; i = (i + 1) & b->map_mask) {
-		uint32_t e = b->map[i];
+	double t = DEFAULT_TOKEN_TYPE;
+	if (b->types)
+		bn_gguf_arr_num(b->types, id, &t);
+	return t >= 0 && t <= MAX_TOKEN_TYPE ? (uint32_t)t : DEFAULT_TOKEN_TYPE;
+}
+
+/* The text a gpt2 vocabulary's merges and encoder know the token by (bpe_raw_text_type). */
+static struct bn_gguf_str match_text(const struct builder *b, uint32_t id)
+{
+	return (struct bn_gguf_str){ b->enc + b->enc_offset[id],
+				     b->enc_offset[id + 1] - b->enc_offset[id] };
+}
+
+/* Converters store a user-defined (added) token decoded: Falcon3's newline token is "\n"
+ * where its merges say "Ċ". Each such token gets its byte-alphabet text, as the client's
+ * bpe_encoding_texts() gives it; the others are copied as they are. */
+static int encoding_texts(struct builder *b)
+{
+	uint64_t size = 0;
+	for (uint32_t id = 0; id < b->head.n_tokens; id++) {
+		uint64_t n = token_text(b, id).len;
+		size += bpe_raw_text_type(token_type(b, id)) ? 2 * n : n;
+	}
+	if (size > UINT32_MAX)
+		return fail(b, "the vocabulary's texts need more than %u bytes", UINT32_MAX);
+	b->enc = malloc(size ? (size_t)size : 1);
+	b->enc_offset = malloc(((size_t)b->head.n_tokens + 1) * sizeof(*b->enc_offset));
+	if (!b->enc || !b->enc_offset)
+		return fail(b, "no memory for the encoding texts");
+	uint32_t at = 0;
+	for (uint32_t id = 0; id < b->head.n_tokens; id++) {
+		struct bn_gguf_str s = token_text(b, id);
+		b->enc_offset[id] = at;
+		if (bpe_raw_text_type(token_type(b, id))) {
+			at += (uint32_t)bpe_alphabet_text(s.ptr, (size_t)s.len, b->enc + at);
+		} else {
+			memcpy(b->enc + at, s.ptr, (size_t)s.len);
+			at += (uint32_t)s.len;
+		}
+	}
+	b->enc_offset[b->head.n_tokens] = at;
+	return 0;
+}
+
+/* The map compares the stored hash first: a probe that lands on another text costs no
+ * read of that text. */
+static uint32_t map_find_hashed(const struct builder *b, const char *p, uint64_t n,
+				uint32_t h)
+{
+	for (uint32_t i = h & b->map_mask;; i = (i + 1) & b->map_mask) {
+		uint64_t e = b->map[i];
 		if (e == 0)
 			return UINT32_MAX;
-		struct bn_gguf_str s = token_text(b, e - 1);
+		if ((uint32_t)(e >> 32) != h)
+			continue;
+		uint32_t id = (uint32_t)e - 1;
+		struct bn_gguf_str s = match_text(b, id);
 		if (s.len == n && memcmp(s.ptr, p, n) == 0)
-			return e - 1;
+			return id;
 	}
+}
+
+static uint32_t map_find(const struct builder *b, const char *p, uint64_t n)
+{
+	return map_find_hashed(b, p, n, hash_text(p, n));
 }
 
 /* Texts that occur twice keep their first id, as llama.cpp's token_to_id does. */
@@ -173,20 +238,28 @@ static int map_build(struct builder *b)
 		return fail(b, "no memory for the token map");
 	b->map_mask = (uint32_t)(cap - 1);
 	for (uint32_t id = 0; id < b->head.n_tokens; id++) {
-		struct bn_gguf_str s = token_text(b, id);
-		if (map_find(b, s.ptr, s.len) != UINT32_MAX)
+		struct bn_gguf_str s = match_text(b, id);
+		uint32_t h = hash_text(s.ptr, s.len);
+		if (map_find_hashed(b, s.ptr, s.len, h) != UINT32_MAX)
 			continue;
-		uint32_t i = hash_text(s.ptr, s.len) & b->map_mask;
+		uint32_t i = h & b->map_mask;
 		while (b->map[i])
 			i = (i + 1) & b->map_mask;
-		b->map[i] = id + 1;
+		b->map[i] = (uint64_t)h << 32 | (id + 1);
 	}
 	return 0;
 }
 
-/* "left right": the first space after the first byte splits it (a token of the byte-level
- * alphabet holds no space; U+0120 stands for one). */
-static int parse_merge(struct builder *b, uint32_t rank, struct bn_vocab_merge *m)
+/* A merge "left right" as its three texts: the first space after the first byte splits it
+ * (a token of the byte-level alphabet holds no space; U+0120 stands for one). */
+struct merge_texts {
+	const char *p[3];         /* left, right, joined */
+	uint64_t n[3];
+	uint32_t h[3];
+	char joined[512];
+};
+
+static int split_merge(struct builder *b, uint32_t rank, struct merge_texts *t)
 {
 	struct bn_gguf_str s;
 	if (bn_gguf_arr_str(b->merges, rank, &s) != 0)
@@ -196,19 +269,42 @@ static int parse_merge(struct builder *b, uint32_t rank, struct bn_vocab_merge *
 		return fail(b, "tokenizer.ggml.merges[%u] \"%.*s\" is not two tokens", rank,
 			    (int)(s.len > 64 ? 64 : s.len), s.ptr);
 	uint64_t left_len = (uint64_t)(space - s.ptr), right_len = s.len - left_len - 1;
-	char joined[512];
-	if (s.len - 1 > sizeof(joined))
+	if (s.len - 1 > sizeof(t->joined))
 		return fail(b, "tokenizer.ggml.merges[%u] is %llu bytes long", rank,
 			    (unsigned long long)s.len);
-	memcpy(joined, s.ptr, left_len);
-	memcpy(joined + left_len, space + 1, right_len);
-	m->left = map_find(b, s.ptr, left_len);
-	m->right = map_find(b, space + 1, right_len);
-	m->result = map_find(b, joined, left_len + right_len);
+	memcpy(t->joined, s.ptr, left_len);
+	memcpy(t->joined + left_len, space + 1, right_len);
+	t->p[0] = s.ptr;
+	t->n[0] = left_len;
+	t->p[1] = space + 1;
+	t->n[1] = right_len;
+	t->p[2] = t->joined;
+	t->n[2] = left_len + right_len;
+	for (int k = 0; k < 3; k++)
+		t->h[k] = hash_text(t->p[k], t->n[k]);
+	return 0;
+}
+
+static int resolve_merge(struct builder *b, uint32_t rank, const struct merge_texts *t,
+			 struct bn_vocab_merge *m)
+{
+	m->left = map_find_hashed(b, t->p[0], t->n[0], t->h[0]);
+	m->right = map_find_hashed(b, t->p[1], t->n[1], t->h[1]);
+	m->result = map_find_hashed(b, t->p[2], t->n[2], t->h[2]);
 	if (m->left == UINT32_MAX || m->right == UINT32_MAX || m->result == UINT32_MAX)
-		return fail(b, "tokenizer.ggml.merges[%u] \"%.*s\" names a token the vocabulary "
-			       "lacks (%s)", rank, (int)(s.len > 64 ? 64 : s.len), s.ptr,
+		return fail(b, "tokenizer.ggml.merges[%u] \"%.*s %.*s\" names a token the vocabulary "
+			       "lacks (%s)", rank, (int)(t->n[0] > 32 ? 32 : t->n[0]), t->p[0],
+			    (int)(t->n[1] > 32 ? 32 : t->n[1]), t->p[1],
 			    m->left == UINT32_MAX ? "left" : m->right == UINT32_MAX ? "right" : "joined");
+	return 0;
+}
+
+static int parse_merges(struct builder *b)
+{
+	struct merge_texts t;
+	for (uint32_t r = 0; r < b->ext.n_merges; r++)
+		if (split_merge(b, r, &t) || resolve_merge(b, r, &t, &b->merge_ids[r]))
+			return -1;
 	return 0;
 }
 
@@ -216,9 +312,7 @@ static int parse_merge(struct builder *b, uint32_t rank, struct bn_vocab_merge *
  * normal, user-defined, undefined. */
 static int text_type(const struct builder *b, uint32_t id)
 {
-	double t = DEFAULT_TOKEN_TYPE;
-	if (b->types)
-		bn_gguf_arr_num(b->types, id, &t);
+	uint32_t t = token_type(b, id);
 	return t == 0 || t == 1 || t == 4;
 }
 
@@ -230,7 +324,7 @@ static int has_text_token(const struct builder *b, const char *p, size_t n)
 	if (id == UINT32_MAX || text_type(b, id))
 		return id != UINT32_MAX;
 	for (id = id + 1; id < b->head.n_tokens; id++) {
-		struct bn_gguf_str s = token_text(b, id);
+		struct bn_gguf_str s = match_text(b, id);
 		if (s.len == n && memcmp(s.ptr, p, n) == 0 && text_type(b, id))
 			return 1;
 	}
@@ -263,15 +357,12 @@ static int read_merges(struct builder *b)
 		return fail(b, "tokenizer.ggml.merges has %llu elements",
 			    (unsigned long long)b->merges->v.arr.n);
 	b->ext.n_merges = (uint32_t)b->merges->v.arr.n;
-	if (map_build(b) || check_byte_tokens(b))
+	if (encoding_texts(b) || map_build(b) || check_byte_tokens(b))
 		return -1;
 	b->merge_ids = malloc(((size_t)b->ext.n_merges + 1) * sizeof(*b->merge_ids));
 	if (!b->merge_ids)
 		return fail(b, "no memory for %u merges", b->ext.n_merges);
-	for (uint32_t r = 0; r < b->ext.n_merges; r++)
-		if (parse_merge(b, r, &b->merge_ids[r]))
-			return -1;
-	return 0;
+	return parse_merges(b);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -282,6 +373,16 @@ static struct bn_vocab_view view_of(const struct builder *b)
 {
 	return (struct bn_vocab_view){ .tokens = b->tokens, .types = b->types,
 				       .merges = b->merges, .n_tokens = b->head.n_tokens };
+}
+
+/* Falcon3's and Falcon-E's tokenizers add no BOS (their templates start with the first
+ * turn), and bitnet.cpp, which wrote and runs their published files, adds none unless the
+ * file says so; the other pre-tokenizers' files add one unless they say otherwise. */
+static void default_add_bos(struct builder *b)
+{
+	if (!b->add_bos_declared && (b->ext.pre_tokenizer == BN_PRE_FALCON3 ||
+				     b->ext.pre_tokenizer == BN_PRE_FALCON_E))
+		b->head.add_bos = 0;
 }
 
 static int resolve_pre(struct builder *b)
@@ -303,7 +404,8 @@ static int resolve_pre(struct builder *b)
 		int pre = s.len < 63 ? bn_pre_tokenizer_from_name(name) : -1;
 		if (pre <= 0)
 			return fail(b, "tokenizer.ggml.pre \"%s\" is not a pre-tokenizer bitnetd knows "
-				       "(llama-bpe, gpt2); choose one with --pre-tokenizer", name);
+				       "(" BN_PRE_TOKENIZER_NAMES "); choose one with --pre-tokenizer",
+				    name);
 		b->ext.pre_tokenizer = (uint32_t)pre;
 		return 0;
 	}
@@ -311,7 +413,7 @@ static int resolve_pre(struct builder *b)
 	if (!bn_vocab_is_llama3(&v))
 		return fail(b, "tokenizer.ggml.pre is missing and the gpt2 vocabulary is not one "
 			       "bitnetd recognises; name its pre-tokenizer with --pre-tokenizer "
-			       "(llama-bpe, gpt2)");
+			       "(" BN_PRE_TOKENIZER_NAMES ")");
 	b->ext.pre_tokenizer = BN_PRE_LLAMA3;
 	b->ext.flags |= BN_VOCAB_PRE_DETECTED;
 	return 0;
@@ -356,6 +458,7 @@ static int resolve(struct builder *b)
 		return -1;
 	if (resolve_pre(b) || resolve_template(b) || resolve_eog(b))
 		return -1;
+	default_add_bos(b);
 	b->choice->kind = b->head.kind;
 	b->choice->pre_tokenizer = b->ext.pre_tokenizer;
 	b->choice->chat_template = b->ext.chat_template;
@@ -468,6 +571,8 @@ int bn_vocab_payload_build(const struct bn_gguf *g, const struct bn_vocab_option
 	int rc = build(&b, out);
 	free(b.map);
 	free(b.merge_ids);
+	free(b.enc);
+	free(b.enc_offset);
 	return rc;
 }
 

@@ -12,7 +12,8 @@
  * tokenizer.ggml.token_type (i32, 0..6), both optional but then one per token,
  * tokenizer.ggml.merges (gpt2: required, "left right" in rank order), tokenizer.ggml.pre,
  * tokenizer.ggml.bos_token_id / eos_token_id / unknown_token_id / eot_token_id / eom_token_id
- * (optional, < n_tokens), tokenizer.ggml.add_bos_token (bool, default true) and
+ * (optional, < n_tokens), tokenizer.ggml.add_bos_token (bool; default true, but false for
+ * the falcon3 and falcon_e pre-tokenizers, whose tokenizers add no BOS) and
  * tokenizer.chat_template (optional string).
  *
  * What published files leave out is resolved here, by content (vocab_resolve.c): the
@@ -27,7 +28,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BN_VOCAB_ERR_LEN 256
+#define BN_VOCAB_ERR_LEN BN_GGUF_ERR_LEN /* it holds bn_gguf_open's errors */
+/* The pre-tokenizers bitnetd has (bn_pre_tokenizer_from_name), for messages. */
+#define BN_PRE_TOKENIZER_NAMES "llama-bpe, gpt2, falcon3, falcon_e"
+/* The chat templates (bn_chat_template_from_name), for messages. */
+#define BN_CHAT_TEMPLATE_NAMES "bitnet, llama3, chatml, llama2, falcon3"
 #define BN_VOCAB_MAX_EOG 16
 
 /* The daemon's overrides (--pre-tokenizer, --chat-template); NULL: decide from the file. */

@@ -89,6 +89,13 @@ uint32_t bn_chat_template_detect(const char *text, size_t len, int *placeholder)
 		return BN_CHAT_BITNET;
 	if (contains(text, len, "[INST]"))
 		return BN_CHAT_LLAMA2;
+	/* Falcon3-Instruct's (and Tulu 3's): '<|user|>\n' ... and the assistant's eos_token, with
+	 * '\n' after it "if not loop.last". Zephyr's has no such test, Phi-3's ends turns with
+	 * '<|end|>'. */
+	if (contains(text, len, "<|user|>") && contains(text, len, "<|assistant|>") &&
+	    contains(text, len, "eos_token") && contains(text, len, "not loop.last") &&
+	    !contains(text, len, "<|end|>"))
+		return BN_CHAT_FALCON3;
 	return BN_CHAT_UNKNOWN;
 }
 

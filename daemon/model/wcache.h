@@ -17,7 +17,11 @@
  *    size it expects.
  * It is written to a temporary file in the same directory and renamed over the final name, so a
  * crash or two daemons writing at once never leave a torn file under that name; the data is
- * not fsync'd (a cache lost to a crash fails its hashes and is rebuilt). One file per model
+ * not fsync'd (a cache lost to a crash fails its hashes and is rebuilt). The data goes out in
+ * 2 MiB-aligned windows of 2 MiB, which a filesystem with large folios (ext4, xfs) keeps as
+ * 2 MiB folios, and a start maps the file 2 MiB-aligned, so the kernel maps those with one
+ * page table entry (PMD) each: mapping 1.5 GB costs next to nothing, and decode walks fewer
+ * TLB entries. One file per model
  * path and option set: a changed model file replaces its cache rather than adding one.
  */
 #ifndef BITNETD_WCACHE_H
@@ -29,8 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bump when a layout the cache holds changes (bn_blocks.h, kernels.h, head_screen.h). */
-#define BN_WCACHE_VERSION 1u
+/* Bump when a layout the cache holds changes (bn_blocks.h, kernels.h, head_screen.h). 2: a
+ * float layer matrix of a bitnet* file has a BN_WCACHE_FROM_FLOAT word (packed to T2 or not). */
+#define BN_WCACHE_VERSION 2u
 #define BN_WCACHE_WHY_LEN 160
 
 /* What the daemon was asked to build (part of the key). */
@@ -59,6 +64,8 @@ enum bn_wcache_tag {
 	BN_WCACHE_I8_ROW_SUM = 8,
 	BN_WCACHE_T3_CODES = 9,
 	BN_WCACHE_CUDA_ROWS = 10,  /* a float matrix as the cuda backend's device holds it */
+	BN_WCACHE_FROM_FLOAT = 11, /* a uint32: 1 when the float matrix after it was packed to
+				    * T2 (its T2 blobs follow), 0 when it stays float */
 };
 
 struct bn_wcache_key {

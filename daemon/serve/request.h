@@ -118,6 +118,9 @@ struct bn_reply {
 	void (*write_record)(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
 	/* A score request's position `index`, published with n_tokens = index + 1. */
 	void (*publish_score)(struct bn_req *r, uint32_t index, const struct bn_sample_out *o);
+	/* An embedding request's vector v[0 .. dim) (enum bn_pooling `pooling`), published by
+	 * the finish that follows. */
+	void (*publish_embedding)(struct bn_req *r, const float *v, uint32_t dim, uint32_t pooling);
 	/* Wakes a thread waiting for streamed tokens, if one declared itself. Called after a
 	 * full fence that follows the step's publications. */
 	void (*wake_stream_waiter)(struct bn_req *r);

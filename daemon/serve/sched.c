@@ -170,6 +170,17 @@ static int alloc_verify(struct bn_sched *s)
 	return 0;
 }
 
+/* Room for each running request's pooled vector and one finished vector, when embeddings
+ * may come. */
+static int alloc_embed(struct bn_sched *s)
+{
+	if (!s->cfg.pooling || !s->cfg.embed_dim)
+		return 0;
+	s->embed_acc = calloc((size_t)s->cfg.max_batch * s->cfg.embed_dim, sizeof(*s->embed_acc));
+	s->embed_vec = calloc(s->cfg.embed_dim, sizeof(*s->embed_vec));
+	return s->embed_acc && s->embed_vec ? 0 : -ENOMEM;
+}
+
 static int alloc_buffers(struct bn_sched *s)
 {
 	uint32_t n = s->max_rows = s->cfg.max_batch + s->cfg.fork_seqs;
@@ -190,9 +201,12 @@ static int alloc_buffers(struct bn_sched *s)
 	s->score = calloc(n, sizeof(*s->score));
 	s->score_rows = calloc(n, sizeof(*s->score_rows));
 	s->verify = calloc(n, sizeof(*s->verify));
+	s->hidden = calloc(n, sizeof(*s->hidden));
+	s->hidden_rows = calloc(n, sizeof(*s->hidden_rows));
 	if (!s->running || !s->free_seqs || !s->uids || !s->rows || !s->row_fork || !s->lens ||
 	    !s->pos || !s->seq || !s->blocks || !s->sample || !s->out || !s->top || !s->kv_tables ||
-	    !s->score || !s->score_rows || !s->verify || alloc_verify(s) < 0)
+	    !s->score || !s->score_rows || !s->verify || !s->hidden || !s->hidden_rows ||
+	    alloc_verify(s) < 0 || alloc_embed(s) < 0)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++)
 		s->out[i].top = s->top + (size_t)i * s->cfg.logprob_capacity;
@@ -252,6 +266,11 @@ void bn_sched_free(struct bn_sched *s)
 	free(s->verify);
 	free(s->verify_out);
 	free(s->verify_top);
+	free(s->hidden);
+	free(s->hidden_rows);
+	free(s->hidden_out);
+	free(s->embed_acc);
+	free(s->embed_vec);
 	free(s);
 }
 
@@ -321,11 +340,12 @@ static int under_caps(struct bn_sched *s, const struct bn_tenant *t)
 }
 
 /* Blocks of the prompt the cache may give: the full ones before its last token, which is
- * read again (a generation needs its logits; a classify request's forks start there). A score
- * request needs every position's logits: none. */
+ * read again (a generation needs its logits, a last-token embedding its hidden state; a
+ * classify request's forks start there). A score request needs every position's logits, a
+ * mean or cls embedding position 0 on: none (sched_may_hit). */
 static uint32_t cacheable_blocks(const struct bn_sched *s, const struct bn_req *r)
 {
-	if (!s->kv.cache || r->op == BN_OP_SCORE)
+	if (!s->kv.cache || !sched_may_hit(s, r))
 		return 0;
 	return (r->n_prompt - 1) / s->kv.block_tokens;
 }

@@ -29,6 +29,13 @@
  * bit-identical), so a hit never changes an output. Admission reserves only the blocks the
  * request still needs; score requests, which need every position's logits, take no hits.
  *
+ * An embedding request reads its input as prompt chunks and asks the backend for the final
+ * hidden states its pooling reads (model/embed.h: every position for mean, the first for
+ * cls, the last for last), pooled in binary64 in position order as they come, so its vector
+ * is the same bits whatever its chunks and batches were. Last-token pooling takes the prefix
+ * cache's blocks as a generation does (only the last position is read); mean and cls need
+ * positions the cache would skip, so they take none.
+ *
  * Speculative decoding (exact): a decoding request that drafts (draft.h) has its decode row
  * extended by up to draft_tokens tokens guessed from its own prompt and output, within what
  * the budget leaves above the prompts' quarter. The backend samples every position of the row
@@ -79,6 +86,10 @@ struct bn_sched_config {
 	 * them in their decode row (draft.h); needs a backend with seq_rewind (else none). */
 	uint32_t speculative;
 	uint32_t draft_tokens;           /* drafts per row at most, 1 .. BN_DRAFT_MAX_TOKENS */
+	/* Embedding requests (BN_OP_EMBED): how they pool (enum bn_pooling; 0: none come) the
+	 * backend's hidden rows of embed_dim floats (model/embed.h). */
+	uint32_t pooling;
+	uint32_t embed_dim;
 };
 
 enum bn_speculative {

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/stats.h"
+#include "model/embed.h"
 
 static void observe_token(struct bn_req *r, uint64_t now)
 {
@@ -111,6 +112,22 @@ static void deliver_score(struct bn_sched *s, uint32_t k, struct bn_req *r)
 		sched_finish_running(s, sched_running_index(s, r), BN_STATUS_COMPLETE, 0);
 }
 
+/* An embedding's chunk: its hidden states into its pooled vector; the last chunk publishes
+ * the vector (normalised) and ends the request. */
+static void deliver_embed(struct bn_sched *s, uint32_t k, struct bn_req *r)
+{
+	uint32_t dim = s->cfg.embed_dim;
+	double *acc = s->embed_acc + (size_t)r->seq * dim;
+	if (s->hidden[k])
+		bn_embed_take(s->cfg.pooling, acc, s->hidden[k]->out, s->hidden[k]->count, dim);
+	r->n_prefilled += s->lens[k];
+	if (!prompt_done(r))
+		return;
+	bn_embed_finish(s->cfg.pooling, acc, dim, r->n_prompt, s->embed_vec);
+	s->reply->publish_embedding(r, s->embed_vec, dim, s->cfg.pooling);
+	sched_finish_running(s, sched_running_index(s, r), BN_STATUS_COMPLETE, 0);
+}
+
 /* A fork's records go to the slot (published at the end); the last label to end ends the
  * request with every record. */
 static void deliver_fork(struct bn_sched *s, uint32_t k, struct fork *f)
@@ -140,6 +157,10 @@ void sched_deliver_all(struct bn_sched *s, uint32_t n_rows)
 		}
 		if (s->score[k]) {
 			deliver_score(s, k, r);
+			continue;
+		}
+		if (r->op == BN_OP_EMBED) {
+			deliver_embed(s, k, r);
 			continue;
 		}
 		if (!prompt_done(r))

@@ -13,8 +13,8 @@
  * so a request the grammar cannot continue ends there, before any row of it is planned.
  *
  * Closing before max_tokens (daemon/grammar/grammar.h, "budget running out"): a token drawn
- * from the mask stands when the output after it can still end within the tokens left (its
- * fewest bytes to an accepting end, one token a byte, then an end-of-generation id); the
+ * from the mask stands when the output after it can still end within the tokens left (the
+ * tokens that bring it to an accepting end, then an end-of-generation id); the
  * sampler asks the request's check (bn_sample_check) after each draw, which accepts the token,
  * looks, and rolls it back. Only a draw that does not fit costs more: the tokens that do fit
  * are computed then (bn_grammar_matcher_fill_mask_within, milliseconds in a string of a 128k
@@ -72,15 +72,15 @@ static int past_drafts(struct bn_req *r, uint32_t j)
 }
 
 /* After token at output index i, the output can still end within max_tokens: the token ended
- * it, or its fewest bytes to an end (one token each) and an end-of-generation id fit in what
- * is left. The matcher stands where it stood. */
+ * it, or the tokens that bring it to an end and an end-of-generation id fit in what is left.
+ * The matcher stands where it stood. */
 static int fits(struct bn_req *r, uint32_t i, uint32_t token)
 {
 	if (bn_grammar_matcher_accept(r->matcher, token) < 0)
 		return 1; /* not the grammar's: delivery fails the request */
 	uint32_t left = r->max_tokens - i - 1;
 	int ok = bn_grammar_matcher_is_finished(r->matcher) ||
-		 (left > 0 && bn_grammar_matcher_min_bytes_to_accept(r->matcher) <= left - 1);
+		 (left > 0 && bn_grammar_matcher_tokens_to_accept(r->matcher) <= left - 1);
 	(void)bn_grammar_matcher_rollback(r->matcher, 1);
 	return ok;
 }

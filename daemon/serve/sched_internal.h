@@ -79,6 +79,15 @@ struct bn_sched {
 	struct bn_sample_out *verify_out;  /* [max_batch][draft_tokens + 1]; NULL: no drafts */
 	struct bn_token_logprob *verify_top; /* [that][logprob_capacity] */
 	uint32_t mask_words;               /* of an allowed-token bitset (structured output) */
+	/* Embedding rows (BN_OP_EMBED): the hidden states each asks, grown on demand, and each
+	 * running request's pooled vector so far, by backend sequence id (model/embed.h). */
+	const struct bn_hidden_row **hidden; /* [max_rows] NULL: none */
+	struct bn_hidden_row *hidden_rows;   /* [max_rows] */
+	float *hidden_out;                 /* [hidden_cap][embed_dim] */
+	size_t hidden_cap;
+	uint32_t n_hidden_rows;            /* in this step's batch */
+	double *embed_acc;                 /* [max_batch][embed_dim]; NULL: no embeddings */
+	float *embed_vec;                  /* [embed_dim] a finished vector */
 };
 
 /* ---- what a request is doing ------------------------------------------------------------ */
@@ -100,6 +109,13 @@ static inline uint32_t prefill_end(const struct bn_req *r)
 static inline int prompt_done(const struct bn_req *r)
 {
 	return r->n_prefilled == prefill_end(r);
+}
+
+/* Prefix-cache blocks a request may take: a score request and an embedding that reads every
+ * position (mean) or the first (cls) need positions a hit would skip. */
+static inline int sched_may_hit(const struct bn_sched *s, const struct bn_req *r)
+{
+	return r->op != BN_OP_SCORE && (r->op != BN_OP_EMBED || s->cfg.pooling == BN_POOLING_LAST);
 }
 
 /* It has its prompt and generates a token a step. */

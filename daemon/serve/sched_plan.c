@@ -7,6 +7,7 @@
 #include "sched_internal.h"
 
 #include "common/log.h"
+#include "model/embed.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -75,6 +76,20 @@ static void plan_score_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uin
 		      r->sampling.n_logprobs);
 }
 
+/* An embedding's chunk: the hidden states its pooling reads among the chunk's tokens (their
+ * room is given in sched_build_batch). */
+static void plan_embed_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t len)
+{
+	struct bn_hidden_row *h = &s->hidden_rows[k];
+	s->sample[k] = NULL;
+	h->count = bn_embed_rows(s->cfg.pooling, r->n_prefilled, len, r->n_prompt, &h->first);
+	h->out = NULL;
+	if (h->count) {
+		s->hidden[k] = h;
+		s->n_hidden_rows++;
+	}
+}
+
 static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t len)
 {
 	r->planned_in = s->plans;
@@ -85,7 +100,11 @@ static void plan_row(struct bn_sched *s, uint32_t k, struct bn_req *r, uint32_t 
 	s->blocks[k] = r->kv.table;
 	s->score[k] = NULL;
 	s->verify[k] = NULL;
-	if (r->op == BN_OP_SCORE) {
+	s->hidden[k] = NULL;
+	if (r->op == BN_OP_EMBED) {
+		s->pos[k] = r->n_prefilled;
+		plan_embed_row(s, k, r, len);
+	} else if (r->op == BN_OP_SCORE) {
 		s->pos[k] = r->n_prefilled;
 		plan_score_row(s, k, r, len);
 	} else if (decoding(r)) {
@@ -176,6 +195,7 @@ static void plan_fork_row(struct bn_sched *s, uint32_t k, struct fork *f, uint32
 	s->seq[k] = f->seq;
 	s->blocks[k] = f->kv.table;
 	s->verify[k] = NULL;
+	s->hidden[k] = NULL;
 	set_score_row(s, k, r->labels + f->at + f->done, len, 0);
 }
 
@@ -247,7 +267,7 @@ static void plan_forks(struct bn_sched *s, struct bn_req *r, uint32_t *n, uint64
  * number of rows. */
 uint32_t sched_plan(struct bn_sched *s)
 {
-	s->n_score_rows = 0;
+	s->n_score_rows = s->n_hidden_rows = 0;
 	uint32_t n = 0, a = s->attn_positions;
 	uint64_t budget = (uint64_t)s->cfg.token_budget * (a ? a : 1), used = 0;
 	s->plans++; /* planned() is true from here for the requests plan_row marks */
@@ -335,6 +355,29 @@ static int score_outputs(struct bn_sched *s, uint32_t n_rows)
 	return 0;
 }
 
+/* Room for every hidden state the step's embedding rows ask, and each row's share of it. */
+static int hidden_outputs(struct bn_sched *s, uint32_t n_rows)
+{
+	size_t need = 0, dim = s->cfg.embed_dim;
+	for (uint32_t k = 0; k < n_rows; k++)
+		need += s->hidden[k] ? s->hidden[k]->count : 0;
+	if (need > s->hidden_cap) {
+		float *o = realloc(s->hidden_out, need * dim * sizeof(*o));
+		if (!o)
+			return -ENOMEM;
+		s->hidden_out = o;
+		s->hidden_cap = need;
+	}
+	size_t at = 0;
+	for (uint32_t k = 0; k < n_rows; k++) {
+		if (!s->hidden[k])
+			continue;
+		s->hidden_rows[k].out = s->hidden_out + at * dim;
+		at += s->hidden_rows[k].count;
+	}
+	return 0;
+}
+
 /* Token i of a fork's row sequence: the prefix's last token, then the label's. */
 static void fill_fork_row(const struct fork *f, uint32_t len, uint32_t *row)
 {
@@ -356,7 +399,8 @@ int sched_build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 		if (s->lens[k] > width)
 			width = s->lens[k];
 	}
-	if (reserve_tokens(s, (size_t)n_rows * width) < 0 || score_outputs(s, n_rows) < 0)
+	if (reserve_tokens(s, (size_t)n_rows * width) < 0 || score_outputs(s, n_rows) < 0 ||
+	    hidden_outputs(s, n_rows) < 0)
 		return -ENOMEM;
 	for (uint32_t k = 0; k < n_rows; k++) {
 		struct bn_req *r = s->rows[k];
@@ -372,7 +416,8 @@ int sched_build_batch(struct bn_sched *s, uint32_t n_rows, struct bn_batch *b)
 				.lens = s->lens, .pos = s->pos, .seq = s->seq,
 				.blocks = s->blocks, .sample = s->sample,
 				.score = s->n_score_rows ? s->score : NULL,
-				.verify = s->verify_out ? s->verify : NULL };
+				.verify = s->verify_out ? s->verify : NULL,
+				.hidden = s->n_hidden_rows ? s->hidden : NULL };
 	return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "sched_internal.h"
 
 #include "common/stats.h"
+#include "model/embed.h"
 
 static struct uid_count *uid_entry(struct bn_sched *s, uint32_t uid)
 {
@@ -102,6 +103,8 @@ void sched_start_running(struct bn_sched *s, struct bn_req *r, uint32_t start)
 	r->n_identified = start / s->kv.block_tokens;
 	r->next_label = r->next_label_at = r->labels_done = r->n_forks = 0;
 	r->admitted = ++s->admissions;
+	if (r->op == BN_OP_EMBED && s->embed_acc)
+		bn_embed_clear(s->embed_acc + (size_t)seq * s->cfg.embed_dim, s->cfg.embed_dim);
 	r->speculate = s->verify_out && r->op == BN_OP_GENERATE &&
 		       (s->cfg.speculative == BN_SPECULATIVE_NGRAM || (r->flags & BN_REQ_SPECULATE));
 	r->tenant->n_running++;

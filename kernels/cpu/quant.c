@@ -281,6 +281,71 @@ int bn_ternary_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uin
 	return rc;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Float rows that are ternary                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint32_t load_bits(const uint8_t *p, uint64_t i, unsigned width)
+{
+	if (width == 4) {
+		uint32_t v;
+		memcpy(&v, p + 4 * i, sizeof(v));
+		return v;
+	}
+	uint16_t v;
+	memcpy(&v, p + 2 * i, sizeof(v));
+	return v;
+}
+
+/* Compared as bits: the magnitude (sign bit cleared) of every non-zero value must be the
+ * row's one magnitude. Bits, not floats, so that equal means equal as stored whatever the
+ * type. The width is a constant at each call, so the compiler makes a loop per width. */
+static inline __attribute__((always_inline)) int
+ternary_bits(const uint8_t *p, uint64_t n, unsigned width, uint8_t *codes, uint32_t *mag_out)
+{
+	const uint32_t sign = width == 4 ? 0x80000000u : 0x8000u;
+	uint32_t mag = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t v = load_bits(p, i, width), m = v & ~sign;
+		if (m == 0) {
+			codes[i] = 1;
+			continue;
+		}
+		if (!mag)
+			mag = m;
+		if (m != mag)
+			return 1;
+		codes[i] = v & sign ? 0 : 2;
+	}
+	*mag_out = mag;
+	return 0;
+}
+
+int bn_ternary_from_float_row(uint32_t type, const void *tensor, uint64_t tensor_bytes,
+			      uint64_t row, uint64_t n, uint8_t *codes, float *scale)
+{
+	uint64_t off;
+	uint32_t mag = 0;
+	if ((type != BN_TYPE_F32 && type != BN_TYPE_F16 && type != BN_TYPE_BF16) ||
+	    row_offset(type, tensor_bytes, row, n, &off) != 0)
+		return -1;
+	const uint8_t *p = (const uint8_t *)tensor + off;
+	int rc = type == BN_TYPE_F32 ? ternary_bits(p, n, 4, codes, &mag)
+				     : ternary_bits(p, n, 2, codes, &mag);
+	if (rc)
+		return rc;
+	uint32_t exp_all = type == BN_TYPE_F32 ? 0x7f800000u : type == BN_TYPE_F16 ? 0x7c00u
+										   : 0x7f80u;
+	if ((mag & exp_all) == exp_all) /* an infinity or a NaN is no scale */
+		return 1;
+	if (type == BN_TYPE_F32)
+		memcpy(scale, &mag, sizeof(*scale));
+	else
+		*scale = type == BN_TYPE_F16 ? bn_half_to_float((uint16_t)mag)
+					     : bn_bf16_to_float((uint16_t)mag);
+	return 0;
+}
+
 /* Weight k goes to chunk k/320; within it, byte k%64 and base-3 digit (k%320)/64. */
 void bn_t3_pack(const uint8_t *codes, uint64_t n, uint8_t *out)
 {

@@ -43,6 +43,14 @@ int bn_dequant_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uin
 int bn_ternary_row(uint32_t type, const void *tensor, uint64_t tensor_bytes, uint64_t row,
 		   uint64_t n, uint8_t *codes, float *scale);
 
+/* A float row (F32, F16 or BF16) that holds a ternary row exactly: every value is -s, 0 or +s
+ * for one finite s > 0 (zeros of either sign are 0; a row of zeros has s = 0). Writes its
+ * codes (0, 1, 2) and s, decoded from the row's own bits, so s * (code - 1) is each value as
+ * stored. Returns 0; 1 when the row is not such a row (another magnitude, an infinity, a NaN);
+ * -1 for another type or a row out of range. */
+int bn_ternary_from_float_row(uint32_t type, const void *tensor, uint64_t tensor_bytes,
+			      uint64_t row, uint64_t n, uint8_t *codes, float *scale);
+
 /* Bytes of one repacked row of n weights: whole 256-weight chunks of 64 bytes. */
 static inline uint64_t bn_t2_row_bytes(uint64_t n)
 {

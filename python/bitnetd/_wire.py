@@ -41,19 +41,26 @@ DAEMON_SHUTTING_DOWN, DAEMON_CLOSED = 1, 2
 
 FEAT_STREAMING, FEAT_PARAMS, FEAT_LOGPROBS, FEAT_TEXT, FEAT_SCORE, FEAT_CLASSIFY, \
     FEAT_COMPUTE, FEAT_SPECULATE, FEAT_GRAMMAR = 1, 2, 4, 8, 16, 32, 64, 128, 256
+FEAT_EMBED, FEAT_EMBEDDING_MODEL = 1024, 2048  # section 6.14
 FEATURE_NAMES = (("streaming", FEAT_STREAMING), ("params", FEAT_PARAMS),
                  ("logprobs", FEAT_LOGPROBS), ("text", FEAT_TEXT), ("score", FEAT_SCORE),
                  ("classify", FEAT_CLASSIFY), ("compute", FEAT_COMPUTE),
-                 ("speculate", FEAT_SPECULATE), ("grammar", FEAT_GRAMMAR))
+                 ("speculate", FEAT_SPECULATE), ("grammar", FEAT_GRAMMAR),
+                 ("embed", FEAT_EMBED), ("embedding_model", FEAT_EMBEDDING_MODEL))
 # The header's lm_head and decode_layout words (feature COMPUTE, section 4.1).
 HEAD_NONE, HEAD_FILE, HEAD_SCREENED, HEAD_INT8 = 0, 1, 2, 3
 LM_HEADS = {HEAD_NONE: "none", HEAD_FILE: "file", HEAD_SCREENED: "screened", HEAD_INT8: "int8"}
 DECODE_LAYOUTS = {0: "none", 1: "2bit", 2: "base3"}
 OP_GENERATE, OP_TOKENIZE, OP_DETOKENIZE, OP_SCORE, OP_CLASSIFY = 1, 2, 3, 4, 5
 OP_GRAMMAR, OP_GRAMMAR_FREE = 6, 7
+OP_EMBED = 8
+# An embedding's pooling (section 6.14: the slot's embed_pooling word, low byte) and its bit 8.
+POOLINGS = {1: "mean", 2: "cls", 3: "last"}
+EMBED_TRAINED = 0x100
 # A grammar to compile (section 6.13): the head's kinds and flags.
 GRAMMAR_JSON_SCHEMA, GRAMMAR_JSON, GRAMMAR_REGEX, GRAMMAR_GBNF = 1, 2, 3, 4
 GRAMMAR_JSON_OBJECT, GRAMMAR_JSON_COMPACT = 1, 2
+GRAMMAR_TEXT_MAX = 256 * 1024  # the longest grammar text a daemon compiles (PROTOCOL.md 6.13)
 
 REQ_IGNORE_EOS, REQ_SEED, REQ_LOGPROBS = 1, 2, 4
 REQ_TEXT, REQ_CHAT, REQ_PARSE_SPECIAL, REQ_NO_BOS = 8, 16, 32, 64
@@ -70,7 +77,7 @@ STATUS_NAMES = {1: "length", 2: "eos", 3: "cancelled", 4: "error", 5: "shutdown"
 
 # Slot fixed part (section 4.4).
 SL_STATE, SL_CANCEL, SL_NTOK, SL_STATUS, SL_ERROR, SL_WAITERS, SL_EVENTS = 0, 4, 8, 12, 16, 20, 24
-SL_NTEXT, SL_TIMINGS, SL_PROMPT_TOKENS = 28, 32, 56
+SL_NTEXT, SL_TIMINGS, SL_PROMPT_TOKENS, SL_EMBED_POOLING = 28, 32, 56, 60
 SL_NPROMPT, SL_MAXTOK, SL_FLAGS, SL_PARAMS = 64, 68, 72, 76
 PARAM_WORDS = 13  # bytes 76..127: temperature .. deadline_ms, grammar_id
 
@@ -375,6 +382,7 @@ class Segment:
         head.extend(params or _ZERO_PARAMS)
         u[(S + SL_NPROMPT) // 4:(S + SL_PARAMS) // 4 + PARAM_WORDS] = head
         u[(S + SL_CANCEL) // 4:(S + SL_EVENTS) // 4] = _ZERO_RESPONSE  # cancel .. waiters
+        u[(S + SL_EMBED_POOLING) // 4] = 0
         if self.features & FEAT_TEXT:
             u[(S + SL_NTEXT) // 4] = u[(S + SL_PROMPT_TOKENS) // 4] = 0
         u[S // 4] = ST_SUBMITTED  # last
@@ -463,19 +471,19 @@ class Segment:
     # --- a DONE slot (section 6.6)
     def response(self, i):
         """The response words of DONE slot i: state, status, error, n_tokens (as written),
-        tokens (the output, up to its capacity), prompt_tokens and text (feature TEXT; else 0
-        and None)."""
+        tokens (the output, up to its capacity), prompt_tokens, embed_pooling, and text
+        (feature TEXT; else None)."""
         h, u, S = self.h, self.u32, self.S(i)
         n = u[(S + SL_NTOK) // 4]
         o = (S + h["slot_output_offset"]) // 4
         r = {"state": u[S // 4], "status": u[(S + SL_STATUS) // 4],
              "error": u[(S + SL_ERROR) // 4], "n_tokens": n,
              "tokens": u[o:o + min(n, h["slot_output_capacity"])].tolist(),
-             "prompt_tokens": 0, "text": None}
+             "prompt_tokens": u[(S + SL_PROMPT_TOKENS) // 4],
+             "embed_pooling": u[(S + SL_EMBED_POOLING) // 4], "text": None}
         if self.features & FEAT_TEXT:
             nt = min(u[(S + SL_NTEXT) // 4], h["slot_text_capacity"])
             t0 = S + h["slot_text_offset"]
-            r["prompt_tokens"] = u[(S + SL_PROMPT_TOKENS) // 4]
             r["text"] = bytes(self.mm[t0:t0 + nt])
         return r
 

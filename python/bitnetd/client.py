@@ -15,10 +15,12 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _wire as w
+from . import embed as _embed
 from . import errors
 from ._wire import TokenLogprob
+from .embed import Embedding
 
-__all__ = ["AsyncClient", "Classification", "Client", "Generation", "Grammar", "LabelScore",
+__all__ = ["Classification", "Client", "Embedding", "Generation", "Grammar", "LabelScore",
            "Piece", "Score", "TokenLogprob"]
 
 Prompt = Union[str, bytes, Sequence[int]]
@@ -352,8 +354,8 @@ class Client:
         """A grammar op's, or a constrained request's refusal's, reason (section 6.13)."""
         if not req.reason or not res["text"] or res["n_tokens"]:
             return None
-        if req.op == w.OP_GENERATE and res["error"] not in (errors.E_INVALID,
-                                                             errors.E_UNSUPPORTED):
+        if req.op in (w.OP_GENERATE, w.OP_EMBED) and res["error"] not in (errors.E_INVALID,
+                                                                            errors.E_UNSUPPORTED):
             return None
         return res["text"].decode("utf-8", "replace")
 
@@ -438,6 +440,9 @@ class Client:
             raise errors.UnsupportedError("the daemon offers no structured output (no feature "
                                           "GRAMMAR: the loopback backend, a model without a "
                                           "text vocabulary, or a backend without masks)")
+        if len(body) > w.GRAMMAR_TEXT_MAX:
+            raise errors.GrammarLimitError("the grammar is %d bytes, over the limit of %d bytes "
+                                           "of grammar text" % (len(body), w.GRAMMAR_TEXT_MAX))
         text = w.grammar_head(kind, flags, max_ws) + body
         req = _Request(w.OP_GRAMMAR, lambda res: Grammar(self, res["tokens"][0], kind),
                        len(text), text=text, reason=True)
@@ -540,12 +545,13 @@ class Client:
             flags |= w.REQ_GRAMMAR
             params = params or [0] * w.PARAM_WORDS
             params[w.PARAM_WORDS - 1] = g.id  # grammar_id, the last word (section 4.4)
+        # A refusal's reason is in the text region (a grammar's, an embedding model's).
         if text is not None:
             return _Request(w.OP_GENERATE, self._generation, len(text), stops, text, flags,
-                            max_tokens, params, logprobs if logprobs else None, g, g is not None)
+                            max_tokens, params, logprobs if logprobs else None, g, True)
         ids = list(prompt)
         return _Request(w.OP_GENERATE, self._generation, len(ids), ids + stops, None, flags,
-                        max_tokens, params, logprobs if logprobs else None, g, g is not None)
+                        max_tokens, params, logprobs if logprobs else None, g, True)
 
     def _generation(self, res):
         text = res["text"]
@@ -626,7 +632,8 @@ class Client:
              timeout: Optional[float] = None, **sampling) -> Generation:
         """Answers a conversation: ``messages`` is a list of {"role", "content"} dicts (or
         (role, content) pairs), rendered by the model's template (or ``chat_template``: 2
-        bitnet, 3 llama3, 4 chatml, 5 llama2) in the daemon, message text never special.
+        bitnet, 3 llama3, 4 chatml, 5 llama2, 6 falcon3) in the daemon, message text never
+        special.
         Returns a Generation whose text is the reply."""
         return self._run(self._generate_request(None, max_tokens, chat=messages,
                                                 chat_template=chat_template, **sampling),
@@ -742,6 +749,54 @@ class Client:
             reqs.append(self._classify_request(item[0], item[1], deadline_ms))
         return self._run_batch(reqs, timeout)
 
+    # --- embeddings
+    def _embed_request(self, item, dimensions=None, special=False, bos=True):
+        bad = _embed.check_dimensions(dimensions)
+        if bad is not None:
+            return bad
+        if not self._has(w.FEAT_EMBED):
+            return errors.UnsupportedError(
+                "the daemon does not embed: a generative model embeds only when bitnetd runs "
+                "with --pooling mean, cls or last (the loopback backend never does)")
+
+        def convert(res):
+            return _embed.embedding(res, dimensions)
+        if _is_text(item):
+            if not self._has(w.FEAT_TEXT):
+                return errors.UnsupportedError("the daemon has no tokenizer: send token ids")
+            data = _bytes(item)
+            flags = w.REQ_TEXT | (w.REQ_PARSE_SPECIAL if special else 0) | \
+                (0 if bos else w.REQ_NO_BOS)
+            return _Request(w.OP_EMBED, convert, len(data), text=data, flags=flags, reason=True)
+        try:
+            ids = list(item)
+        except TypeError:
+            return errors.InvalidError("an input is text or a list of token ids, not %r" %
+                                       type(item).__name__)
+        return _Request(w.OP_EMBED, convert, len(ids), ids, reason=True)
+
+    def embed(self, input: Prompt, dimensions: Optional[int] = None, special: bool = False,
+              bos: bool = True, timeout: Optional[float] = None) -> Embedding:
+        """The embedding of ``input`` (text the daemon encodes, BOS as the model says unless
+        ``bos=False``, special tokens' texts those tokens only with ``special``; or a list of
+        ids used as given): an Embedding whose vector is the final norm's output pooled as the
+        model says and divided by its L2 norm (shm/PROTOCOL.md section 6.14). ``dimensions``:
+        its first that many numbers, normalised again (Matryoshka truncation, as OpenAI's
+        ``dimensions``), for a model trained to embed; a generative model pooled by bitnetd
+        --pooling raises InvalidError for it. UnsupportedError from a daemon that does not
+        embed; TooLongError past the context, EmptyError for no tokens."""
+        return self._run(self._embed_request(input, dimensions, special, bos), timeout)
+
+    def embed_batch(self, inputs: Sequence[Prompt], dimensions: Optional[int] = None,
+                    special: bool = False, bos: bool = True,
+                    timeout: Optional[float] = None) -> List[Union[Embedding, errors.Error]]:
+        """embed() for each input, all in flight together (batched in the daemon); an
+        Embedding or an Error in each one's place, each the same bits as the input alone."""
+        if _is_text(inputs):
+            raise TypeError("embed_batch takes a list of inputs; embed() takes one text")
+        return self._run_batch([self._embed_request(x, dimensions, special, bos)
+                                for x in inputs], timeout)
+
     # --- daemon
     def stats(self) -> str:
         """The daemon's metrics, Prometheus text (section 10.2)."""
@@ -762,95 +817,3 @@ def _text_classification(labels, res):
         return errors.ProtocolError("%d bytes of label counts for %d labels" % (len(text), n))
     counts = struct.unpack_from("<%dI" % n, text)
     return _classification(labels, counts, res["records"], res["prompt_tokens"])
-
-
-class AsyncClient:
-    """The Client's methods for asyncio: each call runs the blocking one on a thread pool of
-    at most ``slots`` threads (the session's slots bound what can be in flight anyway), so the
-    event loop never blocks on a futex. Same arguments and results as Client; ``stream``
-    is an async iterator. Use ``async with`` or ``await close()``.
-    """
-
-    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None,
-                 slots: int = 0):
-        import concurrent.futures
-
-        self._client = Client(socket, timeout, slots)
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self._client.info()["slots"], thread_name_prefix="bitnetd")
-
-    async def _call(self, fn, *args, **kwargs):
-        import asyncio
-        import functools
-
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
-
-    async def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        self._client.close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.close()
-
-    def info(self) -> Dict[str, Any]:
-        return self._client.info()
-
-    async def generate(self, prompt: Prompt, **kwargs) -> Generation:
-        return await self._call(self._client.generate, prompt, **kwargs)
-
-    async def generate_batch(self, prompts: Sequence[Prompt],
-                             **kwargs) -> List[Union[Generation, errors.Error]]:
-        return await self._call(self._client.generate_batch, prompts, **kwargs)
-
-    async def grammar(self, **kwargs) -> Grammar:
-        return await self._call(self._client.grammar, **kwargs)
-
-    async def chat(self, messages: Sequence[Message], **kwargs) -> Generation:
-        return await self._call(self._client.chat, messages, **kwargs)
-
-    async def chat_batch(self, conversations: Sequence[Sequence[Message]],
-                         **kwargs) -> List[Union[Generation, errors.Error]]:
-        return await self._call(self._client.chat_batch, conversations, **kwargs)
-
-    async def score(self, text: Prompt, **kwargs) -> Score:
-        return await self._call(self._client.score, text, **kwargs)
-
-    async def score_batch(self, texts: Sequence[Prompt],
-                          **kwargs) -> List[Union[Score, errors.Error]]:
-        return await self._call(self._client.score_batch, texts, **kwargs)
-
-    async def classify(self, text: Prompt, labels: Sequence[Label],
-                       **kwargs) -> Classification:
-        return await self._call(self._client.classify, text, labels, **kwargs)
-
-    async def classify_batch(self, items: Sequence[Any],
-                             **kwargs) -> List[Union[Classification, errors.Error]]:
-        return await self._call(self._client.classify_batch, items, **kwargs)
-
-    async def tokenize(self, text: Union[str, bytes], **kwargs) -> List[int]:
-        return await self._call(self._client.tokenize, text, **kwargs)
-
-    async def detokenize(self, ids: Sequence[int], **kwargs) -> str:
-        return await self._call(self._client.detokenize, ids, **kwargs)
-
-    async def stats(self) -> str:
-        return await self._call(self._client.stats)
-
-    async def stream(self, prompt: Prompt, **kwargs):
-        """Yields Pieces as they arrive. Closing the iterator cancels the request: leave a loop
-        early inside ``contextlib.aclosing(...)`` to cancel at once (otherwise it is closed
-        when asyncio finalizes it)."""
-        it = self._client.stream(prompt, **kwargs)
-        done = object()
-        try:
-            while True:
-                piece = await self._call(next, it, done)
-                if piece is done:
-                    return
-                yield piece
-        finally:
-            await self._call(it.close)

@@ -7,17 +7,20 @@ the same output shapes, over a Client.
     # {"sequence": "The match ...", "labels": [the likelier, the other], "scores": [p, 1 - p]}
 
 What they compute is the served causal language model's likelihood of label continuations
-(Client.classify) or its continuation of a prompt (Client.generate): not an NLI model's
-entailment, not a fine-tuned classifier's head. See python/README.md for each prompt.
+(Client.classify), its continuation of a prompt (Client.generate), its pooled hidden state
+(Client.embed) or its whole-sentence likelihood of candidates for a masked word (Client.score):
+not an NLI model's entailment, not a fine-tuned classifier's head, not a BERT-style masked
+language model. See python/README.md for each.
 """
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import errors
 from .client import Client
 
 __all__ = ["pipeline", "Pipeline", "TextGenerationPipeline", "ZeroShotClassificationPipeline",
-           "SentimentAnalysisPipeline"]
+           "SentimentAnalysisPipeline", "FeatureExtractionPipeline", "FillMaskPipeline"]
 
 Result = Any
 
@@ -306,18 +309,203 @@ class SentimentAnalysisPipeline(Pipeline):
         return out
 
 
+# ------------------------------------------------------------------------ feature-extraction
+
+class FeatureExtractionPipeline(Pipeline):
+    """``predict(text)`` -> ``[[vector]]``: the input's embedding (Client.embed: the final
+    norm's output pooled as the model says and L2-normalised), shaped [1, 1, dim].
+
+    transformers' pipeline gives every token's hidden state, [1, n_tokens, dim], and leaves
+    pooling to the caller; bitnetd's daemon pools (mean, first or last position, as the model
+    or bitnetd --pooling says) and normalises, so its one row stands where the tokens' rows
+    would: code that averages over that axis gets the vector back. Keywords: ``dimensions``
+    (Client.embed's: Matryoshka truncation, for a model trained to embed), ``special``,
+    ``bos``, ``timeout``. ``predict_batch(texts)`` gives one such list (or an Error) per
+    input, each the same bits as the input alone. Inputs may be text or lists of ids.
+    """
+
+    task = "feature-extraction"
+    _KEYS = frozenset(("dimensions", "special", "bos", "timeout"))
+
+    def _is_batch(self, x):
+        return isinstance(x, (list, tuple)) and not (x and isinstance(x[0], int))
+
+    def predict_batch(self, xs, **kw):
+        kw = self._kw(kw)
+        out = self.client.embed_batch(list(xs), dimensions=kw.get("dimensions"),
+                                      special=kw.get("special", False), bos=kw.get("bos", True),
+                                      timeout=kw.get("timeout"))
+        return [r if isinstance(r, errors.Error) else [[r.vector]] for r in out]
+
+
+# --------------------------------------------------------------------------------- fill-mask
+
+def _softmax(values):
+    top = max(values)
+    weights = [math.exp(v - top) for v in values]
+    total = 0.0
+    for x in weights:  # in order, as the package's other sums
+        total += x
+    return [x / total for x in weights]
+
+
+class _Masked:
+    """One fill-mask input: the text around its mask, its candidates (the text each puts in
+    place of the mask and its token ids) and their sentences."""
+
+    def __init__(self, left, right):
+        self.left, self.right = left, right
+        self.fills, self.tokens = [], []
+
+    @property
+    def new_word(self):
+        """The mask starts a word: nothing, or white space, before it."""
+        return not self.left or self.left[-1].isspace()
+
+    def add(self, text, token):
+        """A candidate whose text (a token's, with its leading space) fits the mask: one that
+        starts a word where the mask does, and only there."""
+        if not text.strip() or (self.left and text[0].isspace() != self.new_word):
+            return
+        fill = text.lstrip() if self.new_word else text
+        if fill not in self.fills:
+            self.fills.append(fill)
+            self.tokens.append(token)
+
+    def sentences(self):
+        return [self.left + f + self.right for f in self.fills]
+
+
+class FillMaskPipeline(Pipeline):
+    """``predict(text)`` -> the ``top_k`` (default 5) likeliest fillings of the mask in
+    ``text``, best first: ``[{"sequence", "score", "token", "token_str"}, ...]`` as
+    transformers gives. ``predict_top_k(text, top_k)`` says how many; ``predict_batch`` and
+    ``predict_top_k_batch`` give one such list (or an Error) per input.
+
+    The mask is ``mask_token`` (default "<mask>"), once per input (else that input is an
+    InvalidError). With a causal model, in two requests: the candidates are the ``candidates``
+    most likely next tokens after the text before the mask (one Client.generate of one token
+    with that many log-probability alternatives: at most the daemon's --max-logprobs, default
+    8), kept where they fit it (a token that starts a word where the mask follows a space,
+    one that does not where it follows a letter); then every candidate's whole sentence, the
+    text after the mask included, is scored (Client.score_batch: all candidates of all
+    inputs in one batch), and ``score`` is the softmax of those sentences' log-likelihoods
+    over the candidates. ``targets`` (a word or a list; several tokens each if need be)
+    replaces the first step: those are the candidates. ``token`` is the candidate's id (a
+    target's ids, as the text before the mask followed by it encodes them past that text's
+    own: a list when there are several), ``token_str`` the text put in place of the mask,
+    ``sequence`` the filled text.
+
+    How it differs from a BERT-style answer: a masked language model reads both sides of the
+    mask at once and its scores are the mask position's probabilities over the whole
+    vocabulary; here the right context only re-ranks what the left context proposed (a word
+    the left context makes unlikely is never proposed unless given in ``targets``), and the
+    scores sum to 1 over the candidates returned to the ranking, not over the vocabulary. A
+    candidate that makes the rest of the sentence likelier rises, as it should; a long
+    sentence's likelihood is dominated by its other words, which every candidate shares.
+    """
+
+    task = "fill-mask"
+    _KEYS = frozenset(("top_k", "targets", "mask_token", "candidates", "timeout"))
+
+    def predict_top_k(self, text, top_k, **kw):
+        return self.predict(text, top_k=top_k, **kw)
+
+    def predict_top_k_batch(self, texts, top_k, **kw):
+        return self.predict_batch(texts, top_k=top_k, **kw)
+
+    def _split(self, text, mask):
+        if not isinstance(text, str):
+            return errors.InvalidError("a fill-mask input is text")
+        if text.count(mask) != 1:
+            return errors.InvalidError("a fill-mask input holds the mask %r once, this one %d "
+                                       "times" % (mask, text.count(mask)))
+        left, right = text.split(mask)
+        return _Masked(left, right)
+
+    def _propose(self, masked, n, timeout):
+        """Each input's candidates from the model: its likeliest next tokens after the text
+        before the mask (BOS alone before a mask that starts the text)."""
+        info = self.client.info()
+        if n > info["max_logprobs"]:
+            raise ValueError("candidates=%d: the daemon gives at most %d alternatives a token "
+                             "(bitnetd --max-logprobs); give targets instead" %
+                             (n, info["max_logprobs"]))
+        prompts = [m.left.rstrip() or [info["bos_id"]] for m in masked]
+        gens = self.client.generate_batch(prompts, max_tokens=1, logprobs=n, ignore_eos=True,
+                                          timeout=timeout)
+        out = []
+        for m, g in zip(masked, gens):
+            if isinstance(g, errors.Error):
+                out.append(g)
+                continue
+            for alt in g.logprobs[0][1:]:
+                m.add(self.client.detokenize([alt.token]), alt.token)
+            out.append(m)
+        return out
+
+    def _targets(self, masked, targets):
+        """Each input's candidates from the caller: the targets, with the ids each adds to the
+        text before the mask."""
+        for m in masked:
+            base = self.client.tokenize(m.left.rstrip())
+            for t in targets:
+                fill = t.lstrip() if m.new_word else t
+                ids = self.client.tokenize(m.left + fill)
+                k = 0
+                while k < min(len(base), len(ids)) and base[k] == ids[k]:
+                    k += 1
+                m.add((" " if m.left and m.new_word else "") + fill,
+                      ids[k] if len(ids) - k == 1 else ids[k:])
+        return masked
+
+    def predict_batch(self, texts, **kw):
+        kw = self._kw(kw)
+        top_k, timeout = kw.get("top_k", 5), kw.get("timeout")
+        targets = kw.get("targets")
+        if isinstance(targets, str):
+            targets = [targets]
+        items = [self._split(t, kw.get("mask_token", "<mask>")) for t in texts]
+        good = [m for m in items if not isinstance(m, errors.Error)]
+        if targets:
+            ready = self._targets(good, targets)
+        else:
+            ready = self._propose(good, max(top_k, kw.get("candidates", 8)), timeout)
+        done = iter(ready)
+        items = [m if isinstance(m, errors.Error) else next(done) for m in items]
+        flat = [s for m in items if not isinstance(m, errors.Error) for s in m.sentences()]
+        scores = iter(self.client.score_batch(flat, timeout=timeout))
+        out = []
+        for m in items:
+            if isinstance(m, errors.Error):
+                out.append(m)
+                continue
+            mine = [next(scores) for _ in m.fills]
+            bad = next((r for r in mine if isinstance(r, errors.Error)), None)
+            if bad is not None or not mine:
+                out.append(bad or errors.EmptyError("no candidate fits the mask"))
+                continue
+            probs = _softmax([r.sum for r in mine])
+            order = sorted(range(len(mine)), key=lambda j: -probs[j])[:top_k]
+            out.append([{"sequence": m.sentences()[j], "score": probs[j],
+                         "token": m.tokens[j], "token_str": m.fills[j]} for j in order])
+        return out
+
+
 # ------------------------------------------------------------------------------- pipeline()
 
 _TASKS = {"text-generation": TextGenerationPipeline,
           "zero-shot-classification": ZeroShotClassificationPipeline,
           "sentiment-analysis": SentimentAnalysisPipeline,
-          "text-classification": SentimentAnalysisPipeline}
+          "text-classification": SentimentAnalysisPipeline,
+          "feature-extraction": FeatureExtractionPipeline,
+          "fill-mask": FillMaskPipeline}
 
 
 def pipeline(task: str, client: Optional[Client] = None, **defaults) -> Pipeline:
     """A transformers-style pipeline for ``task``: "text-generation",
-    "zero-shot-classification" or "sentiment-analysis" (also "text-classification", its
-    transformers alias). ``client``: the Client to use (None: a Client on the default socket,
+    "zero-shot-classification", "sentiment-analysis" (also "text-classification", its
+    transformers alias), "feature-extraction" or "fill-mask". ``client``: the Client to use (None: a Client on the default socket,
     closed by the pipeline's close()). ``defaults``: keywords for every predict call, e.g.
     ``max_new_tokens=32`` or ``candidate_labels=[...]``; what the task does not take is a
     TypeError (``model=``, ``device=``: the model is the one the daemon serves).

@@ -23,8 +23,9 @@ scaled() { python3 "$(dirname "$0")/../timescale.py" "$BUILD/bitnetd" "$1"; }
 daemon_tries=$(scaled 1000) gateway_tries=$(scaled 500) # 50 s and 10 s
 "$BUILD/bitnet-model" write --preset tiny --vocab-from "$BITNET_TEST_MODELS/llama3/tokenizer.json" \
 	--metadata llama.cpp --out "$dir/model.gguf" >/dev/null
+# --pooling mean: the generative test model embeds too (/v1/embeddings), and still generates.
 "$BUILD/bitnetd" --backend cpu --model "$dir/model.gguf" --socket "$dir/d.sock" --cache-dir none \
-	--log-level warn &
+	--pooling mean --log-level warn &
 daemon=$!
 i=0
 until "$BUILD/bitnet-cli" --socket "$dir/d.sock" info >/dev/null 2>&1; do
@@ -42,10 +43,13 @@ until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 
 	sleep 0.02
 done
 prompt="Ternary weights are minus one, zero or one."
+embed_second="A second text to embed."
 GATEWAY_URL="http://127.0.0.1:$port/v1" \
 API_KEY=sk-sdk-test \
 MODEL_ID=$("$BUILD/bitnet-cli" --socket "$dir/d.sock" info | sed -n 's/^model=//p') \
 SCORE_PROMPT="$prompt" \
 TIMEOUT_MS=$(scaled 60000) \
 SCORE_LOGPROBS=$("$BUILD/bitnet-cli" --socket "$dir/d.sock" score --text "$prompt" | awk '$1 ~ /^[0-9]+$/ && NF == 3 { print $3 }') \
+EMBED_SECOND="$embed_second" \
+EMBED_VECTORS=$("$BUILD/bitnet-cli" --socket "$dir/d.sock" embed --text "$prompt" --text "$embed_second" | grep -v '^input=') \
 	node "$(dirname "$0")/sdk.mjs"

@@ -6,6 +6,8 @@
 //   MODEL_ID      the model `bitnet-cli info` reports
 //   SCORE_PROMPT  a text, and SCORE_LOGPROBS the log-probabilities `bitnet-cli score --text`
 //                 printed for it (one per scored token, in order)
+//   EMBED_SECOND  a second text, and EMBED_VECTORS the vectors `bitnet-cli embed` printed for
+//                 SCORE_PROMPT and it (a line of floats each; the daemon runs --pooling mean)
 //   TIMEOUT_MS    each call's limit (run.sh: 60 s scaled by tests/timescale.py's rule)
 // Prints TAP-like lines and a summary; exits 1 when any case failed.
 import OpenAI from 'openai';
@@ -198,6 +200,46 @@ const cases = {
         assert.match(e.message, /required/);
         return true;
       });
+  },
+
+  async 'embeddings.create: floats and base64, each the ring\'s vector'() {
+    const input = [process.env.SCORE_PROMPT, process.env.EMBED_SECOND];
+    const want = process.env.EMBED_VECTORS.trim().split('\n').map(l => l.trim().split(/\s+/).map(Number));
+    assert.equal(want.length, 2);
+    const same = (got, w, what) => {
+      assert.equal(got.length, w.length, what);
+      for (let i = 0; i < w.length; i++)
+        assert.equal(Math.fround(got[i]), Math.fround(w[i]), `${what} [${i}]`);
+    };
+    // float: the JSON numbers; the SDK's default asks for base64 and decodes it itself
+    const f = await client.embeddings.create({ model, input, encoding_format: 'float' });
+    const d = await client.embeddings.create({ model, input });
+    assert.equal(f.object, 'list');
+    assert.equal(f.model, model);
+    assert.deepEqual(f.data.map(e => e.index), [0, 1]);
+    for (let k = 0; k < 2; k++) {
+      same(f.data[k].embedding, want[k], `float ${k}`);
+      same(d.data[k].embedding, want[k], `default ${k}`);
+    }
+    assert.ok(f.usage.prompt_tokens > 2);
+    assert.equal(f.usage.total_tokens, f.usage.prompt_tokens);
+    assert.deepEqual(d.usage, f.usage);
+    const b = await client.embeddings.create({ model, input: input[0], encoding_format: 'base64' });
+    const bytes = Buffer.from(b.data[0].embedding, 'base64');
+    same(Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4)), want[0], 'base64');
+    // token ids, and a generative model's vector cannot be cut short
+    const ids = await client.embeddings.create({ model, input: [[1, 2, 3]], encoding_format: 'float' });
+    assert.equal(ids.usage.prompt_tokens, 3);
+    await assert.rejects(client.embeddings.create({ model, input: 'x', dimensions: 8 }), (e) => {
+      assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+      assert.equal(e.param, 'dimensions');
+      return true;
+    });
+    await assert.rejects(client.embeddings.create({ model, input: '' }), (e) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.param, 'input');
+      return true;
+    });
   },
 
   async 'a wrong key is an authentication error'() {
