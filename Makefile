@@ -687,17 +687,22 @@ fuzz-requests:
 # run fewer samples, and under ThreadSanitizer the suites that run on one thread print SKIP
 # (tests/timescale.h: TU_SANITIZED, TU_TSAN), which keeps CI's run under its 40 minutes.
 # The parts run one after another, each timed ("== make PART: N s", and all of them at the
-# end), as is every test program in them ("== PROGRAM: N s"), so that a slow one shows before
-# it fails. Their waits scale by tests/timescale.h's rule ($BITNET_TEST_TIME_SCALE).
+# end), as is every test program in them ("== PROGRAM: N s", "== PROGRAM [SANITIZERS]: N s" in
+# a sanitizer pass), so that a slow one shows before it fails; at the end, passed or failed,
+# every program's time of the run in a table, slowest first (TIMED_RUN writes each to the file
+# $$BN_CHECK_TIMES names). Their waits scale by tests/timescale.h's rule ($BITNET_TEST_TIME_SCALE).
 CHECK_PARTS := check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk \
 	check-deploy check-systemd check-man $(if $(SANITIZE),,check-install check-faults check-san check-tsan)
 check: all
-	@t0=$$(date +%s); times=""; for p in $(CHECK_PARTS); do \
+	@t0=$$(date +%s); times=""; BN_CHECK_TIMES=$$(mktemp); export BN_CHECK_TIMES; \
+	trap 'rm -f "$$BN_CHECK_TIMES"' EXIT; \
+	for p in $(CHECK_PARTS); do \
 		s=$$(date +%s); rc=0; $(MAKE) --no-print-directory $$p || rc=$$?; \
 		n=$$(($$(date +%s) - s)); times="$$times $$p=$${n}s"; \
 		echo "== make $$p: $$n s$$([ $$rc = 0 ] || echo ", failed ($$rc)")"; \
-		[ $$rc = 0 ] || { echo "== make check failed in $$p after $$(($$(date +%s) - t0)) s:$$times"; exit $$rc; }; \
-	done; echo "== make check: $$(($$(date +%s) - t0)) s:$$times"
+		[ $$rc = 0 ] || { echo "== make check failed in $$p after $$(($$(date +%s) - t0)) s:$$times"; \
+			$(CHECK_TIME_TABLE); exit $$rc; }; \
+	done; echo "== make check: $$(($$(date +%s) - t0)) s:$$times"; $(CHECK_TIME_TABLE)
 
 # The official OpenAI TypeScript SDK against bitnet-gateway (tests/gateway): the package, at the
 # version package-lock.json pins, is installed into tests/gateway/node_modules by npm ci.
@@ -711,7 +716,7 @@ check-gateway-sdk: all tests/gateway/node_modules/.package-lock.json
 # deploy/kubernetes/ against docs/DEPLOY.md (tests/deploy_manifests.py).
 check-deploy:
 	@echo "== deploy manifests (tests/deploy_manifests.py)"
-	@python3 tests/deploy_manifests.py; rc=$$?; \
+	@$(call TIMED_RUN,python3 tests/deploy_manifests.py,deploy_manifests.py); \
 		if [ $$rc = 77 ]; then echo "SKIP: tests/deploy_manifests.py"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
@@ -732,8 +737,15 @@ TEST_ENV := BITNETD=$(BITNETD) BITNETD_CUDA_HOST=$(HOST_BITNETD) BITNET_GATEWAY=
 	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI) $(TEST_CACHE_ENV) $(HOST_RACECHECK_ENV)
 
 # One program of a check loop, timed: runs $(1), leaves its exit status in $$rc and prints
-# "== $(2): N s" when it ends, failed or not (a shell fragment for a recipe's `set -e` loop).
-TIMED_RUN = s=$$(date +%s); rc=0; $(1) || rc=$$?; echo "== $(2): $$(($$(date +%s) - s)) s"
+# "== $(2): N s" when it ends, failed or not (a shell fragment for a recipe's `set -e` loop),
+# in tenths of a second; under make check also a line "N NAME" in the file $$BN_CHECK_TIMES
+# names, for its table (CHECK_TIME_TABLE). A sanitizer pass tags the name with its sanitizers.
+TIMED_RUN = s=$$(date +%s%N); rc=0; $(1) || rc=$$?; t=$$((($$(date +%s%N) - s) / 100000000)); \
+	t="$$((t / 10)).$$((t % 10))"; echo "== $(2)$(PASS_TAG): $$t s"; \
+	[ -z "$${BN_CHECK_TIMES:-}" ] || echo "$$t $(2)$(PASS_TAG)" >> "$$BN_CHECK_TIMES"
+PASS_TAG := $(if $(SANITIZE), [$(SANITIZE)])
+CHECK_TIME_TABLE = echo "== each test program's time, slowest first:"; sort -rn "$$BN_CHECK_TIMES" | \
+	awk '{ t = $$1; $$1 = ""; printf "%8.1f s %s\n", t, substr($$0, 2) }'
 
 # A test program that exits 77 skipped (the GPU tests without a GPU): it says why itself.
 check-c: all
@@ -796,17 +808,17 @@ check-python: all
 # no two product files include or call each other in a circle, no product .c file is two jobs.
 check-rooms: all
 	@echo "== rooms (tests/rooms.py)"
-	$(Q)python3 tests/rooms.py $(BUILD)
+	@$(call TIMED_RUN,python3 tests/rooms.py $(BUILD),rooms.py); exit $$rc
 
 # The quickstart's commands shown in README.md are the ones tools/quickstart.sh runs
 # (tests/readme_quickstart.py).
 check-readme:
 	@echo "== README quickstart commands (tests/readme_quickstart.py)"
-	$(Q)python3 tests/readme_quickstart.py
+	@$(call TIMED_RUN,python3 tests/readme_quickstart.py,readme_quickstart.py); exit $$rc
 
 check-systemd:
 	@echo "== systemd units"
-	@sh systemd/verify.sh; rc=$$?; if [ $$rc = 77 ]; then echo "SKIP: systemd-analyze not installed"; \
+	@$(call TIMED_RUN,sh systemd/verify.sh,systemd/verify.sh); if [ $$rc = 77 ]; then echo "SKIP: systemd-analyze not installed"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
 # The C library as a user installs it (tests/installed_client.sh): `make install` into a
@@ -815,7 +827,7 @@ check-systemd:
 # Not under sanitizers: the example is built without them, and an ASan library needs them.
 check-install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A)
 	@echo "== installed library (tests/installed_client.sh)"
-	@MAKE="$(MAKE)" sh tests/installed_client.sh; rc=$$?; \
+	@$(call TIMED_RUN,MAKE="$(MAKE)" sh tests/installed_client.sh,installed_client.sh); \
 		if [ $$rc = 77 ]; then echo "SKIP: tests/installed_client.sh"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
@@ -823,7 +835,7 @@ check-install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A)
 # prototype in its synopsis, and every page is a call's; each renders without a warning.
 check-man:
 	@echo "== man pages (tests/man_pages.py)"
-	@python3 tests/man_pages.py; rc=$$?; \
+	@$(call TIMED_RUN,python3 tests/man_pages.py,man_pages.py); \
 		if [ $$rc = 77 ]; then echo "SKIP: tests/man_pages.py"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 

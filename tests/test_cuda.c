@@ -733,7 +733,7 @@ static void embed_all(struct bn_client *c, uint32_t ids[][120], const uint32_t *
 		items[k] = (struct bn_embed_item){ .ids = ids[k], .n_ids = lens[k], .vector = vec[k],
 						   .cap = EMBED_DIM };
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_embed_batch(c, items, EMBED_ITEMS, &br, 60000000000ll), 0);
+	ck_assert_int_eq(bn_embed_batch(c, items, EMBED_ITEMS, &br, tu_scaled_ns(DAEMON_WAIT_NS)), 0);
 	ck_assert_uint_eq(br.n_ok, EMBED_ITEMS);
 }
 
@@ -766,7 +766,7 @@ START_TEST(daemon_embeds_as_the_cpu_daemon)
 				      poolings[_i], lens[k], i, (double)gv[k][i], (double)cv[k][i]);
 		struct bn_embed_item it = { .ids = ids[k], .n_ids = lens[k], .vector = one,
 					    .cap = EMBED_DIM };
-		ck_assert_int_eq(bn_embed(g, &it, 60000000000ll), 0);
+		ck_assert_int_eq(bn_embed(g, &it, tu_scaled_ns(DAEMON_WAIT_NS)), 0);
 		ck_assert_mem_eq(one, gv[k], sizeof(one));
 	}
 	bn_disconnect(g);
