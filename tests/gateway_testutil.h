@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "timescale.h"
+
 /* ---- the gateway ------------------------------------------------------------------------- */
 
 struct gateway {
