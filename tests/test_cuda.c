@@ -72,6 +72,7 @@ int main(void)
 #define JSON_ROOM 16        /* a JSON object's roomy budget: closed in time all the same */
 #define SEEDED_TOKENS 12
 #define FAMILY_STEPS 3      /* a prefill and two decode steps of each family's shapes */
+#define EMBED_LONG 72       /* three chunks of the daemon's 32-token budget, the last partial */
 #else
 #if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
 #define STORIES_IDS 8       /* ThreadSanitizer: twenty times slower again */
@@ -88,6 +89,7 @@ int main(void)
 #define JSON_ROOM (4 * DAEMON_TOKENS)
 #define SEEDED_TOKENS (2 * DAEMON_TOKENS)
 #define FAMILY_STEPS 8
+#define EMBED_LONG 120
 #endif
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -722,12 +724,12 @@ END_TEST
 /* Embeddings on the cuda backend (base, and fast's fused final norm, which must leave every
  * token's residual stream whole): each vector within 1e-4 of the cpu daemon's (the device
  * sums attention in another order, and an activation's int8 rounding can flip: 1.8e-5 seen on
- * components of 0.06), and a batch's vectors the bits each gets alone (prompts of 40 and 120
- * tokens: several chunks). */
+ * components of 0.06), and a batch's vectors the bits each gets alone (prompts of 40 and
+ * EMBED_LONG tokens: several chunks). */
 #define EMBED_ITEMS 4
 #define EMBED_DIM 256 /* the tiny preset's */
 
-static void embed_all(struct bn_client *c, uint32_t ids[][120], const uint32_t *lens,
+static void embed_all(struct bn_client *c, uint32_t ids[][EMBED_LONG], const uint32_t *lens,
 		      float vec[][EMBED_DIM])
 {
 	struct bn_embed_item items[EMBED_ITEMS];
@@ -744,8 +746,8 @@ START_TEST(daemon_embeds_as_the_cpu_daemon)
 	if (!ctu_have_cuda_daemon())
 		return;
 	static const char *const variants[] = { "base", "fast" }, *const poolings[] = { "mean", "last" };
-	static uint32_t ids[EMBED_ITEMS][120];
-	static const uint32_t lens[EMBED_ITEMS] = { 1, 9, 40, 120 };
+	static uint32_t ids[EMBED_ITEMS][EMBED_LONG];
+	static const uint32_t lens[EMBED_ITEMS] = { 1, 9, 40, EMBED_LONG };
 	static float gv[EMBED_ITEMS][EMBED_DIM], cv[EMBED_ITEMS][EMBED_DIM], one[EMBED_DIM];
 	for (uint32_t k = 0; k < EMBED_ITEMS; k++)
 		ctu_make_ids(ids[k], lens[k], 40 + k, 512);
