@@ -740,9 +740,11 @@ TEST_ENV := BITNETD=$(BITNETD) BITNETD_CUDA_HOST=$(HOST_BITNETD) BITNET_GATEWAY=
 # "== $(2): N s" when it ends, failed or not (a shell fragment for a recipe's `set -e` loop),
 # in tenths of a second; under make check also a line "N NAME" in the file $$BN_CHECK_TIMES
 # names, for its table (CHECK_TIME_TABLE). A sanitizer pass tags the name with its sanitizers.
-TIMED_RUN = s=$$(date +%s%N); rc=0; $(1) || rc=$$?; t=$$((($$(date +%s%N) - s) / 100000000)); \
-	t="$$((t / 10)).$$((t % 10))"; echo "== $(2)$(PASS_TAG): $$t s"; \
-	[ -z "$${BN_CHECK_TIMES:-}" ] || echo "$$t $(2)$(PASS_TAG)" >> "$$BN_CHECK_TIMES"
+# Its own variables are timed_*: the loops' (t, v) are in its arguments.
+TIMED_RUN = timed_s=$$(date +%s%N); rc=0; $(1) || rc=$$?; \
+	timed_d=$$((($$(date +%s%N) - timed_s) / 100000000)); \
+	timed_d="$$((timed_d / 10)).$$((timed_d % 10))"; echo "== $(2)$(PASS_TAG): $$timed_d s"; \
+	[ -z "$${BN_CHECK_TIMES:-}" ] || echo "$$timed_d $(2)$(PASS_TAG)" >> "$$BN_CHECK_TIMES"
 PASS_TAG := $(if $(SANITIZE), [$(SANITIZE)])
 CHECK_TIME_TABLE = echo "== each test program's time, slowest first:"; sort -rn "$$BN_CHECK_TIMES" | \
 	awk '{ t = $$1; $$1 = ""; printf "%8.1f s %s\n", t, substr($$0, 2) }'
