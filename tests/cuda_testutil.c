@@ -56,7 +56,7 @@ const char *ctu_weights_cache_of(const struct tu_daemon *d)
 {
 	static char state[32];
 	const char *info[] = { "info", NULL };
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0, end = tu_scaled(100); i < end; i++) {
 		static struct tu_run r;
 		ck_assert_int_eq(tu_run_cli(d, info, NULL, 0, &r), 0);
 		const char *s = strstr(r.out, "\nweights_cache=");

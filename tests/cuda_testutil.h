@@ -34,7 +34,8 @@ void ctu_host_copy(void *dst, const void *src, size_t bytes);
 void ctu_make_ids(uint32_t *ids, uint32_t n, uint32_t seed, uint32_t vocab);
 /* bn_stats.weights_cache as this process's backend last set it. */
 enum bn_weights_cache ctu_weights_cache(void);
-/* `bitnet-cli info`'s weights_cache for the daemon, once it is not "writing" (up to 10 s). */
+/* `bitnet-cli info`'s weights_cache for the daemon, once it is not "writing" (up to 10 s,
+ * scaled: timescale.h). */
 const char *ctu_weights_cache_of(const struct tu_daemon *d);
 /* A counter or gauge from the daemon's stats, by name (tu_metric's answer). */
 long long ctu_daemon_stat(struct bn_client *c, const char *name);

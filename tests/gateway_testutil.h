@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "timescale.h"
+
 /* ---- the gateway ------------------------------------------------------------------------- */
 
 struct gateway {
@@ -66,7 +68,7 @@ static inline void gateway_start(struct gateway *g, const char *socket, const ch
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
-	for (int i = 0; i < 1000; i++) {
+	for (int i = 0, end = tu_scaled(1000); i < end; i++) { /* 10 s, scaled */
 		int fd = dial(g->port);
 		if (fd >= 0) {
 			close(fd);

@@ -32,12 +32,14 @@
 #include <unistd.h>
 
 #define MS 1000000LL
-#define CLOSE_WAIT_MS 4000     /* a violation must end the session within this */
-#define OPEN_WAIT_MS 1000      /* how long a session that should stay open is watched */
-#define DONE_WAIT_MS 5000      /* one request, on a loaded 2-core machine */
-#define HANDSHAKE_WAIT_MS 8000 /* the daemon's own handshake timeout is 1 s by default */
-#define MODE_BUDGET_MS 9000    /* loops stop here, so every mode ends within ~10 s */
-#define ALARM_S 15             /* last resort if a system call still hangs */
+/* What is waited for scales (tests/timescale.h); how long a session that should stay open is
+ * watched, and how long a mode's loops run, do not: they are how much is tried. */
+#define CLOSE_WAIT_MS tu_scaled(4000)     /* a violation must end the session within this */
+#define OPEN_WAIT_MS 1000                 /* how long a session that should stay open is watched */
+#define DONE_WAIT_MS tu_scaled(5000)      /* one request, on a loaded 2-core machine */
+#define HANDSHAKE_WAIT_MS tu_scaled(8000) /* the daemon's own handshake timeout is 1 s by default */
+#define MODE_BUDGET_MS 9000               /* loops stop here, so every mode ends within ~10 s */
+#define ALARM_S tu_scaled(15)             /* last resort if a system call still hangs */
 #define HOSTILE_SLOTS 4
 
 struct options {
@@ -122,7 +124,7 @@ static int dial(const char *path)
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	struct timeval tv = { .tv_sec = 5 };
+	struct timeval tv = { .tv_sec = tu_scaled(5) };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
@@ -1044,7 +1046,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGALRM, on_alarm);
-	alarm(ALARM_S);
+	alarm((unsigned)ALARM_S);
 	rng_state = o.seed ? o.seed : 1;
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
 		if (strcmp(o.mode, modes[i].name) != 0)

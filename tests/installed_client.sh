@@ -126,9 +126,10 @@ fi
 	>"$tmp/bitnetd.log" 2>&1 &
 daemon_pid=$!
 tries=0
+start_tries=$(python3 "$root/tests/timescale.py" "$prefix/bin/bitnetd" 200) # 10 s, scaled
 until "$prefix/bin/bitnet-cli" --socket "$sock" info >/dev/null 2>&1; do
 	tries=$((tries + 1))
-	if [ $tries -gt 200 ] || ! kill -0 "$daemon_pid" 2>/dev/null; then
+	if [ $tries -gt "$start_tries" ] || ! kill -0 "$daemon_pid" 2>/dev/null; then
 		cat "$tmp/bitnetd.log"
 		fail "bitnetd --backend loopback did not answer on $sock"
 	fi

@@ -66,7 +66,7 @@ static inline int st_try_load(struct bn_client *c, uint32_t kind, uint32_t flags
 {
 	struct bn_grammar_spec spec = { .kind = kind, .flags = flags, .text = text,
 					.len = text ? strlen(text) : 0 };
-	return bn_grammar_load(c, &spec, g, err, cap, 60 * SEC);
+	return bn_grammar_load(c, &spec, g, err, cap, tu_scaled_ns(60 * SEC));
 }
 
 static inline struct bn_grammar_handle *st_load(struct bn_client *c, uint32_t kind,
@@ -125,7 +125,7 @@ static inline void st_spell(struct st_answer *out)
 static inline void st_collect(struct bn_handle *h, const struct st_ask *a, struct st_answer *out)
 {
 	memset(out, 0, sizeof(*out));
-	ck_assert_int_eq(bn_wait(h, 120 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, 120 * SEC), 0);
 	ck_assert_int_eq(bn_result(h, &out->res), 0);
 	out->res.queue_ns = out->res.first_token_ns = out->res.total_ns = 0;
 	out->n = (uint32_t)bn_read_tokens(h, 0, out->ids, ST_MAX_OUT);

@@ -71,7 +71,7 @@ static long long computed_tokens(struct bn_client *c)
 static void assert_kv_idle(struct bn_client *c)
 {
 	long long used = -1, reserved = -1;
-	for (int i = 0; i < 300; i++) {
+	for (int i = 0, end = tu_scaled(300); i < end; i++) { /* 3 s, scaled */
 		const char *t = stats_text(c);
 		used = tu_metric(t, "bitnetd_kv_blocks_used");
 		reserved = tu_metric(t, "bitnetd_kv_blocks_reserved");
@@ -92,7 +92,7 @@ static double label_sum_alone(struct bn_client *c, const uint32_t *prefix, uint3
 	memcpy(ids + n_prefix, label, n_label * sizeof(*ids));
 	struct bn_score_item it = { .ids = ids, .n_ids = n_prefix + n_label, .cap = 2 * MAX_IDS,
 				    .logprobs = lp };
-	int rc = bn_score(c, &it, 30 * SEC);
+	int rc = bn_score(c, &it, tu_scaled_ns(30 * SEC));
 	ck_assert_msg(rc == 0, "score: %s", bn_strerror(rc));
 	double sum = 0;
 	for (uint32_t i = 0; i < n_label; i++) {
@@ -175,7 +175,7 @@ static void run_label_cases(struct bn_client *c)
 	for (size_t p = 0; p < sizeof(prefixes) / sizeof(prefixes[0]); p++) {
 		make_case(&k, prefixes[p], lens, 6, mi.vocab_size);
 		struct bn_classify_item it = item_of(&k);
-		int rc = bn_classify(c, &it, 30 * SEC);
+		int rc = bn_classify(c, &it, tu_scaled_ns(30 * SEC));
 		ck_assert_msg(rc == 0, "classify, prefix %u: %s", prefixes[p], bn_strerror(rc));
 		ck_assert_uint_eq(it.result.status, BN_STATUS_COMPLETE);
 		ck_assert_uint_eq(it.result.n_tokens, 1 + 3 + 20 + 2 + 40 + 1);
@@ -241,7 +241,7 @@ START_TEST(prefix_is_read_once)
 	make_case(&k, 64, lens, 8, mi.vocab_size);
 	struct bn_classify_item it = item_of(&k);
 	long long before = computed_tokens(c);
-	ck_assert_int_eq(bn_classify(c, &it, 30 * SEC), 0);
+	ck_assert_int_eq(bn_classify(c, &it, tu_scaled_ns(30 * SEC)), 0);
 	long long spent = computed_tokens(c) - before;
 	/* 63 prefix tokens, then each fork: the prefix's last token and three label tokens. */
 	ck_assert_int_eq(spent, 63 + 8 * 4);
@@ -261,19 +261,19 @@ START_TEST(text_labels_continue_the_prefix)
 	struct bn_label_score scores[3];
 	struct bn_classify_item it = { .text = prefix, .text_len = strlen(prefix),
 				       .labels = labels, .n_labels = 3, .scores = scores };
-	int rc = bn_classify(c, &it, 30 * SEC);
+	int rc = bn_classify(c, &it, tu_scaled_ns(30 * SEC));
 	ck_assert_msg(rc == 0, "classify: %s", bn_strerror(rc));
 	static struct bn_logprob lp[MAX_IDS];
 	struct bn_score_item alone = { .text = prefix, .text_len = strlen(prefix), .cap = MAX_IDS,
 				       .logprobs = lp };
-	ck_assert_int_eq(bn_score(c, &alone, 30 * SEC), 0);
+	ck_assert_int_eq(bn_score(c, &alone, tu_scaled_ns(30 * SEC)), 0);
 	uint32_t n_prefix = alone.n_tokens;
 	for (uint32_t i = 0; i < 3; i++) {
 		char text[128];
 		snprintf(text, sizeof(text), "%s%s", prefix, labels[i]);
 		alone = (struct bn_score_item){ .text = text, .text_len = strlen(text),
 						.cap = MAX_IDS, .logprobs = lp };
-		ck_assert_int_eq(bn_score(c, &alone, 30 * SEC), 0);
+		ck_assert_int_eq(bn_score(c, &alone, tu_scaled_ns(30 * SEC)), 0);
 		ck_assert_uint_eq(scores[i].n_tokens, alone.n_tokens - n_prefix);
 		double sum = 0;
 		for (uint32_t p = n_prefix - 1; p < alone.n_scored; p++)
@@ -317,7 +317,7 @@ START_TEST(batch_items_fail_alone)
 	for (uint32_t i = 0; i < ITEMS; i++)
 		items[i] = item_of(cases[i]);
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_classify_batch(c, items, ITEMS, &br, 60 * SEC), 0);
+	ck_assert_int_eq(bn_classify_batch(c, items, ITEMS, &br, tu_scaled_ns(60 * SEC)), 0);
 	ck_assert_uint_eq(br.n_ok, 3);
 	ck_assert_uint_eq(br.n_failed, 4);
 	for (uint32_t i = 0; i < ITEMS; i++) {
@@ -341,7 +341,7 @@ START_TEST(cli_prints_the_labels)
 	struct bn_label_score scores[2];
 	struct bn_classify_item it = { .text = "The ball went", .text_len = 13, .labels = labels,
 				       .n_labels = 2, .scores = scores };
-	ck_assert_int_eq(bn_classify(c, &it, 30 * SEC), 0);
+	ck_assert_int_eq(bn_classify(c, &it, tu_scaled_ns(30 * SEC)), 0);
 	const char *args[] = { "classify", "--text", "The ball went", "--labels", "up,down", NULL };
 	static struct tu_run r;
 	ck_assert_int_eq(tu_run_cli(&d, args, NULL, 0, &r), 0);
@@ -375,7 +375,7 @@ START_TEST(loopback_does_not_classify)
 	static const uint32_t lens[1] = { 1 };
 	make_case(&k, 3, lens, 1, 64);
 	struct bn_classify_item it = item_of(&k);
-	ck_assert_int_eq(bn_classify(c, &it, 10 * SEC), -BN_E_UNSUPPORTED);
+	ck_assert_int_eq(bn_classify(c, &it, tu_scaled_ns(10 * SEC)), -BN_E_UNSUPPORTED);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }

@@ -26,7 +26,15 @@
  * Built against the CUDA host harness (tests/cuda_host, BN_CUDA_HOST) as test_cuda_host, the
  * same cases run on the CPU, with the harness's race check on, on every machine; there the
  * test model's run stops after its first 64 known ids and the batch of 32 after 16 steps (a
- * token of stories260K costs about 0.1 s on the harness, 0.25 s with the race check).
+ * token of stories260K costs about 0.1 s on the harness, 0.25 s with the race check). Under
+ * AddressSanitizer (about 0.6 s a token, make check's check-san pass), which looks for memory
+ * errors, not for other outputs, each run is cut to the steps that still reach every kernel
+ * and buffer: 24 ids (past the first KV block), 4 steps of the batch (its ragged prefill of
+ * up to 40 tokens, then decode rows), 8 steps against the cpu backend, 4 tokens a request
+ * of the daemon's unconstrained ones, a JSON object's roomy budget of 16 (48; it is closed
+ * by EOS at the budget either way) and 12 tokens for the seeded pair (24); the regular
+ * expression's speculation keeps its budgets (its EOS after 24 tokens and its length at 7
+ * are what it checks).
  */
 #ifndef BN_HAVE_CUDA
 #include <stdio.h>
@@ -56,6 +64,16 @@ int main(void)
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(BN_CUDA_HOST) && defined(__SANITIZE_ADDRESS__)
+#define STORIES_IDS 24      /* AddressSanitizer: each kernel and buffer, not every output */
+#define INVARIANCE_STEPS 4
+#define TINY_STEPS 8
+#define SERVE_TOKENS 4
+#define JSON_ROOM 16        /* a JSON object's roomy budget: closed in time all the same */
+#define SEEDED_TOKENS 12
+#define FAMILY_STEPS 3      /* a prefill and two decode steps of each family's shapes */
+#define EMBED_LONG 72       /* three chunks of the daemon's 32-token budget, the last partial */
+#else
 #if defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__)
 #define STORIES_IDS 8       /* ThreadSanitizer: twenty times slower again */
 #define INVARIANCE_STEPS 16
@@ -65,6 +83,13 @@ int main(void)
 #else
 #define STORIES_IDS TU_STORIES_KNOWN
 #define INVARIANCE_STEPS 32
+#endif
+#define TINY_STEPS 24
+#define SERVE_TOKENS 12
+#define JSON_ROOM (4 * DAEMON_TOKENS)
+#define SEEDED_TOKENS (2 * DAEMON_TOKENS)
+#define FAMILY_STEPS 8
+#define EMBED_LONG 120
 #endif
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -545,9 +570,9 @@ START_TEST(tiny_matches_cpu_backend)
 	make_prompts(4, g.desc.vocab_size, prompts, lens);
 	static uint32_t tg[MAX_SEQS][64], tc[MAX_SEQS][64];
 	static struct bn_token_logprob lg[64][8], lc[64][8];
-	generate(&g, 4, prompts, lens, 24, tg, lg);
-	generate(&c, 4, prompts, lens, 24, tc, lc);
-	for (uint32_t i = 0; i < 24; i++) {
+	generate(&g, 4, prompts, lens, TINY_STEPS, tg, lg);
+	generate(&c, 4, prompts, lens, TINY_STEPS, tc, lc);
+	for (uint32_t i = 0; i < TINY_STEPS; i++) {
 		ck_assert_msg(tg[0][i] == tc[0][i], "token %u: %u vs cpu %u", i, tg[0][i], tc[0][i]);
 		for (uint32_t j = 0; j < 8; j++)
 			ck_assert_msg(fabsf(lg[i][j].logprob - lc[i][j].logprob) <= 2e-2f,
@@ -580,9 +605,9 @@ START_TEST(families_match_cpu_backend)
 	uint32_t prompt[6] = { 300, 401, 502, 603, 704, 305 }, *prompts[1] = { prompt }, lens[1] = { 6 };
 	static uint32_t tg[MAX_SEQS][64], tc[MAX_SEQS][64];
 	static struct bn_token_logprob lg[64][8], lc[64][8];
-	generate(&g, 1, prompts, lens, 8, tg, lg);
-	generate(&c, 1, prompts, lens, 8, tc, lc);
-	for (uint32_t i = 0; i < 8; i++) {
+	generate(&g, 1, prompts, lens, FAMILY_STEPS, tg, lg);
+	generate(&c, 1, prompts, lens, FAMILY_STEPS, tc, lc);
+	for (uint32_t i = 0; i < FAMILY_STEPS; i++) {
 		ck_assert_msg(tg[0][i] == tc[0][i], "%s token %u: %u vs cpu %u", family_presets[_i], i,
 			      tg[0][i], tc[0][i]);
 		for (uint32_t j = 0; j < 8; j++)
@@ -617,7 +642,9 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 
 #define DAEMON_PROMPTS 3
-#define DAEMON_TOKENS 12
+#define DAEMON_TOKENS 12 /* the constrained requests' unit (SERVE_TOKENS the others') */
+/* A request's wait: on progress (tu_wait) or, for a call that waits for a total, scaled */
+#define DAEMON_WAIT_NS 60000000000ll
 
 static void start_cuda_daemon(struct tu_daemon *d)
 {
@@ -629,17 +656,19 @@ static void start_cuda_daemon(struct tu_daemon *d)
 }
 
 /* Greedy tokens of each prompt, then one seeded sampled request with penalties, alone. */
-static void daemon_run(struct bn_client *c, uint32_t prompts[][8], uint32_t greedy[][DAEMON_TOKENS],
+static void daemon_run(struct bn_client *c, uint32_t prompts[][8], uint32_t greedy[][SERVE_TOKENS],
 		       uint32_t *sampled, const struct bn_sampling_params *sp)
 {
 	for (uint32_t p = 0; p < DAEMON_PROMPTS; p++) {
-		struct bn_request r = { .prompt = prompts[p], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+		struct bn_request r = { .prompt = prompts[p], .n_prompt = 8, .max_tokens = SERVE_TOKENS,
 					.flags = BN_REQ_IGNORE_EOS };
-		ck_assert_int_eq(bn_generate(c, &r, greedy[p], DAEMON_TOKENS, NULL, 60000000000ll), 0);
+		ck_assert_int_eq(bn_generate(c, &r, greedy[p], SERVE_TOKENS, NULL,
+					     tu_scaled_ns(DAEMON_WAIT_NS)), 0);
 	}
-	struct bn_request r = { .prompt = prompts[0], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+	struct bn_request r = { .prompt = prompts[0], .n_prompt = 8, .max_tokens = SERVE_TOKENS,
 				.flags = BN_REQ_IGNORE_EOS | BN_REQ_SEED, .sampling = sp };
-	ck_assert_int_eq(bn_generate(c, &r, sampled, DAEMON_TOKENS, NULL, 60000000000ll), 0);
+	ck_assert_int_eq(bn_generate(c, &r, sampled, SERVE_TOKENS, NULL,
+				     tu_scaled_ns(DAEMON_WAIT_NS)), 0);
 }
 
 START_TEST(daemon_serves_as_the_cpu_daemon)
@@ -662,26 +691,27 @@ START_TEST(daemon_serves_as_the_cpu_daemon)
 	/* hot enough that the draw decides: the tiny preset's random weights are very sure */
 	struct bn_sampling_params sp = { .temperature = 4.0f, .top_k = 40, .top_p = 0.95f,
 					 .repetition_penalty = 1.3f, .seed = 7 };
-	uint32_t g_greedy[DAEMON_PROMPTS][DAEMON_TOKENS], c_greedy[DAEMON_PROMPTS][DAEMON_TOKENS];
-	uint32_t alone[DAEMON_TOKENS], together[DAEMON_TOKENS], unused[DAEMON_TOKENS];
+	uint32_t g_greedy[DAEMON_PROMPTS][SERVE_TOKENS], c_greedy[DAEMON_PROMPTS][SERVE_TOKENS];
+	uint32_t alone[SERVE_TOKENS], together[SERVE_TOKENS], unused[SERVE_TOKENS];
 	daemon_run(g, prompts, g_greedy, alone, &sp);
 	daemon_run(c, prompts, c_greedy, unused, &sp);
 	ck_assert_int_eq(memcmp(g_greedy, c_greedy, sizeof(g_greedy)), 0);
 	/* the sampled request again, in flight with the greedy ones */
 	struct bn_batch_item items[DAEMON_PROMPTS + 1];
-	uint32_t batch_out[DAEMON_PROMPTS][DAEMON_TOKENS];
+	uint32_t batch_out[DAEMON_PROMPTS][SERVE_TOKENS];
 	memset(items, 0, sizeof(items));
 	for (uint32_t p = 0; p < DAEMON_PROMPTS; p++)
 		items[p] = (struct bn_batch_item){
-			.req = { .prompt = prompts[p], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+			.req = { .prompt = prompts[p], .n_prompt = 8, .max_tokens = SERVE_TOKENS,
 				 .flags = BN_REQ_IGNORE_EOS },
-			.out = batch_out[p], .out_cap = DAEMON_TOKENS };
+			.out = batch_out[p], .out_cap = SERVE_TOKENS };
 	items[DAEMON_PROMPTS] = (struct bn_batch_item){
-		.req = { .prompt = prompts[0], .n_prompt = 8, .max_tokens = DAEMON_TOKENS,
+		.req = { .prompt = prompts[0], .n_prompt = 8, .max_tokens = SERVE_TOKENS,
 			 .flags = BN_REQ_IGNORE_EOS | BN_REQ_SEED, .sampling = &sp },
-		.out = together, .out_cap = DAEMON_TOKENS };
+		.out = together, .out_cap = SERVE_TOKENS };
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_generate_batch(g, items, DAEMON_PROMPTS + 1, &br, 60000000000ll), 0);
+	ck_assert_int_eq(bn_generate_batch(g, items, DAEMON_PROMPTS + 1, &br,
+					   tu_scaled_ns(DAEMON_WAIT_NS)), 0);
 	ck_assert_uint_eq(br.n_ok, DAEMON_PROMPTS + 1);
 	ck_assert_int_eq(memcmp(batch_out, g_greedy, sizeof(batch_out)), 0);
 	ck_assert_int_eq(memcmp(together, alone, sizeof(alone)), 0);
@@ -695,12 +725,12 @@ END_TEST
 /* Embeddings on the cuda backend (base, and fast's fused final norm, which must leave every
  * token's residual stream whole): each vector within 1e-4 of the cpu daemon's (the device
  * sums attention in another order, and an activation's int8 rounding can flip: 1.8e-5 seen on
- * components of 0.06), and a batch's vectors the bits each gets alone (prompts of 40 and 120
- * tokens: several chunks). */
+ * components of 0.06), and a batch's vectors the bits each gets alone (prompts of 40 and
+ * EMBED_LONG tokens: several chunks). */
 #define EMBED_ITEMS 4
 #define EMBED_DIM 256 /* the tiny preset's */
 
-static void embed_all(struct bn_client *c, uint32_t ids[][120], const uint32_t *lens,
+static void embed_all(struct bn_client *c, uint32_t ids[][EMBED_LONG], const uint32_t *lens,
 		      float vec[][EMBED_DIM])
 {
 	struct bn_embed_item items[EMBED_ITEMS];
@@ -708,7 +738,7 @@ static void embed_all(struct bn_client *c, uint32_t ids[][120], const uint32_t *
 		items[k] = (struct bn_embed_item){ .ids = ids[k], .n_ids = lens[k], .vector = vec[k],
 						   .cap = EMBED_DIM };
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_embed_batch(c, items, EMBED_ITEMS, &br, 60000000000ll), 0);
+	ck_assert_int_eq(bn_embed_batch(c, items, EMBED_ITEMS, &br, tu_scaled_ns(DAEMON_WAIT_NS)), 0);
 	ck_assert_uint_eq(br.n_ok, EMBED_ITEMS);
 }
 
@@ -717,8 +747,8 @@ START_TEST(daemon_embeds_as_the_cpu_daemon)
 	if (!ctu_have_cuda_daemon())
 		return;
 	static const char *const variants[] = { "base", "fast" }, *const poolings[] = { "mean", "last" };
-	static uint32_t ids[EMBED_ITEMS][120];
-	static const uint32_t lens[EMBED_ITEMS] = { 1, 9, 40, 120 };
+	static uint32_t ids[EMBED_ITEMS][EMBED_LONG];
+	static const uint32_t lens[EMBED_ITEMS] = { 1, 9, 40, EMBED_LONG };
 	static float gv[EMBED_ITEMS][EMBED_DIM], cv[EMBED_ITEMS][EMBED_DIM], one[EMBED_DIM];
 	for (uint32_t k = 0; k < EMBED_ITEMS; k++)
 		ctu_make_ids(ids[k], lens[k], 40 + k, 512);
@@ -741,7 +771,7 @@ START_TEST(daemon_embeds_as_the_cpu_daemon)
 				      poolings[_i], lens[k], i, (double)gv[k][i], (double)cv[k][i]);
 		struct bn_embed_item it = { .ids = ids[k], .n_ids = lens[k], .vector = one,
 					    .cap = EMBED_DIM };
-		ck_assert_int_eq(bn_embed(g, &it, 60000000000ll), 0);
+		ck_assert_int_eq(bn_embed(g, &it, tu_scaled_ns(DAEMON_WAIT_NS)), 0);
 		ck_assert_mem_eq(one, gv[k], sizeof(one));
 	}
 	bn_disconnect(g);
@@ -762,7 +792,7 @@ static void constrained_run(struct bn_client *c, const uint32_t *prompt, uint32_
 				.flags = flags, .sampling = sp };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit_grammar(c, &r, NULL, 0, g, &h), 0);
-	ck_assert_int_eq(bn_wait(h, 60000000000ll), 0);
+	ck_assert_int_eq(tu_wait(h, DAEMON_WAIT_NS), 0);
 	ck_assert_int_eq(bn_result(h, res), 0);
 	memset(out, 0, DAEMON_TOKENS * 4 * sizeof(uint32_t));
 	bn_read_tokens(h, 0, out, 4 * DAEMON_TOKENS);
@@ -819,7 +849,7 @@ START_TEST(daemon_constrains_as_the_cpu_daemon)
 	ck_assert_int_eq(bn_grammar_load(g, &spec, &gg, NULL, 0, -1), 0);
 	ck_assert_int_eq(bn_grammar_load(c, &spec, &cg, NULL, 0, -1), 0);
 	uint32_t prompt[8] = { 1, 40, 77, 300, 12, 5, 99, 200 };
-	uint32_t budgets[2] = { 4 * DAEMON_TOKENS, 6 };
+	uint32_t budgets[2] = { JSON_ROOM, 6 };
 	struct bn_result gr, cr;
 	uint32_t gout[4 * DAEMON_TOKENS], cout[4 * DAEMON_TOKENS];
 	for (uint32_t k = 0; k < 2; k++) {
@@ -834,16 +864,16 @@ START_TEST(daemon_constrains_as_the_cpu_daemon)
 	}
 	struct bn_sampling_params sp = { .temperature = 4.0f, .top_k = 40, .seed = 11 };
 	uint32_t alone[4 * DAEMON_TOKENS], together[4 * DAEMON_TOKENS], other[4 * DAEMON_TOKENS];
-	constrained_run(g, prompt, 2 * DAEMON_TOKENS, gg, &sp, BN_REQ_SEED, alone, &gr);
-	struct bn_request r = { .prompt = prompt, .n_prompt = 8, .max_tokens = 2 * DAEMON_TOKENS,
+	constrained_run(g, prompt, SEEDED_TOKENS, gg, &sp, BN_REQ_SEED, alone, &gr);
+	struct bn_request r = { .prompt = prompt, .n_prompt = 8, .max_tokens = SEEDED_TOKENS,
 				.flags = BN_REQ_SEED, .sampling = &sp };
-	struct bn_request plain = { .prompt = prompt, .n_prompt = 8, .max_tokens = 2 * DAEMON_TOKENS,
+	struct bn_request plain = { .prompt = prompt, .n_prompt = 8, .max_tokens = SEEDED_TOKENS,
 				    .flags = BN_REQ_IGNORE_EOS };
 	struct bn_handle *h1, *h2;
 	ck_assert_int_eq(bn_submit(g, &plain, &h2), 0);
 	ck_assert_int_eq(bn_submit_grammar(g, &r, NULL, 0, gg, &h1), 0);
-	ck_assert_int_eq(bn_wait(h1, 60000000000ll), 0);
-	ck_assert_int_eq(bn_wait(h2, 60000000000ll), 0);
+	ck_assert_int_eq(tu_wait(h1, DAEMON_WAIT_NS), 0);
+	ck_assert_int_eq(tu_wait(h2, DAEMON_WAIT_NS), 0);
 	memset(together, 0, sizeof(together));
 	bn_read_tokens(h1, 0, together, 4 * DAEMON_TOKENS);
 	bn_read_tokens(h2, 0, other, 4 * DAEMON_TOKENS);
@@ -874,7 +904,9 @@ static void start_refused(const char *memory, const char *kv_memory, struct tu_r
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(sock, sizeof(sock), "%s/sock", dir);
 	/* timeout: a daemon that starts after all is ended (124) instead of waited for forever */
-	const char *argv[16] = { "/usr/bin/timeout", "60", ctu_cuda_daemon(), "--socket", sock,
+	char limit[16];
+	snprintf(limit, sizeof(limit), "%d", tu_scaled(60));
+	const char *argv[16] = { "/usr/bin/timeout", limit, ctu_cuda_daemon(), "--socket", sock,
 				 "--backend", "cuda", "--model", tu_default_model(), "--cache-dir", dir,
 				 "--log-level", "warn" };
 	int argc = 13;
@@ -939,7 +971,7 @@ START_TEST(daemon_on_a_small_device)
 	struct bn_request q = { .prompt = prompt, .n_prompt = 4, .max_tokens = 8,
 				.flags = BN_REQ_IGNORE_EOS };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &q, out, 8, &res, 60000000000ll), 0);
+	ck_assert_int_eq(bn_generate(c, &q, out, 8, &res, tu_scaled_ns(DAEMON_WAIT_NS)), 0);
 	ck_assert_uint_eq(res.n_tokens, 8);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);

@@ -490,7 +490,8 @@ static void start_and_answer(const char *model, const char *kernels, const char 
 		      bn_weights_cache_names[want]);
 	memset(rec, 0, sizeof(*rec));
 	fork_run(&e, rec);
-	for (int i = 0; i < 1000 && ctu_weights_cache() == BN_WEIGHTS_CACHE_WRITING; i++)
+	for (int i = 0, end = tu_scaled(1000); /* 10 s, scaled */
+	     i < end && ctu_weights_cache() == BN_WEIGHTS_CACHE_WRITING; i++)
 		usleep(10000);
 	if (want == BN_WEIGHTS_CACHE_WRITING)
 		ck_assert_str_eq(bn_weights_cache_names[ctu_weights_cache()], "built");
@@ -544,7 +545,7 @@ static void daemon_generate(struct bn_client *c, const uint32_t *prompt, uint32_
 	struct bn_request req = { prompt, n, 6, flags | BN_REQ_LOGPROBS | BN_REQ_IGNORE_EOS, &sp };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
-	ck_assert_int_eq(bn_wait(h, 120 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, 120 * SEC), 0);
 	ck_assert_int_eq(bn_read_tokens(h, 0, ids, 8), 6);
 	ck_assert_int_eq(bn_read_logprobs(h, 0, lp, alt, 8), 6);
 	bn_release(h);
@@ -571,7 +572,7 @@ static void daemon_answers(const struct tu_daemon *d, struct daemon_answers *a)
 	ctu_make_ids(ids, 12, 17, info.vocab_size);
 	struct bn_score_item it = { .ids = ids, .n_ids = 12, .n_top = 3, .cap = 16,
 				    .logprobs = a->scored, .top = a->top };
-	ck_assert_int_eq(bn_score(c, &it, 120 * SEC), 0);
+	ck_assert_int_eq(bn_score(c, &it, tu_scaled_ns(120 * SEC)), 0);
 	a->sum = it.sum;
 	bn_disconnect(c);
 }

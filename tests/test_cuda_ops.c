@@ -656,7 +656,8 @@ static void start_and_answer(const char *model, const char *cache_dir, enum bn_w
 	ctu_make_ids(prompt, CACHE_PROMPT, 3, e.desc.vocab_size);
 	memset(a, 0, sizeof(*a));
 	prefill(&e, 0, prompt, CACHE_PROMPT, a);
-	for (int i = 0; i < 1000 && ctu_weights_cache() == BN_WEIGHTS_CACHE_WRITING; i++)
+	for (int i = 0, end = tu_scaled(1000); /* 10 s, scaled */
+	     i < end && ctu_weights_cache() == BN_WEIGHTS_CACHE_WRITING; i++)
 		usleep(10000);
 	if (want == BN_WEIGHTS_CACHE_WRITING)
 		ck_assert_str_eq(bn_weights_cache_names[ctu_weights_cache()], "built");
@@ -761,7 +762,7 @@ static void daemon_score(struct bn_client *c, const uint32_t *ids, uint32_t n, s
 {
 	struct bn_score_item it = { .ids = ids, .n_ids = n, .n_top = 3, .cap = 64, .logprobs = lp,
 				    .top = top };
-	int rc = bn_score(c, &it, 120 * SEC);
+	int rc = bn_score(c, &it, tu_scaled_ns(120 * SEC));
 	ck_assert_msg(rc == 0, "score: %s", bn_strerror(rc));
 	ck_assert_uint_eq(it.n_scored, n - 1);
 	*sum = it.sum;
@@ -805,8 +806,8 @@ static void daemon_classify_matches(struct bn_client *g, struct bn_client *c, ui
 				       .label_n_ids = lens, .n_labels = LABELS, .scores = sg };
 	struct bn_classify_item ic = ig;
 	ic.scores = sc;
-	ck_assert_int_eq(bn_classify(g, &ig, 120 * SEC), 0);
-	ck_assert_int_eq(bn_classify(c, &ic, 120 * SEC), 0);
+	ck_assert_int_eq(bn_classify(g, &ig, tu_scaled_ns(120 * SEC)), 0);
+	ck_assert_int_eq(bn_classify(c, &ic, tu_scaled_ns(120 * SEC)), 0);
 	ck_assert_uint_eq(ig.best, ic.best);
 	for (uint32_t a = 0; a < LABELS; a++) {
 		for (uint32_t b = 0; b < LABELS; b++)
@@ -838,7 +839,7 @@ static void daemon_generate(struct bn_client *c, const uint32_t *prompt, uint32_
 	struct bn_handle *h;
 	memset(out, 0, sizeof(*out));
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
-	ck_assert_int_eq(bn_wait(h, 120 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, 120 * SEC), 0);
 	out->n = (uint32_t)bn_read_tokens(h, 0, out->ids, 32);
 	ck_assert_uint_eq(out->n, max);
 	ck_assert_int_eq(bn_read_logprobs(h, 0, out->lp, out->alt, 32), (int)max);

@@ -48,7 +48,7 @@ static void run_daemon(const char *const *args, struct run *r)
 		_exit(127);
 	}
 	r->status = -2;
-	for (int i = 0; i < 600 && r->status == -2; i++) {
+	for (int i = 0, end = tu_scaled(600); i < end && r->status == -2; i++) {
 		int st;
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -62,7 +62,8 @@ static void run_daemon(const char *const *args, struct run *r)
 		}
 		usleep(20000);
 	}
-	ck_assert_msg(r->status != -2, "bitnetd neither exited nor became ready in 12 s");
+	ck_assert_msg(r->status != -2, "bitnetd neither exited nor became ready in %d s",
+		      tu_scaled(12));
 	read_log(log_path, r->log, sizeof(r->log));
 	close(fd);
 	unlink(log_path);

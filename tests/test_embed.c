@@ -70,7 +70,7 @@ static void embed_ok(struct bn_client *c, struct bn_embed_item *it, float *vec)
 {
 	it->vector = vec;
 	it->cap = MAX_DIM;
-	int rc = bn_embed(c, it, 30 * SEC);
+	int rc = bn_embed(c, it, tu_scaled_ns(30 * SEC));
 	ck_assert_msg(rc == 0, "embed: %s", bn_strerror(rc));
 	ck_assert_uint_eq(it->result.status, BN_STATUS_COMPLETE);
 }
@@ -131,7 +131,7 @@ START_TEST(pooling_vs_reference)
 						   .vector = vec[k], .cap = MAX_DIM };
 	}
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_embed_batch(c, items, N_LENGTHS, &br, 60 * SEC), 0);
+	ck_assert_int_eq(bn_embed_batch(c, items, N_LENGTHS, &br, tu_scaled_ns(60 * SEC)), 0);
 	ck_assert_uint_eq(br.n_ok, N_LENGTHS);
 	double *want = malloc(dim * sizeof(double));
 	for (uint32_t k = 0; k < N_LENGTHS; k++) {
@@ -204,7 +204,7 @@ START_TEST(batch_equals_alone)
 		items[k].cap = MAX_DIM;
 	}
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_embed_batch(c, items, ITEMS, &br, 60 * SEC), 0);
+	ck_assert_int_eq(bn_embed_batch(c, items, ITEMS, &br, tu_scaled_ns(60 * SEC)), 0);
 	ck_assert_uint_eq(br.n_ok, GOOD);
 	for (b = 0; b < 4; b++)
 		ck_assert_int_eq(items[bad[b]].error, bad_error[b]);
@@ -213,7 +213,7 @@ START_TEST(batch_equals_alone)
 	static float whole_vec[ITEMS][MAX_DIM];
 	for (k = 0; k < ITEMS; k++)
 		again[k].vector = whole_vec[k];
-	ck_assert_int_eq(bn_embed_batch(cw, again, ITEMS, &br, 60 * SEC), 0);
+	ck_assert_int_eq(bn_embed_batch(cw, again, ITEMS, &br, tu_scaled_ns(60 * SEC)), 0);
 	for (k = 0; k < ITEMS; k++) {
 		if (items[k].error)
 			continue;
@@ -245,7 +245,7 @@ START_TEST(text_over_the_context)
 		text[i] = "ab cd "[i % 6];
 	static float v[MAX_DIM];
 	struct bn_embed_item it = { .text = text, .text_len = len, .vector = v, .cap = MAX_DIM };
-	ck_assert_int_eq(bn_embed(c, &it, 30 * SEC), -BN_E_TOO_LONG);
+	ck_assert_int_eq(bn_embed(c, &it, tu_scaled_ns(30 * SEC)), -BN_E_TOO_LONG);
 	ck_assert_uint_gt(it.n_tokens, mi.context_length);
 	free(text);
 	bn_disconnect(c);
@@ -331,7 +331,7 @@ static int32_t raw_request(struct bn_client *c, uint32_t op, const struct raw *r
 {
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit_op(c, op, fill_raw, r, &h), 0);
-	ck_assert_int_eq(bn_wait(h, 10 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, tu_scaled_ns(10 * SEC)), 0);
 	struct bn_result res;
 	ck_assert_int_eq(bn_result(h, &res), 0);
 	ck_assert_uint_eq(res.status, BN_STATUS_ERROR);
@@ -359,7 +359,7 @@ START_TEST(generative_model_without_pooling)
 	static float v[MAX_DIM];
 	static const uint32_t ids[] = { 1, 2, 3 };
 	struct bn_embed_item it = { .ids = ids, .n_ids = 3, .vector = v, .cap = MAX_DIM };
-	ck_assert_int_eq(bn_embed(c, &it, 10 * SEC), -BN_E_UNSUPPORTED);
+	ck_assert_int_eq(bn_embed(c, &it, tu_scaled_ns(10 * SEC)), -BN_E_UNSUPPORTED);
 	char why[512];
 	ck_assert_int_eq(raw_op(c, BN_OP_EMBED, why, sizeof(why)), -BN_E_UNSUPPORTED);
 	ck_assert_msg(strstr(why, "--pooling"), "reason: %s", why);
@@ -431,7 +431,7 @@ START_TEST(embedding_model_embeds_only)
 				 hostile_error[k]);
 	uint32_t out[4];
 	struct bn_request req = { .prompt = ids, .n_prompt = 5, .max_tokens = 4 };
-	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 10 * SEC), -BN_E_UNSUPPORTED);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, tu_scaled_ns(10 * SEC)), -BN_E_UNSUPPORTED);
 	const char *args[] = { "embed", "--ids", "1 40 41 42 43", "--text", "", NULL };
 	static struct tu_run r;
 	ck_assert_int_eq(tu_run_cli(&d, args, NULL, 0, &r), 0);

@@ -244,7 +244,7 @@ static void serves_text_and_scores(const struct tu_daemon *d, const char *path, 
 	struct bn_request req = { .max_tokens = STEPS, .flags = BN_REQ_IGNORE_EOS | BN_REQ_TEXT_OUT };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit_text(c, &req, text, sizeof(text) - 1, &h), 0);
-	ck_assert_int_eq(bn_wait(h, 60 * SECOND), 0);
+	ck_assert_int_eq(tu_wait(h, tu_scaled_ns(60 * SECOND)), 0);
 	struct bn_result res;
 	ck_assert_int_eq(bn_result(h, &res), 0);
 	ck_assert_uint_eq(res.n_tokens, STEPS);
@@ -271,7 +271,7 @@ static void serves_text_and_scores(const struct tu_daemon *d, const char *path, 
 	struct bn_logprob lp[64];
 	struct bn_score_item it = { .ids = all, .n_ids = n_prompt + STEPS, .cap = 64,
 				    .logprobs = lp };
-	ck_assert_int_eq(bn_score(c, &it, 60 * SECOND), 0);
+	ck_assert_int_eq(bn_score(c, &it, tu_scaled_ns(60 * SECOND)), 0);
 	ck_assert_uint_eq(it.n_scored, n_prompt + STEPS - 1);
 	for (uint32_t i = 1; i < n_prompt + STEPS; i++) {
 		double want_lp = logprob(logits + (size_t)(i - 1) * V, V, all[i]);
@@ -358,7 +358,7 @@ START_TEST(falcon3_chat)
 	bn_text_stream_free(ts);
 	struct bn_chat_item it = { .messages = &msg, .n_messages = 1, .max_tokens = STEPS,
 				   .reply = reply, .reply_cap = sizeof(reply) };
-	ck_assert_int_eq(bn_chat(c, &it, 60 * SECOND), 0);
+	ck_assert_int_eq(bn_chat(c, &it, tu_scaled_ns(60 * SECOND)), 0);
 	ck_assert_uint_eq(it.result.n_tokens, k);
 	ck_assert_str_eq(reply, want_text);
 	bn_disconnect(c);
@@ -410,7 +410,7 @@ START_TEST(activation_without_a_key)
 	struct bn_request req = { .prompt = prompt, .n_prompt = 3, .max_tokens = 8,
 				  .flags = BN_REQ_IGNORE_EOS };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, 8, &res, 60 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 8, &res, tu_scaled_ns(60 * SECOND)), 0);
 	ck_assert_mem_eq(out, want, sizeof(out));
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);

@@ -197,7 +197,7 @@ START_TEST(stories_through_daemon)
 	struct bn_request req = { .prompt = &bos, .n_prompt = 1, .max_tokens = KNOWN_STEPS,
 				  .flags = BN_REQ_IGNORE_EOS };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, KNOWN_STEPS, &res, 60000000000LL), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, KNOWN_STEPS, &res, tu_scaled_ns(60 * 1000000000LL)), 0);
 	ck_assert_uint_eq(res.n_tokens, KNOWN_STEPS);
 	for (uint32_t i = 0; i < KNOWN_STEPS; i++)
 		ck_assert_msg(out[i] == tu_stories_known[i], "token %u: %u, want %u", i, out[i],
@@ -685,7 +685,7 @@ static void daemon_greedy(const char *path, const char *const *extra, uint32_t o
 	struct bn_request req = { .prompt = prompt, .n_prompt = 3, .max_tokens = 32,
 				  .flags = BN_REQ_IGNORE_EOS };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, 32, &res, 60000000000LL), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 32, &res, tu_scaled_ns(60 * 1000000000LL)), 0);
 	ck_assert_uint_eq(res.n_tokens, 32);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);

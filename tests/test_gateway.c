@@ -54,7 +54,7 @@ static char *ring_text(const struct tu_daemon *d, const char *text, uint32_t max
 	uint32_t n = tokenize(c, text, ids, 256);
 	struct bn_request req = { ids, n, max_tokens, flags, sp };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, 512, &res, 30 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 512, &res, tu_scaled_ns(30 * SECOND)), 0);
 	const struct bn_vocab *v;
 	bn_client_vocab(c, &v);
 	char *buf = malloc(8192);
@@ -152,7 +152,7 @@ START_TEST(echo_logprobs_are_the_scores)
 	uint32_t n = tokenize(cl, "Once upon a time, there was", ids, 64);
 	struct bn_logprob scores[64];
 	struct bn_score_item it = { .ids = ids, .n_ids = n, .cap = 64, .logprobs = scores };
-	ck_assert_int_eq(bn_score(cl, &it, 30 * SECOND), 0);
+	ck_assert_int_eq(bn_score(cl, &it, tu_scaled_ns(30 * SECOND)), 0);
 	bn_disconnect(cl);
 	ck_assert_uint_eq(json_array_size(lp), n);
 	ck_assert(json_is_null(json_array_get(lp, 0)));
@@ -347,7 +347,7 @@ START_TEST(a_client_that_leaves_mid_stream_is_cancelled)
 	}
 	close(fd);
 	long long running = -1;
-	for (int i = 0; i < 300 && running != 0; i++) {
+	for (int i = 0, end = tu_scaled(300); i < end && running != 0; i++) { /* 3 s, scaled */
 		usleep(10000);
 		running = daemon_metric(&stories, "bitnetd_running_sequences");
 	}
@@ -510,6 +510,7 @@ START_TEST(slow_headers_are_cut_off)
 			closed = 1;
 	}
 	ck_assert_msg(closed, "a connection trickling its headers was still open after 4 s");
+	/* not scaled (tests/timescale.h): the gateway's 1 s timeout is what is tested */
 	ck_assert_int_lt(tu_now_ns() - t0, 3 * SECOND);
 	close(slow);
 	gateway_stop(&g);

@@ -58,7 +58,7 @@ static void ring_vector(struct bn_client *c, const char *text, const uint32_t *i
 {
 	struct bn_embed_item it = { .text = text, .text_len = text ? strlen(text) : 0, .ids = ids,
 				    .n_ids = n, .vector = v, .cap = DIM };
-	int rc = bn_embed(c, &it, 30 * SEC);
+	int rc = bn_embed(c, &it, tu_scaled_ns(30 * SEC));
 	ck_assert_msg(rc == 0, "embed: %s", bn_strerror(rc));
 	ck_assert_uint_eq(it.dim, DIM);
 	*tokens = it.n_tokens;

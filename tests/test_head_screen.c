@@ -617,7 +617,7 @@ static long long daemon_ids(const char *const *extra, uint32_t out[4][40])
 				 .flags = BN_REQ_IGNORE_EOS },
 			.out = out[i], .out_cap = 40 };
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_generate_batch(c, items, 4, &br, 60000000000LL), 0);
+	ck_assert_int_eq(bn_generate_batch(c, items, 4, &br, tu_scaled_ns(60000000000LL)), 0);
 	for (int i = 0; i < 4; i++) {
 		ck_assert_int_eq(items[i].error, 0);
 		ck_assert_uint_eq(items[i].result.n_tokens, 40);

@@ -34,9 +34,10 @@
 #define HONEST_PROMPT_CAP 64
 #define HONEST_OUT_CAP 64
 #define SEC 1000000000LL
-#define REQUEST_TIMEOUT_NS (20 * SEC)
-#define HOSTILE_TIMEOUT_NS (30 * SEC) /* bn-hostile ends itself within ~15 s */
-#define CHILD_TIMEOUT_NS (40 * SEC)
+/* Waits, scaled (tests/timescale.h) */
+#define REQUEST_TIMEOUT_NS tu_scaled_ns(20 * SEC)
+#define HOSTILE_TIMEOUT_NS tu_scaled_ns(30 * SEC) /* bn-hostile ends itself within ~15 s, scaled */
+#define CHILD_TIMEOUT_NS tu_scaled_ns(40 * SEC)
 #define TEST_TIMEOUT_S 60
 #define OUTPUT_BYTES 8192
 #define STATS_BYTES (64 * 1024)

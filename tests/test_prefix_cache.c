@@ -87,7 +87,7 @@ static void generate(struct bn_client *c, const uint32_t *prompt, uint32_t n, en
 				  .sampling = &sp };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
-	ck_assert_int_eq(bn_wait(h, 30 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, 30 * SEC), 0);
 	memset(o, 0, sizeof(*o));
 	o->n = (uint32_t)bn_read_tokens(h, 0, o->tokens, GEN);
 	ck_assert_uint_eq(o->n, GEN);
@@ -195,10 +195,10 @@ START_TEST(classify_prefix_uses_the_cache)
 				       .label_ids = labels, .label_n_ids = lens, .n_labels = 2,
 				       .scores = first };
 	long long t0 = computed_tokens(c);
-	ck_assert_int_eq(bn_classify(c, &it, 30 * SEC), 0);
+	ck_assert_int_eq(bn_classify(c, &it, tu_scaled_ns(30 * SEC)), 0);
 	long long t1 = computed_tokens(c);
 	it.scores = again;
-	ck_assert_int_eq(bn_classify(c, &it, 30 * SEC), 0);
+	ck_assert_int_eq(bn_classify(c, &it, tu_scaled_ns(30 * SEC)), 0);
 	long long t2 = computed_tokens(c);
 	ck_assert_int_eq(t1 - t0, 40 + 3 + 2);
 	ck_assert_int_eq(t2 - t1, 40 - 2 * BT + 3 + 2);
@@ -235,8 +235,9 @@ START_TEST(tiny_pool_evicts_and_stays_exact)
 			ref_items[i].out = want[i];
 		}
 		struct bn_batch_result br, ref_br;
-		ck_assert_int_eq(bn_generate_batch(c, items, DISTINCT, &br, 120 * SEC), 0);
-		ck_assert_int_eq(bn_generate_batch(ref, ref_items, DISTINCT, &ref_br, 120 * SEC), 0);
+		int64_t limit = tu_scaled_ns(120 * SEC);
+		ck_assert_int_eq(bn_generate_batch(c, items, DISTINCT, &br, limit), 0);
+		ck_assert_int_eq(bn_generate_batch(ref, ref_items, DISTINCT, &ref_br, limit), 0);
 		ck_assert_uint_eq(br.n_ok, DISTINCT);
 		ck_assert_uint_eq(ref_br.n_ok, DISTINCT);
 		ck_assert_mem_eq(out, want, sizeof(out));
@@ -266,7 +267,7 @@ static int run_as_other_user(const char *socket_path, const uint32_t *prompt, ui
 		struct bn_request req = { .prompt = prompt, .n_prompt = n, .max_tokens = GEN,
 					  .flags = BN_REQ_IGNORE_EOS };
 		struct bn_result r;
-		int rc = bn_generate(c, &req, out, GEN, &r, 30 * SEC);
+		int rc = bn_generate(c, &req, out, GEN, &r, tu_scaled_ns(30 * SEC));
 		bn_disconnect(c);
 		_exit(rc == 0 ? 0 : 2);
 	}
@@ -334,13 +335,16 @@ START_TEST(killed_owner_leaves_sharers_whole)
 		struct bn_request req = { .prompt = prompt, .n_prompt = MAX_PROMPT,
 					  .max_tokens = 800, .flags = BN_REQ_IGNORE_EOS };
 		struct bn_result r;
-		bn_generate(c, &req, out, 800, &r, 60 * SEC);
+		bn_generate(c, &req, out, 800, &r, tu_scaled_ns(60 * SEC));
 		_exit(0);
 	}
 	struct bn_client *c = connect_or_die(&d), *ref = connect_or_die(&off);
-	/* Wait until the child's prompt is read (its blocks are cached). */
-	for (int i = 0; i < 500 && metric(c, "bitnetd_kv_blocks_cached") < MAX_PROMPT / BT; i++)
+	/* Wait until the child's prompt is read (its blocks are cached): up to 1 s, scaled. */
+	long long cached = 0;
+	for (int i = 0, end = tu_scaled(500); i < end && cached < MAX_PROMPT / BT; i++) {
 		usleep(2000);
+		cached = metric(c, "bitnetd_kv_blocks_cached");
+	}
 	ck_assert_int_ge(metric(c, "bitnetd_kv_blocks_cached"), MAX_PROMPT / BT);
 	struct bn_sampling_params sp = { 0 };
 	struct bn_request req = { .prompt = prompt, .n_prompt = MAX_PROMPT, .max_tokens = GEN,
@@ -349,15 +353,15 @@ START_TEST(killed_owner_leaves_sharers_whole)
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	ck_assert_int_eq(bn_wait(h, 30 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, 30 * SEC), 0);
 	uint32_t got[GEN], want[GEN];
 	ck_assert_int_eq(bn_read_tokens(h, 0, got, GEN), GEN);
 	bn_release(h);
 	struct bn_result r;
-	ck_assert_int_eq(bn_generate(ref, &req, want, GEN, &r, 30 * SEC), 0);
+	ck_assert_int_eq(bn_generate(ref, &req, want, GEN, &r, tu_scaled_ns(30 * SEC)), 0);
 	ck_assert_mem_eq(got, want, sizeof(got));
 	ck_assert_int_ge(metric(c, "bitnetd_prefix_cache_hit_tokens_total"), (MAX_PROMPT / BT - 1) * BT);
-	for (int i = 0; i < 500 && metric(c, "bitnetd_kv_blocks_used"); i++)
+	for (int i = 0, end = tu_scaled(500); i < end && metric(c, "bitnetd_kv_blocks_used"); i++)
 		usleep(2000);
 	ck_assert_int_eq(metric(c, "bitnetd_kv_blocks_used"), 0);
 	ck_assert_int_eq(metric(c, "bitnetd_kv_blocks_reserved"), 0);

@@ -485,11 +485,12 @@ START_TEST(a_killed_pull_is_resumed_by_the_next)
 		_exit(127);
 	}
 	struct stat st = { 0 };
-	for (int i = 0; i < 500 && (stat(incomplete, &st) < 0 || st.st_size < 200000); i++)
+	for (int i = 0, end = tu_scaled(500); /* 5 s, scaled */
+	     i < end && (stat(incomplete, &st) < 0 || st.st_size < 200000); i++)
 		usleep(10000);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	usleep(300000); /* the server notices the dead connection and stops counting */
+	usleep(tu_scaled(300) * 1000); /* the server notices the dead connection and stops counting */
 	ck_assert_int_eq(stat(incomplete, &st), 0);
 	long long partial = st.st_size;
 	ck_assert(partial > 0 && partial < ONE_SIZE);

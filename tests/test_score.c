@@ -55,7 +55,7 @@ static void score_ids(struct bn_client *c, const uint32_t *ids, uint32_t n,
 {
 	*it = (struct bn_score_item){ .ids = ids, .n_ids = n, .n_top = N_TOP, .cap = MAX_SCORED,
 				      .logprobs = lp, .top = top };
-	int rc = bn_score(c, it, 30 * SEC);
+	int rc = bn_score(c, it, tu_scaled_ns(30 * SEC));
 	ck_assert_msg(rc == 0, "score: %s", bn_strerror(rc));
 	ck_assert_uint_eq(it->result.status, BN_STATUS_COMPLETE);
 	ck_assert_uint_eq(it->n_scored, n - 1);
@@ -76,7 +76,7 @@ START_TEST(score_equals_stepwise_generation)
 				  .flags = BN_REQ_LOGPROBS | BN_REQ_IGNORE_EOS, .sampling = &sp };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
-	ck_assert_int_eq(bn_wait(h, 30 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, 30 * SEC), 0);
 	struct bn_logprob gen[GEN], gen_top[GEN * N_TOP];
 	ck_assert_int_eq(bn_read_tokens(h, 0, seq + 4, GEN), GEN);
 	ck_assert_int_eq(bn_read_logprobs(h, 0, gen, gen_top, GEN), GEN);
@@ -138,7 +138,7 @@ START_TEST(batch_items_fail_alone)
 		items[k].top = top[k];
 	}
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_score_batch(c, items, ITEMS, &br, 60 * SEC), 0);
+	ck_assert_int_eq(bn_score_batch(c, items, ITEMS, &br, tu_scaled_ns(60 * SEC)), 0);
 	ck_assert_uint_eq(br.n_ok, 4);
 	ck_assert_uint_eq(br.n_failed, 2);
 	ck_assert_int_eq(items[1].error, -BN_E_TOKEN);
@@ -150,7 +150,7 @@ START_TEST(batch_items_fail_alone)
 		struct bn_score_item alone = items[k];
 		alone.logprobs = alone_lp;
 		alone.top = alone_top;
-		ck_assert_int_eq(bn_score(c, &alone, 30 * SEC), 0);
+		ck_assert_int_eq(bn_score(c, &alone, tu_scaled_ns(30 * SEC)), 0);
 		ck_assert_uint_eq(alone.n_scored, items[k].n_scored);
 		ck_assert_uint_eq(alone.n_tokens, items[k].n_tokens);
 		ck_assert_mem_eq(alone_lp, lp[k], alone.n_scored * sizeof(*alone_lp));
@@ -211,7 +211,7 @@ START_TEST(loopback_does_not_score)
 	static const uint32_t ids[] = { 1, 2, 3 };
 	struct bn_logprob lp[2];
 	struct bn_score_item it = { .ids = ids, .n_ids = 3, .cap = 2, .logprobs = lp };
-	ck_assert_int_eq(bn_score(c, &it, 10 * SEC), -BN_E_UNSUPPORTED);
+	ck_assert_int_eq(bn_score(c, &it, tu_scaled_ns(10 * SEC)), -BN_E_UNSUPPORTED);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }

@@ -82,7 +82,7 @@ static struct bn_handle *submit(struct bn_client *c, const uint32_t *prompt, uin
 static void collect(struct bn_handle *h, const struct ask *a, struct answer *out)
 {
 	memset(out, 0, sizeof(*out));
-	ck_assert_int_eq(bn_wait(h, 60 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, 60 * SEC), 0);
 	ck_assert_int_eq(bn_result(h, &out->result), 0);
 	out->result.queue_ns = out->result.first_token_ns = out->result.total_ns = 0;
 	out->n = (uint32_t)bn_read_tokens(h, 0, out->ids, MAX_OUT);
@@ -236,7 +236,7 @@ START_TEST(patternless_tokens_back_off)
 	struct bn_request req = { prompt, n, LONG, BN_REQ_IGNORE_EOS | BN_REQ_SPECULATE, NULL };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
-	ck_assert_int_eq(bn_wait(h, 60 * SEC), 0);
+	ck_assert_int_eq(tu_wait(h, 60 * SEC), 0);
 	struct bn_result res;
 	ck_assert_int_eq(bn_result(h, &res), 0);
 	ck_assert_msg(res.status == BN_STATUS_LENGTH, "status %u error %d", res.status, res.error);

@@ -69,7 +69,7 @@ static void score_path(struct bn_client *c, const char *prompt, const struct st_
 	struct bn_score_item item = { .ids = ids, .n_ids = n + a->n, .n_top = n_top,
 				      .cap = 512 + ST_MAX_OUT,
 				      .logprobs = lp, .top = alt };
-	ck_assert_int_eq(bn_score(c, &item, 60 * SEC), 0);
+	ck_assert_int_eq(bn_score(c, &item, tu_scaled_ns(60 * SEC)), 0);
 	/* Position n + i - 1 predicts output token i. */
 	for (uint32_t i = 0; i < a->n; i++) {
 		pos[i] = lp[n - 1 + i];
@@ -110,7 +110,7 @@ static void expect_refusal(struct bn_client *c, uint32_t kind, uint32_t flags, u
 					.text = text, .len = strlen(text) };
 	struct bn_grammar_handle *g = NULL;
 	char err[512];
-	int rc = bn_grammar_load(c, &spec, &g, err, sizeof(err), 60 * SEC);
+	int rc = bn_grammar_load(c, &spec, &g, err, sizeof(err), tu_scaled_ns(60 * SEC));
 	ck_assert_msg(rc == want && strstr(err, says), "%.60s: got %s \"%s\", want %s \"%s\"",
 		      text, bn_strerror(rc), err, bn_strerror(want), says);
 	ck_assert_ptr_null(g);
@@ -610,7 +610,7 @@ static void *stream_tokens(void *arg)
 		struct bn_result r;
 		while (!__atomic_load_n(&st->stop, __ATOMIC_RELAXED) &&
 		       bn_result(h, &r) == -BN_E_NOT_DONE) {
-			if (bn_wait_tokens(h, have, 5 * SEC))
+			if (bn_wait_tokens(h, have, tu_scaled_ns(5 * SEC)))
 				break;
 			uint32_t buf[512];
 			int n = bn_read_tokens(h, 0, buf, 512);
@@ -658,16 +658,23 @@ static void *load_slow(void *arg)
  * loop goes on: another client's tokens keep coming, and a third client's small grammar is
  * compiled as soon as a thread is free, before the slow session's queued ones. (The budget is
  * CPU time: on this busy 2-core host a slow compile's wall time is several budgets, so the
- * small one is timed against the slow ones, not the clock.) */
+ * small one is timed against the slow ones, not the clock.) The test's times, the daemon's
+ * compile budget among them, scale together (tests/timescale.h): what it tells apart keeps
+ * its ratio, so a slow machine or a sanitizer stretches the test without blunting it. */
 START_TEST(hostile_grammars_do_not_stall_others)
 {
 	struct tu_daemon d;
-	const char *args[] = { "--grammar-compile-ms", "800", NULL };
+	const int64_t ms = tu_scaled_ns(1000000); /* a millisecond, scaled */
+	const int budget_ms = tu_scaled(800);
+	char budget[16], refusal[32];
+	snprintf(budget, sizeof(budget), "%d", budget_ms);
+	snprintf(refusal, sizeof(refusal), "%d ms", budget_ms);
+	const char *args[] = { "--grammar-compile-ms", budget, NULL };
 	st_start(&d, args);
 	struct streamer st = { .d = &d };
 	pthread_t streamer, loaders[N_SLOW];
 	ck_assert_int_eq(pthread_create(&streamer, NULL, stream_tokens, &st), 0);
-	usleep(300000);
+	usleep((useconds_t)(300 * ms / 1000));
 	int64_t quiet_gap = __atomic_load_n(&st.max_gap_ns, __ATOMIC_RELAXED);
 	struct bn_client *c = st_connect(&d, 8);
 	static struct slow_load loads[N_SLOW];
@@ -676,7 +683,7 @@ START_TEST(hostile_grammars_do_not_stall_others)
 		loads[i] = (struct slow_load){ .c = c, .text = slow_regexes[i] };
 		ck_assert_int_eq(pthread_create(&loaders[i], NULL, load_slow, &loads[i]), 0);
 	}
-	usleep(100000); /* two compile, two wait */
+	usleep((useconds_t)(100 * ms / 1000)); /* two compile, two wait */
 	struct bn_client *c2 = st_connect(&d, 2);
 	struct bn_grammar_handle *g;
 	int64_t t1 = tu_now_ns();
@@ -685,7 +692,7 @@ START_TEST(hostile_grammars_do_not_stall_others)
 	bn_grammar_release(g);
 	for (size_t i = 0; i < N_SLOW; i++) {
 		pthread_join(loaders[i], NULL);
-		ck_assert_msg(loads[i].rc == -BN_E_GRAMMAR_LIMIT && strstr(loads[i].err, "800 ms"),
+		ck_assert_msg(loads[i].rc == -BN_E_GRAMMAR_LIMIT && strstr(loads[i].err, refusal),
 			      "%s: %s %s", slow_regexes[i], bn_strerror(loads[i].rc), loads[i].err);
 	}
 	int64_t spent = tu_now_ns() - t0, last_slow = 0;
@@ -693,12 +700,13 @@ START_TEST(hostile_grammars_do_not_stall_others)
 		last_slow = loads[i].done_ns > last_slow ? loads[i].done_ns : last_slow;
 	__atomic_store_n(&st.stop, 1, __ATOMIC_RELAXED); /* the streamer polls it */
 	pthread_join(streamer, NULL);
-	printf("hostile: 4 grammars refused at their 800 ms budget in %.0f ms; the streaming "
+	printf("hostile: 4 grammars refused at their %d ms budget in %.0f ms; the streaming "
 	       "client's longest gap %.1f ms (%.1f ms before), %u tokens; another session's small "
 	       "grammar compiled in %.0f ms\n",
-	       spent / 1e6, st.max_gap_ns / 1e6, quiet_gap / 1e6, st.tokens, small_ns / 1e6);
-	ck_assert_int_gt(spent, 1500 * 1000000LL); /* two threads, four budgets */
-	ck_assert_msg(st.max_gap_ns < 300 * 1000000LL, "a gap of %.0f ms", st.max_gap_ns / 1e6);
+	       budget_ms, spent / 1e6, st.max_gap_ns / 1e6, quiet_gap / 1e6, st.tokens,
+	       small_ns / 1e6);
+	ck_assert_int_gt(spent, 1500 * ms); /* two threads, four budgets */
+	ck_assert_msg(st.max_gap_ns < 300 * ms, "a gap of %.0f ms", st.max_gap_ns / 1e6);
 	/* After the first budget, not after the queued slow ones too. */
 	ck_assert_msg(small_done < last_slow, "the small grammar took %.0f ms, after every slow one",
 		      small_ns / 1e6);

@@ -63,12 +63,12 @@ static void next_notification(int fd, char *buf, size_t cap, int timeout_ms)
 }
 
 /* Waits for a datagram containing `want`, skipping others; returns how many it skipped or
- * -1 when it did not come within about 5 s. */
+ * -1 when it did not come within about 5 s, scaled. */
 static int wait_for(int fd, const char *want)
 {
 	char buf[256];
 	for (int skipped = 0; skipped < 200; skipped++) {
-		next_notification(fd, buf, sizeof(buf), 5000);
+		next_notification(fd, buf, sizeof(buf), tu_scaled(5000));
 		if (!buf[0])
 			return -1;
 		if (strstr(buf, want))
@@ -94,7 +94,7 @@ START_TEST(socket_activation_and_notify)
 	ck_assert_int_eq(bn_connect(lpath, 1, &c), 0);
 	uint32_t prompt[3] = { 1, 2, 3 }, out[4];
 	struct bn_request req = { prompt, 3, 4, 0, NULL };
-	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 5000000000LL), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, tu_scaled_ns(5000000000LL)), 0);
 	ck_assert_uint_eq(out[0], 17499); /* PROTOCOL.md §13 */
 	/* Idle, the loop still pings the watchdog (it wakes for it). */
 	ck_assert_int_ge(wait_for(notify, "WATCHDOG=1"), 0);

@@ -435,18 +435,18 @@ START_TEST(official_metadata_stops_at_eot)
 	uint32_t prompt[] = { BOS, 9906 }, out[8];
 	struct bn_request req = { .prompt = prompt, .n_prompt = 2, .max_tokens = 8 };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, 8, &res, 30 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 8, &res, tu_scaled_ns(30 * SECOND)), 0);
 	ck_assert_uint_eq(res.status, BN_STATUS_EOS);
 	ck_assert_uint_eq(res.n_tokens, 0);
 	req.flags = BN_REQ_IGNORE_EOS;
-	ck_assert_int_eq(bn_generate(c, &req, out, 8, &res, 30 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 8, &res, tu_scaled_ns(30 * SECOND)), 0);
 	ck_assert_uint_eq(res.status, BN_STATUS_LENGTH);
 	ck_assert_int_eq(count(out, 8, EOT), 8);
 	/* A chat reply on it is empty: the model ends its turn at once. */
 	char reply[64] = "x";
 	struct bn_chat_item item = { .messages = conv, .n_messages = N_CONV, .max_tokens = 16,
 				     .reply = reply, .reply_cap = sizeof(reply) };
-	ck_assert_int_eq(bn_chat(c, &item, 30 * SECOND), 0);
+	ck_assert_int_eq(bn_chat(c, &item, tu_scaled_ns(30 * SECOND)), 0);
 	ck_assert_uint_eq(item.result.status, BN_STATUS_EOS);
 	ck_assert_str_eq(reply, "");
 	bn_disconnect(c);
@@ -476,7 +476,7 @@ START_TEST(chat_batch_item_fails_alone)
 						  .n_messages = n_msgs[i], .max_tokens = 24,
 						  .reply = replies[i], .reply_cap = 512 };
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_chat_batch(c, items, 4, &br, 60 * SECOND), 0);
+	ck_assert_int_eq(bn_chat_batch(c, items, 4, &br, tu_scaled_ns(60 * SECOND)), 0);
 	ck_assert_uint_eq(br.n_ok, 3);
 	ck_assert_uint_eq(br.n_failed, 1);
 	ck_assert_int_eq(items[2].error, -BN_E_INVALID);
@@ -487,7 +487,7 @@ START_TEST(chat_batch_item_fails_alone)
 		ck_assert_uint_eq(items[i].result.n_tokens, 24);
 		struct bn_chat_item a = items[i];
 		a.reply = alone;
-		ck_assert_int_eq(bn_chat(c, &a, 30 * SECOND), 0);
+		ck_assert_int_eq(bn_chat(c, &a, tu_scaled_ns(30 * SECOND)), 0);
 		ck_assert_str_eq(alone, replies[i]);
 		ck_assert_uint_eq(a.reply_len, items[i].reply_len);
 	}

@@ -912,7 +912,7 @@ START_TEST(text_request_equals_local_tokenizer)
 		struct bn_handle *h;
 		struct bn_result res;
 		ck_assert_int_eq(bn_submit_text(c, &by_text, texts[k], strlen(texts[k]), &h), 0);
-		ck_assert_int_eq(bn_wait(h, 30 * 1000000000LL), 0);
+		ck_assert_int_eq(tu_wait(h, 30 * 1000000000LL), 0);
 		ck_assert_int_eq(bn_result(h, &res), 0);
 		ck_assert_int_eq(bn_read_tokens(h, 0, a, 24), 24);
 		char text[24 * 64];
@@ -920,7 +920,7 @@ START_TEST(text_request_equals_local_tokenizer)
 		ck_assert_int_ge(len, 0);
 		ck_assert_uint_eq(prompt_tokens, (uint32_t)n);
 		bn_release(h);
-		ck_assert_int_eq(bn_generate(c, &by_ids, b, 24, &res, 30 * 1000000000LL), 0);
+		ck_assert_int_eq(bn_generate(c, &by_ids, b, 24, &res, tu_scaled_ns(30 * SECOND)), 0);
 		ck_assert_uint_eq(res.n_tokens, 24);
 		ck_assert_mem_eq(a, b, sizeof(a));
 		/* The local stream decoder's text of the same ids. */
@@ -1045,7 +1045,7 @@ START_TEST(malformed_tokenizer_is_served_without_vocabulary)
 	uint32_t prompt[] = { 1, 300 }, out[4];
 	struct bn_request req = { .prompt = prompt, .n_prompt = 2, .max_tokens = 4,
 				  .flags = BN_REQ_IGNORE_EOS };
-	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 30 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, tu_scaled_ns(30 * SECOND)), 0);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 	unlink(path);
@@ -1122,7 +1122,7 @@ START_TEST(stories_cli_prints_greedy_text)
 	struct bn_request req = { .prompt = ids, .n_prompt = (uint32_t)n, .max_tokens = CLI_TOKENS,
 				  .flags = BN_REQ_IGNORE_EOS };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, CLI_TOKENS, &res, 60 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, CLI_TOKENS, &res, tu_scaled_ns(60 * SECOND)), 0);
 	ck_assert_uint_eq(res.n_tokens, CLI_TOKENS);
 	/* Greedy from [BOS, Once, upon, a, time] continues the README's greedy run. */
 	ck_assert_int_eq(memcmp(out, tu_stories_known + 4, sizeof(out)), 0);

@@ -81,7 +81,7 @@ static int client_run(const char *socket_path, uint32_t id, uint32_t count)
 		struct pending *q = &p[head];
 		struct bn_result r;
 		uint32_t got[256];
-		if (bn_wait(q->h, 10 * SECOND) < 0 || bn_result(q->h, &r) < 0)
+		if (tu_wait(q->h, 10 * SECOND) < 0 || bn_result(q->h, &r) < 0)
 			return 12;
 		bn_read_tokens(q->h, 0, got, 256);
 		bad = check_against_oracle(q->prompt, q->n, q->max_tokens, q->flags, &r, got);
@@ -160,7 +160,7 @@ static void *thread_client(void *p)
 		uint32_t n = tu_prompt(a->id, i, prompt, 32);
 		struct bn_request req = { prompt, n, 5, BN_REQ_IGNORE_EOS, NULL };
 		struct bn_result r;
-		int rc = bn_generate(a->c, &req, got, 16, &r, 10 * SECOND);
+		int rc = bn_generate(a->c, &req, got, 16, &r, tu_scaled_ns(10 * SECOND));
 		a->bad = rc < 0 || check_against_oracle(prompt, n, 5, BN_REQ_IGNORE_EOS, &r, got);
 	}
 	return NULL;
@@ -208,7 +208,7 @@ static int generate_error(struct bn_client *c, const uint32_t *prompt, uint32_t 
 {
 	uint32_t out[64];
 	struct bn_request req = { prompt, n, max_tokens, flags, NULL };
-	return bn_generate(c, &req, out, 64, NULL, 5 * SECOND);
+	return bn_generate(c, &req, out, 64, NULL, tu_scaled_ns(5 * SECOND));
 }
 
 START_TEST(invalid_requests_fail_alone)
@@ -245,11 +245,11 @@ START_TEST(eos_ends_and_ignore_eos_continues)
 	uint32_t prompt[1] = { 7951 }, out[8];
 	struct bn_request req = { prompt, 1, 3, 0, NULL };
 	struct bn_result r;
-	ck_assert_int_eq(bn_generate(c, &req, out, 8, &r, 5 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 8, &r, tu_scaled_ns(5 * SECOND)), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_EOS);
 	ck_assert_uint_eq(r.n_tokens, 0);
 	req.flags = BN_REQ_IGNORE_EOS;
-	ck_assert_int_eq(bn_generate(c, &req, out, 8, &r, 5 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 8, &r, tu_scaled_ns(5 * SECOND)), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
 	ck_assert_uint_eq(r.n_tokens, 3);
 	/* The numbers printed in PROTOCOL.md §13. */
@@ -293,7 +293,7 @@ START_TEST(tokens_stream_as_they_are_made)
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
 	struct bn_result r;
 	while (bn_result(h, &r) == -BN_E_NOT_DONE) {
-		ck_assert_int_eq(bn_wait_tokens(h, have, 5 * SECOND), 0);
+		ck_assert_int_eq(bn_wait_tokens(h, have, tu_scaled_ns(5 * SECOND)), 0);
 		int k = bn_read_tokens(h, have, got + have, 64 - have);
 		ck_assert_int_ge(k, 0);
 		have += (uint32_t)k;
@@ -320,9 +320,10 @@ START_TEST(cancel_ends_a_running_request)
 	struct bn_request req = { prompt, 3, 4000, BN_REQ_IGNORE_EOS, NULL };
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
-	ck_assert_int_eq(bn_wait_tokens(h, 5, 5 * SECOND), 0);
+	ck_assert_int_eq(bn_wait_tokens(h, 5, tu_scaled_ns(5 * SECOND)), 0);
 	ck_assert_int_eq(bn_cancel(h), 0);
-	ck_assert_int_eq(bn_wait(h, 5 * SECOND), 0);
+	/* a cancel that did nothing shows in the status: the whole answer takes 4 s */
+	ck_assert_int_eq(bn_wait(h, tu_scaled_ns(5 * SECOND)), 0);
 	struct bn_result r;
 	ck_assert_int_eq(bn_result(h, &r), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_CANCELLED);
@@ -335,7 +336,7 @@ START_TEST(cancel_ends_a_running_request)
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
 	ck_assert_int_eq(bn_release(h), 0);
 	req.max_tokens = 2;
-	ck_assert_int_eq(bn_generate(c, &req, got, 4000, &r, 5 * SECOND), 0);
+	ck_assert_int_eq(bn_generate(c, &req, got, 4000, &r, tu_scaled_ns(5 * SECOND)), 0);
 	ck_assert_uint_eq(r.n_tokens, 2);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
@@ -356,7 +357,7 @@ START_TEST(wakes_a_sleeping_daemon)
 		struct bn_request req = { prompt, n, 3, BN_REQ_IGNORE_EOS, NULL };
 		struct bn_result r;
 		usleep(200); /* let it fall asleep */
-		ck_assert_int_eq(bn_generate(c, &req, got, 8, &r, 5 * SECOND), 0);
+		ck_assert_int_eq(bn_generate(c, &req, got, 8, &r, tu_scaled_ns(5 * SECOND)), 0);
 		ck_assert_int_eq(check_against_oracle(prompt, n, 3, BN_REQ_IGNORE_EOS, &r, got), 0);
 	}
 	ck_assert_int_gt(daemon_metric(c, "bitnetd_doorbells_total"), 0);
@@ -366,8 +367,18 @@ START_TEST(wakes_a_sleeping_daemon)
 END_TEST
 
 /* One client process for the sleeping-daemon test: `count` requests one at a time, each after
- * a pause around the daemon's idle spin (50 us), each answered within WAKE_LIMIT_NS. */
-#define WAKE_LIMIT_NS (300LL * 1000000) /* the daemon's own timer would take up to 1 s */
+ * a pause around the daemon's idle spin (50 us), each answered within wake_limit_ns(). */
+#define WAKE_TIMER_NS (1000LL * 1000000) /* the daemon's own timer would take up to 1 s */
+
+/* 300 ms, scaled, but always short of the daemon's timer: an answer that came only when the
+ * timer woke the daemon stays a failure here, whatever the machine (the sleep-timeout counter
+ * the test reads afterwards is the exact witness; this is the request's own view). */
+static int64_t wake_limit_ns(void)
+{
+	int64_t limit = tu_scaled_ns(300LL * 1000000);
+	return limit < WAKE_TIMER_NS - 100LL * 1000000 ? limit : WAKE_TIMER_NS - 100LL * 1000000;
+}
+
 static int sleeper_client_run(const char *socket_path, uint32_t id, uint32_t count)
 {
 	static const uint32_t gaps_us[] = { 0, 20, 45, 55, 80, 150, 400 };
@@ -381,7 +392,7 @@ static int sleeper_client_run(const char *socket_path, uint32_t id, uint32_t cou
 		struct bn_request req = { prompt, n, 2, BN_REQ_IGNORE_EOS, NULL };
 		struct bn_result r;
 		usleep(gaps_us[(id + i) % (sizeof(gaps_us) / sizeof(gaps_us[0]))]);
-		if (bn_generate(c, &req, got, 8, &r, WAKE_LIMIT_NS) < 0)
+		if (bn_generate(c, &req, got, 8, &r, wake_limit_ns()) < 0)
 			bad = 11; /* not answered in time: a lost wake-up */
 		else if (check_against_oracle(prompt, n, 2, BN_REQ_IGNORE_EOS, &r, got) < 0)
 			bad = 12;
@@ -443,7 +454,7 @@ START_TEST(batch_item_47_fails_alone)
 						   .out = outs[i], .out_cap = 16 };
 	}
 	struct bn_batch_result br;
-	ck_assert_int_eq(bn_generate_batch(c, items, 100, &br, 30 * SECOND), 0);
+	ck_assert_int_eq(bn_generate_batch(c, items, 100, &br, tu_scaled_ns(30 * SECOND)), 0);
 	ck_assert_uint_eq(br.n_ok, 99);
 	ck_assert_uint_eq(br.n_failed, 1);
 	for (uint32_t i = 0; i < 100; i++) {
@@ -479,7 +490,7 @@ static pid_t spawn_hog(const char *socket_path, int ready)
 		for (int i = 0; i < 16; i++)
 			if (bn_submit(c, &req, &h) < 0)
 				_exit(2);
-		bn_wait_tokens(h, 1, 10 * SECOND);
+		bn_wait_tokens(h, 1, tu_scaled_ns(10 * SECOND));
 		if (write(ready, "r", 1) != 1)
 			_exit(3);
 		pause();
@@ -506,7 +517,7 @@ START_TEST(killed_client_frees_its_session)
 	struct bn_client *c = connect_or_die(&d, 1);
 	/* The hog's 16 sequences are gone from the batch; only this session remains. */
 	long long running = -1, sessions = -1;
-	for (int i = 0; i < 200 && (running != 0 || sessions != 1); i++) {
+	for (int i = 0, end = tu_scaled(200); i < end && (running != 0 || sessions != 1); i++) {
 		usleep(10000);
 		running = daemon_metric(c, "bitnetd_running_sequences");
 		sessions = daemon_metric(c, "bitnetd_sessions");
@@ -537,7 +548,7 @@ static int drain_client(const char *socket_path, uint32_t id, int ready)
 	for (uint32_t i = 0; i < 8; i++) {
 		struct bn_result r;
 		uint32_t got[64], want[64], st;
-		if (bn_wait(h[i], 20 * SECOND) < 0 || bn_result(h[i], &r) < 0)
+		if (tu_wait(h[i], 20 * SECOND) < 0 || bn_result(h[i], &r) < 0)
 			return 13; /* lost: no terminal status */
 		if (r.status != BN_STATUS_LENGTH && r.status != BN_STATUS_SHUTDOWN)
 			return 14;
@@ -550,7 +561,7 @@ static int drain_client(const char *socket_path, uint32_t id, int ready)
 	/* Afterwards: a clean error, not a hang. */
 	uint32_t p[1] = { 3 }, out[2];
 	struct bn_request req = { p, 1, 1, 0, NULL };
-	int rc = bn_generate(c, &req, out, 2, NULL, 5 * SECOND);
+	int rc = bn_generate(c, &req, out, 2, NULL, tu_scaled_ns(5 * SECOND));
 	bn_disconnect(c);
 	return rc == -BN_E_SHUTDOWN || rc == -BN_E_DISCONNECTED ? 0 : 16;
 }
@@ -620,7 +631,8 @@ START_TEST(killed_daemon_fails_waits)
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGKILL), 128 + SIGKILL);
 	pthread_join(t, NULL);
 	ck_assert_int_eq(w.rc, -BN_E_DISCONNECTED);
-	/* Detected within one liveness slice (50 ms), with margin for a loaded machine. */
+	/* Detected within one liveness slice (50 ms), with margin for a loaded machine; not
+	 * scaled (timescale.h): this is the library's promise (bitnet_client.h), not a wait. */
 	ck_assert_int_lt(tu_now_ns() - killed_at, 2 * SECOND);
 	struct bn_handle *h2;
 	ck_assert_int_eq(bn_submit(c, &req, &h2), -BN_E_DISCONNECTED);
@@ -638,7 +650,8 @@ START_TEST(max_sessions_refuses_with_busy)
 	ck_assert_int_eq(bn_connect(d.socket_path, 1, &c), -BN_E_BUSY);
 	bn_disconnect(a);
 	int rc = -1;
-	for (int i = 0; i < 100 && rc != 0; i++) { /* the freed place comes back */
+	/* the freed place comes back (within 1 s, scaled) */
+	for (int i = 0, end = tu_scaled(100); i < end && rc != 0; i++) {
 		usleep(10000);
 		rc = bn_connect(d.socket_path, 1, &c);
 	}
@@ -674,7 +687,7 @@ static pid_t spawn_other_user(const char *socket_path)
 		uint32_t prompt[3] = { 7, 8, 9 }, out[8];
 		struct bn_request req = { prompt, 3, 8, BN_REQ_IGNORE_EOS, NULL };
 		struct bn_result r;
-		int rc = bn_generate(c, &req, out, 8, &r, 5 * SECOND);
+		int rc = bn_generate(c, &req, out, 8, &r, tu_scaled_ns(5 * SECOND));
 		bn_disconnect(c);
 		_exit(rc == 0 && check_against_oracle(prompt, 3, 8, BN_REQ_IGNORE_EOS, &r, out) == 0
 			      ? 0
@@ -688,15 +701,19 @@ static pid_t spawn_other_user(const char *socket_path)
  * with TIMEOUT once the handshake timeout has passed. */
 START_TEST(silent_connections_hold_only_their_users_share)
 {
-	static const char *const args[] = { "--max-sessions", "8", "--handshake-timeout-ms", "300",
-					     "--socket-mode", "0666", NULL };
+	/* The handshake timeout and the waits scale together: a silent connection is watched for
+	 * a sixth of its timeout after it is made, long enough to see a refusal come. */
+	char handshake_ms[16];
+	snprintf(handshake_ms, sizeof(handshake_ms), "%d", tu_scaled(300));
+	const char *const args[] = { "--max-sessions", "8", "--handshake-timeout-ms", handshake_ms,
+				     "--socket-mode", "0666", NULL };
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	int fds[8], held = 0, busy = 0;
 	for (int i = 0; i < 8; i++) {
 		fds[i] = tu_dial(d.socket_path);
 		ck_assert_int_ge(fds[i], 0);
-		int e = tu_welcome_error(fds[i], 50);
+		int e = tu_welcome_error(fds[i], tu_scaled(50));
 		held += e == -1;
 		busy += e == BN_E_BUSY;
 	}
@@ -711,7 +728,7 @@ START_TEST(silent_connections_hold_only_their_users_share)
 		ck_assert_msg(rc == 0, "a client of another uid was not served (%d)", rc);
 	int timed_out = 0;
 	for (int i = 0; i < 8; i++) {
-		if (tu_welcome_error(fds[i], 1000) == BN_E_TIMEOUT)
+		if (tu_welcome_error(fds[i], tu_scaled(1000)) == BN_E_TIMEOUT)
 			timed_out++;
 		close(fds[i]);
 	}
@@ -727,7 +744,13 @@ END_TEST
  * one past the cap pushes out the oldest (BUSY), and a client that sends its hello is served. */
 START_TEST(pending_handshakes_are_capped_per_user)
 {
-	static const char *const args[] = { "--max-handshakes-per-user", "2", NULL };
+	/* No silent connection may meet its handshake timeout (1 s by default) in this test: 5 s,
+	 * scaled, up to the most the daemon takes. */
+	char handshake_ms[16];
+	int hold_ms = tu_scaled(5000) < 60000 ? tu_scaled(5000) : 60000;
+	snprintf(handshake_ms, sizeof(handshake_ms), "%d", hold_ms);
+	const char *const args[] = { "--max-handshakes-per-user", "2", "--handshake-timeout-ms",
+				     handshake_ms, NULL };
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	int fds[4];
@@ -736,15 +759,15 @@ START_TEST(pending_handshakes_are_capped_per_user)
 		ck_assert_int_ge(fds[i], 0);
 		ck_assert_int_eq(tu_welcome_error(fds[i], 50), -1); /* waits for its hello */
 	}
-	ck_assert_int_eq(tu_welcome_error(fds[0], 1000), BN_E_BUSY);
-	ck_assert_int_eq(tu_welcome_error(fds[1], 1000), BN_E_BUSY);
+	ck_assert_int_eq(tu_welcome_error(fds[0], tu_scaled(1000)), BN_E_BUSY);
+	ck_assert_int_eq(tu_welcome_error(fds[1], tu_scaled(1000)), BN_E_BUSY);
 	ck_assert_int_eq(tu_welcome_error(fds[2], 50), -1);
 	ck_assert_int_eq(tu_welcome_error(fds[3], 50), -1);
 	struct bn_client *c = connect_or_die(&d, 1);
 	/* The served client's own connection counted as a pending handshake if its hello was not
 	 * there yet when the daemon accepted it: then it pushed out fds[2] too (a race between
 	 * the client's connect and its send that the daemon cannot see). */
-	int pushed = tu_welcome_error(fds[2], 50) == BN_E_BUSY;
+	int pushed = tu_welcome_error(fds[2], tu_scaled(50)) == BN_E_BUSY;
 	ck_assert_int_eq(tu_welcome_error(fds[3], 50), -1);
 	ck_assert_int_eq(daemon_metric(c, "bitnetd_connections_refused_total"
 					  "{reason=\"user_handshakes\"}"),
@@ -818,7 +841,7 @@ static int wait_after_hangup(uint32_t flags, struct bn_result *r)
 	struct bn_handle *h;
 	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
 	ck_assert_int_eq(write(o.go[1], "g", 1), 1);
-	int rc = bn_wait(h, 5 * SECOND);
+	int rc = bn_wait(h, tu_scaled_ns(5 * SECOND));
 	*r = (struct bn_result){ 0 };
 	if (rc == 0)
 		ck_assert_int_eq(bn_result(h, r), 0);

@@ -204,7 +204,7 @@ static void answers_of(const struct tu_daemon *d, struct answers *a)
 					  &sp };
 		struct bn_handle *h;
 		ck_assert_int_eq(bn_submit(c, &req, &h), 0);
-		ck_assert_int_eq(bn_wait(h, 30 * SECOND), 0);
+		ck_assert_int_eq(tu_wait(h, 30 * SECOND), 0);
 		ck_assert_int_eq(bn_read_tokens(h, 0, a->ids[p], N_TOKENS), N_TOKENS);
 		ck_assert_int_eq(bn_read_logprobs(h, 0, a->lp[p], a->alt[p], N_TOKENS), N_TOKENS);
 		bn_release(h);
@@ -228,13 +228,14 @@ static const char *cache_state_now(struct bn_client *c)
 }
 
 /* The daemon's weights-cache state, from STATS: once written when the daemon writes it after
- * it is ready (the state says writing until then; a minute at most). */
+ * it is ready (the state says writing until then; a minute at most, scaled). */
 static const char *cache_state(const struct tu_daemon *d)
 {
 	struct bn_client *c;
 	ck_assert_int_eq(bn_connect(d->socket_path, 1, &c), 0);
 	const char *state = cache_state_now(c);
-	for (int tries = 0; strcmp(state, "writing") == 0 && tries < 6000; tries++) {
+	for (int tries = 0, end = tu_scaled(6000); strcmp(state, "writing") == 0 && tries < end;
+	     tries++) {
 		usleep(10000);
 		state = cache_state_now(c);
 	}

@@ -5,6 +5,7 @@
 #include "../daemon/model/vocab.h"
 #include "kernels.h"
 #include "bitnet_client.h"
+#include "../libclient/client_internal.h" /* a handle's client, for tu_wait */
 
 #include <check.h>
 #include <dirent.h>
@@ -27,6 +28,79 @@ int64_t tu_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t tu_thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Tokens of h published so far: `have`, and those after it. */
+static uint32_t tokens_now(struct bn_handle *h, uint32_t have)
+{
+	uint32_t buf[256];
+	int k;
+	while ((k = bn_read_tokens(h, have, buf, 256)) > 0)
+		have += (uint32_t)k;
+	return have;
+}
+
+/* The CPU time the daemon at the other end of c's socket has used (its threads' user and
+ * system clock ticks, /proc/PID/stat), or -1. Read from outside: a daemon that no longer
+ * answers (stopped, deadlocked) cannot hold a wait that asks it nothing. */
+static long long daemon_cpu_ticks(const struct bn_client *c)
+{
+	struct ucred peer;
+	socklen_t len = sizeof(peer);
+	if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0)
+		return -1;
+	char path[64], stat[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)peer.pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+	fclose(f);
+	stat[n] = '\0';
+	const char *after_name = strrchr(stat, ')'); /* the name may hold spaces and parentheses */
+	unsigned long long user, sys;
+	/* fields 3-13 (state, ppid, pgrp, session, tty, tpgid, flags, four fault counts), then
+	 * utime and stime (proc(5)) */
+	static const char fields[] = " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu";
+	if (!after_name || sscanf(after_name + 1, fields, &user, &sys) != 2)
+		return -1;
+	return (long long)(user + sys);
+}
+
+int tu_wait(struct bn_handle *h, int64_t quiet_ns)
+{
+	if (quiet_ns < 0)
+		return bn_wait(h, -1);
+	const int64_t quiet = tu_scaled_ns(quiet_ns);
+	const int64_t slice = quiet < 1000000000 ? quiet : 1000000000;
+	uint32_t have = 0;
+	long long busy = -1;
+	int64_t moved = tu_now_ns();
+	for (;;) {
+		/* A completion wait, as bn_wait's: woken once, at the end, not at every token (which
+		 * would load a busy machine and the daemon's wake-ups more than the test means to). */
+		int rc = bn_wait(h, slice);
+		if (rc != -BN_E_TIMEOUT)
+			return rc;
+		/* A slice without the end: the request's own tokens, or else the daemon's CPU time
+		 * (its prompt being read, the requests queued before it), say whether it works. */
+		uint32_t n = tokens_now(h, have);
+		long long cpu = n == have ? daemon_cpu_ticks(h->c) : busy;
+		if (n != have || cpu != busy) {
+			have = n;
+			busy = cpu;
+			moved = tu_now_ns();
+		} else if (tu_now_ns() - moved >= quiet) {
+			return -BN_E_TIMEOUT;
+		}
+	}
 }
 
 int tu_dial(const char *path)
@@ -140,9 +214,10 @@ int tu_daemon_restart(struct tu_daemon *d, const char *const *extra_args)
 		fprintf(stderr, "cannot run %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
-	/* Up to 60 s: a daemon that dies is noticed at once, so only a slow start waits. One with
-	 * the LLaMA-3 vocabulary under ThreadSanitizer took over 10 s on a loaded 2-core machine. */
-	for (int i = 0; i < 6000; i++) {
+	/* Up to 60 s, scaled: a daemon that dies is noticed at once, so only a slow start waits.
+	 * One with the LLaMA-3 vocabulary under ThreadSanitizer took over 10 s on a loaded 2-core
+	 * machine. */
+	for (int i = 0, end = tu_scaled(6000); i < end; i++) {
 		struct bn_client *c;
 		if (bn_connect(d->socket_path, 1, &c) == 0) {
 			bn_disconnect(c);
@@ -176,7 +251,7 @@ static int count_sockets(pid_t pid)
 
 int tu_daemon_wait_no_sessions(const struct tu_daemon *d)
 {
-	for (int i = 0; i < 500; i++) { /* up to 5 s */
+	for (int i = 0, end = tu_scaled(500); i < end; i++) { /* up to 5 s, scaled */
 		int n = count_sockets(d->pid);
 		if (n == 1)
 			return 0;

@@ -6,6 +6,8 @@
 #ifndef BITNET_TESTUTIL_H
 #define BITNET_TESTUTIL_H
 
+#include "timescale.h"
+
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -19,12 +21,13 @@ struct tu_daemon {
 #define TU_CACHE_HOME "/tmp/bitnet-test-cache"
 
 /* Starts $BITNETD (default build/bitnetd) on a fresh socket with the loopback backend and
- * the extra arguments (NULL-terminated list, may be NULL); waits until it accepts. 0 or -1. */
+ * the extra arguments (NULL-terminated list, may be NULL); waits until it accepts (up to 60 s,
+ * scaled: timescale.h), or until it dies. 0 or -1. */
 int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args);
 /* tu_daemon_start with --backend cpu --model MODEL, then up to 8 extra arguments
  * (NULL-terminated). 0 or -1. */
 int tu_daemon_start_cpu(struct tu_daemon *d, const char *model, const char *const *extra_args);
-/* Waits (up to 5 s) until the daemon holds no connection: its only socket is the listener
+/* Waits (up to 5 s, scaled) until the daemon holds no connection: its only socket is the listener
  * (read from /proc, so the waiting itself opens none). 0, or -1. tu_daemon_start returns
  * only then: its own probe connection is gone from the table. */
 int tu_daemon_wait_no_sessions(const struct tu_daemon *d);
@@ -42,6 +45,21 @@ uint32_t tu_loopback(const uint32_t *prompt, uint32_t n_prompt, uint32_t max_tok
 uint32_t tu_prompt(uint32_t client, uint32_t request, uint32_t *out, uint32_t cap);
 
 int64_t tu_now_ns(void);
+/* The calling thread's CPU time: what a bound on an algorithm's cost measures, since a loaded
+ * machine's preemptions (or a sanitizer's own threads) do not add to it. */
+int64_t tu_thread_cpu_ns(void);
+
+struct bn_handle;
+/* Waits for h's terminal status, as bn_wait, but on progress rather than on a total: it gives
+ * up (-BN_E_TIMEOUT) only once tu_scaled_ns(quiet_ns) has passed with neither a new token of
+ * h nor more CPU time used by the daemon (checked once a second, from /proc, asking the daemon
+ * nothing), so a request that a sanitizer or a loaded machine slows down, its prompt being
+ * read or its turn in the queue coming, is waited for as long as the daemon works, and a
+ * stalled daemon (stopped, deadlocked, asleep on a lost wake-up) still fails it. Not for a
+ * request whose test is that others do not hold it back (fairness): the daemon's work for
+ * them counts as progress here. quiet_ns < 0 waits without limit. 0, -BN_E_TIMEOUT or
+ * -BN_E_DISCONNECTED. */
+int tu_wait(struct bn_handle *h, int64_t quiet_ns);
 
 /* A Unix stream socket connected to path (close-on-exec), or -1. */
 int tu_dial(const char *path);
@@ -104,22 +122,7 @@ void tu_remove_dir(const char *dir);
  * one, and the default one the plain run has tested already. */
 int tu_forced_kernels_runnable(void);
 
-/* The sanitizer passes of make check (check-san, check-tsan) look for memory and thread
- * errors, which need each code path once, not the case counts the plain pass uses to check
- * outputs. CI's 40 minutes on 2 cores (README) are what they are weighed against: under
- * ThreadSanitizer (5-20x slower) a suite whose code runs on one thread skips (77, with
- * TU_TSAN_SKIP_MSG) or runs only its threaded cases; under either sanitizer an oracle suite
- * may run fewer samples (TU_SANITIZED). */
-#if defined(__SANITIZE_THREAD__)
-#define TU_TSAN 1
-#else
-#define TU_TSAN 0
-#endif
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define TU_SANITIZED 1
-#else
-#define TU_SANITIZED 0
-#endif
+/* What a suite that runs on one thread prints under ThreadSanitizer (timescale.h: TU_TSAN). */
 #define TU_TSAN_SKIP_MSG "SKIP under ThreadSanitizer: this suite runs on one thread (the plain and AddressSanitizer passes run it)"
 
 /* 1 when the suite runs under an emulator: make check-arm64 sets BITNET_TEST_EMULATED for its

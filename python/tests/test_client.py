@@ -20,8 +20,10 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import bitnetd  # noqa: E402
+from timescale import scaled  # noqa: E402 (the tests' waits: tests/timescale.h's rule)
 
 BITNETD = os.environ.get("BITNETD", os.path.join(ROOT, "build", "bitnetd"))
 CLI = os.environ.get("BITNET_CLI", os.path.join(ROOT, "build", "bitnet-cli"))
@@ -36,7 +38,8 @@ def start(args):
     path = os.path.join(folder, "d.sock")
     proc = subprocess.Popen([BITNETD, "--socket", path, "--log-level", "warn"] + args,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(500):
+    deadline = time.monotonic() + scaled(5, BITNETD)
+    while time.monotonic() < deadline:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(path)
@@ -51,7 +54,7 @@ def start(args):
 
 def stop(proc, path):
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(20) == 0
+    assert proc.wait(scaled(20, BITNETD)) == 0
     shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
@@ -71,13 +74,14 @@ def loopback():
 
 @pytest.fixture
 def client(daemon):
-    with bitnetd.Client(daemon, timeout=60) as c:
+    with bitnetd.Client(daemon, timeout=scaled(60, BITNETD)) as c:
         yield c
 
 
 def cli(path, *args, data=None):
-    out = subprocess.run([CLI, "--socket", path] + list(args), input=data, timeout=60,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
+    out = subprocess.run([CLI, "--socket", path] + list(args), input=data,
+                         timeout=scaled(60, BITNETD), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, check=True)
     return out.stdout.decode()
 
 
@@ -182,7 +186,7 @@ def test_chat_batch_bad_item_is_its_error(client):
 
 
 def test_loopback_refuses_text_and_score(loopback):
-    with bitnetd.Client(loopback, timeout=30) as c:
+    with bitnetd.Client(loopback, timeout=scaled(30, BITNETD)) as c:
         assert "text" not in c.info()["features"]
         with pytest.raises(bitnetd.UnsupportedError):
             c.generate("text", max_tokens=1)
@@ -195,7 +199,7 @@ def test_async_client_equals_the_sync_one(daemon, client):
     import asyncio
 
     async def main():
-        async with bitnetd.AsyncClient(daemon, timeout=60) as ac:
+        async with bitnetd.AsyncClient(daemon, timeout=scaled(60, BITNETD)) as ac:
             gens = await asyncio.gather(*(ac.generate([1, k, 9], max_tokens=6, ignore_eos=True)
                                           for k in range(2, 10)))
             pieces = [p async for p in ac.stream([1, 7, 11], max_tokens=8, ignore_eos=True)]
@@ -308,7 +312,7 @@ def test_async_classify_equals_the_sync_one(daemon, client):
     import asyncio
 
     async def main():
-        async with bitnetd.AsyncClient(daemon, timeout=60) as ac:
+        async with bitnetd.AsyncClient(daemon, timeout=scaled(60, BITNETD)) as ac:
             return await asyncio.gather(ac.classify("A cat", [" sat", " ran"]),
                                         ac.classify_batch([([1, 2], [[3], [4, 5]])]))
 
@@ -320,7 +324,7 @@ def test_async_classify_equals_the_sync_one(daemon, client):
 
 
 def test_loopback_has_no_classify(loopback):
-    with bitnetd.Client(loopback, timeout=30) as c:
+    with bitnetd.Client(loopback, timeout=scaled(30, BITNETD)) as c:
         with pytest.raises(bitnetd.UnsupportedError):
             c.classify([1, 2], [[3]])
 

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from test_client import CLI, MODEL, ROOT, cli, start, stop  # noqa: E402
+from test_client import BITNETD, CLI, MODEL, ROOT, cli, scaled, start, stop  # noqa: E402
 
 import bitnetd  # noqa: E402
 
@@ -65,7 +65,7 @@ def cli_vectors(path, *inputs):
     for x in inputs:
         args += ["--ids", " ".join(map(str, x))] if isinstance(x, list) else ["--text", x]
     proc = subprocess.run([CLI, "--socket", path, "embed"] + args, stdout=subprocess.PIPE,
-                          timeout=60)
+                          timeout=scaled(60, BITNETD))
     out, lines = [], proc.stdout.decode().splitlines()
     for i, line in enumerate(lines):
         if line.startswith("input="):
@@ -78,7 +78,7 @@ def cli_vectors(path, *inputs):
 
 
 def test_embed_equals_the_c_library(mean_daemon):
-    with bitnetd.Client(mean_daemon, timeout=60) as c:
+    with bitnetd.Client(mean_daemon, timeout=scaled(60, BITNETD)) as c:
         assert "embed" in c.info()["features"]
         inputs = ["Once upon a time", [1, 40, 41, 42, 43, 44]]
         want = cli_vectors(mean_daemon, *inputs)
@@ -91,7 +91,7 @@ def test_embed_equals_the_c_library(mean_daemon):
 
 
 def test_embed_batch_fails_item_by_item(mean_daemon):
-    with bitnetd.Client(mean_daemon, timeout=60) as c:
+    with bitnetd.Client(mean_daemon, timeout=scaled(60, BITNETD)) as c:
         ctx = c.info()["context_length"]
         inputs = [[1, 5, 9], "", list(range(1, ctx + 2)), "a b c", [1, 10 ** 6], "ab cd " * ctx,
                   [1, 2, 3, 4, 5, 6, 7, 8] * 5, None]
@@ -109,13 +109,13 @@ def test_embed_batch_fails_item_by_item(mean_daemon):
 
 
 def test_dimensions_only_for_a_model_trained_to_embed(mean_daemon, embedding_model_daemon):
-    with bitnetd.Client(mean_daemon, timeout=60) as c:
+    with bitnetd.Client(mean_daemon, timeout=scaled(60, BITNETD)) as c:
         with pytest.raises(bitnetd.InvalidError, match="not trained to embed"):
             c.embed("hello", dimensions=64)
         assert c.embed("hello", dimensions=256).vector == c.embed("hello").vector
         with pytest.raises(bitnetd.InvalidError):
             c.embed("hello", dimensions=0)
-    with bitnetd.Client(embedding_model_daemon, timeout=60) as c:
+    with bitnetd.Client(embedding_model_daemon, timeout=scaled(60, BITNETD)) as c:
         assert {"embed", "embedding_model"} <= set(c.info()["features"])
         assert "score" not in c.info()["features"]
         full = c.embed("hello")
@@ -133,7 +133,7 @@ def test_dimensions_only_for_a_model_trained_to_embed(mean_daemon, embedding_mod
 def test_loopback_does_not_embed():
     proc, path = start(["--backend", "loopback", "--pooling", "mean"])
     try:
-        with bitnetd.Client(path, timeout=30) as c:
+        with bitnetd.Client(path, timeout=scaled(30, BITNETD)) as c:
             with pytest.raises(bitnetd.UnsupportedError, match="--pooling"):
                 c.embed([1, 2, 3])
     finally:
@@ -144,16 +144,16 @@ def test_async_embed_equals_the_sync_one(mean_daemon):
     import asyncio
 
     async def main():
-        async with bitnetd.AsyncClient(mean_daemon, timeout=60) as ac:
+        async with bitnetd.AsyncClient(mean_daemon, timeout=scaled(60, BITNETD)) as ac:
             return await ac.embed_batch([[1, 2, 3], "abc"])
 
     got = asyncio.run(main())
-    with bitnetd.Client(mean_daemon, timeout=60) as c:
+    with bitnetd.Client(mean_daemon, timeout=scaled(60, BITNETD)) as c:
         assert [g.vector for g in got] == [c.embed([1, 2, 3]).vector, c.embed("abc").vector]
 
 
 def test_feature_extraction_pipeline(mean_daemon):
-    with bitnetd.Client(mean_daemon, timeout=60) as c:
+    with bitnetd.Client(mean_daemon, timeout=scaled(60, BITNETD)) as c:
         fe = bitnetd.pipeline("feature-extraction", client=c)
         one = fe("Once upon a time")
         assert one == [[c.embed("Once upon a time").vector]]
@@ -174,7 +174,7 @@ def softmax(values):
 
 def test_fill_mask_is_full_sentence_scores(stories_daemon):
     text = "Once upon a time, there was a little <mask> named Lily."
-    with bitnetd.Client(stories_daemon, timeout=60) as c:
+    with bitnetd.Client(stories_daemon, timeout=scaled(60, BITNETD)) as c:
         fm = bitnetd.pipeline("fill-mask", client=c)
         got = fm.predict_top_k(text, 8)
         assert 1 <= len(got) <= 8
@@ -197,7 +197,7 @@ def test_fill_mask_is_full_sentence_scores(stories_daemon):
 def test_fill_mask_targets_several_tokens(stories_daemon):
     text = "Lily saw a <mask> in the park."
     targets = ["dog", "big red ball", "xylophone"]
-    with bitnetd.Client(stories_daemon, timeout=60) as c:
+    with bitnetd.Client(stories_daemon, timeout=scaled(60, BITNETD)) as c:
         fm = bitnetd.pipeline("fill-mask", client=c)
         got = fm.predict(text, targets=targets)
         assert sorted(g["token_str"] for g in got) == sorted(targets)
@@ -216,7 +216,7 @@ def test_fill_mask_targets_several_tokens(stories_daemon):
 
 
 def test_fill_mask_batch_fails_item_by_item(stories_daemon):
-    with bitnetd.Client(stories_daemon, timeout=60) as c:
+    with bitnetd.Client(stories_daemon, timeout=scaled(60, BITNETD)) as c:
         fm = bitnetd.pipeline("fill-mask", client=c, top_k=3)
         texts = ["The <mask> was happy.", "no mask here", "two <mask> <mask>",
                  "<mask> upon a time", 42]

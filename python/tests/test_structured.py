@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from test_client import CLI, MODEL, bitnetd, cli, start, stop  # noqa: F401 (skip marker too)
+from test_client import BITNETD, CLI, MODEL, bitnetd, cli, scaled, start, stop  # noqa: F401
 from test_client import pytestmark  # noqa: F401
 
 SCHEMA = {"type": "object",
@@ -32,7 +32,7 @@ def daemon():
 
 @pytest.fixture
 def client(daemon):
-    with bitnetd.Client(daemon, timeout=60) as c:
+    with bitnetd.Client(daemon, timeout=scaled(60, BITNETD)) as c:
         yield c
 
 
@@ -119,7 +119,7 @@ def test_pipeline_takes_a_schema(client):
 def test_loopback_has_no_grammars():
     proc, path = start(["--backend", "loopback"])
     try:
-        with bitnetd.Client(path, timeout=10) as c:
+        with bitnetd.Client(path, timeout=scaled(10, BITNETD)) as c:
             with pytest.raises(bitnetd.UnsupportedError):
                 c.generate([1, 2], json=True)
     finally:

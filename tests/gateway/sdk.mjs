@@ -8,6 +8,7 @@
 //                 printed for it (one per scored token, in order)
 //   EMBED_SECOND  a second text, and EMBED_VECTORS the vectors `bitnet-cli embed` printed for
 //                 SCORE_PROMPT and it (a line of floats each; the daemon runs --pooling mean)
+//   TIMEOUT_MS    each call's limit (run.sh: 60 s scaled by tests/timescale.py's rule)
 // Prints TAP-like lines and a summary; exits 1 when any case failed.
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
@@ -17,7 +18,8 @@ const sdkVersion = JSON.parse(readFileSync(new URL('./node_modules/openai/packag
                                                    import.meta.url))).version;
 
 const client = new OpenAI({ baseURL: process.env.GATEWAY_URL, apiKey: process.env.API_KEY,
-                            maxRetries: 0, timeout: 60000 });
+                            maxRetries: 0,
+                            timeout: Number(process.env.TIMEOUT_MS || 60000) });
 const model = process.env.MODEL_ID;
 const chatMessages = [{ role: 'system', content: 'You are terse.' },
                       { role: 'user', content: 'Say something about ternary weights.' }];
