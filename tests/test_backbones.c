@@ -526,7 +526,7 @@ static void daemon_embeds(struct bn_client *c, const struct bn_vocab *v, const c
 	float vec[1024];
 	struct bn_embed_item it = { .text = text, .text_len = strlen(text), .vector = vec,
 				    .cap = 1024 };
-	ck_assert_int_eq(bn_embed(c, &it, 60 * SECOND), 0);
+	ck_assert_int_eq(bn_embed(c, &it, tu_scaled_ns(60 * SECOND)), 0);
 	ck_assert_uint_eq(it.n_tokens, (uint32_t)n);
 	ck_assert_uint_eq(it.pooling, BN_POOLING_LAST);
 	ck_assert_uint_eq(it.trained, 1);
@@ -540,7 +540,7 @@ static void daemon_embeds(struct bn_client *c, const struct bn_vocab *v, const c
 	struct bn_request req = { .prompt = ids, .n_prompt = (uint32_t)n, .max_tokens = 1 };
 	uint32_t out[1];
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, 1, &res, 60 * SECOND), -BN_E_UNSUPPORTED);
+	ck_assert_int_eq(bn_generate(c, &req, out, 1, &res, tu_scaled_ns(60 * SECOND)), -BN_E_UNSUPPORTED);
 }
 
 /* A text prompt, and a chat through the family's template (its markers special, the message's
@@ -572,7 +572,7 @@ START_TEST(daemon_serves_the_family)
 				  .flags = BN_REQ_IGNORE_EOS };
 	struct bn_result res;
 	if (!embedding) {
-		ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, 60 * SECOND), 0);
+		ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, tu_scaled_ns(60 * SECOND)), 0);
 		float *logits = malloc((size_t)(n + STEPS) * 1024 * sizeof(float));
 		ck_assert_ptr_nonnull(logits);
 		greedy(path, prompt, (uint32_t)n, STEPS, logits, want);
@@ -608,7 +608,7 @@ START_TEST(daemon_serves_the_family)
 	uint32_t n_reply = reply_text(v, path, ids, (uint32_t)k, want_text, sizeof(want_text));
 	struct bn_chat_item it = { .messages = msgs, .n_messages = 2, .max_tokens = STEPS,
 				   .reply = reply, .reply_cap = sizeof(reply) };
-	ck_assert_int_eq(bn_chat(c, &it, 60 * SECOND), 0);
+	ck_assert_int_eq(bn_chat(c, &it, tu_scaled_ns(60 * SECOND)), 0);
 	ck_assert_uint_eq(it.result.n_tokens, n_reply);
 	ck_assert_str_eq(reply, want_text);
 	bn_disconnect(c);

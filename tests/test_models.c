@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #define SEC 1000000000LL
+/* A wait of n seconds, scaled by the suites' one rule (timescale.h: sanitizers, a slow machine). */
+#define WAIT_S(n) tu_scaled_ns((n) * SEC)
 #define N_MODELS 4  /* tiny, llama3-test, falcon3-test, and the shared stories model */
 #define N_REQ 4     /* requests per model in a set */
 #define OUT_CAP 24
@@ -139,7 +141,7 @@ static void run_one(struct bn_client *c, int m, int r, struct outcome *o)
 	while ((rc = bn_submit(c, &req, &h)) == -BN_E_AGAIN)
 		usleep(1000);
 	ck_assert_int_eq(rc, 0);
-	ck_assert_int_eq(bn_wait(h, 120 * SEC), 0);
+	ck_assert_int_eq(bn_wait(h, WAIT_S(120)), 0);
 	struct bn_result res;
 	ck_assert_int_eq(bn_result(h, &res), 0);
 	o->status = res.status;
@@ -510,17 +512,17 @@ START_TEST(waiting_for_room)
 	usleep(100000);
 	struct bn_handle *hb = submit_long(b, pb, 3, 8, 100);
 	struct bn_result r;
-	ck_assert_int_eq(bn_wait(hb, 10 * SEC), 0);
+	ck_assert_int_eq(bn_wait(hb, WAIT_S(10)), 0);
 	ck_assert_int_eq(bn_result(hb, &r), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_DEADLINE); /* waited for a's turn: not loaded */
 	ck_assert_uint_eq(r.n_tokens, 0);
 	bn_release(hb);
 	hb = submit_long(b, pb, 3, 8, 0);
-	ck_assert_int_eq(bn_wait(hb, 10 * SEC), 0);
+	ck_assert_int_eq(bn_wait(hb, WAIT_S(10)), 0);
 	ck_assert_int_eq(bn_result(hb, &r), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
 	check_loopback(hb, pb, 3);
-	ck_assert_int_eq(bn_wait(ha, 10 * SEC), 0); /* a ended first: nothing was cut */
+	ck_assert_int_eq(bn_wait(ha, WAIT_S(10)), 0); /* a ended first: nothing was cut */
 	ck_assert_int_eq(bn_result(ha, &r), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
 	ck_assert_uint_eq(r.n_tokens, 300);
@@ -547,12 +549,12 @@ START_TEST(per_user_cap_across_models)
 	uint32_t pa[3] = { 5, 6, 7 }, pb[3] = { 8, 9, 10 };
 	struct bn_result r;
 	struct bn_handle *hb = submit_long(b, pb, 3, 2, 0); /* loads b */
-	ck_assert_int_eq(bn_wait(hb, 10 * SEC), 0);
+	ck_assert_int_eq(bn_wait(hb, WAIT_S(10)), 0);
 	bn_release(hb);
 	struct bn_handle *ha = submit_long(a, pa, 3, 150, 0); /* about 0.3 s */
 	usleep(50000);
 	hb = submit_long(b, pb, 3, 8, 0);
-	ck_assert_int_eq(bn_wait(hb, 10 * SEC), 0);
+	ck_assert_int_eq(bn_wait(hb, WAIT_S(10)), 0);
 	ck_assert_int_eq(bn_result(hb, &r), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
 	ck_assert_msg(r.queue_ns >= 100000000ull, "b's request waited %.1f ms beside a's",
@@ -584,15 +586,15 @@ START_TEST(unload_drains_then_ends)
 	struct bn_model_status st;
 	ck_assert_int_eq(bn_models_unload(admin, "b", &st), 0);
 	int64_t took = tu_now_ns() - t0;
-	ck_assert_msg(took >= 250000000LL && took < 3 * SEC, "unload took %lld ns", (long long)took);
+	ck_assert_msg(took >= 250000000LL && took < WAIT_S(3), "unload took %lld ns", (long long)took);
 	struct bn_result r;
-	ck_assert_int_eq(bn_wait(h1, 10 * SEC), 0);
+	ck_assert_int_eq(bn_wait(h1, WAIT_S(10)), 0);
 	ck_assert_int_eq(bn_result(h1, &r), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_ERROR);
 	ck_assert_int_eq(r.error, -BN_E_MODEL_UNLOADED);
 	ck_assert_uint_gt(r.n_tokens, 0);
 	check_loopback(h1, p1, 3);
-	ck_assert_int_eq(bn_wait(h2, 10 * SEC), 0);
+	ck_assert_int_eq(bn_wait(h2, WAIT_S(10)), 0);
 	ck_assert_int_eq(bn_result(h2, &r), 0);
 	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
 	check_loopback(h2, p2, 3);
@@ -649,8 +651,8 @@ START_TEST(config_file_and_keep_alive)
 	ck_assert_int_eq(st[1].keep_alive_ms, 0);
 	uint32_t prompt[2] = { 5, 6 }, out[4];
 	struct bn_request req = { prompt, 2, 4, BN_REQ_IGNORE_EOS, NULL };
-	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 10 * SEC), 0);
-	ck_assert_int_eq(bn_generate(p, &req, out, 4, NULL, 10 * SEC), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), 0);
+	ck_assert_int_eq(bn_generate(p, &req, out, 4, NULL, WAIT_S(10)), 0);
 	long long idle = 0;
 	for (int i = 0; i < 200 && idle < 1; i++) {
 		usleep(10000);
@@ -678,7 +680,7 @@ static void embed_of(struct bn_client *c, float *vector, struct bn_embed_item *i
 {
 	static const uint32_t ids[7] = { 1, 7, 19, 3, 88, 42, 5 };
 	*it = (struct bn_embed_item){ .ids = ids, .n_ids = 7, .vector = vector, .cap = EMBED_CAP };
-	(void)bn_embed(c, it, 30 * SEC);
+	(void)bn_embed(c, it, WAIT_S(30));
 }
 
 START_TEST(embeddings_per_model)
@@ -753,7 +755,7 @@ START_TEST(grammar_memory_shared_by_models)
 		snprintf(re, sizeof(re), "[a-z]{1,%u}(x|y{2,%u})", 30 + n, 3 + n);
 		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
 						.len = strlen(re) };
-		rc = bn_grammar_load(l3, &spec, &held[n], err, sizeof(err), 60 * SEC);
+		rc = bn_grammar_load(l3, &spec, &held[n], err, sizeof(err), WAIT_S(60));
 	}
 	n--;
 	ck_assert_msg(rc == -BN_E_GRAMMAR_LIMIT && n >= 1 &&
@@ -761,7 +763,7 @@ START_TEST(grammar_memory_shared_by_models)
 		      "%u grammars, then %s: %s", n, bn_strerror(rc), err);
 	struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re, .len = strlen(re) };
 	struct bn_grammar_handle *g;
-	rc = bn_grammar_load(f3, &spec, &g, err, sizeof(err), 60 * SEC);
+	rc = bn_grammar_load(f3, &spec, &g, err, sizeof(err), WAIT_S(60));
 	ck_assert_msg(rc == 0, "f3 beside l3's full share: %s: %s", bn_strerror(rc), err);
 	bn_grammar_release(g);
 	for (uint32_t i = 0; i < n; i++)
@@ -784,7 +786,7 @@ static void hold_grammars(struct bn_client *c, struct bn_grammar_handle **held, 
 		snprintf(re, sizeof(re), "[a-z]{1,%u}(x|y{2,%u})", first + k, 3 + k);
 		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
 						.len = strlen(re) };
-		int rc = bn_grammar_load(c, &spec, &held[k], err, sizeof(err), 60 * SEC);
+		int rc = bn_grammar_load(c, &spec, &held[k], err, sizeof(err), WAIT_S(60));
 		ck_assert_msg(rc == 0, "%s: %s", bn_strerror(rc), err);
 	}
 }
@@ -866,20 +868,20 @@ START_TEST(reload_picks_a_changed_file_up)
 	ck_assert_uint_eq(info.vocab_size, 512);
 	uint32_t prompt[3] = { 1, 2, 3 }, out[4];
 	struct bn_request req = { prompt, 3, 4, 0, NULL };
-	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 10 * SEC), 0); /* loads m */
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), 0); /* loads m */
 	ck_assert_int_eq(bn_models_reload(admin, "m"), 0); /* unchanged: nothing happens */
 	ck_assert_int_eq(model_metric(admin, "model_loads_total", "m", NULL), 1);
 	write_model("llama3-test", path);
 	/* Not picked up silently: the loaded model goes on. */
-	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 10 * SEC), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), 0);
 	ck_assert_int_eq(bn_models_reload(admin, NULL), 0);
 	/* Its sessions were closed: the client learns it at its next call. */
-	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 10 * SEC), -BN_E_DISCONNECTED);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), -BN_E_DISCONNECTED);
 	bn_disconnect(c);
 	c = connect_model(&d, "m");
 	ck_assert_int_eq(bn_model_info(c, &info), 0);
 	ck_assert_uint_eq(info.vocab_size, 1024);
-	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, 10 * SEC), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), 0);
 	ck_assert_int_eq(model_metric(admin, "model_unloads_total", "m", ",reason=\"reload\""), 1);
 	ck_assert_int_eq(model_metric(admin, "model_loads_total", "m", NULL), 2);
 	bn_disconnect(c);
@@ -1006,7 +1008,7 @@ static void cuda_host_greedy(const struct tu_daemon *d, int m, uint32_t out[3])
 	struct bn_client *c = connect_model(d, names[m]);
 	uint32_t prompt[2] = { 1, 5 };
 	struct bn_request req = { prompt, 2, 3, BN_REQ_IGNORE_EOS, NULL };
-	ck_assert_int_eq(bn_generate(c, &req, out, 3, NULL, 300 * SEC), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 3, NULL, WAIT_S(300)), 0);
 	bn_disconnect(c);
 }
 
