@@ -21,6 +21,7 @@
 #include "kernels.h"
 #include "kernels_neon.h"
 #include "t2_blocking.h"
+#include "t2g.h"
 
 #include <arm_neon.h>
 #include <math.h>
@@ -382,17 +383,6 @@ static ALWAYS_INLINE int32x4_t t2g_dot(int32x4_t acc, int8x16_t codes, int8x16_t
 #endif
 }
 
-/* The activations' offset for group g of batch row b: the sum of its blocks' sums. */
-static ALWAYS_INLINE int32_t t2g_xsum(const struct bn_q8_rows *x, uint32_t b, uint32_t g,
-				      uint32_t blocks)
-{
-	const int32_t *bs = x->bsum + (size_t)b * bn_q8_blocks(x->k_pad) + (size_t)g * blocks;
-	int32_t s = 0;
-	for (uint32_t j = 0; j < blocks; j++)
-		s += bs[j];
-	return s;
-}
-
 /* Weight row o against batch rows b0 .. b0 + n_cols: per group the exact integer sum of its
  * blocks (block j is planes 2(j%2), 2(j%2)+1 of chunk j/2) less the activations' block sums,
  * then one fused multiply-add per group in group order, as the scalar definition. */
@@ -425,7 +415,7 @@ static ALWAYS_INLINE void t2g_row(const struct bn_t2_matrix *w, uint32_t o,
 			}
 		}
 		for (uint32_t b = 0; b < n_cols; b++) {
-			int32_t a = vaddvq_s32(acc[b]) - t2g_xsum(x, b0 + b, g, blocks);
+			int32_t a = vaddvq_s32(acc[b]) - bn_t2g_group_xsum(x, b0 + b, g, blocks);
 			s[b] = fmaf((float)a, gs[g], s[b]);
 		}
 	}

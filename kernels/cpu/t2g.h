@@ -3,7 +3,7 @@
  * t2g.h — the grouped ternary products (kernels.h: t2g_gemm) of the SIMD variants, each in a
  * file of its own compiled for its ISA (t2g_avx2.c, again as t2g_avxvnni.c, t2g_avx512.c), and
  * what they share: the group sums of the activations' block sums. A NEON variant adds its own
- * t2g_gemm beside its t2_gemm, to the same contract.
+ * t2g_gemm beside its t2_gemm, to the same contract (kernels_neon.c: t2g_gemm_neon).
  */
 #ifndef BITNET_T2G_H
 #define BITNET_T2G_H
