@@ -280,6 +280,7 @@ static const struct header headers[] = {
 	{ "loader-llama-value-only", "llama", 40, 0, 256, "linear", "silu", 0, 0 },
 	{ "loader-llama-rope-yarn", "llama", 40, 256, 256, "yarn", "silu", 0, 0 },
 	{ "loader-llama-gelu", "llama", 40, 256, 256, "linear", "gelu", 0, 0 },
+	{ "loader-llama-act-unknown", "llama", 40, 256, 256, "linear", "swish", 0, 0 },
 	{ "loader-bitnet-b158-spm-32002", "bitnet-b1.58", 40, 0, 0, NULL, NULL, 32002, 0 },
 };
 

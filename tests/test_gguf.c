@@ -1227,8 +1227,9 @@ static const struct header_case header_cases[] = {
 	{ "loader-llama-value-only",
 	  "llama.attention.value_length is 256 but there is no key_length", 0, 0, 0 },
 	{ "loader-llama-rope-yarn", "llama.rope.scaling.type 'yarn' is not supported", 0, 0, 0 },
-	{ "loader-llama-gelu",
-	  "llama.hidden_activation \"gelu\" is not an activation bitnetd knows", 0, 0, 0 },
+	{ "loader-llama-gelu", NULL, BN_ACT_GELU, 256, 0.5f }, /* known since gemma3 (qwen61) */
+	{ "loader-llama-act-unknown",
+	  "llama.hidden_activation \"swish\" is not an activation bitnetd knows", 0, 0, 0 },
 	{ "loader-bitnet-b158-spm-32002", NULL, BN_ACT_SILU, 256, 1.0f },
 };
 
