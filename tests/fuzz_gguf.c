@@ -122,7 +122,7 @@ static void read_config(const struct bn_gguf *g)
 	CHECK(c.n_head % c.n_head_kv == 0);
 	CHECK(c.rope_dim && c.rope_dim <= c.head_dim && c.rope_dim % 2 == 0);
 	CHECK(c.rope_freq_scale > 0.0f && isfinite(c.rope_freq_scale));
-	CHECK(c.act == BN_ACT_SILU || c.act == BN_ACT_RELU2);
+	CHECK(c.act == BN_ACT_SILU || c.act == BN_ACT_RELU2 || c.act == BN_ACT_GELU);
 	CHECK(c.act_why[0] != '\0');
 }
 
