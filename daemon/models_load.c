@@ -488,6 +488,13 @@ static uint64_t kv_estimate(const struct bn_models *m, const struct bn_model_ent
 	uint64_t per_seq = (d->context_length + cfg->kv_block_tokens - 1) / cfg->kv_block_tokens;
 	uint64_t useful = (uint64_t)cfg->max_batch * per_seq;
 	uint64_t blocks = kv ? kv / (bpt * cfg->kv_block_tokens) : useful;
+	if (!kv && m->budget) {
+		/* The default pool under a budget (the device's memory past its headroom, one
+		 * model): the backend sizes it to what the weights leave, one block at least. */
+		uint64_t room = m->budget > e->weight_bytes ? m->budget - e->weight_bytes : 0;
+		uint64_t fit = room / (bpt * cfg->kv_block_tokens);
+		blocks = fit < blocks ? (fit ? fit : 1) : blocks;
+	}
 	return (blocks < useful ? blocks : useful) * cfg->kv_block_tokens * bpt;
 }
 
