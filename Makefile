@@ -801,15 +801,15 @@ fuzz-requests:
 # campaigns again under ASan+UBSan, and the C tests under ThreadSanitizer (each its own
 # build dir). The sanitizer passes look for memory and thread errors: there the oracle suites
 # run fewer samples, and under ThreadSanitizer the suites that run on one thread print SKIP
-# (tests/timescale.h: TU_SANITIZED, TU_TSAN), which keeps CI's run under its 40 minutes.
+# (tests/timescale.h: TU_SANITIZED, TU_TSAN), which keeps CI's run under its 60 minutes.
 # The parts run one after another, each timed ("== make PART: N s", and all of them at the
 # end), as is every test program in them ("== PROGRAM: N s", "== PROGRAM [SANITIZERS]: N s" in
 # a sanitizer pass), so that a slow one shows before it fails; at the end, passed or failed,
 # every program's time of the run in a table, slowest first (TIMED_RUN writes each to the file
 # $$BN_CHECK_TIMES names). Their waits scale by tests/timescale.h's rule ($BITNET_TEST_TIME_SCALE).
-CHECK_PARTS := check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk \
+CHECK_PARTS := all check-c check-kernel-variants check-rooms check-readme check-python check-gateway-sdk \
 	check-tokenizers check-deploy check-systemd check-man $(if $(SANITIZE),,check-install check-faults check-san check-tsan check-arm64)
-check: all
+check:
 	@t0=$$(date +%s); times=""; BN_CHECK_TIMES=$$(mktemp); export BN_CHECK_TIMES; \
 	trap 'rm -f "$$BN_CHECK_TIMES"' EXIT; \
 	for p in $(CHECK_PARTS); do \
@@ -847,12 +847,19 @@ check-deploy:
 		if [ $$rc = 77 ]; then echo "SKIP: tests/deploy_manifests.py"; \
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
+COMMA := ,
+# A sanitizer pass's build is timed apart from its tests (SANITIZED_BUILD).
+SANITIZED_BUILD = $(call TIMED_RUN,$(MAKE) --no-print-directory SANITIZE=$(1) all,build [$(1)]); \
+	[ $$rc = 0 ] || exit $$rc
+
 check-tsan:
 	@echo "== sanitizer pass (thread)"
+	@$(call SANITIZED_BUILD,thread)
 	$(Q)$(MAKE) --no-print-directory SANITIZE=thread check-c
 
 check-san:
 	@echo "== sanitizer pass (address,undefined)"
+	@$(call SANITIZED_BUILD,address$(COMMA)undefined)
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined check-c check-faults
 
 # The tests' daemons keep their weights caches out of the user's home (tests/testutil.h).
@@ -876,18 +883,33 @@ PASS_TAG := $(if $(SANITIZE), [$(SANITIZE)])
 CHECK_TIME_TABLE = echo "== each test program's time, slowest first:"; sort -rn "$$BN_CHECK_TIMES" | \
 	awk '{ t = $$1; $$1 = ""; printf "%8.1f s %s\n", t, substr($$0, 2) }'
 
-# A test program that exits 77 skipped (the GPU tests without a GPU): it says why itself.
+# check-c runs its programs CHECK_JOBS at a time (default: this machine's CPUs, at most the 2
+# it was measured with): most of them keep one core busy (the harness runs a grid's blocks on
+# one thread, the grammar engine and the oracle loops run on one), so on CI's 2 cores two at a
+# time take about half as long. The slowest start first (CHECK_SLOW_FIRST) so that the two
+# streams end together. Each program's output is printed whole when it ends (make's
+# --output-sync), its "== PROGRAM: N s" line with it. The programs keep out of each other's
+# way: their own temporary directories, sockets and ports; the weights cache they share is
+# written to a temporary file and renamed. CHECK_JOBS=1 runs them one after another.
+CHECK_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 2 ] && n=2; echo $$n)
+CHECK_SLOW_FIRST := test_cuda_host test_structured test_grammar test_kernels test_structured_oracle \
+	test_cuda_ops_host test_model test_cuda_fast_ops_host test_cuda_fast_host test_families \
+	test_forward test_embed test_grammar_walks test_grammar_fixtures test_head_screen
+CHECK_PROGRAMS := $(foreach t,$(CHECK_SLOW_FIRST),$(filter $(t),$(TEST_UNIT) $(HOST_TESTS))) \
+	$(filter-out $(CHECK_SLOW_FIRST),$(TEST_UNIT) $(HOST_TESTS))
+
 check-c: all
-	@set -e; for t in $(TEST_UNIT) $(HOST_TESTS); do \
-		echo "== $$t"; \
-		$(call TIMED_RUN,$(TEST_ENV) $(BUILD)/tests/$$t,$$t); \
-		if [ $$rc = 77 ]; then echo "SKIP: $$t"; elif [ $$rc != 0 ]; then exit $$rc; fi; \
-	done
+	$(Q)$(MAKE) --no-print-directory -j$(CHECK_JOBS) --output-sync=target $(CHECK_PROGRAMS:%=check-program/%)
 	@echo "== fuzz corpus replay (tests/corpus/gguf)"
 	@$(call TIMED_RUN,$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*,fuzz-gguf-replay); exit $$rc
 	@echo "== fuzz corpus replay (tests/corpus/requests)"
 	@$(call TIMED_RUN,$(BUILD)/tests/fuzz-requests-replay tests/corpus/requests/*,fuzz-requests-replay); \
 		exit $$rc
+
+# One program of check-c. One that exits 77 skipped (the GPU tests without a GPU): it says why.
+check-program/%:
+	@echo "== $*"; $(call TIMED_RUN,$(TEST_ENV) $(BUILD)/tests/$*,$*); \
+		if [ $$rc = 77 ]; then echo "SKIP: $*"; elif [ $$rc != 0 ]; then exit $$rc; fi
 
 # The CUDA host harness's suites alone (check-c runs them too), then bench_cuda's code end to
 # end on the harness, the default variants side by side, to its gains (its times mean nothing
@@ -925,7 +947,8 @@ ARM64_BUILD := build-aarch64
 check-arm64:
 ifeq ($(ARCH)$(CROSS),x86_64)
 	@echo "== aarch64 cross build ($(ARM64_CC), sysroot $(ARM64_SYSROOT))"
-	$(Q)$(MAKE) --no-print-directory CC=$(ARM64_CC) BUILD=$(ARM64_BUILD) all
+	@$(call TIMED_RUN,$(MAKE) --no-print-directory CC=$(ARM64_CC) BUILD=$(ARM64_BUILD) all,build [aarch64]); \
+		[ $$rc = 0 ] || exit $$rc
 	@echo "== aarch64 suites under $(QEMU_AARCH64) (tools/check-arm64.sh)"
 	$(Q)BUILD=$(ARM64_BUILD) SYSROOT=$(ARM64_SYSROOT) QEMU=$(QEMU_AARCH64) sh tools/check-arm64.sh
 else

@@ -594,12 +594,12 @@ static const struct variant variants[] = {
 };
 #define N_VARIANTS (sizeof(variants) / sizeof(variants[0]))
 
-/* Under an emulator (testutil.h: tu_emulated) the variants that take every path of the fast
+/* In a reduced run (testutil.h: tu_reduced) the variants that take every path of the fast
  * pass once: I2_S, TQ1_0 with a Q8_0 head and untied, I2_S with a Q6_K embedding and ReLU²,
  * F16 and TQ2_0 in the llama graph; natively all of them. */
 static int variant_sampled(uint32_t i)
 {
-	return !tu_emulated() || i == 0 || i == 5 || i == 6 || i == 8 || i == 10;
+	return !tu_reduced() || i == 0 || i == 5 || i == 6 || i == 8 || i == 10;
 }
 
 static void variant_path(uint32_t i, char *out, size_t cap)

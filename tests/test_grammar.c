@@ -164,7 +164,9 @@ START_TEST(masks_equal_brute_force)
 		if (warm)
 			ck_assert_int_eq(bn_grammar_bound_warm(b, UINT64_MAX / 2), 1);
 		tu_rng_seed(20 + (uint64_t)_i);
-		for (int w = 0; w < (tu_emulated() ? 2 : 6); w++) /* testutil.h */
+		/* fewer walks where each costs many times more: under an emulator or a sanitizer,
+		 * which looks for memory errors on each path, not for rarer masks (timescale.h) */
+		for (int w = 0; w < (tu_reduced() ? 2 : 6); w++)
 			walk_checking(&t, b, 40, NULL, 0);
 		bn_grammar_bound_unref(b);
 	}
@@ -192,7 +194,7 @@ START_TEST(llama3_masks_equal_brute_force)
 	if (_i == 2) /* the 64-states-at-once walks */
 		ck_assert_int_eq(bn_grammar_bound_warm(b, UINT64_MAX / 2), 1);
 	tu_rng_seed(30 + (uint64_t)_i);
-	walk_checking(&t, b, 6, NULL, 0);
+	walk_checking(&t, b, tu_reduced() ? 3 : 6, NULL, 0); /* 128,256 brute-forced a step */
 	bn_grammar_bound_unref(b);
 }
 END_TEST
@@ -241,7 +243,8 @@ START_TEST(rollback_and_fork_equal_recomputation)
 	ck_assert_int_eq(bn_grammar_matcher_new(b, 16, &m), 0);
 	tu_rng_seed(40);
 	size_t peak = 0;
-	for (uint32_t step = 0; step < 5000; step++) {
+	/* compaction starts after a few hundred steps: a reduced run (testutil.h) walks less past it */
+	for (uint32_t step = 0; step < (tu_reduced() ? 2500u : 5000u); step++) {
 		if (!saved[n])
 			saved[n] = malloc(words * 8); /* the mask at position n, kept for rollbacks */
 		int c = bn_grammar_matcher_fill_mask(m, saved[n]);

@@ -78,8 +78,8 @@ START_TEST(i8_dots_exact)
 				if (!k)
 					continue;
 				for (uint32_t nb = 1; nb <= n_b; nb++) {
-					/* under an emulator the widths of every tile and two past them */
-					if (tu_emulated() && nb > 9 && nb != 16 && nb != n_b)
+					/* in a reduced run the widths of every tile and two past them */
+					if (tu_reduced() && nb > 9 && nb != 16 && nb != n_b)
 						continue;
 					/* rows [2, 11): o0 != 0 checks the y offset */
 					scalar->i8_dots(&w, 2, 11, x, row_bytes, nb, want, n_out);
@@ -251,7 +251,7 @@ static void make_ties(struct head *h, const float *x, int nudge_up)
 START_TEST(synthetic_heads)
 {
 	static const uint32_t types[] = { BN_TYPE_F16, BN_TYPE_BF16, BN_TYPE_F32 };
-	if (tu_emulated() && _i >= 3) /* under an emulator one seed per type (testutil.h) */
+	if (tu_reduced() && _i >= 3) /* in a reduced run one seed per type (testutil.h) */
 		return;
 	static const uint32_t shapes[][2] = { { 64, 1 }, { 100, 63 }, { 96, 65 }, { 256, 3001 } };
 	tu_rng_seed(1000 + (uint64_t)_i);
@@ -342,7 +342,7 @@ START_TEST(masked_rows)
 	float *got = malloc((size_t)n_b * V * sizeof(float));
 	uint64_t *bits = malloc((size_t)n_b * words * sizeof(uint64_t));
 	const uint64_t *masks[8];
-	for (uint32_t round = 0; round < (tu_emulated() ? 10u : 40u); round++) {
+	for (uint32_t round = 0; round < (tu_reduced() ? 10u : 40u); round++) {
 		fill_x(x, n_b, h.n_in);
 		e.kern->f_gemm(&h.f, 0, V, x, h.n_in, n_b, full, V);
 		for (uint32_t b = 0; b < n_b; b++) {

@@ -266,7 +266,10 @@ START_TEST(greedy_is_unconstrained_where_allowed)
 	static const char *const prompts[] = { "Once upon a time", "{\"a\":", "Name: Bob, age 3." };
 	static struct st_answer free_;
 	uint32_t followed = 0;
-	for (size_t p = 0; p < sizeof(prompts) / sizeof(prompts[0]); p++) {
+	/* under a sanitizer one prompt: the daemon's paths are the same for each, and the test's
+	 * own oracle (a matcher re-walked for every position) is what the other two would cost */
+	size_t n_prompts = TU_SANITIZED ? 1 : sizeof(prompts) / sizeof(prompts[0]);
+	for (size_t p = 0; p < n_prompts; p++) {
 		struct st_ask ask = { .max_tokens = 200 };
 		char re[256];
 		uint32_t ran;

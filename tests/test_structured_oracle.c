@@ -23,7 +23,7 @@
 
 /* seeded samples per form; fewer under the sanitizers, which look for memory and thread
  * errors rather than rare outputs, and under an emulator (testutil.h) */
-#define N_SAMPLES (TU_SANITIZED || tu_emulated() ? 32 : 200)
+#define N_SAMPLES (tu_reduced() ? 32 : 200)
 #define SLOTS 64
 
 static struct tu_daemon daemon_;

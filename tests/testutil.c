@@ -361,6 +361,11 @@ int tu_emulated(void)
 	return e && *e && strcmp(e, "0") != 0;
 }
 
+int tu_reduced(void)
+{
+	return tu_emulated() || TU_SANITIZED;
+}
+
 int tu_forced_kernels_runnable(void)
 {
 	const char *forced = getenv("BITNET_KERNELS");

@@ -131,6 +131,12 @@ int tu_forced_kernels_runnable(void);
  * code path once, not every sample; the aarch64 hardware they stand in for runs them all. */
 int tu_emulated(void);
 
+/* 1 when an oracle suite checks its reduced sample of shapes, sizes and seeds (each suite
+ * says which) rather than all of them: under an emulator (tu_emulated), and under the
+ * sanitizers (timescale.h: TU_SANITIZED), which look for memory and thread errors on each
+ * code path, not for the rarer outputs that the plain pass's full sweep checks. */
+int tu_reduced(void);
+
 /* The tag (Check's tcase_set_tags) of the test cases that start a daemon or run a client
  * against one: make check-arm64 runs the suites under qemu-user, which has no io_uring for the
  * daemon's loop, with CK_EXCLUDE_TAGS=daemon (make check-arm64-vm runs them in a VM). */
