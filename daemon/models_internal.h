@@ -52,6 +52,7 @@ struct bn_models {
 	struct bn_stats_model *stats_rows; /* [n], for bn_models_stats_view */
 	struct bn_sched_users *users;  /* running sequences per uid over every model's scheduler:
 					* --max-running-per-user holds across models */
+	struct bn_kv_ledger kv_ledger; /* --kv-memory lent between the models (models_kv_lent) */
 };
 
 /* ---- models_load.c ------------------------------------------------------------------- */
@@ -73,7 +74,7 @@ struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry
 				      const struct bn_model_desc *desc, struct bn_text_prep *prep);
 /* The scheduler's options for e as view v describes it: its KV share, its speculative
  * options, the vocabulary's end-of-generation ids. */
-void models_sched_config(const struct bn_models *m, const struct bn_model_entry *e,
+void models_sched_config(struct bn_models *m, const struct bn_model_entry *e,
 			 const struct bn_model_view *v, struct bn_sched_config *out);
 /* Drops a reference; the last one frees the view. */
 void models_view_put(struct bn_model_view *v);

@@ -459,7 +459,20 @@ static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc
 		sc->eog[sc->n_eog++] = c->eog[i];
 }
 
-/* e's KV pool: its own option; else an equal share of --kv-memory; else, under a budget with
+/* Whether e's KV comes from --kv-memory lent between the models (serve/kvpool.h, the
+ * ledger): several models, host KV (the cpu backend: an arena of the whole --kv-memory is
+ * mapped, and only its blocks used are touched) and no memory budget, which counts each
+ * model's pool at its load and so needs the static shares below. A model with its own
+ * kv_memory keeps it. */
+static int models_kv_lent(const struct bn_models *m, const struct bn_model_entry *e,
+			  const struct bn_model_desc *d)
+{
+	return m->cfg->kv_memory && m->n > 1 && !m->budget && !e->opt.kv_memory &&
+	       !d->kv_on_device;
+}
+
+/* e's KV pool: its own option; else --kv-memory, lent between the models (the whole of it
+ * the most e may borrow) or an equal share of it under a budget; else, under a budget with
  * several models (or --memory), its full-context size at most an n-th of what the budget
  * leaves beside its weights; else the scheduler's default (0). */
 static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry *e,
@@ -468,6 +481,8 @@ static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry 
 	const struct bn_config *cfg = m->cfg;
 	if (e->opt.kv_memory)
 		return e->opt.kv_memory;
+	if (models_kv_lent(m, e, d))
+		return cfg->kv_memory;
 	if (cfg->kv_memory)
 		return cfg->kv_memory / m->n;
 	if (!m->budget || (m->n == 1 && !cfg->memory))
@@ -498,7 +513,7 @@ static uint64_t kv_estimate(const struct bn_models *m, const struct bn_model_ent
 	return (blocks < useful ? blocks : useful) * cfg->kv_block_tokens * bpt;
 }
 
-void models_sched_config(const struct bn_models *m, const struct bn_model_entry *e,
+void models_sched_config(struct bn_models *m, const struct bn_model_entry *e,
 			 const struct bn_model_view *v, struct bn_sched_config *out)
 {
 	const struct bn_config *cfg = m->cfg;
@@ -520,6 +535,7 @@ void models_sched_config(const struct bn_models *m, const struct bn_model_entry 
 		.pooling = d->pooling,
 		.embed_dim = d->embed_dim,
 		.users = m->users,
+		.kv_ledger = models_kv_lent(m, e, d) ? &m->kv_ledger : NULL,
 	};
 	copy_eog(&v->control.vocab.choice, out);
 }
@@ -610,6 +626,7 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	m->cfg = cfg;
 	m->n = cfg->n_models;
 	m->budget = cfg->memory;
+	m->kv_ledger.cap = cfg->kv_memory;
 	m->loader.event_fd = -1;
 	bn_text_prep_start(&m->loader.prep, NULL, NULL, NULL);
 	m->entries = calloc(m->n, sizeof(*m->entries));
