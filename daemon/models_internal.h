@@ -53,6 +53,7 @@ struct bn_models {
 	struct bn_sched_users *users;  /* running sequences per uid over every model's scheduler:
 					* --max-running-per-user holds across models */
 	struct bn_kv_ledger kv_ledger; /* --kv-memory lent between the models (models_kv_lent) */
+	struct bn_grammar_budget *grammar_budget; /* every model's grammars, inside --memory */
 };
 
 /* ---- models_load.c ------------------------------------------------------------------- */
@@ -110,5 +111,8 @@ static inline int models_resident(const struct bn_model_entry *e)
 }
 /* Requests of e waiting or running. */
 uint32_t models_entry_refs(const struct bn_model_entry *e);
+/* What --memory leaves the grammars beside the models that hold memory now: the grammar
+ * budget's limit, which compiles check (none without a budget). */
+void models_grammar_room(struct bn_models *m);
 
 #endif /* BITNETD_MODELS_INTERNAL_H */

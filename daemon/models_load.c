@@ -190,9 +190,13 @@ static const char *grammars_off(const struct bn_model_view *v)
 /* The grammar service, where the model and backend allow structured output; its cache and
  * its memory limit are the model's share of --grammar-cache and --grammar-memory (divided by
  * the number of models, as --kv-memory is), so every model's grammars together stay inside
- * them. -1 with errno when threads or memory fail. */
-static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg, uint32_t n_models)
+ * them; and every model's grammars count in the registry's grammar budget, what --memory
+ * leaves beside the loaded models (models_grammar_room). -1 with errno when threads or memory
+ * fail. */
+static int open_grammars(struct bn_model_view *v, const struct bn_models *m)
 {
+	const struct bn_config *cfg = m->cfg;
+	uint32_t n_models = m->n;
 	const char *off = grammars_off(v);
 	v->limits.max_grammars = cfg->max_grammars;
 	v->limits.grammars = &v->grammars;
@@ -211,6 +215,8 @@ static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg, u
 		}
 		if (!v->grammars.vocab)
 			off = "the vocabulary could not be given to the grammar engine";
+		else
+			bn_grammar_cache_count_in(v->grammars.cache, m->grammar_budget);
 	}
 	if (off)
 		bn_log_info("msg=\"no structured output\" model=%s reason=\"%s\"",
@@ -262,7 +268,7 @@ struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry
 						.model = &v->desc,
 						.text = &v->control.text,
 						.served_name = e->opt.name };
-	if (open_grammars(v, cfg, m->n) < 0) {
+	if (open_grammars(v, m) < 0) {
 		bn_log_error("msg=\"cannot start the grammar service\" model=%s error=\"%s\"",
 			     e->opt.name, strerror(errno));
 		bn_control_close(&v->control);
@@ -627,12 +633,14 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	m->n = cfg->n_models;
 	m->budget = cfg->memory;
 	m->kv_ledger.cap = cfg->kv_memory;
+	m->grammar_budget = bn_grammar_budget_new();
 	m->loader.event_fd = -1;
 	bn_text_prep_start(&m->loader.prep, NULL, NULL, NULL);
 	m->entries = calloc(m->n, sizeof(*m->entries));
 	m->stats_rows = calloc(m->n, sizeof(*m->stats_rows));
 	m->users = bn_sched_users_new(m->n * (cfg->max_batch ? cfg->max_batch : 1));
-	if (!m->entries || !m->stats_rows || !m->users || models_loader_start(m) < 0) {
+	if (!m->entries || !m->stats_rows || !m->users || !m->grammar_budget ||
+	    models_loader_start(m) < 0) {
 		bn_log_error("msg=\"cannot set up the models\" error=\"%s\"", strerror(errno));
 		bn_models_close(m);
 		return NULL;
@@ -658,6 +666,7 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 		return NULL;
 	}
 	copy_graph(m, &m->entries[0]);
+	models_grammar_room(m);
 	uint64_t loaded = 0;
 	for (uint32_t i = 0; i < m->n; i++)
 		loaded += models_resident(&m->entries[i]) ? models_entry_bytes(&m->entries[i]) : 0;
@@ -694,5 +703,6 @@ void bn_models_close(struct bn_models *m)
 	free(m->entries);
 	free(m->stats_rows);
 	bn_sched_users_free(m->users); /* after the schedulers that counted in it */
+	bn_grammar_budget_unref(m->grammar_budget); /* grammars still alive hold their own */
 	free(m);
 }

@@ -945,8 +945,11 @@ END_TEST
 
 /* Grammars count inside --memory: a budget that holds l3 and f3 with 64 KiB to spare serves
  * both while no grammar is held. Grammars l3's cache only keeps for a next time go before
- * a model does (f3 loads, l3 stays); with l3's session holding more than the spare bytes in
- * grammars, f3's load unloads the idle l3 for room (reason memory). f3 answers as alone. */
+ * a model does (f3 loads, l3 stays). With both loaded, a compile past the 64 KiB is refused
+ * with the bytes named (no model is unloaded for a grammar), and goes through once the
+ * grammars l3's session held are only kept by its cache (they go first). With l3's session
+ * holding more than the spare bytes in grammars compiled while f3 was unloaded, f3's load
+ * unloads the idle l3 for room (reason memory). f3 answers as alone. */
 static void hold_grammars(struct bn_client *c, struct bn_grammar_handle **held, uint32_t n,
 			  uint32_t first)
 {
@@ -960,9 +963,9 @@ static void hold_grammars(struct bn_client *c, struct bn_grammar_handle **held, 
 	}
 }
 
-static void load_f3_again(struct bn_client *l3, struct bn_client *f3)
+/* f3 (unloaded) loads for a request and answers as alone. */
+static void load_f3_again(struct bn_client *f3)
 {
-	ck_assert_int_eq(bn_models_unload(l3, "f3", NULL), 0);
 	struct outcome o;
 	run_one(f3, 2, 0, &o);
 	check_same(&o, &alone[2][0], 2, 0);
@@ -990,14 +993,40 @@ START_TEST(grammars_count_inside_memory)
 	struct bn_client *l3 = connect_model(&d, "l3");
 	f3 = connect_model(&d, "f3");
 	run_one(f3, 2, 0, &o); /* both fit */
-	struct bn_grammar_handle *held[16];
-	hold_grammars(l3, held, 16, 30);
+	struct bn_grammar_handle *held[64];
+	ck_assert_int_eq(bn_models_unload(l3, "f3", NULL), 0);
+	hold_grammars(l3, held, 16, 30); /* room: f3's bytes */
 	for (uint32_t k = 0; k < 16; k++)
 		bn_grammar_release(held[k]); /* kept by l3's cache only */
-	load_f3_again(l3, f3);
+	load_f3_again(f3);
 	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 0);
+	/* Both loaded: 64 KiB for grammars. */
+	char re[64], err[512] = "";
+	int rc = 0;
+	uint32_t n = 0;
+	for (; n < 64 && rc == 0; n++) {
+		snprintf(re, sizeof(re), "[a-z]{1,%u}(x|y{2,%u})", 100 + n, 3 + n);
+		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
+						.len = strlen(re) };
+		rc = bn_grammar_load(l3, &spec, &held[n], err, sizeof(err), WAIT_S(60));
+	}
+	n--;
+	ck_assert_msg(rc == -BN_E_GRAMMAR_LIMIT && n >= 1 &&
+			      strstr(err, "over the 65536 its memory budget leaves them") &&
+			      strstr(err, "--memory"),
+		      "%u grammars, then %s: %s", n, bn_strerror(rc), err);
+	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 0);
+	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "f3", ",reason=\"memory\""), 0);
+	for (uint32_t k = 0; k < n; k++)
+		bn_grammar_release(held[k]); /* kept by the cache: they go for the next */
+	struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re, .len = strlen(re) };
+	rc = bn_grammar_load(l3, &spec, &held[0], err, sizeof(err), WAIT_S(60));
+	ck_assert_msg(rc == 0, "after the held grammars were released: %s: %s", bn_strerror(rc),
+		      err);
+	bn_grammar_release(held[0]);
+	ck_assert_int_eq(bn_models_unload(l3, "f3", NULL), 0);
 	hold_grammars(l3, held, 16, 60);
-	load_f3_again(l3, f3);
+	load_f3_again(f3);
 	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 1);
 	for (uint32_t k = 0; k < 16; k++)
 		bn_grammar_release(held[k]);
