@@ -1083,6 +1083,23 @@ START_TEST(reload_picks_a_changed_file_up)
 	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), 0);
 	ck_assert_int_eq(model_metric(admin, "model_unloads_total", "m", ",reason=\"reload\""), 1);
 	ck_assert_int_eq(model_metric(admin, "model_loads_total", "m", NULL), 2);
+	/* Unloaded, its file changed: the next load is refused rather than reading another
+	 * model under the sessions that know this one, until a reload. */
+	ck_assert_int_eq(bn_models_unload(admin, "m", NULL), 0);
+	write_model("tiny", path);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), -BN_E_MODEL_LOAD);
+	struct bn_model_status st[2];
+	ck_assert_int_eq(bn_models_list(admin, st, 2), 2);
+	ck_assert_uint_eq(st[1].state, BN_MODEL_STATE_FAILED);
+	ck_assert_msg(strstr(st[1].error, "changed since the daemon read it"), "%s", st[1].error);
+	ck_assert_int_eq(model_metric(admin, "model_loads_total", "m", NULL), 2);
+	ck_assert_int_eq(bn_models_reload(admin, "m"), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), -BN_E_DISCONNECTED);
+	bn_disconnect(c);
+	c = connect_model(&d, "m");
+	ck_assert_int_eq(bn_model_info(c, &info), 0);
+	ck_assert_uint_eq(info.vocab_size, 512);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), 0);
 	bn_disconnect(c);
 	bn_disconnect(admin);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
