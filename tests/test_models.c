@@ -907,6 +907,23 @@ START_TEST(embeddings_per_model)
 }
 END_TEST
 
+/* Compiles grammars in c (regexes from `first` on), holding each, until one is refused or
+ * cap are held. Returns how many are held; *rc and err (512 bytes) say how the last went,
+ * re (64 bytes) is its text. */
+static uint32_t hold_until_refused(struct bn_client *c, struct bn_grammar_handle **held,
+				   uint32_t cap, uint32_t first, char *re, char *err, int *rc)
+{
+	uint32_t n = 0;
+	*rc = 0;
+	for (; n < cap && *rc == 0; n++) {
+		snprintf(re, 64, "[a-z]{1,%u}(x|y{2,%u})", first + n, 3 + n);
+		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
+						.len = strlen(re) };
+		*rc = bn_grammar_load(c, &spec, &held[n], err, 512, WAIT_S(60));
+	}
+	return *rc == 0 ? n : n - 1;
+}
+
 /* --grammar-memory bounds the grammars of every model together: each model's are limited to
  * its share (here 512 KiB over two models), and one model holding all its share leaves the
  * other's whole. */
@@ -918,15 +935,8 @@ START_TEST(grammar_memory_shared_by_models)
 	struct bn_client *l3 = connect_model(&d, "l3"), *f3 = connect_model(&d, "f3");
 	struct bn_grammar_handle *held[256];
 	char re[64], err[512] = "";
-	uint32_t n = 0;
-	int rc = 0;
-	for (; n < 256 && rc == 0; n++) {
-		snprintf(re, sizeof(re), "[a-z]{1,%u}(x|y{2,%u})", 30 + n, 3 + n);
-		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
-						.len = strlen(re) };
-		rc = bn_grammar_load(l3, &spec, &held[n], err, sizeof(err), WAIT_S(60));
-	}
-	n--;
+	int rc;
+	uint32_t n = hold_until_refused(l3, held, 256, 30, re, err, &rc);
 	ck_assert_msg(rc == -BN_E_GRAMMAR_LIMIT && n >= 1 &&
 			      strstr(err, "over its grammar memory limit of 262144"),
 		      "%u grammars, then %s: %s", n, bn_strerror(rc), err);
@@ -1002,15 +1012,8 @@ START_TEST(grammars_count_inside_memory)
 	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 0);
 	/* Both loaded: 64 KiB for grammars. */
 	char re[64], err[512] = "";
-	int rc = 0;
-	uint32_t n = 0;
-	for (; n < 64 && rc == 0; n++) {
-		snprintf(re, sizeof(re), "[a-z]{1,%u}(x|y{2,%u})", 100 + n, 3 + n);
-		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
-						.len = strlen(re) };
-		rc = bn_grammar_load(l3, &spec, &held[n], err, sizeof(err), WAIT_S(60));
-	}
-	n--;
+	int rc;
+	uint32_t n = hold_until_refused(l3, held, 64, 100, re, err, &rc);
 	ck_assert_msg(rc == -BN_E_GRAMMAR_LIMIT && n >= 1 &&
 			      strstr(err, "over the 65536 its memory budget leaves them") &&
 			      strstr(err, "--memory"),
