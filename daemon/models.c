@@ -464,14 +464,6 @@ static void keep_alive(struct bn_models *m, uint64_t now)
 	}
 }
 
-void models_grammar_room(struct bn_models *m)
-{
-	uint64_t loaded = bn_models_loaded_bytes(m);
-	uint64_t room = m->budget > loaded ? m->budget - loaded : 0;
-	bn_grammar_budget_set_limit(m->grammar_budget,
-				    !m->budget ? SIZE_MAX : room > SIZE_MAX ? SIZE_MAX : (size_t)room);
-}
-
 void bn_models_tick(struct bn_models *m, uint64_t now)
 {
 	finish_load(m, now);

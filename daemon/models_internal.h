@@ -83,6 +83,9 @@ void models_view_put(struct bn_model_view *v);
 int models_desc_same(const struct bn_model_desc *a, const struct bn_model_desc *b);
 /* The identity of path now (0), or -errno. */
 int models_file_id(const char *path, struct bn_file_id *out);
+/* What --memory leaves the grammars beside the models that hold memory now (loading, loaded,
+ * draining): the grammar budget's limit, which compiles check (none without a budget). */
+void models_grammar_room(struct bn_models *m);
 
 int models_loader_start(struct bn_models *m);
 void models_loader_stop(struct bn_models *m);
@@ -111,8 +114,5 @@ static inline int models_resident(const struct bn_model_entry *e)
 }
 /* Requests of e waiting or running. */
 uint32_t models_entry_refs(const struct bn_model_entry *e);
-/* What --memory leaves the grammars beside the models that hold memory now: the grammar
- * budget's limit, which compiles check (none without a budget). */
-void models_grammar_room(struct bn_models *m);
 
 #endif /* BITNETD_MODELS_INTERNAL_H */

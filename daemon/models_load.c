@@ -573,6 +573,17 @@ static void copy_graph(const struct bn_models *m, const struct bn_model_entry *e
 	bn_stats.spec_draft_tokens = e->sched_cfg.draft_tokens;
 }
 
+void models_grammar_room(struct bn_models *m)
+{
+	uint64_t loaded = 0;
+	for (uint32_t i = 0; i < m->n; i++)
+		if (models_resident(&m->entries[i]))
+			loaded += models_entry_bytes(&m->entries[i]);
+	uint64_t room = m->budget > loaded ? m->budget - loaded : 0;
+	bn_grammar_budget_set_limit(m->grammar_budget,
+				    !m->budget ? SIZE_MAX : room > SIZE_MAX ? SIZE_MAX : (size_t)room);
+}
+
 /* A model loaded at start-up (the default, a pinned one) must fit the budget. */
 static int fits_at_start(const struct bn_models *m, const struct bn_model_entry *e)
 {
