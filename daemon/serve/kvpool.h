@@ -127,7 +127,7 @@ static inline uint32_t bn_kvpool_committed(const struct bn_kvpool *p)
 {
 	return p->n_blocks - bn_kvpool_own_available(p);
 }
-/* Blocks the ledger lets p commit besides what it has (UINT32_MAX without a ledger). */
+/* Blocks the ledger lets p (in one) commit besides what it has. */
 uint32_t bn_kv_ledger_room(const struct bn_kvpool *p);
 /* Blocks that can be promised now: the pool's own, within what its ledger allows. */
 static inline uint32_t bn_kvpool_available(const struct bn_kvpool *p)
