@@ -470,6 +470,7 @@ void bn_models_tick(struct bn_models *m, uint64_t now)
 	finish_unloads(m, now);
 	keep_alive(m, now);
 	schedule_load(m, now);
+	models_grammar_room(m); /* after the loads and unloads begun or ended */
 }
 
 static int step_due(struct bn_model_entry *e, uint64_t now, uint32_t window_us)

@@ -52,6 +52,8 @@ struct bn_models {
 	struct bn_stats_model *stats_rows; /* [n], for bn_models_stats_view */
 	struct bn_sched_users *users;  /* running sequences per uid over every model's scheduler:
 					* --max-running-per-user holds across models */
+	struct bn_kv_ledger kv_ledger; /* --kv-memory lent between the models (models_kv_lent) */
+	struct bn_grammar_budget *grammar_budget; /* every model's grammars, inside --memory */
 };
 
 /* ---- models_load.c ------------------------------------------------------------------- */
@@ -73,7 +75,7 @@ struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry
 				      const struct bn_model_desc *desc, struct bn_text_prep *prep);
 /* The scheduler's options for e as view v describes it: its KV share, its speculative
  * options, the vocabulary's end-of-generation ids. */
-void models_sched_config(const struct bn_models *m, const struct bn_model_entry *e,
+void models_sched_config(struct bn_models *m, const struct bn_model_entry *e,
 			 const struct bn_model_view *v, struct bn_sched_config *out);
 /* Drops a reference; the last one frees the view. */
 void models_view_put(struct bn_model_view *v);
@@ -81,6 +83,9 @@ void models_view_put(struct bn_model_view *v);
 int models_desc_same(const struct bn_model_desc *a, const struct bn_model_desc *b);
 /* The identity of path now (0), or -errno. */
 int models_file_id(const char *path, struct bn_file_id *out);
+/* What --memory leaves the grammars beside the models that hold memory now (loading, loaded,
+ * draining): the grammar budget's limit, which compiles check (none without a budget). */
+void models_grammar_room(struct bn_models *m);
 
 int models_loader_start(struct bn_models *m);
 void models_loader_stop(struct bn_models *m);

@@ -190,9 +190,13 @@ static const char *grammars_off(const struct bn_model_view *v)
 /* The grammar service, where the model and backend allow structured output; its cache and
  * its memory limit are the model's share of --grammar-cache and --grammar-memory (divided by
  * the number of models, as --kv-memory is), so every model's grammars together stay inside
- * them. -1 with errno when threads or memory fail. */
-static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg, uint32_t n_models)
+ * them; and every model's grammars count in the registry's grammar budget, what --memory
+ * leaves beside the loaded models (models_grammar_room). -1 with errno when threads or memory
+ * fail. */
+static int open_grammars(struct bn_model_view *v, const struct bn_models *m)
 {
+	const struct bn_config *cfg = m->cfg;
+	uint32_t n_models = m->n;
 	const char *off = grammars_off(v);
 	v->limits.max_grammars = cfg->max_grammars;
 	v->limits.grammars = &v->grammars;
@@ -211,6 +215,8 @@ static int open_grammars(struct bn_model_view *v, const struct bn_config *cfg, u
 		}
 		if (!v->grammars.vocab)
 			off = "the vocabulary could not be given to the grammar engine";
+		else
+			bn_grammar_cache_count_in(v->grammars.cache, m->grammar_budget);
 	}
 	if (off)
 		bn_log_info("msg=\"no structured output\" model=%s reason=\"%s\"",
@@ -262,7 +268,7 @@ struct bn_model_view *models_view_new(struct bn_models *m, struct bn_model_entry
 						.model = &v->desc,
 						.text = &v->control.text,
 						.served_name = e->opt.name };
-	if (open_grammars(v, cfg, m->n) < 0) {
+	if (open_grammars(v, m) < 0) {
 		bn_log_error("msg=\"cannot start the grammar service\" model=%s error=\"%s\"",
 			     e->opt.name, strerror(errno));
 		bn_control_close(&v->control);
@@ -459,7 +465,20 @@ static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc
 		sc->eog[sc->n_eog++] = c->eog[i];
 }
 
-/* e's KV pool: its own option; else an equal share of --kv-memory; else, under a budget with
+/* Whether e's KV comes from --kv-memory lent between the models (serve/kvpool.h, the
+ * ledger): several models, host KV (the cpu backend: an arena of the whole --kv-memory is
+ * mapped, and only its blocks used are touched) and no memory budget, which counts each
+ * model's pool at its load and so needs the static shares below. A model with its own
+ * kv_memory keeps it. */
+static int models_kv_lent(const struct bn_models *m, const struct bn_model_entry *e,
+			  const struct bn_model_desc *d)
+{
+	return m->cfg->kv_memory && m->n > 1 && !m->budget && !e->opt.kv_memory &&
+	       !d->kv_on_device;
+}
+
+/* e's KV pool: its own option; else --kv-memory, lent between the models (the whole of it
+ * the most e may borrow) or an equal share of it under a budget; else, under a budget with
  * several models (or --memory), its full-context size at most an n-th of what the budget
  * leaves beside its weights; else the scheduler's default (0). */
 static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry *e,
@@ -468,6 +487,8 @@ static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry 
 	const struct bn_config *cfg = m->cfg;
 	if (e->opt.kv_memory)
 		return e->opt.kv_memory;
+	if (models_kv_lent(m, e, d))
+		return cfg->kv_memory;
 	if (cfg->kv_memory)
 		return cfg->kv_memory / m->n;
 	if (!m->budget || (m->n == 1 && !cfg->memory))
@@ -498,7 +519,7 @@ static uint64_t kv_estimate(const struct bn_models *m, const struct bn_model_ent
 	return (blocks < useful ? blocks : useful) * cfg->kv_block_tokens * bpt;
 }
 
-void models_sched_config(const struct bn_models *m, const struct bn_model_entry *e,
+void models_sched_config(struct bn_models *m, const struct bn_model_entry *e,
 			 const struct bn_model_view *v, struct bn_sched_config *out)
 {
 	const struct bn_config *cfg = m->cfg;
@@ -520,6 +541,7 @@ void models_sched_config(const struct bn_models *m, const struct bn_model_entry 
 		.pooling = d->pooling,
 		.embed_dim = d->embed_dim,
 		.users = m->users,
+		.kv_ledger = models_kv_lent(m, e, d) ? &m->kv_ledger : NULL,
 	};
 	copy_eog(&v->control.vocab.choice, out);
 }
@@ -549,6 +571,17 @@ static void copy_graph(const struct bn_models *m, const struct bn_model_entry *e
 	bn_stats.spec_mode = bn_speculative_names[m->ops->seq_rewind ? e->sched_cfg.speculative
 								     : BN_SPECULATIVE_OFF];
 	bn_stats.spec_draft_tokens = e->sched_cfg.draft_tokens;
+}
+
+void models_grammar_room(struct bn_models *m)
+{
+	uint64_t loaded = 0;
+	for (uint32_t i = 0; i < m->n; i++)
+		if (models_resident(&m->entries[i]))
+			loaded += models_entry_bytes(&m->entries[i]);
+	uint64_t room = m->budget > loaded ? m->budget - loaded : 0;
+	bn_grammar_budget_set_limit(m->grammar_budget,
+				    !m->budget ? SIZE_MAX : room > SIZE_MAX ? SIZE_MAX : (size_t)room);
 }
 
 /* A model loaded at start-up (the default, a pinned one) must fit the budget. */
@@ -610,12 +643,15 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	m->cfg = cfg;
 	m->n = cfg->n_models;
 	m->budget = cfg->memory;
+	m->kv_ledger.cap = cfg->kv_memory;
+	m->grammar_budget = bn_grammar_budget_new();
 	m->loader.event_fd = -1;
 	bn_text_prep_start(&m->loader.prep, NULL, NULL, NULL);
 	m->entries = calloc(m->n, sizeof(*m->entries));
 	m->stats_rows = calloc(m->n, sizeof(*m->stats_rows));
 	m->users = bn_sched_users_new(m->n * (cfg->max_batch ? cfg->max_batch : 1));
-	if (!m->entries || !m->stats_rows || !m->users || models_loader_start(m) < 0) {
+	if (!m->entries || !m->stats_rows || !m->users || !m->grammar_budget ||
+	    models_loader_start(m) < 0) {
 		bn_log_error("msg=\"cannot set up the models\" error=\"%s\"", strerror(errno));
 		bn_models_close(m);
 		return NULL;
@@ -641,6 +677,7 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 		return NULL;
 	}
 	copy_graph(m, &m->entries[0]);
+	models_grammar_room(m);
 	uint64_t loaded = 0;
 	for (uint32_t i = 0; i < m->n; i++)
 		loaded += models_resident(&m->entries[i]) ? models_entry_bytes(&m->entries[i]) : 0;
@@ -677,5 +714,6 @@ void bn_models_close(struct bn_models *m)
 	free(m->entries);
 	free(m->stats_rows);
 	bn_sched_users_free(m->users); /* after the schedulers that counted in it */
+	bn_grammar_budget_unref(m->grammar_budget); /* grammars still alive hold their own */
 	free(m);
 }

@@ -449,7 +449,8 @@ struct bn_grammar_handle;
  * names the keyword or construct and where it is. Returns 0, or -BN_E_GRAMMAR (not valid, or
  * not enforceable), -BN_E_GRAMMAR_LIMIT (over a limit: size — text over BN_GRAMMAR_TEXT_MAX,
  * 256 KiB, refused here before a round trip —, nesting, rules, states, a repetition, compile
- * work, the daemon's --grammar-memory), -BN_E_BUSY (the session holds the daemon's
+ * work, the daemon's --grammar-memory or what its --memory leaves beside the loaded models),
+ * -BN_E_BUSY (the session holds the daemon's
  * --max-grammars), -BN_E_UNSUPPORTED (no BN_FEAT_GRAMMAR: the loopback backend, a model
  * without a text vocabulary), -BN_E_TOO_LONG (larger than an older daemon's text region),
  * -BN_E_INVALID (bad arguments), -BN_E_TIMEOUT (the compile was still running: it is

@@ -2,7 +2,8 @@
 /*
  * The KV block accounting (daemon/serve/kvpool.h): reservations are all-or-nothing, growth takes
  * only reserved blocks, release returns everything, no block is ever held twice, and blocks
- * shared between sequences stay until their last holder lets go.
+ * shared between sequences stay until their last holder lets go; pools that share one budget
+ * (several models' KV) lend to each other, fairly under load, and never pass it together.
  */
 #include "testutil.h"
 
@@ -179,6 +180,110 @@ START_TEST(random_churn_keeps_accounts)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* A budget two pools share (bn_kv_ledger)                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+#define CAP 1000 /* bytes: p's blocks weigh 100, q's 50, so each arena holds the whole cap */
+
+static uint32_t ptables[2][20];
+
+static void ledger_pools(struct bn_kv_ledger *l, struct bn_kvpool *p, struct bn_kvpool *q)
+{
+	*l = (struct bn_kv_ledger){ .cap = CAP };
+	ck_assert_int_eq(bn_kvpool_init(p, 10, BT), 0);
+	ck_assert_int_eq(bn_kvpool_init(q, 20, BT), 0);
+	p->block_bytes = 100;
+	q->block_bytes = 50;
+	bn_kv_ledger_join(l, p);
+	bn_kv_ledger_join(l, q);
+}
+
+/* A busy pool borrows what an idle one leaves; while the other waits below its fair share
+ * (half the cap: two in use, a third pool idle), the borrower gets nothing more; what it
+ * gives back goes to the one waiting; a pool that leaves the ledger counts no more. */
+START_TEST(ledger_lends_and_shares_fairly)
+{
+	struct bn_kv_ledger l;
+	struct bn_kvpool p, q, idle;
+	ledger_pools(&l, &p, &q);
+	ck_assert_int_eq(bn_kvpool_init(&idle, 10, BT), 0);
+	idle.block_bytes = 100;
+	bn_kv_ledger_join(&l, &idle);
+	struct bn_kv_seq a = { .table = ptables[0] }, b = { .table = ptables[1] };
+	ck_assert_uint_eq(bn_kvpool_available(&p), 10); /* the whole cap while q idles */
+	ck_assert_int_eq(bn_kvpool_reserve_blocks(&p, &a, 8), 0); /* 800: past its share, lent */
+	ck_assert_uint_eq(bn_kvpool_available(&q), 4);              /* the 200 bytes left */
+	ck_assert_int_eq(bn_kvpool_reserve_blocks(&q, &b, 6), -EAGAIN);
+	q.wanting = 1; /* what the scheduler marks when its oldest request does not fit */
+	ck_assert_uint_eq(bn_kvpool_available(&p), 0); /* past its share: lends no further */
+	ck_assert_uint_eq(bn_kvpool_available(&q), 4);
+	ck_assert_int_eq(bn_kvpool_grow(&p, &a, 8 * BT), 0); /* what it holds still grows */
+	bn_kvpool_release(&p, &a);                          /* given back */
+	ck_assert_uint_eq(bn_kvpool_available(&q), 20);     /* p idle again: all of the cap */
+	ck_assert_int_eq(bn_kvpool_reserve_blocks(&q, &b, 6), 0);
+	q.wanting = 0;
+	ck_assert_uint_eq(bn_kvpool_available(&q), 14); /* alone in use: the rest of the cap */
+	p.wanting = 1;                                  /* now p waits, below its share */
+	ck_assert_uint_eq(bn_kvpool_available(&q), 4);  /* q up to its share of 500 only */
+	ck_assert_uint_eq(bn_kvpool_available(&p), 7);  /* p the 700 left */
+	bn_kv_ledger_leave(&p);
+	ck_assert_uint_eq(bn_kvpool_available(&q), 14);
+	bn_kvpool_release(&q, &b);
+	bn_kv_ledger_leave(&q);
+	bn_kv_ledger_leave(&idle);
+	ck_assert_ptr_null(l.pools);
+	bn_kvpool_free(&p);
+	bn_kvpool_free(&q);
+	bn_kvpool_free(&idle);
+}
+END_TEST
+
+/* Random reserves, growth and releases in both pools, each wanting or not at random: the
+ * bytes they commit together never pass the cap, and a pool alone in use gets all of it. */
+START_TEST(ledger_churn_keeps_the_cap)
+{
+	struct bn_kv_ledger l;
+	struct bn_kvpool pools[2];
+	ledger_pools(&l, &pools[0], &pools[1]);
+	struct bn_kv_seq s[2][2];
+	uint32_t want[2][2] = { { 0 } };
+	static uint32_t tab[2][2][20];
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 2; k++)
+			s[i][k] = (struct bn_kv_seq){ .table = tab[i][k] };
+	srand(11);
+	for (int step = 0; step < 20000; step++) {
+		int i = rand() % 2, k = rand() % 2;
+		struct bn_kvpool *p = &pools[i];
+		if (want[i][k] == 0) {
+			uint32_t blocks = 1 + (uint32_t)rand() % p->n_blocks;
+			int rc = bn_kvpool_reserve_blocks(p, &s[i][k], blocks);
+			want[i][k] = rc == 0 ? blocks : 0;
+			p->wanting = rc != 0 && rand() % 2;
+		} else if (s[i][k].n_blocks < want[i][k] && rand() % 3) {
+			ck_assert_int_eq(bn_kvpool_grow(p, &s[i][k], want[i][k] * BT), 0);
+		} else {
+			bn_kvpool_release(p, &s[i][k]);
+			want[i][k] = 0;
+		}
+		uint64_t bytes = 0;
+		for (int j = 0; j < 2; j++)
+			bytes += (uint64_t)bn_kvpool_committed(&pools[j]) * pools[j].block_bytes;
+		ck_assert_uint_le(bytes, CAP);
+	}
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 2; k++)
+			bn_kvpool_release(&pools[i], &s[i][k]);
+	pools[1].wanting = 0;
+	ck_assert_uint_eq(bn_kvpool_available(&pools[0]), 10);
+	for (int i = 0; i < 2; i++) {
+		bn_kv_ledger_leave(&pools[i]);
+		bn_kvpool_free(&pools[i]);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kvpool");
@@ -187,6 +292,8 @@ int main(void)
 	tcase_add_test(t, share_lend_release_to);
 	tcase_add_test(t, cache_chains_survive_reuse);
 	tcase_add_test(t, random_churn_keeps_accounts);
+	tcase_add_test(t, ledger_lends_and_shares_fairly);
+	tcase_add_test(t, ledger_churn_keeps_the_cap);
 	suite_add_tcase(s, t);
 	return tu_run_suite(s);
 }

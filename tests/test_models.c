@@ -271,13 +271,14 @@ END_TEST
 /* One memory budget                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Each model's bytes under the KV pool these cases fix (--kv-memory, shared equally). */
+/* Each model's bytes under the KV pool these cases fix (--kv-memory, shared equally under a
+ * budget: one that never binds, as without one --kv-memory is lent between the models). */
 static uint64_t bytes_of[N_MODELS];
 
 static void measure(const char *kv)
 {
 	struct tu_daemon d;
-	const char *extra[] = { "--kv-memory", kv, NULL };
+	const char *extra[] = { "--kv-memory", kv, "--memory", "1024G", NULL };
 	start(&d, 0, n_models, extra);
 	struct bn_client *c = connect_model(&d, NULL);
 	struct bn_model_status st[N_MODELS];
@@ -416,6 +417,119 @@ START_TEST(too_big_for_budget)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* One KV budget lent between the models                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The requests of kv_lent_to_the_busy_one, in KV blocks of 16 positions out of a --kv-memory
+ * of 16 blocks shared by a and b (the tiny model twice, so their blocks weigh the same): the
+ * fair share of each is 8. */
+enum { LEND_A, LEND_B, LEND_X, LEND_C, LEND_N };
+static const uint32_t lend_prompt[LEND_N] = { 80, 6, 100, 6 };   /* blocks: A 6, B 10, */
+static const uint32_t lend_max[LEND_N] = { 16, 154, 20, 90 };    /* X 8, C 6 */
+
+static struct bn_handle *lend_submit(struct bn_client *c, int k)
+{
+	static uint32_t prompt[LEND_N][128];
+	static const struct bn_sampling_params greedy;
+	for (uint32_t i = 0; i < lend_prompt[k]; i++)
+		prompt[k][i] = 3u + (uint32_t)((k * 53 + i * 11) % 200);
+	struct bn_request req = { .prompt = prompt[k], .n_prompt = lend_prompt[k],
+				  .max_tokens = lend_max[k], .flags = BN_REQ_IGNORE_EOS,
+				  .sampling = &greedy };
+	struct bn_handle *h;
+	ck_assert_int_eq(bn_submit(c, &req, &h), 0);
+	return h;
+}
+
+struct lend_outcome {
+	uint32_t status, n;
+	int32_t error;
+	uint32_t tokens[160];
+};
+
+/* The end of h: its status and tokens into o. */
+static void lend_collect(struct bn_handle *h, struct lend_outcome *o)
+{
+	memset(o, 0, sizeof(*o));
+	ck_assert_int_eq(bn_wait(h, WAIT_S(120)), 0);
+	struct bn_result res;
+	ck_assert_int_eq(bn_result(h, &res), 0);
+	o->status = res.status;
+	o->error = res.error;
+	o->n = (uint32_t)bn_read_tokens(h, 0, o->tokens, 160);
+	bn_release(h);
+}
+
+static void lend_check(const struct lend_outcome *got, const struct lend_outcome *want, int k)
+{
+	ck_assert_msg(got->status == want->status && got->error == want->error &&
+			      got->n == want->n && !memcmp(got->tokens, want->tokens, got->n * 4),
+		      "request %c: status %u error %d n %u, alone %u %d %u (or other tokens)",
+		      "ABXC"[k], got->status, got->error, got->n, want->status, want->error,
+		      want->n);
+}
+
+/* --kv-memory of several models on the cpu, no --memory: each pool may borrow the whole
+ * budget while the others idle, and lent blocks come back as sequences end (the fair share
+ * under load is test_kvpool's ledger case). Every output equals the same request served
+ * alone. */
+START_TEST(kv_lent_to_the_busy_one)
+{
+	/* The oracle, and the bytes of one block: tiny alone. */
+	struct tu_daemon d;
+	const char *alone_kv[] = { "--kv-memory", "4M", NULL };
+	start(&d, 0, 1, alone_kv);
+	struct bn_client *c = connect_model(&d, NULL);
+	struct lend_outcome want[LEND_N];
+	for (int k = 0; k < LEND_N; k++)
+		lend_collect(lend_submit(c, k), &want[k]);
+	struct bn_model_status st[2];
+	ck_assert_int_eq(bn_models_list(c, st, 1), 1);
+	long long blocks = model_metric(c, "model_kv_blocks_total", names[0], NULL);
+	ck_assert_int_gt(blocks, 0);
+	uint64_t block_bytes = (st[0].bytes - st[0].weight_bytes) / (uint64_t)blocks;
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	for (int k = 0; k < LEND_N; k++)
+		ck_assert_uint_eq(want[k].status, BN_STATUS_LENGTH);
+
+	char kv[32], spec_a[300], spec_b[300];
+	snprintf(kv, sizeof(kv), "%llu", (unsigned long long)(16 * block_bytes));
+	snprintf(spec_a, sizeof(spec_a), "a=%s", paths[0]);
+	snprintf(spec_b, sizeof(spec_b), "b=%s", paths[0]);
+	const char *args[] = { "--backend", "cpu", "--threads", "2", "--grammar-threads", "1",
+			       "--model", spec_a, "--model", spec_b, "--kv-memory", kv, NULL };
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *a = connect_model(&d, "a"), *b = connect_model(&d, "b");
+	struct lend_outcome o;
+	lend_collect(lend_submit(b, LEND_C), &o); /* b loaded, then idle */
+	lend_check(&o, &want[LEND_C], LEND_C);
+	ck_assert_int_eq(model_metric(a, "model_kv_blocks_total", "b", NULL), 16);
+	/* Lent: B's 10 blocks are past a's share of 8, but b idles. */
+	lend_collect(lend_submit(a, LEND_B), &o);
+	lend_check(&o, &want[LEND_B], LEND_B);
+
+	/* Under load: a holds all 16 (A and B) and X waits for b's 8, C behind them; which of
+	 * them runs when depends on the machine's speed (test_kvpool's ledger case fixes the
+	 * order): none is lost and each gives what it gives alone. */
+	struct bn_handle *h[LEND_N];
+	h[LEND_A] = lend_submit(a, LEND_A);
+	h[LEND_B] = lend_submit(a, LEND_B);
+	ck_assert_int_eq(bn_wait_tokens(h[LEND_B], 0, WAIT_S(60)), 0); /* both admitted */
+	h[LEND_X] = lend_submit(b, LEND_X);
+	h[LEND_C] = lend_submit(a, LEND_C);
+	for (int k = 0; k < LEND_N; k++) {
+		lend_collect(h[k], &o);
+		lend_check(&o, &want[k], k);
+	}
+	ck_assert_int_eq(model_metric(a, "model_kv_blocks_used", "a", NULL), 0);
+	bn_disconnect(a);
+	bn_disconnect(b);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* Loads                                                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -529,6 +643,61 @@ START_TEST(waiting_for_room)
 	check_loopback(ha, pa, 3);
 	bn_release(ha);
 	bn_release(hb);
+	bn_disconnect(a);
+	bn_disconnect(b);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* The fair share of a lent KV budget under load, with loopback models (1 ms steps): a and b
+ * share --kv-memory of 16 blocks of 32 positions (8 each). a holds all 16 (A 6, B 10); X (b,
+ * 8) waits; A's end frees 6, which C (a, 6) must not take while b waits below its share:
+ * C's first token comes only once B has ended and given its blocks back. Without the rule
+ * C would start at A's end, 0.4 s before B's. Every output is the loopback's. ~1.5 s (plain
+ * and ASan: the steps' busy time). */
+START_TEST(kv_share_fair_under_load)
+{
+	const char *args[] = { "--model", "a=/dev/null", "--model", "b=/dev/null",
+			       "--step-delay-us", "1000", "--kv-block-tokens", "32",
+			       "--kv-memory", "512K", NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *a = connect_model(&d, "a"), *b = connect_model(&d, "b");
+	static uint32_t prompt[4][100];
+	static const uint32_t n[4] = { 80, 6, 100, 6 }, max[4] = { 100, 310, 150, 170 };
+	for (int k = 0; k < 4; k++)
+		for (uint32_t i = 0; i < n[k]; i++)
+			prompt[k][i] = 3u + (uint32_t)(k * 1000 + i);
+	struct bn_handle *h = submit_long(b, prompt[3], 2, 1, 0); /* loads b */
+	ck_assert_int_eq(bn_wait(h, WAIT_S(10)), 0);
+	bn_release(h);
+	struct bn_handle *hs[4];
+	int64_t sent[4];
+	for (int k = 0; k < 4; k++) {
+		if (k == 2) { /* A and B both run; X then waits in b's queue */
+			ck_assert_int_eq(bn_wait_tokens(hs[1], 0, WAIT_S(10)), 0);
+		} else if (k == 3) {
+			while (model_metric(a, "model_queue_depth", "b", NULL) != 1)
+				usleep(1000);
+			usleep(20000); /* b stepped: it asks for its share */
+		}
+		sent[k] = tu_now_ns();
+		hs[k] = submit_long(k == 2 ? b : a, prompt[k], n[k], max[k], 0);
+	}
+	struct bn_result r[4];
+	for (int k = 0; k < 4; k++) {
+		ck_assert_int_eq(bn_wait(hs[k], WAIT_S(20)), 0);
+		ck_assert_int_eq(bn_result(hs[k], &r[k]), 0);
+		ck_assert_uint_eq(r[k].status, BN_STATUS_LENGTH);
+		ck_assert_uint_eq(r[k].n_tokens, max[k]);
+		check_loopback(hs[k], prompt[k], n[k]);
+		bn_release(hs[k]);
+	}
+	int64_t b_end = sent[1] + (int64_t)r[1].total_ns;
+	int64_t c_first = sent[3] + (int64_t)r[3].first_token_ns;
+	ck_assert_msg(c_first >= b_end - 100000000,
+		      "C started %.0f ms before B ended: it took the blocks b waited for",
+		      (b_end - c_first) / 1e6);
 	bn_disconnect(a);
 	bn_disconnect(b);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
@@ -738,6 +907,23 @@ START_TEST(embeddings_per_model)
 }
 END_TEST
 
+/* Compiles grammars in c (regexes from `first` on), holding each, until one is refused or
+ * cap are held. Returns how many are held; *rc and err (512 bytes) say how the last went,
+ * re (64 bytes) is its text. */
+static uint32_t hold_until_refused(struct bn_client *c, struct bn_grammar_handle **held,
+				   uint32_t cap, uint32_t first, char *re, char *err, int *rc)
+{
+	uint32_t n = 0;
+	*rc = 0;
+	for (; n < cap && *rc == 0; n++) {
+		snprintf(re, 64, "[a-z]{1,%u}(x|y{2,%u})", first + n, 3 + n);
+		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
+						.len = strlen(re) };
+		*rc = bn_grammar_load(c, &spec, &held[n], err, 512, WAIT_S(60));
+	}
+	return *rc == 0 ? n : n - 1;
+}
+
 /* --grammar-memory bounds the grammars of every model together: each model's are limited to
  * its share (here 512 KiB over two models), and one model holding all its share leaves the
  * other's whole. */
@@ -749,15 +935,8 @@ START_TEST(grammar_memory_shared_by_models)
 	struct bn_client *l3 = connect_model(&d, "l3"), *f3 = connect_model(&d, "f3");
 	struct bn_grammar_handle *held[256];
 	char re[64], err[512] = "";
-	uint32_t n = 0;
-	int rc = 0;
-	for (; n < 256 && rc == 0; n++) {
-		snprintf(re, sizeof(re), "[a-z]{1,%u}(x|y{2,%u})", 30 + n, 3 + n);
-		struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re,
-						.len = strlen(re) };
-		rc = bn_grammar_load(l3, &spec, &held[n], err, sizeof(err), WAIT_S(60));
-	}
-	n--;
+	int rc;
+	uint32_t n = hold_until_refused(l3, held, 256, 30, re, err, &rc);
 	ck_assert_msg(rc == -BN_E_GRAMMAR_LIMIT && n >= 1 &&
 			      strstr(err, "over its grammar memory limit of 262144"),
 		      "%u grammars, then %s: %s", n, bn_strerror(rc), err);
@@ -776,8 +955,11 @@ END_TEST
 
 /* Grammars count inside --memory: a budget that holds l3 and f3 with 64 KiB to spare serves
  * both while no grammar is held. Grammars l3's cache only keeps for a next time go before
- * a model does (f3 loads, l3 stays); with l3's session holding more than the spare bytes in
- * grammars, f3's load unloads the idle l3 for room (reason memory). f3 answers as alone. */
+ * a model does (f3 loads, l3 stays). With both loaded, a compile past the 64 KiB is refused
+ * with the bytes named (no model is unloaded for a grammar), and goes through once the
+ * grammars l3's session held are only kept by its cache (they go first). With l3's session
+ * holding more than the spare bytes in grammars compiled while f3 was unloaded, f3's load
+ * unloads the idle l3 for room (reason memory). f3 answers as alone. */
 static void hold_grammars(struct bn_client *c, struct bn_grammar_handle **held, uint32_t n,
 			  uint32_t first)
 {
@@ -791,9 +973,9 @@ static void hold_grammars(struct bn_client *c, struct bn_grammar_handle **held, 
 	}
 }
 
-static void load_f3_again(struct bn_client *l3, struct bn_client *f3)
+/* f3 (unloaded) loads for a request and answers as alone. */
+static void load_f3_again(struct bn_client *f3)
 {
-	ck_assert_int_eq(bn_models_unload(l3, "f3", NULL), 0);
 	struct outcome o;
 	run_one(f3, 2, 0, &o);
 	check_same(&o, &alone[2][0], 2, 0);
@@ -802,7 +984,8 @@ static void load_f3_again(struct bn_client *l3, struct bn_client *f3)
 START_TEST(grammars_count_inside_memory)
 {
 	struct tu_daemon d;
-	const char *kv[] = { "--kv-memory", "2M", NULL }; /* the same KV share under --memory */
+	/* the same KV share under the --memory below */
+	const char *kv[] = { "--kv-memory", "2M", "--memory", "1024G", NULL };
 	start(&d, 1, 2, kv);
 	struct bn_client *f3 = connect_model(&d, "f3");
 	struct outcome o;
@@ -820,14 +1003,33 @@ START_TEST(grammars_count_inside_memory)
 	struct bn_client *l3 = connect_model(&d, "l3");
 	f3 = connect_model(&d, "f3");
 	run_one(f3, 2, 0, &o); /* both fit */
-	struct bn_grammar_handle *held[16];
-	hold_grammars(l3, held, 16, 30);
+	struct bn_grammar_handle *held[64];
+	ck_assert_int_eq(bn_models_unload(l3, "f3", NULL), 0);
+	hold_grammars(l3, held, 16, 30); /* room: f3's bytes */
 	for (uint32_t k = 0; k < 16; k++)
 		bn_grammar_release(held[k]); /* kept by l3's cache only */
-	load_f3_again(l3, f3);
+	load_f3_again(f3);
 	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 0);
+	/* Both loaded: 64 KiB for grammars. */
+	char re[64], err[512] = "";
+	int rc;
+	uint32_t n = hold_until_refused(l3, held, 64, 100, re, err, &rc);
+	ck_assert_msg(rc == -BN_E_GRAMMAR_LIMIT && n >= 1 &&
+			      strstr(err, "over the 65536 its memory budget leaves them") &&
+			      strstr(err, "--memory"),
+		      "%u grammars, then %s: %s", n, bn_strerror(rc), err);
+	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 0);
+	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "f3", ",reason=\"memory\""), 0);
+	for (uint32_t k = 0; k < n; k++)
+		bn_grammar_release(held[k]); /* kept by the cache: they go for the next */
+	struct bn_grammar_spec spec = { .kind = BN_GRAMMAR_KIND_REGEX, .text = re, .len = strlen(re) };
+	rc = bn_grammar_load(l3, &spec, &held[0], err, sizeof(err), WAIT_S(60));
+	ck_assert_msg(rc == 0, "after the held grammars were released: %s: %s", bn_strerror(rc),
+		      err);
+	bn_grammar_release(held[0]);
+	ck_assert_int_eq(bn_models_unload(l3, "f3", NULL), 0);
 	hold_grammars(l3, held, 16, 60);
-	load_f3_again(l3, f3);
+	load_f3_again(f3);
 	ck_assert_int_eq(model_metric(l3, "model_unloads_total", "l3", ",reason=\"memory\""), 1);
 	for (uint32_t k = 0; k < 16; k++)
 		bn_grammar_release(held[k]);
@@ -884,6 +1086,23 @@ START_TEST(reload_picks_a_changed_file_up)
 	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), 0);
 	ck_assert_int_eq(model_metric(admin, "model_unloads_total", "m", ",reason=\"reload\""), 1);
 	ck_assert_int_eq(model_metric(admin, "model_loads_total", "m", NULL), 2);
+	/* Unloaded, its file changed: the next load is refused rather than reading another
+	 * model under the sessions that know this one, until a reload. */
+	ck_assert_int_eq(bn_models_unload(admin, "m", NULL), 0);
+	write_model("tiny", path);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), -BN_E_MODEL_LOAD);
+	struct bn_model_status st[2];
+	ck_assert_int_eq(bn_models_list(admin, st, 2), 2);
+	ck_assert_uint_eq(st[1].state, BN_MODEL_STATE_FAILED);
+	ck_assert_msg(strstr(st[1].error, "changed since the daemon read it"), "%s", st[1].error);
+	ck_assert_int_eq(model_metric(admin, "model_loads_total", "m", NULL), 2);
+	ck_assert_int_eq(bn_models_reload(admin, "m"), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), -BN_E_DISCONNECTED);
+	bn_disconnect(c);
+	c = connect_model(&d, "m");
+	ck_assert_int_eq(bn_model_info(c, &info), 0);
+	ck_assert_uint_eq(info.vocab_size, 512);
+	ck_assert_int_eq(bn_generate(c, &req, out, 4, NULL, WAIT_S(10)), 0);
 	bn_disconnect(c);
 	bn_disconnect(admin);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
@@ -1103,11 +1322,13 @@ int main(void)
 	tcase_add_test(served, embeddings_per_model);
 	tcase_add_test(served, grammar_memory_shared_by_models);
 	tcase_add_test(served, grammars_count_inside_memory);
+	tcase_add_test(served, kv_lent_to_the_busy_one);
 	tcase_set_timeout(served, 300);
 	suite_add_tcase(s, served);
 	TCase *life = tcase_create("lifecycle");
 	tcase_add_test(life, waiting_for_room);
 	tcase_add_test(life, per_user_cap_across_models);
+	tcase_add_test(life, kv_share_fair_under_load);
 	tcase_add_test(life, unload_drains_then_ends);
 	tcase_add_test(life, names_and_refusals);
 	tcase_add_test(life, config_file_and_keep_alive);

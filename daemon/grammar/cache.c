@@ -9,7 +9,9 @@
  *
  * Every bound grammar made here is counted while it lives (the cache's or a session's), as its
  * token sets fill too; past the memory limit a new one first pushes out entries nobody else
- * holds, then is refused (-E2BIG, not kept: it depends on what else is held).
+ * holds, then is refused (-E2BIG, not kept: it depends on what else is held). The same holds
+ * for the budget of several caches the cache may count in (bn_grammar_budget: the daemon's
+ * memory budget less its loaded models), with this cache's entries the ones pushed out.
  */
 #include "tokens.h"
 
@@ -182,6 +184,32 @@ static int make_room(struct bn_grammar_cache *c)
 	return make_room_below(c, c->max_live);
 }
 
+void bn_grammar_cache_count_in(struct bn_grammar_cache *c, struct bn_grammar_budget *b)
+{
+	pthread_mutex_lock(&c->lock);
+	atomic_fetch_add_explicit(&b->account.refs, 1, memory_order_relaxed);
+	gr_account_unref(c->live->parent);
+	c->live->parent = &b->account;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Under the lock: the budget c counts in holds (c's own entries nobody else holds dropped
+ * first, as far as that helps). 1 when it holds, or c counts in none. */
+static int make_budget_room(struct bn_grammar_cache *c, size_t *held, size_t *limit)
+{
+	struct gr_account *b = c->live->parent;
+	if (!b)
+		return 1;
+	*limit = atomic_load_explicit(&b->limit, memory_order_relaxed);
+	*held = atomic_load_explicit(&b->bytes, memory_order_relaxed);
+	if (*held <= *limit)
+		return 1;
+	size_t excess = *held - *limit, mine = live_bytes(c);
+	(void)make_room_below(c, mine > excess ? mine - excess : 0);
+	*held = atomic_load_explicit(&b->bytes, memory_order_relaxed);
+	return *held <= *limit;
+}
+
 void bn_grammar_cache_trim(struct bn_grammar_cache *c)
 {
 	pthread_mutex_lock(&c->lock);
@@ -264,6 +292,16 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
 		snprintf(err, BN_GRAMMAR_ERR_LEN, "the daemon's grammars would hold %zu bytes with "
 			 "this one, over its grammar memory limit of %zu (bitnetd --grammar-memory): "
 			 "free grammars or raise it", held, limit);
+		return -E2BIG;
+	}
+	size_t held, limit;
+	if (made->bound && !make_budget_room(c, &held, &limit)) {
+		pthread_mutex_unlock(&c->lock);
+		entry_free(made);
+		snprintf(err, BN_GRAMMAR_ERR_LEN, "the daemon's grammars would hold %zu bytes with "
+			 "this one, over the %zu its memory budget leaves them beside the loaded "
+			 "models (bitnetd --memory): free grammars, unload a model or raise it",
+			 held, limit);
 		return -E2BIG;
 	}
 	struct entry **slot = slot_of(c, key);

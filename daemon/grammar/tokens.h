@@ -74,11 +74,23 @@ struct gr_shared;
 
 /* What the bound grammars of one cache hold together (its memory limit): each adds its bytes
  * when made and as its sets fill, and takes them back when freed. Reference-counted, since
- * bound grammars may outlive the cache. */
+ * bound grammars may outlive the cache. A cache's account may count in a parent too, the
+ * budget of several caches (bn_grammar_budget), whose limit its owner moves. */
 struct gr_account {
 	atomic_uint refs;
 	atomic_size_t bytes;
+	struct gr_account *parent;  /* NULL, or a reference: it counts the same bytes */
+	atomic_size_t limit;        /* a budget's: SIZE_MAX for none */
 };
+
+/* bn_grammar_budget is an account with no parent. */
+struct bn_grammar_budget {
+	struct gr_account account;
+};
+
+/* Adds (or takes back) n bytes in account and every account above it. */
+void gr_account_add(struct gr_account *account, size_t n);
+void gr_account_sub(struct gr_account *account, size_t n);
 
 struct bn_grammar_bound {
 	atomic_uint refs;

@@ -386,7 +386,7 @@ static struct gr_tset *publish(struct bn_grammar_bound *b, uint32_t s, struct gr
 	atomic_fetch_add_explicit(&b->filled, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&b->set_bytes, mine->bytes, memory_order_relaxed);
 	if (b->account)
-		atomic_fetch_add_explicit(&b->account->bytes, mine->bytes, memory_order_relaxed);
+		gr_account_add(b->account, mine->bytes);
 	atomic_fetch_add_explicit(&b->fill_ns, ns, memory_order_relaxed);
 	return mine;
 }
@@ -547,8 +547,7 @@ void bn_grammar_bound_unref(struct bn_grammar_bound *b)
 	if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	if (b->account) {
-		atomic_fetch_sub_explicit(&b->account->bytes, bn_grammar_bound_bytes(b),
-					  memory_order_relaxed);
+		gr_account_sub(b->account, bn_grammar_bound_bytes(b));
 		gr_account_unref(b->account);
 	}
 	for (uint32_t s = 0; s < b->a->n_states; s++)
@@ -664,12 +663,54 @@ void gr_bound_count_in(struct bn_grammar_bound *b, struct gr_account *account)
 {
 	atomic_fetch_add_explicit(&account->refs, 1, memory_order_relaxed);
 	b->account = account;
-	atomic_fetch_add_explicit(&account->bytes, bn_grammar_bound_bytes(b),
-				  memory_order_relaxed);
+	gr_account_add(account, bn_grammar_bound_bytes(b));
+}
+
+void gr_account_add(struct gr_account *account, size_t n)
+{
+	for (; account; account = account->parent)
+		atomic_fetch_add_explicit(&account->bytes, n, memory_order_relaxed);
+}
+
+void gr_account_sub(struct gr_account *account, size_t n)
+{
+	for (; account; account = account->parent)
+		atomic_fetch_sub_explicit(&account->bytes, n, memory_order_relaxed);
 }
 
 void gr_account_unref(struct gr_account *account)
 {
-	if (account && atomic_fetch_sub_explicit(&account->refs, 1, memory_order_acq_rel) == 1)
+	if (account && atomic_fetch_sub_explicit(&account->refs, 1, memory_order_acq_rel) == 1) {
+		gr_account_unref(account->parent);
 		free(account);
+	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Budgets of several caches                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+struct bn_grammar_budget *bn_grammar_budget_new(void)
+{
+	struct bn_grammar_budget *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	atomic_init(&b->account.refs, 1);
+	atomic_init(&b->account.limit, SIZE_MAX);
+	return b;
+}
+
+void bn_grammar_budget_unref(struct bn_grammar_budget *b)
+{
+	gr_account_unref(b ? &b->account : NULL);
+}
+
+void bn_grammar_budget_set_limit(struct bn_grammar_budget *b, size_t limit)
+{
+	atomic_store_explicit(&b->account.limit, limit, memory_order_relaxed);
+}
+
+size_t bn_grammar_budget_bytes(const struct bn_grammar_budget *b)
+{
+	return atomic_load_explicit(&b->account.bytes, memory_order_relaxed);
 }

@@ -162,3 +162,56 @@ void bn_kvpool_release_to(struct bn_kvpool *p, struct bn_kv_seq *s, struct bn_kv
 	heir->reserved += freed + s->reserved;
 	s->reserved = 0;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* A budget several pools share                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+void bn_kv_ledger_join(struct bn_kv_ledger *l, struct bn_kvpool *p)
+{
+	p->ledger = l;
+	p->wanting = 0;
+	p->ledger_next = l->pools;
+	l->pools = p;
+}
+
+void bn_kv_ledger_leave(struct bn_kvpool *p)
+{
+	if (!p->ledger)
+		return;
+	for (struct bn_kvpool **at = &p->ledger->pools; *at; at = &(*at)->ledger_next)
+		if (*at == p) {
+			*at = p->ledger_next;
+			break;
+		}
+	p->ledger = NULL;
+	p->ledger_next = NULL;
+}
+
+static uint64_t committed_bytes(const struct bn_kvpool *q)
+{
+	return (uint64_t)bn_kvpool_committed(q) * q->block_bytes;
+}
+
+uint32_t bn_kv_ledger_room(const struct bn_kvpool *p)
+{
+	const struct bn_kv_ledger *l = p->ledger;
+	uint64_t used = 0, in_use = 0;
+	int other_starved = 0;
+	for (const struct bn_kvpool *q = l->pools; q; q = q->ledger_next) {
+		used += committed_bytes(q);
+		in_use += q == p || q->wanting || bn_kvpool_committed(q) > 0;
+	}
+	uint64_t share = l->cap / (in_use ? in_use : 1);
+	for (const struct bn_kvpool *q = l->pools; q; q = q->ledger_next)
+		other_starved |= q != p && q->wanting && committed_bytes(q) < share;
+	uint64_t room = l->cap > used ? l->cap - used : 0;
+	if (other_starved) {
+		/* Lent no further: p keeps to its share until the starved pool has had its own. */
+		uint64_t own = committed_bytes(p);
+		uint64_t to_share = share > own ? share - own : 0;
+		room = to_share < room ? to_share : room;
+	}
+	uint64_t blocks = room / (p->block_bytes ? p->block_bytes : 1);
+	return blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks;
+}

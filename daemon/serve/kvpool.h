@@ -27,6 +27,8 @@
 
 #include <stdint.h>
 
+struct bn_kv_ledger;
+
 struct bn_kvpool {
 	uint32_t n_blocks;
 	uint32_t block_tokens;
@@ -36,6 +38,25 @@ struct bn_kvpool {
 	uint32_t *refs;          /* [n_blocks] holders of each block in use */
 	struct bn_prefix_cache *cache; /* NULL: blocks have no identity */
 	uint64_t evictions;      /* cached blocks taken for other contents */
+	/* Several models' pools lending to each other (bn_kv_ledger): NULL when the pool is
+	 * its own budget. */
+	struct bn_kv_ledger *ledger;
+	uint64_t block_bytes;    /* the ledger counts this pool's blocks in bytes */
+	int wanting;             /* its oldest waiting request did not fit at its last admission */
+	struct bn_kvpool *ledger_next;
+};
+
+/* One KV budget shared by several pools (the models of one daemon, daemon/README.md "One
+ * memory budget"): each pool's arena may hold up to the whole budget, and the ledger bounds
+ * the bytes every pool has committed (blocks held or promised) together. A busy pool borrows
+ * what idle ones leave; fairly under load: while another pool below its fair share (the
+ * budget over the pools in use or wanting) waits for KV, a pool admits nothing that would
+ * take it past its own share. What was lent comes back as the borrower's sequences end (every
+ * sequence reserved its blocks when admitted, so none is ever cut short): the one waiting
+ * meanwhile waits, and its deadline and cancels hold as in one pool. All on the loop thread. */
+struct bn_kv_ledger {
+	uint64_t cap;            /* bytes */
+	struct bn_kvpool *pools; /* the pools sized now, linked by ledger_next */
 };
 
 /* One sequence's blocks: table[0 .. n_blocks) in position order. */
@@ -96,9 +117,29 @@ static inline uint32_t bn_kvpool_used(const struct bn_kvpool *p)
 {
 	return p->n_blocks - p->n_free - bn_kvpool_parked(p);
 }
-static inline uint32_t bn_kvpool_available(const struct bn_kvpool *p)
+/* Blocks this pool alone could still promise. */
+static inline uint32_t bn_kvpool_own_available(const struct bn_kvpool *p)
 {
 	return p->n_free + bn_kvpool_parked(p) - p->n_reserved;
 }
+/* Blocks held or promised: what the ledger counts. */
+static inline uint32_t bn_kvpool_committed(const struct bn_kvpool *p)
+{
+	return p->n_blocks - bn_kvpool_own_available(p);
+}
+/* Blocks the ledger lets p (in one) commit besides what it has. */
+uint32_t bn_kv_ledger_room(const struct bn_kvpool *p);
+/* Blocks that can be promised now: the pool's own, within what its ledger allows. */
+static inline uint32_t bn_kvpool_available(const struct bn_kvpool *p)
+{
+	uint32_t own = bn_kvpool_own_available(p);
+	if (!p->ledger)
+		return own;
+	uint32_t room = bn_kv_ledger_room(p);
+	return room < own ? room : own;
+}
+/* p (sized, block_bytes set) joins the ledger, or leaves it (before it is freed). */
+void bn_kv_ledger_join(struct bn_kv_ledger *l, struct bn_kvpool *p);
+void bn_kv_ledger_leave(struct bn_kvpool *p);
 
 #endif /* BITNETD_KVPOOL_H */

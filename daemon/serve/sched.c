@@ -107,6 +107,10 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 	}
 	if (bn_kvpool_init(&s->kv, (uint32_t)blocks, c->kv_block_tokens) < 0)
 		return -ENOMEM;
+	if (c->kv_ledger) {
+		s->kv.block_bytes = bpt * c->kv_block_tokens;
+		bn_kv_ledger_join(c->kv_ledger, &s->kv);
+	}
 	if (c->prefix_cache != BN_SHARE_OFF && !s->ops->seq_fork) {
 		bn_log_info("msg=\"no prefix cache: the backend cannot start a sequence past its first position\" backend=%s",
 			    s->ops->name);
@@ -297,6 +301,7 @@ int bn_sched_attach(struct bn_sched *s, void *backend, const struct bn_model_des
 	s->attn_positions = model->attn_positions_per_token;
 	int rc = size_kv_pool(s, model);
 	if (rc < 0) {
+		bn_kv_ledger_leave(&s->kv);
 		bn_kvpool_free(&s->kv);
 		memset(&s->kv, 0, sizeof(s->kv));
 		s->backend = NULL;
@@ -308,6 +313,7 @@ int bn_sched_attach(struct bn_sched *s, void *backend, const struct bn_model_des
 
 void bn_sched_detach(struct bn_sched *s)
 {
+	bn_kv_ledger_leave(&s->kv);
 	bn_kvpool_free(&s->kv);
 	memset(&s->kv, 0, sizeof(s->kv));
 	s->backend = NULL;
@@ -345,6 +351,7 @@ void bn_sched_free(struct bn_sched *s)
 {
 	if (!s)
 		return;
+	bn_kv_ledger_leave(&s->kv);
 	bn_kvpool_free(&s->kv);
 	free(s->kv_tables);
 	free(s->running);
@@ -510,6 +517,7 @@ static enum admit_stop admit_from(struct bn_sched *s, struct bn_tenant *t, uint3
  * when only one sequence can join per step. */
 static void admit(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants)
 {
+	s->kv.wanting = 0; /* set again below while the oldest waiting request does not fit */
 	if (n_tenants == 0)
 		return;
 	uint32_t idle_turns = 0;
@@ -522,6 +530,7 @@ static void admit(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_ten
 				t->credit = t->weight;
 			why = admit_from(s, t, &taken);
 		}
+		s->kv.wanting = why == STOP_KV_FULL;
 		if (why == STOP_KV_FULL || why == STOP_BATCH_FULL)
 			return;
 		t->credit = 0;
@@ -611,6 +620,8 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t 
 		return 0;
 	if (s->admitting)
 		admit(s, tenants, n_tenants);
+	else
+		s->kv.wanting = 0; /* it yields or drains: it asks other pools for nothing */
 	if (s->n_running == 0)
 		return 0;
 	uint32_t n_rows = sched_plan(s);

@@ -94,6 +94,9 @@ struct bn_sched_config {
 	 * the schedulers of a daemon's models, so the cap holds across them (they all step on
 	 * the loop thread). NULL: the scheduler's own. */
 	struct bn_sched_users *users;
+	/* A KV budget shared with other models' schedulers (kvpool.h): kv_memory is then this
+	 * pool's arena, the most it may borrow. NULL: its pool is its own. */
+	struct bn_kv_ledger *kv_ledger;
 };
 
 /* A table of running sequences per peer uid for `capacity` sequences at once (the sum of
