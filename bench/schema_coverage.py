@@ -127,12 +127,24 @@ KEYWORD = [re.compile(r'"([^"]+)" is not supported'), re.compile(r'keyword "([^"
            re.compile(r'"([^"]+)" (?:is|are) refused'), re.compile(r'"([^"]+)"')]
 
 
+LIMITS = [("did not compile within", "limit: compile budget (CPU time)"),
+          ("automaton states", "limit: automaton states"),
+          ("matches no output", "no output matches"),
+          ("patternProperties in one object", "patternProperties: over 16 in one object")]
+
+
 def refusal_key(message):
-    """What a refusal names: the keyword where it says one (a format with its name), else its
-    first words."""
+    """What a refusal names: a limit, the keyword where it says one (a format with its name;
+    not's operand), else its first words."""
+    for words, key in LIMITS:
+        if words in message:
+            return key
     m = re.search(r'"format": "([^"]+)"', message)
     if m:
         return "format=" + m.group(1)
+    m = re.search(r'"not" \(or if/then/else\) of "([^"]+)"', message)
+    if m:
+        return "not of " + m.group(1)
     for rx in KEYWORD:
         m = rx.search(message)
         if m:
