@@ -129,6 +129,8 @@ KEYWORD = [re.compile(r'"([^"]+)" is not supported'), re.compile(r'keyword "([^"
 
 LIMITS = [("did not compile within", "limit: compile budget (CPU time)"),
           ("automaton states", "limit: automaton states"),
+          ("rules (the limit)", "limit: rules"),
+          ("bytes without whitespace", "limit: 256 KiB of schema text"),
           ("matches no output", "no output matches"),
           ("patternProperties in one object", "patternProperties: over 16 in one object")]
 
