@@ -1169,8 +1169,10 @@ static const struct {
 	{ "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"const\":5}}",
 	  { "[5]", "[5,1]" }, { "[]", "[1]" } },
 	/* strings: formats, pattern with lengths, an integer format */
-	{ "{\"type\":\"string\",\"format\":\"uri\"}", { "\"https://example.com/a?b=1#c\"" },
-	  { "\"not a uri\"", "\"/relative\"" } },
+	/* uri: the hier-part not empty ("With:" is RFC 3986's, not ajv-formats') */
+	{ "{\"type\":\"string\",\"format\":\"uri\"}", { "\"https://example.com/a?b=1#c\"",
+	  "\"a:b\"", "\"urn:x:y\"" },
+	  { "\"not a uri\"", "\"/relative\"", "\"With:\"", "\"a:?q\"", "\"a:#f\"" } },
 	{ "{\"type\":\"string\",\"format\":\"uri-reference\"}", { "\"../a/b?q\"", "\"\"" },
 	  { "\"a b\"" } },
 	{ "{\"type\":\"string\",\"pattern\":\"^a+$\",\"minLength\":2,\"maxLength\":3}",
