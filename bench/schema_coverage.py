@@ -12,13 +12,16 @@ compiled it: coverage), answers whole (ended, not cut by max_tokens), valid unde
 hand. Each schema's text goes into the request as it is in the corpus (numbers and all).
 
     bench/schema_coverage.py --bench /path/to/jsonschemabench [--per-dataset N] [--seed S]
-        [--max-tokens N] [--start [--model FILE]] [--gateway http://127.0.0.1:8080]
+        [--max-tokens N] [--start [--model FILE] [--jobs N]] [--gateway http://127.0.0.1:8080]
         [--out results.jsonl]
 
 --bench is the corpus: a checkout, or a bare git directory (read with git show). --start runs
 its own bitnetd and bitnet-gateway ($BITNETD, $BITNET_GATEWAY, else build/) on --model (default
 build/models/tiny-llama3.gguf if there, else build/models/tiny.gguf: random weights, fine for
-compliance and coverage); otherwise --gateway names a running one.
+compliance and coverage); otherwise --gateway names a running one. --jobs N runs N such pairs
+and spreads the sample over them: each request still runs alone on its daemon with its own seed,
+so the results are those of --jobs 1 (a seeded answer does not depend on which daemon gave it),
+only sooner on a machine with cores to spare.
 """
 import argparse
 import collections
@@ -32,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -123,12 +127,26 @@ KEYWORD = [re.compile(r'"([^"]+)" is not supported'), re.compile(r'keyword "([^"
            re.compile(r'"([^"]+)" (?:is|are) refused'), re.compile(r'"([^"]+)"')]
 
 
+LIMITS = [("did not compile within", "limit: compile budget (CPU time)"),
+          ("automaton states", "limit: automaton states"),
+          ("rules (the limit)", "limit: rules"),
+          ("bytes without whitespace", "limit: 256 KiB of schema text"),
+          ("matches no output", "no output matches"),
+          ("patternProperties in one object", "patternProperties: over 16 in one object")]
+
+
 def refusal_key(message):
-    """What a refusal names: the keyword where it says one (a format with its name), else its
-    first words."""
+    """What a refusal names: a limit, the keyword where it says one (a format with its name;
+    not's operand), else its first words."""
+    for words, key in LIMITS:
+        if words in message:
+            return key
     m = re.search(r'"format": "([^"]+)"', message)
     if m:
         return "format=" + m.group(1)
+    m = re.search(r'"not" \(or if/then/else\) of "([^"]+)"', message)
+    if m:
+        return "not of " + m.group(1)
     for rx in KEYWORD:
         m = rx.search(message)
         if m:
@@ -164,7 +182,10 @@ def python_valid(schema_text, instance):
     """(True, "") or (False, why) under python3-jsonschema, numbers as exact decimals."""
     import jsonschema
     schema = json.loads(schema_text, parse_float=decimal.Decimal)
-    doc = json.loads(instance, parse_float=decimal.Decimal)
+    try:
+        doc = json.loads(instance, parse_float=decimal.Decimal)
+    except ValueError as e:
+        return False, "not JSON: " + str(e)[:150]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls(schema, format_checker=cls.FORMAT_CHECKER).validate(doc)
@@ -173,6 +194,8 @@ def python_valid(schema_text, instance):
         return False, e.message[:200]
     except jsonschema.SchemaError as e:
         return None, "python3-jsonschema cannot read the schema: " + e.message[:150]
+    except (RecursionError, jsonschema.exceptions.RefResolutionError) as e:
+        return None, "python3-jsonschema cannot follow the schema: " + str(e)[:150]
 
 
 def ajv_results(pairs):
@@ -191,6 +214,25 @@ def ajv_results(pairs):
 
 # ---- the run ----------------------------------------------------------------------------------
 
+def run_one(corpus, url, item, a):
+    """One schema's result: asked, and its whole answer checked by python3-jsonschema."""
+    ds, name, seed = item
+    text = corpus.text(ds, name)
+    res = {"dataset": ds, "schema": name}
+    if text is None:
+        res["outcome"] = "absent"  # the snapshot lacks this large file
+        return res
+    out = ask(url, text, a.max_tokens, seed, a.timeout)
+    res["outcome"] = out[0]
+    if out[0] == "accepted":
+        res["text"], res["finish"] = out[1], out[2]
+        if out[2] == "stop":
+            res["python"], res["python_error"] = python_valid(text, out[1])
+    else:
+        res["message"] = out[1]
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", required=True, help="JSONSchemaBench: a checkout or a bare git dir")
@@ -201,56 +243,76 @@ def main():
     ap.add_argument("--gateway", help="a running bitnet-gateway's URL")
     ap.add_argument("--start", action="store_true", help="run a bitnetd and gateway of its own")
     ap.add_argument("--model", help="--start's model file")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="--start: daemon and gateway pairs run side by side (same results)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", help="every schema's result as JSON lines")
     a = ap.parse_args()
     if not a.start and not a.gateway:
         ap.error("give --gateway URL or --start")
+    if a.jobs < 1 or (a.jobs > 1 and not a.start):
+        ap.error("--jobs N (N >= 1) needs --start")
     corpus = Corpus(a.bench)
-    servers = None
-    if a.start:
-        model = a.model or next((m for m in (os.path.join(ROOT, "build/models/tiny-llama3.gguf"),
-                                             os.path.join(ROOT, "build/models/tiny.gguf"))
-                                 if os.path.exists(m)), None)
-        if not model:
-            sys.exit("no model: give --model (make builds build/models/tiny.gguf)")
-        servers = Servers(model)
-        a.gateway = servers.url
+    # The sample first, in the datasets' order, so that it is the same whatever --jobs says.
     rng = random.Random(a.seed)
-    results, whole = [], []
+    work = []
+    for ds in a.datasets.split(","):
+        names = corpus.names(ds)
+        for k, name in enumerate(sorted(rng.sample(names, min(a.per_dataset, len(names))))):
+            work.append((ds, name, a.seed + k))
+    servers, urls = [], [a.gateway]
+    results = [None] * len(work)
     try:
-        for ds in a.datasets.split(","):
-            names = corpus.names(ds)
-            sample = sorted(rng.sample(names, min(a.per_dataset, len(names))))
-            for k, name in enumerate(sample):
-                text = corpus.text(ds, name)
-                res = {"dataset": ds, "schema": name}
-                if text is None:
-                    res["outcome"] = "absent"  # the snapshot lacks this large file
-                else:
-                    out = ask(a.gateway, text, a.max_tokens, a.seed + k, a.timeout)
-                    res["outcome"] = out[0]
-                    if out[0] == "accepted":
-                        res["text"], res["finish"] = out[1], out[2]
-                        if out[2] == "stop":
-                            ok, why = python_valid(text, out[1])
-                            res["python"], res["python_error"] = ok, why
-                            whole.append((len(results), text, out[1]))
-                    else:
-                        res["message"] = out[1]
-                results.append(res)
-                print("%s/%s: %s" % (ds, name, res["outcome"]), file=sys.stderr)
+        if a.start:
+            model = a.model or next((m for m in (os.path.join(ROOT, "build/models/tiny-llama3.gguf"),
+                                                 os.path.join(ROOT, "build/models/tiny.gguf"))
+                                     if os.path.exists(m)), None)
+            if not model:
+                sys.exit("no model: give --model (make builds build/models/tiny.gguf)")
+            for _ in range(a.jobs):
+                servers.append(Servers(model))
+            urls = [s.url for s in servers]
+        partial = open(a.out + ".partial", "w") if a.out else None
+        next_item = iter(range(len(work)))
+        lock = threading.Lock()
+
+        def worker(url):
+            while True:
+                with lock:
+                    i = next(next_item, None)
+                if i is None:
+                    return
+                results[i] = run_one(corpus, url, work[i], a)
+                with lock:
+                    print("%s/%s: %s" % (work[i][0], work[i][1], results[i]["outcome"]),
+                          file=sys.stderr)
+                    if partial:  # each result as it comes: a long run stopped keeps its part
+                        partial.write(json.dumps(results[i]) + "\n")
+                        partial.flush()
+
+        threads = [threading.Thread(target=worker, args=(u,), daemon=True) for u in urls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     finally:
-        if servers:
-            servers.stop()
+        for s in servers:
+            s.stop()
+    whole = [(i, corpus.text(r["dataset"], r["schema"]), r["text"]) for i, r in enumerate(results)
+             if r["outcome"] == "accepted" and r["finish"] == "stop"]
+    write_results(a.out, results)  # kept should the second validator fail to run
     for (i, _, _), v in zip(whole, ajv_results([(s, t) for _, s, t in whole])):
         results[i]["ajv"] = v.get("ok") if v.get("compiled", True) else None
         results[i]["ajv_error"] = v.get("error", "")
-    if a.out:
-        with open(a.out, "w") as f:
+    write_results(a.out, results)
+    report(results, a)
+
+
+def write_results(path, results):
+    if path:
+        with open(path, "w") as f:
             for r in results:
                 f.write(json.dumps(r) + "\n")
-    report(results, a)
 
 
 def report(results, a):

@@ -1150,6 +1150,17 @@ static const struct {
 	{ "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
 	  "\"integer\"}},\"dependentRequired\":{\"a\":[\"b\"]}}",
 	  { "{\"b\":1}", "{\"a\":1,\"b\":2}", "{}" }, { "{\"a\":1}" } },
+	/* draft 4-7's dependencies applied in 2019-09 and 2020-12 too (and so without $schema),
+	 * as ajv does: JSONSchemaBench's Github_easy o7501 answered {"mandatory":""} to
+	 * "dependencies":{"mandatory":["enum"]}, valid to Python's jsonschema, not to ajv */
+	{ "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
+	  "\"integer\"}},\"dependencies\":{\"a\":[\"b\"],\"b\":{\"properties\":{\"c\":"
+	  "{\"const\":1}}}}}", { "{\"b\":1}", "{\"a\":1,\"b\":2}", "{}", "{\"b\":1,\"c\":1}" },
+	  { "{\"a\":1}", "{\"b\":1,\"c\":2}" } },
+	{ "{\"$schema\":\"https://json-schema.org/draft/2019-09/schema\",\"type\":\"object\","
+	  "\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+	  "\"dependencies\":{\"a\":[\"b\"]}}", { "{\"b\":1}", "{\"a\":1,\"b\":2}" },
+	  { "{\"a\":1}" } },
 	{ "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
 	  "\"required\":[\"a\"]},{\"properties\":{\"a\":{\"minimum\":5}}}]}", { "{\"a\":5}" },
 	  { "{\"a\":4}", "{}", "{\"a\":\"x\"}" } },
@@ -1161,8 +1172,10 @@ static const struct {
 	{ "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"const\":5}}",
 	  { "[5]", "[5,1]" }, { "[]", "[1]" } },
 	/* strings: formats, pattern with lengths, an integer format */
-	{ "{\"type\":\"string\",\"format\":\"uri\"}", { "\"https://example.com/a?b=1#c\"" },
-	  { "\"not a uri\"", "\"/relative\"" } },
+	/* uri: the hier-part not empty ("With:" is RFC 3986's, not ajv-formats') */
+	{ "{\"type\":\"string\",\"format\":\"uri\"}", { "\"https://example.com/a?b=1#c\"",
+	  "\"a:b\"", "\"urn:x:y\"" },
+	  { "\"not a uri\"", "\"/relative\"", "\"With:\"", "\"a:?q\"", "\"a:#f\"" } },
 	{ "{\"type\":\"string\",\"format\":\"uri-reference\"}", { "\"../a/b?q\"", "\"\"" },
 	  { "\"a b\"" } },
 	{ "{\"type\":\"string\",\"pattern\":\"^a+$\",\"minLength\":2,\"maxLength\":3}",

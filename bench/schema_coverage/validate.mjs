@@ -10,6 +10,12 @@ import Ajv2019 from "ajv/dist/2019.js";
 import Ajv2020 from "ajv/dist/2020.js";
 import AjvDraft04 from "ajv-draft-04";
 import addFormats from "ajv-formats";
+import { createRequire } from "node:module";
+
+const require = createRequire(import.meta.url);
+// Draft 06's meta-schema is not in ajv's draft-07 class by default: without it a schema that
+// names draft-06 in $schema cannot compile (ajv's docs: add it with addMetaSchema).
+const draft06 = require("ajv/dist/refs/json-schema-draft-06.json");
 
 // Real-world schemas carry unknown keywords and formats: not errors for a validator (strict
 // off), and a format ajv does not know is not checked (validateFormats on, unknown ignored).
@@ -22,6 +28,7 @@ function make(Klass) {
 }
 
 const engines = { d2020: make(Ajv2020), d2019: make(Ajv2019), d07: make(Ajv), d04: make(AjvDraft04) };
+engines.d07.addMetaSchema(draft06);
 
 function engineFor(schema) {
   const s = typeof schema === "object" && schema ? String(schema.$schema || "") : "";

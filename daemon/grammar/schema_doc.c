@@ -59,7 +59,10 @@ static const struct {
 	{ "properties", D_ALL, 1 }, { "patternProperties", D_ALL, 1 },
 	{ "additionalProperties", D_ALL, 1 }, { "required", D_ALL, 1 },
 	{ "maxProperties", D_ALL, 1 }, { "minProperties", D_ALL, 1 },
-	{ "dependencies", D4 | D6 | D7, 1 }, { "dependentRequired", D19UP, 1 },
+	/* dependencies in every draft: 2019-09 split it in two, but schemas written for draft 7
+	 * seldom say $schema, and validators such as ajv still apply it; enforcing it can only
+	 * narrow the outputs, so they validate under either reading */
+	{ "dependencies", D_ALL, 1 }, { "dependentRequired", D19UP, 1 },
 	{ "dependentSchemas", D19UP, 1 }, { "propertyNames", D6UP, 1 },
 	{ "unevaluatedProperties", D19UP, 1 },
 };

@@ -47,8 +47,10 @@
 #define PATH_ABEMPTY "(?:/" PCHAR "*)*"
 #define PATH_ABSOLUTE "/(?:" PCHAR "+(?:/" PCHAR "*)*)?"
 #define TAIL "(?:\\?" QCHAR "*)?(?:#" QCHAR "*)?"
+/* The hier-part is not empty: RFC 3986 allows "a:" and "a:?q", ajv-formats does not (Github_easy
+ * o67010 answered {"uri":"With:"}, valid to Python's rfc3987, not to ajv) */
 #define URI "[A-Za-z][A-Za-z0-9+.-]*:(?://" AUTHORITY PATH_ABEMPTY "|" PATH_ABSOLUTE "|" \
-	PCHAR "+(?:/" PCHAR "*)*)?" TAIL
+	PCHAR "+(?:/" PCHAR "*)*)" TAIL
 #define RELATIVE "(?://" AUTHORITY PATH_ABEMPTY "|" PATH_ABSOLUTE "|" PCHAR_NC "+(?:/" PCHAR \
 	"*)*)?" TAIL
 #define POINTER "(?:/(?:[^/~]|~[01])*)*"
@@ -84,7 +86,7 @@ static const struct {
 		  LS32 "|(?:(?:" H16 ":){0,4}" H16 ")?::" LS32 "|(?:(?:" H16 ":){0,5}" H16 ")?::" H16
 		  "|(?:(?:" H16 ":){0,6}" H16 ")?::)" },
 	{ "uuid", HEX(8) "-" HEX(4) "-" HEX(4) "-" HEX(4) "-" HEX(12) },
-	/* no IP-literal hosts; an IRI as its ASCII URIs */
+	/* no IP-literal hosts, no empty hier-part; an IRI as its ASCII URIs */
 	{ "uri", URI },
 	{ "iri", URI },
 	{ "uri-reference", "(?:" URI "|" RELATIVE ")" },
