@@ -542,6 +542,24 @@ static void daemon_embeds(struct bn_client *c, const struct bn_vocab *v, const c
 	ck_assert_int_eq(bn_generate(c, &req, out, 1, &res, tu_scaled_ns(60 * SECOND)), -BN_E_UNSUPPORTED);
 }
 
+/* The daemon's greedy continuation of text (its ids the client's) is the in-process one. */
+static void daemon_continues(struct bn_client *c, const struct bn_vocab *v, const char *path,
+			     const char *text)
+{
+	uint32_t prompt[64], out[STEPS], want[STEPS];
+	int n = bn_tokenize(v, text, strlen(text), bn_vocab_add_bos(v), prompt, 64);
+	ck_assert_int_gt(n, 2);
+	struct bn_request req = { .prompt = prompt, .n_prompt = (uint32_t)n, .max_tokens = STEPS,
+				  .flags = BN_REQ_IGNORE_EOS };
+	struct bn_result res;
+	ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, tu_scaled_ns(60 * SECOND)), 0);
+	float *logits = malloc((size_t)(n + STEPS) * 1024 * sizeof(float));
+	ck_assert_ptr_nonnull(logits);
+	greedy(path, prompt, (uint32_t)n, STEPS, logits, want);
+	free(logits);
+	ck_assert_mem_eq(out, want, sizeof(out));
+}
+
 /* A text prompt, and a chat through the family's template (its markers special, the message's
  * marker text plain), each the in-process greedy continuation of the client's ids; an
  * embedding model's vector instead, its chat tokenized by the client alone. */
@@ -564,20 +582,8 @@ START_TEST(daemon_serves_the_family)
 	int embedding = !strncmp(f->preset, "bitnet-emb", 10);
 	if (embedding)
 		daemon_embeds(c, v, path, text);
-	uint32_t prompt[64], out[STEPS], want[STEPS];
-	int n = bn_tokenize(v, text, sizeof(text) - 1, bn_vocab_add_bos(v), prompt, 64);
-	ck_assert_int_gt(n, 2);
-	struct bn_request req = { .prompt = prompt, .n_prompt = (uint32_t)n, .max_tokens = STEPS,
-				  .flags = BN_REQ_IGNORE_EOS };
-	struct bn_result res;
-	if (!embedding) {
-		ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, tu_scaled_ns(60 * SECOND)), 0);
-		float *logits = malloc((size_t)(n + STEPS) * 1024 * sizeof(float));
-		ck_assert_ptr_nonnull(logits);
-		greedy(path, prompt, (uint32_t)n, STEPS, logits, want);
-		free(logits);
-		ck_assert_mem_eq(out, want, sizeof(out));
-	}
+	else
+		daemon_continues(c, v, path, text);
 	/* chat: one conversation, the marker of the family in the user's text stays text */
 	const char *marker = f->chat == BN_CHAT_GEMMA ? "<end_of_turn>" : "<|im_end|>";
 	char content[64];
@@ -651,22 +657,10 @@ START_TEST(cuda_backend_serves_the_family)
 	const struct bn_vocab *v;
 	ck_assert_int_eq(bn_client_vocab(c, &v), 0);
 	static const char text[] = "bake a cake 123";
-	if (!strncmp(f->preset, "bitnet-emb", 10)) {
+	if (!strncmp(f->preset, "bitnet-emb", 10))
 		daemon_embeds(c, v, path, text);
-	} else {
-		uint32_t prompt[64], out[STEPS], want[STEPS];
-		int n = bn_tokenize(v, text, sizeof(text) - 1, bn_vocab_add_bos(v), prompt, 64);
-		ck_assert_int_gt(n, 2);
-		struct bn_request req = { .prompt = prompt, .n_prompt = (uint32_t)n,
-					  .max_tokens = STEPS, .flags = BN_REQ_IGNORE_EOS };
-		struct bn_result res;
-		ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, tu_scaled_ns(60 * SECOND)), 0);
-		float *logits = malloc((size_t)(n + STEPS) * 1024 * sizeof(float));
-		ck_assert_ptr_nonnull(logits);
-		greedy(path, prompt, (uint32_t)n, STEPS, logits, want);
-		free(logits);
-		ck_assert_mem_eq(out, want, sizeof(out));
-	}
+	else
+		daemon_continues(c, v, path, text);
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }
