@@ -16,6 +16,12 @@
  *    input to half); the same for issue 57's families (head size 256 with GQA, 4 heads to 1
  *    KV head, a bitnet F16 file packed to T2); a sequence's tokens and log-probabilities alone and inside a batch of 32,
  *    bit-identical;
+ *  - issue 61's qwen3 and gemma3 graphs (case qwen3_gemma3): the grouped ternary kernel
+ *    bit-identical to the scalar t2g_gemm (in the kernels case); the four -test presets'
+ *    greedy ids and top-8 log-probabilities against the cpu backend as the families' above
+ *    (q/k and per-projection norms, GELU, post-norms, the embedding scale, groups of 256 with
+ *    a Q4_0 head, a sliding window), `fast` running base for them; BitNet-embedding's two
+ *    graphs embedded by the cuda daemon within 1e-4 of the cpu daemon's, batch = alone;
  *  - the daemon: `bitnetd --backend cuda` serves greedy requests with the cpu daemon's tokens,
  *    and a seeded, penalised sampled request alone and among others with the same tokens;
  *    on the harness only (its device memory is an environment variable): a device too small
