@@ -542,9 +542,10 @@ static void daemon_embeds(struct bn_client *c, const struct bn_vocab *v, const c
 	ck_assert_int_eq(bn_generate(c, &req, out, 1, &res, tu_scaled_ns(60 * SECOND)), -BN_E_UNSUPPORTED);
 }
 
-/* The daemon's greedy continuation of text (its ids the client's) is the in-process one. */
+/* The daemon's greedy continuation of text (its ids the client's) is the in-process one,
+ * waited for up to wait_s seconds (scaled). */
 static void daemon_continues(struct bn_client *c, const struct bn_vocab *v, const char *path,
-			     const char *text)
+			     const char *text, long long wait_s)
 {
 	uint32_t prompt[64], out[STEPS], want[STEPS];
 	int n = bn_tokenize(v, text, strlen(text), bn_vocab_add_bos(v), prompt, 64);
@@ -552,7 +553,7 @@ static void daemon_continues(struct bn_client *c, const struct bn_vocab *v, cons
 	struct bn_request req = { .prompt = prompt, .n_prompt = (uint32_t)n, .max_tokens = STEPS,
 				  .flags = BN_REQ_IGNORE_EOS };
 	struct bn_result res;
-	ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, tu_scaled_ns(60 * SECOND)), 0);
+	ck_assert_int_eq(bn_generate(c, &req, out, STEPS, &res, tu_scaled_ns(wait_s * SECOND)), 0);
 	float *logits = malloc((size_t)(n + STEPS) * 1024 * sizeof(float));
 	ck_assert_ptr_nonnull(logits);
 	greedy(path, prompt, (uint32_t)n, STEPS, logits, want);
@@ -583,7 +584,7 @@ START_TEST(daemon_serves_the_family)
 	if (embedding)
 		daemon_embeds(c, v, path, text);
 	else
-		daemon_continues(c, v, path, text);
+		daemon_continues(c, v, path, text, 60);
 	/* chat: one conversation, the marker of the family in the user's text stays text */
 	const char *marker = f->chat == BN_CHAT_GEMMA ? "<end_of_turn>" : "<|im_end|>";
 	char content[64];
@@ -660,7 +661,7 @@ START_TEST(cuda_backend_serves_the_family)
 	if (!strncmp(f->preset, "bitnet-emb", 10))
 		daemon_embeds(c, v, path, text);
 	else
-		daemon_continues(c, v, path, text);
+		daemon_continues(c, v, path, text, 300); /* the harness under ASan: slow */
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }
