@@ -309,9 +309,12 @@ static void matrix_shape(const char *name, uint32_t n_in, uint32_t n_out, double
 	for (int r = 0; r < cfg.rotate; r++) {
 		/* random codes (timing only); zero scales (finite, unlike random bytes) */
 		float *scale = dev_filled((size_t)n_out * 4, 0);
-		g.rows[r] = (struct bn_cuda_t2){ dev_random((size_t)n_out * row_bytes), scale, n_in, n_out, row_bytes };
-		g.p16[r] = (struct bn_cuda_t2){ dev_random(bn_cuda_p16_bytes(n_out, row_bytes)), scale, n_in, n_out,
-						row_bytes };
+		g.rows[r] = (struct bn_cuda_t2){ .codes = dev_random((size_t)n_out * row_bytes),
+						 .scale = scale, .n_in = n_in, .n_out = n_out,
+						 .row_bytes = row_bytes };
+		g.p16[r] = (struct bn_cuda_t2){ .codes = dev_random(bn_cuda_p16_bytes(n_out, row_bytes)),
+						.scale = scale, .n_in = n_in, .n_out = n_out,
+						.row_bytes = row_bytes };
 	}
 	g.x = random_acts(1, k_pad, n_in);
 	g.x64 = random_acts(GEMM_TOKENS, k_pad, n_in);

@@ -104,6 +104,10 @@ static inline uint64_t bn_i2_s_bytes(uint64_t n_weights)
 #define BN_T2_CHUNK 256
 #define BN_T2_CHUNK_BYTES 64
 BN_STATIC_ASSERT(BN_T2_CHUNK_BYTES * 4 == BN_T2_CHUNK, "four 2-bit codes per byte");
+/* A ternary matrix with one scale per group (Ternary-Bonsai's 128 weights, a TQ block's 256)
+ * is read in blocks of 128 weights, half a chunk: planes 0-1 or 2-3. A group is whole blocks,
+ * and the kernels' integer sums are per block. */
+#define BN_T2_GROUP_BLOCK 128
 
 /* The decode copy's ternary layout ("T3", base 3, 1.6 bits a weight), made at load from the T2
  * planes when asked (bitnetd --decode-layout base3). Each row is cut into 320-weight chunks of

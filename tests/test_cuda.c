@@ -16,6 +16,12 @@
  *    input to half); the same for issue 57's families (head size 256 with GQA, 4 heads to 1
  *    KV head, a bitnet F16 file packed to T2); a sequence's tokens and log-probabilities alone and inside a batch of 32,
  *    bit-identical;
+ *  - issue 61's qwen3 and gemma3 graphs (case qwen3_gemma3): the grouped ternary kernel
+ *    bit-identical to the scalar t2g_gemm (in the kernels case); the four -test presets'
+ *    greedy ids and top-8 log-probabilities against the cpu backend as the families' above
+ *    (q/k and per-projection norms, GELU, post-norms, the embedding scale, groups of 256 with
+ *    a Q4_0 head, a sliding window), `fast` running base for them; BitNet-embedding's two
+ *    graphs embedded by the cuda daemon within 1e-4 of the cpu daemon's, batch = alone;
  *  - the daemon: `bitnetd --backend cuda` serves greedy requests with the cpu daemon's tokens,
  *    and a seeded, penalised sampled request alone and among others with the same tokens;
  *    on the harness only (its device memory is an environment variable): a device too small
@@ -176,8 +182,9 @@ START_TEST(ternary_kernels_match_scalar)
 	}
 	struct bn_t2_matrix cw = { .codes = codes, .scale = scale, .n_in = n_in, .n_out = n_out,
 				   .row_bytes = row_bytes };
-	struct bn_cuda_t2 gw = { ctu_dev_copy(codes, (size_t)n_out * row_bytes),
-				 ctu_dev_copy(scale, n_out * 4), n_in, n_out, row_bytes };
+	struct bn_cuda_t2 gw = { .codes = ctu_dev_copy(codes, (size_t)n_out * row_bytes),
+				 .scale = ctu_dev_copy(scale, n_out * 4), .n_in = n_in, .n_out = n_out,
+				 .row_bytes = row_bytes };
 	const uint32_t toks[] = { 1, 5, 33, 100 };
 	for (unsigned c = 0; c < 4; c++) {
 		uint32_t n = toks[c];
@@ -201,6 +208,63 @@ START_TEST(ternary_kernels_match_scalar)
 		free(x), free(want), free(got);
 	}
 	free(codes), free(row), free(scale);
+}
+END_TEST
+
+/* Grouped scales (Ternary-Bonsai's, issue 61): bn_cuda_t2g_gemv bit-identical to the scalar
+ * t2g_gemm, with groups of 128, 256 and 384 weights (a chunk's two blocks in one group, in
+ * two, or a group across chunks), rows of 9,216 weights (72 blocks: a full round of 64 and a
+ * partial one, and with 384 a group that a round boundary cuts), and batches below, at and
+ * past the kernel's eight tokens a pass; bn_cuda_t2_gemm sends a grouped matrix there
+ * whatever the batch. */
+START_TEST(grouped_ternary_matches_scalar)
+{
+	const uint32_t groups[] = { 128, 256, 384 }, n_in = 9216, n_out = 37;
+	uint32_t row_bytes = (uint32_t)bn_t2_row_bytes(n_in);
+	uint8_t *codes = malloc((size_t)n_out * row_bytes), *row = malloc(n_in);
+	for (uint32_t o = 0; o < n_out; o++) {
+		for (uint32_t k = 0; k < n_in; k++)
+			row[k] = (uint8_t)(rnd() % 3);
+		bn_t2_pack(row, n_in, codes + (size_t)o * row_bytes);
+	}
+	uint8_t *dcodes = ctu_dev_copy(codes, (size_t)n_out * row_bytes);
+	for (unsigned gi = 0; gi < 3; gi++) {
+		uint32_t group = groups[gi], per_row = n_in / group;
+		float *gscale = malloc((size_t)n_out * per_row * 4);
+		for (uint32_t i = 0; i < n_out * per_row; i++)
+			gscale[i] = 0.01f + (float)(rnd() % 1000) / 997.0f;
+		struct bn_t2_matrix cw = { .codes = codes, .gscale = gscale, .group = group,
+					   .n_in = n_in, .n_out = n_out, .row_bytes = row_bytes };
+		struct bn_cuda_t2 gw = { .codes = dcodes, .n_in = n_in, .n_out = n_out,
+					 .row_bytes = row_bytes, .group = group,
+					 .gscale = ctu_dev_copy(gscale, (size_t)n_out * per_row * 4) };
+		const uint32_t toks[] = { 1, 8, 9, 40 };
+		for (unsigned c = 0; c < 4; c++) {
+			uint32_t n = toks[c];
+			float *x = malloc((size_t)n * n_in * 4), *want = malloc((size_t)n * n_out * 4);
+			float *got = malloc((size_t)n * n_out * 4);
+			for (size_t i = 0; i < (size_t)n * n_in; i++)
+				x[i] = rndf();
+			struct q8_pair p;
+			quantize_both(x, n, n_in, &p);
+			p.cpu.bsum = malloc((size_t)n * bn_q8_blocks(p.cpu.k_pad) * 4);
+			bn_q8_block_sums(&p.cpu, n);
+			bn_kernels_scalar.t2g_gemm(&cw, 0, n_out, &p.cpu, n, want, n_out);
+			float *dy = ctu_dev_copy(NULL, (size_t)n * n_out * 4);
+			ck_assert_int_eq(bn_cuda_t2_gemm(&gw, &p.gpu, n, dy, n_out, 0), 0);
+			ctu_host_copy(got, dy, (size_t)n * n_out * 4);
+			ck_assert_msg(memcmp(got, want, (size_t)n * n_out * 4) == 0,
+				      "group %u, %u tokens", group, n);
+			cudaFree(dy);
+			free(p.cpu.bsum);
+			q8_pair_free(&p);
+			free(x), free(want), free(got);
+		}
+		cudaFree((void *)gw.gscale);
+		free(gscale);
+	}
+	cudaFree(dcodes);
+	free(codes), free(row);
 }
 END_TEST
 
@@ -454,9 +518,11 @@ struct engine {
 	uint32_t len[MAX_SEQS];
 };
 
-static void engine_open(struct engine *e, const struct bn_backend_ops *ops, const char *model)
+static void engine_open_kernels(struct engine *e, const struct bn_backend_ops *ops,
+				const char *model, const char *kernels)
 {
-	struct bn_backend_options opt = { .model_path = model, .max_seqs = MAX_SEQS, .n_threads = 2 };
+	struct bn_backend_options opt = { .model_path = model, .max_seqs = MAX_SEQS, .n_threads = 2,
+					  .cuda_kernels = kernels };
 	e->ops = ops;
 	ck_assert_int_eq(ops->open(&opt, &e->desc, &e->self), 0);
 	ck_assert_int_eq(ops->kv_init(e->self, MAX_SEQS * SEQ_BLOCKS, BLOCK_TOKENS), 0);
@@ -466,6 +532,11 @@ static void engine_open(struct engine *e, const struct bn_backend_ops *ops, cons
 		e->len[s] = 0;
 		ck_assert_int_eq(ops->seq_open(e->self, s), 0);
 	}
+}
+
+static void engine_open(struct engine *e, const struct bn_backend_ops *ops, const char *model)
+{
+	engine_open_kernels(e, ops, model, NULL);
 }
 
 /* One step: row r feeds prompts[r][0..lens[r]) to sequence seqs[r] and samples. */
@@ -621,6 +692,59 @@ START_TEST(families_match_cpu_backend)
 	}
 	g.ops->close(g.self);
 	c.ops->close(c.self);
+	tu_remove_dir(dir);
+}
+END_TEST
+
+/* Issue 61's qwen3 and gemma3 families (the model tool's -test presets): BitNet-embedding
+ * 0.6B's (qwen3: per-head q/k norms, seven per-projection input norms, I2_S), 270M's (gemma3:
+ * the same norms, GELU, post-norms, embedding scale, head size 256 of one KV head),
+ * Ternary-Bonsai's (qwen3, TQ2_0 with one scale per 256 weights: bn_cuda_t2g_gemv; Q4_0
+ * embedding and untied head) and a gemma3 with sliding-window layers (window 5; of its 6
+ * layers 0-4 local with their own RoPE base, 5 global): the cuda backend's greedy tokens are
+ * the cpu backend's and its top-8 log-probabilities within the F16 head's bound (2e-2, as
+ * above), over a prompt of 6 and FAMILY_STEPS tokens (past the window). `fast` asked for
+ * runs base (cuda_norms.h): its description says base and its tokens and log-probabilities
+ * are base's bits. */
+static const struct {
+	const char *preset;
+	uint32_t layers;
+} graph61_presets[] = { { "bitnet-embedding-0.6b-test", 1 }, { "bitnet-embedding-270m-test", 1 },
+			{ "bonsai-test", 1 }, { "gemma3-swa-test", 6 } };
+
+START_TEST(qwen3_gemma3_match_cpu_backend)
+{
+	char dir[] = "/tmp/bn-cuda-graph61-XXXXXX", path[256], cmd[512];
+	const char *name = graph61_presets[_i].preset;
+	tu_models_dir(dir);
+	snprintf(path, sizeof(path), "%s/%s.gguf", dir, name);
+	snprintf(cmd, sizeof(cmd), "%s write --preset %s --layers %u --out %s >/dev/null",
+		 getenv("BITNET_MODEL_TOOL"), name, graph61_presets[_i].layers, path);
+	ck_assert_int_eq(system(cmd), 0);
+	struct engine g, c, v;
+	engine_open(&g, &bn_backend_cuda, path);
+	engine_open(&c, &bn_backend_cpu, path);
+	engine_open_kernels(&v, &bn_backend_cuda, path, "fast");
+	ck_assert_str_eq(v.desc.kernels, "base");
+	uint32_t prompt[6] = { 300, 401, 502, 603, 704, 305 }, *prompts[1] = { prompt }, lens[1] = { 6 };
+	static uint32_t tg[MAX_SEQS][64], tc[MAX_SEQS][64], tv[MAX_SEQS][64];
+	static struct bn_token_logprob lg[64][8], lc[64][8], lv[64][8];
+	generate(&g, 1, prompts, lens, FAMILY_STEPS, tg, lg);
+	generate(&c, 1, prompts, lens, FAMILY_STEPS, tc, lc);
+	generate(&v, 1, prompts, lens, FAMILY_STEPS, tv, lv);
+	for (uint32_t i = 0; i < FAMILY_STEPS; i++) {
+		ck_assert_msg(tg[0][i] == tc[0][i], "%s token %u: %u vs cpu %u", name, i, tg[0][i],
+			      tc[0][i]);
+		for (uint32_t j = 0; j < 8; j++)
+			ck_assert_msg(fabsf(lg[i][j].logprob - lc[i][j].logprob) <= 2e-2f,
+				      "%s step %u alternative %u: %g vs cpu %g", name, i, j,
+				      lg[i][j].logprob, lc[i][j].logprob);
+	}
+	ck_assert_mem_eq(tv[0], tg[0], FAMILY_STEPS * sizeof(tg[0][0]));
+	ck_assert_mem_eq(lv, lg, FAMILY_STEPS * sizeof(lg[0]));
+	g.ops->close(g.self);
+	c.ops->close(c.self);
+	v.ops->close(v.self);
 	tu_remove_dir(dir);
 }
 END_TEST
@@ -782,6 +906,55 @@ START_TEST(daemon_embeds_as_the_cpu_daemon)
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&gd, SIGTERM), 0);
 	ck_assert_int_eq(tu_daemon_stop(&cd, SIGTERM), 0);
+}
+END_TEST
+
+/* BitNet-embedding's two graphs (the -test presets, one layer; their files' pooling: the last
+ * token) embedded by the cuda daemon asked for `fast` (it runs base, cuda_norms.h): each
+ * vector within 1e-4 of the cpu daemon's, as above, and a batch's vectors the bits each gets
+ * alone. */
+START_TEST(daemon_embeds_qwen3_gemma3)
+{
+	if (!ctu_have_cuda_daemon())
+		return;
+	static const char *const presets[] = { "bitnet-embedding-0.6b-test",
+					       "bitnet-embedding-270m-test" };
+	char dir[] = "/tmp/bn-cuda-embed61-XXXXXX", path[256], cmd[512];
+	tu_models_dir(dir);
+	snprintf(path, sizeof(path), "%s/%s.gguf", dir, presets[_i]);
+	snprintf(cmd, sizeof(cmd), "%s write --preset %s --layers 1 --out %s >/dev/null",
+		 getenv("BITNET_MODEL_TOOL"), presets[_i], path);
+	ck_assert_int_eq(system(cmd), 0);
+	static uint32_t ids[EMBED_ITEMS][EMBED_LONG];
+	static const uint32_t lens[EMBED_ITEMS] = { 1, 9, 40, EMBED_LONG };
+	static float gv[EMBED_ITEMS][EMBED_DIM], cv[EMBED_ITEMS][EMBED_DIM], one[EMBED_DIM];
+	for (uint32_t k = 0; k < EMBED_ITEMS; k++)
+		ctu_make_ids(ids[k], lens[k], 60 + k, 512);
+	const char *gargs[] = { "--backend", "cuda", "--model", path, "--kv-memory", "4M",
+				"--cuda-kernels", "fast", NULL };
+	struct tu_daemon gd, cd;
+	ck_assert_msg(ctu_start_cuda_daemon(&gd, gargs, 0) == 0, "the cuda daemon did not start");
+	ck_assert_int_eq(tu_daemon_start_cpu(&cd, path, NULL), 0);
+	struct bn_client *g, *c;
+	ck_assert_int_eq(bn_connect(gd.socket_path, 8, &g), 0);
+	ck_assert_int_eq(bn_connect(cd.socket_path, 8, &c), 0);
+	embed_all(g, ids, lens, gv);
+	embed_all(c, ids, lens, cv);
+	for (uint32_t k = 0; k < EMBED_ITEMS; k++) {
+		for (uint32_t i = 0; i < EMBED_DIM; i++)
+			ck_assert_msg(fabsf(gv[k][i] - cv[k][i]) <= 1e-4f,
+				      "%s, %u tokens, [%u]: cuda %.9g, cpu %.9g", presets[_i], lens[k],
+				      i, (double)gv[k][i], (double)cv[k][i]);
+		struct bn_embed_item it = { .ids = ids[k], .n_ids = lens[k], .vector = one,
+					    .cap = EMBED_DIM };
+		ck_assert_int_eq(bn_embed(g, &it, tu_scaled_ns(DAEMON_WAIT_NS)), 0);
+		ck_assert_mem_eq(one, gv[k], sizeof(one));
+	}
+	bn_disconnect(g);
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&gd, SIGTERM), 0);
+	ck_assert_int_eq(tu_daemon_stop(&cd, SIGTERM), 0);
+	tu_remove_dir(dir);
 }
 END_TEST
 
@@ -990,6 +1163,7 @@ static Suite *cuda_suite(void)
 	tcase_set_timeout(k, 120);
 	tcase_add_test(k, quantize_matches_cpu);
 	tcase_add_test(k, ternary_kernels_match_scalar);
+	tcase_add_test(k, grouped_ternary_matches_scalar);
 	tcase_add_test(k, f32_gemm_matches_reference);
 	tcase_add_test(k, f16_gemm_matches_reference);
 	tcase_add_test(k, attention_matches_scalar);
@@ -1006,10 +1180,12 @@ static Suite *cuda_suite(void)
 	       STORIES_IDS);
 	(void)tiny_matches_cpu_backend;
 	(void)families_match_cpu_backend;
+	(void)qwen3_gemma3_match_cpu_backend;
 	(void)batch_invariance_32;
 	(void)daemon_serves_as_the_cpu_daemon;
 	(void)daemon_constrains_as_the_cpu_daemon;
 	(void)daemon_embeds_as_the_cpu_daemon;
+	(void)daemon_embeds_qwen3_gemma3;
 	(void)daemon_on_a_small_device;
 #else
 	tcase_add_test(b, tiny_matches_cpu_backend);
@@ -1024,6 +1200,15 @@ static Suite *cuda_suite(void)
 #endif
 #endif
 	suite_add_tcase(s, b);
+	/* issue 61's qwen3 and gemma3 graphs (not under ThreadSanitizer, as the backend's) */
+	TCase *q = tcase_create("qwen3_gemma3");
+	tcase_set_timeout(q, 300);
+#if !(defined(BN_CUDA_HOST) && defined(__SANITIZE_THREAD__))
+	tcase_add_loop_test(q, qwen3_gemma3_match_cpu_backend, 0,
+			    (int)(sizeof(graph61_presets) / sizeof(graph61_presets[0])));
+	tcase_add_loop_test(q, daemon_embeds_qwen3_gemma3, 0, 2);
+#endif
+	suite_add_tcase(s, q);
 	return s;
 }
 

@@ -116,9 +116,11 @@ static void t2_case_make(struct t2_case *c, uint32_t n_in, uint32_t n_out)
 	uint8_t *packed = malloc(pb);
 	bn_cuda_p16_pack(c->codes, n_out, c->row_bytes, packed);
 	void *scale = ctu_dev_copy(c->scale, n_out * 4);
-	c->rows = (struct bn_cuda_t2){ ctu_dev_copy(c->codes, (size_t)n_out * c->row_bytes), scale,
-				       n_in, n_out, c->row_bytes };
-	c->p16 = (struct bn_cuda_t2){ ctu_dev_copy(packed, pb), scale, n_in, n_out, c->row_bytes };
+	c->rows = (struct bn_cuda_t2){ .codes = ctu_dev_copy(c->codes, (size_t)n_out * c->row_bytes),
+				       .scale = scale, .n_in = n_in, .n_out = n_out,
+				       .row_bytes = c->row_bytes };
+	c->p16 = (struct bn_cuda_t2){ .codes = ctu_dev_copy(packed, pb), .scale = scale, .n_in = n_in,
+				      .n_out = n_out, .row_bytes = c->row_bytes };
 	c->sk_mem = dev_zero(bn_cuda_splitk_bytes(n_out));
 	bn_cuda_splitk_init(&c->sk, c->sk_mem, n_out);
 	free(row), free(packed);

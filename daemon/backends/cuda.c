@@ -36,6 +36,7 @@
 #include "cuda_hidden.h"
 #include "cuda_kernels.h"
 #include "cuda_mem.h"
+#include "cuda_norms.h"
 #include "cuda_rows.h"
 #include "cuda_seq.h"
 #include "cuda_wcache.h"
@@ -43,7 +44,6 @@
 #include "model/model.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -74,6 +74,7 @@ struct dev_layer {
 struct step_inputs {
 	float *x;                     /* [n_tok][ld_x] embeddings */
 	float *cs;                    /* [n_tok][rope_dim] */
+	float *cs_swa;                /* [n_tok][rope_dim] the local layers' (n_swa), else unused */
 	uint32_t *slot;               /* [n_tok] KV row of each token within a layer */
 	uint32_t *len;                /* [n_tok] positions each token attends over */
 	uint32_t *table_off;          /* [n_tok] where its row's block table starts */
@@ -103,9 +104,10 @@ struct cuda_backend {
 	struct bn_cuda_fwd *fwd;      /* cuda_fwd.h, or NULL for base */
 	struct bn_cuda_buffers weights; /* device buffers of the weights (cuda_mem.h) */
 	struct dev_layer *layers;
+	struct cuda_norms_layer *norms; /* [n_layer] qwen3's and gemma3's norms (base) */
 	float *output_norm;
 	struct dev_linear output;
-	float *rope_freq;
+	float *rope_freq, *rope_freq_swa;
 	uint32_t max_seqs;
 	uint32_t *seq_len;
 	float *kv_k, *kv_v;           /* [n_layer][n_blocks][block_tokens][kv_dim] */
@@ -115,7 +117,7 @@ struct cuda_backend {
 	 * stream x is the step's uploaded embeddings, updated in place */
 	void *act;
 	uint32_t n_cap;
-	float *x, *xb, *q, *k, *v, *att, *gate, *up;
+	float *x, *xb, *xn, *q, *k, *v, *att, *gate, *up; /* xn: a projection's own norm */
 	struct bn_cuda_q8 xq;
 	uint16_t *xh;
 	/* step inputs */
@@ -153,56 +155,6 @@ static uint32_t round_up(uint32_t v, uint32_t m)
 	return (v + m - 1) / m * m;
 }
 
-/* The runtime says "driver insufficient" both for an old driver and for none at all. */
-static int driver_present(void)
-{
-	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-	if (h)
-		dlclose(h);
-	return h != NULL;
-}
-
-static int pick_device(int index, int probing)
-{
-	enum bn_log_level say_level = probing ? BN_LOG_INFO : BN_LOG_ERROR;
-	int count = 0;
-	cudaError_t e = cudaGetDeviceCount(&count);
-	if (e == cudaErrorInsufficientDriver && !driver_present()) {
-		bn_log(say_level, "msg=\"no CUDA device: no NVIDIA driver is installed\" error=\"%s\"",
-		       dlerror());
-		return -ENODEV;
-	}
-	if (e == cudaErrorInsufficientDriver) {
-		bn_log(say_level, "msg=\"the NVIDIA driver is older than the CUDA runtime this build uses\" runtime=%d error=\"%s\"",
-			     CUDART_VERSION, cudaGetErrorString(e));
-		return -ENODEV;
-	}
-	if (e != cudaSuccess || count == 0) {
-		bn_log(say_level, "msg=\"no CUDA device\" error=\"%s\"",
-			     e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
-		return -ENODEV;
-	}
-	if (index < 0 || index >= count) {
-		bn_log_error("msg=\"no such CUDA device\" device=cuda:%d devices=%d", index, count);
-		return -ENODEV;
-	}
-	struct cudaDeviceProp prop;
-	if ((e = cudaGetDeviceProperties(&prop, index)) != cudaSuccess)
-		return bn_cuda_failed("cudaGetDeviceProperties", e);
-	if (!bn_cuda_arch_ok(prop.major, prop.minor)) {
-		bn_log_error("msg=\"this build runs on compute capability %d.%d or newer (sm_%d and up, Makefile: CUDA_ARCHS)\" device=cuda:%d name=\"%s\" capability=%d.%d",
-			     BN_CUDA_MIN_ARCH / 10, BN_CUDA_MIN_ARCH % 10, BN_CUDA_MIN_ARCH, index,
-			     prop.name, prop.major, prop.minor);
-		return -ENODEV;
-	}
-	if ((e = cudaSetDevice(index)) != cudaSuccess)
-		return bn_cuda_failed("cudaSetDevice", e);
-	bn_log_info("msg=\"cuda device\" device=cuda:%d name=\"%s\" capability=%d.%d sms=%d memory_mib=%zu",
-		    index, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-		    prop.totalGlobalMem >> 20);
-	return 0;
-}
-
 static int upload_vec(struct cuda_backend *cb, const float *v, uint32_t n, float **out)
 {
 	*out = NULL;
@@ -216,12 +168,16 @@ static int upload_linear(struct cuda_backend *cb, const struct bn_linear *w, str
 	if (w->kind == BN_LINEAR_T2) {
 		d->kind = DEV_T2;
 		d->t2 = (struct bn_cuda_t2){ .n_in = w->n_in, .n_out = w->n_out,
-					     .row_bytes = w->t2.row_bytes };
+					     .row_bytes = w->t2.row_bytes, .group = w->t2.group };
 		size_t code_bytes = (size_t)w->n_out * w->t2.row_bytes;
-		size_t scale_bytes = (size_t)w->n_out * sizeof(float);
+		/* one scale a row, or a row of them per group (gscale: bn_cuda_t2g_gemv) */
+		uint32_t per_row = w->t2.group ? w->n_in / w->t2.group : 1;
+		size_t scale_bytes = (size_t)w->n_out * per_row * sizeof(float);
 		int rc = bn_cuda_buffers_upload(&cb->weights, w->t2.codes, code_bytes, (void **)&d->t2.codes);
-		return rc ? rc : bn_cuda_buffers_upload(&cb->weights, w->t2.scale, scale_bytes,
-							(void **)&d->t2.scale);
+		const float **scale = w->t2.group ? &d->t2.gscale : &d->t2.scale;
+		return rc ? rc : bn_cuda_buffers_upload(&cb->weights,
+							w->t2.group ? w->t2.gscale : w->t2.scale,
+							scale_bytes, (void **)scale);
 	}
 	d->kind = DEV_FLOAT;
 	size_t bytes;
@@ -260,7 +216,9 @@ static int upload_model(struct cuda_backend *cb)
 	rc = rc ? rc : upload_linear(cb, &cb->model.output, &cb->output);
 	for (uint32_t li = 0; li < c->n_layer && rc == 0 && !cb->kernels.flags; li++)
 		rc = upload_layer(cb, &cb->model.layers[li], &cb->layers[li]);
-	return rc;
+	cb->norms = calloc(c->n_layer, sizeof(*cb->norms));
+	rc = rc ? rc : cb->norms ? 0 : -ENOMEM;
+	return rc || cb->kernels.flags ? rc : cuda_norms_upload(&cb->weights, &cb->model, cb->norms);
 }
 
 /* A variant other than base: its forward pass (cuda_fwd.h) uploads the layers itself, its
@@ -297,6 +255,7 @@ static void carve_activations(struct cuda_backend *cb, struct carver *c, uint32_
 	uint32_t n64 = round_up(n, 64);
 	uint32_t k_pad = round_up(cb->ld_wide, BN_T2_CHUNK);
 	cb->xb = carve(c, (size_t)n64 * cb->ld_wide * 4);
+	cb->xn = carve(c, cb->model.cfg.proj_norms ? (size_t)n * cb->ld_wide * 4 : 0);
 	cb->q = carve(c, (size_t)n * cb->ld_q * 4);
 	cb->k = carve(c, (size_t)n * cb->ld_kv * 4);
 	cb->v = carve(c, (size_t)n * cb->ld_kv * 4);
@@ -333,6 +292,7 @@ static void carve_inputs(const struct cuda_backend *cb, struct carver *c, const 
 	const struct bn_model_config *m = &cb->model.cfg;
 	in->x = carve(c, (size_t)s->n_tok * cb->ld_x * 4);
 	in->cs = carve(c, (size_t)s->n_tok * (m->rope_dim ? m->rope_dim : 1) * 4);
+	in->cs_swa = carve(c, m->n_swa ? (size_t)s->n_tok * m->rope_dim * 4 : 0);
 	in->slot = carve(c, (size_t)s->n_tok * 4);
 	in->len = carve(c, (size_t)s->n_tok * 4);
 	in->table_off = carve(c, (size_t)s->n_tok * 4);
@@ -447,7 +407,9 @@ static void cuda_close(void *self)
 	if (cb->stream)
 		cudaStreamDestroy(cb->stream);
 	free(cb->layers);
+	free(cb->norms);
 	free(cb->rope_freq);
+	free(cb->rope_freq_swa);
 	free(cb->seq_len);
 	cuda_rows_free(&cb->rows);
 	cuda_wcache_close(&cb->wcache); /* first: its writer reads the model's T2 planes */
@@ -488,24 +450,6 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 	}
 }
 
-/* What of the model's graph the GPU path does not compute (issue 61's qwen3 and gemma3
- * families), or NULL: such a model is refused, never run as another graph. */
-static const char *graph_missing(const struct bn_model *m)
-{
-	const struct bn_model_config *c = &m->cfg;
-	if (m->n_grouped)
-		return "ternary matrices with one scale per group";
-	if (c->qk_norm || c->proj_norms || c->post_norms)
-		return "q/k, per-projection input or post norms";
-	if (c->act == BN_ACT_GELU)
-		return "the GELU activation";
-	if (c->n_swa)
-		return "sliding-window layers";
-	if (c->embd_scale != 1.0f || c->attn_scale != 1.0f / sqrtf((float)c->head_dim))
-		return "a scaled embedding or attention";
-	return NULL;
-}
-
 static int open_model(struct cuda_backend *cb, const struct bn_backend_options *opt)
 {
 	char err[BN_MODEL_ERR_LEN];
@@ -522,11 +466,13 @@ static int open_model(struct cuda_backend *cb, const struct bn_backend_options *
 		return -EINVAL;
 	}
 	const struct bn_model_config *c = &cb->model.cfg;
-	const char *missing = graph_missing(&cb->model);
-	if (missing) {
-		bn_log_error("msg=\"the cuda backend does not run this model's graph; --backend cpu does\" arch=%s missing=\"%s\"",
-			     c->arch_name, missing);
-		return -EINVAL;
+	const char *base_only = cuda_norms_base_only(&cb->model);
+	if (base_only && cb->kernels.flags) {
+		char asked[BN_CUDA_KERNELS_NAME_MAX];
+		bn_cuda_kernels_name(&cb->kernels, asked, sizeof(asked));
+		bn_log_warn("msg=\"--cuda-kernels runs base for this model\" asked=\"%s\" arch=%s why=\"%s\"",
+			    asked, c->arch_name, base_only);
+		cb->kernels = (struct bn_cuda_kernels){ 0 };
 	}
 	if (c->head_dim > BN_CUDA_MAX_HEAD_DIM) {
 		bn_log_error("msg=\"the cuda backend handles heads of at most %d dimensions\" head_dim=%u",
@@ -537,9 +483,12 @@ static int open_model(struct cuda_backend *cb, const struct bn_backend_options *
 	cb->max_seqs = opt->max_seqs;
 	cb->seq_len = calloc(opt->max_seqs, sizeof(*cb->seq_len));
 	cb->rope_freq = malloc((c->rope_dim / 2 + 1) * sizeof(float));
-	if (!cb->seq_len || !cb->rope_freq)
+	cb->rope_freq_swa = malloc((c->rope_dim / 2 + 1) * sizeof(float));
+	if (!cb->seq_len || !cb->rope_freq || !cb->rope_freq_swa)
 		return -ENOMEM;
 	bn_rope_freqs(c, cb->rope_freq);
+	if (c->n_swa)
+		bn_rope_freqs_swa(c, cb->rope_freq_swa);
 	return 0;
 }
 
@@ -549,7 +498,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 		bn_log_error("msg=\"the cuda backend needs --model FILE\"");
 		return -EINVAL;
 	}
-	int rc = pick_device(opt->device_index, opt->probing);
+	int rc = bn_cuda_pick_device(opt->device_index, opt->probing);
 	if (rc)
 		return rc;
 	struct cuda_backend *cb = calloc(1, sizeof(*cb));
@@ -685,9 +634,14 @@ static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const
 		       (b->pos[r] + b->lens[r] + bt - 1) / bt * sizeof(uint32_t));
 		for (uint32_t i = 0; i < b->lens[r]; i++, t++) {
 			uint32_t pos = b->pos[r] + i;
-			bn_model_embed(&cb->model, b->tokens[(size_t)r * b->width + i],
-				       in->x + (size_t)t * cb->ld_x);
+			float *x = in->x + (size_t)t * cb->ld_x;
+			bn_model_embed(&cb->model, b->tokens[(size_t)r * b->width + i], x);
+			for (uint32_t k = 0; c->embd_scale != 1.0f && k < c->n_embd; k++)
+				x[k] *= c->embd_scale; /* gemma3's, as the cpu's forward.c */
 			bn_rope_cos_sin(cb->rope_freq, c->rope_dim / 2, pos, in->cs + (size_t)t * c->rope_dim);
+			if (c->n_swa)
+				bn_rope_cos_sin(cb->rope_freq_swa, c->rope_dim / 2, pos,
+						in->cs_swa + (size_t)t * c->rope_dim);
 			in->slot[t] = b->blocks[r][pos / bt] * bt + pos % bt;
 			in->len[t] = pos + 1;
 			in->table_off[t] = r * max_blocks;
@@ -730,52 +684,84 @@ static int linear_multi(struct cuda_backend *cb, uint32_t n_mats, const struct d
 	return rc;
 }
 
+/* q/k norms (qwen3, gemma3), RoPE (a local layer's base), the cache, attention (a local
+ * layer's window: the last n_swa positions, as the cpu's forward_layer.c). */
 static int attention(struct cuda_backend *cb, uint32_t li, const struct step_inputs *in, uint32_t n)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
+	const struct cuda_norms_layer *N = &cb->norms[li];
 	size_t layer = (size_t)li * cb->kv_blocks * cb->kv_block_tokens * cb->kv_dim;
 	struct bn_cuda_kv_layer kv = { .K = cb->kv_k + layer, .V = cb->kv_v + layer,
 				       .kv_dim = cb->kv_dim, .block_tokens = cb->kv_block_tokens };
-	int rc = bn_cuda_rope(cb->q, cb->ld_q, c->n_head, c->head_dim, c->rope_dim, c->rope_neox,
-			      in->cs, n, cb->stream);
+	int swa = bn_layer_is_swa(c, li);
+	const float *cs = swa ? in->cs_swa : in->cs;
+	int rc = cuda_norms_heads(cb->q, cb->ld_q, c->n_head, c->head_dim, N->q_norm, n, c->rms_eps,
+				  cb->stream);
+	rc = rc ? rc : cuda_norms_heads(cb->k, cb->ld_kv, c->n_head_kv, c->head_dim, N->k_norm, n,
+					c->rms_eps, cb->stream);
+	rc = rc ? rc : bn_cuda_rope(cb->q, cb->ld_q, c->n_head, c->head_dim, c->rope_dim,
+				    c->rope_neox, cs, n, cb->stream);
 	rc = rc ? rc : bn_cuda_rope(cb->k, cb->ld_kv, c->n_head_kv, c->head_dim, c->rope_dim,
-				    c->rope_neox, in->cs, n, cb->stream);
+				    c->rope_neox, cs, n, cb->stream);
 	rc = rc ? rc : bn_cuda_kv_store(&kv, cb->k, cb->v, cb->ld_kv, in->slot, n, cb->stream);
 	struct bn_cuda_attn a = {
 		.q = cb->q, .ldq = cb->ld_q, .out = cb->att, .ldo = cb->ld_q, .len = in->len,
 		.table_off = in->table_off, .tables = in->tables, .n_head = c->n_head,
-		.n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
-		.scale = 1.0f / sqrtf((float)c->head_dim),
+		.n_head_kv = c->n_head_kv, .head_dim = c->head_dim, .scale = c->attn_scale,
+		.window = swa ? c->n_swa : 0,
 	};
 	return rc ? rc : bn_cuda_attend(&kv, &a, n, cb->stream);
 }
 
+/* Projections of one input xb: quantized once, or (proj_norms) each of its own norm (in[k],
+ * bn_layer_linears' order from k0) into xn first, as the cpu's qkv_projections. */
+static int projections(struct cuda_backend *cb, uint32_t li, uint32_t k0, uint32_t n_mats,
+		       const struct dev_linear *const *w, float *const *y, const uint32_t *ldy,
+		       uint32_t n)
+{
+	const struct bn_model_config *c = &cb->model.cfg;
+	if (!c->proj_norms)
+		return linear_multi(cb, n_mats, w, y, ldy, cb->xb, cb->ld_wide, n);
+	int rc = 0;
+	for (uint32_t i = 0; i < n_mats && rc == 0; i++) {
+		rc = bn_cuda_rmsnorm(cb->xn, cb->ld_wide, cb->xb, cb->ld_wide, NULL,
+				     cb->norms[li].in[k0 + i], c->n_embd, n, c->rms_eps, cb->stream);
+		rc = rc ? rc : linear(cb, w[i], cb->xn, cb->ld_wide, n, y[i], ldy[i], 0);
+	}
+	return rc;
+}
+
+/* The layer as the cpu's bn_fw_layer orders it, each optional step where the model has it. */
 static int layer_forward(struct cuda_backend *cb, uint32_t li, const struct step_inputs *in, uint32_t n)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
 	const struct dev_layer *L = &cb->layers[li];
+	const struct cuda_norms_layer *N = &cb->norms[li];
 	cudaStream_t st = cb->stream;
+	float eps = c->rms_eps;
 	int rc = bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, NULL, L->attn_norm, c->n_embd,
-				 n, c->rms_eps, st);
+				 n, eps, st);
 	const struct dev_linear *qkv[3] = { &L->wq, &L->wk, &L->wv };
 	float *qkv_out[3] = { cb->q, cb->k, cb->v };
 	uint32_t qkv_ld[3] = { cb->ld_q, cb->ld_kv, cb->ld_kv };
-	rc = rc ? rc : linear_multi(cb, 3, qkv, qkv_out, qkv_ld, cb->xb, cb->ld_wide, n);
+	rc = rc ? rc : projections(cb, li, 0, 3, qkv, qkv_out, qkv_ld, n);
 	rc = rc ? rc : attention(cb, li, in, n);
-	if (L->attn_sub_norm && !rc)
-		rc = bn_cuda_rmsnorm(cb->att, cb->ld_q, cb->att, cb->ld_q, NULL, L->attn_sub_norm,
-				     cb->q_dim, n, c->rms_eps, st);
+	rc = rc ? rc : cuda_norms_apply(L->attn_sub_norm, cb->att, cb->ld_q, cb->q_dim, n, eps, st);
+	rc = rc ? rc : cuda_norms_apply(N->in[3], cb->att, cb->ld_q, cb->q_dim, n, eps, st);
 	rc = rc ? rc : linear(cb, &L->wo, cb->att, cb->ld_q, n, cb->xb, cb->ld_wide, 0);
+	rc = rc ? rc : cuda_norms_apply(N->post_attn, cb->xb, cb->ld_wide, c->n_embd, n, eps, st);
 	rc = rc ? rc : bn_cuda_add(cb->x, cb->ld_x, cb->xb, cb->ld_wide, c->n_embd, n, st);
 	rc = rc ? rc : bn_cuda_rmsnorm(cb->xb, cb->ld_wide, cb->x, cb->ld_x, NULL, L->ffn_norm,
-				       c->n_embd, n, c->rms_eps, st);
+				       c->n_embd, n, eps, st);
 	const struct dev_linear *gu[2] = { &L->w_gate, &L->w_up };
 	float *gu_out[2] = { cb->gate, cb->up };
 	uint32_t gu_ld[2] = { cb->ld_ff, cb->ld_ff };
-	rc = rc ? rc : linear_multi(cb, 2, gu, gu_out, gu_ld, cb->xb, cb->ld_wide, n);
-	rc = rc ? rc : bn_cuda_gate(cb->gate, cb->up, cb->ld_ff, c->n_ff, n, c->act == BN_ACT_RELU2,
-				    L->ffn_sub_norm, c->rms_eps, st);
+	rc = rc ? rc : projections(cb, li, 4, 2, gu, gu_out, gu_ld, n);
+	rc = rc ? rc : bn_cuda_gate(cb->gate, cb->up, cb->ld_ff, c->n_ff, n, cuda_norms_act(c->act),
+				    L->ffn_sub_norm, eps, st);
+	rc = rc ? rc : cuda_norms_apply(N->in[6], cb->gate, cb->ld_ff, c->n_ff, n, eps, st);
 	rc = rc ? rc : linear(cb, &L->w_down, cb->gate, cb->ld_ff, n, cb->xb, cb->ld_wide, 0);
+	rc = rc ? rc : cuda_norms_apply(N->post_ffw, cb->xb, cb->ld_wide, c->n_embd, n, eps, st);
 	rc = rc ? rc : bn_cuda_add(cb->x, cb->ld_x, cb->xb, cb->ld_wide, c->n_embd, n, st);
 	return rc ? bn_cuda_failed("layer kernels", rc) : 0;
 }

@@ -26,6 +26,7 @@
 #include "cuda_fast.h"
 #include "cuda_graph.h"
 #include "cuda_mem.h"
+#include "cuda_norms.h"
 #include "cuda_wcache.h"
 #include "model/model.h"
 #include "quant.h"
@@ -407,7 +408,7 @@ static int attention(struct bn_cuda_fwd *f, uint32_t li, const struct run *r, ui
 		.q = q, .ldq = f->ld_qkv, .out = f->att, .ldo = f->ld_q, .len = in->len,
 		.table_off = in->table_off, .tables = in->tables, .n_head = c->n_head,
 		.n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
-		.scale = 1.0f / sqrtf((float)c->head_dim),
+		.scale = c->attn_scale,
 	};
 	if (rc || !(f->k.flags & BN_CUDA_K_SPLIT))
 		return rc ? rc : bn_cuda_attend(&kv, &a, n, f->stream);
@@ -454,7 +455,7 @@ static int ffn_block(struct bn_cuda_fwd *f, uint32_t li, const struct run *r, ui
 {
 	const struct bn_model_config *c = &f->model->cfg;
 	const struct fwd_layer *L = &f->layers[li];
-	int relu2 = c->act == BN_ACT_RELU2, fused = (f->k.flags & BN_CUDA_K_FUSED) != 0;
+	int act = cuda_norms_act(c->act), fused = (f->k.flags & BN_CUDA_K_FUSED) != 0;
 	float *g = f->gu, *u = f->gu + f->ld_ff;
 	int rc = norm_into(f, r->in->x, *pending, L->ffn_norm, n, L->fused_gu);
 	*pending = NULL;
@@ -467,11 +468,11 @@ static int ffn_block(struct bn_cuda_fwd *f, uint32_t li, const struct run *r, ui
 	int quantized = 0;
 	if (rc == 0 && fused && L->down.ternary) {
 		set_k(f, c->n_ff);
-		rc = bn_cuda_gate_quant(g, u, f->ld_gu, c->n_ff, n, relu2, L->ffn_sub_norm, c->rms_eps,
+		rc = bn_cuda_gate_quant(g, u, f->ld_gu, c->n_ff, n, act, L->ffn_sub_norm, c->rms_eps,
 					&f->xq, f->stream);
 		quantized = 1;
 	} else if (rc == 0) {
-		rc = bn_cuda_gate(g, u, f->ld_gu, c->n_ff, n, relu2, L->ffn_sub_norm, c->rms_eps,
+		rc = bn_cuda_gate(g, u, f->ld_gu, c->n_ff, n, act, L->ffn_sub_norm, c->rms_eps,
 				  f->stream);
 	}
 	rc = rc ? rc : product(f, &L->down, g, f->ld_gu, n, f->y, f->ld_x, quantized);

@@ -2,8 +2,10 @@
 #include "cuda_mem.h"
 
 #include "common/log.h"
+#include "cuda_kernels.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,4 +63,54 @@ void bn_cuda_buffers_free(struct bn_cuda_buffers *b)
 		cudaFree(b->ptr[i]);
 	free(b->ptr);
 	memset(b, 0, sizeof(*b));
+}
+
+/* The runtime says "driver insufficient" both for an old driver and for none at all. */
+static int driver_present(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+	if (h)
+		dlclose(h);
+	return h != NULL;
+}
+
+int bn_cuda_pick_device(int index, int probing)
+{
+	enum bn_log_level say_level = probing ? BN_LOG_INFO : BN_LOG_ERROR;
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e == cudaErrorInsufficientDriver && !driver_present()) {
+		bn_log(say_level, "msg=\"no CUDA device: no NVIDIA driver is installed\" error=\"%s\"",
+		       dlerror());
+		return -ENODEV;
+	}
+	if (e == cudaErrorInsufficientDriver) {
+		bn_log(say_level, "msg=\"the NVIDIA driver is older than the CUDA runtime this build uses\" runtime=%d error=\"%s\"",
+			     CUDART_VERSION, cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if (e != cudaSuccess || count == 0) {
+		bn_log(say_level, "msg=\"no CUDA device\" error=\"%s\"",
+			     e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+		return -ENODEV;
+	}
+	if (index < 0 || index >= count) {
+		bn_log_error("msg=\"no such CUDA device\" device=cuda:%d devices=%d", index, count);
+		return -ENODEV;
+	}
+	struct cudaDeviceProp prop;
+	if ((e = cudaGetDeviceProperties(&prop, index)) != cudaSuccess)
+		return bn_cuda_failed("cudaGetDeviceProperties", e);
+	if (!bn_cuda_arch_ok(prop.major, prop.minor)) {
+		bn_log_error("msg=\"this build runs on compute capability %d.%d or newer (sm_%d and up, Makefile: CUDA_ARCHS)\" device=cuda:%d name=\"%s\" capability=%d.%d",
+			     BN_CUDA_MIN_ARCH / 10, BN_CUDA_MIN_ARCH % 10, BN_CUDA_MIN_ARCH, index,
+			     prop.name, prop.major, prop.minor);
+		return -ENODEV;
+	}
+	if ((e = cudaSetDevice(index)) != cudaSuccess)
+		return bn_cuda_failed("cudaSetDevice", e);
+	bn_log_info("msg=\"cuda device\" device=cuda:%d name=\"%s\" capability=%d.%d sms=%d memory_mib=%zu",
+		    index, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+		    prop.totalGlobalMem >> 20);
+	return 0;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cuda_mem.h — what cuda.c and cuda_fwd.c both need from the CUDA runtime: a failed call
- * logged the one way, and the registry of device buffers that live as long as the weights
+ * cuda_mem.h — what cuda.c and cuda_fwd.c both need from the CUDA runtime: the device picked
+ * and checked, a failed call logged the one way, and the registry of device buffers that live as long as the weights
  * (allocated one by one while loading, counted for the load's log line and the messages
  * about running out of memory, freed together at close).
  */
@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Makes device `index` current after checking that it exists and that this build runs on it
+ * (each refusal logged, at info level when probing: --backend auto goes on with the cpu).
+ * 0 or -ENODEV / -EIO. */
+int bn_cuda_pick_device(int index, int probing);
 /* Logs the failed call (its text and the runtime's error string) and returns -EIO. */
 int bn_cuda_failed(const char *what, int err);
 /* What the device can still give, in bytes (0 when the runtime cannot say). */

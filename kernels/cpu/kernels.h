@@ -49,8 +49,6 @@ struct bn_q8_rows {
 	uint32_t k, k_pad;       /* k_pad: bn_q8_k_pad(k), whole T2 and T3 chunks */
 };
 
-/* Weights per block of the grouped ternary product: half a T2 chunk, planes 0-1 or 2-3. */
-#define BN_T2_GROUP_BLOCK 128
 /* Blocks of a row of k_pad activations: x->bsum's row stride. */
 static inline uint32_t bn_q8_blocks(uint32_t k_pad)
 {

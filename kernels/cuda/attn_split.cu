@@ -167,8 +167,8 @@ extern "C" int bn_cuda_attend_split(const bn_cuda_kv_layer *kv, const bn_cuda_at
 	if (n_tok == 0)
 		return 0;
 	if (a->head_dim > BN_CUDA_MAX_HEAD_DIM || a->n_head_kv == 0 || a->n_head % a->n_head_kv ||
-	    split < 16 || (split & (split - 1)) || max_splits == 0)
-		return (int)cudaErrorInvalidValue;
+	    split < 16 || (split & (split - 1)) || max_splits == 0 || a->window)
+		return (int)cudaErrorInvalidValue; /* a window's few positions: bn_cuda_attend */
 	dim3 grid(a->n_head, n_tok, max_splits);
 	BN_LAUNCH(attend_split_kernel, grid, kWarps * 32, 0, stream)(*kv, *a, split, max_splits, part);
 	int rc = launched();

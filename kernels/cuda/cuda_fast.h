@@ -85,9 +85,9 @@ int bn_cuda_add_rmsnorm(float *out, uint32_t ldo, float *x, uint32_t ldx, const 
 			uint32_t ldy, const uint32_t *rows, const float *w, uint32_t n,
 			uint32_t n_tok, float eps, cudaStream_t stream);
 /* The quantization of act(g) * u (then rmsnorm by sub_norm when not NULL) into xq, g and u
- * read, not written: bn_cuda_gate then bn_cuda_quantize. */
+ * read, not written: bn_cuda_gate then bn_cuda_quantize (act as bn_cuda_gate's). */
 int bn_cuda_gate_quant(const float *g, const float *u, uint32_t ld, uint32_t n, uint32_t n_tok,
-		       int relu2, const float *sub_norm, float eps, const struct bn_cuda_q8 *xq,
+		       int act, const float *sub_norm, float eps, const struct bn_cuda_q8 *xq,
 		       cudaStream_t stream);
 /* RoPE on the query heads (in place) and on the key heads, and the keys and values stored to
  * their cache rows: bn_cuda_rope twice and bn_cuda_kv_store (k itself is not written). */
@@ -104,7 +104,8 @@ int bn_cuda_rope_store(float *q, uint32_t ldq, const float *k, const float *v, u
  * same bits); a longer one sums in another order (within 1e-5 of the scalar attend). The
  * split depends on len alone, so a token gives the same bits alone, in any batch, in prefill
  * or stepwise. max_splits: at least ceil(max len / split) over the launch's tokens; part:
- * scratch of bn_cuda_attend_split_bytes. */
+ * scratch of bn_cuda_attend_split_bytes. A windowed a (a sliding-window layer) is refused:
+ * its few positions are bn_cuda_attend's. */
 size_t bn_cuda_attend_split_bytes(uint32_t n_tok, uint32_t n_head, uint32_t head_dim,
 				  uint32_t max_splits);
 int bn_cuda_attend_split(const struct bn_cuda_kv_layer *kv, const struct bn_cuda_attn *a,

@@ -40,11 +40,15 @@ static inline int bn_cuda_arch_ok(int major, int minor)
 #define BN_CUDA_MAX_HEAD_DIM 256 /* attention keeps a query in registers: 8 per lane */
 #define BN_CUDA_MAX_TOP 64       /* log-probability alternatives per token (--max-logprobs) */
 
-/* A ternary matrix in the T2-plane layout, as on the CPU: n_out rows of row_bytes codes. */
+/* A ternary matrix in the T2-plane layout, as on the CPU: n_out rows of row_bytes codes, one
+ * scale a row, or (group != 0) one a group of `group` weights as struct bn_t2_matrix's
+ * (kernels/cpu/kernels.h): gscale [n_out][n_in / group], scale NULL. */
 struct bn_cuda_t2 {
 	const uint8_t *codes;
-	const float *scale;      /* [n_out] */
+	const float *scale;      /* [n_out], or NULL (grouped) */
 	uint32_t n_in, n_out, row_bytes;
+	const float *gscale;     /* [n_out][n_in / group], or NULL */
+	uint32_t group;          /* weights per scale, a multiple of 128; 0: one scale a row */
 };
 
 /* A float matrix on the device: rows of n_in weights, ld elements apart (ld a multiple of
@@ -70,9 +74,15 @@ struct bn_cuda_q8 {
 int bn_cuda_quantize(const float *x, uint32_t ldx, uint32_t n, const struct bn_cuda_q8 *xq,
 		     cudaStream_t stream);
 /* y[b*ldy + o] = ((float)(sum_k w(o,k) q[b][k]) * scale[o]) * inv_scale[b], all o, b < n_tok.
- * Picks the kernel by n_tok (results are identical: the sums are exact). */
+ * Picks the kernel by n_tok (results are identical: the sums are exact). A grouped matrix
+ * goes to bn_cuda_t2g_gemv whatever n_tok. */
 int bn_cuda_t2_gemm(const struct bn_cuda_t2 *w, const struct bn_cuda_q8 *x, uint32_t n_tok,
 		    float *y, uint32_t ldy, cudaStream_t stream);
+/* The grouped product (w->group != 0), bit for bit the CPU's t2g_gemm: per group the exact
+ * integer sum of (code - 1) q, then s = fmaf((float)sum, gscale[o][g], s) in group order,
+ * y = s * inv_scale[b]. Warp per row as the dp4a kernel; x.sum is not read. */
+int bn_cuda_t2g_gemv(const struct bn_cuda_t2 *w, const struct bn_cuda_q8 *x, uint32_t n_tok,
+		     float *y, uint32_t ldy, cudaStream_t stream);
 /* The two kernels behind it, for tests: warp-per-row dp4a (any n_tok; the batch-1 path) and
  * int8 tensor-core tiles of 64 rows x 64 tokens (large batches and prefill). */
 int bn_cuda_t2_gemv_dp4a(const struct bn_cuda_t2 *w, const struct bn_cuda_q8 *x, uint32_t n_tok,
@@ -100,8 +110,11 @@ int bn_cuda_add(float *x, uint32_t ldx, const float *y, uint32_t ldy, uint32_t n
  * pair i at token t's position (computed on the host exactly as the CPU does). */
 int bn_cuda_rope(float *v, uint32_t ldv, uint32_t n_heads, uint32_t head_dim, uint32_t rope_dim,
 		 int neox, const float *cs, uint32_t n_tok, cudaStream_t stream);
-/* g = act(g) * u (relu2: relu(g)^2, else silu), then rmsnorm by sub_norm when not NULL. */
-int bn_cuda_gate(float *g, const float *u, uint32_t ld, uint32_t n, uint32_t n_tok, int relu2,
+/* g = act(g) * u, then rmsnorm by sub_norm when not NULL. act: BN_CUDA_ACT_SILU (0),
+ * BN_CUDA_ACT_RELU2 (1: relu(g)^2), BN_CUDA_ACT_GELU (2: the tanh approximation, as the CPU's
+ * forward_layer.c). */
+enum { BN_CUDA_ACT_SILU, BN_CUDA_ACT_RELU2, BN_CUDA_ACT_GELU };
+int bn_cuda_gate(float *g, const float *u, uint32_t ld, uint32_t n, uint32_t n_tok, int act,
 		 const float *sub_norm, float eps, cudaStream_t stream);
 
 /* ---- KV cache and attention -------------------------------------------------------------- */
@@ -119,9 +132,11 @@ int bn_cuda_kv_store(const struct bn_cuda_kv_layer *kv, const float *k, const fl
 		     uint32_t ld, const uint32_t *slot, uint32_t n_tok, cudaStream_t stream);
 
 /* Per token t: its query heads attend over positions [0, len[t]) of its sequence, whose block
- * table starts at tables + table_off[t]. Keys/values of head h are KV head h / (n_head /
- * n_head_kv). out[t] gets the heads' outputs. One fixed order per (token, head): positions
- * interleaved over four warps in order, each an online softmax, merged in warp order. */
+ * table starts at tables + table_off[t]; with a window, over the last `window` of them only
+ * (a sliding-window layer: [len[t] - window, len[t]) when len[t] > window). Keys/values of
+ * head h are KV head h / (n_head / n_head_kv). out[t] gets the heads' outputs. One fixed order
+ * per (token, head): positions interleaved over four warps in order, each an online softmax,
+ * merged in warp order. */
 struct bn_cuda_attn {
 	const float *q;
 	uint32_t ldq;
@@ -130,6 +145,7 @@ struct bn_cuda_attn {
 	const uint32_t *len, *table_off, *tables;
 	uint32_t n_head, n_head_kv, head_dim;
 	float scale;
+	uint32_t window;         /* 0: every position */
 };
 int bn_cuda_attend(const struct bn_cuda_kv_layer *kv, const struct bn_cuda_attn *a, uint32_t n_tok,
 		   cudaStream_t stream);

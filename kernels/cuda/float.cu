@@ -5,6 +5,7 @@
 // attention. Each output has one reduction order fixed by the kernel's shape constants, never
 // by the number of tokens in the launch: that is what keeps a sequence's logits independent
 // of its batch.
+#include "act.cuh"
 #include "cuda_kernels.h"
 #include "launch.cuh"
 #include "reduce.cuh"
@@ -163,7 +164,7 @@ __global__ void rope_kernel(float *v, uint32_t ldv, uint32_t n_heads, uint32_t h
 	}
 }
 
-__global__ void gate_kernel(float *g, const float *u, uint32_t ld, uint32_t n, int relu2,
+__global__ void gate_kernel(float *g, const float *u, uint32_t ld, uint32_t n, int act,
 			    const float *sub_norm, float eps)
 {
 	__shared__ float partial[kRowThreads / 32];
@@ -171,9 +172,7 @@ __global__ void gate_kernel(float *g, const float *u, uint32_t ld, uint32_t n, i
 	const float *ur = u + (size_t)blockIdx.x * ld;
 	float ss = 0.0f;
 	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-		float a = gr[i];
-		a = relu2 ? (a > 0.0f ? a * a : 0.0f) : a / (1.0f + expf(-a));
-		a *= ur[i];
+		float a = bn_act_mul(gr[i], ur[i], act);
 		gr[i] = a;
 		ss = fmaf(a, a, ss);
 	}
@@ -216,6 +215,7 @@ attend_kernel(bn_cuda_kv_layer kv, bn_cuda_attn a)
 	unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	uint32_t h = blockIdx.x, t = blockIdx.y, hd = a.head_dim;
 	uint32_t kvh = h / (a.n_head / a.n_head_kv), L = a.len[t];
+	uint32_t first = a.window && L > a.window ? L - a.window : 0; // a sliding window's start
 	const uint32_t *table = a.tables + a.table_off[t];
 	const float *qh = a.q + (size_t)t * a.ldq + (size_t)h * hd;
 	float q[kDimPerLane];
@@ -228,7 +228,7 @@ attend_kernel(bn_cuda_kv_layer kv, bn_cuda_attn a)
 		q[j] = d < hd ? qh[d] : 0.0f;
 		st.acc[j] = 0.0f;
 	}
-	for (uint32_t pos = warp; pos < L; pos += kAttnWarps) {
+	for (uint32_t pos = first + warp; pos < L; pos += kAttnWarps) {
 		size_t row = (size_t)table[pos / kv.block_tokens] * kv.block_tokens + pos % kv.block_tokens;
 		const float *kr = kv.K + row * kv.kv_dim + (size_t)kvh * hd;
 		const float *vr = kv.V + row * kv.kv_dim + (size_t)kvh * hd;
@@ -339,11 +339,11 @@ extern "C" int bn_cuda_rope(float *v, uint32_t ldv, uint32_t n_heads, uint32_t h
 }
 
 extern "C" int bn_cuda_gate(float *g, const float *u, uint32_t ld, uint32_t n, uint32_t n_tok,
-			    int relu2, const float *sub_norm, float eps, cudaStream_t stream)
+			    int act, const float *sub_norm, float eps, cudaStream_t stream)
 {
 	if (n_tok == 0)
 		return 0;
-	BN_LAUNCH(gate_kernel, n_tok, kRowThreads, 0, stream)(g, u, ld, n, relu2, sub_norm, eps);
+	BN_LAUNCH(gate_kernel, n_tok, kRowThreads, 0, stream)(g, u, ld, n, act, sub_norm, eps);
 	return launched();
 }
 

@@ -10,6 +10,7 @@
 // and square roots are IEEE without fast-math). Where the unfused sequence wrote a float and
 // read it back, the fused kernel recomputes it from the same inputs instead: same operands,
 // same bits. The tests compare them bit for bit.
+#include "act.cuh"
 #include "cuda_fast.h"
 #include "launch.cuh"
 #include "reduce.cuh"
@@ -99,33 +100,30 @@ __global__ void add_rmsnorm_kernel(float *out, uint32_t ldo, float *x, uint32_t 
 		o[i] = xr[i] * inv * w[i];
 }
 
-// gate_kernel's activation of element i: act(g) * u.
-__device__ __forceinline__ float gated(const float *gr, const float *ur, uint32_t i, int relu2)
+// gate_kernel's activation of element i: act(g) * u (act.cuh).
+__device__ __forceinline__ float gated(const float *gr, const float *ur, uint32_t i, int act)
 {
-	float a = gr[i];
-	a = relu2 ? (a > 0.0f ? a * a : 0.0f) : a / (1.0f + expf(-a));
-	a *= ur[i];
-	return a;
+	return bn_act_mul(gr[i], ur[i], act);
 }
 
-__global__ void gate_quant_kernel(const float *g, const float *u, uint32_t ld, uint32_t n, int relu2,
+__global__ void gate_quant_kernel(const float *g, const float *u, uint32_t ld, uint32_t n, int act,
 				  const float *sub_norm, float eps, bn_cuda_q8 xq)
 {
 	__shared__ float partial[kThreads / 32];
 	uint32_t t = blockIdx.x;
 	const float *gr = g + (size_t)t * ld, *ur = u + (size_t)t * ld;
 	if (!sub_norm) {
-		auto act = [=](uint32_t i) { return gated(gr, ur, i, relu2); };
-		quantize_row(act, absmax(act, n), n, xq, t);
+		auto gu = [=](uint32_t i) { return gated(gr, ur, i, act); };
+		quantize_row(gu, absmax(gu, n), n, xq, t);
 		return;
 	}
 	float ss = 0.0f;
 	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-		float a = gated(gr, ur, i, relu2);
+		float a = gated(gr, ur, i, act);
 		ss = fmaf(a, a, ss);
 	}
 	float inv = inv_rms(block_reduce(ss, partial), n, eps);
-	auto normed = [=](uint32_t i) { return gated(gr, ur, i, relu2) * inv * sub_norm[i]; };
+	auto normed = [=](uint32_t i) { return gated(gr, ur, i, act) * inv * sub_norm[i]; };
 	quantize_row(normed, absmax(normed, n), n, xq, t);
 }
 
@@ -200,12 +198,12 @@ extern "C" int bn_cuda_add_rmsnorm(float *out, uint32_t ldo, float *x, uint32_t 
 }
 
 extern "C" int bn_cuda_gate_quant(const float *g, const float *u, uint32_t ld, uint32_t n,
-				  uint32_t n_tok, int relu2, const float *sub_norm, float eps,
+				  uint32_t n_tok, int act, const float *sub_norm, float eps,
 				  const bn_cuda_q8 *xq, cudaStream_t stream)
 {
 	if (n_tok == 0)
 		return 0;
-	BN_LAUNCH(gate_quant_kernel, n_tok, kThreads, 0, stream)(g, u, ld, n, relu2, sub_norm, eps, *xq);
+	BN_LAUNCH(gate_quant_kernel, n_tok, kThreads, 0, stream)(g, u, ld, n, act, sub_norm, eps, *xq);
 	return launched();
 }
 

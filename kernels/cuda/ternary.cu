@@ -5,7 +5,7 @@
 // m+192 in bit pairs 0-1 .. 6-7, so (word >> 2p) & 0x03030303 is four consecutive codes of
 // plane p, lined up with four consecutive activation bytes: one dp4a.
 //
-// Two kernels, same integers: warp-per-row dp4a, which reads each weight once per eight tokens
+// Two kernels, same integers (and a third for grouped scales, below): warp-per-row dp4a, which reads each weight once per eight tokens
 // (batch 1 is a pure stream of the weights), and int8 tensor-core tiles (WMMA 16x16x16), which
 // decode each weight once per 64 tokens into shared memory as -1/0/+1 bytes.
 #include "cuda_kernels.h"
@@ -112,6 +112,82 @@ gemv_dp4a_kernel(bn_cuda_t2 w, bn_cuda_q8 x, uint32_t n_tok, float *y, uint32_t 
 			if (lane == t && b < n_tok)
 				y[(size_t)b * ldy + o] = t2_output(v - x.sum[b], wscale, x.inv_scale[b]);
 		}
+	}
+}
+
+// The grouped product (bn_cuda_t2g_gemv): warp w of block b, row b * kGemvWarps + w, in
+// rounds of 32 chunks, lane l taking chunk 32 r + l whole. Per token it makes the exact
+// integer sums of (code - 1) q over the chunk's two 128-weight blocks (planes 0-1, planes
+// 2-3) and leaves them in shared memory; then lane t alone walks the round's blocks in order
+// for token t, adding blocks into the group's integer and, at a group's last block, folding it
+// into the float sum, s = fmaf((float)a_g, gscale[g], s): the CPU's order, so its bits.
+constexpr unsigned kBlocksPerRound = 64; // 32 lanes x 2 blocks
+
+__device__ inline int signed_plane(uint32_t word, unsigned p)
+{
+	return (int)__vsub4((unsigned)plane(word, p), 0x01010101u); // codes 0 1 2: -1 0 +1
+}
+
+__global__ void __launch_bounds__(kGemvWarps * 32)
+gemv_group_kernel(bn_cuda_t2 w, bn_cuda_q8 x, uint32_t n_tok, float *y, uint32_t ldy)
+{
+	__shared__ int blk[kGemvWarps][kGemvTokens][kBlocksPerRound];
+	unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	uint32_t o = blockIdx.x * kGemvWarps + warp;
+	if (o >= w.n_out)
+		return;
+	const uint4 *wrow = reinterpret_cast<const uint4 *>(w.codes + (size_t)o * w.row_bytes);
+	uint32_t chunks = w.row_bytes / BN_T2_CHUNK_BYTES, n_groups = w.n_in / w.group;
+	uint32_t per_group = w.group / BN_T2_GROUP_BLOCK, n_blocks = n_groups * per_group;
+	const float *gs = w.gscale + (size_t)o * n_groups;
+	for (uint32_t t0 = 0; t0 < n_tok; t0 += kGemvTokens) {
+		float s = 0.0f; // lane t: token t0 + t
+		int cur = 0;
+		for (uint32_t c0 = 0; c0 * 2 < n_blocks; c0 += 32) {
+			uint32_t c = c0 + lane;
+			if (c < chunks && 2 * c < n_blocks) {
+				uint4 code[4];
+#pragma unroll
+				for (unsigned j = 0; j < 4; j++)
+					code[j] = __ldg(wrow + 4 * c + j);
+#pragma unroll
+				for (unsigned t = 0; t < kGemvTokens; t++) {
+					if (t0 + t >= n_tok)
+						break;
+					const int8_t *xr = x.q + (size_t)(t0 + t) * x.k_pad + c * BN_T2_CHUNK;
+					int half[2] = { 0, 0 };
+#pragma unroll
+					for (unsigned p = 0; p < 4; p++) {
+#pragma unroll
+						for (unsigned j = 0; j < 4; j++) {
+							int4 a = __ldg(reinterpret_cast<const int4 *>(xr + 64 * p + 16 * j));
+							int v = half[p / 2];
+							v = __dp4a(signed_plane(code[j].x, p), a.x, v);
+							v = __dp4a(signed_plane(code[j].y, p), a.y, v);
+							v = __dp4a(signed_plane(code[j].z, p), a.z, v);
+							v = __dp4a(signed_plane(code[j].w, p), a.w, v);
+							half[p / 2] = v;
+						}
+					}
+					blk[warp][t][2 * lane] = half[0];
+					blk[warp][t][2 * lane + 1] = half[1];
+				}
+			}
+			__syncwarp();
+			uint32_t b0 = 2 * c0, b1 = b0 + kBlocksPerRound < n_blocks ? b0 + kBlocksPerRound : n_blocks;
+			if (lane < kGemvTokens && t0 + lane < n_tok) {
+				for (uint32_t b = b0; b < b1; b++) {
+					cur += blk[warp][lane][b - b0];
+					if ((b + 1) % per_group == 0) {
+						s = fmaf((float)cur, gs[b / per_group], s);
+						cur = 0;
+					}
+				}
+			}
+			__syncwarp();
+		}
+		if (lane < kGemvTokens && t0 + lane < n_tok)
+			y[(size_t)(t0 + lane) * ldy + o] = __fmul_rn(s, x.inv_scale[t0 + lane]);
 	}
 }
 
@@ -243,9 +319,24 @@ extern "C" int bn_cuda_t2_gemm_tc(const bn_cuda_t2 *w, const bn_cuda_q8 *x, uint
 	return launched();
 }
 
+extern "C" int bn_cuda_t2g_gemv(const bn_cuda_t2 *w, const bn_cuda_q8 *x, uint32_t n_tok,
+				float *y, uint32_t ldy, cudaStream_t stream)
+{
+	if (n_tok == 0)
+		return 0;
+	if (!w->group || w->group % BN_T2_GROUP_BLOCK || w->n_in % w->group || !w->gscale ||
+	    w->n_in / w->group * (w->group / BN_T2_GROUP_BLOCK) > 2 * (w->row_bytes / BN_T2_CHUNK_BYTES))
+		return (int)cudaErrorInvalidValue;
+	unsigned blocks = (w->n_out + kGemvWarps - 1) / kGemvWarps;
+	BN_LAUNCH(gemv_group_kernel, blocks, kGemvWarps * 32, 0, stream)(*w, *x, n_tok, y, ldy);
+	return launched();
+}
+
 extern "C" int bn_cuda_t2_gemm(const bn_cuda_t2 *w, const bn_cuda_q8 *x, uint32_t n_tok, float *y,
 			       uint32_t ldy, cudaStream_t stream)
 {
+	if (w->group)
+		return bn_cuda_t2g_gemv(w, x, n_tok, y, ldy, stream);
 	if (n_tok < kTcMinTokens)
 		return bn_cuda_t2_gemv_dp4a(w, x, n_tok, y, ldy, stream);
 	return bn_cuda_t2_gemm_tc(w, x, n_tok, y, ldy, stream);
