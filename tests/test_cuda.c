@@ -731,7 +731,9 @@ START_TEST(qwen3_gemma3_match_cpu_backend)
 	static struct bn_token_logprob lg[64][8], lc[64][8], lv[64][8];
 	generate(&g, 1, prompts, lens, FAMILY_STEPS, tg, lg);
 	generate(&c, 1, prompts, lens, FAMILY_STEPS, tc, lc);
-	generate(&v, 1, prompts, lens, FAMILY_STEPS, tv, lv);
+	/* under AddressSanitizer `fast`'s fallback is base's code again: its description suffices */
+	if (!TU_SANITIZED)
+		generate(&v, 1, prompts, lens, FAMILY_STEPS, tv, lv);
 	for (uint32_t i = 0; i < FAMILY_STEPS; i++) {
 		ck_assert_msg(tg[0][i] == tc[0][i], "%s token %u: %u vs cpu %u", name, i, tg[0][i],
 			      tc[0][i]);
@@ -740,8 +742,10 @@ START_TEST(qwen3_gemma3_match_cpu_backend)
 				      "%s step %u alternative %u: %g vs cpu %g", name, i, j,
 				      lg[i][j].logprob, lc[i][j].logprob);
 	}
-	ck_assert_mem_eq(tv[0], tg[0], FAMILY_STEPS * sizeof(tg[0][0]));
-	ck_assert_mem_eq(lv, lg, FAMILY_STEPS * sizeof(lg[0]));
+	if (!TU_SANITIZED) {
+		ck_assert_mem_eq(tv[0], tg[0], FAMILY_STEPS * sizeof(tg[0][0]));
+		ck_assert_mem_eq(lv, lg, FAMILY_STEPS * sizeof(lg[0]));
+	}
 	g.ops->close(g.self);
 	c.ops->close(c.self);
 	v.ops->close(v.self);
