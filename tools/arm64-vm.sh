@@ -10,6 +10,7 @@
 # Environment: BUILD (the cross build, build-aarch64), SYSROOT (ARM64_SYSROOT), VM_KIT (what
 # tools/arm64-sysroot.sh --vm made: the kernel, its 9p modules, busybox), QEMU_SYSTEM
 # (qemu-system-aarch64), VM_CPUS (2), VM_MEMORY (3G), VM_SUITES (the list below),
+# VM_TIME_SCALE (20: the suites' $BITNET_TEST_TIME_SCALE in the machine, below),
 # BITNET_TEST_MODELS (shared with the machine when set). The suites' output comes through the
 # machine's console; the exit status is theirs.
 set -eu
@@ -86,7 +87,13 @@ cat > "$vm/run.sh" <<EOF
 export BITNETD=$BUILD/bitnetd BITNET_GATEWAY=$BUILD/bitnet-gateway BN_HOSTILE=$BUILD/tests/bn-hostile
 export BITNET_MODEL_TOOL=$BUILD/bitnet-model BITNET_DEFAULT_MODEL=$BUILD/models/tiny.gguf
 export BITNET_CLI=$BUILD/bitnet-cli XDG_CACHE_HOME=/tmp/bitnet-test-cache CACHE_DIRECTORY=
-export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-10} BITNET_TEST_EMULATED=1 HOME=/root
+export BITNET_TEST_EMULATED=1 HOME=/root
+# Every wait of the suites (tests/timescale.h) and Check's per-case timeouts, which take the
+# same factor, scaled as a sanitizer's are: the whole machine is emulated (TCG, the daemon's
+# kernels and the kernel's own code alike 10-50 times slower than natively) on a host that
+# may be busy with other work.
+export BITNET_TEST_TIME_SCALE=${VM_TIME_SCALE:-20}
+${CK_TIMEOUT_MULTIPLIER:+export CK_TIMEOUT_MULTIPLIER=$CK_TIMEOUT_MULTIPLIER}
 ${models:+export BITNET_TEST_MODELS=$models}
 failed=0
 summary=""
@@ -108,9 +115,12 @@ EOF
 
 console="$vm/console.log"
 start=$(date +%s)
-echo "== booting $(basename "$kernel") on $QEMU_SYSTEM -M virt -cpu max (${VM_CPUS:-2} CPUs, ${VM_MEMORY:-3G})"
+echo "== booting $(basename "$kernel") on $QEMU_SYSTEM -M virt -cpu max,pauth-impdef=on (${VM_CPUS:-2} CPUs, ${VM_MEMORY:-3G})"
+# pauth-impdef=on: max's pointer authentication with QEMU's cheap hash instead of QARMA, whose
+# emulation costs Debian's kernel (built with pointer authentication) much of its speed; the
+# suites do not test the hash.
 # shellcheck disable=SC2046 # the models share is one optional group of words
-"$QEMU_SYSTEM" -M virt -cpu max -smp "${VM_CPUS:-2}" -m "${VM_MEMORY:-3G}" -nographic -no-reboot -nic none \
+"$QEMU_SYSTEM" -M virt -cpu max,pauth-impdef=on -smp "${VM_CPUS:-2}" -m "${VM_MEMORY:-3G}" -nographic -no-reboot -nic none \
 	-kernel "$kernel" -initrd "$vm/initramfs.cpio.gz" \
 	-append "console=ttyAMA0 panic=-1 quiet loglevel=3" \
 	-fsdev local,id=sysroot,path="$SYSROOT",security_model=none,readonly=on \
