@@ -603,7 +603,7 @@ static int variant_sampled(uint32_t i)
 }
 
 /* The llama variant with F32 weights, whose daemon reports no decode layout
- * (daemon_reports_compute): written under an emulator too, where it is not sampled. */
+ * (daemon_reports_compute): written in a reduced run too, where it is not sampled. */
 #define VARIANT_LLAMA_F32 7u
 
 /* The variants make_variants writes: the sampled ones and those the daemon cases read. */
