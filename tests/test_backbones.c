@@ -634,6 +634,13 @@ START_TEST(cuda_backend_serves_the_family)
 		printf("SKIP: no cuda daemon on the host harness (BITNETD_CUDA_HOST is not set)\n");
 		return;
 	}
+	if (TU_TSAN) {
+		/* the harness runs about twenty times slower under ThreadSanitizer (282 s of CI for
+		 * these five daemons): the daemon's threads are daemon_serves_the_family's there, the
+		 * harness's test_cuda_harness's, and these graphs the plain and ASan passes' */
+		printf("cuda daemon: not under ThreadSanitizer\n");
+		return;
+	}
 	const struct family *f = &families[_i];
 	if (TU_SANITIZED && f->group && strcmp(f->name, "bonsai")) {
 		/* the harness is slow under a sanitizer: the grouped product is bonsai's there */
