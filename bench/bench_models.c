@@ -17,6 +17,11 @@
  *                              cache; issue 60: <= 1 s for the 2B4T shape)
  *   itl_p99_one_over_two_MODEL one's p99 gap over two's (issue 60: <= 1)
  *
+ * This VM's speed drifts by a third over minutes, so a comparison is only fair in one run,
+ * alternating: --rounds R runs the pair R times, one first in even rounds and two first in
+ * odd ones, each round's keys suffixed _rN, and the ratios' medians over the rounds last
+ * (tps_one_over_two_median, itl_p99_one_over_two_MODEL_median, reload_s_b_median).
+ *
  * Every client is its own process (fork); each runs --requests sequential greedy requests of
  * --prompt tokens and --tokens output tokens (BN_REQ_IGNORE_EOS: exactly that many), and a run
  * starts when every client is connected. Tokens are stamped when bn_wait_tokens returns with
@@ -24,7 +29,7 @@
  *
  *   bench_models --model-a FILE --model-b FILE [--clients N (per model, 2)] [--requests K (4)]
  *                [--prompt P (64)] [--tokens T (64)] [--threads N (0: every core)]
- *                [--bitnetd PATH ($BITNETD, else build/bitnetd)]
+ *                [--rounds R (1)] [--bitnetd PATH ($BITNETD, else build/bitnetd)]
  */
 #define _GNU_SOURCE
 #include "bench_util.h"
@@ -38,11 +43,12 @@
 
 #define MAX_CLIENTS 32
 #define MAX_GAPS (1 << 16)
+#define MAX_ROUNDS 15
 
 struct opts {
 	const char *model[2];
 	const char *bitnetd;
-	uint32_t clients, requests, prompt, tokens, threads;
+	uint32_t clients, requests, prompt, tokens, threads, rounds;
 };
 
 /* What one client measured, in memory its parent shares. */
@@ -167,7 +173,7 @@ static double pct_ms(int64_t *v, uint32_t n, double p)
 }
 
 /* One run: per model, o->clients client processes against socks[model]. */
-static void run(const struct opts *o, const char *setup, const char *socks[2],
+static void run(const struct opts *o, const char *setup, const char *sfx, const char *socks[2],
 		struct client_result *res, double *total_tps, double itl_p99[2])
 {
 	int pipefd[2];
@@ -209,31 +215,74 @@ static void run(const struct opts *o, const char *setup, const char *socks[2],
 		}
 		all += tokens;
 		char mn = (char)('a' + m);
-		printf("%s_tps_%c=%.2f\n", setup, mn, (double)tokens * 1e9 / (double)(t1 - t0));
+		printf("%s_tps_%c%s=%.2f\n", setup, mn, sfx, (double)tokens * 1e9 / (double)(t1 - t0));
 		double lo = client_tps[0];
 		for (uint32_t i = 1; i < k; i++)
 			lo = client_tps[i] < lo ? client_tps[i] : lo;
-		printf("%s_client_tps_min_%c=%.2f\n", setup, mn, lo);
-		printf("%s_client_tps_p50_%c=%.2f\n", setup, mn, bench_median(client_tps, (int)k));
-		printf("%s_itl_p50_ms_%c=%.3f\n", setup, mn, pct_ms(gaps, n_gaps, 50));
+		printf("%s_client_tps_min_%c%s=%.2f\n", setup, mn, sfx, lo);
+		printf("%s_client_tps_p50_%c%s=%.2f\n", setup, mn, sfx, bench_median(client_tps, (int)k));
+		printf("%s_itl_p50_ms_%c%s=%.3f\n", setup, mn, sfx, pct_ms(gaps, n_gaps, 50));
 		itl_p99[m] = pct_ms(gaps, n_gaps, 99);
-		printf("%s_itl_p99_ms_%c=%.3f\n", setup, mn, itl_p99[m]);
-		printf("%s_request_p99_ms_%c=%.1f\n", setup, mn, pct_ms(reqs, n_reqs, 99));
+		printf("%s_itl_p99_ms_%c%s=%.3f\n", setup, mn, sfx, itl_p99[m]);
+		printf("%s_request_p99_ms_%c%s=%.1f\n", setup, mn, sfx, pct_ms(reqs, n_reqs, 99));
 	}
 	*total_tps = (double)all * 1e9 / (double)(t1 - t0);
-	printf("%s_tps_total=%.2f\n", setup, *total_tps);
+	printf("%s_tps_total%s=%.2f\n", setup, sfx, *total_tps);
 	fflush(stdout);
+}
+
+/* The one-daemon half of a round: both models on one bitnetd; then model b unloaded and
+ * loaded again from its cache (*reload_s; -1 when that failed). */
+static int run_one_daemon(const struct opts *o, const char *sfx, struct client_result *res,
+			  double *tps, double p99[2], double *reload_s)
+{
+	if (start_daemon(o, 0, 0, 2) < 0) {
+		fprintf(stderr, "bench_models: the daemon of both models did not start\n");
+		return -1;
+	}
+	const char *both[2] = { sockets[0], sockets[0] };
+	run(o, "one", sfx, both, res, tps, p99);
+	*reload_s = -1;
+	struct bn_client *admin;
+	if (bn_connect(sockets[0], 1, &admin) == 0) {
+		if (bn_models_unload(admin, "b", NULL) == 0) {
+			int64_t t0 = bench_now_ns();
+			if (bn_models_load(admin, "b", NULL) == 0) {
+				*reload_s = (double)(bench_now_ns() - t0) / 1e9;
+				printf("reload_s_b%s=%.3f\n", sfx, *reload_s);
+			}
+		}
+		bn_disconnect(admin);
+	}
+	stop_daemons();
+	return 0;
+}
+
+/* The two-daemon half: one bitnetd a model. */
+static int run_two_daemons(const struct opts *o, const char *sfx, struct client_result *res,
+			   double *tps, double p99[2])
+{
+	if (start_daemon(o, 0, 0, 1) < 0 || start_daemon(o, 1, 1, 1) < 0) {
+		fprintf(stderr, "bench_models: the two daemons did not start\n");
+		stop_daemons();
+		return -1;
+	}
+	const char *apart[2] = { sockets[0], sockets[1] };
+	run(o, "two", sfx, apart, res, tps, p99);
+	stop_daemons();
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	struct opts o = { .clients = 2, .requests = 4, .prompt = 64, .tokens = 64,
+	struct opts o = { .clients = 2, .requests = 4, .prompt = 64, .tokens = 64, .rounds = 1,
 			  .bitnetd = getenv("BITNETD") ? getenv("BITNETD") : "build/bitnetd" };
 	static const struct option lo[] = {
 		{ "model-a", required_argument, NULL, 'a' }, { "model-b", required_argument, NULL, 'b' },
 		{ "clients", required_argument, NULL, 'c' }, { "requests", required_argument, NULL, 'r' },
 		{ "prompt", required_argument, NULL, 'p' },  { "tokens", required_argument, NULL, 't' },
 		{ "threads", required_argument, NULL, 'T' }, { "bitnetd", required_argument, NULL, 'd' },
+		{ "rounds", required_argument, NULL, 'R' },
 		{ NULL, 0, NULL, 0 }
 	};
 	for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -246,15 +295,16 @@ int main(int argc, char **argv)
 		case 't': o.tokens = (uint32_t)atoi(optarg); break;
 		case 'T': o.threads = (uint32_t)atoi(optarg); break;
 		case 'd': o.bitnetd = optarg; break;
+		case 'R': o.rounds = (uint32_t)atoi(optarg); break;
 		default: return 2;
 		}
 	}
 	if (!o.model[0] || !o.model[1] || o.clients < 1 || o.clients > MAX_CLIENTS ||
 	    o.requests < 1 || o.requests > 64 || o.prompt < 1 || o.prompt > 4096 || o.tokens < 1 ||
-	    o.tokens > 4096) {
+	    o.tokens > 4096 || o.rounds < 1 || o.rounds > MAX_ROUNDS) {
 		fprintf(stderr, "usage: bench_models --model-a FILE --model-b FILE [--clients 1-%d] "
 				"[--requests 1-64] [--prompt 1-4096] [--tokens 1-4096] [--threads N] "
-				"[--bitnetd PATH]\n", MAX_CLIENTS);
+				"[--rounds 1-%d] [--bitnetd PATH]\n", MAX_CLIENTS, MAX_ROUNDS);
 		return 2;
 	}
 	struct client_result *res = mmap(NULL, 2 * MAX_CLIENTS * sizeof(*res),
@@ -262,34 +312,40 @@ int main(int argc, char **argv)
 	if (res == MAP_FAILED)
 		return 1;
 	atexit(stop_daemons);
-	printf("clients_per_model=%u requests=%u prompt=%u tokens=%u threads=%u\n", o.clients,
-	       o.requests, o.prompt, o.tokens, o.threads);
-	double one, two, p99_one[2], p99_two[2];
-	if (start_daemon(&o, 0, 0, 2) < 0) {
-		fprintf(stderr, "bench_models: the daemon of both models did not start\n");
-		return 1;
-	}
-	const char *both[2] = { sockets[0], sockets[0] };
-	run(&o, "one", both, res, &one, p99_one);
-	struct bn_client *admin;
-	if (bn_connect(sockets[0], 1, &admin) == 0) {
-		if (bn_models_unload(admin, "b", NULL) == 0) {
-			int64_t t0 = bench_now_ns();
-			if (bn_models_load(admin, "b", NULL) == 0)
-				printf("reload_s_b=%.3f\n", (double)(bench_now_ns() - t0) / 1e9);
+	printf("clients_per_model=%u requests=%u prompt=%u tokens=%u threads=%u rounds=%u\n",
+	       o.clients, o.requests, o.prompt, o.tokens, o.threads, o.rounds);
+	double ratio[MAX_ROUNDS], p99_ratio[2][MAX_ROUNDS], reload[MAX_ROUNDS];
+	int n_reload = 0;
+	for (uint32_t r = 0; r < o.rounds; r++) {
+		char sfx[16] = "";
+		if (o.rounds > 1)
+			snprintf(sfx, sizeof(sfx), "_r%u", r);
+		double one, two, p99_one[2], p99_two[2], reload_s;
+		for (int half = 0; half < 2; half++) {
+			if ((half == 0) == (r % 2 == 0)) {
+				if (run_one_daemon(&o, sfx, res, &one, p99_one, &reload_s) < 0)
+					return 1;
+				if (reload_s >= 0)
+					reload[n_reload++] = reload_s;
+			} else if (run_two_daemons(&o, sfx, res, &two, p99_two) < 0) {
+				return 1;
+			}
 		}
-		bn_disconnect(admin);
+		ratio[r] = one / two;
+		printf("tps_one_over_two%s=%.3f\n", sfx, ratio[r]);
+		for (int m = 0; m < 2; m++) {
+			p99_ratio[m][r] = p99_one[m] / p99_two[m];
+			printf("itl_p99_one_over_two_%c%s=%.3f\n", 'a' + m, sfx, p99_ratio[m][r]);
+		}
+		fflush(stdout);
 	}
-	stop_daemons();
-	if (start_daemon(&o, 0, 0, 1) < 0 || start_daemon(&o, 1, 1, 1) < 0) {
-		fprintf(stderr, "bench_models: the two daemons did not start\n");
-		return 1;
+	if (o.rounds > 1) {
+		printf("tps_one_over_two_median=%.3f\n", bench_median(ratio, (int)o.rounds));
+		for (int m = 0; m < 2; m++)
+			printf("itl_p99_one_over_two_%c_median=%.3f\n", 'a' + m,
+			       bench_median(p99_ratio[m], (int)o.rounds));
+		if (n_reload)
+			printf("reload_s_b_median=%.3f\n", bench_median(reload, n_reload));
 	}
-	const char *apart[2] = { sockets[0], sockets[1] };
-	run(&o, "two", apart, res, &two, p99_two);
-	stop_daemons();
-	printf("tps_one_over_two=%.3f\n", one / two);
-	for (int m = 0; m < 2; m++)
-		printf("itl_p99_one_over_two_%c=%.3f\n", 'a' + m, p99_one[m] / p99_two[m]);
 	return 0;
 }

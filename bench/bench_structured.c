@@ -215,7 +215,7 @@ static int masks_in_process(const struct setup *s, struct bn_vocab *v)
 	struct bn_grammar_service_config cfg = { .threads = 1, .compile_ms = 10000,
 						 .cache_bytes = 256u << 20 };
 	int64_t t0 = bench_now_ns();
-	if (bn_grammar_service_open(&svc, v, &cfg) < 0 || !svc.vocab)
+	if (bn_grammar_service_open(&svc, v, NULL, &cfg) < 0 || !svc.vocab)
 		return -1;
 	printf("vocab_tokens=%u\nvocab_build_ms=%.1f\n", bn_grammar_vocab_size(svc.vocab),
 	       (double)(bench_now_ns() - t0) / 1e6);
