@@ -99,6 +99,7 @@ static struct bn_grammar_job *pick_job(struct bn_grammar_service *g)
 	}
 	struct bn_grammar_job *job = *pick;
 	*pick = job->next;
+	__atomic_store_n(&g->queued, g->queued - 1, __ATOMIC_RELAXED);
 	if (g->queue_tail == job) {
 		g->queue_tail = NULL;
 		for (struct bn_grammar_job *j = g->queue; j; j = j->next)
@@ -124,18 +125,52 @@ static void post_done(struct bn_grammar_service *g, struct bn_grammar_job *job)
 	}
 }
 
-/* Fills the grammar's token sets until done, the budget ends, or the service closes. */
-static void warm(struct bn_grammar_service *g, struct bn_grammar_bound *b)
+/* Fills the grammar's token sets until done, *left_ns is spent, the service closes, or a job
+ * is queued: a compile or a cache hit some session waits for goes before filling ahead what
+ * the loop could fill on first use (with every worker warming, a hit waited up to
+ * WARM_BUDGETS compile budgets). 1 when it stopped for a queued job with sets still to fill. */
+static int warm(struct bn_grammar_service *g, struct bn_grammar_bound *b, uint64_t *left_ns)
 {
-	uint64_t end = bn_now_ns() + (uint64_t)g->cfg.compile_ms * 1000000u * WARM_BUDGETS;
-	for (;;) {
-		uint64_t now = bn_now_ns();
-		if (now >= end || __atomic_load_n(&g->stop, __ATOMIC_RELAXED))
-			return;
-		uint64_t slice = end - now < WARM_SLICE_NS ? end - now : WARM_SLICE_NS;
-		if (bn_grammar_bound_warm(b, slice) != 0)
-			return; /* 1: all filled; -ENOMEM: the loop fills on first use instead */
+	while (*left_ns > 0 && !__atomic_load_n(&g->stop, __ATOMIC_RELAXED)) {
+		if (__atomic_load_n(&g->queued, __ATOMIC_RELAXED))
+			return 1;
+		uint64_t slice = *left_ns < WARM_SLICE_NS ? *left_ns : WARM_SLICE_NS;
+		uint64_t t0 = bn_now_ns();
+		int rc = bn_grammar_bound_warm(b, slice);
+		uint64_t spent = bn_now_ns() - t0;
+		*left_ns = spent < *left_ns ? *left_ns - spent : 0;
+		if (rc != 0)
+			return 0; /* 1: all filled; -ENOMEM: the loop fills on first use instead */
 	}
+	return 0;
+}
+
+/* Lock held. Keeps b (and its reference) to be warmed once the queue is empty; when the list
+ * is full, the grammar waiting longest is left to be filled on first use. */
+static void warm_later(struct bn_grammar_service *g, struct bn_grammar_bound *b, uint64_t left_ns)
+{
+	if (g->n_to_warm == BN_GRAMMAR_WARM_LATER) {
+		bn_grammar_bound_unref(g->to_warm[0]);
+		memmove(g->to_warm, g->to_warm + 1, (BN_GRAMMAR_WARM_LATER - 1) * sizeof(g->to_warm[0]));
+		memmove(g->to_warm_left_ns, g->to_warm_left_ns + 1,
+			(BN_GRAMMAR_WARM_LATER - 1) * sizeof(g->to_warm_left_ns[0]));
+		g->n_to_warm--;
+	}
+	g->to_warm[g->n_to_warm] = b;
+	g->to_warm_left_ns[g->n_to_warm++] = left_ns;
+}
+
+/* Lock held on entry and return. Warms b (whose reference it takes) with the lock let go. */
+static void warm_unlocked(struct bn_grammar_service *g, struct bn_grammar_bound *b,
+			  uint64_t left_ns)
+{
+	pthread_mutex_unlock(&g->lock);
+	int yielded = warm(g, b, &left_ns);
+	pthread_mutex_lock(&g->lock);
+	if (yielded && !g->stop)
+		warm_later(g, b, left_ns);
+	else
+		bn_grammar_bound_unref(b);
 }
 
 static void compile_job(struct bn_grammar_service *g, struct bn_grammar_job *job)
@@ -155,10 +190,15 @@ static void *worker_main(void *arg)
 	while (g->workers[me] != pthread_self())
 		me++;
 	for (;;) {
-		while (!g->stop && !g->queue)
+		while (!g->stop && !g->queue && !g->n_to_warm)
 			pthread_cond_wait(&g->work, &g->lock);
 		if (g->stop)
 			break;
+		if (!g->queue) {
+			g->n_to_warm--;
+			warm_unlocked(g, g->to_warm[g->n_to_warm], g->to_warm_left_ns[g->n_to_warm]);
+			continue;
+		}
 		struct bn_grammar_job *job = pick_job(g);
 		g->compiling[me] = job->owner;
 		pthread_mutex_unlock(&g->lock);
@@ -169,12 +209,8 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&g->lock);
 		g->compiling[me] = NULL;
 		post_done(g, job);
-		if (!b)
-			continue;
-		pthread_mutex_unlock(&g->lock);
-		warm(g, b);
-		bn_grammar_bound_unref(b);
-		pthread_mutex_lock(&g->lock);
+		if (b)
+			warm_unlocked(g, b, (uint64_t)g->cfg.compile_ms * 1000000u * WARM_BUDGETS);
 	}
 	pthread_mutex_unlock(&g->lock);
 	return NULL;
@@ -254,8 +290,14 @@ size_t bn_grammar_service_bytes(struct bn_grammar_service *g)
 
 void bn_grammar_service_trim(struct bn_grammar_service *g)
 {
-	if (g->vocab)
-		bn_grammar_cache_trim(g->cache);
+	if (!g->vocab)
+		return;
+	/* Grammars waiting to be warmed are held only for that: let them go too. */
+	pthread_mutex_lock(&g->lock);
+	while (g->n_to_warm)
+		bn_grammar_bound_unref(g->to_warm[--g->n_to_warm]);
+	pthread_mutex_unlock(&g->lock);
+	bn_grammar_cache_trim(g->cache);
 }
 
 void bn_grammar_service_close(struct bn_grammar_service *g)
@@ -276,6 +318,8 @@ void bn_grammar_service_close(struct bn_grammar_service *g)
 		next = j->next;
 		bn_grammar_job_free(j);
 	}
+	for (uint32_t i = 0; i < g->n_to_warm; i++)
+		bn_grammar_bound_unref(g->to_warm[i]);
 	bn_grammar_cache_free(g->cache);
 	bn_grammar_vocab_unref(g->vocab);
 	if (g->event_fd >= 0)
@@ -295,6 +339,7 @@ void bn_grammar_service_submit(struct bn_grammar_service *g, struct bn_grammar_j
 	else
 		g->queue = job;
 	g->queue_tail = job;
+	__atomic_store_n(&g->queued, g->queued + 1, __ATOMIC_RELAXED);
 	pthread_cond_signal(&g->work);
 	pthread_mutex_unlock(&g->lock);
 }

@@ -22,6 +22,9 @@
 struct bn_vocab;
 
 #define BN_GRAMMAR_MAX_THREADS 64
+/* Grammars that may wait to be warmed; past it the oldest is filled on first use instead.
+ * Few: each waiting grammar holds a reference, which keeps the cache from letting it go. */
+#define BN_GRAMMAR_WARM_LATER 8
 
 /* One compile: what to compile, whose it is, and (once done) what came of it. */
 struct bn_grammar_job {
@@ -51,6 +54,12 @@ struct bn_grammar_service {
 	pthread_cond_t work;
 	struct bn_grammar_job *queue, *queue_tail; /* waiting for a worker, oldest first */
 	struct bn_grammar_job *done, *done_tail;   /* finished, for the loop */
+	uint32_t queued;             /* jobs in queue; warming workers read it without the lock */
+	/* Grammars whose warming gave way to a queued job, resumed when the queue is empty, the
+	 * most recent first; each holds a reference and the warm budget it has left. */
+	struct bn_grammar_bound *to_warm[BN_GRAMMAR_WARM_LATER];
+	uint64_t to_warm_left_ns[BN_GRAMMAR_WARM_LATER];
+	uint32_t n_to_warm;
 	void *compiling[BN_GRAMMAR_MAX_THREADS];   /* each worker's job's owner, NULL when idle */
 	pthread_t workers[BN_GRAMMAR_MAX_THREADS];
 	uint32_t n_workers;
