@@ -4,7 +4,8 @@
  * client gets them: bn_embed_batch of 1, 16 and 256 inputs of 128 tokens each (random ids,
  * BOS first), every batch in flight together. `make bench-embed` runs it on the built-in tiny
  * model and on the 2B4T-shape file bench-model makes; --model names another (the 0.6B
- * embedding shape once its graph exists). Keys, per batch size B:
+ * embedding shape: bitnet-model write --preset bitnet-embedding-0.6b). Every input is one
+ * the daemon has not seen (see batch_seconds). Keys, per batch size B:
  *
  *   embed_per_s_bB       inputs per second (median of --rounds)
  *   embed_tps_bB         their tokens per second (inputs x tokens / seconds)
