@@ -66,7 +66,8 @@ uint64_t bn_models_budget(const struct bn_models *m)
 
 uint64_t bn_models_loaded_bytes(const struct bn_models *m)
 {
-	uint64_t sum = 0;
+	/* What the lent pools borrowed from a model that left, until their sequences end. */
+	uint64_t sum = bn_kv_ledger_overflow(&m->kv_ledger);
 	for (uint32_t i = 0; i < m->n; i++)
 		if (models_resident(&m->entries[i]))
 			sum += models_entry_bytes(&m->entries[i]);
@@ -330,8 +331,9 @@ static uint64_t grammar_bytes(struct bn_models *m, int trim)
 
 /* Frees room for `need` bytes beside the loaded models and every model's grammars: grammars
  * kept for a next time go first, then idle models at once, then busy ones are asked for their
- * turn (they admit nothing more and go once their running requests are done). Returns
- * whether the room is there now. */
+ * turn (they admit nothing more and go once their running requests are done). KV that the
+ * loaded models borrowed from one unloaded here (the ledger's overflow) comes back as their
+ * requests end: no turn is asked for it. Returns whether the room is there now. */
 static int make_room(struct bn_models *m, const struct bn_model_entry *for_whom, uint64_t need,
 		     uint64_t now)
 {
@@ -340,14 +342,14 @@ static int make_room(struct bn_models *m, const struct bn_model_entry *for_whom,
 		loaded = bn_models_loaded_bytes(m) + grammar_bytes(m, 1);
 	struct bn_model_entry *e;
 	while (loaded + need > m->budget && (e = least_used(m, for_whom, idle, now))) {
-		loaded -= models_entry_bytes(e);
 		unload(m, e, BN_UNLOAD_MEMORY, now);
+		loaded = bn_models_loaded_bytes(m) + grammar_bytes(m, 0);
 	}
-	uint64_t leaving = 0;
+	uint64_t firm = loaded - bn_kv_ledger_overflow(&m->kv_ledger), leaving = 0;
 	for (uint32_t i = 0; i < m->n; i++)
 		if (m->entries[i].yielding)
 			leaving += models_entry_bytes(&m->entries[i]);
-	while (loaded + need > m->budget + leaving && (e = least_used(m, for_whom, may_yield, now))) {
+	while (firm + need > m->budget + leaving && (e = least_used(m, for_whom, may_yield, now))) {
 		e->yielding = 1;
 		bn_sched_set_admitting(e->sched, 0);
 		leaving += models_entry_bytes(e);

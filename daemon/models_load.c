@@ -465,30 +465,31 @@ static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc
 		sc->eog[sc->n_eog++] = c->eog[i];
 }
 
-/* Whether e's KV comes from --kv-memory lent between the models (serve/kvpool.h, the
- * ledger): several models, host KV (the cpu backend: an arena of the whole --kv-memory is
- * mapped, and only its blocks used are touched) and no memory budget, which counts each
- * model's pool at its load and so needs the static shares below. A model with its own
- * kv_memory keeps it. */
+/* Whether e's KV pool lends and borrows through the registry's ledger (serve/kvpool.h):
+ * several models, host KV (the cpu backend: an arena is mapped, and only its blocks in use
+ * hold memory), not the model's own kv_memory; then either no memory budget and --kv-memory
+ * (a fixed ledger of it), or a budget (a ledger of the loaded models' shares), which counts
+ * what the pools hold, so their freed blocks must give their memory back: only where the
+ * backend can give whole blocks back (desc kv_release_tokens), else the static share. */
 static int models_kv_lent(const struct bn_models *m, const struct bn_model_entry *e,
 			  const struct bn_model_desc *d)
 {
-	return m->cfg->kv_memory && m->n > 1 && !m->budget && !e->opt.kv_memory &&
-	       !d->kv_on_device;
+	if (m->n < 2 || e->opt.kv_memory || d->kv_on_device)
+		return 0;
+	if (!m->budget)
+		return m->cfg->kv_memory != 0;
+	return d->kv_release_tokens && m->cfg->kv_block_tokens % d->kv_release_tokens == 0;
 }
 
-/* e's KV pool: its own option; else --kv-memory, lent between the models (the whole of it
- * the most e may borrow) or an equal share of it under a budget; else, under a budget with
- * several models (or --memory), its full-context size at most an n-th of what the budget
- * leaves beside its weights; else the scheduler's default (0). */
+/* e's guaranteed KV: its own option; else an equal share of --kv-memory; else, under a
+ * budget with several models (or --memory), its full-context size at most an n-th of what
+ * the budget leaves beside its weights; else the scheduler's default (0). */
 static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry *e,
 			 const struct bn_model_desc *d)
 {
 	const struct bn_config *cfg = m->cfg;
 	if (e->opt.kv_memory)
 		return e->opt.kv_memory;
-	if (models_kv_lent(m, e, d))
-		return cfg->kv_memory;
 	if (cfg->kv_memory)
 		return cfg->kv_memory / m->n;
 	if (!m->budget || (m->n == 1 && !cfg->memory))
@@ -498,6 +499,39 @@ static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry 
 	uint64_t block = d->kv_bytes_per_token * cfg->kv_block_tokens;
 	room = room > block ? room : block; /* one block at least: never a pool of none */
 	return want < room ? want : room;
+}
+
+/* The shares of every model that lends under the budget (e's from d): the most the ledger
+ * can ever hold, with all of them loaded. */
+static uint64_t lent_shares(const struct bn_models *m, const struct bn_model_entry *e,
+			    const struct bn_model_desc *d)
+{
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct bn_model_entry *x = &m->entries[i];
+		const struct bn_model_desc *xd = x == e ? d : x->view ? &x->view->desc : NULL;
+		if (xd && models_kv_lent(m, x, xd))
+			sum += kv_share(m, x, xd);
+	}
+	return sum;
+}
+
+/* The arena of a pool that lends (the most it may borrow): --kv-memory without a budget;
+ * under one, the shares of all the models that lend, at most what the budget leaves beside
+ * e's weights and --kv-memory (the cap on all KV), at least its share. The scheduler caps
+ * it at what its sequences can use. */
+static uint64_t kv_arena(const struct bn_models *m, const struct bn_model_entry *e,
+			 const struct bn_model_desc *d)
+{
+	const struct bn_config *cfg = m->cfg;
+	if (!m->budget)
+		return cfg->kv_memory;
+	uint64_t room = m->budget > e->weight_bytes ? m->budget - e->weight_bytes : 0;
+	if (cfg->kv_memory && cfg->kv_memory < room)
+		room = cfg->kv_memory;
+	uint64_t all = lent_shares(m, e, d), share = kv_share(m, e, d);
+	room = all < room ? all : room;
+	return room > share ? room : share;
 }
 
 /* What the pool of kv bytes holds once sized (whole blocks, at most what can be used). */
@@ -531,7 +565,7 @@ void models_sched_config(struct bn_models *m, const struct bn_model_entry *e,
 		.max_running_per_user = cfg->max_running_per_user,
 		.eos_id = d->eos_id,
 		.context_length = d->context_length,
-		.kv_memory = kv_share(m, e, d),
+		.kv_memory = models_kv_lent(m, e, d) ? kv_arena(m, e, d) : kv_share(m, e, d),
 		.kv_block_tokens = cfg->kv_block_tokens,
 		.logprob_capacity = cfg->max_logprobs,
 		.fork_seqs = d->can_classify ? cfg->max_batch : 0, /* opened with that many */
@@ -542,6 +576,7 @@ void models_sched_config(struct bn_models *m, const struct bn_model_entry *e,
 		.embed_dim = d->embed_dim,
 		.users = m->users,
 		.kv_ledger = models_kv_lent(m, e, d) ? &m->kv_ledger : NULL,
+		.kv_share = kv_share(m, e, d),
 	};
 	copy_eog(&v->control.vocab.choice, out);
 }
@@ -551,7 +586,15 @@ static int make_sched(struct bn_models *m, struct bn_model_entry *e)
 	const struct bn_config *cfg = m->cfg;
 	const struct bn_model_desc *d = &e->view->desc;
 	models_sched_config(m, e, e->view, &e->sched_cfg);
-	e->kv_bytes = kv_estimate(m, e, e->sched_cfg.kv_memory);
+	/* Under a budget a pool that lends is counted at its share (the ledger's cap is the
+	 * shares of the loaded models: what one borrows is another's, kvpool.h). */
+	int shared = e->sched_cfg.kv_ledger && m->kv_ledger.summed;
+	if (m->budget && m->n > 1 && !e->sched_cfg.kv_ledger && !d->kv_on_device && !e->opt.kv_memory)
+		bn_log_info("msg=\"KV pool not lent: an equal share under --memory\" model=%s "
+			    "why=\"the backend cannot give a block's memory back whole\" "
+			    "kv_block_tokens=%u kv_release_tokens=%u",
+			    e->opt.name, cfg->kv_block_tokens, d->kv_release_tokens);
+	e->kv_bytes = kv_estimate(m, e, shared ? e->sched_cfg.kv_share : e->sched_cfg.kv_memory);
 	e->sched = bn_sched_create(m->ops, d, &e->sched_cfg, &bn_session_reply);
 	e->tenants = calloc(cfg->max_sessions, sizeof(*e->tenants));
 	return e->sched && e->tenants ? 0 : -ENOMEM;
@@ -575,7 +618,7 @@ static void copy_graph(const struct bn_models *m, const struct bn_model_entry *e
 
 void models_grammar_room(struct bn_models *m)
 {
-	uint64_t loaded = 0;
+	uint64_t loaded = bn_kv_ledger_overflow(&m->kv_ledger);
 	for (uint32_t i = 0; i < m->n; i++)
 		if (models_resident(&m->entries[i]))
 			loaded += models_entry_bytes(&m->entries[i]);
@@ -643,7 +686,6 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	m->cfg = cfg;
 	m->n = cfg->n_models;
 	m->budget = cfg->memory;
-	m->kv_ledger.cap = cfg->kv_memory;
 	m->grammar_budget = bn_grammar_budget_new();
 	m->loader.event_fd = -1;
 	bn_text_prep_start(&m->loader.prep, NULL, NULL, NULL);
@@ -666,6 +708,9 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 			bn_models_close(m);
 			return NULL;
 		}
+	/* Under a budget the lent KV is the loaded models' shares (kvpool.h, summed). */
+	m->kv_ledger.summed = m->budget != 0;
+	m->kv_ledger.cap = m->budget ? 0 : cfg->kv_memory;
 	for (uint32_t i = 0; i < m->n; i++)
 		if (make_sched(m, &m->entries[i]) < 0) {
 			*exit_code = BN_EXIT_SYSTEM;

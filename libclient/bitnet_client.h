@@ -551,7 +551,7 @@ struct bn_model_status {
 	uint32_t pinned;          /* 1: never unloaded for room or idleness */
 	uint64_t bytes;           /* weight_bytes + kv_bytes: what the memory budget counts */
 	uint64_t weight_bytes;    /* its weights, as last loaded */
-	uint64_t kv_bytes;        /* its KV pool */
+	uint64_t kv_bytes;        /* its KV pool (its share, where models lend KV under --memory) */
 	int64_t idle_since_ms;    /* loaded and idle: since when (ms since the epoch); else 0 */
 	uint32_t waiting;         /* its requests waiting (for a batch, or for its load) */
 	uint32_t running;         /* its requests running */

@@ -22,6 +22,7 @@
  */
 #include "testutil.h"
 #include "../daemon/model/forward.h"
+#include "../daemon/model/forward_internal.h"
 #include "../daemon/model/model.h"
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
@@ -684,6 +685,71 @@ START_TEST(tiny_t3_decode)
 }
 END_TEST
 
+/* The cache gives blocks back (bn_forward_kv_release, what a lending KV pool calls for a
+ * block it frees): blocks 0-2 of sequence 0 read as zeros in every layer, keys and values,
+ * once given back, while block 3 and sequence 1's blocks keep their bytes; a sequence
+ * written again into them computes what it computed before. Block sizes whose rows do not
+ * fill whole pages are refused. */
+START_TEST(tiny_kv_release)
+{
+	char path[256];
+	variant_path(0, path, sizeof(path));
+	struct bn_model m;
+	load(&m, path);
+	struct engine e;
+	engine_new(&e, &m, 2, 1);
+	struct bn_forward *f = e.fwd;
+	uint32_t granule = bn_forward_kv_release_tokens(f);
+	ck_assert_uint_gt(granule, 1); /* 8: rows of 512 bytes */
+	ck_assert_uint_eq(f->kv_block_tokens % granule, 0); /* 16 positions: whole pages */
+	uint32_t prompt[70], per_seq = f->kv_blocks / 2;
+	for (uint32_t i = 0; i < 70; i++)
+		prompt[i] = 1 + (i * 7) % 200;
+	uint32_t vocab = m.cfg.n_vocab;
+	float *before = malloc(sizeof(float) * vocab), *after = malloc(sizeof(float) * vocab);
+	ck_assert_int_eq(run_row(&e, 0, prompt, 70, 0, before, 0), 0);
+	ck_assert_int_eq(run_row(&e, 1, prompt, 70, 0, after, 0), 0);
+	size_t row = (size_t)f->kv_block_tokens * f->kv_dim, n_layer = m.cfg.n_layer;
+	float *kept = malloc(sizeof(float) * row * 2 * n_layer * 2);
+	for (size_t li = 0; li < n_layer; li++)
+		for (int kv = 0; kv < 2; kv++) {
+			float *base = kv ? f->kv_v : f->kv_k;
+			memcpy(kept + ((li * 2 + kv) * 2 + 0) * row, kv_at(f, base, (uint32_t)li, 3, 0),
+			       row * sizeof(float));
+			memcpy(kept + ((li * 2 + kv) * 2 + 1) * row,
+			       kv_at(f, base, (uint32_t)li, per_seq, 0), row * sizeof(float));
+		}
+	ck_assert_int_eq(bn_forward_kv_release(f, 0, 0), 0);
+	ck_assert_int_eq(bn_forward_kv_release(f, 0, 3), 0);
+	ck_assert_int_eq(bn_forward_kv_release(f, f->kv_blocks - 1, 2), -EINVAL);
+	for (size_t li = 0; li < n_layer; li++)
+		for (int kv = 0; kv < 2; kv++) {
+			float *base = kv ? f->kv_v : f->kv_k;
+			const float *gone = kv_at(f, base, (uint32_t)li, 0, 0);
+			for (size_t i = 0; i < 3 * row; i++)
+				ck_assert_msg(gone[i] == 0.0f, "layer %zu %s: a given-back block kept %g",
+					      li, kv ? "V" : "K", (double)gone[i]);
+			ck_assert_msg(!memcmp(kept + ((li * 2 + kv) * 2 + 0) * row,
+					      kv_at(f, base, (uint32_t)li, 3, 0), row * sizeof(float)) &&
+					      !memcmp(kept + ((li * 2 + kv) * 2 + 1) * row,
+						      kv_at(f, base, (uint32_t)li, per_seq, 0),
+						      row * sizeof(float)),
+				      "layer %zu %s: a block not given back changed", li, kv ? "V" : "K");
+		}
+	ck_assert_int_eq(bn_forward_seq_reset(f, 0), 0);
+	ck_assert_int_eq(run_row(&e, 0, prompt, 70, 0, after, 0), 0);
+	ck_assert_msg(!memcmp(before, after, sizeof(float) * vocab),
+		      "logits differ once the blocks were given back and written again");
+	free(kept);
+	free(before);
+	free(after);
+	ck_assert_int_eq(bn_forward_kv_init(f, 8, granule / 2), 0); /* rows of half a page */
+	ck_assert_int_eq(bn_forward_kv_release(f, 0, 1), -EOPNOTSUPP);
+	engine_free(&e);
+	bn_model_free(&m);
+}
+END_TEST
+
 /* Greedy ids from a daemon on a ternary tiny preset, with extra flags. */
 static void daemon_greedy(const char *path, const char *const *extra, uint32_t out[32])
 {
@@ -804,6 +870,7 @@ int main(void)
 	tcase_add_loop_test(tiny, tiny_screened_greedy, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_int8_head, 0, N_VARIANTS);
 	tcase_add_loop_test(tiny, tiny_t3_decode, 0, N_VARIANTS);
+	tcase_add_test(tiny, tiny_kv_release);
 	suite_add_tcase(s, tiny);
 	TCase *daemons = tcase_create("tiny presets in a daemon");
 	tcase_set_tags(daemons, TU_TAG_DAEMON);

@@ -3,7 +3,10 @@
  * The KV block accounting (daemon/serve/kvpool.h): reservations are all-or-nothing, growth takes
  * only reserved blocks, release returns everything, no block is ever held twice, and blocks
  * shared between sequences stay until their last holder lets go; pools that share one budget
- * (several models' KV) lend to each other, fairly under load, and never pass it together.
+ * (several models' KV) lend to each other, fairly under load, and never pass it together;
+ * with a cap of the pools' shares (--memory), what was borrowed from a pool that leaves is
+ * overflow until it comes back, and the memory the pools hold (blocks held, promised or
+ * parked; free ones given back) never passes the cap plus that overflow.
  */
 #include "testutil.h"
 
@@ -284,6 +287,223 @@ START_TEST(ledger_churn_keeps_the_cap)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* A budget of the pools' shares (--memory): what they hold in memory                          */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The memory a pool holds, as its backend would: a block is resident once a sequence wrote
+ * it (it entered a table) until the pool gives it back (the release hook). */
+struct resident {
+	struct bn_kvpool *p;
+	uint8_t in[20];
+	uint32_t released;       /* blocks given back */
+};
+
+static void track_release(void *ctx, uint32_t first, uint32_t n)
+{
+	struct resident *r = ctx;
+	ck_assert_uint_le(first + n, r->p->n_blocks);
+	for (uint32_t b = first; b < first + n; b++) {
+		ck_assert_msg(r->p->refs[b] == 0, "block %u given back while held", b);
+		r->in[b] = 0;
+	}
+	r->released += n;
+}
+
+static void track(struct resident *r, struct bn_kvpool *p)
+{
+	*r = (struct resident){ .p = p };
+	p->release = track_release;
+	p->release_ctx = r;
+}
+
+static void wrote(struct resident *r, const struct bn_kv_seq *s)
+{
+	for (uint32_t i = 0; i < s->n_blocks; i++)
+		r->in[s->table[i]] = 1;
+}
+
+static uint64_t resident_bytes(const struct resident *r)
+{
+	uint64_t n = 0;
+	for (uint32_t b = 0; b < r->p->n_blocks; b++)
+		n += r->in[b];
+	return n * r->p->block_bytes;
+}
+
+/* p (blocks of 100 bytes, share 300) and q (50, share 500): a cap of 800 while both are in. */
+static void summed_pools(struct bn_kv_ledger *l, struct bn_kvpool *p, struct bn_kvpool *q)
+{
+	*l = (struct bn_kv_ledger){ .summed = 1 };
+	ck_assert_int_eq(bn_kvpool_init(p, 10, BT), 0);
+	ck_assert_int_eq(bn_kvpool_init(q, 20, BT), 0);
+	p->block_bytes = 100;
+	q->block_bytes = 50;
+	p->share_bytes = 300;
+	q->share_bytes = 500;
+	bn_kv_ledger_join(l, p);
+	bn_kv_ledger_join(l, q);
+	ck_assert_uint_eq(l->cap, 800);
+}
+
+/* q's sequence s writes n blocks that get an identity (a prefix cache entry each), then
+ * ends: they stay parked, resident. */
+static void park_blocks(struct bn_kvpool *q, struct resident *rq, struct bn_kv_seq *s,
+			uint32_t n, uint32_t salt)
+{
+	ck_assert_int_eq(bn_kvpool_reserve_blocks(q, s, n), 0);
+	ck_assert_int_eq(bn_kvpool_grow(q, s, n * BT), 0);
+	wrote(rq, s);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t tokens[BT] = { salt, i, 7, 7 };
+		ck_assert_int_eq(bn_prefix_cache_insert(q->cache, s->table[i], BN_NO_BLOCK, 1, tokens), 1);
+	}
+	bn_kvpool_release(q, s);
+	ck_assert_uint_eq(bn_kvpool_parked(q), n);
+}
+
+/* A busy pool borrows the idle one's share, and no further once the other wants its own
+ * (weighted: q's fair share is 500 of 800); when the lender leaves, the cap shrinks to p's
+ * share, what p borrowed is overflow and p admits nothing until its sequence ends, whose
+ * blocks' memory is given back. Parked blocks hold memory: a promise that would take the
+ * pools past the cap evicts them (the other pool's too) and gives their memory back. */
+START_TEST(summed_ledger_lends_and_takes_back)
+{
+	struct bn_kv_ledger l;
+	struct bn_kvpool p, q;
+	summed_pools(&l, &p, &q);
+	ck_assert_int_eq(bn_kvpool_enable_cache(&q), 0);
+	struct resident rp, rq;
+	track(&rp, &p);
+	track(&rq, &q);
+	struct bn_kv_seq a = { .table = ptables[0] }, b = { .table = ptables[1] };
+	ck_assert_uint_eq(bn_kvpool_available(&p), 8); /* all of the cap while q idles */
+	ck_assert_int_eq(bn_kvpool_reserve_blocks(&p, &a, 6), 0); /* 600: 300 borrowed */
+	ck_assert_int_eq(bn_kvpool_grow(&p, &a, 6 * BT), 0);
+	wrote(&rp, &a);
+	ck_assert_uint_eq(bn_kvpool_available(&q), 4); /* the 200 left */
+	q.wanting = 1;
+	ck_assert_uint_eq(bn_kvpool_available(&p), 0); /* past its share of 300 */
+	q.wanting = 0;
+	ck_assert_uint_eq(bn_kv_ledger_overflow(&l), 0);
+	bn_kv_ledger_leave(&q); /* q unloads: its 500 go */
+	ck_assert_uint_eq(l.cap, 300);
+	ck_assert_uint_eq(bn_kv_ledger_overflow(&l), 300);
+	ck_assert_uint_eq(bn_kvpool_available(&p), 0);
+	bn_kvpool_release(&p, &a);
+	ck_assert_uint_eq(rp.released, 6);
+	ck_assert_uint_eq(resident_bytes(&rp), 0);
+	ck_assert_uint_eq(bn_kv_ledger_overflow(&l), 0);
+	ck_assert_uint_eq(bn_kvpool_available(&p), 3);
+	bn_kv_ledger_join(&l, &q); /* loaded again */
+	/* q parks 4 blocks (200 bytes); p then commits 700 of the 800: 100 too many. */
+	park_blocks(&q, &rq, &b, 4, 1);
+	ck_assert_int_eq(bn_kvpool_reserve_blocks(&p, &a, 7), 0);
+	ck_assert_uint_eq(bn_kvpool_parked(&q), 2);       /* two evicted, */
+	ck_assert_uint_eq(rq.released, 2);                 /* their memory given back */
+	ck_assert_uint_eq(q.evictions, 2);
+	ck_assert_uint_le(resident_bytes(&rp) + resident_bytes(&rq), l.cap);
+	bn_kvpool_release(&p, &a);
+	bn_kv_ledger_leave(&p);
+	bn_kv_ledger_leave(&q);
+	bn_kvpool_free(&p);
+	bn_kvpool_free(&q);
+}
+END_TEST
+
+/* q unloads (idle): its pool leaves the ledger and goes, and a new one waits for its next
+ * load, tracked again. */
+static void reload_q(struct bn_kvpool *q, struct resident *rq)
+{
+	bn_kv_ledger_leave(q);
+	bn_kvpool_free(q);
+	ck_assert_int_eq(bn_kvpool_init(q, 20, BT), 0);
+	ck_assert_int_eq(bn_kvpool_enable_cache(q), 0);
+	q->block_bytes = 50;
+	q->share_bytes = 500;
+	track(rq, q);
+}
+
+/* Random work in both pools of a summed ledger, q with a prefix cache whose blocks park, each
+ * wanting at random, q unloading and loading again at random: while q is in, the memory they
+ * hold (blocks written and not given back) never passes the cap and there is no overflow;
+ * while q is out, what p borrowed from it is overflow, which only falls, and p is promised
+ * nothing while there is some. */
+START_TEST(summed_ledger_churn_keeps_memory)
+{
+	struct bn_kv_ledger l;
+	struct bn_kvpool pools[2];
+	summed_pools(&l, &pools[0], &pools[1]);
+	ck_assert_int_eq(bn_kvpool_enable_cache(&pools[1]), 0);
+	struct resident res[2];
+	track(&res[0], &pools[0]);
+	track(&res[1], &pools[1]);
+	struct bn_kv_seq s[2][2];
+	uint32_t want[2][2] = { { 0 } }, salt = 0;
+	static uint32_t tab[2][2][20];
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 2; k++)
+			s[i][k] = (struct bn_kv_seq){ .table = tab[i][k] };
+	int q_in = 1;
+	uint64_t last_over = 0;
+	srand(13);
+	for (int step = 0; step < 20000; step++) {
+		int i = rand() % 2, k = rand() % 2, was_out = !q_in;
+		struct bn_kvpool *p = &pools[i];
+		int q_idle = want[1][0] + want[1][1] == 0;
+		if (i == 1 && !q_in) {
+			if (rand() % 4 == 0) {
+				bn_kv_ledger_join(&l, p); /* loaded again */
+				q_in = 1;
+			}
+		} else if (i == 1 && q_idle && rand() % 64 == 0) {
+			reload_q(p, &res[1]);
+			q_in = 0;
+		} else if (want[i][k] == 0) {
+			uint32_t blocks = 1 + (uint32_t)rand() % p->n_blocks;
+			uint64_t over = bn_kv_ledger_overflow(&l);
+			int rc = bn_kvpool_reserve_blocks(p, &s[i][k], blocks);
+			ck_assert_msg(rc != 0 || over == 0, "step %d: promised blocks past the cap", step);
+			want[i][k] = rc == 0 ? blocks : 0;
+			p->wanting = rc != 0 && rand() % 2;
+		} else if (s[i][k].n_blocks < want[i][k] && rand() % 3) {
+			ck_assert_int_eq(bn_kvpool_grow(p, &s[i][k], want[i][k] * BT), 0);
+			wrote(&res[i], &s[i][k]);
+			for (uint32_t b = 0; i == 1 && b < s[i][k].n_blocks; b++) {
+				uint32_t tokens[BT] = { ++salt, 1, 2, 3 };
+				(void)bn_prefix_cache_insert(p->cache, s[i][k].table[b], BN_NO_BLOCK, 1,
+							     tokens);
+			}
+		} else {
+			bn_kvpool_release(p, &s[i][k]);
+			want[i][k] = 0;
+		}
+		uint64_t over = bn_kv_ledger_overflow(&l);
+		uint64_t held = resident_bytes(&res[0]) + (q_in ? resident_bytes(&res[1]) : 0);
+		if (q_in) {
+			ck_assert_msg(over == 0, "step %d: %llu bytes past the cap of two shares", step,
+				      (unsigned long long)over);
+			ck_assert_msg(held <= l.cap, "step %d: %llu bytes resident, cap %llu", step,
+				      (unsigned long long)held, (unsigned long long)l.cap);
+		} else {
+			ck_assert_msg(!was_out || over <= last_over,
+				      "step %d: the overflow grew while the lender was out", step);
+			ck_assert_msg(held <= l.cap + over, "step %d: %llu bytes resident, cap %llu + %llu",
+				      step, (unsigned long long)held, (unsigned long long)l.cap,
+				      (unsigned long long)over);
+		}
+		last_over = over;
+	}
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 2; k++)
+			bn_kvpool_release(&pools[i], &s[i][k]);
+	for (int i = 0; i < 2; i++) {
+		bn_kv_ledger_leave(&pools[i]);
+		bn_kvpool_free(&pools[i]);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kvpool");
@@ -294,6 +514,8 @@ int main(void)
 	tcase_add_test(t, random_churn_keeps_accounts);
 	tcase_add_test(t, ledger_lends_and_shares_fairly);
 	tcase_add_test(t, ledger_churn_keeps_the_cap);
+	tcase_add_test(t, summed_ledger_lends_and_takes_back);
+	tcase_add_test(t, summed_ledger_churn_keeps_memory);
 	suite_add_tcase(s, t);
 	return tu_run_suite(s);
 }

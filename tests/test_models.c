@@ -469,10 +469,13 @@ static void lend_check(const struct lend_outcome *got, const struct lend_outcome
 		      want->n);
 }
 
-/* --kv-memory of several models on the cpu, no --memory: each pool may borrow the whole
- * budget while the others idle, and lent blocks come back as sequences end (the fair share
- * under load is test_kvpool's ledger case). Every output equals the same request served
- * alone. */
+/* --kv-memory of several models on the cpu: each pool may borrow the whole budget while the
+ * others idle, and lent blocks come back as sequences end (the fair share under load is
+ * test_kvpool's ledger case and kv_share_fair_under_load). Without --memory (_i 0) the
+ * ledger is --kv-memory; under a --memory that holds both models' weights and shares and
+ * little more (_i 1), it is the loaded models' shares (8 blocks each) and the budget counts
+ * them: the loaded bytes stay within it while a borrows. Every output equals the same request
+ * served alone. */
 START_TEST(kv_lent_to_the_busy_one)
 {
 	/* The oracle, and the bytes of one block: tiny alone. */
@@ -488,25 +491,38 @@ START_TEST(kv_lent_to_the_busy_one)
 	long long blocks = model_metric(c, "model_kv_blocks_total", names[0], NULL);
 	ck_assert_int_gt(blocks, 0);
 	uint64_t block_bytes = (st[0].bytes - st[0].weight_bytes) / (uint64_t)blocks;
+	uint64_t weights = st[0].weight_bytes;
 	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 	for (int k = 0; k < LEND_N; k++)
 		ck_assert_uint_eq(want[k].status, BN_STATUS_LENGTH);
 
-	char kv[32], spec_a[300], spec_b[300];
+	char kv[32], memory[32], spec_a[300], spec_b[300];
+	uint64_t budget = 2 * weights + 20 * block_bytes; /* two shares of 8, 4 blocks spare */
 	snprintf(kv, sizeof(kv), "%llu", (unsigned long long)(16 * block_bytes));
+	snprintf(memory, sizeof(memory), "%llu", (unsigned long long)budget);
 	snprintf(spec_a, sizeof(spec_a), "a=%s", paths[0]);
 	snprintf(spec_b, sizeof(spec_b), "b=%s", paths[0]);
 	const char *args[] = { "--backend", "cpu", "--threads", "2", "--grammar-threads", "1",
-			       "--model", spec_a, "--model", spec_b, "--kv-memory", kv, NULL };
+			       "--model", spec_a, "--model", spec_b, "--kv-memory", kv,
+			       _i ? "--memory" : NULL, memory, NULL };
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	struct bn_client *a = connect_model(&d, "a"), *b = connect_model(&d, "b");
 	struct lend_outcome o;
 	lend_collect(lend_submit(b, LEND_C), &o); /* b loaded, then idle */
 	lend_check(&o, &want[LEND_C], LEND_C);
 	ck_assert_int_eq(model_metric(a, "model_kv_blocks_total", "b", NULL), 16);
+	if (_i) { /* each model counted at its weights and its share of 8 blocks */
+		ck_assert_int_eq(bn_models_list(a, st, 2), 2);
+		ck_assert_uint_eq(st[1].kv_bytes, 8 * block_bytes);
+		ck_assert_uint_le(tu_metric(stats_of(a), "bitnetd_memory_loaded_bytes"), budget);
+	}
 	/* Lent: B's 10 blocks are past a's share of 8, but b idles. */
-	lend_collect(lend_submit(a, LEND_B), &o);
+	struct bn_handle *hb = lend_submit(a, LEND_B);
+	ck_assert_int_eq(bn_wait_tokens(hb, 0, WAIT_S(60)), 0);
+	if (_i) /* a holds 10 blocks; what it borrowed is b's, counted in b's share */
+		ck_assert_uint_le(tu_metric(stats_of(a), "bitnetd_memory_loaded_bytes"), budget);
+	lend_collect(hb, &o);
 	lend_check(&o, &want[LEND_B], LEND_B);
 
 	/* Under load: a holds all 16 (A and B) and X waits for b's 8, C behind them; which of
@@ -523,6 +539,8 @@ START_TEST(kv_lent_to_the_busy_one)
 		lend_check(&o, &want[k], k);
 	}
 	ck_assert_int_eq(model_metric(a, "model_kv_blocks_used", "a", NULL), 0);
+	if (_i)
+		ck_assert_uint_le(tu_metric(stats_of(a), "bitnetd_memory_loaded_bytes"), budget);
 	bn_disconnect(a);
 	bn_disconnect(b);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
@@ -650,16 +668,17 @@ START_TEST(waiting_for_room)
 END_TEST
 
 /* The fair share of a lent KV budget under load, with loopback models (1 ms steps): a and b
- * share --kv-memory of 16 blocks of 32 positions (8 each). a holds all 16 (A 6, B 10); X (b,
- * 8) waits; A's end frees 6, which C (a, 6) must not take while b waits below its share:
- * C's first token comes only once B has ended and given its blocks back. Without the rule
- * C would start at A's end, 0.4 s before B's. Every output is the loopback's. ~1.5 s (plain
- * and ASan: the steps' busy time). */
+ * share --kv-memory of 16 blocks of 32 positions (8 each), without --memory (_i 0) or under
+ * one where the ledger is their two shares (_i 1). a holds all 16 (A 6, B 10); X (b, 8)
+ * waits; A's end frees 6, which C (a, 6) must not take while b waits below its share: C's
+ * first token comes only once B has ended and given its blocks back. Without the rule C
+ * would start at A's end, 0.4 s before B's. Every output is the loopback's. ~1.5 s each
+ * (plain and ASan: the steps' busy time). */
 START_TEST(kv_share_fair_under_load)
 {
 	const char *args[] = { "--model", "a=/dev/null", "--model", "b=/dev/null",
 			       "--step-delay-us", "1000", "--kv-block-tokens", "32",
-			       "--kv-memory", "512K", NULL };
+			       "--kv-memory", "512K", _i ? "--memory" : NULL, "1M", NULL };
 	struct tu_daemon d;
 	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
 	struct bn_client *a = connect_model(&d, "a"), *b = connect_model(&d, "b");
@@ -700,6 +719,63 @@ START_TEST(kv_share_fair_under_load)
 		      (b_end - c_first) / 1e6);
 	bn_disconnect(a);
 	bn_disconnect(b);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
+/* A load that needs room while KV is lent waits for the borrower's requests to end; it
+ * evicts the idle lender but asks the busy borrower for nothing, and nothing fails. Loopback
+ * models a, b and c (1 ms steps, 32-position blocks of 32 KiB) with shares of 16 blocks
+ * (--kv-memory 1536K over three) under a --memory of 1200K, which holds two shares, not
+ * three. a (loaded at start) runs A, 23 blocks: 7 borrowed from b, loaded and idle. A
+ * request for c then evicts b, whose 7 blocks a still holds (the overflow): c loads only once
+ * A has ended, and the loaded bytes stay within the budget all along. ~1.5 s. */
+START_TEST(lent_kv_comes_back_before_a_load)
+{
+	const char *args[] = { "--model", "a=/dev/null", "--model", "b=/dev/null",
+			       "--model", "c=/dev/null", "--step-delay-us", "1000",
+			       "--kv-block-tokens", "32", "--kv-memory", "1536K",
+			       "--memory", "1200K", NULL };
+	const uint64_t budget = 1200 * 1024;
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *a = connect_model(&d, "a"), *b = connect_model(&d, "b"),
+			 *c = connect_model(&d, "c");
+	static const uint32_t pa[6] = { 11, 12, 13, 14, 15, 16 }, pb[2] = { 21, 22 },
+			      pc[3] = { 31, 32, 33 };
+	struct bn_result r;
+	struct bn_handle *h = submit_long(b, pb, 2, 4, 0); /* loads b; then it idles */
+	ck_assert_int_eq(bn_wait(h, WAIT_S(10)), 0);
+	bn_release(h);
+	struct bn_handle *ha = submit_long(a, pa, 6, 730, 0); /* 736 positions: 23 blocks */
+	ck_assert_int_eq(bn_wait_tokens(ha, 0, WAIT_S(10)), 0);
+	int64_t sent = tu_now_ns();
+	struct bn_handle *hc = submit_long(c, pc, 3, 8, 0);
+	int rc;
+	while ((rc = bn_wait(ha, 5000000)) == -BN_E_TIMEOUT) /* the bytes every 5 ms until A ends */
+		ck_assert_uint_le(tu_metric(stats_of(a), "bitnetd_memory_loaded_bytes"), budget);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(bn_result(ha, &r), 0);
+	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
+	ck_assert_uint_eq(r.n_tokens, 730);
+	check_loopback(ha, pa, 6);
+	int64_t a_end = tu_now_ns();
+	ck_assert_int_eq(bn_wait(hc, WAIT_S(10)), 0);
+	ck_assert_int_eq(bn_result(hc, &r), 0);
+	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
+	check_loopback(hc, pc, 3);
+	int64_t c_first = sent + (int64_t)r.first_token_ns;
+	ck_assert_msg(c_first >= a_end - 150000000,
+		      "c's first token came %.0f ms before A ended: its load took the KV a borrowed",
+		      (a_end - c_first) / 1e6);
+	ck_assert_int_eq(model_metric(a, "model_unloads_total", "b", ",reason=\"memory\""), 1);
+	ck_assert_int_eq(model_metric(a, "model_unloads_total", "a", ",reason=\"memory\""), 0);
+	ck_assert_uint_le(tu_metric(stats_of(a), "bitnetd_memory_loaded_bytes"), budget);
+	bn_release(ha);
+	bn_release(hc);
+	bn_disconnect(a);
+	bn_disconnect(b);
+	bn_disconnect(c);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 }
 END_TEST
@@ -1322,13 +1398,14 @@ int main(void)
 	tcase_add_test(served, embeddings_per_model);
 	tcase_add_test(served, grammar_memory_shared_by_models);
 	tcase_add_test(served, grammars_count_inside_memory);
-	tcase_add_test(served, kv_lent_to_the_busy_one);
+	tcase_add_loop_test(served, kv_lent_to_the_busy_one, 0, 2);
 	tcase_set_timeout(served, 300);
 	suite_add_tcase(s, served);
 	TCase *life = tcase_create("lifecycle");
 	tcase_add_test(life, waiting_for_room);
 	tcase_add_test(life, per_user_cap_across_models);
-	tcase_add_test(life, kv_share_fair_under_load);
+	tcase_add_loop_test(life, kv_share_fair_under_load, 0, 2);
+	tcase_add_test(life, lent_kv_comes_back_before_a_load);
 	tcase_add_test(life, unload_drains_then_ends);
 	tcase_add_test(life, names_and_refusals);
 	tcase_add_test(life, config_file_and_keep_alive);

@@ -64,6 +64,10 @@ struct bn_model_desc {
 	 * against a step's token budget, so steps along a long prompt stay about as long as its
 	 * first. 0: attention is not counted (every token costs 1). */
 	uint32_t attn_positions_per_token;
+	/* Positions of one sequence whose KV fills whole pages in each of the backend's arrays
+	 * (kv_release gives a block's memory back exactly when its block_tokens are a multiple
+	 * of it); 0: the backend cannot give KV memory back. */
+	uint32_t kv_release_tokens;
 	uint32_t can_score;      /* 1: batches may carry score rows (bn_batch.score) */
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
 	uint32_t can_mask;       /* 1: sample contexts may carry masks (structured output,
@@ -138,6 +142,12 @@ struct bn_backend_ops {
 	/* Allocates KV storage: n_blocks blocks of block_tokens positions. Called once after
 	 * open, before any step. Returns 0 or -ENOMEM. */
 	int (*kv_init)(void *self, uint32_t n_blocks, uint32_t block_tokens);
+	/* Optional (NULL: the KV memory stays until close). Blocks [first, first + n) hold
+	 * nothing anyone reads before it is written again: their memory may go back to the
+	 * system. n = 0 says blocks will be given back from now on (the cpu backend stops
+	 * transparent huge pages on its arena, which would keep memory around a freed block).
+	 * 0, or -EOPNOTSUPP where this arena's blocks do not cover whole pages. */
+	int (*kv_release)(void *self, uint32_t first, uint32_t n);
 	/* A new sequence starts in id `seq` (previous contents of `seq` are discarded). */
 	int (*seq_open)(void *self, uint32_t seq);
 	void (*seq_close)(void *self, uint32_t seq);

@@ -393,6 +393,7 @@ static int cpu_open(const struct bn_backend_options *opt, struct bn_model_desc *
 	desc->lm_head = head_kind;
 	desc->decode_layout = layout_kind;
 	desc->weight_bytes = weight_bytes(cb);
+	desc->kv_release_tokens = bn_forward_kv_release_tokens(cb->fwd);
 	*self = cb;
 	return 0;
 }
@@ -401,6 +402,12 @@ static int cpu_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
 {
 	struct cpu_backend *cb = self;
 	return bn_forward_kv_init(cb->fwd, n_blocks, block_tokens);
+}
+
+static int cpu_kv_release(void *self, uint32_t first, uint32_t n)
+{
+	struct cpu_backend *cb = self;
+	return bn_forward_kv_release(cb->fwd, first, n);
 }
 
 static int cpu_seq_open(void *self, uint32_t seq)
@@ -531,6 +538,7 @@ const struct bn_backend_ops bn_backend_cpu = {
 	.open = cpu_open,
 	.close = cpu_close,
 	.kv_init = cpu_kv_init,
+	.kv_release = cpu_kv_release,
 	.seq_open = cpu_seq_open,
 	.seq_close = cpu_seq_close,
 	.seq_fork = cpu_seq_fork,

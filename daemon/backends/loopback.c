@@ -88,6 +88,7 @@ static int loopback_open(const struct bn_backend_options *opt, struct bn_model_d
 	desc->eos_id = LOOPBACK_EOS;
 	desc->kind = BN_BACKEND_LOOPBACK;
 	desc->kv_bytes_per_token = LOOPBACK_KV_BYTES;
+	desc->kv_release_tokens = 1; /* it holds no KV memory: nothing stays behind a block */
 	*self = lb;
 	return 0;
 }
@@ -142,6 +143,14 @@ static int loopback_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens
 	return 0;
 }
 
+static int loopback_kv_release(void *self, uint32_t first, uint32_t n)
+{
+	(void)self;
+	(void)first;
+	(void)n;
+	return 0;
+}
+
 static int loopback_step(void *self, const struct bn_batch *batch, struct bn_sample_out *out)
 {
 	struct loopback *lb = self;
@@ -176,6 +185,7 @@ const struct bn_backend_ops bn_backend_loopback = {
 	.open = loopback_open,
 	.close = loopback_close,
 	.kv_init = loopback_kv_init,
+	.kv_release = loopback_kv_release,
 	.seq_open = loopback_seq_open,
 	.seq_close = loopback_seq_close,
 	.seq_rewind = loopback_seq_rewind,

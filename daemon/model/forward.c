@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* KV cache and scratch                                                                        */
@@ -40,8 +41,11 @@ int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_t
 	if (n_blocks == 0 || block_tokens == 0)
 		return -EINVAL;
 	f->kv_bytes = (size_t)c->n_layer * n_blocks * block_tokens * f->kv_dim * sizeof(float);
-	void *k = mmap(NULL, f->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	void *v = mmap(NULL, f->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* No reservation: an arena that lends (serve/kvpool.h) may be sized for more than the
+	 * memory its model is given; the scheduler bounds the blocks used. */
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+	void *k = mmap(NULL, f->kv_bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+	void *v = mmap(NULL, f->kv_bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
 	f->kv_k = k == MAP_FAILED ? NULL : k;
 	f->kv_v = v == MAP_FAILED ? NULL : v;
 	if (!f->kv_k || !f->kv_v) {
@@ -50,6 +54,43 @@ int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_t
 	}
 	f->kv_blocks = n_blocks;
 	f->kv_block_tokens = block_tokens;
+	return 0;
+}
+
+uint32_t bn_forward_kv_release_tokens(const struct bn_forward *f)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t row = (uint64_t)f->kv_dim * sizeof(float), a = (uint64_t)page, b = row;
+	if (page <= 0 || row == 0)
+		return 0;
+	while (b) { /* gcd(page, row): tokens of one block of one layer fill whole pages at */
+		uint64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return (uint32_t)((uint64_t)page / a);
+}
+
+int bn_forward_kv_release(struct bn_forward *f, uint32_t first, uint32_t n)
+{
+	uint32_t granule = bn_forward_kv_release_tokens(f);
+	if (!f->kv_k || !granule || f->kv_block_tokens % granule)
+		return -EOPNOTSUPP;
+	if (n == 0) {
+		/* A huge page would hold 2 MiB around whatever block touched it. */
+		madvise(f->kv_k, f->kv_bytes, MADV_NOHUGEPAGE);
+		madvise(f->kv_v, f->kv_bytes, MADV_NOHUGEPAGE);
+		return 0;
+	}
+	if (first >= f->kv_blocks || n > f->kv_blocks - first)
+		return -EINVAL;
+	size_t len = (size_t)n * f->kv_block_tokens * f->kv_dim * sizeof(float);
+	for (uint32_t li = 0; li < f->m->cfg.n_layer; li++) {
+		/* [n_layer][kv_blocks][...]: the run is contiguous within each layer */
+		if (madvise(kv_at(f, f->kv_k, li, first, 0), len, MADV_DONTNEED) < 0 ||
+		    madvise(kv_at(f, f->kv_v, li, first, 0), len, MADV_DONTNEED) < 0)
+			return -errno;
+	}
 	return 0;
 }
 

@@ -45,6 +45,14 @@ void bn_forward_free(struct bn_forward *f);
 /* The KV cache: n_blocks blocks of block_tokens positions for every layer (batch.h). Batches
  * then carry block tables. Replaces an earlier cache. Returns 0, -EINVAL or -ENOMEM. */
 int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_tokens);
+/* Positions whose KV of one layer fills whole pages (block_tokens a multiple of it lets
+ * bn_forward_kv_release give blocks back exactly); 0 when none do. */
+uint32_t bn_forward_kv_release_tokens(const struct bn_forward *f);
+/* Blocks [first, first + n) of the cache hold nothing to read again: their pages go back to
+ * the system (a later write faults in zeroed ones). n = 0: blocks will be given back (the
+ * arena takes no huge pages from now). 0, -EOPNOTSUPP (block_tokens not a multiple of
+ * bn_forward_kv_release_tokens, or no cache), -EINVAL, -errno. */
+int bn_forward_kv_release(struct bn_forward *f, uint32_t first, uint32_t n);
 /* For callers without a scheduler (tests, benchmarks): a cache where sequence s owns fixed
  * blocks for max_len positions; batches then pass blocks = NULL. */
 int bn_forward_kv_init_simple(struct bn_forward *f, uint32_t max_len);

@@ -40,6 +40,8 @@ uint32_t bn_kvpool_blocks_for(const struct bn_kvpool *p, uint64_t tokens)
 	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
+static void ledger_fit(struct bn_kv_ledger *l, struct bn_kvpool *first);
+
 int bn_kvpool_reserve_blocks(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t need)
 {
 	uint32_t have = s->n_blocks + s->reserved;
@@ -49,6 +51,8 @@ int bn_kvpool_reserve_blocks(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t 
 		return -EAGAIN;
 	p->n_reserved += need - have;
 	s->reserved += need - have;
+	if (p->ledger)
+		ledger_fit(p->ledger, p); /* parked blocks make way for the promise */
 	return 0;
 }
 
@@ -92,6 +96,37 @@ void bn_kvpool_take_cached(struct bn_kvpool *p, struct bn_kv_seq *s, const uint3
 	s->n_blocks = n;
 }
 
+/* Blocks going back to the free stack, their memory released in runs of consecutive ids
+ * (a sequence's blocks mostly are: the stack hands them out in order). */
+struct freeing {
+	struct bn_kvpool *p;
+	uint32_t first, n;
+};
+
+static void freeing_flush(struct freeing *f)
+{
+	if (f->n && f->p->release)
+		f->p->release(f->p->release_ctx, f->first, f->n);
+	f->n = 0;
+}
+
+static void freeing_add(struct freeing *f, uint32_t block)
+{
+	f->p->free_blocks[f->p->n_free++] = block;
+	if (f->n && block + 1 == f->first) {
+		f->first = block;
+		f->n++;
+		return;
+	}
+	if (f->n && block == f->first + f->n) {
+		f->n++;
+		return;
+	}
+	freeing_flush(f);
+	f->first = block;
+	f->n = 1;
+}
+
 /* A block to write: a free one, else the cached block parked longest ago. */
 static uint32_t take_block(struct bn_kvpool *p)
 {
@@ -121,13 +156,15 @@ int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 void bn_kvpool_trim(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 {
 	uint32_t keep = bn_kvpool_blocks_for(p, tokens);
+	struct freeing f = { .p = p };
 	while (s->n_blocks > keep) {
 		uint32_t block = s->table[--s->n_blocks];
 		p->refs[block] = 0;
-		p->free_blocks[p->n_free++] = block;
+		freeing_add(&f, block);
 		s->reserved++;
 		p->n_reserved++;
 	}
+	freeing_flush(&f);
 }
 
 /* Drops s's hold on its blocks; returns how many became available (freed, or parked with
@@ -135,6 +172,7 @@ void bn_kvpool_trim(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 static uint32_t drop_blocks(struct bn_kvpool *p, struct bn_kv_seq *s)
 {
 	uint32_t freed = 0;
+	struct freeing f = { .p = p };
 	while (s->n_blocks) {
 		uint32_t block = s->table[--s->n_blocks];
 		if (--p->refs[block] != 0)
@@ -142,9 +180,10 @@ static uint32_t drop_blocks(struct bn_kvpool *p, struct bn_kv_seq *s)
 		if (p->cache && bn_prefix_cache_holds(p->cache, block))
 			bn_prefix_cache_park(p->cache, block);
 		else
-			p->free_blocks[p->n_free++] = block;
+			freeing_add(&f, block);
 		freed++;
 	}
+	freeing_flush(&f);
 	return freed;
 }
 
@@ -173,24 +212,88 @@ void bn_kv_ledger_join(struct bn_kv_ledger *l, struct bn_kvpool *p)
 	p->wanting = 0;
 	p->ledger_next = l->pools;
 	l->pools = p;
+	if (l->summed)
+		l->cap += p->share_bytes;
 }
 
 void bn_kv_ledger_leave(struct bn_kvpool *p)
 {
-	if (!p->ledger)
+	struct bn_kv_ledger *l = p->ledger;
+	if (!l)
 		return;
-	for (struct bn_kvpool **at = &p->ledger->pools; *at; at = &(*at)->ledger_next)
+	for (struct bn_kvpool **at = &l->pools; *at; at = &(*at)->ledger_next)
 		if (*at == p) {
 			*at = p->ledger_next;
 			break;
 		}
+	if (l->summed)
+		l->cap -= p->share_bytes;
 	p->ledger = NULL;
 	p->ledger_next = NULL;
+	ledger_fit(l, NULL); /* a smaller cap: the others' parked blocks go first */
 }
 
 static uint64_t committed_bytes(const struct bn_kvpool *q)
 {
 	return (uint64_t)bn_kvpool_committed(q) * q->block_bytes;
+}
+
+/* Bytes committed or parked in every pool: the memory they hold (free blocks hold none). */
+static uint64_t held_bytes(const struct bn_kv_ledger *l)
+{
+	uint64_t sum = 0;
+	for (const struct bn_kvpool *q = l->pools; q; q = q->ledger_next)
+		sum += committed_bytes(q) + (uint64_t)bn_kvpool_parked(q) * q->block_bytes;
+	return sum;
+}
+
+uint64_t bn_kv_ledger_overflow(const struct bn_kv_ledger *l)
+{
+	uint64_t held = held_bytes(l);
+	return held > l->cap ? held - l->cap : 0;
+}
+
+/* Evicts q's parked block parked longest ago to the free stack (its memory released). */
+static void evict_parked(struct bn_kvpool *q)
+{
+	struct freeing f = { .p = q };
+	q->evictions++;
+	freeing_add(&f, bn_prefix_cache_evict(q->cache));
+	freeing_flush(&f);
+}
+
+/* q's parked blocks go while the pools hold more than the cap; the bytes held after. */
+static uint64_t evict_while_over(struct bn_kvpool *q, uint64_t held, uint64_t cap)
+{
+	while (held > cap && bn_kvpool_parked(q)) {
+		evict_parked(q);
+		held -= q->block_bytes;
+	}
+	return held;
+}
+
+/* Parked blocks go, `first`'s before the others', until what the pools hold fits the cap
+ * (or none is parked: what is committed alone then passes it, an overflow). */
+static void ledger_fit(struct bn_kv_ledger *l, struct bn_kvpool *first)
+{
+	uint64_t held = held_bytes(l);
+	if (first)
+		held = evict_while_over(first, held, l->cap);
+	for (struct bn_kvpool *q = l->pools; q && held > l->cap; q = q->ledger_next)
+		held = evict_while_over(q, held, l->cap);
+}
+
+/* A pool's weight in the fair shares: its guaranteed share, or 1 (shares equal). */
+static uint64_t weight_of(const struct bn_kvpool *q)
+{
+	return q->share_bytes ? q->share_bytes : 1;
+}
+
+/* q's fair share of the cap among pools in use weighing `in_use` together. */
+static uint64_t fair_share(const struct bn_kv_ledger *l, const struct bn_kvpool *q,
+			   uint64_t in_use)
+{
+	return (uint64_t)((unsigned __int128)l->cap * weight_of(q) / (in_use ? in_use : 1));
 }
 
 uint32_t bn_kv_ledger_room(const struct bn_kvpool *p)
@@ -200,15 +303,15 @@ uint32_t bn_kv_ledger_room(const struct bn_kvpool *p)
 	int other_starved = 0;
 	for (const struct bn_kvpool *q = l->pools; q; q = q->ledger_next) {
 		used += committed_bytes(q);
-		in_use += q == p || q->wanting || bn_kvpool_committed(q) > 0;
+		if (q == p || q->wanting || bn_kvpool_committed(q) > 0)
+			in_use += weight_of(q);
 	}
-	uint64_t share = l->cap / (in_use ? in_use : 1);
 	for (const struct bn_kvpool *q = l->pools; q; q = q->ledger_next)
-		other_starved |= q != p && q->wanting && committed_bytes(q) < share;
+		other_starved |= q != p && q->wanting && committed_bytes(q) < fair_share(l, q, in_use);
 	uint64_t room = l->cap > used ? l->cap - used : 0;
 	if (other_starved) {
 		/* Lent no further: p keeps to its share until the starved pool has had its own. */
-		uint64_t own = committed_bytes(p);
+		uint64_t share = fair_share(l, p, in_use), own = committed_bytes(p);
 		uint64_t to_share = share > own ? share - own : 0;
 		room = to_share < room ? to_share : room;
 	}

@@ -29,6 +29,10 @@
 
 struct bn_kv_ledger;
 
+/* Gives the memory of blocks [first, first + n) back (backend.h kv_release): what a pool
+ * that lends calls for every block it puts on its free stack. */
+typedef void bn_kv_release_fn(void *ctx, uint32_t first, uint32_t n);
+
 struct bn_kvpool {
 	uint32_t n_blocks;
 	uint32_t block_tokens;
@@ -42,20 +46,40 @@ struct bn_kvpool {
 	 * its own budget. */
 	struct bn_kv_ledger *ledger;
 	uint64_t block_bytes;    /* the ledger counts this pool's blocks in bytes */
+	uint64_t share_bytes;    /* its guaranteed share, whole blocks (a ledger of shares) */
 	int wanting;             /* its oldest waiting request did not fit at its last admission */
 	struct bn_kvpool *ledger_next;
+	/* NULL, or called for every block that goes back to the free stack (runs of
+	 * consecutive ids at once), so that a free block holds no memory. */
+	bn_kv_release_fn *release;
+	void *release_ctx;
 };
 
-/* One KV budget shared by several pools (the models of one daemon, daemon/README.md "One
- * memory budget"): each pool's arena may hold up to the whole budget, and the ledger bounds
- * the bytes every pool has committed (blocks held or promised) together. A busy pool borrows
- * what idle ones leave; fairly under load: while another pool below its fair share (the
- * budget over the pools in use or wanting) waits for KV, a pool admits nothing that would
- * take it past its own share. What was lent comes back as the borrower's sequences end (every
- * sequence reserved its blocks when admitted, so none is ever cut short): the one waiting
- * meanwhile waits, and its deadline and cancels hold as in one pool. All on the loop thread. */
+/* One KV budget shared by several pools (the models of one daemon, daemon/README.md "The KV
+ * pool lent between models"): each pool's arena may hold more than its share, and the ledger
+ * bounds the bytes every pool has committed (blocks held or promised) together. A busy pool
+ * borrows what idle ones leave; fairly under load: while another pool below its fair share
+ * waits for KV, a pool admits nothing that would take it past its own share. A pool's fair
+ * share is the cap divided among the pools in use or wanting, in proportion to their
+ * share_bytes (equally where they are all 0). What was lent comes back as the borrower's
+ * sequences end (every sequence reserved its blocks when admitted, so none is ever cut
+ * short): the one waiting meanwhile waits, and its deadline and cancels hold as in one pool.
+ *
+ * The cap is either fixed (--kv-memory without --memory) or, with `summed`, the sum of the
+ * share_bytes of the pools in it (under --memory, where the registry counts each loaded
+ * model's share): a pool that joins brings its share, one that leaves takes it away, and
+ * what the others borrowed from it then passes the cap (bn_kv_ledger_overflow) until their
+ * sequences end; meanwhile none of them admits anything.
+ *
+ * Parked cached blocks count as available to their pool, as in one pool, but they hold
+ * memory: after every reservation and departure, parked blocks (the reserving pool's
+ * first, then the others', oldest first) are evicted and freed until the blocks committed
+ * and parked in all pools fit the cap again. With release hooks (a free block holds no
+ * memory), the KV memory the pools hold is thus at most the cap plus the overflow. All on
+ * the loop thread. */
 struct bn_kv_ledger {
 	uint64_t cap;            /* bytes */
+	int summed;              /* the cap is the pools' shares added up */
 	struct bn_kvpool *pools; /* the pools sized now, linked by ledger_next */
 };
 
@@ -138,8 +162,12 @@ static inline uint32_t bn_kvpool_available(const struct bn_kvpool *p)
 	uint32_t room = bn_kv_ledger_room(p);
 	return room < own ? room : own;
 }
-/* p (sized, block_bytes set) joins the ledger, or leaves it (before it is freed). */
+/* p (sized, block_bytes and share_bytes set) joins the ledger, or leaves it (before it is
+ * freed; what the others borrowed past the cap is then overflow). */
 void bn_kv_ledger_join(struct bn_kv_ledger *l, struct bn_kvpool *p);
 void bn_kv_ledger_leave(struct bn_kvpool *p);
+/* Bytes the pools hold (committed or parked) past the cap: what a summed ledger's pools
+ * borrowed from one that left, until their sequences end. 0 when they fit. */
+uint64_t bn_kv_ledger_overflow(const struct bn_kv_ledger *l);
 
 #endif /* BITNETD_KVPOOL_H */

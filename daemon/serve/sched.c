@@ -88,6 +88,35 @@ static uint64_t default_kv_memory(const struct bn_sched_config *c, const struct 
 	return want < cap ? want : cap;
 }
 
+/* Gives freed blocks' memory back to the system (kvpool.h bn_kv_release_fn). */
+static void release_blocks(void *ctx, uint32_t first, uint32_t n)
+{
+	struct bn_sched *s = ctx;
+	int rc = s->ops->kv_release(s->backend, first, n);
+	if (rc < 0)
+		bn_log_warn("msg=\"KV blocks' memory not given back\" first=%u n=%u rc=%d", first, n, rc);
+}
+
+/* The pool (of `blocks`) lends and borrows through the ledger: its blocks' bytes, its share
+ * in whole blocks (one at least, the arena at most) and, where the backend can, freed
+ * blocks' memory given back so that a free block holds none. */
+static void join_ledger(struct bn_sched *s, const struct bn_sched_config *c, uint64_t bpt,
+			uint64_t blocks)
+{
+	s->kv.block_bytes = bpt * c->kv_block_tokens;
+	uint64_t share = c->kv_share / s->kv.block_bytes;
+	share = share < 1 ? 1 : share > blocks ? blocks : share;
+	s->kv.share_bytes = c->kv_ledger->summed ? share * s->kv.block_bytes : 0;
+	if (s->ops->kv_release && s->ops->kv_release(s->backend, 0, 0) == 0) {
+		s->kv.release = release_blocks;
+		s->kv.release_ctx = s;
+	}
+	bn_kv_ledger_join(c->kv_ledger, &s->kv);
+	bn_log_info("msg=\"kv pool lends and borrows\" share_bytes=%llu ledger_bytes=%llu summed=%d frees_memory=%d",
+		    (unsigned long long)s->kv.share_bytes, (unsigned long long)c->kv_ledger->cap,
+		    c->kv_ledger->summed, s->kv.release != NULL);
+}
+
 static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 {
 	const struct bn_sched_config *c = &s->cfg;
@@ -107,10 +136,6 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 	}
 	if (bn_kvpool_init(&s->kv, (uint32_t)blocks, c->kv_block_tokens) < 0)
 		return -ENOMEM;
-	if (c->kv_ledger) {
-		s->kv.block_bytes = bpt * c->kv_block_tokens;
-		bn_kv_ledger_join(c->kv_ledger, &s->kv);
-	}
 	if (c->prefix_cache != BN_SHARE_OFF && !s->ops->seq_fork) {
 		bn_log_info("msg=\"no prefix cache: the backend cannot start a sequence past its first position\" backend=%s",
 			    s->ops->name);
@@ -125,6 +150,8 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 			     (unsigned long long)(blocks * c->kv_block_tokens * bpt), rc);
 		return rc;
 	}
+	if (c->kv_ledger)
+		join_ledger(s, c, bpt, blocks); /* after kv_init: the arena it releases exists */
 	bn_log_info("msg=\"kv cache\" blocks=%llu block_tokens=%u positions=%llu bytes=%llu bytes_per_token=%llu",
 		    (unsigned long long)blocks, c->kv_block_tokens,
 		    (unsigned long long)(blocks * c->kv_block_tokens),
@@ -331,6 +358,8 @@ void bn_sched_set_admitting(struct bn_sched *s, int on)
 
 uint64_t bn_sched_kv_bytes(const struct bn_sched *s)
 {
+	if (s->kv.ledger && s->kv.ledger->summed)
+		return s->kv.share_bytes;
 	uint64_t bpt = s->model.kv_bytes_per_token ? s->model.kv_bytes_per_token : 1;
 	return (uint64_t)s->kv.n_blocks * s->kv.block_tokens * bpt;
 }

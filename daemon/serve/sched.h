@@ -95,8 +95,12 @@ struct bn_sched_config {
 	 * the loop thread). NULL: the scheduler's own. */
 	struct bn_sched_users *users;
 	/* A KV budget shared with other models' schedulers (kvpool.h): kv_memory is then this
-	 * pool's arena, the most it may borrow. NULL: its pool is its own. */
+	 * pool's arena, the most it may borrow, and kv_share (bytes, a ledger of summed shares:
+	 * --memory) what it brings to the ledger and is guaranteed under load. Blocks it frees
+	 * give their memory back through the backend's kv_release where it has one. NULL: its
+	 * pool is its own. */
 	struct bn_kv_ledger *kv_ledger;
+	uint64_t kv_share;
 };
 
 /* A table of running sequences per peer uid for `capacity` sequences at once (the sum of
@@ -132,7 +136,8 @@ void bn_sched_detach(struct bn_sched *s);
 int bn_sched_attached(const struct bn_sched *s);
 /* 0: waiting requests are not admitted (those running go on); 1 again: they are. */
 void bn_sched_set_admitting(struct bn_sched *s, int on);
-/* Bytes of the KV pool while attached (0 detached). */
+/* Bytes of the KV pool while attached (0 detached); in a ledger of summed shares, its share
+ * (what it may borrow beyond is the ledger's). */
 uint64_t bn_sched_kv_bytes(const struct bn_sched *s);
 
 /* bn_sched_create then bn_sched_attach: a scheduler of a loaded model. NULL on failure
