@@ -192,10 +192,23 @@ static uint32_t conversation_parse(const uint8_t *blob, uint32_t len, struct con
 	return at == len ? 0 : BN_E_INVALID;
 }
 
+/* Whether a text request's ids end with EOS when the model's add_eos says so: an embedding's
+ * input is a whole text, read as the model was trained to read one (Qwen3-Embedding-style
+ * models pool the last position, their <|endoftext|>), and the TOKENIZE op gives what
+ * llama.cpp's tokenizer gives with its special tokens. A prompt to be continued (GENERATE),
+ * scored as it stands (SCORE) or extended by labels (CLASSIFY) ends with its own text, as
+ * llama.cpp's generation and perplexity tools, which refuse a decoder with add_eos, require. */
+static int op_ends_with_eos(uint32_t op)
+{
+	return op == BN_OP_EMBED || op == BN_OP_TOKENIZE;
+}
+
 /* The ids of a text or a conversation: writes at most cap of them and returns how many there
- * are (which may exceed cap), or the negative bn_error. */
-static int64_t encode(const struct bn_segment *g, uint32_t flags, const uint8_t *text,
-		      uint32_t len, uint32_t *out, uint32_t cap)
+ * are (which may exceed cap), or the negative bn_error. With eos_last, EOS ends a text where
+ * the model wants it and BOS-style special tokens apply (not with NO_BOS, not for a
+ * conversation, whose template says how it ends). */
+static int64_t encode(const struct bn_segment *g, uint32_t flags, int eos_last,
+		      const uint8_t *text, uint32_t len, uint32_t *out, uint32_t cap)
 {
 	const struct bn_vocab *v = g->text->vocab;
 	if (flags & BN_REQ_CHAT) {
@@ -209,6 +222,8 @@ static int64_t encode(const struct bn_segment *g, uint32_t flags, const uint8_t 
 	uint32_t tok = flags & BN_REQ_PARSE_SPECIAL ? BN_TOK_PARSE_SPECIAL : 0;
 	if (!(flags & BN_REQ_NO_BOS) && bn_vocab_add_bos(v))
 		tok |= BN_TOK_ADD_BOS;
+	if (!(flags & BN_REQ_NO_BOS) && eos_last && bn_vocab_add_eos(v))
+		tok |= BN_TOK_ADD_EOS;
 	int rc = bn_tokenize_ex(v, (const char *)text, len, tok, out, cap);
 	return rc == -ENOMEM ? -BN_E_BACKEND : rc;
 }
@@ -223,7 +238,7 @@ static int64_t encode_slot(const struct bn_segment *g, struct bn_req *r, uint32_
 	uint8_t *text = copy_text(g, r->slot, n);
 	if (!text)
 		return -BN_E_BACKEND;
-	int64_t count = encode(g, r->flags, text, n, out, cap);
+	int64_t count = encode(g, r->flags, op_ends_with_eos(r->op), text, n, out, cap);
 	free(text);
 	if (count >= 0)
 		bn_write_once(bn_slot_at(g, r->slot)->prompt_tokens, (uint32_t)count);
@@ -279,7 +294,7 @@ static int64_t encode_continuation(const struct bn_segment *g, const struct bn_r
 				   uint32_t *scratch, uint32_t *out, uint32_t cap)
 {
 	memcpy(joined + prefix_len, label, label_len);
-	int64_t count = encode(g, r->flags, joined, prefix_len + label_len, scratch,
+	int64_t count = encode(g, r->flags, 0, joined, prefix_len + label_len, scratch,
 			       g->prompt_capacity);
 	if (count < 0 || count <= r->n_prompt)
 		return count < 0 ? count : 0;
@@ -307,7 +322,7 @@ static uint32_t classify_encode(const struct bn_segment *g, struct bn_req *r, co
 {
 	uint32_t n_labels = r->n_labels, cap = g->prompt_capacity - n_labels;
 	uint32_t *label_len = r->prompt + cap;
-	int64_t count = encode(g, r->flags, blob + start[0], part_len[0], r->prompt, cap);
+	int64_t count = encode(g, r->flags, 0, blob + start[0], part_len[0], r->prompt, cap);
 	if (count < 0)
 		return (uint32_t)-count;
 	if (count > cap)

@@ -38,7 +38,9 @@ uint32_t bn_text_capacity(const struct bn_text_service *t, uint32_t tokens);
 
 /* Turns a text or conversation prompt (r->flags has BN_REQ_TEXT or BN_REQ_CHAT; r->n_prompt
  * is its bytes) into r->prompt[0..n) and sets r->n_prompt = n, writes the slot's
- * prompt_tokens, and copies the stop ids after the prompt. Returns 0 or the bn_error that ends
+ * prompt_tokens, and copies the stop ids after the prompt. BOS first as the model's add_bos
+ * says; EOS last as its add_eos says for an EMBED's text only (and TOKENIZE's, in
+ * bn_text_tokenize_op), never with NO_BOS. Returns 0 or the bn_error that ends
  * the request (TOO_LONG, INVALID, TOKEN; ENOMEM as BACKEND). */
 uint32_t bn_text_prompt_take(const struct bn_segment *g, struct bn_req *r);
 

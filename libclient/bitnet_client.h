@@ -194,6 +194,10 @@ uint32_t bn_vocab_bos_id(const struct bn_vocab *v);   /* UINT32_MAX: none */
 uint32_t bn_vocab_eos_id(const struct bn_vocab *v);   /* UINT32_MAX: none */
 uint32_t bn_vocab_unk_id(const struct bn_vocab *v);   /* UINT32_MAX: none */
 int bn_vocab_add_bos(const struct bn_vocab *v);       /* 1: prompts start with bos_id */
+/* 1: a whole input (an embedding's text) ends with eos_id, the file's
+ * tokenizer.ggml.add_eos_token (BN_TOK_ADD_EOS); 0 without it and from a daemon that predates
+ * it (BITNET_CLIENT_1.9). */
+int bn_vocab_add_eos(const struct bn_vocab *v);
 /* The stored text of token id (not NUL-terminated; SentencePiece's word-start mark U+2581
  * included) and its length in *len; NULL for an id out of range. */
 const char *bn_vocab_token_text(const struct bn_vocab *v, uint32_t id, size_t *len);
@@ -249,6 +253,10 @@ int bn_chat_template_from_name(const char *name);
 #define BN_TOK_PARSE_SPECIAL (1U << 1) /* control and user-defined tokens' texts in the text are
                                         * those tokens (leftmost, longest first); without it
                                         * they are plain text like any other */
+#define BN_TOK_ADD_EOS       (1U << 2) /* put eos_id last (if the vocabulary has one): for a
+                                        * whole input when bn_vocab_add_eos says so, as
+                                        * llama.cpp's add_special; never for a prompt to be
+                                        * continued (BITNET_CLIENT_1.9; -BN_E_INVALID before) */
 /* bn_tokenize with flags; BN_VOCAB_BPE vocabularies too: the pre-tokenizer's split, GPT-2's
  * byte alphabet, merges by rank. Returns as bn_tokenize. */
 int bn_tokenize_ex(const struct bn_vocab *v, const char *text, size_t len, uint32_t flags,
@@ -479,7 +487,8 @@ int bn_submit_grammar(struct bn_client *c, const struct bn_request *req, const c
 /* ------------------------------------------------------------------------------------------ */
 
 /* One input to embed: its ids (BOS first if wanted: nothing is added), or text the daemon
- * encodes (BOS as the model says; flags BN_REQ_PARSE_SPECIAL, BN_REQ_NO_BOS), never both. Its
+ * encodes (BOS first and EOS last as the model says, bn_vocab_add_bos and bn_vocab_add_eos;
+ * flags BN_REQ_PARSE_SPECIAL, BN_REQ_NO_BOS: neither), never both. Its
  * vector is the final norm's output at its positions (what the LM head reads, as llama.cpp's
  * embeddings), pooled as the model says (mean, first position, last position) and divided by
  * its L2 norm; dim floats, of which the first cap are copied to vector. */

@@ -65,6 +65,11 @@ int bn_vocab_add_bos(const struct bn_vocab *v)
 	return (int)v->add_bos;
 }
 
+int bn_vocab_add_eos(const struct bn_vocab *v)
+{
+	return (int)v->add_eos;
+}
+
 uint32_t bn_vocab_pre_tokenizer(const struct bn_vocab *v)
 {
 	return v->pre_tokenizer;
@@ -237,6 +242,7 @@ static int parse_head(struct bn_vocab *v, const uint8_t *p, size_t size)
 	v->eos_id = h.eos_id;
 	v->unk_id = h.unk_id;
 	v->add_bos = h.add_bos;
+	v->add_eos = (h.flags & BN_VOCAB_HEAD_ADD_EOS) ? 1 : 0; /* other bits: not ours to read */
 	return 0;
 }
 
@@ -618,6 +624,8 @@ int vocab_tokenize(const struct bn_vocab *v, const char *text, size_t len, uint3
 	}
 	if (rc == 0)
 		rc = encode_run(v, text + run, len - run, out, cap, &n);
+	if (rc == 0 && (flags & BN_TOK_ADD_EOS) && v->eos_id != NO_TOKEN)
+		vocab_emit(out, cap, &n, v->eos_id);
 	if (rc == 0 && n > INT_MAX)
 		rc = -BN_E_TOO_LONG;
 	return rc < 0 ? rc : (int)n;
@@ -627,7 +635,7 @@ int bn_tokenize_ex(const struct bn_vocab *v, const char *text, size_t len, uint3
 		   uint32_t *out, uint32_t cap)
 {
 	if (!v || (len && !text) || (cap && !out) ||
-	    (flags & ~(uint32_t)(BN_TOK_ADD_BOS | BN_TOK_PARSE_SPECIAL)))
+	    (flags & ~(uint32_t)(BN_TOK_ADD_BOS | BN_TOK_PARSE_SPECIAL | BN_TOK_ADD_EOS)))
 		return -BN_E_INVALID;
 	if (v->kind != BN_VOCAB_SPM && v->kind != BN_VOCAB_BPE)
 		return -BN_E_INVALID;

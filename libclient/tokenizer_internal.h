@@ -35,6 +35,7 @@ struct bn_vocab {
 	uint32_t n_tokens;
 	uint32_t bos_id, eos_id, unk_id;
 	uint32_t add_bos;
+	uint32_t add_eos;      /* the head's BN_VOCAB_HEAD_ADD_EOS */
 	uint32_t pre_tokenizer; /* enum bn_pre_tokenizer */
 	uint32_t chat_template; /* enum bn_chat_template */
 	uint32_t ext_flags;    /* BN_VOCAB_PRE_DETECTED, ... */

@@ -116,8 +116,11 @@ struct bn_vocab_head {
 	uint32_t n_tokens;
 	uint32_t bos_id, eos_id, unk_id; /* UINT32_MAX where absent */
 	uint32_t add_bos;  /* tokenizer.ggml.add_bos_token (1 when absent) */
-	uint32_t reserved; /* 0 */
+	uint32_t flags;    /* BN_VOCAB_HEAD_*; readers ignore other bits (a reserved 0 before) */
 };
+/* bn_vocab_head.flags */
+#define BN_VOCAB_HEAD_ADD_EOS (1U << 0) /* tokenizer.ggml.add_eos_token (0 when absent): a whole
+                                         * input (an embedding's) ends with eos_id */
 struct bn_vocab_entry {
 	float score;       /* tokenizer.ggml.scores, 0 where absent */
 	uint32_t type;     /* tokenizer.ggml.token_type (1 normal, 2 unknown, 3 control,
@@ -553,6 +556,7 @@ _Static_assert(sizeof(struct bn_ctl_request) == 16, "bn_ctl_request is 16 bytes"
 _Static_assert(sizeof(struct bn_ctl_reply) == 16, "bn_ctl_reply is 16 bytes");
 _Static_assert(offsetof(struct bn_hello, weight) == 16, "bn_hello layout");
 _Static_assert(sizeof(struct bn_vocab_head) == 32, "bn_vocab_head is 32 bytes");
+_Static_assert(offsetof(struct bn_vocab_head, flags) == 28, "bn_vocab_head layout");
 _Static_assert(sizeof(struct bn_vocab_entry) == 12, "bn_vocab_entry is 12 bytes");
 _Static_assert(sizeof(struct bn_vocab_ext) == 32, "bn_vocab_ext is 32 bytes");
 _Static_assert(offsetof(struct bn_vocab_ext, n_eog) == 20, "bn_vocab_ext layout");

@@ -22,7 +22,9 @@
  *    and a chat through the family's template (ChatML for qwen3, Gemma's) equals the
  *    in-process continuation of the ids the client's tokenizer makes of it; the embedding
  *    models (their files name last-token pooling) embed instead, the vector of a text the
- *    float reference's last final-norm output over its L2 norm, and refuse to generate;
+ *    float reference's last final-norm output over its L2 norm, and refuse to generate; the
+ *    0.6B's file says add_eos_token, so its text ends with <|endoftext|>: the text's vector is
+ *    its ids' with that EOS, bit for bit, not theirs without (the 270M's says nothing: none);
  *  - the cuda backend (the host harness's daemon, asked for `all`: it runs base for these)
  *    serves each as the cpu daemon does: the text prompt's greedy continuation, the embedding.
  * Costs (2-vCPU VM, other builds running): about 12 s plain, 15 s under AddressSanitizer.
@@ -60,22 +62,23 @@ struct family {
 	int float_graph;           /* layer matrices float (no BitLinear) */
 	uint32_t chat;             /* the template the daemon must recognise */
 	uint32_t head_dim;
+	int add_eos;               /* the file says tokenizer.ggml.add_eos_token (0.6B's) */
 };
 
 static const struct family families[] = {
 	{ "emb06", "bitnet-embedding-0.6b-test", { NULL },
 	  { { "--type", "tq2_0", NULL }, { "--type", "f16", NULL }, { "--type", "bf16", NULL },
 	    { "--type", "f32", NULL } },
-	  0, 0, BN_CHAT_CHATML, 128 },
+	  0, 0, BN_CHAT_CHATML, 128, 1 },
 	{ "emb06-g128", "bitnet-embedding-0.6b-test", { "--type", "f16", "--group", "128", NULL },
 	  { { "--type", "f32", "--group", "128", NULL }, { "--type", "bf16", "--group", "128", NULL } },
-	  128, 0, BN_CHAT_CHATML, 128 },
+	  128, 0, BN_CHAT_CHATML, 128, 1 },
 	{ "emb270", "bitnet-embedding-270m-test", { NULL },
-	  { { "--type", "tq2_0", NULL }, { "--type", "f16", NULL } }, 0, 0, BN_CHAT_GEMMA, 256 },
+	  { { "--type", "tq2_0", NULL }, { "--type", "f16", NULL } }, 0, 0, BN_CHAT_GEMMA, 256, 0 },
 	{ "bonsai", "bonsai-test", { NULL }, { { "--type", "tq1_0", NULL } }, 256, 0,
-	  BN_CHAT_CHATML, 128 },
+	  BN_CHAT_CHATML, 128, 0 },
 	{ "gemma-swa", "gemma3-swa-test", { NULL }, { { "--type", "f32", NULL } }, 0, 1,
-	  BN_CHAT_GEMMA, 64 },
+	  BN_CHAT_GEMMA, 64, 0 },
 };
 #define N_FAMILIES ((int)(sizeof(families) / sizeof(families[0])))
 
@@ -514,19 +517,44 @@ static int reference_embedding(const char *path, const uint32_t *ids, uint32_t n
 	return ref.near != 0;
 }
 
+/* The ids of an input to embed: BOS as the model wants it, the text's ids, and the file's
+ * <|endoftext|> last where it says add_eos_token (BitNet-embedding-0.6B's, as Qwen3-Embedding's:
+ * its last position, the pooled one, is that token). Returns the count. */
+static int input_ids(const struct bn_vocab *v, const char *text, int add_eos, uint32_t *ids)
+{
+	int n = bn_tokenize(v, text, strlen(text), bn_vocab_add_bos(v), ids, 63);
+	ck_assert(n > 2 && n <= 63);
+	ck_assert_int_eq(bn_vocab_add_eos(v), add_eos);
+	if (!add_eos)
+		return n;
+	size_t len;
+	const char *eos = bn_vocab_token_text(v, bn_vocab_eos_id(v), &len);
+	ck_assert(eos && len == 13 && !memcmp(eos, "<|endoftext|>", 13));
+	ids[n] = bn_vocab_eos_id(v);
+	return n + 1;
+}
+
 /* The embedding models (their files name last-token pooling): the daemon's vector of a text
- * is the float reference's of the client's ids, and generation is refused. */
+ * is the float reference's of its ids (EOS last where the file says so), bit for bit the
+ * daemon's vector of those ids and not of the ids without that EOS; generation is refused. */
 static void daemon_embeds(struct bn_client *c, const struct bn_vocab *v, const char *path,
-			  const char *text)
+			  const char *text, int add_eos)
 {
 	uint32_t ids[64];
-	int n = bn_tokenize(v, text, strlen(text), bn_vocab_add_bos(v), ids, 64);
-	ck_assert_int_gt(n, 2);
-	float vec[1024];
+	int n = input_ids(v, text, add_eos, ids);
+	float vec[1024], by_ids[1024], cut[1024];
 	struct bn_embed_item it = { .text = text, .text_len = strlen(text), .vector = vec,
 				    .cap = 1024 };
 	ck_assert_int_eq(bn_embed(c, &it, tu_scaled_ns(60 * SECOND)), 0);
 	ck_assert_uint_eq(it.n_tokens, (uint32_t)n);
+	struct bn_embed_item whole = { .ids = ids, .n_ids = (uint32_t)n, .vector = by_ids,
+				       .cap = 1024 };
+	struct bn_embed_item shorter = { .ids = ids, .n_ids = (uint32_t)n - 1, .vector = cut,
+					 .cap = 1024 };
+	ck_assert_int_eq(bn_embed(c, &whole, tu_scaled_ns(60 * SECOND)), 0);
+	ck_assert_int_eq(bn_embed(c, &shorter, tu_scaled_ns(60 * SECOND)), 0);
+	ck_assert_mem_eq(vec, by_ids, it.dim * sizeof(float));
+	ck_assert(memcmp(vec, cut, it.dim * sizeof(float)) != 0);
 	ck_assert_uint_eq(it.pooling, BN_POOLING_LAST);
 	ck_assert_uint_eq(it.trained, 1);
 	ck_assert_uint_le(it.dim, 1024);
@@ -582,7 +610,7 @@ START_TEST(daemon_serves_the_family)
 	static const char text[] = "bake a cake 123";
 	int embedding = !strncmp(f->preset, "bitnet-emb", 10);
 	if (embedding)
-		daemon_embeds(c, v, path, text);
+		daemon_embeds(c, v, path, text, f->add_eos);
 	else
 		daemon_continues(c, v, path, text, 60);
 	/* chat: one conversation, the marker of the family in the user's text stays text */
@@ -672,7 +700,7 @@ START_TEST(cuda_backend_serves_the_family)
 	ck_assert_int_eq(bn_client_vocab(c, &v), 0);
 	static const char text[] = "bake a cake 123";
 	if (!strncmp(f->preset, "bitnet-emb", 10))
-		daemon_embeds(c, v, path, text);
+		daemon_embeds(c, v, path, text, f->add_eos);
 	else
 		daemon_continues(c, v, path, text, 300); /* the harness under ASan: slow */
 	bn_disconnect(c);

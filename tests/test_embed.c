@@ -15,8 +15,13 @@
  *    with 1016 and their reason, an op past EMBED gets 1016 (what a daemon that predates
  *    EMBED answers), and an embedding model (its file names a pooling) embeds but refuses to
  *    generate, with its reason;
- *  - bitnet-cli embed prints the library's floats.
- * Cost: about 8 daemons on the tiny model; a few seconds plain.
+ *  - bitnet-cli embed prints the library's floats;
+ *  - EOS last (tokenizer.ggml.add_eos_token, as BitNet-embedding-0.6B's file says): a text's
+ *    vector is, bit for bit, that of the ids BOS + its ids + EOS built here from the tiny
+ *    vocabulary's known ids, and not that of the ids without EOS; the TOKENIZE op, bitnet-cli
+ *    tokenize and info agree; a file that says false gets none, nor does NO_BOS, nor a
+ *    generative model's text prompt.
+ * Cost: about 10 daemons on the tiny model; a few seconds plain.
  */
 #define _GNU_SOURCE
 #include "testutil.h"
@@ -40,6 +45,9 @@
 
 static char models_dir[] = "/tmp/bn-embed-XXXXXX";
 static char embedding_model[256]; /* the tiny preset with <arch>.pooling_type = last */
+/* the tiny preset with add_eos_token true (generative: no pooling_type), and an embedding model
+ * (pooling_type last) with add_eos_token false */
+static char eos_model[256], no_eos_model[256];
 
 static struct bn_client *connect_or_die(const struct tu_daemon *d)
 {
@@ -445,12 +453,139 @@ START_TEST(embedding_model_embeds_only)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* EOS last, as the file says                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+#define TINY_BOS 1u /* the tiny preset's SentencePiece vocabulary: <s>, </s> */
+#define TINY_EOS 2u
+
+static void fill_tokenize(struct bn_client *c, uint32_t slot, const void *arg)
+{
+	const char *text = arg;
+	struct bn_slot *s = slot_of(c, slot);
+	s->n_prompt = (uint32_t)strlen(text);
+	s->flags = BN_REQ_TEXT;
+	memcpy(text_of(c, slot), text, strlen(text));
+}
+
+/* The daemon's TOKENIZE op on text: its ids into out; returns how many. */
+static uint32_t tokenize_op(struct bn_client *c, const char *text, uint32_t *out, uint32_t cap)
+{
+	struct bn_handle *h;
+	struct bn_result res;
+	ck_assert_int_eq(bn_submit_op(c, BN_OP_TOKENIZE, fill_tokenize, text, &h), 0);
+	ck_assert_int_eq(tu_wait(h, tu_scaled_ns(10 * SEC)), 0);
+	ck_assert_int_eq(bn_result(h, &res), 0);
+	ck_assert_uint_eq(res.status, BN_STATUS_COMPLETE);
+	ck_assert_uint_le(res.n_tokens, cap);
+	ck_assert_int_eq(bn_read_tokens(h, 0, out, res.n_tokens), (int)res.n_tokens);
+	bn_release(h);
+	return res.n_tokens;
+}
+
+/* The ids on bitnet-cli's output line, space-separated: how many, into out. */
+static uint32_t cli_ids(const char *line, uint32_t *out, uint32_t cap)
+{
+	uint32_t n = 0;
+	char *end;
+	for (unsigned long x = strtoul(line, &end, 10); end != line && n < cap;
+	     x = strtoul(line, &end, 10)) {
+		out[n++] = (uint32_t)x;
+		line = end;
+	}
+	return n;
+}
+
+/* The GENERATE of text reads the text as it stands: BOS and its ids, never an EOS after
+ * them (n_plain of them). */
+static void expect_prompt_without_eos(struct bn_client *c, const char *text, uint32_t n_plain)
+{
+	struct bn_request req = { .max_tokens = 1, .flags = BN_REQ_IGNORE_EOS };
+	struct bn_handle *h;
+	uint32_t prompt_tokens = 0;
+	char out[64];
+	ck_assert_int_eq(bn_submit_text(c, &req, text, strlen(text), &h), 0);
+	ck_assert_int_eq(tu_wait(h, tu_scaled_ns(10 * SEC)), 0);
+	ck_assert_int_ge(bn_read_text(h, 0, out, sizeof(out), &prompt_tokens), 0);
+	ck_assert_uint_eq(prompt_tokens, n_plain);
+	bn_release(h);
+}
+
+/* The daemon on model (its file's add_eos_token is add_eos; `pooling`: bitnetd --pooling, a
+ * generative model that embeds too): the vector of a text is the one of BOS + the text's ids +
+ * (EOS when add_eos), bit for bit, and differs from the other one; the TOKENIZE op and
+ * bitnet-cli tokenize give those ids, bitnet-cli info says add_eos; with NO_BOS the text's
+ * vector is its bare ids'; a generative model's text prompt gets no EOS. */
+static void expect_eos_last(const char *model, const char *pooling, int add_eos)
+{
+	struct tu_daemon d;
+	start(&d, model, pooling ? "--pooling" : NULL, pooling, NULL, NULL);
+	struct bn_client *c = connect_or_die(&d);
+	const struct bn_vocab *v;
+	ck_assert_int_eq(bn_client_vocab(c, &v), 0);
+	ck_assert_int_eq(bn_vocab_add_eos(v), add_eos);
+	ck_assert_uint_eq(bn_vocab_bos_id(v), TINY_BOS);
+	ck_assert_uint_eq(bn_vocab_eos_id(v), TINY_EOS);
+	static const char text[] = "the cat sat";
+	uint32_t ids[MAX_LEN + 2], got[MAX_LEN + 2];
+	ids[0] = TINY_BOS;
+	int body = bn_tokenize_ex(v, text, strlen(text), 0, ids + 1, MAX_LEN);
+	ck_assert_int_gt(body, 0);
+	ck_assert_uint_ne(ids[body], TINY_EOS);
+	ids[body + 1] = TINY_EOS;
+	uint32_t n_plain = (uint32_t)body + 1, n_want = n_plain + (add_eos ? 1 : 0);
+	static float by_text[MAX_DIM], with_eos[MAX_DIM], without[MAX_DIM], bare[MAX_DIM],
+		bare_ids[MAX_DIM];
+	struct bn_embed_item t = { .text = text, .text_len = strlen(text) };
+	struct bn_embed_item e = { .ids = ids, .n_ids = n_plain + 1 };
+	struct bn_embed_item p = { .ids = ids, .n_ids = n_plain };
+	struct bn_embed_item nb = { .text = text, .text_len = strlen(text), .flags = BN_REQ_NO_BOS };
+	struct bn_embed_item b = { .ids = ids + 1, .n_ids = (uint32_t)body };
+	embed_ok(c, &t, by_text);
+	embed_ok(c, &e, with_eos);
+	embed_ok(c, &p, without);
+	embed_ok(c, &nb, bare);
+	ck_assert_uint_eq(t.n_tokens, n_want);
+	ck_assert_mem_eq(by_text, add_eos ? with_eos : without, t.dim * sizeof(float));
+	ck_assert(memcmp(with_eos, without, t.dim * sizeof(float)) != 0);
+	ck_assert_uint_eq(nb.n_tokens, (uint32_t)body);
+	embed_ok(c, &b, bare_ids);
+	ck_assert_mem_eq(bare, bare_ids, t.dim * sizeof(float));
+	ck_assert_uint_eq(tokenize_op(c, text, got, MAX_LEN + 2), n_want);
+	ck_assert_mem_eq(got, ids, n_want * sizeof(uint32_t));
+	if (pooling)
+		expect_prompt_without_eos(c, text, n_plain);
+	static struct tu_run r;
+	const char *const tokenize[] = { "tokenize", text, NULL };
+	ck_assert_int_eq(tu_run_cli(&d, tokenize, NULL, 0, &r), 0);
+	ck_assert_msg(r.status == 0, "bitnet-cli tokenize: %s", r.err);
+	ck_assert_uint_eq(cli_ids(r.out, got, MAX_LEN + 2), n_want);
+	ck_assert_mem_eq(got, ids, n_want * sizeof(uint32_t));
+	ck_assert_int_eq(tu_run_cli(&d, (const char *const[]){ "info", NULL }, NULL, 0, &r), 0);
+	ck_assert_ptr_nonnull(strstr(r.out, add_eos ? "\nadd_eos=1\n" : "\nadd_eos=0\n"));
+	bn_disconnect(c);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+
+START_TEST(text_ends_with_eos_as_the_file_says)
+{
+	expect_eos_last(eos_model, "last", 1);
+	expect_eos_last(no_eos_model, NULL, 0);
+}
+END_TEST
+
 int main(void)
 {
 	tu_models_dir(models_dir);
 	snprintf(embedding_model, sizeof(embedding_model), "%s/embed-last.gguf", models_dir);
 	const char *args[] = { "--pooling", "last", NULL };
 	tu_write_tiny_model(embedding_model, args);
+	snprintf(eos_model, sizeof(eos_model), "%s/embed-eos.gguf", models_dir);
+	snprintf(no_eos_model, sizeof(no_eos_model), "%s/embed-no-eos.gguf", models_dir);
+	tu_write_tiny_model(eos_model, (const char *const[]){ "--add-eos", "true", NULL });
+	tu_write_tiny_model(no_eos_model, (const char *const[]){ "--pooling", "last", "--add-eos",
+								"false", NULL });
 	Suite *s = suite_create("embed");
 	TCase *tc = tcase_create("daemon");
 	tcase_set_timeout(tc, 120);
@@ -461,6 +596,7 @@ int main(void)
 	tcase_add_test(tc, generative_model_without_pooling);
 	tcase_add_test(tc, loopback_does_not_embed);
 	tcase_add_test(tc, embedding_model_embeds_only);
+	tcase_add_test(tc, text_ends_with_eos_as_the_file_says);
 	suite_add_tcase(s, tc);
 	int rc = tu_run_suite(s);
 	tu_remove_dir(models_dir);

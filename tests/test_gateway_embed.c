@@ -7,7 +7,9 @@
  * an embedding model's vector and normalises it again (checked against this file's own
  * arithmetic), and is refused for a generative model pooled by --pooling; bad requests are
  * 400s naming their parameter; a daemon that does not embed, and completions asked of an
- * embedding model, are refused by name; a daemon of two models picks its model by name.
+ * embedding model, are refused by name; a daemon of two models picks its model by name; a
+ * string to an embedding model whose file says add_eos_token (as BitNet-embedding-0.6B's)
+ * ends with EOS: its vector is that of BOS + its ids + EOS sent as ids, and usage counts it.
  * Cost: 4 daemons and gateways on the tiny model; about 2.5 s plain.
  */
 #define _GNU_SOURCE
@@ -21,7 +23,7 @@
 #define DIM 256 /* the tiny preset's width */
 
 static char models_dir[] = "/tmp/bn-gw-embed-XXXXXX";
-static char embedding_model[256];
+static char embedding_model[256]; /* the tiny preset, pooling last, add_eos_token true */
 
 struct stack {
 	struct tu_daemon d;
@@ -187,9 +189,19 @@ START_TEST(dimensions_cut_an_embedding_model)
 {
 	struct stack s;
 	up(&s, embedding_model, NULL);
-	static float full[DIM], got[DIM];
-	uint32_t t;
+	static float full[DIM], got[DIM], by_ids[DIM];
+	uint32_t t, t_ids;
 	ring_vector(s.c, "hello world", NULL, 0, full, &t);
+	/* the oracle: <s> (1), the text's ids, </s> (2), from the tiny vocabulary */
+	const struct bn_vocab *v;
+	ck_assert_int_eq(bn_client_vocab(s.c, &v), 0);
+	uint32_t ids[16] = { 1 };
+	int n = bn_tokenize_ex(v, "hello world", 11, 0, ids + 1, 14);
+	ck_assert(n > 0 && n <= 14);
+	ids[n + 1] = 2;
+	ring_vector(s.c, NULL, ids, (uint32_t)n + 2, by_ids, &t_ids);
+	ck_assert_uint_eq(t, (uint32_t)n + 2);
+	ck_assert_mem_eq(full, by_ids, sizeof(full));
 	struct reply r = post(&s, "{\"input\":\"hello world\",\"dimensions\":100}");
 	ck_assert_msg(r.status == 200, "%s", r.body);
 	json_t *j = json_of(&r);
@@ -205,6 +217,8 @@ START_TEST(dimensions_cut_an_embedding_model)
 	j = json_of(&r);
 	float_vector(j, 0, got, DIM);
 	ck_assert_mem_eq(got, full, sizeof(got));
+	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"),
+							    "prompt_tokens")), n + 2);
 	json_decref(j);
 	reply_free(&r);
 	r = post(&s, "{\"input\":\"hello\",\"dimensions\":257}");
@@ -326,7 +340,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	tu_models_dir(models_dir);
 	snprintf(embedding_model, sizeof(embedding_model), "%s/embed-last.gguf", models_dir);
-	const char *args[] = { "--pooling", "last", NULL };
+	const char *args[] = { "--pooling", "last", "--add-eos", "true", NULL };
 	tu_write_tiny_model(embedding_model, args);
 	Suite *s = suite_create("gateway_embed");
 	TCase *tc = tcase_create("built-in model");

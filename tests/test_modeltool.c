@@ -828,6 +828,7 @@ START_TEST(bad_arguments)
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--gguf-version", "1", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--activation", "tanh", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--group", "64", NULL } },
+		{ 2, { "write", "--preset", "tiny", "--out", out, "--add-eos", "yes", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--activation", "silu",
 		       "--no-activation-key", NULL } },
 		{ 2, { "write", "--preset", "falcon3-test", "--out", out, "--vocab", "260", NULL } },

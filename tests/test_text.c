@@ -405,7 +405,7 @@ START_TEST(info_says_what_was_chosen)
 	expect_info(ms_path, NULL, NULL,
 		    (const char *const[]){ "vocab=gpt2\n", "pre_tokenizer=llama-bpe (detected)\n",
 					   "chat_template=bitnet (placeholder replaced)\n",
-					   "eog_ids=128001,128009\n", "add_bos=1\n",
+					   "eog_ids=128001,128009\n", "add_bos=1\n", "add_eos=0\n",
 					   "lm_head=screened (the file's tokens and logits)\n",
 					   "decode_layout=2bit\n", NULL });
 	expect_info(cpp_path, NULL, NULL,

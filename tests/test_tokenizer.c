@@ -450,7 +450,7 @@ START_TEST(corruptions_are_refused)
 	ck_assert_int_eq(corrupted(E0 + 8, 1000), -BN_E_PROTOCOL);
 	ck_assert_int_eq(corrupted(E0 + 8, NONE), -BN_E_PROTOCOL);
 	ck_assert_int_eq(corrupted(E0 + 8, 0x80000000u), -BN_E_PROTOCOL);
-	/* Absent ids and reserved words are fine. */
+	/* Absent ids and unknown flag bits are fine. */
 	ck_assert_int_eq(corrupted(12, NONE), 0);
 	ck_assert_int_eq(corrupted(28, 99), 0);
 	/* A byte more than the entries take. */
@@ -562,6 +562,7 @@ START_TEST(daemon_payload_from_gguf)
 	ck_assert_uint_eq(bn_vocab_eos_id(v), 2);
 	ck_assert_uint_eq(bn_vocab_unk_id(v), 0);
 	ck_assert_int_eq(bn_vocab_add_bos(v), 1);
+	ck_assert_int_eq(bn_vocab_add_eos(v), 0); /* no tokenizer.ggml.add_eos_token: none */
 	for (uint32_t i = 0; i < GG_N; i++) {
 		size_t len;
 		const char *t = bn_vocab_token_text(v, i, &len);
@@ -613,6 +614,74 @@ START_TEST(daemon_payload_defaults)
 }
 END_TEST
 
+/* The payload's flags word (offset 28) of a file that says add_eos_token, or not (-1). */
+static uint32_t gg_head_flags(int add_eos)
+{
+	struct bn_gguf_writer *w = gg_writer(GG_ALL);
+	if (add_eos >= 0)
+		ck_assert_int_eq(bn_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", add_eos), 0);
+	uint8_t *p;
+	size_t n;
+	char err[BN_VOCAB_ERR_LEN];
+	ck_assert_msg(gg_build(w, &p, &n, err) == 1, "%s", err);
+	uint32_t flags;
+	memcpy(&flags, p + 28, 4);
+	free(p);
+	return flags;
+}
+
+/* tokenizer.ggml.add_eos_token: true sets the head's ADD_EOS bit (and nothing else), false or
+ * absent leaves the word 0; the library reads it, and BN_TOK_ADD_EOS puts eos_id (2) last:
+ * after the text, after a special token, alone for empty text, after BOS. */
+START_TEST(daemon_payload_add_eos)
+{
+	ck_assert_uint_eq(gg_head_flags(1), BN_VOCAB_HEAD_ADD_EOS);
+	ck_assert_uint_eq(gg_head_flags(0), 0);
+	ck_assert_uint_eq(gg_head_flags(-1), 0);
+	struct bn_gguf_writer *w = gg_writer(GG_ALL);
+	ck_assert_int_eq(bn_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", 1), 0);
+	struct bn_vocab *v = gg_vocab(w);
+	ck_assert_int_eq(bn_vocab_add_eos(v), 1);
+	ck_assert_int_eq(bn_vocab_add_bos(v), 1);
+	uint32_t ids[8];
+	ck_assert_int_eq(bn_tokenize_ex(v, "hi", 2, BN_TOK_ADD_BOS | BN_TOK_ADD_EOS, ids, 8), 3);
+	ck_assert_uint_eq(ids[0], 1);
+	ck_assert_uint_eq(ids[1], 4);
+	ck_assert_uint_eq(ids[2], 2);
+	ck_assert_int_eq(bn_tokenize_ex(v, "hi", 2, BN_TOK_ADD_EOS, ids, 8), 2);
+	ck_assert_uint_eq(ids[0], 4);
+	ck_assert_uint_eq(ids[1], 2);
+	uint32_t special = BN_TOK_ADD_EOS | BN_TOK_PARSE_SPECIAL;
+	ck_assert_int_eq(bn_tokenize_ex(v, "hi<s>", 5, special, ids, 8), 3);
+	ck_assert_uint_eq(ids[1], 1);
+	ck_assert_uint_eq(ids[2], 2);
+	ck_assert_int_eq(bn_tokenize_ex(v, "", 0, BN_TOK_ADD_EOS, ids, 8), 1);
+	ck_assert_uint_eq(ids[0], 2);
+	/* Counted when it does not fit, and only on request. */
+	ck_assert_int_eq(bn_tokenize_ex(v, "hi", 2, BN_TOK_ADD_EOS, ids, 1), 2);
+	ck_assert_int_eq(bn_tokenize_ex(v, "hi", 2, 0, ids, 8), 1);
+	ck_assert_int_eq(bn_tokenize_ex(v, "hi", 2, 1U << 3, ids, 8), -BN_E_INVALID);
+	bn_vocab_free(v);
+}
+END_TEST
+
+/* The wire's flags word: bit 0 is ADD_EOS, the other bits are ignored (the word was reserved:
+ * a client must not refuse what a later daemon sets there). */
+START_TEST(payload_flags_word)
+{
+	static const uint32_t words[] = { 0, 1, 0xfffffffe, 0xffffffff, 99 };
+	for (size_t k = 0; k < sizeof(words) / sizeof(words[0]); k++) {
+		struct buf b = payload_of(&small);
+		patch32(&b, 28, words[k]);
+		struct bn_vocab *v;
+		ck_assert_int_eq(bn_vocab_from_payload(b.p, b.n, &v), 0);
+		ck_assert_int_eq(bn_vocab_add_eos(v), (int)(words[k] & 1));
+		bn_vocab_free(v);
+		free(b.p);
+	}
+}
+END_TEST
+
 typedef void (*gg_mutation)(struct bn_gguf_writer *w);
 
 static void bad_scores_len(struct bn_gguf_writer *w)
@@ -657,6 +726,10 @@ static void bad_add_bos(struct bn_gguf_writer *w)
 {
 	bn_gguf_add_u32(w, "tokenizer.ggml.add_bos_token", 1);
 }
+static void bad_add_eos(struct bn_gguf_writer *w)
+{
+	bn_gguf_add_str(w, "tokenizer.ggml.add_eos_token", "true");
+}
 static void bad_model(struct bn_gguf_writer *w)
 {
 	bn_gguf_add_u32(w, "tokenizer.ggml.model", 1);
@@ -677,6 +750,7 @@ static const struct {
 	{ bad_eos_type, GG_TOKENS, "t.gguf: tokenizer.ggml.eos_token_id is not an unsigned 32-bit integer" },
 	{ bad_unk, GG_TOKENS, "t.gguf: tokenizer.ggml.unknown_token_id 1000 is not below the token count 6" },
 	{ bad_add_bos, GG_TOKENS, "t.gguf: tokenizer.ggml.add_bos_token is not a bool" },
+	{ bad_add_eos, GG_TOKENS, "t.gguf: tokenizer.ggml.add_eos_token is not a bool" },
 	{ bad_model, GG_TOKENS, "t.gguf: tokenizer.ggml.model is not a string" },
 };
 
@@ -1182,6 +1256,8 @@ int main(void)
 	tcase_add_test(payload, random_mutations_stay_in_bounds);
 	tcase_add_test(payload, daemon_payload_from_gguf);
 	tcase_add_test(payload, daemon_payload_defaults);
+	tcase_add_test(payload, daemon_payload_add_eos);
+	tcase_add_test(payload, payload_flags_word);
 	tcase_add_loop_test(payload, daemon_payload_refuses_bad_metadata, 0,
 			    sizeof(gg_bad) / sizeof(gg_bad[0]));
 	tcase_add_test(payload, daemon_payload_tokens_not_strings);

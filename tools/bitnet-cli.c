@@ -50,7 +50,8 @@ static const char usage_text[] =
 	"                             refuses is reported with its reason\n"
 	"  tokenize [--special] [--no-bos] TEXT   the ids of TEXT on one line (- reads\n"
 	"                             standard input to its end); --special: special tokens'\n"
-	"                             texts are those tokens; BOS as the model wants it\n"
+	"                             texts are those tokens; BOS first and EOS last as\n"
+	"                             the model wants them (--no-bos: neither)\n"
 	"  detokenize --ids \"...\" [--special]   the text of the ids, then a newline;\n"
 	"                             --special: control tokens as their text\n"
 	"  score --ids \"...\" | --text TEXT [--top N]   the log-probability of each token\n"
@@ -74,7 +75,8 @@ static const char usage_text[] =
 	"                             tokens=N pooling=P model=embedding|generative, then the\n"
 	"                             D values, or input=K error=NAME; the daemon embeds only\n"
 	"                             with a pooling (bitnetd --pooling, or an embedding\n"
-	"                             model's)\n"
+	"                             model's); --text: BOS first and EOS last as the\n"
+	"                             model wants them (--no-bos: neither)\n"
 	"  chat [OPTIONS]             talk to the model with its chat template; see\n"
 	"                             'bitnet-cli chat --help'\n"
 	"  stats                      daemon metrics (Prometheus text format)\n"
@@ -159,7 +161,7 @@ static void print_vocab_info(struct bn_client *c)
 	printf("eog_ids=");
 	for (uint32_t i = 0; i < n; i++)
 		printf(i ? ",%u" : "%u", eog[i]);
-	printf("\nadd_bos=%d\n", bn_vocab_add_bos(v));
+	printf("\nadd_bos=%d\nadd_eos=%d\n", bn_vocab_add_bos(v), bn_vocab_add_eos(v));
 }
 
 /* How the daemon computes the model (bn_model_compute): whether the logits are the file's. */

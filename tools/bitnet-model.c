@@ -64,6 +64,9 @@ static const char usage_text[] =
 	"                                           converter writes it for an embedding model\n"
 	"                                           (bitnetd then embeds and does not generate;\n"
 	"                                           default: the preset's)\n"
+	"  --add-eos true|false                     tokenizer.ggml.add_eos_token (default: the\n"
+	"                                           preset's, else none): inputs to embed end\n"
+	"                                           with EOS, as BitNet-embedding-0.6B's file says\n"
 	"  --no-activation-key                      no <arch>.hidden_activation, as bitnet.cpp's\n"
 	"                                           converter writes (the loader decides)\n"
 	"  --vocab N                                vocabulary size (>= 260)\n"
@@ -180,6 +183,8 @@ struct model_cfg {
 	int act_key;                  /* write <arch>.hidden_activation */
 	uint32_t group;               /* ternary weights per scale (0: one scale a tensor) */
 	uint32_t pooling;             /* <arch>.pooling_type when not 0 (--pooling, the preset) */
+	int add_eos;                  /* tokenizer.ggml.add_eos_token 0 or 1 (--add-eos, the
+				       * preset's true); -1: not written */
 	uint64_t seed;
 	uint32_t version;
 	const char *out;
@@ -465,7 +470,8 @@ static int add_tensor(struct bn_gguf_writer *w, const struct model_cfg *c,
 
 static int add_tokenizer(struct bn_gguf_writer *w, const struct model_cfg *c)
 {
-	int rc = c->p->add_eos ? bn_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", 1) : 0;
+	int rc = c->add_eos >= 0 ? bn_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", c->add_eos)
+				 : 0;
 	if (rc)
 		return rc;
 	if (c->bpe)
@@ -583,7 +589,7 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out)
 struct write_args {
 	const char *preset, *out, *type, *arch, *embed_type, *act;
 	const char *vocab, *layers, *seed, *version;
-	const char *vocab_from, *metadata, *rig, *group, *pooling;
+	const char *vocab_from, *metadata, *rig, *group, *pooling, *add_eos;
 	int untied, no_act_key, help;
 };
 
@@ -591,7 +597,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 {
 	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
 	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_POOLING,
-	       O_HELP, O_GROUP };
+	       O_HELP, O_GROUP, O_ADD_EOS };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "out", required_argument, NULL, O_OUT },
@@ -610,6 +616,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		{ "no-activation-key", no_argument, NULL, O_NO_ACT_KEY },
 		{ "group", required_argument, NULL, O_GROUP },
 		{ "pooling", required_argument, NULL, O_POOLING },
+		{ "add-eos", required_argument, NULL, O_ADD_EOS },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -634,6 +641,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		case O_NO_ACT_KEY: a->no_act_key = 1; break;
 		case O_GROUP: a->group = optarg; break;
 		case O_POOLING: a->pooling = optarg; break;
+		case O_ADD_EOS: a->add_eos = optarg; break;
 		case O_HELP: a->help = 1; break;
 		case ':': return usage_error("option %s needs a value", argv[optind - 1]);
 		default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -770,6 +778,25 @@ static int resolve_group(struct model_cfg *c, const char *opt)
 	return 0;
 }
 
+/* What an embedding model's file says: <arch>.pooling_type and tokenizer.ggml.add_eos_token,
+ * each the option, else the preset's. */
+static int resolve_embedding_keys(struct model_cfg *c, const struct write_args *a)
+{
+	static const char *const poolings[] = { "mean", "cls", "last" }; /* 1, 2, 3 */
+	c->pooling = a->pooling ? 0 : c->p->pooling;
+	for (uint32_t i = 0; a->pooling && i < ARRAY_LEN(poolings); i++)
+		if (!strcmp(a->pooling, poolings[i]))
+			c->pooling = i + 1;
+	if (a->pooling && !c->pooling)
+		return usage_error("unknown pooling '%s' (mean, cls, last)", a->pooling);
+	c->add_eos = c->p->add_eos ? 1 : -1;
+	if (a->add_eos && strcmp(a->add_eos, "true") && strcmp(a->add_eos, "false"))
+		return usage_error("--add-eos takes true or false, not '%s'", a->add_eos);
+	if (a->add_eos)
+		c->add_eos = !strcmp(a->add_eos, "true");
+	return 0;
+}
+
 static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 {
 	if (!a->preset)
@@ -795,13 +822,8 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 				   a->embed_type);
 	c->untied = c->p->untied || a->untied;
 	c->act_key = !a->no_act_key;
-	static const char *const poolings[] = { "mean", "cls", "last" }; /* 1, 2, 3 */
-	c->pooling = a->pooling ? 0 : c->p->pooling; /* the option, else the preset's */
-	for (uint32_t i = 0; a->pooling && i < ARRAY_LEN(poolings); i++)
-		if (!strcmp(a->pooling, poolings[i]))
-			c->pooling = i + 1;
-	if (a->pooling && !c->pooling)
-		return usage_error("unknown pooling '%s' (mean, cls, last)", a->pooling);
+	if (resolve_embedding_keys(c, a))
+		return EXIT_USAGE;
 	if (a->no_act_key && a->act)
 		return usage_error("--activation writes the key --no-activation-key leaves out");
 	int rc = resolve_act(c, a->act);

@@ -138,6 +138,8 @@ int cli_tokenize(struct bn_client *c, int argc, char **argv)
 		return rc;
 	if (no_bos || !bn_vocab_add_bos(v))
 		flags &= ~(uint32_t)BN_TOK_ADD_BOS;
+	if (!no_bos && bn_vocab_add_eos(v)) /* as the daemon's TOKENIZE op: a whole input */
+		flags |= BN_TOK_ADD_EOS;
 	size_t len = strlen(argv[i]);
 	char *text = strcmp(argv[i], "-") == 0 ? cli_read_all(stdin, &len) : strdup(argv[i]);
 	if (!text)

@@ -114,6 +114,20 @@ static int read_kind(struct builder *b)
 	return 0;
 }
 
+/* tokenizer.ggml.add_eos_token: absent is false, as llama.cpp reads it for SentencePiece and
+ * byte-level BPE vocabularies of every pre-tokenizer (only its T5-style "ugm" kind, which
+ * bitnetd does not encode, defaults to true). Qwen3-Embedding-style files say true: they are
+ * trained on inputs that end with <|endoftext|> and pool the last position. */
+static int read_add_eos(struct builder *b)
+{
+	int add_eos = 0;
+	int rc = bn_gguf_get_bool(b->g, "tokenizer.ggml.add_eos_token", &add_eos);
+	if (rc != 0 && rc != -ENOENT)
+		return fail(b, "tokenizer.ggml.add_eos_token is not a bool");
+	b->head.flags = add_eos ? BN_VOCAB_HEAD_ADD_EOS : 0;
+	return 0;
+}
+
 static int read_head(struct builder *b)
 {
 	const struct bn_gguf_kv *t = b->tokens;
@@ -130,7 +144,8 @@ static int read_head(struct builder *b)
 		return fail(b, "tokenizer.ggml.add_bos_token is not a bool");
 	b->head.add_bos = add_bos ? 1 : 0;
 	b->add_bos_declared = rc == 0;
-	if (read_kind(b) || token_id(b, "tokenizer.ggml.bos_token_id", &b->head.bos_id) ||
+	if (read_add_eos(b) || read_kind(b) ||
+	    token_id(b, "tokenizer.ggml.bos_token_id", &b->head.bos_id) ||
 	    token_id(b, "tokenizer.ggml.eos_token_id", &b->head.eos_id) ||
 	    token_id(b, "tokenizer.ggml.unknown_token_id", &b->head.unk_id) ||
 	    per_token_array(b, "tokenizer.ggml.scores", 0, &b->scores) ||

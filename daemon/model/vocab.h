@@ -13,8 +13,9 @@
  * tokenizer.ggml.merges (gpt2: required, "left right" in rank order), tokenizer.ggml.pre,
  * tokenizer.ggml.bos_token_id / eos_token_id / unknown_token_id / eot_token_id / eom_token_id
  * (optional, < n_tokens), tokenizer.ggml.add_bos_token (bool; default true, but false for
- * the falcon3 and falcon_e pre-tokenizers, whose tokenizers add no BOS) and
- * tokenizer.chat_template (optional string).
+ * the falcon3 and falcon_e pre-tokenizers, whose tokenizers add no BOS),
+ * tokenizer.ggml.add_eos_token (bool; default false, as llama.cpp's: BN_VOCAB_HEAD_ADD_EOS)
+ * and tokenizer.chat_template (optional string).
  *
  * What published files leave out is resolved here, by content (vocab_resolve.c): the
  * pre-tokenizer of a gpt2 vocabulary without tokenizer.ggml.pre, the end-of-turn tokens of a

@@ -654,9 +654,10 @@ class Client:
     # --- text
     def tokenize(self, text: Union[str, bytes], special: bool = False, bos: bool = True,
                  timeout: Optional[float] = None) -> List[int]:
-        """The ids the daemon makes of ``text`` (str or bytes): BOS first when the model wants
-        it (``bos=False``: never); special tokens' texts are those tokens only with
-        ``special``."""
+        """The ids the daemon makes of ``text`` (str or bytes): BOS first and EOS last when the
+        model wants them (its file's add_bos_token and add_eos_token: the ids ``embed`` reads
+        for the same text; ``bos=False``: neither); special tokens' texts are those tokens
+        only with ``special``."""
         data = _bytes(text)
         flags = w.REQ_TEXT | (w.REQ_PARSE_SPECIAL if special else 0) | (0 if bos else w.REQ_NO_BOS)
         return self._run(_Request(w.OP_TOKENIZE, lambda r: r["tokens"], len(data), text=data,
@@ -781,9 +782,10 @@ class Client:
 
     def embed(self, input: Prompt, dimensions: Optional[int] = None, special: bool = False,
               bos: bool = True, timeout: Optional[float] = None) -> Embedding:
-        """The embedding of ``input`` (text the daemon encodes, BOS as the model says unless
-        ``bos=False``, special tokens' texts those tokens only with ``special``; or a list of
-        ids used as given): an Embedding whose vector is the final norm's output pooled as the
+        """The embedding of ``input`` (text the daemon encodes, BOS first and EOS last as the
+        model says, e.g. the <|endoftext|> a Qwen3-Embedding-style model was trained to end
+        with, unless ``bos=False``; special tokens' texts those tokens only with ``special``;
+        or a list of ids used as given): an Embedding whose vector is the final norm's output pooled as the
         model says and divided by its L2 norm (shm/PROTOCOL.md section 6.14). ``dimensions``:
         its first that many numbers, normalised again (Matryoshka truncation, as OpenAI's
         ``dimensions``), for a model trained to embed; a generative model pooled by bitnetd

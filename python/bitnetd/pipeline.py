@@ -447,12 +447,13 @@ class FillMaskPipeline(Pipeline):
 
     def _targets(self, masked, targets):
         """Each input's candidates from the caller: the targets, with the ids each adds to the
-        text before the mask."""
+        text before the mask (encoded without special tokens: only the ids after the common
+        start matter, and a model whose file says add_eos_token would end both with EOS)."""
         for m in masked:
-            base = self.client.tokenize(m.left.rstrip())
+            base = self.client.tokenize(m.left.rstrip(), bos=False)
             for t in targets:
                 fill = t.lstrip() if m.new_word else t
-                ids = self.client.tokenize(m.left + fill)
+                ids = self.client.tokenize(m.left + fill, bos=False)
                 k = 0
                 while k < min(len(base), len(ids)) and base[k] == ids[k]:
                     k += 1

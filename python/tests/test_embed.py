@@ -38,11 +38,12 @@ def mean_daemon():
 
 @pytest.fixture(scope="module")
 def embedding_model_daemon():
-    """The tiny preset with <arch>.pooling_type = last: an embedding model."""
+    """The tiny preset with <arch>.pooling_type = last and tokenizer.ggml.add_eos_token true, as
+    BitNet-embedding-0.6B's file: an embedding model whose inputs end with EOS."""
     folder = tempfile.mkdtemp(prefix="bitnetd-py-model-")
     model = os.path.join(folder, "embed.gguf")
-    subprocess.run([MODEL_TOOL, "write", "--preset", "tiny", "--pooling", "last", "--out", model],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([MODEL_TOOL, "write", "--preset", "tiny", "--pooling", "last", "--add-eos",
+                    "true", "--out", model], check=True, stdout=subprocess.DEVNULL)
     proc, path = start(["--backend", "cpu", "--model", model, "--threads", "1"])
     yield path
     stop(proc, path)
@@ -128,6 +129,22 @@ def test_dimensions_only_for_a_model_trained_to_embed(mean_daemon, embedding_mod
             c.embed("hello", dimensions=257)
         with pytest.raises(bitnetd.UnsupportedError, match="embedding model"):
             c.generate("hello", max_tokens=2)
+
+
+def test_text_ends_with_eos_as_the_file_says(embedding_model_daemon):
+    """The file says add_eos_token: the daemon's ids of a text are <s> + its ids + </s> (the tiny
+    vocabulary's 1 and 2), and its vector is that of those ids bit for bit, not of them without
+    </s>; bos=False adds neither."""
+    with bitnetd.Client(embedding_model_daemon, timeout=scaled(60, BITNETD)) as c:
+        body = c.tokenize("the cat sat", bos=False)
+        assert body and body[0] != 1 and body[-1] != 2
+        ids = [1] + body + [2]
+        assert c.tokenize("the cat sat") == ids
+        e = c.embed("the cat sat")
+        assert e.n_tokens == len(ids)
+        assert e.vector == c.embed(ids).vector
+        assert e.vector != c.embed(ids[:-1]).vector
+        assert c.embed("the cat sat", bos=False).vector == c.embed(body).vector
 
 
 def test_loopback_does_not_embed():
