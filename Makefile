@@ -123,7 +123,7 @@ SANITIZE ?=
 # cannot share objects.
 BUILD    ?= build$(if $(CROSS),-$(ARCH))$(if $(SANITIZE),$(if $(findstring thread,$(SANITIZE)),-tsan,-san))
 
-LIB_VERSION := 1.7.0
+LIB_VERSION := 1.9.0
 LIB_SONAME  := libbitnet-client.so.1
 
 ifeq ($(V),1)
