@@ -66,6 +66,9 @@ static const char usage_text[] =
 	"                                           default: the preset's)\n"
 	"  --no-activation-key                      no <arch>.hidden_activation, as bitnet.cpp's\n"
 	"                                           converter writes (the loader decides)\n"
+	"  --no-input-norms                         without BitNet-embedding's seven per-projection\n"
+	"                                           input norms: the plain qwen3/gemma3 graph,\n"
+	"                                           which llama.cpp runs\n"
 	"  --vocab N                                vocabulary size (>= 260)\n"
 	"  --layers N                               number of blocks\n"
 	"  --seed N                                 weights seed (default 1)\n"
@@ -180,6 +183,8 @@ struct model_cfg {
 	int act_key;                  /* write <arch>.hidden_activation */
 	uint32_t group;               /* ternary weights per scale (0: one scale a tensor) */
 	uint32_t pooling;             /* <arch>.pooling_type when not 0 (--pooling, the preset) */
+	int proj_norms;               /* the preset's per-projection input norms, unless
+				       * --no-input-norms */
 	uint64_t seed;
 	uint32_t version;
 	const char *out;
@@ -251,7 +256,7 @@ static void layer_extras(const struct model_cfg *c, struct tensor_spec *t, size_
 		spec_add(t, n, T_NORM, e, 1, "blk.%d.post_ffw_norm.weight", i);
 	}
 	const uint64_t in[7] = { e, e, e, q, e, e, ff };
-	for (int k = 0; p->proj_norms && k < 7; k++)
+	for (int k = 0; c->proj_norms && k < 7; k++)
 		spec_add(t, n, T_NORM, in[k], 1, norm_in_fmt[k], i);
 }
 
@@ -584,14 +589,14 @@ struct write_args {
 	const char *preset, *out, *type, *arch, *embed_type, *act;
 	const char *vocab, *layers, *seed, *version;
 	const char *vocab_from, *metadata, *rig, *group, *pooling;
-	int untied, no_act_key, help;
+	int untied, no_act_key, no_input_norms, help;
 };
 
 static int get_write_args(int argc, char **argv, struct write_args *a)
 {
 	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
 	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_POOLING,
-	       O_HELP, O_GROUP };
+	       O_HELP, O_GROUP, O_NO_INPUT_NORMS };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "out", required_argument, NULL, O_OUT },
@@ -608,6 +613,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		{ "metadata", required_argument, NULL, O_METADATA },
 		{ "rig-argmax", required_argument, NULL, O_RIG },
 		{ "no-activation-key", no_argument, NULL, O_NO_ACT_KEY },
+		{ "no-input-norms", no_argument, NULL, O_NO_INPUT_NORMS },
 		{ "group", required_argument, NULL, O_GROUP },
 		{ "pooling", required_argument, NULL, O_POOLING },
 		{ "help", no_argument, NULL, O_HELP },
@@ -632,6 +638,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		case O_METADATA: a->metadata = optarg; break;
 		case O_RIG: a->rig = optarg; break;
 		case O_NO_ACT_KEY: a->no_act_key = 1; break;
+		case O_NO_INPUT_NORMS: a->no_input_norms = 1; break;
 		case O_GROUP: a->group = optarg; break;
 		case O_POOLING: a->pooling = optarg; break;
 		case O_HELP: a->help = 1; break;
@@ -804,6 +811,10 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 		return usage_error("unknown pooling '%s' (mean, cls, last)", a->pooling);
 	if (a->no_act_key && a->act)
 		return usage_error("--activation writes the key --no-activation-key leaves out");
+	if (a->no_input_norms && !c->p->proj_norms)
+		return usage_error("preset %s has no per-projection input norms to leave out",
+				   c->p->name);
+	c->proj_norms = c->p->proj_norms && !a->no_input_norms;
 	int rc = resolve_act(c, a->act);
 	if (!rc)
 		rc = resolve_numbers(c, a);
