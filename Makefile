@@ -40,6 +40,10 @@
 #   make bench-gateway        HTTP through bitnet-gateway against the ring (latency, streams)
 #   make bench-speculative    batch-1 decoding with and without speculative decoding
 #   make bench-compare        bitnetd's kernel variants beside llama.cpp/bitnet.cpp (if named)
+#   make compare-llamacpp LLAMA_CPP_DIR=SRC LLAMA_CPP_BUILD=BUILD   top-1 agreement and
+#                             embedding cosine against llama.cpp (ik_llama.cpp) on the same
+#                             files; compare-llamacpp-speed: the speed figures beside it
+#                             (bench/compare_llamacpp*.sh; not part of make check)
 #   make bench-lut            an exact table-lookup ternary kernel against the AVX2 kernels
 #   make bench-busy           short requests and batch-1 decoding with a busy loop per CPU
 #   make check-cuda-host      the cuda backend's suites and the host harness's own checks on the
@@ -328,7 +332,7 @@ TESTS    += $(HOST_TESTS:%=$(BUILD)/tests/%)
 .SECONDARY:
 
 .PHONY: all check check-c check-cuda-host check-kernel-variants check-arm64 check-arm64-vm check-deploy check-gpu check-gateway-sdk check-tokenizers check-rooms check-readme check-san check-tsan check-faults check-python check-systemd \
-	check-install check-man check-benches bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare bench-python bench-model bench-serve bench-models bench-cuda bench-tokenizer bench-score bench-embed bench-grammar bench-structured fuzz fuzz-requests \
+	check-install check-man check-benches bench-ipc bench-wake bench-start bench-gateway bench-speculative bench-busy bench-lut bench-compare compare-llamacpp compare-llamacpp-speed bench-python bench-model bench-serve bench-models bench-cuda bench-tokenizer bench-score bench-embed bench-grammar bench-structured fuzz fuzz-requests \
 	install uninstall clean help
 all: $(BITNETD) $(CLI) $(GATEWAY) $(MODELTOOL) $(DEFAULT_MODEL) $(LIB_SO) $(LIB_A) $(LIB_PC) $(TESTS) \
 	$(HOST_BITNETD) $(BUILD)/bench/bench_cuda_host
@@ -693,6 +697,26 @@ bench-speculative: $(BENCH_SPECULATIVE) $(BITNETD) $(BENCH_MODEL_FILE) $(BENCH_R
 # are named (bench/compare_peers.sh says how): decode at batch 1 and 16, prefill of 256 tokens.
 bench-compare: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
 	BUILD=$(BUILD) MODEL=$(BENCH_MODEL_FILE) bench/compare_peers.sh
+
+# bitnetd beside llama.cpp on the same files (bench/compare_llamacpp.sh): ik_llama.cpp, the fork
+# that reads bitnet.cpp's I2_S, built elsewhere and named here by its source (headers) and its
+# build directory (libllama, libggml, bin/); the program is built against them each time.
+LLAMA_CPP_DIR ?=
+LLAMA_CPP_BUILD ?=
+COMPARE_LLAMACPP := $(BUILD)/bench/compare_llamacpp
+LLAMA_CPP_LIBS = -L$(LLAMA_CPP_BUILD)/src -L$(LLAMA_CPP_BUILD)/ggml/src \
+	-Wl,-rpath,$(abspath $(LLAMA_CPP_BUILD))/src -Wl,-rpath,$(abspath $(LLAMA_CPP_BUILD))/ggml/src \
+	-lllama -lggml -lm
+compare-llamacpp: $(BITNETD) $(CLI) $(MODELTOOL)
+	@test -n "$(LLAMA_CPP_DIR)" && test -n "$(LLAMA_CPP_BUILD)" || { echo "compare-llamacpp needs LLAMA_CPP_DIR (llama.cpp's source) and LLAMA_CPP_BUILD (its build directory)"; exit 2; }
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(ALL_CFLAGS) -isystem $(LLAMA_CPP_DIR)/include -isystem $(LLAMA_CPP_DIR)/ggml/include \
+		bench/compare_llamacpp.c -o $(COMPARE_LLAMACPP) $(ALL_LDFLAGS) $(LLAMA_CPP_LIBS)
+	BUILD=$(BUILD) LLAMA_CPP_BUILD=$(LLAMA_CPP_BUILD) COMPARE=$(COMPARE_LLAMACPP) bench/compare_llamacpp.sh
+
+compare-llamacpp-speed: $(BENCH_MODEL) $(BENCH_EMBED) $(BITNETD) $(MODELTOOL)
+	@test -n "$(LLAMA_CPP_BUILD)" || { echo "compare-llamacpp-speed needs LLAMA_CPP_BUILD (llama.cpp's build directory)"; exit 2; }
+	BUILD=$(BUILD) LLAMA_CPP_BUILD=$(LLAMA_CPP_BUILD) bench/compare_llamacpp_speed.sh
 
 # An exact table-lookup ternary kernel against the AVX2 multiply-add kernels (bench/bench_lut.c):
 # every matrix of 8 layers of the 2B4T shape against 1, 16 and 256 token rows.

@@ -802,6 +802,35 @@ START_TEST(family_presets_write_their_keys)
 }
 END_TEST
 
+/* BitNet-embedding's seven per-projection input norms per layer are the preset's, and
+ * --no-input-norms leaves exactly them out (the q/k norms stay): the plain qwen3 graph. */
+START_TEST(input_norms_optional)
+{
+	static const char *const in_norms[] = { "attn_q", "attn_k", "attn_v", "attn_output",
+						"ffn_gate", "ffn_up", "ffn_down" };
+	char path[256], name[64];
+	struct bn_gguf with, without;
+	make_model(path, sizeof(path), "norms.gguf", "--preset", "bitnet-embedding-0.6b-test", NULL);
+	open_model(&with, path);
+	make_model(path, sizeof(path), "plain.gguf", "--preset", "bitnet-embedding-0.6b-test",
+		   "--no-input-norms", NULL);
+	open_model(&without, path);
+	ck_assert_uint_eq(with.n_tensors, without.n_tensors + 7 * 2);
+	for (int layer = 0; layer < 2; layer++)
+		for (size_t k = 0; k < sizeof(in_norms) / sizeof(in_norms[0]); k++) {
+			snprintf(name, sizeof(name), "blk.%d.%s_norm_in.weight", layer, in_norms[k]);
+			need_tensor(&with, name);
+			ck_assert_ptr_null(bn_gguf_find_tensor(&without, name));
+		}
+	need_tensor(&without, "blk.1.attn_q_norm.weight");
+	need_tensor(&without, "blk.1.attn_k_norm.weight");
+	ck_assert_uint_eq(get_u32(&without, "qwen3.pooling_type"), 3);
+	bn_gguf_close(&with);
+	bn_gguf_close(&without);
+	unlink(path);
+}
+END_TEST
+
 /* Bad usage: exit 2 and one line on stderr; I/O problems: exit 1. */
 START_TEST(bad_arguments)
 {
@@ -832,6 +861,7 @@ START_TEST(bad_arguments)
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--activation", "silu",
 		       "--no-activation-key", NULL } },
 		{ 2, { "write", "--preset", "falcon3-test", "--out", out, "--vocab", "260", NULL } },
+		{ 2, { "write", "--preset", "tiny", "--out", out, "--no-input-norms", NULL } },
 		{ 2, { "write", "--preset", "bitnet-3b-test", "--out", out, "--type", "i2_s", NULL } },
 		{ 2, { "presets", "extra", NULL } },
 		{ 2, { "write", "--preset", "tiny", "--out", out, "--frobnicate", NULL } },
@@ -905,6 +935,7 @@ int main(void)
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, presets_as_published);
 	tcase_add_test(tc, family_presets_write_their_keys);
+	tcase_add_test(tc, input_norms_optional);
 	suite_add_tcase(s, tc);
 	int rc = tu_run_suite(s);
 	remove_scratch();

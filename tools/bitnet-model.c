@@ -69,6 +69,9 @@ static const char usage_text[] =
 	"                                           with EOS, as BitNet-embedding-0.6B's file says\n"
 	"  --no-activation-key                      no <arch>.hidden_activation, as bitnet.cpp's\n"
 	"                                           converter writes (the loader decides)\n"
+	"  --no-input-norms                         without BitNet-embedding's seven per-projection\n"
+	"                                           input norms: the plain qwen3/gemma3 graph,\n"
+	"                                           which llama.cpp runs\n"
 	"  --vocab N                                vocabulary size (>= 260)\n"
 	"  --layers N                               number of blocks\n"
 	"  --seed N                                 weights seed (default 1)\n"
@@ -185,6 +188,8 @@ struct model_cfg {
 	uint32_t pooling;             /* <arch>.pooling_type when not 0 (--pooling, the preset) */
 	int add_eos;                  /* tokenizer.ggml.add_eos_token 0 or 1 (--add-eos, the
 				       * preset's true); -1: not written */
+	int proj_norms;               /* the preset's per-projection input norms, unless
+				       * --no-input-norms */
 	uint64_t seed;
 	uint32_t version;
 	const char *out;
@@ -256,7 +261,7 @@ static void layer_extras(const struct model_cfg *c, struct tensor_spec *t, size_
 		spec_add(t, n, T_NORM, e, 1, "blk.%d.post_ffw_norm.weight", i);
 	}
 	const uint64_t in[7] = { e, e, e, q, e, e, ff };
-	for (int k = 0; p->proj_norms && k < 7; k++)
+	for (int k = 0; c->proj_norms && k < 7; k++)
 		spec_add(t, n, T_NORM, in[k], 1, norm_in_fmt[k], i);
 }
 
@@ -590,14 +595,14 @@ struct write_args {
 	const char *preset, *out, *type, *arch, *embed_type, *act;
 	const char *vocab, *layers, *seed, *version;
 	const char *vocab_from, *metadata, *rig, *group, *pooling, *add_eos;
-	int untied, no_act_key, help;
+	int untied, no_act_key, no_input_norms, help;
 };
 
 static int get_write_args(int argc, char **argv, struct write_args *a)
 {
 	enum { O_PRESET = 256, O_OUT, O_TYPE, O_ARCH, O_EMBED, O_UNTIED, O_ACT, O_VOCAB,
 	       O_LAYERS, O_SEED, O_VERSION, O_VOCAB_FROM, O_METADATA, O_RIG, O_NO_ACT_KEY, O_POOLING,
-	       O_HELP, O_GROUP, O_ADD_EOS };
+	       O_HELP, O_GROUP, O_ADD_EOS, O_NO_INPUT_NORMS };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "out", required_argument, NULL, O_OUT },
@@ -614,6 +619,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		{ "metadata", required_argument, NULL, O_METADATA },
 		{ "rig-argmax", required_argument, NULL, O_RIG },
 		{ "no-activation-key", no_argument, NULL, O_NO_ACT_KEY },
+		{ "no-input-norms", no_argument, NULL, O_NO_INPUT_NORMS },
 		{ "group", required_argument, NULL, O_GROUP },
 		{ "pooling", required_argument, NULL, O_POOLING },
 		{ "add-eos", required_argument, NULL, O_ADD_EOS },
@@ -639,6 +645,7 @@ static int get_write_args(int argc, char **argv, struct write_args *a)
 		case O_METADATA: a->metadata = optarg; break;
 		case O_RIG: a->rig = optarg; break;
 		case O_NO_ACT_KEY: a->no_act_key = 1; break;
+		case O_NO_INPUT_NORMS: a->no_input_norms = 1; break;
 		case O_GROUP: a->group = optarg; break;
 		case O_POOLING: a->pooling = optarg; break;
 		case O_ADD_EOS: a->add_eos = optarg; break;
@@ -826,6 +833,10 @@ static int resolve_cfg(struct model_cfg *c, const struct write_args *a)
 		return EXIT_USAGE;
 	if (a->no_act_key && a->act)
 		return usage_error("--activation writes the key --no-activation-key leaves out");
+	if (a->no_input_norms && !c->p->proj_norms)
+		return usage_error("preset %s has no per-projection input norms to leave out",
+				   c->p->name);
+	c->proj_norms = c->p->proj_norms && !a->no_input_norms;
 	int rc = resolve_act(c, a->act);
 	if (!rc)
 		rc = resolve_numbers(c, a);
