@@ -150,14 +150,11 @@ static int warm(struct bn_grammar_service *g, struct bn_grammar_bound *b, uint64
 static void warm_later(struct bn_grammar_service *g, struct bn_grammar_bound *b, uint64_t left_ns)
 {
 	if (g->n_to_warm == BN_GRAMMAR_WARM_LATER) {
-		bn_grammar_bound_unref(g->to_warm[0]);
+		bn_grammar_bound_unref(g->to_warm[0].bound);
 		memmove(g->to_warm, g->to_warm + 1, (BN_GRAMMAR_WARM_LATER - 1) * sizeof(g->to_warm[0]));
-		memmove(g->to_warm_left_ns, g->to_warm_left_ns + 1,
-			(BN_GRAMMAR_WARM_LATER - 1) * sizeof(g->to_warm_left_ns[0]));
 		g->n_to_warm--;
 	}
-	g->to_warm[g->n_to_warm] = b;
-	g->to_warm_left_ns[g->n_to_warm++] = left_ns;
+	g->to_warm[g->n_to_warm++] = (struct bn_grammar_to_warm){ b, left_ns };
 }
 
 /* Lock held on entry and return. Warms b (whose reference it takes) with the lock let go. */
@@ -195,8 +192,8 @@ static void *worker_main(void *arg)
 		if (g->stop)
 			break;
 		if (!g->queue) {
-			g->n_to_warm--;
-			warm_unlocked(g, g->to_warm[g->n_to_warm], g->to_warm_left_ns[g->n_to_warm]);
+			struct bn_grammar_to_warm w = g->to_warm[--g->n_to_warm];
+			warm_unlocked(g, w.bound, w.left_ns);
 			continue;
 		}
 		struct bn_grammar_job *job = pick_job(g);
@@ -295,7 +292,7 @@ void bn_grammar_service_trim(struct bn_grammar_service *g)
 	/* Grammars waiting to be warmed are held only for that: let them go too. */
 	pthread_mutex_lock(&g->lock);
 	while (g->n_to_warm)
-		bn_grammar_bound_unref(g->to_warm[--g->n_to_warm]);
+		bn_grammar_bound_unref(g->to_warm[--g->n_to_warm].bound);
 	pthread_mutex_unlock(&g->lock);
 	bn_grammar_cache_trim(g->cache);
 }
@@ -319,7 +316,7 @@ void bn_grammar_service_close(struct bn_grammar_service *g)
 		bn_grammar_job_free(j);
 	}
 	for (uint32_t i = 0; i < g->n_to_warm; i++)
-		bn_grammar_bound_unref(g->to_warm[i]);
+		bn_grammar_bound_unref(g->to_warm[i].bound);
 	bn_grammar_cache_free(g->cache);
 	bn_grammar_vocab_unref(g->vocab);
 	if (g->event_fd >= 0)

@@ -57,8 +57,10 @@ struct bn_grammar_service {
 	uint32_t queued;             /* jobs in queue; warming workers read it without the lock */
 	/* Grammars whose warming gave way to a queued job, resumed when the queue is empty, the
 	 * most recent first; each holds a reference and the warm budget it has left. */
-	struct bn_grammar_bound *to_warm[BN_GRAMMAR_WARM_LATER];
-	uint64_t to_warm_left_ns[BN_GRAMMAR_WARM_LATER];
+	struct bn_grammar_to_warm {
+		struct bn_grammar_bound *bound;
+		uint64_t left_ns;
+	} to_warm[BN_GRAMMAR_WARM_LATER];
 	uint32_t n_to_warm;
 	void *compiling[BN_GRAMMAR_MAX_THREADS];   /* each worker's job's owner, NULL when idle */
 	pthread_t workers[BN_GRAMMAR_MAX_THREADS];
