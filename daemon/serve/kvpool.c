@@ -96,8 +96,8 @@ void bn_kvpool_take_cached(struct bn_kvpool *p, struct bn_kv_seq *s, const uint3
 	s->n_blocks = n;
 }
 
-/* Blocks going back to the free stack, their memory released in runs of consecutive ids
- * (a sequence's blocks mostly are: the stack hands them out in order). */
+/* Runs of consecutive block ids whose memory goes back at once (a sequence's blocks mostly
+ * are consecutive: the stack hands them out in order). */
 struct freeing {
 	struct bn_kvpool *p;
 	uint32_t first, n;
@@ -112,7 +112,6 @@ static void freeing_flush(struct freeing *f)
 
 static void freeing_add(struct freeing *f, uint32_t block)
 {
-	f->p->free_blocks[f->p->n_free++] = block;
 	if (f->n && block + 1 == f->first) {
 		f->first = block;
 		f->n++;
@@ -127,11 +126,33 @@ static void freeing_add(struct freeing *f, uint32_t block)
 	f->n = 1;
 }
 
-/* A block to write: a free one, else the cached block parked longest ago. */
+/* A block its sequence freed goes on top of the stack with its memory (kept, where the
+ * pool could give it back: counted in n_resident_free). */
+static void free_kept(struct bn_kvpool *p, uint32_t block)
+{
+	p->free_blocks[p->n_free++] = block;
+	p->n_resident_free += p->release != NULL;
+}
+
+/* A block whose memory goes back (an evicted parked block) goes below the kept ones, which
+ * are taken first; the block that was there moves to the top. */
+static void free_given_back(struct freeing *f, uint32_t block)
+{
+	struct bn_kvpool *p = f->p;
+	uint32_t below_kept = p->n_free - p->n_resident_free;
+	p->free_blocks[p->n_free++] = p->free_blocks[below_kept];
+	p->free_blocks[below_kept] = block;
+	freeing_add(f, block);
+}
+
+/* A block to write: a free one (one whose memory was kept first), else the cached block
+ * parked longest ago. */
 static uint32_t take_block(struct bn_kvpool *p)
 {
-	if (p->n_free)
+	if (p->n_free) {
+		p->n_resident_free -= p->n_resident_free > 0;
 		return p->free_blocks[--p->n_free];
+	}
 	p->evictions++;
 	return bn_prefix_cache_evict(p->cache);
 }
@@ -156,15 +177,13 @@ int bn_kvpool_grow(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 void bn_kvpool_trim(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 {
 	uint32_t keep = bn_kvpool_blocks_for(p, tokens);
-	struct freeing f = { .p = p };
 	while (s->n_blocks > keep) {
 		uint32_t block = s->table[--s->n_blocks];
 		p->refs[block] = 0;
-		freeing_add(&f, block);
+		free_kept(p, block);
 		s->reserved++;
 		p->n_reserved++;
 	}
-	freeing_flush(&f);
 }
 
 /* Drops s's hold on its blocks; returns how many became available (freed, or parked with
@@ -172,7 +191,6 @@ void bn_kvpool_trim(struct bn_kvpool *p, struct bn_kv_seq *s, uint32_t tokens)
 static uint32_t drop_blocks(struct bn_kvpool *p, struct bn_kv_seq *s)
 {
 	uint32_t freed = 0;
-	struct freeing f = { .p = p };
 	while (s->n_blocks) {
 		uint32_t block = s->table[--s->n_blocks];
 		if (--p->refs[block] != 0)
@@ -180,18 +198,20 @@ static uint32_t drop_blocks(struct bn_kvpool *p, struct bn_kv_seq *s)
 		if (p->cache && bn_prefix_cache_holds(p->cache, block))
 			bn_prefix_cache_park(p->cache, block);
 		else
-			freeing_add(&f, block);
+			free_kept(p, block);
 		freed++;
 	}
-	freeing_flush(&f);
 	return freed;
 }
+
+static void give_back_past_cap(struct bn_kvpool *p);
 
 void bn_kvpool_release(struct bn_kvpool *p, struct bn_kv_seq *s)
 {
 	drop_blocks(p, s);
 	p->n_reserved -= s->reserved;
 	s->reserved = 0;
+	give_back_past_cap(p);
 }
 
 void bn_kvpool_release_to(struct bn_kvpool *p, struct bn_kv_seq *s, struct bn_kv_seq *heir)
@@ -200,6 +220,7 @@ void bn_kvpool_release_to(struct bn_kvpool *p, struct bn_kv_seq *s, struct bn_kv
 	p->n_reserved += freed;
 	heir->reserved += freed + s->reserved;
 	s->reserved = 0;
+	give_back_past_cap(p);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -238,12 +259,21 @@ static uint64_t committed_bytes(const struct bn_kvpool *q)
 	return (uint64_t)bn_kvpool_committed(q) * q->block_bytes;
 }
 
-/* Bytes committed or parked in every pool: the memory they hold (free blocks hold none). */
+/* q's free blocks whose memory is kept and that no promise will take: the kept blocks are
+ * the top of the stack, taken first, so the n_reserved promised ones come out of them. */
+static uint32_t spare_kept(const struct bn_kvpool *q)
+{
+	return q->n_resident_free > q->n_reserved ? q->n_resident_free - q->n_reserved : 0;
+}
+
+/* Bytes committed, parked or kept free in every pool: the memory they hold (the other free
+ * blocks hold none). */
 static uint64_t held_bytes(const struct bn_kv_ledger *l)
 {
 	uint64_t sum = 0;
 	for (const struct bn_kvpool *q = l->pools; q; q = q->ledger_next)
-		sum += committed_bytes(q) + (uint64_t)bn_kvpool_parked(q) * q->block_bytes;
+		sum += committed_bytes(q) +
+		       ((uint64_t)bn_kvpool_parked(q) + spare_kept(q)) * q->block_bytes;
 	return sum;
 }
 
@@ -258,8 +288,22 @@ static void evict_parked(struct bn_kvpool *q)
 {
 	struct freeing f = { .p = q };
 	q->evictions++;
-	freeing_add(&f, bn_prefix_cache_evict(q->cache));
+	free_given_back(&f, bn_prefix_cache_evict(q->cache));
 	freeing_flush(&f);
+}
+
+/* q's kept free blocks freed longest ago (the bottom of the kept ones) give their memory
+ * back while the pools hold more than the cap; the bytes held after. */
+static uint64_t give_back_while_over(struct bn_kvpool *q, uint64_t held, uint64_t cap)
+{
+	struct freeing f = { .p = q };
+	while (held > cap && spare_kept(q)) {
+		freeing_add(&f, q->free_blocks[q->n_free - q->n_resident_free]);
+		q->n_resident_free--;
+		held -= q->block_bytes;
+	}
+	freeing_flush(&f);
+	return held;
 }
 
 /* q's parked blocks go while the pools hold more than the cap; the bytes held after. */
@@ -272,11 +316,23 @@ static uint64_t evict_while_over(struct bn_kvpool *q, uint64_t held, uint64_t ca
 	return held;
 }
 
-/* Parked blocks go, `first`'s before the others', until what the pools hold fits the cap
- * (or none is parked: what is committed alone then passes it, an overflow). */
+/* What p's sequences freed while the pools hold more than the cap (borrowed from a pool
+ * that left: the overflow) gives its memory back at once, so that the overflow falls as
+ * their sequences end. */
+static void give_back_past_cap(struct bn_kvpool *p)
+{
+	if (p->ledger)
+		give_back_while_over(p, held_bytes(p->ledger), p->ledger->cap);
+}
+
+/* Kept free blocks give their memory back, then parked blocks go, `first`'s before the
+ * others', until what the pools hold fits the cap (or nothing is left to give: what is
+ * committed alone then passes it, an overflow). */
 static void ledger_fit(struct bn_kv_ledger *l, struct bn_kvpool *first)
 {
 	uint64_t held = held_bytes(l);
+	for (struct bn_kvpool *q = l->pools; q && held > l->cap; q = q->ledger_next)
+		held = give_back_while_over(q, held, l->cap);
 	if (first)
 		held = evict_while_over(first, held, l->cap);
 	for (struct bn_kvpool *q = l->pools; q && held > l->cap; q = q->ledger_next)

@@ -99,7 +99,7 @@ static void release_blocks(void *ctx, uint32_t first, uint32_t n)
 
 /* The pool (of `blocks`) lends and borrows through the ledger: its blocks' bytes, its share
  * in whole blocks (one at least, the arena at most) and, where the backend can, freed
- * blocks' memory given back so that a free block holds none. */
+ * blocks' memory given back when the pools would hold more than the ledger's cap. */
 static void join_ledger(struct bn_sched *s, const struct bn_sched_config *c, uint64_t bpt,
 			uint64_t blocks)
 {

@@ -97,7 +97,8 @@ struct bn_sched_config {
 	/* A KV budget shared with other models' schedulers (kvpool.h): kv_memory is then this
 	 * pool's arena, the most it may borrow, and kv_share (bytes, a ledger of summed shares:
 	 * --memory) what it brings to the ledger and is guaranteed under load. Blocks it frees
-	 * give their memory back through the backend's kv_release where it has one. NULL: its
+	 * keep their memory while the pools fit the cap and give it back (the backend's
+	 * kv_release, where it has one) when they would not. NULL: its
 	 * pool is its own. */
 	struct bn_kv_ledger *kv_ledger;
 	uint64_t kv_share;
