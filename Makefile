@@ -887,8 +887,12 @@ check-san:
 	@$(call SANITIZED_BUILD,address$(COMMA)undefined)
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined check-c check-faults
 
-# The tests' daemons keep their weights caches out of the user's home (tests/testutil.h).
-TEST_CACHE_ENV := XDG_CACHE_HOME=/tmp/bitnet-test-cache CACHE_DIRECTORY=
+# The tests' daemons keep their weights caches out of the user's home (tests/testutil.h), in
+# one directory a build that check-c empties first: every run writes caches for the tests'
+# temporary models (a new path each time), which in one shared directory grew by gigabytes a
+# run.
+TEST_CACHE_HOME := $(abspath $(BUILD))/test-cache
+TEST_CACHE_ENV := XDG_CACHE_HOME=$(TEST_CACHE_HOME) BN_TEST_CACHE_HOME=$(TEST_CACHE_HOME) CACHE_DIRECTORY=
 # The CUDA host harness's race check (every grid run twice, tests/cuda_host/README.md) in the
 # plain pass; the sanitizer passes, several times slower, check memory and threads instead.
 HOST_RACECHECK_ENV := BN_CUDA_HOST_RACECHECK=$(if $(SANITIZE),0,1)
@@ -924,6 +928,7 @@ CHECK_PROGRAMS := $(foreach t,$(CHECK_SLOW_FIRST),$(filter $(t),$(TEST_UNIT) $(H
 	$(filter-out $(CHECK_SLOW_FIRST),$(TEST_UNIT) $(HOST_TESTS))
 
 check-c: all
+	$(Q)rm -rf $(TEST_CACHE_HOME)
 	$(Q)$(MAKE) --no-print-directory -j$(CHECK_JOBS) --output-sync=target $(CHECK_PROGRAMS:%=check-program/%)
 	@echo "== fuzz corpus replay (tests/corpus/gguf)"
 	@$(call TIMED_RUN,$(BUILD)/tests/fuzz-gguf-replay tests/corpus/gguf/*,fuzz-gguf-replay); exit $$rc

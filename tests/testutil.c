@@ -172,6 +172,12 @@ float tu_rng_float(float lo, float hi)
 	return lo + (hi - lo) * (float)(tu_rng_next() >> 8) / (float)(1u << 24);
 }
 
+const char *tu_cache_home(void)
+{
+	const char *dir = getenv("BN_TEST_CACHE_HOME");
+	return dir && *dir ? dir : TU_CACHE_HOME;
+}
+
 int tu_daemon_start(struct tu_daemon *d, const char *const *extra_args)
 {
 	static unsigned counter;
@@ -208,7 +214,7 @@ int tu_daemon_restart(struct tu_daemon *d, const char *const *extra_args)
 	if (d->pid == 0) {
 		/* The tests' daemons keep their weights caches out of the user's home: in one
 		 * directory of their own, which every test shares (a hit after the first start). */
-		setenv("XDG_CACHE_HOME", TU_CACHE_HOME, 1);
+		setenv("XDG_CACHE_HOME", tu_cache_home(), 1);
 		unsetenv("CACHE_DIRECTORY");
 		execv(bin, (char *const *)argv);
 		fprintf(stderr, "cannot run %s: %s\n", bin, strerror(errno));

@@ -17,8 +17,11 @@ struct tu_daemon {
 };
 
 /* The XDG_CACHE_HOME the tests' daemons get: their weights caches (--cache-dir's default)
- * go to TU_CACHE_HOME/bitnetd, not to the user's home. */
+ * go to its bitnetd/, not to the user's home. $BN_TEST_CACHE_HOME where set (make check: one
+ * directory a build, emptied when its check-c starts, so that the caches of the tests'
+ * temporary models do not pile up run after run), else TU_CACHE_HOME. */
 #define TU_CACHE_HOME "/tmp/bitnet-test-cache"
+const char *tu_cache_home(void);
 
 /* Starts $BITNETD (default build/bitnetd) on a fresh socket with the loopback backend and
  * the extra arguments (NULL-terminated list, may be NULL); waits until it accepts (up to 60 s,
