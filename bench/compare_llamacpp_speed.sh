@@ -22,8 +22,15 @@
 # EOS the file asks for: 128; checked with --verbose-prompt before timing), inputs per second
 # from its "prompt eval time" (the decodes alone: no load, no tokenizing).
 #
-#   LLAMA_CPP_BUILD   ik_llama.cpp's build directory (bin/llama-bench, llama-embedding,
+# With TWIN=tq2_0, for upstream llama.cpp (which multiplies TQ2_0 but not bitnet.cpp's I2_S,
+# and reads type 36 as another type): both run the same file, written by bitnet-model with
+# --type tq2_0 (build/models/P-tq2_0.gguf), nothing converted. A llama.cpp older than a
+# preset's architecture (bitnet-b1.58 for 2b4t, qwen3 for the embeddings) stops with
+# llama-bench's or llama-embedding's error: choose PRESETS and EMBED=0 for it.
+#
+#   LLAMA_CPP_BUILD   llama.cpp's build directory (bin/llama-bench, llama-embedding,
 #                     llama-quantize)                                           (required)
+#   TWIN              iq2_bn (default: ik_llama.cpp, converted twins) or tq2_0 (one file)
 #   PRESETS           default: 2b4t falcon3-1b falcon3-7b
 #   ROUNDS            default 3       THREADS  default 2
 #   LLAMA_BENCH_ARGS  more llama-bench flags (e.g. "-rtr 1" for its run-time repacking)
@@ -37,16 +44,20 @@ ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 LLAMA_BENCH_ARGS=${LLAMA_BENCH_ARGS:-}
 EMBED=${EMBED:-1}
+TWIN=${TWIN:-iq2_bn}
+case $TWIN in iq2_bn|tq2_0) ;; *) echo "TWIN is iq2_bn or tq2_0, not $TWIN" >&2; exit 2 ;; esac
 BIN=$LLAMA_CPP_BUILD/bin
 OUT=$(mktemp -d /tmp/compare-llamacpp-speed.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 LLAMA3_TOKENIZER=${BITNET_TEST_MODELS:-../shared/models}/llama3/tokenizer.json
 
 model_file() { # $1: preset; bench-model's file name (the Makefile's BENCH_MODEL_FILE)
-	if [ "$1" = 2b4t ]; then echo "$BUILD/models/2b4t-i2_s.gguf"; else echo "$BUILD/models/$1.gguf"; fi
+	if [ "$TWIN" = tq2_0 ]; then echo "$BUILD/models/$1-tq2_0.gguf"
+	elif [ "$1" = 2b4t ]; then echo "$BUILD/models/2b4t-i2_s.gguf"; else echo "$BUILD/models/$1.gguf"; fi
 }
 
-twin() { echo "${1%.gguf}-iq2_bn.gguf"; }
+# llama.cpp's file for ours: the IQ2_BN twin, or the same TQ2_0 file.
+twin() { if [ "$TWIN" = tq2_0 ]; then echo "$1"; else echo "${1%.gguf}-iq2_bn.gguf"; fi; }
 
 # ------------------------------------------------------------------------------------------
 # Preparing: the files, each written and converted once
@@ -55,6 +66,10 @@ twin() { echo "${1%.gguf}-iq2_bn.gguf"; }
 prepare() { # $1: bitnetd's file, then the writer's arguments
 	f=$1; shift
 	mkdir -p "$(dirname "$f")"
+	if [ "$TWIN" = tq2_0 ]; then
+		[ -f "$f" ] || "$BUILD/bitnet-model" write "$@" --type tq2_0 --out "$f"
+		return
+	fi
 	[ -f "$f" ] || "$BUILD/bitnet-model" write "$@" --out "$f"
 	[ -f "$(twin "$f")" ] || "$BIN/llama-quantize" --allow-requantize --token-embedding-type f16 \
 		--output-tensor-type f16 "$f" "$(twin "$f")" IQ2_BN "$THREADS" > "$OUT/quantize.log" 2>&1 ||
@@ -67,7 +82,7 @@ for p in $PRESETS; do
 	elif [ "$p" = 2b4t ]; then prepare "$(model_file 2b4t)" --preset 2b4t --type i2_s
 	else prepare "$(model_file "$p")" --preset "$p"; fi
 done
-EMBED_FILE=$BUILD/models/bitnet-embedding-0.6b-plain.gguf
+EMBED_FILE=$BUILD/models/bitnet-embedding-0.6b-plain$([ "$TWIN" = tq2_0 ] && echo -tq2_0).gguf
 if [ "$EMBED" = 1 ]; then
 	prepare "$EMBED_FILE" --preset bitnet-embedding-0.6b --no-input-norms
 	digits=$(seq 0 126 | awk '{ printf "%d", $1 % 10 }')
