@@ -8,6 +8,8 @@
  * own token there, A and B the two most likely), then "sum=...". Both programs also write
  * that format (write_score_line), so any of the forward passes can be the score file.
  *
+ * IDS files: one sequence of token ids a line (read_ids_line).
+ *
  * Clear margin: the score file's top-1 log-probability minus its top-2 at least the margin.
  * Header-only (static functions): compare_llamacpp is built alone against libllama.
  */
@@ -17,8 +19,32 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define AGREE_N_MARGINS 5
+
+/* The next non-empty line of f (read into line, cap bytes) as at most max token ids below
+ * n_vocab: 1 with *n set, 0 at the end, -1 on a line that is not that. */
+static inline int read_ids_line(FILE *f, char *line, int cap, int32_t *ids, int max, int *n,
+				long n_vocab)
+{
+	while (fgets(line, cap, f)) {
+		char *p = line, *end;
+		*n = 0;
+		for (long v; (v = strtol(p, &end, 10)), end != p; p = end) {
+			if (v < 0 || v >= n_vocab || *n == max)
+				return -1;
+			ids[(*n)++] = (int32_t)v;
+		}
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+			p++;
+		if (*p)
+			return -1;
+		if (*n)
+			return 1;
+	}
+	return 0;
+}
 
 /* A score line: the two alternatives, best first. */
 struct top2 {

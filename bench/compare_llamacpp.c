@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,22 +83,7 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *user)
 /* The next non-empty line of f as ids; 0 at the end, -1 on a bad line. */
 static int read_seq(FILE *f, char *line, struct seq *s)
 {
-	while (fgets(line, LINE_MAX_BYTES, f)) {
-		char *p = line, *end;
-		s->n = 0;
-		for (long v; (v = strtol(p, &end, 10)), end != p; p = end) {
-			if (v < 0 || s->n == MAX_IDS)
-				return -1;
-			s->ids[s->n++] = (llama_token)v;
-		}
-		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-			p++;
-		if (*p)
-			return -1;
-		if (s->n)
-			return 1;
-	}
-	return 0;
+	return read_ids_line(f, line, LINE_MAX_BYTES, s->ids, MAX_IDS, &s->n, INT32_MAX);
 }
 
 /* ------------------------------------------------------------------------------------------ */

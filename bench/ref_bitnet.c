@@ -627,26 +627,6 @@ static int state_new(struct state *s, const struct model *m, uint32_t T)
 /* Lines of IDS in, score files and agreement out                                              */
 /* ------------------------------------------------------------------------------------------ */
 
-/* The next non-empty line of f as ids; 0 at the end, -1 on a bad line. */
-static int read_ids(FILE *f, char *line, int32_t *ids, uint32_t *n, uint32_t n_vocab)
-{
-	while (fgets(line, LINE_MAX_BYTES, f)) {
-		char *p = line, *end;
-		*n = 0;
-		for (long v; (v = strtol(p, &end, 10)), end != p; p = end) {
-			if (v < 0 || v >= n_vocab || *n == MAX_IDS)
-				return -1;
-			ids[(*n)++] = (int32_t)v;
-		}
-		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-			p++;
-		if (*p)
-			return -1;
-		if (*n)
-			return 1;
-	}
-	return 0;
-}
 
 /* This line's logits against its block of the score file, position by position. */
 static int against_block(const struct model *m, const struct opts *o, const struct state *s,
@@ -686,16 +666,16 @@ static int run(const struct model *m, const struct opts *o, FILE *ids_f, FILE *o
 	static int32_t ids[MAX_IDS];
 	char *line = malloc(LINE_MAX_BYTES), *buf = malloc(LINE_MAX_BYTES);
 	struct agreement a = { .margin = o->margin };
-	uint32_t n;
-	int rc = line && buf ? 0 : fail("%s", strerror(ENOMEM)), got;
-	for (int k = 1; !rc && (got = read_ids(ids_f, line, ids, &n, m->n_vocab)) != 0; k++) {
+	int n, rc = line && buf ? 0 : fail("%s", strerror(ENOMEM)), got;
+	for (int k = 1; !rc && (got = read_ids_line(ids_f, line, LINE_MAX_BYTES, ids, MAX_IDS, &n,
+						    m->n_vocab)) != 0; k++) {
 		struct state s;
 		if (got < 0 || n < 2) {
 			rc = fail("%s: line %d is not 2 to %d token ids of the model", o->ids, k,
 				  MAX_IDS);
 			break;
 		}
-		if (state_new(&s, m, n)) {
+		if (state_new(&s, m, (uint32_t)n)) {
 			rc = 1;
 			break;
 		}
