@@ -698,6 +698,14 @@ bench-speculative: $(BENCH_SPECULATIVE) $(BITNETD) $(BENCH_MODEL_FILE) $(BENCH_R
 bench-compare: $(BENCH_MODEL) $(BENCH_MODEL_FILE)
 	BUILD=$(BUILD) MODEL=$(BENCH_MODEL_FILE) bench/compare_peers.sh
 
+# The double-precision reference of the bitnet-b1.58 graph (bench/ref_bitnet.c): what the
+# graph computes with BitLinear's activations, ik_llama.cpp's, or none. compare-llamacpp's
+# DRIFT mode (bench/compare_llamacpp.sh) runs it; it needs no llama.cpp.
+REF_BITNET := $(BUILD)/bench/ref_bitnet
+$(REF_BITNET): $(BUILD)/bench/ref_bitnet.o $(CORE_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CORE_LIBS)
+
 # bitnetd beside llama.cpp on the same files (bench/compare_llamacpp.sh): ik_llama.cpp, the fork
 # that reads bitnet.cpp's I2_S, built elsewhere and named here by its source (headers) and its
 # build directory (libllama, libggml, bin/); the program is built against them each time.
@@ -707,12 +715,13 @@ COMPARE_LLAMACPP := $(BUILD)/bench/compare_llamacpp
 LLAMA_CPP_LIBS = -L$(LLAMA_CPP_BUILD)/src -L$(LLAMA_CPP_BUILD)/ggml/src \
 	-Wl,-rpath,$(abspath $(LLAMA_CPP_BUILD))/src -Wl,-rpath,$(abspath $(LLAMA_CPP_BUILD))/ggml/src \
 	-lllama -lggml -lm
-compare-llamacpp: $(BITNETD) $(CLI) $(MODELTOOL)
+compare-llamacpp: $(BITNETD) $(CLI) $(MODELTOOL) $(REF_BITNET)
 	@test -n "$(LLAMA_CPP_DIR)" && test -n "$(LLAMA_CPP_BUILD)" || { echo "compare-llamacpp needs LLAMA_CPP_DIR (llama.cpp's source) and LLAMA_CPP_BUILD (its build directory)"; exit 2; }
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(ALL_CFLAGS) -isystem $(LLAMA_CPP_DIR)/include -isystem $(LLAMA_CPP_DIR)/ggml/include \
 		bench/compare_llamacpp.c -o $(COMPARE_LLAMACPP) $(ALL_LDFLAGS) $(LLAMA_CPP_LIBS)
-	BUILD=$(BUILD) LLAMA_CPP_BUILD=$(LLAMA_CPP_BUILD) COMPARE=$(COMPARE_LLAMACPP) bench/compare_llamacpp.sh
+	BUILD=$(BUILD) LLAMA_CPP_BUILD=$(LLAMA_CPP_BUILD) COMPARE=$(COMPARE_LLAMACPP) REF=$(REF_BITNET) \
+		bench/compare_llamacpp.sh
 
 compare-llamacpp-speed: $(BENCH_MODEL) $(BENCH_EMBED) $(BITNETD) $(MODELTOOL)
 	@test -n "$(LLAMA_CPP_BUILD)" || { echo "compare-llamacpp-speed needs LLAMA_CPP_BUILD (llama.cpp's build directory)"; exit 2; }
@@ -1072,7 +1081,7 @@ bench-wake: $(BENCH_WAKE)
 # change of an interface it calls, unseen until its next run. A part of the plain check only.
 BENCH_PROGRAMS := $(BENCH_MODEL) $(BENCH_TOKENIZER) $(BENCH_GRAMMAR) $(BENCH_STRUCTURED) \
 	$(BENCH_SCORE) $(BENCH_EMBED) $(BENCH_START) $(BENCH_GATEWAY) $(BENCH_SPECULATIVE) \
-	$(BENCH_LUT) $(BENCH_BUSY) $(BENCH_MODELS) $(BENCH_SERVE) $(BENCH_WAKE)
+	$(BENCH_LUT) $(BENCH_BUSY) $(BENCH_MODELS) $(BENCH_SERVE) $(BENCH_WAKE) $(REF_BITNET)
 check-benches: $(BENCH_PROGRAMS)
 	@echo "== the $(words $(BENCH_PROGRAMS)) benchmark programs build"
 

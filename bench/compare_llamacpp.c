@@ -15,6 +15,11 @@
  *     at 0.1, 0.25, 0.5, 1 and 2 nats, and lp_delta_mean / lp_delta_max: |llama.cpp's log-softmax
  *     of bitnetd's top-1 token - bitnetd's log-probability of it|, how far apart the two are.
  *
+ *   compare_llamacpp score --model FILE --ids IDS [--threads N]
+ *     llama.cpp's own score file of IDS's lines in `bitnet-cli score --top 2`'s format (to
+ *     stdout), so that one llama.cpp file's logits can be compared with another's, e.g. the
+ *     IQ2_BN twin's with the F16 twin's (bench/agreement.h; bench/ref_bitnet.c reads it too).
+ *
  *   compare_llamacpp embed --model FILE --ids IDS --bitnetd EMBEDS [--pooling P] [--threads N]
  *     EMBEDS: the `bitnet-cli embed --ids L1 --ids L2 ...` output for the lines of IDS, in
  *     order. llama.cpp embeds each line alone (the model's pooling, or P: mean, cls, last),
@@ -27,16 +32,18 @@
 #define _GNU_SOURCE
 #include <llama.h>
 
+#include "agreement.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_IDS 1024 /* a line's tokens: llama.cpp's context and batch (its KV cache) */
 #define LINE_MAX_BYTES (1 << 20)
-#define N_MARGINS 5
 
 struct opts {
 	const char *mode, *model, *ids, *bitnetd, *pooling;
@@ -76,45 +83,7 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *user)
 /* The next non-empty line of f as ids; 0 at the end, -1 on a bad line. */
 static int read_seq(FILE *f, char *line, struct seq *s)
 {
-	while (fgets(line, LINE_MAX_BYTES, f)) {
-		char *p = line, *end;
-		s->n = 0;
-		for (long v; (v = strtol(p, &end, 10)), end != p; p = end) {
-			if (v < 0 || s->n == MAX_IDS)
-				return -1;
-			s->ids[s->n++] = (llama_token)v;
-		}
-		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-			p++;
-		if (*p)
-			return -1;
-		if (s->n)
-			return 1;
-	}
-	return 0;
-}
-
-/* bitnet-cli score's line "POS ID LOGPROB A:LP B:LP": the two alternatives, best first. */
-struct top2 {
-	int pos;
-	llama_token scored;                  /* the line's own token at pos */
-	llama_token id[2];
-	double lp[2];
-};
-
-static int parse_score_line(const char *line, struct top2 *t)
-{
-	unsigned tok, a, b;
-	double lp, la, lb;
-	if (sscanf(line, "%d %u %lf %u:%lf %u:%lf", &t->pos, &tok, &lp, &a, &la, &b, &lb) != 7)
-		return -1;
-	int swap = lb > la;
-	t->scored = (llama_token)tok;
-	t->id[0] = (llama_token)(swap ? b : a);
-	t->id[1] = (llama_token)(swap ? a : b);
-	t->lp[0] = swap ? lb : la;
-	t->lp[1] = swap ? la : lb;
-	return 0;
+	return read_ids_line(f, line, LINE_MAX_BYTES, s->ids, MAX_IDS, &s->n, INT32_MAX);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -163,49 +132,36 @@ static int decode_seq(struct llama_context *ctx, const struct seq *s)
 /* logits: top-1 agreement                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-static const double margins[N_MARGINS] = { 0.1, 0.25, 0.5, 1.0, 2.0 };
-
-struct agreement {
-	long positions, agree;
-	long clear, agree_clear;             /* at --margin */
-	long m_clear[N_MARGINS], m_agree[N_MARGINS];
-	double delta_sum, delta_max;
-	int shown;                           /* disagreements printed */
-};
-
-static void count_position(struct agreement *a, const struct opts *o, const float *logits,
-			   int n_vocab, const struct top2 *t, int line)
+/* The logits of one decoded line, in double, into row; NULL if llama.cpp gave none. */
+static const double *logits_row(struct llama_context *ctx, int i, int n_vocab, double *row)
 {
-	int best = 0;
-	double max = logits[0], sum = 0;
-	for (int v = 1; v < n_vocab; v++)
-		if (logits[v] > max) {
-			max = logits[v];
-			best = v;
-		}
-	for (int v = 0; v < n_vocab; v++)
-		sum += exp((double)logits[v] - max);
-	double lse = max + log(sum), margin = t->lp[0] - t->lp[1];
-	double delta = fabs(((double)logits[t->id[0]] - lse) - t->lp[0]);
-	int agree = best == t->id[0];
-	a->positions++;
-	a->agree += agree;
-	a->delta_sum += delta;
-	if (delta > a->delta_max)
-		a->delta_max = delta;
-	for (int k = 0; k < N_MARGINS; k++)
-		if (margin >= margins[k]) {
-			a->m_clear[k]++;
-			a->m_agree[k] += agree;
-		}
-	if (margin >= o->margin) {
-		a->clear++;
-		a->agree_clear += agree;
-		if (!agree && a->shown++ < 10)
-			printf("# clear-margin disagreement: line %d pos %d: bitnetd %d (%.4f, margin "
-			       "%.4f), llama.cpp %d (its log-prob of bitnetd's %.4f)\n", line, t->pos,
-			       t->id[0], t->lp[0], margin, best, (double)logits[t->id[0]] - lse);
+	const float *logits = llama_get_logits_ith(ctx, i);
+	for (int v = 0; logits && v < n_vocab; v++)
+		row[v] = logits[v];
+	return logits ? row : NULL;
+}
+
+/* Each position of a decoded line against its line of SCORES. */
+static int compare_rows(struct llama_context *ctx, const struct opts *o, const struct seq *s,
+			FILE *scores, char *buf, int line, struct agreement *a, double *row)
+{
+	int n_vocab = llama_n_vocab(llama_get_model(ctx));
+	for (int i = 1; i < s->n; i++) {
+		struct top2 t;
+		if (!fgets(buf, LINE_MAX_BYTES, scores) || parse_score_line(buf, &t) || t.pos != i ||
+		    t.scored != s->ids[i])
+			return fail("%s: not bitnet-cli score --top 2 output for IDS's lines",
+				    o->bitnetd);
+		if (t.id[0] >= n_vocab || t.id[1] >= n_vocab)
+			return fail("%s: a token id beyond llama.cpp's vocabulary", o->bitnetd);
+		const double *logits = logits_row(ctx, i - 1, n_vocab, row);
+		if (!logits)
+			return fail("llama.cpp gave no logits at position %d", i - 1);
+		count_position(a, logits, n_vocab, &t, line);
 	}
+	if (!fgets(buf, LINE_MAX_BYTES, scores) || strncmp(buf, "sum=", 4))
+		return fail("%s: a block without its sum= line", o->bitnetd);
+	return 0;
 }
 
 /* One line of IDS against its block of SCORES (n - 1 position lines, then "sum=..."). */
@@ -215,41 +171,16 @@ static int compare_line(struct llama_context *ctx, const struct opts *o, const s
 	int n_vocab = llama_n_vocab(llama_get_model(ctx));
 	if (decode_seq(ctx, s))
 		return fail("llama_decode failed on a line of %s", o->ids);
-	for (int i = 1; i < s->n; i++) {
-		struct top2 t;
-		if (!fgets(buf, LINE_MAX_BYTES, scores) || parse_score_line(buf, &t) || t.pos != i ||
-		    t.scored != s->ids[i])
-			return fail("%s: not bitnet-cli score --top 2 output for IDS's lines",
-				    o->bitnetd);
-		if (t.id[0] >= n_vocab || t.id[1] >= n_vocab)
-			return fail("%s: a token id beyond llama.cpp's vocabulary", o->bitnetd);
-		const float *logits = llama_get_logits_ith(ctx, i - 1);
-		if (!logits)
-			return fail("llama.cpp gave no logits at position %d", i - 1);
-		count_position(a, o, logits, n_vocab, &t, line);
-	}
-	if (!fgets(buf, LINE_MAX_BYTES, scores) || strncmp(buf, "sum=", 4))
-		return fail("%s: a block without its sum= line", o->bitnetd);
-	return 0;
-}
-
-static void print_agreement(const struct agreement *a, const struct opts *o)
-{
-	printf("positions=%ld\nagree_all=%.4f\nagree_all_count=%ld\n", a->positions,
-	       a->positions ? (double)a->agree / a->positions : 0, a->agree);
-	printf("margin=%g\nclear_positions=%ld\nagree_clear=%.4f\nagree_clear_count=%ld\n",
-	       o->margin, a->clear, a->clear ? (double)a->agree_clear / a->clear : 0,
-	       a->agree_clear);
-	for (int k = 0; k < N_MARGINS; k++)
-		printf("margin_%g_positions=%ld margin_%g_agree=%.4f\n", margins[k], a->m_clear[k],
-		       margins[k], a->m_clear[k] ? (double)a->m_agree[k] / a->m_clear[k] : 0);
-	printf("lp_delta_mean=%.6f\nlp_delta_max=%.6f\n",
-	       a->positions ? a->delta_sum / a->positions : 0, a->delta_max);
+	double *row = malloc(sizeof(double) * n_vocab);
+	int rc = row ? compare_rows(ctx, o, s, scores, buf, line, a, row)
+		     : fail("%s", strerror(ENOMEM));
+	free(row);
+	return rc;
 }
 
 static int run_logits(struct llama_context *ctx, const struct opts *o, FILE *ids, FILE *scores)
 {
-	struct agreement a = { 0 };
+	struct agreement a = { .margin = o->margin };
 	struct seq *s = malloc(sizeof(*s));
 	char *buf = malloc(LINE_MAX_BYTES), *line = malloc(LINE_MAX_BYTES);
 	int rc = s && buf && line ? 0 : fail("%s", strerror(ENOMEM));
@@ -257,10 +188,39 @@ static int run_logits(struct llama_context *ctx, const struct opts *o, FILE *ids
 		rc = got < 0 ? fail("%s: a line that is not token ids", o->ids)
 			     : compare_line(ctx, o, s, scores, buf, k, &a);
 	if (!rc)
-		print_agreement(&a, o);
+		print_agreement(&a);
 	free(s);
 	free(buf);
 	free(line);
+	return rc;
+}
+
+/* llama.cpp's score file of every line of IDS (bench/agreement.h's format). */
+static int run_score(struct llama_context *ctx, const struct opts *o, FILE *ids)
+{
+	int n_vocab = llama_n_vocab(llama_get_model(ctx)), rc = 0;
+	struct seq *s = malloc(sizeof(*s));
+	char *line = malloc(LINE_MAX_BYTES);
+	double *row = malloc(sizeof(double) * n_vocab);
+	if (!s || !line || !row)
+		rc = fail("%s", strerror(ENOMEM));
+	for (int got; !rc && (got = read_seq(ids, line, s)) != 0;) {
+		if (got < 0 || decode_seq(ctx, s)) {
+			rc = fail("%s: a line llama.cpp could not decode", o->ids);
+			break;
+		}
+		double sum = 0;
+		for (int i = 1; !rc && i < s->n; i++) {
+			if (!logits_row(ctx, i - 1, n_vocab, row))
+				rc = fail("llama.cpp gave no logits at position %d", i - 1);
+			else
+				write_score_line(stdout, i, s->ids[i], row, n_vocab, &sum);
+		}
+		printf("sum=%.17g tokens=%d scored=%d\n", sum, s->n, s->n - 1);
+	}
+	free(s);
+	free(line);
+	free(row);
 	return rc;
 }
 
@@ -338,6 +298,7 @@ static int run_embed(struct llama_context *ctx, const struct opts *o, FILE *ids,
 static int usage(void)
 {
 	fputs("usage: compare_llamacpp logits|embed --model FILE --ids IDS --bitnetd OUTPUT\n"
+	      "       compare_llamacpp score --model FILE --ids IDS [--threads N]\n"
 	      "                        [--margin NATS] [--pooling mean|cls|last] [--threads N]\n",
 	      stderr);
 	return 2;
@@ -366,8 +327,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		else
 			return usage();
 	}
-	if (argc % 2 || !o->model || !o->ids || !o->bitnetd || o->threads < 1 || !(o->margin >= 0) ||
-	    (strcmp(o->mode, "logits") && strcmp(o->mode, "embed")))
+	int score = !strcmp(o->mode, "score");
+	if (argc % 2 || !o->model || !o->ids || (!o->bitnetd && !score) || o->threads < 1 ||
+	    !(o->margin >= 0) || (strcmp(o->mode, "logits") && strcmp(o->mode, "embed") && !score))
 		return usage();
 	return 0;
 }
@@ -378,8 +340,9 @@ int main(int argc, char **argv)
 	int rc = parse_opts(argc, argv, &o);
 	if (rc)
 		return rc;
-	FILE *ids = fopen(o.ids, "r"), *out = fopen(o.bitnetd, "r");
-	if (!ids || !out)
+	int score = !strcmp(o.mode, "score");
+	FILE *ids = fopen(o.ids, "r"), *out = score ? NULL : fopen(o.bitnetd, "r");
+	if (!ids || (!score && !out))
 		return fail("cannot open %s", !ids ? o.ids : o.bitnetd);
 	llama_log_set(quiet_log, NULL);
 	llama_backend_init();
@@ -389,13 +352,16 @@ int main(int argc, char **argv)
 	if (!ctx)
 		rc = fail("llama.cpp cannot run %s", o.model);
 	else
-		rc = embed ? run_embed(ctx, &o, ids, out) : run_logits(ctx, &o, ids, out);
+		rc = score   ? run_score(ctx, &o, ids)
+		     : embed ? run_embed(ctx, &o, ids, out)
+			     : run_logits(ctx, &o, ids, out);
 	if (ctx)
 		llama_free(ctx);
 	if (m)
 		llama_free_model(m);
 	llama_backend_free();
 	fclose(ids);
-	fclose(out);
+	if (out)
+		fclose(out);
 	return rc;
 }

@@ -31,6 +31,25 @@
 #                    these random-weight files, 0.44-0.55 nats, so that neither the top-1 nor
 #                    the top-2 moving by that much can swap them)
 #   THREADS          (default 2)   WORK  where files go (default $BUILD/compare-llamacpp)
+#
+# Cases 2b4t-lN (N = 1, 4, 8, 15, ...): the 2B4T shape with its first N layers (the writer
+# seeds each tensor by its name, so they are the 30-layer file's first N), for how the two
+# drift apart with depth on ReLU² files.
+#
+# DRIFT=1 (the bitnet-b1.58 ReLU² cases: bitnet-large-relu2, 2b4t, 2b4t-lN): why the two
+# disagree there. Each file also gets an F16 twin (llama-quantize --allow-requantize FILE
+# TWIN F16: the same ternary weights as floats, so llama.cpp multiplies near-float
+# activations), and bench/ref_bitnet.c (REF, default $BUILD/bench/ref_bitnet), an independent
+# double-precision reference of the graph reading that twin, computes the logits three ways:
+# BitLinear's activations (one absmax scale a token, bitnetd's definition), ik_llama.cpp's
+# (Q8_K64, with its F16 KV cache) and none (float activations, F16 KV cache: the F16 twin as
+# llama.cpp runs it), and BitLinear's once more with every projection's input first rounded to
+# float (ref-bitlinear-f32: what rounding alone moves). Every pair is compared as the main table is: the first
+# one's argmax against the second one's top-1 on the second one's clear-margin positions
+# (CASE.drift lists them; the drift table prints each as agreement % / mean / max |log-prob
+# difference|). REF_LINES (default 8) of the prompts go to the reference: about 2.4 G
+# multiply-adds in double a token on the 30-layer shape, a minute or two a line on 2 threads.
+# The F16 twin (5.5 GB at 30 layers) is deleted after its case unless KEEP_F16=1.
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -42,11 +61,16 @@ LEN=${LEN:-64}
 MARGIN=${MARGIN:-1}
 THREADS=${THREADS:-2}
 WORK=${WORK:-$BUILD/compare-llamacpp}
+DRIFT=${DRIFT:-0}
+REF=${REF:-$BUILD/bench/ref_bitnet}
+REF_LINES=${REF_LINES:-8}
+KEEP_F16=${KEEP_F16:-0}
 MODELS=${BITNET_TEST_MODELS:-../shared/models}
 QUANTIZE=$LLAMA_CPP_BUILD/bin/llama-quantize
 for f in "$COMPARE" "$QUANTIZE" "$BUILD/bitnetd" "$BUILD/bitnet-cli" "$BUILD/bitnet-model"; do
 	[ -x "$f" ] || { echo "compare_llamacpp: no $f" >&2; exit 2; }
 done
+[ "$DRIFT" = 0 ] || [ -x "$REF" ] || { echo "compare_llamacpp: DRIFT=1 needs $REF (make $REF)" >&2; exit 2; }
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 SOCK=$WORK/bitnetd.sock
@@ -138,6 +162,49 @@ ternary_case() { # $1: case name, then the writer's arguments
 	logits_case "$name" "$WORK/$name.gguf" "$twin"
 }
 
+# One pair for the drift table: $1 its label, then the command printing agreement keys.
+drift_pair() {
+	label=$1; shift
+	"$@" > "$WORK/$name.pair" || { echo "compare_llamacpp: $label failed" >&2; exit 1; }
+	grep '^# clear-margin' "$WORK/$name.pair" | head -3 || true
+	awk -F= -v l="$label" '{ v[$1] = $2 } END { printf "%s=%.1f %% (%s of %s) / %.3f / %.2f\n",
+		l, 100 * v["agree_clear"], v["agree_clear_count"], v["clear_positions"],
+		v["lp_delta_mean"], v["lp_delta_max"] }' "$WORK/$name.pair" | tee -a "$WORK/$name.drift"
+}
+
+# DRIFT=1 (see the header), after ternary_case: the F16 twin, llama.cpp on both twins, and the
+# reference's three ways, each pair compared.
+drift_case() { # $1: case name (its file, twin, ids and bitnetd's scores are in WORK)
+	name=$1 file=$WORK/$1.gguf iq2=$WORK/$1-iq2_bn.gguf f16=$WORK/$1-f16.gguf
+	ids=$WORK/$1.ids refids=$WORK/$1.ref.ids
+	[ -f "$f16" ] || "$QUANTIZE" --allow-requantize "$file" "$f16" F16 "$THREADS" \
+		> "$f16.log" 2>&1 || { echo "compare_llamacpp: F16 twin of $file failed:" >&2; tail -5 "$f16.log" >&2; exit 1; }
+	head -n "$REF_LINES" "$ids" > "$refids"
+	: > "$WORK/$name.drift"
+	"$COMPARE" score --model "$f16" --ids "$ids" --threads "$THREADS" > "$WORK/$name.f16.scores"
+	drift_pair "fork-F16|bitnetd" "$COMPARE" logits --model "$f16" --ids "$ids" \
+		--bitnetd "$WORK/$name.scores" --margin "$MARGIN" --threads "$THREADS"
+	drift_pair "fork-IQ2_BN|fork-F16" "$COMPARE" logits --model "$iq2" --ids "$ids" \
+		--bitnetd "$WORK/$name.f16.scores" --margin "$MARGIN" --threads "$THREADS"
+	drift_pair "ref-bitlinear|bitnetd" "$REF" --model "$f16" --ids "$refids" --act bitlinear \
+		--out "$WORK/$name.ref-bitlinear.scores" --against "$WORK/$name.scores" \
+		--margin "$MARGIN" --threads "$THREADS"
+	drift_pair "ref-bitlinear-f32|ref-bitlinear" "$REF" --model "$f16" --ids "$refids" \
+		--act bitlinear --f32-in --against "$WORK/$name.ref-bitlinear.scores" \
+		--margin "$MARGIN" --threads "$THREADS"
+	drift_pair "ref-q8k64|ref-bitlinear" "$REF" --model "$f16" --ids "$refids" --act q8k64 \
+		--f16-kv --out "$WORK/$name.ref-q8k64.scores" \
+		--against "$WORK/$name.ref-bitlinear.scores" --margin "$MARGIN" --threads "$THREADS"
+	drift_pair "fork-IQ2_BN|ref-q8k64" "$COMPARE" logits --model "$iq2" --ids "$refids" \
+		--bitnetd "$WORK/$name.ref-q8k64.scores" --margin "$MARGIN" --threads "$THREADS"
+	drift_pair "ref-float|ref-bitlinear" "$REF" --model "$f16" --ids "$refids" --act float \
+		--f16-kv --out "$WORK/$name.ref-float.scores" \
+		--against "$WORK/$name.ref-bitlinear.scores" --margin "$MARGIN" --threads "$THREADS"
+	drift_pair "fork-F16|ref-float" "$COMPARE" logits --model "$f16" --ids "$refids" \
+		--bitnetd "$WORK/$name.ref-float.scores" --margin "$MARGIN" --threads "$THREADS"
+	[ "$KEEP_F16" = 1 ] || rm -f "$f16"
+}
+
 LLAMA3_TOKENIZER=$MODELS/llama3/tokenizer.json
 for c in $CASES; do
 	echo "== $c"
@@ -155,11 +222,16 @@ for c in $CASES; do
 	# token again with a margin of ~100 nats, which any graph agrees on; a head of its own
 	# makes every position depend on the layers.
 	bitnet-large) ternary_case "$c" --preset bitnet-large --layers 4 --untied ;;
-	bitnet-large-relu2) ternary_case "$c" --preset bitnet-large --layers 4 --untied --activation relu2 ;;
-	2b4t)
+	bitnet-large-relu2)
+		ternary_case "$c" --preset bitnet-large --layers 4 --untied --activation relu2
+		[ "$DRIFT" = 0 ] || drift_case "$c" ;;
+	2b4t|2b4t-l[0-9]*)
+		layers=; [ "$c" = 2b4t ] || layers="--layers ${c#2b4t-l}"
+		# shellcheck disable=SC2086 # $layers: no option or one with its value
 		if [ -f "$LLAMA3_TOKENIZER" ]; then
-			ternary_case 2b4t --preset 2b4t --type i2_s --untied --vocab-from "$LLAMA3_TOKENIZER" --metadata microsoft
-		else ternary_case 2b4t --preset 2b4t --type i2_s --untied; fi ;;
+			ternary_case "$c" --preset 2b4t --type i2_s --untied $layers --vocab-from "$LLAMA3_TOKENIZER" --metadata microsoft
+		else ternary_case "$c" --preset 2b4t --type i2_s --untied $layers; fi
+		[ "$DRIFT" = 0 ] || drift_case "$c" ;;
 	embed-0.6b)
 		write_model "$WORK/embed-0.6b.gguf" --preset bitnet-embedding-0.6b --no-input-norms
 		twin=$(llama_twin "$WORK/embed-0.6b.gguf")
@@ -179,3 +251,11 @@ for c in $CASES; do
 		v["agree_all"], v["agree_all_count"], v["lp_delta_mean"] }' "$r"
 done
 case " $CASES " in *" embed-0.6b "*) grep -E '^cosine_(min|mean)=' "$WORK/embed.result" ;; esac
+[ "$DRIFT" = 0 ] && exit 0
+echo
+echo "Drift (DRIFT=1): A|B = A's argmax against B's top-1 on B's clear-margin (>= $MARGIN nats) positions: agreement (count of clear) / mean / max |log-prob difference| in nats"
+for c in $CASES; do
+	[ -f "$WORK/$c.drift" ] || continue
+	echo "== $c"
+	cat "$WORK/$c.drift"
+done
