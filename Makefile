@@ -712,8 +712,9 @@ $(REF_BITNET): $(BUILD)/bench/ref_bitnet.o $(CORE_A)
 LLAMA_CPP_DIR ?=
 LLAMA_CPP_BUILD ?=
 COMPARE_LLAMACPP := $(BUILD)/bench/compare_llamacpp
-LLAMA_CPP_LIBS = -L$(LLAMA_CPP_BUILD)/src -L$(LLAMA_CPP_BUILD)/ggml/src \
+LLAMA_CPP_LIBS = -L$(LLAMA_CPP_BUILD)/src -L$(LLAMA_CPP_BUILD)/ggml/src -L$(LLAMA_CPP_BUILD)/bin \
 	-Wl,-rpath,$(abspath $(LLAMA_CPP_BUILD))/src -Wl,-rpath,$(abspath $(LLAMA_CPP_BUILD))/ggml/src \
+	-Wl,-rpath,$(abspath $(LLAMA_CPP_BUILD))/bin \
 	-lllama -lggml -lm
 compare-llamacpp: $(BITNETD) $(CLI) $(MODELTOOL) $(REF_BITNET)
 	@test -n "$(LLAMA_CPP_DIR)" && test -n "$(LLAMA_CPP_BUILD)" || { echo "compare-llamacpp needs LLAMA_CPP_DIR (llama.cpp's source) and LLAMA_CPP_BUILD (its build directory)"; exit 2; }

@@ -133,6 +133,23 @@ static int decode_seq(struct llama_context *ctx, const struct seq *s)
 /* ------------------------------------------------------------------------------------------ */
 
 /* The logits of one decoded line, in double, into row; NULL if llama.cpp gave none. */
+/* The vocabulary's size, through the calls ik_llama.cpp and upstream llama.cpp both have
+ * (upstream's llama_n_vocab takes a vocabulary, ik_llama.cpp's a model). */
+static int vocab_size(struct llama_context *ctx)
+{
+	return llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+}
+
+/* Frees a model: llama_free_model is ik_llama.cpp's only name for it and upstream's
+ * deprecated one. */
+static void free_model(struct llama_model *m)
+{
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+	llama_free_model(m);
+#pragma GCC diagnostic pop
+}
+
 static const double *logits_row(struct llama_context *ctx, int i, int n_vocab, double *row)
 {
 	const float *logits = llama_get_logits_ith(ctx, i);
@@ -145,7 +162,7 @@ static const double *logits_row(struct llama_context *ctx, int i, int n_vocab, d
 static int compare_rows(struct llama_context *ctx, const struct opts *o, const struct seq *s,
 			FILE *scores, char *buf, int line, struct agreement *a, double *row)
 {
-	int n_vocab = llama_n_vocab(llama_get_model(ctx));
+	int n_vocab = vocab_size(ctx);
 	for (int i = 1; i < s->n; i++) {
 		struct top2 t;
 		if (!fgets(buf, LINE_MAX_BYTES, scores) || parse_score_line(buf, &t) || t.pos != i ||
@@ -168,7 +185,7 @@ static int compare_rows(struct llama_context *ctx, const struct opts *o, const s
 static int compare_line(struct llama_context *ctx, const struct opts *o, const struct seq *s,
 			FILE *scores, char *buf, int line, struct agreement *a)
 {
-	int n_vocab = llama_n_vocab(llama_get_model(ctx));
+	int n_vocab = vocab_size(ctx);
 	if (decode_seq(ctx, s))
 		return fail("llama_decode failed on a line of %s", o->ids);
 	double *row = malloc(sizeof(double) * n_vocab);
@@ -198,7 +215,7 @@ static int run_logits(struct llama_context *ctx, const struct opts *o, FILE *ids
 /* llama.cpp's score file of every line of IDS (bench/agreement.h's format). */
 static int run_score(struct llama_context *ctx, const struct opts *o, FILE *ids)
 {
-	int n_vocab = llama_n_vocab(llama_get_model(ctx)), rc = 0;
+	int n_vocab = vocab_size(ctx), rc = 0;
 	struct seq *s = malloc(sizeof(*s));
 	char *line = malloc(LINE_MAX_BYTES);
 	double *row = malloc(sizeof(double) * n_vocab);
@@ -358,7 +375,7 @@ int main(int argc, char **argv)
 	if (ctx)
 		llama_free(ctx);
 	if (m)
-		llama_free_model(m);
+		free_model(m);
 	llama_backend_free();
 	fclose(ids);
 	if (out)

@@ -21,7 +21,13 @@
 # --no-input-norms, since llama.cpp does not know its per-projection input norms) compares
 # last-token-pooled vectors by cosine similarity.
 #
-#   LLAMA_CPP_BUILD  ik_llama.cpp's build directory (bin/llama-quantize)      (required)
+# UPSTREAM=1, for upstream llama.cpp (which multiplies TQ2_0 but not I2_S, and reads type 36
+# as another type): every ternary file is written as TQ2_0 (bitnet-model write --type tq2_0)
+# and both run that one file, nothing converted; files go to $BUILD/compare-llamacpp-upstream.
+# The default cases are then those an upstream of early 2025 runs (stories falcon3-test
+# llama3-test: it has no bitnet-b1.58 or qwen3 graph), and DRIFT is not available.
+#
+#   LLAMA_CPP_BUILD  llama.cpp's build directory (bin/llama-quantize)         (required)
 #   COMPARE          the compare_llamacpp program (default $BUILD/bench/compare_llamacpp)
 #   CASES            default: stories falcon3-test llama3-test bitnet-large bitnet-large-relu2
 #                    2b4t embed-0.6b
@@ -55,7 +61,13 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 LLAMA_CPP_BUILD=${LLAMA_CPP_BUILD:?LLAMA_CPP_BUILD: ik_llama.cpp build directory}
 COMPARE=${COMPARE:-$BUILD/bench/compare_llamacpp}
-CASES=${CASES:-stories falcon3-test llama3-test bitnet-large bitnet-large-relu2 2b4t embed-0.6b}
+UPSTREAM=${UPSTREAM:-0}
+if [ "$UPSTREAM" = 1 ]; then
+	CASES=${CASES:-stories falcon3-test llama3-test}
+	WORK=${WORK:-$BUILD/compare-llamacpp-upstream}
+else
+	CASES=${CASES:-stories falcon3-test llama3-test bitnet-large bitnet-large-relu2 2b4t embed-0.6b}
+fi
 SEQS=${SEQS:-8}
 LEN=${LEN:-64}
 MARGIN=${MARGIN:-1}
@@ -70,6 +82,7 @@ QUANTIZE=$LLAMA_CPP_BUILD/bin/llama-quantize
 for f in "$COMPARE" "$QUANTIZE" "$BUILD/bitnetd" "$BUILD/bitnet-cli" "$BUILD/bitnet-model"; do
 	[ -x "$f" ] || { echo "compare_llamacpp: no $f" >&2; exit 2; }
 done
+[ "$DRIFT" = 0 ] || [ "$UPSTREAM" = 0 ] || { echo "compare_llamacpp: DRIFT=1 needs ik_llama.cpp (UPSTREAM=0)" >&2; exit 2; }
 [ "$DRIFT" = 0 ] || [ -x "$REF" ] || { echo "compare_llamacpp: DRIFT=1 needs $REF (make $REF)" >&2; exit 2; }
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
@@ -90,14 +103,17 @@ The moon was round and bright in the night sky. A sleepy owl opened its big eyes
 EOF
 }
 
-# The case's file for bitnetd, written once (bitnet-model write ARGS).
+# The case's file for bitnetd, written once (bitnet-model write ARGS; TQ2_0 for upstream).
 write_model() { # $1: file, then the writer's arguments
 	out=$1; shift
+	[ "$UPSTREAM" = 0 ] || set -- "$@" --type tq2_0
 	[ -f "$out" ] || "$BUILD/bitnet-model" write "$@" --out "$out" > /dev/null
 }
 
-# llama.cpp's twin of a ternary file: IQ2_BN, the embedding and head F16 (see above).
+# llama.cpp's twin of a ternary file: IQ2_BN, the embedding and head F16 (see above); for
+# upstream the file itself.
 llama_twin() { # $1: bitnetd's file; prints the twin's path
+	[ "$UPSTREAM" = 0 ] || { echo "$1"; return 0; }
 	twin=${1%.gguf}-iq2_bn.gguf
 	[ -f "$twin" ] || "$QUANTIZE" --allow-requantize --token-embedding-type f16 \
 		--output-tensor-type f16 "$1" "$twin" IQ2_BN "$THREADS" > "$twin.log" 2>&1 ||

@@ -22,7 +22,7 @@
 # EOS the file asks for: 128; checked with --verbose-prompt before timing), inputs per second
 # from its "prompt eval time" (the decodes alone: no load, no tokenizing).
 #
-# With TWIN=tq2_0, for upstream llama.cpp (which multiplies TQ2_0 but not bitnet.cpp's I2_S,
+# With UPSTREAM=1, for upstream llama.cpp (which multiplies TQ2_0 but not bitnet.cpp's I2_S,
 # and reads type 36 as another type): both run the same file, written by bitnet-model with
 # --type tq2_0 (build/models/P-tq2_0.gguf), nothing converted. A llama.cpp older than a
 # preset's architecture (bitnet-b1.58 for 2b4t, qwen3 for the embeddings) stops with
@@ -30,7 +30,7 @@
 #
 #   LLAMA_CPP_BUILD   llama.cpp's build directory (bin/llama-bench, llama-embedding,
 #                     llama-quantize)                                           (required)
-#   TWIN              iq2_bn (default: ik_llama.cpp, converted twins) or tq2_0 (one file)
+#   UPSTREAM          0 (default: ik_llama.cpp, converted twins) or 1 (one TQ2_0 file)
 #   PRESETS           default: 2b4t falcon3-1b falcon3-7b
 #   ROUNDS            default 3       THREADS  default 2
 #   LLAMA_BENCH_ARGS  more llama-bench flags (e.g. "-rtr 1" for its run-time repacking)
@@ -44,20 +44,19 @@ ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 LLAMA_BENCH_ARGS=${LLAMA_BENCH_ARGS:-}
 EMBED=${EMBED:-1}
-TWIN=${TWIN:-iq2_bn}
-case $TWIN in iq2_bn|tq2_0) ;; *) echo "TWIN is iq2_bn or tq2_0, not $TWIN" >&2; exit 2 ;; esac
+UPSTREAM=${UPSTREAM:-0}
 BIN=$LLAMA_CPP_BUILD/bin
 OUT=$(mktemp -d /tmp/compare-llamacpp-speed.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 LLAMA3_TOKENIZER=${BITNET_TEST_MODELS:-../shared/models}/llama3/tokenizer.json
 
 model_file() { # $1: preset; bench-model's file name (the Makefile's BENCH_MODEL_FILE)
-	if [ "$TWIN" = tq2_0 ]; then echo "$BUILD/models/$1-tq2_0.gguf"
+	if [ "$UPSTREAM" = 1 ]; then echo "$BUILD/models/$1-tq2_0.gguf"
 	elif [ "$1" = 2b4t ]; then echo "$BUILD/models/2b4t-i2_s.gguf"; else echo "$BUILD/models/$1.gguf"; fi
 }
 
 # llama.cpp's file for ours: the IQ2_BN twin, or the same TQ2_0 file.
-twin() { if [ "$TWIN" = tq2_0 ]; then echo "$1"; else echo "${1%.gguf}-iq2_bn.gguf"; fi; }
+twin() { if [ "$UPSTREAM" = 1 ]; then echo "$1"; else echo "${1%.gguf}-iq2_bn.gguf"; fi; }
 
 # ------------------------------------------------------------------------------------------
 # Preparing: the files, each written and converted once
@@ -66,7 +65,7 @@ twin() { if [ "$TWIN" = tq2_0 ]; then echo "$1"; else echo "${1%.gguf}-iq2_bn.gg
 prepare() { # $1: bitnetd's file, then the writer's arguments
 	f=$1; shift
 	mkdir -p "$(dirname "$f")"
-	if [ "$TWIN" = tq2_0 ]; then
+	if [ "$UPSTREAM" = 1 ]; then
 		[ -f "$f" ] || "$BUILD/bitnet-model" write "$@" --type tq2_0 --out "$f"
 		return
 	fi
@@ -82,7 +81,7 @@ for p in $PRESETS; do
 	elif [ "$p" = 2b4t ]; then prepare "$(model_file 2b4t)" --preset 2b4t --type i2_s
 	else prepare "$(model_file "$p")" --preset "$p"; fi
 done
-EMBED_FILE=$BUILD/models/bitnet-embedding-0.6b-plain$([ "$TWIN" = tq2_0 ] && echo -tq2_0).gguf
+EMBED_FILE=$BUILD/models/bitnet-embedding-0.6b-plain$(if [ "$UPSTREAM" = 1 ]; then echo -tq2_0; fi).gguf
 if [ "$EMBED" = 1 ]; then
 	prepare "$EMBED_FILE" --preset bitnet-embedding-0.6b --no-input-norms
 	digits=$(seq 0 126 | awk '{ printf "%d", $1 % 10 }')
