@@ -346,6 +346,24 @@ static void summed_pools(struct bn_kv_ledger *l, struct bn_kvpool *p, struct bn_
 	ck_assert_uint_eq(l->cap, 800);
 }
 
+/* summed_pools with q's prefix cache on and both pools' memory tracked. */
+static void tracked_summed_pools(struct bn_kv_ledger *l, struct bn_kvpool *p, struct bn_kvpool *q,
+				 struct resident *rp, struct resident *rq)
+{
+	summed_pools(l, p, q);
+	ck_assert_int_eq(bn_kvpool_enable_cache(q), 0);
+	track(rp, p);
+	track(rq, q);
+}
+
+static void free_pools(struct bn_kvpool *p, struct bn_kvpool *q)
+{
+	bn_kv_ledger_leave(p);
+	bn_kv_ledger_leave(q);
+	bn_kvpool_free(p);
+	bn_kvpool_free(q);
+}
+
 /* q's sequence s writes n blocks that get an identity (a prefix cache entry each), then
  * ends: they stay parked, resident. */
 static void park_blocks(struct bn_kvpool *q, struct resident *rq, struct bn_kv_seq *s,
@@ -372,11 +390,8 @@ START_TEST(summed_ledger_lends_and_takes_back)
 {
 	struct bn_kv_ledger l;
 	struct bn_kvpool p, q;
-	summed_pools(&l, &p, &q);
-	ck_assert_int_eq(bn_kvpool_enable_cache(&q), 0);
 	struct resident rp, rq;
-	track(&rp, &p);
-	track(&rq, &q);
+	tracked_summed_pools(&l, &p, &q, &rp, &rq);
 	struct bn_kv_seq a = { .table = ptables[0] }, b = { .table = ptables[1] };
 	ck_assert_uint_eq(bn_kvpool_available(&p), 8); /* all of the cap while q idles */
 	ck_assert_int_eq(bn_kvpool_reserve_blocks(&p, &a, 6), 0); /* 600: 300 borrowed */
@@ -405,10 +420,7 @@ START_TEST(summed_ledger_lends_and_takes_back)
 	ck_assert_uint_eq(q.evictions, 2);
 	ck_assert_uint_le(resident_bytes(&rp) + resident_bytes(&rq), l.cap);
 	bn_kvpool_release(&p, &a);
-	bn_kv_ledger_leave(&p);
-	bn_kv_ledger_leave(&q);
-	bn_kvpool_free(&p);
-	bn_kvpool_free(&q);
+	free_pools(&p, &q);
 }
 END_TEST
 
@@ -439,11 +451,8 @@ START_TEST(summed_ledger_keeps_freed_memory)
 {
 	struct bn_kv_ledger l;
 	struct bn_kvpool p, q;
-	summed_pools(&l, &p, &q);
-	ck_assert_int_eq(bn_kvpool_enable_cache(&q), 0);
 	struct resident rp, rq;
-	track(&rp, &p);
-	track(&rq, &q);
+	tracked_summed_pools(&l, &p, &q, &rp, &rq);
 	struct bn_kv_seq a = { .table = ptables[0] }, b = { .table = ptables[1] },
 			 c = { .table = ptables[2] };
 	ck_assert_int_eq(bn_kvpool_reserve_blocks(&p, &a, 2), 0);
@@ -472,10 +481,7 @@ START_TEST(summed_ledger_keeps_freed_memory)
 	ck_assert_uint_eq(rq.released, 0);
 	ck_assert_uint_le(resident_bytes(&rp) + resident_bytes(&rq) + 300, l.cap);
 	bn_kvpool_release(&q, &b);
-	bn_kv_ledger_leave(&p);
-	bn_kv_ledger_leave(&q);
-	bn_kvpool_free(&p);
-	bn_kvpool_free(&q);
+	free_pools(&p, &q);
 }
 END_TEST
 
@@ -486,11 +492,8 @@ START_TEST(evicted_blocks_go_below_kept_ones)
 {
 	struct bn_kv_ledger l;
 	struct bn_kvpool p, q;
-	summed_pools(&l, &p, &q);
-	ck_assert_int_eq(bn_kvpool_enable_cache(&q), 0);
 	struct resident rp, rq;
-	track(&rp, &p);
-	track(&rq, &q);
+	tracked_summed_pools(&l, &p, &q, &rp, &rq);
 	struct bn_kv_seq a = { .table = ptables[0] }, b = { .table = ptables[1] },
 			 c = { .table = ptables[2] };
 	park_blocks(&q, &rq, &c, 2, 5);                    /* 100 parked */
@@ -507,10 +510,7 @@ START_TEST(evicted_blocks_go_below_kept_ones)
 	ck_assert_uint_le(resident_bytes(&rp) + resident_bytes(&rq), l.cap);
 	bn_kvpool_release(&q, &b);
 	bn_kvpool_release(&p, &a);
-	bn_kv_ledger_leave(&p);
-	bn_kv_ledger_leave(&q);
-	bn_kvpool_free(&p);
-	bn_kvpool_free(&q);
+	free_pools(&p, &q);
 }
 END_TEST
 
