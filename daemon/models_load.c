@@ -187,12 +187,14 @@ static const char *grammars_off(const struct bn_model_view *v)
 	return NULL;
 }
 
-/* The grammar service, where the model and backend allow structured output; its cache and
- * its memory limit are the model's share of --grammar-cache and --grammar-memory (divided by
- * the number of models, as --kv-memory is), so every model's grammars together stay inside
- * them; and every model's grammars count in the registry's grammar budget, what --memory
- * leaves beside the loaded models (models_grammar_room). -1 with errno when threads or memory
- * fail. */
+/* The grammar service, where the model and backend allow structured output. Its memory limit
+ * is the model's share of --grammar-memory (divided by the number of models, as --kv-memory
+ * is): what sessions hold cannot be taken back, so a share keeps one model's sessions from
+ * leaving another's none. Its cache is a member of the registry's grammar budget, which bounds
+ * the entries of every model's cache together by --grammar-cache and what every model's
+ * grammars hold by what --memory leaves beside the loaded models (models_grammar_room); past
+ * either, grammars kept for a next time go least recently used first, whichever model's they
+ * are. -1 with errno when threads or memory fail. */
 static int open_grammars(struct bn_model_view *v, const struct bn_models *m)
 {
 	const struct bn_config *cfg = m->cfg;
@@ -204,7 +206,7 @@ static int open_grammars(struct bn_model_view *v, const struct bn_models *m)
 	if (!off) {
 		struct bn_grammar_service_config gc = { .threads = cfg->grammar_threads,
 							.compile_ms = cfg->grammar_compile_ms,
-							.cache_bytes = (size_t)(cfg->grammar_cache / n_models),
+							.cache_bytes = (size_t)cfg->grammar_cache,
 							.memory_bytes = (size_t)(cfg->grammar_memory / n_models) };
 		int rc = bn_grammar_service_open(&v->grammars, v->control.text.vocab,
 						 v->control.grammar_vocab, &gc);
@@ -215,8 +217,11 @@ static int open_grammars(struct bn_model_view *v, const struct bn_models *m)
 		}
 		if (!v->grammars.vocab)
 			off = "the vocabulary could not be given to the grammar engine";
-		else
-			bn_grammar_cache_count_in(v->grammars.cache, m->grammar_budget);
+		else if ((rc = bn_grammar_cache_count_in(v->grammars.cache, m->grammar_budget)) < 0) {
+			bn_grammar_service_close(&v->grammars);
+			errno = -rc;
+			return -1;
+		}
 	}
 	if (off)
 		bn_log_info("msg=\"no structured output\" model=%s reason=\"%s\"",
@@ -687,6 +692,8 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	m->n = cfg->n_models;
 	m->budget = cfg->memory;
 	m->grammar_budget = bn_grammar_budget_new();
+	if (m->grammar_budget)
+		bn_grammar_budget_set_cache_cap(m->grammar_budget, (size_t)cfg->grammar_cache);
 	m->loader.event_fd = -1;
 	bn_text_prep_start(&m->loader.prep, NULL, NULL, NULL);
 	m->entries = calloc(m->n, sizeof(*m->entries));

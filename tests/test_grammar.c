@@ -1449,6 +1449,116 @@ START_TEST(a_memory_limit_bounds_what_grammars_hold)
 }
 END_TEST
 
+/* Compiles (or finds) re in c; warmed when `warm`. Returns the grammar, or releases it (kept by
+ * the cache alone) and returns NULL when !hold. */
+static struct bn_grammar_bound *budget_get(struct bn_grammar_cache *c, const char *re, int warm,
+					   int hold)
+{
+	struct bn_grammar_options o = { .kind = BN_GRAMMAR_REGEX };
+	char err[BN_GRAMMAR_ERR_LEN];
+	struct bn_grammar_bound *g;
+	ck_assert_msg(bn_grammar_cache_get(c, re, strlen(re), &o, &g, err) == 0, "%s: %s", re, err);
+	if (warm)
+		ck_assert_int_eq(bn_grammar_bound_warm(g, UINT64_MAX / 2), 1);
+	if (hold)
+		return g;
+	bn_grammar_bound_unref(g);
+	return NULL;
+}
+
+/* Whether re is kept by c: looking it up again is a hit. */
+static int budget_keeps(struct bn_grammar_cache *c, const char *re)
+{
+	struct bn_grammar_cache_info before, after;
+	bn_grammar_cache_get_info(c, &before);
+	budget_get(c, re, 0, 0);
+	bn_grammar_cache_get_info(c, &after);
+	return after.hits == before.hits + 1;
+}
+
+/* Two caches in one budget (two models of a daemon) give way to each other, least recently
+ * used first: past the budget's limit a compile in a drops the grammar used longest ago
+ * whichever cache keeps it, b's (not a's own, used since) or a's own (not b's, used since);
+ * past the cap on the entries' bytes, the same. Before, a compile dropped only its own cache's
+ * entries (and was refused beside another model's idle ones). */
+START_TEST(a_budget_drops_the_least_recently_used_over_its_caches)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 2000, 6);
+	for (int run = 0; run < 4; run++) {
+		int cap = run / 2, oldest_own = run % 2; /* the limit, then the cap; whose oldest */
+		const char *kind = cap ? "cap" : "limit", *whose = oldest_own ? "a's own" : "b's";
+		struct bn_grammar_cache *a, *b;
+		ck_assert_int_eq(bn_grammar_cache_new(t.v, 64 << 20, &a), 0);
+		ck_assert_int_eq(bn_grammar_cache_new(t.v, 64 << 20, &b), 0);
+		struct bn_grammar_budget *budget = bn_grammar_budget_new();
+		ck_assert_ptr_nonnull(budget);
+		ck_assert_int_eq(bn_grammar_cache_count_in(a, budget), 0);
+		ck_assert_int_eq(bn_grammar_cache_count_in(b, budget), 0);
+		struct bn_grammar_cache *old = oldest_own ? a : b, *recent = oldest_own ? b : a;
+		budget_get(old, "[a-z]{1,41}", !cap, 0);
+		budget_get(recent, "[a-z]{1,42}", !cap, 0);
+		budget_get(recent, "[a-z]{1,43}", !cap, 0);
+		struct bn_grammar_cache_info ia, ib;
+		bn_grammar_cache_get_info(a, &ia);
+		bn_grammar_cache_get_info(b, &ib);
+		ck_assert_uint_eq(bn_grammar_budget_cached(budget), ia.bytes + ib.bytes);
+		ck_assert_uint_eq(bn_grammar_budget_bytes(budget), ia.live_bytes + ib.live_bytes);
+		if (cap)
+			bn_grammar_budget_set_cache_cap(budget, bn_grammar_budget_cached(budget));
+		else
+			bn_grammar_budget_set_limit(budget, bn_grammar_budget_bytes(budget));
+		budget_get(a, "[a-z]{1,44}", 0, 0); /* past it by its own bytes */
+		ck_assert_msg(budget_keeps(recent, "[a-z]{1,43}"), "%s, oldest %s: the grammar used "
+			      "last before the compile went", kind, whose);
+		ck_assert_msg(!budget_keeps(old, "[a-z]{1,41}"), "%s: %s oldest stayed", kind, whose);
+		bn_grammar_cache_free(b);
+		bn_grammar_cache_get_info(a, &ia);
+		ck_assert_uint_eq(bn_grammar_budget_cached(budget), ia.bytes);
+		bn_grammar_cache_free(a);
+		bn_grammar_budget_unref(budget);
+	}
+	tvocab_free(&t);
+}
+END_TEST
+
+/* What sessions hold never goes: with a's grammar held and nothing kept, a compile in b past
+ * the budget's limit is refused, named (--memory) and not kept, and leaves the budget as it
+ * was. */
+START_TEST(a_budget_refuses_past_what_sessions_hold)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 2000, 6);
+	struct bn_grammar_cache *a, *b;
+	ck_assert_int_eq(bn_grammar_cache_new(t.v, 64 << 20, &a), 0);
+	ck_assert_int_eq(bn_grammar_cache_new(t.v, 64 << 20, &b), 0);
+	struct bn_grammar_budget *budget = bn_grammar_budget_new();
+	ck_assert_int_eq(bn_grammar_cache_count_in(a, budget), 0);
+	ck_assert_int_eq(bn_grammar_cache_count_in(b, budget), 0);
+	struct bn_grammar_bound *held = budget_get(a, "[a-z]{1,41}", 1, 1);
+	size_t bytes = bn_grammar_budget_bytes(budget);
+	bn_grammar_budget_set_limit(budget, bytes);
+	struct bn_grammar_options o = { .kind = BN_GRAMMAR_REGEX };
+	char err[BN_GRAMMAR_ERR_LEN];
+	struct bn_grammar_bound *g;
+	int rc = bn_grammar_cache_get(b, "[a-z]{1,42}", 11, &o, &g, err);
+	ck_assert_msg(rc == -E2BIG && strstr(err, "memory budget leaves") && strstr(err, "--memory"),
+		      "%d %s", rc, err);
+	ck_assert_uint_eq(bn_grammar_budget_bytes(budget), bytes);
+	struct bn_grammar_cache_info ib;
+	bn_grammar_cache_get_info(b, &ib);
+	ck_assert_uint_eq(ib.entries, 0);
+	ck_assert_msg(budget_keeps(a, "[a-z]{1,41}"), "a held grammar went");
+	/* Released, it may go for the next. */
+	bn_grammar_bound_unref(held);
+	budget_get(b, "[a-z]{1,42}", 0, 0);
+	bn_grammar_cache_free(b);
+	bn_grammar_cache_free(a);
+	bn_grammar_budget_unref(budget);
+	tvocab_free(&t);
+}
+END_TEST
+
 #define MAX_HOGS 24
 
 struct hog {
@@ -1631,6 +1741,8 @@ int main(void)
 	tcase_add_test(tc, cache_keys_on_content_and_keeps_refusals);
 	tcase_add_test(tc, threads_share_a_bound_grammar);
 	tcase_add_test(tc, a_memory_limit_bounds_what_grammars_hold);
+	tcase_add_test(tc, a_budget_drops_the_least_recently_used_over_its_caches);
+	tcase_add_test(tc, a_budget_refuses_past_what_sessions_hold);
 	tcase_add_loop_test(tc, tokens_to_accept_spell_the_shortest_way, 0,
 			    sizeof(exhaustive) / sizeof(exhaustive[0]));
 	tcase_add_test(tc, the_budget_is_cpu_time_whatever_the_load);

@@ -9,9 +9,15 @@
  *
  * Every bound grammar made here is counted while it lives (the cache's or a session's), as its
  * token sets fill too; past the memory limit a new one first pushes out entries nobody else
- * holds, then is refused (-E2BIG, not kept: it depends on what else is held). The same holds
- * for the budget of several caches the cache may count in (bn_grammar_budget: the daemon's
- * memory budget less its loaded models), with this cache's entries the ones pushed out.
+ * holds, then is refused (-E2BIG, not kept: it depends on what else is held).
+ *
+ * A cache may be a member of a budget of several caches (bn_grammar_budget: one per model of a
+ * daemon), which bounds what their grammars hold together (the daemon's memory budget less its
+ * loaded models) and their entries' bytes together (--grammar-cache). Past either, the
+ * entries that may go are dropped least recently used first over every member, by stamps
+ * from the budget's one clock: a model's compile pushes out another model's grammars kept
+ * for a next time when those were used longer ago than its own. Lock order: the budget's
+ * lock, then one member's at a time; a compile checks the budget holding no cache's lock.
  */
 #include "tokens.h"
 
@@ -28,6 +34,7 @@ struct entry {
 	int rc;
 	char err[BN_GRAMMAR_ERR_LEN];
 	size_t bytes;
+	uint64_t used;                   /* its budget's clock when last used (0 without one) */
 	struct entry *chain;             /* same hash bucket */
 	struct entry *newer, *older;     /* recency list */
 };
@@ -42,6 +49,9 @@ struct bn_grammar_cache {
 	uint32_t mask, n;
 	struct entry *newest, *oldest;
 	uint64_t hits, misses, refusals;
+	/* NULL, or the budget it is a member of (set before its first compile, kept to the end;
+	 * its entries' bytes are counted in the budget's `cached` too) */
+	struct bn_grammar_budget *budget;
 };
 
 int bn_grammar_cache_new(struct bn_grammar_vocab *v, size_t max_bytes,
@@ -78,10 +88,13 @@ static void entry_free(struct entry *e)
 	free(e);
 }
 
+static void leave_budget(struct bn_grammar_cache *c);
+
 void bn_grammar_cache_free(struct bn_grammar_cache *c)
 {
 	if (!c)
 		return;
+	leave_budget(c);
 	for (struct entry *e = c->newest, *next; e; e = next) {
 		next = e->older;
 		entry_free(e);
@@ -127,8 +140,12 @@ static void unlink_recency(struct bn_grammar_cache *c, struct entry *e)
 	e->newer = e->older = NULL;
 }
 
+/* Under the lock: e is the most recently used, stamped by the budget's clock so that entries of
+ * its members compare (taken under the lock, the stamps grow along each recency list). */
 static void make_newest(struct bn_grammar_cache *c, struct entry *e)
 {
+	e->used = c->budget ? atomic_fetch_add_explicit(&c->budget->clock, 1, memory_order_relaxed) + 1
+			    : 0;
 	e->older = c->newest;
 	e->newer = NULL;
 	if (c->newest)
@@ -146,11 +163,23 @@ static struct entry **slot_of(struct bn_grammar_cache *c, XXH128_hash_t key)
 	return at;
 }
 
+/* Under the lock: the entries' bytes go from `before` to `now`, in c and in its budget. */
+static void count_bytes(struct bn_grammar_cache *c, size_t before, size_t now)
+{
+	c->bytes = c->bytes - before + now;
+	if (!c->budget)
+		return;
+	if (now >= before)
+		atomic_fetch_add_explicit(&c->budget->cached, now - before, memory_order_relaxed);
+	else
+		atomic_fetch_sub_explicit(&c->budget->cached, before - now, memory_order_relaxed);
+}
+
 static void drop(struct bn_grammar_cache *c, struct entry *e)
 {
 	*slot_of(c, e->key) = e->chain;
 	unlink_recency(c, e);
-	c->bytes -= e->bytes;
+	count_bytes(c, e->bytes, 0);
 	c->n--;
 	entry_free(e);
 }
@@ -184,30 +213,149 @@ static int make_room(struct bn_grammar_cache *c)
 	return make_room_below(c, c->max_live);
 }
 
-void bn_grammar_cache_count_in(struct bn_grammar_cache *c, struct bn_grammar_budget *b)
+/* ---- budgets of several caches ---------------------------------------------------------- */
+
+static void budget_destroy(struct gr_account *account)
 {
+	struct bn_grammar_budget *b = (struct bn_grammar_budget *)account; /* its first member */
+	pthread_mutex_destroy(&b->lock);
+	free(b->members);
+	free(b);
+}
+
+struct bn_grammar_budget *bn_grammar_budget_new(void)
+{
+	struct bn_grammar_budget *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	atomic_init(&b->account.refs, 1);
+	atomic_init(&b->account.limit, SIZE_MAX);
+	atomic_init(&b->cache_cap, SIZE_MAX);
+	b->account.destroy = budget_destroy;
+	pthread_mutex_init(&b->lock, NULL);
+	return b;
+}
+
+void bn_grammar_budget_unref(struct bn_grammar_budget *b)
+{
+	gr_account_unref(b ? &b->account : NULL);
+}
+
+void bn_grammar_budget_set_limit(struct bn_grammar_budget *b, size_t limit)
+{
+	atomic_store_explicit(&b->account.limit, limit, memory_order_relaxed);
+}
+
+void bn_grammar_budget_set_cache_cap(struct bn_grammar_budget *b, size_t cap)
+{
+	atomic_store_explicit(&b->cache_cap, cap, memory_order_relaxed);
+}
+
+size_t bn_grammar_budget_bytes(const struct bn_grammar_budget *b)
+{
+	return atomic_load_explicit(&b->account.bytes, memory_order_relaxed);
+}
+
+size_t bn_grammar_budget_cached(const struct bn_grammar_budget *b)
+{
+	return atomic_load_explicit(&b->cached, memory_order_relaxed);
+}
+
+int bn_grammar_cache_count_in(struct bn_grammar_cache *c, struct bn_grammar_budget *b)
+{
+	pthread_mutex_lock(&b->lock);
+	if (b->n_members == b->cap_members) {
+		uint32_t cap = b->cap_members ? 2 * b->cap_members : 8;
+		struct bn_grammar_cache **m = realloc(b->members, cap * sizeof(*m));
+		if (!m) {
+			pthread_mutex_unlock(&b->lock);
+			return -ENOMEM;
+		}
+		b->members = m;
+		b->cap_members = cap;
+	}
+	b->members[b->n_members++] = c;
 	pthread_mutex_lock(&c->lock);
 	atomic_fetch_add_explicit(&b->account.refs, 1, memory_order_relaxed);
 	gr_account_unref(c->live->parent);
 	c->live->parent = &b->account;
+	c->budget = b;
+	atomic_fetch_add_explicit(&b->cached, c->bytes, memory_order_relaxed);
 	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&b->lock);
+	return 0;
 }
 
-/* Under the lock: the budget c counts in holds (c's own entries nobody else holds dropped
- * first, as far as that helps). 1 when it holds, or c counts in none. */
-static int make_budget_room(struct bn_grammar_cache *c, size_t *held, size_t *limit)
+/* The cache leaves its budget's members (it is being freed: no other thread uses it), its
+ * entries' bytes with it. */
+static void leave_budget(struct bn_grammar_cache *c)
 {
-	struct gr_account *b = c->live->parent;
+	struct bn_grammar_budget *b = c->budget;
 	if (!b)
+		return;
+	pthread_mutex_lock(&b->lock);
+	for (uint32_t i = 0; i < b->n_members; i++)
+		if (b->members[i] == c)
+			b->members[i] = b->members[--b->n_members];
+	atomic_fetch_sub_explicit(&b->cached, c->bytes, memory_order_relaxed);
+	c->budget = NULL;
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* What a budget bounds: what its members' grammars hold, or their entries' bytes. */
+enum room_for { ROOM_MEMORY, ROOM_CACHE };
+
+static int budget_over(struct bn_grammar_budget *b, enum room_for r)
+{
+	if (r == ROOM_CACHE)
+		return atomic_load_explicit(&b->cached, memory_order_relaxed) >
+		       atomic_load_explicit(&b->cache_cap, memory_order_relaxed);
+	return atomic_load_explicit(&b->account.bytes, memory_order_relaxed) >
+	       atomic_load_explicit(&b->account.limit, memory_order_relaxed);
+}
+
+/* Under c's lock: its least recently used entry that may go for r, never `keep`: for memory a
+ * grammar nobody else holds (its memory goes with it), for the entries' bytes any. */
+static struct entry *first_to_go(struct bn_grammar_cache *c, enum room_for r,
+				 const struct entry *keep)
+{
+	for (struct entry *e = c->oldest; e; e = e->newer)
+		if (e != keep && (r == ROOM_CACHE || (e->bound && atomic_load(&e->bound->refs) == 1)))
+			return e;
+	return NULL;
+}
+
+/* Drops entries that may go for r, least recently used first over every member of b, until b
+ * holds r's bound. The caller holds no cache's lock. 1 when it holds. */
+static int budget_make_room(struct bn_grammar_budget *b, enum room_for r, const struct entry *keep)
+{
+	if (!budget_over(b, r)) /* every hit asks: no lock while it holds */
 		return 1;
-	*limit = atomic_load_explicit(&b->limit, memory_order_relaxed);
-	*held = atomic_load_explicit(&b->bytes, memory_order_relaxed);
-	if (*held <= *limit)
-		return 1;
-	size_t excess = *held - *limit, mine = live_bytes(c);
-	(void)make_room_below(c, mine > excess ? mine - excess : 0);
-	*held = atomic_load_explicit(&b->bytes, memory_order_relaxed);
-	return *held <= *limit;
+	pthread_mutex_lock(&b->lock);
+	while (budget_over(b, r)) {
+		struct bn_grammar_cache *victim = NULL;
+		uint64_t oldest = UINT64_MAX;
+		for (uint32_t i = 0; i < b->n_members; i++) {
+			struct bn_grammar_cache *m = b->members[i];
+			pthread_mutex_lock(&m->lock);
+			const struct entry *e = first_to_go(m, r, keep);
+			if (e && e->used < oldest) {
+				oldest = e->used;
+				victim = m;
+			}
+			pthread_mutex_unlock(&m->lock);
+		}
+		if (!victim)
+			break;
+		pthread_mutex_lock(&victim->lock);
+		struct entry *e = first_to_go(victim, r, keep);
+		if (e && e->used == oldest) /* else it was used meanwhile: look again */
+			drop(victim, e);
+		pthread_mutex_unlock(&victim->lock);
+	}
+	int holds = !budget_over(b, r);
+	pthread_mutex_unlock(&b->lock);
+	return holds;
 }
 
 void bn_grammar_cache_trim(struct bn_grammar_cache *c)
@@ -265,12 +413,14 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
 		c->hits++;
 		unlink_recency(c, e);
 		make_newest(c, e);
-		c->bytes -= e->bytes; /* its token sets may have grown since */
+		size_t was = e->bytes; /* its token sets may have grown since */
 		e->bytes = entry_bytes(e);
-		c->bytes += e->bytes;
+		count_bytes(c, was, e->bytes);
 		int rc = answer(e, out, err);
 		evict(c, e);
 		pthread_mutex_unlock(&c->lock);
+		if (c->budget) /* `e` only compared: another thread may drop it meanwhile */
+			(void)budget_make_room(c->budget, ROOM_CACHE, e);
 		return rc;
 	}
 	c->misses++;
@@ -294,9 +444,10 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
 			 "free grammars or raise it", held, limit);
 		return -E2BIG;
 	}
-	size_t held, limit;
-	if (made->bound && !make_budget_room(c, &held, &limit)) {
-		pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->lock);
+	if (made->bound && c->budget && !budget_make_room(c->budget, ROOM_MEMORY, NULL)) {
+		size_t held = bn_grammar_budget_bytes(c->budget);
+		size_t limit = atomic_load_explicit(&c->budget->account.limit, memory_order_relaxed);
 		entry_free(made);
 		snprintf(err, BN_GRAMMAR_ERR_LEN, "the daemon's grammars would hold %zu bytes with "
 			 "this one, over the %zu its memory budget leaves them beside the loaded "
@@ -304,6 +455,7 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
 			 held, limit);
 		return -E2BIG;
 	}
+	pthread_mutex_lock(&c->lock);
 	struct entry **slot = slot_of(c, key);
 	if (*slot) { /* another thread compiled it meanwhile */
 		entry_free(made);
@@ -311,13 +463,15 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
 	} else {
 		*slot = made;
 		make_newest(c, made);
-		c->bytes += made->bytes;
+		count_bytes(c, 0, made->bytes);
 		c->n++;
 		c->refusals += !made->bound;
 	}
 	int rc = answer(made, out, err);
 	evict(c, made);
 	pthread_mutex_unlock(&c->lock);
+	if (c->budget)
+		(void)budget_make_room(c->budget, ROOM_CACHE, made);
 	return rc;
 }
 

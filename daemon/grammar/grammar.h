@@ -188,18 +188,23 @@ void bn_grammar_cache_limit_memory(struct bn_grammar_cache *c, size_t max_live_b
  * sessions use): the daemon's memory budget wants the room. */
 void bn_grammar_cache_trim(struct bn_grammar_cache *c);
 
-/* What the grammars of several caches (a daemon's models) hold together, against a limit its
- * owner moves (what the daemon's memory budget leaves beside its loaded models). A cache that
- * counts in it checks it when a miss compiles, after its own limit: past it the cache's own
- * entries nobody else holds go first, then the compile is refused with -E2BIG, "over what the
- * memory budget leaves". Reference-counted: the caches and their grammars hold it. */
+/* What the grammars of several caches (a daemon's models, its members) hold together, against a
+ * limit its owner moves (what the daemon's memory budget leaves beside its loaded models), and
+ * a cap on their entries' bytes together (--grammar-cache). A member checks the limit when a
+ * miss compiles, after its own limit, and the cap whenever its entries grow: past either, the
+ * entries that may go (for the limit: grammars nobody else holds) are dropped least recently
+ * used first, whichever member keeps them; a compile still past the limit is refused with
+ * -E2BIG, "over what the memory budget leaves". Reference-counted: the caches and their
+ * grammars hold it. */
 struct bn_grammar_budget;
 struct bn_grammar_budget *bn_grammar_budget_new(void); /* no limit yet; NULL without memory */
 void bn_grammar_budget_unref(struct bn_grammar_budget *b);
 void bn_grammar_budget_set_limit(struct bn_grammar_budget *b, size_t limit); /* SIZE_MAX: none */
-size_t bn_grammar_budget_bytes(const struct bn_grammar_budget *b);
-/* c's grammars count in b from now on (before its first compile; a reference). */
-void bn_grammar_cache_count_in(struct bn_grammar_cache *c, struct bn_grammar_budget *b);
+void bn_grammar_budget_set_cache_cap(struct bn_grammar_budget *b, size_t cap); /* SIZE_MAX: none */
+size_t bn_grammar_budget_bytes(const struct bn_grammar_budget *b);  /* held by the grammars */
+size_t bn_grammar_budget_cached(const struct bn_grammar_budget *b); /* the members' entries */
+/* c becomes a member of b (before its first compile, once; a reference). 0 or -ENOMEM. */
+int bn_grammar_cache_count_in(struct bn_grammar_cache *c, struct bn_grammar_budget *b);
 struct bn_grammar_cache_info {
 	uint64_t hits, misses, refusals_cached;
 	uint32_t entries;

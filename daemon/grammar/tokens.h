@@ -81,11 +81,24 @@ struct gr_account {
 	atomic_size_t bytes;
 	struct gr_account *parent;  /* NULL, or a reference: it counts the same bytes */
 	atomic_size_t limit;        /* a budget's: SIZE_MAX for none */
+	void (*destroy)(struct gr_account *account); /* the last reference's: NULL for free() */
 };
 
-/* bn_grammar_budget is an account with no parent. */
+struct bn_grammar_cache;
+
+/* bn_grammar_budget is an account with no parent, and the caches that count in it (its
+ * members, cache.c): past its limit, or past cache_cap, the least recently used entries go
+ * first whichever member holds them, so one model's compile pushes out another model's
+ * grammars kept for a next time, not only its own. */
 struct bn_grammar_budget {
 	struct gr_account account;
+	atomic_size_t cache_cap;       /* the members' entries' bytes together; SIZE_MAX: none */
+	atomic_size_t cached;          /* those bytes now */
+	atomic_uint_fast64_t clock;    /* recency stamps over every member */
+	pthread_mutex_t lock;          /* the members list; taken before a member's lock, never
+					* while one is held */
+	struct bn_grammar_cache **members;
+	uint32_t n_members, cap_members;
 };
 
 /* Adds (or takes back) n bytes in account and every account above it. */

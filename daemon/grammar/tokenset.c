@@ -682,35 +682,9 @@ void gr_account_unref(struct gr_account *account)
 {
 	if (account && atomic_fetch_sub_explicit(&account->refs, 1, memory_order_acq_rel) == 1) {
 		gr_account_unref(account->parent);
-		free(account);
+		if (account->destroy)
+			account->destroy(account);
+		else
+			free(account);
 	}
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Budgets of several caches                                                                  */
-/* ------------------------------------------------------------------------------------------ */
-
-struct bn_grammar_budget *bn_grammar_budget_new(void)
-{
-	struct bn_grammar_budget *b = calloc(1, sizeof(*b));
-	if (!b)
-		return NULL;
-	atomic_init(&b->account.refs, 1);
-	atomic_init(&b->account.limit, SIZE_MAX);
-	return b;
-}
-
-void bn_grammar_budget_unref(struct bn_grammar_budget *b)
-{
-	gr_account_unref(b ? &b->account : NULL);
-}
-
-void bn_grammar_budget_set_limit(struct bn_grammar_budget *b, size_t limit)
-{
-	atomic_store_explicit(&b->account.limit, limit, memory_order_relaxed);
-}
-
-size_t bn_grammar_budget_bytes(const struct bn_grammar_budget *b)
-{
-	return atomic_load_explicit(&b->account.bytes, memory_order_relaxed);
 }
