@@ -10,6 +10,7 @@
 
 #include "../daemon/model/wcache.h"
 #include "hub.h"
+#include "model_cmd.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -17,7 +18,6 @@
 #include <string.h>
 
 #define EXIT_CACHE 1
-#define EXIT_USAGE 2
 
 static const char usage_text[] =
 	"Usage: bitnet-model cache [--cache-dir DIR] [--prune]\n"
@@ -48,13 +48,6 @@ struct totals {
 	uint64_t bytes, dead_bytes, freed_bytes;
 };
 
-static int usage(const char *what, const char *arg)
-{
-	fprintf(stderr, "bitnet-model cache: %s%s%s (see bitnet-model cache --help)\n", what,
-		arg ? " " : "", arg ? arg : "");
-	return EXIT_USAGE;
-}
-
 static int get_args(int argc, char **argv, struct cache_args *a)
 {
 	enum { O_CACHE_DIR = 256, O_PRUNE, O_HELP };
@@ -72,14 +65,13 @@ static int get_args(int argc, char **argv, struct cache_args *a)
 		case O_CACHE_DIR: a->dir = optarg; break;
 		case O_PRUNE: a->prune = 1; break;
 		case O_HELP: a->help = 1; return 0;
-		case ':': return usage("this option needs a value:", argv[optind - 1]);
-		default: return usage("unknown option", argv[optind - 1]);
+		default: return model_cmd_bad_option("cache", opt, argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
-		return usage("unexpected argument", argv[optind]);
+		return model_cmd_usage("cache", "unexpected argument", argv[optind]);
 	if (a->dir && strcmp(a->dir, "none") == 0)
-		return usage("--cache-dir none is no directory", NULL);
+		return model_cmd_usage("cache", "--cache-dir none is no directory", NULL);
 	return 0;
 }
 
