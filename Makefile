@@ -265,7 +265,7 @@ CLIENT_SRCS := libclient/connect.c libclient/submit.c libclient/wait.c libclient
 CLI_SRCS    := tools/bitnet-cli.c tools/cli_util.c tools/bench_ipc.c tools/cli_text.c tools/cli_chat.c tools/cli_score.c tools/cli_perplexity.c tools/cli_classify.c tools/cli_embed.c tools/cli_models.c
 GATEWAY_SRCS := $(wildcard gateway/*.c)
 MODELTOOL_SRCS := tools/bitnet-model.c tools/model_presets.c tools/model_vocab.c tools/model_rng.c tools/gguf_info.c tools/gguf_write.c tools/hf_vocab.c \
-	tools/model_pull.c tools/pull_progress.c
+	tools/model_pull.c tools/pull_progress.c tools/model_cache.c tools/model_cmd.c
 # Models by name (hub/): the Hugging Face Hub client bitnetd and bitnet-model share.
 HUB_SRCS    := $(wildcard hub/*.c)
 TEST_UNIT   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))

@@ -5,7 +5,8 @@
  * with no cache, a cache built and a cache hit, for every preset and option; a changed model
  * file, a corrupt, truncated or empty cache, another kernel variant's cache are rebuilt, never
  * used; two daemons starting together leave one valid cache; an unusable directory means
- * running without one.
+ * running without one. Pruning: a directory of live, dead and foreign files, listed and
+ * pruned (bn_wcache_prune and bitnet-model cache), and a daemon's writer pruning its own.
  */
 #define _GNU_SOURCE
 #include "testutil.h"
@@ -129,7 +130,7 @@ START_TEST(format_round_trip_and_checks)
 	ck_assert_int_eq(open_sample(path, &k), -ESTALE);
 	/* A byte flipped anywhere: the last blob, the middle of the big one, the chunk table. */
 	off_t size = file_size(path);
-	static const off_t where[] = { -1, -(1 << 20), 4096 + 3 * 32 + 5 };
+	static const off_t where[] = { -1, -(1 << 20), 8192 + 3 * 32 + 5 }; /* after the header */
 	for (size_t w = 0; w < sizeof(where) / sizeof(where[0]); w++) {
 		off_t at = where[w] < 0 ? size + where[w] : where[w];
 		flip_byte(path, at);
@@ -175,6 +176,260 @@ START_TEST(directory_and_name)
 	ck_assert_msg(strncmp(out, "/c/my_model.gguf.", 17) == 0 &&
 			      strstr(out, ".o1.avx2.wcache"),
 		      "%s", out);
+}
+END_TEST
+
+/* ---- pruning ----------------------------------------------------------------------------- */
+
+/* The key a daemon has for the model file at path (its identity and resolved path; the rest
+ * key0's). */
+static void key_for(const char *path, struct bn_wcache_key *k)
+{
+	struct stat st;
+	ck_assert_int_eq(stat(path, &st), 0);
+	*k = key0;
+	k->dev = (uint64_t)st.st_dev;
+	k->ino = (uint64_t)st.st_ino;
+	k->size = (uint64_t)st.st_size;
+	k->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+	k->ctime_ns = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
+	ck_assert_ptr_nonnull(realpath(path, k->model));
+}
+
+static void put_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_ge(fputs(text, f), 0);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* A small cache of the model file at model, named as the daemon names it in dir (cache NULL)
+ * or at cache; a valid one: it opens under the model's key. Its path in out. */
+static void cache_of(const char *dir, const char *model, const char *cache, char *out,
+		     size_t cap)
+{
+	struct bn_wcache_key k;
+	key_for(model, &k);
+	if (cache)
+		snprintf(out, cap, "%s", cache);
+	else
+		ck_assert_int_eq(bn_wcache_path(dir, model, &k, out, cap), 0);
+	static const uint8_t data[100] = { 1, 2, 3 };
+	struct bn_wcache_blob b = { BN_WCACHE_T2_CODES, data, sizeof(data) };
+	char why[BN_WCACHE_WHY_LEN];
+	ck_assert_int_eq(bn_wcache_write(out, &k, 0, &b, 1, NULL, why), 0);
+	ck_assert_int_eq(open_sample(out, &k), 0);
+}
+
+static void put_version(const char *path, uint32_t version)
+{
+	int fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, &version, 4, 8), 4); /* after the 8-byte magic */
+	close(fd);
+}
+
+/* What bn_wcache_prune reported. */
+struct reported {
+	uint32_t n;
+	struct {
+		char name[128], why[BN_WCACHE_WHY_LEN], model[PATH_MAX];
+		enum bn_wcache_fate fate;
+		int removed;
+	} f[16];
+};
+
+static void note(void *ctx, const struct bn_wcache_file *f)
+{
+	struct reported *r = ctx;
+	ck_assert_uint_lt(r->n, 16);
+	snprintf(r->f[r->n].name, sizeof(r->f[0].name), "%s", f->name);
+	snprintf(r->f[r->n].why, sizeof(r->f[0].why), "%s", f->why);
+	snprintf(r->f[r->n].model, sizeof(r->f[0].model), "%s", f->model);
+	r->f[r->n].fate = f->fate;
+	r->f[r->n].removed = f->removed;
+	r->n++;
+}
+
+/* The report of the file whose name begins with prefix: its fate, why and removal; its
+ * index. */
+static uint32_t assert_reported(const struct reported *r, const char *prefix,
+			    enum bn_wcache_fate fate, const char *why, int removed)
+{
+	for (uint32_t i = 0; i < r->n; i++) {
+		if (strncmp(r->f[i].name, prefix, strlen(prefix)) != 0)
+			continue;
+		ck_assert_msg(r->f[i].fate == fate && strstr(r->f[i].why, why) &&
+				      r->f[i].removed == removed,
+			      "%s: fate %d why \"%s\" removed %d", r->f[i].name, r->f[i].fate,
+			      r->f[i].why, r->f[i].removed);
+		return i;
+	}
+	ck_abort_msg("%s* was not reported", prefix);
+	return 0;
+}
+
+static int exists(const char *dir, const char *name)
+{
+	char p[PATH_MAX];
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return lstat(p, &st) == 0;
+}
+
+/* A pid no process has: a child's, reaped. */
+static pid_t gone_pid(void)
+{
+	pid_t kid = fork();
+	if (kid == 0)
+		_exit(0);
+	waitpid(kid, NULL, 0);
+	return kid;
+}
+
+/* A directory of every kind of file: caches live, dead (model gone, model replaced, an older
+ * version, truncated), kept (a newer version), writers' temporary files of a dead and a live
+ * process, and what is no cache (no magic, a symlink to a dead cache, a dead cache under
+ * another name, a directory). Listed, nothing moves; pruned, exactly the dead go; listed
+ * again, the rest is there. */
+START_TEST(prune_removes_only_what_can_never_be_used)
+{
+	char top[] = "/tmp/bn-wcache-prune-XXXXXX", dir[64], p[PATH_MAX], q[PATH_MAX];
+	ck_assert_ptr_nonnull(mkdtemp(top));
+	snprintf(dir, sizeof(dir), "%s/cache", top);
+	static const char *const models[] = { "live", "gone", "changed" };
+	for (int i = 0; i < 3; i++) {
+		snprintf(p, sizeof(p), "%s/%s.gguf", top, models[i]);
+		put_text(p, "a model file's bytes\n");
+		cache_of(dir, p, NULL, q, sizeof(q));
+	}
+	char live[PATH_MAX], gone[PATH_MAX];
+	snprintf(live, sizeof(live), "%s/live.gguf", top);
+	snprintf(gone, sizeof(gone), "%s/gone.gguf", top);
+	static const struct {
+		const char *name;
+		uint32_t version;
+		off_t size; /* 0: whole */
+	} copies[] = {
+		{ "older.wcache", BN_WCACHE_VERSION - 1, 0 },
+		{ "newer.wcache", BN_WCACHE_VERSION + 1, 0 },
+		{ "truncated.wcache", BN_WCACHE_VERSION, 100 },
+	};
+	for (int i = 0; i < 3; i++) { /* caches of the live model */
+		snprintf(p, sizeof(p), "%s/%s", dir, copies[i].name);
+		cache_of(dir, live, p, q, sizeof(q));
+		put_version(p, copies[i].version);
+		if (copies[i].size)
+			ck_assert_int_eq(truncate(p, copies[i].size), 0);
+	}
+	snprintf(p, sizeof(p), "%s/dead.wcache.bak", dir); /* dead, not a cache's name */
+	cache_of(dir, gone, p, q, sizeof(q));
+	snprintf(p, sizeof(p), "%s/target.wcache", top); /* dead, outside; a link to it inside */
+	cache_of(top, gone, p, q, sizeof(q));
+	snprintf(q, sizeof(q), "%s/link.wcache", dir);
+	ck_assert_int_eq(symlink(p, q), 0);
+	snprintf(p, sizeof(p), "%s/nomagic.wcache", dir);
+	put_text(p, "not a cache, whatever its name\n");
+	snprintf(p, sizeof(p), "%s/sub.wcache", dir);
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/a.wcache.tmp.%d.abcdef", dir, (int)gone_pid());
+	put_text(p, "torn");
+	snprintf(p, sizeof(p), "%s/b.wcache.tmp.%d.abcdef", dir, (int)getpid());
+	put_text(p, "being written");
+	/* The model files change: one removed, one replaced by another file. */
+	ck_assert_int_eq(unlink(gone), 0);
+	snprintf(p, sizeof(p), "%s/changed.new", top);
+	snprintf(q, sizeof(q), "%s/changed.gguf", top);
+	put_text(p, "the model file's new bytes\n");
+	ck_assert_int_eq(rename(p, q), 0);
+
+	for (int remove = 0; remove <= 1; remove++) {
+		struct reported r = { 0 };
+		ck_assert_int_eq(bn_wcache_prune(dir, remove, note, &r), 0);
+		ck_assert_uint_eq(r.n, 8);
+		uint32_t i = assert_reported(&r, "live.gguf.", BN_WCACHE_LIVE, "", 0);
+		ck_assert_str_eq(r.f[i].model, realpath(live, p));
+		assert_reported(&r, "gone.gguf.", BN_WCACHE_DEAD, "model file is gone", remove);
+		assert_reported(&r, "changed.gguf.", BN_WCACHE_DEAD, "replaced or changed", remove);
+		assert_reported(&r, "older.wcache", BN_WCACHE_DEAD, "older layout version", remove);
+		assert_reported(&r, "newer.wcache", BN_WCACHE_KEPT, "newer layout version", 0);
+		assert_reported(&r, "truncated.wcache", BN_WCACHE_DEAD, "shorter than its header",
+				remove);
+		assert_reported(&r, "a.wcache.tmp.", BN_WCACHE_DEAD, "writer that died", remove);
+		assert_reported(&r, "b.wcache.tmp.", BN_WCACHE_LIVE, "being written", 0);
+	}
+	struct reported after = { 0 };
+	ck_assert_int_eq(bn_wcache_prune(dir, 1, note, &after), 0);
+	ck_assert_uint_eq(after.n, 3);
+	static const char *const kept[] = { "newer.wcache", "dead.wcache.bak", "link.wcache",
+					    "nomagic.wcache", "sub.wcache" };
+	for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+		ck_assert_msg(exists(dir, kept[i]), "%s was removed", kept[i]);
+	ck_assert(exists(top, "target.wcache"));
+	tu_remove_dir(top);
+}
+END_TEST
+
+/* bitnet-model cache lists a live and a dead cache; --prune removes the dead one and says
+ * what it freed. */
+START_TEST(model_tool_lists_and_prunes)
+{
+	char top[] = "/tmp/bn-wcache-tool-XXXXXX", dir[64], live[64], gone[64];
+	char live_cache[PATH_MAX], gone_cache[PATH_MAX], want[3 * PATH_MAX];
+	ck_assert_ptr_nonnull(mkdtemp(top));
+	snprintf(dir, sizeof(dir), "%s/cache", top);
+	snprintf(live, sizeof(live), "%s/live.gguf", top);
+	snprintf(gone, sizeof(gone), "%s/gone.gguf", top);
+	put_text(live, "a model file's bytes\n");
+	put_text(gone, "another model file's bytes\n");
+	cache_of(dir, live, NULL, live_cache, sizeof(live_cache));
+	cache_of(dir, gone, NULL, gone_cache, sizeof(gone_cache));
+	ck_assert_int_eq(unlink(gone), 0);
+	const char *tool = getenv("BITNET_MODEL_TOOL");
+	ck_assert_msg(tool, "BITNET_MODEL_TOOL is not set (make check sets it)");
+	struct tu_run r;
+	ck_assert_int_eq(tu_run((const char *const[]){ tool, "cache", "--cache-dir", dir, NULL },
+				NULL, 0, &r),
+			 0);
+	ck_assert_msg(r.status == 0, "%d: %s", r.status, r.err);
+	char real[PATH_MAX];
+	ck_assert_ptr_nonnull(realpath(top, real));
+	unsigned long long bytes = (unsigned long long)file_size(gone_cache);
+	/* key0's options and kernels; the line begins with the state and the size for people */
+	snprintf(want, sizeof(want),
+		 " bytes=%llu model=\"%s/live.gguf\" options=\"--lm-head screened\" kernels=avx2 "
+		 "file=\"%s\"\n",
+		 bytes, real, strrchr(live_cache, '/') + 1);
+	const char *line = strstr(r.out, want);
+	ck_assert_msg(line, "no\n%sin\n%s", want, r.out);
+	while (line > r.out && line[-1] != '\n')
+		line--;
+	static const char state[] = "state=live size=\"";
+	ck_assert_msg(!strncmp(line, state, sizeof(state) - 1), "%s", r.out);
+	snprintf(want, sizeof(want),
+		 " bytes=%llu model=\"%s/gone.gguf\" options=\"--lm-head screened\" kernels=avx2 "
+		 "why=\"its model file is gone\" file=\"%s\"\n",
+		 bytes, real, strrchr(gone_cache, '/') + 1);
+	ck_assert_msg(strstr(r.out, want) && strstr(r.out, "\nstate=dead size="), "%s", r.out);
+	snprintf(want, sizeof(want), "\ntotal files=2 bytes=%llu ", 2 * bytes);
+	ck_assert_msg(strstr(r.out, want) && strstr(r.out, " live=1 dead=1 kept=0 "), "%s",
+		      r.out);
+	ck_assert_msg(strstr(r.err, "1 dead file") && strstr(r.err, "--prune"), "%s", r.err);
+	ck_assert_int_eq(tu_run((const char *const[]){ tool, "cache", "--cache-dir", dir,
+						       "--prune", NULL },
+				NULL, 0, &r),
+			 0);
+	ck_assert_msg(r.status == 0, "%d: %s", r.status, r.err);
+	snprintf(want, sizeof(want), "\nfreed files=1 bytes=%llu ", bytes);
+	ck_assert_msg(strstr(r.out, "\nstate=removed ") && strstr(r.out, want), "%s", r.out);
+	ck_assert_int_eq(access(gone_cache, F_OK), -1);
+	ck_assert_int_eq(access(live_cache, F_OK), 0);
+	ck_assert_int_eq(tu_run((const char *const[]){ tool, "cache", "--bogus", NULL }, NULL, 0,
+				&r),
+			 0);
+	ck_assert_int_eq(r.status, 2);
+	tu_remove_dir(top);
 }
 END_TEST
 
@@ -404,7 +659,7 @@ START_TEST(corrupt_caches_are_rebuilt)
 	ck_assert_str_eq(run(model, dir, NULL, &got), "built");
 	the_cache(dir, path, sizeof(path));
 	off_t size = file_size(path);
-	const off_t flips[] = { 10, 4096 + 8, size / 2, size - 1 };
+	const off_t flips[] = { 10, 8192 + 8, size / 2, size - 1 }; /* 8192: the directory */
 	for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
 		flip_byte(path, flips[i]);
 		ck_assert_str_eq(run(model, dir, NULL, &got), "built");
@@ -577,10 +832,11 @@ START_TEST(unusable_directory_runs_without)
 END_TEST
 
 /* A writer killed mid-write leaves a temporary file: the next writer of that cache removes
- * it, and a half-written file never becomes the cache. */
+ * it, and a half-written file never becomes the cache. That writer prunes the directory too:
+ * a cache whose model file is gone is removed. */
 START_TEST(a_dead_writers_temporary_file_is_removed)
 {
-	char model[256], dir[256], path[512], orphan[600];
+	char model[256], dir[256], path[512], orphan[600], gone[300], dead_cache[PATH_MAX];
 	model_path("i2s", model, sizeof(model));
 	cache_dir("orphan", dir, sizeof(dir));
 	struct answers a;
@@ -595,9 +851,15 @@ START_TEST(a_dead_writers_temporary_file_is_removed)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, "torn", 4), 4);
 	close(fd);
+	snprintf(gone, sizeof(gone), "%s/gone.gguf", work);
+	put_text(gone, "a model file, removed\n");
+	cache_of(dir, gone, NULL, dead_cache, sizeof(dead_cache));
+	ck_assert_int_eq(unlink(gone), 0);
 	unlink(path); /* the next start writes the cache again */
 	ck_assert_str_eq(run(model, dir, NULL, &a), "built");
 	ck_assert_int_eq(access(orphan, F_OK), -1);
+	ck_assert_int_eq(access(dead_cache, F_OK), -1);
+	ck_assert_int_eq(files_in(dir, ".wcache"), 1);
 	ck_assert_int_eq(files_in(dir, ".tmp."), 0);
 }
 END_TEST
@@ -665,6 +927,10 @@ int main(void)
 	tcase_add_test(f, format_round_trip_and_checks);
 	tcase_add_test(f, directory_and_name);
 	suite_add_tcase(s, f);
+	TCase *p = tcase_create("prune");
+	tcase_add_test(p, prune_removes_only_what_can_never_be_used);
+	tcase_add_test(p, model_tool_lists_and_prunes);
+	suite_add_tcase(s, p);
 	TCase *d = tcase_create("daemons");
 	tcase_set_tags(d, TU_TAG_DAEMON);
 	tcase_set_timeout(d, 300);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bitnet-model — writes synthetic BitNet b1.58 models as GGUF files, prints what a GGUF file
- * holds, and pulls models by name from the Hugging Face Hub (model_pull.c).
+ * holds, pulls models by name from the Hugging Face Hub (model_pull.c), and lists and prunes
+ * bitnetd's packed-weight cache (model_cache.c).
  *
  * The models have the real shapes (tiny for tests and the built-in default, the b1_58-large
  * and 2B4T shapes for benchmarks) and random weights: they exercise the loader, the kernels
@@ -17,6 +18,7 @@
 #include "gguf_info.h"
 #include "gguf_write.h"
 #include "hf_vocab.h"
+#include "model_cache.h"
 #include "model_presets.h"
 #include "model_pull.h"
 #include "model_rng.h"
@@ -44,6 +46,7 @@ static const char usage_text[] =
 	"       bitnet-model info FILE\n"
 	"       bitnet-model presets\n"
 	"       bitnet-model pull REPO[:FILE] [--revision REV] [--cache-dir DIR] [--dry-run]\n"
+	"       bitnet-model cache [--cache-dir DIR] [--prune]\n"
 	"       bitnet-model --help\n"
 	"\n"
 	"write: a model of the preset's shape and metadata with random ternary weights\n"
@@ -96,7 +99,10 @@ static const char usage_text[] =
 	"presets: every preset's shape and keys, one line of key=value pairs each.\n"
 	"\n"
 	"pull: a GGUF file from the Hugging Face Hub into huggingface_hub's cache; prints its\n"
-	"      path (bitnet-model pull --help).\n";
+	"      path (bitnet-model pull --help).\n"
+	"\n"
+	"cache: bitnetd's packed-weight cache files, each with its model, size and whether it can\n"
+	"       still be used; --prune removes those that cannot (bitnet-model cache --help).\n";
 
 static void print_usage(void)
 {
@@ -918,7 +924,7 @@ static int cmd_write(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		return usage_error("no command (write, info, pull)");
+		return usage_error("no command (write, info, pull, cache)");
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		print_usage();
 		return 0;
@@ -929,11 +935,13 @@ int main(int argc, char **argv)
 		return argc == 3 ? gguf_info_print(argv[2]) : usage_error("info needs exactly one FILE");
 	if (!strcmp(argv[1], "pull"))
 		return model_pull_main(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "cache"))
+		return model_cache_main(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "presets")) {
 		if (argc != 2)
 			return usage_error("presets takes no arguments");
 		preset_print_all(stdout);
 		return 0;
 	}
-	return usage_error("unknown command '%s' (write, info, pull)", argv[1]);
+	return usage_error("unknown command '%s' (write, info, pull, cache)", argv[1]);
 }

@@ -8,6 +8,7 @@
 #include "model_pull.h"
 
 #include "hub.h"
+#include "model_cmd.h"
 #include "pull_progress.h"
 
 #include <getopt.h>
@@ -15,7 +16,6 @@
 #include <string.h>
 
 #define EXIT_PULL 1
-#define EXIT_USAGE 2
 
 static const char usage_text[] =
 	"Usage: bitnet-model pull REPO[:FILE] [OPTIONS]\n"
@@ -44,9 +44,7 @@ struct pull_args {
 
 static int usage(const char *what, const char *arg)
 {
-	fprintf(stderr, "bitnet-model pull: %s%s%s (see bitnet-model pull --help)\n", what,
-		arg ? " " : "", arg ? arg : "");
-	return EXIT_USAGE;
+	return model_cmd_usage("pull", what, arg);
 }
 
 static int get_args(int argc, char **argv, struct pull_args *a)
@@ -70,8 +68,7 @@ static int get_args(int argc, char **argv, struct pull_args *a)
 		case O_DRY_RUN: a->dry_run = 1; break;
 		case O_QUIET: a->quiet = 1; break;
 		case O_HELP: a->help = 1; return 0;
-		case ':': return usage("this option needs a value:", argv[optind - 1]);
-		default: return usage("unknown option", argv[optind - 1]);
+		default: return model_cmd_bad_option("pull", opt, argv[optind - 1]);
 		}
 	}
 	if (optind == argc)

@@ -45,12 +45,44 @@ static void free_owned(struct bn_cache_writer *w)
 	w->n_owned = 0;
 }
 
+/* One line for each file the pruning removed (or failed to). */
+static void log_removed(void *ctx, const struct bn_wcache_file *f)
+{
+	const char *dir = ctx;
+	if (f->removed > 0)
+		bn_log_info("msg=\"weights cache removed\" cache=\"%s/%s\" bytes=%llu why=\"%s\"", dir,
+			    f->name, (unsigned long long)f->bytes, f->why);
+	else if (f->removed < 0 && f->removed != -EBUSY && f->removed != -ENOENT)
+		/* not EBUSY, a new file took its name, nor ENOENT, another daemon removed it */
+		bn_log_info("msg=\"weights cache not removed\" cache=\"%s/%s\" bytes=%llu why=\"%s\" error=\"%s\"",
+			    dir, f->name, (unsigned long long)f->bytes, f->why, strerror(-f->removed));
+}
+
+/* The caches in the directory that can never be used again (their model file gone or
+ * replaced, an older layout) and dead writers' temporary files, removed before this cache is
+ * written: the disk they hold is what the new file may need. */
+static void prune_dir(const struct bn_cache_writer *w)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", w->path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		*slash = 0;
+	int rc = bn_wcache_prune(dir, 1, log_removed, dir);
+	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR) /* the write makes it, or says why not */
+		bn_log_info("msg=\"weights cache directory not pruned\" dir=\"%s\" error=\"%s\"", dir,
+			    strerror(-rc));
+}
+
 static void *write_cache(void *arg)
 {
 	struct bn_cache_writer *w = arg;
 	char why[BN_WCACHE_WHY_LEN];
 	/* Below the forward pass's threads: the disk write takes what they leave. */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CACHE_WRITER_NICE);
+	prune_dir(w);
 	uint64_t t0 = bn_now_ns();
 	int rc = bn_wcache_write(w->path, &w->key, w->contents, w->blobs, w->n_blobs, &w->stop,
 				 why);

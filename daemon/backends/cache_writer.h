@@ -5,7 +5,9 @@
  * for the repack, not for a disk write of the same size too. The thread runs at nice 10, below
  * the forward pass, with every signal blocked (a SIGTERM is the loop's, through its signalfd,
  * never a default action in the writer). It says what came of the write in STATS
- * (bn_load_report_set_cache: built or failed) and in the log.
+ * (bn_load_report_set_cache: built or failed) and in the log. Before it writes, it prunes the
+ * cache's directory of the caches that can never be used again (bn_wcache_prune), logging
+ * each removal: the disk they hold is what the new file may need.
  */
 #ifndef BITNETD_CACHE_WRITER_H
 #define BITNETD_CACHE_WRITER_H

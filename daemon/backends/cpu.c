@@ -215,7 +215,8 @@ static int load_weights(struct cpu_backend *cb, const struct bn_backend_options 
 		return -1;
 	int rc = bn_wcache_dir(opt->cache_dir, dir, sizeof(dir));
 	if (rc == 0 && dir[0] &&
-	    (rc = bn_wcache_key_of(&cb->model.file, kern->name, wanted(opt), &key)) == 0)
+	    (rc = bn_wcache_key_of(&cb->model.file, opt->model_path, kern->name, wanted(opt),
+				      &key)) == 0)
 		rc = bn_wcache_path(dir, opt->model_path, &key, cache_path, PATH_MAX);
 	if (rc < 0 || !dir[0]) {
 		if (rc < 0)

@@ -181,7 +181,7 @@ static void find_path(struct cuda_wcache *w, const char *model_path, const char 
 	char dir[PATH_MAX];
 	int rc = bn_wcache_dir(cache_dir, dir, sizeof(dir));
 	if (rc == 0 && dir[0] &&
-	    (rc = bn_wcache_key_of(&m->file, CUDA_CACHE_LAYOUT, 0, &w->key)) == 0)
+	    (rc = bn_wcache_key_of(&m->file, model_path, CUDA_CACHE_LAYOUT, 0, &w->key)) == 0)
 		rc = bn_wcache_path(dir, model_path, &w->key, w->path, sizeof(w->path));
 	if (rc < 0)
 		bn_log_warn("msg=\"no weights cache: no directory for it\" error=\"%s\" hint=\"--cache-dir DIR, $CACHE_DIRECTORY, $XDG_CACHE_HOME or $HOME\"",

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@
 #include <xxhash.h>
 
 #define WC_MAGIC "BNWCACHE"
-#define WC_HEADER_BYTES 4096u
+#define WC_HEADER_BYTES 8192u     /* the header struct, the model's path included */
 #define WC_CHUNK_BYTES (1u << 20)  /* one hash per MiB: parallel checks, a small table */
 #define WC_ALIGN 4096u             /* every blob starts on a page */
 #define WC_MAX_ENTRIES (1u << 20)
@@ -53,8 +54,12 @@ struct wc_header {
 	uint64_t n_chunks;
 	uint64_t data_offset;     /* the first byte the chunks cover */
 	uint64_t meta_hash;       /* XXH3-64 of the header (this field 0), directory, chunk table */
+	char model_path[PATH_MAX]; /* struct bn_wcache_key's model, zero-padded */
 };
 _Static_assert(sizeof(struct wc_header) <= WC_HEADER_BYTES, "wcache header");
+/* No padding: meta_hash hashes the struct's bytes. */
+_Static_assert(sizeof(struct wc_header) == offsetof(struct wc_header, model_path) + PATH_MAX,
+	       "wcache header padding");
 
 static uint64_t align_up(uint64_t v, uint64_t a)
 {
@@ -68,21 +73,31 @@ static void set_why(char *why, const char *fmt, const char *a)
 
 /* ---- key, directory, name ---------------------------------------------------------------- */
 
-int bn_wcache_key_of(const struct bn_gguf *g, const char *kernels, uint32_t options,
-		     struct bn_wcache_key *out)
+/* A file's identity, as a key holds it. */
+static void identity_of(const struct stat *st, struct bn_wcache_key *k)
+{
+	k->dev = (uint64_t)st->st_dev;
+	k->ino = (uint64_t)st->st_ino;
+	k->size = (uint64_t)st->st_size;
+	k->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+	k->ctime_ns = (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+}
+
+int bn_wcache_key_of(const struct bn_gguf *g, const char *model_path, const char *kernels,
+		     uint32_t options, struct bn_wcache_key *out)
 {
 	struct stat st;
 	if (!g->mapped || fstat(g->fd, &st) < 0)
 		return g->mapped ? -errno : -EINVAL;
 	memset(out, 0, sizeof(*out));
-	out->dev = (uint64_t)st.st_dev;
-	out->ino = (uint64_t)st.st_ino;
-	out->size = (uint64_t)st.st_size;
-	out->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-	out->ctime_ns = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
+	identity_of(&st, out);
 	out->header_hash = XXH3_64bits(g->base, g->data_offset);
 	out->options = options;
 	snprintf(out->kernels, sizeof(out->kernels), "%s", kernels);
+	/* The path as given where it cannot be resolved (it was just opened: hardly ever). */
+	if (!realpath(model_path, out->model) &&
+	    snprintf(out->model, sizeof(out->model), "%s", model_path) >= (int)sizeof(out->model))
+		return -ENAMETOOLONG;
 	return 0;
 }
 
@@ -118,8 +133,7 @@ int bn_wcache_dir(const char *opt, char *out, size_t cap)
 int bn_wcache_path(const char *dir, const char *model_path, const struct bn_wcache_key *k,
 		   char *out, size_t cap)
 {
-	char real[PATH_MAX], base[65];
-	const char *p = realpath(model_path, real) ? real : model_path;
+	char base[65];
 	const char *slash = strrchr(model_path, '/');
 	const char *name = slash ? slash + 1 : model_path;
 	size_t n = 0;
@@ -131,7 +145,8 @@ int bn_wcache_path(const char *dir, const char *model_path, const struct bn_wcac
 				  : '_';
 	base[n] = 0;
 	int len = snprintf(out, cap, "%s/%s.%016llx.o%u.%s.wcache", dir, base,
-			   (unsigned long long)XXH3_64bits(p, strlen(p)), k->options, k->kernels);
+			   (unsigned long long)XXH3_64bits(k->model, strlen(k->model)), k->options,
+			   k->kernels);
 	return len < 0 || (size_t)len >= cap ? -ENAMETOOLONG : 0;
 }
 
@@ -153,12 +168,18 @@ static uint64_t meta_hash(const struct wc_header *h, const void *dir, const void
 	return v;
 }
 
-static int key_equal(const struct wc_header *h, const struct bn_wcache_key *k)
+/* The model file h was built from is the one k names (its identity). */
+static int same_file(const struct wc_header *h, const struct bn_wcache_key *k)
 {
 	return h->dev == k->dev && h->ino == k->ino && h->size == k->size &&
-	       h->mtime_ns == k->mtime_ns && h->ctime_ns == k->ctime_ns &&
-	       h->header_hash == k->header_hash && h->options == k->options &&
-	       memcmp(h->kernels, k->kernels, sizeof(h->kernels)) == 0;
+	       h->mtime_ns == k->mtime_ns && h->ctime_ns == k->ctime_ns;
+}
+
+static int key_equal(const struct wc_header *h, const struct bn_wcache_key *k)
+{
+	return same_file(h, k) && h->header_hash == k->header_hash && h->options == k->options &&
+	       memcmp(h->kernels, k->kernels, sizeof(h->kernels)) == 0 &&
+	       strncmp(h->model_path, k->model, sizeof(h->model_path)) == 0;
 }
 
 /* The header's regions lie inside the file, in order, and every blob inside the data. */
@@ -546,6 +567,7 @@ static int plan(const struct bn_wcache_key *k, uint32_t contents,
 				 .n_chunks = n_chunks, .data_offset = data_offset };
 	memcpy(h->magic, WC_MAGIC, 8);
 	memcpy(h->kernels, k->kernels, sizeof(h->kernels));
+	snprintf(h->model_path, sizeof(h->model_path), "%s", k->model);
 	return 0;
 }
 
@@ -582,6 +604,26 @@ static int write_body(int fd, struct wc_header *h, const struct bn_wcache_entry 
 	return rc;
 }
 
+/* The pid in a writer's temporary file's name, "<cache>.wcache.tmp.PID.XXXXXX"
+ * (bn_wcache_write), or 0 when name is not one. */
+static long writer_of(const char *name)
+{
+	static const char mark[] = ".wcache.tmp.";
+	const char *t = strstr(name, mark);
+	if (!t)
+		return 0;
+	t += sizeof(mark) - 1;
+	char *end = NULL;
+	long pid = *t >= '1' && *t <= '9' ? strtol(t, &end, 10) : 0;
+	return pid > 0 && pid <= INT_MAX && *end == '.' && strlen(end + 1) == 6 ? pid : 0;
+}
+
+/* The process is gone (a process of another user is there: EPERM). */
+static int writer_gone(long pid)
+{
+	return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
 /* Temporary files of this cache name left by writers that died (SIGKILL, a crash): the
  * writer's pid is in the name, and a live writer's file is left alone. */
 static void remove_orphans(const char *path)
@@ -596,12 +638,10 @@ static void remove_orphans(const char *path)
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	while (d && n > 0 && (e = readdir(d)) != NULL) {
-		char *end;
 		if (strncmp(e->d_name, prefix, (size_t)n) != 0)
 			continue;
-		long pid = strtol(e->d_name + n, &end, 10);
-		if (end == e->d_name + n || *end != '.' || pid <= 0 ||
-		    (kill((pid_t)pid, 0) < 0 && errno == ESRCH))
+		long pid = writer_of(e->d_name);
+		if (pid == 0 || writer_gone(pid))
 			unlinkat(dirfd(d), e->d_name, 0);
 	}
 	if (d)
@@ -647,5 +687,213 @@ int bn_wcache_write(const char *path, const struct bn_wcache_key *k, uint32_t co
 	else if (rc < 0)
 		set_why(why, "cannot write it: %s", strerror(-rc));
 	free(dir);
+	return rc;
+}
+
+/* ---- pruning a directory ------------------------------------------------------------------
+ * A cache is removed only once no daemon can ever use it; one that a daemon has mapped can be
+ * removed all the same: a MAP_SHARED mapping of an unlinked file stays valid until it is
+ * unmapped (the disk is freed then), so a daemon serving from it goes on unharmed. */
+
+static void set_fate(struct bn_wcache_file *f, enum bn_wcache_fate fate, const char *fmt,
+		     const char *a)
+{
+	f->fate = fate;
+	set_why(f->why, fmt, a);
+}
+
+/* The model file a cache names (h, which adds up), against the key it was built under. */
+static void judge_model(const struct wc_header *h, struct bn_wcache_file *f)
+{
+	struct stat st;
+	struct bn_wcache_key now = { 0 };
+	if (!f->model[0]) {
+		set_fate(f, BN_WCACHE_KEPT, "%s", "it names no model file");
+		return;
+	}
+	/* Followed, as the daemon's open follows it: what a start would find there. */
+	if (stat(f->model, &st) < 0) {
+		int e = errno;
+		if (e == ENOENT || e == ENOTDIR)
+			set_fate(f, BN_WCACHE_DEAD, "%s", "its model file is gone");
+		else
+			set_fate(f, BN_WCACHE_KEPT, "its model file cannot be looked at: %s",
+				 strerror(e));
+		return;
+	}
+	identity_of(&st, &now);
+	if (!same_file(h, &now))
+		set_fate(f, BN_WCACHE_DEAD, "%s", "its model file was replaced or changed since");
+}
+
+static int pread_all(int fd, void *p, size_t n, off_t at)
+{
+	for (size_t done = 0; done < n;) {
+		ssize_t r = pread(fd, (uint8_t *)p + done, n - done, at + (off_t)done);
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+/* The header, directory and chunk table of fd (size bytes) into *meta (allocated), when their
+ * sizes can be those of a file of that size: 0, or -EBADMSG, -ENOMEM, -errno. Read, not
+ * mapped: a file cut short meanwhile is a short read here, not a SIGBUS in a daemon. */
+static int read_meta(int fd, uint64_t size, uint8_t **meta)
+{
+	struct wc_header h;
+	int rc = pread_all(fd, &h, sizeof(h), 0);
+	if (rc < 0)
+		return rc;
+	uint64_t chunks_offset = WC_HEADER_BYTES + (uint64_t)h.n_entries * sizeof(struct bn_wcache_entry);
+	if (h.n_entries > WC_MAX_ENTRIES || h.n_chunks > size / WC_CHUNK_BYTES + 1 ||
+	    h.data_offset > size ||
+	    h.data_offset != align_up(chunks_offset + h.n_chunks * sizeof(uint64_t), WC_ALIGN))
+		return -EBADMSG;
+	*meta = malloc((size_t)h.data_offset);
+	if (!*meta)
+		return -ENOMEM;
+	rc = pread_all(fd, *meta, (size_t)h.data_offset, 0);
+	if (rc < 0) {
+		free(*meta);
+		*meta = NULL;
+	}
+	return rc;
+}
+
+/* A header of this version, from fd (size bytes): its regions and meta hash, as
+ * bn_wcache_open checks them, then its model. */
+static void judge_header(int fd, uint64_t size, struct bn_wcache_file *f)
+{
+	if (size < WC_HEADER_BYTES) {
+		set_fate(f, BN_WCACHE_DEAD, "%s", "it is shorter than its header (truncated)");
+		return;
+	}
+	uint8_t *meta = NULL;
+	int rc = read_meta(fd, size, &meta);
+	if (rc < 0 && rc != -EBADMSG) {
+		set_fate(f, BN_WCACHE_KEPT, "cannot read it: %s", strerror(-rc));
+		return;
+	}
+	struct wc_header h;
+	int adds_up = rc == 0;
+	if (adds_up) {
+		memcpy(&h, meta, sizeof(h));
+		const struct bn_wcache_entry *dir = (const void *)(meta + WC_HEADER_BYTES);
+		adds_up = layout_ok(&h, dir, (size_t)size) &&
+			  meta_hash(&h, dir, meta + h.chunks_offset) == h.meta_hash;
+	}
+	if (!adds_up) {
+		set_fate(f, BN_WCACHE_DEAD, "%s", "its header does not add up (torn or corrupt)");
+	} else {
+		f->options = h.options;
+		memcpy(f->kernels, h.kernels, sizeof(h.kernels));
+		memcpy(f->model, h.model_path, sizeof(f->model) - 1);
+		judge_model(&h, f);
+	}
+	free(meta);
+}
+
+/* A regular file named *.wcache, open as fd: 0 when it is not a cache (no magic). One that
+ * is shorter than its header is dead: a *.wcache name only ever appears by the writer's rename
+ * of a whole file, so it was cut short afterwards (a copy onto a full disk, a crash of the
+ * tool that copied it); every open refuses it, it never becomes usable again, and its magic
+ * says it is a cache's. */
+static int judge_cache(int fd, uint64_t size, struct bn_wcache_file *f)
+{
+	struct {
+		char magic[8];
+		uint32_t version;
+	} head;
+	ssize_t n = pread(fd, &head, sizeof(head), 0);
+	if (n < (ssize_t)sizeof(head.magic) || memcmp(head.magic, WC_MAGIC, 8) != 0)
+		return 0;
+	char v[32];
+	f->version = n == (ssize_t)sizeof(head) ? head.version : 0;
+	snprintf(v, sizeof(v), "%u", f->version);
+	if (n < (ssize_t)sizeof(head))
+		set_fate(f, BN_WCACHE_DEAD, "%s", "it is shorter than its header (truncated)");
+	else if (f->version < BN_WCACHE_VERSION)
+		set_fate(f, BN_WCACHE_DEAD, "it has an older layout version (%s)", v);
+	else if (f->version > BN_WCACHE_VERSION)
+		set_fate(f, BN_WCACHE_KEPT, "it has a newer layout version (%s): another bitnetd's", v);
+	else
+		judge_header(fd, size, f);
+	return 1;
+}
+
+/* Removes name if it is still the file looked at (st): a daemon may have renamed a new
+ * cache over it since (between this check and the unlink there is no way to be sure; the
+ * worst case is a start that builds that cache again). 1, or -errno. */
+static int remove_same(int dfd, const char *name, const struct stat *st)
+{
+	struct stat now;
+	if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (now.st_dev != st->st_dev || now.st_ino != st->st_ino)
+		return -EBUSY;
+	return unlinkat(dfd, name, 0) < 0 ? -errno : 1;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), m = strlen(tail);
+	return n > m && strcmp(s + n - m, tail) == 0;
+}
+
+/* What name in dfd is: 0 when it is nothing to report (not a regular file of a cache's or a
+ * writer's name, not a cache), else 1 with *f filled. */
+static int look_at(int dfd, const char *name, struct stat *st, struct bn_wcache_file *f)
+{
+	long pid = writer_of(name);
+	if ((!pid && !ends_with(name, ".wcache")) ||
+	    fstatat(dfd, name, st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st->st_mode))
+		return 0;
+	memset(f, 0, sizeof(*f));
+	f->name = name;
+	f->bytes = (uint64_t)st->st_size;
+	if (pid) { /* no magic yet: the header is written last */
+		char p[32];
+		snprintf(p, sizeof(p), "%ld", pid);
+		f->temporary = 1;
+		if (writer_gone(pid))
+			set_fate(f, BN_WCACHE_DEAD, "a temporary file of a writer that died (pid %s)", p);
+		else
+			set_why(f->why, "being written (pid %s)", p);
+		return 1;
+	}
+	/* O_NOFOLLOW and O_NONBLOCK: the name may have become a link or a FIFO since. */
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct stat fst;
+	int ours = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) && fst.st_dev == st->st_dev &&
+		   fst.st_ino == st->st_ino && judge_cache(fd, (uint64_t)fst.st_size, f);
+	close(fd);
+	return ours;
+}
+
+int bn_wcache_prune(const char *dir, int remove, bn_wcache_file_fn each, void *ctx)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	struct dirent **names;
+	int n = scandirat(dfd, ".", &names, NULL, alphasort);
+	int rc = n < 0 ? -errno : 0;
+	for (int i = 0; i < n; i++) {
+		struct bn_wcache_file f;
+		struct stat st;
+		if (look_at(dfd, names[i]->d_name, &st, &f)) {
+			if (remove && f.fate == BN_WCACHE_DEAD)
+				f.removed = remove_same(dfd, f.name, &st);
+			each(ctx, &f);
+		}
+		free(names[i]);
+	}
+	if (n >= 0)
+		free(names);
+	close(dfd);
 	return rc;
 }

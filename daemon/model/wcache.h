@@ -23,6 +23,13 @@
  * page table entry (PMD) each: mapping 1.5 GB costs next to nothing, and decode walks fewer
  * TLB entries. One file per model
  * path and option set: a changed model file replaces its cache rather than adding one.
+ *
+ * The header records the model file's resolved path, so a cache can be traced to its model.
+ * A cache that can never be used again (an older layout version, its model file gone or
+ * replaced: a key no file can match) is dead; bn_wcache_prune lists a directory's caches and
+ * removes the dead ones. The cache writer prunes its directory before it writes a cache, and
+ * `bitnet-model cache [--prune]` does it on demand: the directory holds what can still be
+ * used, not every model ever tried.
  */
 #ifndef BITNETD_WCACHE_H
 #define BITNETD_WCACHE_H
@@ -30,14 +37,16 @@
 #include "gguf.h"
 #include "pool.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Bump when a layout the cache holds changes (bn_blocks.h, kernels.h, head_screen.h). 2: a
  * float layer matrix of a bitnet* file has a BN_WCACHE_FROM_FLOAT word (packed to T2 or not).
  * 3: a T2 matrix's codes are followed by its BN_WCACHE_T2_GROUP word, then its row scales
- * (group 0) or its group scales. */
-#define BN_WCACHE_VERSION 3u
+ * (group 0) or its group scales. 4: the header records the model file's resolved path (and is
+ * 8 KiB to hold any), so that bn_wcache_prune can tell a cache whose model is gone. */
+#define BN_WCACHE_VERSION 4u
 #define BN_WCACHE_WHY_LEN 160
 
 /* What the daemon was asked to build (part of the key). */
@@ -77,11 +86,14 @@ struct bn_wcache_key {
 	uint64_t header_hash;     /* XXH3-64 of the model file's bytes before its tensor data */
 	uint32_t options;         /* BN_WCACHE_OPT_* */
 	char kernels[16];         /* the kernel variant's name (kernels.h) */
+	char model[PATH_MAX];     /* the model file's path, resolved (realpath): the cache's name
+				   * hashes it, its header records it */
 };
 
-/* The key of an open model file under the daemon's choices. 0 or -errno. */
-int bn_wcache_key_of(const struct bn_gguf *g, const char *kernels, uint32_t options,
-		     struct bn_wcache_key *out);
+/* The key of g, the model file opened from model_path, under the daemon's choices. 0 or
+ * -errno. */
+int bn_wcache_key_of(const struct bn_gguf *g, const char *model_path, const char *kernels,
+		     uint32_t options, struct bn_wcache_key *out);
 
 /* The cache directory: `opt` (--cache-dir) when given ("none": no cache, *out empty), else
  * $CACHE_DIRECTORY (systemd's CacheDirectory=; the first of a colon-separated list), else
@@ -89,8 +101,9 @@ int bn_wcache_key_of(const struct bn_gguf *g, const char *kernels, uint32_t opti
  * variable names one. */
 int bn_wcache_dir(const char *opt, char *out, size_t cap);
 
-/* The cache file for a model path and key in dir: one name per (real model path, options,
- * kernel variant), so a changed file replaces its cache. */
+/* The cache file for a model path and its key in dir: one name per (resolved model path, as
+ * the key holds it, options, kernel variant), so a changed file replaces its cache; the name
+ * begins with model_path's own file name, readable. */
 int bn_wcache_path(const char *dir, const char *model_path, const struct bn_wcache_key *k,
 		   char *out, size_t cap);
 
@@ -133,5 +146,43 @@ struct bn_wcache_blob {
 int bn_wcache_write(const char *path, const struct bn_wcache_key *k, uint32_t contents,
 		    const struct bn_wcache_blob *blobs, uint32_t n, const int *stop,
 		    char why[BN_WCACHE_WHY_LEN]);
+
+/* ---- what a directory holds, and pruning it ------------------------------------------------ */
+
+/* What bn_wcache_prune makes of a file. */
+enum bn_wcache_fate {
+	BN_WCACHE_LIVE = 0,       /* can be used: its model file is there, as its key says */
+	BN_WCACHE_DEAD = 1,       /* can never be used again: pruning removes it */
+	BN_WCACHE_KEPT = 2,       /* cannot tell (a newer layout, a model it cannot look at) */
+};
+
+/* One file bn_wcache_prune looked at: a cache, or a writer's temporary file. */
+struct bn_wcache_file {
+	const char *name;         /* in the directory */
+	uint64_t bytes;           /* its size */
+	enum bn_wcache_fate fate;
+	char why[BN_WCACHE_WHY_LEN]; /* why it is dead or kept ("" when live) */
+	int temporary;            /* a writer's temporary file, not a cache */
+	uint32_t version;         /* a cache's layout version */
+	uint32_t options;         /* BN_WCACHE_OPT_*, and */
+	char kernels[17];         /* the kernel variant: from a header of this version that adds
+				   * up, else 0 and "" */
+	char model[PATH_MAX];     /* the model file it was built from ("" when not recorded) */
+	int removed;              /* 1 removed; 0 not; -errno when removing it failed, -EBUSY
+				   * when another file took its name while it was looked at */
+};
+typedef void (*bn_wcache_file_fn)(void *ctx, const struct bn_wcache_file *f);
+
+/* Calls each(ctx, f) for every cache in dir (a regular file named *.wcache that starts with
+ * the cache's magic) and every writer's temporary file (<cache>.tmp.PID.XXXXXX: dead once
+ * process PID is gone), in name order; with `remove` it first removes the dead ones. Nothing
+ * else is touched or reported: not a file without the magic, another name, a directory, a
+ * symlink (names are looked up in dir without following links: the directory may be shared).
+ * A cache is dead when its layout version is older than this build's, it is shorter than its
+ * header or its header does not add up (never usable again), or the model file its header
+ * names is gone or is another file now (its identity differs from the key's: a key no file
+ * can match again). A newer version's cache is kept: another bitnetd may use it. 0, or -errno
+ * when dir cannot be read. */
+int bn_wcache_prune(const char *dir, int remove, bn_wcache_file_fn each, void *ctx);
 
 #endif /* BITNETD_WCACHE_H */
