@@ -8,6 +8,7 @@
 #include "models_internal.h"
 
 #include "common/clock.h"
+#include "backends/cache_writer.h"
 #include "common/log.h"
 #include "model/embed.h"
 
@@ -632,6 +633,18 @@ void models_grammar_room(struct bn_models *m)
 				    !m->budget ? SIZE_MAX : room > SIZE_MAX ? SIZE_MAX : (size_t)room);
 }
 
+/* A start whose every model hit its packed-weight cache writes none, so the writer's pruning
+ * never runs: the daemon prunes the directory once here too, after the probes' writes, so a
+ * model taken out of the configuration (or deleted) leaves no dead cache past the next start.
+ * A few headers read (8 KiB each); loopback has no cache. */
+static void prune_cache_dir(const struct bn_config *cfg)
+{
+	char dir[PATH_MAX];
+	if (strcmp(cfg->backend, "loopback") != 0 &&
+	    bn_wcache_dir(cfg->cache_dir, dir, sizeof(dir)) == 0 && dir[0])
+		bn_cache_prune_dir(dir);
+}
+
 /* A model loaded at start-up (the default, a pinned one) must fit the budget. */
 static int fits_at_start(const struct bn_models *m, const struct bn_model_entry *e)
 {
@@ -730,6 +743,7 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	}
 	copy_graph(m, &m->entries[0]);
 	models_grammar_room(m);
+	prune_cache_dir(cfg);
 	uint64_t loaded = 0;
 	for (uint32_t i = 0; i < m->n; i++)
 		loaded += models_resident(&m->entries[i]) ? models_entry_bytes(&m->entries[i]) : 0;

@@ -833,7 +833,7 @@ END_TEST
 
 /* A writer killed mid-write leaves a temporary file: the next writer of that cache removes
  * it, and a half-written file never becomes the cache. That writer prunes the directory too:
- * a cache whose model file is gone is removed. */
+ * a cache whose model file is gone is removed; and so does a start that hits its cache. */
 START_TEST(a_dead_writers_temporary_file_is_removed)
 {
 	char model[256], dir[256], path[512], orphan[600], gone[300], dead_cache[PATH_MAX];
@@ -861,6 +861,13 @@ START_TEST(a_dead_writers_temporary_file_is_removed)
 	ck_assert_int_eq(access(dead_cache, F_OK), -1);
 	ck_assert_int_eq(files_in(dir, ".wcache"), 1);
 	ck_assert_int_eq(files_in(dir, ".tmp."), 0);
+	/* A start that hits its cache writes none, and prunes all the same. */
+	put_text(gone, "another model file, removed\n");
+	cache_of(dir, gone, NULL, dead_cache, sizeof(dead_cache));
+	ck_assert_int_eq(unlink(gone), 0);
+	ck_assert_str_eq(run(model, dir, NULL, &a), "hit");
+	ck_assert_int_eq(access(dead_cache, F_OK), -1);
+	ck_assert_int_eq(files_in(dir, ".wcache"), 1);
 }
 END_TEST
 

@@ -58,6 +58,14 @@ static void log_removed(void *ctx, const struct bn_wcache_file *f)
 			    dir, f->name, (unsigned long long)f->bytes, f->why, strerror(-f->removed));
 }
 
+void bn_cache_prune_dir(const char *dir)
+{
+	int rc = bn_wcache_prune(dir, 1, log_removed, (void *)dir);
+	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR) /* a write makes it, or says why not */
+		bn_log_info("msg=\"weights cache directory not pruned\" dir=\"%s\" error=\"%s\"", dir,
+			    strerror(-rc));
+}
+
 /* The caches in the directory that can never be used again (their model file gone or
  * replaced, an older layout) and dead writers' temporary files, removed before this cache is
  * written: the disk they hold is what the new file may need. */
@@ -70,10 +78,7 @@ static void prune_dir(const struct bn_cache_writer *w)
 		snprintf(dir, sizeof(dir), ".");
 	else
 		*slash = 0;
-	int rc = bn_wcache_prune(dir, 1, log_removed, dir);
-	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR) /* the write makes it, or says why not */
-		bn_log_info("msg=\"weights cache directory not pruned\" dir=\"%s\" error=\"%s\"", dir,
-			    strerror(-rc));
+	bn_cache_prune_dir(dir);
 }
 
 static void *write_cache(void *arg)

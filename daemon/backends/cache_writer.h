@@ -37,4 +37,9 @@ enum bn_weights_cache bn_cache_writer_start(struct bn_cache_writer *w);
  * the writer. NULL is a no-op. */
 void bn_cache_writer_stop(struct bn_cache_writer *w);
 
+/* Removes from dir the caches that can never be used again and dead writers' temporary files
+ * (bn_wcache_prune), one log line each: what a writer does before it writes, and what the
+ * daemon does at start-up (a start that hits every cache writes none). */
+void bn_cache_prune_dir(const char *dir);
+
 #endif /* BITNETD_CACHE_WRITER_H */

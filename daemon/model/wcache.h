@@ -27,7 +27,8 @@
  * The header records the model file's resolved path, so a cache can be traced to its model.
  * A cache that can never be used again (an older layout version, its model file gone or
  * replaced: a key no file can match) is dead; bn_wcache_prune lists a directory's caches and
- * removes the dead ones. The cache writer prunes its directory before it writes a cache, and
+ * removes the dead ones. The daemon prunes its directory at start-up (a start whose caches all
+ * hit writes none) and the cache writer before it writes a cache, and
  * `bitnet-model cache [--prune]` does it on demand: the directory holds what can still be
  * used, not every model ever tried.
  */
