@@ -522,10 +522,88 @@ static uint64_t lent_shares(const struct bn_models *m, const struct bn_model_ent
 	return sum;
 }
 
+/* Models whose every subset kv_reachable tries (2^12 sets of 12 sums: well under a
+ * millisecond, at each load). */
+#define BN_KV_EXACT_SETS 12
+
+static uint64_t kv_estimate(const struct bn_models *m, const struct bn_model_entry *e,
+			    uint64_t kv);
+
+/* Candidates to load beside a model, as the budget counts them (models_entry_bytes) and by
+ * the KV share each brings to the ledger. */
+struct kv_candidates {
+	uint64_t bytes[BN_KV_EXACT_SETS], share[BN_KV_EXACT_SETS];
+	uint32_t n;
+	uint64_t frac;           /* past BN_KV_EXACT_SETS: the rest, as a fractional fill */
+	uint64_t frac_room;
+};
+
+/* The most share a subset of the candidates brings within room: every subset (at most
+ * 2^BN_KV_EXACT_SETS), exact. */
+static uint64_t best_subset_share(const struct kv_candidates *c, uint64_t room)
+{
+	uint64_t best = 0;
+	for (uint32_t set = 0; set < (1u << c->n); set++) {
+		uint64_t bytes = 0, share = 0;
+		for (uint32_t i = 0; i < c->n; i++)
+			if (set & (1u << i)) {
+				bytes += c->bytes[i];
+				share += c->share[i];
+			}
+		if (bytes <= room && share > best)
+			best = share;
+	}
+	return best;
+}
+
+/* The most the ledger's cap can ever be while e is loaded: e's share, the pinned models'
+ * (always loaded), and the shares of the other lending models that fit the budget beside
+ * them at once, the subset with the most (exact over up to BN_KV_EXACT_SETS candidates;
+ * with more, each past them counts as if any fraction of it could load, an upper bound, so
+ * that no request that could ever fit is refused). A request that needs more KV than this
+ * could only wait for a set of loaded models that cannot exist. */
+static uint64_t kv_reachable(const struct bn_models *m, const struct bn_model_entry *e,
+			     const struct bn_model_desc *d)
+{
+	uint64_t share = kv_share(m, e, d), used = e->weight_bytes + share;
+	struct kv_candidates c = { .n = 0 };
+	uint64_t rest_bytes = 0, rest_share = 0;
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct bn_model_entry *x = &m->entries[i];
+		if (x == e || !x->view)
+			continue;
+		const struct bn_model_desc *xd = &x->view->desc;
+		int lent = models_kv_lent(m, x, xd);
+		uint64_t x_share = lent ? kv_share(m, x, xd) : 0;
+		uint64_t bytes = x->weight_bytes + kv_estimate(m, x, kv_share(m, x, xd));
+		if (x->opt.pinned) {
+			used += bytes;
+			share += x_share;
+		} else if (lent && c.n < BN_KV_EXACT_SETS) {
+			c.bytes[c.n] = bytes;
+			c.share[c.n++] = x_share;
+		} else if (lent) {
+			rest_bytes += bytes;
+			rest_share += x_share;
+		}
+	}
+	if (used >= m->budget)
+		return share;
+	uint64_t room = m->budget - used;
+	/* With more candidates than the exact search takes, the rest may add at most their
+	 * shares scaled by the room over their bytes (a fraction of every one of them). */
+	uint64_t rest = rest_bytes && rest_share
+				? (room >= rest_bytes ? rest_share
+						      : (uint64_t)((double)rest_share * room / rest_bytes))
+				: 0;
+	return share + best_subset_share(&c, room) + rest;
+}
+
 /* The arena of a pool that lends (the most it may borrow): --kv-memory without a budget;
- * under one, the shares of all the models that lend, at most what the budget leaves beside
- * e's weights and --kv-memory (the cap on all KV), at least its share. The scheduler caps
- * it at what its sequences can use. */
+ * under one, what the ledger's cap can ever reach with e loaded (kv_reachable), at most what
+ * the budget leaves beside e's weights and --kv-memory (the cap on all KV), at least its
+ * share. The scheduler caps it at what its sequences can use, and refuses at once a request
+ * that needs more than the arena (BN_E_KV_SPACE). */
 static uint64_t kv_arena(const struct bn_models *m, const struct bn_model_entry *e,
 			 const struct bn_model_desc *d)
 {
@@ -536,7 +614,9 @@ static uint64_t kv_arena(const struct bn_models *m, const struct bn_model_entry 
 	if (cfg->kv_memory && cfg->kv_memory < room)
 		room = cfg->kv_memory;
 	uint64_t all = lent_shares(m, e, d), share = kv_share(m, e, d);
+	uint64_t reachable = kv_reachable(m, e, d);
 	room = all < room ? all : room;
+	room = reachable < room ? reachable : room;
 	return room > share ? room : share;
 }
 

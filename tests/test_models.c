@@ -780,6 +780,46 @@ START_TEST(lent_kv_comes_back_before_a_load)
 }
 END_TEST
 
+/* A request that needs more KV than any set of models loadable at once lends its model is
+ * refused at once (BN_E_KV_SPACE), not left waiting for a cap that can never come: a, b, c as
+ * above, each a 16-block share (512 KiB), under a --memory that holds two shares, so a may
+ * borrow one other share (32 blocks) and never two. Before, a's arena was what the budget
+ * left beside its weights (37 blocks), and a 34-block request waited for its deadline. One of
+ * 32 blocks, with b loaded and idle, runs (its output the loopback's). ~1 s. */
+START_TEST(kv_past_every_loadable_set_is_refused)
+{
+	const char *args[] = { "--model", "a=/dev/null", "--model", "b=/dev/null",
+			       "--model", "c=/dev/null", "--step-delay-us", "1000",
+			       "--kv-block-tokens", "32", "--kv-memory", "1536K",
+			       "--memory", "1200K", NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *a = connect_model(&d, "a"), *b = connect_model(&d, "b");
+	static uint32_t prompt[8] = { 41, 42, 43, 44, 45, 46, 47, 48 };
+	struct bn_result r;
+	struct bn_handle *h = submit_long(a, prompt, 8, 1080, 5000); /* 1,088 positions: 34 blocks */
+	ck_assert_int_eq(bn_wait(h, WAIT_S(10)), 0);
+	ck_assert_int_eq(bn_result(h, &r), 0);
+	ck_assert_msg(r.status == BN_STATUS_ERROR && r.error == -BN_E_KV_SPACE,
+		      "status %u error %d after %.0f ms", r.status, r.error, r.total_ns / 1e6);
+	ck_assert_uint_lt(r.total_ns, 1000000000ull); /* at once, not at its deadline */
+	bn_release(h);
+	h = submit_long(b, prompt, 2, 4, 0); /* loads b; then it idles */
+	ck_assert_int_eq(bn_wait(h, WAIT_S(10)), 0);
+	bn_release(h);
+	h = submit_long(a, prompt, 8, 1016, 0); /* 1,024 positions: 32 blocks, 16 of them b's */
+	ck_assert_int_eq(bn_wait(h, WAIT_S(20)), 0);
+	ck_assert_int_eq(bn_result(h, &r), 0);
+	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
+	ck_assert_uint_eq(r.n_tokens, 1016);
+	check_loopback(h, prompt, 8);
+	bn_release(h);
+	bn_disconnect(a);
+	bn_disconnect(b);
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+}
+END_TEST
+
 /* --max-running-per-user holds across models: with a cap of 1, a request of this uid for
  * model b waits while its request for model a runs (b already loaded), then runs as the
  * oracle says. */
@@ -1407,6 +1447,7 @@ int main(void)
 	tcase_add_test(life, per_user_cap_across_models);
 	tcase_add_loop_test(life, kv_share_fair_under_load, 0, 2);
 	tcase_add_test(life, lent_kv_comes_back_before_a_load);
+	tcase_add_test(life, kv_past_every_loadable_set_is_refused);
 	tcase_add_test(life, unload_drains_then_ends);
 	tcase_add_test(life, names_and_refusals);
 	tcase_add_test(life, config_file_and_keep_alive);
