@@ -507,21 +507,6 @@ static uint64_t kv_share(const struct bn_models *m, const struct bn_model_entry 
 	return want < room ? want : room;
 }
 
-/* The shares of every model that lends under the budget (e's from d): the most the ledger
- * can ever hold, with all of them loaded. */
-static uint64_t lent_shares(const struct bn_models *m, const struct bn_model_entry *e,
-			    const struct bn_model_desc *d)
-{
-	uint64_t sum = 0;
-	for (uint32_t i = 0; i < m->n; i++) {
-		const struct bn_model_entry *x = &m->entries[i];
-		const struct bn_model_desc *xd = x == e ? d : x->view ? &x->view->desc : NULL;
-		if (xd && models_kv_lent(m, x, xd))
-			sum += kv_share(m, x, xd);
-	}
-	return sum;
-}
-
 /* Models whose every subset kv_reachable tries (2^12 sets of 12 sums: well under a
  * millisecond, at each load). */
 #define BN_KV_EXACT_SETS 12
@@ -613,9 +598,8 @@ static uint64_t kv_arena(const struct bn_models *m, const struct bn_model_entry 
 	uint64_t room = m->budget > e->weight_bytes ? m->budget - e->weight_bytes : 0;
 	if (cfg->kv_memory && cfg->kv_memory < room)
 		room = cfg->kv_memory;
-	uint64_t all = lent_shares(m, e, d), share = kv_share(m, e, d);
-	uint64_t reachable = kv_reachable(m, e, d);
-	room = all < room ? all : room;
+	/* never more than every lending model's share: kv_reachable adds up a subset of them */
+	uint64_t share = kv_share(m, e, d), reachable = kv_reachable(m, e, d);
 	room = reachable < room ? reachable : room;
 	return room > share ? room : share;
 }
