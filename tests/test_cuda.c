@@ -534,9 +534,11 @@ static void engine_open_kernels(struct engine *e, const struct bn_backend_ops *o
 	}
 }
 
+/* The first kernels, named: this suite tests them (test_cuda_fast the variants), and the
+ * default is `fast` (the cpu backend ignores the name). */
 static void engine_open(struct engine *e, const struct bn_backend_ops *ops, const char *model)
 {
-	engine_open_kernels(e, ops, model, NULL);
+	engine_open_kernels(e, ops, model, "base");
 }
 
 /* One step: row r feeds prompts[r][0..lens[r]) to sequence seqs[r] and samples. */
@@ -782,7 +784,7 @@ static void start_cuda_daemon(struct tu_daemon *d)
 {
 	/* a small KV cache: on the harness the race check copies it at every attention launch */
 	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
-			       NULL };
+			       "--cuda-kernels", "base", NULL };
 	ck_assert_msg(ctu_start_cuda_daemon(d, args, 0) == 0, "%s --backend cuda did not start",
 		      ctu_cuda_daemon());
 }
@@ -1148,6 +1150,12 @@ START_TEST(daemon_on_a_small_device)
 	long long blocks = ctu_daemon_stat(c, "bitnetd_kv_blocks_total");
 	ck_assert_msg(blocks >= 16 && blocks * KV_BLOCK_BYTES <= (6ll << 20),
 		      "%lld KV blocks on a device with 6 MiB past its headroom", blocks);
+	/* without --cuda-kernels: the default, fast (exact: base's bits; the figures in
+	 * docs/PERFORMANCE.md) */
+	static char stats[1 << 17];
+	ck_assert_int_ge(bn_daemon_stats(c, stats, sizeof(stats)), 0);
+	ck_assert_msg(strstr(stats, "bitnetd_cuda_kernels{variant=\"graph,fused,gemv,mma\"} 1"),
+		      "the default variant is not fast");
 	uint32_t prompt[4] = { 5, 77, 301, 9 }, out[8];
 	struct bn_request q = { .prompt = prompt, .n_prompt = 4, .max_tokens = 8,
 				.flags = BN_REQ_IGNORE_EOS };

@@ -155,8 +155,9 @@ struct engine {
 static void engine_open_in(struct engine *e, const struct bn_backend_ops *ops, const char *model,
 			   const char *cache_dir)
 {
+	/* the first kernels, named (the default is `fast`; test_cuda_fast_ops runs the variants) */
 	struct bn_backend_options opt = { .model_path = model, .cache_dir = cache_dir,
-					  .max_seqs = MAX_SEQS, .n_threads = 1 };
+					  .max_seqs = MAX_SEQS, .n_threads = 1, .cuda_kernels = "base" };
 	e->ops = ops;
 	ck_assert_msg(ops->open(&opt, &e->desc, &e->self) == 0, "%s on %s", ops->name, model);
 	ck_assert_int_eq(ops->kv_init(e->self, MAX_SEQS * SEQ_BLOCKS, BT), 0);
@@ -742,7 +743,7 @@ static void start_cuda_daemon(struct tu_daemon *d, const char *cache_dir, int re
 {
 	/* a small KV cache: on the harness the race check copies it at every attention launch */
 	const char *args[] = { "--backend", "cuda", "--model", tu_default_model(), "--kv-memory", "4M",
-			       "--cache-dir", cache_dir, NULL };
+			       "--cache-dir", cache_dir, "--cuda-kernels", "base", NULL };
 	ck_assert_msg(ctu_start_cuda_daemon(d, args, restart) == 0, "%s --backend cuda did not start",
 		      ctu_cuda_daemon());
 }

@@ -236,12 +236,40 @@ int tu_daemon_restart(struct tu_daemon *d, const char *const *extra_args)
 	return -1;
 }
 
-/* The daemon's sockets: its listener, and one per connection in its table. */
-static int count_sockets(pid_t pid)
+/* The inodes of the Unix sockets bound to path: the daemon's listener and every connection it
+ * accepted (an accepted socket carries its listener's address in /proc/net/unix). Up to cap;
+ * returns how many, or -1. */
+static int sockets_bound_to(const char *path, unsigned long *inodes, int cap)
 {
+	FILE *f = fopen("/proc/net/unix", "r");
+	if (!f)
+		return -1;
+	char line[512];
+	int n = 0;
+	size_t plen = strlen(path);
+	while (fgets(line, sizeof(line), f) && n < cap) {
+		/* Num RefCount Protocol Flags Type St Inode Path */
+		unsigned long inode;
+		int at = 0;
+		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %n", &inode, &at) != 1 || !at)
+			continue;
+		const char *p = line + at;
+		if (strncmp(p, path, plen) == 0 && (p[plen] == '\n' || p[plen] == 0))
+			inodes[n++] = inode;
+	}
+	fclose(f);
+	return n;
+}
+
+/* The daemon's sockets on its own socket path: its listener, and one per connection in its
+ * table. Only those count: the CUDA driver holds sockets of its own in a cuda daemon. */
+static int count_sockets(pid_t pid, const char *socket_path)
+{
+	static unsigned long inodes[4096];
+	int bound = sockets_bound_to(socket_path, inodes, 4096);
 	char dir[64];
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
-	DIR *dp = opendir(dir);
+	DIR *dp = bound < 0 ? NULL : opendir(dir);
 	if (!dp)
 		return -1;
 	int n = 0;
@@ -249,7 +277,17 @@ static int count_sockets(pid_t pid)
 		char path[320], target[64];
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		ssize_t len = readlink(path, target, sizeof(target) - 1);
-		n += len > 7 && strncmp(target, "socket:", 7) == 0;
+		unsigned long inode;
+		if (len <= 0)
+			continue;
+		target[len] = 0;
+		if (sscanf(target, "socket:[%lu]", &inode) != 1)
+			continue;
+		for (int i = 0; i < bound; i++)
+			if (inodes[i] == inode) {
+				n++;
+				break;
+			}
 	}
 	closedir(dp);
 	return n;
@@ -258,7 +296,7 @@ static int count_sockets(pid_t pid)
 int tu_daemon_wait_no_sessions(const struct tu_daemon *d)
 {
 	for (int i = 0, end = tu_scaled(500); i < end; i++) { /* up to 5 s, scaled */
-		int n = count_sockets(d->pid);
+		int n = count_sockets(d->pid, d->socket_path);
 		if (n == 1)
 			return 0;
 		if (n < 0)

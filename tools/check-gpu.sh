@@ -17,8 +17,8 @@
 # Environment: BUILD (default build), BITNET_TEST_MODELS (stories260K.gguf; default
 # ../shared/models), CHECK_GPU_BACKEND (default cuda; cpu runs the daemon parts on the cpu
 # backend, which is how this script is tried on a machine without a GPU), CHECK_GPU_MODEL (the
-# 2B4T-shape file; made with bitnet-model when missing), CHECK_GPU_KERNELS (default fast: the
-# --cuda-kernels variant whose greedy ids are also compared), CHECK_GPU_VARIANTS (bench_cuda's,
+# 2B4T-shape file; made with bitnet-model when missing), CHECK_GPU_KERNELS (default base: the
+# --cuda-kernels variant whose greedy ids are compared beside the default's, fast), CHECK_GPU_VARIANTS (bench_cuda's,
 # default base:fast:all), CHECK_GPU_BUDGET (seconds for the whole run, default 560).
 # Exit: 0 when every part passed, 77 when there is no usable GPU (nothing else is run), else 1.
 set -u
@@ -27,7 +27,7 @@ build=${BUILD:-build}
 models=${BITNET_TEST_MODELS:-../shared/models}
 backend=${CHECK_GPU_BACKEND:-cuda}
 model=${CHECK_GPU_MODEL:-$build/models/2b4t-i2_s.gguf}
-kernels=${CHECK_GPU_KERNELS:-fast}
+kernels=${CHECK_GPU_KERNELS:-base}
 variants=${CHECK_GPU_VARIANTS:-base:fast:all}
 budget=${CHECK_GPU_BUDGET:-560}
 work=$(mktemp -d /tmp/check-gpu-XXXXXX)
@@ -111,17 +111,16 @@ echo "check-gpu: $(date -u +%FT%TZ) backend=$backend build=$build log=$log"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if [ "$backend" = cuda ]; then
 	# the tests' daemons: $BITNETD (exported below) on the tiny preset of this build
-	tests_env=(env BITNET_TEST_MODELS="$models" BITNET_DEFAULT_MODEL="$build/models/tiny.gguf")
+	tests_env=(env BITNET_TEST_MODELS="$models" BITNET_DEFAULT_MODEL="$build/models/tiny.gguf"
+		BITNET_MODEL_TOOL="$build/bitnet-model" BITNET_CLI="$build/bitnet-cli")
 	part "GPU suite" 120 "${tests_env[@]}" "$build/tests/test_cuda"
 	if [ $? = 77 ]; then
 		echo "check-gpu: SKIP: no usable GPU; nothing else run"
 		exit 77
 	fi
 	part "GPU suite, --cuda-kernels variants" 90 "${tests_env[@]}" "$build/tests/test_cuda_fast"
-	part "GPU suite, the variants' request kinds" 60 "${tests_env[@]}" \
-		BITNET_MODEL_TOOL="$build/bitnet-model" BITNET_CLI="$build/bitnet-cli" "$build/tests/test_cuda_fast_ops"
-	part "request kinds on the GPU (test_cuda_ops)" 150 "${tests_env[@]}" \
-		BITNET_MODEL_TOOL="$build/bitnet-model" BITNET_CLI="$build/bitnet-cli" "$build/tests/test_cuda_ops"
+	part "GPU suite, the variants' request kinds" 60 "${tests_env[@]}" "$build/tests/test_cuda_fast_ops"
+	part "request kinds on the GPU (test_cuda_ops)" 150 "${tests_env[@]}" "$build/tests/test_cuda_ops"
 	part "model file" 90 bench_model_file
 	part "bench_cuda, variants $variants side by side" 150 "$build/bench/bench_cuda" --model "$model" \
 		--variants "$variants"

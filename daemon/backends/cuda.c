@@ -468,10 +468,15 @@ static int open_model(struct cuda_backend *cb, const struct bn_backend_options *
 	const struct bn_model_config *c = &cb->model.cfg;
 	const char *base_only = cuda_norms_base_only(&cb->model);
 	if (base_only && cb->kernels.flags) {
+		/* a warning when the option asked for the variant; the default's fallback is news */
 		char asked[BN_CUDA_KERNELS_NAME_MAX];
 		bn_cuda_kernels_name(&cb->kernels, asked, sizeof(asked));
-		bn_log_warn("msg=\"--cuda-kernels runs base for this model\" asked=\"%s\" arch=%s why=\"%s\"",
-			    asked, c->arch_name, base_only);
+		if (opt->cuda_kernels && *opt->cuda_kernels)
+			bn_log_warn("msg=\"--cuda-kernels runs base for this model\" asked=\"%s\" arch=%s why=\"%s\"",
+				    asked, c->arch_name, base_only);
+		else
+			bn_log_info("msg=\"the cuda backend runs base for this model\" default=\"%s\" arch=%s why=\"%s\"",
+				    asked, c->arch_name, base_only);
 		cb->kernels = (struct bn_cuda_kernels){ 0 };
 	}
 	if (c->head_dim > BN_CUDA_MAX_HEAD_DIM) {

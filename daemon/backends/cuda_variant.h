@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cuda_variant.h — which kernel paths the cuda backend runs (--cuda-kernels). The first paths
- * (`base`: cuda.c's step, kernels/cuda/ternary.cu and float.cu) stay the default until a GPU
- * has measured the new ones beside them (bench_cuda runs both in one process); each new path
- * is a feature of its own, so that a GPU run can tell what each one gives:
+ * are `base` (cuda.c's step, kernels/cuda/ternary.cu and float.cu); each later path is a
+ * feature of its own, so that a GPU run can tell what each one gives (bench_cuda runs them
+ * side by side in one process):
  *
  *   graph  decode steps captured once per batch-size bucket as CUDA graphs and replayed
  *   fused  QKV and gate+up as one product each (rows concatenated at load); RMSNorm with the
@@ -15,8 +15,10 @@
  *
  * graph, fused, gemv and mma give the base path's bits (integer sums are exact; fused
  * kernels repeat the same float operations); split changes the float reduction order of
- * tokens with more than N positions, so it is in `all` but not in `fast`. Flipping the default
- * is BN_CUDA_KERNELS_DEFAULT below. Built without CUDA too: the daemon checks the name.
+ * tokens with more than N positions, so it is in `all` but not in `fast`. The default is `fast`:
+ * on an H200 it was faster than `base` at every batch size and context bench_cuda measures
+ * (docs/PERFORMANCE.md, "CUDA kernel variants") with the same bits; `all` stays opt-in since
+ * its long-context logits differ. Built without CUDA too: the daemon checks the name.
  */
 #ifndef BITNETD_CUDA_VARIANT_H
 #define BITNETD_CUDA_VARIANT_H
@@ -24,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BN_CUDA_KERNELS_DEFAULT "base" /* what --cuda-kernels is without the option */
+#define BN_CUDA_KERNELS_DEFAULT "fast" /* what --cuda-kernels is without the option */
 
 #define BN_CUDA_K_GRAPH (1U << 0)
 #define BN_CUDA_K_FUSED (1U << 1)
