@@ -803,7 +803,7 @@ ifeq ($(CUDA),1)
 bench-cuda: $(BENCH_CUDA) $(BENCH_MODEL_FILE)
 	$(BENCH_CUDA) --model $(BENCH_MODEL_FILE) $(BENCH_CUDA_ARGS)
 
-check-gpu: all $(BENCH_CUDA) $(BENCH_SERVE)
+check-gpu: all $(BENCH_CUDA) $(BENCH_SERVE) $(BENCH_MODELS) $(BUILD)/tests/test_models
 	BUILD=$(BUILD) tools/check-gpu.sh gpu-check.log
 else
 bench-cuda check-gpu:

@@ -490,6 +490,48 @@ static int step_due(struct bn_model_entry *e, uint64_t now, uint32_t window_us)
 	       now - e->first_waiting >= (uint64_t)window_us * 1000u;
 }
 
+/* The models whose steps are due, in round-robin order from the cursor: the first, and with
+ * it every other whose backend, like the first's, lets steps overlap (models_overlap.c).
+ * Returns how many (0: none due). */
+static uint32_t due_models(struct bn_models *m, uint64_t now)
+{
+	struct bn_model_entry **due = m->due;
+	uint32_t n = 0, start = m->step_cursor;
+	for (uint32_t k = 0; k < m->n; k++) {
+		uint32_t i = (start + k) % m->n;
+		struct bn_model_entry *e = &m->entries[i];
+		if (!bn_sched_attached(e->sched) || !step_due(e, now, m->cfg->batch_window_us))
+			continue;
+		if (n && !(bn_sched_steps_overlap(due[0]->sched) && bn_sched_steps_overlap(e->sched)))
+			continue;
+		if (!n)
+			m->step_cursor = (i + 1) % m->n;
+		due[n++] = e;
+	}
+	return n;
+}
+
+/* Several due steps at once: each planned, then run together, then delivered in turn. */
+static void step_together(struct bn_models *m, uint32_t n)
+{
+	struct bn_model_entry **due = m->due;
+	struct bn_sched **run = m->due_scheds;
+	uint32_t n_run = 0;
+	for (uint32_t k = 0; k < n; k++)
+		if (bn_sched_step_begin(due[k]->sched, due[k]->tenants, due[k]->n_tenants))
+			run[n_run++] = due[k]->sched;
+	uint32_t beside = n_run > 1 ? models_overlap_run(m, run, n_run) : 0;
+	if (n_run == 1)
+		bn_sched_step_run(run[0]);
+	for (uint32_t k = 0; k < n; k++) {
+		struct bn_model_entry *e = due[k];
+		uint32_t rows = bn_sched_step_end(e->sched);
+		e->first_waiting = 0;
+		e->counters.steps += rows > 0;
+		e->counters.overlapped_steps += rows > 0 && beside > 0;
+	}
+}
+
 uint32_t bn_models_step(struct bn_models *m, uint64_t now)
 {
 	for (uint32_t i = 0; i < m->n; i++) {
@@ -497,18 +539,11 @@ uint32_t bn_models_step(struct bn_models *m, uint64_t now)
 		if (!bn_sched_attached(e->sched) && bn_sched_waiting(e->sched))
 			bn_sched_step(e->sched, e->tenants, e->n_tenants); /* cancels, deadlines */
 	}
-	for (uint32_t k = 0; k < m->n; k++) {
-		uint32_t i = (m->step_cursor + k) % m->n;
-		struct bn_model_entry *e = &m->entries[i];
-		if (!bn_sched_attached(e->sched) || !step_due(e, now, m->cfg->batch_window_us))
-			continue;
-		m->step_cursor = (i + 1) % m->n;
-		uint32_t rows = bn_sched_step(e->sched, e->tenants, e->n_tenants);
-		e->first_waiting = 0;
-		e->counters.steps += rows > 0;
-		return 1;
-	}
-	return 0;
+	uint32_t n = due_models(m, now);
+	if (!n)
+		return 0;
+	step_together(m, n);
+	return 1;
 }
 
 int bn_models_admissible(const struct bn_models *m)

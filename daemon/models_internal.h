@@ -54,7 +54,20 @@ struct bn_models {
 					* --max-running-per-user holds across models */
 	struct bn_kv_ledger kv_ledger; /* --kv-memory lent between the models (models_kv_lent) */
 	struct bn_grammar_budget *grammar_budget; /* every model's grammars, inside --memory */
+	struct models_stepper *steppers; /* [n]: threads for overlapped steps (models_overlap.c) */
+	struct bn_model_entry **due;   /* [n] one loop turn's due models (bn_models_step) */
+	struct bn_sched **due_scheds;  /* [n] those of them with a step to run */
 };
+
+/* ---- models_overlap.c ---------------------------------------------------------------- */
+
+/* Runs the begun steps of s[0 .. n) at once: s[0]'s on the calling thread, each other on a
+ * stepper thread (on the calling thread after the others where none can start); returns when
+ * all have run, with how many ran on steppers. Their backends must allow it
+ * (bn_sched_steps_overlap). */
+uint32_t models_overlap_run(struct bn_models *m, struct bn_sched *const *s, uint32_t n);
+/* Stops the steppers (none may be running a step). */
+void models_overlap_close(struct bn_models *m);
 
 /* ---- models_load.c ------------------------------------------------------------------- */
 

@@ -775,8 +775,11 @@ struct bn_models *bn_models_open(const struct bn_config *cfg, int *exit_code)
 	bn_text_prep_start(&m->loader.prep, NULL, NULL, NULL);
 	m->entries = calloc(m->n, sizeof(*m->entries));
 	m->stats_rows = calloc(m->n, sizeof(*m->stats_rows));
+	m->due = calloc(m->n, sizeof(*m->due));
+	m->due_scheds = calloc(m->n, sizeof(*m->due_scheds));
 	m->users = bn_sched_users_new(m->n * (cfg->max_batch ? cfg->max_batch : 1));
-	if (!m->entries || !m->stats_rows || !m->users || !m->grammar_budget ||
+	if (!m->entries || !m->stats_rows || !m->due || !m->due_scheds || !m->users ||
+	    !m->grammar_budget ||
 	    models_loader_start(m) < 0) {
 		bn_log_error("msg=\"cannot set up the models\" error=\"%s\"", strerror(errno));
 		bn_models_close(m);
@@ -824,6 +827,7 @@ void bn_models_close(struct bn_models *m)
 	if (!m)
 		return;
 	models_loader_stop(m);
+	models_overlap_close(m);
 	for (uint32_t i = 0; m->entries && i < m->n; i++) {
 		struct bn_model_entry *e = &m->entries[i];
 		if (e->sched && bn_sched_attached(e->sched))
@@ -843,6 +847,8 @@ void bn_models_close(struct bn_models *m)
 		bn_pool_free(m->pool);
 	free(m->entries);
 	free(m->stats_rows);
+	free(m->due);
+	free(m->due_scheds);
 	bn_sched_users_free(m->users); /* after the schedulers that counted in it */
 	bn_grammar_budget_unref(m->grammar_budget); /* grammars still alive hold their own */
 	free(m);

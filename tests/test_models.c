@@ -250,6 +250,8 @@ START_TEST(together_equal_alone)
 		long long want = (long long)N_REQ * 2 * (TU_SANITIZED ? 1 : 2);
 		ck_assert_int_eq(model_metric(c, "model_requests_finished_total", names[m], NULL), want);
 		ck_assert_int_eq(model_metric(c, "model_loads_total", names[m], NULL), 1);
+		/* the cpu backend's models share one pool: their steps take turns */
+		ck_assert_int_eq(model_metric(c, "model_steps_overlapped_total", names[m], NULL), 0);
 		bn_disconnect(c);
 	}
 	struct bn_client *c = connect_model(&d, NULL);
@@ -632,6 +634,17 @@ static void check_loopback(struct bn_handle *h, const uint32_t *prompt, uint32_t
 	ck_assert_msg(!memcmp(got, want, (size_t)k * 4), "tokens are not the loopback's");
 }
 
+/* The end of a two-model case: its two requests and clients, then the daemon. */
+static void close_two(struct tu_daemon *d, struct bn_client *a, struct bn_client *b,
+		      struct bn_handle *ha, struct bn_handle *hb)
+{
+	bn_release(ha);
+	bn_release(hb);
+	bn_disconnect(a);
+	bn_disconnect(b);
+	ck_assert_int_eq(tu_daemon_stop(d, SIGTERM), 0);
+}
+
 /* The waiting request of a model that waits for room keeps its deadline; once the running
  * model's request ends, the other's turn comes and its requests run, equal to the oracle. */
 START_TEST(waiting_for_room)
@@ -659,11 +672,7 @@ START_TEST(waiting_for_room)
 	ck_assert_uint_eq(r.status, BN_STATUS_LENGTH);
 	ck_assert_uint_eq(r.n_tokens, 300);
 	check_loopback(ha, pa, 3);
-	bn_release(ha);
-	bn_release(hb);
-	bn_disconnect(a);
-	bn_disconnect(b);
-	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	close_two(&d, a, b, ha, hb);
 }
 END_TEST
 
@@ -820,6 +829,38 @@ START_TEST(kv_past_every_loadable_set_is_refused)
 }
 END_TEST
 
+/* Two models whose backend lets steps overlap (the loopback stands in for cuda): with both
+ * busy, their steps run at once, one of them on a stepper thread (one more thread in the
+ * daemon), and each model's tokens are the loopback's. */
+START_TEST(steps_overlap_where_the_backend_allows)
+{
+	/* not start_loopback: its --max-batch 1 holds across the models, so one runs at a time */
+	const char *args[] = { "--model", "a=/dev/null", "--model", "b=/dev/null",
+			       "--step-delay-us", "2000", "--kv-memory", "6M", NULL };
+	struct tu_daemon d;
+	ck_assert_int_eq(tu_daemon_start(&d, args), 0);
+	struct bn_client *a = connect_model(&d, "a"), *b = connect_model(&d, "b");
+	uint32_t pa[3] = { 5, 6, 7 }, pb[4] = { 8, 9, 10, 11 };
+	struct bn_handle *hb = submit_long(b, pb, 4, 2, 0); /* loads b */
+	ck_assert_int_eq(bn_wait(hb, WAIT_S(10)), 0);
+	bn_release(hb);
+	int threads = count_tasks(d.pid);
+	struct bn_handle *ha = submit_long(a, pa, 3, 120, 0);
+	hb = submit_long(b, pb, 4, 120, 0);
+	ck_assert_int_eq(bn_wait(ha, WAIT_S(20)), 0);
+	ck_assert_int_eq(bn_wait(hb, WAIT_S(20)), 0);
+	check_loopback(ha, pa, 3);
+	check_loopback(hb, pb, 4);
+	long long oa = model_metric(a, "model_steps_overlapped_total", "a", NULL),
+		  ob = model_metric(a, "model_steps_overlapped_total", "b", NULL),
+		  sa = model_metric(a, "model_steps_total", "a", NULL);
+	ck_assert_msg(oa > 0 && ob > 0 && oa == ob && oa <= sa,
+		      "overlapped steps: a %lld, b %lld, of a's %lld", oa, ob, sa);
+	ck_assert_int_eq(count_tasks(d.pid), threads + 1); /* one stepper for two models */
+	close_two(&d, a, b, ha, hb);
+}
+END_TEST
+
 /* --max-running-per-user holds across models: with a cap of 1, a request of this uid for
  * model b waits while its request for model a runs (b already loaded), then runs as the
  * oracle says. */
@@ -848,11 +889,7 @@ START_TEST(per_user_cap_across_models)
 	ck_assert_int_eq(bn_wait(ha, 0), 0); /* a's ended before b's began */
 	ck_assert_int_eq(bn_result(ha, &r), 0);
 	ck_assert_uint_eq(r.n_tokens, 150);
-	bn_release(ha);
-	bn_release(hb);
-	bn_disconnect(a);
-	bn_disconnect(b);
-	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	close_two(&d, a, b, ha, hb);
 }
 END_TEST
 
@@ -1348,9 +1385,33 @@ static void cuda_host_greedy(const struct tu_daemon *d, int m, uint32_t out[3])
 	bn_disconnect(c);
 }
 
+/* cuda_host_greedy's request to both models at once: their steps run together, one of them
+ * on a stepper thread (models_overlap.c). */
+static void cuda_host_greedy_together(const struct tu_daemon *d, uint32_t out[2][3])
+{
+	struct bn_client *c[2];
+	struct bn_handle *h[2];
+	uint32_t prompt[2] = { 1, 5 };
+	struct bn_request req = { prompt, 2, 3, BN_REQ_IGNORE_EOS, NULL };
+	for (int m = 0; m < 2; m++) {
+		c[m] = connect_model(d, names[m]);
+		ck_assert_int_eq(bn_submit(c[m], &req, &h[m]), 0);
+	}
+	for (int m = 0; m < 2; m++) {
+		ck_assert_int_eq(bn_wait(h[m], WAIT_S(300)), 0);
+		ck_assert_int_eq(bn_read_tokens(h[m], 0, out[m], 3), 3);
+		bn_release(h[m]);
+	}
+	ck_assert_int_gt(model_metric(c[0], "model_steps_overlapped_total", names[0], NULL), 0);
+	ck_assert_int_gt(model_metric(c[0], "model_steps_overlapped_total", names[1], NULL), 0);
+	for (int m = 0; m < 2; m++)
+		bn_disconnect(c[m]);
+}
+
 /* One daemon of the harness's cuda backend, one device: tiny alone on it (l3 not loaded
- * yet), both loaded at once, then l3 alone (tiny unloaded). Each model's tokens are the same
- * whether the other holds the device too or not. */
+ * yet), both loaded, both at once (their steps overlapped), then l3 alone (tiny unloaded).
+ * Each model's tokens are the same whether the other holds the device too or not. Run with
+ * BITNETD_CUDA_HOST set to a real cuda daemon, it checks the same on a GPU. */
 START_TEST(cuda_host_two_models)
 {
 	const char *host = getenv("BITNETD_CUDA_HOST"), *plain = getenv("BITNETD");
@@ -1369,10 +1430,11 @@ START_TEST(cuda_host_two_models)
 	const char *extra[] = { "--backend", "cuda", "--kv-memory", "4M", NULL };
 	start(&d, 0, 2, extra);
 	setenv("BITNETD", keep, 1);
-	uint32_t tiny_alone[3], tiny_both[3], l3_both[3], l3_alone[3];
+	uint32_t tiny_alone[3], tiny_both[3], l3_both[3], l3_alone[3], together[2][3];
 	cuda_host_greedy(&d, 0, tiny_alone);
 	cuda_host_greedy(&d, 1, l3_both);
 	cuda_host_greedy(&d, 0, tiny_both);
+	cuda_host_greedy_together(&d, together);
 	struct bn_client *admin = connect_model(&d, names[1]);
 	struct bn_model_status st[2];
 	ck_assert_int_eq(bn_models_list(admin, st, 2), 2);
@@ -1382,6 +1444,9 @@ START_TEST(cuda_host_two_models)
 	cuda_host_greedy(&d, 1, l3_alone);
 	bn_disconnect(admin);
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	ck_assert_msg(!memcmp(tiny_alone, together[0], sizeof(tiny_both)) &&
+		      !memcmp(l3_alone, together[1], sizeof(l3_both)),
+		      "a model's tokens change when its steps overlap the other's");
 	ck_assert_msg(!memcmp(tiny_alone, tiny_both, sizeof(tiny_both)),
 		      "tiny's tokens change when l3 shares the device");
 	ck_assert_msg(!memcmp(l3_alone, l3_both, sizeof(l3_both)),
@@ -1445,6 +1510,7 @@ int main(void)
 	TCase *life = tcase_create("lifecycle");
 	tcase_add_test(life, waiting_for_room);
 	tcase_add_test(life, per_user_cap_across_models);
+	tcase_add_test(life, steps_overlap_where_the_backend_allows);
 	tcase_add_loop_test(life, kv_share_fair_under_load, 0, 2);
 	tcase_add_test(life, lent_kv_comes_back_before_a_load);
 	tcase_add_test(life, kv_past_every_loadable_set_is_refused);

@@ -343,7 +343,7 @@ static char *render_sample_stats(uint32_t *n_sessions)
 					      "failed" };
 	static const char *const reasons[BN_STATS_UNLOAD_REASONS] = { "memory", "idle", "command",
 								      "reload" };
-	static const struct bn_model_counters mc = { 1, 2, 3, 4, 5, 6, 7, { 1, 2, 3, 4 } };
+	static const struct bn_model_counters mc = { 1, 2, 3, 4, 5, 9, 6, 7, { 1, 2, 3, 4 } };
 	static const struct bn_load_report load = { .seconds = 0.25, .path = "/x" };
 	static struct bn_stats_model models[SAMPLE_MODELS];
 	for (int i = 0; i < SAMPLE_MODELS; i++)

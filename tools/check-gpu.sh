@@ -4,14 +4,17 @@
 # first kernels, tests/test_cuda_fast.c, and through every request kind,
 # tests/test_cuda_fast_ops.c; every request kind on base, tests/test_cuda_ops.c), cuda daemons'
 # greedy ids (the default kernels and CHECK_GPU_KERNELS) against a cpu daemon's, bench_cuda on
-# the 2B4T-shape model (base, fast and all side by side in one process: issue 49's figures) and
-# the serving benchmark against a cuda daemon, each part under its own time limit, everything
+# the 2B4T-shape model (base, fast and all side by side in one process: issue 49's figures),
+# the serving benchmark against a cuda daemon, two models on one device (test_models' cuda
+# case with the real daemon: their steps at once, each model's tokens as alone) and
+# bench_models (one daemon of two 2B4T-shape models against two daemons: issue 60's figure),
+# each part under its own time limit, everything
 # written to one log. The limits are also cut to what is left of one budget (CHECK_GPU_BUDGET,
 # default 560 s), so that the whole script fits a 10-minute command however the parts go.
 #
 # Usage, from the project's root, after a build with nvcc (`make check-gpu` builds and runs it);
 # or on a GPU machine without the build's dependencies, after packing here with
-# `GPU_PACK_TARGETS="build/bench/bench_cuda build/bench/bench_serve" ../shared/tools/gpu-pack.sh`
+# `GPU_PACK_TARGETS="build/bench/bench_cuda build/bench/bench_serve build/bench/bench_models" ../shared/tools/gpu-pack.sh`
 # and sourcing `. .gpu/env.sh` there:
 #   tools/check-gpu.sh [LOG]            (default LOG: gpu-check.log; `make check-gpu` runs it)
 # Environment: BUILD (default build), BITNET_TEST_MODELS (stories260K.gguf; default
@@ -105,8 +108,15 @@ bench_model_file() {
 	"$build/bitnet-model" write --preset 2b4t --type i2_s --out "$model"
 }
 
+# bench_models: the bench file and one of other weights (--seed 2), one round.
+bench_two_models() {
+	local b=$work/2b4t-b-i2_s.gguf
+	"$build/bitnet-model" write --preset 2b4t --type i2_s --seed 2 --out "$b" >/dev/null || return 1
+	"$build/bench/bench_models" --model-a "$model" --model-b "$b" --rounds 1
+}
+
 export build models backend model kernels work BITNETD=$build/bitnetd
-export -f daemon greedy_ids bench_model_file
+export -f daemon greedy_ids bench_model_file bench_two_models
 echo "check-gpu: $(date -u +%FT%TZ) backend=$backend build=$build log=$log"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if [ "$backend" = cuda ]; then
@@ -130,5 +140,11 @@ fi
 part "greedy ids, $backend vs cpu" 45 greedy_ids
 part "bench-serve --backend $backend --quick --only sweep" 90 \
 	"$build/bench/bench_serve" --backend "$backend" --model "$model" --quick --only sweep
+if [ "$backend" = cuda ]; then
+	part "two models on one device, steps at once (test_models' cuda case, the real daemon)" 60 \
+		"${tests_env[@]}" BITNETD="$build/bitnetd" BITNETD_CUDA_HOST="$build/bitnetd" \
+		CK_RUN_CASE=cuda_host "$build/tests/test_models"
+	part "bench_models: one daemon of two models vs two daemons, one round" 90 bench_two_models
+fi
 echo "check-gpu: $([ $failed = 0 ] && echo PASS || echo FAIL); log in $log"
 exit $failed

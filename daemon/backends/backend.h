@@ -165,6 +165,12 @@ struct bn_backend_ops {
 	 * no verify[r] (whose answers go to verify[r][0 ..]).
 	 * Returns 0, or a negative code that fails every request in the batch. */
 	int (*step)(void *self, const struct bn_batch *batch, struct bn_sample_out *out);
+	/* 1: a step of one instance may run on another thread while a step of another instance
+	 * (of a backend that also says 1) runs: the instances share nothing a step writes, and
+	 * running them at once gains time. The daemon then runs several models' due steps at
+	 * once (daemon/models.c). cuda: each instance has its stream, and a small batch leaves
+	 * most of the GPU idle. cpu: 0, its models share one thread pool that one step fills. */
+	int concurrent_steps;
 };
 
 /* What a model backend reports at open for a model kept in F32 KV: name, vocabulary,

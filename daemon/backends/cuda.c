@@ -923,4 +923,5 @@ const struct bn_backend_ops bn_backend_cuda = {
 	.seq_fork = cuda_seq_fork,
 	.seq_rewind = cuda_seq_rewind,
 	.step = cuda_step,
+	.concurrent_steps = 1,
 };

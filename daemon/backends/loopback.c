@@ -190,4 +190,5 @@ const struct bn_backend_ops bn_backend_loopback = {
 	.seq_close = loopback_seq_close,
 	.seq_rewind = loopback_seq_rewind,
 	.step = loopback_step,
+	.concurrent_steps = 1, /* so the daemon's overlapped steps are tested without a GPU */
 };

@@ -576,6 +576,9 @@ static const struct {
 	{ "model_request_errors_total", "Requests of this model ended in error.", MODEL_U64(errors) },
 	{ "model_tokens_generated_total", "Tokens of this model written to slots.", MODEL_U64(tokens) },
 	{ "model_steps_total", "Batched forward steps of this model.", MODEL_U64(steps) },
+	{ "model_steps_overlapped_total",
+	  "Steps of this model run at the same time as another model's step.",
+	  MODEL_U64(overlapped_steps) },
 	{ "model_loads_total", "Loads of this model that succeeded.", MODEL_U64(loads) },
 	{ "model_load_failures_total", "Loads of this model that failed.", MODEL_U64(load_failures) },
 };

@@ -133,6 +133,7 @@ struct bn_session_counters {
 #define BN_STATS_UNLOAD_REASONS 4 /* memory, idle, command, reload */
 struct bn_model_counters {
 	uint64_t submitted, finished, errors, tokens, steps;
+	uint64_t overlapped_steps; /* steps run while another model's step ran (models_overlap.c) */
 	uint64_t loads, load_failures;
 	uint64_t unloads[BN_STATS_UNLOAD_REASONS];
 };

@@ -640,9 +640,10 @@ static void mark_started(struct bn_sched *s, uint32_t n_rows, uint64_t now)
 	}
 }
 
-uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants)
+uint32_t bn_sched_step_begin(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants)
 {
 	uint64_t now = bn_now_ns();
+	s->step_rows = 0;
 	sweep_running(s, now);
 	sweep_waiting(s, tenants, n_tenants, now);
 	if (!s->backend)
@@ -656,19 +657,48 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t 
 	uint32_t n_rows = sched_plan(s);
 	mark_started(s, n_rows, now);
 	sched_grammar_plan(s, n_rows);
-	struct bn_batch b;
-	int rc = sched_build_batch(s, n_rows, &b);
+	s->step_rc = sched_build_batch(s, n_rows, &s->step_batch);
+	s->step_ns = 0;
+	s->step_rows = n_rows;
+	return n_rows;
+}
+
+void bn_sched_step_run(struct bn_sched *s)
+{
+	if (!s->step_rows || s->step_rc != 0)
+		return;
 	uint64_t t0 = bn_now_ns();
-	if (rc == 0)
-		rc = s->ops->step(s->backend, &b, s->out);
-	if (rc < 0) {
-		sched_fail_all_running(s, rc);
+	s->step_rc = s->ops->step(s->backend, &s->step_batch, s->out);
+	s->step_ns = bn_now_ns() - t0;
+}
+
+uint32_t bn_sched_step_end(struct bn_sched *s)
+{
+	uint32_t n_rows = s->step_rows;
+	if (!n_rows)
+		return 0;
+	s->step_rows = 0;
+	if (s->step_rc < 0) {
+		sched_fail_all_running(s, s->step_rc);
 		return n_rows;
 	}
-	count_batch(&b, bn_now_ns() - t0);
+	count_batch(&s->step_batch, s->step_ns);
 	sched_identify_step(s, n_rows);
 	sched_deliver_all(s, n_rows);
 	return n_rows;
+}
+
+uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants)
+{
+	if (!bn_sched_step_begin(s, tenants, n_tenants))
+		return 0;
+	bn_sched_step_run(s);
+	return bn_sched_step_end(s);
+}
+
+int bn_sched_steps_overlap(const struct bn_sched *s)
+{
+	return s->ops->concurrent_steps;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -97,6 +97,11 @@ struct bn_sched {
 	uint32_t n_hidden_rows;            /* in this step's batch */
 	double *embed_acc;                 /* [max_batch][embed_dim]; NULL: no embeddings */
 	float *embed_vec;                  /* [embed_dim] a finished vector */
+	/* The step bn_sched_step_begin planned, until bn_sched_step_end delivers it. */
+	struct bn_batch step_batch;
+	uint32_t step_rows;                /* 0: none */
+	int step_rc;                       /* building the batch, then the backend's step */
+	uint64_t step_ns;                  /* the backend's step */
 };
 
 /* ---- what a request is doing ------------------------------------------------------------ */
