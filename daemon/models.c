@@ -490,9 +490,9 @@ static int step_due(struct bn_model_entry *e, uint64_t now, uint32_t window_us)
 	       now - e->first_waiting >= (uint64_t)window_us * 1000u;
 }
 
-/* The models whose steps are due, in round-robin order from the cursor: the first, and with
- * it every other whose backend, like the first's, lets steps overlap (models_overlap.c).
- * Returns how many (0: none due). */
+/* The models whose steps are due, in round-robin order from the cursor: the first, and, where
+ * the registry's backend lets steps overlap (models_overlap.c), every other. Returns how many
+ * (0: none due). */
 static uint32_t due_models(struct bn_models *m, uint64_t now)
 {
 	struct bn_model_entry **due = m->due;
@@ -502,11 +502,11 @@ static uint32_t due_models(struct bn_models *m, uint64_t now)
 		struct bn_model_entry *e = &m->entries[i];
 		if (!bn_sched_attached(e->sched) || !step_due(e, now, m->cfg->batch_window_us))
 			continue;
-		if (n && !(bn_sched_steps_overlap(due[0]->sched) && bn_sched_steps_overlap(e->sched)))
-			continue;
 		if (!n)
 			m->step_cursor = (i + 1) % m->n;
 		due[n++] = e;
+		if (!m->ops->concurrent_steps)
+			break; /* one step at a time: the others wait for their turn */
 	}
 	return n;
 }
@@ -520,9 +520,7 @@ static void step_together(struct bn_models *m, uint32_t n)
 	for (uint32_t k = 0; k < n; k++)
 		if (bn_sched_step_begin(due[k]->sched, due[k]->tenants, due[k]->n_tenants))
 			run[n_run++] = due[k]->sched;
-	uint32_t beside = n_run > 1 ? models_overlap_run(m, run, n_run) : 0;
-	if (n_run == 1)
-		bn_sched_step_run(run[0]);
+	uint32_t beside = n_run ? models_overlap_run(m, run, n_run) : 0;
 	for (uint32_t k = 0; k < n; k++) {
 		struct bn_model_entry *e = due[k];
 		uint32_t rows = bn_sched_step_end(e->sched);

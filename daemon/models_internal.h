@@ -63,8 +63,8 @@ struct bn_models {
 
 /* Runs the begun steps of s[0 .. n) at once: s[0]'s on the calling thread, each other on a
  * stepper thread (on the calling thread after the others where none can start); returns when
- * all have run, with how many ran on steppers. Their backends must allow it
- * (bn_sched_steps_overlap). */
+ * all have run, with how many ran on steppers (0 for n = 1). Their backend must allow it
+ * (bn_backend_ops.concurrent_steps). */
 uint32_t models_overlap_run(struct bn_models *m, struct bn_sched *const *s, uint32_t n);
 /* Stops the steppers (none may be running a step). */
 void models_overlap_close(struct bn_models *m);

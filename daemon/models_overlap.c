@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Several models' steps at once. When more than one model has a step due and every one of
- * their backends lets steps overlap (bn_backend_ops.concurrent_steps: cuda), the loop plans
- * each step on its own thread as always (bn_sched_step_begin), then runs the first model's
- * backend step itself and hands each other one to a stepper thread of its own, waits for all
+ * Several models' steps at once. When more than one model has a step due and the registry's
+ * backend lets steps overlap (bn_backend_ops.concurrent_steps: cuda), the loop plans each step
+ * on its own thread as always (bn_sched_step_begin), then runs the first model's backend step
+ * itself and hands each other one to a stepper thread of its own, waits for all
  * of them, and delivers each in turn (bn_sched_step_end). A step's work is its model's alone
  * (its scheduler, backend instance and requests), and the loop thread touches none of it
  * until the stepper has posted `done`, so nothing is shared while they run. A GPU runs the

@@ -696,10 +696,6 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t 
 	return bn_sched_step_end(s);
 }
 
-int bn_sched_steps_overlap(const struct bn_sched *s)
-{
-	return s->ops->concurrent_steps;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Ending many at once                                                                        */

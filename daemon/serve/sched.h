@@ -160,15 +160,12 @@ uint32_t bn_sched_step(struct bn_sched *s, struct bn_tenant **tenants, uint32_t 
 /* bn_sched_step in three parts, so that steps of several models can run at once: begin
  * (cancels, deadlines, admission, the plan and the batch; returns its rows, 0: no step), run
  * (the backend's step alone: it touches only s, its backend and its requests, so it may run
- * on another thread while the caller's thread runs another model's step, when
- * bn_sched_steps_overlap says their backends allow it), end (delivery; returns the rows).
+ * on another thread while the caller's thread runs another model's step, when their backend
+ * allows it: bn_backend_ops.concurrent_steps), end (delivery; returns the rows).
  * Begin and end run on the daemon's loop thread. */
 uint32_t bn_sched_step_begin(struct bn_sched *s, struct bn_tenant **tenants, uint32_t n_tenants);
 void bn_sched_step_run(struct bn_sched *s);
 uint32_t bn_sched_step_end(struct bn_sched *s);
-
-/* Whether s's backend lets its step run beside another model's (bn_backend_ops). */
-int bn_sched_steps_overlap(const struct bn_sched *s);
 
 /* Ends every request of tenant t. status 0 means the client is gone: the requests are
  * dropped without a word to it (reply->finish is not called); otherwise each gets that
