@@ -10,10 +10,10 @@
 #include "common/clock.h"
 #include "backends/cache_writer.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "model/embed.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,12 +340,7 @@ int models_loader_start(struct bn_models *m)
 	l->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (l->event_fd < 0)
 		return -errno;
-	/* Every signal blocked in the thread (its mask is inherited): they are the loop's. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&l->thread, NULL, loader_main, m);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int rc = bn_thread_start(&l->thread, loader_main, m);
 	if (rc)
 		return -rc;
 	l->started = 1;

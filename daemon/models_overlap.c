@@ -17,12 +17,12 @@
 #include "models_internal.h"
 
 #include "common/log.h"
+#include "common/thread.h"
 #include "serve/sched.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
-#include <signal.h>
 #include <stdlib.h>
 
 struct models_stepper {
@@ -50,8 +50,7 @@ static void *stepper_main(void *arg)
 	}
 }
 
-/* Stepper k, started if it was not: 0, or -1 when it cannot be. Signals stay with the loop's
- * signalfd: the thread starts with all of them blocked. */
+/* Stepper k, started if it was not: 0, or -1 when it cannot be. */
 static int stepper_ready(struct bn_models *m, uint32_t k)
 {
 	if (!m->steppers) {
@@ -68,11 +67,7 @@ static int stepper_ready(struct bn_models *m, uint32_t k)
 		sem_destroy(&st->go);
 		return -1;
 	}
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&st->thread, NULL, stepper_main, st);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int rc = bn_thread_start(&st->thread, stepper_main, st);
 	if (rc != 0) {
 		sem_destroy(&st->go);
 		sem_destroy(&st->done);

@@ -6,11 +6,11 @@
 #include "cache_writer.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,12 +144,7 @@ void bn_cache_writer_stop(struct bn_cache_writer *w)
 
 enum bn_weights_cache bn_cache_writer_start(struct bn_cache_writer *w)
 {
-	/* Every signal blocked in the thread (its mask is inherited). */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&w->thread, NULL, write_cache, w);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int rc = bn_thread_start(&w->thread, write_cache, w);
 	if (rc == 0) {
 		w->started = 1;
 		return BN_WEIGHTS_CACHE_WRITING;
