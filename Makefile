@@ -305,7 +305,7 @@ CORE_LIBS := $(URING_LIBS) $(PCRE_LIBS) $(XXHASH_LIBS) $(JANSSON_LIBS) -lm $(CUD
 # `#pragma unroll`; -ffp-contract=off keeps a * b + c from fusing where CUDA's _rn calls forbid it.
 HOST_CUDA      := $(BUILD)/cuda-host
 HOST_RT_SRCS   := tests/cuda_host/fiber.c tests/cuda_host/block.c tests/cuda_host/grid.c tests/cuda_host/runtime.c \
-	tests/cuda_host/graph.c
+	tests/cuda_host/graph.c tests/cuda_host/vmm.c
 HOST_RT_OBJS   := $(HOST_RT_SRCS:%.c=$(HOST_CUDA)/%.o)
 HOST_KERNELS_SO := $(HOST_CUDA)/libbn-cuda-host.so
 HOST_SELFTEST_SO := $(HOST_CUDA)/libbn-cuda-host-selftest.so

@@ -466,16 +466,25 @@ static void copy_eog(const struct bn_vocab_choice *c, struct bn_sched_config *sc
 		sc->eog[sc->n_eog++] = c->eog[i];
 }
 
+/* Whether the backend's KV arena takes memory only under the blocks in use: host KV (the
+ * cpu backend: an arena is mapped, and only its touched pages hold memory), or device KV in
+ * an elastic arena (the cuda backend where the driver maps memory in granules:
+ * backend.h kv_init_elastic). */
+static int kv_elastic(const struct bn_models *m, const struct bn_model_desc *d)
+{
+	return !d->kv_on_device || (m->ops->kv_init_elastic && d->kv_map_granule);
+}
+
 /* Whether e's KV pool lends and borrows through the registry's ledger (serve/kvpool.h):
- * several models, host KV (the cpu backend: an arena is mapped, and only its blocks in use
- * hold memory), not the model's own kv_memory; then either no memory budget and --kv-memory
- * (a fixed ledger of it), or a budget (a ledger of the loaded models' shares), which counts
- * what the pools hold, so their freed blocks must give their memory back: only where the
- * backend can give whole blocks back (desc kv_release_tokens), else the static share. */
+ * several models, an elastic arena (kv_elastic), not the model's own kv_memory; then either
+ * no memory budget and --kv-memory (a fixed ledger of it), or a budget (a ledger of the
+ * loaded models' shares), which counts what the pools hold, so their freed blocks must give
+ * their memory back: only where the backend can give whole blocks back (desc
+ * kv_release_tokens), else the static share. */
 static int models_kv_lent(const struct bn_models *m, const struct bn_model_entry *e,
 			  const struct bn_model_desc *d)
 {
-	if (m->n < 2 || e->opt.kv_memory || d->kv_on_device)
+	if (m->n < 2 || e->opt.kv_memory || !kv_elastic(m, d))
 		return 0;
 	if (!m->budget)
 		return m->cfg->kv_memory != 0;
@@ -546,6 +555,8 @@ static uint64_t kv_reachable(const struct bn_models *m, const struct bn_model_en
 			     const struct bn_model_desc *d)
 {
 	uint64_t share = kv_share(m, e, d), used = e->weight_bytes + share;
+	if (d->kv_on_device && models_kv_lent(m, e, d))
+		used += bn_model_kv_slack(d, m->cfg->kv_block_tokens); /* kv_estimate's */
 	struct kv_candidates c = { .n = 0 };
 	uint64_t rest_bytes = 0, rest_share = 0;
 	for (uint32_t i = 0; i < m->n; i++) {
@@ -615,7 +626,11 @@ static uint64_t kv_estimate(const struct bn_models *m, const struct bn_model_ent
 		uint64_t fit = room / (bpt * cfg->kv_block_tokens);
 		blocks = fit < blocks ? (fit ? fit : 1) : blocks;
 	}
-	return (blocks < useful ? blocks : useful) * cfg->kv_block_tokens * bpt;
+	uint64_t held = (blocks < useful ? blocks : useful) * cfg->kv_block_tokens * bpt;
+	/* an elastic device arena also holds one partly used group of granules */
+	if (d->kv_on_device && models_kv_lent(m, e, d))
+		held += bn_model_kv_slack(d, cfg->kv_block_tokens);
+	return held;
 }
 
 void models_sched_config(struct bn_models *m, const struct bn_model_entry *e,
@@ -654,11 +669,13 @@ static int make_sched(struct bn_models *m, struct bn_model_entry *e)
 	/* Under a budget a pool that lends is counted at its share (the ledger's cap is the
 	 * shares of the loaded models: what one borrows is another's, kvpool.h). */
 	int shared = e->sched_cfg.kv_ledger && m->kv_ledger.summed;
-	if (m->budget && m->n > 1 && !e->sched_cfg.kv_ledger && !d->kv_on_device && !e->opt.kv_memory)
+	if (m->budget && m->n > 1 && !e->sched_cfg.kv_ledger && !e->opt.kv_memory)
 		bn_log_info("msg=\"KV pool not lent: an equal share under --memory\" model=%s "
-			    "why=\"the backend cannot give a block's memory back whole\" "
-			    "kv_block_tokens=%u kv_release_tokens=%u",
-			    e->opt.name, cfg->kv_block_tokens, d->kv_release_tokens);
+			    "why=\"%s\" kv_block_tokens=%u kv_release_tokens=%u",
+			    e->opt.name,
+			    kv_elastic(m, d) ? "the backend cannot give a block's memory back whole"
+					     : "the device cannot map KV memory as blocks are used",
+			    cfg->kv_block_tokens, d->kv_release_tokens);
 	e->kv_bytes = kv_estimate(m, e, shared ? e->sched_cfg.kv_share : e->sched_cfg.kv_memory);
 	e->sched = bn_sched_create(m->ops, d, &e->sched_cfg, &bn_session_reply);
 	e->tenants = calloc(cfg->max_sessions, sizeof(*e->tenants));

@@ -56,6 +56,7 @@ int main(void)
 #include "cuda_testutil.h"
 #include "bitnet_client.h"
 #include "../daemon/backends/backend.h"
+#include "../daemon/backends/cuda_kv.h"
 #include "../daemon/model/forward.h"
 #include "../daemon/model/model.h"
 #include "cuda_kernels.h"
@@ -64,6 +65,7 @@ int main(void)
 
 #include <check.h>
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -503,6 +505,161 @@ START_TEST(sampler_matches_cpu)
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* The elastic KV arena                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+#define ARENA_LAYERS 3
+#define ARENA_DIM 128
+#define ARENA_BT 16
+#define ARENA_ROW (ARENA_BT * ARENA_DIM) /* floats of one block in one layer */
+
+/* What block b's rows hold in layer li of K (kv 0) or V (kv 1), for the arena's checks. */
+static float arena_value(uint32_t b, uint32_t li, uint32_t kv, uint32_t i)
+{
+	return (float)(b * 64 + li * 2 + kv) + (float)i / ARENA_ROW;
+}
+
+static float *arena_rows(const struct cuda_kv *kv, uint32_t li, uint32_t which, uint32_t slot)
+{
+	float *base = which ? kv->v : kv->k;
+	return base + ((size_t)li * kv->n_slots + slot) * ARENA_ROW;
+}
+
+static void arena_write(struct cuda_kv *kv, uint32_t b)
+{
+	static float row[ARENA_ROW];
+	uint32_t slot;
+	ck_assert_int_eq(cuda_kv_slot(kv, b, &slot), 0);
+	for (uint32_t li = 0; li < ARENA_LAYERS; li++)
+		for (uint32_t which = 0; which < 2; which++) {
+			for (uint32_t i = 0; i < ARENA_ROW; i++)
+				row[i] = arena_value(b, li, which, i);
+			ck_assert_int_eq(cudaMemcpy(arena_rows(kv, li, which, slot), row, sizeof(row),
+						    cudaMemcpyHostToDevice), cudaSuccess);
+		}
+}
+
+/* Every block held reads back what arena_write put in it, the slots in use are [0, live)
+ * one to one, and the device holds exactly the groups over them. */
+static void arena_check(const struct cuda_kv *kv, const uint8_t *held)
+{
+	static float row[ARENA_ROW];
+	uint32_t n_held = 0;
+	for (uint32_t b = 0; b < kv->n_blocks; b++) {
+		if (!held[b]) {
+			ck_assert_uint_eq(kv->slot_of[b], CUDA_KV_NO_SLOT);
+			continue;
+		}
+		uint32_t slot = kv->slot_of[b];
+		ck_assert_uint_lt(slot, kv->live);
+		ck_assert_uint_eq(kv->block_at[slot], b);
+		n_held++;
+		for (uint32_t li = 0; li < ARENA_LAYERS; li++)
+			for (uint32_t which = 0; which < 2; which++) {
+				ck_assert_int_eq(cudaMemcpy(row, arena_rows(kv, li, which, slot), sizeof(row),
+							    cudaMemcpyDeviceToHost), cudaSuccess);
+				for (uint32_t i = 0; i < ARENA_ROW; i++)
+					ck_assert_msg(row[i] == arena_value(b, li, which, i),
+						      "block %u (slot %u) layer %u %c row %u: %g", b, slot,
+						      li, which ? 'V' : 'K', i, row[i]);
+			}
+	}
+	ck_assert_uint_eq(n_held, kv->live);
+	uint32_t groups = (kv->live + kv->group_slots - 1) / kv->group_slots;
+	ck_assert_uint_eq(kv->groups_mapped, groups);
+}
+
+static size_t device_free(void)
+{
+	size_t free_b = 0, total = 0;
+	ck_assert_int_eq(cudaMemGetInfo(&free_b, &total), cudaSuccess);
+	return free_b;
+}
+
+/* The device's free memory with the arena's groups mapped: exact on the harness; on a GPU
+ * the driver's own bookkeeping moves it by a granule or so. */
+static void arena_check_free(const struct cuda_kv *kv, const struct cuda_vmm *vmm, size_t before)
+{
+	uint64_t mapped = (uint64_t)kv->groups_mapped * cuda_kv_group_bytes(vmm, &kv->shape);
+	ck_assert_uint_eq(cuda_kv_device_bytes(kv), mapped);
+	size_t now = device_free();
+#ifdef BN_CUDA_HOST
+	ck_assert_uint_eq(now + mapped, before);
+#else
+	ck_assert_msg(now + mapped + 2 * vmm->granule >= before && now + mapped <= before + 2 * vmm->granule,
+		      "free %zu + mapped %llu, before %zu", now, (unsigned long long)mapped, before);
+#endif
+}
+
+/* The elastic KV arena (cuda_kv.h): blocks get slots in the order they are first named,
+ * memory is mapped a group at a time; a released block's slot takes the last slot's block
+ * (copied on the device) and the groups above the slots in use go back. Through releases
+ * one at a time, in runs, of blocks that never had a slot, and new blocks after them, every
+ * block held reads back its own rows and the device's free memory follows the groups
+ * mapped; at the end nothing is mapped. */
+START_TEST(elastic_kv_arena)
+{
+	struct cuda_vmm vmm;
+	if (cuda_vmm_probe(&vmm) != 0) {
+		printf("SKIP elastic_kv_arena: the device has no virtual memory management\n");
+		return;
+	}
+	struct cuda_kv_shape shape = { ARENA_LAYERS, ARENA_DIM, ARENA_BT };
+	uint32_t g = cuda_kv_group_slots(&vmm, &shape);
+	ck_assert_uint_gt(g, 0);
+	uint32_t n = 3 * g + 3; /* three groups and a part of a fourth */
+	cudaStream_t stream;
+	ck_assert_int_eq(cudaStreamCreate(&stream), cudaSuccess);
+	size_t before = device_free();
+	struct cuda_kv kv;
+	ck_assert_int_eq(cuda_kv_elastic(&kv, &vmm, &shape, n, stream), 0);
+	ck_assert_uint_eq(kv.n_slots % g, 0);
+	arena_check_free(&kv, &vmm, before);
+	uint8_t *held = calloc(n, 1);
+	for (uint32_t i = 0; i < n; i++) { /* named out of order: slots follow first use */
+		uint32_t b = (uint32_t)(((uint64_t)i * 7) % n), slot;
+		if (held[b])
+			continue;
+		ck_assert_int_eq(cuda_kv_slot(&kv, b, &slot), 0);
+		ck_assert_uint_eq(slot, kv.live - 1);
+		arena_write(&kv, b);
+		held[b] = 1;
+	}
+	arena_check(&kv, held);
+	arena_check_free(&kv, &vmm, before);
+	for (uint32_t b = 0; b < n; b += 3) { /* one at a time: holes all over */
+		ck_assert_int_eq(cuda_kv_give_back(&kv, b, 1), 0);
+		held[b] = 0;
+	}
+	ck_assert_uint_gt(kv.moves, 0);
+	arena_check(&kv, held);
+	arena_check_free(&kv, &vmm, before);
+	ck_assert_int_eq(cuda_kv_give_back(&kv, g, g + 1), 0); /* a run, some never held */
+	memset(held + g, 0, g + 1);
+	arena_check(&kv, held);
+	arena_check_free(&kv, &vmm, before);
+	for (uint32_t b = 0; b < n; b += 6) { /* some come back: fresh slots at the end */
+		arena_write(&kv, b);
+		held[b] = 1;
+	}
+	arena_check(&kv, held);
+	arena_check_free(&kv, &vmm, before);
+	ck_assert_int_eq(cuda_kv_give_back(&kv, 0, n), 0);
+	memset(held, 0, n);
+	arena_check(&kv, held);
+	ck_assert_uint_eq(kv.groups_mapped, 0);
+	arena_check_free(&kv, &vmm, before);
+	ck_assert_int_eq(cuda_kv_give_back(&kv, n - 1, 2), -EINVAL);
+	uint32_t slot;
+	ck_assert_int_eq(cuda_kv_slot(&kv, n, &slot), -EINVAL);
+	cuda_kv_free(&kv);
+	arena_check_free(&kv, &vmm, before); /* kv is empty: nothing mapped, nothing reserved */
+	free(held);
+	cudaStreamDestroy(stream);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* The backend                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -658,6 +815,67 @@ START_TEST(tiny_matches_cpu_backend)
 	}
 	g.ops->close(g.self);
 	c.ops->close(c.self);
+}
+END_TEST
+
+#define CONTINUED_STEPS 8
+
+/* Steps of sequences seqs[0..n) from tokens cur, each row's top-8 into lp[step][row]. */
+static void continue_rows(struct engine *e, uint32_t n, const uint32_t *seqs, uint32_t *cur,
+			  uint32_t steps, uint32_t tokens[][2], struct bn_token_logprob lp[][2][8])
+{
+	struct bn_sampling p[2] = { { .want_logprobs = 1, .n_logprobs = 8 },
+				    { .want_logprobs = 1, .n_logprobs = 8 } };
+	uint32_t lens[2] = { 1, 1 }, zero[2] = { 0 }, *rows[2] = { &cur[0], &cur[1] };
+	for (uint32_t i = 0; i < steps; i++) {
+		struct bn_sample_out out[2] = { { .top = lp[i][0] }, { .top = lp[i][1] } };
+		engine_step(e, n, seqs, rows, lens, p, out, rows, zero);
+		for (uint32_t r = 0; r < n; r++)
+			tokens[i][r] = cur[r] = out[r].token;
+	}
+}
+
+/* The cuda backend on an elastic arena (a pool that lends KV between models:
+ * kv_init_elastic) gives the fixed arena's bits: four sequences decoded together, then 0 and
+ * 2 end and their blocks' memory goes back (kv_release: blocks of 1 and 3 move into the
+ * freed slots, on the device), and 1 and 3 go on. Every token and top-8 log-probability is
+ * the fixed arena's, bit for bit. */
+START_TEST(elastic_kv_matches_fixed)
+{
+	struct engine f, el;
+	engine_open_kernels(&f, &bn_backend_cuda, tu_default_model(), "fast");
+	engine_open_kernels(&el, &bn_backend_cuda, tu_default_model(), "fast");
+	ck_assert_int_eq(f.ops->kv_release(f.self, 0, 0), -EOPNOTSUPP);
+	if (!el.desc.kv_map_granule) {
+		printf("SKIP elastic_kv_matches_fixed: the device has no virtual memory management\n");
+		f.ops->close(f.self);
+		el.ops->close(el.self);
+		return;
+	}
+	ck_assert_uint_eq(el.desc.kv_release_tokens, 1);
+	ck_assert_int_eq(el.ops->kv_init_elastic(el.self, MAX_SEQS * SEQ_BLOCKS, BLOCK_TOKENS), 0);
+	ck_assert_int_eq(el.ops->kv_release(el.self, 0, 0), 0);
+	uint32_t *prompts[4], lens[4];
+	make_prompts(4, f.desc.vocab_size, prompts, lens);
+	static uint32_t tf[MAX_SEQS][64], te[MAX_SEQS][64];
+	static struct bn_token_logprob lf[64][8], le[64][8];
+	generate(&f, 4, prompts, lens, TINY_STEPS, tf, lf);
+	generate(&el, 4, prompts, lens, TINY_STEPS, te, le);
+	ck_assert_msg(!memcmp(tf, te, sizeof(tf)) && !memcmp(lf, le, sizeof(lf)),
+		      "the elastic arena's tokens or log-probabilities differ from the fixed one's");
+	for (uint32_t s = 0; s < 4; s += 2)
+		for (uint32_t b = 0; b < SEQ_BLOCKS; b++)
+			ck_assert_int_eq(el.ops->kv_release(el.self, el.tables[s][b], 1), 0);
+	uint32_t seqs[2] = { 1, 3 }, cf[2] = { tf[1][TINY_STEPS - 1], tf[3][TINY_STEPS - 1] };
+	uint32_t ce[2] = { cf[0], cf[1] };
+	static uint32_t nf[CONTINUED_STEPS][2], ne[CONTINUED_STEPS][2];
+	static struct bn_token_logprob pf[CONTINUED_STEPS][2][8], pe[CONTINUED_STEPS][2][8];
+	continue_rows(&f, 2, seqs, cf, CONTINUED_STEPS, nf, pf);
+	continue_rows(&el, 2, seqs, ce, CONTINUED_STEPS, ne, pe);
+	ck_assert_msg(!memcmp(nf, ne, sizeof(nf)) && !memcmp(pf, pe, sizeof(pf)),
+		      "after a release moved blocks, the elastic arena's outputs differ");
+	f.ops->close(f.self);
+	el.ops->close(el.self);
 }
 END_TEST
 
@@ -1180,6 +1398,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(k, f16_gemm_matches_reference);
 	tcase_add_test(k, attention_matches_scalar);
 	tcase_add_test(k, sampler_matches_cpu);
+	tcase_add_test(k, elastic_kv_arena);
 	suite_add_tcase(s, k);
 	TCase *b = tcase_create("backend");
 	tcase_set_timeout(b, 300);
@@ -1191,6 +1410,7 @@ static Suite *cuda_suite(void)
 	printf("note: under ThreadSanitizer the backend's cases are the test model's first %d ids\n",
 	       STORIES_IDS);
 	(void)tiny_matches_cpu_backend;
+	(void)elastic_kv_matches_fixed;
 	(void)families_match_cpu_backend;
 	(void)qwen3_gemma3_match_cpu_backend;
 	(void)batch_invariance_32;
@@ -1201,6 +1421,7 @@ static Suite *cuda_suite(void)
 	(void)daemon_on_a_small_device;
 #else
 	tcase_add_test(b, tiny_matches_cpu_backend);
+	tcase_add_test(b, elastic_kv_matches_fixed);
 	tcase_add_loop_test(b, families_match_cpu_backend, 0,
 			    (int)(sizeof(family_presets) / sizeof(family_presets[0])));
 	tcase_add_test(b, batch_invariance_32);
@@ -1232,6 +1453,8 @@ int main(void)
 		return rc;
 #ifdef BN_CUDA_HOST
 	printf("the cuda suite on the CUDA host harness (tests/cuda_host): %s\n", device);
+	/* a small mapping granule: the elastic KV arena's tests then cross groups often */
+	setenv("BN_CUDA_HOST_VMM_GRANULARITY", "16384", 0);
 #endif
 	return ctu_run_suite(cuda_suite());
 }

@@ -6,7 +6,8 @@
 # greedy ids (the default kernels and CHECK_GPU_KERNELS) against a cpu daemon's, bench_cuda on
 # the 2B4T-shape model (base, fast and all side by side in one process: issue 49's figures),
 # the serving benchmark against a cuda daemon, two models on one device (test_models' cuda
-# case with the real daemon: their steps at once, each model's tokens as alone) and
+# case with the real daemon: their steps at once, each model's tokens as alone, their KV lent
+# through elastic arenas) and
 # bench_models (one daemon of two 2B4T-shape models against two daemons: issue 60's figure),
 # each part under its own time limit, everything
 # written to one log. The limits are also cut to what is left of one budget (CHECK_GPU_BUDGET,
@@ -141,9 +142,11 @@ part "greedy ids, $backend vs cpu" 45 greedy_ids
 part "bench-serve --backend $backend --quick --only sweep" 90 \
 	"$build/bench/bench_serve" --backend "$backend" --model "$model" --quick --only sweep
 if [ "$backend" = cuda ]; then
-	part "two models on one device, steps at once (test_models' cuda case, the real daemon)" 60 \
+	# BN_CUDA_HOST_VMM_GRANULARITY: the H100's and H200's mapping granule, from which the
+	# lending case counts what an elastic KV arena may hold past its blocks
+	part "two models on one device: steps at once, KV lent (test_models' cuda case, the real daemon)" 90 \
 		"${tests_env[@]}" BITNETD="$build/bitnetd" BITNETD_CUDA_HOST="$build/bitnetd" \
-		CK_RUN_CASE=cuda_host "$build/tests/test_models"
+		BN_CUDA_HOST_VMM_GRANULARITY=2097152 CK_RUN_CASE=cuda_host "$build/tests/test_models"
 	part "bench_models: one daemon of two models vs two daemons, one round" 90 bench_two_models
 fi
 echo "check-gpu: $([ $failed = 0 ] && echo PASS || echo FAIL); log in $log"

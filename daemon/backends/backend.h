@@ -68,6 +68,12 @@ struct bn_model_desc {
 	 * (kv_release gives a block's memory back exactly when its block_tokens are a multiple
 	 * of it); 0: the backend cannot give KV memory back. */
 	uint32_t kv_release_tokens;
+	/* With kv_on_device and kv_init_elastic: the device maps KV memory in granules of
+	 * kv_map_granule bytes, in each of the kv_arrays arrays a block's rows lie in (keys and
+	 * values of every layer), so an elastic arena may hold up to bn_model_kv_slack's bytes
+	 * besides its blocks'. 0: KV on the device is not elastic. */
+	uint64_t kv_map_granule;
+	uint32_t kv_arrays;
 	uint32_t can_score;      /* 1: batches may carry score rows (bn_batch.score) */
 	uint32_t can_classify;   /* 1: can_score and seq_fork, which classify requests need */
 	uint32_t can_mask;       /* 1: sample contexts may carry masks (structured output,
@@ -142,6 +148,12 @@ struct bn_backend_ops {
 	/* Allocates KV storage: n_blocks blocks of block_tokens positions. Called once after
 	 * open, before any step. Returns 0 or -ENOMEM. */
 	int (*kv_init)(void *self, uint32_t n_blocks, uint32_t block_tokens);
+	/* Optional (NULL: kv_init's arena serves every pool): the arena of a pool that lends and
+	 * borrows (serve/kvpool.h's ledger) on a backend whose KV memory is not taken lazily by
+	 * the system: n_blocks blocks' addresses, memory under a block from the first step that
+	 * writes it until kv_release gives it back (desc kv_map_granule). Instead of kv_init;
+	 * 0, -ENOMEM or -EIO. */
+	int (*kv_init_elastic)(void *self, uint32_t n_blocks, uint32_t block_tokens);
 	/* Optional (NULL: the KV memory stays until close). Blocks [first, first + n) hold
 	 * nothing anyone reads before it is written again: their memory may go back to the
 	 * system. n = 0 says blocks will be given back from now on (the cpu backend stops
@@ -197,6 +209,10 @@ void bn_model_describe_embedding(struct bn_model_desc *desc, uint32_t flag);
 
 /* The KV memory a device-memory backend's default pool may take: its free memory past the
  * headroom, 0 when there is none (or less than block_bytes, one KV block). */
+/* The bytes an elastic arena (kv_init_elastic) of blocks of block_tokens may hold besides
+ * its blocks' own: one partly used group of mapping granules in each of its arrays (the
+ * least common multiple of the granule and a block's rows in one array, in every array). */
+uint64_t bn_model_kv_slack(const struct bn_model_desc *desc, uint32_t block_tokens);
 uint64_t bn_model_device_kv_room(const struct bn_model_desc *desc, uint64_t block_bytes);
 
 /* The backends this build has. Returns NULL for an unknown or absent name. */

@@ -35,6 +35,7 @@
 #include "cuda_fwd.h"
 #include "cuda_hidden.h"
 #include "cuda_kernels.h"
+#include "cuda_kv.h"
 #include "cuda_mem.h"
 #include "cuda_norms.h"
 #include "cuda_rows.h"
@@ -110,7 +111,11 @@ struct cuda_backend {
 	float *rope_freq, *rope_freq_swa;
 	uint32_t max_seqs;
 	uint32_t *seq_len;
-	float *kv_k, *kv_v;           /* [n_layer][n_blocks][block_tokens][kv_dim] */
+	struct cuda_vmm vmm;          /* the driver's virtual memory calls, where it has them */
+	struct cuda_kv kv;            /* the KV arena and its slots (cuda_kv.h) */
+	/* kv's keys and values, [n_layer][kv_blocks][block_tokens][kv_dim]: kv_blocks is the
+	 * layers' stride in slots; block tables and store slots name slots (cuda_kv_slot) */
+	float *kv_k, *kv_v;
 	uint32_t kv_blocks, kv_block_tokens;
 	uint32_t q_dim, kv_dim, ld_x, ld_q, ld_kv, ld_ff, ld_wide;
 	/* activations for n_cap tokens (zeroed at allocation: pads stay zero); the residual
@@ -393,8 +398,7 @@ static void cuda_close(void *self)
 		cudaStreamSynchronize(cb->stream);
 	bn_cuda_fwd_close(cb->fwd);
 	bn_cuda_buffers_free(&cb->weights);
-	cudaFree(cb->kv_k);
-	cudaFree(cb->kv_v);
+	cuda_kv_free(&cb->kv);
 	cudaFree(cb->act);
 	cudaFree(cb->in_dev);
 	cudaFreeHost(cb->in_host);
@@ -447,6 +451,11 @@ static void describe(const struct cuda_backend *cb, struct bn_model_desc *desc)
 		desc->kv_on_device = 1;
 		desc->device_free = free_b;
 		desc->device_headroom = total / 10 > KV_HEADROOM_MIN ? total / 10 : KV_HEADROOM_MIN;
+	}
+	if (desc->kv_on_device && cb->vmm.granule) {
+		desc->kv_release_tokens = 1; /* a block's slot goes whole (cuda_kv.h) */
+		desc->kv_map_granule = cb->vmm.granule;
+		desc->kv_arrays = 2 * cb->model.cfg.n_layer;
 	}
 }
 
@@ -519,6 +528,7 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 		cuda_close(cb);
 		return rc;
 	}
+	(void)cuda_vmm_probe(&cb->vmm); /* without it, pools keep their KV (said at info) */
 	const struct bn_model_config *c = &cb->model.cfg;
 	double load_ms = (double)(bn_now_ns() - t0) / 1e6;
 	enum bn_weights_cache from = cuda_wcache_ready(&cb->wcache, &cb->model, load_ms * 1e-3,
@@ -535,30 +545,48 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 	return 0;
 }
 
+static int kv_arena_set(struct cuda_backend *cb, int rc)
+{
+	cb->kv_k = cb->kv.k;
+	cb->kv_v = cb->kv.v;
+	cb->kv_blocks = rc ? 0 : cb->kv.n_slots;
+	cb->kv_block_tokens = cb->kv.shape.block_tokens;
+	if (cb->fwd && rc == 0)
+		bn_cuda_fwd_kv(cb->fwd, cb->kv_k, cb->kv_v, cb->kv_blocks, cb->kv_block_tokens);
+	return rc;
+}
+
+static struct cuda_kv_shape kv_shape(const struct cuda_backend *cb, uint32_t block_tokens)
+{
+	return (struct cuda_kv_shape){ .n_layer = cb->model.cfg.n_layer, .kv_dim = cb->kv_dim,
+				       .block_tokens = block_tokens };
+}
+
 static int cuda_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
 {
 	struct cuda_backend *cb = self;
-	cudaFree(cb->kv_k);
-	cudaFree(cb->kv_v);
-	cb->kv_k = cb->kv_v = NULL;
-	cb->kv_blocks = 0;
-	if (n_blocks == 0 || block_tokens == 0)
-		return -EINVAL;
-	size_t bytes = (size_t)cb->model.cfg.n_layer * n_blocks * block_tokens * cb->kv_dim * 4;
-	if (cudaMalloc((void **)&cb->kv_k, bytes) != cudaSuccess ||
-	    cudaMalloc((void **)&cb->kv_v, bytes) != cudaSuccess) {
-		bn_log_error("msg=\"out of device memory for the KV cache\" need_mib=%zu free_mib=%zu "
-			     "hint=\"--kv-memory sets the KV cache's size\"",
-			     (2 * bytes) >> 20, bn_cuda_free_bytes() >> 20);
-		cudaFree(cb->kv_k);
-		cb->kv_k = NULL;
-		return -ENOMEM;
-	}
-	cb->kv_blocks = n_blocks;
-	cb->kv_block_tokens = block_tokens;
-	if (cb->fwd)
-		bn_cuda_fwd_kv(cb->fwd, cb->kv_k, cb->kv_v, n_blocks, block_tokens);
-	return 0;
+	cuda_kv_free(&cb->kv);
+	struct cuda_kv_shape shape = kv_shape(cb, block_tokens);
+	return kv_arena_set(cb, cuda_kv_fixed(&cb->kv, &shape, n_blocks));
+}
+
+static int cuda_kv_init_elastic(void *self, uint32_t n_blocks, uint32_t block_tokens)
+{
+	struct cuda_backend *cb = self;
+	cuda_kv_free(&cb->kv);
+	if (!cb->vmm.granule)
+		return kv_arena_set(cb, -EOPNOTSUPP);
+	struct cuda_kv_shape shape = kv_shape(cb, block_tokens);
+	return kv_arena_set(cb, cuda_kv_elastic(&cb->kv, &cb->vmm, &shape, n_blocks, cb->stream));
+}
+
+/* n = 0 asks whether blocks can be given back: only an elastic arena's. */
+static int cuda_kv_release(void *self, uint32_t first, uint32_t n)
+{
+	struct cuda_backend *cb = self;
+	if (n == 0)
+		return cb->kv.elastic ? 0 : -EOPNOTSUPP;
+	return cuda_kv_give_back(&cb->kv, first, n);
 }
 
 static int cuda_seq_open(void *self, uint32_t seq)
@@ -589,8 +617,16 @@ static struct cuda_seqs seqs_of(struct cuda_backend *cb)
 static int cuda_seq_fork(void *self, uint32_t seq, uint32_t start, uint32_t dst_block,
 			 uint32_t src_block, uint32_t n_copy)
 {
-	struct cuda_seqs s = seqs_of(self);
-	return cuda_seqs_fork(&s, seq, start, dst_block, src_block, n_copy);
+	struct cuda_backend *cb = self;
+	uint32_t dst = 0, src = 0;
+	if (n_copy) {
+		int rc = cuda_kv_slot(&cb->kv, src_block, &src);
+		rc = rc ? rc : cuda_kv_slot(&cb->kv, dst_block, &dst);
+		if (rc)
+			return rc;
+	}
+	struct cuda_seqs s = seqs_of(cb);
+	return cuda_seqs_fork(&s, seq, start, dst, src, n_copy);
 }
 
 static int cuda_seq_rewind(void *self, uint32_t seq, uint32_t length)
@@ -610,7 +646,7 @@ static int blocks_valid(const struct cuda_backend *cb, const struct bn_batch *b)
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		uint32_t n = (b->pos[r] + b->lens[r] + cb->kv_block_tokens - 1) / cb->kv_block_tokens;
 		for (uint32_t i = 0; i < n; i++)
-			if (b->blocks[r][i] >= cb->kv_blocks)
+			if (b->blocks[r][i] >= cb->kv.n_blocks)
 				return 0;
 	}
 	return 1;
@@ -629,14 +665,28 @@ static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, 
 	s->n_hidden = cuda_hidden_count(b);
 }
 
-static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
-			uint32_t max_blocks)
+/* Row r's block table as slots (a block the arena first sees gets one, cuda_kv.h). */
+static int fill_table(struct cuda_backend *cb, const struct bn_batch *b, uint32_t r, uint32_t *out)
+{
+	uint32_t bt = cb->kv_block_tokens, n = (b->pos[r] + b->lens[r] + bt - 1) / bt;
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = cuda_kv_slot(&cb->kv, b->blocks[r][i], &out[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
+		       uint32_t max_blocks)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
 	uint32_t t = 0, bt = cb->kv_block_tokens;
 	for (uint32_t r = 0; r < b->n_rows; r++) {
-		memcpy(in->tables + (size_t)r * max_blocks, b->blocks[r],
-		       (b->pos[r] + b->lens[r] + bt - 1) / bt * sizeof(uint32_t));
+		uint32_t *table = in->tables + (size_t)r * max_blocks;
+		int rc = fill_table(cb, b, r, table);
+		if (rc)
+			return rc;
 		for (uint32_t i = 0; i < b->lens[r]; i++, t++) {
 			uint32_t pos = b->pos[r] + i;
 			float *x = in->x + (size_t)t * cb->ld_x;
@@ -647,13 +697,14 @@ static void fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const
 			if (c->n_swa)
 				bn_rope_cos_sin(cb->rope_freq_swa, c->rope_dim / 2, pos,
 						in->cs_swa + (size_t)t * c->rope_dim);
-			in->slot[t] = b->blocks[r][pos / bt] * bt + pos % bt;
+			in->slot[t] = table[pos / bt] * bt + pos % bt;
 			in->len[t] = pos + 1;
 			in->table_off[t] = r * max_blocks;
 		}
 	}
 	cuda_rows_tokens(b, in->out_rows);
 	cuda_hidden_tokens(b, in->hidden_rows);
+	return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -861,7 +912,8 @@ static int run_step(struct cuda_backend *cb, const struct bn_batch *b, struct st
 	rc = rc ? rc : reserve_inputs(cb, s, &host, &dev);
 	if (rc)
 		return rc;
-	fill_tokens(cb, b, &host, s->max_blocks);
+	if ((rc = fill_tokens(cb, b, &host, s->max_blocks)) != 0)
+		return rc;
 	struct bn_cuda_fwd_in pad = fwd_view(&host);
 	if (graph)
 		bn_cuda_fwd_pad(&pad, n_real, s->n_tok);
@@ -918,6 +970,8 @@ const struct bn_backend_ops bn_backend_cuda = {
 	.open = cuda_open,
 	.close = cuda_close,
 	.kv_init = cuda_kv_init,
+	.kv_init_elastic = cuda_kv_init_elastic,
+	.kv_release = cuda_kv_release,
 	.seq_open = cuda_seq_open,
 	.seq_close = cuda_seq_close,
 	.seq_fork = cuda_seq_fork,

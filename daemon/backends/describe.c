@@ -75,6 +75,20 @@ uint64_t bn_model_device_kv_room(const struct bn_model_desc *desc, uint64_t bloc
 	return room >= block_bytes ? room : 0;
 }
 
+uint64_t bn_model_kv_slack(const struct bn_model_desc *desc, uint32_t block_tokens)
+{
+	if (!desc->kv_map_granule || !desc->kv_arrays)
+		return 0;
+	uint64_t row = desc->kv_bytes_per_token / desc->kv_arrays * block_tokens;
+	uint64_t a = desc->kv_map_granule, b = row;
+	while (b) { /* gcd(granule, row) */
+		uint64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return row ? desc->kv_map_granule / a * row * desc->kv_arrays : 0;
+}
+
 /* ---- the graph: activation, ternary packing --------------------------------------------- */
 
 void bn_backend_activation(const struct bn_backend_options *opt, struct bn_activation_choice *out)

@@ -143,13 +143,18 @@ static int size_kv_pool(struct bn_sched *s, const struct bn_model_desc *model)
 	}
 	if (s->cfg.prefix_cache != BN_SHARE_OFF && bn_kvpool_enable_cache(&s->kv) < 0)
 		return -ENOMEM;
-	int rc = s->ops->kv_init(s->backend, (uint32_t)blocks, c->kv_block_tokens);
+	/* A pool that lends on a backend with an elastic arena maps memory as blocks are used
+	 * (backend.h kv_init_elastic); its arena may be sized past what the device has free. */
+	int elastic = c->kv_ledger && s->ops->kv_init_elastic && model->kv_map_granule;
+	int rc = elastic ? s->ops->kv_init_elastic(s->backend, (uint32_t)blocks, c->kv_block_tokens)
+			 : s->ops->kv_init(s->backend, (uint32_t)blocks, c->kv_block_tokens);
 	if (rc < 0) {
 		bn_log_error("msg=\"cannot allocate the KV cache\" blocks=%llu bytes=%llu rc=%d",
 			     (unsigned long long)blocks,
 			     (unsigned long long)(blocks * c->kv_block_tokens * bpt), rc);
 		return rc;
 	}
+	s->kv_slack = elastic ? bn_model_kv_slack(model, c->kv_block_tokens) : 0;
 	if (c->kv_ledger)
 		join_ledger(s, c, bpt, blocks); /* after kv_init: the arena it releases exists */
 	bn_log_info("msg=\"kv cache\" blocks=%llu block_tokens=%u positions=%llu bytes=%llu bytes_per_token=%llu",
@@ -359,9 +364,9 @@ void bn_sched_set_admitting(struct bn_sched *s, int on)
 uint64_t bn_sched_kv_bytes(const struct bn_sched *s)
 {
 	if (s->kv.ledger && s->kv.ledger->summed)
-		return s->kv.share_bytes;
+		return s->kv.share_bytes + s->kv_slack;
 	uint64_t bpt = s->model.kv_bytes_per_token ? s->model.kv_bytes_per_token : 1;
-	return (uint64_t)s->kv.n_blocks * s->kv.block_tokens * bpt;
+	return (uint64_t)s->kv.n_blocks * s->kv.block_tokens * bpt + s->kv_slack;
 }
 
 struct bn_sched *bn_sched_new(const struct bn_backend_ops *ops, void *backend,

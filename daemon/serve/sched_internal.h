@@ -48,6 +48,9 @@ struct bn_sched {
 	const struct bn_reply *reply; /* how tokens, scores and ends reach the clients */
 	struct bn_sched_config cfg;
 	struct bn_kvpool kv;
+	/* What the backend's elastic arena may hold besides the pool's blocks (backend.h
+	 * bn_model_kv_slack; 0 for any other arena): counted in bn_sched_kv_bytes. */
+	uint64_t kv_slack;
 	uint32_t *kv_tables;      /* [max_batch + fork_seqs][max_blocks_per_seq], by sequence id */
 	uint32_t max_blocks_per_seq;
 	struct bn_req **running;  /* [max_batch], dense */

@@ -119,6 +119,7 @@ struct bn_cuda_host_alloc {
 	char *base;
 	size_t size;
 	int pinned;
+	int sparse;   /* a reserved range (vmm.c): only its mapped parts may be touched */
 };
 const struct bn_cuda_host_alloc *bn_cuda_host_find_alloc(const void *p);
 /* As bn_cuda_host_find_alloc, for a pointer that may also point just past an allocation. */
@@ -136,6 +137,23 @@ cudaError_t bn_cuda_host_handle_free(void *h);
  * cudaMemset check them, run at once. */
 cudaError_t bn_cuda_host_copy(void *dst, const void *src, size_t n, int kind);
 cudaError_t bn_cuda_host_memset(void *dev_ptr, int value, size_t n);
+/* For vmm.c, the caller holding the lock: a reserved address range registered as device
+ * memory (pointer and copy checks accept it; what is not mapped in it faults when touched),
+ * and its removal (0, or -1: no such range); device bytes taken (0, or -1: more than the
+ * device has free) and given back, as cudaMemGetInfo counts them. */
+int bn_cuda_host_add_range(void *base, size_t size);
+/* The parts of [base, base + size) with memory mapped under them, adjacent mappings merged,
+ * in address order, at most cap of them into out; how many there are. The caller holds the
+ * lock. */
+struct bn_cuda_host_range {
+	char *base;
+	size_t size;
+};
+unsigned bn_cuda_host_vmm_mapped(const char *base, size_t size, struct bn_cuda_host_range *out,
+				 unsigned cap);
+int bn_cuda_host_remove_range(void *base);
+int bn_cuda_host_device_take(size_t bytes);
+void bn_cuda_host_device_give(size_t bytes);
 /* The runtime's lock, held by every call that reads or changes its tables, and by a launch. */
 void bn_cuda_host_lock(void);
 void bn_cuda_host_unlock(void);

@@ -140,6 +140,18 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
+/* The driver's entry points (vmm.c): the virtual-memory calls of cuda.h, by name. Any other
+ * symbol is not found (cudaDriverEntryPointSymbolNotFound), as for a driver without it. */
+enum cudaDriverEntryPointQueryResult {
+	cudaDriverEntryPointSuccess = 0,
+	cudaDriverEntryPointSymbolNotFound = 1,
+	cudaDriverEntryPointVersionNotSufficent = 2,
+};
+#define cudaEnableDefault 0x0
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
+					     unsigned int cudaVersion, unsigned long long flags,
+					     enum cudaDriverEntryPointQueryResult *driverStatus);
+
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
 const char *cudaGetErrorString(cudaError_t error);

@@ -179,10 +179,13 @@ static void run_blocks(const struct bn_cuda_host_launch *l, const struct shared_
 /* The race check                                                                              */
 /* ------------------------------------------------------------------------------------------ */
 
-#define MAX_SAVED 64
+#define MAX_SAVED 256
 
+/* A range of device memory a launch may write: an allocation, or a mapped part of a
+ * reserved range (vmm.c), whose unmapped parts must not be touched. */
 struct saved {
-	const struct bn_cuda_host_alloc *a;
+	char *base;
+	size_t size;
 	char *before, *first_run;
 };
 
@@ -192,8 +195,20 @@ static struct {
 	size_t cap;
 } buffers[2 * MAX_SAVED];
 
-/* The allocations the arguments point into: every aligned word of the argument block that
- * holds an address inside one (padding may add a harmless extra). */
+static unsigned add_saved(struct saved *out, unsigned n, unsigned cap, char *base, size_t size)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (out[i].base == base)
+			return n;
+	if (n == cap)
+		bn_cuda_host_fail("race check: the arguments reach more than %u ranges of device memory", cap);
+	out[n] = (struct saved){ .base = base, .size = size };
+	return n + 1;
+}
+
+/* The allocations the arguments point into (of a reserved range, its mapped parts): every
+ * aligned word of the argument block that holds an address inside one (padding may add a
+ * harmless extra). */
 static unsigned reachable(const struct bn_cuda_host_launch *l, struct saved *out, unsigned cap)
 {
 	unsigned n = 0;
@@ -201,19 +216,22 @@ static unsigned reachable(const struct bn_cuda_host_launch *l, struct saved *out
 		uintptr_t v;
 		memcpy(&v, (const char *)l->args + off, sizeof(v));
 		const struct bn_cuda_host_alloc *a = bn_cuda_host_find_pointer((const void *)v);
-		int seen = 0;
-		for (unsigned i = 0; i < n && !seen; i++)
-			seen = out[i].a == a;
-		if (a && !seen && n == cap)
-			bn_cuda_host_fail("race check: the arguments reach more than %u allocations", cap);
-		if (a && !seen)
-			out[n++] = (struct saved){ .a = a };
+		if (!a)
+			continue;
+		if (!a->sparse) {
+			n = add_saved(out, n, cap, a->base, a->size);
+			continue;
+		}
+		struct bn_cuda_host_range r[MAX_SAVED];
+		unsigned k = bn_cuda_host_vmm_mapped(a->base, a->size, r, MAX_SAVED);
+		for (unsigned i = 0; i < k && i < MAX_SAVED; i++)
+			n = add_saved(out, n, cap, r[i].base, r[i].size);
 	}
 	return n;
 }
 
 /* A copy of a's bytes in buffer i. */
-static char *copy_of(const struct bn_cuda_host_alloc *a, unsigned i)
+static char *copy_of(const struct saved *a, unsigned i)
 {
 	if (buffers[i].cap < a->size) {
 		free(buffers[i].p);
@@ -229,18 +247,18 @@ static char *copy_of(const struct bn_cuda_host_alloc *a, unsigned i)
 static void report_difference(const struct bn_cuda_host_launch *l, const struct saved *s)
 {
 	size_t off = 0;
-	while (off < s->a->size && s->a->base[off] == s->first_run[off])
+	while (off < s->size && s->base[off] == s->first_run[off])
 		off++;
 	size_t word = off & ~(size_t)3;
 	uint32_t was = 0, now = 0;
-	size_t n = s->a->size - word < 4 ? s->a->size - word : 4;
+	size_t n = s->size - word < 4 ? s->size - word : 4;
 	memcpy(&was, s->first_run + word, n);
-	memcpy(&now, s->a->base + word, n);
+	memcpy(&now, s->base + word, n);
 	float fw, fn;
 	memcpy(&fw, &was, 4);
 	memcpy(&fn, &now, 4);
 	bn_cuda_host_fail("race check: device memory differs when the %u blocks run in the reverse order (and threads in other orders): allocation %p (%zu bytes), byte %zu: word 0x%08x (%g as float) then 0x%08x (%g): two blocks write one location with different values, a block reads what another writes, or a thread reads what another has not written yet",
-			  l->grid.x * l->grid.y * l->grid.z, (void *)s->a->base, s->a->size, off, was,
+			  l->grid.x * l->grid.y * l->grid.z, (void *)s->base, s->size, off, was,
 			  (double)fw, now, (double)fn);
 }
 
@@ -250,17 +268,17 @@ static void run_checked(const struct bn_cuda_host_launch *l, const struct shared
 	struct saved saved[MAX_SAVED];
 	unsigned n_saved = reachable(l, saved, MAX_SAVED);
 	for (unsigned i = 0; i < n_saved; i++)
-		saved[i].before = copy_of(saved[i].a, 2 * i);
+		saved[i].before = copy_of(&saved[i], 2 * i);
 	run_blocks(l, shared, order, n, seed, 0);
 	for (unsigned i = 0; i < n_saved; i++) {
-		saved[i].first_run = copy_of(saved[i].a, 2 * i + 1);
-		memcpy(saved[i].a->base, saved[i].before, saved[i].a->size);
+		saved[i].first_run = copy_of(&saved[i], 2 * i + 1);
+		memcpy(saved[i].base, saved[i].before, saved[i].size);
 	}
 	w->pass = 1;
 	run_blocks(l, shared, order, n, bn_cuda_host_mix(seed, 0x5eed), 1);
 	w->pass = 0;
 	for (unsigned i = 0; i < n_saved; i++)
-		if (memcmp(saved[i].a->base, saved[i].first_run, saved[i].a->size) != 0)
+		if (memcmp(saved[i].base, saved[i].first_run, saved[i].size) != 0)
 			report_difference(l, &saved[i]);
 }
 

@@ -220,6 +220,26 @@ const struct bn_cuda_host_alloc *bn_cuda_host_find_pointer(const void *p)
 	return a || !p ? a : bn_cuda_host_find_alloc((const char *)p - 1);
 }
 
+/* [p, p + size) into the table, sorted. 0 or -1 (no memory for the table). */
+static int table_insert(void *p, size_t size, int pinned, int sparse)
+{
+	if (table.n == table.cap) {
+		size_t cap = table.cap ? 2 * table.cap : 256;
+		struct bn_cuda_host_alloc *a = realloc(table.a, cap * sizeof(*a));
+		if (!a)
+			return -1;
+		table.a = a;
+		table.cap = cap;
+	}
+	size_t i = last_at_or_before(p);
+	i = i == table.n ? 0 : i + 1;
+	memmove(&table.a[i + 1], &table.a[i], (table.n - i) * sizeof(table.a[0]));
+	table.a[i] = (struct bn_cuda_host_alloc){ .base = p, .size = size, .pinned = pinned,
+						  .sparse = sparse };
+	table.n++;
+	return 0;
+}
+
 static cudaError_t add_alloc(void **out, size_t size, int pinned)
 {
 	*out = NULL;
@@ -227,27 +247,46 @@ static cudaError_t add_alloc(void **out, size_t size, int pinned)
 		return cudaSuccess; /* CUDA hands out NULL for 0 bytes */
 	if (!pinned && size > device_memory() - table.device_bytes)
 		return bn_cuda_host_error(cudaErrorMemoryAllocation);
-	if (table.n == table.cap) {
-		size_t cap = table.cap ? 2 * table.cap : 256;
-		struct bn_cuda_host_alloc *a = realloc(table.a, cap * sizeof(*a));
-		if (!a)
-			return bn_cuda_host_error(cudaErrorMemoryAllocation);
-		table.a = a;
-		table.cap = cap;
-	}
 	void *p;
 	if (posix_memalign(&p, ALLOC_ALIGN, size) != 0)
 		return bn_cuda_host_error(cudaErrorMemoryAllocation);
+	if (table_insert(p, size, pinned, 0) != 0) {
+		free(p);
+		return bn_cuda_host_error(cudaErrorMemoryAllocation);
+	}
 	memset(p, POISON, size);
-	size_t i = last_at_or_before(p);
-	i = i == table.n ? 0 : i + 1;
-	memmove(&table.a[i + 1], &table.a[i], (table.n - i) * sizeof(table.a[0]));
-	table.a[i] = (struct bn_cuda_host_alloc){ .base = p, .size = size, .pinned = pinned };
-	table.n++;
 	if (!pinned)
 		table.device_bytes += size;
 	*out = p;
 	return cudaSuccess;
+}
+
+int bn_cuda_host_add_range(void *base, size_t size)
+{
+	return table_insert(base, size, 0, 1);
+}
+
+int bn_cuda_host_remove_range(void *base)
+{
+	size_t i = last_at_or_before(base);
+	if (i == table.n || table.a[i].base != base)
+		return -1;
+	table.n--;
+	memmove(&table.a[i], &table.a[i + 1], (table.n - i) * sizeof(table.a[0]));
+	return 0;
+}
+
+int bn_cuda_host_device_take(size_t bytes)
+{
+	if (bytes > device_memory() - table.device_bytes)
+		return -1;
+	table.device_bytes += bytes;
+	return 0;
+}
+
+void bn_cuda_host_device_give(size_t bytes)
+{
+	table.device_bytes -= bytes;
 }
 
 static cudaError_t remove_alloc(void *p, int pinned)

@@ -20,6 +20,7 @@
  * launched, in its order; the calls CUDA refuses during a capture invalidate it.
  */
 #define _GNU_SOURCE
+#include "cuda.h"
 #include "cuda_runtime_api.h"
 #include "selftest.h"
 
@@ -558,6 +559,128 @@ START_TEST(in_bounds_read)
 }
 END_TEST
 
+/* The driver's virtual memory calls, as the backend reaches them (vmm.c). */
+struct vmm_calls {
+	CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*address_free)(CUdeviceptr, size_t);
+	CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+			   unsigned long long);
+	CUresult (*release)(CUmemGenericAllocationHandle);
+	CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+	CUresult (*unmap)(CUdeviceptr, size_t);
+	CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+	CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+};
+
+static void vmm_resolve(struct vmm_calls *c)
+{
+	static const char *const names[] = { "cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate",
+					     "cuMemRelease", "cuMemMap", "cuMemUnmap",
+					     "cuMemSetAccess", "cuMemGetAllocationGranularity" };
+	void *fn[8];
+	for (int i = 0; i < 8; i++) {
+		enum cudaDriverEntryPointQueryResult found;
+		ck_assert_int_eq(cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000, cudaEnableDefault,
+								  &found), cudaSuccess);
+		ck_assert_int_eq(found, cudaDriverEntryPointSuccess);
+	}
+	memcpy(c, fn, sizeof(*c));
+	void *none = &none;
+	enum cudaDriverEntryPointQueryResult found;
+	ck_assert_int_eq(cudaGetDriverEntryPointByVersion("cuNoSuchCall", &none, 12000, 0, &found),
+			 cudaSuccess);
+	ck_assert_int_eq(found, cudaDriverEntryPointSymbolNotFound);
+	ck_assert_ptr_null(none);
+}
+
+static const CUmemAllocationProp device_prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+						 .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+static const CUmemAccessDesc read_write = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+					    .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+
+static size_t free_bytes(void)
+{
+	size_t f, t;
+	ck_assert_int_eq(cudaMemGetInfo(&f, &t), cudaSuccess);
+	return f;
+}
+
+/* CUDA's rules for virtual memory: granule-sized pieces, nothing mapped twice, whole
+ * mappings unmapped, no reservation freed while mapped; a mapping's bytes are its
+ * allocation's (two mappings of one allocation see each other's writes); memory is counted
+ * from cuMemCreate until both the handle and its last mapping are gone; a kernel reads a
+ * mapped part of a reservation (and the race check saves only those parts). */
+START_TEST(virtual_memory_follows_cuda_rules)
+{
+	struct vmm_calls c;
+	vmm_resolve(&c);
+	size_t g;
+	ck_assert_int_eq(c.granularity(&g, &device_prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+	ck_assert_uint_gt(g, 0);
+	int *out = dev_alloc(64 * sizeof(int));
+	size_t before = free_bytes();
+	CUdeviceptr base;
+	ck_assert_int_eq(c.reserve(&base, 4 * g, g, 0, 0), CUDA_SUCCESS);
+	ck_assert_uint_eq(base % g, 0);
+	ck_assert_int_eq(c.reserve(&base, g + 1, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_uint_eq(free_bytes(), before); /* addresses only */
+	CUmemGenericAllocationHandle h;
+	ck_assert_int_eq(c.create(&h, g + 1, &device_prop, 0), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(c.create(&h, 2 * g, &device_prop, 0), CUDA_SUCCESS);
+	ck_assert_uint_eq(free_bytes() + 2 * g, before);
+	/* its first granule at the reservation's first and third */
+	ck_assert_int_eq(c.map(base, g, g, h, 0), CUDA_ERROR_NOT_SUPPORTED); /* offsets: 0 only */
+	ck_assert_int_eq(c.map(base, g, 0, h, 0), CUDA_SUCCESS);
+	ck_assert_int_eq(c.map(base, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);       /* mapped */
+	ck_assert_int_eq(c.map(base + g, 3 * g, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* past h */
+	ck_assert_int_eq(c.map(base + 4 * g, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* past the range */
+	ck_assert_int_eq(c.map(base + 2 * g, g, 0, h, 0), CUDA_SUCCESS);
+	ck_assert_int_eq(c.set_access(base, 2 * g, &read_write, 1), CUDA_ERROR_INVALID_VALUE); /* a hole */
+	ck_assert_int_eq(c.set_access(base, g, &read_write, 1), CUDA_SUCCESS);
+	ck_assert_int_eq(c.set_access(base + 2 * g, g, &read_write, 1), CUDA_SUCCESS);
+	int *first = (int *)(uintptr_t)base, *third = (int *)(uintptr_t)(base + 2 * g), got[64];
+	ck_assert_int_eq(cudaMemset(first, 0, 64 * sizeof(int)), cudaSuccess);
+	ck_assert_int_eq(st_read(third, out, 64, 0), 0); /* the other mapping of those bytes */
+	host_copy(got, out, sizeof(got));
+	for (int i = 0; i < 64; i++)
+		ck_assert_int_eq(got[i], 0);
+	ck_assert_int_eq(c.unmap(base, 2 * g), CUDA_ERROR_INVALID_VALUE); /* not one mapping */
+	ck_assert_int_eq(c.address_free(base, 4 * g), CUDA_ERROR_INVALID_VALUE); /* still mapped */
+	ck_assert_int_eq(c.release(h), CUDA_SUCCESS);
+	ck_assert_int_eq(c.map(base + g, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* released */
+	ck_assert_uint_eq(free_bytes() + 2 * g, before); /* its mappings hold it */
+	ck_assert_int_eq(c.unmap(base, g), CUDA_SUCCESS);
+	ck_assert_int_eq(c.unmap(base + 2 * g, g), CUDA_SUCCESS);
+	ck_assert_uint_eq(free_bytes(), before);
+	ck_assert_int_eq(c.address_free(base, 4 * g), CUDA_SUCCESS);
+	cudaFree(out);
+}
+END_TEST
+
+/* A kernel reading a reserved range where nothing is mapped faults, as on the GPU (a
+ * sanitizer reports the SEGV and exits instead of dying of it). */
+static void read_unmapped(void)
+{
+	struct vmm_calls c;
+	vmm_resolve(&c);
+	size_t g;
+	ck_assert_int_eq(c.granularity(&g, &device_prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+	CUdeviceptr base;
+	ck_assert_int_eq(c.reserve(&base, 2 * g, 0, 0, 0), CUDA_SUCCESS);
+	int *out = dev_alloc(64 * sizeof(int));
+	st_read((const int *)(uintptr_t)base, out, 64, 0);
+}
+
+START_TEST(mutant_kernel_reads_unmapped_memory)
+{
+	struct outcome o;
+	run_child(read_unmapped, &o);
+	ck_assert_msg(o.signal == SIGSEGV || (o.exit_code != 0 && strstr(o.err, "SEGV")),
+		      "reading unmapped memory did not fault: exit %d signal %d: %s", o.exit_code,
+		      o.signal, o.err);
+}
+END_TEST
+
 static int host_heap_word[32];
 
 static void host_pointer(void)
@@ -1032,6 +1155,7 @@ static Suite *harness_suite(void)
 	tcase_add_test(r, streams_and_events);
 	tcase_add_test(r, graphs_replay_the_captured_work_in_order);
 	tcase_add_test(r, capture_refuses_what_would_synchronise);
+	tcase_add_test(r, virtual_memory_follows_cuda_rules);
 	suite_add_tcase(s, r);
 	TCase *m = tcase_create("mutants");
 	tcase_add_test(m, mutant_missing_syncthreads);
@@ -1047,6 +1171,7 @@ static Suite *harness_suite(void)
 	tcase_add_test(m, dynamic_shared_memory_is_refused);
 	tcase_add_test(m, mutant_graph_replays_a_freed_buffer);
 	tcase_add_test(m, mutant_mma_with_a_lane_absent);
+	tcase_add_test(m, mutant_kernel_reads_unmapped_memory);
 #ifdef HAVE_ASAN
 	tcase_add_test(m, mutant_out_of_bounds_read);
 #else
