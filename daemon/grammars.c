@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The engine recurses as deep as a grammar nests: the usual 8 MiB (grammar.h). */
@@ -125,24 +126,30 @@ static void post_done(struct bn_grammar_service *g, struct bn_grammar_job *job)
 	}
 }
 
-/* Fills the grammar's token sets until done, *left_ns is spent, the service closes, or a job
- * is queued: a compile or a cache hit some session waits for goes before filling ahead what
- * the loop could fill on first use (with every worker warming, a hit waited up to
- * WARM_BUDGETS compile budgets). 1 when it stopped for a queued job with sets still to fill. */
-static int warm(struct bn_grammar_service *g, struct bn_grammar_bound *b, uint64_t *left_ns)
+/* What warm() stopped for. */
+enum warm_end { WARM_DONE, WARM_YIELDED, WARM_SHED };
+
+/* Fills the grammar's token sets until done, *left_ns is spent, the service closes, a job is
+ * queued (a compile or a cache hit some session waits for goes before filling ahead what the
+ * loop could fill on first use: with every worker warming, a hit waited up to WARM_BUDGETS
+ * compile budgets), or a compile wants the memory (the epoch moved from `epoch`). */
+static enum warm_end warm(struct bn_grammar_service *g, struct bn_grammar_bound *b,
+			  uint64_t *left_ns, uint64_t epoch)
 {
 	while (*left_ns > 0 && !__atomic_load_n(&g->stop, __ATOMIC_RELAXED)) {
+		if (__atomic_load_n(&g->shed_epoch, __ATOMIC_RELAXED) != epoch)
+			return WARM_SHED;
 		if (__atomic_load_n(&g->queued, __ATOMIC_RELAXED))
-			return 1;
+			return WARM_YIELDED;
 		uint64_t slice = *left_ns < WARM_SLICE_NS ? *left_ns : WARM_SLICE_NS;
 		uint64_t t0 = bn_now_ns();
 		int rc = bn_grammar_bound_warm(b, slice);
 		uint64_t spent = bn_now_ns() - t0;
 		*left_ns = spent < *left_ns ? *left_ns - spent : 0;
 		if (rc != 0)
-			return 0; /* 1: all filled; -ENOMEM: the loop fills on first use instead */
+			return WARM_DONE; /* 1: all filled; -ENOMEM: the loop fills on first use */
 	}
-	return 0;
+	return WARM_DONE;
 }
 
 /* Lock held. Keeps b (and its reference) to be warmed once the queue is empty; when the list
@@ -161,13 +168,40 @@ static void warm_later(struct bn_grammar_service *g, struct bn_grammar_bound *b,
 static void warm_unlocked(struct bn_grammar_service *g, struct bn_grammar_bound *b,
 			  uint64_t left_ns)
 {
+	uint64_t epoch = g->shed_epoch;
+	g->warming++;
 	pthread_mutex_unlock(&g->lock);
-	int yielded = warm(g, b, &left_ns);
+	enum warm_end end = warm(g, b, &left_ns, epoch);
 	pthread_mutex_lock(&g->lock);
-	if (yielded && !g->stop)
+	if (end == WARM_YIELDED && !g->stop && g->shed_epoch == epoch)
 		warm_later(g, b, left_ns);
 	else
 		bn_grammar_bound_unref(b);
+	if (--g->warming == 0)
+		pthread_cond_broadcast(&g->warmed);
+}
+
+/* The longest a compile short of memory waits for the workers filling grammars to let go:
+ * each does at its next slice. */
+#define SHED_WAIT_NS (4 * WARM_SLICE_NS)
+
+/* bn_grammar_cache_on_shed's: the grammars held only to be filled ahead are let go, those
+ * waiting to be (now) and those being filled (at their next slice, waited for). */
+static void shed(void *ctx)
+{
+	struct bn_grammar_service *g = ctx;
+	pthread_mutex_lock(&g->lock);
+	while (g->n_to_warm)
+		bn_grammar_bound_unref(g->to_warm[--g->n_to_warm].bound);
+	__atomic_store_n(&g->shed_epoch, g->shed_epoch + 1, __ATOMIC_RELAXED);
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	uint64_t ns = (uint64_t)until.tv_nsec + SHED_WAIT_NS;
+	until.tv_sec += (time_t)(ns / 1000000000u);
+	until.tv_nsec = (long)(ns % 1000000000u);
+	while (g->warming && pthread_cond_timedwait(&g->warmed, &g->lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&g->lock);
 }
 
 static void compile_job(struct bn_grammar_service *g, struct bn_grammar_job *job)
@@ -260,10 +294,16 @@ int bn_grammar_service_open(struct bn_grammar_service *g, const struct bn_vocab 
 	}
 	pthread_mutex_init(&g->lock, NULL);
 	pthread_cond_init(&g->work, NULL);
+	pthread_condattr_t monotonic;
+	pthread_condattr_init(&monotonic);
+	pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->warmed, &monotonic);
+	pthread_condattr_destroy(&monotonic);
 	g->event_fd = eventfd(0, EFD_CLOEXEC);
 	rc = g->event_fd < 0 ? -errno : bn_grammar_cache_new(g->vocab, cfg->cache_bytes, &g->cache);
 	if (rc == 0) {
 		bn_grammar_cache_limit_memory(g->cache, cfg->memory_bytes);
+		bn_grammar_cache_on_shed(g->cache, shed, g);
 		rc = start_workers(g);
 	}
 	if (rc < 0) {
@@ -322,6 +362,7 @@ void bn_grammar_service_close(struct bn_grammar_service *g)
 	if (g->event_fd >= 0)
 		close(g->event_fd);
 	pthread_cond_destroy(&g->work);
+	pthread_cond_destroy(&g->warmed);
 	pthread_mutex_destroy(&g->lock);
 	memset(g, 0, sizeof(*g));
 	g->event_fd = -1;

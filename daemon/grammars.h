@@ -62,6 +62,12 @@ struct bn_grammar_service {
 		uint64_t left_ns;
 	} to_warm[BN_GRAMMAR_WARM_LATER];
 	uint32_t n_to_warm;
+	/* Workers filling a grammar now, each holding a reference; a compile short of memory
+	 * (bn_grammar_cache_on_shed) moves shed_epoch on, which makes them let go at their next
+	 * slice, and waits on `warmed` until none is left. */
+	uint32_t warming;
+	uint64_t shed_epoch;         /* warm() reads it without the lock */
+	pthread_cond_t warmed;
 	void *compiling[BN_GRAMMAR_MAX_THREADS];   /* each worker's job's owner, NULL when idle */
 	pthread_t workers[BN_GRAMMAR_MAX_THREADS];
 	uint32_t n_workers;

@@ -1449,6 +1449,75 @@ START_TEST(a_memory_limit_bounds_what_grammars_hold)
 }
 END_TEST
 
+static struct bn_grammar_bound *budget_get(struct bn_grammar_cache *c, const char *re, int warm,
+					   int hold);
+
+/* A holder of grammars for filling ahead (the daemon's grammar service, as
+ * bn_grammar_cache_on_shed sees it): its references, let go when asked. */
+struct filler {
+	struct bn_grammar_bound *held[8];
+	uint32_t n, asked;
+};
+
+static void filler_shed(void *ctx)
+{
+	struct filler *f = ctx;
+	f->asked++;
+	while (f->n)
+		bn_grammar_bound_unref(f->held[--f->n]);
+}
+
+/* Grammars held only to be filled ahead never cause a refusal: a compile past the cache's own
+ * limit, then one past its budget's limit from another cache of the budget, first asks the
+ * holders (every member's) to let go, and is taken; without a hook (or with what sessions
+ * hold) it is refused as before. */
+START_TEST(grammars_held_for_filling_give_way)
+{
+	struct tvocab t = { 0 };
+	made_up_vocab(&t, 2000, 6);
+	struct bn_grammar_options o = { .kind = BN_GRAMMAR_REGEX };
+	char err[BN_GRAMMAR_ERR_LEN];
+	for (int via_budget = 0; via_budget < 2; via_budget++) {
+		struct bn_grammar_cache *a, *b;
+		ck_assert_int_eq(bn_grammar_cache_new(t.v, 64 << 20, &a), 0);
+		ck_assert_int_eq(bn_grammar_cache_new(t.v, 64 << 20, &b), 0);
+		struct bn_grammar_budget *budget = bn_grammar_budget_new();
+		ck_assert_int_eq(bn_grammar_cache_count_in(a, budget), 0);
+		ck_assert_int_eq(bn_grammar_cache_count_in(b, budget), 0);
+		struct filler f = { .n = 0 };
+		/* a's grammar, released by its session, held by the filler alone */
+		f.held[f.n++] = budget_get(a, "[a-z]{1,41}", 1, 1);
+		size_t bytes = bn_grammar_budget_bytes(budget);
+		if (via_budget)
+			bn_grammar_budget_set_limit(budget, bytes);
+		else
+			bn_grammar_cache_limit_memory(a, bytes);
+		struct bn_grammar_cache *compiling = via_budget ? b : a;
+		struct bn_grammar_bound *g;
+		int rc = bn_grammar_cache_get(compiling, "[a-z]{1,42}", 11, &o, &g, err);
+		ck_assert_msg(rc == -E2BIG, "%s, no hook: %d %s", via_budget ? "budget" : "cache", rc, err);
+		bn_grammar_cache_on_shed(a, filler_shed, &f);
+		rc = bn_grammar_cache_get(compiling, "[a-z]{1,42}", 11, &o, &g, err);
+		ck_assert_msg(rc == 0, "%s, with the hook: %d %s", via_budget ? "budget" : "cache", rc, err);
+		ck_assert_uint_eq(f.asked, 1);
+		ck_assert_uint_eq(f.n, 0);
+		ck_assert_uint_le(bn_grammar_budget_bytes(budget), bytes + bytes / 2);
+		/* What a session holds still counts: g held (filled: past the limit alone), the
+		 * next refused after asking again. */
+		ck_assert_int_eq(bn_grammar_bound_warm(g, UINT64_MAX / 2), 1);
+		struct bn_grammar_bound *none;
+		rc = bn_grammar_cache_get(compiling, "[a-z]{1,43}", 11, &o, &none, err);
+		ck_assert_msg(rc == -E2BIG, "past what sessions hold: %d %s", rc, err);
+		ck_assert_uint_eq(f.asked, 2);
+		bn_grammar_bound_unref(g);
+		bn_grammar_cache_free(b);
+		bn_grammar_cache_free(a);
+		bn_grammar_budget_unref(budget);
+	}
+	tvocab_free(&t);
+}
+END_TEST
+
 /* Compiles (or finds) re in c; warmed when `warm`. Returns the grammar, or releases it (kept by
  * the cache alone) and returns NULL when !hold. */
 static struct bn_grammar_bound *budget_get(struct bn_grammar_cache *c, const char *re, int warm,
@@ -1743,6 +1812,7 @@ int main(void)
 	tcase_add_test(tc, a_memory_limit_bounds_what_grammars_hold);
 	tcase_add_test(tc, a_budget_drops_the_least_recently_used_over_its_caches);
 	tcase_add_test(tc, a_budget_refuses_past_what_sessions_hold);
+	tcase_add_test(tc, grammars_held_for_filling_give_way);
 	tcase_add_loop_test(tc, tokens_to_accept_spell_the_shortest_way, 0,
 			    sizeof(exhaustive) / sizeof(exhaustive[0]));
 	tcase_add_test(tc, the_budget_is_cpu_time_whatever_the_load);

@@ -52,6 +52,8 @@ struct bn_grammar_cache {
 	/* NULL, or the budget it is a member of (set before its first compile, kept to the end;
 	 * its entries' bytes are counted in the budget's `cached` too) */
 	struct bn_grammar_budget *budget;
+	bn_grammar_shed_fn *shed;        /* NULL, or bn_grammar_cache_on_shed's */
+	void *shed_ctx;
 };
 
 int bn_grammar_cache_new(struct bn_grammar_vocab *v, size_t max_bytes,
@@ -358,6 +360,29 @@ static int budget_make_room(struct bn_grammar_budget *b, enum room_for r, const 
 	return holds;
 }
 
+void bn_grammar_cache_on_shed(struct bn_grammar_cache *c, bn_grammar_shed_fn *fn, void *ctx)
+{
+	c->shed = fn;
+	c->shed_ctx = ctx;
+}
+
+/* Every member's holders for filling let go (no lock held while they do). */
+static void budget_shed(struct bn_grammar_budget *b)
+{
+	pthread_mutex_lock(&b->lock);
+	uint32_t n = b->n_members;
+	struct bn_grammar_cache **m = malloc((n ? n : 1) * sizeof(*m));
+	if (m)
+		memcpy(m, b->members, n * sizeof(*m));
+	pthread_mutex_unlock(&b->lock);
+	/* The members outlive this: a cache leaves its budget only when freed, after its
+	 * service's workers (the only compiling threads) have stopped. */
+	for (uint32_t i = 0; m && i < n; i++)
+		if (m[i]->shed)
+			m[i]->shed(m[i]->shed_ctx);
+	free(m);
+}
+
 void bn_grammar_cache_trim(struct bn_grammar_cache *c)
 {
 	pthread_mutex_lock(&c->lock);
@@ -434,6 +459,11 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
 	if (made->bound)
 		gr_bound_count_in(made->bound, c->live);
 	pthread_mutex_lock(&c->lock);
+	if (made->bound && c->max_live && !make_room(c) && c->shed) {
+		pthread_mutex_unlock(&c->lock);
+		c->shed(c->shed_ctx); /* grammars held only to be filled ahead go first */
+		pthread_mutex_lock(&c->lock);
+	}
 	if (made->bound && c->max_live && !make_room(c)) {
 		/* Not kept: the refusal depends on what else is held now. */
 		size_t held = live_bytes(c), limit = c->max_live;
@@ -445,7 +475,12 @@ int bn_grammar_cache_get(struct bn_grammar_cache *c, const void *text, size_t le
 		return -E2BIG;
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (made->bound && c->budget && !budget_make_room(c->budget, ROOM_MEMORY, NULL)) {
+	int room = !made->bound || !c->budget || budget_make_room(c->budget, ROOM_MEMORY, NULL);
+	if (!room) {
+		budget_shed(c->budget); /* grammars held only to be filled ahead go first */
+		room = budget_make_room(c->budget, ROOM_MEMORY, NULL);
+	}
+	if (!room) {
 		size_t held = bn_grammar_budget_bytes(c->budget);
 		size_t limit = atomic_load_explicit(&c->budget->account.limit, memory_order_relaxed);
 		entry_free(made);

@@ -187,6 +187,13 @@ void bn_grammar_cache_limit_memory(struct bn_grammar_cache *c, size_t max_live_b
 /* Drops every entry nobody else holds (what the cache keeps for a next time, not what
  * sessions use): the daemon's memory budget wants the room. */
 void bn_grammar_cache_trim(struct bn_grammar_cache *c);
+/* Who holds the cache's grammars only to fill their token sets ahead of use (the daemon's
+ * grammar service) lets go of them: called, from a compiling thread holding no lock, before a
+ * new grammar is refused for memory (its cache's limit or its budget's); it returns once those
+ * references are dropped, and the compile then tries to make room once more. A grammar held
+ * only for that is thus never a reason to refuse another one. Set before the first compile. */
+typedef void bn_grammar_shed_fn(void *ctx);
+void bn_grammar_cache_on_shed(struct bn_grammar_cache *c, bn_grammar_shed_fn *fn, void *ctx);
 
 /* What the grammars of several caches (a daemon's models, its members) hold together, against a
  * limit its owner moves (what the daemon's memory budget leaves beside its loaded models), and
