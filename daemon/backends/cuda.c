@@ -619,6 +619,8 @@ static int cuda_seq_fork(void *self, uint32_t seq, uint32_t start, uint32_t dst_
 {
 	struct cuda_backend *cb = self;
 	uint32_t dst = 0, src = 0;
+	if (n_copy >= cb->kv_block_tokens)
+		return -EINVAL; /* before a slot is given to dst_block */
 	if (n_copy) {
 		int rc = cuda_kv_slot(&cb->kv, src_block, &src);
 		rc = rc ? rc : cuda_kv_slot(&cb->kv, dst_block, &dst);
