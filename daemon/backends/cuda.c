@@ -112,11 +112,9 @@ struct cuda_backend {
 	uint32_t max_seqs;
 	uint32_t *seq_len;
 	struct cuda_vmm vmm;          /* the driver's virtual memory calls, where it has them */
-	struct cuda_kv kv;            /* the KV arena and its slots (cuda_kv.h) */
-	/* kv's keys and values, [n_layer][kv_blocks][block_tokens][kv_dim]: kv_blocks is the
-	 * layers' stride in slots; block tables and store slots name slots (cuda_kv_slot) */
-	float *kv_k, *kv_v;
-	uint32_t kv_blocks, kv_block_tokens;
+	/* the KV arena, [n_layer][n_slots][block_tokens][kv_dim] keys and values: block tables
+	 * and store slots name its slots (cuda_kv.h) */
+	struct cuda_kv kv;
 	uint32_t q_dim, kv_dim, ld_x, ld_q, ld_kv, ld_ff, ld_wide;
 	/* activations for n_cap tokens (zeroed at allocation: pads stay zero); the residual
 	 * stream x is the step's uploaded embeddings, updated in place */
@@ -545,38 +543,28 @@ static int cuda_open(const struct bn_backend_options *opt, struct bn_model_desc 
 	return 0;
 }
 
+/* A new arena (rc from cuda_kv_fixed or cuda_kv_elastic) for the variant's layers too. */
 static int kv_arena_set(struct cuda_backend *cb, int rc)
 {
-	cb->kv_k = cb->kv.k;
-	cb->kv_v = cb->kv.v;
-	cb->kv_blocks = rc ? 0 : cb->kv.n_slots;
-	cb->kv_block_tokens = cb->kv.shape.block_tokens;
 	if (cb->fwd && rc == 0)
-		bn_cuda_fwd_kv(cb->fwd, cb->kv_k, cb->kv_v, cb->kv_blocks, cb->kv_block_tokens);
+		bn_cuda_fwd_kv(cb->fwd, cb->kv.k, cb->kv.v, cb->kv.n_slots, cb->kv.shape.block_tokens);
 	return rc;
-}
-
-static struct cuda_kv_shape kv_shape(const struct cuda_backend *cb, uint32_t block_tokens)
-{
-	return (struct cuda_kv_shape){ .n_layer = cb->model.cfg.n_layer, .kv_dim = cb->kv_dim,
-				       .block_tokens = block_tokens };
 }
 
 static int cuda_kv_init(void *self, uint32_t n_blocks, uint32_t block_tokens)
 {
 	struct cuda_backend *cb = self;
+	struct cuda_kv_shape shape = { cb->model.cfg.n_layer, cb->kv_dim, block_tokens };
 	cuda_kv_free(&cb->kv);
-	struct cuda_kv_shape shape = kv_shape(cb, block_tokens);
 	return kv_arena_set(cb, cuda_kv_fixed(&cb->kv, &shape, n_blocks));
 }
 
+/* -EINVAL where the device maps no memory in granules (desc kv_map_granule 0). */
 static int cuda_kv_init_elastic(void *self, uint32_t n_blocks, uint32_t block_tokens)
 {
 	struct cuda_backend *cb = self;
+	struct cuda_kv_shape shape = { cb->model.cfg.n_layer, cb->kv_dim, block_tokens };
 	cuda_kv_free(&cb->kv);
-	if (!cb->vmm.granule)
-		return kv_arena_set(cb, -EOPNOTSUPP);
-	struct cuda_kv_shape shape = kv_shape(cb, block_tokens);
 	return kv_arena_set(cb, cuda_kv_elastic(&cb->kv, &cb->vmm, &shape, n_blocks, cb->stream));
 }
 
@@ -608,27 +596,14 @@ static void cuda_seq_close(void *self, uint32_t seq)
 static struct cuda_seqs seqs_of(struct cuda_backend *cb)
 {
 	return (struct cuda_seqs){ .len = cb->seq_len, .max_seqs = cb->max_seqs,
-				   .n_ctx = cb->model.cfg.n_ctx, .kv_k = cb->kv_k, .kv_v = cb->kv_v,
-				   .n_layer = cb->model.cfg.n_layer, .blocks = cb->kv_blocks,
-				   .block_tokens = cb->kv_block_tokens, .kv_dim = cb->kv_dim,
-				   .stream = cb->stream };
+				   .n_ctx = cb->model.cfg.n_ctx, .kv = &cb->kv, .stream = cb->stream };
 }
 
 static int cuda_seq_fork(void *self, uint32_t seq, uint32_t start, uint32_t dst_block,
 			 uint32_t src_block, uint32_t n_copy)
 {
-	struct cuda_backend *cb = self;
-	uint32_t dst = 0, src = 0;
-	if (n_copy >= cb->kv_block_tokens)
-		return -EINVAL; /* before a slot is given to dst_block */
-	if (n_copy) {
-		int rc = cuda_kv_slot(&cb->kv, src_block, &src);
-		rc = rc ? rc : cuda_kv_slot(&cb->kv, dst_block, &dst);
-		if (rc)
-			return rc;
-	}
-	struct cuda_seqs s = seqs_of(cb);
-	return cuda_seqs_fork(&s, seq, start, dst, src, n_copy);
+	struct cuda_seqs s = seqs_of(self);
+	return cuda_seqs_fork(&s, seq, start, dst_block, src_block, n_copy);
 }
 
 static int cuda_seq_rewind(void *self, uint32_t seq, uint32_t length)
@@ -643,10 +618,10 @@ static int cuda_seq_rewind(void *self, uint32_t seq, uint32_t length)
 
 static int blocks_valid(const struct cuda_backend *cb, const struct bn_batch *b)
 {
-	if (!b->blocks || !cb->kv_blocks)
+	if (!b->blocks || !cb->kv.n_slots)
 		return 0;
 	for (uint32_t r = 0; r < b->n_rows; r++) {
-		uint32_t n = (b->pos[r] + b->lens[r] + cb->kv_block_tokens - 1) / cb->kv_block_tokens;
+		uint32_t bt = cb->kv.shape.block_tokens, n = (b->pos[r] + b->lens[r] + bt - 1) / bt;
 		for (uint32_t i = 0; i < n; i++)
 			if (b->blocks[r][i] >= cb->kv.n_blocks)
 				return 0;
@@ -659,7 +634,7 @@ static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, 
 {
 	*s = (struct step_shape){ .n_tok = n_tok, .n_rows = b->n_rows };
 	for (uint32_t r = 0; r < b->n_rows; r++) {
-		uint32_t nb = (b->pos[r] + b->lens[r] + cb->kv_block_tokens - 1) / cb->kv_block_tokens;
+		uint32_t bt = cb->kv.shape.block_tokens, nb = (b->pos[r] + b->lens[r] + bt - 1) / bt;
 		s->max_blocks = nb > s->max_blocks ? nb : s->max_blocks;
 	}
 	cuda_rows_count(b, &s->out);
@@ -667,26 +642,15 @@ static void step_shape(const struct cuda_backend *cb, const struct bn_batch *b, 
 	s->n_hidden = cuda_hidden_count(b);
 }
 
-/* Row r's block table as slots (a block the arena first sees gets one, cuda_kv.h). */
-static int fill_table(struct cuda_backend *cb, const struct bn_batch *b, uint32_t r, uint32_t *out)
-{
-	uint32_t bt = cb->kv_block_tokens, n = (b->pos[r] + b->lens[r] + bt - 1) / bt;
-	for (uint32_t i = 0; i < n; i++) {
-		int rc = cuda_kv_slot(&cb->kv, b->blocks[r][i], &out[i]);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
 static int fill_tokens(struct cuda_backend *cb, const struct bn_batch *b, const struct step_inputs *in,
 		       uint32_t max_blocks)
 {
 	const struct bn_model_config *c = &cb->model.cfg;
-	uint32_t t = 0, bt = cb->kv_block_tokens;
+	uint32_t t = 0, bt = cb->kv.shape.block_tokens;
 	for (uint32_t r = 0; r < b->n_rows; r++) {
+		/* the row's block table as slots (a block the arena first sees gets one) */
 		uint32_t *table = in->tables + (size_t)r * max_blocks;
-		int rc = fill_table(cb, b, r, table);
+		int rc = cuda_kv_table(&cb->kv, b->blocks[r], (b->pos[r] + b->lens[r] + bt - 1) / bt, table);
 		if (rc)
 			return rc;
 		for (uint32_t i = 0; i < b->lens[r]; i++, t++) {
@@ -748,9 +712,10 @@ static int attention(struct cuda_backend *cb, uint32_t li, const struct step_inp
 {
 	const struct bn_model_config *c = &cb->model.cfg;
 	const struct cuda_norms_layer *N = &cb->norms[li];
-	size_t layer = (size_t)li * cb->kv_blocks * cb->kv_block_tokens * cb->kv_dim;
-	struct bn_cuda_kv_layer kv = { .K = cb->kv_k + layer, .V = cb->kv_v + layer,
-				       .kv_dim = cb->kv_dim, .block_tokens = cb->kv_block_tokens };
+	uint32_t bt = cb->kv.shape.block_tokens;
+	size_t layer = (size_t)li * cb->kv.n_slots * bt * cb->kv_dim;
+	struct bn_cuda_kv_layer kv = { .K = cb->kv.k + layer, .V = cb->kv.v + layer,
+				       .kv_dim = cb->kv_dim, .block_tokens = bt };
 	int swa = bn_layer_is_swa(c, li);
 	const float *cs = swa ? in->cs_swa : in->cs;
 	int rc = cuda_norms_heads(cb->q, cb->ld_q, c->n_head, c->head_dim, N->q_norm, n, c->rms_eps,

@@ -309,6 +309,16 @@ int cuda_kv_slot(struct cuda_kv *kv, uint32_t block, uint32_t *slot)
 	return 0;
 }
 
+int cuda_kv_table(struct cuda_kv *kv, const uint32_t *blocks, uint32_t n, uint32_t *slots)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = cuda_kv_slot(kv, blocks[i], &slots[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* The block in the last slot moves into `hole` (on the stream). */
 static int move_last_into(struct cuda_kv *kv, uint32_t hole)
 {

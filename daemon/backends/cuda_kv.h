@@ -98,6 +98,8 @@ void cuda_kv_free(struct cuda_kv *kv);
  * group mapped first when it is new) when b has none. 0, -EINVAL (b out of range), -ENOMEM
  * (the device has no memory for another group) or -EIO. */
 int cuda_kv_slot(struct cuda_kv *kv, uint32_t block, uint32_t *slot);
+/* slots[i] = the slot of blocks[i] for i < n (cuda_kv_slot each). 0, or its first error. */
+int cuda_kv_table(struct cuda_kv *kv, const uint32_t *blocks, uint32_t n, uint32_t *slots);
 /* Blocks [first, first + n) hold nothing anyone reads before they are written again (backend.h
  * kv_release): their slots are freed as the file's comment says. 0, -EOPNOTSUPP (a fixed
  * arena), -EINVAL or -EIO. */

@@ -8,20 +8,22 @@
 #ifndef BITNETD_CUDA_SEQ_H
 #define BITNETD_CUDA_SEQ_H
 
+#include "cuda_kv.h"
+
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
 struct cuda_seqs {
 	uint32_t *len;             /* [max_seqs] positions each sequence holds */
 	uint32_t max_seqs, n_ctx;
-	float *kv_k, *kv_v;        /* [n_layer][blocks][block_tokens][kv_dim], NULL before kv_init */
-	uint32_t n_layer, blocks, block_tokens, kv_dim;
+	struct cuda_kv *kv;        /* the KV arena (empty before kv_init) */
 	cudaStream_t stream;
 };
 
 /* backend.h's seq_fork: n_copy positions of block src_block copied to dst_block in every
- * layer (queued on the stream, before the next step's kernels), then `seq` holds [0, start).
- * 0, -EINVAL, or -EIO when the copy cannot be queued. */
+ * layer (in their slots, dst_block given one first: cuda_kv.h; queued on the stream, before
+ * the next step's kernels), then `seq` holds [0, start). 0, -EINVAL, or -ENOMEM / -EIO when
+ * dst_block's memory cannot be mapped or the copy cannot be queued. */
 int cuda_seqs_fork(const struct cuda_seqs *s, uint32_t seq, uint32_t start, uint32_t dst_block,
 		   uint32_t src_block, uint32_t n_copy);
 
