@@ -848,7 +848,8 @@ check:
 	@t0=$$(date +%s); times=""; BN_CHECK_TIMES=$$(mktemp); export BN_CHECK_TIMES; \
 	trap 'rm -f "$$BN_CHECK_TIMES"' EXIT; \
 	for p in $(CHECK_PARTS); do \
-		s=$$(date +%s); rc=0; $(MAKE) --no-print-directory $$p || rc=$$?; \
+		s=$$(date +%s); rc=0; j=; [ $$p != all ] || j=-j$(BUILD_JOBS); \
+		$(MAKE) --no-print-directory $$j $$p || rc=$$?; \
 		n=$$(($$(date +%s) - s)); times="$$times $$p=$${n}s"; \
 		echo "== make $$p: $$n s$$([ $$rc = 0 ] || echo ", failed ($$rc)")"; \
 		[ $$rc = 0 ] || { echo "== make check failed in $$p after $$(($$(date +%s) - t0)) s:$$times"; \
@@ -883,8 +884,12 @@ check-deploy:
 		elif [ $$rc != 0 ]; then exit $$rc; fi
 
 COMMA := ,
-# A sanitizer pass's build is timed apart from its tests (SANITIZED_BUILD).
-SANITIZED_BUILD = $(call TIMED_RUN,$(MAKE) --no-print-directory SANITIZE=$(1) all,build [$(1)]); \
+# A sanitizer pass's build is timed apart from its tests (SANITIZED_BUILD). make check's builds
+# (its first part, `all`, the sanitizer passes' and the aarch64 one) run BUILD_JOBS compilers
+# at once, by default as many as check-c runs programs: `make check` itself runs its parts one
+# after another, so without it each build would use one core of CI's two (the ASan build alone
+# took 525 s so on CI's 2-core machine).
+SANITIZED_BUILD = $(call TIMED_RUN,$(MAKE) --no-print-directory -j$(BUILD_JOBS) SANITIZE=$(1) all,build [$(1)]); \
 	[ $$rc = 0 ] || exit $$rc
 
 check-tsan:
@@ -903,8 +908,8 @@ check-san:
 # run.
 TEST_CACHE_HOME := $(abspath $(BUILD))/test-cache
 TEST_CACHE_ENV := XDG_CACHE_HOME=$(TEST_CACHE_HOME) BN_TEST_CACHE_HOME=$(TEST_CACHE_HOME) CACHE_DIRECTORY=
-# The CUDA host harness's race check (every grid run twice, tests/cuda_host/README.md) in the
-# plain pass; the sanitizer passes, several times slower, check memory and threads instead.
+# The CUDA host harness's race check (sampled grids run twice, tests/cuda_host/README.md) in
+# the plain pass; the sanitizer passes, several times slower, check memory and threads instead.
 HOST_RACECHECK_ENV := BN_CUDA_HOST_RACECHECK=$(if $(SANITIZE),0,1)
 TEST_ENV := BITNETD=$(BITNETD) BITNETD_CUDA_HOST=$(HOST_BITNETD) BITNET_GATEWAY=$(GATEWAY) BN_HOSTILE=$(BUILD)/tests/bn-hostile BITNET_MODEL_TOOL=$(MODELTOOL) \
 	BITNET_DEFAULT_MODEL=$(DEFAULT_MODEL) BITNET_CLI=$(CLI) $(TEST_CACHE_ENV) $(HOST_RACECHECK_ENV)
@@ -931,6 +936,7 @@ CHECK_TIME_TABLE = echo "== each test program's time, slowest first:"; sort -rn 
 # way: their own temporary directories, sockets and ports; the weights cache they share is
 # written to a temporary file and renamed. CHECK_JOBS=1 runs them one after another.
 CHECK_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 2 ] && n=2; echo $$n)
+BUILD_JOBS ?= $(CHECK_JOBS)
 CHECK_SLOW_FIRST := test_cuda_host test_structured test_grammar test_kernels test_structured_oracle \
 	test_cuda_ops_host test_model test_cuda_fast_ops_host test_cuda_fast_host test_families \
 	test_forward test_embed test_grammar_walks test_grammar_fixtures test_head_screen
@@ -987,7 +993,7 @@ ARM64_BUILD := build-aarch64
 check-arm64:
 ifeq ($(ARCH)$(CROSS),x86_64)
 	@echo "== aarch64 cross build ($(ARM64_CC), sysroot $(ARM64_SYSROOT))"
-	@$(call TIMED_RUN,$(MAKE) --no-print-directory CC=$(ARM64_CC) BUILD=$(ARM64_BUILD) all,build [aarch64]); \
+	@$(call TIMED_RUN,$(MAKE) --no-print-directory -j$(BUILD_JOBS) CC=$(ARM64_CC) BUILD=$(ARM64_BUILD) all,build [aarch64]); \
 		[ $$rc = 0 ] || exit $$rc
 	@echo "== aarch64 suites under $(QEMU_AARCH64) (tools/check-arm64.sh)"
 	$(Q)BUILD=$(ARM64_BUILD) SYSROOT=$(ARM64_SYSROOT) QEMU=$(QEMU_AARCH64) sh tools/check-arm64.sh

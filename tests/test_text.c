@@ -644,6 +644,19 @@ int main(void)
 	    make_model(rigged_path, "microsoft", "128009"))
 		return EXIT_FAILURE;
 
+	if (TU_TSAN) {
+		/* Under ThreadSanitizer (111 s on the Zen 5 VM, about twice that on CI's) the
+		 * cases whose daemon serves several requests at once run; the tokenizer and the
+		 * templates, in process on one thread, and the one-request cases are the plain
+		 * and AddressSanitizer passes'. */
+		printf("note: under ThreadSanitizer only the daemon's vectors and the chat batch run\n");
+		TCase *served = tcase_create("served");
+		tcase_set_timeout(served, 120);
+		tcase_add_test(served, llama_cpp_vectors_through_a_daemon);
+		tcase_add_test(served, chat_batch_item_fails_alone);
+		suite_add_tcase(s, served);
+		return tu_run_suite(s);
+	}
 	TCase *enc = tcase_create("encode and decode");
 	tcase_set_timeout(enc, 120);
 	tcase_add_test(enc, llama_cpp_vectors_in_both_kinds_of_file);

@@ -503,6 +503,37 @@ START_TEST(mutant_race_between_blocks)
 }
 END_TEST
 
+/* The race check's sample (grid.c): clean launches of one kernel at one shape, then racy ones
+ * of the same shape. Each sets the mode before its process's first launch, which reads it. */
+static void launches_then_races(const char *mode, unsigned clean, unsigned racy)
+{
+	setenv("BN_CUDA_HOST_RACECHECK", mode, 1);
+	int *d = dev_zero(8 * sizeof(int));
+	for (unsigned i = 0; i < clean + racy; i++)
+		ck_assert_int_eq(st_blocks_write(d, 8, i >= clean), 0);
+	cudaFree(d);
+}
+
+/* A race past a shape's first launches, repeated as a step repeats its kernels: the sample
+ * (one launch in 8 after the first 2) meets it. */
+static void race_repeated_after_the_first_launches(void)
+{
+	launches_then_races("1", 2, 64);
+}
+
+/* One racy launch after 40 clean ones: `all` checks every launch. */
+static void one_race_after_40_launches(void)
+{
+	launches_then_races("all", 40, 1);
+}
+
+START_TEST(mutant_race_past_the_first_launches)
+{
+	expect_caught(race_repeated_after_the_first_launches, "race check: device memory differs");
+	expect_caught(one_race_after_40_launches, "race check: device memory differs");
+}
+END_TEST
+
 START_TEST(atomics_count_across_blocks)
 {
 	unsigned threads = 64, blocks = 4, n = threads * blocks;
@@ -1167,6 +1198,7 @@ static Suite *harness_suite(void)
 	tcase_add_test(m, mutant_wmma_load_with_two_pointers);
 	tcase_add_test(m, mutant_wmma_misaligned_load);
 	tcase_add_test(m, mutant_race_between_blocks);
+	tcase_add_test(m, mutant_race_past_the_first_launches);
 	tcase_add_test(m, mutant_host_pointer_argument);
 	tcase_add_test(m, dynamic_shared_memory_is_refused);
 	tcase_add_test(m, mutant_graph_replays_a_freed_buffer);
