@@ -3,6 +3,7 @@
  * The cuda backend's KV arena, fixed or elastic (cuda_kv.h).
  */
 #include "cuda_kv.h"
+#include "common/arith.h"
 #include "common/log.h"
 #include "cuda_mem.h"
 #include "cuda_ops.h"
@@ -85,22 +86,12 @@ static uint64_t slot_layer_bytes(const struct cuda_kv_shape *s)
 	return (uint64_t)s->block_tokens * s->kv_dim * sizeof(float);
 }
 
-static uint64_t gcd_u64(uint64_t a, uint64_t b)
-{
-	while (b) {
-		uint64_t t = a % b;
-		a = b;
-		b = t;
-	}
-	return a;
-}
-
 uint32_t cuda_kv_group_slots(const struct cuda_vmm *vmm, const struct cuda_kv_shape *shape)
 {
 	uint64_t row = slot_layer_bytes(shape);
 	if (!vmm->granule || !row)
 		return 0;
-	return (uint32_t)(vmm->granule / gcd_u64(vmm->granule, row));
+	return (uint32_t)(vmm->granule / bn_gcd_u64(vmm->granule, row));
 }
 
 uint64_t cuda_kv_group_bytes(const struct cuda_vmm *vmm, const struct cuda_kv_shape *shape)

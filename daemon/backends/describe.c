@@ -6,6 +6,7 @@
  */
 #include "backend.h"
 
+#include "common/arith.h"
 #include "common/log.h"
 #include "model/embed.h"
 #include "model/model.h"
@@ -80,13 +81,9 @@ uint64_t bn_model_kv_slack(const struct bn_model_desc *desc, uint32_t block_toke
 	if (!desc->kv_map_granule || !desc->kv_arrays)
 		return 0;
 	uint64_t row = desc->kv_bytes_per_token / desc->kv_arrays * block_tokens;
-	uint64_t a = desc->kv_map_granule, b = row;
-	while (b) { /* gcd(granule, row) */
-		uint64_t t = a % b;
-		a = b;
-		b = t;
-	}
-	return row ? desc->kv_map_granule / a * row * desc->kv_arrays : 0;
+	if (!row)
+		return 0;
+	return desc->kv_map_granule / bn_gcd_u64(desc->kv_map_granule, row) * row * desc->kv_arrays;
 }
 
 /* ---- the graph: activation, ternary packing --------------------------------------------- */

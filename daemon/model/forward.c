@@ -9,6 +9,7 @@
 #include "forward_internal.h"
 #include "head_screen.h"
 #include "quant.h"
+#include "common/arith.h"
 
 #include <errno.h>
 #include <math.h>
@@ -60,15 +61,11 @@ int bn_forward_kv_init(struct bn_forward *f, uint32_t n_blocks, uint32_t block_t
 uint32_t bn_forward_kv_release_tokens(const struct bn_forward *f)
 {
 	long page = sysconf(_SC_PAGESIZE);
-	uint64_t row = (uint64_t)f->kv_dim * sizeof(float), a = (uint64_t)page, b = row;
+	uint64_t row = (uint64_t)f->kv_dim * sizeof(float);
 	if (page <= 0 || row == 0)
 		return 0;
-	while (b) { /* gcd(page, row): tokens of one block of one layer fill whole pages at */
-		uint64_t t = a % b;
-		a = b;
-		b = t;
-	}
-	return (uint32_t)((uint64_t)page / a);
+	/* a block's tokens of one layer fill whole pages at multiples of this many */
+	return (uint32_t)((uint64_t)page / bn_gcd_u64((uint64_t)page, row));
 }
 
 int bn_forward_kv_release(struct bn_forward *f, uint32_t first, uint32_t n)
