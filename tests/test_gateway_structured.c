@@ -507,18 +507,31 @@ int main(void)
 	TCase *tc = tcase_create("tiny, LLaMA-3 vocabulary");
 	tcase_set_timeout(tc, 180);
 	tcase_add_unchecked_fixture(tc, up, down);
-	tcase_add_test(tc, json_object_answers_are_objects);
-	tcase_add_test(tc, json_schema_answers_validate);
-	tcase_add_test(tc, an_unsupported_keyword_is_named);
+	/* Under ThreadSanitizer (276 s whole on CI's 2-core machine) the grammars' churn past
+	 * the daemon's limit and a streamed tool call run, where the gateway's and the daemon's
+	 * threads meet; what each answer says is the plain and AddressSanitizer passes'
+	 * (test_gateway runs the gateway's threads under it). */
+	const int all = !TU_TSAN;
+	if (!all)
+		printf("note: under ThreadSanitizer only the grammar churn and a streamed tool call run\n");
+	if (all) {
+		tcase_add_test(tc, json_object_answers_are_objects);
+		tcase_add_test(tc, json_schema_answers_validate);
+		tcase_add_test(tc, an_unsupported_keyword_is_named);
+	}
 	tcase_add_test(tc, schemas_past_the_daemons_max_grammars);
-	tcase_add_test(tc, answers_are_compact_unless_asked);
-	tcase_add_test(tc, schemas_up_to_the_documented_limit);
-	tcase_add_test(tc, a_named_tool_call);
-	tcase_add_test(tc, required_calls_one_of_the_tools);
+	if (all) {
+		tcase_add_test(tc, answers_are_compact_unless_asked);
+		tcase_add_test(tc, schemas_up_to_the_documented_limit);
+		tcase_add_test(tc, a_named_tool_call);
+		tcase_add_test(tc, required_calls_one_of_the_tools);
+	}
 	tcase_add_test(tc, tool_calls_stream);
-	tcase_add_test(tc, what_tool_calls_refuse);
-	tcase_add_test(tc, tool_results_come_back);
-	tcase_add_test(tc, fields_are_honoured_or_refused);
+	if (all) {
+		tcase_add_test(tc, what_tool_calls_refuse);
+		tcase_add_test(tc, tool_results_come_back);
+		tcase_add_test(tc, fields_are_honoured_or_refused);
+	}
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
