@@ -888,7 +888,7 @@ COMMA := ,
 # (its first part, `all`, the sanitizer passes' and the aarch64 one) run BUILD_JOBS compilers
 # at once, by default as many as check-c runs programs: `make check` itself runs its parts one
 # after another, so without it each build would use one core of CI's two (the ASan build alone
-# took 525 s so on CI's 2-core machine).
+# took 525 s on CI's 2-core machine).
 SANITIZED_BUILD = $(call TIMED_RUN,$(MAKE) --no-print-directory -j$(BUILD_JOBS) SANITIZE=$(1) all,build [$(1)]); \
 	[ $$rc = 0 ] || exit $$rc
 
