@@ -420,8 +420,8 @@ $(GATEWAY): $(GATEWAY_OBJS) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(MHD_LIBS) $(JANSSON_LIBS) $(PCRE_LIBS) -lm
 
-TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tests/timescale.o $(BUILD)/tools/gguf_write.o \
-	$(CORE_A) $(LIB_A)
+TEST_LINK := $(BUILD)/tests/testutil.o $(BUILD)/tests/timescale.o $(BUILD)/tests/ckassert.o \
+	$(BUILD)/tools/gguf_write.o $(CORE_A) $(LIB_A)
 # The grammar engine's tests, and structured output's, read LLaMA-3's tokenizer.json the way the
 # model tool does.
 $(BUILD)/tests/test_grammar $(BUILD)/tests/test_grammar_walks $(BUILD)/tests/test_grammar_fixtures $(BUILD)/tests/test_structured $(BUILD)/tests/test_structured_oracle: $(BUILD)/tools/hf_vocab.o
@@ -503,14 +503,15 @@ $(HOST_BITNETD): $(BUILD)/daemon/main.o $(HUB_OBJS) $(HOST_CORE_A) $(HOST_KERNEL
 $(BUILD)/tests/test_cuda_host $(BUILD)/tests/test_cuda_ops_host $(BUILD)/tests/test_cuda_fast_host \
 		$(BUILD)/tests/test_cuda_fast_ops_host: \
 		$(BUILD)/tests/%_host: $(HOST_CUDA)/tests/%.o $(HOST_CUDA)/tests/cuda_testutil.o \
-		$(BUILD)/tests/testutil.o $(BUILD)/tests/timescale.o $(BUILD)/tools/gguf_write.o \
-		$(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
+		$(BUILD)/tests/testutil.o $(BUILD)/tests/timescale.o $(BUILD)/tests/ckassert.o \
+		$(BUILD)/tools/gguf_write.o $(HOST_CORE_A) $(LIB_A) $(HOST_KERNELS_SO) $(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) $(HOST_CORE_LIBS) $(JANSSON_LIBS) -Wl,-rpath,'$$ORIGIN/../cuda-host'
 
-# timescale.o: its Check timeouts scale as every suite's (tests/timescale.h).
+# timescale.o: its Check timeouts scale as every suite's (tests/timescale.h); ckassert.o: its
+# assertions are every suite's (tests/ckassert.h).
 $(BUILD)/tests/test_cuda_harness: $(HOST_CUDA)/tests/cuda_host/test_harness.o \
-		$(BUILD)/tests/timescale.o $(HOST_SELFTEST_SO) $(HOST_RT_OBJS)
+		$(BUILD)/tests/timescale.o $(BUILD)/tests/ckassert.o $(HOST_SELFTEST_SO) $(HOST_RT_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) $(CHECK_LIBS) -lm -ldl -Wl,-rpath,'$$ORIGIN/../cuda-host'
 
@@ -944,6 +945,8 @@ CHECK_PROGRAMS := $(foreach t,$(CHECK_SLOW_FIRST),$(filter $(t),$(TEST_UNIT) $(H
 	$(filter-out $(CHECK_SLOW_FIRST),$(TEST_UNIT) $(HOST_TESTS))
 
 check-c: all
+	$(Q)bad=$$(grep -l '^#include <check.h>' tests/*.c tests/*.h tests/*/*.c | grep -v '^tests/ckassert.h$$'); \
+		[ -z "$$bad" ] || { echo "FAIL: $$bad: include \"ckassert.h\", not <check.h> (tests/ckassert.h says why)"; exit 1; }
 	$(Q)rm -rf $(TEST_CACHE_HOME)
 	$(Q)$(MAKE) --no-print-directory -j$(CHECK_JOBS) --output-sync=target $(CHECK_PROGRAMS:%=check-program/%)
 	@echo "== fuzz corpus replay (tests/corpus/gguf)"

@@ -11,7 +11,7 @@
 #include "testutil.h"
 #include "../daemon/common/stats.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <stddef.h>
 #include <stdint.h>
 

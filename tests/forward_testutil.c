@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "forward_testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -7,7 +7,7 @@
 #ifndef BITNET_GATEWAY_TESTUTIL_H
 #define BITNET_GATEWAY_TESTUTIL_H
 
-#include <check.h>
+#include "ckassert.h"
 #include <jansson.h>
 #include <netinet/in.h>
 #include <signal.h>

@@ -11,7 +11,7 @@
 #include "../tools/hf_vocab.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <stddef.h>
 #include <stdlib.h>
 

@@ -24,7 +24,7 @@
 #include "bitnet_client.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

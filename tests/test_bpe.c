@@ -20,7 +20,7 @@
 #include "testutil.h"
 #include "tokenizer_internal.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -63,7 +63,7 @@ int main(void)
 #include "kernels.h"
 #include "quant.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>

@@ -41,7 +41,7 @@ int main(void)
 #include "kernels.h"
 #include "quant.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <signal.h>

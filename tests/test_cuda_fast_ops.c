@@ -47,7 +47,7 @@ int main(void)
 #include "../daemon/common/stats.h"
 #include "../daemon/model/sample.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <stdio.h>

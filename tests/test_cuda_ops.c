@@ -54,7 +54,7 @@ int main(void)
 #include "../daemon/model/model.h"
 #include "quant.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <errno.h>

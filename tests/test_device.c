@@ -7,7 +7,7 @@
  */
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>

@@ -32,7 +32,7 @@
 #include "bitnet_shm.h"
 #include "client_internal.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>

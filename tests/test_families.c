@@ -30,7 +30,7 @@
 #include "bitnet_client.h"
 #include "quant.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>

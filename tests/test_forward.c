@@ -28,7 +28,7 @@
 #include "bitnet_shm.h"
 #include "quant.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

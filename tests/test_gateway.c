@@ -12,7 +12,7 @@
 #include "testutil.h"
 #include "gateway_testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>

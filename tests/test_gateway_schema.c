@@ -13,7 +13,7 @@
 #include "../gateway/job.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <jansson.h>
 #include <string.h>
 

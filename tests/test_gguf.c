@@ -13,7 +13,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>

@@ -27,7 +27,7 @@
 
 #include <signal.h>
 
-#include <check.h>
+#include "ckassert.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

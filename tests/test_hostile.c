@@ -17,7 +17,7 @@
 #include "bitnet_client.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -22,7 +22,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>

@@ -12,7 +12,7 @@
 
 #include "../daemon/serve/kvpool.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>

@@ -12,7 +12,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>

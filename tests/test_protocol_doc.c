@@ -22,7 +22,7 @@
 #include "bitnet_shm.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -9,7 +9,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <errno.h>
 #include <float.h>
 #include <math.h>

@@ -20,7 +20,7 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>

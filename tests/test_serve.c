@@ -14,7 +14,7 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>

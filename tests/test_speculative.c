@@ -21,7 +21,7 @@
 #include "bitnet_client.h"
 #include "bitnet_shm.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>

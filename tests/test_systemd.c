@@ -8,7 +8,7 @@
 #include "bitnet_client.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>

@@ -19,7 +19,7 @@
 #include "bitnet_client.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

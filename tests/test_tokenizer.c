@@ -27,7 +27,7 @@
 #include "client_internal.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>

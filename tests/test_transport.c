@@ -9,7 +9,7 @@
 #include "bitnet_client.h"
 #include "testutil.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>

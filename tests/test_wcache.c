@@ -14,7 +14,7 @@
 #include "quant.h"
 #include "bitnet_client.h"
 
-#include <check.h>
+#include "ckassert.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

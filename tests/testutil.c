@@ -7,7 +7,7 @@
 #include "bitnet_client.h"
 #include "../libclient/client_internal.h" /* a handle's client, for tu_wait */
 
-#include <check.h>
+#include "ckassert.h"
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>

@@ -67,6 +67,7 @@ struct subsets {
 	uint32_t *pool;          /* every subset's sorted NFA states, back to back */
 	size_t n_pool, cap_pool;
 	size_t *off;             /* [dfa state]: where its subset starts; off[n] its end */
+	size_t cap_off;          /* entries off holds: grown by doubling, not a state at a time */
 	uint32_t *table;         /* open addressing: dfa state + 1, 0 empty */
 	uint32_t mask;
 	uint32_t *stamp;         /* [nfa state]: closure generation */
@@ -188,10 +189,14 @@ static int64_t intern(struct gr_ctx *c, const struct gr_nfa *nfa, struct subsets
 	if (grow_dfa(c, d, limit))
 		return -1;
 	uint32_t id = d->n++;
-	size_t *off = realloc(ss->off, ((size_t)d->n + 1) * sizeof(size_t));
-	if (!off)
-		return oom(c);
-	ss->off = off;
+	if ((size_t)d->n + 1 > ss->cap_off) {
+		size_t cap = ss->cap_off * 2 > (size_t)d->n + 1 ? ss->cap_off * 2 : (size_t)d->n + 1;
+		size_t *off = realloc(ss->off, cap * sizeof(size_t));
+		if (!off)
+			return oom(c);
+		ss->off = off;
+		ss->cap_off = cap;
+	}
 	ss->off[id] = base;
 	ss->off[id + 1] = ss->n_pool;
 	ss->table[at] = id + 1;
@@ -285,7 +290,8 @@ static int determinize(struct gr_ctx *c, const struct gr_nfa *nfa, struct dfa *d
 	ss.stamp = calloc(nfa->n_states, sizeof(uint32_t));
 	ss.stack = malloc(nfa->n_states * sizeof(uint32_t));
 	ss.table = calloc(ss.mask + 1, sizeof(uint32_t));
-	ss.off = malloc(sizeof(size_t));
+	ss.off = malloc(64 * sizeof(size_t));
+	ss.cap_off = 64;
 	mv.count = malloc(((size_t)d->n_sym + 1) * sizeof(uint32_t));
 	if (!ss.stamp || !ss.stack || !ss.table || !ss.off || !mv.count) {
 		oom(c);

@@ -24,7 +24,7 @@
 #include "cuda_runtime_api.h"
 #include "selftest.h"
 
-#include <check.h>
+#include "../ckassert.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
