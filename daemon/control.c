@@ -39,7 +39,7 @@ static void log_choice(const struct bn_vocab_choice *c)
 			    "using the format the model was trained on\" chat_template=bitnet");
 	if (c->chat_template == BN_CHAT_UNKNOWN)
 		bn_log_warn("msg=\"the file's chat template is not one bitnetd recognises; chat "
-			    "needs --chat-template (bitnet, llama3, chatml, llama2) or a per-request "
+			    "needs --chat-template (" BN_CHAT_TEMPLATE_NAMES ") or a per-request "
 			    "choice\"");
 	char eog[16 * 11] = "";
 	size_t at = 0;
